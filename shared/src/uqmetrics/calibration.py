@@ -1,0 +1,3 @@
+"""TODO module calibration."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""TODO module classification."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""TODO module confidence."""
+
+__all__: list[str] = []

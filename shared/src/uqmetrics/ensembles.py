@@ -1,0 +1,3 @@
+"""TODO module ensembles."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""TODO module io."""
+
+__all__: list[str] = []

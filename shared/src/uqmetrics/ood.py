@@ -1,0 +1,3 @@
+"""TODO module ood."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""TODO module plotting."""
+
+__all__: list[str] = []

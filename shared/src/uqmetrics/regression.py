@@ -1,0 +1,3 @@
+"""TODO module regression."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""TODO module retrieval."""
+
+__all__: list[str] = []

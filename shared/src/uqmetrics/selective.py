@@ -1,0 +1,3 @@
+"""TODO module selective."""
+
+__all__: list[str] = []

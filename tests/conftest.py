@@ -1,0 +1,3 @@
+from uqmetrics.testing import register_profiles
+
+register_profiles()

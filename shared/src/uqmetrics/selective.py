@@ -1,3 +1,403 @@
-"""TODO module selective."""
+"""Selective prediction and ranking metrics of a confidence function (PROTOCOLS.md S.2).
 
-__all__: list[str] = []
+Every metric here takes ``correct`` (n,) -- whether each prediction is right -- and
+``confidence`` (n,) -- the confidence κ of each prediction, higher meaning more confident --
+and depends on κ only through the order it induces (ties included), so the metrics are
+invariant to strictly increasing transforms of κ and to permutations of the samples.
+
+Ties in κ are handled so that no result depends on how a sort breaks them: AUROC counts a tie
+as one half, and the risk-coverage quantities are evaluated only at the boundaries between
+distinct κ values (AURC spreads the errors of a tied block evenly over its positions).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy.special import xlogy
+from scipy.stats import rankdata
+
+from ._validation import check_choice, check_correct, check_fraction, correct_confidence
+from .exceptions import UndefinedMetricWarning
+from .registry import register_metric
+
+__all__ = [
+    "UndefinedMetricWarning",
+    "aupr_score",
+    "aurc_loss",
+    "auroc_score",
+    "eaurc_loss",
+    "oracle_aurc",
+    "risk_coverage_curve",
+    "sac_score",
+]
+
+_SELECTIVE_PROPS = {"permutation_invariant", "monotone_invariant"}
+
+
+def _tie_blocks(correct: np.ndarray, confidence: np.ndarray):
+    """Group samples into blocks of equal κ, ordered by κ descending.
+
+    Returns ``(thresholds (B,), sizes (B,), n_correct (B,))``: the distinct κ values in
+    descending order, the number of samples in each block and the number of correct ones.
+    """
+    values, inverse, sizes = np.unique(confidence, return_inverse=True, return_counts=True)
+    n_correct = np.bincount(inverse, weights=correct, minlength=values.size).astype(np.int64)
+    return values[::-1], sizes[::-1].astype(np.int64), n_correct[::-1]
+
+
+def _warn_undefined(message: str) -> float:
+    warnings.warn(message, UndefinedMetricWarning, stacklevel=3)
+    return float("nan")
+
+
+def risk_coverage_curve(correct: Any, confidence: Any):
+    """Risk-coverage curve of a confidence function.
+
+    A selective classifier keeps the samples with ``confidence >= threshold`` and abstains on
+    the others. Like :func:`sklearn.metrics.roc_curve`, the curve is evaluated at every
+    boundary between distinct κ values, with κ descending, so that tied samples are always kept
+    or rejected together.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct (0/1 accepted).
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+
+    Returns
+    -------
+    coverage : ndarray of float, shape (n_thresholds,)
+        Fraction of samples kept, ``n_kept / n``, increasing; the last entry is 1.
+    risk : ndarray of float, shape (n_thresholds,)
+        Selective risk, the error rate among the kept samples.
+    thresholds : ndarray of float, shape (n_thresholds,)
+        The distinct κ values in descending order; entry k keeps ``confidence >= thresholds[k]``.
+
+    Notes
+    -----
+    With distinct values κ_(1) > ... > κ_(B), coverage_k = |{i: κ_i >= κ_(k)}| / n and
+    risk_k = |{i: κ_i >= κ_(k), not correct_i}| / |{i: κ_i >= κ_(k)}|.
+
+    References
+    ----------
+    R. El-Yaniv and Y. Wiener, "On the foundations of noise-free selective classification",
+    JMLR 2010. I. Galil, M. Dabbah, R. El-Yaniv, "What can we learn from the selective
+    prediction and uncertainty estimation performance of 523 ImageNet classifiers?", ICLR 2023.
+
+    Examples
+    --------
+    >>> cov, risk, thr = risk_coverage_curve([1, 1, 0, 1], [0.9, 0.8, 0.8, 0.1])
+    >>> cov.tolist(), risk.tolist(), thr.tolist()
+    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.25], [0.9, 0.8, 0.1])
+    """
+    c, k = correct_confidence(correct, confidence)
+    thresholds, sizes, n_correct = _tie_blocks(c, k)
+    kept = np.cumsum(sizes)
+    errors = np.cumsum(sizes - n_correct)
+    return kept / c.size, errors / kept, thresholds
+
+
+@register_metric("auroc", kind="selective", properties=_SELECTIVE_PROPS)
+def auroc_score(correct: Any, confidence: Any) -> float:
+    """AUROC of the confidence for separating correct from incorrect predictions.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct (the positive class).
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+
+    Returns
+    -------
+    float
+        The AUROC in [0, 1]; 0.5 for an uninformative (e.g. constant) κ, 1 for a perfect
+        ranking. ``nan`` with an :class:`UndefinedMetricWarning` when all predictions are
+        correct or all are wrong.
+
+    Notes
+    -----
+    The tie-aware Mann-Whitney estimate
+
+    .. math:: \\frac{1}{n_+ n_-}\\sum_{i: c_i} \\sum_{j: \\lnot c_j}
+              \\left(1[\\kappa_i > \\kappa_j] + \\tfrac12 1[\\kappa_i = \\kappa_j]\\right),
+
+    computed in O(n log n) from average ranks: ``(Σ_{i: c_i} rank_i - n_+(n_+ + 1)/2) /
+    (n_+ n_-)``. It equals ``sklearn.metrics.roc_auc_score(correct, confidence)``. This is the
+    one AUROC of the package: the OOD and retrieval AUROCs call it.
+
+    References
+    ----------
+    I. Galil, M. Dabbah, R. El-Yaniv, "What can we learn from the selective prediction and
+    uncertainty estimation performance of 523 ImageNet classifiers?", ICLR 2023.
+
+    Examples
+    --------
+    >>> auroc_score([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
+    0.875
+    """
+    c, k = correct_confidence(correct, confidence)
+    n_pos = int(c.sum())
+    n_neg = c.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return _warn_undefined(
+            f"AUROC is undefined with {n_pos} correct and {n_neg} wrong predictions "
+            "(both classes are needed); returning nan"
+        )
+    ranks = rankdata(k, method="average")
+    u_stat = ranks[c].sum() - n_pos * (n_pos + 1) / 2
+    return float(u_stat / (n_pos * n_neg))
+
+
+def aupr_score(correct: Any, confidence: Any, *, positive: str = "correct") -> float:
+    """Area under the precision-recall curve (average precision) of the confidence.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+    positive : {"correct", "wrong"}, default "correct"
+        The positive class. ``"correct"`` ranks by κ (AUPR-In / AUPR-Success); ``"wrong"``
+        detects errors, ranking by −κ (AUPR-Out / AUPR-Error).
+
+    Returns
+    -------
+    float
+        Average precision in [0, 1]; ``nan`` with an :class:`UndefinedMetricWarning` when no
+        sample is positive.
+
+    Notes
+    -----
+    With the positives y and the score s (κ, or −κ for ``positive="wrong"``), evaluated at the
+    boundaries between distinct scores in descending order,
+    ``AP = Σ_k (R_k − R_{k−1}) P_k`` with precision P_k and recall R_k at the k-th threshold and
+    R_0 = 0 -- scikit-learn's ``average_precision_score(y, s)`` (no interpolation).
+
+    Examples
+    --------
+    >>> aupr_score([1, 0, 1, 0, 1], [0.9, 0.8, 0.7, 0.1, 0.05])  # (1 + 2/3 + 3/5) / 3
+    0.7555555555555555
+    >>> aupr_score([1, 0, 1, 0, 1], [0.9, 0.8, 0.7, 0.1, 0.05], positive="wrong")
+    0.5
+    """
+    c, k = correct_confidence(correct, confidence)
+    check_choice(positive, "positive", {"correct", "wrong"})
+    if positive == "wrong":
+        c, k = ~c, -k
+    n_pos = int(c.sum())
+    if n_pos == 0:
+        return _warn_undefined(
+            f"AUPR with positive={positive!r} is undefined: no {positive} predictions; "
+            "returning nan"
+        )
+    _, sizes, n_true = _tie_blocks(c, k)
+    precision = np.cumsum(n_true) / np.cumsum(sizes)
+    return float(np.sum(n_true * precision) / n_pos)
+
+
+def _aurc(c: np.ndarray, k: np.ndarray) -> float:
+    _, sizes, n_correct = _tie_blocks(c, k)
+    errors = sizes - n_correct
+    errors_before = np.cumsum(errors) - errors
+    start = np.cumsum(sizes) - sizes
+    block = np.repeat(np.arange(sizes.size), sizes)
+    position = np.arange(1, c.size + 1)
+    # Expected number of errors among the top i when the errors of a tied block are spread
+    # evenly over it: linear within the block (the mean of the hypergeometric distribution).
+    e = errors_before[block] + errors[block] * (position - start[block]) / sizes[block]
+    return float(np.mean(e / position))
+
+
+@register_metric("aurc", kind="selective", properties=_SELECTIVE_PROPS)
+def aurc_loss(correct: Any, confidence: Any) -> float:
+    """Area under the risk-coverage curve (lower is better).
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+
+    Returns
+    -------
+    float
+        AURC in [0, 1].
+
+    Notes
+    -----
+    With the samples sorted by κ descending and e_i the number of errors among the top i,
+
+    .. math:: \\mathrm{AURC} = \\frac{1}{N}\\sum_{i=1}^{N} \\frac{e_i}{i}
+
+    (the Selective paper's estimator; the risk of the top i averaged over all coverages i/N).
+    Ties: within a tied block occupying positions start+1..start+b with w errors,
+    ``e_i = e_start + w (i − start) / b`` -- the expected error count under a uniformly random
+    order of the block -- so the result does not depend on how the sort breaks ties. A constant
+    κ therefore gives AURC = the error rate.
+
+    References
+    ----------
+    Y. Geifman, G. Uziel, R. El-Yaniv, "Bias-reduced uncertainty estimation for deep neural
+    classifiers", ICLR 2019. I. Galil, M. Dabbah, R. El-Yaniv, ICLR 2023 (Appendix C).
+
+    Examples
+    --------
+    >>> aurc_loss([1, 1, 0, 0], [0.9, 0.8, 0.7, 0.6])  # (0 + 0 + 1/3 + 2/4) / 4
+    0.20833333333333331
+    >>> aurc_loss([1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5])  # constant κ: the error rate
+    0.5
+    """
+    c, k = correct_confidence(correct, confidence)
+    return _aurc(c, k)
+
+
+def oracle_aurc(correct: Any, *, method: str = "empirical") -> float:
+    """AURC of the oracle ranking: the same predictions with every correct one ranked first.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    method : {"empirical", "analytic"}, default "empirical"
+        ``"empirical"``: the exact finite-sample AURC of the oracle ranking.
+        ``"analytic"``: the continuous approximation ``r + (1 − r) ln(1 − r)`` of Geifman et
+        al., with r the error rate (0 for r = 0, 1 for r = 1).
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    Empirical: with n_c correct predictions out of N, ``(1/N) Σ_{i=n_c+1}^{N} (i − n_c)/i``.
+
+    Examples
+    --------
+    >>> round(oracle_aurc([True] * 20 + [False] * 80), 3)  # Selective paper, Appendix C
+    0.482
+    >>> round(oracle_aurc([True] * 20 + [False] * 80, method="analytic"), 3)
+    0.478
+    """
+    c = check_correct(correct)
+    check_choice(method, "method", {"empirical", "analytic"})
+    if method == "analytic":
+        r = 1.0 - float(c.mean())
+        return float(r + xlogy(1.0 - r, 1.0 - r))
+    return _aurc(c, c.astype(np.float64))
+
+
+@register_metric("eaurc", kind="selective", properties=_SELECTIVE_PROPS)
+def eaurc_loss(correct: Any, confidence: Any, *, oracle: str = "empirical") -> float:
+    """Excess AURC: the AURC minus the AURC of the oracle ranking (lower is better).
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+    oracle : {"empirical", "analytic"}, default "empirical"
+        How the oracle AURC is computed, see :func:`oracle_aurc`.
+
+    Returns
+    -------
+    float
+        E-AURC; >= 0 with the empirical oracle, and 0 for a perfect ranking.
+
+    Notes
+    -----
+    ``E-AURC = AURC(κ) − AURC(oracle)``. Since the tie-spread AURC is the mean over random
+    orders of the tied blocks and the oracle minimises AURC over all orders, the empirical
+    E-AURC is never negative. Still sensitive to accuracy (Selective paper, Appendix C): a
+    constant κ gives 0.318 at accuracy 0.2 but 0.178 at accuracy 0.8 (N = 100).
+
+    References
+    ----------
+    Y. Geifman, G. Uziel, R. El-Yaniv, ICLR 2019. I. Galil, M. Dabbah, R. El-Yaniv, ICLR 2023.
+
+    Examples
+    --------
+    >>> eaurc_loss([1, 1, 0, 0], [0.9, 0.8, 0.7, 0.6])  # perfect ranking
+    0.0
+    >>> round(eaurc_loss([True] * 80 + [False] * 20, [0.5] * 100), 3)
+    0.178
+    """
+    c, k = correct_confidence(correct, confidence)
+    check_choice(oracle, "oracle", {"empirical", "analytic"})
+    return _aurc(c, k) - oracle_aurc(c, method=oracle)
+
+
+def sac_score(correct: Any, confidence: Any, *, accuracy: float) -> float:
+    """Selective accuracy constraint: the largest coverage whose selective accuracy is enough.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+    accuracy : float in (0, 1]
+        The required selective accuracy α.
+
+    Returns
+    -------
+    float
+        The largest coverage k/N, k at a boundary between distinct κ values (κ descending),
+        at which the accuracy of the top k is >= α; 1.0 if it holds at full coverage, 0.0 if
+        it holds at no coverage.
+
+    Notes
+    -----
+    ``SAC(α) = max({k/N : k ∈ K, acc(top k) >= α} ∪ {0})`` with K the block boundaries of
+    :func:`risk_coverage_curve`. The comparison is exact: an accuracy of 19/20 meets α = 0.95.
+
+    References
+    ----------
+    I. Galil, M. Dabbah, R. El-Yaniv, ICLR 2023 (Section 2 and Appendix I).
+
+    Examples
+    --------
+    >>> sac_score([1, 1, 0, 1, 0], [0.9, 0.8, 0.7, 0.6, 0.5], accuracy=0.75)
+    0.8
+    >>> sac_score([0, 1], [0.9, 0.1], accuracy=0.99)
+    0.0
+    """
+    alpha = check_fraction(accuracy, "accuracy", low=0.0, high=1.0, closed="right")
+    c, k = correct_confidence(correct, confidence)
+    _, sizes, n_correct = _tie_blocks(c, k)
+    kept = np.cumsum(sizes)
+    ok = np.cumsum(n_correct) / kept >= alpha
+    if not ok.any():
+        return 0.0
+    return float(kept[np.flatnonzero(ok)[-1]] / c.size)
+
+
+def _sac_at(alpha: float):
+    percent = round(alpha * 100)
+
+    def sac_at_score(correct, confidence):
+        return sac_score(correct, confidence, accuracy=alpha)
+
+    sac_at_score.__name__ = sac_at_score.__qualname__ = f"sac_{percent}_score"
+    sac_at_score.__doc__ = f"SAC at selective accuracy {alpha}: ``sac_score(..., accuracy={alpha})``."
+    return sac_at_score
+
+
+def _aupr_wrong_score(correct, confidence):
+    """AUPR with the wrong predictions as positives: ``aupr_score(..., positive="wrong")``."""
+    return aupr_score(correct, confidence, positive="wrong")
+
+
+register_metric("aupr", kind="selective", properties=_SELECTIVE_PROPS)(aupr_score)
+register_metric("aupr_wrong", kind="selective", properties=_SELECTIVE_PROPS)(_aupr_wrong_score)
+for _alpha in (0.95, 0.99):
+    register_metric(f"sac_{round(_alpha * 100)}", kind="selective",
+                    properties=_SELECTIVE_PROPS)(_sac_at(_alpha))
+del _alpha

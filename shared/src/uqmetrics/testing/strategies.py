@@ -66,3 +66,54 @@ strictly_increasing_transforms = st.sampled_from(
     ]
 )
 """(name, f) pairs of strictly increasing functions on [0, 1]."""
+
+
+@st.composite
+def member_probs(draw, min_members: int = 1, max_members: int = 5, min_n: int = 1,
+                 max_n: int = 30, min_c: int = 2, max_c: int = 6):
+    """Draw ``member_probs (n_members, n, C)``: softmax of drawn logits for each member.
+
+    Logits lie in [-8, 8], so probabilities are bounded away from exact 0/1. In about half of
+    the draws every member equals the first (members agree), so that MI = 0 cases occur.
+    """
+    m = draw(st.integers(min_members, max_members))
+    n = draw(st.integers(min_n, max_n))
+    c = draw(st.integers(min_c, max_c))
+    logits = draw(hnp.arrays(np.float64, (m, n, c), elements=st.floats(-8, 8, width=64)))
+    if draw(st.booleans()):
+        logits[1:] = logits[0]
+    z = logits - logits.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+@st.composite
+def grid_logits_and_labels(draw, min_n: int = 2, max_n: int = 60, min_c: int = 2,
+                           max_c: int = 6, step: float = 0.25, bound: float = 8.0):
+    """Draw ``(labels (n,), logits (n, C))`` with logits on a grid of spacing ``step``.
+
+    Distinct logits differ by at least ``step``, so their order survives ``z / T`` and the
+    softmax in float64 for moderate ``T`` (no rounding to ties); used for invariance of
+    rankings (e.g. top-k accuracy under temperature scaling).
+    """
+    n = draw(st.integers(min_n, max_n))
+    c = draw(st.integers(min_c, max_c))
+    m = round(bound / step)
+    grid = draw(hnp.arrays(np.int64, (n, c), elements=st.integers(-m, m)))
+    labels = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, c - 1)))
+    return labels, grid * step
+
+
+@st.composite
+def member_log_probs_and_labels(draw, min_members: int = 1, max_members: int = 5,
+                                min_n: int = 1, max_n: int = 30, min_c: int = 2,
+                                max_c: int = 5):
+    """Draw ``(labels (n,), member_log_probs (member, n, C))``: log-softmax of logits in [-8, 8]."""
+    k = draw(st.integers(min_members, max_members))
+    n = draw(st.integers(min_n, max_n))
+    c = draw(st.integers(min_c, max_c))
+    z = draw(hnp.arrays(np.float64, (k, n, c), elements=st.floats(-8, 8, width=64)))
+    z = z - z.max(axis=2, keepdims=True)
+    lp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+    labels = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, c - 1)))
+    return labels, lp

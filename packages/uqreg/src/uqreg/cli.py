@@ -1,0 +1,194 @@
+"""``uqreg`` command line: a thin layer over :mod:`uqreg.study` and :mod:`uqreg.plots`.
+
+Subcommands: ``study``, ``plot``, ``reference``, ``tasks``, ``methods``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import uqmetrics
+
+from .methods import METHODS
+from .presets import PRESETS
+from .study import StudyConfig, run_study
+from .tasks import TASKS, get_task
+
+STUDY_FILE = "study.nc"
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    """Parse ``1,2,5`` or ``1-5`` (inclusive) into a tuple of ints."""
+    out = []
+    for part in s.split(","):
+        if "-" in part.strip()[1:]:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        elif part.strip():
+            out.append(int(part))
+    return tuple(out)
+
+
+def _strs(s: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in s.split(",") if p.strip())
+
+
+def _config_from_args(a: argparse.Namespace) -> StudyConfig:
+    base = PRESETS[a.preset] if a.preset else StudyConfig(task=a.task or "sinusoid")
+    study = {k: getattr(a, k) for k in ("task", "complexities", "methods", "repetitions", "seed", "n_train", "sigma")
+             if getattr(a, k) is not None}
+    train = {k: getattr(a, k) for k in ("members", "epochs", "mc_samples", "device", "dtype", "lr", "weight_decay",
+                                         "dropout") if getattr(a, k) is not None}
+    if a.max_memory is not None:
+        train["max_memory"] = a.max_memory * 2**30
+    return replace(base, **study, train=replace(base.train, **train))
+
+
+def _add_study_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", choices=sorted(PRESETS), help="start from a named configuration")
+    p.add_argument("--task", help=f"task name ({', '.join(TASKS)})")
+    p.add_argument("--complexities", type=_ints, help="levels, e.g. 1,2,3 or 1-10 (default: the task's)")
+    p.add_argument("--methods", type=_strs, help=f"comma-separated ({', '.join(METHODS)}; default all)")
+    p.add_argument("--repetitions", type=int, help="noise redraws k per cell (default 50)")
+    p.add_argument("--seed", type=int, help="task seed (default 0)")
+    p.add_argument("--n-train", dest="n_train", type=int, help="training-set size override")
+    p.add_argument("--sigma", type=float, help="noise std override")
+    p.add_argument("--members", type=int, help="ensemble members (default 120)")
+    p.add_argument("--epochs", type=int, help="epochs (default 300·complexity)")
+    p.add_argument("--mc-samples", dest="mc_samples", type=int, help="MC passes of dropout methods (default 200)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--dtype", choices=("float32", "float64"))
+    p.add_argument("--lr", type=float)
+    p.add_argument("--weight-decay", dest="weight_decay", type=float, help="L2 factor (default 1/N)")
+    p.add_argument("--dropout", type=float, help="dropout rate of bd, initial rate of cd/vd (default 0.1)")
+    p.add_argument("--max-memory", dest="max_memory", type=float, help="GiB per chunk of networks (default 4)")
+
+
+def cmd_study(a: argparse.Namespace) -> int:
+    cfg = _config_from_args(a).resolved()
+    out = Path(a.out or f"results/{cfg.task}")
+    target = out / STUDY_FILE
+    if target.exists() and not a.overwrite:
+        raise FileExistsError(f"{target} exists; pass --overwrite to replace it")
+    ds = run_study(cfg, progress=not a.quiet)
+    uqmetrics.write_dataset(ds, target, overwrite=a.overwrite)
+    print(f"wrote {target}")
+    if not a.no_plots:
+        from .plots import plot_study
+
+        for p in plot_study(ds, out / "plots"):
+            print(f"wrote {p}")
+    _print_summary(ds)
+    return 0
+
+
+def _print_summary(ds: xr.Dataset) -> None:
+    cov = ds["region_coverage"]
+    name = ds.attrs.get("complexity_name", "complexity")
+    print(f"\ncoverage (in / out of distribution), k={ds.sizes['repetition']}:")
+    print(f"{'method':>8} " + " ".join(f"{name}={c:<9}" for c in ds.complexity.values))
+    for m in ds.method.values:
+        cells = [f"{float(cov.sel({'method': m, 'complexity': c, 'region': 'in'})):.2f}/"
+                 f"{float(cov.sel({'method': m, 'complexity': c, 'region': 'out'})):.2f}"
+                 for c in ds.complexity.values]
+        print(f"{m:>8} " + " ".join(f"{c:<11}" for c in cells))
+
+
+def cmd_plot(a: argparse.Namespace) -> int:
+    from .plots import plot_study
+
+    path = Path(a.file)
+    if path.is_dir():
+        path = path / STUDY_FILE
+    ds = uqmetrics.read_dataset(path)
+    out = Path(a.out) if a.out else path.parent / "plots"
+    for p in plot_study(ds, out):
+        print(f"wrote {p}")
+    return 0
+
+
+def cmd_reference(a: argparse.Namespace) -> int:
+    from .reference import reference_prediction
+
+    inst = get_task(a.task).instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
+    y = inst.targets(np.arange(a.repetitions))
+    mean, std = reference_prediction(inst, y)
+    ds = xr.Dataset(
+        {"prediction": (("repetition", "point"), mean), "uncertainty": (("point",), std),
+         "truth": (("point",), inst.f_test), "x_test": (("point", "input_dim"), inst.x_test)},
+        coords={"repetition": np.arange(a.repetitions), **{k: ("point", v) for k, v in inst.test_coords.items()}},
+        attrs={"task": a.task, "complexity": a.complexity, "sigma": inst.sigma},
+    )
+    if a.out:
+        uqmetrics.write_dataset(ds, a.out, overwrite=a.overwrite,
+                                attrs=uqmetrics.provenance_attrs(config=vars(a) | {"func": None}, seed=a.seed))
+        print(f"wrote {a.out}")
+    cov = (np.abs(mean - inst.f_test) < 1.96 * std).mean()
+    print(f"{a.task} complexity={a.complexity}: p={inst.gamma.size}, N={inst.x_train.shape[0]}, "
+          f"mean std={std.mean():.4g}, coverage over {a.repetitions} draws={cov:.3f}")
+    return 0
+
+
+def cmd_tasks(a: argparse.Namespace) -> int:
+    for name, t in TASKS.items():
+        print(f"{name:<16} {t.complexity_name:<7} default {list(t.default_complexities)}  {t.description}")
+    return 0
+
+
+def cmd_methods(a: argparse.Namespace) -> int:
+    for name, m in METHODS.items():
+        print(f"{name:<8} {m.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="uqreg", description="Deep-regression UQ against an exact Bayesian reference.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("study", help="run a coverage-vs-complexity study; write study.nc and plots")
+    _add_study_args(p)
+    p.add_argument("--out", help="output directory (default results/<task>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("plot", help="draw the figures of a study file")
+    p.add_argument("file", help="study.nc (or its directory)")
+    p.add_argument("--out", help="directory for the PNGs (default: plots/ beside the file)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("reference", help="the exact posterior of a task")
+    p.add_argument("--task", default="sinusoid")
+    p.add_argument("--complexity", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repetitions", type=int, default=50)
+    p.add_argument("--n-train", dest="n_train", type=int)
+    p.add_argument("--sigma", type=float)
+    p.add_argument("--out", help="write the reference predictions to this netCDF file")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_reference)
+
+    sub.add_parser("tasks", help="list registered tasks").set_defaults(func=cmd_tasks)
+    sub.add_parser("methods", help="list registered methods").set_defaults(func=cmd_methods)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileExistsError, FileNotFoundError) as exc:
+        print(f"uqreg {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

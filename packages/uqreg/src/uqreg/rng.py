@@ -1,0 +1,131 @@
+"""Seeded random streams keyed by (task seed, purpose, repetition, member).
+
+Every random choice of a study comes from its own stream, so that any single cell (one
+repetition of one member) can be recomputed alone and the batched engine draws exactly the
+numbers a per-network loop would draw:
+
+* numpy streams (task parameters, training inputs, target noise) come from
+  :func:`numpy_stream`, a :class:`numpy.random.Generator` on a ``SeedSequence`` whose spawn key is
+  ``(purpose, repetition, member)``;
+* per-network streams inside training (initialisation, dropout masks, bootstrap indices, MC
+  passes) are *counter based*: :func:`uniform` hashes ``(network key, counter)`` with SplitMix64,
+  so a batch of networks draws its numbers as one tensor operation while each network's numbers
+  depend on its own key only (not on the batch it happens to be trained in, nor on chunking).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+#: Purposes of the random streams; the integer is part of the spawn key.
+PURPOSES = {
+    "gamma": 0,
+    "x_train": 1,
+    "noise": 2,
+    "init": 3,
+    "dropout": 4,
+    "bootstrap": 5,
+    "mc": 6,
+}
+
+_MASK64 = (1 << 64) - 1
+
+
+def _purpose(purpose: str) -> int:
+    try:
+        return PURPOSES[purpose]
+    except KeyError:
+        raise ValueError(f"purpose must be one of {sorted(PURPOSES)}, got {purpose!r}") from None
+
+
+def numpy_stream(seed: int, purpose: str, repetition: int = 0, member: int = 0) -> np.random.Generator:
+    """A numpy Generator for ``(seed, purpose, repetition, member)``."""
+    ss = np.random.SeedSequence(entropy=int(seed), spawn_key=(_purpose(purpose), int(repetition), int(member)))
+    return np.random.Generator(np.random.PCG64(ss))
+
+
+def network_keys(seed: int, purpose: str, repetitions, members) -> torch.Tensor:
+    """64-bit keys (as int64) of the networks ``(repetition, member)``, for :func:`uniform`.
+
+    Parameters
+    ----------
+    seed : int
+        Task seed.
+    purpose : str
+        One of :data:`PURPOSES`.
+    repetitions, members : array_like of int, shape (B,)
+        Repetition and member index of each network.
+
+    Returns
+    -------
+    torch.Tensor, int64, shape (B,)
+    """
+    reps = np.asarray(repetitions, dtype=np.int64).ravel()
+    mems = np.asarray(members, dtype=np.int64).ravel()
+    keys = [
+        np.random.SeedSequence(entropy=int(seed), spawn_key=(_purpose(purpose), int(r), int(m)))
+        .generate_state(2, np.uint32)
+        for r, m in zip(reps, mems)
+    ]
+    as_u64 = np.array([(int(k[0]) << 32) | int(k[1]) for k in keys], dtype=np.uint64)
+    return torch.from_numpy(as_u64.view(np.int64).copy())
+
+
+def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 (two's complement) by ``s`` bits."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _to_i64(c: int) -> int:
+    c &= _MASK64
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+_GOLDEN = _to_i64(0x9E3779B97F4A7C15)
+_M1 = _to_i64(0xBF58476D1CE4E5B9)
+_M2 = _to_i64(0x94D049BB133111EB)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser on int64 tensors (wrap-around arithmetic)."""
+    z = x + _GOLDEN
+    z = (z ^ _srl(z, 30)) * _M1
+    z = (z ^ _srl(z, 27)) * _M2
+    return z ^ _srl(z, 31)
+
+
+def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=torch.float32,
+            device=None) -> torch.Tensor:
+    """Counter-based uniform numbers in [0, 1), one independent stream per network.
+
+    Parameters
+    ----------
+    keys : torch.Tensor, int64, shape (B,)
+        Network keys from :func:`network_keys`.
+    counter : int
+        Draw counter (e.g. epoch, or epoch * 2 + step); different counters give independent
+        numbers.
+    shape : tuple of int
+        Shape of the draw per network.
+
+    Returns
+    -------
+    torch.Tensor, shape (B, *shape), values in [0, 1)
+    """
+    device = keys.device if device is None else device
+    n = int(np.prod(shape)) if shape else 1
+    idx = torch.arange(n, device=device, dtype=torch.int64)
+    base = splitmix64(keys.to(device) ^ splitmix64(torch.tensor(_to_i64(int(counter) * 0x2545F4914F6CDD1D), device=device)))
+    z = splitmix64(base[:, None] + splitmix64(idx)[None, :])
+    bits = _srl(z, 11).to(torch.float64) * (2.0 ** -53)  # 53 random bits
+    return bits.to(dtype).reshape((keys.shape[0], *shape)).clamp_(max=1.0 - torch.finfo(dtype).eps)
+
+
+def normal(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=torch.float32,
+           device=None) -> torch.Tensor:
+    """Counter-based standard normal numbers (Box–Muller), shape (B, *shape)."""
+    u1 = uniform(keys, 2 * counter, shape, dtype=torch.float64, device=device)
+    u2 = uniform(keys, 2 * counter + 1, shape, dtype=torch.float64, device=device)
+    z = torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2 * np.pi * u2)
+    return z.to(dtype)

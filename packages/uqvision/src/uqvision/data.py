@@ -1,0 +1,332 @@
+"""Image folders, per-model preprocessing, test-time augmentation and development datasets.
+
+The reader follows the ImageNet folder convention that timm and torchvision use: one
+sub-folder per class, class index = position of the folder name in sorted order (for ImageNet
+the sorted WordNet synsets, which is the class order of every ImageNet-1k checkpoint), samples
+sorted by class and then by relative path. Every sample has a stable id, its relative path, so
+prediction caches of different models can be checked to be in the same order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms as T
+
+__all__ = [
+    "IMG_EXTENSIONS",
+    "ImageFolderDataset",
+    "DataConfig",
+    "TTA_POLICIES",
+    "tta_transform",
+    "eval_transform",
+    "derive_seed",
+    "dataset_fingerprint",
+    "DATASET_MAKERS",
+    "make_digits_folder",
+    "make_synthetic_folder",
+]
+
+#: File suffixes read as images (torchvision's list).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_COMPLETE = ".uqvision-complete"
+
+
+def derive_seed(*keys: int) -> int:
+    """A 63-bit seed derived from integer keys (``numpy.random.SeedSequence``).
+
+    Used for per-pass and per-sample augmentation seeds so that an augmentation depends only on
+    (seed, pass, sample index) — not on batch size, worker count or process sharding.
+
+    Examples
+    --------
+    >>> derive_seed(0, 1) == derive_seed(0, 1) != derive_seed(0, 2)
+    True
+    """
+    state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) << 31 ^ int(state[1])
+
+
+class ImageFolderDataset(Dataset):
+    """An ImageNet-style folder: ``root/<class>/<...>/<image>``.
+
+    Parameters
+    ----------
+    root : path
+        Folder with one sub-folder per class. Class index = sorted folder order.
+    transform : callable, optional
+        PIL image -> tensor of shape (3, H, W).
+    augment_seed : int, optional
+        When given, the random state of ``transform`` is reseeded for every sample from
+        ``derive_seed(augment_seed, index)``: a random augmentation is a pure function of
+        (seed, sample), reproducible under any batching, worker count or sharding.
+
+    Attributes
+    ----------
+    classes : list of str, shape (n_classes,)
+    samples : list of (str, int), shape (n_samples,)
+        Relative posix path (the sample id) and class index.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` does not exist, has no class folder, or a class folder has no image.
+    """
+
+    def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
+                 augment_seed: int | None = None):
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"image folder {str(self.root)!r} does not exist")
+        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir()
+                              and not e.name.startswith("."))
+        if not self.classes:
+            raise FileNotFoundError(f"image folder {str(self.root)!r} has no class sub-folder")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        samples: list[tuple[str, int]] = []
+        empty = []
+        for c in self.classes:
+            files = sorted(
+                p.relative_to(self.root).as_posix()
+                for p in (self.root / c).rglob("*")
+                if p.suffix.lower() in IMG_EXTENSIONS and p.is_file()
+            )
+            if not files:
+                empty.append(c)
+            samples.extend((f, self.class_to_idx[c]) for f in files)
+        if empty:
+            raise FileNotFoundError(
+                f"image folder {str(self.root)!r}: class folder(s) {empty[:5]} contain no image "
+                f"({', '.join(IMG_EXTENSIONS)})")
+        self.samples = samples
+        self.transform = transform
+        self.augment_seed = augment_seed
+
+    @property
+    def targets(self) -> list[int]:
+        """Class index of every sample, shape (n_samples,)."""
+        return [y for _, y in self.samples]
+
+    @property
+    def sample_ids(self) -> list[str]:
+        """Relative path of every sample, shape (n_samples,)."""
+        return [s for s, _ in self.samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        """Return ``(image, label, index)``; ``image`` is transformed when a transform is set."""
+        rel, label = self.samples[index]
+        with Image.open(self.root / rel) as im:
+            img = im.convert("RGB")
+        if self.transform is not None:
+            if self.augment_seed is None:
+                img = self.transform(img)
+            else:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(derive_seed(self.augment_seed, index))
+                    img = self.transform(img)
+        return img, label, index
+
+
+def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False) -> str:
+    """SHA-256 over the class list, the sample ids and file sizes (or file contents).
+
+    Parameters
+    ----------
+    root : path
+        An image folder (see :class:`ImageFolderDataset`).
+    content : bool, default False
+        Hash file contents too (slow on ImageNet; sizes already catch truncated copies).
+    """
+    ds = ImageFolderDataset(root)
+    h = hashlib.sha256(json.dumps(ds.classes).encode())
+    for rel, label in ds.samples:
+        p = ds.root / rel
+        h.update(f"{rel}\0{label}\0{p.stat().st_size}\n".encode())
+        if content:
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return ("content:" if content else "size:") + h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# preprocessing
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The preprocessing a model was trained with (timm's pretrained-config fields).
+
+    ``input_size`` is (3, H, W); the evaluation transform resizes the short side to
+    ``floor(H / crop_pct)`` and centre-crops (H, W).
+    """
+
+    input_size: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    crop_pct: float = 0.875
+    interpolation: str = "bilinear"
+    crop_mode: str = "center"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DataConfig":
+        keys = ("input_size", "mean", "std", "crop_pct", "interpolation", "crop_mode")
+        kw = {k: d[k] for k in keys if k in d and d[k] is not None}
+        for k in ("input_size", "mean", "std"):
+            kw[k] = tuple(kw[k])
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return {"input_size": list(self.input_size), "mean": list(self.mean),
+                "std": list(self.std), "crop_pct": self.crop_pct,
+                "interpolation": self.interpolation, "crop_mode": self.crop_mode}
+
+
+def eval_transform(cfg: DataConfig) -> Callable:
+    """timm's evaluation transform for a data config (``timm.data.create_transform``)."""
+    from timm.data import create_transform
+
+    return create_transform(**cfg.to_dict(), is_training=False)
+
+
+def _interp(name: str) -> T.InterpolationMode:
+    return T.InterpolationMode(name if name in {m.value for m in T.InterpolationMode}
+                               else "bilinear")
+
+
+def _tail(cfg: DataConfig) -> list:
+    return [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
+
+
+def _imagenet_tta(cfg: DataConfig) -> Callable:
+    size = cfg.input_size[1:]
+    return T.Compose([T.RandomResizedCrop(size, interpolation=_interp(cfg.interpolation)),
+                      T.RandomHorizontalFlip(), *_tail(cfg)])
+
+
+def _pad_crop(cfg: DataConfig, flip: bool) -> Callable:
+    size = cfg.input_size[1:]
+    pad = max(1, round(4 * size[0] / 32))  # 4 px at CIFAR's 32 px, scaled with the input
+    steps = [T.Resize(size, interpolation=_interp(cfg.interpolation)), T.RandomCrop(size, padding=pad)]
+    if flip:
+        steps.append(T.RandomHorizontalFlip())
+    return T.Compose([*steps, *_tail(cfg)])
+
+
+#: Random augmentation policies (Pitfalls, V.2): a name -> builder(DataConfig) -> transform.
+TTA_POLICIES: dict[str, Callable[[DataConfig], Callable]] = {
+    "imagenet": _imagenet_tta,  # RandomResizedCrop + horizontal flip
+    "cifar": lambda cfg: _pad_crop(cfg, flip=True),  # pad-4 random crop + horizontal flip
+    "crop": lambda cfg: _pad_crop(cfg, flip=False),  # pad-4 random crop (digits: no flips)
+}
+
+
+def tta_transform(policy: str, cfg: DataConfig) -> Callable:
+    """The random augmentation ``policy`` (a key of :data:`TTA_POLICIES`) for a data config."""
+    if policy not in TTA_POLICIES:
+        raise ValueError(f"unknown augmentation policy {policy!r}; choose from {sorted(TTA_POLICIES)}")
+    return TTA_POLICIES[policy](cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# development datasets
+
+def _write_folder(root: Path, splits: dict[str, list[tuple[np.ndarray, str, str]]],
+                  meta: dict, overwrite: bool) -> Path:
+    """Write ``{split: [(uint8 image HxW[x3], class name, file stem)]}`` atomically."""
+    root = Path(root)
+    if (root / _COMPLETE).exists() and not overwrite:
+        if json.loads((root / _COMPLETE).read_text()) == meta:
+            return root
+        raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
+    if root.exists() and any(root.iterdir()) and not overwrite and not (root / _COMPLETE).exists():
+        raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
+    try:
+        for split, items in splits.items():
+            for arr, cls, stem in items:
+                d = tmp / split / cls
+                d.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(arr).save(d / f"{stem}.png")
+        (tmp / _COMPLETE).write_text(json.dumps(meta))
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return root
+
+
+def make_digits_folder(root: str | os.PathLike, *, test_fraction: float = 0.5, seed: int = 0,
+                       overwrite: bool = False) -> Path:
+    """Write scikit-learn's bundled digits (1,797 real 8×8 images, 10 classes) as image folders.
+
+    Creates ``root/train/<digit>/*.png`` and ``root/test/<digit>/*.png`` (stratified split).
+    Idempotent: an identical existing folder is reused.
+
+    Parameters
+    ----------
+    root : path
+    test_fraction : float, default 0.5
+    seed : int, default 0
+        Seed of the stratified split.
+    overwrite : bool, default False
+
+    Returns
+    -------
+    Path
+        ``root``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    imgs = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)
+    idx = np.arange(len(imgs))
+    tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=d.target)
+    splits = {name: [(imgs[i], str(d.target[i]), f"{i:04d}") for i in sorted(part)]
+              for name, part in (("train", tr), ("test", te))}
+    meta = {"maker": "digits", "test_fraction": test_fraction, "seed": seed}
+    return _write_folder(Path(root), splits, meta, overwrite)
+
+
+def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_class: int = 8,
+                          image_size: int = 224, seed: int = 0, overwrite: bool = False) -> Path:
+    """Write torchvision ``FakeData`` images (random RGB, ``image_size`` px) as ``root/test``.
+
+    For exercising the full-resolution (224 px, resize 256 + centre crop) input path; the labels
+    carry no signal.
+    """
+    from torchvision.datasets import FakeData
+
+    n = n_classes * n_per_class
+    fake = FakeData(size=n, image_size=(3, image_size, image_size), num_classes=n_classes,
+                    random_offset=seed)
+    items = []
+    for i in range(n):
+        img, _ = fake[i]
+        items.append((np.asarray(img), f"class_{i % n_classes:03d}", f"{i:05d}"))
+    meta = {"maker": "synthetic", "n_classes": n_classes, "n_per_class": n_per_class,
+            "image_size": image_size, "seed": seed}
+    return _write_folder(Path(root), {"test": items}, meta, overwrite)
+
+
+#: Development dataset makers: name -> function(root, **options) -> root.
+DATASET_MAKERS: dict[str, Callable[..., Path]] = {
+    "digits": make_digits_folder,
+    "synthetic": make_synthetic_folder,
+}

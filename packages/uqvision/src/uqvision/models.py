@@ -1,0 +1,329 @@
+"""Models by name: timm (``arch`` or ``arch.tag``) and torchvision (``tv/<name>``).
+
+Weights only ever come from local files (no downloads). For timm the file goes through timm's
+own pretrained mechanism, ``create_model(name, pretrained=True,
+pretrained_cfg_overlay=dict(file=...))``, so the classifier head is kept and the model's
+pretrained config (input size, mean/std, crop) drives the preprocessing. A checkpoint written by
+``uqvision train`` has a JSON sidecar (``<checkpoint>.json``) with the preprocessing it was
+trained with; it is applied as the same overlay.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .data import DataConfig, eval_transform
+
+__all__ = [
+    "ModelSpec",
+    "LoadedModel",
+    "MODEL_SOURCES",
+    "load_model",
+    "check_model_name",
+    "file_sha256",
+    "sidecar_path",
+    "read_sidecar",
+    "DROPOUT_TYPES",
+    "has_dropout",
+    "enable_mc_dropout",
+]
+
+DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to run.
+
+    Parameters
+    ----------
+    name : str
+        A timm name, ``arch`` or ``arch.tag`` (e.g. ``resnet50.a1_in1k``), or ``tv/<name>`` for a
+        torchvision model (e.g. ``tv/mobilenet_v3_small``).
+    checkpoint : path, optional
+        Local weights (``.safetensors``/``.pth``/``.bin``), head included.
+    label : str, optional
+        The row name in results; default ``name`` or ``name@<checkpoint stem>``.
+    """
+
+    name: str
+    checkpoint: str | None = None
+    label: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "ModelSpec":
+        """Parse ``NAME`` or ``NAME=CHECKPOINT`` (the CLI syntax)."""
+        name, _, ckpt = text.partition("=")
+        return cls(name.strip(), ckpt.strip() or None)
+
+    @property
+    def source(self) -> str:
+        return self.name.split("/", 1)[0] if "/" in self.name else "timm"
+
+    @property
+    def model_name(self) -> str:
+        return self.name.split("/", 1)[1] if "/" in self.name else self.name
+
+    @property
+    def row(self) -> str:
+        if self.label:
+            return self.label
+        return self.name if self.checkpoint is None else f"{self.name}@{Path(self.checkpoint).stem}"
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode with everything needed to run it and record its provenance."""
+
+    model: nn.Module
+    spec: ModelSpec
+    data_config: DataConfig
+    transform: Callable
+    num_classes: int
+    architecture: str
+    tag: str
+    checkpoint_sha256: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def provenance(self) -> dict[str, Any]:
+        """netCDF-safe attrs describing the model."""
+        return {"model": self.spec.row, "model_name": self.spec.name, "source": self.spec.source,
+                "architecture": self.architecture, "tag": self.tag,
+                "checkpoint": str(self.spec.checkpoint or ""),
+                "checkpoint_sha256": self.checkpoint_sha256,
+                "data_config": json.dumps(self.data_config.to_dict()),
+                "has_dropout": int(has_dropout(self.model))}
+
+
+def file_sha256(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sidecar_path(checkpoint: str | os.PathLike) -> Path:
+    """``model.safetensors`` -> ``model.json`` (written by ``uqvision train``)."""
+    return Path(checkpoint).with_suffix(".json")
+
+
+def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """The sidecar of a checkpoint, or ``{}`` when it has none."""
+    p = sidecar_path(checkpoint)
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=5, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def check_model_name(name: str) -> None:
+    """Raise ``ValueError`` (with close names) unless ``name`` is a known timm/torchvision model.
+
+    Cheap (registry look-ups only): call it before any long computation.
+    """
+    spec = ModelSpec(name)
+    if spec.source not in MODEL_SOURCES:
+        raise ValueError(f"unknown model source {spec.source!r} in {name!r}; "
+                         f"choose from {sorted(MODEL_SOURCES)} (timm names need no prefix)")
+    MODEL_SOURCES[spec.source].check_name(spec.model_name)
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """True when ``model`` has a dropout module with p > 0 (MC dropout is possible)."""
+    return any(isinstance(m, DROPOUT_TYPES) and m.p > 0 for m in model.modules())
+
+
+def enable_mc_dropout(model: nn.Module) -> int:
+    """Eval mode everywhere except dropout modules, which are put in train mode.
+
+    BatchNorm and every other layer stay in eval mode (Gal & Ghahramani's MC dropout; the
+    Selective paper's 30 dropout-enabled passes). Functional dropout (``F.dropout`` inside a
+    ``forward``) is not a module and stays off.
+
+    Returns
+    -------
+    int
+        Number of dropout modules with p > 0 switched to train mode.
+    """
+    model.eval()
+    n = 0
+    for m in model.modules():
+        if isinstance(m, DROPOUT_TYPES):
+            m.train()
+            n += m.p > 0
+    return n
+
+
+_COMMON_HEADS = ("fc", "head", "head.fc", "classifier", "last_linear")
+
+
+def _classifier_keys(classifier: Any) -> list[str]:
+    names = [classifier] if isinstance(classifier, str) else list(classifier or _COMMON_HEADS)
+    return [f"{n}.weight" for n in names]
+
+
+def _check_head(state_dict: dict, keys: list[str], num_classes: int | None, ckpt: str) -> int:
+    """Class count of a checkpoint's head; raise if it differs from ``num_classes``."""
+    found = [k for k in keys if k in state_dict]
+    if not found:
+        raise ValueError(f"checkpoint {ckpt!r} has no classifier weight {keys}; "
+                         "uqvision needs checkpoints with their classification head")
+    n = int(state_dict[found[0]].shape[0])
+    if num_classes is not None and n != num_classes:
+        raise ValueError(
+            f"checkpoint {ckpt!r} has a {n}-class head ({found[0]} of shape "
+            f"{tuple(state_dict[found[0]].shape)}) but the dataset has {num_classes} classes")
+    return n
+
+
+class TimmSource:
+    """timm models: ``arch`` or ``arch.tag``; weights through ``pretrained_cfg_overlay``."""
+
+    @staticmethod
+    def check_name(name: str) -> None:
+        import timm
+
+        arch, _, tag = name.partition(".")
+        if not timm.is_model(arch):
+            raise ValueError(f"unknown timm model {name!r}"
+                             + _suggest(name, timm.list_models() + timm.list_pretrained()))
+        if tag and name not in timm.list_pretrained(name):
+            raise ValueError(f"unknown pretrained tag {tag!r} for timm model {arch!r}"
+                             + _suggest(name, timm.list_pretrained(f"{arch}.*")))
+
+    @staticmethod
+    def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
+        import timm
+        from timm.data import resolve_model_data_config
+        from timm.models import get_pretrained_cfg, load_state_dict
+
+        TimmSource.check_name(spec.model_name)
+        arch, _, tag = spec.model_name.partition(".")
+        kwargs: dict[str, Any] = {}
+        sha = ""
+        if spec.checkpoint is not None:
+            ckpt = str(spec.checkpoint)
+            if not Path(ckpt).is_file():
+                raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+            side = read_sidecar(ckpt)
+            cfg = get_pretrained_cfg(spec.model_name)
+            keys = _classifier_keys(cfg.classifier if cfg is not None else None)
+            n = _check_head(load_state_dict(ckpt), keys, num_classes, ckpt)
+            overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
+            kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
+                      **side.get("model_kwargs", {})}
+            tag = side.get("tag", tag)
+            sha = file_sha256(ckpt)
+        elif allow_random_init:
+            kwargs = {"pretrained": False, "num_classes": num_classes or 1000}
+            tag = tag or "random_init"
+        else:
+            raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
+                             "disabled (pass a checkpoint file, or allow random init for tests)")
+        model = timm.create_model(spec.model_name, **kwargs).eval()
+        dcfg = DataConfig.from_dict(resolve_model_data_config(model))
+        return LoadedModel(model, spec, dcfg, eval_transform(dcfg), kwargs["num_classes"], arch,
+                           tag, sha)
+
+
+class TorchvisionSource:
+    """torchvision models ``tv/<name>``; weights from a local state-dict file."""
+
+    @staticmethod
+    def check_name(name: str) -> None:
+        import torchvision
+
+        names = torchvision.models.list_models()
+        if name not in names:
+            raise ValueError(f"unknown torchvision model {name!r}" + _suggest(name, names))
+
+    @staticmethod
+    def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
+        import torchvision
+        from timm.models import load_state_dict
+
+        name = spec.model_name
+        TorchvisionSource.check_name(name)
+        try:  # the reference preprocessing of the architecture's default weights (no download)
+            t = torchvision.models.get_model_weights(name).DEFAULT.transforms()
+            crop, resize = t.crop_size[0], t.resize_size[0]
+            dcfg = DataConfig((3, crop, crop), tuple(t.mean), tuple(t.std), crop / resize,
+                              t.interpolation.value)
+            transform: Callable = t
+        except (ValueError, AttributeError, IndexError):
+            dcfg = DataConfig((3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+            transform = eval_transform(dcfg)
+        sha = ""
+        if spec.checkpoint is not None:
+            ckpt = str(spec.checkpoint)
+            if not Path(ckpt).is_file():
+                raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+            state = load_state_dict(ckpt)
+            probe = torchvision.models.get_model(name, weights=None)
+            head = [n for n, m in probe.named_modules() if isinstance(m, nn.Linear)][-1]
+            n = _check_head(state, [f"{head}.weight"], num_classes, ckpt)
+            model = torchvision.models.get_model(name, weights=None, num_classes=n)
+            model.load_state_dict(state)
+            side = read_sidecar(ckpt)
+            if "pretrained_cfg" in side:
+                dcfg = DataConfig.from_dict(side["pretrained_cfg"])
+                transform = eval_transform(dcfg)
+            sha = file_sha256(ckpt)
+            tag = side.get("tag", Path(ckpt).stem)
+        elif allow_random_init:
+            n = num_classes or 1000
+            model = torchvision.models.get_model(name, weights=None, num_classes=n)
+            tag = "random_init"
+        else:
+            raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
+                             "disabled (pass a checkpoint file, or allow random init for tests)")
+        return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha)
+
+
+#: Model sources: prefix -> object with ``check_name(name)`` and ``load(spec, num_classes,
+#: allow_random_init)``. A name without ``<prefix>/`` is a timm name.
+MODEL_SOURCES: dict[str, Any] = {"timm": TimmSource, "tv": TorchvisionSource}
+
+
+def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",
+               allow_random_init: bool = False, seed: int = 0) -> LoadedModel:
+    """Build a model from its spec, load its local weights, move it to ``device``, eval mode.
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        ``NAME`` or ``NAME=CHECKPOINT``.
+    num_classes : int, optional
+        The class count of the data it will see; a checkpoint head of another size raises
+        ``ValueError`` before the model is built.
+    device : str, default "cpu"
+    allow_random_init : bool, default False
+        Without a checkpoint, build randomly initialised weights (seeded) instead of raising.
+        For exercising the code path only.
+    seed : int, default 0
+        Seed of a random initialisation.
+    """
+    if isinstance(spec, str):
+        spec = ModelSpec.parse(spec)
+    if spec.source not in MODEL_SOURCES:
+        check_model_name(spec.name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        loaded = MODEL_SOURCES[spec.source].load(spec, num_classes, allow_random_init)
+    loaded.model.to(device)
+    return loaded

@@ -437,6 +437,23 @@ def test_summary_regions_on_a_grid():
                                float(s["coverage"].where(~box).mean()))
 
 
+def test_summary_regions_varying_with_complexity():
+    ds = _study(k=30, n_points=6, complexities=(1, 2))
+    inside = xr.DataArray([[False, True, True, True, True, False],
+                           [False, False, True, True, False, False]],
+                          dims=("complexity", "point"), coords={"complexity": [1, 2]})
+    s = coverage_summary(ds, regions=inside, region_dims="point")
+    assert s["region_coverage"].dims == ("method", "complexity", "region")
+    np.testing.assert_array_equal(s["region_n_points"].sel(region="in").values, [4, 2])
+    for i, c in enumerate((1, 2)):
+        pts = np.flatnonzero(inside.values[i])
+        np.testing.assert_allclose(
+            s["region_coverage"].sel(complexity=c, region="in").values,
+            s["coverage"].sel(complexity=c).isel(point=pts).mean("point").values)
+    with pytest.raises(ValueError, match="region_dims"):
+        coverage_summary(ds, regions=inside, region_dims="x1")
+
+
 def test_summary_nan_raises_unless_skipna():
     ds = _study(k=10)
     ds["prediction"][0, 0, 3, 2] = np.nan

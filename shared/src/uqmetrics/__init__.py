@@ -9,6 +9,7 @@ xarray objects. The conventions each metric follows (PROTOCOLS.md S.1-S.6) are l
 from importlib.metadata import PackageNotFoundError, version
 
 from .conventions import CONVENTIONS
+from .exceptions import *  # noqa: F401,F403
 from .classification import *  # noqa: F401,F403
 from .calibration import *  # noqa: F401,F403
 from .confidence import *  # noqa: F401,F403
@@ -18,7 +19,7 @@ from .ood import *  # noqa: F401,F403
 from .retrieval import *  # noqa: F401,F403
 from .regression import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from . import classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io
+from . import exceptions, registry, classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io
 
 try:
     __version__ = version("uqmetrics")
@@ -26,6 +27,6 @@ except PackageNotFoundError:  # pragma: no cover - source checkout without insta
     __version__ = "0+unknown"
 
 __all__ = ["CONVENTIONS", "__version__"]
-for _m in (classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io):
+for _m in (exceptions, classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io):
     __all__ += list(_m.__all__)
 del _m

@@ -85,7 +85,7 @@ def _sel(obj: Any, selection: Mapping | None, name: str) -> Any:
             except KeyError:
                 raise ValueError(f"{name} {d}={label!r} not found in the coordinate") from None
             continue
-        coord = obj.coords[d] if d in obj.coords else None
+        coord = obj.coords.get(d)
         if coord is None or coord.ndim != 1:
             raise ValueError(f"{name} key {d!r} must be a 1-D coordinate")
         values = np.asarray(coord.values)

@@ -488,7 +488,8 @@ def _validate_study(ds: Any, dim: Hashable, skipna: bool) -> dict[str, xr.DataAr
 
 def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float = COVERAGE_Z,
                      reference: Any = None, alpha: float = 0.05, method: str = "wilson",
-                     regions: xr.DataArray | None = None, skipna: bool = False) -> xr.Dataset:
+                     regions: xr.DataArray | None = None, region_dims: Any = None,
+                     skipna: bool = False) -> xr.Dataset:
     """Per-point (and per-region) summary of a repeated-retrain coverage study (PROTOCOLS R.4).
 
     Parameters
@@ -512,7 +513,11 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
     regions : boolean xarray.DataArray, optional
         Over the point dim(s) (e.g. ``point``, or ``x1, x2`` for a grid); ``True`` marks
         in-distribution points. Adds the ``region_*`` variables over a new dim
-        ``region = ["in", "out"]``.
+        ``region = ["in", "out"]``. It may also vary along other dims (e.g.
+        ``(complexity, point)`` when the training box changes with complexity); then name the
+        point dims in ``region_dims``.
+    region_dims : hashable or sequence of hashables, optional
+        The dims averaged over for the regions; default all dims of ``regions``.
     skipna : bool, default False
         If True, NaN in ``prediction``, ``uncertainty`` or ``truth`` marks a missing repetition
         (e.g. a cell not computed yet) and is left out of every count; otherwise NaN raises.
@@ -626,11 +631,12 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
 
     if regions is not None:
         reg = _check_regions(regions, tuple(unc_mean.dims), unc_mean.sizes)
+        rdims = _check_region_dims(region_dims, reg)
         try:
             reg = xr.align(reg, unc_mean, join="exact")[0]
         except ValueError as exc:
             raise ValueError(f"regions coordinates do not match the data: {exc}") from None
-        regional = _region_summary(reg, dim, valid, hit, dev, unc, ratio)
+        regional = _region_summary(reg, rdims, dim, valid, hit, dev, unc, ratio)
         out = out.merge(regional.transpose(..., "region"))
 
     for name, text in _DESCRIPTIONS.items():
@@ -640,8 +646,19 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
     return out
 
 
-def _region_summary(reg, dim, valid, hit, dev, unc, ratio) -> xr.Dataset:
-    point_dims = list(reg.dims)
+def _check_region_dims(region_dims: Any, reg: xr.DataArray) -> list:
+    if region_dims is None:
+        return list(reg.dims)
+    dims = [region_dims] if isinstance(region_dims, str) or not isinstance(
+        region_dims, (list, tuple)) else list(region_dims)
+    bad = [d for d in dims if d not in reg.dims]
+    if bad or not dims:
+        raise ValueError(f"region_dims must be dims of regions {list(reg.dims)}, got "
+                         f"{region_dims!r}")
+    return dims
+
+
+def _region_summary(reg, point_dims, dim, valid, hit, dev, unc, ratio) -> xr.Dataset:
     parts = []
     for label, mask in (("in", reg), ("out", ~reg)):
         vm = valid & mask
@@ -653,7 +670,7 @@ def _region_summary(reg, dim, valid, hit, dev, unc, ratio) -> xr.Dataset:
                 "deviation": dev.where(vm, 0.0).sum(point_dims) / n_pts,
                 "uncertainty": unc.where(vm, 0.0).sum(point_dims) / n_pts,
             }
-        res = {"region_n_points": mask.sum().astype(np.int64)}
+        res = {"region_n_points": mask.sum(point_dims).astype(np.int64)}
         for name, x in per_rep.items():
             m, se = _mean_se(x, rep_ok, dim)
             key = "region_coverage" if name == "coverage" else f"region_{name}_mean"

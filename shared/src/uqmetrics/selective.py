@@ -24,7 +24,6 @@ from .exceptions import UndefinedMetricWarning
 from .registry import register_metric
 
 __all__ = [
-    "UndefinedMetricWarning",
     "aupr_score",
     "aurc_loss",
     "auroc_score",

@@ -88,6 +88,34 @@ def cmd_study(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from .sweep import run_study_sweep
+
+    cfg = _config_from_args(a).resolved()
+    out = Path(a.out or f"results/{a.preset or cfg.task}")
+    target = out / STUDY_FILE
+    if target.exists() and not a.overwrite:
+        raise FileExistsError(f"{target} exists; pass --overwrite to replace it")
+    ds, report = run_study_sweep(cfg, out, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
+                                 n_workers=a.workers, threads_per_worker=a.threads_per_worker,
+                                 overwrite=a.recompute, progress=not a.quiet)
+    print(f"cells: {len(report.computed)} computed, {len(report.skipped)} already on disk, {len(report.failed)} failed")
+    if not report.ok:
+        for key, err in report.failed.items():
+            print(f"  {key}: {err}", file=sys.stderr)
+        print("rerun the same command to retry the failed cells (finished cells are kept)", file=sys.stderr)
+        return 1
+    uqmetrics.write_dataset(ds, target, overwrite=a.overwrite)
+    print(f"wrote {target}")
+    if not a.no_plots:
+        from .plots import plot_study
+
+        for p in plot_study(ds, out / "plots"):
+            print(f"wrote {p}")
+    _print_summary(ds)
+    return 0
+
+
 def _print_summary(ds: xr.Dataset) -> None:
     cov = ds["region_coverage"]
     name = ds.attrs.get("complexity_name", "complexity")
@@ -158,6 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("sweep", help="run a study as a resumable Dask sweep of cells; combine into study.nc")
+    _add_study_args(p)
+    p.add_argument("--out", help="output directory (default results/<preset or task>); cells go to OUT/cells")
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=int, default=10,
+                   help="repetitions per cell (default 10)")
+    p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
+    p.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
+    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=int, default=1)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
+    p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="draw the figures of a study file")
     p.add_argument("file", help="study.nc (or its directory)")

@@ -67,6 +67,11 @@ class TrainConfig:
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     max_memory : float
         Memory budget in bytes for one chunk of networks; the network axis is chunked to it.
+    chunk_networks : int or None
+        Upper bound on the networks trained together (tuned to the cache; see the benchmark);
+        ``None``: only the memory budget bounds the chunk.
+    adam : str
+        ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch.
     """
 
     hidden: tuple[int, ...] = (128, 64, 32)
@@ -86,6 +91,8 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     max_memory: float = 4e9
+    chunk_networks: int | None = None
+    adam: str = "fused"
 
     def __post_init__(self):
         checks = {
@@ -100,6 +107,8 @@ class TrainConfig:
             "hidden": len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
             "dtype": self.dtype in ("float32", "float64"),
             "std_ddof": self.std_ddof in (0, 1),
+            "chunk_networks": self.chunk_networks is None or self.chunk_networks >= 1,
+            "adam": self.adam in ("foreach", "fused"),
         }
         for name, ok in checks.items():
             if not ok:
@@ -385,7 +394,7 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     boot_keys = rng.network_keys(seed, "bootstrap", nets.repetition, nets.member).to(dev)
     model = BatchedMLP(init_keys, drop_keys, d, head, cfg, n)
     wd = 1.0 / n if cfg.weight_decay is None else cfg.weight_decay
-    opt = torch.optim.Adam(model.param_groups(wd), lr=cfg.lr, betas=cfg.betas, foreach=True)
+    opt = torch.optim.Adam(model.param_groups(wd), lr=cfg.lr, betas=cfg.betas, **{cfg.adam: True})
     b = len(nets)
     x = torch.as_tensor(x_train, dtype=dt, device=dev)[None].expand(b, n, d)
     y = torch.as_tensor(y_train[nets.repetition], dtype=dt, device=dev)
@@ -456,8 +465,11 @@ def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig
 
 
 def chunk_size(per_network: int, cfg: TrainConfig) -> int:
-    """How many networks fit in ``cfg.max_memory``; raises if not even one does."""
+    """How many networks fit in ``cfg.max_memory`` (and ``cfg.chunk_networks``); raises if not
+    even one does."""
     size = int(cfg.max_memory // per_network)
+    if cfg.chunk_networks is not None:
+        size = min(size, cfg.chunk_networks)
     if size < 1:
         raise ValueError(
             f"max_memory={cfg.max_memory:.3g} bytes is below the {per_network} bytes one network needs"

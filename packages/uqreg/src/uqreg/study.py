@@ -169,6 +169,11 @@ def _assemble(cfg, instances, ys, pred, unc, wall) -> xr.Dataset:
         "repetition": reps,
         "point": np.arange(pred.shape[-1]),
     }
+    # index coordinates on the padded dims, so cells of different sizes combine with NaN padding
+    sizes = {"train_point": max(i.x_train.shape[0] for i in instances),
+             "input_dim": max(i.x_train.shape[1] for i in instances),
+             "param": max(i.gamma.shape[0] for i in instances)}
+    coords.update({k: np.arange(v) for k, v in sizes.items()})
     same = all(set(i.test_coords) == set(first.test_coords)
                and all(np.array_equal(i.test_coords[k], first.test_coords[k]) for k in first.test_coords)
                for i in instances)
@@ -214,17 +219,12 @@ def _assemble(cfg, instances, ys, pred, unc, wall) -> xr.Dataset:
 
 def summarize(raw: xr.Dataset) -> xr.Dataset:
     """Add the derived coverage summary (per complexity, with in/out regions) to a raw dataset."""
-    parts = []
-    for c in raw.complexity.values:
-        sub = raw.sel(complexity=c)
-        parts.append(
-            uqmetrics.coverage_summary(
-                sub[["prediction", "uncertainty", "truth"]],
-                reference=sub["reference_uncertainty"],
-                regions=sub["in_distribution"].astype(bool),
-            )
-        )
-    summary = xr.concat(parts, dim="complexity")
+    summary = uqmetrics.coverage_summary(
+        raw[["prediction", "uncertainty", "truth"]],
+        reference=raw["reference_uncertainty"],
+        regions=raw["in_distribution"].astype(bool),
+        region_dims="point",
+    )
     derived = {k: v for k, v in summary.data_vars.items() if k not in raw.data_vars}
     out = raw.assign(derived)
     out.attrs.update({k: v for k, v in summary.attrs.items() if k not in raw.attrs})

@@ -32,7 +32,9 @@ class TrainConfig:
 
     ``input_size`` is the square side the images are resized to; ``augment`` names a policy of
     :data:`uqvision.data.TTA_POLICIES` (``None``: no augmentation); ``drop_rate`` is timm's
-    classifier dropout (a module in e.g. ViT/ConvNeXt heads, so MC dropout can use it).
+    classifier dropout (a module in e.g. ViT/ConvNeXt heads, so MC dropout can use it);
+    ``model_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size`` for small inputs) and are
+    recorded in the sidecar so the model is rebuilt identically.
     """
 
     arch: str = "resnet10t"
@@ -49,6 +51,7 @@ class TrainConfig:
     device: str = "cpu"
     num_workers: int = 0
     tag: str | None = None
+    model_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -97,8 +100,9 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     ds = ImageFolderDataset(data, transform)
     n_classes = len(ds.classes)
     torch.manual_seed(config.seed)
-    model = timm.create_model(config.arch, num_classes=n_classes, drop_rate=config.drop_rate,
-                              pretrained_cfg_overlay=dcfg.to_dict()).to(config.device)
+    model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
+    model = timm.create_model(config.arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
+                              **model_kwargs).to(config.device)
     gen = torch.Generator().manual_seed(config.seed)
     loader = DataLoader(ds, batch_size=config.batch_size, shuffle=True, generator=gen,
                         num_workers=config.num_workers, drop_last=len(ds) > config.batch_size)
@@ -118,7 +122,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
             loss.backward()
             opt.step()
             sched.step()
-            total += float(loss) * len(y)
+            total += float(loss.detach()) * len(y)
             correct += int((logits.argmax(1) == y).sum())
             n += len(y)
         losses.append(total / n)
@@ -132,7 +136,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         "num_classes": n_classes,
         "classes": ds.classes,
         "pretrained_cfg": dcfg.to_dict(),
-        "model_kwargs": {"drop_rate": config.drop_rate},
+        "model_kwargs": model_kwargs,
         "train_config": cfg,
         "dataset": str(Path(data).resolve()),
         "dataset_fingerprint": dataset_fingerprint(data),

@@ -1,0 +1,95 @@
+"""Coverage studies as resumable Dask sweeps (``uqreg sweep``).
+
+A study is cut into independent cells — complexity × method × repetition chunk — each computed by
+:func:`run_cell` (a :func:`uqreg.study.run_raw` of that slice) and written to its own file by
+:func:`uqmetrics.sweep.run_sweep`. Every random stream is keyed by (seed, repetition, member), so a
+cell computes exactly what the same slice of a single :func:`~uqreg.study.run_study` computes;
+:func:`combine_cells` joins the cells and adds the same summary, giving the dataset
+``uqreg study`` writes for the same configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import uqmetrics
+from uqmetrics.sweep import Cell, SweepReport, run_sweep
+
+from .study import RAW_VARS, StudyConfig, run_raw, summarize
+
+
+def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
+    """The cells of a study: one per (complexity, method, chunk of repetitions)."""
+    cfg = config.resolved()
+    if chunk_repetitions < 1:
+        raise ValueError(f"chunk_repetitions must be >= 1, got {chunk_repetitions!r}")
+    base = cfg.to_dict()
+    cells = []
+    reps = cfg.repetition_index
+    for c in cfg.complexities:
+        for m in cfg.methods:
+            for start in range(0, len(reps), chunk_repetitions):
+                chunk = reps[start:start + chunk_repetitions]
+                params = dict(base, complexities=[int(c)], methods=[m], repetitions=int(len(chunk)),
+                              first_repetition=int(chunk[0]))
+                key = f"{cfg.task}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}"
+                cells.append(Cell(key, {"config": params}))
+    return cells
+
+
+def run_cell(config: dict) -> xr.Dataset:
+    """Worker entry point: the raw dataset of one cell (no progress bar)."""
+    return run_raw(StudyConfig.from_dict(config), progress=False)
+
+
+def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
+    """Join cell files into the raw dataset of the whole study, in the config's order."""
+    cfg = config.resolved()
+    parts = [uqmetrics.read_dataset(p) for p in paths]
+    raw = xr.combine_by_coords([p[list(RAW_VARS)] for p in parts], combine_attrs="drop")
+    by_complexity: dict[int, list[xr.Dataset]] = {}
+    for p in parts:  # the task data is the same for every method: take the first method's cells
+        if p.method.values[0] == cfg.methods[0]:
+            by_complexity.setdefault(int(p.complexity.values[0]), []).append(p)
+    static = []
+    for c in cfg.complexities:
+        chunks = sorted(by_complexity[c], key=lambda p: int(p.repetition.values[0]))
+        s = chunks[0].drop_vars([*RAW_VARS, "y_train", "method", "repetition"])
+        s["y_train"] = xr.concat([q["y_train"] for q in chunks], dim="repetition")
+        static.append(s)
+    out = xr.merge([raw, xr.concat(static, dim="complexity", join="outer")], combine_attrs="drop")
+    out = out.reindex({"method": list(cfg.methods), "complexity": list(cfg.complexities)})
+    out.attrs = {k: v for k, v in parts[0].attrs.items() if k not in ("wall_time_s", "complete")}
+    wall: dict = {}
+    for p in parts:
+        for k, v in json.loads(p.attrs.get("wall_time_s", "{}")).items():
+            wall[k] = wall.get(k, 0.0) + v
+    out.attrs["wall_time_s"] = json.dumps(wall)
+    return out
+
+
+def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10, scheduler: str | None = None,
+                    n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
+                    progress: bool = True, client=None) -> tuple[xr.Dataset | None, SweepReport]:
+    """Run a study as a sweep of cells under ``out_dir/cells`` and combine them.
+
+    Returns the combined, summarised dataset (None if a cell failed) and the sweep report.
+    """
+    cfg = config.resolved()
+    cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions)
+    t0 = time.perf_counter()
+    report = run_sweep(cells, run_cell, Path(out_dir) / "cells", scheduler=scheduler, n_workers=n_workers,
+                       threads_per_worker=threads_per_worker, overwrite=overwrite, progress=progress, client=client)
+    if not report.ok:
+        return None, report
+    ds = summarize(combine_cells(report.paths, cfg))
+    ds.attrs.update(uqmetrics.provenance_attrs(
+        config=cfg.to_dict(), seed=cfg.seed,
+        extra={"sweep_cells": len(cells), "sweep_computed": len(report.computed), "sweep_skipped": len(report.skipped),
+               "sweep_wall_time_s": time.perf_counter() - t0, "chunk_repetitions": chunk_repetitions}))
+    return ds, report

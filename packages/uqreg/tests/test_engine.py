@@ -1,0 +1,263 @@
+"""The batched engine trains exactly the networks a plain per-network loop trains.
+
+Every registered method with a trainable network is trained both ways (``loop_reference`` is
+the independent loop: ``nn.Sequential`` + one ``torch.optim.Adam`` per network) in float64,
+and every final parameter and every prediction must agree to 1e-8 relative (the two differ
+only in floating-point summation order, ~1e-14 after these few epochs). Also: chunking and
+the company a network keeps in its batch change nothing, and the counter-based random streams
+are uniform / normal and independent across keys and counters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+import loop_reference as loop
+from uqreg import rng
+from uqreg.engine import (NetworkBatch, TrainConfig, bytes_per_network, predict_batched, train_batched,
+                          xavier_uniform)
+from uqreg.methods import METHODS
+from uqreg.tasks import LinearTask
+
+SEED = 11
+EPOCHS = 15
+RTOL = 1e-8
+TRAINED = [name for name, m in METHODS.items() if m.closed_form is None]
+
+# An anisotropic 2-D task (input ranges differ by a factor 8, so the per-dimension FGSM step
+# matters), small enough that each comparison takes about a second.
+ANISO = LinearTask(
+    name="aniso_engine_test",
+    input_dim=lambda c: 2,
+    feature_map=lambda x, c: np.stack([np.ones(len(x)), x[:, 0], x[:, 1], x[:, 0] * x[:, 1]], axis=1),
+    gamma=lambda g, c: g.uniform(0, 1, 4),
+    sigma=0.5,
+    n_train=lambda c: 30,
+    train_inputs=lambda g, n, d, c: g.uniform([-1.0, -8.0], [1.0, 8.0], size=(n, 2)),
+    test_inputs=lambda c: np.stack([np.linspace(-2, 2, 40), np.linspace(10, -10, 40)], axis=1),
+    train_box=(-8.0, 8.0),
+)
+
+
+@pytest.fixture(scope="module")
+def instance():
+    return ANISO.instance(1, SEED)
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(dtype="float64", members=3, mc_samples=6, hidden=(16, 12, 8), epochs=EPOCHS)
+    return TrainConfig(**{**base, **kw})
+
+
+def _reps(method) -> list[int]:
+    return [0, 3] if method.ensemble else [0, 1, 3]
+
+
+def _train(method, instance, y_full, nets, cfg) -> torch.nn.Module:
+    cfg = replace(cfg, **method.overrides)
+    return train_batched(instance.x_train, y_full, nets, seed=instance.seed, head=method.head,
+                         sampler=method.sampler, adversarial=method.adversarial, cfg=cfg, epochs=EPOCHS)
+
+
+def _engine_parameters(model, i: int) -> list[torch.Tensor]:
+    """Network i's parameters: weights, biases, then the head's (the loop's order)."""
+    return ([w[i].detach() for w in model.weights] + [b[i].detach() for b in model.biases]
+            + [p[i].detach() for p in model.head.parameters()])
+
+
+def _close(actual, expected, what: str) -> None:
+    actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    scale = float(expected.abs().max())
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=RTOL * scale, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_batched_parameters_equal_loop(name, instance):
+    method = METHODS[name]
+    cfg = _cfg()
+    mcfg = replace(cfg, **method.overrides)
+    reps = _reps(method)
+    y_full = instance.targets(range(max(reps) + 1))
+    nets = method.networks(reps, mcfg)
+    model = _train(method, instance, y_full, nets, cfg)
+    assert model.n_networks == len(nets)
+    for i, (r, m) in enumerate(zip(nets.repetition, nets.member)):
+        net = loop.train_loop(method, instance.x_train, y_full[r], int(r), int(m), seed=SEED, cfg=cfg, epochs=EPOCHS)
+        expected = net.engine_parameters()
+        actual = _engine_parameters(model, i)
+        assert len(actual) == len(expected), f"{name}: {len(actual)} parameter tensors, loop has {len(expected)}"
+        for j, (a, e) in enumerate(zip(actual, expected)):
+            _close(a, e, f"{name} network (rep {r}, member {m}) parameter {j}")
+        # the trained networks really moved away from their initialisation
+        init = loop.LoopNet(instance.x_train.shape[1], method.head, mcfg,
+                            rng.network_keys(SEED, "init", [r], [m])).engine_parameters()
+        assert not torch.allclose(actual[0], init[0], rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_method_run_equals_loop(name, instance):
+    method = METHODS[name]
+    cfg = _cfg()
+    reps = _reps(method)
+    y = instance.targets(reps)
+    mean, std = method.run(instance, y, reps, cfg, epochs=EPOCHS)
+    loop_mean, loop_std = loop.run_loop(method, instance, y, reps, cfg, epochs=EPOCHS)
+    assert mean.shape == std.shape == (len(reps), instance.x_test.shape[0])
+    _close(mean, loop_mean, f"{name} prediction")
+    _close(std, loop_std, f"{name} uncertainty")
+    assert np.all(np.isfinite(std)) and np.all(std >= 0) and std.mean() > 0
+
+
+def test_concrete_and_variational_rates_are_learned(instance):
+    """cd/vd start at the configured rate and move it (their head parameters are trained)."""
+    cfg = _cfg(epochs=EPOCHS)
+    for name, attr, start in (("cd", "p_logit", math.log(0.1 / 0.9)), ("vd", "log_alpha", math.log(0.1 / 0.9))):
+        method = METHODS[name]
+        nets = method.networks([0, 1], cfg)
+        model = _train(method, instance, instance.targets([0, 1]), nets, cfg)
+        learned = getattr(model.head, attr).detach()
+        assert learned.shape[0] == 2
+        assert torch.all((learned - start).abs() > 1e-6), f"{name}: {attr} did not move"
+
+
+@pytest.mark.parametrize("name", ["bd", "ens", "ens_bs"])
+def test_chunking_changes_nothing(name, instance):
+    method = METHODS[name]
+    cfg = _cfg()
+    reps = [0, 1, 2]
+    y = instance.targets(reps)
+    whole = method.run(instance, y, reps, cfg, epochs=EPOCHS)
+    n, d = instance.x_train.shape
+    per_net = bytes_per_network(n // 2 if method.sampler == "bootstrap" else n, instance.x_test.shape[0], d, cfg,
+                                adversarial=method.adversarial, mc=not method.ensemble)
+    small = replace(cfg, max_memory=2.5 * per_net)  # 2 networks per chunk: splits repetitions' members
+    assert method.chunk(instance, small) == 2
+    assert method.chunk(instance, cfg) >= 9
+    chunked = method.run(instance, y, reps, small, epochs=EPOCHS)
+    for a, b, what in zip(chunked, whole, ("prediction", "uncertainty")):
+        _close(a, b, f"{name} chunked {what}")
+
+
+@pytest.mark.parametrize("name", ["cd", "ens_adv"])
+def test_network_independent_of_its_batch(name, instance):
+    """A network trains to the same parameters alone, in a batch, in any position."""
+    method = METHODS[name]
+    cfg = _cfg()
+    y_full = instance.targets(range(3))
+    big = NetworkBatch(np.array([0, 0, 1, 2, 2]), np.array([0, 1, 1, 0, 2]))
+    alone = NetworkBatch(np.array([1]), np.array([1]))
+    reordered = NetworkBatch(np.array([2, 1]), np.array([0, 1]))
+    m_big = _train(method, instance, y_full, big, cfg)
+    m_alone = _train(method, instance, y_full, alone, cfg)
+    m_re = _train(method, instance, y_full, reordered, cfg)
+    for a, b, c in zip(_engine_parameters(m_big, 2), _engine_parameters(m_alone, 0), _engine_parameters(m_re, 1)):
+        _close(b, a, f"{name}: alone vs in batch")
+        _close(c, a, f"{name}: reordered vs in batch")
+    # and networks with different keys differ
+    assert not torch.allclose(_engine_parameters(m_big, 0)[0], _engine_parameters(m_big, 1)[0])
+    # predictions too
+    p_big = predict_batched(m_big, instance.x_test, big, seed=SEED, cfg=cfg)[0][2]
+    p_alone = predict_batched(m_alone, instance.x_test, alone, seed=SEED, cfg=cfg)[0][0]
+    _close(p_alone, p_big, f"{name}: prediction alone vs in batch")
+
+
+# ---------------------------------------------------------------------------------------------
+# the counter-based random streams
+
+N_DRAWS = 20_000
+K_SE = 4.0  # per check: two-sided normal tail 6e-5; a handful of checks per test
+
+
+def test_uniform_in_unit_interval_and_uniform():
+    keys = rng.network_keys(SEED, "dropout", [0, 1, 2], [0, 0, 5])
+    u = rng.uniform(keys, 7, (N_DRAWS,), dtype=torch.float64).numpy()
+    assert u.shape == (3, N_DRAWS)
+    assert u.min() >= 0.0 and u.max() < 1.0
+    for row in u:
+        # mean 1/2, SE sqrt(1/12 / n); variance 1/12, SE of the sample variance sqrt(Var((U-1/2)^2) / n)
+        # with Var((U-1/2)^2) = 1/80 - 1/144 = 1/180
+        assert abs(row.mean() - 0.5) < K_SE * math.sqrt(1 / 12 / N_DRAWS)
+        assert abs(row.var() - 1 / 12) < K_SE * math.sqrt(1 / 180 / N_DRAWS)
+        assert scipy.stats.kstest(row, "uniform").pvalue > 1e-4
+    # float32 draws stay below 1 as well
+    u32 = rng.uniform(keys, 0, (N_DRAWS,), dtype=torch.float32)
+    assert u32.dtype == torch.float32 and float(u32.max()) < 1.0
+
+
+def test_streams_differ_across_keys_and_counters():
+    keys = rng.network_keys(SEED, "dropout", [0, 0, 1], [0, 1, 0])
+    assert len(set(keys.tolist())) == 3
+    a = rng.uniform(keys, 0, (N_DRAWS,), dtype=torch.float64).numpy()
+    b = rng.uniform(keys, 1, (N_DRAWS,), dtype=torch.float64).numpy()
+    se = 1 / math.sqrt(N_DRAWS)  # SE of a correlation coefficient between independent streams
+    pairs = [(a[0], a[1]), (a[0], a[2]), (a[1], a[2]), (a[0], b[0]), (a[2], b[2])]
+    for x, y in pairs:
+        assert not np.array_equal(x, y)
+        assert abs(np.corrcoef(x, y)[0, 1]) < K_SE * se
+    # purposes and seeds key different streams
+    assert rng.network_keys(SEED, "init", [0], [0]).item() != rng.network_keys(SEED, "dropout", [0], [0]).item()
+    assert rng.network_keys(SEED, "init", [0], [0]).item() != rng.network_keys(SEED + 1, "init", [0], [0]).item()
+    with pytest.raises(ValueError, match="purpose"):
+        rng.network_keys(SEED, "nope", [0], [0])
+
+
+def test_stream_of_a_network_does_not_depend_on_the_batch():
+    keys = rng.network_keys(SEED, "mc", [0, 1, 2, 3], [0, 1, 2, 3])
+    together = rng.uniform(keys, 5, (7, 3), dtype=torch.float64)
+    assert together.shape == (4, 7, 3)
+    for i in range(4):
+        assert torch.equal(rng.uniform(keys[i:i + 1], 5, (7, 3), dtype=torch.float64)[0], together[i])
+    # the same call twice is reproducible
+    assert torch.equal(rng.uniform(keys, 5, (7, 3), dtype=torch.float64), together)
+
+
+def test_normal_stream_is_standard_normal():
+    keys = rng.network_keys(SEED, "dropout", [4], [2])
+    z = rng.normal(keys, 3, (N_DRAWS,), dtype=torch.float64).numpy()[0]
+    assert abs(z.mean()) < K_SE / math.sqrt(N_DRAWS)
+    assert abs(z.var() - 1.0) < K_SE * math.sqrt(2.0 / N_DRAWS)
+    assert scipy.stats.kstest(z, "norm").pvalue > 1e-4
+
+
+def test_xavier_uniform_is_glorot():
+    fan_in, fan_out = 128, 64
+    keys = rng.network_keys(SEED, "init", [0, 1], [0, 0])
+    w = xavier_uniform(keys, 0, fan_in, fan_out, torch.float64).numpy()
+    assert w.shape == (2, fan_in, fan_out)
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    assert np.all(np.abs(w) <= bound)
+    n = fan_in * fan_out
+    for wi in w:
+        # U(-a, a): variance a²/3 = 2/(fan_in + fan_out); Var(U²) = a⁴/5 - a⁴/9 = 4a⁴/45
+        assert abs(wi.mean()) < K_SE * bound / math.sqrt(3 * n)
+        assert abs(np.mean(wi**2) - bound**2 / 3) < K_SE * math.sqrt(4 * bound**4 / 45 / n)
+    assert not np.array_equal(w[0], w[1])
+    assert not np.array_equal(w[0], xavier_uniform(keys, 1, fan_in, fan_out, torch.float64).numpy()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the peer-style ensemble loop of the benchmark trains the same kind of networks
+
+
+def test_ensemble_loop_baseline_runs(instance):
+    cfg = _cfg(epochs=5)
+    y = instance.targets([0])[0]
+    models = loop.train_ensemble_loop(instance.x_train, y, 3, cfg, 5, seed=1)
+    assert len(models) == 3
+    mean, std = loop.predict_ensemble_loop(models, instance.x_test)
+    assert mean.shape == std.shape == (instance.x_test.shape[0],)
+    assert np.all(np.isfinite(mean)) and np.all(std > 0)
+    # it trains: the training loss after 5 epochs is below the one at initialisation
+    untrained = loop.train_ensemble_loop(instance.x_train, y, 1, cfg, 0, seed=1)[0]
+    trained = loop.train_ensemble_loop(instance.x_train, y, 1, cfg, 5, seed=1)[0]
+    x = torch.as_tensor(instance.x_train)
+    yt = torch.as_tensor(y)
+    with torch.no_grad():
+        assert float(((trained(x)[:, 0] - yt) ** 2).mean()) < float(((untrained(x)[:, 0] - yt) ** 2).mean())

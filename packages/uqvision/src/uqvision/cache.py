@@ -1,0 +1,161 @@
+"""Prediction caches: one netCDF file per (model × dataset × mode × pass).
+
+File contract (readable with plain ``xarray.open_dataset``):
+
+- ``logits`` (sample, class), float32 — or (pass, sample, class) for an MC-dropout cache, whose
+  passes share one data loading;
+- ``label`` (sample), int64; optional ``embedding`` (sample, feature);
+- coords ``sample`` (the relative image paths, i.e. the fixed test order) and ``class`` (the
+  sorted class folder names);
+- attrs: ``kind = "uqvision.prediction_cache"``, ``model``, ``architecture``, ``tag``,
+  ``checkpoint_sha256``, ``data_config``, ``dataset``, ``dataset_name``, ``dataset_fingerprint``,
+  ``mode`` (plain/tta/mc_dropout), ``pass_index``, ``checksum`` (``uqmetrics.dataset_checksum``
+  of the data) and ``complete = 1`` (``uqmetrics.write_dataset``).
+
+A file without the completeness flag or whose data no longer match its checksum is rejected
+(:class:`CacheError`), never scored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
+
+__all__ = [
+    "CACHE_KIND",
+    "CacheError",
+    "CacheInfo",
+    "cache_key",
+    "read_cache",
+    "find_caches",
+    "index_caches",
+    "check_aligned",
+]
+
+CACHE_KIND = "uqvision.prediction_cache"
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+class CacheError(ValueError):
+    """A cache is partial, corrupt, not a cache, or does not match the other caches."""
+
+
+def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
+    """File stem of a cache, e.g. ``resnet50.a1_in1k.val.plain-000``.
+
+    Characters other than letters, digits and ``._+-`` become ``+`` (``tv/x@ckpt`` ->
+    ``tv+x+ckpt``); the file itself records the exact names in its attrs.
+    """
+    return f"{_SAFE.sub('+', model)}.{_SAFE.sub('+', dataset_name)}.{mode}-{int(pass_index):03d}"
+
+
+def read_cache(path: str | os.PathLike) -> xr.Dataset:
+    """Load a cache fully, verifying completeness flag, kind, variables and checksum.
+
+    Raises
+    ------
+    FileNotFoundError
+    CacheError
+        Partial/corrupt file, a file that is not a prediction cache, or data that do not match
+        the recorded checksum.
+    """
+    try:
+        ds = read_dataset(path)
+    except IncompleteResultError as exc:
+        raise CacheError(str(exc)) from exc
+    if ds.attrs.get("kind") != CACHE_KIND:
+        raise CacheError(f"{path} is not a uqvision prediction cache (kind="
+                         f"{ds.attrs.get('kind')!r})")
+    missing = [v for v in ("logits", "label") if v not in ds]
+    if missing:
+        raise CacheError(f"{path} lacks variables {missing}")
+    recorded = ds.attrs.get("checksum")
+    if recorded is None or dataset_checksum(ds) != recorded:
+        raise CacheError(f"{path}: data do not match the recorded checksum (corrupt cache); "
+                         "recompute it")
+    return ds
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What an index knows about a cache without loading its arrays."""
+
+    path: Path
+    model: str
+    dataset_name: str
+    mode: str
+    pass_index: int
+    n_passes: int
+
+
+def find_caches(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Expand files and directories (``*.nc`` inside, sorted) into a list of files."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(q for q in p.glob("*.nc") if not q.name.startswith(".")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"cache path {str(p)!r} does not exist")
+    return out
+
+
+def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
+    """Index cache files by their attrs; partial or foreign files are skipped with a warning.
+
+    Only the headers are read (arrays are loaded later by :func:`read_cache`, which also checks
+    the checksum).
+    """
+    infos = []
+    for p in find_caches(paths):
+        try:
+            with xr.open_dataset(p, engine="netcdf4") as ds:
+                a = dict(ds.attrs)
+                n_passes = int(ds.sizes.get("pass", 1))
+        except (OSError, RuntimeError, ValueError) as exc:
+            warnings.warn(f"skipping unreadable cache {p}: {exc}", stacklevel=2)
+            continue
+        if a.get("kind") != CACHE_KIND or int(a.get("complete", 0)) != 1:
+            warnings.warn(f"skipping {p}: not a complete uqvision prediction cache", stacklevel=2)
+            continue
+        infos.append(CacheInfo(p, str(a["model"]), str(a["dataset_name"]), str(a["mode"]),
+                               int(a["pass_index"]), n_passes))
+    return infos
+
+
+def check_aligned(caches: Sequence[xr.Dataset], names: Sequence[str] | None = None) -> None:
+    """Raise :class:`CacheError` unless all caches share classes, sample order and labels.
+
+    Parameters
+    ----------
+    caches : sequence of xarray.Dataset
+        Loaded caches (e.g. ensemble members).
+    names : sequence of str, optional
+        How to call them in the error (default: their ``model`` attr).
+    """
+    if not caches:
+        raise CacheError("no caches given")
+    names = list(names) if names is not None else [str(c.attrs.get("model", i))
+                                                   for i, c in enumerate(caches)]
+    ref, ref_name = caches[0], names[0]
+    for c, name in zip(caches[1:], names[1:], strict=True):
+        if c.sizes["class"] != ref.sizes["class"] or not np.array_equal(c["class"].values,
+                                                                        ref["class"].values):
+            raise CacheError(f"cache {name!r} has {c.sizes['class']} classes, {ref_name!r} has "
+                             f"{ref.sizes['class']} (or a different class order)")
+        if c.sizes["sample"] != ref.sizes["sample"] or not np.array_equal(
+                c["sample"].values, ref["sample"].values):
+            raise CacheError(f"cache {name!r} has a different sample order or count "
+                             f"({c.sizes['sample']}) than {ref_name!r} ({ref.sizes['sample']})")
+        if not np.array_equal(c["label"].values, ref["label"].values):
+            raise CacheError(f"cache {name!r} has different labels than {ref_name!r}")

@@ -1,0 +1,302 @@
+"""Run a model over an image folder once and cache per-sample logits (one file per pass).
+
+Modes (:data:`PASS_MODES`):
+
+- ``plain``: the model's own evaluation preprocessing, one pass;
+- ``tta``: one random augmentation per pass (policy of :data:`uqvision.data.TTA_POLICIES`);
+  pass ``p`` of sample ``i`` is a pure function of ``(seed, p, i)``;
+- ``mc_dropout``: dropout modules in train mode (BatchNorm stays in eval), ``passes`` forward
+  passes per batch sharing one data loading; one file with logits (pass, sample, class).
+
+Multi-process: under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) each rank runs a contiguous
+shard of the samples (``numpy.array_split``: exact, no padded duplicates) and the logits are
+gathered onto every rank in sample order before anything is written (rank 0 writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader, Subset
+
+from uqmetrics import dataset_checksum, provenance_attrs, write_dataset
+
+from .cache import CACHE_KIND, cache_key, read_cache
+from .data import ImageFolderDataset, dataset_fingerprint, derive_seed, tta_transform
+from .models import LoadedModel, ModelSpec, enable_mc_dropout, has_dropout, load_model
+
+__all__ = ["PredictConfig", "PASS_MODES", "predict", "predict_to_files", "shard_indices",
+           "distributed_context"]
+
+
+@dataclass
+class PredictConfig:
+    """Options of :func:`predict` (recorded in every cache's ``config`` attr).
+
+    ``passes`` counts TTA augmentations or MC-dropout passes (ignored for ``plain``);
+    ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
+    so a member ``k`` of an ensemble can run its own pass ``k``.
+    """
+
+    mode: str = "plain"
+    passes: int = 1
+    first_pass: int = 0
+    tta_policy: str = "imagenet"
+    seed: int = 0
+    batch_size: int = 64
+    num_workers: int = 0
+    device: str = "cpu"
+    amp: bool = False
+    embeddings: bool = False
+    allow_random_init: bool = False
+
+
+def shard_indices(n: int, world_size: int, rank: int) -> np.ndarray:
+    """Contiguous shard ``rank`` of ``range(n)`` over ``world_size`` ranks (sizes differ by ≤ 1).
+
+    Examples
+    --------
+    >>> [shard_indices(5, 2, r).tolist() for r in range(2)]
+    [[0, 1, 2], [3, 4]]
+    """
+    return np.array_split(np.arange(n), world_size)[rank]
+
+
+@contextlib.contextmanager
+def distributed_context(device: str):
+    """Initialise ``torch.distributed`` from torchrun's environment, if present.
+
+    Yields ``(world_size, rank, device)``; the backend is NCCL on CUDA, gloo otherwise; the
+    device becomes ``cuda:LOCAL_RANK`` for a CUDA run. Without ``WORLD_SIZE > 1`` in the
+    environment and no initialised group, yields ``(1, 0, device)``.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        yield dist.get_world_size(), dist.get_rank(), device
+        return
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not dist.is_available():
+        yield 1, 0, device
+        return
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device.startswith("cuda")
+    if cuda:
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        yield world, dist.get_rank(), device
+    finally:
+        dist.destroy_process_group()
+
+
+def _gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
+    """Concatenate every rank's arrays along the sample axis in rank order (all ranks)."""
+    if world == 1:
+        return local
+    import torch.distributed as dist
+
+    parts: list = [None] * world
+    dist.all_gather_object(parts, local)
+    return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)
+            for k in local}
+
+
+def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
+    loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
+                        shuffle=False, num_workers=cfg.num_workers,
+                        pin_memory=cfg.device.startswith("cuda"))
+    yield from loader
+
+
+def _autocast(cfg: PredictConfig, device: str):
+    dev = torch.device(device).type
+    return torch.autocast(dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16,
+                          enabled=cfg.amp)
+
+
+def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool):
+    if not embeddings:
+        return model(x), None
+    if not hasattr(model, "forward_head"):
+        raise ValueError("embeddings need a timm model (forward_features/forward_head)")
+    emb = model.forward_head(model.forward_features(x), pre_logits=True)
+    return model.get_classifier()(emb), emb
+
+
+def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, device: str,
+         repeats: int, repeat_seed: int | None) -> dict[str, np.ndarray]:
+    """Logits (repeats, n_local, C), labels, sample indices, embeddings of one loader pass."""
+    logits, labels, idx, embs = [], [], [], []
+    with torch.inference_mode():
+        for x, y, i in _batches(dataset, indices, cfg):
+            x = x.to(device, non_blocking=True)
+            outs = []
+            for r in range(repeats):
+                if repeat_seed is not None:  # dropout masks: a function of (seed, pass, batch)
+                    torch.manual_seed(derive_seed(repeat_seed, r, int(i[0])))
+                with _autocast(cfg, device):
+                    z, e = _forward(loaded.model, x, cfg.embeddings and r == 0)
+                outs.append(z.float().cpu().numpy())
+                if e is not None:
+                    embs.append(e.float().cpu().numpy())
+            logits.append(np.stack(outs))
+            labels.append(y.numpy())
+            idx.append(i.numpy())
+    c = loaded.num_classes
+    out = {"logits": np.concatenate(logits, axis=1) if logits else np.empty((repeats, 0, c),
+                                                                             np.float32),
+           "label": np.concatenate(labels) if labels else np.empty(0, np.int64),
+           "index": np.concatenate(idx) if idx else np.empty(0, np.int64)}
+    if cfg.embeddings:
+        out["embedding"] = np.concatenate(embs) if embs else np.empty((0, 0), np.float32)
+    return out
+
+
+def _plain(loaded, data, cfg, idx, device):
+    ds = ImageFolderDataset(data, loaded.transform)
+    return [(0, _run(loaded, ds, idx, cfg, device, 1, None))]
+
+
+def _tta(loaded, data, cfg, idx, device):
+    transform = tta_transform(cfg.tta_policy, loaded.data_config)
+    out = []
+    for p in range(cfg.first_pass, cfg.first_pass + cfg.passes):
+        ds = ImageFolderDataset(data, transform, augment_seed=derive_seed(cfg.seed, p))
+        out.append((p, _run(loaded, ds, idx, cfg, device, 1, None)))
+    return out
+
+
+def _mc_dropout(loaded, data, cfg, idx, device):
+    if not has_dropout(loaded.model):
+        raise ValueError(f"model {loaded.spec.row!r} has no dropout module with p > 0; "
+                         "MC dropout is not available for it")
+    enable_mc_dropout(loaded.model)
+    try:
+        ds = ImageFolderDataset(data, loaded.transform)
+        return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, cfg.seed))]
+    finally:
+        loaded.model.eval()
+
+
+#: Prediction modes: name -> runner(loaded, data, config, local indices, device) ->
+#: [(pass_index, arrays)].
+PASS_MODES: dict[str, Callable] = {"plain": _plain, "tta": _tta, "mc_dropout": _mc_dropout}
+
+
+def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig = PredictConfig(),
+            *, dataset_name: str | None = None) -> list[xr.Dataset]:
+    """Run ``spec`` over the image folder ``data``; return one cache Dataset per pass.
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`).
+    data : path
+        Image folder; its class count must match the checkpoint's head.
+    config : PredictConfig
+    dataset_name : str, optional
+        Name recorded in the cache (default: the folder name, e.g. ``val`` or ``test``).
+
+    Returns
+    -------
+    list of xarray.Dataset
+        ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32,
+        ``label`` (sample), optional ``embedding`` (sample, feature); see
+        :mod:`uqvision.cache` for the attrs. Every rank of a torchrun job returns the gathered
+        full result.
+    """
+    if config.mode not in PASS_MODES:
+        raise ValueError(f"unknown mode {config.mode!r}; choose from {sorted(PASS_MODES)}")
+    if config.mode == "tta":
+        tta_transform(config.tta_policy, _dummy_cfg())  # validate before any long work
+    if config.passes < 1 or config.batch_size < 1:
+        raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
+                         f"{config.batch_size}")
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    folder = ImageFolderDataset(data)  # validates the folder before the model is built
+    t0 = time.perf_counter()
+    with distributed_context(config.device) as (world, rank, device):
+        loaded = load_model(spec, num_classes=len(folder.classes), device=device,
+                            allow_random_init=config.allow_random_init, seed=config.seed)
+        local = shard_indices(len(folder), world, rank)
+        results = [(p, _gather(arrays, world))
+                   for p, arrays in PASS_MODES[config.mode](loaded, data, config, local, device)]
+    wall = time.perf_counter() - t0
+    fingerprint = dataset_fingerprint(data)
+    name = dataset_name or Path(data).resolve().name
+    out = []
+    for p, arrays in results:
+        if not np.array_equal(arrays["index"], np.arange(len(folder))):
+            raise RuntimeError("gathered predictions do not cover every sample exactly once")
+        logits = arrays["logits"]
+        variables = {"logits": (("pass", "sample", "class"), logits)
+                     if config.mode == "mc_dropout" else (("sample", "class"), logits[0]),
+                     "label": ("sample", arrays["label"].astype(np.int64))}
+        if "embedding" in arrays:
+            variables["embedding"] = (("sample", "feature"), arrays["embedding"])
+        coords = {"sample": np.array(folder.sample_ids, dtype=object),
+                  "class": np.array(folder.classes, dtype=object)}
+        if config.mode == "mc_dropout":
+            coords["pass"] = np.arange(config.passes)
+        ds = xr.Dataset(variables, coords=coords)
+        extra = {**loaded.provenance(), "kind": CACHE_KIND, "dataset": str(Path(data).resolve()),
+                 "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
+                 "pass_index": int(p), "tta_policy": config.tta_policy if config.mode == "tta"
+                 else "", "device": device, "world_size": world, "wall_time_s": wall,
+                 "checksum": dataset_checksum(ds)}
+        ds.attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+        out.append(ds)
+    return out
+
+
+def _dummy_cfg():
+    from .data import DataConfig
+
+    return DataConfig((3, 8, 8), (0.5,) * 3, (0.5,) * 3)
+
+
+def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
+                     config: PredictConfig = PredictConfig(), *, dataset_name: str | None = None,
+                     overwrite: bool = False) -> list[Path]:
+    """:func:`predict` and write each pass to ``out_dir/<cache_key>.nc`` (rank 0 writes).
+
+    Passes whose complete file is already there are skipped (resume); if all are there the
+    model is not run at all.
+    """
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    name = dataset_name or Path(data).resolve().name
+    passes = [0] if config.mode != "tta" else list(range(config.first_pass,
+                                                         config.first_pass + config.passes))
+    paths = {p: Path(out_dir) / f"{cache_key(spec.row, name, config.mode, p)}.nc" for p in passes}
+
+    def done(p: Path) -> bool:
+        try:
+            read_cache(p)
+            return True
+        except (FileNotFoundError, ValueError):
+            return False
+
+    todo = [p for p in passes if overwrite or not done(paths[p])]
+    if todo:
+        run_cfg = config
+        if config.mode == "tta":  # only the missing passes (contiguous runs are not required)
+            results = []
+            for p in todo:
+                one = PredictConfig(**{**asdict(config), "first_pass": p, "passes": 1})
+                results += predict(spec, data, one, dataset_name=name)
+        else:
+            results = predict(spec, data, run_cfg, dataset_name=name)
+        if int(os.environ.get("RANK", "0")) == 0:
+            for ds in results:
+                write_dataset(ds, paths[int(ds.attrs["pass_index"])], overwrite=True)
+    return [paths[p] for p in passes]

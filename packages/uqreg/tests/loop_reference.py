@@ -28,6 +28,7 @@ Public API
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -73,7 +74,7 @@ class LoopNet(nn.Module):
         dt = cfg.torch_dtype
         widths = (input_dim, *cfg.hidden, 1)
         layers: list[nn.Module] = []
-        for layer, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
             lin = nn.Linear(fan_in, fan_out, dtype=dt)
             with torch.no_grad():
                 # the same Glorot-uniform draw as the engine's network (an input, not the code under test)
@@ -277,7 +278,7 @@ def run_loop(method: str | Method, instance, y: np.ndarray, repetitions, cfg: Tr
 def _peer_mlp(input_dim: int, cfg: TrainConfig, generator: torch.Generator, device) -> nn.Sequential:
     widths = (input_dim, *cfg.hidden, 1)
     layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
         lin = nn.Linear(fan_in, fan_out, dtype=cfg.torch_dtype)
         nn.init.xavier_uniform_(lin.weight, generator=generator)
         nn.init.zeros_(lin.bias)

@@ -13,17 +13,23 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import loop_reference as loop
 import numpy as np
 import pytest
 import scipy.stats
 import torch
 
-import loop_reference as loop
 from uqreg import rng
-from uqreg.engine import (NetworkBatch, TrainConfig, bytes_per_network, predict_batched, train_batched,
-                          xavier_uniform)
+from uqreg.engine import (
+    NetworkBatch,
+    TrainConfig,
+    bytes_per_network,
+    predict_batched,
+    train_batched,
+    xavier_uniform,
+)
 from uqreg.methods import METHODS
-from uqreg.tasks import LinearTask
+from uqreg.tasks import LinearTask, get_task
 
 SEED = 11
 EPOCHS = 15
@@ -50,8 +56,18 @@ def instance():
     return ANISO.instance(1, SEED)
 
 
+@pytest.fixture(scope="module")
+def instance_1d():
+    """A 1-D input (the engine may special-case a first layer with fan_in 1)."""
+    return get_task("sinusoid").instance(1, SEED, n_train=30)
+
+
+def _instance(request, dim: int):
+    return request.getfixturevalue("instance" if dim == 2 else "instance_1d")
+
+
 def _cfg(**kw) -> TrainConfig:
-    base = dict(dtype="float64", members=3, mc_samples=6, hidden=(16, 12, 8), epochs=EPOCHS)
+    base = {"dtype": "float64", "members": 3, "mc_samples": 6, "hidden": (16, 12, 8), "epochs": EPOCHS}
     return TrainConfig(**{**base, **kw})
 
 
@@ -78,10 +94,13 @@ def _close(actual, expected, what: str) -> None:
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=RTOL * scale, msg=lambda m: f"{what}: {m}")
 
 
-@pytest.mark.parametrize("name", TRAINED)
-def test_batched_parameters_equal_loop(name, instance):
+@pytest.mark.parametrize("dim", [2, 1])
+@pytest.mark.parametrize("name, adam", [(n, "fused") for n in TRAINED] + [("cd", "foreach"), ("ens", "foreach")])
+def test_batched_parameters_equal_loop(name, adam, dim, request):
+    """Both of the engine's Adam implementations (TrainConfig.adam) equal one plain Adam per network."""
+    instance = _instance(request, dim)
     method = METHODS[name]
-    cfg = _cfg()
+    cfg = _cfg(adam=adam)
     mcfg = replace(cfg, **method.overrides)
     reps = _reps(method)
     y_full = instance.targets(range(max(reps) + 1))
@@ -101,8 +120,10 @@ def test_batched_parameters_equal_loop(name, instance):
         assert not torch.allclose(actual[0], init[0], rtol=1e-3, atol=0)
 
 
+@pytest.mark.parametrize("dim", [2, 1])
 @pytest.mark.parametrize("name", TRAINED)
-def test_method_run_equals_loop(name, instance):
+def test_method_run_equals_loop(name, dim, request):
+    instance = _instance(request, dim)
     method = METHODS[name]
     cfg = _cfg()
     reps = _reps(method)

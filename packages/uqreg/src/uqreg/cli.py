@@ -29,14 +29,21 @@ def _ints(s: str) -> tuple[int, ...]:
     for part in s.split(","):
         if "-" in part.strip()[1:]:
             a, b = part.split("-", 1)
+            if int(b) < int(a):
+                raise argparse.ArgumentTypeError(f"empty range {part.strip()!r} (write low-high)")
             out.extend(range(int(a), int(b) + 1))
         elif part.strip():
             out.append(int(part))
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected integers such as 1,2,5 or 1-5, got {s!r}")
     return tuple(out)
 
 
 def _strs(s: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in s.split(",") if p.strip())
+    out = tuple(p.strip() for p in s.split(",") if p.strip())
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {s!r}")
+    return out
 
 
 def _config_from_args(a: argparse.Namespace) -> StudyConfig:
@@ -144,6 +151,8 @@ def cmd_plot(a: argparse.Namespace) -> int:
 def cmd_reference(a: argparse.Namespace) -> int:
     from .reference import reference_prediction
 
+    if a.repetitions < 1:
+        raise ValueError(f"repetitions must be an integer >= 1, got {a.repetitions}")
     inst = get_task(a.task).instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
     y = inst.targets(np.arange(a.repetitions))
     mean, std = reference_prediction(inst, y)

@@ -299,7 +299,9 @@ class BatchedMLP(torch.nn.Module):
         """Last hidden activation, ``x (B, n, d) -> (B, n, hidden[-1])``."""
         h = x
         for w, b in zip(self.weights[:-1], self.biases[:-1]):
-            h = torch.nn.functional.leaky_relu(torch.baddbmm(b, h, w), self.negative_slope)
+            # a 1-D input makes the first layer an outer product: cheaper as a broadcast addcmul
+            z = torch.addcmul(b, h, w) if w.shape[1] == 1 else torch.baddbmm(b, h, w)
+            h = torch.nn.functional.leaky_relu(z, self.negative_slope)
         return h
 
     def forward(self, x: torch.Tensor, counter: int = 0, keys: torch.Tensor | None = None) -> torch.Tensor:

@@ -76,8 +76,11 @@ class StudyConfig:
     def resolved(self) -> "StudyConfig":
         """Fill defaults and validate every field (raises ValueError before any training)."""
         task = get_task(self.task)
-        comps = tuple(int(c) for c in (self.complexities or task.default_complexities))
-        methods = tuple(self.methods or list_methods())
+        levels = task.default_complexities if self.complexities is None else self.complexities
+        comps = tuple(int(c) for c in levels)
+        methods = tuple(list_methods() if self.methods is None else self.methods)
+        if not methods:
+            raise ValueError("methods must name at least one method (None means all)")
         for m in methods:
             get_method(m)
         if len(set(methods)) != len(methods):

@@ -62,7 +62,8 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
         s = chunks[0].drop_vars([*RAW_VARS, "y_train", "method", "repetition"])
         s["y_train"] = xr.concat([q["y_train"] for q in chunks], dim="repetition")
         static.append(s)
-    out = xr.merge([raw, xr.concat(static, dim="complexity", join="outer")], combine_attrs="drop")
+    out = xr.merge([raw, xr.concat(static, dim="complexity", join="outer")], compat="override", join="outer",
+                   combine_attrs="drop")
     out = out.reindex({"method": list(cfg.methods), "complexity": list(cfg.complexities)})
     out.attrs = {k: v for k, v in parts[0].attrs.items() if k not in ("wall_time_s", "complete")}
     wall: dict = {}

@@ -35,6 +35,7 @@ __all__ = [
     "CacheError",
     "CacheInfo",
     "cache_key",
+    "cache_dataset",
     "read_cache",
     "find_caches",
     "index_caches",
@@ -56,6 +57,48 @@ def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
     ``tv+x+ckpt``); the file itself records the exact names in its attrs.
     """
     return f"{_SAFE.sub('+', model)}.{_SAFE.sub('+', dataset_name)}.{mode}-{int(pass_index):03d}"
+
+
+def cache_dataset(logits, labels, *, samples, classes, embedding=None,
+                  attrs: dict | None = None) -> xr.Dataset:
+    """Build a cache Dataset from arrays (also for logits computed elsewhere).
+
+    Parameters
+    ----------
+    logits : array_like of float, shape (sample, class) or (pass, sample, class)
+    labels : array_like of int, shape (sample,)
+    samples : sequence of str, shape (sample,)
+        Sample ids in the fixed test order (relative image paths).
+    classes : sequence of str, shape (class,)
+    embedding : array_like of float, shape (sample, feature), optional
+    attrs : dict, optional
+        Must name at least ``model``, ``dataset_name``, ``mode`` and ``pass_index``; ``kind`` and
+        ``checksum`` are added.
+
+    Returns
+    -------
+    xarray.Dataset
+        Ready for ``uqmetrics.write_dataset``.
+    """
+    z = np.asarray(logits, dtype=np.float32)
+    dims = ("sample", "class") if z.ndim == 2 else ("pass", "sample", "class")
+    if z.ndim not in (2, 3):
+        raise ValueError(f"logits must have shape (sample, class) or (pass, sample, class), "
+                         f"got {z.shape}")
+    variables = {"logits": (dims, z), "label": ("sample", np.asarray(labels, dtype=np.int64))}
+    if embedding is not None:
+        variables["embedding"] = (("sample", "feature"), np.asarray(embedding, np.float32))
+    coords = {"sample": np.array(list(samples), dtype=object),
+              "class": np.array(list(classes), dtype=object)}
+    if z.ndim == 3:
+        coords["pass"] = np.arange(z.shape[0])
+    ds = xr.Dataset(variables, coords=coords)
+    attrs = dict(attrs or {})
+    missing = {"model", "dataset_name", "mode", "pass_index"} - set(attrs)
+    if missing:
+        raise ValueError(f"attrs must name {sorted(missing)}")
+    ds.attrs = {**attrs, "kind": CACHE_KIND, "checksum": dataset_checksum(ds)}
+    return ds
 
 
 def read_cache(path: str | os.PathLike) -> xr.Dataset:

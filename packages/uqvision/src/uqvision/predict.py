@@ -27,10 +27,11 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader, Subset
 
-from uqmetrics import dataset_checksum, provenance_attrs, write_dataset
+from uqmetrics import provenance_attrs, write_dataset
 
-from .cache import CACHE_KIND, cache_key, read_cache
-from .data import ImageFolderDataset, dataset_fingerprint, derive_seed, tta_transform
+from .cache import cache_dataset, cache_key, read_cache
+from .data import (TTA_POLICIES, ImageFolderDataset, dataset_fingerprint, derive_seed, flush_denormal,
+                   tta_transform)
 from .models import LoadedModel, ModelSpec, enable_mc_dropout, has_dropout, load_model
 
 __all__ = ["PredictConfig", "PASS_MODES", "predict", "predict_to_files", "shard_indices",
@@ -217,15 +218,16 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
     """
     if config.mode not in PASS_MODES:
         raise ValueError(f"unknown mode {config.mode!r}; choose from {sorted(PASS_MODES)}")
-    if config.mode == "tta":
-        tta_transform(config.tta_policy, _dummy_cfg())  # validate before any long work
+    if config.mode == "tta" and config.tta_policy not in TTA_POLICIES:
+        raise ValueError(f"unknown augmentation policy {config.tta_policy!r}; choose from "
+                         f"{sorted(TTA_POLICIES)}")
     if config.passes < 1 or config.batch_size < 1:
         raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
                          f"{config.batch_size}")
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     folder = ImageFolderDataset(data)  # validates the folder before the model is built
     t0 = time.perf_counter()
-    with distributed_context(config.device) as (world, rank, device):
+    with flush_denormal(), distributed_context(config.device) as (world, rank, device):
         loaded = load_model(spec, num_classes=len(folder.classes), device=device,
                             allow_random_init=config.allow_random_init, seed=config.seed)
         local = shard_indices(len(folder), world, rank)
@@ -238,31 +240,16 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
     for p, arrays in results:
         if not np.array_equal(arrays["index"], np.arange(len(folder))):
             raise RuntimeError("gathered predictions do not cover every sample exactly once")
-        logits = arrays["logits"]
-        variables = {"logits": (("pass", "sample", "class"), logits)
-                     if config.mode == "mc_dropout" else (("sample", "class"), logits[0]),
-                     "label": ("sample", arrays["label"].astype(np.int64))}
-        if "embedding" in arrays:
-            variables["embedding"] = (("sample", "feature"), arrays["embedding"])
-        coords = {"sample": np.array(folder.sample_ids, dtype=object),
-                  "class": np.array(folder.classes, dtype=object)}
-        if config.mode == "mc_dropout":
-            coords["pass"] = np.arange(config.passes)
-        ds = xr.Dataset(variables, coords=coords)
-        extra = {**loaded.provenance(), "kind": CACHE_KIND, "dataset": str(Path(data).resolve()),
+        logits = arrays["logits"] if config.mode == "mc_dropout" else arrays["logits"][0]
+        extra = {**loaded.provenance(), "dataset": str(Path(data).resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
                  "pass_index": int(p), "tta_policy": config.tta_policy if config.mode == "tta"
-                 else "", "device": device, "world_size": world, "wall_time_s": wall,
-                 "checksum": dataset_checksum(ds)}
-        ds.attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+                 else "", "device": device, "world_size": world, "wall_time_s": wall}
+        attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+        ds = cache_dataset(logits, arrays["label"], samples=folder.sample_ids,
+                           classes=folder.classes, embedding=arrays.get("embedding"), attrs=attrs)
         out.append(ds)
     return out
-
-
-def _dummy_cfg():
-    from .data import DataConfig
-
-    return DataConfig((3, 8, 8), (0.5,) * 3, (0.5,) * 3)
 
 
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,

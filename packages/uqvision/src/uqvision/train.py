@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from .data import DataConfig, ImageFolderDataset, dataset_fingerprint, eval_transform, tta_transform
+from .data import (DataConfig, ImageFolderDataset, dataset_fingerprint, eval_transform,
+                   flush_denormal, tta_transform)
 from .models import check_model_name, sidecar_path
 from .provenance import versions
 
@@ -56,8 +57,11 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """Paths written, the trained model (eval mode), per-epoch loss, last-epoch accuracy."""
+
     checkpoint: Path
     sidecar: Path
+    model: torch.nn.Module
     losses: list[float] = field(default_factory=list)
     train_accuracy: float = float("nan")
     wall_time_s: float = 0.0
@@ -79,7 +83,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     Returns
     -------
     TrainResult
-        Paths, per-epoch mean training loss, final-epoch training accuracy.
+        Paths, the trained model, per-epoch mean training loss, final-epoch training accuracy.
     """
     import timm
     from safetensors.torch import save_file
@@ -109,24 +113,9 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr,
                                                 total_steps=config.epochs * len(loader))
-    loss_fn = torch.nn.CrossEntropyLoss()
-    losses, acc = [], float("nan")
     model.train()
-    for _ in range(config.epochs):
-        total, correct, n = 0.0, 0, 0
-        for x, y, _idx in loader:
-            x, y = x.to(config.device), y.to(config.device)
-            logits = model(x)
-            loss = loss_fn(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(y)
-            correct += int((logits.argmax(1) == y).sum())
-            n += len(y)
-        losses.append(total / n)
-        acc = correct / n
+    with flush_denormal():
+        losses, acc = _fit(model, loader, opt, sched, config)
     model.eval()
     cfg = asdict(config)
     sidecar = {
@@ -152,4 +141,26 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
               str(tmp_ckpt))
     os.replace(tmp_ckpt, out)
-    return TrainResult(out, side, losses, acc, time.perf_counter() - t0)
+    return TrainResult(out, side, model, losses, acc, time.perf_counter() - t0)
+
+
+def _fit(model, loader, opt, sched, config: TrainConfig) -> tuple[list[float], float]:
+    """The epoch loop; returns per-epoch mean loss and the last epoch's training accuracy."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    losses, acc = [], float("nan")
+    for _ in range(config.epochs):
+        total, correct, n = 0.0, 0, 0
+        for x, y, _idx in loader:
+            x, y = x.to(config.device), y.to(config.device)
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(y)
+            correct += int((logits.argmax(1) == y).sum())
+            n += len(y)
+        losses.append(total / n)
+        acc = correct / n
+    return losses, acc

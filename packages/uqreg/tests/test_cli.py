@@ -1,0 +1,222 @@
+"""The ``uqreg`` command line end to end on a tiny configuration.
+
+``study`` writes study.nc and the PNGs; a rerun without ``--overwrite`` refuses and leaves the
+file untouched; ``plot`` redraws from the file alone; ``reference``/``tasks``/``methods`` print;
+bad input exits with code 2 and a clear message before any training; an interrupted study
+leaves no file (and no temporary file) behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import uqmetrics
+import xarray as xr
+
+from uqreg import cli
+from uqreg.methods import METHODS, Method
+from uqreg.reference import reference_prediction
+from uqreg.tasks import TASKS, get_task
+
+TINY = ["--task", "sinusoid", "--complexities", "1,2", "--methods", "blr,ens,bd", "--repetitions", "2",
+        "--members", "2", "--epochs", "3", "--mc-samples", "3", "--quiet"]
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _is_png(path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(Method, "run", fail)
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert cli.main(["study", *TINY, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_study_writes_file_and_plots(study_dir):
+    target = study_dir / "study.nc"
+    ds = uqmetrics.read_dataset(target, decode_attrs=True)
+    assert list(ds.method.values) == ["blr", "ens", "bd"]
+    assert list(ds.complexity.values) == [1, 2] and ds.sizes["repetition"] == 2
+    cfg = ds.attrs["config"]
+    assert cfg["task"] == "sinusoid" and cfg["train"]["members"] == 2 and cfg["train"]["epochs"] == 3
+    pngs = sorted(p.name for p in (study_dir / "plots").iterdir())
+    assert pngs == ["bands_c1.png", "bands_c2.png", "probes_vs_complexity.png"]
+    assert all(_is_png(study_dir / "plots" / p) for p in pngs)
+    assert not [p for p in study_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.slow
+def test_rerun_without_overwrite_refuses_and_keeps_the_file(study_dir, capsys, no_training):
+    target = study_dir / "study.nc"
+    before, mtime = _digest(target), target.stat().st_mtime_ns
+    assert cli.main(["study", *TINY, "--out", str(study_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "study.nc" in err
+    assert _digest(target) == before and target.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.slow
+def test_plot_redraws_from_the_file(study_dir, tmp_path, capsys):
+    """``plot DIR`` finds DIR/study.nc and draws every figure from the file alone."""
+    assert cli.main(["plot", str(study_dir), "--out", str(tmp_path / "again")]) == 0
+    names = sorted(p.name for p in (tmp_path / "again").iterdir())
+    assert names == ["bands_c1.png", "bands_c2.png", "probes_vs_complexity.png"]
+    assert all(_is_png(tmp_path / "again" / n) for n in names)
+    assert capsys.readouterr().out.count("wrote") == 3
+
+
+def test_overwrite_replaces_the_file(tmp_path):
+    out = tmp_path / "o"
+    args = ["study", "--task", "sinusoid", "--complexities", "1", "--methods", "blr", "--repetitions", "2",
+            "--quiet", "--no-plots", "--out", str(out)]
+    assert cli.main([*args, "--seed", "1"]) == 0
+    first = uqmetrics.read_dataset(out / "study.nc")
+    assert cli.main([*args, "--seed", "2", "--overwrite"]) == 0
+    second = uqmetrics.read_dataset(out / "study.nc")
+    assert int(first.attrs["seed"]) == 1 and int(second.attrs["seed"]) == 2
+    assert not (out / "plots").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["study.nc"]
+
+
+def test_reference_tasks_methods_print(tmp_path, capsys):
+    assert cli.main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in TASKS)
+    assert cli.main(["methods"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in METHODS)
+    path = tmp_path / "ref.nc"
+    assert cli.main(["reference", "--task", "sinusoid", "--complexity", "2", "--repetitions", "5",
+                     "--out", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "p=4" in out and "N=50" in out and "coverage over 5 draws" in out
+    with xr.open_dataset(path) as ds:
+        ds = ds.load()
+    inst = get_task("sinusoid").instance(2, 0)
+    mean, std = reference_prediction(inst, inst.targets(np.arange(5)))
+    np.testing.assert_allclose(ds.prediction.values, mean, rtol=1e-12)
+    np.testing.assert_allclose(ds.uncertainty.values, std, rtol=1e-12)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["study", "--task", "nope"], "valid tasks: polynomial, sinusoid, styblinski_tang"),
+    (["study", "--methods", "ens,nope"], "valid methods: blr, bd, cd, vd, ens, ens_adv, ens_bs"),
+    (["study", "--repetitions", "0"], "repetitions must be an integer >= 1"),
+    (["study", "--sigma", "-1"], "sigma must be a positive number"),
+    (["study", "--complexities", "0"], "complexit"),
+    (["study", "--n-train", "3"], "n_train must be at least the number of parameters p=4"),
+    (["study", "--members", "0"], "members"),
+    (["study", "--dropout", "1.5"], "dropout"),
+    (["reference", "--task", "nope"], "valid tasks"),
+    (["reference", "--complexity", "0"], "complexity must be an integer >= 1"),
+    (["reference", "--repetitions", "0"], "repetitions must be an integer >= 1"),
+])
+def test_bad_input_exits_2_before_training(args, message, tmp_path, capsys, no_training):
+    out = tmp_path / "bad"
+    extra = ["--out", str(out), "--quiet"] if args[0] == "study" else []
+    assert cli.main([*args, *extra]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.startswith(f"uqreg {args[0]}: error:")
+    assert not out.exists()
+
+
+def test_plot_missing_file_exits_2(tmp_path, capsys):
+    assert cli.main(["plot", str(tmp_path / "missing.nc")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_unparsable_arguments_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["study", "--complexities", "a,b"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["nope"])
+    assert exc.value.code == 2
+    # an empty selection is an error, not "the default" (which would silently run everything)
+    for args in (["--complexities", "3-1"], ["--complexities", ","], ["--methods", ""], ["--methods", " , "]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["study", *args])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "expected" in err or "empty range" in err, err
+
+
+@pytest.mark.slow
+def test_module_entry_point_exit_code(tmp_path):
+    """``python -m uqreg.cli`` exits with main()'s code and prints the message."""
+    proc = subprocess.run([sys.executable, "-m", "uqreg.cli", "study", "--task", "nope", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "valid tasks" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# interruption
+
+
+def _interrupt_on_call(monkeypatch, n: int):
+    calls = {"n": 0}
+    original = Method.run
+
+    def run(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Method, "run", run)
+    return calls
+
+
+def test_interrupted_training_leaves_no_file(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    calls = _interrupt_on_call(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["study", *TINY, "--out", str(out)])
+    assert calls["n"] == 3
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = ["study", "--task", "sinusoid", "--complexities", "1", "--methods", "blr", "--repetitions", "2",
+            "--quiet", "--no-plots", "--out", str(out)]
+    original = xr.Dataset.to_netcdf
+
+    def to_netcdf(self, path, *a, **kw):
+        original(self, path, *a, **kw)  # the temporary file is fully written, then: Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", to_netcdf)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(args)
+    assert not out.exists() or list(out.iterdir()) == []
+    # with an existing result and --overwrite, the old file survives an interrupted write
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", original)
+    assert cli.main([*args, "--seed", "1"]) == 0
+    before = _digest(out / "study.nc")
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", to_netcdf)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([*args, "--seed", "2", "--overwrite"])
+    assert sorted(p.name for p in out.iterdir()) == ["study.nc"]
+    assert _digest(out / "study.nc") == before

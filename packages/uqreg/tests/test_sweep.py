@@ -1,0 +1,184 @@
+"""Sweeps on a real Dask LocalCluster: same dataset as a sequential study, resume after a kill,
+combining cells, and the memory budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import uqmetrics
+from uqmetrics.sweep import is_complete
+from uqreg.engine import TrainConfig
+from uqreg.study import StudyConfig, run_study
+from uqreg.sweep import combine_cells, plan_cells, run_study_sweep
+
+TINY = StudyConfig(task="sinusoid", complexities=(1, 2), methods=("blr", "bd", "ens", "ens_bs"), repetitions=4,
+                   train=TrainConfig(members=3, epochs=8, mc_samples=6, dtype="float64"))
+
+
+def assert_same_study(a: xr.Dataset, b: xr.Dataset, rtol=1e-5, atol=1e-7):
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in a.data_vars:
+        x, y = a[name], b[name].transpose(*a[name].dims)
+        assert x.dims == y.dims, name
+        for d in x.dims:
+            if d in a.coords:
+                np.testing.assert_array_equal(a[d].values, b[d].values, err_msg=f"{name}: coord {d}")
+        np.testing.assert_allclose(x.values.astype(float), y.values.astype(float), rtol=rtol, atol=atol,
+                                   equal_nan=True, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def sequential():
+    return run_study(TINY, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    from dask.distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.mark.slow
+def test_sweep_on_localcluster_equals_sequential_study(tmp_path, sequential, cluster_client):
+    ds, report = run_study_sweep(TINY, tmp_path, chunk_repetitions=2, client=cluster_client, progress=False)
+    assert report.ok and len(report.computed) == len(plan_cells(TINY, chunk_repetitions=2)) == 2 * 4 * 2
+    assert_same_study(sequential, ds)
+    # a rerun computes nothing and gives the same dataset
+    ds2, report2 = run_study_sweep(TINY, tmp_path, chunk_repetitions=2, client=cluster_client, progress=False)
+    assert report2.computed == [] and len(report2.skipped) == 16
+    assert_same_study(ds, ds2, rtol=0, atol=0)
+
+
+def test_combining_cells_equals_single_study(tmp_path, sequential):
+    """Cells computed in-process (no cluster) and combined equal one study of the same config."""
+    from uqreg.sweep import run_cell
+
+    paths = []
+    for cell in plan_cells(TINY, chunk_repetitions=3):  # uneven chunks: 3 + 1 repetitions
+        path = tmp_path / f"{cell.key}.nc"
+        uqmetrics.write_dataset(run_cell(**cell.params), path)
+        paths.append(path)
+    from uqreg.study import summarize
+
+    assert_same_study(sequential, summarize(combine_cells(paths[::-1], TINY)))
+
+
+@pytest.mark.slow
+def test_sweep_resumes_after_the_client_is_killed(tmp_path, sequential):
+    """Kill a running `uqreg sweep` (client and its cluster) part way; rerun completes without
+    redoing finished cells and without a corrupt file."""
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "uqreg.cli", "sweep", "--task", "sinusoid", "--complexities", "1,2",
+            "--methods", "blr,bd,ens,ens_bs", "--repetitions", "4", "--members", "3", "--epochs", "8",
+            "--mc-samples", "6", "--dtype", "float64", "--chunk-repetitions", "1", "--out", str(out), "--quiet", "--no-plots"]
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    cells = out / "cells"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(cells.glob("*.nc"))) < 4 and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = sorted(p.name for p in cells.glob("*.nc"))
+    assert 0 < len(done_before) < 32, "the sweep must be killed part way"
+    mtimes = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.nc")}
+
+    res = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(done_before)} already on disk" in res.stdout or \
+        f"{32 - len(done_before)} computed" in res.stdout, res.stdout
+    for name, mtime in mtimes.items():  # finished cells were not redone
+        assert (cells / name).stat().st_mtime_ns == mtime
+    finished = list(cells.glob("*.nc"))
+    assert len(finished) == 32 and all(is_complete(p) for p in finished)
+    ds = uqmetrics.read_dataset(out / "study.nc")
+    assert_same_study(sequential, ds)
+
+
+def test_failing_cell_is_reported_and_others_finish(tmp_path):
+    from uqmetrics.sweep import Cell, run_sweep
+
+    from dask.distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client:
+        report = run_sweep([Cell("good", {"value": 1.0}), Cell("bad", {"value": -1.0})], _cell_func, tmp_path,
+                           client=client, progress=False)
+    assert [p.name for p in report.computed] == ["good.nc"]
+    assert "value must be positive" in report.failed["bad"]
+    assert not (tmp_path / "bad.nc").exists()
+
+
+def _cell_func(value):
+    if value < 0:
+        raise ValueError("value must be positive")
+    return xr.Dataset({"v": ("i", np.full(3, value))})
+
+
+def test_plan_cells_validates():
+    with pytest.raises(ValueError, match="chunk_repetitions"):
+        plan_cells(TINY, chunk_repetitions=0)
+    keys = [c.key for c in plan_cells(TINY, chunk_repetitions=2)]
+    assert len(keys) == len(set(keys)) == 16
+    assert json.loads(json.dumps(plan_cells(TINY)[0].params))  # cells are plain JSON
+
+
+MEMORY_SCRIPT = textwrap.dedent("""
+    import resource, sys, numpy as np, torch
+    torch.set_num_threads(1)
+    from uqreg.engine import TrainConfig
+    from uqreg.methods import get_method
+    from uqreg.tasks import get_task
+    inst = get_task("styblinski_tang").instance(2, seed=0)   # N = 900, d = 2
+    y = inst.targets(range(2))
+    get_method("ens").run(inst, y, range(2), TrainConfig(members=2, epochs=2, max_memory=1e9))  # warm-up
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cfg = TrainConfig(members=60, epochs=3, max_memory=float(sys.argv[1]), mc_samples=2)
+    get_method("ens_adv").run(inst, y, range(2), cfg)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(peak - base)
+""")
+
+
+@pytest.mark.slow
+def test_max_memory_bounds_peak_memory():
+    """Peak RSS growth of a chunked run stays within the budget; without the budget it does not."""
+
+    def growth(budget: float) -> int:
+        out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(budget)], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split()[-1])
+
+    budget = 64e6
+    bounded, unbounded = growth(budget), growth(64e9)
+    assert bounded <= budget * 1.25, (bounded, budget)
+    assert unbounded > 1.5 * bounded, (unbounded, bounded)
+
+
+@pytest.mark.cuda
+def test_cuda_matches_cpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = StudyConfig(task="sinusoid", complexities=(1,), methods=None, repetitions=2,
+                      train=TrainConfig(members=3, epochs=20, mc_samples=8, dtype="float64"))
+    cpu = run_study(cfg, progress=False)
+    from dataclasses import replace
+
+    gpu = run_study(replace(cfg, train=replace(cfg.train, device="cuda")), progress=False)
+    assert_same_study(cpu, gpu, rtol=1e-6, atol=1e-8)
+

@@ -1,0 +1,201 @@
+"""Selective-prediction protocol (PROTOCOLS.md V.1): one row per model, from cached logits.
+
+Every metric is a registered ``uqmetrics`` metric evaluated on the same evaluation samples with
+and without temperature scaling (``stratified_holdout``: a label-stratified calibration subset
+of ``calibration_size`` samples, the rest scored — one split shared by every model of the
+dataset). Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and MC dropout
+(negative predictive entropy of the mean over passes; ECE not reported, as in Galil et al.)
+where the model has an MC-dropout cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import xarray as xr
+
+from uqmetrics import (calibration_splits, ensemble_log_probs, fit_temperature_result,
+                       get_confidence_function, log_softmax, provenance_attrs, softmax)
+from uqmetrics.registry import get_metric
+
+from .cache import CacheInfo, check_aligned, index_caches, read_cache
+
+__all__ = ["SELECTIVE_METRICS", "RowKind", "ROW_KINDS", "SelectiveConfig", "score_selective",
+           "predictive_log_probs", "resolve_calibration_size", "select_dataset"]
+
+#: The metric variables of a selective score file (registered uqmetrics names).
+SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
+                     "brier")
+
+
+@dataclass(frozen=True)
+class RowKind:
+    """How a cache becomes a row: the cache mode it reads, its κ, metrics it does not report."""
+
+    mode: str
+    confidence: str
+    skip: tuple[str, ...] = ()
+    suffix: str = ""
+
+
+#: Row kinds by method name (one row per model and kind that has a cache).
+ROW_KINDS: dict[str, RowKind] = {
+    "softmax": RowKind("plain", "softmax_response"),
+    "mc_dropout": RowKind("mc_dropout", "negative_entropy", skip=("ece",), suffix="+mc_dropout"),
+}
+
+
+@dataclass
+class SelectiveConfig:
+    """Options of :func:`score_selective`.
+
+    ``calibration_size``: calibration samples for ``stratified_holdout`` — a count (5000 on
+    ImageNet) or a fraction in (0, 1) of the test set (small development sets).
+    """
+
+    calibration_size: float = 5000
+    seed: int = 0
+    dataset: str | None = None
+    kinds: tuple[str, ...] = tuple(ROW_KINDS)
+
+
+def resolve_calibration_size(size: float, n: int) -> int:
+    """A count or a fraction of ``n`` -> a count in [1, n - 1]; ``ValueError`` otherwise."""
+    k = int(round(size * n)) if 0 < size < 1 else int(size)
+    if not 1 <= k < n or (size >= 1 and size != int(size)):
+        raise ValueError(f"calibration size {size} gives {k} calibration samples of {n}; use a "
+                         f"count in [1, {n - 1}] or a fraction in (0, 1) (option "
+                         "--calibration-size)")
+    return k
+
+
+def predictive_log_probs(logits: np.ndarray) -> np.ndarray:
+    """Log predictive distribution, shape (sample, class), of (sample, class) logits or of
+    (pass, sample, class) logits of several passes (log of the mean of their softmaxes)."""
+    z = np.asarray(logits, dtype=np.float64)
+    if z.ndim == 2:
+        return log_softmax(z)
+    return ensemble_log_probs(log_softmax(z))
+
+
+def _row(z: np.ndarray, y: np.ndarray, calib: np.ndarray, rest: np.ndarray, kind: RowKind,
+         metrics: tuple[str, ...]) -> tuple[np.ndarray, float, bool]:
+    """Values (calibration=2, metric) + the fitted temperature and its convergence flag."""
+    fit = fit_temperature_result(z[calib], y[calib])
+    kappa_fn = get_confidence_function(kind.confidence)
+    values = np.full((2, len(metrics)), np.nan)
+    for c, t in enumerate((1.0, fit.temperature)):
+        p = softmax(z[rest], temperature=t)
+        correct = np.argmax(p, axis=1) == y[rest]
+        kappa = kappa_fn(p)
+        for j, name in enumerate(metrics):
+            if name in kind.skip:
+                continue
+            spec = get_metric(name)
+            values[c, j] = (spec.func(y[rest], p) if spec.kind == "classification"
+                            else spec.func(correct, kappa))
+    return values, fit.temperature, fit.converged
+
+
+def select_dataset(infos: list[CacheInfo], dataset: str | None) -> list[CacheInfo]:
+    """The caches of one dataset (``dataset`` required when several are present)."""
+    names = sorted({i.dataset_name for i in infos})
+    if not names:
+        raise ValueError("no complete prediction cache found")
+    if dataset is None:
+        if len(names) > 1:
+            raise ValueError(f"caches of several datasets {names}; choose one (--dataset)")
+        dataset = names[0]
+    if dataset not in names:
+        raise ValueError(f"no cache of dataset {dataset!r}; found {names}")
+    return [i for i in infos if i.dataset_name == dataset]
+
+
+def score_selective(caches: Iterable[str | os.PathLike],
+                    config: SelectiveConfig = SelectiveConfig()) -> xr.Dataset:
+    """Score every model's cache: dims (model, calibration), one variable per metric.
+
+    Parameters
+    ----------
+    caches : iterable of path
+        Cache files or directories (see :mod:`uqvision.cache`); partial or corrupt files are
+        skipped by the index and rejected by the loader.
+    config : SelectiveConfig
+
+    Returns
+    -------
+    xarray.Dataset
+        Variables ``accuracy``, ``auroc``, ``aurc``, ``eaurc``, ``sac_99``, ``sac_95``, ``ece``,
+        ``nll``, ``brier``, ``temperature`` over (model, calibration) with
+        ``calibration = ["none", "temperature"]`` (``temperature`` is 1 for ``none``);
+        ``temperature_converged`` (model); per-row coords ``method``, ``base_model``,
+        ``architecture``, ``tag``, ``checkpoint_sha256``. Attrs: provenance, protocol options,
+        ``n_calib``/``n_eval``, and the checksums of the scored caches.
+
+    Notes
+    -----
+    With ``(C, E)`` the stratified calibration/evaluation split of the test set and ``z`` a
+    row's logits (MC dropout: ``log mean_s softmax(z_s)``): ``T = argmin NLL(softmax(z[C]/T))``;
+    every metric is computed on ``softmax(z[E])`` (none) and ``softmax(z[E]/T)`` (temperature);
+    selective metrics use ``correct = argmax p = y`` and the row's κ.
+
+    References
+    ----------
+    Galil, Dabbah, El-Yaniv. What can we learn from the selective prediction and uncertainty
+    estimation performance of 523 ImageNet classifiers? ICLR 2023.
+    """
+    unknown = [k for k in config.kinds if k not in ROW_KINDS]
+    if unknown:
+        raise ValueError(f"unknown row kinds {unknown}; choose from {sorted(ROW_KINDS)}")
+    infos = select_dataset(index_caches(caches), config.dataset)
+    models = list(dict.fromkeys(i.model for i in sorted(infos, key=lambda i: i.model)))
+    rows = []  # (row name, kind name, CacheInfo)
+    for m in models:
+        for kname in config.kinds:
+            kind = ROW_KINDS[kname]
+            hits = [i for i in infos if i.model == m and i.mode == kind.mode and i.pass_index == 0]
+            if hits:
+                rows.append((m + kind.suffix, kname, hits[0]))
+    if not rows:
+        raise ValueError("no plain or MC-dropout cache to score")
+    metrics = SELECTIVE_METRICS
+    values = np.full((len(rows), 2, len(metrics)), np.nan)
+    temps, conv = np.ones((len(rows), 2)), np.zeros(len(rows), dtype=bool)
+    meta: dict[str, list[str]] = {k: [] for k in ("architecture", "tag", "checkpoint_sha256")}
+    checksums = {}
+    ref = split = None
+    for r, (row, kname, info) in enumerate(rows):
+        ds = read_cache(info.path)
+        if ref is None:
+            ref = ds.drop_vars([v for v in ds.data_vars if v != "label"])
+            y = ref["label"].values
+            n_calib = resolve_calibration_size(config.calibration_size, y.size)
+            (calib, rest), = calibration_splits(y, protocol="stratified_holdout",
+                                                n_calib=n_calib, seed=config.seed)
+            split = (calib, rest)
+        check_aligned([ref, ds], [rows[0][0], row])
+        z = predictive_log_probs(ds["logits"].values)
+        values[r], temps[r, 1], conv[r] = _row(z, y, *split, ROW_KINDS[kname], metrics)
+        for k in meta:
+            meta[k].append(str(ds.attrs.get(k, "")))
+        checksums[str(info.path)] = ds.attrs["checksum"]
+    data = {name: (("model", "calibration"), values[:, :, j]) for j, name in enumerate(metrics)}
+    data["temperature"] = (("model", "calibration"), temps)
+    data["temperature_converged"] = ("model", conv)
+    out = xr.Dataset(data, coords={
+        "model": [r[0] for r in rows], "calibration": ["none", "temperature"],
+        "method": ("model", [r[1] for r in rows]), "base_model": ("model", [r[2].model for r in rows]),
+        **{k: ("model", v) for k, v in meta.items()}})
+    for name in metrics:
+        out[name].attrs["greater_is_better"] = int(get_metric(name).greater_is_better)
+    extra = {"protocol": "selective", "calibration_protocol": "stratified_holdout",
+             "n_calib": int(split[0].size), "n_eval": int(split[1].size),
+             "dataset_name": rows[0][2].dataset_name,
+             "confidence_functions": json.dumps({k: ROW_KINDS[k].confidence for k in config.kinds}),
+             "caches": json.dumps(checksums)}
+    out.attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+    return out

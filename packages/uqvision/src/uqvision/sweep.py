@@ -1,0 +1,155 @@
+"""Zoo sweeps: many models × one image folder, one cache file per cell, on Dask.
+
+Cells are (model × dataset × mode × pass) — an MC-dropout cell holds all its passes, which
+share one data loading — run by ``uqmetrics.sweep.run_sweep``: a ``LocalCluster`` by default or
+any scheduler by address; each cell writes its cache atomically, a rerun skips complete files,
+and a model that raises is reported while the others go on. Model names are checked against
+the registries (with suggestions) and local weights are looked up before anything runs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import xarray as xr
+
+from uqmetrics.sweep import Cell, SweepReport, run_sweep
+
+from .cache import cache_key
+from .data import ImageFolderDataset
+from .models import MODEL_SOURCES, ModelSpec, check_model_name
+from .predict import PredictConfig, predict
+
+__all__ = ["WEIGHT_SUFFIXES", "expand_models", "find_weights", "SweepPlan", "plan_sweep",
+           "predict_cell", "sweep_predictions"]
+
+#: Weight-file suffixes looked up in a weights folder, in order.
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".bin")
+
+
+def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
+    """Names, ``NAME=CHECKPOINT`` and wildcards (``resnet*``, ``vit_*.augreg*``) -> specs.
+
+    A wildcard with a ``.`` matches pretrained tags (``timm.list_pretrained``), otherwise
+    architectures (``timm.list_models``); ``tv/<pattern>`` matches torchvision names. Exact names
+    are validated (``ValueError`` with close names); a wildcard that matches nothing raises.
+    """
+    import timm
+    import torchvision
+
+    out: list[ModelSpec] = []
+    for pat in patterns:
+        if "=" in pat:
+            spec = ModelSpec.parse(pat)
+            check_model_name(spec.name)
+            out.append(spec)
+        elif any(ch in pat for ch in "*?["):
+            if pat.startswith("tv/"):
+                names = ["tv/" + n for n in fnmatch.filter(torchvision.models.list_models(),
+                                                           pat[3:])]
+            elif "." in pat:
+                names = timm.list_pretrained(pat)
+            else:
+                names = timm.list_models(pat)
+            if not names:
+                raise ValueError(f"pattern {pat!r} matches no model")
+            out.extend(ModelSpec(n) for n in names)
+        else:
+            check_model_name(pat)
+            out.append(ModelSpec(pat))
+    rows = [s.row for s in out]
+    dup = sorted({r for r in rows if rows.count(r) > 1})
+    if dup:
+        raise ValueError(f"models listed twice: {dup}")
+    return out
+
+
+def find_weights(spec: ModelSpec, weights_dir: str | os.PathLike | None) -> ModelSpec:
+    """Attach ``<weights_dir>/<name><suffix>`` (``/`` in the name -> ``+``) if present."""
+    if spec.checkpoint is not None or weights_dir is None:
+        return spec
+    stem = spec.name.replace("/", "+")
+    for suffix in WEIGHT_SUFFIXES:
+        p = Path(weights_dir) / f"{stem}{suffix}"
+        if p.is_file():
+            return ModelSpec(spec.name, str(p), spec.label)
+    return spec
+
+
+def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str,
+                 dataset_name: str, config: dict, threads: int | None = None) -> xr.Dataset:
+    """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    (ds,) = predict(ModelSpec(name, checkpoint, label), data, PredictConfig(**config),
+                    dataset_name=dataset_name)
+    return ds
+
+
+@dataclass
+class SweepPlan:
+    """Cells to run, and models refused before running (name -> reason)."""
+
+    cells: list[Cell] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: PredictConfig, *,
+               weights_dir: str | os.PathLike | None = None, dataset_name: str | None = None,
+               threads: int | None = None) -> SweepPlan:
+    """The cells of a sweep; models without local weights are refused up front."""
+    ImageFolderDataset(data)  # folder errors before anything is submitted
+    name = dataset_name or Path(data).resolve().name
+    plan = SweepPlan()
+    passes = (range(config.first_pass, config.first_pass + config.passes)
+              if config.mode == "tta" else [0])
+    for spec in specs:
+        spec = find_weights(spec, weights_dir)
+        if spec.checkpoint is None and not config.allow_random_init:
+            plan.refused[spec.row] = (f"no local weights for {spec.name!r}"
+                                      + (f" in {str(weights_dir)!r}" if weights_dir else "")
+                                      + " (downloads are disabled)")
+            continue
+        if spec.source not in MODEL_SOURCES:
+            plan.refused[spec.row] = f"unknown model source {spec.source!r}"
+            continue
+        for p in passes:
+            cfg = asdict(config)
+            if config.mode == "tta":
+                cfg.update(first_pass=p, passes=1)
+            plan.cells.append(Cell(cache_key(spec.row, name, config.mode, p), {
+                "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
+                "data": str(Path(data).resolve()), "dataset_name": name, "config": cfg,
+                "threads": threads}))
+    return plan
+
+
+def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
+                      out_dir: str | os.PathLike, config: PredictConfig = PredictConfig(), *,
+                      weights_dir: str | os.PathLike | None = None,
+                      dataset_name: str | None = None, scheduler: str | None = None,
+                      n_workers: int = 2, threads: int | None = None, overwrite: bool = False,
+                      client=None, progress: bool = False) -> SweepReport:
+    """Cache predictions of every model in ``patterns`` on ``data`` into ``out_dir``, on Dask.
+
+    Returns
+    -------
+    uqmetrics.sweep.SweepReport
+        ``computed``/``skipped`` cache paths and ``failed`` (cell key or model -> error):
+        refused models (no weights) and cells that raised; the sweep itself never raises for
+        them.
+    """
+    specs = expand_models(patterns)
+    plan = plan_sweep(specs, data, config, weights_dir=weights_dir, dataset_name=dataset_name,
+                      threads=threads)
+    report = (run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
+                        n_workers=n_workers, overwrite=overwrite, progress=progress, client=client)
+              if plan.cells else SweepReport())
+    report.failed.update(plan.refused)
+    return report

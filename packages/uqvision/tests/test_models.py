@@ -1,0 +1,100 @@
+import doctest
+
+import pytest
+import torch
+from torch import nn
+
+import uqvision.models
+from uqvision.models import (ModelSpec, check_model_name, enable_mc_dropout, has_dropout,
+                             load_model)
+
+
+def test_doctests():
+    assert doctest.testmod(uqvision.models).failed == 0
+
+
+@pytest.mark.parametrize("name, close", [
+    ("resnet10", "resnet10t"),
+    ("test_byobnt", "test_byobnet"),
+    ("test_vit.r160_in1kk", "test_vit.r160_in1k"),
+    ("tv/mobilenet_v3_smal", "mobilenet_v3_small"),
+])
+def test_unknown_model_names_suggest_close_names(name, close):
+    with pytest.raises(ValueError, match="did you mean") as info:
+        check_model_name(name)
+    assert close in str(info.value)
+
+
+def test_known_names_pass():
+    for name in ("resnet10t", "resnet10t.c3_in1k", "test_vit", "tv/resnet18"):
+        check_model_name(name)
+
+
+def test_spec_parsing_and_row_names():
+    s = ModelSpec.parse("resnet10t=/w/rn.safetensors")
+    assert (s.name, s.checkpoint, s.row, s.source) == ("resnet10t", "/w/rn.safetensors",
+                                                        "resnet10t@rn", "timm")
+    assert ModelSpec("tv/resnet18").source == "tv" and ModelSpec("tv/resnet18").model_name == \
+        "resnet18"
+
+
+def test_no_checkpoint_no_download(tmp_path):
+    with pytest.raises(ValueError, match="no local checkpoint"):
+        load_model("resnet10t", num_classes=10)
+    with pytest.raises(FileNotFoundError):
+        load_model(f"resnet10t={tmp_path / 'absent.pth'}", num_classes=10)
+
+
+def test_head_mismatch_raises_before_building(tmp_path):
+    import timm
+
+    m = timm.create_model("test_resnet", num_classes=7)
+    path = tmp_path / "seven.pth"
+    torch.save(m.state_dict(), path)
+    with pytest.raises(ValueError, match="7-class head .* dataset has 10 classes"):
+        load_model(f"test_resnet={path}", num_classes=10)
+    loaded = load_model(f"test_resnet={path}", num_classes=7)
+    assert loaded.num_classes == 7 and loaded.checkpoint_sha256
+
+
+def test_torchvision_checkpoint_head_mismatch(tmp_path):
+    import torchvision
+
+    path = tmp_path / "mnv3.pth"
+    torch.save(torchvision.models.mobilenet_v3_small(num_classes=5).state_dict(), path)
+    with pytest.raises(ValueError, match="5-class head"):
+        load_model(f"tv/mobilenet_v3_small={path}", num_classes=10)
+    loaded = load_model(f"tv/mobilenet_v3_small={path}", num_classes=5)
+    assert loaded.data_config.input_size == (3, 224, 224)
+    assert loaded.data_config.crop_pct == pytest.approx(224 / 256)
+
+
+@pytest.mark.parametrize("name", ["test_byobnet", "tv/mobilenet_v3_small"])
+def test_mc_dropout_switches_only_dropout_modules(name):
+    kwargs = {} if name.startswith("tv/") else {}
+    loaded = load_model(name, num_classes=10, allow_random_init=True, **kwargs)
+    model = loaded.model
+    if name == "test_byobnet":  # give the head a dropout module with p > 0
+        model.head.drop = nn.Dropout(0.5)
+    assert has_dropout(model)
+    model.train()
+    n = enable_mc_dropout(model)
+    assert n >= 1
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    assert bns and all(not m.training for m in bns)
+    assert drops and all(m.training for m in drops)
+    others = [m for m in model.modules() if not isinstance(m, nn.Dropout)]
+    assert all(not m.training for m in others)
+    stats = [b.running_mean.clone() for b in bns]
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        a, b = model(x), model(x)
+    assert not torch.equal(a, b)  # dropout is live
+    assert all(torch.equal(s, b.running_mean) for s, b in zip(stats, bns))  # BN not updated
+
+
+def test_models_without_dropout_modules():
+    loaded = load_model("test_resnet", num_classes=10, allow_random_init=True)
+    assert not has_dropout(loaded.model)
+    assert enable_mc_dropout(loaded.model) == 0

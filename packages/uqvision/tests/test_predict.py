@@ -1,0 +1,101 @@
+import doctest
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import uqvision.predict
+from uqvision.cache import read_cache
+from uqvision.predict import PredictConfig, predict, predict_to_files, shard_indices
+
+
+def test_doctests():
+    assert doctest.testmod(uqvision.predict).failed == 0
+
+
+@given(n=st.integers(0, 200), world=st.integers(1, 9))
+def test_shards_cover_every_sample_exactly_once(n, world):
+    shards = [shard_indices(n, world, r) for r in range(world)]
+    assert np.array_equal(np.concatenate(shards), np.arange(n))
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_plain_cache_contract(spec, digits, tmp_path):
+    (path,) = predict_to_files(spec, digits / "test", tmp_path, PredictConfig(batch_size=16))
+    ds = read_cache(path)
+    assert ds["logits"].dims == ("sample", "class") and ds["logits"].shape == (65, 10)
+    assert ds["label"].dims == ("sample",)
+    assert list(ds["class"].values) == [str(d) for d in range(10)]
+    for key in ("model", "architecture", "tag", "checkpoint_sha256", "data_config",
+                "dataset_fingerprint", "mode", "pass_index", "git_commit", "torch_version"):
+        assert key in ds.attrs, key
+    assert ds.attrs["mode"] == "plain" and ds.attrs["architecture"] == "test_byobnet"
+    # batch size does not change the result
+    (other,) = predict(spec, digits / "test", PredictConfig(batch_size=7))
+    np.testing.assert_allclose(other["logits"].values, ds["logits"].values, rtol=1e-5,
+                               atol=1e-5)
+    # resume: a complete file is not recomputed
+    mtime = path.stat().st_mtime_ns
+    predict_to_files(spec, digits / "test", tmp_path, PredictConfig(batch_size=16))
+    assert path.stat().st_mtime_ns == mtime
+
+
+def test_tta_passes_differ_and_are_reproducible_by_seed(spec, digits):
+    cfg = dict(mode="tta", tta_policy="crop")
+    p01 = predict(spec, digits / "test", PredictConfig(**cfg, passes=2, seed=5, batch_size=16))
+    p1 = predict(spec, digits / "test", PredictConfig(**cfg, first_pass=1, passes=1, seed=5,
+                                                      batch_size=9))[0]
+    other_seed = predict(spec, digits / "test", PredictConfig(**cfg, first_pass=1, passes=1,
+                                                              seed=6))[0]
+    z0, z1 = p01[0]["logits"].values, p01[1]["logits"].values
+    assert [d.attrs["pass_index"] for d in p01] == [0, 1]
+    assert np.abs(z0 - z1).max() > 1e-3  # different augmentations
+    np.testing.assert_allclose(p1["logits"].values, z1, rtol=1e-5, atol=1e-5)  # same seed+pass
+    assert np.abs(other_seed["logits"].values - z1).max() > 1e-3
+
+
+def test_mc_dropout_cache_has_passes(spec, digits):
+    (ds,) = predict(spec, digits / "test", PredictConfig(mode="mc_dropout", passes=3,
+                                                         batch_size=32))
+    z = ds["logits"].values
+    assert ds["logits"].dims == ("pass", "sample", "class") and z.shape == (3, 65, 10)
+    assert np.abs(z[0] - z[1]).max() > 1e-4
+    (again,) = predict(spec, digits / "test", PredictConfig(mode="mc_dropout", passes=3,
+                                                            batch_size=32))
+    np.testing.assert_array_equal(again["logits"].values, z)  # seeded masks
+
+
+def test_embeddings_are_cached(spec, digits):
+    (ds,) = predict(spec, digits / "test", PredictConfig(embeddings=True, batch_size=32))
+    (plain,) = predict(spec, digits / "test", PredictConfig(batch_size=32))
+    assert ds["embedding"].dims == ("sample", "feature") and ds.sizes["sample"] == 65
+    np.testing.assert_allclose(ds["logits"].values, plain["logits"].values, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_mc_dropout_refused_without_dropout(digits, tmp_path):
+    import timm
+    import torch
+
+    path = tmp_path / "r.pth"
+    torch.save(timm.create_model("test_resnet", num_classes=10).state_dict(), path)
+    with pytest.raises(ValueError, match="no dropout module"):
+        predict(f"test_resnet={path}", digits / "test", PredictConfig(mode="mc_dropout"))
+
+
+def test_bad_inputs_fail_before_running(spec, digits, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        predict(spec, tmp_path / "nope", PredictConfig())
+    three = tmp_path / "three"
+    for c in "abc":
+        (three / c).mkdir(parents=True)
+        (three / c / "x.png").write_bytes((digits / "test" / "0" / next(
+            p.name for p in (digits / "test" / "0").iterdir())).read_bytes())
+    with pytest.raises(ValueError, match="10-class head .* 3 classes"):
+        predict(spec, three, PredictConfig())
+    with pytest.raises(ValueError, match="unknown mode"):
+        predict(spec, digits / "test", PredictConfig(mode="swag"))
+    with pytest.raises(ValueError, match="did you mean"):
+        predict("test_byobnett", digits / "test", PredictConfig())

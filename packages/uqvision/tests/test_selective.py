@@ -1,0 +1,149 @@
+import numpy as np
+import pytest
+import xarray as xr
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax as sp_log_softmax
+from scipy.special import softmax as sp_softmax
+from sklearn.metrics import roc_auc_score
+
+from uqmetrics import calibration_splits, write_dataset
+from uqvision.cache import CacheError
+from uqvision.selective import SELECTIVE_METRICS, SelectiveConfig, score_selective
+
+# ---- an independent recomputation of every metric from raw probabilities (no ties in κ) ----
+
+
+def _ece(y, p, m=15):
+    conf, pred = p.max(1), p.argmax(1)
+    b = np.clip(np.ceil(conf * m).astype(int) - 1, 0, m - 1)
+    return sum(abs((pred[b == j] == y[b == j]).mean() - conf[b == j].mean()) * (b == j).mean()
+               for j in range(m) if (b == j).any())
+
+
+def _aurc(correct, kappa):
+    err = ~correct[np.argsort(-kappa)]
+    i = np.arange(1, err.size + 1)
+    return np.mean(np.cumsum(err) / i)
+
+
+def _oracle_aurc(correct):
+    i = np.arange(1, correct.size + 1)
+    return np.mean(np.maximum(0, i - correct.sum()) / i)
+
+
+def _sac(correct, kappa, alpha):
+    acc = np.cumsum(correct[np.argsort(-kappa)]) / np.arange(1, correct.size + 1)
+    ok = np.flatnonzero(acc >= alpha)
+    return 0.0 if ok.size == 0 else (ok.max() + 1) / correct.size
+
+
+def reference(y, p, kappa):
+    correct = p.argmax(1) == y
+    onehot = np.eye(p.shape[1])[y]
+    return {"accuracy": correct.mean(), "auroc": roc_auc_score(correct, kappa),
+            "aurc": _aurc(correct, kappa),
+            "eaurc": _aurc(correct, kappa) - _oracle_aurc(correct),
+            "sac_99": _sac(correct, kappa, 0.99), "sac_95": _sac(correct, kappa, 0.95),
+            "ece": _ece(y, p), "nll": np.mean(-np.log(np.clip(p[np.arange(y.size), y], 1e-12,
+                                                                None))),
+            "brier": np.mean(((p - onehot) ** 2).sum(1))}
+
+
+def _fit_t(z, y):
+    f = lambda lt: -np.mean(sp_log_softmax(z / np.exp(lt), axis=1)[np.arange(y.size), y])  # noqa: E731
+    return float(np.exp(minimize_scalar(f, bounds=(np.log(0.01), np.log(100)),
+                                        method="bounded", options={"xatol": 1e-10}).x))
+
+
+@pytest.fixture
+def zoo(tmp_path, write_cache, member_logits):
+    rng = np.random.default_rng(0)
+    y, z = member_logits(rng, 300, 5, 3, signal=1.5, noise=1.0)
+    z[1] *= 3.0  # an over-confident model (fitted T > 1)
+    write_cache(tmp_path, z[0], y, model="a")
+    write_cache(tmp_path, z[1], y, model="b")
+    mc = z[2][None] + 0.5 * rng.normal(size=(4, *z[2].shape))
+    # caches hold float32 logits: recompute from exactly what is stored
+    z, mc = z.astype(np.float32).astype(float), mc.astype(np.float32).astype(float)
+    write_cache(tmp_path, z[2], y, model="c")
+    write_cache(tmp_path, mc, y, model="c", mode="mc_dropout")
+    return tmp_path, y, z, mc
+
+
+def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
+    path, y, z, mc = zoo
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    (calib, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
+    assert (ds.attrs["n_calib"], ds.attrs["n_eval"]) == (90, 210)
+    assert list(ds["model"].values) == ["a", "b", "c", "c+mc_dropout"]
+    rows = {"a": np.log(sp_softmax(z[0], 1)), "b": np.log(sp_softmax(z[1], 1)),
+            "c": np.log(sp_softmax(z[2], 1)),
+            "c+mc_dropout": np.log(sp_softmax(mc, -1).mean(0))}
+    for row, lp in rows.items():
+        t = float(ds["temperature"].sel(model=row, calibration="temperature"))
+        assert t == pytest.approx(_fit_t(lp[calib], y[calib]), rel=1e-4)
+        for cal, temp in (("none", 1.0), ("temperature", t)):
+            p = sp_softmax(lp[rest] / temp, axis=1)
+            if row.endswith("mc_dropout"):  # κ = negative predictive entropy; ECE not reported
+                kappa = (p * np.log(p)).sum(1)
+            else:
+                kappa = p.max(1)
+            ref = reference(y[rest], p, kappa)
+            for name in SELECTIVE_METRICS:
+                got = float(ds[name].sel(model=row, calibration=cal))
+                if row.endswith("mc_dropout") and name == "ece":
+                    assert np.isnan(got)
+                else:
+                    assert got == pytest.approx(ref[name], rel=1e-9, abs=1e-12), (row, cal, name)
+    assert float(ds["temperature"].sel(model="b", calibration="temperature")) > 1.5
+    assert (ds["temperature"].sel(calibration="none") == 1).all()
+
+
+def test_score_file_contract_with_plain_xarray(zoo, tmp_path):
+    path, *_ = zoo
+    out = write_dataset(score_selective([path], SelectiveConfig(calibration_size=0.3)),
+                        tmp_path / "scores" / "selective.nc")
+    ds = xr.open_dataset(out)
+    for v in ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll", "brier",
+              "temperature"):
+        assert ds[v].dims == ("model", "calibration"), v
+    assert list(ds["calibration"].values) == ["none", "temperature"]
+    ds.close()
+
+
+def test_temperature_never_changes_accuracy(zoo):
+    ds = score_selective([zoo[0]], SelectiveConfig(calibration_size=0.3))
+    np.testing.assert_array_equal(ds["accuracy"].sel(calibration="none").values,
+                                  ds["accuracy"].sel(calibration="temperature").values)
+
+
+def test_partial_and_corrupt_caches_are_never_scored(zoo, write_cache):
+    path, y, z, _ = zoo
+    (path / "d.test.plain-000.nc").write_bytes(b"CDF\x01 truncated")  # partial file
+    bad = write_cache(path, z[0], y, model="e")
+    import netCDF4
+
+    with netCDF4.Dataset(bad, "a") as nc:  # readable, flagged complete, but data altered
+        nc["logits"][0, 0] = 99.0
+    with pytest.warns(UserWarning, match="skipping"):
+        with pytest.raises(CacheError, match="checksum"):
+            score_selective([path], SelectiveConfig(calibration_size=0.3))
+    bad.unlink()
+    with pytest.warns(UserWarning, match="skipping"):
+        ds = score_selective([path], SelectiveConfig(calibration_size=0.3))
+    assert "d" not in ds["model"].values and "e" not in ds["model"].values
+
+
+def test_mismatched_caches_raise(tmp_path, write_cache):
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 4, 50)
+    write_cache(tmp_path, rng.normal(size=(50, 4)), y, model="a")
+    write_cache(tmp_path, rng.normal(size=(50, 4)), y, model="b",
+                samples=[f"{i:05d}.png" for i in reversed(range(50))])
+    with pytest.raises(CacheError, match="sample order"):
+        score_selective([tmp_path], SelectiveConfig(calibration_size=0.3))
+
+
+def test_calibration_size_is_checked(zoo):
+    with pytest.raises(ValueError, match="calibration-size"):
+        score_selective([zoo[0]], SelectiveConfig())  # 5000 of 300 samples

@@ -1,6 +1,6 @@
 """``uqreg`` command line: a thin layer over :mod:`uqreg.study` and :mod:`uqreg.plots`.
 
-Subcommands: ``study``, ``plot``, ``reference``, ``tasks``, ``methods``.
+Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``tasks``, ``methods``.
 """
 
 from __future__ import annotations
@@ -172,6 +172,16 @@ def cmd_reference(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(a: argparse.Namespace) -> int:
+    from .reproduce import reproduce
+
+    paths = reproduce(a.out, scale=a.scale, experiments=_strs(a.experiments), device=a.device, scheduler=a.scheduler,
+                      n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
+    for p in paths:
+        print(f"wrote {p}")
+    return 0
+
+
 def cmd_tasks(a: argparse.Namespace) -> int:
     for name, t in TASKS.items():
         print(f"{name:<16} {t.complexity_name:<7} default {list(t.default_complexities)}  {t.description}")
@@ -226,6 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_reference)
 
+    p = sub.add_parser("reproduce", help="run the paper's three experiments as sweeps and draw Figures 1-7")
+    p.add_argument("--out", default="results/reproduction")
+    p.add_argument("--scale", default="cpu", help="paper, cpu or smoke (default cpu)")
+    p.add_argument("--experiments", default="e1,e2,e3")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=int, default=5)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_reproduce)
+
     sub.add_parser("tasks", help="list registered tasks").set_defaults(func=cmd_tasks)
     sub.add_parser("methods", help="list registered methods").set_defaults(func=cmd_methods)
     return parser
@@ -235,7 +256,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as exc:
+    except (ValueError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
         print(f"uqreg {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -112,7 +112,8 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     report = sweep_predictions(a.models, a.data, out / "caches", _predict_config(a),
                                weights_dir=a.weights_dir, dataset_name=a.dataset_name,
                                scheduler=a.scheduler, n_workers=a.n_workers,
-                               threads=a.threads, overwrite=a.overwrite, progress=True)
+                               threads=a.cell_threads or a.threads, overwrite=a.overwrite,
+                               progress=True)
     _print(f"computed {len(report.computed)}, skipped {len(report.skipped)} (already complete), "
            f"failed {len(report.failed)}")
     for key, err in sorted(report.failed.items()):
@@ -170,6 +171,8 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``uqvision``."""
     ap = argparse.ArgumentParser(prog="uqvision", description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's choice)")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("data", help="write a development image folder")
@@ -229,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
     p.add_argument("--n-workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=None, help="torch threads per cell")
+    p.add_argument("--cell-threads", type=int, default=None,
+                   help="torch threads inside each Dask cell (default: --threads)")
     p.add_argument("--calibration-size", type=float, default=5000)
     _add_predict_options(p)
 
@@ -247,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mc-passes", dest="mc_passes", type=int, default=None)
     p.add_argument("--max-per-class", dest="max_per_class", type=int, default=None)
     p.add_argument("--calibration-size", dest="calibration_size", type=float, default=None)
+    p.add_argument("--n-orders", dest="n_orders", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None)
     return ap
 
@@ -261,6 +267,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``uqvision`` console script."""
     args = build_parser().parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:

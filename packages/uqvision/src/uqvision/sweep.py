@@ -69,14 +69,17 @@ def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
 
 
 def find_weights(spec: ModelSpec, weights_dir: str | os.PathLike | None) -> ModelSpec:
-    """Attach ``<weights_dir>/<name><suffix>`` (``/`` in the name -> ``+``) if present."""
+    """Attach ``<weights_dir>/<name><suffix>`` (``/`` in the name -> ``+``) if present.
+
+    The row keeps the bare model name: the file is that model's weights.
+    """
     if spec.checkpoint is not None or weights_dir is None:
         return spec
     stem = spec.name.replace("/", "+")
     for suffix in WEIGHT_SUFFIXES:
         p = Path(weights_dir) / f"{stem}{suffix}"
         if p.is_file():
-            return ModelSpec(spec.name, str(p), spec.label)
+            return ModelSpec(spec.name, str(p), spec.label or spec.name)
     return spec
 
 

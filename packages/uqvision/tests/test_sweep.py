@@ -1,0 +1,51 @@
+import pytest
+
+from uqvision.predict import PredictConfig
+from uqvision.selective import SelectiveConfig, score_selective
+from uqvision.sweep import expand_models, plan_sweep, sweep_predictions
+
+
+def test_wildcards_expand_through_the_registries():
+    names = [s.name for s in expand_models(["test_vit*", "test_resnet.*", "tv/resnet1*"])]
+    assert "test_vit" in names and "test_vit2" in names
+    assert "test_resnet.r160_in1k" in names
+    assert "tv/resnet18" in names
+    with pytest.raises(ValueError, match="matches no model"):
+        expand_models(["no_such_net*"])
+    with pytest.raises(ValueError, match="did you mean"):
+        expand_models(["test_vitt"])
+    with pytest.raises(ValueError, match="twice"):
+        expand_models(["test_vit", "test_vit"])
+
+
+def test_models_without_local_weights_are_refused_up_front(digits, tmp_path):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "test_vit.safetensors").write_bytes(b"")
+    plan = plan_sweep(expand_models(["test_vit", "test_resnet"]), digits / "test",
+                      PredictConfig(mode="tta", passes=2), weights_dir=tmp_path / "w")
+    assert list(plan.refused) == ["test_resnet"]
+    assert [c.key for c in plan.cells] == ["test_vit.test.tta-000", "test_vit.test.tta-001"]
+    assert plan.cells[1].params["config"]["first_pass"] == 1
+
+
+@pytest.mark.slow
+def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp_path):
+    from dask.distributed import Client, LocalCluster
+
+    bad = tmp_path / "broken.safetensors"
+    bad.write_bytes(b"not a checkpoint at all")
+    models = [spec, f"test_byobnet={bad}", "test_vit"]
+    caches = tmp_path / "caches"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        report = sweep_predictions(models, digits / "test", caches,
+                                   PredictConfig(batch_size=32), client=client, threads=1)
+        assert [p.name for p in report.computed] == ["test_byobnet+m0.test.plain-000.nc"]
+        assert set(report.failed) == {"test_byobnet+broken.test.plain-000", "test_vit"}
+        assert "no local weights" in report.failed["test_vit"]
+        again = sweep_predictions(models, digits / "test", caches,
+                                  PredictConfig(batch_size=32), client=client, threads=1)
+    assert again.computed == [] and [p.name for p in again.skipped] == [
+        "test_byobnet+m0.test.plain-000.nc"]
+    ds = score_selective([caches], SelectiveConfig(calibration_size=0.3))
+    assert list(ds["model"].values) == ["test_byobnet@m0"]

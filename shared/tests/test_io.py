@@ -338,3 +338,15 @@ def test_checksum_detects_corruption_on_disk(tmp_path):
     data[at + 7] ^= 0x01
     path.write_bytes(bytes(data))
     assert dataset_checksum(read_dataset(path)) != ref
+
+
+def test_inherited_string_encoding_does_not_truncate_labels(tmp_path):
+    """A dataset combined from files with short labels keeps its longer labels when written."""
+    short = xr.Dataset({"v": ("method", [1.0])}, coords={"method": ["bd"]})
+    write_dataset(short, tmp_path / "short.nc")
+    read = read_dataset(tmp_path / "short.nc")
+    longer = xr.concat([read, xr.Dataset({"v": ("method", [2.0])}, coords={"method": ["ens_bs"]})], dim="method")
+    longer = longer.assign_coords(method=longer.method.copy())
+    longer["method"].encoding = dict(read["method"].encoding)  # what combine_by_coords carries over
+    write_dataset(longer, tmp_path / "long.nc")
+    assert list(read_dataset(tmp_path / "long.nc").method.values) == ["bd", "ens_bs"]

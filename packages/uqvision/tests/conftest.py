@@ -9,16 +9,16 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import torch  # noqa: E402
+import torch
 
 # One intra-op thread: the tests are tiny, and on a shared 2-core machine OpenMP threads that
 # spin-wait for each other are several times slower than a single thread.
 torch.set_num_threads(1)
 
-from uqmetrics import write_dataset  # noqa: E402
+from uqmetrics import write_dataset
 
-from uqvision.cache import cache_dataset, cache_key  # noqa: E402
-from uqvision.data import make_digits_folder  # noqa: E402
+from uqvision.cache import cache_dataset, cache_key
+from uqvision.data import make_digits_folder
 
 ARCH = "test_byobnet"  # BatchNorm + an nn.Dropout head, ~0.2M parameters
 

@@ -1,5 +1,3 @@
-import doctest
-
 import numpy as np
 import pytest
 import torch
@@ -7,17 +5,21 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 import uqvision.data
-from uqvision.data import (TTA_POLICIES, DataConfig, ImageFolderDataset, dataset_fingerprint,
-                           eval_transform, make_synthetic_folder, tta_transform)
+from uqvision.data import (
+    TTA_POLICIES,
+    DataConfig,
+    ImageFolderDataset,
+    dataset_fingerprint,
+    eval_transform,
+    make_synthetic_folder,
+    tta_transform,
+)
 
 
 def _img(path, value=0):
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(np.full((8, 8), value, np.uint8)).save(path)
 
-
-def test_doctests():
-    assert doctest.testmod(uqvision.data).failed == 0
 
 
 def test_class_and_sample_order_match_torchvision_imagefolder(tmp_path):

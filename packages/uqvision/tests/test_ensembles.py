@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 import xarray as xr
-
 from uqmetrics import write_dataset
+
 from uqvision.cache import CacheError
 from uqvision.ensembles import EnsembleConfig, Source, score_ensembles
 

@@ -1,8 +1,8 @@
 def test_package_imports_with_declared_dependencies():
     import timm
     import torchvision
-
     import uqmetrics
+
     import uqvision
 
     assert uqvision.__version__

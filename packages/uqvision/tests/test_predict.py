@@ -1,17 +1,12 @@
-import doctest
+import json
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import uqvision.predict
 from uqvision.cache import read_cache
 from uqvision.predict import PredictConfig, predict, predict_to_files, shard_indices
-
-
-def test_doctests():
-    assert doctest.testmod(uqvision.predict).failed == 0
 
 
 @given(n=st.integers(0, 200), world=st.integers(1, 9))
@@ -43,7 +38,7 @@ def test_plain_cache_contract(spec, digits, tmp_path):
 
 
 def test_tta_passes_differ_and_are_reproducible_by_seed(spec, digits):
-    cfg = dict(mode="tta", tta_policy="crop")
+    cfg = {"mode": "tta", "tta_policy": "crop"}
     p01 = predict(spec, digits / "test", PredictConfig(**cfg, passes=2, seed=5, batch_size=16))
     p1 = predict(spec, digits / "test", PredictConfig(**cfg, first_pass=1, passes=1, seed=5,
                                                       batch_size=9))[0]
@@ -99,3 +94,16 @@ def test_bad_inputs_fail_before_running(spec, digits, tmp_path):
         predict(spec, digits / "test", PredictConfig(mode="swag"))
     with pytest.raises(ValueError, match="did you mean"):
         predict("test_byobnett", digits / "test", PredictConfig())
+
+
+def test_a_pretrained_tag_drives_the_full_resolution_path(tmp_path):
+    from uqvision.data import make_synthetic_folder
+
+    root = make_synthetic_folder(tmp_path / "fake", n_classes=3, n_per_class=2, image_size=200)
+    # the preprocessing comes from the tag's pretrained config (160 px, crop_pct 0.95)
+    (ds,) = predict("test_resnet.r160_in1k", root / "test",
+                    PredictConfig(allow_random_init=True, batch_size=4))
+    assert ds["logits"].shape == (6, 3)
+    cfg = json.loads(ds.attrs["data_config"])
+    assert cfg["input_size"] == [3, 160, 160] and cfg["crop_pct"] == 0.95
+    assert ds.attrs["tag"] == "r160_in1k+random_init" and ds.attrs["checkpoint_sha256"] == ""

@@ -5,8 +5,8 @@ from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax as sp_log_softmax
 from scipy.special import softmax as sp_softmax
 from sklearn.metrics import roc_auc_score
-
 from uqmetrics import calibration_splits, write_dataset
+
 from uqvision.cache import CacheError
 from uqvision.selective import SELECTIVE_METRICS, SelectiveConfig, score_selective
 
@@ -50,7 +50,7 @@ def reference(y, p, kappa):
 
 
 def _fit_t(z, y):
-    f = lambda lt: -np.mean(sp_log_softmax(z / np.exp(lt), axis=1)[np.arange(y.size), y])  # noqa: E731
+    f = lambda lt: -np.mean(sp_log_softmax(z / np.exp(lt), axis=1)[np.arange(y.size), y])
     return float(np.exp(minimize_scalar(f, bounds=(np.log(0.01), np.log(100)),
                                         method="bounded", options={"xatol": 1e-10}).x))
 
@@ -125,9 +125,8 @@ def test_partial_and_corrupt_caches_are_never_scored(zoo, write_cache):
 
     with netCDF4.Dataset(bad, "a") as nc:  # readable, flagged complete, but data altered
         nc["logits"][0, 0] = 99.0
-    with pytest.warns(UserWarning, match="skipping"):
-        with pytest.raises(CacheError, match="checksum"):
-            score_selective([path], SelectiveConfig(calibration_size=0.3))
+    with pytest.warns(UserWarning, match="skipping"), pytest.raises(CacheError, match="checksum"):
+        score_selective([path], SelectiveConfig(calibration_size=0.3))
     bad.unlink()
     with pytest.warns(UserWarning, match="skipping"):
         ds = score_selective([path], SelectiveConfig(calibration_size=0.3))

@@ -41,7 +41,7 @@ def test_training_learns_and_records_its_config(trained):
 
 
 def test_same_seed_same_weights_other_seed_other_weights(digits, tmp_path):
-    cfg = dict(arch="test_vit", epochs=1, input_size=16, batch_size=32)
+    cfg = {"arch": "test_vit", "epochs": 1, "input_size": 16, "batch_size": 32}
     a = train_model(digits / "train", tmp_path / "a", TrainConfig(**cfg, seed=3))
     b = train_model(digits / "train", tmp_path / "b", TrainConfig(**cfg, seed=3))
     c = train_model(digits / "train", tmp_path / "c", TrainConfig(**cfg, seed=4))

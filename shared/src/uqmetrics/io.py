@@ -258,7 +258,9 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
 
 
 def _prepare(ds: xr.Dataset, attrs: Mapping | None, compress: bool) -> xr.Dataset:
-    out = ds.copy(deep=False)
+    # Encodings inherited from a file read earlier are dropped: a fixed string width carried
+    # over from one cell would silently truncate the longer labels of a combined dataset.
+    out = ds.drop_encoding()
     merged = {**ds.attrs, **(dict(attrs) if attrs else {})}
     merged.pop(COMPLETE_ATTR, None)
     out.attrs = _netcdf_attrs(merged, "")

@@ -58,6 +58,8 @@ def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None):
                               z=Z, ax=ax, **kw)
         ax.set_title(f"{m}")
         ax.set_xlabel(xname)
+        if ax is not axes.flat[0] and ax.get_legend() is not None:
+            ax.get_legend().remove()
     for ax in list(axes.flat)[len(methods):]:
         ax.set_visible(False)
     fig.suptitle(f"{ds.attrs.get('task')}: {ds.attrs.get('complexity_name', 'complexity')} = {complexity}, "
@@ -100,6 +102,9 @@ def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "bin
         plot_coverage_vs_complexity(ds, point_selection=sel, error=error, ax=row[2],
                                     title=f"coverage at {label}")
         row[2].set_xlabel(cname)
+    for ax in axes.flat:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -27,19 +27,19 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-
 from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
 
 __all__ = [
     "CACHE_KIND",
     "CacheError",
     "CacheInfo",
-    "cache_key",
     "cache_dataset",
-    "read_cache",
+    "cache_key",
+    "check_aligned",
     "find_caches",
     "index_caches",
-    "check_aligned",
+    "read_cache",
+    "safe_name",
 ]
 
 CACHE_KIND = "uqvision.prediction_cache"
@@ -50,13 +50,23 @@ class CacheError(ValueError):
     """A cache is partial, corrupt, not a cache, or does not match the other caches."""
 
 
+def safe_name(name: str) -> str:
+    """``name`` with every character but letters, digits and ``._+-`` replaced by ``+``."""
+    return _SAFE.sub("+", name)
+
+
 def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
     """File stem of a cache, e.g. ``resnet50.a1_in1k.val.plain-000``.
 
     Characters other than letters, digits and ``._+-`` become ``+`` (``tv/x@ckpt`` ->
     ``tv+x+ckpt``); the file itself records the exact names in its attrs.
+
+    Examples
+    --------
+    >>> cache_key("tv/mobilenet_v3_small@m0", "val", "tta", 3)
+    'tv+mobilenet_v3_small+m0.val.tta-003'
     """
-    return f"{_SAFE.sub('+', model)}.{_SAFE.sub('+', dataset_name)}.{mode}-{int(pass_index):03d}"
+    return f"{safe_name(model)}.{safe_name(dataset_name)}.{mode}-{int(pass_index):03d}"
 
 
 def cache_dataset(logits, labels, *, samples, classes, embedding=None,
@@ -202,3 +212,17 @@ def check_aligned(caches: Sequence[xr.Dataset], names: Sequence[str] | None = No
                              f"({c.sizes['sample']}) than {ref_name!r} ({ref.sizes['sample']})")
         if not np.array_equal(c["label"].values, ref["label"].values):
             raise CacheError(f"cache {name!r} has different labels than {ref_name!r}")
+
+
+def select_dataset(infos: list[CacheInfo], dataset: str | None) -> list[CacheInfo]:
+    """The caches of one dataset (``dataset`` required when several are present)."""
+    names = sorted({i.dataset_name for i in infos})
+    if not names:
+        raise ValueError("no complete prediction cache found")
+    if dataset is None:
+        if len(names) > 1:
+            raise ValueError(f"caches of several datasets {names}; choose one (--dataset)")
+        dataset = names[0]
+    if dataset not in names:
+        raise ValueError(f"no cache of dataset {dataset!r}; found {names}")
+    return [i for i in infos if i.dataset_name == dataset]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "COMMANDS", "SCORE_PROTOCOLS"]
+__all__ = ["COMMANDS", "SCORE_PROTOCOLS", "build_parser", "main"]
 
 
 def _print(msg: str) -> None:
@@ -142,11 +142,12 @@ def _cmd_plot(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import DemoConfig, run_demo
+    from .demo import DemoConfig, run_demo, summary
 
     overrides = {f.name: getattr(a, f.name) for f in fields(DemoConfig)
                  if getattr(a, f.name, None) is not None}
     r = run_demo(a.out, DemoConfig(**overrides), log=_print)
+    _print(summary(r))
     _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
     return 0
 
@@ -243,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None)
     p.add_argument("--out", required=True, help="figure directory")
 
-    p = sub.add_parser("demo", help="the whole chain on digits (a few minutes on 2 CPUs)")
+    p = sub.add_parser("demo", help="the whole chain on digits (a few minutes on 2 CPUs); "
+                                    "torch threads: --threads before the command (default 1)")
     p.add_argument("--out", required=True)
     p.add_argument("--arch", default=None)
     p.add_argument("--members", type=int, default=None)

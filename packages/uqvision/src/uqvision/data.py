@@ -27,18 +27,18 @@ from torch.utils.data import Dataset
 from torchvision import transforms as T
 
 __all__ = [
-    "IMG_EXTENSIONS",
-    "ImageFolderDataset",
-    "DataConfig",
-    "TTA_POLICIES",
-    "tta_transform",
-    "eval_transform",
-    "derive_seed",
-    "flush_denormal",
-    "dataset_fingerprint",
     "DATASET_MAKERS",
+    "IMG_EXTENSIONS",
+    "TTA_POLICIES",
+    "DataConfig",
+    "ImageFolderDataset",
+    "dataset_fingerprint",
+    "derive_seed",
+    "eval_transform",
+    "flush_denormal",
     "make_digits_folder",
     "make_synthetic_folder",
+    "tta_transform",
 ]
 
 #: File suffixes read as images (torchvision's list).
@@ -197,7 +197,7 @@ class DataConfig:
     crop_mode: str = "center"
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DataConfig":
+    def from_dict(cls, d: dict) -> DataConfig:
         keys = ("input_size", "mean", "std", "crop_pct", "interpolation", "crop_mode")
         kw = {k: d[k] for k in keys if k in d and d[k] is not None}
         for k in ("input_size", "mean", "std"):

@@ -14,17 +14,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from uqmetrics import write_dataset
+import torch
+from uqmetrics import read_dataset, write_dataset
 
 from .data import make_digits_folder
 from .ensembles import EnsembleConfig, score_ensembles
-from .models import read_sidecar
+from .models import ModelSpec, read_sidecar
 from .plots import plot_caches, plot_ensembles
 from .predict import PredictConfig, predict_to_files
 from .selective import SelectiveConfig, score_selective
 from .train import TrainConfig, train_model
 
-__all__ = ["DemoConfig", "DemoResult", "run_demo"]
+__all__ = ["DemoConfig", "DemoResult", "run_demo", "summary"]
 
 
 @dataclass
@@ -44,6 +45,7 @@ class DemoConfig:
     seed: int = 0
     batch_size: int = 64
     device: str = "cpu"
+    threads: int | None = 1  # torch intra-op threads; tiny models gain nothing from more
 
 
 @dataclass
@@ -57,7 +59,7 @@ class DemoResult:
     wall_time_s: float = 0.0
 
 
-def run_demo(out: str | os.PathLike, config: DemoConfig = DemoConfig(), *,
+def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
              log=None) -> DemoResult:
     """Run data → train → predict → score (selective, ensembles) → plots under ``out``.
 
@@ -70,9 +72,18 @@ def run_demo(out: str | os.PathLike, config: DemoConfig = DemoConfig(), *,
     log : callable, optional
         Called with one progress line per step (the CLI passes ``print``).
     """
+    config = config or DemoConfig()
+    previous = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        return _run(Path(out), config, log or (lambda _msg: None))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run(out: Path, config: DemoConfig, say) -> DemoResult:
     t0 = time.perf_counter()
-    say = log or (lambda _msg: None)
-    out = Path(out)
     res = DemoResult(out)
     root = make_digits_folder(out / "data" / "digits", max_per_class=config.max_per_class,
                               seed=config.seed)
@@ -89,10 +100,10 @@ def run_demo(out: str | os.PathLike, config: DemoConfig = DemoConfig(), *,
             say(f"trained member {k}: train accuracy {r.train_accuracy:.3f} "
                 f"({r.wall_time_s:.0f} s)")
         res.checkpoints.append(ckpt)
-        specs.append(f"{config.arch}={ckpt}")
+        specs.append(ModelSpec(config.arch, str(ckpt), label=f"{config.arch}_m{k}"))
     caches = out / "caches"
-    base = dict(seed=config.seed, batch_size=max(config.batch_size, 128), device=config.device,
-                tta_policy=config.augment)
+    base = {"seed": config.seed, "batch_size": max(config.batch_size, 128),
+            "device": config.device, "tta_policy": config.augment}
     for k, spec in enumerate(specs):
         res.caches += predict_to_files(spec, test_dir, caches, PredictConfig(mode="plain", **base))
         # TTA: member k on its own augmentation k; member 0 on every augmentation
@@ -112,3 +123,21 @@ def run_demo(out: str | os.PathLike, config: DemoConfig = DemoConfig(), *,
     say(f"figures: {len(res.figures)} in {out / 'figures'}")
     res.wall_time_s = time.perf_counter() - t0
     return res
+
+
+def summary(result: DemoResult) -> str:
+    """A few lines of the demo's headline numbers, read back from its score files."""
+    sel, ens = read_dataset(result.selective), read_dataset(result.ensembles)
+    lines = ["selective (stratified holdout; none -> temperature):"]
+    for m in sel["model"].values:
+        row = sel.sel(model=m)
+        a, t = row["auroc"].values, float(row["temperature"].sel(calibration="temperature"))
+        lines.append(f"  {m:<28} accuracy {float(row['accuracy'][0]):.3f}  "
+                     f"AUROC {a[0]:.3f} -> {a[1]:.3f}  T {t:.2f}")
+    lines.append("ensembles (negative CLL, test_cv; DEE vs the deep ensemble):")
+    for m in ens["method"].values:
+        cll = ens["cll"].sel({"method": m}).mean("order").dropna("size").values
+        dee = ens["dee"].sel({"method": m}).dropna("size").values
+        lines.append(f"  {m:<28} {-cll[0]:.3f} (1) -> {-cll[-1]:.3f} ({cll.size})  "
+                     f"DEE {dee[-1]:.2f}")
+    return "\n".join(lines)

@@ -20,16 +20,27 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 import xarray as xr
-
-from uqmetrics import (deep_ensemble_equivalent, ensemble_log_probs, ensemble_size_curve,
-                       get_confidence_function, log_softmax, provenance_attrs)
+from uqmetrics import (
+    deep_ensemble_equivalent,
+    ensemble_log_probs,
+    ensemble_size_curve,
+    get_confidence_function,
+    log_softmax,
+    provenance_attrs,
+)
 from uqmetrics.registry import get_metric
 
-from .cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache
-from .selective import select_dataset
+from .cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
 
-__all__ = ["Source", "ENSEMBLE_METHODS", "EnsembleConfig", "score_ensembles", "CURVE_METRICS",
-           "PREFIX_METRICS", "load_sources"]
+__all__ = [
+    "CURVE_METRICS",
+    "ENSEMBLE_METHODS",
+    "PREFIX_METRICS",
+    "EnsembleConfig",
+    "Source",
+    "load_sources",
+    "score_ensembles",
+]
 
 #: Classification metrics computed by ``uqmetrics.ensemble_size_curve`` (plus ``cll``).
 CURVE_METRICS = ("accuracy", "nll", "brier", "ece")
@@ -160,7 +171,7 @@ def _method_curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig) -> xr.D
 
 
 def score_ensembles(caches: Iterable[str | os.PathLike],
-                    config: EnsembleConfig = EnsembleConfig()) -> xr.Dataset:
+                    config: EnsembleConfig | None = None) -> xr.Dataset:
     """Metrics vs ensemble size for every available method, and each method's DEE.
 
     Parameters
@@ -191,6 +202,7 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     Ashukha, Lyzhov, Molchanov, Vetrov. Pitfalls of in-domain uncertainty estimation and
     ensembling in deep learning. ICLR 2020.
     """
+    config = config or EnsembleConfig()
     unknown = [m for m in config.methods if m not in ENSEMBLE_METHODS]
     if unknown:
         raise ValueError(f"unknown ensemble methods {unknown}; choose from "

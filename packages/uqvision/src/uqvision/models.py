@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,17 @@ from torch import nn
 from .data import DataConfig, eval_transform
 
 __all__ = [
-    "ModelSpec",
-    "LoadedModel",
-    "MODEL_SOURCES",
-    "load_model",
-    "check_model_name",
-    "file_sha256",
-    "sidecar_path",
-    "read_sidecar",
     "DROPOUT_TYPES",
-    "has_dropout",
+    "MODEL_SOURCES",
+    "LoadedModel",
+    "ModelSpec",
+    "check_model_name",
     "enable_mc_dropout",
+    "file_sha256",
+    "has_dropout",
+    "load_model",
+    "read_sidecar",
+    "sidecar_path",
 ]
 
 DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
@@ -62,7 +62,7 @@ class ModelSpec:
     label: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "ModelSpec":
+    def parse(cls, text: str) -> ModelSpec:
         """Parse ``NAME`` or ``NAME=CHECKPOINT`` (the CLI syntax)."""
         name, _, ckpt = text.partition("=")
         return cls(name.strip(), ckpt.strip() or None)
@@ -94,7 +94,6 @@ class LoadedModel:
     architecture: str
     tag: str
     checkpoint_sha256: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def provenance(self) -> dict[str, Any]:
         """netCDF-safe attrs describing the model."""
@@ -231,7 +230,7 @@ class TimmSource:
             sha = file_sha256(ckpt)
         elif allow_random_init:
             kwargs = {"pretrained": False, "num_classes": num_classes or 1000}
-            tag = tag or "random_init"
+            tag = f"{tag}+random_init" if tag else "random_init"  # never passes for weights
         else:
             raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
                              "disabled (pass a checkpoint file, or allow random init for tests)")

@@ -12,27 +12,21 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import matplotlib
+import xarray as xr
+from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response
+from uqmetrics.plotting import (
+    plot_metric_vs_size,
+    plot_reliability_diagram,
+    plot_risk_coverage,
+    save_figure,
+)
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import xarray as xr  # noqa: E402
+from .cache import index_caches, read_cache, safe_name, select_dataset
 
-from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response  # noqa: E402
-from uqmetrics.plotting import (plot_metric_vs_size, plot_reliability_diagram,  # noqa: E402
-                                plot_risk_coverage, save_figure)
-
-from .cache import read_cache, index_caches  # noqa: E402
-from .selective import select_dataset  # noqa: E402
-
-__all__ = ["plot_caches", "plot_ensembles", "ENSEMBLE_PLOT_METRICS"]
+__all__ = ["ENSEMBLE_PLOT_METRICS", "plot_caches", "plot_ensembles"]
 
 #: Variables of an ensembles score file drawn against ensemble size.
 ENSEMBLE_PLOT_METRICS = ("cll", "nll", "accuracy", "ece", "brier", "auroc", "aurc")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "+" for c in name)
 
 
 def plot_caches(caches: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *,
@@ -44,13 +38,11 @@ def plot_caches(caches: Iterable[str | os.PathLike], out_dir: str | os.PathLike,
         ds = read_cache(info.path)
         y, p = ds["label"].values, softmax(ds["logits"].values)
         fig = plot_reliability_diagram((y, p), n_bins=n_bins, title=f"{info.model}")
-        out.append(save_figure(fig, Path(out_dir) / f"reliability_{_safe(info.model)}.png"))
-        plt.close(fig)
+        out.append(save_figure(fig, Path(out_dir) / f"reliability_{safe_name(info.model)}.png"))
         curves[info.model] = risk_coverage_curve(p.argmax(1) == y, softmax_response(p))
     if curves:
         fig = plot_risk_coverage(curves, title="Risk-coverage (softmax response)")
         out.append(save_figure(fig, Path(out_dir) / "risk_coverage.png"))
-        plt.close(fig)
     return out
 
 
@@ -64,10 +56,8 @@ def plot_ensembles(scores: str | os.PathLike | xr.Dataset, out_dir: str | os.Pat
                                       title=f"{var} vs ensemble size "
                                             f"(reference: {ds.attrs.get('reference', '')})")
             out.append(save_figure(fig, Path(out_dir) / f"ensemble_{var}.png"))
-            plt.close(fig)
     if "dee" in ds:
         fig = plot_metric_vs_size(ds["dee"], ylabel="deep ensemble equivalent",
                                   title="DEE vs number of samples")
         out.append(save_figure(fig, Path(out_dir) / "ensemble_dee.png"))
-        plt.close(fig)
     return out

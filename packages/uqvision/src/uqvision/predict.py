@@ -26,16 +26,27 @@ import numpy as np
 import torch
 import xarray as xr
 from torch.utils.data import DataLoader, Subset
-
 from uqmetrics import provenance_attrs, write_dataset
 
 from .cache import cache_dataset, cache_key, read_cache
-from .data import (TTA_POLICIES, ImageFolderDataset, dataset_fingerprint, derive_seed, flush_denormal,
-                   tta_transform)
+from .data import (
+    TTA_POLICIES,
+    ImageFolderDataset,
+    dataset_fingerprint,
+    derive_seed,
+    flush_denormal,
+    tta_transform,
+)
 from .models import LoadedModel, ModelSpec, enable_mc_dropout, has_dropout, load_model
 
-__all__ = ["PredictConfig", "PASS_MODES", "predict", "predict_to_files", "shard_indices",
-           "distributed_context"]
+__all__ = [
+    "PASS_MODES",
+    "PredictConfig",
+    "distributed_context",
+    "predict",
+    "predict_to_files",
+    "shard_indices",
+]
 
 
 @dataclass
@@ -194,7 +205,7 @@ def _mc_dropout(loaded, data, cfg, idx, device):
 PASS_MODES: dict[str, Callable] = {"plain": _plain, "tta": _tta, "mc_dropout": _mc_dropout}
 
 
-def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig = PredictConfig(),
+def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
             *, dataset_name: str | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per pass.
 
@@ -216,6 +227,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
         :mod:`uqvision.cache` for the attrs. Every rank of a torchrun job returns the gathered
         full result.
     """
+    config = config or PredictConfig()
     if config.mode not in PASS_MODES:
         raise ValueError(f"unknown mode {config.mode!r}; choose from {sorted(PASS_MODES)}")
     if config.mode == "tta" and config.tta_policy not in TTA_POLICIES:
@@ -253,13 +265,14 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
 
 
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
-                     config: PredictConfig = PredictConfig(), *, dataset_name: str | None = None,
+                     config: PredictConfig | None = None, *, dataset_name: str | None = None,
                      overwrite: bool = False) -> list[Path]:
     """:func:`predict` and write each pass to ``out_dir/<cache_key>.nc`` (rank 0 writes).
 
     Passes whose complete file is already there are skipped (resume); if all are there the
     model is not run at all.
     """
+    config = config or PredictConfig()
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     name = dataset_name or Path(data).resolve().name
     passes = [0] if config.mode != "tta" else list(range(config.first_pass,
@@ -273,17 +286,14 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: st
         except (FileNotFoundError, ValueError):
             return False
 
-    todo = [p for p in passes if overwrite or not done(paths[p])]
-    if todo:
-        run_cfg = config
-        if config.mode == "tta":  # only the missing passes (contiguous runs are not required)
-            results = []
-            for p in todo:
-                one = PredictConfig(**{**asdict(config), "first_pass": p, "passes": 1})
-                results += predict(spec, data, one, dataset_name=name)
-        else:
-            results = predict(spec, data, run_cfg, dataset_name=name)
+    for p in passes:
+        if not overwrite and done(paths[p]):
+            continue
+        # one TTA pass per call: each file records its own config, and a resumed run computes
+        # exactly the missing passes (reloading the weights is cheap next to a pass over data)
+        one = (PredictConfig(**{**asdict(config), "first_pass": p, "passes": 1})
+               if config.mode == "tta" else config)
+        (ds,) = predict(spec, data, one, dataset_name=name)
         if int(os.environ.get("RANK", "0")) == 0:
-            for ds in results:
-                write_dataset(ds, paths[int(ds.attrs["pass_index"])], overwrite=True)
+            write_dataset(ds, paths[p], overwrite=True)
     return [paths[p] for p in passes]

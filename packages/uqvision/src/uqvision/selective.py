@@ -17,15 +17,29 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import xarray as xr
-
-from uqmetrics import (calibration_splits, ensemble_log_probs, fit_temperature_result,
-                       get_confidence_function, log_softmax, provenance_attrs, softmax)
+from uqmetrics import (
+    calibration_splits,
+    ensemble_log_probs,
+    fit_temperature_result,
+    get_confidence_function,
+    log_softmax,
+    provenance_attrs,
+    softmax,
+)
 from uqmetrics.registry import get_metric
 
-from .cache import CacheInfo, check_aligned, index_caches, read_cache
+from .cache import check_aligned, index_caches, read_cache, select_dataset
 
-__all__ = ["SELECTIVE_METRICS", "RowKind", "ROW_KINDS", "SelectiveConfig", "score_selective",
-           "predictive_log_probs", "resolve_calibration_size", "select_dataset"]
+__all__ = [
+    "ROW_KINDS",
+    "SELECTIVE_METRICS",
+    "RowKind",
+    "SelectiveConfig",
+    "predictive_log_probs",
+    "resolve_calibration_size",
+    "score_selective",
+    "select_dataset",
+]
 
 #: The metric variables of a selective score file (registered uqmetrics names).
 SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
@@ -64,8 +78,14 @@ class SelectiveConfig:
 
 
 def resolve_calibration_size(size: float, n: int) -> int:
-    """A count or a fraction of ``n`` -> a count in [1, n - 1]; ``ValueError`` otherwise."""
-    k = int(round(size * n)) if 0 < size < 1 else int(size)
+    """A count or a fraction of ``n`` -> a count in [1, n - 1]; ``ValueError`` otherwise.
+
+    Examples
+    --------
+    >>> resolve_calibration_size(5000, 50000), resolve_calibration_size(0.3, 899)
+    (5000, 270)
+    """
+    k = round(size * n) if 0 < size < 1 else int(size)
     if not 1 <= k < n or (size >= 1 and size != int(size)):
         raise ValueError(f"calibration size {size} gives {k} calibration samples of {n}; use a "
                          f"count in [1, {n - 1}] or a fraction in (0, 1) (option "
@@ -101,22 +121,8 @@ def _row(z: np.ndarray, y: np.ndarray, calib: np.ndarray, rest: np.ndarray, kind
     return values, fit.temperature, fit.converged
 
 
-def select_dataset(infos: list[CacheInfo], dataset: str | None) -> list[CacheInfo]:
-    """The caches of one dataset (``dataset`` required when several are present)."""
-    names = sorted({i.dataset_name for i in infos})
-    if not names:
-        raise ValueError("no complete prediction cache found")
-    if dataset is None:
-        if len(names) > 1:
-            raise ValueError(f"caches of several datasets {names}; choose one (--dataset)")
-        dataset = names[0]
-    if dataset not in names:
-        raise ValueError(f"no cache of dataset {dataset!r}; found {names}")
-    return [i for i in infos if i.dataset_name == dataset]
-
-
 def score_selective(caches: Iterable[str | os.PathLike],
-                    config: SelectiveConfig = SelectiveConfig()) -> xr.Dataset:
+                    config: SelectiveConfig | None = None) -> xr.Dataset:
     """Score every model's cache: dims (model, calibration), one variable per metric.
 
     Parameters
@@ -148,6 +154,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
     Galil, Dabbah, El-Yaniv. What can we learn from the selective prediction and uncertainty
     estimation performance of 523 ImageNet classifiers? ICLR 2023.
     """
+    config = config or SelectiveConfig()
     unknown = [k for k in config.kinds if k not in ROW_KINDS]
     if unknown:
         raise ValueError(f"unknown row kinds {unknown}; choose from {sorted(ROW_KINDS)}")
@@ -180,8 +187,8 @@ def score_selective(caches: Iterable[str | os.PathLike],
         check_aligned([ref, ds], [rows[0][0], row])
         z = predictive_log_probs(ds["logits"].values)
         values[r], temps[r, 1], conv[r] = _row(z, y, *split, ROW_KINDS[kname], metrics)
-        for k in meta:
-            meta[k].append(str(ds.attrs.get(k, "")))
+        for k, values_k in meta.items():
+            values_k.append(str(ds.attrs.get(k, "")))
         checksums[str(info.path)] = ds.attrs["checksum"]
     data = {name: (("model", "calibration"), values[:, :, j]) for j, name in enumerate(metrics)}
     data["temperature"] = (("model", "calibration"), temps)

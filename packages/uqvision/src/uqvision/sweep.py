@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import xarray as xr
-
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
 from .cache import cache_key
@@ -24,8 +23,15 @@ from .data import ImageFolderDataset
 from .models import MODEL_SOURCES, ModelSpec, check_model_name
 from .predict import PredictConfig, predict
 
-__all__ = ["WEIGHT_SUFFIXES", "expand_models", "find_weights", "SweepPlan", "plan_sweep",
-           "predict_cell", "sweep_predictions"]
+__all__ = [
+    "WEIGHT_SUFFIXES",
+    "SweepPlan",
+    "expand_models",
+    "find_weights",
+    "plan_sweep",
+    "predict_cell",
+    "sweep_predictions",
+]
 
 #: Weight-file suffixes looked up in a weights folder, in order.
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".bin")
@@ -134,7 +140,7 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: Pred
 
 
 def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
-                      out_dir: str | os.PathLike, config: PredictConfig = PredictConfig(), *,
+                      out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
                       weights_dir: str | os.PathLike | None = None,
                       dataset_name: str | None = None, scheduler: str | None = None,
                       n_workers: int = 2, threads: int | None = None, overwrite: bool = False,
@@ -148,6 +154,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
         refused models (no weights) and cells that raised; the sweep itself never raises for
         them.
     """
+    config = config or PredictConfig()
     specs = expand_models(patterns)
     plan = plan_sweep(specs, data, config, weights_dir=weights_dir, dataset_name=dataset_name,
                       threads=threads)

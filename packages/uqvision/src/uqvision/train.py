@@ -18,11 +18,17 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
+from uqmetrics import provenance_attrs
 
-from .data import (DataConfig, ImageFolderDataset, dataset_fingerprint, eval_transform,
-                   flush_denormal, tta_transform)
+from .data import (
+    DataConfig,
+    ImageFolderDataset,
+    dataset_fingerprint,
+    eval_transform,
+    flush_denormal,
+    tta_transform,
+)
 from .models import check_model_name, sidecar_path
-from .provenance import versions
 
 __all__ = ["TrainConfig", "TrainResult", "train_model"]
 
@@ -68,7 +74,7 @@ class TrainResult:
 
 
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
-                config: TrainConfig = TrainConfig()) -> TrainResult:
+                config: TrainConfig | None = None) -> TrainResult:
     """Train ``config.arch`` from scratch on the image folder ``data``; save to ``out``.
 
     Parameters
@@ -88,6 +94,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     import timm
     from safetensors.torch import save_file
 
+    config = config or TrainConfig()
     check_model_name(config.arch)
     if "." in config.arch:
         raise ValueError("train from an architecture name without a pretrained tag, "
@@ -131,7 +138,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         "dataset_fingerprint": dataset_fingerprint(data),
         "train_losses": losses,
         "train_accuracy": acc,
-        "versions": versions(),
+        "provenance": provenance_attrs(config=cfg, seed=config.seed),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     side = sidecar_path(out)

@@ -1,0 +1,91 @@
+"""The command line end to end: the demo chain (small configuration) and the other commands."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from uqvision.cli import COMMANDS, SCORE_PROTOCOLS, build_parser, main
+
+SELECTIVE_VARS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
+                  "brier", "temperature")
+
+
+def test_every_command_has_a_subparser():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS) == {"data", "train", "predict", "score", "sweep",
+                                                 "plot", "demo"}
+    assert set(SCORE_PROTOCOLS) == {"selective", "ensembles"}
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["--threads", "1", "demo", "--out", str(out), "--members", "2", "--epochs", "1",
+                 "--max-per-class", "10", "--mc-passes", "2", "--n-orders", "2",
+                 "--calibration-size", "0.4"]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_leaves_checkable_files(demo_dir):
+    caches = sorted((demo_dir / "caches").glob("*.nc"))
+    # 2 members x (plain + own TTA pass) + member 0's second TTA pass + MC dropout
+    assert len(caches) == 6
+    for path in caches:  # the file contract, with plain xarray
+        with xr.open_dataset(path) as c:
+            assert c["label"].dims == ("sample",)
+            assert c["logits"].dims[-2:] == ("sample", "class") and c.sizes["class"] == 10
+            assert int(c.attrs["complete"]) == 1
+    with xr.open_dataset(demo_dir / "scores" / "selective.nc") as s:
+        for v in SELECTIVE_VARS:
+            assert s[v].dims == ("model", "calibration"), v
+        assert set(s["model"].values) == {"test_byobnet_m0", "test_byobnet_m0+mc_dropout",
+                                          "test_byobnet_m1"}
+        assert np.isfinite(s["auroc"].values).all()
+    with xr.open_dataset(demo_dir / "scores" / "ensembles.nc") as e:
+        assert set(e["method"].values) == {"deep_ensemble", "deep_ensemble_tta", "single_tta",
+                                           "mc_dropout"}
+        assert e["dee"].dims == ("method", "size")
+        dee = e["dee"].values[np.isfinite(e["dee"].values)]
+        assert dee.size and (dee >= 1).all() and (dee <= e.attrs["dee_cap"]).all()
+    figures = {p.name for p in (demo_dir / "figures").glob("*.png")}
+    assert {"risk_coverage.png", "ensemble_cll.png", "ensemble_dee.png",
+            "reliability_test_byobnet_m0.png"} <= figures
+
+
+@pytest.mark.slow
+def test_score_and_plot_commands_reproduce_the_demo(demo_dir, tmp_path, capsys):
+    out = tmp_path / "sel.nc"
+    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+                 "--out", str(out), "--calibration-size", "0.4"]) == 0
+    with xr.open_dataset(out) as a, xr.open_dataset(demo_dir / "scores" / "selective.nc") as b:
+        for v in SELECTIVE_VARS:
+            np.testing.assert_array_equal(a[v].values, b[v].values)
+    assert main(["score", "--protocol", "ensembles", "--caches", str(demo_dir / "caches"),
+                 "--out", str(tmp_path / "ens.nc"), "--n-orders", "2"]) == 0
+    assert main(["plot", "--caches", str(demo_dir / "caches"), "--ensembles",
+                 str(tmp_path / "ens.nc"), "--out", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "ensemble_nll.png").is_file()
+    # a second score run refuses to clobber without --overwrite
+    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+                 "--out", str(out), "--calibration-size", "0.4"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_train_predict_and_clear_errors(digits, tmp_path, capsys):
+    ckpt = tmp_path / "m{seed}.safetensors"
+    assert main(["--threads", "1", "train", "--arch", "test_vit", "--data",
+                 str(digits / "train"), "--out", str(ckpt), "--seeds", "0", "1",
+                 "--epochs", "1", "--input-size", "16", "--drop-rate", "0.1"]) == 0
+    assert (tmp_path / "m0.safetensors").is_file() and (tmp_path / "m1.json").is_file()
+    assert main(["predict", "--model", f"test_vit={tmp_path / 'm1.safetensors'}", "--data",
+                 str(digits / "test"), "--out", str(tmp_path / "c"), "--mode", "mc_dropout",
+                 "--passes", "2"]) == 0
+    assert len(list((tmp_path / "c").glob("*mc_dropout-000.nc"))) == 1
+    capsys.readouterr()
+    assert main(["predict", "--model", "test_vitt", "--data", str(digits / "test"),
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    assert main(["predict", "--model", f"test_vit={tmp_path / 'm1.safetensors'}", "--data",
+                 str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
+    assert "does not exist" in capsys.readouterr().err

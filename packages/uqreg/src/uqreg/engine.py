@@ -16,6 +16,8 @@ Shapes used throughout: ``B`` networks, ``n`` inputs per batch, ``d`` input dime
 from __future__ import annotations
 
 import math
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -72,6 +74,11 @@ class TrainConfig:
         ``None``: only the memory budget bounds the chunk.
     adam : str
         ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch.
+    parallel_chunks : int or None
+        Chunks trained concurrently by threads, each with single-threaded torch kernels (on
+        the CPU this beats multi-threaded kernels on these small matrices, see the benchmark);
+        ``None``: the number of available cores on the CPU, 1 on CUDA. The memory budget is
+        shared by the concurrent chunks.
     """
 
     hidden: tuple[int, ...] = (128, 64, 32)
@@ -93,6 +100,7 @@ class TrainConfig:
     max_memory: float = 4e9
     chunk_networks: int | None = None
     adam: str = "fused"
+    parallel_chunks: int | None = None
 
     def __post_init__(self):
         checks = {
@@ -109,6 +117,7 @@ class TrainConfig:
             "std_ddof": self.std_ddof in (0, 1),
             "chunk_networks": self.chunk_networks is None or self.chunk_networks >= 1,
             "adam": self.adam in ("foreach", "fused"),
+            "parallel_chunks": self.parallel_chunks is None or self.parallel_chunks >= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -117,6 +126,13 @@ class TrainConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
+
+    @property
+    def threads(self) -> int:
+        """Concurrent chunks (see ``parallel_chunks``)."""
+        if self.parallel_chunks is not None:
+            return self.parallel_chunks
+        return 1 if self.device.startswith("cuda") else max(1, len(os.sched_getaffinity(0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,19 +483,31 @@ def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig
 
 
 def chunk_size(per_network: int, cfg: TrainConfig) -> int:
-    """How many networks fit in ``cfg.max_memory`` (and ``cfg.chunk_networks``); raises if not
-    even one does."""
-    size = int(cfg.max_memory // per_network)
+    """How many networks fit in the memory budget of one of ``cfg.threads`` concurrent chunks
+    (and ``cfg.chunk_networks``); raises if not even one does."""
+    size = int(cfg.max_memory / cfg.threads // per_network)
     if cfg.chunk_networks is not None:
         size = min(size, cfg.chunk_networks)
     if size < 1:
         raise ValueError(
-            f"max_memory={cfg.max_memory:.3g} bytes is below the {per_network} bytes one network needs"
+            f"max_memory={cfg.max_memory:.3g} bytes shared by {cfg.threads} concurrent chunks is below the "
+            f"{per_network} bytes one network needs per chunk"
         )
     return size
 
 
+@contextmanager
+def torch_threads(n: int):
+    """Temporarily set torch's intra-op threads (restored afterwards)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 __all__ = [
     "TrainConfig", "Head", "HEADS", "BatchedMLP", "SAMPLERS", "NetworkBatch", "train_batched",
-    "predict_batched", "bytes_per_network", "chunk_size", "half_mse", "xavier_uniform",
+    "predict_batched", "bytes_per_network", "chunk_size", "half_mse", "xavier_uniform", "torch_threads",
 ]

@@ -13,13 +13,14 @@ Register a new method with::
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from .engine import (HEADS, SAMPLERS, NetworkBatch, TrainConfig, bytes_per_network, chunk_size,
-                     predict_batched, train_batched)
+                     predict_batched, torch_threads, train_batched)
 from .reference import reference_prediction
 from .tasks import TaskInstance
 
@@ -95,32 +96,35 @@ class Method:
         y_full = np.zeros((int(reps.max()) + 1, y.shape[1]))
         y_full[reps] = y
         nets = self.networks(reps, cfg)
-        size = self.chunk(instance, cfg)
-        means, stds = [], []
-        for chunk in nets.chunks(size):
+        chunks = list(nets.chunks(self.chunk(instance, cfg, len(nets))))
+
+        def train_predict(chunk: NetworkBatch):
             model = train_batched(instance.x_train, y_full, chunk, seed=instance.seed, head=self.head,
                                   sampler=self.sampler, adversarial=self.adversarial, cfg=cfg,
                                   epochs=epochs, progress=progress)
-            mu, sd = predict_batched(model, instance.x_test, chunk, seed=instance.seed, cfg=cfg)
-            means.append(mu)
-            stds.append(sd)
-            del model
+            return predict_batched(model, instance.x_test, chunk, seed=instance.seed, cfg=cfg)
+
+        threads = min(cfg.threads, len(chunks))
+        if threads > 1:  # concurrent chunks, single-threaded kernels (ATen ops release the GIL)
+            with torch_threads(1), ThreadPoolExecutor(threads) as pool:
+                results = list(pool.map(train_predict, chunks))
+        else:
+            results = [train_predict(c) for c in chunks]
+        means = [r[0] for r in results]
+        stds = [r[1] for r in results]
         mean = np.concatenate(means)  # (R·M, T) or (R, T)
         if not self.ensemble:
             return mean, np.concatenate(stds)
         mean = mean.reshape(len(reps), cfg.members, -1)
         return mean.mean(axis=1), mean.std(axis=1, ddof=cfg.std_ddof)
 
-    def chunk(self, instance: TaskInstance, cfg: TrainConfig) -> int:
-        """Networks per chunk under ``cfg.max_memory`` (whole repetitions when they fit)."""
+    def chunk(self, instance: TaskInstance, cfg: TrainConfig, n_networks: int) -> int:
+        """Networks per chunk: within the memory budget, and split over ``cfg.threads``."""
         n, d = instance.x_train.shape
         rows = n // 2 if self.sampler == "bootstrap" else n
         per_net = bytes_per_network(rows, instance.x_test.shape[0], d, cfg,
                                     adversarial=self.adversarial, mc=not self.ensemble)
-        size = chunk_size(per_net, cfg)
-        if self.ensemble and size >= cfg.members:
-            size = size // cfg.members * cfg.members
-        return size
+        return min(chunk_size(per_net, cfg), -(-n_networks // cfg.threads))
 
     def n_epochs_total(self, instance: TaskInstance, cfg: TrainConfig, n_reps: int,
                        epochs: int | None = None) -> int:
@@ -130,7 +134,7 @@ class Method:
         cfg = replace(cfg, **self.overrides)
         epochs = epochs or cfg.epochs or instance.epochs
         n_nets = n_reps * (cfg.members if self.ensemble else 1)
-        return epochs * -(-n_nets // self.chunk(instance, cfg))
+        return epochs * -(-n_nets // self.chunk(instance, cfg, n_nets))
 
 
 def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig):

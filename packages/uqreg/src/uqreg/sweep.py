@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,9 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     Returns the combined, summarised dataset (None if a cell failed) and the sweep report.
     """
     cfg = config.resolved()
+    if cfg.train.parallel_chunks is None and not cfg.train.device.startswith("cuda"):
+        # the workers are the parallelism: one chunk at a time inside each cell
+        cfg = replace(cfg, train=replace(cfg.train, parallel_chunks=1))
     cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions)
     t0 = time.perf_counter()
     report = run_sweep(cells, run_cell, Path(out_dir) / "cells", scheduler=scheduler, n_workers=n_workers,

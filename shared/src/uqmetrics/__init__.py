@@ -19,7 +19,10 @@ from .ood import *  # noqa: F401,F403
 from .retrieval import *  # noqa: F401,F403
 from .regression import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from . import exceptions, registry, classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io
+from . import (  # noqa: F401  (submodules as attributes)
+    calibration, classification, confidence, ensembles, exceptions, io, ood, registry, regression, retrieval,
+    selective,
+)
 
 try:
     __version__ = version("uqmetrics")

@@ -77,33 +77,39 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", dest="max_memory", type=float, help="GiB per chunk of networks (default 4)")
 
 
-def cmd_study(a: argparse.Namespace) -> int:
-    cfg = _config_from_args(a).resolved()
-    out = Path(a.out or f"results/{cfg.task}")
+def _study_target(out: Path, overwrite: bool) -> Path:
+    """``out/study.nc``, refusing an existing file before any work unless ``overwrite``."""
     target = out / STUDY_FILE
-    if target.exists() and not a.overwrite:
+    if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists; pass --overwrite to replace it")
-    ds = run_study(cfg, progress=not a.quiet)
+    return target
+
+
+def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
+    """Write the study atomically, draw its figures, print the coverage table."""
     uqmetrics.write_dataset(ds, target, overwrite=a.overwrite)
     print(f"wrote {target}")
     if not a.no_plots:
         from .plots import plot_study
 
-        for p in plot_study(ds, out / "plots"):
+        for p in plot_study(ds, target.parent / "plots"):
             print(f"wrote {p}")
     _print_summary(ds)
     return 0
+
+
+def cmd_study(a: argparse.Namespace) -> int:
+    cfg = _config_from_args(a).resolved()
+    target = _study_target(Path(a.out or f"results/{cfg.task}"), a.overwrite)
+    return _finish(run_study(cfg, progress=not a.quiet), target, a)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from .sweep import run_study_sweep
 
     cfg = _config_from_args(a).resolved()
-    out = Path(a.out or f"results/{a.preset or cfg.task}")
-    target = out / STUDY_FILE
-    if target.exists() and not a.overwrite:
-        raise FileExistsError(f"{target} exists; pass --overwrite to replace it")
-    ds, report = run_study_sweep(cfg, out, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
+    target = _study_target(Path(a.out or f"results/{a.preset or cfg.task}"), a.overwrite)
+    ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
                                  n_workers=a.workers, threads_per_worker=a.threads_per_worker,
                                  overwrite=a.recompute, progress=not a.quiet)
     print(f"cells: {len(report.computed)} computed, {len(report.skipped)} already on disk, {len(report.failed)} failed")
@@ -112,15 +118,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             print(f"  {key}: {err}", file=sys.stderr)
         print("rerun the same command to retry the failed cells (finished cells are kept)", file=sys.stderr)
         return 1
-    uqmetrics.write_dataset(ds, target, overwrite=a.overwrite)
-    print(f"wrote {target}")
-    if not a.no_plots:
-        from .plots import plot_study
-
-        for p in plot_study(ds, out / "plots"):
-            print(f"wrote {p}")
-    _print_summary(ds)
-    return 0
+    return _finish(ds, target, a)
 
 
 def _print_summary(ds: xr.Dataset) -> None:

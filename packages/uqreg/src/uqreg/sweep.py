@@ -15,7 +15,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
 import uqmetrics

@@ -206,3 +206,14 @@ def test_styblinski_tang_d3_with_120_members_fits_the_budget():
     assert out.returncode == 0, out.stderr
     peak = int(out.stdout.split()[-1])
     assert peak < 2e9 * 1.25 + 1.0e9, peak  # budget + interpreter, torch and data
+
+
+def test_cells_of_another_configuration_are_not_reused():
+    """Cell keys carry a digest of the cell's full config: changing any setting (here the
+    members) gives new keys, so stale files are never taken for finished cells."""
+    from dataclasses import replace
+
+    a = [c.key for c in plan_cells(TINY)]
+    b = [c.key for c in plan_cells(replace(TINY, train=replace(TINY.train, members=4)))]
+    assert not set(a) & set(b)
+    assert a == [c.key for c in plan_cells(TINY)]  # and the same config gives the same keys

@@ -10,6 +10,7 @@ cell computes exactly what the same slice of a single :func:`~uqreg.study.run_st
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import replace
@@ -37,7 +38,9 @@ def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell
                 chunk = reps[start:start + chunk_repetitions]
                 params = dict(base, complexities=[int(c)], methods=[m], repetitions=int(len(chunk)),
                               first_repetition=int(chunk[0]))
-                key = f"{cfg.task}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}"
+                # the digest of the cell's full config: a rerun with other settings never reuses it
+                digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+                key = f"{cfg.task}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_{digest}"
                 cells.append(Cell(key, {"config": params}))
     return cells
 

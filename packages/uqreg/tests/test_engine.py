@@ -150,20 +150,26 @@ def test_concrete_and_variational_rates_are_learned(instance):
 
 @pytest.mark.parametrize("name", ["bd", "ens", "ens_bs"])
 def test_chunking_changes_nothing(name, instance):
+    """One chunk, chunks of 2 networks run one after the other, and chunks of 2 run by two
+    concurrent threads all give the same predictions."""
     method = METHODS[name]
-    cfg = _cfg()
+    cfg = _cfg(parallel_chunks=1)
     reps = [0, 1, 2]
     y = instance.targets(reps)
+    n_nets = len(method.networks(reps, cfg))
     whole = method.run(instance, y, reps, cfg, epochs=EPOCHS)
     n, d = instance.x_train.shape
     per_net = bytes_per_network(n // 2 if method.sampler == "bootstrap" else n, instance.x_test.shape[0], d, cfg,
                                 adversarial=method.adversarial, mc=not method.ensemble)
     small = replace(cfg, max_memory=2.5 * per_net)  # 2 networks per chunk: splits repetitions' members
-    assert method.chunk(instance, small) == 2
-    assert method.chunk(instance, cfg) >= 9
-    chunked = method.run(instance, y, reps, small, epochs=EPOCHS)
-    for a, b, what in zip(chunked, whole, ("prediction", "uncertainty")):
-        _close(a, b, f"{name} chunked {what}")
+    concurrent = replace(cfg, max_memory=5 * per_net, parallel_chunks=2)  # 2 threads × 2 networks
+    assert method.chunk(instance, cfg, n_nets) == n_nets
+    assert method.chunk(instance, small, n_nets) == 2
+    assert method.chunk(instance, concurrent, n_nets) == 2
+    for variant, label in ((small, "chunked"), (concurrent, "concurrent")):
+        result = method.run(instance, y, reps, variant, epochs=EPOCHS)
+        for a, b, what in zip(result, whole, ("prediction", "uncertainty")):
+            _close(a, b, f"{name} {label} {what}")
 
 
 @pytest.mark.parametrize("name", ["cd", "ens_adv"])

@@ -88,6 +88,24 @@ def draw_figures(e1, e2, e3, out_dir) -> list[Path]:
     return paths
 
 
+def coverage_table(ds, *, points: dict | None = None) -> str:
+    """A markdown table of coverage per method (rows) and complexity (columns): in/out region
+    averages and, when given, named probe points ``{label: point index}``."""
+    cname = ds.attrs.get("complexity_name", "complexity")
+    head = "| method | " + " | ".join(f"{cname}={c}" for c in ds.complexity.values) + " |"
+    lines = [head, "|" + "---|" * (len(ds.complexity) + 1)]
+    for m in ds.method.values:
+        cells = []
+        for c in ds.complexity.values:
+            sel = {"method": m, "complexity": c}
+            parts = [f"{float(ds.region_coverage.sel({**sel, 'region': r})):.2f}" for r in ("in", "out")]
+            if points:
+                parts += [f"{float(ds.coverage.sel({**sel, 'point': p})):.2f}" for p in points.values()]
+            cells.append(" / ".join(parts))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def reproduce(out_dir, *, scale: str = "cpu", experiments=("e1", "e2", "e3"), device: str = "cpu",
               scheduler: str | None = None, n_workers: int = 2, chunk_repetitions: int = 5,
               progress: bool = True) -> list[Path]:

@@ -39,14 +39,14 @@ BAND_METHODS = ("blr", "bd", "vd", "ens_bs")
 MAP_METHODS = ("blr", "bd", "ens_bs")
 
 _CPU_TRAIN = TrainConfig(members=20, mc_samples=100)
-_CPU_TRAIN_SMALL = TrainConfig(members=10, mc_samples=100)
+_CPU_TRAIN_SMALL = TrainConfig(members=8, mc_samples=100)
 
 SCALES: dict[str, dict[str, StudyConfig]] = {
     "paper": {"e1": PRESETS["paper-e1"], "e2": PRESETS["paper-e2"], "e3": PRESETS["paper-e3"]},
     "cpu": {
         "e1": StudyConfig(task="sinusoid", complexities=(1, 2, 3, 4, 5), repetitions=10, train=_CPU_TRAIN),
-        "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), repetitions=8, train=_CPU_TRAIN_SMALL),
-        "e3": StudyConfig(task="polynomial", complexities=(2,), repetitions=8, train=_CPU_TRAIN_SMALL),
+        "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), repetitions=6, train=_CPU_TRAIN_SMALL),
+        "e3": StudyConfig(task="polynomial", complexities=(2,), repetitions=6, train=_CPU_TRAIN_SMALL),
     },
     "smoke": {  # seconds: for tests of this module
         "e1": StudyConfig(task="sinusoid", complexities=(1, 2), methods=BAND_METHODS, repetitions=2,

@@ -46,7 +46,7 @@ def sequential():
 def cluster_client():
     from dask.distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = Client(cluster)
     yield client
     client.close()
@@ -114,7 +114,7 @@ def test_failing_cell_is_reported_and_others_finish(tmp_path):
 
     from dask.distributed import Client
 
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client:
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client:
         report = run_sweep([Cell("good", {"value": 1.0}), Cell("bad", {"value": -1.0})], _cell_func, tmp_path,
                            client=client, progress=False)
     assert [p.name for p in report.computed] == ["good.nc"]

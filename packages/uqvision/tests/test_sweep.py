@@ -37,7 +37,7 @@ def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp
     models = [spec, f"test_byobnet={bad}", "test_vit"]
     caches = tmp_path / "caches"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
         report = sweep_predictions(models, digits / "test", caches,
                                    PredictConfig(batch_size=32), client=client, threads=1)
         assert [p.name for p in report.computed] == ["test_byobnet+m0.test.plain-000.nc"]

@@ -137,7 +137,7 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
             client = Client(scheduler)
         else:
             own_cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                                       processes=True, dashboard_address=None)
+                                       processes=True, dashboard_address=":0")
             client = Client(own_cluster)
         own_client = True
     else:

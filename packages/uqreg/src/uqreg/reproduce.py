@@ -71,13 +71,17 @@ def draw_figures(e1, e2, e3, out_dir) -> list[Path]:
     figs = {}
     if e1 is not None:
         m = [x for x in BAND_METHODS if x in e1.method.values]
-        figs["fig1_e1_bands_fmain1"] = plot_bands(e1, _nearest(e1.complexity.values, 1), methods=m)
-        figs["fig2_e1_bands_fmain5"] = plot_bands(e1, _nearest(e1.complexity.values, 5), methods=m)
+        for fig, target in (("fig1", 1), ("fig2", 5)):  # the largest level run stands in for 5
+            c = _nearest(e1.complexity.values, target)
+            figs[f"{fig}_e1_bands_fmain{c}"] = plot_bands(e1, c, methods=m)
         figs["fig3_e1_vs_fmain"] = plot_probes(e1)
     if e2 is not None:
         m = [x for x in BAND_METHODS if x in e2.method.values]
-        figs["fig4_e2_bands_d2"] = plot_bands(e2, _nearest(e2.complexity.values, 2), methods=m)
-        figs["fig5_e2_bands_d4"] = plot_bands(e2, _nearest(e2.complexity.values, 4), methods=m)
+        for fig, target in (("fig4", 2), ("fig5", 4)):  # the largest dimension run stands in for 4
+            d = _nearest(e2.complexity.values, target)
+            if fig == "fig5" and d == _nearest(e2.complexity.values, 2):
+                continue  # nothing beyond Figure 4 was run
+            figs[f"{fig}_e2_bands_d{d}"] = plot_bands(e2, d, methods=m)
         figs["fig6_e2_vs_d"] = plot_probes(e2)
     if e3 is not None:
         figs["fig7_e3_coverage_map"] = plot_coverage_map(e3, methods=[x for x in MAP_METHODS if x in e3.method.values])

@@ -132,7 +132,10 @@ class TrainConfig:
         """Concurrent chunks (see ``parallel_chunks``)."""
         if self.parallel_chunks is not None:
             return self.parallel_chunks
-        return 1 if self.device.startswith("cuda") else max(1, len(os.sched_getaffinity(0)))
+        if self.device.startswith("cuda"):
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, cores or 1)
 
 
 # ---------------------------------------------------------------------------------------------

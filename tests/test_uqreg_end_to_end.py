@@ -7,9 +7,8 @@ import shutil
 import subprocess
 
 import numpy as np
-import xarray as xr
-
 import uqmetrics
+import xarray as xr
 
 
 def test_uqreg_cli_study_rescored_by_uqmetrics(tmp_path):

@@ -8,9 +8,8 @@ import shutil
 import subprocess
 
 import numpy as np
-import xarray as xr
-
 import uqmetrics
+import xarray as xr
 
 
 def test_uqvision_demo_rescored_by_uqmetrics(tmp_path):

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
-import xarray as xr
-
 import uqmetrics
+import xarray as xr
 from uqmetrics.sweep import is_complete
+
 from uqreg.engine import TrainConfig
 from uqreg.study import StudyConfig, run_study
 from uqreg.sweep import combine_cells, plan_cells, run_study_sweep
@@ -110,9 +110,8 @@ def test_sweep_resumes_after_the_client_is_killed(tmp_path, sequential):
 
 
 def test_failing_cell_is_reported_and_others_finish(tmp_path):
-    from uqmetrics.sweep import Cell, run_sweep
-
     from dask.distributed import Client
+    from uqmetrics.sweep import Cell, run_sweep
 
     with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client:
         report = run_sweep([Cell("good", {"value": 1.0}), Cell("bad", {"value": -1.0})], _cell_func, tmp_path,

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Mapping
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,19 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+@contextmanager
+def temporary_beside(path: Path):
+    """Yield a fresh temporary path in ``path``'s directory (created if needed) for an atomic
+    write-then-rename; the temporary file is removed if the block raises (interrupts too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _prepare(ds: xr.Dataset, attrs: Mapping | None, compress: bool) -> xr.Dataset:
     # Encodings inherited from a file read earlier are dropped: a fixed string width carried
     # over from one cell would silently truncate the longer labels of a combined dataset.
@@ -328,9 +342,7 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
         raise FileExistsError(f"{path} already exists; pass overwrite=True (--overwrite on the "
                               f"command line) to replace it")
     prepared = _prepare(ds, attrs, compress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
+    with temporary_beside(path) as tmp:
         prepared.to_netcdf(tmp, engine="netcdf4")
         import netCDF4
 
@@ -353,12 +365,6 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
             else:
                 os.unlink(tmp)
         _fsync_path(path.parent, directory=True)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise
     return path
 
 

@@ -11,7 +11,6 @@ matplotlib); use ``from uqmetrics import plotting``.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ._validation import as_numpy
+from .io import temporary_beside
 
 __all__ = [
     "plot_coverage_vs_complexity",
@@ -534,18 +534,10 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
     fmt = _FORMATS.get(suffix, "png")
     if fig.canvas is None or not hasattr(fig.canvas, "print_figure"):
         FigureCanvasAgg(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
+    with temporary_beside(path) as tmp:
         with open(tmp, "wb") as fh:
             fig.savefig(fh, format=fmt, dpi=dpi)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise
     return path

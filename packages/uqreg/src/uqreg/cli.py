@@ -11,9 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
-
 import uqmetrics
+import xarray as xr
 
 from .methods import METHODS
 from .presets import PRESETS

@@ -19,9 +19,19 @@ from typing import Callable
 
 import numpy as np
 
-from .engine import (HEADS, SAMPLERS, NetworkBatch, TrainConfig, bytes_per_network, chunk_size,
-                     predict_batched, torch_threads, train_batched)
+from .engine import (
+    HEADS,
+    SAMPLERS,
+    NetworkBatch,
+    TrainConfig,
+    bytes_per_network,
+    chunk_size,
+    predict_batched,
+    torch_threads,
+    train_batched,
+)
 from .reference import reference_prediction
+from .registry import Registry
 from .tasks import TaskInstance
 
 
@@ -142,25 +152,10 @@ def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig):
     return mean, np.broadcast_to(std, mean.shape).copy()
 
 
-METHODS: dict[str, Method] = {}
-
-
-def register_method(method: Method) -> Method:
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name!r} is already registered")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> Method:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}") from None
-
-
-def list_methods() -> list[str]:
-    return list(METHODS)
+METHODS: Registry[Method] = Registry("method")
+register_method = METHODS.register
+get_method = METHODS.lookup
+list_methods = METHODS.names
 
 
 for _m in (

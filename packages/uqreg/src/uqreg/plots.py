@@ -19,8 +19,12 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
-
-from uqmetrics.plotting import plot_coverage_vs_complexity, plot_heatmap, plot_prediction_bands, save_figure  # noqa: E402
+from uqmetrics.plotting import (  # noqa: E402
+    plot_coverage_vs_complexity,
+    plot_heatmap,
+    plot_prediction_bands,
+    save_figure,
+)
 
 Z = 1.96
 

@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-
 import uqmetrics
 from uqmetrics.plotting import save_figure
 

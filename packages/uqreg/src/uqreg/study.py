@@ -26,10 +26,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
+import uqmetrics
 import xarray as xr
 from tqdm.auto import tqdm
-
-import uqmetrics
 
 from .engine import TrainConfig
 from .methods import get_method, list_methods

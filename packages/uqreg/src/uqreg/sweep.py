@@ -16,9 +16,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import xarray as xr
-
 import uqmetrics
+import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
 from .study import RAW_VARS, StudyConfig, run_raw, summarize

@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from .registry import Registry
 from .rng import numpy_stream
 
 FeatureMap = Callable[[np.ndarray, int], np.ndarray]
@@ -197,26 +198,10 @@ class TaskInstance:
         return f[None, :] + self.sigma * noise
 
 
-TASKS: dict[str, LinearTask] = {}
-
-
-def register_task(task: LinearTask) -> LinearTask:
-    """Register ``task`` under ``task.name`` (returns it, so it can be used inline)."""
-    if task.name in TASKS:
-        raise ValueError(f"task {task.name!r} is already registered")
-    TASKS[task.name] = task
-    return task
-
-
-def get_task(name: str) -> LinearTask:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(TASKS))}") from None
-
-
-def list_tasks() -> list[str]:
-    return sorted(TASKS)
+TASKS: Registry[LinearTask] = Registry("task", sort=True)
+register_task = TASKS.register
+get_task = TASKS.lookup
+list_tasks = TASKS.names
 
 
 # --- E.1 sinusoid --------------------------------------------------------------------------

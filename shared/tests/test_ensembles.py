@@ -115,7 +115,7 @@ def test_size_curve_calibrated_adds_cll():
     "kwargs, match",
     [
         ({"metrics": ("cll",)}, "calibrated=True"),
-        ({"metrics": ("auroc",)}, "classification metrics"),
+        ({"metrics": ("gaussian_nll",)}, "classification metrics"),
         ({"n_orders": 0}, "n_orders"),
         ({"seed": 1.5}, "seed"),
     ],

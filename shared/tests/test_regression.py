@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import doctest
+import inspect
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from uqmetrics import regression
+from uqmetrics import COVERAGE_Z, plotting, regression
 from uqmetrics.regression import (
     binomial_interval,
     coverage,
@@ -25,7 +27,19 @@ from uqmetrics.regression import (
     uncertainty_ratio,
 )
 
-P_COVER_196 = 2 * stats.norm.cdf(1.96) - 1  # P(|Z| < 1.96) = 0.950004...
+P_COVER = 2 * stats.norm.cdf(COVERAGE_Z) - 1  # P(|Z| < COVERAGE_Z) = 0.95
+
+
+def test_coverage_z_is_the_normal_quantile_and_the_only_one():
+    assert COVERAGE_Z == stats.norm.ppf(0.975)
+    assert P_COVER == pytest.approx(0.95, abs=1e-15)
+    # every coverage function defaults to it; no rounded 1.96 anywhere in uqmetrics
+    for f in (coverage, coverage_summary, interval_width, plotting.plot_prediction_bands):
+        assert inspect.signature(f).parameters["z"].default == COVERAGE_Z, f.__name__
+    src = Path(regression.__file__).parent
+    hits = [f"{p.name}:{i}" for p in sorted(src.rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if "1.96" in line]
+    assert not hits, f"literal 1.96 in uqmetrics: {hits}"
 
 
 def test_doctests():
@@ -159,18 +173,18 @@ def test_coverage_of_correct_gaussian_predictor():
     pred = truth + s * rng.standard_normal((k, n_points))
     cov = coverage(pred, np.broadcast_to(s, pred.shape), truth)
     assert cov.shape == (n_points,)
-    # each point is Binomial(k, P(|Z| < 1.96)) / k; pooled points are independent
-    se_point = math.sqrt(P_COVER_196 * (1 - P_COVER_196) / k)
-    assert np.all(np.abs(cov - P_COVER_196) < 4.5 * se_point)
+    # each point is Binomial(k, P(|Z| < COVERAGE_Z)) / k; pooled points are independent
+    se_point = math.sqrt(P_COVER * (1 - P_COVER) / k)
+    assert np.all(np.abs(cov - P_COVER) < 4.5 * se_point)
     se_pooled = se_point / math.sqrt(n_points)
-    assert abs(cov.mean() - P_COVER_196) < 4 * se_pooled
+    assert abs(cov.mean() - P_COVER) < 4 * se_pooled
 
 
 def test_coverage_hand_cases_and_strict_boundary():
     truth = np.array([0.0, 0.0, 0.0])
     unc = np.array([[1.0, 0.5, 0.0]])
     # deviation exactly z * uncertainty is NOT covered (strict <); zero uncertainty never covers
-    pred = np.array([[1.96, 0.98, 0.0]])
+    pred = np.array([[COVERAGE_Z, COVERAGE_Z / 2, 0.0]])
     np.testing.assert_array_equal(coverage(pred, unc, truth), [0.0, 0.0, 0.0])
     np.testing.assert_array_equal(coverage(np.nextafter(pred, 0), unc, truth), [1.0, 1.0, 0.0])
     pred = np.array([[0.0, 1.0], [0.5, 3.0], [2.0, 2.0], [-1.0, 1.5]])
@@ -189,7 +203,7 @@ def test_coverage_axis_argument():
     c = coverage(pred, unc, 0.0, axis=-1)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(b, c)
-    np.testing.assert_allclose(b, np.mean(np.abs(pred) < 1.96 * unc, axis=1))
+    np.testing.assert_allclose(b, np.mean(np.abs(pred) < COVERAGE_Z * unc, axis=1))
 
 
 def test_coverage_xarray_reduces_named_dim():
@@ -388,11 +402,11 @@ def test_summary_ratio_is_per_point():
 
 
 def test_summary_gaussian_coverage_statistics():
-    # method scale 1 is the correct one (coverage 0.95); 0.5 under-covers at P(|Z| < 0.98)
+    # method scale 1 is the correct one (coverage 0.95); 0.5 under-covers at P(|Z| < COVERAGE_Z / 2)
     ds = _study(k=400, scales=(1.0, 0.5), n_points=4, complexities=(1,))
     s = coverage_summary(ds)
     n = s["coverage"].sel({"method": "blr"}).size * 400
-    for m, z_eff in (("blr", 1.96), ("bd", 0.98)):
+    for m, z_eff in (("blr", COVERAGE_Z), ("bd", COVERAGE_Z / 2)):
         p = 2 * stats.norm.cdf(z_eff) - 1
         pooled = float(s["coverage"].sel({"method": m}).mean())
         assert abs(pooled - p) < 4 * math.sqrt(p * (1 - p) / n), m
@@ -415,7 +429,7 @@ def test_summary_regions():
     assert s["region_n_points"].sel(region="out").item() == 2
     np.testing.assert_allclose(s["region_uncertainty_ratio"].sel({"method": "ens"}).values, 2.0)
     # region standard error: over repetitions of the per-repetition region coverage
-    hit = (np.abs(ds["prediction"] - ds["truth"]) < 1.96 * ds["uncertainty"])
+    hit = (np.abs(ds["prediction"] - ds["truth"]) < COVERAGE_Z * ds["uncertainty"])
     per_rep = hit.isel(point=np.flatnonzero(inside)).mean("point")
     expected_se = per_rep.std("repetition", ddof=1) / math.sqrt(50)
     np.testing.assert_allclose(s["region_coverage_se"].sel(region="in").values,
@@ -465,7 +479,7 @@ def test_summary_nan_raises_unless_skipna():
     pred = ds["prediction"].values[0, 0, :, 2]
     unc = ds["uncertainty"].values[0, 0, :, 2]
     ok = ~np.isnan(pred)
-    expected = np.mean(np.abs(pred[ok] - ds["truth"].values[2]) < 1.96 * unc[ok])
+    expected = np.mean(np.abs(pred[ok] - ds["truth"].values[2]) < COVERAGE_Z * unc[ok])
     assert s["coverage"].values[0, 0, 2] == pytest.approx(expected)
     # a cell with no valid repetition is NaN throughout, without warnings
     ds["prediction"][1, 1, :, 0] = np.nan
@@ -562,7 +576,7 @@ def test_scores_prefer_the_true_distribution():
 
 
 def test_interval_width():
-    assert interval_width([1.0, 3.0]) == pytest.approx(2 * 1.96 * 2.0)
+    assert interval_width([1.0, 3.0]) == pytest.approx(2 * COVERAGE_Z * 2.0)
     assert interval_width(np.full((2, 2), 0.5), z=1.0) == pytest.approx(1.0)
 
 

@@ -8,28 +8,41 @@ xarray objects. The conventions each metric follows (PROTOCOLS.md S.1-S.6) are l
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .conventions import CONVENTIONS
-from .exceptions import *  # noqa: F401,F403
-from .classification import *  # noqa: F401,F403
-from .calibration import *  # noqa: F401,F403
-from .confidence import *  # noqa: F401,F403
-from .selective import *  # noqa: F401,F403
-from .ensembles import *  # noqa: F401,F403
-from .ood import *  # noqa: F401,F403
-from .retrieval import *  # noqa: F401,F403
-from .regression import *  # noqa: F401,F403
-from .io import *  # noqa: F401,F403
 from . import (  # noqa: F401  (submodules as attributes)
-    calibration, classification, confidence, ensembles, exceptions, io, ood, registry, regression, retrieval,
+    calibration,
+    classification,
+    confidence,
+    conventions,
+    ensembles,
+    exceptions,
+    io,
+    ood,
+    registry,
+    regression,
+    retrieval,
+    scoring,
     selective,
 )
+from .calibration import *
+from .classification import *
+from .confidence import *
+from .conventions import CONVENTIONS, COVERAGE_Z
+from .ensembles import *
+from .exceptions import *
+from .io import *
+from .ood import *
+from .regression import *
+from .retrieval import *
+from .scoring import *
+from .selective import *
 
 try:
     __version__ = version("uqmetrics")
 except PackageNotFoundError:  # pragma: no cover - source checkout without install
     __version__ = "0+unknown"
 
-__all__ = ["CONVENTIONS", "__version__"]
-for _m in (exceptions, classification, calibration, confidence, selective, ensembles, ood, retrieval, regression, io):
+__all__ = ["CONVENTIONS", "COVERAGE_Z", "__version__"]
+for _m in (exceptions, classification, calibration, confidence, selective, scoring, ensembles, ood,
+           retrieval, regression, io):
     __all__ += list(_m.__all__)
 del _m

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import xarray as xr
 
 #: Absolute tolerance on ``sum(probs, axis=-1) == 1``.
 PROB_SUM_ATOL = 1e-4
@@ -63,6 +64,102 @@ def check_nonempty(arr: np.ndarray, name: str) -> np.ndarray:
     if arr.size == 0 or (arr.ndim >= 1 and arr.shape[0] == 0):
         raise ValueError(f"{name} is empty (shape {arr.shape})")
     return arr
+
+
+def numeric_array(x: Any, name: str) -> np.ndarray:
+    """Convert to a finite float64 array of any shape, non-empty unless 0-d."""
+    arr = as_numpy(x, name)
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.ndim:
+        check_nonempty(arr, name)
+    return check_finite(arr, name)
+
+
+def check_positive(arr: np.ndarray, name: str, *, strict: bool) -> np.ndarray:
+    """Raise unless every entry is ``> 0`` (``strict``) or ``>= 0``, quoting the first bad one."""
+    bad = (arr <= 0) if strict else (arr < 0)
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        rel = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be {rel}, got {arr[i]!r} at index {i}")
+    return arr
+
+
+def check_positive_number(value: Any, name: str) -> float:
+    """A finite scalar ``> 0`` (a temperature, an interval multiplier ``z``)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def check_same_shape(**arrays: np.ndarray) -> None:
+    """Raise if the named arrays do not all have the shape of the first."""
+    shapes = {k: v.shape for k, v in arrays.items()}
+    first_name, first = next(iter(shapes.items()))
+    for k, s in shapes.items():
+        if s != first:
+            raise ValueError(
+                f"{k} must have the same shape as {first_name} {first}, got shape {s}"
+            )
+
+
+def check_broadcast(**arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The named arrays broadcast against each other; ``ValueError`` naming them otherwise."""
+    names = tuple(arrays)
+    try:
+        return tuple(np.broadcast_arrays(*arrays.values()))
+    except ValueError:
+        desc = ", ".join(f"{n} {a.shape}" for n, a in arrays.items())
+        raise ValueError(f"{names[0]} and {', '.join(names[1:])} cannot be broadcast together: "
+                         f"{desc}") from None
+
+
+def check_counts(successes: Any, trials: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Binomial counts ``0 <= successes <= trials``, ``trials >= 1``, broadcast together."""
+    s = numeric_array(successes, "successes")
+    n = numeric_array(trials, "trials")
+    for arr, name in ((s, "successes"), (n, "trials")):
+        if not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must be integer counts, got {arr[arr != np.round(arr)][0]!r}")
+    if (n < 1).any():
+        raise ValueError(f"trials must be >= 1, got {n[n < 1][0]!r}")
+    if (s < 0).any():
+        raise ValueError(f"successes must be >= 0, got {s[s < 0][0]!r}")
+    s, n = check_broadcast(successes=s, trials=n)
+    if (s > n).any():
+        i = tuple(int(j) for j in np.argwhere(s > n)[0])
+        raise ValueError(f"successes must be <= trials, got {s[i]!r} > {n[i]!r} at index {i}")
+    return s, n
+
+
+def dataarrays(**inputs: Any) -> dict[str, xr.DataArray]:
+    """xarray path: DataArrays (or scalars) only, numeric and finite, aligned exactly."""
+    out = {}
+    for name, x in inputs.items():
+        if isinstance(x, xr.DataArray):
+            da = x
+        elif np.ndim(as_numpy(x, name)) == 0:
+            da = xr.DataArray(as_numpy(x, name))
+        else:
+            raise ValueError(
+                f"{name} must be an xarray.DataArray (or a scalar) when another input is one; "
+                f"got {type(x).__name__} (mixing labelled and unlabelled arrays is ambiguous)"
+            )
+        if da.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must be numeric, got dtype {da.dtype}")
+        numeric_array(da, name)
+        out[name] = da.astype(np.float64)
+    try:
+        aligned = xr.align(*out.values(), join="exact")
+    except ValueError as exc:
+        raise ValueError(f"{', '.join(out)} have conflicting coordinates: {exc}") from None
+    return dict(zip(out, aligned, strict=True))
 
 
 def check_ndim(arr: np.ndarray, name: str, ndim: int, shape_doc: str) -> np.ndarray:
@@ -171,6 +268,11 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_seed(seed: Any) -> int:
+    """A seed for ``numpy.random.default_rng``: an integer >= 0."""
+    return check_positive_int(seed, "seed", minimum=0)
 
 
 def check_fraction(value: Any, name: str, *, low: float = 0.0, high: float = 1.0,

@@ -26,18 +26,24 @@ import xarray as xr
 from scipy.optimize import minimize_scalar
 
 from ._validation import (
-    as_numpy,
     check_choice,
-    check_finite,
     check_labels,
     check_logits,
-    check_nonempty,
     check_positive_int,
+    check_positive_number,
     check_same_length,
+    check_seed,
     labels_logits,
+    numeric_array,
 )
 from .conventions import CONVENTIONS
-from .registry import get_metric
+from .scoring import (
+    Confidence,
+    confidence_attrs,
+    resolve_confidence,
+    resolve_metrics,
+    score_resolved,
+)
 
 __all__ = [
     "CALIBRATION_PROTOCOLS",
@@ -64,27 +70,13 @@ _BOUND_TOL = 10 * _XATOL
 # --------------------------------------------------------------------------------------------
 
 
-def _check_temperature(temperature: Any) -> float:
-    try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}") from None
-    if not (np.isfinite(t) and t > 0):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
-    return t
-
-
 def _logits_array(logits: Any) -> np.ndarray:
-    z = as_numpy(logits, "logits")
-    if z.dtype.kind not in "biuf":
-        raise ValueError(f"logits must be numeric, got dtype {z.dtype}")
+    z = numeric_array(logits, "logits")
     if z.ndim < 1:
         raise ValueError(f"logits must have shape (..., n_classes), got shape {z.shape}")
-    z = z.astype(np.float64, copy=False)
-    check_nonempty(z, "logits")
     if z.shape[-1] == 0:
         raise ValueError(f"logits is empty (shape {z.shape})")
-    return check_finite(z, "logits")
+    return z
 
 
 def log_softmax(logits: Any, *, temperature: float = 1.0) -> np.ndarray:
@@ -112,7 +104,7 @@ def log_softmax(logits: Any, *, temperature: float = 1.0) -> np.ndarray:
     >>> log_softmax([[0.0, 0.0]])
     array([[-0.69314718, -0.69314718]])
     """
-    t = _check_temperature(temperature)
+    t = check_positive_number(temperature, "temperature")
     z = _logits_array(logits) / t
     z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
@@ -144,7 +136,7 @@ def softmax(logits: Any, *, temperature: float = 1.0) -> np.ndarray:
     >>> softmax([[0.0, 1000.0]])
     array([[0., 1.]])
     """
-    t = _check_temperature(temperature)
+    t = check_positive_number(temperature, "temperature")
     z = _logits_array(logits) / t
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -364,10 +356,6 @@ CALIBRATION_PROTOCOLS: dict[str, CalibrationProtocol] = {
 }
 
 
-def _check_seed(seed: Any) -> int:
-    return check_positive_int(seed, "seed", minimum=0)
-
-
 def calibration_splits(
     labels: Any, *, protocol: str = "test_cv", n_calib: int = 5000, n_repeats: int = 5,
     seed: int = 0,
@@ -408,23 +396,9 @@ def calibration_splits(
     check_choice(protocol, "protocol", within)
     y = check_labels(labels)
     spec = CALIBRATION_PROTOCOLS[protocol]
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = np.random.default_rng(check_seed(seed))
     return spec.splits(y, rng, n_calib=check_positive_int(n_calib, "n_calib"),
                        n_repeats=check_positive_int(n_repeats, "n_repeats"))
-
-
-def _metric_specs(metrics: Sequence[str]):
-    if isinstance(metrics, str) or len(metrics) == 0:
-        raise ValueError(f"metrics must be a non-empty sequence of metric names, got {metrics!r}")
-    specs = [get_metric(m) for m in metrics]
-    for s in specs:
-        if s.kind != "classification":
-            raise ValueError(
-                f"metrics must be classification metrics f(labels, probs); {s.name!r} is {s.kind!r}"
-            )
-    if len({s.name for s in specs}) != len(specs):
-        raise ValueError(f"metrics contains duplicates: {list(metrics)!r}")
-    return specs
 
 
 def temperature_scaled_metrics(
@@ -433,6 +407,7 @@ def temperature_scaled_metrics(
     *,
     protocol: str = "holdout",
     metrics: Sequence[str] = ("accuracy", "nll", "brier", "ece"),
+    confidence: Confidence = "softmax_response",
     calib_logits: Any = None,
     calib_labels: Any = None,
     n_calib: int = 5000,
@@ -451,7 +426,11 @@ def temperature_scaled_metrics(
     protocol : {"holdout", "test_cv", "stratified_holdout"}, default "holdout"
         See the module docstring and :data:`CALIBRATION_PROTOCOLS`.
     metrics : sequence of str
-        Names of registered classification metrics (:func:`uqmetrics.registry.list_metrics`).
+        Names of registered classification or selective metrics
+        (:func:`uqmetrics.registry.list_metrics`), scored by :func:`uqmetrics.score_metrics`.
+    confidence : str or callable, default "softmax_response"
+        The confidence κ of the selective metrics, computed from each fold's (scaled or
+        un-scaled) probabilities; see :func:`uqmetrics.score_metrics`.
     calib_logits : array_like of float, shape (m, C), optional
         Calibration-set logits; required by ``holdout``, rejected by the other protocols.
     calib_labels : array_like of int, shape (m,), optional
@@ -477,8 +456,9 @@ def temperature_scaled_metrics(
     -----
     For every fold ``f`` with calibration indices ``C_f`` and evaluation indices ``E_f``:
     ``T_f = argmin_T NLL(softmax(z[C_f] / T), y[C_f])``, then each metric ``m`` is computed on
-    ``softmax(z[E_f])`` ("none") and ``softmax(z[E_f] / T_f)`` ("temperature"); reported values
-    are ``mean_f m_f``. Un-scaled and scaled numbers thus always share their samples.
+    ``softmax(z[E_f])`` ("none") and ``softmax(z[E_f] / T_f)`` ("temperature") by
+    :func:`uqmetrics.score_metrics` (selective metrics with ``correct = argmax p = y`` and
+    ``κ = confidence(p)``); reported values are ``mean_f m_f``. Un-scaled and scaled numbers thus always share their samples.
 
     References
     ----------
@@ -497,11 +477,12 @@ def temperature_scaled_metrics(
     """
     check_choice(protocol, "protocol", CALIBRATION_PROTOCOLS)
     spec = CALIBRATION_PROTOCOLS[protocol]
-    specs = _metric_specs(metrics)
+    specs = resolve_metrics(metrics)
+    kappa_fn = resolve_confidence(confidence)
     lo_hi = _check_bounds(bounds)
     n_calib = check_positive_int(n_calib, "n_calib")
     n_repeats = check_positive_int(n_repeats, "n_repeats")
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     y, z = labels_logits(labels, logits)
 
     if spec.external:
@@ -533,16 +514,15 @@ def temperature_scaled_metrics(
         fit = _fit(z_cal, y_cal, lo_hi)
         temps[f], conv[f], n_c[f], n_e[f] = fit.temperature, fit.converged, len(y_cal), len(y_ev)
         for cal, t in enumerate((1.0, fit.temperature)):
-            p = softmax(z_ev, temperature=t)
-            for i, s in enumerate(specs):
-                values[i, cal, f] = s.func(y_ev, p)
+            scores = score_resolved(specs, y_ev, softmax(z_ev, temperature=t), kappa_fn)
+            values[:, cal, f] = list(scores.values())
 
     names = [s.name for s in specs]
     data = {
         s.name: xr.Variable(
             "calibration", values[i].mean(axis=1),
             attrs={"greater_is_better": int(s.greater_is_better),
-                   "convention": CONVENTIONS.get(s.name, "")},
+                   "convention": CONVENTIONS[s.name]},
         )
         for i, s in enumerate(specs)
     }
@@ -564,6 +544,7 @@ def temperature_scaled_metrics(
             "n_calib_requested": n_calib if protocol == "stratified_holdout" else 0,
             "temperature_bounds": list(lo_hi),
             "convention": CONVENTIONS["temperature_scaling"],
+            **confidence_attrs(specs, confidence),
         },
     )
 

@@ -338,7 +338,8 @@ def _top1(labels: Any, probs: Any) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------------------------
 
 
-@register_metric("confidence_ece", kind="selective", properties={"permutation_invariant"})
+@register_metric("confidence_ece", kind="selective", family="calibration",
+                 properties={"permutation_invariant"})
 def confidence_calibration_error(
     correct: Any,
     confidence: Any,
@@ -391,7 +392,8 @@ def confidence_calibration_error(
     return _reduce_gaps(count, acc, conf, norm)
 
 
-@register_metric("ece", kind="classification", properties={"permutation_invariant"})
+@register_metric("ece", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def expected_calibration_error(
     labels: Any, probs: Any, *, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -436,13 +438,15 @@ def expected_calibration_error(
     return confidence_calibration_error(correct, conf, n_bins=n_bins, strategy=strategy)
 
 
-@register_metric("ece_quantile", kind="classification", properties={"permutation_invariant"})
+@register_metric("ece_quantile", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def _adaptive_expected_calibration_error(labels: Any, probs: Any) -> float:
     """ECE with 15 equal-mass bins (``strategy="quantile"``)."""
     return expected_calibration_error(labels, probs, strategy="quantile")
 
 
-@register_metric("mce", kind="classification", properties={"permutation_invariant"})
+@register_metric("mce", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def maximum_calibration_error(
     labels: Any, probs: Any, *, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -489,7 +493,8 @@ def maximum_calibration_error(
 # --------------------------------------------------------------------------------------------
 
 
-@register_metric("sce", kind="classification", properties={"permutation_invariant"})
+@register_metric("sce", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def static_calibration_error(labels: Any, probs: Any, *, n_bins: int = 15) -> float:
     """Static calibration error (SCE): classwise ECE with equal-width bins, averaged over classes.
 
@@ -538,7 +543,8 @@ def static_calibration_error(labels: Any, probs: Any, *, n_bins: int = 15) -> fl
     return float(np.sum(np.abs(s_t - s_v)) / (n * n_classes))
 
 
-@register_metric("ace", kind="classification", properties={"permutation_invariant"})
+@register_metric("ace", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def adaptive_calibration_error(
     labels: Any, probs: Any, *, n_bins: int = 15, threshold: float = 0.0
 ) -> float:
@@ -596,7 +602,8 @@ def adaptive_calibration_error(
     return float(np.mean(errors))
 
 
-@register_metric("tace", kind="classification", properties={"permutation_invariant"})
+@register_metric("tace", kind="classification", family="calibration",
+                 properties={"permutation_invariant"})
 def _thresholded_adaptive_calibration_error(labels: Any, probs: Any) -> float:
     """TACE: :func:`adaptive_calibration_error` with ``threshold=1e-3``."""
     return adaptive_calibration_error(labels, probs, threshold=1e-3)

@@ -1,25 +1,68 @@
 """The metric conventions of PROTOCOLS.md S.1-S.6, as written into result-file attrs.
 
 Each entry names a convention on which peer implementations disagree and the choice this
-package makes by default. :func:`uqmetrics.io.provenance_attrs` stores this mapping (JSON) in
+package makes by default. Every registered metric (:mod:`uqmetrics.registry`) has an entry
+under its registered name. :func:`uqmetrics.io.provenance_attrs` stores this mapping (JSON) in
 every result file, so that a number can always be traced to its definition.
 """
 
+from scipy.special import ndtri
+
+__all__ = ["CONVENTIONS", "COVERAGE_Z"]
+
+#: Half-width multiplier of the central 95% Gaussian interval, the 0.975 quantile of the
+#: standard normal distribution (1.959963984540054); the default ``z`` of every coverage
+#: function (PROTOCOLS R.4).
+COVERAGE_Z: float = float(ndtri(0.975))
+
+_ECE = ("15 bins on top-1 confidence, (j-1/M, j/M] left-open right-closed, 0 in the first bin, "
+        "empty bins skipped, weights |B|/n")
+_SELECTIVE = "correct = argmax p == y; kappa = the confidence function (default softmax response)"
+
 CONVENTIONS: dict[str, str] = {
+    # classification (labels, probs)
+    "accuracy": "S.1: top-1, argmax returns the first maximum on ties",
+    "top5_accuracy": "S.1: label among the 5 most probable classes, ties broken towards the "
+    "first class as argmax does",
     "nll": "S.1: mean -log p_y, p clipped at 1e-12",
     "brier": "S.1: mean over samples of sum over classes (p_c - 1[c=y])^2, not divided by C",
-    "ece": "S.1: 15 equal-width bins on top-1 confidence, (j-1/M, j/M] left-open right-closed, "
-    "0 in the first bin, empty bins skipped, weights |B|/n",
+    # calibration (labels, probs), S.1
+    "ece": f"S.1: equal-width {_ECE}",
+    "ece_quantile": f"S.1: equal-mass (quantile) {_ECE}",
+    "mce": "S.1: max over non-empty equal-width bins of |acc - conf|, bins as ece",
+    "confidence_ece": "S.1: ece of any confidence in [0, 1] against correctness, bins as ece",
+    "sce": "S.1: classwise ece, 15 equal-width bins per class, mean over classes (Nixon 2019)",
+    "ace": "S.1: classwise ece, 15 equal-mass bins per class, bins weighted |B|/n_k, mean over "
+    "classes with a prediction (Nixon 2019)",
+    "tace": "S.1: ace over the predictions p >= 1e-3 only",
     "temperature_scaling": "S.1: one scalar T>0 minimising NLL, bounded 1-D search over log T",
+    # selective (correct, confidence), S.2
     "auroc": "S.2: tie-aware Mann-Whitney (ties count 1/2), NaN with a warning if a class is empty",
+    "aupr": "S.2: average precision of the correct predictions ranked by kappa (no interpolation)",
+    "aupr_wrong": "S.2: average precision of the wrong predictions ranked by -kappa",
     "aurc": "S.2: (1/N) sum_i e_i/i, kappa descending, errors spread evenly over tied blocks",
     "eaurc": "S.2: AURC minus AURC of the exact empirical oracle ranking",
     "sac": "S.2: largest coverage k/N with top-k accuracy >= alpha, k at distinct-kappa boundaries",
+    "sac_95": "S.2: sac at alpha = 0.95",
+    "sac_99": "S.2: sac at alpha = 0.99",
+    "selective": f"S.2: {_SELECTIVE}",
     "softmax_response": "S.2: max softmax probability computed in float64",
+    # ensembles, S.3
     "ensemble": "S.3: log pbar = logsumexp_k log p_k - log K",
     "dee": "S.3: smallest real l>=1 with interpolated DE mean CLL(l) >= method CLL; capped at max DE size",
+    # OOD (u_in, u_out), S.4
     "ood": "S.4: out-domain positive; theta = 95% quantile of in-domain validation u",
+    "ood_auroc": "S.4: P(u_out > u_in) + 1/2 P(tie), the tie-aware AUROC with out-domain positive",
+    # retrieval (embeddings, labels, uncertainty), S.5
     "retrieval": "S.5: cosine similarity, query excluded from its own neighbours",
-    "coverage": "S.6/R.4: fraction of repetitions with |prediction - truth| < 1.96 * uncertainty",
+    "recall_at_1": "S.5: mean 1[y_nn(i) = y_i], cosine nearest neighbour, query excluded, ties to "
+    "the lowest index",
+    "r_auroc": "S.5: AUROC of u for detecting Recall@1 errors (wrong neighbours positive)",
+    # regression (y, mean, std), S.6
+    "gaussian_nll": "S.6: mean -log N(y; mean, std^2) including 0.5 log(2 pi)",
+    "crps": "S.6: closed-form CRPS of N(mean, std^2) (Gneiting and Raftery 2007, eq. 21)",
+    "interval_width": f"S.6: mean width 2 z std of the central interval, z = {COVERAGE_Z!r}",
+    "coverage": "S.6/R.4: fraction of repetitions with |prediction - truth| < z * uncertainty, "
+    f"strict <, z = {COVERAGE_Z!r} (the 0.975 normal quantile)",
     "coverage_interval": "S.6/R.4: Wilson (default) or Clopper-Pearson, plus sqrt(p(1-p)/k) bars",
 }

@@ -22,10 +22,18 @@ from ._validation import (
     check_labels,
     check_positive_int,
     check_same_length,
+    check_seed,
     float_array,
 )
-from .calibration import _check_seed, _metric_specs, calibrated_log_likelihood
+from .calibration import calibrated_log_likelihood
 from .conventions import CONVENTIONS
+from .scoring import (
+    Confidence,
+    confidence_attrs,
+    resolve_confidence,
+    resolve_metrics,
+    score_resolved,
+)
 
 __all__ = [
     "DeepEnsembleEquivalent",
@@ -112,6 +120,7 @@ def ensemble_size_curve(
     labels: Any,
     *,
     metrics: Sequence[str] = ("accuracy", "nll", "brier", "ece"),
+    confidence: Confidence = "softmax_response",
     n_orders: int = 5,
     seed: int = 0,
     calibrated: bool = False,
@@ -126,7 +135,11 @@ def ensemble_size_curve(
     labels : array_like of int, shape (n,)
         Test labels in ``[0, C)``.
     metrics : sequence of str
-        Registered classification metrics (``uqmetrics.registry``).
+        Registered classification or selective metrics (``uqmetrics.registry``), scored by
+        :func:`uqmetrics.score_metrics`.
+    confidence : str or callable, default "softmax_response"
+        The confidence κ of the selective metrics, a function of the prefix ensemble's
+        probabilities ``pbar_s``; see :func:`uqmetrics.score_metrics`.
     n_orders : int, default 5
         Number of member orders; order 0 is the identity ``0..K-1``, the others are random
         permutations from ``numpy.random.default_rng(seed)``.
@@ -148,7 +161,8 @@ def ensemble_size_curve(
     Notes
     -----
     For order ``pi`` and size ``s``: ``log pbar_s = logsumexp_{j<s} log p_{pi(j)} - log s``, and
-    each metric is evaluated on ``exp(log pbar_s)``. The ``test_cv`` splits use the same seed for
+    each metric is evaluated on ``exp(log pbar_s)`` by :func:`uqmetrics.score_metrics`
+    (selective metrics with ``correct = argmax pbar_s = y`` and ``κ = confidence(pbar_s)``). The ``test_cv`` splits use the same seed for
     every cell, so that curve differences are not blurred by different splits.
 
     References
@@ -169,10 +183,11 @@ def ensemble_size_curve(
     check_same_length(labels=y, member_log_probs=lp[0])
     if "cll" in metrics:
         raise ValueError("metrics must not contain 'cll'; pass calibrated=True to compute it")
-    specs = _metric_specs(metrics)
+    specs = resolve_metrics(metrics)
+    kappa_fn = resolve_confidence(confidence)
     n_orders = check_positive_int(n_orders, "n_orders")
     n_repeats = check_positive_int(n_repeats, "n_repeats")
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     calibrated = bool(calibrated)
 
     rng = np.random.default_rng(seed)
@@ -186,9 +201,9 @@ def ensemble_size_curve(
             if s > 1:
                 running = np.logaddexp(running, lp[perm[s - 1]])
             mean_lp = running - np.log(s)
-            probs = np.exp(mean_lp)
-            for spec in specs:
-                values[spec.name][o, s - 1] = spec.func(y, probs)
+            scores = score_resolved(specs, y, np.exp(mean_lp), kappa_fn)
+            for name, value in scores.items():
+                values[name][o, s - 1] = value
             if calibrated:
                 values["cll"][o, s - 1] = calibrated_log_likelihood(
                     mean_lp, y, n_repeats=n_repeats, seed=seed)
@@ -198,7 +213,7 @@ def ensemble_size_curve(
         data[spec.name] = xr.Variable(
             ("order", "size"), values[spec.name],
             attrs={"greater_is_better": int(spec.greater_is_better),
-                   "convention": CONVENTIONS.get(spec.name, "")})
+                   "convention": CONVENTIONS[spec.name]})
     if calibrated:
         data["cll"] = xr.Variable(
             ("order", "size"), values["cll"],
@@ -210,7 +225,8 @@ def ensemble_size_curve(
         coords={"order": np.arange(n_orders), "size": np.arange(1, n_members + 1),
                 "position": np.arange(n_members)},
         attrs={"n_orders": n_orders, "seed": seed, "calibrated": int(bool(calibrated)),
-               "n_repeats": n_repeats, "convention": CONVENTIONS["ensemble"]},
+               "n_repeats": n_repeats, "convention": CONVENTIONS["ensemble"],
+               **confidence_attrs(specs, confidence)},
     )
 
 

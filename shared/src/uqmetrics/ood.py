@@ -12,6 +12,7 @@ import numpy as np
 import xarray as xr
 
 from ._validation import check_fraction, float_array
+from .registry import register_metric
 from .selective import auroc_score
 
 __all__ = [
@@ -29,6 +30,8 @@ def _u(x: Any, name: str) -> np.ndarray:
     return float_array(x, name, 1, _SHAPE)
 
 
+@register_metric("ood_auroc", kind="ood",
+                 properties={"permutation_invariant", "monotone_invariant"})
 def ood_auroc_score(u_in: Any, u_out: Any) -> float:
     """AUROC of the uncertainty for detecting out-domain samples (out-domain positive).
 

@@ -21,7 +21,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ._validation import as_numpy
+from ._validation import as_numpy, check_positive_number
+from .conventions import COVERAGE_Z
 from .io import temporary_beside
 
 __all__ = [
@@ -308,7 +309,7 @@ def plot_coverage_vs_complexity(summary: xr.Dataset, *, point_selection: Mapping
 
 
 def plot_prediction_bands(x: Any, truth: Any, prediction: Any, uncertainty: Any, *,
-                          x_train: Any = None, y_train: Any = None, z: float = 1.96,
+                          x_train: Any = None, y_train: Any = None, z: float = COVERAGE_Z,
                           label: str = "prediction", ax: Axes | None = None,
                           title: str | None = None) -> Figure:
     """1-D regression: ground truth, prediction and its ``± z·uncertainty`` band.
@@ -321,7 +322,8 @@ def plot_prediction_bands(x: Any, truth: Any, prediction: Any, uncertainty: Any,
         Ground truth, predictive mean and standard deviation (``>= 0``) at ``x``.
     x_train, y_train : array_like, shape (N,), optional
         Training data, drawn as points.
-    z : float, default 1.96
+    z : float, default COVERAGE_Z
+        Band half-width in units of ``uncertainty`` (the 0.975 normal quantile: 95% band).
     label : str, default "prediction"
     ax : matplotlib Axes, optional
     title : str, optional
@@ -340,9 +342,7 @@ def plot_prediction_bands(x: Any, truth: Any, prediction: Any, uncertainty: Any,
             raise ValueError(f"{name} must have the shape of x {xs.shape}, got {a.shape}")
     if (u < 0).any():
         raise ValueError(f"uncertainty must be >= 0, got {u.min()!r}")
-    zf = float(z)
-    if not (np.isfinite(zf) and zf > 0):
-        raise ValueError(f"z must be a positive number, got {z!r}")
+    zf = check_positive_number(z, "z")
     if (x_train is None) != (y_train is None):
         raise ValueError("x_train and y_train must be given together")
     order = np.argsort(xs, kind="stable")

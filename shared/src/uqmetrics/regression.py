@@ -29,10 +29,21 @@ import numpy as np
 import xarray as xr
 from scipy import special
 
-from ._validation import as_numpy, check_choice, check_finite, check_fraction, check_nonempty
+from ._validation import (
+    check_broadcast,
+    check_choice,
+    check_counts,
+    check_fraction,
+    check_positive,
+    check_positive_number,
+    check_same_shape,
+    dataarrays,
+    numeric_array,
+)
+from .conventions import COVERAGE_Z
+from .registry import register_metric
 
 __all__ = [
-    "COVERAGE_Z",
     "INTERVAL_METHODS",
     "binomial_interval",
     "coverage",
@@ -45,83 +56,10 @@ __all__ = [
     "uncertainty_ratio",
 ]
 
-#: Default half-width multiplier of the central 95% Gaussian interval (PROTOCOLS R.4).
-COVERAGE_Z = 1.96
-
 #: Binomial interval methods: our name -> statsmodels ``proportion_confint`` method.
 INTERVAL_METHODS = {"wilson": "wilson", "beta": "beta", "clopper-pearson": "beta"}
 
 _SUMMARY_VARS = ("prediction", "uncertainty", "truth")
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers (private)
-
-
-def _numeric(x: Any, name: str) -> np.ndarray:
-    """Any-shape, non-empty, finite float64 array."""
-    arr = as_numpy(x, name)
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    if arr.ndim:
-        check_nonempty(arr, name)
-    return check_finite(arr, name)
-
-
-def _positive(arr: np.ndarray, name: str, *, strict: bool) -> np.ndarray:
-    bad = (arr <= 0) if strict else (arr < 0)
-    if bad.any():
-        i = tuple(int(j) for j in np.argwhere(bad)[0])
-        rel = "> 0" if strict else ">= 0"
-        raise ValueError(f"{name} must be {rel}, got {arr[i]!r} at index {i}")
-    return arr
-
-
-def _check_z(z: Any) -> float:
-    try:
-        zf = float(z)
-    except (TypeError, ValueError):
-        raise ValueError(f"z must be a positive number, got {z!r}") from None
-    if not (np.isfinite(zf) and zf > 0):
-        raise ValueError(f"z must be a positive finite number, got {z!r}")
-    return zf
-
-
-def _same_shape(**arrays: np.ndarray) -> None:
-    shapes = {k: v.shape for k, v in arrays.items()}
-    first_name, first = next(iter(shapes.items()))
-    for k, s in shapes.items():
-        if s != first:
-            raise ValueError(
-                f"{k} must have the same shape as {first_name} {first}, got shape {s}"
-            )
-
-
-def _broadcast(names: tuple[str, ...], arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    try:
-        return tuple(np.broadcast_arrays(*arrays))
-    except ValueError:
-        desc = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays))
-        raise ValueError(f"{names[0]} and {', '.join(names[1:])} cannot be broadcast together: "
-                         f"{desc}") from None
-
-
-def _check_counts(successes: Any, trials: Any) -> tuple[np.ndarray, np.ndarray]:
-    s = _numeric(successes, "successes")
-    n = _numeric(trials, "trials")
-    for arr, name in ((s, "successes"), (n, "trials")):
-        if not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must be integer counts, got {arr[arr != np.round(arr)][0]!r}")
-    if (n < 1).any():
-        raise ValueError(f"trials must be >= 1, got {n[n < 1][0]!r}")
-    if (s < 0).any():
-        raise ValueError(f"successes must be >= 0, got {s[s < 0][0]!r}")
-    s, n = _broadcast(("successes", "trials"), (s, n))
-    if (s > n).any():
-        i = tuple(int(j) for j in np.argwhere(s > n)[0])
-        raise ValueError(f"successes must be <= trials, got {s[i]!r} > {n[i]!r} at index {i}")
-    return s, n
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,7 +123,7 @@ def binomial_interval(successes, trials, *, alpha: float = 0.05, method: str = "
     """
     check_choice(method, "method", INTERVAL_METHODS)
     alpha = check_fraction(alpha, "alpha", closed="neither")
-    s, n = _check_counts(successes, trials)
+    s, n = check_counts(successes, trials)
     return _interval_unchecked(s, n, alpha, method)
 
 
@@ -212,42 +150,41 @@ def paper_error_bar(p, k):
     >>> paper_error_bar([0.0, 0.5], 25)
     array([0. , 0.1])
     """
-    pa = _numeric(p, "p")
-    ka = _numeric(k, "k")
+    pa = numeric_array(p, "p")
+    ka = numeric_array(k, "k")
     if ((pa < 0) | (pa > 1)).any():
         raise ValueError(f"p must lie in [0, 1], got range [{pa.min():.6g}, {pa.max():.6g}]")
     if (ka < 1).any():
         raise ValueError(f"k must be >= 1, got {ka[ka < 1][0]!r}")
-    pa, ka = _broadcast(("p", "k"), (pa, ka))
-    return np.sqrt(pa * (1 - pa) / ka)
+    return _paper_error_bar(*check_broadcast(p=pa, k=ka))
 
 
 # --------------------------------------------------------------------------------------------
 # per-point coverage, deviation, ratio
+#
+# Each public function validates its inputs and calls one kernel below; coverage_summary calls
+# the same kernels on its (already validated, possibly NaN-masked) xarray objects, so every
+# formula of the module is written once. The kernels work on numpy arrays and DataArrays alike.
 
 
-def _as_dataarrays(**inputs: Any) -> dict[str, xr.DataArray]:
-    """xarray path: DataArrays (or scalars) only, numeric and finite."""
-    out = {}
-    for name, x in inputs.items():
-        if isinstance(x, xr.DataArray):
-            da = x
-        elif np.ndim(as_numpy(x, name)) == 0:
-            da = xr.DataArray(as_numpy(x, name))
-        else:
-            raise ValueError(
-                f"{name} must be an xarray.DataArray (or a scalar) when another input is one; "
-                f"got {type(x).__name__} (mixing labelled and unlabelled arrays is ambiguous)"
-            )
-        if da.dtype.kind not in "biuf":
-            raise ValueError(f"{name} must be numeric, got dtype {da.dtype}")
-        _numeric(da, name)
-        out[name] = da.astype(np.float64)
-    try:
-        aligned = xr.align(*out.values(), join="exact")
-    except ValueError as exc:
-        raise ValueError(f"{', '.join(out)} have conflicting coordinates: {exc}") from None
-    return dict(zip(out, aligned))
+def _paper_error_bar(p, k):
+    """``sqrt(p (1 - p) / k)``."""
+    return np.sqrt(p * (1 - p) / k)
+
+
+def _deviation(prediction, truth):
+    """``|prediction - truth|``."""
+    return abs(prediction - truth)
+
+
+def _covered(dev, uncertainty, z: float):
+    """Whether a deviation is covered: ``dev < z * uncertainty`` (strict, PROTOCOLS R.4)."""
+    return dev < z * uncertainty
+
+
+def _ratio(uncertainty, reference_uncertainty):
+    """``uncertainty / reference_uncertainty``."""
+    return uncertainty / reference_uncertainty
 
 
 def coverage(prediction, uncertainty, truth, *, z: float = COVERAGE_Z, dim: Hashable = "repetition",
@@ -262,8 +199,9 @@ def coverage(prediction, uncertainty, truth, *, z: float = COVERAGE_Z, dim: Hash
         Predicted standard deviations, ``>= 0``.
     truth : same type, broadcastable with ``prediction``
         Noise-free ground truth; usually lacks the repetition axis.
-    z : float, default 1.96
-        Interval half-width in units of ``uncertainty``.
+    z : float, default COVERAGE_Z
+        Interval half-width in units of ``uncertainty`` (the 0.975 normal quantile,
+        1.959964..., by default: a central 95% Gaussian interval).
     dim : hashable, default "repetition"
         Repetition dim, used when the inputs are ``xarray.DataArray`` s.
     axis : int, default 0
@@ -294,24 +232,24 @@ def coverage(prediction, uncertainty, truth, *, z: float = COVERAGE_Z, dim: Hash
     >>> coverage(da, xr.ones_like(da), xr.DataArray([0.0, 1.0], dims="point"), z=1.0).dims
     ('point',)
     """
-    z = _check_z(z)
+    z = check_positive_number(z, "z")
     if any(isinstance(a, xr.DataArray) for a in (prediction, uncertainty, truth)):
-        das = _as_dataarrays(prediction=prediction, uncertainty=uncertainty, truth=truth)
+        das = dataarrays(prediction=prediction, uncertainty=uncertainty, truth=truth)
         p, u, t = das.values()
-        _positive(u.values, "uncertainty", strict=False)
+        check_positive(u.values, "uncertainty", strict=False)
         if dim not in p.dims:
             raise ValueError(f"prediction must have the repetition dim {dim!r}, got dims {p.dims}")
-        return (abs(p - t) < z * u).mean(dim)
-    p = _numeric(prediction, "prediction")
-    u = _positive(_numeric(uncertainty, "uncertainty"), "uncertainty", strict=False)
-    t = _numeric(truth, "truth")
-    p, u, t = _broadcast(("prediction", "uncertainty", "truth"), (p, u, t))
+        return _covered(_deviation(p, t), u, z).mean(dim)
+    p = numeric_array(prediction, "prediction")
+    u = check_positive(numeric_array(uncertainty, "uncertainty"), "uncertainty", strict=False)
+    t = numeric_array(truth, "truth")
+    p, u, t = check_broadcast(prediction=p, uncertainty=u, truth=t)
     if p.ndim == 0:
         raise ValueError("prediction must have a repetition axis, got a scalar")
     if not -p.ndim <= axis < p.ndim:
         raise ValueError(f"axis must lie in [{-p.ndim}, {p.ndim}) for broadcast shape {p.shape}, "
                          f"got {axis!r}")
-    return np.mean(np.abs(p - t) < z * u, axis=axis)
+    return np.mean(_covered(_deviation(p, t), u, z), axis=axis)
 
 
 def deviation(prediction, truth):
@@ -333,11 +271,11 @@ def deviation(prediction, truth):
     array([0.5, 2. ])
     """
     if isinstance(prediction, xr.DataArray) or isinstance(truth, xr.DataArray):
-        das = _as_dataarrays(prediction=prediction, truth=truth)
-        return abs(das["prediction"] - das["truth"])
-    p, t = _broadcast(("prediction", "truth"),
-                      (_numeric(prediction, "prediction"), _numeric(truth, "truth")))
-    return np.abs(p - t)
+        das = dataarrays(prediction=prediction, truth=truth)
+        return _deviation(das["prediction"], das["truth"])
+    p, t = check_broadcast(prediction=numeric_array(prediction, "prediction"),
+                           truth=numeric_array(truth, "truth"))
+    return _deviation(p, t)
 
 
 def uncertainty_ratio(uncertainty, reference_uncertainty):
@@ -366,15 +304,14 @@ def uncertainty_ratio(uncertainty, reference_uncertainty):
     array([0.5, 2. ])
     """
     if isinstance(uncertainty, xr.DataArray) or isinstance(reference_uncertainty, xr.DataArray):
-        das = _as_dataarrays(uncertainty=uncertainty, reference_uncertainty=reference_uncertainty)
-        _positive(das["uncertainty"].values, "uncertainty", strict=False)
-        _positive(das["reference_uncertainty"].values, "reference_uncertainty", strict=True)
-        return das["uncertainty"] / das["reference_uncertainty"]
-    u = _positive(_numeric(uncertainty, "uncertainty"), "uncertainty", strict=False)
-    r = _positive(_numeric(reference_uncertainty, "reference_uncertainty"),
-                  "reference_uncertainty", strict=True)
-    u, r = _broadcast(("uncertainty", "reference_uncertainty"), (u, r))
-    return u / r
+        das = dataarrays(uncertainty=uncertainty, reference_uncertainty=reference_uncertainty)
+        check_positive(das["uncertainty"].values, "uncertainty", strict=False)
+        check_positive(das["reference_uncertainty"].values, "reference_uncertainty", strict=True)
+        return _ratio(das["uncertainty"], das["reference_uncertainty"])
+    u = check_positive(numeric_array(uncertainty, "uncertainty"), "uncertainty", strict=False)
+    r = check_positive(numeric_array(reference_uncertainty, "reference_uncertainty"),
+                       "reference_uncertainty", strict=True)
+    return _ratio(*check_broadcast(uncertainty=u, reference_uncertainty=r))
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,8 +437,9 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
         (usually without ``repetition`` and ``method``). Any other dims are kept as they are.
     dim : hashable, default "repetition"
         The repetition dim reduced by the summary.
-    z : float, default 1.96
-        Interval half-width in units of ``uncertainty`` for the coverage.
+    z : float, default COVERAGE_Z
+        Interval half-width in units of ``uncertainty`` for the coverage (1.959964..., the
+        0.975 normal quantile).
     reference : (dim, label) tuple, mapping or xarray.DataArray, optional
         The reference uncertainty for ``uncertainty_ratio``: a selection of the summary such as
         ``("method", "blr")`` (its ``uncertainty_mean``) or a DataArray of reference
@@ -578,7 +516,7 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
     >>> s.region_coverage.sel({"method": "ens"}).round(2).values
     array([0.68, 0.7 ])
     """
-    z = _check_z(z)
+    z = check_positive_number(z, "z")
     alpha = check_fraction(alpha, "alpha", closed="neither")
     check_choice(method, "method", INTERVAL_METHODS)
     if not isinstance(skipna, bool):
@@ -594,9 +532,9 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
                                                    if d not in v["prediction"].dims]
     pred, unc, truth = (a.transpose(*order) for a in (pred, unc, truth))
     valid = pred.notnull() & unc.notnull() & truth.notnull()
-    dev = abs(pred - truth)
+    dev = _deviation(pred, truth)
     with np.errstate(invalid="ignore"):
-        hit = (dev < z * unc) & valid
+        hit = _covered(dev, unc, z) & valid
 
     k = valid.sum(dim)
     hits = hit.sum(dim)
@@ -604,7 +542,7 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
         cov = (hits / k).where(k > 0)
     low, high = _interval_unchecked(hits.values, k.values, alpha, method)
     with np.errstate(invalid="ignore"):
-        err = np.sqrt(cov * (1 - cov) / k)
+        err = _paper_error_bar(cov, k)
     dev_mean, dev_se = _mean_se(dev, valid, dim)
     unc_mean, unc_se = _mean_se(unc, valid, dim)
 
@@ -626,7 +564,7 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
     if reference is not None:
         ref, ref_desc = _reference_uncertainty(reference, unc_mean, dim)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = unc_mean / ref
+            ratio = _ratio(unc_mean, ref)
         out["uncertainty_ratio"] = ratio.transpose(*unc_mean.dims)
 
     if regions is not None:
@@ -732,16 +670,20 @@ def _summary_attrs(z, alpha, method, dim, ref_desc, regions) -> dict[str, Any]:
 
 
 def _gaussian_args(y, mean, std) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ya = _numeric(y, "y")
-    ma = _numeric(mean, "mean")
-    sa = _numeric(std, "std")
-    _same_shape(y=ya, mean=ma, std=sa)
+    ya = numeric_array(y, "y")
+    ma = numeric_array(mean, "mean")
+    sa = numeric_array(std, "std")
+    check_same_shape(y=ya, mean=ma, std=sa)
     if ya.size == 0:
         raise ValueError(f"y is empty (shape {ya.shape})")
-    _positive(sa, "std", strict=True)
+    check_positive(sa, "std", strict=True)
     return ya, ma, sa
 
 
+_PROPER = {"permutation_invariant", "proper_scoring_rule"}
+
+
+@register_metric("gaussian_nll", kind="regression", properties=_PROPER)
 def gaussian_nll_loss(y, mean, std) -> float:
     """Mean negative log-likelihood of targets under ``N(mean, std²)``.
 
@@ -779,6 +721,7 @@ def gaussian_nll_loss(y, mean, std) -> float:
     return float(np.mean(0.5 * math.log(2 * math.pi) + np.log(sa) + 0.5 * r * r))
 
 
+@register_metric("crps", kind="regression", properties=_PROPER)
 def crps_gaussian_loss(y, mean, std) -> float:
     """Mean continuous ranked probability score of ``N(mean, std²)`` forecasts (closed form).
 
@@ -826,8 +769,9 @@ def interval_width(std, *, z: float = COVERAGE_Z) -> float:
     ----------
     std : array_like, any shape
         Predictive standard deviations, ``> 0``.
-    z : float, default 1.96
-        Half-width in standard deviations (1.96: 95% interval).
+    z : float, default COVERAGE_Z
+        Half-width in standard deviations (the default 1.959964..., the 0.975 normal quantile,
+        gives the central 95% interval).
 
     Returns
     -------
@@ -839,9 +783,17 @@ def interval_width(std, *, z: float = COVERAGE_Z) -> float:
     >>> interval_width([1.0, 2.0], z=1.0)
     3.0
     """
-    z = _check_z(z)
-    sa = _numeric(std, "std")
+    z = check_positive_number(z, "z")
+    sa = numeric_array(std, "std")
     if sa.size == 0:
         raise ValueError(f"std is empty (shape {sa.shape})")
-    _positive(sa, "std", strict=True)
+    check_positive(sa, "std", strict=True)
     return float(np.mean(2 * z * sa))
+
+
+@register_metric("interval_width", kind="regression", properties={"permutation_invariant"},
+                 greater_is_better=False)
+def _interval_width_metric(y, mean, std) -> float:
+    """Mean width of the central 95% interval (:func:`interval_width`; ``y``, ``mean`` unused)."""
+    _, _, sa = _gaussian_args(y, mean, std)
+    return interval_width(sa)

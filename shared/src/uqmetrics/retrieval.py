@@ -25,6 +25,7 @@ from ._validation import (
 )
 from .confidence import entropy
 from .exceptions import UndefinedMetricWarning
+from .registry import register_metric
 from .selective import auroc_score
 
 __all__ = [
@@ -140,6 +141,8 @@ def recall_at_1_score(embeddings: Any, labels: Any, *, chunk_size: int | None = 
     return float(np.mean(_embeddings_labels(embeddings, labels, chunk_size)))
 
 
+@register_metric("r_auroc", kind="retrieval",
+                 properties={"permutation_invariant", "monotone_invariant"})
 def r_auroc_score(embeddings: Any, labels: Any, uncertainty: Any, *,
                   chunk_size: int | None = None) -> float:
     """R-AUROC: AUROC of the uncertainty for detecting Recall@1 errors.
@@ -183,6 +186,19 @@ def r_auroc_score(embeddings: Any, labels: Any, uncertainty: Any, *,
     check_same_length(labels=check_labels(labels), uncertainty=u)
     right = _embeddings_labels(embeddings, labels, chunk_size)
     return auroc_score(~right, u)
+
+
+@register_metric("recall_at_1", kind="retrieval",
+                 properties={"permutation_invariant", "monotone_invariant"})
+def _recall_at_1_metric(embeddings: Any, labels: Any, uncertainty: Any) -> float:
+    """Recall@1 of the embeddings, :func:`recall_at_1_score` (``uncertainty`` is unused).
+
+    Registered with the retrieval signature ``f(embeddings, labels, uncertainty)``; the
+    uncertainty is validated (shape ``(n_samples,)``) and otherwise ignored.
+    """
+    u = float_array(uncertainty, "uncertainty", 1, "(n_samples,)")
+    check_same_length(labels=check_labels(labels), uncertainty=u)
+    return recall_at_1_score(embeddings, labels)
 
 
 def crop_consistency_score(u_full: Any, u_cropped: Any) -> float:

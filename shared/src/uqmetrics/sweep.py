@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from .io import IncompleteResultError, read_dataset, write_dataset
 
-__all__ = ["Cell", "SweepReport", "run_sweep", "cell_path", "is_complete"]
+__all__ = ["Cell", "SweepReport", "cell_path", "is_complete", "run_sweep"]
 
 _KEY = re.compile(r"^[A-Za-z0-9._=+-]+$")
 
@@ -150,7 +151,7 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
             cell = futures[fut]
             try:
                 report.computed.append(Path(fut.result()))
-            except Exception as exc:  # a failing cell never kills the sweep
+            except Exception as exc:  # noqa: BLE001  (a failing cell never kills the sweep)
                 report.failed[cell.key] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             bar.update(1)
         bar.close()

@@ -1,0 +1,128 @@
+"""The one scoring path: any registered metric from ``(labels, probs, confidence)``.
+
+Every protocol that scores predictions — temperature scaling (:func:`uqmetrics.
+temperature_scaled_metrics`), ensemble-size curves (:func:`uqmetrics.ensemble_size_curve`) and
+the uqvision protocols built on them — evaluates its metrics through :func:`score_metrics`:
+
+- a ``"classification"`` metric is called as ``f(labels, probs)``;
+- a ``"selective"`` metric as ``f(correct, kappa)`` with ``correct = argmax(probs) == labels``
+  (the first maximum on ties) and ``kappa = confidence(probs)``.
+
+So a calibration protocol or an ensemble size is chosen by the caller, and the metric names
+alone decide what is computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._validation import float_array, labels_probs
+from .confidence import SAMPLE_CONFIDENCE_FUNCTIONS, get_confidence_function
+from .registry import MetricSpec, get_metric
+
+__all__ = ["SCORABLE_KINDS", "score_metrics"]
+
+#: Metric kinds :func:`score_metrics` can evaluate from ``(labels, probs, confidence)``.
+SCORABLE_KINDS = ("classification", "selective")
+
+Confidence = str | Callable[[np.ndarray], Any]
+
+
+def resolve_metrics(metrics: Sequence[str]) -> list[MetricSpec]:
+    """The registered specs of ``metrics``: a non-empty sequence of distinct scorable names."""
+    if isinstance(metrics, str) or not isinstance(metrics, Sequence) or len(metrics) == 0:
+        raise ValueError(f"metrics must be a non-empty sequence of metric names, got {metrics!r}")
+    specs = [get_metric(m) for m in metrics]
+    for s in specs:
+        if s.kind not in SCORABLE_KINDS:
+            raise ValueError(
+                f"metrics must be classification metrics f(labels, probs) or selective metrics "
+                f"f(correct, confidence); {s.name!r} is {s.kind!r}"
+            )
+    if len({s.name for s in specs}) != len(specs):
+        raise ValueError(f"metrics contains duplicates: {list(metrics)!r}")
+    return specs
+
+
+def resolve_confidence(confidence: Confidence) -> Callable[[np.ndarray], Any]:
+    """A confidence function ``probs (n, C) -> kappa (n,)``: a name or a callable."""
+    if callable(confidence):
+        return confidence
+    if confidence in SAMPLE_CONFIDENCE_FUNCTIONS:
+        raise ValueError(
+            f"confidence {confidence!r} needs member probabilities (S, n, C); scoring sees the "
+            "predictive distribution (n, C) only: pass a callable instead"
+        )
+    return get_confidence_function(confidence)
+
+
+def score_resolved(specs: Sequence[MetricSpec], labels: np.ndarray, probs: np.ndarray,
+                   kappa_fn: Callable[[np.ndarray], Any]) -> dict[str, float]:
+    """:func:`score_metrics` with metrics and confidence already resolved (protocol loops)."""
+    out: dict[str, float] = {}
+    correct = kappa = None
+    for spec in specs:
+        if spec.kind == "classification":
+            out[spec.name] = float(spec.func(labels, probs))
+            continue
+        if kappa is None:
+            correct = np.argmax(probs, axis=1) == labels
+            kappa = float_array(kappa_fn(probs), "confidence(probs)", 1, "(n_samples,)")
+            if kappa.shape[0] != labels.shape[0]:
+                raise ValueError(f"confidence(probs) must have shape ({labels.shape[0]},), "
+                                 f"got shape {kappa.shape}")
+        out[spec.name] = float(spec.func(correct, kappa))
+    return out
+
+
+def confidence_attrs(specs: Sequence[MetricSpec], confidence: Confidence) -> dict[str, str]:
+    """Result attrs naming κ (``{"confidence": name}``) when a selective metric is scored."""
+    if not any(s.kind == "selective" for s in specs):
+        return {}
+    name = confidence if isinstance(confidence, str) else getattr(confidence, "__name__",
+                                                                  repr(confidence))
+    return {"confidence": name}
+
+
+def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
+                  confidence: Confidence = "softmax_response") -> dict[str, float]:
+    """Evaluate registered classification and selective metrics on one set of predictions.
+
+    Parameters
+    ----------
+    labels : array_like of int, shape (n,)
+        True classes in ``[0, C)``.
+    probs : array_like of float, shape (n, C)
+        Predictive class probabilities, rows summing to 1.
+    metrics : sequence of str
+        Registered metric names of kind ``"classification"`` or ``"selective"``
+        (:func:`uqmetrics.registry.list_metrics`).
+    confidence : str or callable, default "softmax_response"
+        The confidence κ of the selective metrics: a name in
+        :data:`uqmetrics.CONFIDENCE_FUNCTIONS` (not one needing members), or a function
+        ``probs (n, C) -> (n,)`` (higher = more confident).
+
+    Returns
+    -------
+    dict of str to float
+        ``{name: value}`` in the order of ``metrics``.
+
+    Notes
+    -----
+    Classification metrics: ``f(labels, probs)``. Selective metrics: ``f(correct, κ)`` with
+    ``correct_i = 1[argmax_c p_ic = y_i]`` (first maximum on ties) and ``κ = confidence(p)``
+    (PROTOCOLS.md S.2).
+
+    Examples
+    --------
+    >>> p = [[0.9, 0.1], [0.4, 0.6], [0.7, 0.3], [0.2, 0.8]]
+    >>> score_metrics([0, 1, 1, 1], p, metrics=("accuracy", "auroc"))
+    {'accuracy': 0.75, 'auroc': 0.6666666666666666}
+    """
+    specs = resolve_metrics(metrics)
+    kappa_fn = resolve_confidence(confidence)
+    y, p = labels_probs(labels, probs)
+    return score_resolved(specs, y, p, kappa_fn)

@@ -1,7 +1,9 @@
 """Hypothesis strategies for metric inputs (importable, like xarray.testing.strategies).
 
 All strategies draw numpy arrays with the shapes documented by the metrics:
-``labels`` (n,), ``probs`` (n, C), ``logits`` (n, C), ``correct`` (n,), ``confidence`` (n,).
+``labels`` (n,), ``probs`` (n, C), ``logits`` (n, C), ``correct`` (n,), ``confidence`` (n,),
+and the inputs of the other metric kinds of :mod:`uqmetrics.registry` (regression
+``(y, mean, std)``, ood ``(u_in, u_out)``, retrieval ``(embeddings, labels, uncertainty)``).
 """
 
 from __future__ import annotations
@@ -117,3 +119,43 @@ def member_log_probs_and_labels(draw, min_members: int = 1, max_members: int = 5
     lp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
     labels = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, c - 1)))
     return labels, lp
+
+
+@st.composite
+def gaussian_forecasts(draw, min_n: int = 1, max_n: int = 40):
+    """Draw ``(y (n,), mean (n,), std (n,))``: targets and Gaussian forecasts, ``std > 0``.
+
+    Values on coarse grids: ``y`` and ``mean`` in [-10, 10] (step 1/8), ``std`` in
+    [1/16, 5] (step 1/64).
+    """
+    n = draw(st.integers(min_n, max_n))
+    y = draw(hnp.arrays(np.int64, (n,), elements=st.integers(-80, 80))) / 8.0
+    mean = draw(hnp.arrays(np.int64, (n,), elements=st.integers(-80, 80))) / 8.0
+    std = draw(hnp.arrays(np.int64, (n,), elements=st.integers(4, 320))) / 64.0
+    return y, mean, std
+
+
+def _uncertainty_grid(draw, n: int) -> np.ndarray:
+    """``n`` values on the 1/1000 grid of [0, 1] (ties likely), as ``correct_and_confidence``."""
+    return draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, 1000))) / 1000.0
+
+
+@st.composite
+def ood_uncertainties(draw, max_n: int = 40):
+    """Draw ``(u_in (n_in,), u_out (n_out,))`` on the 1/1000 grid of [0, 1]."""
+    n_in, n_out = draw(st.integers(1, max_n)), draw(st.integers(1, max_n))
+    return _uncertainty_grid(draw, n_in), _uncertainty_grid(draw, n_out)
+
+
+@st.composite
+def retrieval_inputs(draw, min_n: int = 2, max_n: int = 30, max_classes: int = 4):
+    """Draw ``(embeddings (n, d), labels (n,), uncertainty (n,))``, ``d`` in 2..5.
+
+    Embeddings are standard normal from a drawn seed, so no two cosine similarities tie (the
+    nearest neighbour is unique with probability 1); uncertainties lie on the 1/1000 grid.
+    """
+    n = draw(st.integers(min_n, max_n))
+    d = draw(st.integers(2, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    labels = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, max_classes - 1)))
+    return rng.standard_normal((n, d)), labels, _uncertainty_grid(draw, n)

@@ -147,15 +147,6 @@ def test_bad_input():
         softmax_response(PROBS, from_logits="yes")
 
 
-def test_torch_input():
-    torch = pytest.importorskip("torch")
-    z = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.1, 0.0]], dtype=torch.float32)
-    np.testing.assert_allclose(softmax_response(z, from_logits=True),
-                               softmax_response(z.double().numpy(), from_logits=True))
-    p = torch.softmax(z.double(), dim=1)
-    np.testing.assert_allclose(entropy(p), entropy(p.numpy()))
-
-
 def test_doctests():
     result = doctest.testmod(uqmetrics.confidence)
     assert result.attempted > 0 and result.failed == 0

@@ -258,12 +258,6 @@ def test_size_curve_label_validation():
         ensemble_size_curve(lp, [0, 1])
 
 
-def test_torch_input():
-    torch = pytest.importorskip("torch")
-    lp, _ = _members(n_members=2, n=10)
-    np.testing.assert_allclose(ensemble_log_probs(torch.tensor(lp)), ensemble_log_probs(lp))
-
-
 def test_doctests_pass():
     result = doctest.testmod(ensembles, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

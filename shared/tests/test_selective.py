@@ -224,13 +224,6 @@ def test_auroc_large_random_matches_sklearn():
     assert auroc_score(c, k) == pytest.approx(roc_auc_score(c, k), abs=1e-12)
 
 
-def test_torch_tensors_accepted():
-    torch = pytest.importorskip("torch")
-    c = torch.tensor([True, False, True, True])
-    k = torch.tensor([0.9, 0.4, 0.6, 0.1], dtype=torch.float32)
-    assert auroc_score(c, k) == auroc_score(c.numpy(), k.numpy()) == 2 / 3
-
-
 # --------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("func", [auroc_score, aurc_loss, eaurc_loss, aupr_score,
                                   lambda c, k: sac_score(c, k, accuracy=0.9)])

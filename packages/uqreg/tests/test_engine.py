@@ -23,7 +23,7 @@ from uqreg import rng
 from uqreg.engine import (
     NetworkBatch,
     TrainConfig,
-    bytes_per_network,
+    make_plan,
     predict_batched,
     train_batched,
     xavier_uniform,
@@ -83,8 +83,7 @@ def _train(method, instance, y_full, nets, cfg) -> torch.nn.Module:
 
 def _engine_parameters(model, i: int) -> list[torch.Tensor]:
     """Network i's parameters: weights, biases, then the head's (the loop's order)."""
-    return ([w[i].detach() for w in model.weights] + [b[i].detach() for b in model.biases]
-            + [p[i].detach() for p in model.head.parameters()])
+    return model.network_parameters(i)
 
 
 def _close(actual, expected, what: str) -> None:
@@ -143,7 +142,7 @@ def test_concrete_and_variational_rates_are_learned(instance):
         method = METHODS[name]
         nets = method.networks([0, 1], cfg)
         model = _train(method, instance, instance.targets([0, 1]), nets, cfg)
-        learned = getattr(model.head, attr).detach()
+        learned = model.head_params[attr].detach()
         assert learned.shape[0] == 2
         assert torch.all((learned - start).abs() > 1e-6), f"{name}: {attr} did not move"
 
@@ -158,14 +157,16 @@ def test_chunking_changes_nothing(name, instance):
     y = instance.targets(reps)
     n_nets = len(method.networks(reps, cfg))
     whole = method.run(instance, y, reps, cfg, epochs=EPOCHS)
-    n, d = instance.x_train.shape
-    per_net = bytes_per_network(n // 2 if method.sampler == "bootstrap" else n, instance.x_test.shape[0], d, cfg,
-                                adversarial=method.adversarial, mc=not method.ensemble)
+
+    def plan(c):
+        return make_plan(method.job(instance, y, reps, c, epochs=EPOCHS))
+
+    per_net = plan(cfg).per_network
     small = replace(cfg, max_memory=2.5 * per_net)  # 2 networks per chunk: splits repetitions' members
-    concurrent = replace(cfg, max_memory=5 * per_net, parallel_chunks=2)  # 2 threads × 2 networks
-    assert method.chunk(instance, cfg, n_nets) == n_nets
-    assert method.chunk(instance, small, n_nets) == 2
-    assert method.chunk(instance, concurrent, n_nets) == 2
+    concurrent = replace(cfg, max_memory=2.5 * per_net, chunk_networks=1, parallel_chunks=2)  # 2 threads × 1
+    assert plan(cfg).n_chunks == 1 and n_nets > 2
+    assert plan(small).chunk == 2 and plan(small).workers == 1
+    assert plan(concurrent).chunk == 1 and plan(concurrent).workers == 2
     for variant, label in ((small, "chunked"), (concurrent, "concurrent")):
         result = method.run(instance, y, reps, variant, epochs=EPOCHS)
         for a, b, what in zip(result, whole, ("prediction", "uncertainty")):

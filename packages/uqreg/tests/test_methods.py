@@ -62,9 +62,9 @@ def test_registry_errors():
         get_method("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_method(METHODS["ens"])
-    with pytest.raises(ValueError, match="head must be one of"):
+    with pytest.raises(ValueError, match="unknown head 'nope'; valid heads: deterministic, bernoulli"):
         Method("x", "bad", head="nope")
-    with pytest.raises(ValueError, match="sampler must be one of"):
+    with pytest.raises(ValueError, match="unknown sampler 'nope'; valid samplers: full, bootstrap"):
         Method("x", "bad", sampler="nope")
     assert set(HEADS) >= {"deterministic", "bernoulli", "concrete", "variational"}
     assert set(SAMPLERS) >= {"full", "bootstrap"}

@@ -14,8 +14,24 @@ from .tasks import TASKS, LinearTask, TaskInstance, get_task, list_tasks, regist
 __version__ = "0.1.0"
 
 __all__ = [
-    "TrainConfig", "METHODS", "Method", "get_method", "list_methods", "register_method",
-    "ReferencePosterior", "fit_reference", "reference_prediction", "StudyConfig", "recompute_reference",
-    "run_raw", "run_study", "summarize", "TASKS", "LinearTask", "TaskInstance", "get_task", "list_tasks",
+    "METHODS",
+    "TASKS",
+    "LinearTask",
+    "Method",
+    "ReferencePosterior",
+    "StudyConfig",
+    "TaskInstance",
+    "TrainConfig",
+    "fit_reference",
+    "get_method",
+    "get_task",
+    "list_methods",
+    "list_tasks",
+    "recompute_reference",
+    "reference_prediction",
+    "register_method",
     "register_task",
+    "run_raw",
+    "run_study",
+    "summarize",
 ]

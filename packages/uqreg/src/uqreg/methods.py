@@ -13,23 +13,12 @@ Register a new method with::
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 
-from .engine import (
-    HEADS,
-    SAMPLERS,
-    NetworkBatch,
-    TrainConfig,
-    bytes_per_network,
-    chunk_size,
-    predict_batched,
-    torch_threads,
-    train_batched,
-)
+from .engine import HEADS, SAMPLERS, NetworkBatch, TrainConfig, TrainJob, execute, make_plan
 from .reference import reference_prediction
 from .registry import Registry
 from .tasks import TaskInstance
@@ -68,10 +57,8 @@ class Method:
     overrides: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.head not in HEADS:
-            raise ValueError(f"head must be one of {sorted(HEADS)}, got {self.head!r}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
+        HEADS.lookup(self.head)
+        SAMPLERS.lookup(self.sampler)
 
     def networks(self, repetitions, cfg: TrainConfig) -> NetworkBatch:
         """The (repetition, member) pairs this method trains, repetition-major."""
@@ -79,9 +66,9 @@ class Method:
         m = cfg.members if self.ensemble else 1
         return NetworkBatch(np.repeat(reps, m), np.tile(np.arange(m, dtype=np.int64), len(reps)))
 
-    def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-            epochs: int | None = None, progress=None) -> tuple[np.ndarray, np.ndarray]:
-        """Train on every repetition and predict at ``instance.x_test``.
+    def job(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
+            epochs: int | None = None) -> TrainJob:
+        """What this method trains on ``instance`` (the engine's plan decides how).
 
         Parameters
         ----------
@@ -90,61 +77,44 @@ class Method:
             Training targets of the repetitions ``repetitions`` (row i ↔ repetitions[i]).
         repetitions : array_like of int, shape (R,)
         cfg : TrainConfig
+            Before this method's overrides.
         epochs : int, optional
             Defaults to ``cfg.epochs`` or 300·c.
+        """
+        cfg = replace(cfg, **self.overrides)
+        reps = np.asarray(repetitions, dtype=np.int64)
+        y_full = np.zeros((int(reps.max()) + 1, y.shape[1]))  # rows indexed by repetition number
+        y_full[reps] = y
+        return TrainJob(x_train=instance.x_train, y=y_full, x_test=instance.x_test, nets=self.networks(reps, cfg),
+                        seed=instance.seed, sigma=instance.sigma, head=self.head, sampler=self.sampler,
+                        adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs)
+
+    def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
+            epochs: int | None = None, progress=None) -> tuple[np.ndarray, np.ndarray]:
+        """Train on every repetition and predict at ``instance.x_test``.
+
+        Parameters are those of :meth:`job`; ``progress`` receives finished epochs.
 
         Returns
         -------
         prediction, uncertainty : ndarray, shape (R, T)
         """
-        cfg = replace(cfg, **self.overrides)
-        reps = np.asarray(repetitions, dtype=np.int64)
         if self.closed_form is not None:
-            return self.closed_form(instance, y, cfg)
-        epochs = epochs or cfg.epochs or instance.epochs
-        # y rows are indexed by repetition number inside the engine
-        y_full = np.zeros((int(reps.max()) + 1, y.shape[1]))
-        y_full[reps] = y
-        nets = self.networks(reps, cfg)
-        chunks = list(nets.chunks(self.chunk(instance, cfg, len(nets))))
-
-        def train_predict(chunk: NetworkBatch):
-            model = train_batched(instance.x_train, y_full, chunk, seed=instance.seed, head=self.head,
-                                  sampler=self.sampler, adversarial=self.adversarial, cfg=cfg,
-                                  epochs=epochs, progress=progress)
-            return predict_batched(model, instance.x_test, chunk, seed=instance.seed, cfg=cfg)
-
-        threads = min(cfg.threads, len(chunks))
-        if threads > 1:  # concurrent chunks, single-threaded kernels (ATen ops release the GIL)
-            with torch_threads(1), ThreadPoolExecutor(threads) as pool:
-                results = list(pool.map(train_predict, chunks))
-        else:
-            results = [train_predict(c) for c in chunks]
-        means = [r[0] for r in results]
-        stds = [r[1] for r in results]
-        mean = np.concatenate(means)  # (R·M, T) or (R, T)
+            return self.closed_form(instance, y, replace(cfg, **self.overrides))
+        job = self.job(instance, y, repetitions, cfg, epochs=epochs)
+        result = execute(job, progress=progress)
         if not self.ensemble:
-            return mean, np.concatenate(stds)
-        mean = mean.reshape(len(reps), cfg.members, -1)
-        return mean.mean(axis=1), mean.std(axis=1, ddof=cfg.std_ddof)
-
-    def chunk(self, instance: TaskInstance, cfg: TrainConfig, n_networks: int) -> int:
-        """Networks per chunk: within the memory budget, and split over ``cfg.threads``."""
-        n, d = instance.x_train.shape
-        rows = n // 2 if self.sampler == "bootstrap" else n
-        per_net = bytes_per_network(rows, instance.x_test.shape[0], d, cfg,
-                                    adversarial=self.adversarial, mc=not self.ensemble)
-        return min(chunk_size(per_net, cfg), -(-n_networks // cfg.threads))
+            return result.mean, result.std
+        members = result.mean.reshape(len(np.atleast_1d(repetitions)), job.cfg.members, -1)  # (R, M, T)
+        return members.mean(axis=1), members.std(axis=1, ddof=job.cfg.std_ddof)
 
     def n_epochs_total(self, instance: TaskInstance, cfg: TrainConfig, n_reps: int,
                        epochs: int | None = None) -> int:
         """Epochs the progress bar counts for this method (chunks × epochs)."""
         if self.closed_form is not None:
             return 0
-        cfg = replace(cfg, **self.overrides)
-        epochs = epochs or cfg.epochs or instance.epochs
-        n_nets = n_reps * (cfg.members if self.ensemble else 1)
-        return epochs * -(-n_nets // self.chunk(instance, cfg, n_nets))
+        job = self.job(instance, np.zeros((n_reps, instance.x_train.shape[0])), range(n_reps), cfg, epochs=epochs)
+        return job.epochs * make_plan(job).n_chunks
 
 
 def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig):

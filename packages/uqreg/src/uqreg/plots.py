@@ -16,10 +16,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
-from uqmetrics.plotting import (  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+from uqmetrics.plotting import (
     plot_coverage_vs_complexity,
     plot_heatmap,
     plot_prediction_bands,
@@ -57,7 +57,7 @@ def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None):
         s = sub.sel({"method": m})
         kw = {}
         if one_d:
-            kw = dict(x_train=sub.x_train.values[:n, 0], y_train=sub.y_train.values[:n])
+            kw = {"x_train": sub.x_train.values[:n, 0], "y_train": sub.y_train.values[:n]}
         plot_prediction_bands(sub[xname].values, s.truth.values, s.prediction.values, s.uncertainty.values,
                               z=Z, ax=ax, **kw)
         ax.set_title(f"{m}")

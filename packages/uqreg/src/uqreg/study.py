@@ -72,7 +72,7 @@ class StudyConfig:
     sigma: float | None = None
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    def resolved(self) -> "StudyConfig":
+    def resolved(self) -> StudyConfig:
         """Fill defaults and validate every field (raises ValueError before any training)."""
         task = get_task(self.task)
         levels = task.default_complexities if self.complexities is None else self.complexities
@@ -106,7 +106,7 @@ class StudyConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StudyConfig":
+    def from_dict(cls, d: dict) -> StudyConfig:
         d = dict(d)
         train = d.pop("train", {}) or {}
         for k in ("hidden", "betas"):

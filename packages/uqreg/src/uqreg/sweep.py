@@ -35,7 +35,7 @@ def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell
         for m in cfg.methods:
             for start in range(0, len(reps), chunk_repetitions):
                 chunk = reps[start:start + chunk_repetitions]
-                params = dict(base, complexities=[int(c)], methods=[m], repetitions=int(len(chunk)),
+                params = dict(base, complexities=[int(c)], methods=[m], repetitions=len(chunk),
                               first_repetition=int(chunk[0]))
                 # the digest of the cell's full config: a rerun with other settings never reuses it
                 digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]

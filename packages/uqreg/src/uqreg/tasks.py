@@ -24,8 +24,8 @@ the test inputs; only the training noise is redrawn per repetition
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class LinearTask:
     description: str = ""
 
     def instance(self, complexity: int, seed: int = 0, *, n_train: int | None = None,
-                 sigma: float | None = None) -> "TaskInstance":
+                 sigma: float | None = None) -> TaskInstance:
         """Fix γ, the training inputs and the test inputs for one complexity level.
 
         Parameters

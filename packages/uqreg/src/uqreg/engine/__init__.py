@@ -1,0 +1,56 @@
+"""The batched training engine: many small MLPs trained as one computation.
+
+==============  ===============================================================================
+module          owns
+==============  ===============================================================================
+``config``      :class:`TrainConfig` (network, optimiser, method hyper-parameters)
+``heads``       the output heads and :data:`HEADS`: each head's forward maths and regulariser
+``network``     :class:`BatchedMLP` (networks stacked on a leading axis), :func:`xavier_uniform`
+``samplers``    batch samplers and :data:`SAMPLERS`
+``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser
+``plan``        the execution plan: memory per network, chunks, threads, running the chunks
+==============  ===============================================================================
+
+All networks of a study cell (repetitions × members, or repetitions for dropout nets) live on a
+leading *network* axis ``B``; randomness is counter based (:mod:`uqreg.rng`), so the engine
+trains exactly the networks a per-network loop would, whatever chunk they fall in.
+"""
+
+from .config import TrainConfig
+from .heads import HEADS, Head
+from .network import BatchedMLP, NetworkBatch, xavier_uniform
+from .plan import (
+    ExecutionPlan,
+    JobResult,
+    TrainJob,
+    bytes_per_network,
+    chunk_size,
+    execute,
+    make_plan,
+    single_threaded,
+)
+from .samplers import SAMPLERS, Sampler
+from .train import half_mse, objective, predict_batched, train_batched
+
+__all__ = [
+    "HEADS",
+    "SAMPLERS",
+    "BatchedMLP",
+    "ExecutionPlan",
+    "Head",
+    "JobResult",
+    "NetworkBatch",
+    "Sampler",
+    "TrainConfig",
+    "TrainJob",
+    "bytes_per_network",
+    "chunk_size",
+    "execute",
+    "half_mse",
+    "make_plan",
+    "objective",
+    "predict_batched",
+    "single_threaded",
+    "train_batched",
+    "xavier_uniform",
+]

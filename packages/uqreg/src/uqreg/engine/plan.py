@@ -1,0 +1,240 @@
+"""The execution plan: the ONE owner of how a method's networks are run.
+
+A :class:`~uqreg.methods.Method` only declares what to train (a :class:`TrainJob`); this module
+decides how: the memory one network needs, the chunk boundaries of the network axis, how many
+chunks run at once, and the torch threads of each chunk.
+
+Results must not depend on how they were executed (a study, a Dask sweep on any cluster, any
+``--max-memory``), so:
+
+* chunk boundaries come from the configuration only (``chunk_networks`` and the memory budget,
+  never the number of cores, workers or threads);
+* every chunk's kernels run with ONE torch intra-op thread, everywhere; concurrency is only
+  across chunks (threads, each single-threaded);
+* a network's arithmetic does not depend on the other networks of its chunk (the engine's
+  kernels are per network; tests check the predictions bit for bit in float32).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import TrainConfig
+from .heads import HEADS
+from .network import NetworkBatch
+from .samplers import SAMPLERS
+from .train import predict_batched, train_batched
+
+
+@dataclass(frozen=True, eq=False)
+class TrainJob:
+    """What a method declares: train ``nets`` on one task instance and predict at its test inputs.
+
+    Attributes
+    ----------
+    x_train : ndarray, shape (N, d)
+    y : ndarray, shape (R, N)
+        Targets indexed by repetition number (network i uses row ``nets.repetition[i]``).
+    x_test : ndarray, shape (T, d)
+    nets : NetworkBatch
+    seed : int
+        Task seed.
+    sigma : float
+        The task's noise std.
+    head, sampler : str
+        Registered head and sampler.
+    adversarial : bool
+    cfg : TrainConfig
+    epochs : int
+    """
+
+    x_train: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray
+    nets: NetworkBatch
+    seed: int
+    sigma: float
+    head: str
+    sampler: str
+    adversarial: bool
+    cfg: TrainConfig
+    epochs: int
+
+
+def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig, *, adversarial: bool,
+                      mc: bool) -> int:
+    """Upper estimate of the memory one network needs during training and prediction.
+
+    Parameters: weights, gradients and two Adam moments; activations saved for backward (input,
+    pre-activation and activation of every layer, twice under FGSM plus the input gradient);
+    prediction activations and, for MC heads, the (S, T) passes.
+    """
+    widths = (input_dim, *cfg.hidden, 1)
+    n_params = sum(a * b + b for a, b in itertools.pairwise(widths))
+    itemsize = 4 if cfg.dtype == "float32" else 8
+    act = n_rows * (2 * input_dim + 3 * sum(widths[1:]))
+    train = 4 * n_params + act * (2.2 if adversarial else 1.0) * 1.5
+    predict = n_test * (input_dim + 2 * sum(widths[1:])) + (2 * cfg.mc_samples * n_test if mc else 0)
+    return int(itemsize * (train + predict)) + 4096
+
+
+def job_bytes_per_network(n_train: int, n_test: int, input_dim: int, cfg: TrainConfig, *, head: str,
+                          sampler: str, adversarial: bool) -> int:
+    """:func:`bytes_per_network` of a method's networks (rows of its sampler's batches)."""
+    rows = SAMPLERS.lookup(sampler).rows(n_train, cfg)
+    return bytes_per_network(rows, n_test, input_dim, cfg, adversarial=adversarial,
+                             mc=HEADS.lookup(head).stochastic)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def chunk_size(per_network: int, cfg: TrainConfig) -> int:
+    """Networks per chunk, from the configuration only: ``cfg.chunk_networks`` bounded by the
+    memory budget ``cfg.max_memory``; raises if not even one network fits the budget."""
+    size = int(cfg.max_memory // per_network)
+    if size < 1:
+        raise ValueError(
+            f"max_memory={cfg.max_memory:.3g} bytes ({_gib(cfg.max_memory)}) is below the {per_network} bytes "
+            f"({_gib(per_network)}) one network needs; raise --max-memory, or reduce the training set "
+            f"(--n-train) or the MC passes (--mc-samples)"
+        )
+    if cfg.chunk_networks is not None:
+        size = min(size, cfg.chunk_networks)
+    return size
+
+
+def available_cores() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cores or 1)
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """How a job runs.
+
+    Attributes
+    ----------
+    per_network : int
+        Bytes one network needs.
+    chunk : int
+        Networks per chunk (from the configuration only).
+    n_chunks : int
+    workers : int
+        Chunks run at once (each with one torch thread); bounded by the cores (or
+        ``cfg.parallel_chunks``; 1 on CUDA) and by the memory budget they share.
+    """
+
+    per_network: int
+    chunk: int
+    n_chunks: int
+    workers: int
+
+    def chunks(self, nets: NetworkBatch) -> list[NetworkBatch]:
+        return list(nets.chunks(self.chunk))
+
+
+def make_plan(job: TrainJob) -> ExecutionPlan:
+    """The execution plan of ``job`` (raises ValueError if one network exceeds the budget)."""
+    cfg = job.cfg
+    n, d = job.x_train.shape
+    per_net = job_bytes_per_network(n, job.x_test.shape[0], d, cfg, head=job.head, sampler=job.sampler,
+                                    adversarial=job.adversarial)
+    chunk = chunk_size(per_net, cfg)
+    n_chunks = -(-len(job.nets) // chunk)
+    if cfg.device.startswith("cuda"):
+        workers = 1
+    else:
+        workers = cfg.parallel_chunks if cfg.parallel_chunks is not None else available_cores()
+    fit = max(1, int(cfg.max_memory // (chunk * per_net)))  # concurrent chunks share the budget
+    return ExecutionPlan(per_net, chunk, n_chunks, max(1, min(workers, fit, n_chunks)))
+
+
+# ---------------------------------------------------------------------------------------------
+# one torch thread per chunk, process-wide (concurrent plans in one process share the setting)
+
+_threads_lock = threading.Lock()
+_threads_users = 0
+_threads_saved = 1
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run torch's kernels on ONE intra-op thread inside the block (restored after the last
+    concurrent user leaves)."""
+    global _threads_users, _threads_saved
+    with _threads_lock:
+        if _threads_users == 0:
+            _threads_saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_users += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_users -= 1
+            if _threads_users == 0:
+                torch.set_num_threads(_threads_saved)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """Per-network predictions of a job, in ``job.nets`` order.
+
+    Attributes
+    ----------
+    mean : ndarray, shape (B, T)
+        Output (deterministic head) or mean over the MC passes.
+    std : ndarray, shape (B, T) or None
+        Std over the MC passes (stochastic heads).
+    """
+
+    mean: np.ndarray
+    std: np.ndarray | None
+
+
+def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
+            progress: Callable[[int], None] | None = None) -> JobResult:
+    """Train and predict every network of ``job`` by its plan; ``progress`` receives finished
+    epochs (one call per chunk and epoch)."""
+    plan = make_plan(job) if plan is None else plan
+
+    def run(chunk: NetworkBatch):
+        model = train_batched(job.x_train, job.y, chunk, seed=job.seed, head=job.head, sampler=job.sampler,
+                              adversarial=job.adversarial, cfg=job.cfg, epochs=job.epochs, sigma=job.sigma,
+                              progress=progress)
+        return predict_batched(model, job.x_test, chunk, seed=job.seed, cfg=job.cfg)
+
+    chunks = plan.chunks(job.nets)
+    with single_threaded():
+        if plan.workers > 1:  # ATen ops release the GIL: the threads run the chunks in parallel
+            with ThreadPoolExecutor(plan.workers) as pool:
+                results = list(pool.map(run, chunks))
+        else:
+            results = [run(c) for c in chunks]
+    std = None if results[0][1] is None else np.concatenate([r[1] for r in results])
+    return JobResult(np.concatenate([r[0] for r in results]), std)
+
+
+__all__ = [
+    "ExecutionPlan",
+    "JobResult",
+    "TrainJob",
+    "available_cores",
+    "bytes_per_network",
+    "chunk_size",
+    "execute",
+    "job_bytes_per_network",
+    "make_plan",
+    "single_threaded",
+]

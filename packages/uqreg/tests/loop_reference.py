@@ -5,18 +5,25 @@ the parameters and predictions; the benchmark in ``packages/uqreg/benchmarks`` t
 batched engine against :func:`train_ensemble_loop`.
 
 Everything here is written for ONE network at a time, the way a reader would write it from
-PROTOCOLS R.3, with ``torch.nn.Sequential`` / ``nn.Linear`` / ``nn.LeakyReLU`` and one
-``torch.optim.Adam`` per network. It shares with :mod:`uqreg.engine` only the random draws
-(they are *inputs*: the same Glorot-uniform initial weights, dropout uniforms, bootstrap
-uniforms, MC-pass uniforms, all keyed by (seed, purpose, repetition, member) in
-:mod:`uqreg.rng`) and the declarative fields of the registered :class:`uqreg.methods.Method`
-(which head, sampler, FGSM or not, config overrides). The forward maths of every head, the
-regularisers, the bootstrap resampling, FGSM, the loss and the optimiser groups are written
-out again below, independently of the engine's ``Head`` classes.
+PROTOCOLS R.3/R.3b, with ``torch.nn.Sequential`` / ``nn.Linear`` / ``nn.LeakyReLU`` and one
+``torch.optim.Adam`` per network. What it shares with :mod:`uqreg.engine`:
+
+* the random draws (inputs, not code under test: the same Glorot-uniform initial weights,
+  dropout uniforms, bootstrap uniforms, MC-pass draws, all keyed by (seed, purpose, repetition,
+  member) in :mod:`uqreg.rng`), and the initial values of a head's parameters;
+* each head's pure per-network forward formula (:mod:`uqreg.engine.heads`), called on ONE
+  network, so that a new head is added in one place. The formulas themselves are checked
+  against the papers, independently in numpy, by ``test_objective.py``;
+* the declarative fields of the registered :class:`uqreg.methods.Method`.
+
+Written out again below, independently of the engine: the hidden layers and the optimiser
+(one ``nn.Linear`` stack and one Adam per network), the regularisers of concrete and variational
+dropout derived from their papers' objectives (not from the engine's constants), the recipes'
+L2 conventions from the R.3b table, the bootstrap resampling, FGSM and the loss.
 
 Public API
 ----------
-``train_loop(method, x_train, y, repetition, member, *, seed, cfg, epochs) -> LoopNet``
+``train_loop(method, x_train, y, repetition, member, *, seed, sigma, cfg, epochs) -> LoopNet``
 ``predict_loop(method, net, x_test, repetition, member, *, seed, cfg) -> (mean (T,), std (T,) | None)``
 ``run_loop(method, instance, y, repetitions, cfg, *, epochs) -> (prediction (R, T), uncertainty (R, T))``
     the loop version of :meth:`uqreg.methods.Method.run`.
@@ -29,7 +36,6 @@ Public API
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -37,12 +43,8 @@ import torch
 from torch import nn
 
 from uqreg import rng
-from uqreg.engine import TrainConfig, xavier_uniform
+from uqreg.engine import HEADS, TrainConfig, xavier_uniform
 from uqreg.methods import Method, get_method
-
-# Molchanov et al. (2017), eq. 14: -KL ≈ k1·σ(k2 + k3·log α) − ½·log(1 + 1/α) − k1
-_K1, _K2, _K3 = 0.63576, 1.87320, 1.48695
-_CONCRETE_EPS = 1e-7
 
 
 def _method(method: str | Method) -> Method:
@@ -54,6 +56,43 @@ def _keys(seed: int, purpose: str, repetition: int, member: int) -> torch.Tensor
     return rng.network_keys(seed, purpose, [repetition], [member])
 
 
+# ---------------------------------------------------------------------------------------------
+# the regularisers, from the papers' objectives
+#
+# Both papers minimise the negative ELBO per training point with a Gaussian likelihood of known
+# noise σ: mean (y − ŷ)²/(2σ²) + KL/N. Multiplied by σ² its data term is the ½·MSE every method
+# trains on, so the term added to ½·MSE is σ²·KL/N.
+
+
+def concrete_kl(weight: torch.Tensor, rate: torch.Tensor, length_scale: float) -> torch.Tensor:
+    """Gal, Hron & Kendall (2017), Concrete Dropout, the KL of a dropped layer:
+    (l²(1−p)/2)·‖M‖² − K·H(p), with M the weight of a layer that multiplies by the un-scaled
+    keep mask (here M = W/(1−p): the layer scales kept units by 1/(1−p)) and K its fan-in."""
+    m = weight / (1.0 - rate)
+    entropy = -(rate * torch.log(rate) + (1.0 - rate) * torch.log(1.0 - rate))
+    return length_scale**2 * (1.0 - rate) / 2.0 * (m * m).sum() - weight.shape[1] * entropy
+
+
+def variational_kl(log_alpha: torch.Tensor) -> torch.Tensor:
+    """Molchanov, Ashukha & Vetrov (2017), eq. 14, summed over units, with their clip of log α
+    to [−8, 8]: −KL ≈ 0.63576·sigmoid(1.87320 + 1.48695·log α) − ½·log(1 + 1/α) − 0.63576."""
+    la = torch.clamp(log_alpha, -8.0, 8.0)
+    neg_kl = 0.63576 * torch.sigmoid(1.87320 + 1.48695 * la) - 0.5 * torch.log(1.0 + torch.exp(-la)) - 0.63576
+    return -neg_kl.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# the recipes, from the R.3b table: (coupled factor added to the gradient, decoupled factor)
+
+
+def recipe_l2(recipe: str, n_train: int, lam: float | None) -> tuple[float, float]:
+    lam = 1.0 / n_train if lam is None else lam
+    table = {"paper": (lam, 0.0), "sum": (lam / n_train, 0.0), "decoupled": (0.0, lam), "none": (0.0, 0.0)}
+    if recipe not in table:
+        raise NotImplementedError(f"loop_reference has no loop version of recipe {recipe!r}; add one")
+    return table[recipe]
+
+
 class LoopNet(nn.Module):
     """One network d→hidden…→1 (``self.mlp``: Linear, LeakyReLU, …, Linear) and its head.
 
@@ -61,12 +100,10 @@ class LoopNet(nn.Module):
     ----------
     mlp : nn.Sequential
         The plain network; ``mlp[:-1]`` gives the last hidden activation.
-    head : str
-        ``deterministic``, ``bernoulli``, ``concrete`` or ``variational``.
-    p_logit : nn.Parameter, shape (1, 1)
-        Concrete dropout: logit of the learned rate (``concrete`` head only).
-    log_alpha : nn.Parameter, shape (1, width)
-        Variational dropout: log α per last-hidden unit (``variational`` head only).
+    head : uqreg.engine.Head
+        The registered head (its forward formula, called on this one network).
+    head_params : nn.ParameterDict
+        The head's own parameters, each with a leading axis of 1.
     """
 
     def __init__(self, input_dim: int, head: str, cfg: TrainConfig, init_key: torch.Tensor):
@@ -84,71 +121,43 @@ class LoopNet(nn.Module):
             if layer < len(widths) - 2:
                 layers.append(nn.LeakyReLU(cfg.negative_slope))
         self.mlp = nn.Sequential(*layers)
-        self.head = head
+        self.head = HEADS.lookup(head)
+        self.head_params = nn.ParameterDict({
+            k: nn.Parameter(v) for k, v in self.head.init_params(1, widths[-2], cfg, dtype=dt, device="cpu").items()
+        })
         self.cfg = cfg
-        if head == "concrete":
-            p0 = cfg.dropout
-            self.p_logit = nn.Parameter(torch.full((1, 1), math.log(p0 / (1.0 - p0)), dtype=dt))
-        elif head == "variational":
-            alpha0 = cfg.dropout / (1.0 - cfg.dropout)
-            self.log_alpha = nn.Parameter(torch.full((1, cfg.hidden[-1]), math.log(alpha0), dtype=dt))
-        elif head not in ("deterministic", "bernoulli"):
-            raise NotImplementedError(f"loop_reference has no loop version of head {head!r}; add one")
 
     @property
     def out(self) -> nn.Linear:
         return self.mlp[-1]
 
-    def forward(self, x: torch.Tensor, counter: int, key: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, counter: int, key: torch.Tensor | None) -> torch.Tensor:
         """``x (n, d) -> y (n,)``; ``counter``/``key`` index the head's random draw."""
-        if self.head == "deterministic":
-            return self.mlp(x)[:, 0]
         h = self.mlp[:-1](x)  # (n, width)
+        noise = None
+        if self.head.stochastic:
+            noise = self.head.draw(key, counter, h.shape[0], h.shape[1], dtype=h.dtype, device=h.device)
         w, b = self.out.weight, self.out.bias  # (1, width), (1,)
-        p = self.cfg.dropout
-        if self.head == "bernoulli":
-            u = rng.uniform(key, counter, tuple(h.shape), dtype=h.dtype)[0]
-            keep = (u >= p).to(h.dtype)
-            return (h * keep / (1.0 - p)) @ w[0] + b[0]
-        if self.head == "concrete":
-            eps, t = _CONCRETE_EPS, self.cfg.concrete_temperature
-            rate = torch.sigmoid(self.p_logit[0, 0])
-            u = rng.uniform(key, counter, tuple(h.shape), dtype=h.dtype)[0]
-            logit_drop = (torch.log(rate + eps) - torch.log(1.0 - rate + eps)
-                          + torch.log(u + eps) - torch.log(1.0 - u + eps))
-            drop = torch.sigmoid(logit_drop / t)
-            return (h * (1.0 - drop) / (1.0 - rate)) @ w[0] + b[0]
-        # variational: output ~ N(h·w + b, Σ_j h_j² α_j w_j²) sampled with one normal per output
-        alpha = torch.exp(torch.clamp(self.log_alpha[0], max=0.0))
-        mean = h @ w[0] + b[0]
-        var = (h * h * alpha) @ (w[0] * w[0])
-        z = rng.normal(key, counter, (h.shape[0],), dtype=h.dtype)[0]
-        return mean + torch.sqrt(var + 1e-12) * z
+        return self.head.forward(h[None], w.T[None], b.view(1, 1, 1), noise, dict(self.head_params), self.cfg)[0]
 
-    def regulariser(self, n_train: int) -> torch.Tensor | float:
-        """The head's term added to the loss (concrete and variational dropout)."""
-        if self.head == "concrete":
-            rate = torch.sigmoid(self.p_logit[0, 0])
-            w = self.out.weight
-            weight_term = self.cfg.concrete_length_scale ** 2 / n_train * (w * w).sum() / (1.0 - rate)
-            entropy_term = 2.0 / n_train * w.shape[1] * (rate * torch.log(rate) + (1.0 - rate) * torch.log(1.0 - rate))
-            return weight_term + entropy_term
-        if self.head == "variational":
-            la = torch.clamp(self.log_alpha[0], max=0.0)
-            neg_kl = _K1 * torch.sigmoid(_K2 + _K3 * la) - 0.5 * torch.log(1.0 + 1.0 / torch.exp(la)) - _K1
-            return -neg_kl.sum() / n_train
-        return 0.0
+    def regulariser(self, n_train: int, sigma: float) -> torch.Tensor | float:
+        """σ²·KL/N of the papers (concrete and variational dropout); other heads add their own
+        term (none of the built-in ones has any)."""
+        if self.head.name == "concrete":
+            rate = torch.sigmoid(self.head_params["p_logit"][0, 0, 0])
+            return sigma**2 * concrete_kl(self.out.weight, rate, self.cfg.concrete_length_scale) / n_train
+        if self.head.name == "variational":
+            return sigma**2 * variational_kl(self.head_params["log_alpha"][0, 0]) / n_train
+        params = {k: v for k, v in self.head_params.items()}
+        reg = self.head.regulariser(self.out.weight.T[None], params, n_train=n_train, sigma=sigma, cfg=self.cfg)
+        return reg if isinstance(reg, float) else reg[0]
 
     def engine_parameters(self) -> list[torch.Tensor]:
         """Parameters in the engine's layout and order: weights (fan_in, fan_out) of every
         layer, biases (1, fan_out) of every layer, then the head's parameters."""
         lins = [m for m in self.mlp if isinstance(m, nn.Linear)]
         out = [m.weight.detach().T for m in lins] + [m.bias.detach()[None, :] for m in lins]
-        if self.head == "concrete":
-            out.append(self.p_logit.detach())
-        elif self.head == "variational":
-            out.append(self.log_alpha.detach())
-        return out
+        return out + [p.detach()[0] for p in self.head_params.values()]
 
 
 def _half_mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -156,7 +165,7 @@ def _half_mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def train_loop(method: str | Method, x_train: np.ndarray, y: np.ndarray, repetition: int, member: int, *,
-               seed: int, cfg: TrainConfig, epochs: int) -> LoopNet:
+               seed: int, sigma: float, cfg: TrainConfig, epochs: int) -> LoopNet:
     """Train ONE network (repetition, member) of ``method`` the plain way.
 
     Parameters
@@ -170,6 +179,8 @@ def train_loop(method: str | Method, x_train: np.ndarray, y: np.ndarray, repetit
         Which network; keys every random draw.
     seed : int
         Task seed.
+    sigma : float
+        The task's noise std (the variational heads' likelihood).
     cfg : TrainConfig
     epochs : int
 
@@ -184,11 +195,11 @@ def train_loop(method: str | Method, x_train: np.ndarray, y: np.ndarray, repetit
     net = LoopNet(d, m.head, cfg, _keys(seed, "init", repetition, member))
     drop_key = _keys(seed, "dropout", repetition, member)
     boot_key = _keys(seed, "bootstrap", repetition, member)
-    wd = 1.0 / n if cfg.weight_decay is None else cfg.weight_decay
+    coupled, decoupled = recipe_l2(cfg.recipe, n, cfg.weight_decay)
     lins = [mod for mod in net.mlp if isinstance(mod, nn.Linear)]
     weights = [lin.weight for lin in lins]
-    others = [lin.bias for lin in lins] + [p for name, p in net.named_parameters() if not name.startswith("mlp.")]
-    opt = torch.optim.Adam([{"params": weights, "weight_decay": wd}, {"params": others, "weight_decay": 0.0}],
+    others = [lin.bias for lin in lins] + list(net.head_params.values())
+    opt = torch.optim.Adam([{"params": weights, "weight_decay": coupled}, {"params": others, "weight_decay": 0.0}],
                            lr=cfg.lr, betas=cfg.betas)
     x = torch.as_tensor(x_train, dtype=dt)
     yt = torch.as_tensor(np.asarray(y), dtype=dt)
@@ -217,7 +228,11 @@ def train_loop(method: str | Method, x_train: np.ndarray, y: np.ndarray, repetit
                 loss = loss + _half_mse(net(x_adv, counter + 1, drop_key), yb)
             else:
                 loss = _half_mse(net(xb, counter, drop_key), yb)
-            (loss + net.regulariser(n)).backward()
+            (loss + net.regulariser(n, sigma)).backward()
+            if decoupled:  # w ← w − lr·λ·w, then the plain Adam step
+                with torch.no_grad():
+                    for w in weights:
+                        w.mul_(1.0 - cfg.lr * decoupled)
             opt.step()
     return net
 
@@ -235,7 +250,7 @@ def predict_loop(method: str | Method, net: LoopNet, x_test: np.ndarray, repetit
     m = _method(method)
     cfg = replace(cfg, **m.overrides)
     x = torch.as_tensor(x_test, dtype=cfg.torch_dtype)
-    if m.head == "deterministic":
+    if not net.head.stochastic:
         return net(x, 0, None).double().numpy(), None
     mc_key = _keys(seed, "mc", repetition, member)
     passes = np.stack([net(x, s, mc_key).double().numpy() for s in range(cfg.mc_samples)])  # (S, T)
@@ -258,13 +273,15 @@ def run_loop(method: str | Method, instance, y: np.ndarray, repetitions, cfg: Tr
         if m.ensemble:
             outs = []
             for member in range(mcfg.members):
-                net = train_loop(m, instance.x_train, y[i], int(r), member, seed=instance.seed, cfg=cfg, epochs=epochs)
+                net = train_loop(m, instance.x_train, y[i], int(r), member, seed=instance.seed, sigma=instance.sigma,
+                                 cfg=cfg, epochs=epochs)
                 outs.append(predict_loop(m, net, instance.x_test, int(r), member, seed=instance.seed, cfg=cfg)[0])
             outs = np.stack(outs)
             preds.append(outs.mean(axis=0))
             uncs.append(outs.std(axis=0, ddof=mcfg.std_ddof))
         else:
-            net = train_loop(m, instance.x_train, y[i], int(r), 0, seed=instance.seed, cfg=cfg, epochs=epochs)
+            net = train_loop(m, instance.x_train, y[i], int(r), 0, seed=instance.seed, sigma=instance.sigma, cfg=cfg,
+                             epochs=epochs)
             mu, sd = predict_loop(m, net, instance.x_test, int(r), 0, seed=instance.seed, cfg=cfg)
             preds.append(mu)
             uncs.append(sd)

@@ -21,6 +21,7 @@ import torch
 
 from uqreg import rng
 from uqreg.engine import (
+    RECIPES,
     NetworkBatch,
     TrainConfig,
     make_plan,
@@ -78,7 +79,8 @@ def _reps(method) -> list[int]:
 def _train(method, instance, y_full, nets, cfg) -> torch.nn.Module:
     cfg = replace(cfg, **method.overrides)
     return train_batched(instance.x_train, y_full, nets, seed=instance.seed, head=method.head,
-                         sampler=method.sampler, adversarial=method.adversarial, cfg=cfg, epochs=EPOCHS)
+                         sampler=method.sampler, adversarial=method.adversarial, cfg=cfg, epochs=EPOCHS,
+                         sigma=instance.sigma)
 
 
 def _engine_parameters(model, i: int) -> list[torch.Tensor]:
@@ -93,13 +95,18 @@ def _close(actual, expected, what: str) -> None:
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=RTOL * scale, msg=lambda m: f"{what}: {m}")
 
 
+CASES = ([(n, "foreach", "paper") for n in TRAINED] + [("cd", "fused", "paper"), ("ens", "fused", "paper")]
+         + [("ens", "foreach", r) for r in RECIPES if r != "paper"] + [("vd", "foreach", "decoupled")])
+
+
 @pytest.mark.parametrize("dim", [2, 1])
-@pytest.mark.parametrize("name, adam", [(n, "fused") for n in TRAINED] + [("cd", "foreach"), ("ens", "foreach")])
-def test_batched_parameters_equal_loop(name, adam, dim, request):
-    """Both of the engine's Adam implementations (TrainConfig.adam) equal one plain Adam per network."""
+@pytest.mark.parametrize("name, adam, recipe", CASES)
+def test_batched_parameters_equal_loop(name, adam, recipe, dim, request):
+    """Every method, both of the engine's Adam implementations (TrainConfig.adam) and every
+    recipe's L2 convention equal one plain Adam per network, on two tasks with different σ."""
     instance = _instance(request, dim)
     method = METHODS[name]
-    cfg = _cfg(adam=adam)
+    cfg = _cfg(adam=adam, recipe=recipe)
     mcfg = replace(cfg, **method.overrides)
     reps = _reps(method)
     y_full = instance.targets(range(max(reps) + 1))
@@ -107,7 +114,8 @@ def test_batched_parameters_equal_loop(name, adam, dim, request):
     model = _train(method, instance, y_full, nets, cfg)
     assert model.n_networks == len(nets)
     for i, (r, m) in enumerate(zip(nets.repetition, nets.member)):
-        net = loop.train_loop(method, instance.x_train, y_full[r], int(r), int(m), seed=SEED, cfg=cfg, epochs=EPOCHS)
+        net = loop.train_loop(method, instance.x_train, y_full[r], int(r), int(m), seed=SEED, sigma=instance.sigma,
+                              cfg=cfg, epochs=EPOCHS)
         expected = net.engine_parameters()
         actual = _engine_parameters(model, i)
         assert len(actual) == len(expected), f"{name}: {len(actual)} parameter tensors, loop has {len(expected)}"

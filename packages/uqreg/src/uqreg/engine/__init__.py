@@ -3,7 +3,7 @@
 ==============  ===============================================================================
 module          owns
 ==============  ===============================================================================
-``config``      :class:`TrainConfig` (network, optimiser, method hyper-parameters)
+``config``      :class:`TrainConfig` (network, optimiser, method hyper-parameters), :data:`RECIPES`
 ``heads``       the output heads and :data:`HEADS`: each head's forward maths and regulariser
 ``network``     :class:`BatchedMLP` (networks stacked on a leading axis), :func:`xavier_uniform`
 ``samplers``    batch samplers and :data:`SAMPLERS`
@@ -16,7 +16,7 @@ leading *network* axis ``B``; randomness is counter based (:mod:`uqreg.rng`), so
 trains exactly the networks a per-network loop would, whatever chunk they fall in.
 """
 
-from .config import TrainConfig
+from .config import L2_MODES, RECIPES, Recipe, TrainConfig
 from .heads import HEADS, Head
 from .network import BatchedMLP, NetworkBatch, xavier_uniform
 from .plan import (
@@ -34,12 +34,15 @@ from .train import half_mse, objective, predict_batched, train_batched
 
 __all__ = [
     "HEADS",
+    "L2_MODES",
+    "RECIPES",
     "SAMPLERS",
     "BatchedMLP",
     "ExecutionPlan",
     "Head",
     "JobResult",
     "NetworkBatch",
+    "Recipe",
     "Sampler",
     "TrainConfig",
     "TrainJob",

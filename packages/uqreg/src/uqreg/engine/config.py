@@ -1,11 +1,82 @@
 """What a training run is: :class:`TrainConfig` (network, optimiser and method hyper-parameters,
-PROTOCOLS R.3 defaults)."""
+PROTOCOLS R.3 defaults) and the training :class:`Recipe` s (loss and L2 convention, R.3b)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from ..registry import Registry
+
+#: How a recipe applies its L2 penalty λ to the weights (biases are never penalised):
+#: ``coupled``: gradient += λ·w (PyTorch Adam ``weight_decay``); ``sum``: gradient += (λ/N)·w, the
+#: same penalty against a summed loss; ``decoupled``: w ← w − lr·λ·w per step (AdamW); ``none``.
+L2_MODES = ("coupled", "sum", "decoupled", "none")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A training recipe (PROTOCOLS R.3b): the loss is ½·mean squared error; the recipe fixes
+    how the L2 penalty λ (default 1/N) acts.
+
+    Attributes
+    ----------
+    name, description : str
+    l2_mode : str
+        One of :data:`L2_MODES`.
+    lam : float, optional
+        The recipe's own λ (default: ``TrainConfig.weight_decay`` or 1/N).
+
+    Examples
+    --------
+    >>> RECIPES.lookup("sum").weight_decay(50)
+    0.0004
+    >>> RECIPES.lookup("decoupled").decoupled
+    True
+    """
+
+    name: str
+    description: str
+    l2_mode: str
+    lam: float | None = None
+
+    def __post_init__(self):
+        if self.l2_mode not in L2_MODES:
+            raise ValueError(f"l2_mode must be one of {', '.join(L2_MODES)}, got {self.l2_mode!r}")
+        if self.lam is not None and not self.lam >= 0:
+            raise ValueError(f"lam must be >= 0, got {self.lam!r}")
+
+    def weight_decay(self, n_train: int, lam: float | None = None) -> float:
+        """The factor the optimiser applies to the weights for a training set of ``n_train``:
+        coupled (``gradient += f·w``) unless :attr:`decoupled` (``w ← w − lr·f·w``).
+
+        ``lam`` (e.g. ``TrainConfig.weight_decay``) overrides the recipe's λ; default 1/N.
+        """
+        lam = (self.lam if self.lam is not None else 1.0 / n_train) if lam is None else lam
+        return {"coupled": lam, "sum": lam / n_train, "decoupled": lam, "none": 0.0}[self.l2_mode]
+
+    @property
+    def decoupled(self) -> bool:
+        """True: the decay is applied to the weights directly (AdamW), not to the gradient."""
+        return self.l2_mode == "decoupled"
+
+    def to_dict(self) -> dict:
+        """The definition written into a study's attrs."""
+        return {"description": self.description, "l2_mode": self.l2_mode, "lam": self.lam,
+                "loss": "0.5 * mean squared error"}
+
+
+RECIPES: Registry[Recipe] = Registry("recipe")
+for _r in (
+    Recipe("paper", "the paper's literal recipe: coupled L2, gradient += λ·w, λ = 1/N (PyTorch Adam weight_decay)",
+           "coupled"),
+    Recipe("sum", "the same penalty against a summed loss: gradient += (λ/N)·w, λ = 1/N", "sum"),
+    Recipe("decoupled", "AdamW-style decay lr·λ·w per step, λ = 1/N", "decoupled"),
+    Recipe("none", "no L2 penalty", "none"),
+):
+    RECIPES.register(_r)
+del _r
 
 
 @dataclass(frozen=True)
@@ -20,9 +91,11 @@ class TrainConfig:
         Leaky-ReLU slope after every hidden layer.
     lr, betas : float, (float, float)
         Adam learning rate and moments.
+    recipe : str
+        Training recipe (:data:`RECIPES`): how the L2 penalty λ acts on the weights.
     weight_decay : float or None
-        L2 factor λ added to the gradient of the weights (PyTorch Adam ``weight_decay``, biases
-        unregularised); ``None`` means 1/N.
+        The L2 factor λ of the recipe (biases unregularised); ``None`` means the recipe's
+        default, 1/N.
     epochs : int or None
         Training epochs; ``None`` means 300·c.
     members : int
@@ -34,7 +107,7 @@ class TrainConfig:
     concrete_temperature : float
         Temperature of the concrete relaxation (``cd``).
     concrete_length_scale : float
-        Prior length scale l of ``cd``: weight regulariser l²/N, dropout regulariser 2/N.
+        Prior length scale l of ``cd`` (see :func:`~uqreg.engine.heads.concrete_regulariser`).
     adversarial_epsilon : float
         FGSM step as a fraction of the training-input range per dimension (``ens_adv``).
     bootstrap_batches : int
@@ -48,21 +121,24 @@ class TrainConfig:
     max_memory : float
         Memory budget in bytes for one chunk of networks; the network axis is chunked to it.
     chunk_networks : int or None
-        Upper bound on the networks trained together (tuned to the cache; see the benchmark);
-        ``None``: only the memory budget bounds the chunk.
+        Networks trained together in one chunk (bounded by the memory budget). Chunk boundaries
+        come from the configuration only, never from the cores or workers; ``None``: only the
+        memory budget bounds the chunk.
     adam : str
-        ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch.
+        ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch. (PyTorch's
+        fused CPU Adam rounds differently in its vectorised body and its scalar tail, so a
+        network's result would depend on its position in the chunk; ``foreach`` does not.)
     parallel_chunks : int or None
-        Chunks trained concurrently by threads, each with single-threaded torch kernels (on
-        the CPU this beats multi-threaded kernels on these small matrices, see the benchmark);
+        Chunks trained concurrently by threads, each with ONE torch intra-op thread;
         ``None``: the number of available cores on the CPU, 1 on CUDA. The memory budget is
-        shared by the concurrent chunks.
+        shared by the concurrent chunks. Execution only: results do not depend on it.
     """
 
     hidden: tuple[int, ...] = (128, 64, 32)
     negative_slope: float = 0.01
     lr: float = 1e-2
     betas: tuple[float, float] = (0.9, 0.999)
+    recipe: str = "paper"
     weight_decay: float | None = None
     epochs: int | None = None
     members: int = 120
@@ -76,8 +152,8 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     max_memory: float = 4e9
-    chunk_networks: int | None = None
-    adam: str = "fused"
+    chunk_networks: int | None = 64
+    adam: str = "foreach"
     parallel_chunks: int | None = None
 
     def __post_init__(self):
@@ -100,6 +176,11 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"{name} has an invalid value: {getattr(self, name)!r}")
+        RECIPES.lookup(self.recipe)
+
+    @property
+    def recipe_spec(self) -> Recipe:
+        return RECIPES.lookup(self.recipe)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -39,8 +39,10 @@ from .config import TrainConfig
 
 
 def output_layer(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """The k→1 output layer ``h @ weight + bias``: ``h (B, n, k)`` → ``(B, n)``."""
-    return torch.baddbmm(bias, h, weight)[..., 0]
+    """The k→1 output layer ``h @ weight + bias`` as a reduction over k: ``h (B, n, k)`` →
+    ``(B, n)``. (A reduction, not ``bmm``: a GEMV's summation order changes with the batch size,
+    a row reduction's does not, so a network's output never depends on its chunk.)"""
+    return (h * weight.transpose(1, 2)).sum(dim=-1) + bias[..., 0]
 
 
 def bernoulli_forward(h, weight, bias, u, p: float) -> torch.Tensor:
@@ -68,44 +70,51 @@ def concrete_forward(h, weight, bias, u, p_logit, temperature: float) -> torch.T
 
 
 def concrete_regulariser(weight, p_logit, *, n_train: int, sigma: float, length_scale: float) -> torch.Tensor:
-    """Concrete dropout's regulariser per network, shape (B,).
+    """Concrete dropout's regulariser against ½·MSE, per network, shape (B,).
 
-    ``wr·‖W‖²/(1−p) + dr·K·(p log p + (1−p) log(1−p))``, ``wr = l²/N``, ``dr = 2/N``, K the
-    width of the dropped layer, W the output weights (the official code's constants with τ = 1).
+    Notes
+    -----
+    The objective is the Gaussian negative log-likelihood with the known σ plus KL/N; times σ²
+    (to put its data term on the ½·MSE scale of the other methods):
+    ``½·mean (y − ŷ)² + (σ² l² / (2N))·‖W‖²/(1−p) + (σ²/N)·K·(p log p + (1−p) log(1−p))``,
+    K the width of the dropped layer and W the output weights (PROTOCOLS R.3; the official
+    code's ``l²/(τN)`` and ``2/(τN)`` pair with a squared error without the ½).
     """
     p = torch.sigmoid(p_logit)[:, 0, 0]
-    wr = length_scale**2 / n_train
-    dr = 2.0 / n_train
+    s2 = sigma * sigma
     k = weight.shape[1]
-    wreg = wr * weight.pow(2).sum(dim=(1, 2)) / (1.0 - p)
-    dreg = dr * k * (p * torch.log(p) + (1.0 - p) * torch.log1p(-p))
+    wreg = s2 * length_scale**2 / (2.0 * n_train) * weight.pow(2).sum(dim=(1, 2)) / (1.0 - p)
+    dreg = s2 / n_train * k * (p * torch.log(p) + (1.0 - p) * torch.log1p(-p))
     return wreg + dreg
 
 
 #: Molchanov et al. (2017), eq. 14: −KL ≈ k1·σ(k2 + k3·log α) − ½·log(1 + 1/α) − k1
 MOLCHANOV_K = (0.63576, 1.87320, 1.48695)
-LOG_ALPHA_MAX = 0.0
+#: log α is clipped to this range (Molchanov et al.'s approximation holds for every α)
+LOG_ALPHA_RANGE = (-8.0, 8.0)
 
 
 def clipped_log_alpha(log_alpha: torch.Tensor) -> torch.Tensor:
-    return log_alpha.clamp(max=LOG_ALPHA_MAX)
+    return log_alpha.clamp(*LOG_ALPHA_RANGE)
 
 
 def variational_forward(h, weight, bias, z, log_alpha) -> torch.Tensor:
     """Gaussian multiplicative noise ξ_j ~ N(1, α_j) on hidden unit j, sampled by the local
     reparameterisation trick: output ~ N(hW + b, (h² α)(W²)); ``z (B, n)`` standard normal,
-    ``log_alpha (B, 1, k)``."""
+    ``log_alpha (B, 1, k)`` (clipped to :data:`LOG_ALPHA_RANGE`)."""
     mean = output_layer(h, weight, bias)
-    var = torch.bmm(h.pow(2) * clipped_log_alpha(log_alpha).exp(), weight.pow(2))[..., 0]
+    alpha = clipped_log_alpha(log_alpha).exp()
+    var = (h.pow(2) * alpha * weight.pow(2).transpose(1, 2)).sum(dim=-1)
     return mean + torch.sqrt(var + 1e-12) * z
 
 
 def variational_regulariser(log_alpha, *, n_train: int, sigma: float) -> torch.Tensor:
-    """KL(q‖p)/N per network, shape (B,), with Molchanov's approximation summed over units."""
+    """σ²·KL(q‖p)/N per network, shape (B,): the ELBO's KL against ½·MSE (its data term
+    ½(y − ŷ)²/σ² times σ²), with Molchanov's approximation summed over units."""
     k1, k2, k3 = MOLCHANOV_K
     la = clipped_log_alpha(log_alpha)[:, 0, :]
     neg_kl = k1 * torch.sigmoid(k2 + k3 * la) - 0.5 * torch.log1p(torch.exp(-la)) - k1
-    return -neg_kl.sum(dim=1) / n_train
+    return -(sigma * sigma) * neg_kl.sum(dim=1) / n_train
 
 
 def _logit(p: float) -> float:
@@ -205,7 +214,7 @@ del _head
 __all__ = [
     "CONCRETE_EPS",
     "HEADS",
-    "LOG_ALPHA_MAX",
+    "LOG_ALPHA_RANGE",
     "MOLCHANOV_K",
     "BernoulliHead",
     "ConcreteHead",

@@ -60,7 +60,7 @@ class BatchedMLP(torch.nn.Module):
     """
 
     def __init__(self, init_keys, dropout_keys, input_dim: int, head: str, cfg: TrainConfig, n_train: int,
-                 sigma: float = 1.0):
+                 sigma: float):
         super().__init__()
         dt = cfg.torch_dtype
         dev = init_keys.device

@@ -43,16 +43,19 @@ def objective(model: BatchedMLP, xb: torch.Tensor, yb: torch.Tensor, counter: in
 
 
 def make_optimizer(model: BatchedMLP, cfg: TrainConfig, n_train: int) -> torch.optim.Optimizer:
-    """Adam over the stacked parameters: L2 on the weights only (biases and head parameters
-    unregularised)."""
-    wd = 1.0 / n_train if cfg.weight_decay is None else cfg.weight_decay
+    """Adam over the stacked parameters with the recipe's L2 on the weights only (biases and
+    head parameters unregularised): coupled recipes as Adam's ``weight_decay``, a decoupled one
+    as AdamW's (``w ← w − lr·λ·w`` per step)."""
+    recipe = cfg.recipe_spec
+    wd = recipe.weight_decay(n_train, cfg.weight_decay)
     others = list(model.biases) + list(model.head_params.values())
     groups = [{"params": list(model.weights), "weight_decay": wd}, {"params": others, "weight_decay": 0.0}]
-    return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, **{cfg.adam: True})
+    adam = torch.optim.AdamW if recipe.decoupled else torch.optim.Adam
+    return adam(groups, lr=cfg.lr, betas=cfg.betas, **{cfg.adam: True})
 
 
 def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, *, seed: int, head: str,
-                  sampler: str, adversarial: bool, cfg: TrainConfig, epochs: int, sigma: float = 1.0,
+                  sampler: str, adversarial: bool, cfg: TrainConfig, epochs: int, sigma: float,
                   progress: Callable[[int], None] | None = None) -> BatchedMLP:
     """Train the networks ``nets`` as one batched computation.
 
@@ -73,7 +76,7 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     cfg : TrainConfig
     epochs : int
     sigma : float
-        The task's noise std σ (the variational methods' likelihood).
+        The task's noise std σ (the likelihood of the variational heads' objectives).
     progress : callable, optional
         Called with the number of finished epochs after each epoch.
 

@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn import metrics as sk
 
 from uqmetrics import classification
 from uqmetrics.classification import (
@@ -213,7 +214,6 @@ def test_registered_metrics_and_properties():
 @pytest.mark.parametrize("n_classes", [2, 3, 7])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_against_sklearn(n_classes, seed):
-    sk = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(seed)
     n = 200
     probs = rng.dirichlet(np.full(n_classes, 0.7), size=n)

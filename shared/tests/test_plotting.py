@@ -70,11 +70,8 @@ def test_reliability_diagram_from_dataset(tmp_path):
 
 
 def test_reliability_diagram_from_labels_and_probs(tmp_path):
-    pytest.importorskip("uqmetrics.classification")
     from uqmetrics import classification
 
-    if not hasattr(classification, "reliability_diagram"):
-        pytest.skip("uqmetrics.classification.reliability_diagram not available")
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=200)
     labels = rng.integers(0, 3, size=200)

@@ -40,7 +40,8 @@ def correct_and_confidence(draw, min_n: int = 2, max_n: int = 80, both_classes: 
     """Draw ``(correct (n,) bool, confidence (n,) float)``.
 
     With ``ties`` the confidences come from a small set of values so that tied blocks occur;
-    with ``both_classes`` at least one correct and one wrong sample are present.
+    without, they are distinct. With ``both_classes`` at least one correct and one wrong sample
+    are present.
     """
     n = draw(st.integers(min_n, max_n))
     correct = draw(hnp.arrays(bool, (n,)))
@@ -49,7 +50,7 @@ def correct_and_confidence(draw, min_n: int = 2, max_n: int = 80, both_classes: 
     # Confidences on a grid of 1/1000 so that strictly increasing transforms stay strictly
     # increasing in floating point (no two values closer than 1e-3).
     n_levels = draw(st.integers(1, 5)) if ties and draw(st.booleans()) else 1001
-    grid = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, 1000)))
+    grid = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, 1000), unique=not ties))
     if n_levels < 1001:
         levels = np.array(draw(st.lists(st.integers(0, 1000), min_size=n_levels, max_size=n_levels)))
         grid = levels[grid % n_levels]

@@ -37,13 +37,7 @@ from ._validation import (
     numeric_array,
 )
 from .conventions import CONVENTIONS
-from .scoring import (
-    Confidence,
-    confidence_attrs,
-    resolve_confidence,
-    resolve_metrics,
-    score_resolved,
-)
+from .scoring import Confidence, Scorer
 
 __all__ = [
     "CALIBRATION_PROTOCOLS",
@@ -477,8 +471,7 @@ def temperature_scaled_metrics(
     """
     check_choice(protocol, "protocol", CALIBRATION_PROTOCOLS)
     spec = CALIBRATION_PROTOCOLS[protocol]
-    specs = resolve_metrics(metrics)
-    kappa_fn = resolve_confidence(confidence)
+    scorer = Scorer.build(metrics, confidence)
     lo_hi = _check_bounds(bounds)
     n_calib = check_positive_int(n_calib, "n_calib")
     n_repeats = check_positive_int(n_repeats, "n_repeats")
@@ -507,24 +500,19 @@ def temperature_scaled_metrics(
                  for c, e in spec.splits(y, rng, n_calib=n_calib, n_repeats=n_repeats)]
 
     n_f = len(folds)
-    values = np.empty((len(specs), 2, n_f))
+    values = np.empty((len(scorer.specs), 2, n_f))
     temps, conv = np.empty(n_f), np.empty(n_f, dtype=bool)
     n_c, n_e = np.empty(n_f, dtype=np.int64), np.empty(n_f, dtype=np.int64)
     for f, ((z_cal, y_cal), (z_ev, y_ev)) in enumerate(folds):
         fit = _fit(z_cal, y_cal, lo_hi)
         temps[f], conv[f], n_c[f], n_e[f] = fit.temperature, fit.converged, len(y_cal), len(y_ev)
         for cal, t in enumerate((1.0, fit.temperature)):
-            scores = score_resolved(specs, y_ev, softmax(z_ev, temperature=t), kappa_fn)
+            scores = scorer(y_ev, softmax(z_ev, temperature=t))
             values[:, cal, f] = list(scores.values())
 
-    names = [s.name for s in specs]
     data = {
-        s.name: xr.Variable(
-            "calibration", values[i].mean(axis=1),
-            attrs={"greater_is_better": int(s.greater_is_better),
-                   "convention": CONVENTIONS[s.name]},
-        )
-        for i, s in enumerate(specs)
+        s.name: xr.Variable("calibration", values[i].mean(axis=1), attrs=scorer.metric_attrs(s))
+        for i, s in enumerate(scorer.specs)
     }
     data.update(
         per_fold=(("metric", "calibration", "fold"), values),
@@ -535,7 +523,8 @@ def temperature_scaled_metrics(
     )
     return xr.Dataset(
         data,
-        coords={"calibration": ["none", "temperature"], "fold": np.arange(n_f), "metric": names},
+        coords={"calibration": ["none", "temperature"], "fold": np.arange(n_f),
+                "metric": scorer.names},
         attrs={
             "protocol": protocol,
             "protocol_description": spec.description,
@@ -544,7 +533,7 @@ def temperature_scaled_metrics(
             "n_calib_requested": n_calib if protocol == "stratified_holdout" else 0,
             "temperature_bounds": list(lo_hi),
             "convention": CONVENTIONS["temperature_scaling"],
-            **confidence_attrs(specs, confidence),
+            **scorer.attrs,
         },
     )
 

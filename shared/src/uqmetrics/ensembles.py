@@ -27,13 +27,7 @@ from ._validation import (
 )
 from .calibration import calibrated_log_likelihood
 from .conventions import CONVENTIONS
-from .scoring import (
-    Confidence,
-    confidence_attrs,
-    resolve_confidence,
-    resolve_metrics,
-    score_resolved,
-)
+from .scoring import Confidence, Scorer
 
 __all__ = [
     "DeepEnsembleEquivalent",
@@ -183,8 +177,7 @@ def ensemble_size_curve(
     check_same_length(labels=y, member_log_probs=lp[0])
     if "cll" in metrics:
         raise ValueError("metrics must not contain 'cll'; pass calibrated=True to compute it")
-    specs = resolve_metrics(metrics)
-    kappa_fn = resolve_confidence(confidence)
+    scorer = Scorer.build(metrics, confidence)
     n_orders = check_positive_int(n_orders, "n_orders")
     n_repeats = check_positive_int(n_repeats, "n_repeats")
     seed = check_seed(seed)
@@ -193,7 +186,7 @@ def ensemble_size_curve(
     rng = np.random.default_rng(seed)
     orders = np.stack([np.arange(n_members)]
                       + [rng.permutation(n_members) for _ in range(n_orders - 1)])
-    names = [s.name for s in specs] + (["cll"] if calibrated else [])
+    names = scorer.names + (["cll"] if calibrated else [])
     values = {m: np.empty((n_orders, n_members)) for m in names}
     for o, perm in enumerate(orders):
         running = lp[perm[0]]
@@ -201,19 +194,14 @@ def ensemble_size_curve(
             if s > 1:
                 running = np.logaddexp(running, lp[perm[s - 1]])
             mean_lp = running - np.log(s)
-            scores = score_resolved(specs, y, np.exp(mean_lp), kappa_fn)
-            for name, value in scores.items():
+            for name, value in scorer(y, np.exp(mean_lp)).items():
                 values[name][o, s - 1] = value
             if calibrated:
                 values["cll"][o, s - 1] = calibrated_log_likelihood(
                     mean_lp, y, n_repeats=n_repeats, seed=seed)
 
-    data = {}
-    for spec in specs:
-        data[spec.name] = xr.Variable(
-            ("order", "size"), values[spec.name],
-            attrs={"greater_is_better": int(spec.greater_is_better),
-                   "convention": CONVENTIONS[spec.name]})
+    data = {s.name: xr.Variable(("order", "size"), values[s.name], attrs=scorer.metric_attrs(s))
+            for s in scorer.specs}
     if calibrated:
         data["cll"] = xr.Variable(
             ("order", "size"), values["cll"],
@@ -226,7 +214,7 @@ def ensemble_size_curve(
                 "position": np.arange(n_members)},
         attrs={"n_orders": n_orders, "seed": seed, "calibrated": int(bool(calibrated)),
                "n_repeats": n_repeats, "convention": CONVENTIONS["ensemble"],
-               **confidence_attrs(specs, confidence)},
+               **scorer.attrs},
     )
 
 

@@ -9,21 +9,25 @@ the uqvision protocols built on them — evaluates its metrics through :func:`sc
   (the first maximum on ties) and ``kappa = confidence(probs)``.
 
 So a calibration protocol or an ensemble size is chosen by the caller, and the metric names
-alone decide what is computed.
+alone decide what is computed. Loops over many folds or prefixes build a :class:`Scorer` once
+(names and κ resolved and validated) and call it per cell; :func:`score_metrics` is the same
+for one set of predictions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._validation import float_array, labels_probs
 from .confidence import SAMPLE_CONFIDENCE_FUNCTIONS, get_confidence_function
+from .conventions import CONVENTIONS
 from .registry import MetricSpec, get_metric
 
-__all__ = ["SCORABLE_KINDS", "score_metrics"]
+__all__ = ["SCORABLE_KINDS", "Scorer", "score_metrics"]
 
 #: Metric kinds :func:`score_metrics` can evaluate from ``(labels, probs, confidence)``.
 SCORABLE_KINDS = ("classification", "selective")
@@ -31,11 +35,11 @@ SCORABLE_KINDS = ("classification", "selective")
 Confidence = str | Callable[[np.ndarray], Any]
 
 
-def resolve_metrics(metrics: Sequence[str]) -> list[MetricSpec]:
+def _resolve_metrics(metrics: Sequence[str]) -> tuple[MetricSpec, ...]:
     """The registered specs of ``metrics``: a non-empty sequence of distinct scorable names."""
     if isinstance(metrics, str) or not isinstance(metrics, Sequence) or len(metrics) == 0:
         raise ValueError(f"metrics must be a non-empty sequence of metric names, got {metrics!r}")
-    specs = [get_metric(m) for m in metrics]
+    specs = tuple(get_metric(m) for m in metrics)
     for s in specs:
         if s.kind not in SCORABLE_KINDS:
             raise ValueError(
@@ -47,7 +51,7 @@ def resolve_metrics(metrics: Sequence[str]) -> list[MetricSpec]:
     return specs
 
 
-def resolve_confidence(confidence: Confidence) -> Callable[[np.ndarray], Any]:
+def _resolve_confidence(confidence: Confidence) -> Callable[[np.ndarray], Any]:
     """A confidence function ``probs (n, C) -> kappa (n,)``: a name or a callable."""
     if callable(confidence):
         return confidence
@@ -59,32 +63,55 @@ def resolve_confidence(confidence: Confidence) -> Callable[[np.ndarray], Any]:
     return get_confidence_function(confidence)
 
 
-def score_resolved(specs: Sequence[MetricSpec], labels: np.ndarray, probs: np.ndarray,
-                   kappa_fn: Callable[[np.ndarray], Any]) -> dict[str, float]:
-    """:func:`score_metrics` with metrics and confidence already resolved (protocol loops)."""
-    out: dict[str, float] = {}
-    correct = kappa = None
-    for spec in specs:
-        if spec.kind == "classification":
-            out[spec.name] = float(spec.func(labels, probs))
-            continue
-        if kappa is None:
-            correct = np.argmax(probs, axis=1) == labels
-            kappa = float_array(kappa_fn(probs), "confidence(probs)", 1, "(n_samples,)")
-            if kappa.shape[0] != labels.shape[0]:
-                raise ValueError(f"confidence(probs) must have shape ({labels.shape[0]},), "
-                                 f"got shape {kappa.shape}")
-        out[spec.name] = float(spec.func(correct, kappa))
-    return out
+@dataclass(frozen=True)
+class Scorer:
+    """Metrics and confidence resolved once, for protocols that score many folds or prefixes.
 
+    ``Scorer.build(metrics, confidence)`` validates the names (as :func:`score_metrics`);
+    calling it on validated ``labels (n,)`` int and ``probs (n, C)`` float64 arrays returns
+    ``{name: value}``.
+    """
 
-def confidence_attrs(specs: Sequence[MetricSpec], confidence: Confidence) -> dict[str, str]:
-    """Result attrs naming κ (``{"confidence": name}``) when a selective metric is scored."""
-    if not any(s.kind == "selective" for s in specs):
-        return {}
-    name = confidence if isinstance(confidence, str) else getattr(confidence, "__name__",
-                                                                  repr(confidence))
-    return {"confidence": name}
+    specs: tuple[MetricSpec, ...]
+    confidence: Confidence
+    kappa_fn: Callable[[np.ndarray], Any]
+
+    @classmethod
+    def build(cls, metrics: Sequence[str], confidence: Confidence = "softmax_response") -> Scorer:
+        return cls(_resolve_metrics(metrics), confidence, _resolve_confidence(confidence))
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def __call__(self, labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+        out: dict[str, float] = {}
+        correct = kappa = None
+        for spec in self.specs:
+            if spec.kind == "classification":
+                out[spec.name] = float(spec.func(labels, probs))
+                continue
+            if kappa is None:
+                correct = np.argmax(probs, axis=1) == labels
+                kappa = float_array(self.kappa_fn(probs), "confidence(probs)", 1, "(n_samples,)")
+                if kappa.shape[0] != labels.shape[0]:
+                    raise ValueError(f"confidence(probs) must have shape ({labels.shape[0]},), "
+                                     f"got shape {kappa.shape}")
+            out[spec.name] = float(spec.func(correct, kappa))
+        return out
+
+    def metric_attrs(self, spec: MetricSpec) -> dict[str, Any]:
+        """Attrs of a result variable holding ``spec``'s values."""
+        return {"greater_is_better": int(spec.greater_is_better),
+                "convention": CONVENTIONS[spec.name]}
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        """Result attrs naming κ (``{"confidence": name}``) when a selective metric is scored."""
+        if not any(s.kind == "selective" for s in self.specs):
+            return {}
+        c = self.confidence
+        return {"confidence": c if isinstance(c, str) else getattr(c, "__name__", repr(c))}
 
 
 def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
@@ -122,7 +149,5 @@ def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
     >>> score_metrics([0, 1, 1, 1], p, metrics=("accuracy", "auroc"))
     {'accuracy': 0.75, 'auroc': 0.6666666666666666}
     """
-    specs = resolve_metrics(metrics)
-    kappa_fn = resolve_confidence(confidence)
-    y, p = labels_probs(labels, probs)
-    return score_resolved(specs, y, p, kappa_fn)
+    scorer = Scorer.build(metrics, confidence)
+    return scorer(*labels_probs(labels, probs))

@@ -1,0 +1,697 @@
+"""The generated ``hierarchy`` image set: a class tree for the vision protocols (PROTOCOLS V.0).
+
+Each superclass is one family of procedural patterns (oriented gratings, ring sets, blob
+constellations, checkers, strokes, …) drawn in its own two-colour palette; each class is one
+parameter setting inside its family (an orientation, a ring frequency, a blob count, …). Every
+image is its class prototype under a random affine transform, a colour jitter and pixel noise,
+so classes of one superclass look alike, features cluster by superclass, and a small CNN
+reaches neither chance nor 100 %.
+
+Layout written by :func:`make_hierarchy`::
+
+    out/
+      classes.json              format version, scale, seed, every class -> superclass, role, group
+      train/<class>/<nnnnn>.png  ImageFolder trees, 32x32 RGB, the same count for every class
+      val/<class>/<nnnnn>.png
+      test/<class>/<nnnnn>.png
+      mixed/<class>/<nnnnn>.png  blends of two classes of one superclass, filed under the majority
+      mixed/soft_labels.csv      file, class_a, class_b, alpha: label distribution (alpha, 1-alpha)
+
+Class folder names are ``<ss>-<family>-<kk>`` (superclass and class number), so the sorted
+folder order — the class index of :class:`uqvision.data.ImageFolderDataset` — is superclass-major.
+
+Roles (V.4): the classes of the first half of the superclasses are ``upstream``; the rest are
+``downstream``, grouped by whole superclasses into ``downstream_groups`` stand-in datasets
+(``down_a``, ``down_b``, …). V.3 takes its in/out split from clustering, not from these roles.
+
+Everything is a pure function of ``(scale, seed)``: every image draws from its own random stream
+``numpy.random.default_rng([seed, split, class, index])``, and PNG encoding is deterministic, so
+the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from uqmetrics.registry import Registry
+
+__all__ = [
+    "AUGMENTATION",
+    "FAMILIES",
+    "FORMAT_VERSION",
+    "SCALES",
+    "SPLITS",
+    "Augmentation",
+    "HierarchyInfo",
+    "HierarchyScale",
+    "class_prototypes",
+    "make_hierarchy",
+    "read_hierarchy",
+]
+
+#: Version of the ``classes.json`` / ``soft_labels.csv`` layout (bumped on any change).
+FORMAT_VERSION = 1
+#: The ImageFolder splits, in the order they are generated, and the soft-label split.
+SPLITS = ("train", "val", "test")
+MIXED = "mixed"
+_SPLIT_CODES = {"train": 1, "val": 2, "test": 3, MIXED: 4}
+_FORMAT = "uqvision.hierarchy"
+_SUPERSAMPLE = 2  # patterns are evaluated on a 2x finer grid and box-averaged (anti-aliasing)
+
+
+# --------------------------------------------------------------------------------------------
+# sizes and difficulty
+
+@dataclass(frozen=True)
+class HierarchyScale:
+    """Sizes of one scale of the data set (counts are per class).
+
+    Parameters
+    ----------
+    name : str
+    description : str
+    superclasses : int
+        Number of superclasses (pattern families); at most ``len(FAMILIES)``.
+    classes_per_superclass : int
+        Classes (parameter settings) per family, at least 2 (a mixed image blends two).
+    train, val, test : int
+        Images per class in each ImageFolder split.
+    mixed : int
+        Mixed images per class, counted by the class of larger weight (the folder it is filed in).
+    downstream_groups : int
+        Downstream stand-in datasets the second half of the superclasses is split into (>= 2).
+    image_size : int
+        Side of the square RGB images in pixels.
+    """
+
+    name: str
+    description: str
+    superclasses: int
+    classes_per_superclass: int
+    train: int
+    val: int
+    test: int
+    mixed: int
+    downstream_groups: int = 2
+    image_size: int = 32
+
+    def __post_init__(self):
+        for key in ("train", "val", "test", "mixed", "image_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a positive int, got {value!r}")
+        if not 2 <= self.superclasses <= len(FAMILIES):
+            raise ValueError(f"superclasses must be in [2, {len(FAMILIES)}] (one pattern family "
+                             f"each), got {self.superclasses!r}")
+        if self.classes_per_superclass < 2:
+            raise ValueError("classes_per_superclass must be >= 2, got "
+                             f"{self.classes_per_superclass!r}")
+        n_down = self.superclasses - self.superclasses // 2
+        if not 2 <= self.downstream_groups <= n_down:
+            raise ValueError(f"downstream_groups must be in [2, {n_down}] (whole downstream "
+                             f"superclasses per group), got {self.downstream_groups!r}")
+
+    @property
+    def n_classes(self) -> int:
+        """Total number of classes."""
+        return self.superclasses * self.classes_per_superclass
+
+
+#: The scales: name -> :class:`HierarchyScale`.
+SCALES: Registry[HierarchyScale] = Registry("hierarchy scale")
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """The per-image randomness: affine transform, colour jitter, pixel noise.
+
+    These set the difficulty of the data (tuned so that a small CNN trained on the ``cpu``
+    scale reaches 70–95 % test accuracy); they are recorded in ``classes.json``.
+
+    Parameters
+    ----------
+    rotation_deg : float
+        Rotation ~ U(-r, r) degrees.
+    log_scale : float
+        Zoom = exp(U(-s, s)).
+    shear : float
+        Shear coefficient ~ U(-h, h).
+    translate : float
+        Shift ~ U(-t, t) per axis, in units of the half image side.
+    brightness, contrast, channel : float
+        Gains ~ U(1 - j, 1 + j): overall, around grey 0.5, and per colour channel.
+    noise_std : float
+        Standard deviation of i.i.d. Gaussian pixel noise (intensities in [0, 1]).
+
+    Notes
+    -----
+    With pattern colour ``x`` (H, W, 3) the image is
+    ``clip(contrast * (brightness * gain_c * x - 0.5) + 0.5 + noise, 0, 1)``: affine in ``x``
+    until the clip, so a blend ``alpha * x_a + (1 - alpha) * x_b`` under one draw equals the
+    same blend of the two classes' images under that draw (what the mixed set relies on).
+    """
+
+    rotation_deg: float = 16.0
+    log_scale: float = 0.15
+    shear: float = 0.1
+    translate: float = 0.3
+    brightness: float = 0.2
+    contrast: float = 0.25
+    channel: float = 0.08
+    noise_std: float = 0.12
+
+
+#: The difficulty every scale uses.
+AUGMENTATION = Augmentation()
+
+
+# --------------------------------------------------------------------------------------------
+# pattern families: name -> make(k, n, rng) -> pattern(u, v) with values in [0, 1]
+#
+# ``k`` is the class number within the family (0 .. n-1) and the one thing that differs between
+# the classes of a family; ``rng`` draws the family's layout (blob and stroke places, phases) and
+# is seeded alike for every class of the superclass. u, v are coordinates with the image spanning
+# [-1, 1] (u to the right, v downwards). Most settings are confounded by the random affine map
+# (an orientation by the rotation, a frequency or size by the zoom), which makes the classes of
+# one family hard to tell apart.
+
+Pattern = Callable[[np.ndarray, np.ndarray], np.ndarray]
+FAMILIES: Registry[Callable[[int, int, np.random.Generator], Pattern]] = Registry(
+    "pattern family")
+
+
+def _wave(x):
+    return 0.5 + 0.5 * np.cos(x)
+
+
+def _geom(k, n, lo, hi):
+    """The k-th of n settings spread geometrically over [lo, hi]."""
+    return lo * (hi / lo) ** (k / (n - 1))
+
+
+@FAMILIES.register(name="gratings")
+def _gratings(k, n, rng):
+    """Sine gratings; the class sets the orientation (n orientations over 180 degrees)."""
+    theta, phase = np.pi * k / n, rng.uniform(0, 2 * np.pi)
+    c, s = np.cos(theta), np.sin(theta)
+    return lambda u, v: _wave(2 * np.pi * 1.25 * (c * u + s * v) + phase)
+
+
+@FAMILIES.register(name="rings")
+def _rings(k, n, rng):
+    """Concentric rings around a point; the class sets the ring frequency."""
+    f = _geom(k, n, 0.8, 3.0)
+    cu, cv = rng.uniform(-0.3, 0.3, 2)
+    return lambda u, v: _wave(2 * np.pi * f * np.hypot(u - cu, v - cv))
+
+
+@FAMILIES.register(name="blobs")
+def _blobs(k, n, rng):
+    """A constellation of five Gaussian blobs; the class sets its size."""
+    size = _geom(k, n, 0.35, 1.0)
+    angle = 2 * np.pi * (np.arange(5) + rng.uniform(-0.3, 0.3, 5)) / 5
+    centres = size * rng.uniform(0.35, 0.75, (5, 1)) * np.stack([np.cos(angle), np.sin(angle)], -1)
+    width = size * 0.2
+
+    def pattern(u, v):
+        d2 = (u[..., None] - centres[:, 0]) ** 2 + (v[..., None] - centres[:, 1]) ** 2
+        return np.minimum(np.exp(-d2 / (2 * width ** 2)).sum(-1), 1.0)
+
+    return pattern
+
+
+@FAMILIES.register(name="checkers")
+def _checkers(k, n, rng):
+    """Soft checkerboards; the class sets the number of cells."""
+    f = _geom(k, n, 1.0, 3.5)
+    pu, pv = rng.uniform(0, 2 * np.pi, 2)
+    return lambda u, v: 0.5 + 0.5 * np.tanh(4 * np.sin(np.pi * f * u + pu)
+                                            * np.sin(np.pi * f * v + pv))
+
+
+@FAMILIES.register(name="strokes")
+def _strokes(k, n, rng):
+    """Eight parallel strokes at fixed random places; the class sets their orientation."""
+    theta = np.pi * k / n
+    mid = rng.uniform(-0.7, 0.7, (8, 2))
+    half = 0.3 * np.array([np.cos(theta), np.sin(theta)])
+    a, ab = mid - half, 2 * half
+
+    def pattern(u, v):
+        p = np.stack([u, v], -1)[..., None, :] - a                # (..., 8, 2)
+        t = np.clip((p * ab).sum(-1) / (ab * ab).sum(), 0, 1)
+        d2 = ((p - t[..., None] * ab) ** 2).sum(-1)
+        return np.exp(-d2 / (2 * 0.07 ** 2)).max(-1)
+
+    return pattern
+
+
+@FAMILIES.register(name="spokes")
+def _spokes(k, n, rng):
+    """Radial spokes around the centre; the class sets the number of spokes."""
+    m, phase = k + 3, rng.uniform(0, 2 * np.pi)
+    return lambda u, v: _wave(m * np.arctan2(v, u) + phase)
+
+
+@FAMILIES.register(name="dots")
+def _dots(k, n, rng):
+    """A square lattice of dots (radius 0.3 periods); the class sets the period."""
+    period = _geom(k, n, 0.3, 0.9)
+    ou, ov = rng.uniform(0, period, 2)
+
+    def pattern(u, v):
+        du = (u + ou) % period - period / 2
+        dv = (v + ov) % period - period / 2
+        return 1.0 / (1.0 + np.exp((np.hypot(du, dv) - 0.3 * period) / (0.06 * period)))
+
+    return pattern
+
+
+@FAMILIES.register(name="spirals")
+def _spirals(k, n, rng):
+    """Three-armed spirals; the class sets the winding (signed: left- or right-handed)."""
+    c, phase = -2.5 + 5.0 * k / (n - 1), rng.uniform(0, 2 * np.pi)
+    return lambda u, v: _wave(3 * np.arctan2(v, u) + 2 * np.pi * c * np.hypot(u, v) + phase)
+
+
+@FAMILIES.register(name="waves")
+def _waves(k, n, rng):
+    """Wavy horizontal lines; the class sets the amplitude of the waviness."""
+    a, phase = 3.0 * k / (n - 1), rng.uniform(0, 2 * np.pi)
+    return lambda u, v: _wave(2 * np.pi * 1.5 * v + a * np.sin(2 * np.pi * 0.75 * u) + phase)
+
+
+@FAMILIES.register(name="polygons")
+def _polygons(k, n, rng):
+    """Outlines of a regular polygon; the class sets the number of sides."""
+    m, phase = k + 3, rng.uniform(0, 2 * np.pi)
+
+    def pattern(u, v):
+        phi = (np.arctan2(v, u) + phase) % (2 * np.pi / m) - np.pi / m
+        edge = 0.6 * np.cos(np.pi / m) / np.cos(phi)
+        return np.exp(-(np.hypot(u, v) - edge) ** 2 / (2 * 0.06 ** 2))
+
+    return pattern
+
+
+SCALES.add("smoke", HierarchyScale(
+    "smoke", "unit tests: 6 superclasses x 3 classes, 16/4/8 images per class (seconds)",
+    superclasses=6, classes_per_superclass=3, train=16, val=4, test=8, mixed=2))
+SCALES.add("cpu", HierarchyScale(
+    "cpu", "default: 8 superclasses x 6 classes, 100/20/40 images per class",
+    superclasses=8, classes_per_superclass=6, train=100, val=20, test=40, mixed=8))
+
+
+# --------------------------------------------------------------------------------------------
+# the class tree
+
+@dataclass(frozen=True)
+class _Class:
+    name: str
+    superclass: str
+    family: str
+    k: int
+    role: str
+    group: str | None
+    fg: tuple[float, float, float]
+    bg: tuple[float, float, float]
+    pattern: Pattern = field(repr=False, compare=False)
+
+
+def _group_name(g: int) -> str:
+    return "down_" + "abcdefghijklmnopqrstuvwxyz"[g]
+
+
+def _class_tree(scale: HierarchyScale, seed: int) -> list[_Class]:
+    """The classes in index order, with their role, group, palette and pattern."""
+    n_up = scale.superclasses // 2
+    down_groups = np.array_split(np.arange(n_up, scale.superclasses), scale.downstream_groups)
+    group_of = {int(s): _group_name(g) for g, ss in enumerate(down_groups) for s in ss}
+    hue0 = np.random.default_rng([seed, 0]).uniform()
+    classes = []
+    for s, family in enumerate(FAMILIES.names()[:scale.superclasses]):
+        hue = (hue0 + s / scale.superclasses) % 1.0
+        fg = colorsys.hsv_to_rgb(hue, 0.75, 0.95)
+        bg = colorsys.hsv_to_rgb((hue + 0.45) % 1.0, 0.6, 0.3)
+        superclass = f"{s:02d}-{family}"
+        for k in range(scale.classes_per_superclass):
+            rng = np.random.default_rng([seed, 1, s])  # the family's layout
+            classes.append(_Class(
+                f"{superclass}-{k:02d}", superclass, family, k,
+                "upstream" if s < n_up else "downstream", group_of.get(s), fg, bg,
+                FAMILIES[family](k, scale.classes_per_superclass, rng)))
+    return classes
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+
+@dataclass(frozen=True)
+class _Draw:
+    """One image's random draw: affine map of the coordinates, colour jitter, noise."""
+
+    matrix: np.ndarray   # (2, 2)
+    shift: np.ndarray    # (2,)
+    gain: np.ndarray     # (3,) brightness * channel gain
+    contrast: float
+    noise: np.ndarray    # (H, W, 3)
+
+
+def _draw(rng: np.random.Generator, size: int, aug: Augmentation = AUGMENTATION) -> _Draw:
+    theta = np.deg2rad(rng.uniform(-aug.rotation_deg, aug.rotation_deg))
+    zoom = np.exp(rng.uniform(-aug.log_scale, aug.log_scale))
+    shear = rng.uniform(-aug.shear, aug.shear)
+    rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    matrix = rot @ np.array([[1.0, shear], [0.0, 1.0]]) / zoom
+    shift = rng.uniform(-aug.translate, aug.translate, 2)
+    brightness = rng.uniform(1 - aug.brightness, 1 + aug.brightness)
+    gain = brightness * rng.uniform(1 - aug.channel, 1 + aug.channel, 3)
+    contrast = rng.uniform(1 - aug.contrast, 1 + aug.contrast)
+    noise = rng.normal(0.0, aug.noise_std, (size, size, 3))
+    return _Draw(matrix, shift, gain, float(contrast), noise)
+
+
+def _grid(size: int) -> tuple[np.ndarray, np.ndarray]:
+    m = size * _SUPERSAMPLE
+    x = (np.arange(m) + 0.5) / m * 2 - 1
+    v, u = np.meshgrid(x, x, indexing="ij")
+    return u, v
+
+
+def _colour(c: _Class, size: int, d: _Draw | None) -> np.ndarray:
+    """The class's pattern in its palette under the draw's affine map (none: the prototype),
+    shape (H, W, 3), values in [0, 1]."""
+    u, v = _grid(size)
+    if d is not None:
+        u, v = (d.matrix[0, 0] * u + d.matrix[0, 1] * v + d.shift[0],
+                d.matrix[1, 0] * u + d.matrix[1, 1] * v + d.shift[1])
+    val = c.pattern(u, v).reshape(size, _SUPERSAMPLE, size, _SUPERSAMPLE).mean((1, 3))
+    fg, bg = np.asarray(c.fg), np.asarray(c.bg)
+    return bg + val[..., None] * (fg - bg)
+
+
+def _jitter(x: np.ndarray, d: _Draw) -> np.ndarray:
+    """Colour jitter and noise (affine in ``x``; not clipped)."""
+    return d.contrast * (x * d.gain - 0.5) + 0.5 + d.noise
+
+
+def _to_uint8(x: np.ndarray) -> np.ndarray:
+    return np.round(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def _rng(seed: int, split: str, cls: int, index: int) -> np.random.Generator:
+    return np.random.default_rng([seed, _SPLIT_CODES[split], cls, index])
+
+
+def _image(c: _Class, rng: np.random.Generator, size: int) -> np.ndarray:
+    d = _draw(rng, size)
+    return _to_uint8(_jitter(_colour(c, size, d), d))
+
+
+def _mixed_draw(seed: int, classes: list[_Class], cls: int, index: int, size: int,
+                per_superclass: int):
+    """The ``index``-th mixed image filed under class ``cls`` (its majority class).
+
+    The partner is another class of the same superclass; the majority weight is U(0.5, 1) and
+    the order of the pair is a fair coin, so ``alpha`` (weight of ``class_a``) is U(0, 1).
+    Returns ``(class_a, class_b, alpha, draw)``.
+    """
+    rng = _rng(seed, MIXED, cls, index)
+    first = cls - cls % per_superclass
+    partner = first + (cls - first + rng.integers(1, per_superclass)) % per_superclass
+    weight = round(float(rng.uniform(0.5, 1.0)), 6)
+    a, b, alpha = (cls, int(partner), weight) if rng.integers(2) else (int(partner), cls,
+                                                                       round(1 - weight, 6))
+    return a, b, alpha, _draw(rng, size)
+
+
+def _mixed_image(classes, a, b, alpha, d, size) -> np.ndarray:
+    x = alpha * _colour(classes[a], size, d) + (1 - alpha) * _colour(classes[b], size, d)
+    return _to_uint8(_jitter(x, d))
+
+
+def _png(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def class_prototypes(scale: str = "cpu", *, seed: int = 0) -> np.ndarray:
+    """Every class's prototype: its pattern in its palette, untransformed and noise-free.
+
+    Parameters
+    ----------
+    scale : str
+        A name in :data:`SCALES`.
+    seed : int
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_classes, image_size, image_size, 3), float in [0, 1]
+        In class index order (sorted class names).
+    """
+    sc = _check_args(scale, seed)
+    return np.stack([_colour(c, sc.image_size, None) for c in _class_tree(sc, seed)])
+
+
+# --------------------------------------------------------------------------------------------
+# writing
+
+def _check_args(scale, seed) -> HierarchyScale:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return SCALES.lookup(scale)
+
+
+def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
+                   overwrite: bool = False) -> Path:
+    """Generate the ``hierarchy`` image set into the folder ``out`` (PROTOCOLS V.0).
+
+    Parameters
+    ----------
+    out : str or path-like
+        Target folder; written atomically (a temporary folder beside it, renamed at the end).
+    scale : str, default "cpu"
+        A name in :data:`SCALES` (``smoke``: unit tests, seconds; ``cpu``: 48 classes).
+    seed : int, default 0
+        Every byte written is a function of ``(scale, seed)``.
+    overwrite : bool, default False
+        Replace an existing non-empty ``out``; otherwise that raises ``ValueError``.
+
+    Returns
+    -------
+    Path
+        ``out``; read it with :func:`read_hierarchy`.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``scale``, a negative or non-integer ``seed``, or ``out`` exists (a file, or a
+        non-empty folder) and ``overwrite`` is False.
+
+    Examples
+    --------
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     info = read_hierarchy(make_hierarchy(Path(tmp) / "h", scale="smoke", seed=0))
+    >>> len(info.classes), len(info.superclasses), sorted(info.downstream_groups)
+    (18, 6, ['down_a', 'down_b'])
+    """
+    sc = _check_args(scale, seed)
+    seed = int(seed)
+    out = Path(out)
+    if (out.exists() or out.is_symlink()) and not overwrite \
+            and not (out.is_dir() and not any(out.iterdir())):
+        raise ValueError(f"out {str(out)!r} already exists; pass overwrite=True to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        _write(tmp, sc, seed)
+        if out.exists() or out.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            os.replace(out, old / "x")
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
+    classes = _class_tree(sc, seed)
+    size = sc.image_size
+    for split in SPLITS:
+        n = getattr(sc, split)
+        for i, c in enumerate(classes):
+            d = root / split / c.name
+            d.mkdir(parents=True)
+            for j in range(n):
+                (d / f"{j:05d}.png").write_bytes(_png(_image(c, _rng(seed, split, i, j), size)))
+    rows = []
+    for i, c in enumerate(classes):
+        d = root / MIXED / c.name
+        d.mkdir(parents=True)
+        for j in range(sc.mixed):
+            a, b, alpha, draw = _mixed_draw(seed, classes, i, j, size, sc.classes_per_superclass)
+            (d / f"{j:05d}.png").write_bytes(_png(_mixed_image(classes, a, b, alpha, draw, size)))
+            rows.append((f"{c.name}/{j:05d}.png", classes[a].name, classes[b].name, f"{alpha:.6f}"))
+    with open(root / MIXED / "soft_labels.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(("file", "class_a", "class_b", "alpha"))
+        w.writerows(rows)
+    groups: dict[str, list[str]] = {}
+    for c in classes:
+        if c.group is not None:
+            groups.setdefault(c.group, []).append(c.name)
+    meta = {
+        "format": _FORMAT,
+        "format_version": FORMAT_VERSION,
+        "scale": asdict(sc),
+        "seed": seed,
+        "augmentation": asdict(AUGMENTATION),
+        "splits": {s: getattr(sc, s) for s in (*SPLITS, MIXED)},
+        "soft_labels": f"{MIXED}/soft_labels.csv",
+        "superclasses": list(dict.fromkeys(c.superclass for c in classes)),
+        "downstream_groups": groups,
+        "classes": [{"name": c.name, "superclass": c.superclass, "family": c.family,
+                     "setting": c.k, "role": c.role, "group": c.group,
+                     "palette": {"foreground": [round(x, 6) for x in c.fg],
+                                 "background": [round(x, 6) for x in c.bg]}}
+                    for c in classes],
+    }
+    (root / "classes.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+@dataclass(frozen=True, eq=False)
+class HierarchyInfo:
+    """What :func:`read_hierarchy` returns: the class tree, roles, split folders, soft labels.
+
+    Attributes
+    ----------
+    root : Path
+    scale : str
+    seed : int
+    format_version : int
+    classes : tuple of str, shape (n_classes,)
+        Class names in class-index order (sorted, = ImageFolder order).
+    superclasses : tuple of str, shape (n_superclasses,)
+    superclass_of : dict
+        class -> superclass.
+    roles : dict
+        class -> ``"upstream"`` or ``"downstream"``.
+    downstream_groups : dict
+        group name -> tuple of its classes (whole superclasses, never seen upstream).
+    splits : dict
+        ``train``/``val``/``test``/``mixed`` -> folder.
+    mixed_files : tuple of str, shape (n_mixed,)
+        Sample ids of the mixed set (paths relative to ``splits["mixed"]``), sorted: the order
+        of :class:`uqvision.data.ImageFolderDataset` over that folder.
+    mixed_pairs : numpy.ndarray of int, shape (n_mixed, 2)
+        Class indices ``(class_a, class_b)`` blended in each mixed image.
+    mixed_alpha : numpy.ndarray of float, shape (n_mixed,)
+        Weight of ``class_a``; the label distribution is ``(alpha, 1 - alpha)``.
+    meta : dict
+        The parsed ``classes.json``.
+    """
+
+    root: Path
+    scale: str
+    seed: int
+    format_version: int
+    classes: tuple[str, ...]
+    superclasses: tuple[str, ...]
+    superclass_of: dict[str, str]
+    roles: dict[str, str]
+    downstream_groups: dict[str, tuple[str, ...]]
+    splits: dict[str, Path]
+    mixed_files: tuple[str, ...]
+    mixed_pairs: np.ndarray
+    mixed_alpha: np.ndarray
+    meta: dict = field(repr=False)
+
+    @property
+    def superclass_index(self) -> np.ndarray:
+        """Superclass index of every class, shape (n_classes,)."""
+        pos = {s: i for i, s in enumerate(self.superclasses)}
+        return np.array([pos[self.superclass_of[c]] for c in self.classes])
+
+    @property
+    def upstream_classes(self) -> tuple[str, ...]:
+        """Classes with role ``upstream``, in class order."""
+        return tuple(c for c in self.classes if self.roles[c] == "upstream")
+
+    @property
+    def soft_labels(self) -> np.ndarray:
+        """Label distribution of every mixed image, shape (n_mixed, n_classes); rows sum to 1."""
+        p = np.zeros((len(self.mixed_files), len(self.classes)))
+        rows = np.arange(len(self.mixed_files))
+        p[rows, self.mixed_pairs[:, 0]] += self.mixed_alpha
+        p[rows, self.mixed_pairs[:, 1]] += 1 - self.mixed_alpha
+        return p
+
+
+def read_hierarchy(root: str | os.PathLike) -> HierarchyInfo:
+    """Read the ``classes.json`` and soft labels of a folder written by :func:`make_hierarchy`.
+
+    Parameters
+    ----------
+    root : str or path-like
+
+    Returns
+    -------
+    HierarchyInfo
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` has no ``classes.json``.
+    ValueError
+        ``classes.json`` is not a hierarchy file of a format version this code reads.
+    """
+    root = Path(root)
+    path = root / "classes.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(root)!r} has no classes.json (not a hierarchy folder)")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != _FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{str(path)!r}: format {meta.get('format')!r} version "
+                         f"{meta.get('format_version')!r}; expected {_FORMAT!r} "
+                         f"version {FORMAT_VERSION}")
+    entries = meta["classes"]
+    classes = tuple(e["name"] for e in entries)
+    index = {c: i for i, c in enumerate(classes)}
+    with open(root / meta["soft_labels"], newline="") as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: r["file"])
+    return HierarchyInfo(
+        root=root,
+        scale=meta["scale"]["name"],
+        seed=meta["seed"],
+        format_version=meta["format_version"],
+        classes=classes,
+        superclasses=tuple(meta["superclasses"]),
+        superclass_of={e["name"]: e["superclass"] for e in entries},
+        roles={e["name"]: e["role"] for e in entries},
+        downstream_groups={g: tuple(cs) for g, cs in meta["downstream_groups"].items()},
+        splits={s: root / s for s in (*SPLITS, MIXED)},
+        mixed_files=tuple(r["file"] for r in rows),
+        mixed_pairs=np.array([[index[r["class_a"]], index[r["class_b"]]] for r in rows],
+                             dtype=np.int64).reshape(-1, 2),
+        mixed_alpha=np.array([float(r["alpha"]) for r in rows]),
+        meta=meta,
+    )

@@ -13,6 +13,8 @@ from ..registry import Registry
 #: ``coupled``: gradient += λ·w (PyTorch Adam ``weight_decay``); ``sum``: gradient += (λ/N)·w, the
 #: same penalty against a summed loss; ``decoupled``: w ← w − lr·λ·w per step (AdamW); ``none``.
 L2_MODES = ("coupled", "sum", "decoupled", "none")
+#: Training-step implementations (``TrainConfig.backend``).
+BACKENDS = ("fused", "autograd")
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,10 @@ class TrainConfig:
         ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch. (PyTorch's
         fused CPU Adam rounds differently in its vectorised body and its scalar tail, so a
         network's result would depend on its position in the chunk; ``foreach`` does not.)
+    backend : str
+        Training step (:data:`BACKENDS`): ``"fused"``, the hand-written forward/backward with one
+        fused Adam call over one flat buffer (:mod:`uqreg.engine.fused`), or ``"autograd"``,
+        autograd and ``torch.optim`` (``adam`` selects its Adam). Both train the same networks.
     parallel_chunks : int or None
         Chunks trained concurrently by threads, each with ONE torch intra-op thread;
         ``None``: the number of available cores on the CPU, 1 on CUDA. The memory budget is
@@ -154,6 +160,7 @@ class TrainConfig:
     max_memory: float = 4e9
     chunk_networks: int | None = 64
     adam: str = "foreach"
+    backend: str = "fused"
     parallel_chunks: int | None = None
 
     def __post_init__(self):
@@ -171,6 +178,7 @@ class TrainConfig:
             "std_ddof": self.std_ddof in (0, 1),
             "chunk_networks": self.chunk_networks is None or self.chunk_networks >= 1,
             "adam": self.adam in ("foreach", "fused"),
+            "backend": self.backend in BACKENDS,
             "parallel_chunks": self.parallel_chunks is None or self.parallel_chunks >= 1,
         }
         for name, ok in checks.items():

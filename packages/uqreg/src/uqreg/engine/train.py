@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from . import fused
 from .config import TrainConfig
 from .network import BatchedMLP, NetworkBatch
 from .samplers import SAMPLERS
@@ -92,13 +93,16 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     drop_keys = rng.network_keys(seed, "dropout", nets.repetition, nets.member).to(dev)
     boot_keys = rng.network_keys(seed, "bootstrap", nets.repetition, nets.member).to(dev)
     model = BatchedMLP(init_keys, drop_keys, d, head, cfg, n, sigma)
-    opt = make_optimizer(model, cfg, n)
     b = len(nets)
     x = torch.as_tensor(x_train, dtype=dt, device=dev)[None].expand(b, n, d)
     y = torch.as_tensor(y_train[nets.repetition], dtype=dt, device=dev)
     fgsm_step = None
     if adversarial:
         fgsm_step = torch.as_tensor(cfg.adversarial_epsilon * np.ptp(x_train, axis=0), dtype=dt, device=dev)
+    if cfg.backend == "fused" and fused.supports(head, cfg):
+        return fused.train_fused(model, x, y, keys=drop_keys, boot_keys=boot_keys, sampler=sampler,
+                                 fgsm_step=fgsm_step, epochs=epochs, progress=progress)
+    opt = make_optimizer(model, cfg, n)
     smp = SAMPLERS.lookup(sampler)
     steps = smp.steps(cfg)
     for epoch in range(epochs):

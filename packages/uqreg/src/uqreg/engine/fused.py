@@ -1,0 +1,485 @@
+"""The fused training path: a hand-written forward/backward of the stacked MLP, one flat parameter
+buffer and ONE fused Adam call per step, with every buffer allocated once per chunk.
+
+The autograd path (:func:`uqreg.engine.train.train_batched` with ``backend="autograd"``)
+records a graph, allocates every activation and gradient anew, and steps eight parameter
+tensors per step. Here, for the ``B`` networks of a chunk:
+
+* parameters live in ONE flat buffer (weights of every layer, then biases, then the head's
+  parameters, padded to a multiple of :data:`PAD`); weights ``W[l] (B, fan_in, fan_out)``,
+  biases ``b[l] (B, 1, fan_out)`` and head parameters are views into it, and the gradients,
+  Adam's moments and the step count are flat buffers of the same layout, so one
+  ``torch._fused_adam_`` call steps everything (the padding keeps every parameter in the
+  kernel's vectorised body: its scalar tail rounds differently, which would make a network's
+  result depend on its position in the chunk);
+* a hidden layer is ``baddbmm`` (``addcmul`` when its fan-in is 1) followed by an in-place
+  leaky ReLU; the backward reuses the activation as the mask (``leaky_relu_backward`` on the
+  result: one pass, gradient × (h > 0 ? 1 : slope)) and writes ``dW = hᵀ·dz`` (with a coupled
+  L2, ``λ·W + hᵀ·dz`` in the same ``baddbmm``) and ``dX = dz·Wᵀ`` with ``out=`` into buffers
+  allocated once per chunk;
+* the k→1 output layer is a reduction over k (forward) and over the rows (its weight
+  gradient), never a GEMV;
+* each head (:data:`FUSED_HEADS`, one per entry of :data:`~uqreg.engine.heads.HEADS`) draws its
+  noise with the registered head's own ``draw``, and writes its forward and the backward of its
+  forward and of its regulariser by hand; FGSM (``fgsm_step``) takes the input gradient
+  ``dz₁·W₁ᵀ`` of the first pass and accumulates the second pass's gradients.
+
+The result is the same network as the autograd path's (``tests/test_fused.py`` checks every
+gradient against autograd and one Adam step against ``torch.optim.Adam``/``AdamW`` in float64;
+``tests/test_engine.py`` checks the fused engine against the plain per-network loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..registry import Registry
+from .config import TrainConfig
+from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha
+from .network import BatchedMLP
+from .samplers import SAMPLERS
+
+#: The flat buffers are padded to a multiple of this many elements (see the module notes).
+PAD = 64
+#: Adam's ε (PyTorch's default, as the autograd path).
+ADAM_EPS = 1e-8
+
+_leaky_relu_ = torch._C._nn.leaky_relu_
+_leaky_relu_backward = torch.ops.aten.leaky_relu_backward.grad_input
+
+
+class Workspace:
+    """Every buffer one chunk's training step needs, allocated once and reused every step.
+
+    Parameters
+    ----------
+    model : BatchedMLP
+        The ``B`` networks (their parameters are copied in by :meth:`load`).
+    n_rows : int
+        Rows of one training batch.
+    l2 : float
+        Factor of the L2 penalty on the weights.
+    decoupled : bool
+        False: ``gradient += l2·W`` (coupled); True: ``W ← W − lr·l2·W`` before each Adam step.
+
+    Attributes
+    ----------
+    params, grads, exp_avg, exp_avg_sq : torch.Tensor, shape (P,)
+        Flat buffers: weights of every layer, biases of every layer, head parameters, padding.
+    W, b, gW, gb : list of torch.Tensor
+        Views: ``W[l] (B, fan_in, fan_out)``, ``b[l] (B, 1, fan_out)`` and their gradients.
+    hp, ghp : dict of torch.Tensor
+        Views of the head's parameters and their gradients (``model.head_params`` names).
+    h, d : list of torch.Tensor, each (B, n, width)
+        Per hidden layer: the activation (the pre-activation, overwritten in place) and the
+        gradient flowing back through it.
+    """
+
+    def __init__(self, model: BatchedMLP, n_rows: int, *, l2: float, decoupled: bool):
+        b = model.n_networks
+        w0 = model.weights[0]
+        kw = {"dtype": w0.dtype, "device": w0.device}
+        self.n_networks, self.n_rows = b, n_rows
+        self.n_train, self.sigma, self.cfg = model.n_train, model.sigma, model.cfg
+        self.slope = model.cfg.negative_slope
+        self.l2, self.decoupled = float(l2), bool(decoupled)
+        self.head = FUSED_HEADS.lookup(model.head.name)
+        self.draw = model.head.draw if model.head.stochastic else None
+        names = list(model.head_params)
+        shapes = ([tuple(w.shape[1:]) for w in model.weights] + [tuple(x.shape[1:]) for x in model.biases]
+                  + [tuple(model.head_params[k].shape[1:]) for k in names])
+        sizes = [b * math.prod(s) for s in shapes]
+        n_layers = len(model.weights)
+        self.n_weights = sum(sizes[:n_layers])
+        total = -(-sum(sizes) // PAD) * PAD
+        self.params = torch.zeros(total, **kw)
+        self.grads = torch.zeros(total, **kw)
+        self.exp_avg = torch.zeros(total, **kw)
+        self.exp_avg_sq = torch.zeros(total, **kw)
+        self.step = torch.zeros((), dtype=torch.float32, device=w0.device)
+
+        def views(buf: torch.Tensor) -> list[torch.Tensor]:
+            offsets = itertools.accumulate(sizes, initial=0)
+            return [buf[o:o + size].view(b, *s) for o, size, s in zip(offsets, sizes, shapes)]
+
+        p, g = views(self.params), views(self.grads)
+        self.W, self.b, self.gW, self.gb = p[:n_layers], p[n_layers:2 * n_layers], g[:n_layers], g[n_layers:2 * n_layers]
+        self.hp = dict(zip(names, p[2 * n_layers:]))
+        self.ghp = dict(zip(names, g[2 * n_layers:]))
+        widths = [w.shape[2] for w in model.weights]  # fan-out of every layer, the last is 1
+        d_in, k = w0.shape[1], model.weights[-1].shape[1]
+        self.h = [torch.empty(b, n_rows, w, **kw) for w in widths[:-1]]
+        self.d = [torch.empty(b, n_rows, w, **kw) for w in widths[:-1]]
+        self.dx = torch.empty(b, n_rows, d_in, **kw)
+        # the head's input (the last activation, or x without hidden layers) and its gradient
+        self.head_input = self.h[-1] if self.h else None
+        self.d_head = self.d[-1] if self.d else self.dx
+        self.row_tmp = torch.empty(b, 1, max(d_in, *widths), **kw)
+        self.out_tmp = torch.empty(b, n_rows, k, **kw)
+        self.pred = torch.empty(b, n_rows, 1, **kw)
+        self.g = torch.empty(b, n_rows, 1, **kw)
+        self.x_adv = torch.empty(b, n_rows, d_in, **kw)
+        self.buf = self.head.buffers(b, n_rows, k, kw)
+
+    # -- parameters in and out ------------------------------------------------------------------
+    def _pairs(self, model: BatchedMLP):
+        return zip(self.W + self.b + list(self.hp.values()),
+                   list(model.weights) + list(model.biases) + list(model.head_params.values()))
+
+    @torch.no_grad()
+    def load(self, model: BatchedMLP) -> None:
+        """Copy the model's parameters in and reset Adam's state."""
+        for mine, theirs in self._pairs(model):
+            mine.copy_(theirs)
+        for t in (self.grads, self.exp_avg, self.exp_avg_sq, self.step):
+            t.zero_()
+
+    @torch.no_grad()
+    def store(self, model: BatchedMLP) -> None:
+        """Copy the trained parameters back into the model."""
+        for mine, theirs in self._pairs(model):
+            theirs.copy_(mine)
+
+    # -- the layers -----------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, noise) -> torch.Tensor:
+        """``x (B, n, d)`` → predictions ``(B, n, 1)``; activations stay in :attr:`h`."""
+        h = x
+        for layer, z in enumerate(self.h):
+            if h.shape[2] == 1:  # a 1-D input: the layer is an outer product
+                torch.addcmul(self.b[layer], h, self.W[layer], out=z)
+            else:
+                torch.baddbmm(self.b[layer], h, self.W[layer], out=z)
+            _leaky_relu_(z, self.slope)
+            h = z
+        self.head_input = h
+        return self.head.forward(self, h, noise)
+
+    def weight_grad(self, layer: int, inp: torch.Tensor, dz: torch.Tensor, acc: bool) -> None:
+        """``gW[layer] = inpᵀ·dz`` (+ the coupled L2's ``l2·W``), or ``+=`` when ``acc``."""
+        gw, inp_t = self.gW[layer], inp.transpose(1, 2)
+        if acc:
+            torch.baddbmm(gw, inp_t, dz, out=gw)
+        elif self.l2 and not self.decoupled:
+            torch.baddbmm(self.W[layer], inp_t, dz, beta=self.l2, out=gw)
+        else:
+            torch.bmm(inp_t, dz, out=gw)
+
+    def bias_grad(self, layer: int, dz: torch.Tensor, acc: bool) -> None:
+        """``gb[layer] = Σ_rows dz``, or ``+=`` when ``acc``."""
+        gb = self.gb[layer]
+        if acc:
+            tmp = self.row_tmp[:, :, :gb.shape[2]]
+            torch.sum(dz, 1, keepdim=True, out=tmp)
+            gb.add_(tmp)
+        else:
+            torch.sum(dz, 1, keepdim=True, out=gb)
+
+    def output_forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The k→1 output layer as a reduction over k: ``Σ_k h_k·w_k + b``, (B, n, 1)."""
+        torch.mul(h, self.W[-1].transpose(1, 2), out=self.out_tmp)
+        torch.sum(self.out_tmp, 2, keepdim=True, out=self.pred)
+        return self.pred.add_(self.b[-1])
+
+    def output_backward(self, h: torch.Tensor, g: torch.Tensor, acc: bool) -> torch.Tensor:
+        """Output-layer gradients from ``g = dJ/dpred (B, n, 1)`` given its input ``h``; returns
+        ``d_head = g·wᵀ`` (B, n, k), the gradient reaching ``h``."""
+        gw = self.gW[-1].transpose(1, 2)  # (B, 1, k)
+        torch.mul(h, g, out=self.out_tmp)
+        if acc:
+            tmp = self.row_tmp[:, :, :gw.shape[2]]
+            torch.sum(self.out_tmp, 1, keepdim=True, out=tmp)
+            gw.add_(tmp)
+        else:
+            torch.sum(self.out_tmp, 1, keepdim=True, out=gw)
+            if self.l2 and not self.decoupled:
+                gw.add_(self.W[-1].transpose(1, 2), alpha=self.l2)
+        self.bias_grad(-1, g, acc)
+        return torch.mul(g, self.W[-1].transpose(1, 2), out=self.d_head)
+
+    def backward(self, x: torch.Tensor, g: torch.Tensor, *, acc: bool, input_grad: bool) -> None:
+        """Backpropagate ``g = dJ/dpred (B, n, 1)`` of the forward pass on ``x``: writes (``acc``:
+        adds) every parameter's gradient; ``input_grad``: also ``dx = dJ/dx`` (B, n, d)."""
+        self.head.backward(self, g, acc)
+        for layer in reversed(range(len(self.h))):
+            dz = self.d[layer]
+            _leaky_relu_backward(dz, self.h[layer], self.slope, True, grad_input=dz)
+            inp = x if layer == 0 else self.h[layer - 1]
+            self.weight_grad(layer, inp, dz, acc)
+            self.bias_grad(layer, dz, acc)
+            w_t = self.W[layer].transpose(1, 2)
+            if layer > 0:
+                torch.bmm(dz, w_t, out=self.d[layer - 1])
+            elif input_grad and w_t.shape[2] == 1:  # a 1-D input: a reduction, not a GEMV
+                torch.mul(dz, self.W[0], out=dz)
+                torch.sum(dz, 2, keepdim=True, out=self.dx)
+            elif input_grad:
+                torch.bmm(dz, w_t, out=self.dx)
+
+    def loss_grad(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """dJ/dpred of the per-network ½·mean (pred − y)²: ``(pred − y)/n``, (B, n, 1)."""
+        torch.sub(pred, y[..., None], out=self.g)
+        return self.g.mul_(1.0 / y.shape[1])
+
+    def adam(self, lr: float, betas: tuple[float, float]) -> None:
+        """ONE fused Adam step over the flat buffer (the decoupled decay first, as AdamW)."""
+        self.step.add_(1)
+        if self.decoupled and self.l2:
+            self.params[:self.n_weights].mul_(1.0 - lr * self.l2)
+        torch._fused_adam_([self.params], [self.grads], [self.exp_avg], [self.exp_avg_sq], [], [self.step],
+                           lr=lr, beta1=betas[0], beta2=betas[1], weight_decay=0.0, eps=ADAM_EPS,
+                           amsgrad=False, maximize=False)
+
+    def gradients(self, xb: torch.Tensor, yb: torch.Tensor, counter: int, keys: torch.Tensor,
+                  fgsm_step: torch.Tensor | None) -> None:
+        """Write into :attr:`grads` the gradient of the summed per-network objective on the batch
+        ``xb (B, n, d)``, ``yb (B, n)`` (the autograd path's :func:`~uqreg.engine.train.objective`)
+        plus the coupled L2 term; ``counter`` and ``keys`` index the head's draws."""
+        k = self.W[-1].shape[1]
+        n = yb.shape[1]
+        kw = {"dtype": xb.dtype, "device": xb.device}
+        noise = None if self.draw is None else self.draw(keys, counter, n, k, **kw)
+        self.backward(xb, self.loss_grad(self.forward(xb, noise), yb), acc=False, input_grad=fgsm_step is not None)
+        if fgsm_step is not None:  # FGSM: x + ε·sign(∇ₓ loss), its loss added
+            torch.sign(self.dx, out=self.x_adv)
+            self.x_adv.mul_(fgsm_step).add_(xb)
+            noise = None if self.draw is None else self.draw(keys, counter + 1, n, k, **kw)
+            self.backward(self.x_adv, self.loss_grad(self.forward(self.x_adv, noise), yb), acc=True,
+                          input_grad=False)
+        self.head.regulariser_backward(self)
+
+    def train_step(self, xb: torch.Tensor, yb: torch.Tensor, counter: int, keys: torch.Tensor,
+                   fgsm_step: torch.Tensor | None) -> None:
+        """One optimiser step: :meth:`gradients`, then :meth:`adam`."""
+        self.gradients(xb, yb, counter, keys, fgsm_step)
+        self.adam(self.cfg.lr, self.cfg.betas)
+
+
+# ---------------------------------------------------------------------------------------------
+# the heads' backward passes
+
+
+class FusedHead:
+    """The fused forward/backward of a registered head (:data:`~uqreg.engine.heads.HEADS`, same
+    name); this one is the deterministic head's. Shapes: ``h (B, n, k)``, ``g = dJ/dpred
+    (B, n, 1)``; ``acc`` means add to the gradients instead of writing them."""
+
+    name = "deterministic"
+
+    def buffers(self, b: int, n: int, k: int, kw: dict) -> dict[str, torch.Tensor]:
+        """Extra per-chunk buffers."""
+        return {}
+
+    def forward(self, ws: Workspace, h: torch.Tensor, noise) -> torch.Tensor:
+        return ws.output_forward(h)
+
+    def backward(self, ws: Workspace, g: torch.Tensor, acc: bool) -> None:
+        """Gradients of the output layer and the head's parameters, and ``ws.d_head = dJ/dh``."""
+        ws.output_backward(ws.head_input, g, acc)
+
+    def regulariser_backward(self, ws: Workspace) -> None:
+        """Add the gradient of the head's regulariser."""
+
+
+class FusedBernoulli(FusedHead):
+    """``h̃ = h·keep``, ``keep = [u ≥ p]/(1 − p)``; ``dJ/dh = (g·wᵀ)·keep``."""
+
+    name = "bernoulli"
+
+    def buffers(self, b, n, k, kw):
+        return {"keep": torch.empty(b, n, k, **kw), "ht": torch.empty(b, n, k, **kw)}
+
+    def forward(self, ws, h, noise):
+        p = ws.cfg.dropout
+        keep = ws.buf["keep"]
+        torch.ge(noise, p, out=keep)
+        keep.div_(1.0 - p)
+        return ws.output_forward(torch.mul(h, keep, out=ws.buf["ht"]))
+
+    def backward(self, ws, g, acc):
+        ws.output_backward(ws.buf["ht"], g, acc).mul_(ws.buf["keep"])
+
+
+def _write(grad: torch.Tensor, value: torch.Tensor, acc: bool) -> None:
+    if acc:
+        grad.add_(value)
+    else:
+        grad.copy_(value)
+
+
+class FusedConcrete(FusedHead):
+    """Concrete dropout: ``keep = (1 − z)/(1 − p)``, ``z = σ((logit_ε p + logit_ε u)/t)``,
+    ``p = σ(ρ)``.
+
+    Notes
+    -----
+    With ``a(p) = log(p + ε) − log(1 − p + ε)``:
+    ``∂keep/∂p = (keep − z(1 − z)·a'(p)/t)/(1 − p)``, ``a'(p) = 1/(p + ε) + 1/(1 − p + ε)``,
+    ``∂p/∂ρ = p(1 − p)``. Regulariser ``R = c_w‖W‖²/(1 − p) + c_d·K·(p log p + (1 − p) log(1 − p))``
+    (:func:`~uqreg.engine.heads.concrete_regulariser`, ``c_w = σ²l²/(2N)``, ``c_d = σ²/N``):
+    ``∂R/∂W = 2c_w·W/(1 − p)``, ``∂R/∂p = c_w‖W‖²/(1 − p)² + c_d·K·(log p − log(1 − p))``.
+    """
+
+    name = "concrete"
+
+    def buffers(self, b, n, k, kw):
+        return {name: torch.empty(b, n, k, **kw) for name in ("z", "keep", "ht", "tmp")}
+
+    def forward(self, ws, h, noise):
+        eps, t = CONCRETE_EPS, ws.cfg.concrete_temperature
+        p = torch.sigmoid(ws.hp["p_logit"])  # (B, 1, 1)
+        z, keep = ws.buf["z"], ws.buf["keep"]
+        torch.log(noise + eps, out=z)
+        z.sub_(torch.log1p(-noise + eps)).add_(torch.log(p + eps) - torch.log1p(-p + eps)).div_(t).sigmoid_()
+        torch.mul(z, -1.0, out=keep)
+        keep.add_(1.0).div_(1.0 - p)
+        return ws.output_forward(torch.mul(h, keep, out=ws.buf["ht"]))
+
+    def backward(self, ws, g, acc):
+        eps, t = CONCRETE_EPS, ws.cfg.concrete_temperature
+        z, keep, dkeep = ws.buf["z"], ws.buf["keep"], ws.buf["tmp"]
+        d = ws.output_backward(ws.buf["ht"], g, acc)  # dJ/dh̃
+        torch.mul(d, ws.head_input, out=dkeep)  # dJ/dkeep
+        d.mul_(keep)
+        p = torch.sigmoid(ws.hp["p_logit"])
+        s_keep = (dkeep * keep).sum(dim=(1, 2), keepdim=True)
+        s_z = (dkeep * z * (1.0 - z)).sum(dim=(1, 2), keepdim=True)
+        da = 1.0 / (p + eps) + 1.0 / (1.0 - p + eps)
+        dp = (s_keep - da / t * s_z) / (1.0 - p)
+        _write(ws.ghp["p_logit"], dp * p * (1.0 - p), acc)
+
+    def regulariser_backward(self, ws):
+        p = torch.sigmoid(ws.hp["p_logit"])
+        w = ws.W[-1]
+        s2 = ws.sigma * ws.sigma
+        c_w = s2 * ws.cfg.concrete_length_scale**2 / (2.0 * ws.n_train)
+        c_d = s2 / ws.n_train
+        ws.gW[-1].add_(w * (2.0 * c_w / (1.0 - p)))
+        dp = (c_w * w.pow(2).sum(dim=(1, 2), keepdim=True) / (1.0 - p) ** 2
+              + c_d * w.shape[1] * (torch.log(p) - torch.log1p(-p)))
+        ws.ghp["p_logit"].add_(dp * p * (1.0 - p))
+
+
+class FusedVariational(FusedHead):
+    """Variational dropout, local reparameterisation: ``pred = μ + sqrt(v + 1e-12)·ζ``,
+    ``μ = hw + b``, ``v = Σ_k h_k² α_k w_k²``, ``α = exp(clip(log α))``.
+
+    Notes
+    -----
+    With ``s = g·ζ/(2·sqrt(v + 1e-12))`` and ``S_k = Σ_n h_nk² α_k s_n``:
+    ``∂J/∂w_k = Σ_n h_nk g_n + 2 w_k S_k``, ``∂J/∂h_nk = g_n w_k + 2 h_nk α_k w_k² s_n``,
+    ``∂J/∂log α_k = w_k² S_k`` inside the clipping range (0 outside, as ``clamp``'s gradient).
+    Regulariser ``R = −(σ²/N) Σ_k [k₁σ(k₂ + k₃ log α_k) − ½ log(1 + 1/α_k) − k₁]``
+    (:func:`~uqreg.engine.heads.variational_regulariser`):
+    ``∂R/∂log α_k = −(σ²/N)·[k₁k₃ s(1 − s) + ½σ(−log α_k)]``, ``s = σ(k₂ + k₃ log α_k)``.
+    """
+
+    name = "variational"
+
+    def buffers(self, b, n, k, kw):
+        return {"h2a": torch.empty(b, n, k, **kw), "tmp": torch.empty(b, n, k, **kw),
+                "std": torch.empty(b, n, 1, **kw), "s": torch.empty(b, n, 1, **kw)}
+
+    @staticmethod
+    def _in_range(log_alpha):
+        return (log_alpha >= LOG_ALPHA_RANGE[0]) & (log_alpha <= LOG_ALPHA_RANGE[1])
+
+    def forward(self, ws, h, noise):
+        buf = ws.buf
+        buf["alpha"] = alpha = clipped_log_alpha(ws.hp["log_alpha"]).exp()  # (B, 1, k)
+        buf["noise"] = noise[..., None]  # (B, n, 1)
+        w2 = ws.W[-1].pow(2).transpose(1, 2)
+        torch.mul(h, h, out=buf["h2a"]).mul_(alpha)
+        torch.mul(buf["h2a"], w2, out=buf["tmp"])
+        torch.sum(buf["tmp"], 2, keepdim=True, out=buf["std"])
+        buf["std"].add_(1e-12).sqrt_()
+        return ws.output_forward(h).addcmul_(buf["std"], buf["noise"])
+
+    def backward(self, ws, g, acc):
+        buf = ws.buf
+        w_t = ws.W[-1].transpose(1, 2)  # (B, 1, k)
+        s = torch.mul(g, buf["noise"], out=buf["s"]).div_(buf["std"]).mul_(0.5)
+        big_s = torch.mul(buf["h2a"], s, out=buf["tmp"]).sum(dim=1, keepdim=True)  # (B, 1, k)
+        d = ws.output_backward(ws.head_input, g, acc)
+        ws.gW[-1].transpose(1, 2).add_(w_t * big_s, alpha=2.0)
+        torch.mul(ws.head_input, buf["alpha"], out=buf["tmp"]).mul_(s).mul_(w_t.pow(2))
+        d.add_(buf["tmp"], alpha=2.0)
+        la = ws.hp["log_alpha"]
+        _write(ws.ghp["log_alpha"], w_t.pow(2) * big_s * self._in_range(la), acc)
+
+    def regulariser_backward(self, ws):
+        k1, k2, k3 = MOLCHANOV_K
+        raw = ws.hp["log_alpha"]
+        la = clipped_log_alpha(raw)
+        s = torch.sigmoid(k2 + k3 * la)
+        d_neg_kl = k1 * k3 * s * (1.0 - s) + 0.5 * torch.sigmoid(-la)
+        ws.ghp["log_alpha"].sub_(d_neg_kl * self._in_range(raw), alpha=ws.sigma * ws.sigma / ws.n_train)
+
+
+FUSED_HEADS: Registry[FusedHead] = Registry("fused head")
+for _head in (FusedHead(), FusedBernoulli(), FusedConcrete(), FusedVariational()):
+    FUSED_HEADS.register(_head)
+del _head
+
+
+def supports(head: str, cfg: TrainConfig) -> bool:
+    """True when the fused path can train this head under ``cfg``: the head has a fused backward
+    and the leaky-ReLU slope is positive (the activation's sign is then the pre-activation's,
+    so the backward can take its mask from the activation)."""
+    return head in FUSED_HEADS and cfg.negative_slope > 0
+
+
+def l2_of(cfg: TrainConfig, n_train: int) -> tuple[float, bool]:
+    """The recipe's L2 factor on the weights and whether it is decoupled (AdamW)."""
+    recipe = cfg.recipe_spec
+    return recipe.weight_decay(n_train, cfg.weight_decay), recipe.decoupled
+
+
+def train_fused(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, *, keys: torch.Tensor,
+                boot_keys: torch.Tensor, sampler: str, fgsm_step: torch.Tensor | None, epochs: int,
+                progress: Callable[[int], None] | None = None) -> BatchedMLP:
+    """Train ``model`` in place with the fused step.
+
+    Parameters
+    ----------
+    model : BatchedMLP
+        ``B`` networks, initialised; trained in place and returned.
+    x : torch.Tensor, shape (B, N, d)
+        Training inputs of every network (may be an expanded view).
+    y : torch.Tensor, shape (B, N)
+        Training targets of every network.
+    keys, boot_keys : torch.Tensor, int64, shape (B,)
+        Keys of the head's draws and of the sampler's draws.
+    sampler : str
+        Name in :data:`~uqreg.engine.samplers.SAMPLERS`.
+    fgsm_step : torch.Tensor, shape (d,), optional
+        FGSM step ε per input dimension (adversarial training), or None.
+    epochs : int
+    progress : callable, optional
+        Called with 1 after each epoch.
+
+    Returns
+    -------
+    BatchedMLP
+        ``model``.
+    """
+    cfg = model.cfg
+    smp = SAMPLERS.lookup(sampler)
+    steps = smp.steps(cfg)
+    x = x.contiguous()
+    l2, decoupled = l2_of(cfg, model.n_train)
+    ws = Workspace(model, smp.rows(x.shape[1], cfg), l2=l2, decoupled=decoupled)
+    ws.load(model)
+    for epoch in range(epochs):
+        for step, (xb, yb) in enumerate(smp.batches(x, y, boot_keys, epoch, cfg)):
+            ws.train_step(xb, yb, 2 * (epoch * steps + step), keys, fgsm_step)
+        if progress is not None:
+            progress(1)
+    ws.store(model)
+    return model
+
+
+__all__ = ["ADAM_EPS", "FUSED_HEADS", "PAD", "FusedHead", "Workspace", "l2_of", "supports", "train_fused"]

@@ -1,0 +1,207 @@
+"""The fused training path (:mod:`uqreg.engine.fused`) computes what autograd computes.
+
+In float64, on random parameters (log α also outside its clipping range, learned dropout rates
+away from their start, non-zero biases) and σ ≠ 1: the hand-written gradients of every head equal
+autograd's gradients of the autograd path's own objective (:func:`uqreg.engine.objective`, with
+and without FGSM, plus the recipe's coupled L2), the FGSM input gradient equals autograd's, and
+one fused Adam step equals the step of the autograd path's optimiser
+(:func:`uqreg.engine.train.make_optimizer`) for every recipe. Then end to end: both backends of
+:func:`uqreg.engine.train_batched` train the same networks for every method and recipe, and in
+float32 a network trained by the fused path is bit for bit the same whatever chunk it is in.
+(``test_engine.py`` proves the engine, fused by default, against the plain per-network loop.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from uqreg import rng
+from uqreg.engine import (
+    HEADS,
+    RECIPES,
+    BatchedMLP,
+    NetworkBatch,
+    TrainConfig,
+    objective,
+    train_batched,
+)
+from uqreg.engine.fused import FUSED_HEADS, Workspace, l2_of, supports
+from uqreg.engine.train import make_optimizer
+from uqreg.methods import METHODS
+from uqreg.tasks import get_task
+
+SEED = 5
+SIGMA = 0.7
+N_TRAIN = 9
+TRAINED = [name for name, m in METHODS.items() if m.closed_form is None]
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(**{"dtype": "float64", "hidden": (6, 5, 4), "members": 2, "mc_samples": 3, **kw})
+
+
+def _model(head: str, d: int, cfg: TrainConfig, b: int = 3) -> BatchedMLP:
+    """``b`` networks with every parameter moved off its initial value (biases non-zero, rates
+    learned, some log α beyond the clipping range on both sides)."""
+    keys = rng.network_keys(SEED, "init", np.arange(b), np.zeros(b, dtype=np.int64))
+    drop = rng.network_keys(SEED, "dropout", np.arange(b), np.zeros(b, dtype=np.int64))
+    model = BatchedMLP(keys, drop, d, head, cfg, N_TRAIN, SIGMA)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        if "log_alpha" in model.head_params:
+            la = model.head_params["log_alpha"]
+            la[:, :, 0], la[:, :, 1] = 9.0, -9.5
+    return model
+
+
+def _batch(d: int, b: int = 3):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(b, N_TRAIN, d, generator=gen, dtype=torch.float64)
+    y = torch.randn(b, N_TRAIN, generator=gen, dtype=torch.float64)
+    return x, y
+
+
+def _fused_grads(model: BatchedMLP, x, y, counter: int, fgsm_step) -> Workspace:
+    l2, decoupled = l2_of(model.cfg, N_TRAIN)
+    ws = Workspace(model, x.shape[1], l2=l2, decoupled=decoupled)
+    ws.load(model)
+    ws.gradients(x, y, counter, model.dropout_keys, fgsm_step)
+    return ws
+
+
+def _assert_close(actual, expected, what):
+    torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-12 * float(expected.abs().max()) + 1e-300,
+                               msg=lambda m: f"{what}: {m}")
+
+
+def test_every_head_has_a_fused_backward():
+    assert set(FUSED_HEADS) == set(HEADS)
+    assert all(supports(name, TrainConfig()) for name in HEADS)
+    assert not supports("deterministic", TrainConfig(negative_slope=-0.1))
+
+
+@pytest.mark.parametrize("d", [1, 2])
+@pytest.mark.parametrize("fgsm", [False, True], ids=["plain", "fgsm"])
+@pytest.mark.parametrize("recipe", ["paper", "sum", "decoupled", "none"])
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_gradients_equal_autograd(head, recipe, fgsm, d):
+    """Every parameter's gradient of the objective (+ the coupled L2 term λ·W) and, under FGSM,
+    the input gradient of the first pass."""
+    cfg = _cfg(recipe=recipe)
+    model = _model(head, d, cfg)
+    x, y = _batch(d)
+    counter = 4
+    fgsm_step = torch.tensor([0.05, 0.2][:d], dtype=torch.float64) if fgsm else None
+    params = list(model.parameters())
+    expected = torch.autograd.grad(objective(model, x, y, counter, fgsm_step=fgsm_step).sum(), params)
+    l2, decoupled = l2_of(cfg, N_TRAIN)
+    n_layers = len(model.weights)
+    ws = _fused_grads(model, x, y, counter, fgsm_step)
+    actual = ws.gW + ws.gb + list(ws.ghp.values())
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        if i < n_layers and not decoupled:
+            e = e + l2 * params[i].detach()  # the coupled recipes put λ·W into the gradient
+        _assert_close(a, e, f"{head} parameter {i}")
+    if fgsm:
+        xr = x.clone().requires_grad_(True)
+        loss = 0.5 * (model(xr, counter) - y).pow(2).mean(dim=1)
+        (gx,) = torch.autograd.grad(loss.sum(), xr)
+        _assert_close(ws.dx, gx, f"{head} input gradient")
+
+
+def test_gradients_without_hidden_layers():
+    """hidden=() (a linear model: the analytic L2 test's network) with FGSM."""
+    cfg = _cfg(hidden=())
+    for head in HEADS:
+        model = _model(head, 2, cfg)
+        x, y = _batch(2)
+        step = torch.tensor([0.1, 0.3], dtype=torch.float64)
+        expected = torch.autograd.grad(objective(model, x, y, 1, fgsm_step=step).sum(), list(model.parameters()))
+        ws = _fused_grads(model, x, y, 1, step)
+        for i, (a, e) in enumerate(zip(ws.gW + ws.gb + list(ws.ghp.values()), expected)):
+            _assert_close(a, e + (cfg.recipe_spec.weight_decay(N_TRAIN) * model.weights[0].detach() if i == 0 else 0),
+                          f"{head} parameter {i}")
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_adam_steps_equal_torch_optimiser(recipe):
+    """Three fused Adam steps (one ``_fused_adam_`` call over the flat buffer each) equal the
+    autograd path's optimiser (Adam, or AdamW for a decoupled recipe; its foreach and fused
+    implementations) given the same gradients."""
+    for impl in ("foreach", "fused"):
+        cfg = _cfg(recipe=recipe, adam=impl, lr=0.05)
+        model = _model("concrete", 2, cfg)
+        reference = _model("concrete", 2, cfg)
+        opt = make_optimizer(reference, cfg, N_TRAIN)
+        l2, decoupled = l2_of(cfg, N_TRAIN)
+        ws = Workspace(model, 4, l2=l2, decoupled=decoupled)
+        ws.load(model)
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(3):
+            for mine, theirs in zip(ws.gW + ws.gb + list(ws.ghp.values()), reference.parameters()):
+                g = torch.randn(theirs.shape, generator=gen, dtype=torch.float64)
+                theirs.grad = g.clone()
+                mine.copy_(g)
+            for mine, w in zip(ws.gW, ws.W):  # what Workspace.gradients adds for a coupled recipe
+                if not decoupled:
+                    mine.add_(w, alpha=l2)
+            opt.step()
+            ws.adam(cfg.lr, cfg.betas)
+        ws.store(model)
+        for i, (a, e) in enumerate(zip(model.parameters(), reference.parameters())):
+            _assert_close(a.detach(), e.detach(), f"{recipe} ({impl}) parameter {i}")
+        moved = [(a.detach() - b.detach()).abs().max() for a, b in zip(model.parameters(), _model("concrete", 2, cfg).parameters())]
+        assert min(moved) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end: the backends of train_batched, and chunk independence
+
+
+@pytest.fixture(scope="module")
+def instance():
+    return get_task("sinusoid").instance(1, SEED, n_train=12)
+
+
+def _train(method, instance, nets, cfg, epochs=6):
+    cfg = replace(cfg, **method.overrides)
+    y = instance.targets(range(int(nets.repetition.max()) + 1))
+    return train_batched(instance.x_train, y, nets, seed=instance.seed, head=method.head, sampler=method.sampler,
+                         adversarial=method.adversarial, cfg=cfg, epochs=epochs, sigma=instance.sigma)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("name", TRAINED)
+def test_backends_train_the_same_networks(name, recipe, instance):
+    method = METHODS[name]
+    cfg = _cfg(recipe=recipe)
+    nets = method.networks([0, 2], cfg)
+    fused = _train(method, instance, nets, replace(cfg, backend="fused"))
+    autograd = _train(method, instance, nets, replace(cfg, backend="autograd"))
+    for i in range(len(nets)):
+        for j, (a, e) in enumerate(zip(fused.network_parameters(i), autograd.network_parameters(i))):
+            what = f"{name}/{recipe} network {i} parameter {j}"
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9 * float(e.abs().max()),
+                                       msg=lambda m, what=what: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_network_bitwise_independent_of_its_chunk(name, instance):
+    """float32: a network trains to the same bits alone, first or last in a chunk of any size
+    (the flat buffer's padding keeps it out of the fused Adam's scalar tail)."""
+    method = METHODS[name]
+    cfg = TrainConfig(hidden=(16, 12, 8), members=3)
+    big = NetworkBatch(np.array([0, 0, 1, 2, 2, 3, 3]), np.array([0, 1, 1, 0, 2, 0, 1]))
+    alone = NetworkBatch(np.array([1]), np.array([1]))
+    first = NetworkBatch(np.array([1, 2]), np.array([1, 2]))
+    m_big, m_alone, m_first = (_train(method, instance, nets, cfg) for nets in (big, alone, first))
+    for a, b, c in zip(m_big.network_parameters(2), m_alone.network_parameters(0), m_first.network_parameters(0)):
+        assert torch.equal(a, b) and torch.equal(a, c), name
+    assert not torch.equal(m_big.network_parameters(0)[0], m_big.network_parameters(1)[0])

@@ -15,8 +15,10 @@ import uqmetrics.selective
 from uqmetrics import (
     UndefinedMetricWarning,
     aupr_score,
+    aurc_c_loss,
     aurc_loss,
     auroc_score,
+    eaurc_c_loss,
     eaurc_loss,
     oracle_aurc,
     risk_coverage_curve,
@@ -166,6 +168,137 @@ def test_sac_matches_definition(data, alpha):
     assert sac_score(c, k, accuracy=alpha) == (max(ok) if ok else 0.0)
 
 
+# --------------------------------------------------------------------------- AURC_C
+@given(strategies.correct_and_confidence(both_classes=False))
+def test_aurc_c_at_full_coverage_is_aurc(data):
+    c, k = data
+    assert aurc_c_loss(c, k, coverage=(0.0, 1.0)) == pytest.approx(aurc_loss(c, k), abs=1e-12)
+    assert eaurc_c_loss(c, k, coverage=(0.0, 1.0)) == pytest.approx(eaurc_loss(c, k), abs=1e-12)
+
+
+def test_aurc_c_hand_case_partial_coverage():
+    # N = 5, κ descending: right, wrong, right, right, wrong -> e_i = 0, 1, 1, 1, 2;
+    # risks e_i/i = 0, 1/2, 1/3, 1/4, 2/5. Coverages in [0.3, 0.8]: i = 2, 3, 4.
+    c = [True, False, True, True, False]
+    k = [0.9, 0.8, 0.7, 0.6, 0.5]
+    expected = Fraction(1, 2) + Fraction(1, 3) + Fraction(1, 4)
+    assert aurc_c_loss(c, k, coverage=(0.3, 0.8)) == pytest.approx(float(expected / 3), abs=1e-15)
+    # the oracle (right, right, right, wrong, wrong) has risks 0, 0, 0, 1/4, 2/5
+    oracle = Fraction(0) + Fraction(0) + Fraction(1, 4)
+    assert eaurc_c_loss(c, k, coverage=(0.3, 0.8)) == pytest.approx(
+        float((expected - oracle) / 3), abs=1e-15)
+    # coverage 0.4 = 2/5 exactly is inside [0.4, 0.4 + eps] (no float rounding excludes it)
+    assert aurc_c_loss(c, k, coverage=(0.4, 0.5)) == 0.5
+
+
+def test_aurc_c_spreads_ties():
+    # one tied block of 4 with 2 errors: expected errors among the top i are i/2, risk 1/2
+    c, k = [1, 0, 1, 0], [0.5] * 4
+    assert aurc_c_loss(c, k, coverage=(0.0, 0.5)) == 0.5
+    # the order of the tied samples is irrelevant
+    assert aurc_c_loss([0, 1, 0, 1], k, coverage=(0.5, 1.0)) == 0.5
+
+
+@given(strategies.correct_and_confidence(both_classes=False))
+def test_eaurc_c_equals_aurc_c_below_accuracy(data):
+    """The oracle's risk is 0 at coverages up to the accuracy."""
+    c, k = data
+    n_right = int(np.sum(c))
+    assume(n_right >= 1)
+    high = n_right / c.size
+    assert eaurc_c_loss(c, k, coverage=(0.0, high)) == pytest.approx(
+        aurc_c_loss(c, k, coverage=(0.0, high)), abs=1e-12)
+
+
+@pytest.mark.parametrize("coverage", [(0.5, 0.5), (0.6, 0.4), (-0.1, 0.5), (0.0, 1.1), (0.5,),
+                                      "ab", (0.51, 0.59)])
+def test_aurc_c_bad_coverage(coverage):
+    with pytest.raises(ValueError, match="coverage"):
+        aurc_c_loss([True, False, True, False, True], [0.9, 0.8, 0.7, 0.6, 0.5],
+                    coverage=coverage)
+
+
+def test_registered_aurc_c_range():
+    c = [True, False, True, True, False, True, False, False]
+    k = np.linspace(1, 0, 8)
+    assert get_metric("aurc_c").func(c, k) == aurc_c_loss(c, k, coverage=(0.0, 0.5))
+    assert get_metric("eaurc_c").func(c, k) == eaurc_c_loss(c, k, coverage=(0.0, 0.5))
+
+
+# --------------------------------------------------------------------------- SAC first_drop
+def _official_first_drop(correct_sorted, accuracy, start_index=200):
+    """``coverage_for_desired_accuracy`` of the Selective paper's official code, in numpy
+    (samples already sorted by confidence, descending)."""
+    cumsum = np.cumsum(np.asarray(correct_sorted, dtype=np.float64))
+    num_samples = cumsum.shape[0] + 1
+    cummean = cumsum / np.arange(1, num_samples)
+    coverage = np.argmax(cummean < accuracy).item()
+    nonstrict = np.argmax(cummean[start_index:] < accuracy).item() + start_index
+    if nonstrict > start_index:
+        coverage = nonstrict
+    return coverage / num_samples
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("alpha", [0.95, 0.99])
+def test_sac_first_drop_matches_official_code(seed, alpha):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    k = rng.permutation(n) / n  # distinct κ
+    # accuracy falls with decreasing κ: near 1 at the top, about 0.7 overall
+    c = rng.random(n) < 1.0 - 0.6 * (1.0 - k) ** 1.5
+    order = np.argsort(-k)
+    expected = _official_first_drop(c[order], alpha)
+    assert sac_score(c, k, accuracy=alpha, rule="first_drop") == expected
+    # the two rules differ (what PROTOCOLS S.2 measured at ImageNet scale)
+    assert sac_score(c, k, accuracy=alpha) != expected
+
+
+@pytest.mark.parametrize(
+    "correct, alpha, burn_in, expected",
+    [
+        # first drop below 0.75 at 0-based index 2 (acc 2/3), after a burn-in of 1: 2 / 6
+        ([1, 1, 0, 1, 0], 0.75, 1, 2 / 6),
+        # burn-in 2: searched from index 2, the drop is AT the burn-in -> the strict index 2
+        ([1, 1, 0, 1, 0], 0.75, 2, 2 / 6),
+        # a drop inside the burn-in is ignored: accuracies 1, 1/2, 2/3, 3/4, 4/5, 5/6, 5/7, 5/8
+        # first fall below 0.75 at index 1; from index 3 on, at index 6 -> 6 / 9
+        ([1, 0, 1, 1, 1, 1, 0, 0], 0.75, 3, 6 / 9),
+        # accuracy never drops below alpha: the official argmax of an all-false array is 0
+        ([1, 1, 1, 1], 0.9, 1, 0.0),
+        # N <= burn_in: only the strict index (the official code would raise)
+        ([1, 1, 0, 0], 0.9, 200, 2 / 5),
+    ],
+)
+def test_sac_first_drop_hand_cases(correct, alpha, burn_in, expected):
+    k = np.linspace(1, 0, len(correct))
+    assert sac_score(correct, k, accuracy=alpha, rule="first_drop", burn_in=burn_in) == expected
+
+
+def test_sac_first_drop_spreads_ties():
+    # a tied block of 4 with 2 right after one right sample: spread accuracies 1, 3/4, 2/3, 5/8,
+    # 3/5, the first below 0.7 at index 2 (whatever order a sort would give the block)
+    c = [1, 1, 0, 1, 0]
+    k = [0.9, 0.5, 0.5, 0.5, 0.5]
+    assert sac_score(c, k, accuracy=0.7, rule="first_drop", burn_in=0) == 2 / 6
+    assert sac_score([1, 0, 0, 1, 1], k, accuracy=0.7, rule="first_drop", burn_in=0) == 2 / 6
+
+
+def test_sac_rule_and_burn_in_validation():
+    with pytest.raises(ValueError, match="rule"):
+        sac_score([1, 0], [0.9, 0.1], accuracy=0.9, rule="official")
+    with pytest.raises(ValueError, match="burn_in"):
+        sac_score([1, 0], [0.9, 0.1], accuracy=0.9, rule="first_drop", burn_in=-1)
+
+
+def test_registered_first_drop_wrappers():
+    rng = np.random.default_rng(0)
+    c, k = rng.random(500) < 0.9, rng.random(500)
+    assert get_metric("sac_99_first_drop").func(c, k) == sac_score(c, k, accuracy=0.99,
+                                                                   rule="first_drop")
+    assert get_metric("sac_95_first_drop").func.__name__ == "sac_95_first_drop_score"
+
+
 def test_aupr_hand_case():
     c = [1, 0, 1, 0, 1]
     k = [0.9, 0.8, 0.7, 0.1, 0.05]
@@ -277,7 +410,8 @@ def test_undefined_metric_warning_is_a_user_warning():
 @pytest.mark.parametrize(
     "name, greater_is_better",
     [("auroc", True), ("aupr", True), ("aupr_wrong", True), ("aurc", False), ("eaurc", False),
-     ("sac_95", True), ("sac_99", True)],
+     ("sac_95", True), ("sac_99", True), ("sac_95_first_drop", True),
+     ("sac_99_first_drop", True), ("aurc_c", False), ("eaurc_c", False)],
 )
 def test_registered(name, greater_is_better):
     spec = get_metric(name)

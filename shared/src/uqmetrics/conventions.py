@@ -45,6 +45,13 @@ CONVENTIONS: dict[str, str] = {
     "sac": "S.2: largest coverage k/N with top-k accuracy >= alpha, k at distinct-kappa boundaries",
     "sac_95": "S.2: sac at alpha = 0.95",
     "sac_99": "S.2: sac at alpha = 0.99",
+    "sac_first_drop": "S.2: official-code SAC: first 0-based index, after a 200-sample burn-in, at "
+    "which top-i accuracy < alpha (else the first from 0; 0 if none), divided by N + 1; ties spread",
+    "sac_95_first_drop": "S.2: sac_first_drop at alpha = 0.95",
+    "sac_99_first_drop": "S.2: sac_first_drop at alpha = 0.99",
+    "aurc_c": "S.2: mean selective risk e_i/i over the coverages i/N in [0, 0.5], kappa "
+    "descending, errors spread evenly over tied blocks (aurc over (0, 1] = aurc)",
+    "eaurc_c": "S.2: aurc_c minus aurc_c of the exact empirical oracle ranking, same coverages",
     "selective": f"S.2: {_SELECTIVE}",
     "softmax_response": "S.2: max softmax probability computed in float64",
     # ensembles, S.3

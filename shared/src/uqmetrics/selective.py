@@ -12,6 +12,7 @@ distinct κ values (AURC spreads the errors of a tied block evenly over its posi
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -19,19 +20,36 @@ import numpy as np
 from scipy.special import xlogy
 from scipy.stats import rankdata
 
-from ._validation import check_choice, check_correct, check_fraction, correct_confidence
+from ._validation import (
+    check_choice,
+    check_correct,
+    check_fraction,
+    check_positive_int,
+    correct_confidence,
+)
 from .exceptions import UndefinedMetricWarning
 from .registry import register_metric
 
 __all__ = [
+    "AURC_C_COVERAGE",
+    "SAC_RULES",
     "aupr_score",
+    "aurc_c_loss",
     "aurc_loss",
     "auroc_score",
+    "eaurc_c_loss",
     "eaurc_loss",
     "oracle_aurc",
     "risk_coverage_curve",
     "sac_score",
 ]
+
+#: The coverage range of the registered ``aurc_c`` / ``eaurc_c`` metrics: coverages up to 50 %,
+#: the risk-sensitive regime that the full AURC dilutes (Selective paper, Section 2).
+AURC_C_COVERAGE: tuple[float, float] = (0.0, 0.5)
+#: SAC rules (PROTOCOLS.md S.2): ``"largest"`` (the paper's text, the default) and
+#: ``"first_drop"`` (the paper's official code).
+SAC_RULES = ("largest", "first_drop")
 
 _SELECTIVE_PROPS = {"permutation_invariant", "monotone_invariant"}
 
@@ -200,17 +218,29 @@ def aupr_score(correct: Any, confidence: Any, *, positive: str = "correct") -> f
     return float(np.sum(n_true * precision) / n_pos)
 
 
-def _aurc(c: np.ndarray, k: np.ndarray) -> float:
+def _spread_cumsum(c: np.ndarray, k: np.ndarray, count_errors: bool) -> np.ndarray:
+    """Expected errors (or correct predictions) among the top i, i = 1..N, shape (N,).
+
+    Samples sorted by κ descending; the count of a tied block is spread evenly over its
+    positions (linear within the block: the mean of the hypergeometric distribution under a
+    uniformly random order of the block), so nothing depends on how a sort breaks ties.
+    """
     _, sizes, n_correct = _tie_blocks(c, k)
-    errors = sizes - n_correct
-    errors_before = np.cumsum(errors) - errors
+    counts = sizes - n_correct if count_errors else n_correct
+    before = np.cumsum(counts) - counts
     start = np.cumsum(sizes) - sizes
     block = np.repeat(np.arange(sizes.size), sizes)
     position = np.arange(1, c.size + 1)
-    # Expected number of errors among the top i when the errors of a tied block are spread
-    # evenly over it: linear within the block (the mean of the hypergeometric distribution).
-    e = errors_before[block] + errors[block] * (position - start[block]) / sizes[block]
-    return float(np.mean(e / position))
+    return before[block] + counts[block] * (position - start[block]) / sizes[block]
+
+
+def _selective_risks(c: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Selective risk e_i / i of the top i, i = 1..N (ties spread), shape (N,)."""
+    return _spread_cumsum(c, k, count_errors=True) / np.arange(1, c.size + 1)
+
+
+def _aurc(c: np.ndarray, k: np.ndarray) -> float:
+    return float(np.mean(_selective_risks(c, k)))
 
 
 @register_metric("aurc", kind="selective", properties=_SELECTIVE_PROPS)
@@ -333,7 +363,101 @@ def eaurc_loss(correct: Any, confidence: Any, *, oracle: str = "empirical") -> f
     return _aurc(c, k) - oracle_aurc(c, method=oracle)
 
 
-def sac_score(correct: Any, confidence: Any, *, accuracy: float) -> float:
+def _coverage_positions(coverage: Any, n: int) -> slice:
+    """Positions i (0-based slice of 1..N) whose coverage i/N lies in ``coverage = (lo, hi)``."""
+    try:
+        lo, hi = (float(v) for v in coverage)
+    except (TypeError, ValueError):
+        raise ValueError(f"coverage must be a pair (low, high), got {coverage!r}") from None
+    if not (0.0 <= lo < hi <= 1.0):
+        raise ValueError(f"coverage must satisfy 0 <= low < high <= 1, got {coverage!r}")
+    # i/N in [lo, hi], i >= 1; rounding guards products such as 0.3 * 10 = 3.0000000000000004
+    first = max(1, math.ceil(round(lo * n, 9)))
+    last = math.floor(round(hi * n, 9))
+    if last < first:
+        raise ValueError(f"coverage {coverage!r} contains no coverage i/N of the {n} samples")
+    return slice(first - 1, last)
+
+
+def aurc_c_loss(correct: Any, confidence: Any, *,
+                coverage: tuple[float, float] = AURC_C_COVERAGE) -> float:
+    """AURC over a range of coverages, AURC_C (lower is better).
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+    coverage : (float, float), default (0.0, 0.5)
+        The closed coverage range ``[low, high]``, ``0 <= low < high <= 1``; it must contain at
+        least one coverage i/N.
+
+    Returns
+    -------
+    float
+        The mean selective risk over the coverages i/N in the range, in [0, 1].
+
+    Notes
+    -----
+    The Selective paper's ``AURC_C = (1/|C|) Σ_{c ∈ C} r̂(f, g_c)`` with C the empirical
+    coverages i/N (i = 1..N) inside ``[low, high]``, and r̂ the risk e_i/i of the top i with ties
+    spread as in :func:`aurc_loss`. ``coverage=(0, 1)`` is exactly :func:`aurc_loss`.
+
+    References
+    ----------
+    I. Galil, M. Dabbah, R. El-Yaniv, ICLR 2023 (Section 2).
+
+    Examples
+    --------
+    >>> c, k = [1, 0, 1, 0], [0.9, 0.7, 0.5, 0.2]  # risks of the top i: 0, 1/2, 1/3, 1/2
+    >>> aurc_c_loss(c, k, coverage=(0.5, 1.0))  # (1/2 + 1/3 + 1/2) / 3
+    0.4444444444444444
+    >>> aurc_c_loss(c, k, coverage=(0.0, 1.0)) == aurc_loss(c, k)
+    True
+    """
+    c, k = correct_confidence(correct, confidence)
+    return float(np.mean(_selective_risks(c, k)[_coverage_positions(coverage, c.size)]))
+
+
+def eaurc_c_loss(correct: Any, confidence: Any, *,
+                 coverage: tuple[float, float] = AURC_C_COVERAGE) -> float:
+    """Excess AURC over a range of coverages: AURC_C minus that of the oracle ranking.
+
+    Parameters
+    ----------
+    correct : array_like of bool, shape (n_samples,)
+        Whether each prediction is correct.
+    confidence : array_like of float, shape (n_samples,)
+        Confidence κ of each prediction; higher means more confident.
+    coverage : (float, float), default (0.0, 0.5)
+        The closed coverage range, as in :func:`aurc_c_loss`.
+
+    Returns
+    -------
+    float
+        ``AURC_C(κ) − AURC_C(oracle)`` >= 0, 0 for a perfect ranking.
+
+    Notes
+    -----
+    The oracle ranks every correct prediction first (the exact empirical oracle of
+    :func:`oracle_aurc`); its risk is 0 at coverages up to the accuracy, so at such ranges
+    E-AURC_C = AURC_C. ``coverage=(0, 1)`` is exactly :func:`eaurc_loss`.
+
+    Examples
+    --------
+    >>> c, k = [1, 0, 1, 0], [0.9, 0.7, 0.5, 0.2]  # oracle risks: 0, 0, 1/3, 1/2
+    >>> round(eaurc_c_loss(c, k, coverage=(0.5, 1.0)), 12)  # 4/9 - (0 + 1/3 + 1/2) / 3
+    0.166666666667
+    """
+    c, k = correct_confidence(correct, confidence)
+    at = _coverage_positions(coverage, c.size)
+    oracle = _selective_risks(c, c.astype(np.float64))
+    return float(np.mean(_selective_risks(c, k)[at]) - np.mean(oracle[at]))
+
+
+def sac_score(correct: Any, confidence: Any, *, accuracy: float, rule: str = "largest",
+              burn_in: int = 200) -> float:
     """Selective accuracy constraint: the largest coverage whose selective accuracy is enough.
 
     Parameters
@@ -344,18 +468,37 @@ def sac_score(correct: Any, confidence: Any, *, accuracy: float) -> float:
         Confidence κ of each prediction; higher means more confident.
     accuracy : float in (0, 1]
         The required selective accuracy α.
+    rule : {"largest", "first_drop"}, default "largest"
+        ``"largest"``: the paper's definition (below). ``"first_drop"``: the rule of the
+        paper's official code, to reproduce its published SAC values (Notes).
+    burn_in : int, default 200
+        ``first_drop`` only: samples skipped before a drop below α counts (the official
+        ``start_index``).
 
     Returns
     -------
     float
-        The largest coverage k/N, k at a boundary between distinct κ values (κ descending),
-        at which the accuracy of the top k is >= α; 1.0 if it holds at full coverage, 0.0 if
-        it holds at no coverage.
+        ``"largest"``: the largest coverage k/N, k at a boundary between distinct κ values
+        (κ descending), at which the accuracy of the top k is >= α; 1.0 if it holds at full
+        coverage, 0.0 if it holds at no coverage. ``"first_drop"``: see Notes.
 
     Notes
     -----
-    ``SAC(α) = max({k/N : k ∈ K, acc(top k) >= α} ∪ {0})`` with K the block boundaries of
-    :func:`risk_coverage_curve`. The comparison is exact: an accuracy of 19/20 meets α = 0.95.
+    ``largest``: ``SAC(α) = max({k/N : k ∈ K, acc(top k) >= α} ∪ {0})`` with K the block
+    boundaries of :func:`risk_coverage_curve`. The comparison is exact: an accuracy of 19/20
+    meets α = 0.95.
+
+    ``first_drop`` transcribes ``coverage_for_desired_accuracy`` of the official code
+    (IdoGalil/benchmarking-uncertainty-estimation-performance): with a_i the accuracy of the
+    top i (i = 1..N), j_0 the 0-based index of the first i with a_i < α and j_b the same
+    searched from index ``burn_in`` on, the result is ``j / (N + 1)`` with j = j_b if
+    j_b > ``burn_in`` else j_0. As in that code, an index that does not exist counts as 0
+    (``numpy.argmax`` of an all-false array): a model whose accuracy never drops below α gets
+    0, and a first drop exactly at ``burn_in`` falls back to j_0. With N <= ``burn_in`` only
+    j_0 is used (the official code raises there). Ties in κ: a_i uses the correct count
+    spread evenly over a tied block, as :func:`aurc_loss` (the official code breaks ties in
+    the arbitrary order of ``torch.argsort``). It exceeds ``largest`` by 0.5-1.7 points of
+    SAC@0.99 at N = 45,000 (PROTOCOLS.md S.2).
 
     References
     ----------
@@ -367,9 +510,21 @@ def sac_score(correct: Any, confidence: Any, *, accuracy: float) -> float:
     0.8
     >>> sac_score([0, 1], [0.9, 0.1], accuracy=0.99)
     0.0
+    >>> sac_score([1, 1, 0, 1, 0], [0.9, 0.8, 0.7, 0.6, 0.5], accuracy=0.75, rule="first_drop",
+    ...           burn_in=1)  # first drop below 0.75 at index 2 (2/3): 2 / (5 + 1)
+    0.3333333333333333
     """
     alpha = check_fraction(accuracy, "accuracy", low=0.0, high=1.0, closed="right")
+    check_choice(rule, "rule", SAC_RULES)
     c, k = correct_confidence(correct, confidence)
+    if rule == "first_drop":
+        burn_in = check_positive_int(burn_in, "burn_in", minimum=0)
+        below = _spread_cumsum(c, k, count_errors=False) / np.arange(1, c.size + 1) < alpha
+        j = int(np.argmax(below))
+        if c.size > burn_in:
+            j_burn = int(np.argmax(below[burn_in:])) + burn_in
+            j = j_burn if j_burn > burn_in else j
+        return j / (c.size + 1)
     _, sizes, n_correct = _tie_blocks(c, k)
     kept = np.cumsum(sizes)
     ok = np.cumsum(n_correct) / kept >= alpha
@@ -378,14 +533,16 @@ def sac_score(correct: Any, confidence: Any, *, accuracy: float) -> float:
     return float(kept[np.flatnonzero(ok)[-1]] / c.size)
 
 
-def _sac_at(alpha: float):
+def _sac_at(alpha: float, rule: str = "largest"):
     percent = round(alpha * 100)
+    suffix = "" if rule == "largest" else f"_{rule}"
 
     def sac_at_score(correct, confidence):
-        return sac_score(correct, confidence, accuracy=alpha)
+        return sac_score(correct, confidence, accuracy=alpha, rule=rule)
 
-    sac_at_score.__name__ = sac_at_score.__qualname__ = f"sac_{percent}_score"
-    sac_at_score.__doc__ = f"SAC at selective accuracy {alpha}: ``sac_score(..., accuracy={alpha})``."
+    sac_at_score.__name__ = sac_at_score.__qualname__ = f"sac_{percent}{suffix}_score"
+    sac_at_score.__doc__ = (f"SAC at selective accuracy {alpha}, rule {rule!r}: "
+                            f"``sac_score(..., accuracy={alpha}, rule={rule!r})``.")
     return sac_at_score
 
 
@@ -396,7 +553,11 @@ def _aupr_wrong_score(correct, confidence):
 
 register_metric("aupr", kind="selective", properties=_SELECTIVE_PROPS)(aupr_score)
 register_metric("aupr_wrong", kind="selective", properties=_SELECTIVE_PROPS)(_aupr_wrong_score)
+register_metric("aurc_c", kind="selective", properties=_SELECTIVE_PROPS)(aurc_c_loss)
+register_metric("eaurc_c", kind="selective", properties=_SELECTIVE_PROPS)(eaurc_c_loss)
 for _alpha in (0.95, 0.99):
-    register_metric(f"sac_{round(_alpha * 100)}", kind="selective",
-                    properties=_SELECTIVE_PROPS)(_sac_at(_alpha))
-del _alpha
+    for _rule in SAC_RULES:
+        _f = _sac_at(_alpha, _rule)
+        register_metric(_f.__name__.removesuffix("_score"), kind="selective",
+                        properties=_SELECTIVE_PROPS)(_f)
+del _alpha, _rule, _f

@@ -199,7 +199,6 @@ def test_ward_clustering_of_class_mean_features_recovers_the_superclasses(info):
     rng = np.random.default_rng(0)
     null = [adjusted_rand_score(rng.permutation(truth), clusters) for _ in range(999)]
     assert ari > max(null)
-    assert ari > 0.5
 
 
 def _small_cnn(n_classes):

@@ -343,7 +343,7 @@ def _class_tree(scale: HierarchyScale, seed: int) -> list[_Class]:
     for s, family in enumerate(FAMILIES.names()[:scale.superclasses]):
         hue = (hue0 + s / scale.superclasses) % 1.0
         fg = colorsys.hsv_to_rgb(hue, 0.75, 0.95)
-        bg = colorsys.hsv_to_rgb((hue + 0.45) % 1.0, 0.6, 0.3)
+        bg = colorsys.hsv_to_rgb((hue + 0.08) % 1.0, 0.65, 0.28)
         superclass = f"{s:02d}-{family}"
         for k in range(scale.classes_per_superclass):
             rng = np.random.default_rng([seed, 1, s])  # the family's layout

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 
 import uqvision.data
@@ -73,7 +74,7 @@ def test_missing_or_empty_folders_raise(tmp_path, make):
         ImageFolderDataset(root)
 
 
-@pytest.mark.parametrize("policy", sorted(TTA_POLICIES))
+@pytest.mark.parametrize("policy", TTA_POLICIES.names())
 def test_augmentation_is_a_function_of_seed_and_sample(digits, policy):
     cfg = DataConfig((3, 16, 16), (0.5,) * 3, (0.5,) * 3, crop_pct=1.0)
     t = tta_transform(policy, cfg)
@@ -91,5 +92,43 @@ def test_augmentation_is_a_function_of_seed_and_sample(digits, policy):
 
 
 def test_unknown_policy_raises():
-    with pytest.raises(ValueError, match="unknown augmentation policy"):
+    with pytest.raises(ValueError, match="unknown augmentation 'mixup'; valid augmentations: "
+                                         "imagenet, cifar, crop"):
         tta_transform("mixup", DataConfig((3, 8, 8), (0.5,) * 3, (0.5,) * 3))
+
+
+@pytest.mark.parametrize("policy", TTA_POLICIES.names())
+@pytest.mark.parametrize("size", [6, 16, 40])
+def test_seeded_augmentation_draws_exactly_what_torchvision_draws(digits, policy, size):
+    """With a generator seeded s, each random step equals its torchvision class after
+    torch.manual_seed(s) (so TTA caches keep their values), and the global RNG is untouched."""
+    aug = tta_transform(policy, DataConfig((3, size, size), (0.5,) * 3, (0.5,) * 3))
+    img = ImageFolderDataset(digits / "test")[0][0].resize((12, 9))  # not square: fallbacks
+    for seed in range(25):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            ref = img
+            for step in aug.transforms:  # the plain torchvision implementation of each step
+                base = getattr(T, type(step).__name__)
+                ref = base.forward(step, ref) if base is not type(step) else step(ref)
+        torch.manual_seed(1000 + seed)
+        state = torch.get_rng_state()
+        ours = aug(img, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(torch.get_rng_state(), state)
+        assert torch.equal(ours, ref), seed
+
+
+def test_augment_seed_needs_a_seeded_augmentation(digits):
+    cfg = DataConfig((3, 8, 8), (0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ValueError, match="SeededAugmentation"):
+        ImageFolderDataset(digits / "test", eval_transform(cfg), augment_seed=0)
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Image.Image, "save", boom)
+    with pytest.raises(OSError, match="disk full"):
+        make_synthetic_folder(tmp_path / "fake", n_classes=2, n_per_class=1, image_size=8)
+    assert list(tmp_path.iterdir()) == []

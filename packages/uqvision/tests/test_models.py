@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from uqvision.models import ModelSpec, check_model_name, enable_mc_dropout, has_dropout, load_model
+from uqvision.dropout import PerSampleDropout
+from uqvision.models import ModelSpec, check_model_name, has_dropout, load_model
 
 
 @pytest.mark.parametrize("name, close", [
@@ -62,30 +63,38 @@ def test_torchvision_checkpoint_head_mismatch(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["test_byobnet", "tv/mobilenet_v3_small"])
-def test_mc_dropout_switches_only_dropout_modules(name):
+def test_mc_dropout_is_live_only_in_dropout_modules(name):
     loaded = load_model(name, num_classes=10, allow_random_init=True)
     model = loaded.model
     if name == "test_byobnet":  # give the head a dropout module with p > 0
         model.head.drop = nn.Dropout(0.5)
     assert has_dropout(model)
     model.train()
-    n = enable_mc_dropout(model)
-    assert n >= 1
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
-    assert bns and all(not m.training for m in bns)
-    assert drops and all(m.training for m in drops)
-    others = [m for m in model.modules() if not isinstance(m, nn.Dropout)]
-    assert all(not m.training for m in others)
     stats = [b.running_mean.clone() for b in bns]
     x = torch.randn(4, 3, 32, 32)
+    with PerSampleDropout(model, seed=0) as mc, torch.no_grad():
+        assert mc.modules and all(not m.training for m in model.modules())  # all eval
+        mc.start_pass(0, range(4))
+        a = model(x)
+        mc.start_pass(1, range(4))
+        b = model(x)
+        mc.start_pass(0, range(4))
+        again = model(x)
+    assert not torch.equal(a, b)  # dropout is live, and differs between passes
+    assert torch.equal(a, again)
+    assert bns and all(torch.equal(s, b.running_mean) for s, b in zip(stats, bns))  # BN frozen
     with torch.no_grad():
-        a, b = model(x), model(x)
-    assert not torch.equal(a, b)  # dropout is live
-    assert all(torch.equal(s, b.running_mean) for s, b in zip(stats, bns))  # BN not updated
+        assert torch.equal(model(x), model(x))  # hooks removed on exit
 
 
 def test_models_without_dropout_modules():
     loaded = load_model("test_resnet", num_classes=10, allow_random_init=True)
     assert not has_dropout(loaded.model)
-    assert enable_mc_dropout(loaded.model) == 0
+    with pytest.raises(ValueError, match="no dropout module with p > 0"):
+        PerSampleDropout(loaded.model, seed=0)
+
+
+def test_unknown_source_lists_the_registered_ones():
+    with pytest.raises(ValueError, match="valid model sources: timm, tv"):
+        check_model_name("hf/resnet")

@@ -56,3 +56,19 @@ def test_train_rejects_tags_and_unknown_archs(digits, tmp_path):
         train_model(digits / "train", tmp_path / "x", TrainConfig(arch="resnet10t.c3_in1k"))
     with pytest.raises(ValueError, match="did you mean"):
         train_model(digits / "train", tmp_path / "x", TrainConfig(arch="resnet10tt"))
+
+
+def test_a_failed_save_leaves_no_temporary_file(digits, tmp_path, monkeypatch):
+    import safetensors.torch
+
+    def boom(tensors, filename, *args, **kwargs):
+        with open(filename, "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        train_model(digits / "train", tmp_path / "m", TrainConfig(
+            arch="test_vit", epochs=1, input_size=16, batch_size=64))
+    assert not (tmp_path / "m.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing half-written

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
+from torchvision.transforms import functional as TF
+from uqmetrics.io import temporary_beside
+from uqmetrics.registry import Registry
 
 __all__ = [
     "DATASET_MAKERS",
@@ -32,6 +35,7 @@ __all__ = [
     "TTA_POLICIES",
     "DataConfig",
     "ImageFolderDataset",
+    "SeededAugmentation",
     "dataset_fingerprint",
     "derive_seed",
     "eval_transform",
@@ -85,9 +89,11 @@ class ImageFolderDataset(Dataset):
     transform : callable, optional
         PIL image -> tensor of shape (3, H, W).
     augment_seed : int, optional
-        When given, the random state of ``transform`` is reseeded for every sample from
+        When given, ``transform`` must be a :class:`SeededAugmentation`; sample ``index`` draws
+        its augmentation from its own ``torch.Generator`` seeded with
         ``derive_seed(augment_seed, index)``: a random augmentation is a pure function of
-        (seed, sample), reproducible under any batching, worker count or sharding.
+        (seed, sample), reproducible under any batching, worker count, sharding or thread, and
+        the global torch RNG is never touched.
 
     Attributes
     ----------
@@ -126,6 +132,9 @@ class ImageFolderDataset(Dataset):
             raise FileNotFoundError(
                 f"image folder {str(self.root)!r}: class folder(s) {empty[:5]} contain no image "
                 f"({', '.join(IMG_EXTENSIONS)})")
+        if augment_seed is not None and not isinstance(transform, SeededAugmentation):
+            raise ValueError("augment_seed needs a SeededAugmentation transform (see "
+                             f"tta_transform), got transform={transform!r}")
         self.samples = samples
         self.transform = transform
         self.augment_seed = augment_seed
@@ -148,13 +157,11 @@ class ImageFolderDataset(Dataset):
         rel, label = self.samples[index]
         with Image.open(self.root / rel) as im:
             img = im.convert("RGB")
-        if self.transform is not None:
-            if self.augment_seed is None:
-                img = self.transform(img)
-            else:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(derive_seed(self.augment_seed, index))
-                    img = self.transform(img)
+        if self.augment_seed is not None:
+            gen = torch.Generator().manual_seed(derive_seed(self.augment_seed, index))
+            img = self.transform(img, generator=gen)
+        elif self.transform is not None:
+            img = self.transform(img)
         return img, label, index
 
 
@@ -226,35 +233,125 @@ def _tail(cfg: DataConfig) -> list:
     return [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
 
 
-def _imagenet_tta(cfg: DataConfig) -> Callable:
-    size = cfg.input_size[1:]
-    return T.Compose([T.RandomResizedCrop(size, interpolation=_interp(cfg.interpolation)),
-                      T.RandomHorizontalFlip(), *_tail(cfg)])
+def _central_crop_box(height: int, width: int, ratio) -> tuple[int, int, int, int]:
+    """torchvision's fallback of ``RandomResizedCrop``: the largest central box within
+    ``ratio``."""
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w, h = width, round(width / min(ratio))
+    elif in_ratio > max(ratio):
+        w, h = round(height * max(ratio)), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
 
 
-def _pad_crop(cfg: DataConfig, flip: bool) -> Callable:
+class RandomResizedCrop(T.RandomResizedCrop):
+    """torchvision's ``RandomResizedCrop`` drawing from ``generator`` (default: the global RNG).
+
+    Its draws are torchvision's, call for call: with a generator seeded ``s`` the crop equals
+    torchvision's after ``torch.manual_seed(s)``.
+    """
+
+    def forward(self, img, generator: torch.Generator | None = None):
+        _, height, width = TF.get_dimensions(img)
+        area = height * width
+        lo, hi = (float(v) for v in torch.log(torch.tensor(self.ratio)))
+        box = None
+        for _ in range(10):
+            target = area * torch.empty(1).uniform_(*self.scale, generator=generator).item()
+            aspect = torch.exp(torch.empty(1).uniform_(lo, hi, generator=generator)).item()
+            w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+            if 0 < w <= width and 0 < h <= height:
+                box = (_randint(height - h + 1, generator), _randint(width - w + 1, generator),
+                       h, w)
+                break
+        box = box or _central_crop_box(height, width, self.ratio)
+        return TF.resized_crop(img, *box, self.size, self.interpolation, antialias=self.antialias)
+
+
+class RandomCrop(T.RandomCrop):
+    """torchvision's ``RandomCrop`` (padding, no ``pad_if_needed``) drawing from ``generator``."""
+
+    def forward(self, img, generator: torch.Generator | None = None):
+        if self.padding is not None:
+            img = TF.pad(img, self.padding, self.fill, self.padding_mode)
+        _, h, w = TF.get_dimensions(img)
+        th, tw = self.size
+        if h < th or w < tw:
+            raise ValueError(f"crop size {(th, tw)} is larger than the image size {(h, w)}")
+        if (h, w) == (th, tw):
+            return img
+        i, j = _randint(h - th + 1, generator), _randint(w - tw + 1, generator)
+        return TF.crop(img, i, j, th, tw)
+
+
+class RandomHorizontalFlip(T.RandomHorizontalFlip):
+    """torchvision's ``RandomHorizontalFlip`` drawing from ``generator``."""
+
+    def forward(self, img, generator: torch.Generator | None = None):
+        return TF.hflip(img) if torch.rand(1, generator=generator) < self.p else img
+
+
+def _randint(high: int, generator: torch.Generator | None) -> int:
+    return int(torch.randint(0, high, size=(1,), generator=generator).item())
+
+
+_SEEDED_STEPS = (RandomResizedCrop, RandomCrop, RandomHorizontalFlip)
+
+
+class SeededAugmentation(T.Compose):
+    """A ``Compose`` whose random steps draw from an explicit ``torch.Generator``.
+
+    ``aug(img)`` draws from the global torch RNG exactly as the plain torchvision pipeline
+    would (training); ``aug(img, generator=g)`` draws from ``g`` only (test-time augmentation:
+    one generator per sample and pass, so the global RNG is never read or written).
+    """
+
+    def __call__(self, img, generator: torch.Generator | None = None):
+        for step in self.transforms:
+            img = step(img, generator=generator) if isinstance(step, _SEEDED_STEPS) else step(img)
+        return img
+
+
+def _pad_crop(cfg: DataConfig, flip: bool) -> SeededAugmentation:
     size = cfg.input_size[1:]
     pad = max(1, round(4 * size[0] / 32))  # 4 px at CIFAR's 32 px, scaled with the input
-    steps = [T.Resize(size, interpolation=_interp(cfg.interpolation)), T.RandomCrop(size, padding=pad)]
+    steps = [T.Resize(size, interpolation=_interp(cfg.interpolation)),
+             RandomCrop(size, padding=pad)]
     if flip:
-        steps.append(T.RandomHorizontalFlip())
-    return T.Compose([*steps, *_tail(cfg)])
+        steps.append(RandomHorizontalFlip())
+    return SeededAugmentation([*steps, *_tail(cfg)])
 
 
-#: Random augmentation policies (Pitfalls, V.2): a name -> builder(DataConfig) -> transform.
-TTA_POLICIES: dict[str, Callable[[DataConfig], Callable]] = {
-    "imagenet": _imagenet_tta,  # RandomResizedCrop + horizontal flip
-    "cifar": lambda cfg: _pad_crop(cfg, flip=True),  # pad-4 random crop + horizontal flip
-    "crop": lambda cfg: _pad_crop(cfg, flip=False),  # pad-4 random crop (digits: no flips)
-}
+#: Random augmentation policies (Pitfalls, V.2): name -> builder(DataConfig) ->
+#: :class:`SeededAugmentation`.
+TTA_POLICIES: Registry[Callable[[DataConfig], SeededAugmentation]] = Registry("augmentation")
 
 
-def tta_transform(policy: str, cfg: DataConfig) -> Callable:
-    """The random augmentation ``policy`` (a key of :data:`TTA_POLICIES`) for a data config."""
-    if policy not in TTA_POLICIES:
-        raise ValueError(f"unknown augmentation policy {policy!r}; choose from {sorted(TTA_POLICIES)}")
-    return TTA_POLICIES[policy](cfg)
+@TTA_POLICIES.register(name="imagenet")
+def imagenet_augmentation(cfg: DataConfig) -> SeededAugmentation:
+    """RandomResizedCrop + horizontal flip (ImageNet style)."""
+    size = cfg.input_size[1:]
+    return SeededAugmentation([RandomResizedCrop(size, interpolation=_interp(cfg.interpolation)),
+                               RandomHorizontalFlip(), *_tail(cfg)])
 
+
+@TTA_POLICIES.register(name="cifar")
+def cifar_augmentation(cfg: DataConfig) -> SeededAugmentation:
+    """Pad-4 random crop + horizontal flip (CIFAR style; the pad scales with the input)."""
+    return _pad_crop(cfg, flip=True)
+
+
+@TTA_POLICIES.register(name="crop")
+def crop_augmentation(cfg: DataConfig) -> SeededAugmentation:
+    """Pad-4 random crop, no flip (digits must not be flipped)."""
+    return _pad_crop(cfg, flip=False)
+
+
+def tta_transform(policy: str, cfg: DataConfig) -> SeededAugmentation:
+    """The random augmentation ``policy`` (a name in :data:`TTA_POLICIES`) for a data config."""
+    return TTA_POLICIES.lookup(policy)(cfg)
 
 # --------------------------------------------------------------------------------------------
 # development datasets
@@ -269,21 +366,20 @@ def _write_folder(root: Path, splits: dict[str, list[tuple[np.ndarray, str, str]
         raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
     if root.exists() and any(root.iterdir()) and not overwrite and not (root / _COMPLETE).exists():
         raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
-    try:
-        for split, items in splits.items():
-            for arr, cls, stem in items:
-                d = tmp / split / cls
-                d.mkdir(parents=True, exist_ok=True)
-                Image.fromarray(arr).save(d / f"{stem}.png")
-        (tmp / _COMPLETE).write_text(json.dumps(meta))
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    with temporary_beside(root) as tmp:
+        try:
+            for split, items in splits.items():
+                for arr, cls, stem in items:
+                    d = tmp / split / cls
+                    d.mkdir(parents=True, exist_ok=True)
+                    Image.fromarray(arr).save(d / f"{stem}.png")
+            (tmp / _COMPLETE).write_text(json.dumps(meta))
+            if root.exists():
+                shutil.rmtree(root)
+            tmp.rename(root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a folder (the helper removes files)
+            raise
     return root
 
 
@@ -346,8 +442,8 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
     return _write_folder(Path(root), {"test": items}, meta, overwrite)
 
 
-#: Development dataset makers: name -> function(root, **options) -> root.
-DATASET_MAKERS: dict[str, Callable[..., Path]] = {
-    "digits": make_digits_folder,
-    "synthetic": make_synthetic_folder,
-}
+#: Development dataset makers: name -> function(root, *, seed, overwrite, **options) -> root
+#: (``uqvision data NAME``; the CLI passes the options the function's signature names).
+DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
+DATASET_MAKERS.add("digits", make_digits_folder)
+DATASET_MAKERS.add("synthetic", make_synthetic_folder)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from uqmetrics.registry import Registry
 
 from .data import DataConfig, eval_transform
 
@@ -30,7 +31,6 @@ __all__ = [
     "LoadedModel",
     "ModelSpec",
     "check_model_name",
-    "enable_mc_dropout",
     "file_sha256",
     "has_dropout",
     "load_model",
@@ -137,35 +137,15 @@ def check_model_name(name: str) -> None:
     """
     spec = ModelSpec(name)
     if spec.source not in MODEL_SOURCES:
-        raise ValueError(f"unknown model source {spec.source!r} in {name!r}; "
-                         f"choose from {sorted(MODEL_SOURCES)} (timm names need no prefix)")
+        raise ValueError(f"unknown model source {spec.source!r} in {name!r}; valid model "
+                         f"sources: {', '.join(MODEL_SOURCES.names())} (timm names need no "
+                         "prefix)")
     MODEL_SOURCES[spec.source].check_name(spec.model_name)
 
 
 def has_dropout(model: nn.Module) -> bool:
     """True when ``model`` has a dropout module with p > 0 (MC dropout is possible)."""
     return any(isinstance(m, DROPOUT_TYPES) and m.p > 0 for m in model.modules())
-
-
-def enable_mc_dropout(model: nn.Module) -> int:
-    """Eval mode everywhere except dropout modules, which are put in train mode.
-
-    BatchNorm and every other layer stay in eval mode (Gal & Ghahramani's MC dropout; the
-    Selective paper's 30 dropout-enabled passes). Functional dropout (``F.dropout`` inside a
-    ``forward``) is not a module and stays off.
-
-    Returns
-    -------
-    int
-        Number of dropout modules with p > 0 switched to train mode.
-    """
-    model.eval()
-    n = 0
-    for m in model.modules():
-        if isinstance(m, DROPOUT_TYPES):
-            m.train()
-            n += m.p > 0
-    return n
 
 
 _COMMON_HEADS = ("fc", "head", "head.fc", "classifier", "last_linear")
@@ -190,6 +170,12 @@ def _check_head(state_dict: dict, keys: list[str], num_classes: int | None, ckpt
     return n
 
 
+#: Model sources: prefix -> object with ``check_name(name)`` and ``load(spec, num_classes,
+#: allow_random_init)``. A name without ``<prefix>/`` is a timm name.
+MODEL_SOURCES: Registry[Any] = Registry("model source")
+
+
+@MODEL_SOURCES.register(name="timm")
 class TimmSource:
     """timm models: ``arch`` or ``arch.tag``; weights through ``pretrained_cfg_overlay``."""
 
@@ -240,6 +226,7 @@ class TimmSource:
                            tag, sha)
 
 
+@MODEL_SOURCES.register(name="tv")
 class TorchvisionSource:
     """torchvision models ``tv/<name>``; weights from a local state-dict file."""
 
@@ -292,11 +279,6 @@ class TorchvisionSource:
             raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
                              "disabled (pass a checkpoint file, or allow random init for tests)")
         return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha)
-
-
-#: Model sources: prefix -> object with ``check_name(name)`` and ``load(spec, num_classes,
-#: allow_random_init)``. A name without ``<prefix>/`` is a timm name.
-MODEL_SOURCES: dict[str, Any] = {"timm": TimmSource, "tv": TorchvisionSource}
 
 
 def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",

@@ -5,8 +5,14 @@ Modes (:data:`PASS_MODES`):
 - ``plain``: the model's own evaluation preprocessing, one pass;
 - ``tta``: one random augmentation per pass (policy of :data:`uqvision.data.TTA_POLICIES`);
   pass ``p`` of sample ``i`` is a pure function of ``(seed, p, i)``;
-- ``mc_dropout``: dropout modules in train mode (BatchNorm stays in eval), ``passes`` forward
-  passes per batch sharing one data loading; one file with logits (pass, sample, class).
+- ``mc_dropout``: dropout masks drawn per sample (:class:`uqvision.dropout.PerSampleDropout`;
+  the rest of the model, BatchNorm included, in eval mode), ``passes`` forward passes per
+  batch sharing one data loading; one file with logits (pass, sample, class). Pass ``r`` of
+  sample ``i`` is a pure function of ``(seed, r, i)``.
+
+No mode reads or writes the global torch RNG: a cache does not depend on the batch size, the
+number of torchrun processes or DataLoader workers, nor on what the caller did with the RNG
+(up to the float rounding of batched kernels, the same as for ``plain``).
 
 Multi-process: under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) each rank runs a contiguous
 shard of the samples (``numpy.array_split``: exact, no padded duplicates) and the logits are
@@ -15,6 +21,7 @@ gathered onto every rank in sample order before anything is written (rank 0 writ
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import time
@@ -27,6 +34,7 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader, Subset
 from uqmetrics import provenance_attrs, write_dataset
+from uqmetrics.registry import Registry
 
 from .cache import cache_dataset, cache_key, read_cache
 from .data import (
@@ -37,7 +45,8 @@ from .data import (
     flush_denormal,
     tta_transform,
 )
-from .models import LoadedModel, ModelSpec, enable_mc_dropout, has_dropout, load_model
+from .dropout import PerSampleDropout
+from .models import LoadedModel, ModelSpec, load_model
 
 __all__ = [
     "PASS_MODES",
@@ -89,25 +98,33 @@ def distributed_context(device: str):
     Yields ``(world_size, rank, device)``; the backend is NCCL on CUDA, gloo otherwise; the
     device becomes ``cuda:LOCAL_RANK`` for a CUDA run. Without ``WORLD_SIZE > 1`` in the
     environment and no initialised group, yields ``(1, 0, device)``.
+
+    The process group is initialised once per process and kept until the process exits: a
+    torchrun job cannot re-initialise its group (the second group finds the first one's stale
+    addresses in torchrun's store), and every TTA pass and every model of ``uqvision predict``
+    enters this context.
     """
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        yield dist.get_world_size(), dist.get_rank(), device
-        return
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 or not dist.is_available():
+    ready = dist.is_available() and dist.is_initialized()
+    if not ready and (world <= 1 or not dist.is_available()):
         yield 1, 0, device
         return
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = device.startswith("cuda")
-    if cuda:
+    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
+        local = int(os.environ["LOCAL_RANK"])
         device = f"cuda:{local}"
         torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    try:
-        yield world, dist.get_rank(), device
-    finally:
+    if not ready:
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        atexit.register(_destroy_process_group)
+    yield dist.get_world_size(), dist.get_rank(), device
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -124,9 +141,12 @@ def _gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
 
 
 def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
+    # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
+    # nothing random happens in the workers: augmentations carry their own generators
     loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
                         shuffle=False, num_workers=cfg.num_workers,
-                        pin_memory=cfg.device.startswith("cuda"))
+                        pin_memory=cfg.device.startswith("cuda"),
+                        generator=torch.Generator().manual_seed(cfg.seed))
     yield from loader
 
 
@@ -146,16 +166,19 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool):
 
 
 def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, device: str,
-         repeats: int, repeat_seed: int | None) -> dict[str, np.ndarray]:
-    """Logits (repeats, n_local, C), labels, sample indices, embeddings of one loader pass."""
+         passes: int = 1, dropout: PerSampleDropout | None = None) -> dict[str, np.ndarray]:
+    """Logits (passes, n_local, C), labels, sample indices, embeddings of one loader pass.
+
+    With ``dropout``, every pass ``r`` of a batch starts ``dropout.start_pass(r, indices)``.
+    """
     logits, labels, idx, embs = [], [], [], []
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
             x = x.to(device, non_blocking=True)
             outs = []
-            for r in range(repeats):
-                if repeat_seed is not None:  # dropout masks: a function of (seed, pass, batch)
-                    torch.manual_seed(derive_seed(repeat_seed, r, int(i[0])))
+            for r in range(passes):
+                if dropout is not None:
+                    dropout.start_pass(r, i.tolist())
                 with _autocast(cfg, device):
                     z, e = _forward(loaded.model, x, cfg.embeddings and r == 0)
                 outs.append(z.float().cpu().numpy())
@@ -165,7 +188,7 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
             labels.append(y.numpy())
             idx.append(i.numpy())
     c = loaded.num_classes
-    out = {"logits": np.concatenate(logits, axis=1) if logits else np.empty((repeats, 0, c),
+    out = {"logits": np.concatenate(logits, axis=1) if logits else np.empty((passes, 0, c),
                                                                              np.float32),
            "label": np.concatenate(labels) if labels else np.empty(0, np.int64),
            "index": np.concatenate(idx) if idx else np.empty(0, np.int64)}
@@ -174,35 +197,40 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
     return out
 
 
+#: Prediction modes: name -> runner(loaded, data, config, local indices, device) ->
+#: [(pass_index, arrays)] (``uqvision predict --mode NAME``).
+PASS_MODES: Registry[Callable] = Registry("prediction mode")
+
+
+@PASS_MODES.register(name="plain")
 def _plain(loaded, data, cfg, idx, device):
+    """The model's own evaluation preprocessing, one pass."""
     ds = ImageFolderDataset(data, loaded.transform)
-    return [(0, _run(loaded, ds, idx, cfg, device, 1, None))]
+    return [(0, _run(loaded, ds, idx, cfg, device))]
 
 
+@PASS_MODES.register(name="tta")
 def _tta(loaded, data, cfg, idx, device):
+    """One random augmentation (--tta-policy) per pass, one file per pass."""
     transform = tta_transform(cfg.tta_policy, loaded.data_config)
     out = []
     for p in range(cfg.first_pass, cfg.first_pass + cfg.passes):
         ds = ImageFolderDataset(data, transform, augment_seed=derive_seed(cfg.seed, p))
-        out.append((p, _run(loaded, ds, idx, cfg, device, 1, None)))
+        out.append((p, _run(loaded, ds, idx, cfg, device)))
     return out
 
 
+@PASS_MODES.register(name="mc_dropout")
 def _mc_dropout(loaded, data, cfg, idx, device):
-    if not has_dropout(loaded.model):
-        raise ValueError(f"model {loaded.spec.row!r} has no dropout module with p > 0; "
-                         "MC dropout is not available for it")
-    enable_mc_dropout(loaded.model)
+    """Dropout masks per sample and pass, all passes in one file (pass, sample, class)."""
     try:
+        dropout = PerSampleDropout(loaded.model, cfg.seed)
+    except ValueError:
+        raise ValueError(f"model {loaded.spec.row!r} has no dropout module with p > 0; "
+                         "MC dropout is not available for it") from None
+    with dropout:
         ds = ImageFolderDataset(data, loaded.transform)
-        return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, cfg.seed))]
-    finally:
-        loaded.model.eval()
-
-
-#: Prediction modes: name -> runner(loaded, data, config, local indices, device) ->
-#: [(pass_index, arrays)].
-PASS_MODES: dict[str, Callable] = {"plain": _plain, "tta": _tta, "mc_dropout": _mc_dropout}
+        return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
 
 
 def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
@@ -228,11 +256,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
         full result.
     """
     config = config or PredictConfig()
-    if config.mode not in PASS_MODES:
-        raise ValueError(f"unknown mode {config.mode!r}; choose from {sorted(PASS_MODES)}")
-    if config.mode == "tta" and config.tta_policy not in TTA_POLICIES:
-        raise ValueError(f"unknown augmentation policy {config.tta_policy!r}; choose from "
-                         f"{sorted(TTA_POLICIES)}")
+    run_mode = PASS_MODES.lookup(config.mode)
+    if config.mode == "tta":
+        TTA_POLICIES.lookup(config.tta_policy)
     if config.passes < 1 or config.batch_size < 1:
         raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
                          f"{config.batch_size}")
@@ -244,7 +270,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                             allow_random_init=config.allow_random_init, seed=config.seed)
         local = shard_indices(len(folder), world, rank)
         results = [(p, _gather(arrays, world))
-                   for p, arrays in PASS_MODES[config.mode](loaded, data, config, local, device)]
+                   for p, arrays in run_mode(loaded, data, config, local, device)]
     wall = time.perf_counter() - t0
     fingerprint = dataset_fingerprint(data)
     name = dataset_name or Path(data).resolve().name

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
+from uqmetrics.io import temporary_beside
 
 from .data import (
     DataConfig,
@@ -140,14 +141,14 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         "train_accuracy": acc,
         "provenance": provenance_attrs(config=cfg, seed=config.seed),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
     side = sidecar_path(out)
-    tmp_side, tmp_ckpt = side.with_name(side.name + ".tmp"), out.with_name(out.name + ".tmp")
-    tmp_side.write_text(json.dumps(sidecar, indent=1))
-    os.replace(tmp_side, side)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-              str(tmp_ckpt))
-    os.replace(tmp_ckpt, out)
+    with temporary_beside(side) as tmp:
+        tmp.write_text(json.dumps(sidecar, indent=1))
+        os.replace(tmp, side)
+    with temporary_beside(out) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                  str(tmp))
+        os.replace(tmp, out)
     return TrainResult(out, side, model, losses, acc, time.perf_counter() - t0)
 
 

@@ -1,0 +1,353 @@
+"""Model metadata for the selective protocol (PROTOCOLS V.1): size, input size, family, regime.
+
+The Selective paper's analyses compare models by how they were trained (knowledge distillation,
+pre-training data, adversarial training, semi-/self-supervision, the teacher) and by their size.
+None of that is in a model's weights, so it comes from a versioned table keyed by the model's
+``arch.tag`` (``tv/<name>.<WEIGHTS>`` for torchvision), shipped with the package as
+``uqvision/resources/model_metadata.csv``::
+
+    # uqvision model metadata, format_version 1: ...
+    key,family,base_architecture,params,input_size,distillation,teacher,pretraining_data,...
+    deit_tiny_distilled_patch16_224.fb_in1k,ViT,deit_tiny_patch16_224,5910800,224,yes,...
+
+Columns are the :data:`METADATA_FIELDS` registry (``uqvision metadata --fields``). A value the
+table does not know is ``unknown`` (an empty ``params``/``input_size``), and a model that is not
+in the table gets ``unknown`` everywhere: a regime is never guessed from a name.
+
+Extending the table: write a CSV with the same header (:func:`write_metadata` or by hand) and
+pass it with ``--metadata FILE`` to ``uqvision score``/``sweep``/``metadata``, or list it in the
+environment variable ``UQVISION_MODEL_METADATA`` (paths separated by ``os.pathsep``). Later tables
+override rows of earlier ones with the same key; a key twice in one file is an error.
+``uqvision metadata --unknown --caches DIR`` (or ``--scores selective.nc``) lists the models the
+tables do not know.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from uqmetrics.registry import Registry
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_ENV",
+    "METADATA_FIELDS",
+    "REGIME_FIELDS",
+    "MetadataError",
+    "MetadataField",
+    "ModelMetadata",
+    "attach_metadata",
+    "load_metadata",
+    "metadata_key",
+    "read_metadata",
+    "shipped_metadata_path",
+    "unknown_models",
+    "write_metadata",
+]
+
+#: Version of the table layout; bumped on any change of columns or allowed values.
+FORMAT_VERSION = 1
+#: Environment variable listing extra metadata tables (``os.pathsep``-separated paths).
+METADATA_ENV = "UQVISION_MODEL_METADATA"
+UNKNOWN = "unknown"
+_HEADER_RE = re.compile(r"^#\s*uqvision model metadata, format_version (\d+)\b")
+_KEY_RE = re.compile(r"^(tv/)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-+]+)?$")
+_TOKEN_RE = re.compile(r"^[a-z0-9_]+$")
+
+
+class MetadataError(ValueError):
+    """A metadata table is malformed (the message names the file, line, column and value)."""
+
+
+@dataclass(frozen=True)
+class MetadataField:
+    """One column of the table: what it means and which values it takes.
+
+    ``kind``: ``"key"``, ``"text"`` (free text), ``"token"`` (lower-case ``[a-z0-9_]+``),
+    ``"count"`` (a positive integer, empty when unknown) or ``"choice"`` (one of ``choices``).
+    ``regime``: the column describes how the model was trained (compared by
+    :func:`uqvision.analysis.paired_comparisons`).
+    """
+
+    name: str
+    description: str
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    regime: bool = False
+
+
+_YES_NO = ("yes", "no", UNKNOWN)
+
+#: The table's columns in file order (a :class:`~uqmetrics.registry.Registry` of
+#: :class:`MetadataField`).
+METADATA_FIELDS: Registry[MetadataField] = Registry("metadata field")
+for _f in (
+    MetadataField("key", "arch.tag as timm names it, or tv/<name>.<WEIGHTS> for torchvision",
+                  "key"),
+    MetadataField("family", "architecture family (ViT, ResNet, EfficientNet, ...)"),
+    MetadataField("base_architecture", "the architecture without the regime's changes (the "
+                  "same for a distilled DeiT and its plain twin); pairs are formed within it"),
+    MetadataField("params", "number of parameters (empty: unknown)", "count"),
+    MetadataField("input_size", "side of the square input in pixels (empty: unknown)", "count"),
+    MetadataField("distillation", "trained with knowledge distillation in any form", "choice",
+                  _YES_NO, True),
+    MetadataField("teacher", "the distillation teacher (a key, a description, or unknown; "
+                  "empty without distillation)"),
+    MetadataField("pretraining_data", "extra data before ImageNet-1k training: none, in21k, "
+                  "jft300m, yfcc100m, ig1b, ... or unknown", "token", (), True),
+    MetadataField("adversarial_training", "adversarial examples in training", "choice", _YES_NO,
+                  True),
+    MetadataField("supervision", "kind of supervision", "choice",
+                  ("supervised", "semi_supervised", "semi_weakly_supervised",
+                   "weakly_supervised", "self_supervised", "zero_shot", UNKNOWN), True),
+    MetadataField("label_smoothing", "label smoothing in training", "choice", _YES_NO, True),
+    MetadataField("notes", "source of the row (paper, model card)"),
+):
+    METADATA_FIELDS.register(_f)
+del _f
+
+#: Names of the regime columns (what :func:`uqvision.analysis.paired_comparisons` compares).
+REGIME_FIELDS: tuple[str, ...] = tuple(n for n, f in METADATA_FIELDS.items() if f.regime)
+COLUMNS: tuple[str, ...] = tuple(METADATA_FIELDS.names())
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """One row of the table (``params``/``input_size`` ``None`` when unknown)."""
+
+    key: str
+    family: str = UNKNOWN
+    base_architecture: str = UNKNOWN
+    params: int | None = None
+    input_size: int | None = None
+    distillation: str = UNKNOWN
+    teacher: str = UNKNOWN
+    pretraining_data: str = UNKNOWN
+    adversarial_training: str = UNKNOWN
+    supervision: str = UNKNOWN
+    label_smoothing: str = UNKNOWN
+    notes: str = ""
+
+    def row(self) -> dict[str, str]:
+        """The CSV row (counts as strings, ``None`` as empty)."""
+        return {k: "" if v is None else str(v) for k, v in asdict(self).items()}
+
+
+def metadata_key(source: str, architecture: str, tag: str) -> str:
+    """The table key of a model: ``arch.tag`` (timm) or ``tv/arch.tag`` (torchvision).
+
+    Examples
+    --------
+    >>> metadata_key("timm", "resnet50", "a1_in1k"), metadata_key("tv", "resnet50", "IMAGENET1K_V1")
+    ('resnet50.a1_in1k', 'tv/resnet50.IMAGENET1K_V1')
+    >>> metadata_key("timm", "resnet10t", "")
+    'resnet10t'
+    """
+    base = architecture + (f".{tag}" if tag else "")
+    return base if source in ("", "timm") else f"{source}/{base}"
+
+
+def _check_value(field: MetadataField, value: str, where: str) -> str | int | None:
+    value = value.strip()
+    if field.kind == "key":
+        if not _KEY_RE.match(value):
+            raise MetadataError(f"{where}: key must be arch.tag or tv/arch.tag (letters, digits, "
+                                f"_ - + only), got {value!r}")
+        return value
+    if field.kind == "count":
+        if value == "":
+            return None
+        if not value.isdigit() or int(value) < 1:
+            raise MetadataError(f"{where}: {field.name} must be a positive integer or empty "
+                                f"(unknown), got {value!r}")
+        return int(value)
+    if field.kind == "choice":
+        if value not in field.choices:
+            raise MetadataError(f"{where}: {field.name} must be one of "
+                                f"{', '.join(field.choices)}; got {value!r}")
+        return value
+    if field.kind == "token":
+        if not _TOKEN_RE.match(value):
+            raise MetadataError(f"{where}: {field.name} must be a lower-case token "
+                                f"([a-z0-9_]+, e.g. none, in21k, unknown), got {value!r}")
+        return value
+    return value
+
+
+def _parse(text: str, name: str) -> dict[str, ModelMetadata]:
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    m = _HEADER_RE.match(lines[first]) if first is not None else None
+    if m is None:
+        raise MetadataError(f"{name}: the first line must be '# uqvision model metadata, "
+                            f"format_version {FORMAT_VERSION}'")
+    if int(m.group(1)) != FORMAT_VERSION:
+        raise MetadataError(f"{name}: format_version {m.group(1)}; this uqvision reads "
+                            f"format_version {FORMAT_VERSION}")
+    numbered = [(i + 1, line) for i, line in enumerate(lines)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise MetadataError(f"{name}: no header row")
+    reader = csv.reader(io.StringIO("\n".join(line for _, line in numbered)))
+    header = [h.strip() for h in next(reader)]
+    if header != list(COLUMNS):
+        missing = [c for c in COLUMNS if c not in header]
+        extra = [c for c in header if c not in COLUMNS]
+        raise MetadataError(f"{name}:{numbered[0][0]}: header must be {','.join(COLUMNS)}"
+                            + (f"; missing {missing}" if missing else "")
+                            + (f"; unknown columns {extra}" if extra else "")
+                            + ("" if missing or extra else "; columns out of order"))
+    table: dict[str, ModelMetadata] = {}
+    for (lineno, _), values in zip(numbered[1:], reader, strict=True):
+        where = f"{name}:{lineno}"
+        if len(values) != len(COLUMNS):
+            raise MetadataError(f"{where}: expected {len(COLUMNS)} comma-separated fields, got "
+                                f"{len(values)}")
+        row = {f.name: _check_value(f, v, where)
+               for f, v in zip(METADATA_FIELDS.values(), values, strict=True)}
+        if row["key"] in table:
+            raise MetadataError(f"{where}: key {row['key']!r} appears twice")
+        if row["distillation"] == "no" and row["teacher"]:
+            raise MetadataError(f"{where}: teacher {row['teacher']!r} given but distillation is "
+                                "'no'")
+        if row["distillation"] != "no" and not row["teacher"]:
+            row["teacher"] = UNKNOWN
+        table[row["key"]] = ModelMetadata(**row)
+    return table
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, ModelMetadata]:
+    """Parse one metadata table: key -> :class:`ModelMetadata`.
+
+    Raises
+    ------
+    FileNotFoundError
+    MetadataError
+        A missing or wrong version line, a header other than :data:`COLUMNS`, a row with the
+        wrong number of fields, a bad key, value or count, a key twice, or a teacher without
+        distillation. The message names the file, line, column and value.
+    """
+    path = Path(path)
+    return _parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def shipped_metadata_path() -> Path:
+    """The table shipped with the package."""
+    return Path(str(resources.files("uqvision") / "resources" / "model_metadata.csv"))
+
+
+def _env_tables() -> list[Path]:
+    return [Path(p) for p in os.environ.get(METADATA_ENV, "").split(os.pathsep) if p.strip()]
+
+
+@dataclass(frozen=True)
+class MetadataTables:
+    """The merged table and the files it came from (with their SHA-256), for result attrs."""
+
+    rows: Mapping[str, ModelMetadata]
+    sources: tuple[tuple[str, str], ...]
+
+    def get(self, key: str) -> ModelMetadata | None:
+        return self.rows.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        return {"metadata_format_version": FORMAT_VERSION,
+                "metadata_tables": json.dumps(dict(self.sources))}
+
+
+def load_metadata(extra: Iterable[str | os.PathLike] = (), *, shipped: bool = True,
+                  environment: bool = True) -> MetadataTables:
+    """The shipped table, then the tables of ``$UQVISION_MODEL_METADATA``, then ``extra``.
+
+    Later tables override rows of earlier ones with the same key.
+    """
+    paths = ([shipped_metadata_path()] if shipped else []) + (
+        _env_tables() if environment else []) + [Path(p) for p in extra]
+    rows: dict[str, ModelMetadata] = {}
+    sources = []
+    for p in paths:
+        rows.update(read_metadata(p))
+        name = "uqvision:resources/model_metadata.csv" if shipped and p == paths[0] else str(p)
+        sources.append((name, hashlib.sha256(p.read_bytes()).hexdigest()))
+    return MetadataTables(rows, tuple(sources))
+
+
+def write_metadata(rows: Iterable[ModelMetadata], path: str | os.PathLike) -> Path:
+    """Write ``rows`` as a table :func:`read_metadata` reads (checked by reading it back)."""
+    buf = io.StringIO()
+    buf.write(f"# uqvision model metadata, format_version {FORMAT_VERSION}\n")
+    w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r.row())
+    _parse(buf.getvalue(), str(path))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    return path
+
+
+def unknown_models(keys: Iterable[str], tables: MetadataTables) -> list[str]:
+    """The distinct ``keys`` (in first-seen order) that no table has a row for."""
+    return [k for k in dict.fromkeys(keys) if k not in tables]
+
+
+#: Per-model coords :func:`attach_metadata` adds (``params``/``input_size`` are float, NaN when
+#: unknown; the others strings).
+METADATA_COORDS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in ("key", "notes"))
+
+
+def attach_metadata(ds: xr.Dataset, tables: MetadataTables, *,
+                    measured: Mapping[str, Sequence[float]] | None = None) -> xr.Dataset:
+    """Add the metadata of every model of a selective result as per-model coords.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A result with dim ``model`` and a per-model coord ``metadata_key``.
+    tables : MetadataTables
+    measured : mapping, optional
+        ``params`` and/or ``input_size`` measured from the models themselves, shape (model,)
+        (NaN where not measured); they take precedence over the table's values.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``ds`` with coords :data:`METADATA_COORDS` over ``model`` and ``metadata_known``
+        (bool: the key has a row), attrs :attr:`MetadataTables.attrs`.
+    """
+    if "metadata_key" not in ds.coords:
+        raise ValueError("the result has no 'metadata_key' coord (not a selective result?)")
+    keys = [str(k) for k in ds["metadata_key"].values]
+    rows = [tables.get(k) or ModelMetadata(k) for k in keys]
+    coords: dict[str, tuple[str, np.ndarray]] = {}
+    for name in METADATA_COORDS:
+        if METADATA_FIELDS[name].kind == "count":
+            table = np.array([np.nan if getattr(r, name) is None else getattr(r, name)
+                              for r in rows], dtype=np.float64)
+            got = np.asarray((measured or {}).get(name, np.full(len(rows), np.nan)), np.float64)
+            coords[name] = ("model", np.where(np.isnan(got), table, got))
+        else:
+            coords[name] = ("model", np.array([getattr(r, name) for r in rows], dtype=object))
+    coords["metadata_known"] = ("model", np.array([k in tables for k in keys]))
+    out = ds.assign_coords(coords)
+    out.attrs = {**ds.attrs, **tables.attrs}
+    return out

@@ -78,7 +78,8 @@ def test_misaligned_members_raise_before_scoring(tmp_path, write_cache):
 def test_bad_options(tmp_path, write_cache):
     rng = np.random.default_rng(4)
     write_cache(tmp_path, rng.normal(size=(30, 3)), rng.integers(0, 3, 30), model="m0")
-    with pytest.raises(ValueError, match="unknown ensemble methods"):
+    with pytest.raises(ValueError, match="unknown ensemble method 'swag'; valid ensemble "
+                                         "methods: deep_ensemble, deep_ensemble_tta"):
         score_ensembles([tmp_path], EnsembleConfig(methods=("swag",)))
     with pytest.raises(ValueError, match="no plain cache for members"):
         score_ensembles([tmp_path], EnsembleConfig(members=["m0", "m9"]))

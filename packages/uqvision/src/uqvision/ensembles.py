@@ -4,9 +4,9 @@ Equivalent, from cached member predictions.
 A *method* is an ordered list of sample sets over the same test order — deep-ensemble members,
 members each with its own random augmentation (TTA), TTA passes of one model, MC-dropout passes
 — built from the cache index by a function in :data:`ENSEMBLE_METHODS`. For each method and
-size ``s = 1..K`` over ``n_orders`` member orders, ``uqmetrics.ensemble_size_curve`` gives the
-classification metrics and the calibrated log-likelihood (``test_cv``); the selective metrics
-are evaluated on the same prefixes. ``uqmetrics.deep_ensemble_equivalent`` then maps each
+size ``s = 1..K`` over ``n_orders`` member orders, ``uqmetrics.ensemble_size_curve`` (the one
+scoring path) gives the classification and selective metrics of every prefix ensemble and its
+calibrated log-likelihood (``test_cv``). ``uqmetrics.deep_ensemble_equivalent`` then maps each
 method's mean CLL onto the deep-ensemble curve.
 """
 
@@ -22,13 +22,11 @@ import pandas as pd
 import xarray as xr
 from uqmetrics import (
     deep_ensemble_equivalent,
-    ensemble_log_probs,
     ensemble_size_curve,
-    get_confidence_function,
     log_softmax,
     provenance_attrs,
 )
-from uqmetrics.registry import get_metric
+from uqmetrics.registry import Registry
 
 from .cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
 
@@ -42,9 +40,9 @@ __all__ = [
     "score_ensembles",
 ]
 
-#: Classification metrics computed by ``uqmetrics.ensemble_size_curve`` (plus ``cll``).
+#: Classification metrics of every prefix ensemble (plus ``cll``).
 CURVE_METRICS = ("accuracy", "nll", "brier", "ece")
-#: Selective metrics (correct, κ) evaluated on the same member prefixes, κ = softmax response.
+#: Selective metrics (correct, κ) of the same prefixes, κ = ``EnsembleConfig.confidence``.
 PREFIX_METRICS = ("auroc", "aurc", "eaurc")
 
 
@@ -56,23 +54,32 @@ class Source:
     pass_in_file: int | None = None
 
 
+#: Methods: name -> builder(cache infos of one dataset, member model names) -> sources or None
+#: (None: the caches it needs are absent; the method is left out).
+ENSEMBLE_METHODS: Registry[Callable[[list[CacheInfo], list[str]], list[Source] | None]] = \
+    Registry("ensemble method")
+
+
 def _find(infos, model, mode, pass_index):
     hits = [i for i in infos if i.model == model and i.mode == mode and i.pass_index == pass_index]
     return hits[0] if hits else None
 
 
+@ENSEMBLE_METHODS.register(name="deep_ensemble")
 def _deep_ensemble(infos: list[CacheInfo], members: list[str]) -> list[Source] | None:
     """Each member's plain (centre-crop) prediction."""
     found = [_find(infos, m, "plain", 0) for m in members]
     return None if None in found or not found else [Source(str(i.path)) for i in found]
 
 
+@ENSEMBLE_METHODS.register(name="deep_ensemble_tta")
 def _deep_ensemble_tta(infos, members):
     """Member ``k`` with its own random augmentation, TTA pass ``k`` (Pitfalls, Fig. 4)."""
     found = [_find(infos, m, "tta", k) for k, m in enumerate(members)]
     return None if None in found or not found else [Source(str(i.path)) for i in found]
 
 
+@ENSEMBLE_METHODS.register(name="single_tta")
 def _single_tta(infos, members):
     """The first member under every TTA pass it has (TTA of a single model)."""
     if not members:
@@ -82,22 +89,13 @@ def _single_tta(infos, members):
     return [Source(str(i.path)) for i in found] or None
 
 
+@ENSEMBLE_METHODS.register(name="mc_dropout")
 def _mc_dropout(infos, members):
     """The first member's MC-dropout passes."""
     if not members:
         return None
     hit = _find(infos, members[0], "mc_dropout", 0)
     return None if hit is None else [Source(str(hit.path), p) for p in range(hit.n_passes)]
-
-
-#: Methods: name -> builder(cache infos of one dataset, member model names) -> sources or None
-#: (None: the caches it needs are absent; the method is left out).
-ENSEMBLE_METHODS: dict[str, Callable[[list[CacheInfo], list[str]], list[Source] | None]] = {
-    "deep_ensemble": _deep_ensemble,
-    "deep_ensemble_tta": _deep_ensemble_tta,
-    "single_tta": _single_tta,
-    "mc_dropout": _mc_dropout,
-}
 
 
 @dataclass
@@ -109,7 +107,7 @@ class EnsembleConfig:
     """
 
     members: list[str] | None = None
-    methods: tuple[str, ...] = tuple(ENSEMBLE_METHODS)
+    methods: tuple[str, ...] = tuple(ENSEMBLE_METHODS.names())
     reference: str = "deep_ensemble"
     n_orders: int = 5
     n_repeats: int = 5
@@ -146,27 +144,10 @@ def load_sources(sources: Sequence[Source]) -> tuple[np.ndarray, np.ndarray, lis
     return np.stack(lps), uniq[0]["label"].values, checks
 
 
-def _prefix_metrics(lp: np.ndarray, y: np.ndarray, orders: np.ndarray, confidence: str):
-    """Selective metrics of every (order, size) prefix ensemble, shape (metric, order, size)."""
-    kappa_fn = get_confidence_function(confidence)
-    specs = [get_metric(m) for m in PREFIX_METRICS]
-    out = np.empty((len(specs), orders.shape[0], lp.shape[0]))
-    for o, perm in enumerate(orders):
-        for s in range(1, lp.shape[0] + 1):
-            p = np.exp(ensemble_log_probs(lp[perm[:s]]))
-            correct = np.argmax(p, axis=1) == y
-            kappa = kappa_fn(p)
-            for j, spec in enumerate(specs):
-                out[j, o, s - 1] = spec.func(correct, kappa)
-    return out
-
-
 def _method_curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig) -> xr.Dataset:
-    curve = ensemble_size_curve(lp, y, metrics=CURVE_METRICS, n_orders=config.n_orders,
+    curve = ensemble_size_curve(lp, y, metrics=CURVE_METRICS + PREFIX_METRICS,
+                                confidence=config.confidence, n_orders=config.n_orders,
                                 seed=config.seed, calibrated=True, n_repeats=config.n_repeats)
-    extra = _prefix_metrics(lp, y, curve["member_order"].values, config.confidence)
-    for j, name in enumerate(PREFIX_METRICS):
-        curve[name] = (("order", "size"), extra[j])
     return curve.drop_vars(["member_order", "position"])
 
 
@@ -203,10 +184,7 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     ensembling in deep learning. ICLR 2020.
     """
     config = config or EnsembleConfig()
-    unknown = [m for m in config.methods if m not in ENSEMBLE_METHODS]
-    if unknown:
-        raise ValueError(f"unknown ensemble methods {unknown}; choose from "
-                         f"{sorted(ENSEMBLE_METHODS)}")
+    builders = {m: ENSEMBLE_METHODS.lookup(m) for m in config.methods}
     infos = select_dataset(index_caches(caches), config.dataset)
     members = config.members
     if members is None:
@@ -215,7 +193,7 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
         missing = [m for m in members if _find(infos, m, "plain", 0) is None]
         if missing:
             raise ValueError(f"no plain cache for members {missing}")
-    sources = {m: ENSEMBLE_METHODS[m](infos, list(members)) for m in config.methods}
+    sources = {m: build(infos, list(members)) for m, build in builders.items()}
     sources = {m: s for m, s in sources.items() if s}
     sources.update(config.extra_methods)
     if config.reference not in sources:

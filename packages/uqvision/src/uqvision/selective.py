@@ -1,11 +1,12 @@
 """Selective-prediction protocol (PROTOCOLS.md V.1): one row per model, from cached logits.
 
-Every metric is a registered ``uqmetrics`` metric evaluated on the same evaluation samples with
-and without temperature scaling (``stratified_holdout``: a label-stratified calibration subset
-of ``calibration_size`` samples, the rest scored — one split shared by every model of the
-dataset). Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and MC dropout
-(negative predictive entropy of the mean over passes; ECE not reported, as in Galil et al.)
-where the model has an MC-dropout cache.
+Every row is one call of ``uqmetrics.temperature_scaled_metrics`` (the one scoring path):
+registered metrics on the same evaluation samples with and without temperature scaling
+(``stratified_holdout``: a label-stratified calibration subset of ``calibration_size`` samples,
+the rest scored; the split is a function of the labels and the seed, so every model of the
+dataset shares it). Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and
+MC dropout (negative predictive entropy of the mean over passes; ECE not reported, as in Galil
+et al.) where the model has an MC-dropout cache.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import xarray as xr
 from uqmetrics import (
-    calibration_splits,
     ensemble_log_probs,
-    fit_temperature_result,
-    get_confidence_function,
     log_softmax,
     provenance_attrs,
-    softmax,
+    temperature_scaled_metrics,
 )
-from uqmetrics.registry import get_metric
+from uqmetrics.registry import Registry, get_metric
 
 from .cache import check_aligned, index_caches, read_cache, select_dataset
 
@@ -48,19 +46,23 @@ SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "
 
 @dataclass(frozen=True)
 class RowKind:
-    """How a cache becomes a row: the cache mode it reads, its κ, metrics it does not report."""
+    """How a cache becomes a row: the cache mode it reads, its κ (a ``uqmetrics`` confidence
+    function), metrics it does not report, the suffix of its row name."""
 
     mode: str
     confidence: str
     skip: tuple[str, ...] = ()
     suffix: str = ""
+    description: str = ""
 
 
 #: Row kinds by method name (one row per model and kind that has a cache).
-ROW_KINDS: dict[str, RowKind] = {
-    "softmax": RowKind("plain", "softmax_response"),
-    "mc_dropout": RowKind("mc_dropout", "negative_entropy", skip=("ece",), suffix="+mc_dropout"),
-}
+ROW_KINDS: Registry[RowKind] = Registry("row kind")
+ROW_KINDS.add("softmax", RowKind("plain", "softmax_response",
+                                 description="softmax response on the plain cache"))
+ROW_KINDS.add("mc_dropout", RowKind(
+    "mc_dropout", "negative_entropy", skip=("ece",), suffix="+mc_dropout",
+    description="negative entropy of the mean over MC-dropout passes (no ECE)"))
 
 
 @dataclass
@@ -102,23 +104,16 @@ def predictive_log_probs(logits: np.ndarray) -> np.ndarray:
     return ensemble_log_probs(log_softmax(z))
 
 
-def _row(z: np.ndarray, y: np.ndarray, calib: np.ndarray, rest: np.ndarray, kind: RowKind,
-         metrics: tuple[str, ...]) -> tuple[np.ndarray, float, bool]:
-    """Values (calibration=2, metric) + the fitted temperature and its convergence flag."""
-    fit = fit_temperature_result(z[calib], y[calib])
-    kappa_fn = get_confidence_function(kind.confidence)
-    values = np.full((2, len(metrics)), np.nan)
-    for c, t in enumerate((1.0, fit.temperature)):
-        p = softmax(z[rest], temperature=t)
-        correct = np.argmax(p, axis=1) == y[rest]
-        kappa = kappa_fn(p)
-        for j, name in enumerate(metrics):
-            if name in kind.skip:
-                continue
-            spec = get_metric(name)
-            values[c, j] = (spec.func(y[rest], p) if spec.kind == "classification"
-                            else spec.func(correct, kappa))
-    return values, fit.temperature, fit.converged
+def _row(z: np.ndarray, y: np.ndarray, n_calib: int, seed: int, kind: RowKind,
+         metrics: tuple[str, ...]) -> tuple[np.ndarray, xr.Dataset]:
+    """Values (calibration=2, metric), NaN for the kind's skipped metrics, and the
+    ``temperature_scaled_metrics`` result (one ``stratified_holdout`` fold)."""
+    scored = tuple(m for m in metrics if m not in kind.skip)
+    res = temperature_scaled_metrics(z, y, protocol="stratified_holdout", metrics=scored,
+                                     confidence=kind.confidence, n_calib=n_calib, seed=seed)
+    values = np.stack([res[m].values if m in res else np.full(2, np.nan) for m in metrics],
+                      axis=1)
+    return values, res
 
 
 def score_selective(caches: Iterable[str | os.PathLike],
@@ -155,15 +150,12 @@ def score_selective(caches: Iterable[str | os.PathLike],
     estimation performance of 523 ImageNet classifiers? ICLR 2023.
     """
     config = config or SelectiveConfig()
-    unknown = [k for k in config.kinds if k not in ROW_KINDS]
-    if unknown:
-        raise ValueError(f"unknown row kinds {unknown}; choose from {sorted(ROW_KINDS)}")
+    kinds = {k: ROW_KINDS.lookup(k) for k in config.kinds}
     infos = select_dataset(index_caches(caches), config.dataset)
     models = list(dict.fromkeys(i.model for i in sorted(infos, key=lambda i: i.model)))
     rows = []  # (row name, kind name, CacheInfo)
     for m in models:
-        for kname in config.kinds:
-            kind = ROW_KINDS[kname]
+        for kname, kind in kinds.items():
             hits = [i for i in infos if i.model == m and i.mode == kind.mode and i.pass_index == 0]
             if hits:
                 rows.append((m + kind.suffix, kname, hits[0]))
@@ -174,19 +166,18 @@ def score_selective(caches: Iterable[str | os.PathLike],
     temps, conv = np.ones((len(rows), 2)), np.zeros(len(rows), dtype=bool)
     meta: dict[str, list[str]] = {k: [] for k in ("architecture", "tag", "checkpoint_sha256")}
     checksums = {}
-    ref = split = None
+    ref = None
     for r, (row, kname, info) in enumerate(rows):
         ds = read_cache(info.path)
         if ref is None:
             ref = ds.drop_vars([v for v in ds.data_vars if v != "label"])
             y = ref["label"].values
             n_calib = resolve_calibration_size(config.calibration_size, y.size)
-            (calib, rest), = calibration_splits(y, protocol="stratified_holdout",
-                                                n_calib=n_calib, seed=config.seed)
-            split = (calib, rest)
         check_aligned([ref, ds], [rows[0][0], row])
         z = predictive_log_probs(ds["logits"].values)
-        values[r], temps[r, 1], conv[r] = _row(z, y, *split, ROW_KINDS[kname], metrics)
+        values[r], res = _row(z, y, n_calib, config.seed, kinds[kname], metrics)
+        temps[r, 1], conv[r] = float(res["temperature"][0]), bool(res["converged"][0])
+        split_sizes = int(res["n_calib"][0]), int(res["n_eval"][0])
         for k, values_k in meta.items():
             values_k.append(str(ds.attrs.get(k, "")))
         checksums[str(info.path)] = ds.attrs["checksum"]
@@ -200,9 +191,9 @@ def score_selective(caches: Iterable[str | os.PathLike],
     for name in metrics:
         out[name].attrs["greater_is_better"] = int(get_metric(name).greater_is_better)
     extra = {"protocol": "selective", "calibration_protocol": "stratified_holdout",
-             "n_calib": int(split[0].size), "n_eval": int(split[1].size),
+             "n_calib": split_sizes[0], "n_eval": split_sizes[1],
              "dataset_name": rows[0][2].dataset_name,
-             "confidence_functions": json.dumps({k: ROW_KINDS[k].confidence for k in config.kinds}),
+             "confidence_functions": json.dumps({k: v.confidence for k, v in kinds.items()}),
              "caches": json.dumps(checksums)}
     out.attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
     return out

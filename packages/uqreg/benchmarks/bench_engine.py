@@ -25,10 +25,12 @@ Prints, from ONE run, side by side:
    or from the activation);
 4. a torch-profiler table of one chunk's training: where the time goes.
 
-Step times come from the engine's own per-epoch progress calls: for every chunk, the time
-from the end of its first epoch to the end of its last, so the initialisation (drawing
-Glorot-uniform weights from the counter-based streams) and the first epoch's warm-up are not
-counted; per-chunk times are summed and divided by the concurrent workers. FLOPs counted:
+Step times come from the engine's own per-epoch progress calls: for every chunk, the CPU time
+of its worker thread from the end of its first epoch to the end of its last, so the
+initialisation (drawing Glorot-uniform weights from the counter-based streams) and the first
+epoch's warm-up are not counted, nor are other processes of a shared machine; per-chunk times
+are summed and divided by the concurrent workers. (On CUDA, where the CPU time is not the
+device's, read [1]'s wall times.) FLOPs counted:
 6·n·Σ fan_in·fan_out per network and epoch (2 forward, 4 backward), the usual dense-training
 count, so the fraction of peak is a lower bound of how busy the matmul units are.
 
@@ -100,8 +102,8 @@ def run_chunks(job: TrainJob, work) -> None:
     (as :func:`uqreg.engine.execute`, without the prediction)."""
     plan = make_plan(job)
     with single_threaded():
-        if plan.workers > 1:
-            with ThreadPoolExecutor(plan.workers) as pool:
+        if plan.workers > 1:  # each worker thread's OpenMP team set to one thread, for every backend
+            with ThreadPoolExecutor(plan.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
                 list(pool.map(work, plan.chunks(job.nets)))
         else:
             for chunk in plan.chunks(job.nets):
@@ -110,14 +112,15 @@ def run_chunks(job: TrainJob, work) -> None:
 
 class EpochClock:
     """Progress callback that times every chunk from the end of its first epoch to the end of
-    its last (per thread: a chunk's ``epochs`` calls come one after the other)."""
+    its last, in its worker's CPU time (per thread: a chunk's ``epochs`` calls come one after
+    the other)."""
 
     def __init__(self, epochs: int):
         self.epochs = epochs
         self.stamps: dict[int, list[float]] = {}
 
     def __call__(self, n: int) -> None:
-        self.stamps.setdefault(threading.get_ident(), []).append(time.perf_counter())
+        self.stamps.setdefault(threading.get_ident(), []).append(time.thread_time())
 
     def busy_time(self) -> float:
         """Sum over chunks of the time of their epochs 2..E."""
@@ -181,12 +184,12 @@ def time_roofline(job: TrainJob) -> float:
         for a, w, out in ops:  # warm-up, as the step's first epoch
             torch.bmm(a, w, out=out)
         _sync(cfg.device)
-        t = time.perf_counter()
+        t = time.thread_time()
         for _ in range(steps - 1):
             for a, w, out in ops:
                 torch.bmm(a, w, out=out)
         _sync(cfg.device)
-        busy.append(time.perf_counter() - t)
+        busy.append(time.thread_time() - t)
 
     run_chunks(job, work)
     return sum(busy) / make_plan(job).workers / (job.epochs - 1)

@@ -48,7 +48,7 @@ PAD = 64
 #: Adam's ε (PyTorch's default, as the autograd path).
 ADAM_EPS = 1e-8
 
-_leaky_relu_ = torch._C._nn.leaky_relu_
+_leaky_relu_ = torch.nn.functional.leaky_relu_
 _leaky_relu_backward = torch.ops.aten.leaky_relu_backward.grad_input
 
 

@@ -5,16 +5,68 @@ import pytest
 import xarray as xr
 
 from uqvision.cli import COMMANDS, SCORE_PROTOCOLS, build_parser, main
+from uqvision.data import DATASET_MAKERS, TTA_POLICIES
+from uqvision.ensembles import ENSEMBLE_METHODS
+from uqvision.predict import PASS_MODES
+from uqvision.selective import ROW_KINDS
 
 SELECTIVE_VARS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
                   "brier", "temperature")
 
 
+def _subparser(name):
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+def _choices(parser, dest):
+    return list(next(a for a in parser._actions if a.dest == dest).choices)
+
+
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) == set(COMMANDS) == {"data", "train", "predict", "score", "sweep",
-                                                 "plot", "demo"}
-    assert set(SCORE_PROTOCOLS) == {"selective", "ensembles"}
+    assert list(sub.choices) == COMMANDS.names() == ["data", "train", "predict", "score",
+                                                     "sweep", "plot", "demo"]
+    assert SCORE_PROTOCOLS.names() == ["selective", "ensembles"]
+
+
+def test_choices_and_help_come_from_the_registries():
+    predict, score = _subparser("predict"), _subparser("score")
+    assert _choices(_subparser("data"), "kind") == DATASET_MAKERS.names()
+    assert _choices(predict, "mode") == PASS_MODES.names()
+    assert _choices(predict, "tta_policy") == TTA_POLICIES.names()
+    assert _choices(_subparser("train"), "augment") == [*TTA_POLICIES.names(), "none"]
+    assert _choices(score, "protocol") == SCORE_PROTOCOLS.names()
+    assert _choices(score, "row_kinds") == ROW_KINDS.names()
+    assert _choices(score, "methods") == _choices(score, "reference") == ENSEMBLE_METHODS.names()
+    text = predict.format_help()
+    for line in PASS_MODES.describe().splitlines():  # one help line per registered mode
+        assert line.split(":")[0] + ":" in text
+
+
+def test_a_registered_dataset_maker_is_a_data_command_with_its_options(tmp_path, monkeypatch,
+                                                                      capsys):
+    calls = []
+
+    def make_tiles(root, *, n_tiles: int = 3, seed: int = 0, overwrite: bool = False):
+        """Tiles (a maker registered by a test)."""
+        calls.append((root, n_tiles, seed, overwrite))
+        return root
+
+    monkeypatch.setitem(DATASET_MAKERS, "tiles", make_tiles)
+    assert "tiles: Tiles" in _subparser("data").format_help()
+    assert main(["data", "tiles", "--out", str(tmp_path), "--n-tiles", "5", "--seed", "2"]) == 0
+    assert calls == [(str(tmp_path), 5, 2, False)]
+    capsys.readouterr()
+    assert main(["data", "tiles", "--out", str(tmp_path), "--image-size", "8"]) == 2
+    assert "do not apply to dataset maker 'tiles'" in capsys.readouterr().err
+
+
+def test_data_command_writes_a_synthetic_folder(tmp_path):
+    assert main(["data", "synthetic", "--out", str(tmp_path / "s"), "--classes", "2",
+                 "--n-per-class", "1", "--image-size", "8"]) == 0
+    assert sorted(p.name for p in (tmp_path / "s" / "test").iterdir()) == ["class_000",
+                                                                          "class_001"]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 """``uqvision`` command line: a thin layer over the library API.
 
-Commands: ``data``, ``train``, ``predict``, ``score``, ``sweep``, ``plot``, ``demo``
-(``uqvision <command> -h`` for options). ``predict`` runs under ``torchrun`` as is
+Commands (:data:`COMMANDS`): ``data``, ``train``, ``predict``, ``score``, ``sweep``, ``plot``,
+``demo`` (``uqvision <command> -h`` for options). Choices and their help come from the
+registries: dataset makers, prediction modes, augmentations, score protocols, row kinds,
+ensemble methods. ``predict`` runs under ``torchrun`` as is
 (``torchrun --nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the
 logits gathered before rank 0 writes.
 """
@@ -9,28 +11,75 @@ logits gathered before rank 0 writes.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import os
 import sys
+import textwrap
+import typing
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["COMMANDS", "SCORE_PROTOCOLS", "build_parser", "main"]
+from uqmetrics.registry import Registry
+
+from .data import DATASET_MAKERS, TTA_POLICIES
+from .ensembles import ENSEMBLE_METHODS, EnsembleConfig, score_ensembles
+from .predict import PASS_MODES, PredictConfig, predict_to_files
+from .selective import ROW_KINDS, SelectiveConfig, score_selective
+
+__all__ = ["COMMANDS", "SCORE_PROTOCOLS", "Command", "build_parser", "main"]
+
+#: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
+_COMMON_MAKER_OPTIONS = ("root", "seed", "overwrite")
+#: Earlier spellings of maker options, still accepted.
+_MAKER_ALIASES = {"n_classes": ["--classes"], "n_per_class": ["--per-class"]}
 
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _cmd_data(a: argparse.Namespace) -> int:
-    from .data import DATASET_MAKERS
+def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
+    """Keyword options of the registered dataset makers: name -> (type, makers, defaults)."""
+    out: dict[str, tuple[type, list[str], dict[str, object]]] = {}
+    for maker_name, maker in DATASET_MAKERS.items_ordered():
+        hints = typing.get_type_hints(maker)
+        for name, param in inspect.signature(maker).parameters.items():
+            if param.kind is not param.KEYWORD_ONLY or name in _COMMON_MAKER_OPTIONS:
+                continue
+            hint = hints.get(name, str)
+            kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+            entry = out.setdefault(name, (kind, [], {}))
+            entry[1].append(maker_name)
+            entry[2][maker_name] = param.default
+    return out
 
-    opts = {"digits": {"test_fraction": a.test_fraction, "max_per_class": a.max_per_class},
-            "synthetic": {"n_classes": a.classes, "n_per_class": a.per_class,
-                          "image_size": a.image_size}}[a.kind]
-    root = DATASET_MAKERS[a.kind](a.out, seed=a.seed, overwrite=a.overwrite, **opts)
+
+def _cmd_data(a: argparse.Namespace) -> int:
+    maker = DATASET_MAKERS.lookup(a.kind)
+    accepted = inspect.signature(maker).parameters
+    given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
+    foreign = sorted(k for k in given if k not in accepted)
+    if foreign:
+        raise ValueError(f"options {['--' + k.replace('_', '-') for k in foreign]} do not apply "
+                         f"to dataset maker {a.kind!r}")
+    root = maker(a.out, seed=a.seed, overwrite=a.overwrite, **given)
     _print(str(root))
     return 0
+
+
+def _args_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=DATASET_MAKERS.names(),
+                   help="dataset maker:\n" + DATASET_MAKERS.describe())
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    for name, (kind, _makers, defaults) in _maker_options().items():
+        flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
+        p.add_argument(*flags, dest=name, type=kind, default=None,
+                       help="option of " + ", ".join(f"{m} (default {d})"
+                                                     for m, d in defaults.items()))
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
@@ -50,9 +99,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
-def _predict_config(a: argparse.Namespace):
-    from .predict import PredictConfig
-
+def _predict_config(a: argparse.Namespace) -> PredictConfig:
     return PredictConfig(mode=a.mode, passes=a.passes, first_pass=a.first_pass,
                          tta_policy=a.tta_policy, seed=a.seed, batch_size=a.batch_size,
                          num_workers=a.workers, device=a.device, amp=a.amp,
@@ -61,10 +108,6 @@ def _predict_config(a: argparse.Namespace):
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
-    import os
-
-    from .predict import predict_to_files
-
     for spec in a.model:
         paths = predict_to_files(spec, a.data, a.out, _predict_config(a),
                                  dataset_name=a.dataset_name, overwrite=a.overwrite)
@@ -74,30 +117,32 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
+#: ``uqvision score --protocol NAME``: name -> function(args) -> xarray.Dataset.
+SCORE_PROTOCOLS: Registry[Callable[[argparse.Namespace], object]] = Registry("score protocol")
+
+
+@SCORE_PROTOCOLS.register(name="selective")
 def _score_selective(a: argparse.Namespace):
-    from .selective import SelectiveConfig, score_selective
-
+    """one row per model and row kind, with and without temperature scaling (V.1)"""
+    kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
     return score_selective(a.caches, SelectiveConfig(calibration_size=a.calibration_size,
-                                                     seed=a.seed, dataset=a.dataset))
+                                                     seed=a.seed, dataset=a.dataset,
+                                                     kinds=kinds))
 
 
+@SCORE_PROTOCOLS.register(name="ensembles")
 def _score_ensembles(a: argparse.Namespace):
-    from .ensembles import EnsembleConfig, score_ensembles
-
+    """metrics vs ensemble size and the Deep Ensemble Equivalent of every method (V.2)"""
+    methods = tuple(a.methods) if a.methods else EnsembleConfig.methods
     return score_ensembles(a.caches, EnsembleConfig(members=a.members, n_orders=a.n_orders,
                                                     seed=a.seed, dataset=a.dataset,
-                                                    reference=a.reference))
-
-
-#: ``uqvision score --protocol NAME``: name -> function(args) -> xarray.Dataset.
-SCORE_PROTOCOLS: dict[str, Callable] = {"selective": _score_selective,
-                                        "ensembles": _score_ensembles}
+                                                    reference=a.reference, methods=methods))
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
     from uqmetrics import write_dataset
 
-    ds = SCORE_PROTOCOLS[a.protocol](a)
+    ds = SCORE_PROTOCOLS.lookup(a.protocol)(a)
     _print(str(write_dataset(ds, a.out, overwrite=a.overwrite)))
     return 0
 
@@ -105,7 +150,6 @@ def _cmd_score(a: argparse.Namespace) -> int:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics import write_dataset
 
-    from .selective import SelectiveConfig, score_selective
     from .sweep import sweep_predictions
 
     out = Path(a.out)
@@ -152,12 +196,36 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------
+# arguments of each command
+
+
+def _args_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
+    p.add_argument("--data", required=True, help="training image folder")
+    p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
+    p.add_argument("--seeds", type=int, nargs="+", help="one member per seed (default 0)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--input-size", type=int, default=32)
+    p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
+                   help="training augmentation:\n" + TTA_POLICIES.describe()
+                   + "\nnone: no augmentation")
+    p.add_argument("--drop-rate", type=float, default=0.0)
+    p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--workers", type=int, default=0)
+
+
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=["plain", "tta", "mc_dropout"], default="plain")
+    p.add_argument("--mode", choices=PASS_MODES.names(), default="plain",
+                   help="prediction mode:\n" + PASS_MODES.describe())
     p.add_argument("--passes", type=int, default=1,
                    help="TTA augmentations or MC-dropout passes (30 in the Selective paper)")
     p.add_argument("--first-pass", type=int, default=0, help="index of the first TTA pass")
-    p.add_argument("--tta-policy", default="imagenet", help="imagenet | cifar | crop")
+    p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
+                   help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers")
@@ -169,40 +237,7 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``uqvision``."""
-    ap = argparse.ArgumentParser(prog="uqvision", description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch intra-op threads (default: torch's choice)")
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("data", help="write a development image folder")
-    p.add_argument("kind", choices=["digits", "synthetic"])
-    p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--test-fraction", type=float, default=0.5)
-    p.add_argument("--max-per-class", type=int, default=None)
-    p.add_argument("--classes", type=int, default=4)
-    p.add_argument("--per-class", type=int, default=8)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--overwrite", action="store_true")
-
-    p = sub.add_parser("train", help="train a small timm architecture; save a checkpoint")
-    p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
-    p.add_argument("--data", required=True, help="training image folder")
-    p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
-    p.add_argument("--seeds", type=int, nargs="+", help="one member per seed (default 0)")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--input-size", type=int, default=32)
-    p.add_argument("--augment", default="crop", help="imagenet | cifar | crop | none")
-    p.add_argument("--drop-rate", type=float, default=0.0)
-    p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--workers", type=int, default=0)
-
-    p = sub.add_parser("predict", help="cache per-sample logits of models over a folder")
+def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, action="append",
                    help="NAME or NAME=CHECKPOINT (timm arch[.tag], or tv/<torchvision name>); "
                         "repeatable")
@@ -211,21 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embeddings", action="store_true", help="also cache pre-logit features")
     _add_predict_options(p)
 
-    p = sub.add_parser("score", help="score caches with a protocol")
-    p.add_argument("--protocol", choices=sorted(SCORE_PROTOCOLS), required=True)
+
+def _args_score(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=SCORE_PROTOCOLS.names(), required=True,
+                   help="score protocol:\n" + SCORE_PROTOCOLS.describe())
     p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
     p.add_argument("--out", required=True, help="score file (.nc)")
     p.add_argument("--dataset", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--calibration-size", type=float, default=5000,
                    help="selective: calibration samples, a count or a fraction in (0, 1)")
+    p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
+                   help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
     p.add_argument("--members", nargs="+", default=None,
                    help="ensembles: member model names (default: all with a plain cache)")
+    p.add_argument("--methods", nargs="+", choices=ENSEMBLE_METHODS.names(), default=None,
+                   help="ensembles: methods (default: all)\n" + ENSEMBLE_METHODS.describe())
     p.add_argument("--n-orders", type=int, default=5)
-    p.add_argument("--reference", default="deep_ensemble")
+    p.add_argument("--reference", default="deep_ensemble", choices=ENSEMBLE_METHODS.names(),
+                   help="ensembles: the method DEE is measured against")
     p.add_argument("--overwrite", action="store_true")
 
-    p = sub.add_parser("sweep", help="cache and score a model zoo on Dask")
+
+def _args_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", required=True,
                    help="names, NAME=CHECKPOINT, or wildcards (resnet*, vit_*.augreg*)")
     p.add_argument("--data", required=True)
@@ -238,14 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-size", type=float, default=5000)
     _add_predict_options(p)
 
-    p = sub.add_parser("plot", help="reliability, risk-coverage, metric-vs-size figures")
+
+def _args_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caches", nargs="+", default=None)
     p.add_argument("--ensembles", default=None, help="ensembles score file")
     p.add_argument("--dataset", default=None)
     p.add_argument("--out", required=True, help="figure directory")
 
-    p = sub.add_parser("demo", help="the whole chain on digits (a few minutes on 2 CPUs); "
-                                    "torch threads: --threads before the command (default 1)")
+
+def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--arch", default=None)
     p.add_argument("--members", type=int, default=None)
@@ -256,14 +300,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-orders", dest="n_orders", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its handler (args -> exit status), its arguments, its one-line help."""
+
+    run: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    description: str
+
+
+#: ``uqvision NAME``: the subcommands, in help order.
+COMMANDS: Registry[Command] = Registry("command")
+COMMANDS.add("data", Command(_cmd_data, _args_data, "write a development image folder"))
+COMMANDS.add("train", Command(_cmd_train, _args_train,
+                              "train a small timm architecture; save a checkpoint"))
+COMMANDS.add("predict", Command(_cmd_predict, _args_predict,
+                                "cache per-sample logits of models over a folder"))
+COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a protocol"))
+COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask"))
+COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
+                             "reliability, risk-coverage, metric-vs-size figures"))
+COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
+                             "the whole chain on digits (a few minutes on 2 CPUs); torch "
+                             "threads: --threads before the command (default 1)"))
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Keeps the line breaks of registry descriptions (one line per choice), wraps each."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return [w for line in text.splitlines() for w in (textwrap.wrap(line, width) or [""])]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`."""
+    ap = argparse.ArgumentParser(prog="uqvision", description=__doc__.split("\n")[0],
+                                 formatter_class=_HelpFormatter)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's choice)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, cmd in COMMANDS.items_ordered():
+        cmd.arguments(sub.add_parser(name, help=cmd.description, description=cmd.description,
+                                     formatter_class=_HelpFormatter))
     return ap
-
-
-#: Command name -> handler(args) -> exit status.
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "data": _cmd_data, "train": _cmd_train, "predict": _cmd_predict, "score": _cmd_score,
-    "sweep": _cmd_sweep, "plot": _cmd_plot, "demo": _cmd_demo,
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS.lookup(args.command).run(args)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"uqvision {args.command}: error: {exc}", file=sys.stderr)
         return 2

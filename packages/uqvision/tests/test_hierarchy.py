@@ -168,8 +168,7 @@ def test_mixed_image_is_the_alpha_blend_of_the_two_class_images_under_one_draw(i
     for rel, (a, b), alpha in zip(info.mixed_files, info.mixed_pairs, info.mixed_alpha):
         folder, stem = rel.split("/")
         a2, b2, alpha2, draw = hierarchy._mixed_draw(
-            info.seed, tree, index[folder], int(stem[:-4]), sc.image_size,
-            sc.classes_per_superclass)
+            info.seed, index[folder], int(stem[:-4]), sc.image_size, sc.classes_per_superclass)
         assert (a2, b2, alpha2) == (a, b, alpha)
 
         def image(c, d=draw):

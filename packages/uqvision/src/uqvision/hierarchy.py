@@ -419,8 +419,7 @@ def _image(c: _Class, rng: np.random.Generator, size: int) -> np.ndarray:
     return _to_uint8(_jitter(_colour(c, size, d), d))
 
 
-def _mixed_draw(seed: int, classes: list[_Class], cls: int, index: int, size: int,
-                per_superclass: int):
+def _mixed_draw(seed: int, cls: int, index: int, size: int, per_superclass: int):
     """The ``index``-th mixed image filed under class ``cls`` (its majority class).
 
     The partner is another class of the same superclass; the majority weight is U(0.5, 1) and
@@ -545,7 +544,7 @@ def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
         d = root / MIXED / c.name
         d.mkdir(parents=True)
         for j in range(sc.mixed):
-            a, b, alpha, draw = _mixed_draw(seed, classes, i, j, size, sc.classes_per_superclass)
+            a, b, alpha, draw = _mixed_draw(seed, i, j, size, sc.classes_per_superclass)
             (d / f"{j:05d}.png").write_bytes(_png(_mixed_image(classes, a, b, alpha, draw, size)))
             rows.append((f"{c.name}/{j:05d}.png", classes[a].name, classes[b].name, f"{alpha:.6f}"))
     with open(root / MIXED / "soft_labels.csv", "w", newline="") as f:

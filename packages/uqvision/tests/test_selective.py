@@ -8,6 +8,7 @@ from sklearn.metrics import roc_auc_score
 from uqmetrics import calibration_splits, write_dataset
 
 from uqvision.cache import CacheError
+from uqvision.exceptions import SkippedCacheWarning
 from uqvision.selective import SELECTIVE_METRICS, SelectiveConfig, score_selective
 
 # ---- an independent recomputation of every metric from raw probabilities (no ties in κ) ----
@@ -125,10 +126,10 @@ def test_partial_and_corrupt_caches_are_never_scored(zoo, write_cache):
 
     with netCDF4.Dataset(bad, "a") as nc:  # readable, flagged complete, but data altered
         nc["logits"][0, 0] = 99.0
-    with pytest.warns(UserWarning, match="skipping"), pytest.raises(CacheError, match="checksum"):
+    with pytest.warns(SkippedCacheWarning, match="skipping"), pytest.raises(CacheError, match="checksum"):
         score_selective([path], SelectiveConfig(calibration_size=0.3))
     bad.unlink()
-    with pytest.warns(UserWarning, match="skipping"):
+    with pytest.warns(SkippedCacheWarning, match="skipping"):
         ds = score_selective([path], SelectiveConfig(calibration_size=0.3))
     assert "d" not in ds["model"].values and "e" not in ds["model"].values
 

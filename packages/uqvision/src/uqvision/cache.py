@@ -29,6 +29,8 @@ import numpy as np
 import xarray as xr
 from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
 
+from .exceptions import CacheError, SkippedCacheWarning
+
 __all__ = [
     "CACHE_KIND",
     "CacheError",
@@ -44,10 +46,6 @@ __all__ = [
 
 CACHE_KIND = "uqvision.prediction_cache"
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
-
-
-class CacheError(ValueError):
-    """A cache is partial, corrupt, not a cache, or does not match the other caches."""
 
 
 def safe_name(name: str) -> str:
@@ -164,7 +162,8 @@ def find_caches(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
-    """Index cache files by their attrs; partial or foreign files are skipped with a warning.
+    """Index cache files by their attrs; partial or foreign files are skipped with a
+    :class:`~uqvision.exceptions.SkippedCacheWarning`.
 
     Only the headers are read (arrays are loaded later by :func:`read_cache`, which also checks
     the checksum).
@@ -176,10 +175,12 @@ def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
                 a = dict(ds.attrs)
                 n_passes = int(ds.sizes.get("pass", 1))
         except (OSError, RuntimeError, ValueError) as exc:
-            warnings.warn(f"skipping unreadable cache {p}: {exc}", stacklevel=2)
+            warnings.warn(f"skipping unreadable cache {p}: {exc}", SkippedCacheWarning,
+                          stacklevel=2)
             continue
         if a.get("kind") != CACHE_KIND or int(a.get("complete", 0)) != 1:
-            warnings.warn(f"skipping {p}: not a complete uqvision prediction cache", stacklevel=2)
+            warnings.warn(f"skipping {p}: not a complete uqvision prediction cache",
+                          SkippedCacheWarning, stacklevel=2)
             continue
         infos.append(CacheInfo(p, str(a["model"]), str(a["dataset_name"]), str(a["mode"]),
                                int(a["pass_index"]), n_passes))

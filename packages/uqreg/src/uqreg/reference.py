@@ -67,7 +67,10 @@ class ReferencePosterior:
         var = self.sigma**2 * np.einsum("pt,pt->t", w, w)
         if aleatoric:
             var = var + self.sigma**2
-        return self.mean @ phi_test.T, np.sqrt(var)
+        # row by row: a repetition's prediction must not depend on the other repetitions computed
+        # with it (a BLAS GEMM may change its summation order with the number of columns)
+        mean = np.stack([phi_test @ g for g in self.mean]) if len(self.mean) else np.empty((0, len(phi_test)))
+        return mean, np.sqrt(var)
 
 
 def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float | None = None) -> ReferencePosterior:
@@ -110,7 +113,8 @@ def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float |
     if rank < p:
         raise ValueError(f"the design is rank-deficient: rank {rank} < p={p} parameters")
     mean = np.empty((y.shape[0], p))
-    mean[:, piv] = solve_triangular(r, q.T @ y.T).T  # (R, p)
+    for i, yi in enumerate(y):  # row by row, as in ReferencePosterior.predict
+        mean[i, piv] = solve_triangular(r, q.T @ yi)
     return ReferencePosterior(mean=mean, sigma=float(sigma), r=r, perm=piv)
 
 

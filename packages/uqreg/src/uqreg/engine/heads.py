@@ -38,6 +38,28 @@ from .config import TrainConfig
 # pure per-network formulas (every tensor has the leading network axis B)
 
 
+class _Sigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        e = torch.exp(-x.abs())  # in (0, 1]: no overflow
+        s = torch.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+        ctx.save_for_backward(s)
+        return s
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        return grad * s * (1.0 - s)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """The logistic function from exp, division and products only. (``torch.sigmoid`` and its
+    backward round differently in their vectorised CPU body and their scalar tail, so an
+    element's value would depend on its position in the tensor, i.e. a network's result on the
+    chunk it is trained in; the operations used here do not.)"""
+    return _Sigmoid.apply(x)
+
+
 def output_layer(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """The k→1 output layer ``h @ weight + bias`` as a reduction over k: ``h (B, n, k)`` →
     ``(B, n)``. (A reduction, not ``bmm``: a GEMV's summation order changes with the batch size,
@@ -63,8 +85,8 @@ def concrete_forward(h, weight, bias, u, p_logit, temperature: float) -> torch.T
     ``h ← h (1 − z)/(1 − p)``; ``u (B, n, k)`` uniform, ``p_logit (B, 1, 1)`` the logit of p.
     """
     eps = CONCRETE_EPS
-    p = torch.sigmoid(p_logit)
-    z = torch.sigmoid((torch.log(p + eps) - torch.log1p(-p + eps) + torch.log(u + eps) - torch.log1p(-u + eps))
+    p = sigmoid(p_logit)
+    z = sigmoid((torch.log(p + eps) - torch.log1p(-p + eps) + torch.log(u + eps) - torch.log1p(-u + eps))
                       / temperature)
     return output_layer(h * (1.0 - z) / (1.0 - p), weight, bias)
 
@@ -80,7 +102,7 @@ def concrete_regulariser(weight, p_logit, *, n_train: int, sigma: float, length_
     K the width of the dropped layer and W the output weights (PROTOCOLS R.3; the official
     code's ``l²/(τN)`` and ``2/(τN)`` pair with a squared error without the ½).
     """
-    p = torch.sigmoid(p_logit)[:, 0, 0]
+    p = sigmoid(p_logit)[:, 0, 0]
     s2 = sigma * sigma
     k = weight.shape[1]
     wreg = s2 * length_scale**2 / (2.0 * n_train) * weight.pow(2).sum(dim=(1, 2)) / (1.0 - p)
@@ -113,7 +135,7 @@ def variational_regulariser(log_alpha, *, n_train: int, sigma: float) -> torch.T
     ½(y − ŷ)²/σ² times σ²), with Molchanov's approximation summed over units."""
     k1, k2, k3 = MOLCHANOV_K
     la = clipped_log_alpha(log_alpha)[:, 0, :]
-    neg_kl = k1 * torch.sigmoid(k2 + k3 * la) - 0.5 * torch.log1p(torch.exp(-la)) - k1
+    neg_kl = k1 * sigmoid(k2 + k3 * la) - 0.5 * torch.log1p(torch.exp(-la)) - k1
     return -(sigma * sigma) * neg_kl.sum(dim=1) / n_train
 
 

@@ -218,7 +218,8 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
     chunks = plan.chunks(job.nets)
     with single_threaded():
         if plan.workers > 1:  # ATen ops release the GIL: the threads run the chunks in parallel
-            with ThreadPoolExecutor(plan.workers) as pool:
+            # each pool thread sets its own thread-local OpenMP/MKL thread count to 1 as well
+            with ThreadPoolExecutor(plan.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
                 results = list(pool.map(run, chunks))
         else:
             results = [run(c) for c in chunks]

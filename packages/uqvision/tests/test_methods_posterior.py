@@ -16,7 +16,7 @@ approximations exact, so the only difference left is Monte-Carlo error:
   which on an isotropic design at Mandt et al.'s learning rate ``2B / (N h)`` is the
   posterior up to a computed gap;
 - cyclical SGLD's snapshots have an exactly computable Gaussian law (linear dynamics); the
-  test checks that it is the posterior up to a computed gap and that the snapshots follow it.
+  test checks that it is the posterior to 2 % and that the snapshots follow it.
 
 Tolerances are ``Z`` standard errors computed from the samples (means: s/sqrt(n); variances:
 s^2 sqrt(2/(n-1)), Gaussian samples; SWAG's autocorrelated iterates: batch means; VI: the
@@ -55,13 +55,14 @@ def gaussian_nll(output, y, reduction="mean"):
                                                                   lambda: per_example)()
 
 
-def design(c, seed=0):
-    """X (N, 2), Y (N, m) and the column scales of the bias-augmented design (2 + 1)."""
-    h = scipy.linalg.hadamard(N).astype(np.float64)
+def design(c, outputs=OUTPUTS, n=N, seed=0):
+    """X (N, 2) = Hadamard columns 1, 2 scaled by ``c`` and Y (N, outputs) whose residuals at
+    the least-squares fit are ``SIGMA`` times Hadamard columns 3, 4, ... (column 0: bias)."""
+    h = scipy.linalg.hadamard(n).astype(np.float64)
     x = h[:, 1:3] * np.asarray(c)
     rng = np.random.default_rng(seed)
-    w, b = rng.normal(size=(2, OUTPUTS)), rng.normal(size=OUTPUTS)
-    y = x @ w + b + SIGMA * h[:, 3:3 + OUTPUTS]
+    w, b = rng.normal(size=(2, outputs)), rng.normal(size=outputs)
+    y = x @ w + b + SIGMA * h[:, 3:3 + outputs]
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
@@ -78,12 +79,13 @@ def train(name, hp, x, y, *, batch=None, seed=0, record=None):
     drawn with replacement (``N // batch`` steps per epoch)."""
     method = TRAINING_METHODS.lookup(name)
     torch.manual_seed(seed)
-    spe = 1 if batch is None else N // batch
-    state = method.start(nn.Linear(2, OUTPUTS).double(), hp, n_train=N, steps_per_epoch=spe,
+    n = len(x)
+    spe = 1 if batch is None else n // batch
+    state = method.start(nn.Linear(2, y.shape[1]).double(), hp, n_train=n, steps_per_epoch=spe,
                          seed=seed, nll=gaussian_nll)
     gen = torch.Generator().manual_seed(seed)
     while not state.done:
-        idx = slice(None) if batch is None else torch.randint(N, (batch,), generator=gen)
+        idx = slice(None) if batch is None else torch.randint(n, (batch,), generator=gen)
         method.step(state, x[idx], y[idx])
         if state.step % spe == 0:
             method.end_epoch(state)
@@ -176,27 +178,33 @@ def csgld_law(h, lrs, noise, n, cycles):
 
 
 def test_csgld_snapshots_follow_the_posterior():
-    x, y = design((2.0, 0.5))
-    wd, cycles, length, noise = 0.05, 40, 1000, 500
+    """Snapshots against the sampler's exact law (independent across cycles), which is the
+    posterior to 2 %. 256 outputs (nearly free with full batches) let 30 cycles resolve a
+    10 % error in the variance."""
+    n, c, wd = 512, (1.5, 0.75), 0.05
+    x, y = design(c, outputs=256, n=n)
+    cycles, length, noise = 30, 400, 200
     method = TRAINING_METHODS.lookup("csgld")
     hp = method.hparams_from(
         cycles=cycles, cycle_epochs=length, noise_epochs=noise, samples_per_cycle=1,
-        sample_gap_epochs=1, lr0=0.05, weight_decay=wd)
+        sample_gap_epochs=1, lr0=0.1, weight_decay=wd)
     mean, cov = posterior(x, y, wd)
-    # the sampler's exact law: snapshots ~ N(MAP + phi^c e0, v_c), independent across cycles
-    h = np.array([4.0, 0.25, 1.0]) / SIGMA**2 + wd  # diagonal curvature of the mean loss
+    h = np.array([c[0] ** 2, c[1] ** 2, 1.0]) / SIGMA**2 + wd  # diagonal mean-loss curvature
     lrs = [method.lr_at(s, 1, hp) for s in range(length)]
-    laws = [csgld_law(hj, lrs, noise, N, cycles) for hj in h]
-    for j, law in enumerate(laws):
-        # each cycle forgets the previous one (and the initialisation): independent snapshots,
-        # all with the same law, which is the posterior to 1 %
-        assert max(phi for phi, _ in law) < 1e-6
-        assert max(abs(v / cov[j, j] - 1) for _, v in law) < 0.01
+    law = np.empty(3)
+    for j, hj in enumerate(h):
+        cycle_laws = csgld_law(hj, lrs, noise, n, cycles)
+        # each cycle forgets the previous one and the initialisation: independent snapshots
+        # with one law (cycle 1 starts from variance 0, the others from the last snapshot's)
+        assert max(phi for phi, _ in cycle_laws) < 1e-12
+        law[j] = cycle_laws[-1][1]
+        assert abs(cycle_laws[0][1] / law[j] - 1) < 1e-12
+    assert np.all(np.abs(law / cov.diagonal() - 1) < 0.02)  # discretisation: the posterior to 2 %
     _, state = train("csgld", hp, x, y)
     assert len(state.snapshots) == cycles
     snaps = np.stack([np.concatenate([s.weights["weight"].T.numpy(), s.weights["bias"][None]])
                       for s in state.snapshots])
-    check_moments(snaps, mean, cov.diagonal(), range(3), "csgld")
+    check_moments(snaps, mean, law, range(3), "csgld")
 
 
 def sgd_stationary_covariance(x, y, wd, lr, batch):
@@ -269,8 +277,8 @@ def test_kfac_damping_is_pi_corrected():
             bn_update=False)
         _, state = train("kfac_laplace", hp, x, y)
         a, g = state.extra["kfac..A"].numpy(), state.extra["kfac..G"].numpy()
-        xa = np.column_stack([x.numpy(), np.ones(N)])
-        np.testing.assert_allclose(a, xa.T @ xa / N, rtol=1e-12)
+        xa = np.column_stack([x.numpy(), np.ones(len(x))])
+        np.testing.assert_allclose(a, xa.T @ xa / len(x), rtol=1e-12)
         pi = math.sqrt((np.trace(a) / len(a)) / (np.trace(g) / len(g)))
         [(module, left, right)] = _kfac_posterior(state)
         assert module is state.net

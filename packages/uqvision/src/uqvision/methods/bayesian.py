@@ -171,7 +171,7 @@ TRAINING_METHODS.register(TrainingMethod(
 class CSGLDHParams(HParams):
     """Cyclical SGLD: eq. (16) cycles; Langevin noise in the last ``noise_epochs`` of each
     cycle and ``samples_per_cycle`` snapshots ``sample_gap_epochs`` apart ending at the cycle's
-    end.
+    end, all inside the noise phase (``noise_epochs=0``: no noise, snapshots anywhere).
 
     The update is ``w <- w - lr grad(L_mean + wd |w|^2 / 2) + sqrt(2 lr T / N) xi`` (Zhang et
     al.'s code with ``alpha = 1``: no momentum), i.e. SGLD on the posterior of eq. (7) at
@@ -199,9 +199,11 @@ class CSGLDHParams(HParams):
 def _csgld_phases(hp: CSGLDHParams, spe: int) -> tuple[int, int, int]:
     cycle = epochs_to_steps(hp.cycle_epochs, spe)
     noise, gap = epochs_to_steps(hp.noise_epochs, spe), epochs_to_steps(hp.sample_gap_epochs, spe)
-    if noise > cycle or (hp.samples_per_cycle - 1) * gap >= cycle:
+    span = (hp.samples_per_cycle - 1) * gap
+    if noise > cycle or span >= cycle or (noise and span >= noise):
         raise ValueError(f"cSGLD phases do not fit a cycle of {cycle} steps: noise {noise} "
-                         f"steps, {hp.samples_per_cycle} snapshots {gap} steps apart")
+                         f"steps, {hp.samples_per_cycle} snapshots {gap} steps apart (all "
+                         "within the noise phase)")
     return cycle, noise, gap
 
 

@@ -20,14 +20,20 @@ it (all of it; the orchestration lives in :meth:`TrainingMethod.start`, :meth:`~
     for i, net in enumerate(method.samples(state, k, seed)):  # K prediction networks
         ...                                                    # run net over the test set now
 
-``state.model`` is what was trained (the wrapped model); save ``state.model.state_dict()`` as
-the checkpoint and :func:`export_state` beside it (snapshots, SWAG moments, K-FAC factors). To
-predict in another process rebuild the base model, then ``method.restore(base, hp, tensors,
-meta)`` (it re-applies ``wrap_model``; load the checkpoint into ``state.model``). Methods with
-``independent_runs`` (deep ensembles) yield one network per run: train one run per seed.
-Methods with ``stochastic_passes`` (MC dropout, VI) yield one network whose every forward pass
-is a fresh draw, so a sample is one pass; the sample generator seeds the global torch RNG
-before yielding each pass.
+Checkpoints: save ``state.net.state_dict()`` (the wrapped model's weights) and
+:func:`export_state` beside it (snapshots with their step/epoch/wall time, SWAG moments, K-FAC
+factors). To predict in another process, rebuild the base model and call
+``method.restore(base, hp, tensors, meta)`` (it re-applies ``wrap_model``), then load the
+checkpoint into ``state.net`` and set ``state.bn_loader`` for methods that recompute
+BatchNorm statistics. For DistributedDataParallel, wrap after :meth:`TrainingMethod.start`
+(``state.model = DDP(state.model)``) with the same ``seed`` on every rank: the hooks work on
+``state.net`` (the module inside), and the method noise drawn from ``state.generator`` is the
+same everywhere.
+
+Methods with ``independent_runs`` (deep ensembles) yield one network per run: train one run
+per seed. Methods with ``stochastic_passes`` (MC dropout, VI) yield one network whose every
+forward pass is a fresh draw, so a sample is one pass; the sample generator seeds the global
+torch RNG before yielding each pass.
 
 Hyper-parameters are frozen dataclasses with the stand-in defaults (every epoch count is the
 paper's CIFAR PreResNet-110 value / 10; learning rates, batch sizes, momenta and weight decays
@@ -41,6 +47,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import time
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -203,13 +210,15 @@ def default_optimizer(model: nn.Module, hp) -> torch.optim.Optimizer:
 class Snapshot:
     """A copy of the network's weights taken during training (CPU tensors).
 
-    ``step`` and ``epoch`` say when (gradient steps and epochs done), for cost-vs-quality plots.
+    ``step``, ``epoch`` and ``wall_s`` (seconds since :meth:`TrainingMethod.start`) say what it
+    cost; ``lr`` is the learning rate of its last step.
     """
 
     weights: dict[str, torch.Tensor]
     step: int
     epoch: float
     lr: float
+    wall_s: float = math.nan
 
 
 @dataclass(eq=False)
@@ -223,9 +232,10 @@ class TrainState:
         The wrapped model being trained; may be replaced by a ``DistributedDataParallel``
         wrapper (hooks use :attr:`net`, the module inside).
     nll : callable
-        ``nll(output, y) -> scalar``, the mean negative log-likelihood of a batch
-        (cross-entropy; tests use a Gaussian one). Every hook uses it, so the likelihood is
-        consistent between training and the post-fit.
+        ``nll(output, y, reduction="mean")``, the negative log-likelihood of a batch with
+        torch's ``reduction`` convention (``"mean"``, ``"sum"``, ``"none"``: per example);
+        default ``F.cross_entropy`` (tests use a Gaussian one). Every hook uses it, so the
+        likelihood is the same in training, the K-FAC fit and the scale tuning.
     step, epoch : int
         Gradient steps and epochs done; ``lr`` the learning rate of the last step.
     generator : torch.Generator
@@ -239,6 +249,8 @@ class TrainState:
         Laplace); :meth:`TrainingMethod.finish` sets it.
     scaler, autocast
         Optional AMP: a ``torch.amp.GradScaler`` and a context factory for the forward pass.
+    started : float
+        ``time.perf_counter()`` at :meth:`TrainingMethod.start` (snapshots' wall time).
     """
 
     method: TrainingMethod
@@ -258,6 +270,7 @@ class TrainState:
     bn_loader: Any = None
     scaler: Any = None
     autocast: Callable = contextlib.nullcontext
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def net(self) -> nn.Module:
@@ -463,7 +476,8 @@ class TrainingMethod:
         for i, info in enumerate(meta["snapshots"]):
             prefix = f"snapshot/{i}/"
             weights = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-            state.snapshots.append(Snapshot(weights, info["step"], info["epoch"], info["lr"]))
+            state.snapshots.append(Snapshot(weights, info["step"], info["epoch"], info["lr"],
+                                            info.get("wall_s", math.nan)))
         state.model.eval()
         return state
 
@@ -499,7 +513,7 @@ def export_state(state: TrainState) -> tuple[dict[str, torch.Tensor], dict[str, 
         ``safetensors``.
     meta : dict
         JSON-able: method, hyper-parameters, N, steps per epoch, steps/epochs done, and each
-        snapshot's step, epoch and learning rate.
+        snapshot's step, epoch, learning rate and wall time.
     """
     tensors = {f"extra/{k}": v.detach().cpu().contiguous() for k, v in state.extra.items()}
     for i, snap in enumerate(state.snapshots):
@@ -507,7 +521,7 @@ def export_state(state: TrainState) -> tuple[dict[str, torch.Tensor], dict[str, 
     meta = {"method": state.method.name, "hparams": dataclasses.asdict(state.hp),
             "n_train": state.n_train, "steps_per_epoch": state.steps_per_epoch,
             "step": state.step, "epoch": state.epoch,
-            "snapshots": [{"step": s.step, "epoch": s.epoch, "lr": s.lr}
+            "snapshots": [{"step": s.step, "epoch": s.epoch, "lr": s.lr, "wall_s": s.wall_s}
                           for s in state.snapshots]}
     return tensors, meta
 
@@ -517,7 +531,7 @@ def snapshot(state: TrainState) -> None:
     """Append a CPU copy of the network's state dict (weights and buffers) to the snapshots."""
     weights = {k: v.detach().to("cpu", copy=True) for k, v in state.net.state_dict().items()}
     state.snapshots.append(Snapshot(weights, state.step, state.step / state.steps_per_epoch,
-                                    state.lr))
+                                    state.lr, time.perf_counter() - state.started))
 
 
 @contextlib.contextmanager

@@ -64,7 +64,8 @@ class PredictConfig:
 
     ``passes`` counts TTA augmentations or MC-dropout passes (ignored for ``plain``);
     ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
-    so a member ``k`` of an ensemble can run its own pass ``k``.
+    so a member ``k`` of an ensemble can run its own pass ``k``; ``seed`` also seeds the
+    MC-dropout masks (sample ``i`` in pass ``r``: ``derive_seed(seed, r, i)``).
     """
 
     mode: str = "plain"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import scipy.linalg
 import scipy.stats
 import torch
@@ -147,6 +148,7 @@ def test_kfac_laplace_is_the_exact_posterior():
     check_moments(draws(method, state, 1000), mean, cov.diagonal(), range(3), "laplace")
 
 
+@pytest.mark.slow
 def test_vi_reaches_the_mean_field_optimum():
     """The exact ELBO (KL weight 1); the posterior precision is diagonal, so the mean-field
     optimum is the posterior itself (the bias is a point estimate: only w is compared). Adam
@@ -177,6 +179,7 @@ def csgld_law(h, lrs, noise, n, cycles):
     return out
 
 
+@pytest.mark.slow
 def test_csgld_snapshots_follow_the_posterior():
     """Snapshots against the sampler's exact law (independent across cycles), which is the
     posterior to 2 %. 256 outputs (nearly free with full batches) let 30 cycles resolve a
@@ -224,6 +227,7 @@ def sgd_stationary_covariance(x, y, wd, lr, batch):
     return np.linalg.solve(np.eye(d * d) - emm, noise.ravel()).reshape(d, d)
 
 
+@pytest.mark.slow
 def test_swag_mean_is_the_running_average_and_its_diagonal_the_sgd_law():
     """SWAG's moments are exactly those of the iterates it collected; the iterates follow the
     exact stationary law of SGD, which on this isotropic design at Mandt et al.'s learning rate

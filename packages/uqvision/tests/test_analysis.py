@@ -19,6 +19,7 @@ from uqvision.analysis import (
     metric_disagreement,
     paired_comparisons,
     summarize_temperature_effect,
+    teacher_comparisons,
     temperature_effect,
 )
 
@@ -64,6 +65,8 @@ def results(tmp_path_factory) -> xr.Dataset:
                 "base_architecture": ("model", [r[4] for r in ROWS]),
                 "distillation": ("model", [r[5] for r in ROWS]),
                 "label_smoothing": ("model", [r[6] for r in ROWS]),
+                "metadata_key": ("model", [f"k.{r[0]}" for r in ROWS]),
+                "teacher": ("model", ["k.a_big" if r[5] == "yes" else "" for r in ROWS]),
                 "pretraining_data": ("model", ["none"] * len(ROWS)),
                 "adversarial_training": ("model", ["no"] * len(ROWS)),
                 "supervision": ("model", ["supervised"] * len(ROWS)),
@@ -109,6 +112,15 @@ def test_pairs_validation(results):
         paired_comparisons(results, "distillation", metrics=("nll",))
     with pytest.raises(ValueError, match="lacks coords"):
         paired_comparisons(results.drop_vars("base_architecture"), "distillation")
+
+
+def test_teacher_comparisons(results):
+    out = teacher_comparisons(results, metrics=("auroc", "ece"))
+    assert sorted(out["treated"].values) == ["a_dist", "b_dist"]
+    assert set(out["baseline"].values) == {"a_big"}
+    i = list(out["treated"].values).index("b_dist")
+    assert out["delta_auroc"].values[i] == pytest.approx(0.84 - 0.83)
+    assert out["improvement_ece"].values[i] == pytest.approx(0.12 - 0.08)
 
 
 def test_mc_dropout_comparison(results):

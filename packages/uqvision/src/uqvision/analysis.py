@@ -8,6 +8,7 @@ nothing here re-runs a model or re-implements a metric.
 - :func:`paired_comparisons` — models of one base architecture that differ in one training
   regime (distillation, pre-training data, adversarial training, supervision, label smoothing)
   and agree on the others: the change of each metric (Galil et al., Section 3.1, Figure 4).
+- :func:`teacher_comparisons` — distilled students vs their teacher (Figure 5).
 - :func:`method_comparisons` — the same model with another κ (MC dropout vs softmax response,
   Appendix M).
 - :func:`temperature_effect` — what temperature scaling does to each metric, against the fitted
@@ -44,6 +45,7 @@ __all__ = [
     "metric_disagreement",
     "paired_comparisons",
     "summarize_temperature_effect",
+    "teacher_comparisons",
     "temperature_effect",
 ]
 
@@ -201,6 +203,28 @@ def method_comparisons(ds: xr.Dataset, method: str = "mc_dropout", *, baseline: 
         "base_model": ("pair", np.array([base_model[i] for i, _ in pairs], dtype=object))})
     out.attrs.update(method=method, baseline=baseline)
     return out
+
+
+def teacher_comparisons(ds: xr.Dataset, *, metrics: Sequence[str] = ("auroc", "ece"),
+                        calibration: str = "none", method: str | None = "softmax") -> xr.Dataset:
+    """Distilled students vs their teacher, when the teacher is a row of the result (Figure 5).
+
+    Returns
+    -------
+    xarray.Dataset
+        As :func:`paired_comparisons`: pairs (student i, teacher j) with ``teacher_i`` equal to
+        ``metadata_key_j``; ``treated`` is the student, ``baseline`` the teacher.
+    """
+    metrics = _check_metrics(ds, metrics)
+    rows = _rows(ds, method)
+    missing = [c for c in ("teacher", "metadata_key") if c not in rows.coords]
+    if missing:
+        raise ValueError(f"the result lacks coords {missing}; attach metadata first")
+    teacher = rows["teacher"].values.astype(str)
+    key = rows["metadata_key"].values.astype(str)
+    pairs = [(i, j) for i in range(key.size) for j in range(key.size)
+             if teacher[i] not in ("", UNKNOWN) and teacher[i] == key[j]]
+    return _pairs_dataset(rows, pairs, metrics, calibration, {})
 
 
 def temperature_effect(ds: xr.Dataset, *, metrics: Sequence[str] = ("auroc", "ece"),

@@ -62,7 +62,7 @@ FORMAT_VERSION = 1
 METADATA_ENV = "UQVISION_MODEL_METADATA"
 UNKNOWN = "unknown"
 _HEADER_RE = re.compile(r"^#\s*uqvision model metadata, format_version (\d+)\b")
-_KEY_RE = re.compile(r"^(tv/)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-+]+)?$")
+_KEY_RE = re.compile(r"^([a-z]+/)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-+]+)?$")
 _TOKEN_RE = re.compile(r"^[a-z0-9_]+$")
 
 
@@ -93,7 +93,8 @@ _YES_NO = ("yes", "no", UNKNOWN)
 #: :class:`MetadataField`).
 METADATA_FIELDS: Registry[MetadataField] = Registry("metadata field")
 for _f in (
-    MetadataField("key", "arch.tag as timm names it, or tv/<name>.<WEIGHTS> for torchvision",
+    MetadataField("key", "arch.tag as timm names it; <source>/arch.tag for another model "
+                  "source (tv/<name>.<WEIGHTS> for torchvision, proto/ for prototype classifiers)",
                   "key"),
     MetadataField("family", "architecture family (ViT, ResNet, EfficientNet, ...)"),
     MetadataField("base_architecture", "the architecture without the regime's changes (the "
@@ -145,7 +146,7 @@ class ModelMetadata:
 
 
 def metadata_key(source: str, architecture: str, tag: str) -> str:
-    """The table key of a model: ``arch.tag`` (timm) or ``tv/arch.tag`` (torchvision).
+    """The table key of a model: ``arch.tag`` (timm) or ``<source>/arch.tag`` (other sources).
 
     Examples
     --------
@@ -162,8 +163,8 @@ def _check_value(field: MetadataField, value: str, where: str) -> str | int | No
     value = value.strip()
     if field.kind == "key":
         if not _KEY_RE.match(value):
-            raise MetadataError(f"{where}: key must be arch.tag or tv/arch.tag (letters, digits, "
-                                f"_ - + only), got {value!r}")
+            raise MetadataError(f"{where}: key must be arch.tag or <source>/arch.tag (letters, "
+                                f"digits, _ - + only), got {value!r}")
         return value
     if field.kind == "count":
         if value == "":

@@ -141,3 +141,18 @@ def test_cli_train_predict_and_clear_errors(digits, tmp_path, capsys):
     assert main(["predict", "--model", f"test_vit={tmp_path / 'm1.safetensors'}", "--data",
                  str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_data_hierarchy_command(tmp_path, capsys):
+    """``uqvision data hierarchy`` writes the V.0 stand-in (read back by its reader), refuses an
+    option of another maker, and never overwrites without --overwrite."""
+    from uqvision.hierarchy import read_hierarchy
+
+    out = tmp_path / "h"
+    assert main(["data", "hierarchy", "--scale", "smoke", "--seed", "3", "--out", str(out)]) == 0
+    info = read_hierarchy(out)
+    assert len(info.classes) == 18 and len(info.downstream_groups) >= 2
+    capsys.readouterr()
+    for extra, message in ((["--image-size", "8"], "--image-size"), ([], "overwrite")):
+        assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(out), *extra]) != 0
+        assert message in capsys.readouterr().err

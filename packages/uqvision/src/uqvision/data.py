@@ -29,6 +29,8 @@ from torchvision.transforms import functional as TF
 from uqmetrics.io import temporary_beside
 from uqmetrics.registry import Registry
 
+from .hierarchy import make_hierarchy
+
 __all__ = [
     "DATASET_MAKERS",
     "IMG_EXTENSIONS",
@@ -447,3 +449,4 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
 DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
 DATASET_MAKERS.add("digits", make_digits_folder)
 DATASET_MAKERS.add("synthetic", make_synthetic_folder)
+DATASET_MAKERS.add("hierarchy", make_hierarchy)  # PROTOCOLS V.0 stand-in (uqvision.hierarchy)

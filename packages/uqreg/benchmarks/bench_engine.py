@@ -8,7 +8,8 @@ Prints, from ONE run, side by side:
    ``tests/loop_reference.py``), and with the **vmap peer**: PyTorch's model-ensembling tutorial
    (``torch.func.stack_module_state`` + ``vmap`` over ``functional_call``) with ONE Adam over
    the stacked parameters (``fused=True``, L2 on the weights, the same recipe), starting from
-   the loop's own initial members; and the ratios;
+   the loop's own initial members; and the ratios. Wall times; each peer runs with 1 and with
+   all torch threads and keeps its better time;
 2. for one study cell of 6,000 networks (50 repetitions × 120 members, the engine's chunks and
    concurrent workers), the time per epoch of the training step and, measured the same way,
    the **GEMM roofline**: the time the step's matrix products alone take at the exact shapes
@@ -18,7 +19,8 @@ Prints, from ONE run, side by side:
    ``fraction_of_gemm_roofline = roofline time / step time``. (The degenerate products, the
    1→128 outer product and the 32→1 reductions, are not GEMMs and count as the step's other
    work, like activations and Adam.) Also the achieved GFLOP/s against this machine's float32
-   matmul peak (a 4096² matmul, best of before and after), and the peak resident memory;
+   matmul peak (a 4096² matmul on one thread, times the workers, best of before and after), and
+   the peak resident memory;
 3. with ``--explore``, the variants tried, so the losers' numbers are on record: the autograd
    backend, chunk sizes, and op-level alternatives at the step's shapes (Adam implementations,
    the output layer as ``bmm`` or as a reduction, the activation's backward from a stored mask
@@ -70,18 +72,38 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(device: str, dtype=torch.float32, n: int = 4096, repeats: int = 5) -> float:
-    """GFLOP/s of a large square matmul (best of ``repeats``)."""
+def matmul_peak(device: str, workers: int, dtype=torch.float32, n: int = 4096, repeats: int = 3) -> float:
+    """GFLOP/s of a large square matmul, best of ``repeats``: on the CPU, ``workers`` times its
+    rate on one thread in that thread's CPU time (the measure of [2]); on CUDA, wall time."""
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
+    cuda = str(device).startswith("cuda")
+    clock = time.perf_counter if cuda else time.thread_time
     best = float("inf")
-    for _ in range(repeats + 1):
-        _sync(device)
-        t = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
+    with single_threaded():
+        for _ in range(repeats + 1):
+            _sync(device)
+            t = clock()
+            a @ b
+            _sync(device)
+            best = min(best, clock() - t)
+    return 2 * n**3 / best / 1e9 * (1 if cuda else workers)
+
+
+def best_threads(fn) -> tuple[float, int]:
+    """(best wall seconds, its torch thread count) of ``fn()`` run with 1 and with all torch
+    threads: each peer gets its better setting."""
+    results = []
+    for threads in sorted({1, torch.get_num_threads()}):
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            t = time.perf_counter()
+            fn()
+            results.append((time.perf_counter() - t, threads))
+        finally:
+            torch.set_num_threads(old)
+    return min(results)
 
 
 def widths_of(input_dim: int, cfg: TrainConfig) -> tuple[int, ...]:
@@ -355,21 +377,15 @@ def main(argv=None) -> int:
 
     # 1. 120-member ensemble: engine vs loop vs vmap
     t_engine, _ = time_training(ens.job(inst, y1, [0], replace(cfg, members=MEMBERS), epochs=a.epochs))
-    _sync(a.device)
-    t0 = time.perf_counter()
-    train_ensemble_loop(inst.x_train, y1[0], a.loop_members, cfg, a.epochs)
-    _sync(a.device)
-    t_loop = (time.perf_counter() - t0) * MEMBERS / a.loop_members
-    t0 = time.perf_counter()
-    train_ensemble_vmap(inst.x_train, y1[0], MEMBERS, cfg, a.epochs)
-    _sync(a.device)
-    t_vmap = time.perf_counter() - t0
+    t_loop, th_loop = best_threads(lambda: train_ensemble_loop(inst.x_train, y1[0], a.loop_members, cfg, a.epochs))
+    t_loop *= MEMBERS / a.loop_members
+    t_vmap, th_vmap = best_threads(lambda: train_ensemble_vmap(inst.x_train, y1[0], MEMBERS, cfg, a.epochs))
     speedup, speedup_vmap = t_loop / t_engine, t_vmap / t_engine
     print(f"\n[1] {MEMBERS}-member ensemble, sinusoid f_main=1, N=50, {a.epochs} epochs (initialisation included)")
     print(f"    engine ({cfg.backend:8s})  : {t_engine:8.2f} s")
-    print(f"    per-network loop    : {t_loop:8.2f} s  speedup {speedup:6.1f} x"
-          + (f"  (timed {a.loop_members} members, scaled)" if a.loop_members != MEMBERS else ""))
-    print(f"    vmap peer (1 Adam)  : {t_vmap:8.2f} s  speedup {speedup_vmap:6.2f} x")
+    print(f"    per-network loop    : {t_loop:8.2f} s  speedup {speedup:6.1f} x  ({th_loop} torch threads"
+          + (f", timed {a.loop_members} members, scaled)" if a.loop_members != MEMBERS else ")"))
+    print(f"    vmap peer (1 Adam)  : {t_vmap:8.2f} s  speedup {speedup_vmap:6.2f} x  ({th_vmap} torch threads)")
 
     # 2. one study cell: 50 repetitions x 120 members = 6000 networks
     reps = 50
@@ -377,7 +393,7 @@ def main(argv=None) -> int:
     job = ens.job(inst, y, np.arange(reps), cfg, epochs=a.cell_epochs)
     plan = make_plan(job)
     flops = train_flops(inst.x_train.shape[0], 1, cfg) * len(job.nets)
-    peak = matmul_peak(a.device)
+    peak = matmul_peak(a.device, plan.workers)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if a.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -385,7 +401,7 @@ def main(argv=None) -> int:
     for _ in range(a.repeats):  # interleaved, best of each: the machine is shared
         step = min(step, time_training(job)[1])
         roof = min(roof, time_roofline(job))
-    peak = max(peak, matmul_peak(a.device))
+    peak = max(peak, matmul_peak(a.device, plan.workers))
     achieved = flops / step / 1e9
     frac_peak, frac_roof = achieved / peak, roof / step
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -394,7 +410,8 @@ def main(argv=None) -> int:
     print(f"    step time per epoch   : {step:8.4f} s   ({achieved:6.1f} GFLOP/s)")
     print(f"    GEMM roofline / epoch : {roof:8.4f} s   ({flops / roof / 1e9:6.1f} GFLOP/s counted over the roofline)")
     print(f"    fraction of roofline  : {frac_roof:8.3f}")
-    print(f"    matmul peak           : {peak:8.1f} GFLOP/s (4096^2, best of before/after)")
+    print(f"    matmul peak           : {peak:8.1f} GFLOP/s (4096^2 on one thread x {plan.workers} workers, best of "
+          "before/after)")
     print(f"    fraction of peak      : {frac_peak:8.3f}")
     print(f"    peak RSS              : {rss / 1024:8.0f} MiB (before the cell {rss0 / 1024:.0f} MiB)")
     if a.device.startswith("cuda"):

@@ -26,7 +26,7 @@ def _choices(parser, dest):
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names() == ["data", "train", "predict", "score",
-                                                     "sweep", "plot", "demo"]
+                                                     "sweep", "plot", "reproduce", "demo"]
     assert SCORE_PROTOCOLS.names() == ["selective", "ensembles"]
 
 

@@ -302,6 +302,42 @@ def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None)
 
 
+def _cmd_reproduce(a: argparse.Namespace) -> int:
+    from .reproduce import load_drivers
+
+    driver = load_drivers().lookup(a.name)
+    if a.scale not in driver.scales:
+        raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
+                         f"{list(driver.scales)}")
+    options = {}
+    for item in a.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        options[key] = value
+    out = driver.run(a.out, scale=a.scale, data=a.data, arch=a.arch, seed=a.seed,
+                     overwrite=a.overwrite, options=options, log=_print)
+    _print(str(out))
+    return 0
+
+
+def _args_reproduce(p: argparse.ArgumentParser) -> None:
+    from .reproduce import load_drivers
+
+    drivers = load_drivers()
+    p.add_argument("name", choices=drivers.names(), help="paper:\n" + drivers.describe())
+    p.add_argument("--scale", default="smoke", help="smoke (tests, minutes) or cpu (2 cores, "
+                   "under an hour); a driver lists its scales")
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default=None,
+                   help="a real image folder (train/ val/ test/) instead of the stand-in")
+    p.add_argument("--arch", default=None, help="timm architecture for --data")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="driver option (repeatable)")
+
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its handler (args -> exit status), its arguments, its one-line help."""
@@ -322,6 +358,8 @@ COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a prot
 COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask"))
 COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
                              "reliability, risk-coverage, metric-vs-size figures"))
+COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
+                                  "reproduce a paper's protocol on the stand-in or a real folder"))
 COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
                              "the whole chain on digits (a few minutes on 2 CPUs); torch "
                              "threads: --threads before the command (default 1)"))

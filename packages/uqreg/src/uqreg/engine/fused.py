@@ -5,18 +5,18 @@ The autograd path (:func:`uqreg.engine.train.train_batched` with ``backend="auto
 records a graph, allocates every activation and gradient anew, and steps eight parameter
 tensors per step. Here, for the ``B`` networks of a chunk:
 
-* parameters live in ONE flat buffer (weights of every layer, then biases, then the head's
-  parameters, padded to a multiple of :data:`PAD`); weights ``W[l] (B, fan_in, fan_out)``,
+* parameters live in ONE flat buffer (weights of every layer, then biases and the head's
+  parameters, each part padded to a multiple of :data:`PAD`); weights ``W[l] (B, fan_in, fan_out)``,
   biases ``b[l] (B, 1, fan_out)`` and head parameters are views into it, and the gradients,
   Adam's moments and the step count are flat buffers of the same layout, so one
   ``torch._fused_adam_`` call steps everything (the padding keeps every parameter in the
-  kernel's vectorised body: its scalar tail rounds differently, which would make a network's
-  result depend on its position in the chunk);
+  vectorised body of the kernels over the buffer: a scalar tail can round differently, e.g.
+  fused Adam's, which would make a network's result depend on its position in the chunk);
 * a hidden layer is ``baddbmm`` (``addcmul`` when its fan-in is 1) followed by an in-place
   leaky ReLU; the backward reuses the activation as the mask (``leaky_relu_backward`` on the
-  result: one pass, gradient × (h > 0 ? 1 : slope)) and writes ``dW = hᵀ·dz`` (with a coupled
-  L2, ``λ·W + hᵀ·dz`` in the same ``baddbmm``) and ``dX = dz·Wᵀ`` with ``out=`` into buffers
-  allocated once per chunk;
+  result: one pass, gradient × (h > 0 ? 1 : slope)) and writes ``dW = hᵀ·dz`` and
+  ``dX = dz·Wᵀ`` with ``out=`` into buffers allocated once per chunk; a coupled L2 adds
+  ``λ·W`` to the weights' gradients in one op over the weights' part of the flat buffer;
 * the k→1 output layer is a reduction over k (forward) and over the rows (its weight
   gradient), never a GEMV;
 * each head (:data:`FUSED_HEADS`, one per entry of :data:`~uqreg.engine.heads.HEADS`) draws its
@@ -94,8 +94,16 @@ class Workspace:
                   + [tuple(model.head_params[k].shape[1:]) for k in names])
         sizes = [b * math.prod(s) for s in shapes]
         n_layers = len(model.weights)
-        self.n_weights = sum(sizes[:n_layers])
-        total = -(-sum(sizes) // PAD) * PAD
+
+        def padded(n: int) -> int:
+            return -(-n // PAD) * PAD
+
+        # [weights | padding | biases, head parameters | padding]: ops over the weights part (the
+        # coupled L2, the decoupled decay) and over everything (Adam) have no scalar tail
+        self.n_weights = padded(sum(sizes[:n_layers]))
+        offsets = list(itertools.accumulate(sizes[:n_layers], initial=0))[:-1]
+        offsets += list(itertools.accumulate(sizes[n_layers:], initial=self.n_weights))
+        total = padded(offsets.pop())
         self.params = torch.zeros(total, **kw)
         self.grads = torch.zeros(total, **kw)
         self.exp_avg = torch.zeros(total, **kw)
@@ -103,7 +111,6 @@ class Workspace:
         self.step = torch.zeros((), dtype=torch.float32, device=w0.device)
 
         def views(buf: torch.Tensor) -> list[torch.Tensor]:
-            offsets = itertools.accumulate(sizes, initial=0)
             return [buf[o:o + size].view(b, *s) for o, size, s in zip(offsets, sizes, shapes)]
 
         p, g = views(self.params), views(self.grads)
@@ -159,12 +166,10 @@ class Workspace:
         return self.head.forward(self, h, noise)
 
     def weight_grad(self, layer: int, inp: torch.Tensor, dz: torch.Tensor, acc: bool) -> None:
-        """``gW[layer] = inpᵀ·dz`` (+ the coupled L2's ``l2·W``), or ``+=`` when ``acc``."""
+        """``gW[layer] = inpᵀ·dz``, or ``+=`` when ``acc``."""
         gw, inp_t = self.gW[layer], inp.transpose(1, 2)
         if acc:
             torch.baddbmm(gw, inp_t, dz, out=gw)
-        elif self.l2 and not self.decoupled:
-            torch.baddbmm(self.W[layer], inp_t, dz, beta=self.l2, out=gw)
         else:
             torch.bmm(inp_t, dz, out=gw)
 
@@ -195,8 +200,6 @@ class Workspace:
             gw.add_(tmp)
         else:
             torch.sum(self.out_tmp, 1, keepdim=True, out=gw)
-            if self.l2 and not self.decoupled:
-                gw.add_(self.W[-1].transpose(1, 2), alpha=self.l2)
         self.bias_grad(-1, g, acc)
         return torch.mul(g, self.W[-1].transpose(1, 2), out=self.d_head)
 
@@ -250,6 +253,8 @@ class Workspace:
             self.backward(self.x_adv, self.loss_grad(self.forward(self.x_adv, noise), yb), acc=True,
                           input_grad=False)
         self.head.regulariser_backward(self)
+        if self.l2 and not self.decoupled:  # the coupled L2: every weight's gradient += l2·W, one op
+            self.grads[:self.n_weights].add_(self.params[:self.n_weights], alpha=self.l2)
 
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, counter: int, keys: torch.Tensor,
                    fgsm_step: torch.Tensor | None) -> None:

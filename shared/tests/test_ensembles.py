@@ -12,11 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uqmetrics import ensembles
-from uqmetrics.calibration import calibrated_log_likelihood, log_softmax
+from uqmetrics.calibration import (
+    calibrated_log_likelihood,
+    log_softmax,
+    temperature_scaled_metrics,
+)
 from uqmetrics.classification import accuracy_score, nll_loss
 from uqmetrics.ensembles import (
     DeepEnsembleEquivalent,
     deep_ensemble_equivalent,
+    deep_ensemble_equivalent_curve,
     ensemble_log_probs,
     ensemble_probs,
     ensemble_size_curve,
@@ -102,13 +107,55 @@ def test_size_curve_shape_orders_and_values():
 def test_size_curve_calibrated_adds_cll():
     lp, y = _members(n_members=3, n=200)
     ds = ensemble_size_curve(lp, y, metrics=("nll",), n_orders=2, calibrated=True,
-                             n_repeats=2, seed=0)
+                             n_repeats=2, seed=0, calibrated_metrics=("brier",))
     assert dict(ds["cll"].sizes) == {"order": 2, "size": 3}
     order = ds["member_order"].values[1]
-    expected = calibrated_log_likelihood(ensemble_log_probs(lp[order[:2]]), y, n_repeats=2,
-                                         seed=0)
+    # order 1 redraws the test_cv halves: seed + 1 (PROTOCOLS S.3)
+    assert ds["split_seed"].values.tolist() == [0, 1]
+    pair = ensemble_log_probs(lp[order[:2]])
+    expected = calibrated_log_likelihood(pair, y, n_repeats=2, seed=1)
     assert float(ds["cll"][1, 1]) == pytest.approx(expected, rel=1e-12)
     assert ds["cll"].attrs["greater_is_better"] == 1
+    ts = temperature_scaled_metrics(pair, y, protocol="test_cv", metrics=("brier",),
+                                    n_repeats=2, seed=1)
+    assert float(ds["calibrated_brier"][1, 1]) == pytest.approx(
+        float(ts["brier"].sel(calibration="temperature")), rel=1e-12)
+    assert ds["calibrated_brier"].attrs["greater_is_better"] == 0
+    # the former convention (one split seed everywhere) stays available
+    same = ensemble_size_curve(lp, y, metrics=("nll",), n_orders=2, calibrated=True,
+                               n_repeats=2, seed=0, redraw_splits=False)
+    assert same["split_seed"].values.tolist() == [0, 0]
+    assert float(same["cll"][1, 1]) == pytest.approx(
+        calibrated_log_likelihood(pair, y, n_repeats=2, seed=0), rel=1e-12)
+
+
+def test_size_curve_spread_at_full_size_comes_from_the_redrawn_splits():
+    # At full size every order holds the same members: with one split seed for all orders the
+    # spread of CLL over orders is exactly 0 there (the zero-width DEE bound S.3 rules out);
+    # redrawn halves give it the test_cv noise.
+    lp, y = _members(n_members=3, n=300, seed=4)
+    kw = {"metrics": ("nll",), "n_orders": 4, "calibrated": True, "n_repeats": 2}
+    fixed = ensemble_size_curve(lp, y, redraw_splits=False, **kw)["cll"].values[:, -1]
+    redrawn = ensemble_size_curve(lp, y, **kw)["cll"].values[:, -1]
+    assert np.ptp(fixed) < 1e-9  # float rounding of the member order only
+    assert np.std(redrawn, ddof=1) > 1e-4
+
+
+def test_size_curve_orders_redraw_the_members_draws():
+    lp, y = _members(n_members=3, n=150, seed=5)
+    other, _ = _members(n_members=3, n=150, seed=6)
+    draws = np.stack([lp, other])  # (draw, member, n, C)
+    ds = ensemble_size_curve(draws, y, metrics=("nll",), n_orders=3, seed=2)
+    assert ds["draw"].values.tolist() == [0, 1, 0] and ds.attrs["n_draws"] == 2
+    for o in range(3):
+        perm = ds["member_order"].values[o]
+        for s in (1, 3):
+            expected = nll_loss(y, ensemble_probs(draws[o % 2][perm[:s]]))
+            assert float(ds["nll"][o, s - 1]) == pytest.approx(expected, rel=1e-12)
+    # a single draw is the plain (member, n, C) case
+    one = ensemble_size_curve(lp[None], y, metrics=("nll",), n_orders=3, seed=2)
+    plain = ensemble_size_curve(lp, y, metrics=("nll",), n_orders=3, seed=2)
+    np.testing.assert_array_equal(one["nll"].values, plain["nll"].values)
 
 
 @pytest.mark.parametrize(
@@ -118,6 +165,7 @@ def test_size_curve_calibrated_adds_cll():
         ({"metrics": ("gaussian_nll",)}, "classification metrics"),
         ({"n_orders": 0}, "n_orders"),
         ({"seed": 1.5}, "seed"),
+        ({"calibrated_metrics": ("auroc",)}, "calibrated_metrics must be classification"),
     ],
 )
 def test_size_curve_bad_options(kwargs, match):
@@ -189,6 +237,48 @@ def test_dee_of_deep_ensemble_against_its_own_curve():
     assert np.all(r.lower <= r.dee) and np.all(r.dee <= r.upper)
     # more independent members help: the 5-member ensemble beats the single network
     assert mean[-1] > mean[0]
+
+
+def test_dee_of_a_loss_mirrors_the_dee_of_its_negation():
+    sizes, mean, std = [1, 2, 3], [1.0, 0.5, 0.25], [0.125] * 3
+    loss = deep_ensemble_equivalent(0.75, sizes, mean, std, greater_is_better=False)
+    score = deep_ensemble_equivalent(-0.75, sizes, [-m for m in mean], std)
+    assert (loss.dee, loss.lower, loss.upper) == (score.dee, score.lower, score.upper) \
+        == (1.5, 1.25, 1.75)
+
+
+def test_dee_curve_of_the_deep_ensemble_against_itself_is_its_size_with_sample_std_bounds():
+    lp, y = _members(n_members=5, n=400, noise=3.0, seed=7)
+    cll = ensemble_size_curve(lp, y, metrics=("nll",), n_orders=5, calibrated=True,
+                              n_repeats=2)["cll"].values
+    mean = cll.mean(0)
+    assert np.all(np.diff(mean) > 0)  # the premise: each member raises the mean CLL
+    r = deep_ensemble_equivalent_curve(cll, cll)
+    np.testing.assert_array_equal(r.dee, np.arange(1, 6))
+    assert r.cap == 5.0 and not r.capped.any()
+    # the bounds use the sample std (ddof = 1), wider than the population std (ddof = 0)
+    sizes = np.arange(1, 6)
+    ref = deep_ensemble_equivalent(mean, sizes, mean, cll.std(0, ddof=1))
+    np.testing.assert_array_equal(r.lower, ref.lower)
+    np.testing.assert_array_equal(r.upper, ref.upper)
+    narrow = deep_ensemble_equivalent_curve(cll, cll, ddof=0)
+    assert np.all(narrow.upper <= r.upper) and np.all(narrow.lower >= r.lower)
+    assert np.any(narrow.upper < r.upper)
+    # redrawn splits: the bound has width at full size as well
+    assert r.lower[-1] < 5.0
+
+
+def test_dee_curve_drops_trailing_nan_sizes_and_checks_its_input():
+    de = np.array([[-1.0, -0.5, -0.25], [-1.0, -0.5, -0.25]])
+    method = np.array([[-0.75, np.nan, np.nan], [-0.75, np.nan, np.nan]])
+    r = deep_ensemble_equivalent_curve(method, de)
+    assert r.dee.tolist() == [1.5] and r.lower.tolist() == r.upper.tolist() == [1.5]
+    single = deep_ensemble_equivalent_curve(method[:1], de[:1])  # one order: std taken as 0
+    assert single.lower.tolist() == [1.5]
+    with pytest.raises(ValueError, match="method_values must be finite for sizes 1..k"):
+        deep_ensemble_equivalent_curve([[np.nan, -0.5]], de)
+    with pytest.raises(ValueError, match="ddof must be >= 0"):
+        deep_ensemble_equivalent_curve(method, de, ddof=-1)
 
 
 @given(

@@ -49,6 +49,7 @@ from .dropout import PerSampleDropout
 from .models import LoadedModel, ModelSpec, load_model
 
 __all__ = [
+    "DEFAULT_PASSES",
     "PASS_MODES",
     "PredictConfig",
     "distributed_context",
@@ -62,14 +63,15 @@ __all__ = [
 class PredictConfig:
     """Options of :func:`predict` (recorded in every cache's ``config`` attr).
 
-    ``passes`` counts TTA augmentations or MC-dropout passes (ignored for ``plain``);
-    ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
+    ``passes`` counts TTA augmentations or MC-dropout passes (ignored for ``plain``); ``None``
+    (the default) means :data:`DEFAULT_PASSES` of the mode (MC dropout: the Selective paper's
+    30); ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
     so a member ``k`` of an ensemble can run its own pass ``k``; ``seed`` also seeds the
     MC-dropout masks (sample ``i`` in pass ``r``: ``derive_seed(seed, r, i)``).
     """
 
     mode: str = "plain"
-    passes: int = 1
+    passes: int | None = None
     first_pass: int = 0
     tta_policy: str = "imagenet"
     seed: int = 0
@@ -79,6 +81,14 @@ class PredictConfig:
     amp: bool = False
     embeddings: bool = False
     allow_random_init: bool = False
+
+    def __post_init__(self):
+        if self.passes is None:
+            self.passes = DEFAULT_PASSES.get(self.mode, 1)
+
+
+#: Passes of a mode when ``PredictConfig.passes`` is not given (1 for the others).
+DEFAULT_PASSES: dict[str, int] = {"mc_dropout": 30}
 
 
 def shard_indices(n: int, world_size: int, rank: int) -> np.ndarray:
@@ -282,7 +292,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
         logits = arrays["logits"] if config.mode == "mc_dropout" else arrays["logits"][0]
         extra = {**loaded.provenance(), "dataset": str(Path(data).resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
-                 "pass_index": int(p), "tta_policy": config.tta_policy if config.mode == "tta"
+                 "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
+                 else 1, "tta_policy": config.tta_policy if config.mode == "tta"
                  else "", "device": device, "world_size": world, "wall_time_s": wall}
         attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
         ds = cache_dataset(logits, arrays["label"], samples=folder.sample_ids,

@@ -8,6 +8,7 @@ module          owns
 ``network``     :class:`BatchedMLP` (networks stacked on a leading axis), :func:`xavier_uniform`
 ``samplers``    batch samplers and :data:`SAMPLERS`
 ``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser
+``fused``       the default training step: hand-written forward/backward, one flat buffer, one Adam
 ``plan``        the execution plan: memory per network, chunks, threads, running the chunks
 ==============  ===============================================================================
 

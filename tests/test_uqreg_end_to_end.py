@@ -30,5 +30,5 @@ def test_uqreg_cli_study_rescored_by_uqmetrics(tmp_path):
     np.testing.assert_allclose(low, ds.coverage_low.transpose(*cov.dims).values)
     np.testing.assert_allclose(high, ds.coverage_high.transpose(*cov.dims).values)
     # the reference row is the exact posterior: it equals the stored reference uncertainty
-    np.testing.assert_allclose(ds.uncertainty.sel({"method": "blr"}).isel(repetition=0).values,
+    np.testing.assert_allclose(ds.uncertainty.sel({"method": "blr"}).isel(recipe=0, repetition=0).values,
                                ds.reference_uncertainty.values)

@@ -25,8 +25,10 @@ Public API
 ----------
 ``train_loop(method, x_train, y, repetition, member, *, seed, sigma, cfg, epochs) -> LoopNet``
 ``predict_loop(method, net, x_test, repetition, member, *, seed, cfg) -> (mean (T,), std (T,) | None)``
-``run_loop(method, instance, y, repetitions, cfg, *, epochs) -> (prediction (R, T), uncertainty (R, T))``
-    the loop version of :meth:`uqreg.methods.Method.run`.
+``run_loop(method, instance, y, repetitions, cfg, *, epochs) -> (prediction (R, T), uncertainty (R, T),
+train_loss (R, M))``
+    the loop version of :meth:`uqreg.methods.Method.run`, with each network's final ½·MSE of its
+    (MC-mean) prediction on the training set.
 ``train_ensemble_loop(x_train, y, n_members, cfg, epochs, *, seed=0) -> list[nn.Sequential]``
 ``predict_ensemble_loop(models, x_test) -> (mean (T,), std (T,))``
     how peer libraries train a deep ensemble (one module + one Adam per member, full batch):
@@ -258,34 +260,38 @@ def predict_loop(method: str | Method, net: LoopNet, x_test: np.ndarray, repetit
 
 
 def run_loop(method: str | Method, instance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-             epochs: int) -> tuple[np.ndarray, np.ndarray]:
+             epochs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Loop version of :meth:`uqreg.methods.Method.run` (trained methods only).
 
     Returns
     -------
     prediction, uncertainty : ndarray, shape (R, T)
         Ensembles: mean / std (``cfg.std_ddof``) over members; dropout: over MC passes.
+    train_loss : ndarray, shape (R, M)
+        Each network's ½·mean (y − ŷ)² on the training set, ŷ its (MC-mean) prediction; M = 1
+        without an ensemble.
     """
     m = _method(method)
     mcfg = replace(cfg, **m.overrides)
-    preds, uncs = [], []
+    preds, uncs, losses = [], [], []
     for i, r in enumerate(np.asarray(repetitions)):
+        outs, sds, loss = [], [], []
+        for member in range(mcfg.members if m.ensemble else 1):
+            net = train_loop(m, instance.x_train, y[i], int(r), member, seed=instance.seed, sigma=instance.sigma,
+                             cfg=cfg, epochs=epochs)
+            mu, sd = predict_loop(m, net, instance.x_test, int(r), member, seed=instance.seed, cfg=cfg)
+            fit = predict_loop(m, net, instance.x_train, int(r), member, seed=instance.seed, cfg=cfg)[0]
+            outs.append(mu)
+            sds.append(sd)
+            loss.append(0.5 * np.mean((np.asarray(y[i]) - fit) ** 2))
+        losses.append(loss)
         if m.ensemble:
-            outs = []
-            for member in range(mcfg.members):
-                net = train_loop(m, instance.x_train, y[i], int(r), member, seed=instance.seed, sigma=instance.sigma,
-                                 cfg=cfg, epochs=epochs)
-                outs.append(predict_loop(m, net, instance.x_test, int(r), member, seed=instance.seed, cfg=cfg)[0])
-            outs = np.stack(outs)
-            preds.append(outs.mean(axis=0))
-            uncs.append(outs.std(axis=0, ddof=mcfg.std_ddof))
+            preds.append(np.mean(outs, axis=0))
+            uncs.append(np.std(outs, axis=0, ddof=mcfg.std_ddof))
         else:
-            net = train_loop(m, instance.x_train, y[i], int(r), 0, seed=instance.seed, sigma=instance.sigma, cfg=cfg,
-                             epochs=epochs)
-            mu, sd = predict_loop(m, net, instance.x_test, int(r), 0, seed=instance.seed, cfg=cfg)
-            preds.append(mu)
-            uncs.append(sd)
-    return np.stack(preds), np.stack(uncs)
+            preds.append(outs[0])
+            uncs.append(sds[0])
+    return np.stack(preds), np.stack(uncs), np.array(losses)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,15 +2,19 @@
 
 ``study`` writes study.nc and the PNGs; a rerun without ``--overwrite`` refuses and leaves the
 file untouched; ``plot`` redraws from the file alone; ``reference``/``tasks``/``methods`` print;
-bad input exits with code 2 and a clear message before any training; an interrupted study
-leaves no file (and no temporary file) behind.
+bad input (and a study too large for memory) exits with code 2 and a clear message before any
+training; an interrupted study leaves no file (and no temporary file) behind; ``--recipes`` runs
+recipes side by side and the summary shows collapse beside coverage; progress in logs is a
+line every 30 s, not a redrawn bar.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -18,8 +22,10 @@ import uqmetrics
 import xarray as xr
 
 from uqreg import cli
+from uqreg.engine import RECIPES
 from uqreg.methods import METHODS, Method
 from uqreg.reference import reference_prediction
+from uqreg.study import LOG_PROGRESS_INTERVAL, _LogProgress
 from uqreg.tasks import TASKS, get_task
 
 TINY = ["--task", "sinusoid", "--complexities", "1,2", "--methods", "blr,ens,bd", "--repetitions", "2",
@@ -220,3 +226,77 @@ def test_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path, monkey
         cli.main([*args, "--seed", "2", "--overwrite"])
     assert sorted(p.name for p in out.iterdir()) == ["study.nc"]
     assert _digest(out / "study.nc") == before
+
+
+# ---------------------------------------------------------------------------------------------
+# recipes, collapse in the summary, memory, progress in logs
+
+
+def test_recipes_side_by_side_and_collapse_in_the_summary(tmp_path, capsys):
+    """``--recipes`` runs every method under each recipe; the summary shows, per recipe, coverage
+    beside the collapsed fraction and R², and names collapsed methods (3 epochs: nothing learned)."""
+    out = tmp_path / "r"
+    args = ["study", "--task", "sinusoid", "--complexities", "1", "--methods", "blr,ens", "--recipes", "paper,none",
+            "--repetitions", "2", "--members", "2", "--epochs", "3", "--quiet", "--no-plots", "--out", str(out)]
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "recipe paper:" in text and "recipe none:" in text and "R²" in text
+    assert "COLLAPSED under recipe paper: ens" in text and "COLLAPSED under recipe none: ens" in text
+    assert "blr" not in text.split("COLLAPSED")[1].splitlines()[0]
+    ds = uqmetrics.read_dataset(out / "study.nc")
+    assert list(ds.recipe.values) == ["paper", "none"]
+    assert float(ds.collapsed_fraction.sel({"method": "ens"}).min()) == 1.0
+    assert float(ds.collapsed_fraction.sel({"method": "blr"}).max()) == 0.0
+
+
+def test_recipes_list_and_unknown_recipe(capsys, tmp_path, no_training):
+    assert cli.main(["recipes"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in RECIPES)
+    assert cli.main(["study", "--recipes", "paper,nope", "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "valid recipes: paper, sum, decoupled, none" in capsys.readouterr().err
+
+
+def test_too_large_study_exits_2_before_allocating(tmp_path, capsys, no_training):
+    """``--task styblinski_tang --complexities 9`` (4.3e9 training points) used to die in numpy
+    with a 289 GiB allocation; now a clear message names the size and the options."""
+    out = tmp_path / "big"
+    assert cli.main(["study", "--task", "styblinski_tang", "--complexities", "9", "--methods", "blr",
+                     "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("uqreg study: error: styblinski_tang at d=9 (N=4,304,672,100 training points")
+    assert "GiB" in err and "--n-train" in err and "--max-memory" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_progress_does_not_flood_logs(tmp_path):
+    """With stderr a pipe (CI, ``tox -e demo > log``) the study writes periodic one-line updates,
+    not a bar redrawn for every epoch (tqdm wrote thousands of carriage-return updates)."""
+    args = [sys.executable, "-m", "uqreg.cli", "study", "--task", "sinusoid", "--complexities", "1,2",
+            "--methods", "ens,bd", "--repetitions", "2", "--members", "2", "--epochs", "150", "--mc-samples", "3",
+            "--no-plots", "--out", str(tmp_path / "p")]
+    t0 = time.monotonic()
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "sinusoid study:" in ln]
+    assert 1 <= len(lines) <= 1 + elapsed / LOG_PROGRESS_INTERVAL
+    assert lines[-1].startswith("sinusoid study: 600/600 epochs (100%)")  # 2 methods × 2 levels × 150
+
+
+def test_log_progress_lines_are_periodic():
+    stream = io.StringIO()
+    bar = _LogProgress(10, "demo", interval=3600.0, stream=stream)
+    for _ in range(10):
+        bar.update(1)
+    bar.close()
+    assert stream.getvalue().splitlines() == [ln for ln in stream.getvalue().splitlines()
+                                              if ln.startswith("demo: 10/10 epochs (100%)")]
+    assert len(stream.getvalue().splitlines()) == 1
+    stream = io.StringIO()
+    bar = _LogProgress(10, "demo", interval=0.0, stream=stream)
+    for _ in range(10):
+        bar.update(1)
+    assert len(stream.getvalue().splitlines()) == 10

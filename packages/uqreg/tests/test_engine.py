@@ -135,12 +135,17 @@ def test_method_run_equals_loop(name, dim, request):
     cfg = _cfg()
     reps = _reps(method)
     y = instance.targets(reps)
-    mean, std = method.run(instance, y, reps, cfg, epochs=EPOCHS)
-    loop_mean, loop_std = loop.run_loop(method, instance, y, reps, cfg, epochs=EPOCHS)
+    res = method.run(instance, y, reps, cfg, epochs=EPOCHS)
+    mean, std = res.prediction, res.uncertainty
+    loop_mean, loop_std, loop_loss = loop.run_loop(method, instance, y, reps, cfg, epochs=EPOCHS)
     assert mean.shape == std.shape == (len(reps), instance.x_test.shape[0])
     _close(mean, loop_mean, f"{name} prediction")
     _close(std, loop_std, f"{name} uncertainty")
     assert np.all(np.isfinite(std)) and np.all(std >= 0) and std.mean() > 0
+    # the collapse diagnostics of every network (R.3b), recomputed from the loop's networks
+    _close(res.train_loss, loop_loss.mean(axis=1), f"{name} train_loss")
+    best_constant = 0.5 * y.var(axis=1)
+    np.testing.assert_array_equal(res.collapsed_fraction, (loop_loss >= 0.95 * best_constant[:, None]).mean(axis=1))
 
 
 def test_concrete_and_variational_rates_are_learned(instance):
@@ -183,8 +188,8 @@ def test_execution_changes_no_bit(name, dim, request):
     assert plan(concurrent).chunk == 1 and plan(concurrent).workers == 2
     for variant, label in ((small, "chunks of 2"), (single, "chunks of 1"), (concurrent, "concurrent")):
         result = method.run(instance, y, reps, variant, epochs=EPOCHS)
-        for a, b, what in zip(result, whole, ("prediction", "uncertainty")):
-            np.testing.assert_array_equal(a, b, err_msg=f"{name} {label} {what}")
+        for what in ("prediction", "uncertainty", "train_loss", "collapsed_fraction"):
+            np.testing.assert_array_equal(getattr(result, what), getattr(whole, what), err_msg=f"{name} {label} {what}")
 
 
 def test_plan_restores_the_callers_threads(instance):

@@ -32,7 +32,8 @@ from uqreg.study import StudyConfig, run_study
 from uqreg.sweep import combine_cells, plan_cells, run_study_sweep
 
 TINY = StudyConfig(task="sinusoid", complexities=(1, 2), methods=("blr", "bd", "ens", "ens_bs"), repetitions=4,
-                   train=TrainConfig(members=3, epochs=8, mc_samples=6, dtype="float32"))
+                   recipes=("paper", "none"), train=TrainConfig(members=3, epochs=8, mc_samples=6, dtype="float32"))
+N_CELLS_2 = 2 * 2 * 4 * 2  # recipes × complexities × methods × chunks of 2 repetitions
 
 
 def assert_same_study(a: xr.Dataset, b: xr.Dataset, rtol=0.0, atol=0.0):
@@ -70,11 +71,11 @@ def cluster_client():
 @pytest.mark.slow
 def test_sweep_on_localcluster_equals_sequential_study(tmp_path, sequential, cluster_client):
     ds, report = run_study_sweep(TINY, tmp_path, chunk_repetitions=2, client=cluster_client, progress=False)
-    assert report.ok and len(report.computed) == len(plan_cells(TINY, chunk_repetitions=2)) == 2 * 4 * 2
+    assert report.ok and len(report.computed) == len(plan_cells(TINY, chunk_repetitions=2)) == N_CELLS_2
     assert_same_study(sequential, ds)
     # a rerun computes nothing and gives the same dataset
     ds2, report2 = run_study_sweep(TINY, tmp_path, chunk_repetitions=2, client=cluster_client, progress=False)
-    assert report2.computed == [] and len(report2.skipped) == 16
+    assert report2.computed == [] and len(report2.skipped) == N_CELLS_2
     assert_same_study(ds, ds2)
 
 
@@ -93,13 +94,16 @@ def _max_memory_for_chunks_of(config: StudyConfig, networks: int) -> float:
 
 @pytest.mark.slow
 def test_max_memory_chunking_and_threads_change_nothing(sequential):
-    """A study whose chunks hold 1 network (each repetition's members split over chunks), run
-    from a process with 2 torch threads, is bit-identical to the default study."""
+    """A study chunked by a small ``max_memory`` (the largest network alone in its chunk, each
+    repetition's members split over chunks), run from a process with 2 torch threads, is
+    bit-identical to the default study."""
     budget = _max_memory_for_chunks_of(TINY, 1)
     cfg = replace(TINY, train=replace(TINY.train, max_memory=budget, parallel_chunks=2))
-    inst = cfg.instance(1)
-    job = get_method("ens").job(inst, inst.targets(range(4)), range(4), cfg.train)
-    assert make_plan(job).chunk == 1 and make_plan(job).n_chunks == 12
+    inst = cfg.instance(2)
+    plans = {m: make_plan(get_method(m).job(inst, inst.targets(range(4)), range(4), cfg.train))
+             for m in ("bd", "ens", "ens_bs")}
+    assert min(p.chunk for p in plans.values()) == 1
+    assert plans["ens"].chunk < 3 and plans["ens"].n_chunks > 4  # members of a repetition split
     old = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -131,7 +135,8 @@ def test_sweep_resumes_after_the_client_is_killed(tmp_path, sequential):
     redoing finished cells and without a corrupt file."""
     out = tmp_path / "sweep"
     args = [sys.executable, "-m", "uqreg.cli", "sweep", "--task", "sinusoid", "--complexities", "1,2",
-            "--methods", "blr,bd,ens,ens_bs", "--repetitions", "4", "--members", "3", "--epochs", "8",
+            "--methods", "blr,bd,ens,ens_bs", "--recipes", "paper,none", "--repetitions", "4", "--members", "3",
+            "--epochs", "8",
             "--mc-samples", "6", "--dtype", "float32", "--chunk-repetitions", "1", "--out", str(out), "--quiet", "--no-plots"]
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     cells = out / "cells"
@@ -141,17 +146,19 @@ def test_sweep_resumes_after_the_client_is_killed(tmp_path, sequential):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = sorted(p.name for p in cells.glob("*.nc"))
-    assert 0 < len(done_before) < 32, "the sweep must be killed part way"
+    n_cells = len(plan_cells(TINY, chunk_repetitions=1))
+    assert n_cells == 64
+    assert 0 < len(done_before) < n_cells, "the sweep must be killed part way"
     mtimes = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.nc")}
 
     res = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{len(done_before)} already on disk" in res.stdout or \
-        f"{32 - len(done_before)} computed" in res.stdout, res.stdout
+        f"{n_cells - len(done_before)} computed" in res.stdout, res.stdout
     for name, mtime in mtimes.items():  # finished cells were not redone
         assert (cells / name).stat().st_mtime_ns == mtime
     finished = list(cells.glob("*.nc"))
-    assert len(finished) == 32 and all(is_complete(p) for p in finished)
+    assert len(finished) == n_cells and all(is_complete(p) for p in finished)
     ds = uqmetrics.read_dataset(out / "study.nc")
     assert_same_study(sequential, ds)
 
@@ -178,7 +185,7 @@ def test_plan_cells_validates():
     with pytest.raises(ValueError, match="chunk_repetitions"):
         plan_cells(TINY, chunk_repetitions=0)
     keys = [c.key for c in plan_cells(TINY, chunk_repetitions=2)]
-    assert len(keys) == len(set(keys)) == 16
+    assert len(keys) == len(set(keys)) == N_CELLS_2
     assert json.loads(json.dumps(plan_cells(TINY)[0].params))  # cells are plain JSON
 
 

@@ -1,11 +1,13 @@
 """``uqreg`` command line: a thin layer over :mod:`uqreg.study` and :mod:`uqreg.plots`.
 
-Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``tasks``, ``methods``.
+Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``tasks``, ``methods``,
+``recipes``. Choices and help come from the registries (tasks, methods, recipes, presets).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +16,7 @@ import numpy as np
 import uqmetrics
 import xarray as xr
 
+from .engine import RECIPES
 from .methods import METHODS
 from .presets import PRESETS
 from .study import StudyConfig, run_study
@@ -46,9 +49,9 @@ def _strs(s: str) -> tuple[str, ...]:
 
 
 def _config_from_args(a: argparse.Namespace) -> StudyConfig:
-    base = PRESETS[a.preset] if a.preset else StudyConfig(task=a.task or "sinusoid")
-    study = {k: getattr(a, k) for k in ("task", "complexities", "methods", "repetitions", "seed", "n_train", "sigma")
-             if getattr(a, k) is not None}
+    base = PRESETS.lookup(a.preset).config if a.preset else StudyConfig(task=a.task or "sinusoid")
+    study = {k: getattr(a, k) for k in ("task", "complexities", "methods", "recipes", "repetitions", "seed", "n_train",
+                                        "sigma") if getattr(a, k) is not None}
     train = {k: getattr(a, k) for k in ("members", "epochs", "mc_samples", "device", "dtype", "lr", "weight_decay",
                                          "dropout") if getattr(a, k) is not None}
     if a.max_memory is not None:
@@ -57,10 +60,13 @@ def _config_from_args(a: argparse.Namespace) -> StudyConfig:
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", choices=sorted(PRESETS), help="start from a named configuration")
-    p.add_argument("--task", help=f"task name ({', '.join(TASKS)})")
+    p.add_argument("--preset", choices=PRESETS.names(), help="start from a named configuration: "
+                   + "; ".join(PRESETS.describe().splitlines()))
+    p.add_argument("--task", help="task name: " + "; ".join(TASKS.describe().splitlines()))
     p.add_argument("--complexities", type=_ints, help="levels, e.g. 1,2,3 or 1-10 (default: the task's)")
-    p.add_argument("--methods", type=_strs, help=f"comma-separated ({', '.join(METHODS)}; default all)")
+    p.add_argument("--methods", type=_strs, help=f"comma-separated ({', '.join(METHODS.names())}; default all)")
+    p.add_argument("--recipes", type=_strs, help="comma-separated training recipes, run side by side (default "
+                   "paper): " + "; ".join(RECIPES.describe().splitlines()))
     p.add_argument("--repetitions", type=int, help="noise redraws k per cell (default 50)")
     p.add_argument("--seed", type=int, help="task seed (default 0)")
     p.add_argument("--n-train", dest="n_train", type=int, help="training-set size override")
@@ -71,7 +77,7 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", choices=("float32", "float64"))
     p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", dest="weight_decay", type=float, help="L2 factor (default 1/N)")
+    p.add_argument("--weight-decay", dest="weight_decay", type=float, help="the recipes' L2 factor λ (default 1/N)")
     p.add_argument("--dropout", type=float, help="dropout rate of bd, initial rate of cd/vd (default 0.1)")
     p.add_argument("--max-memory", dest="max_memory", type=float, help="GiB per chunk of networks (default 4)")
 
@@ -121,15 +127,31 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _print_summary(ds: xr.Dataset) -> None:
-    cov = ds["region_coverage"]
+    """Coverage in/out of distribution beside the collapse diagnostics, per recipe; a collapsed
+    method is named in a warning line."""
     name = ds.attrs.get("complexity_name", "complexity")
-    print(f"\ncoverage (in / out of distribution), k={ds.sizes['repetition']}:")
-    print(f"{'method':>8} " + " ".join(f"{name}={c:<9}" for c in ds.complexity.values))
-    for m in ds.method.values:
-        cells = [f"{float(cov.sel({'method': m, 'complexity': c, 'region': 'in'})):.2f}/"
-                 f"{float(cov.sel({'method': m, 'complexity': c, 'region': 'out'})):.2f}"
-                 for c in ds.complexity.values]
-        print(f"{m:>8} " + " ".join(f"{c:<11}" for c in cells))
+    recipes = json.loads(ds.attrs.get("recipes", "{}"))
+    print(f"\ncoverage in / out of distribution, % collapsed networks, R² of the fit in distribution; "
+          f"k={ds.sizes['repetition']}:")
+    for r in ds.recipe.values:
+        print(f"recipe {r}: {recipes.get(str(r), {}).get('description', '')}")
+        print(f"  {'method':>8} " + " ".join(f"{name + '=' + str(c):<24}" for c in ds.complexity.values))
+        collapsed_methods = []
+        for m in ds.method.values:
+            sub = ds.sel({"recipe": r, "method": m})
+            cells = []
+            for c in ds.complexity.values:
+                s = sub.sel(complexity=c)
+                frac = float(s["collapsed_fraction"].mean())
+                cells.append(f"{float(s.region_coverage.sel(region='in')):.2f}/"
+                             f"{float(s.region_coverage.sel(region='out')):.2f} {frac:>4.0%} "
+                             f"R²{float(s['fit_r2'].mean()):>5.2f}")
+            if float(sub["collapsed_fraction"].mean()) >= 0.5:
+                collapsed_methods.append(str(m))
+            print(f"  {m:>8} " + " ".join(f"{c:<24}" for c in cells))
+        if collapsed_methods:
+            print(f"  COLLAPSED under recipe {r}: {', '.join(collapsed_methods)} - most of their networks barely "
+                  f"beat a constant (training loss >= 0.95 x the best constant's); their coverage measures nothing")
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
@@ -163,7 +185,7 @@ def cmd_reference(a: argparse.Namespace) -> int:
         uqmetrics.write_dataset(ds, a.out, overwrite=a.overwrite,
                                 attrs=uqmetrics.provenance_attrs(config=vars(a) | {"func": None}, seed=a.seed))
         print(f"wrote {a.out}")
-    cov = (np.abs(mean - inst.f_test) < 1.96 * std).mean()
+    cov = float(uqmetrics.coverage(mean, np.broadcast_to(std, mean.shape), inst.f_test, axis=0).mean())
     print(f"{a.task} complexity={a.complexity}: p={inst.gamma.size}, N={inst.x_train.shape[0]}, "
           f"mean std={std.mean():.4g}, coverage over {a.repetitions} draws={cov:.3f}")
     return 0
@@ -180,14 +202,20 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
 
 def cmd_tasks(a: argparse.Namespace) -> int:
-    for name, t in TASKS.items():
+    for name, t in TASKS.items_ordered():
         print(f"{name:<16} {t.complexity_name:<7} default {list(t.default_complexities)}  {t.description}")
     return 0
 
 
 def cmd_methods(a: argparse.Namespace) -> int:
-    for name, m in METHODS.items():
+    for name, m in METHODS.items_ordered():
         print(f"{name:<8} {m.description}")
+    return 0
+
+
+def cmd_recipes(a: argparse.Namespace) -> int:
+    for name, r in RECIPES.items_ordered():
+        print(f"{name:<10} L2 {r.l2_mode:<9} {r.description}")
     return 0
 
 
@@ -233,10 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_reference)
 
-    p = sub.add_parser("reproduce", help="run the paper's three experiments as sweeps and draw Figures 1-7")
+    from .reproduce import EXPERIMENTS, SCALES
+
+    p = sub.add_parser("reproduce", help="run the paper's experiments and the recipe-sensitivity studies as sweeps; "
+                                         "draw Figures 1-7 and the recipe figures; write findings.md")
     p.add_argument("--out", default="results/reproduction")
-    p.add_argument("--scale", default="cpu", help="paper, cpu or smoke (default cpu)")
-    p.add_argument("--experiments", default="e1,e2,e3")
+    p.add_argument("--scale", default="cpu", choices=SCALES.names(),
+                   help="; ".join(SCALES.describe().splitlines()) + " (default cpu)")
+    p.add_argument("--experiments", default=",".join(EXPERIMENTS),
+                   help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
     p.add_argument("--workers", type=int, default=2)
@@ -246,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("tasks", help="list registered tasks").set_defaults(func=cmd_tasks)
     sub.add_parser("methods", help="list registered methods").set_defaults(func=cmd_methods)
+    sub.add_parser("recipes", help="list registered training recipes").set_defaults(func=cmd_recipes)
     return parser
 
 

@@ -18,10 +18,39 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .diagnostics import collapsed, constant_loss, half_mse
 from .engine import HEADS, SAMPLERS, NetworkBatch, TrainConfig, TrainJob, execute, make_plan
-from .reference import reference_prediction
+from .reference import fit_reference
 from .registry import Registry
 from .tasks import TaskInstance
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """What a method returns for R repetitions.
+
+    Attributes
+    ----------
+    prediction, uncertainty : ndarray, shape (R, T)
+        Mean and epistemic std at the test inputs.
+    train_loss : ndarray, shape (R,)
+        Final ½·MSE on the training set (of each network's mean prediction; ensemble members
+        averaged).
+    collapsed_fraction : ndarray, shape (R,)
+        Fraction of the repetition's networks that are collapsed (:mod:`uqreg.diagnostics`).
+    """
+
+    prediction: np.ndarray
+    uncertainty: np.ndarray
+    train_loss: np.ndarray
+    collapsed_fraction: np.ndarray
+
+    @classmethod
+    def from_networks(cls, prediction, uncertainty, fit: np.ndarray, y: np.ndarray) -> MethodResult:
+        """Diagnostics from the networks' fits ``fit (R, M, N)`` to the targets ``y (R, N)``."""
+        loss = half_mse(fit, y[:, None, :])  # (R, M)
+        bad = collapsed(loss, constant_loss(y)[:, None])
+        return cls(prediction, uncertainty, loss.mean(axis=1), bad.mean(axis=1))
 
 
 @dataclass(frozen=True)
@@ -41,8 +70,8 @@ class Method:
     adversarial : bool
         Add FGSM inputs to the loss.
     closed_form : callable, optional
-        ``(instance, y (R, N), cfg) -> (mean (R, T), std (R, T))`` for methods that need no
-        training (the reference).
+        ``(instance, y (R, N), cfg) -> (mean (R, T), std (R, T), fit (R, N))`` for methods that
+        need no training (the reference); ``fit`` is the prediction at the training inputs.
     overrides : dict
         TrainConfig fields this method changes.
     """
@@ -90,23 +119,23 @@ class Method:
                         adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs)
 
     def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-            epochs: int | None = None, progress=None) -> tuple[np.ndarray, np.ndarray]:
+            epochs: int | None = None, progress=None) -> MethodResult:
         """Train on every repetition and predict at ``instance.x_test``.
 
         Parameters are those of :meth:`job`; ``progress`` receives finished epochs.
-
-        Returns
-        -------
-        prediction, uncertainty : ndarray, shape (R, T)
         """
+        y = np.asarray(y, dtype=np.float64)
+        r = y.shape[0]
         if self.closed_form is not None:
-            return self.closed_form(instance, y, replace(cfg, **self.overrides))
+            mean, std, fit = self.closed_form(instance, y, replace(cfg, **self.overrides))
+            return MethodResult.from_networks(mean, std, fit[:, None, :], y)
         job = self.job(instance, y, repetitions, cfg, epochs=epochs)
         result = execute(job, progress=progress)
+        fit = result.fit.reshape(r, -1, result.fit.shape[1])  # (R, M, N), M = 1 without an ensemble
         if not self.ensemble:
-            return result.mean, result.std
-        members = result.mean.reshape(len(np.atleast_1d(repetitions)), job.cfg.members, -1)  # (R, M, T)
-        return members.mean(axis=1), members.std(axis=1, ddof=job.cfg.std_ddof)
+            return MethodResult.from_networks(result.mean, result.std, fit, y)
+        members = result.mean.reshape(r, job.cfg.members, -1)  # (R, M, T)
+        return MethodResult.from_networks(members.mean(axis=1), members.std(axis=1, ddof=job.cfg.std_ddof), fit, y)
 
     def n_epochs_total(self, instance: TaskInstance, cfg: TrainConfig, n_reps: int,
                        epochs: int | None = None) -> int:
@@ -118,8 +147,9 @@ class Method:
 
 
 def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig):
-    mean, std = reference_prediction(instance, y)
-    return mean, np.broadcast_to(std, mean.shape).copy()
+    post = fit_reference(instance.features(instance.x_train), y, instance.sigma)
+    mean, std = post.predict(instance.features(instance.x_test))
+    return mean, np.broadcast_to(std, mean.shape).copy(), post.predict(instance.features(instance.x_train))[0]
 
 
 METHODS: Registry[Method] = Registry("method")

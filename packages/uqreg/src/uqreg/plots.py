@@ -1,11 +1,15 @@
 """The paper's figures, drawn from a study file alone (thin layer over :mod:`uqmetrics.plotting`).
 
-* :func:`plot_bands` — prediction ± 1.96·std per method, with the training data and the ground
-  truth (the paper's Figs. 1, 2);
+* :func:`plot_bands` — prediction ± z·std (z = :data:`uqmetrics.COVERAGE_Z`) per method, with the
+  training data and the ground truth (the paper's Figs. 1, 2); each panel's title gives the
+  method's collapsed fraction and R² of its fit;
 * :func:`plot_probes` — deviation, uncertainty and coverage against complexity at the probe
-  points (Figs. 3, 6, and 4, 5);
+  points (Figs. 3, 6, and 4, 5), with a last row of collapse diagnostics (collapsed fraction,
+  R² of the fit, training loss relative to the best constant's);
 * :func:`plot_coverage_map` — log10 deviation, log10 uncertainty and coverage over the 2-D test
   grid per method (Fig. 7).
+
+A study with several recipes gets each figure once per recipe (``recipe=``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
 import numpy as np
+import uqmetrics
 import xarray as xr
 from uqmetrics.plotting import (
     plot_coverage_vs_complexity,
@@ -25,8 +30,6 @@ from uqmetrics.plotting import (
     plot_prediction_bands,
     save_figure,
 )
-
-Z = 1.96
 
 
 def _axis_coord(ds: xr.Dataset) -> str:
@@ -37,13 +40,30 @@ def _axis_coord(ds: xr.Dataset) -> str:
     return "point"
 
 
-def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None):
-    """Prediction ± 1.96·uncertainty of one repetition, one panel per method.
+def _recipe(ds: xr.Dataset, recipe=None) -> tuple[xr.Dataset, str]:
+    """The study restricted to one recipe (default: the first) and its name."""
+    if "recipe" not in ds.dims:
+        return ds, ds.attrs.get("recipe", "")
+    r = ds.recipe.values[0] if recipe is None else recipe
+    return ds.sel(recipe=r), str(r)
+
+
+def _collapse_label(sub: xr.Dataset) -> str:
+    """``"40% collapsed, R² 0.12"`` over whatever dims ``sub`` has left (mean)."""
+    if "collapsed_fraction" not in sub or "fit_r2" not in sub:
+        return ""
+    return f"{float(sub['collapsed_fraction'].mean()):.0%} collapsed, R² {float(sub['fit_r2'].mean()):.2f}"
+
+
+def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None, recipe=None):
+    """Prediction ± z·uncertainty of one repetition, one panel per method (z =
+    :data:`uqmetrics.COVERAGE_Z`); titles name each method's collapsed fraction and R².
 
     Returns
     -------
     matplotlib.figure.Figure
     """
+    ds, rname = _recipe(ds, recipe)
     methods = list(methods or ds.method.values)
     rep = ds.repetition.values[0] if repetition is None else repetition
     sub = ds.sel(complexity=complexity, repetition=rep)
@@ -59,15 +79,16 @@ def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None):
         if one_d:
             kw = {"x_train": sub.x_train.values[:n, 0], "y_train": sub.y_train.values[:n]}
         plot_prediction_bands(sub[xname].values, s.truth.values, s.prediction.values, s.uncertainty.values,
-                              z=Z, ax=ax, **kw)
-        ax.set_title(f"{m}")
+                              z=uqmetrics.COVERAGE_Z, ax=ax, **kw)
+        label = _collapse_label(ds.sel({"method": m, "complexity": complexity}))
+        ax.set_title(f"{m}" + (f"\n{label}" if label else ""), fontsize=9)
         ax.set_xlabel(xname)
         if ax is not axes.flat[0] and ax.get_legend() is not None:
             ax.get_legend().remove()
     for ax in list(axes.flat)[len(methods):]:
         ax.set_visible(False)
     fig.suptitle(f"{ds.attrs.get('task')}: {ds.attrs.get('complexity_name', 'complexity')} = {complexity}, "
-                 f"repetition {rep}")
+                 f"repetition {rep}" + (f", recipe {rname}" if rname else ""))
     fig.tight_layout()
     return fig
 
@@ -82,14 +103,36 @@ def probe_points(ds: xr.Dataset) -> dict[str, dict]:
     return {f"{xname}={value}": {"point": int(np.argmin(np.abs(coord - value)))} for value in probes.values()}
 
 
-def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "binomial"):
+def _plot_collapse_row(ds: xr.Dataset, row, cname: str) -> None:
+    """Collapsed fraction, R² of the fit and training loss ÷ the best constant's vs complexity."""
+    panels = (
+        (ds["collapsed_fraction"], "collapsed fraction of networks"),
+        (ds["fit_r2"], "R² of the fit (in distribution)"),
+        (ds["train_loss"] / ds["constant_loss"], "training loss ÷ best constant's"),
+    )
+    for ax, (da, title) in zip(row, panels):
+        for m in ds.method.values:
+            s = da.sel({"method": m})
+            ax.errorbar(ds.complexity.values, s.mean("repetition").values,
+                        yerr=(s.std("repetition", ddof=1) / np.sqrt(s.sizes["repetition"])).values
+                        if s.sizes["repetition"] > 1 else None, marker="o", capsize=2, label=str(m))
+        ax.set_title(title)
+        ax.set_xlabel(cname)
+    row[2].axhline(0.95, color="k", linestyle="--", linewidth=1)  # the collapse threshold (R.3b)
+
+
+def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "binomial", recipe=None):
     """Deviation, uncertainty, coverage vs complexity (columns) at each probe point (rows).
 
-    Region averages (in/out of distribution) are added as the last rows.
+    Region averages (in/out of distribution) follow as rows, and a last row shows the collapse
+    diagnostics (R.3b) beside them.
     """
+    ds, rname = _recipe(ds, recipe)
     probes = dict(probes or probe_points(ds))
     probes.update({"region in": {"region": "in"}, "region out": {"region": "out"}})
-    fig, axes = plt.subplots(len(probes), 3, figsize=(13, 3.2 * len(probes)), squeeze=False)
+    collapse = "collapsed_fraction" in ds and "fit_r2" in ds
+    nrows = len(probes) + int(collapse)
+    fig, axes = plt.subplots(nrows, 3, figsize=(13, 3.2 * nrows), squeeze=False)
     cname = ds.attrs.get("complexity_name", "complexity")
     for row, (label, sel) in zip(axes, probes.items()):
         region = "region" in sel
@@ -106,49 +149,98 @@ def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "bin
         plot_coverage_vs_complexity(ds, point_selection=sel, error=error, ax=row[2],
                                     title=f"coverage at {label}")
         row[2].set_xlabel(cname)
+    if collapse:
+        _plot_collapse_row(ds, axes[-1], cname)
     for ax in axes.flat:
         if ax.get_legend() is not None:
             ax.get_legend().remove()
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
+    if rname:
+        fig.suptitle(f"recipe {rname}")
+    fig.tight_layout(rect=(0, 0, 1, 0.98) if rname else None)
     return fig
 
 
-def plot_coverage_map(ds: xr.Dataset, complexity=None, *, methods=None):
+def plot_coverage_map(ds: xr.Dataset, complexity=None, *, methods=None, recipe=None):
     """Fig. 7: log10 deviation, log10 uncertainty and coverage on the 2-D grid, a row per method."""
     if not {"x1", "x2"} <= set(ds.coords):
         raise ValueError("the coverage map needs a 2-D grid task (coordinates x1, x2)")
+    ds, rname = _recipe(ds, recipe)
     complexity = ds.complexity.values[0] if complexity is None else complexity
     methods = list(methods or ds.method.values)
     sub = ds.sel(complexity=complexity).set_index(point=["x1", "x2"]).unstack("point")
     fig, axes = plt.subplots(len(methods), 3, figsize=(12, 3.4 * len(methods)), squeeze=False)
     for row, m in zip(axes, methods):
         s = sub.sel({"method": m})
+        label = _collapse_label(ds.sel({"method": m, "complexity": complexity}))
         plot_heatmap(np.log10(s.deviation_mean), x="x1", y="x2", ax=row[0], title=f"{m}: log10 deviation")
         plot_heatmap(np.log10(s.uncertainty_mean), x="x1", y="x2", ax=row[1], title=f"{m}: log10 uncertainty")
-        plot_heatmap(s.coverage, x="x1", y="x2", ax=row[2], title=f"{m}: coverage", vmin=0, vmax=1)
-    fig.tight_layout()
+        plot_heatmap(s.coverage, x="x1", y="x2", ax=row[2], title=f"{m}: coverage ({label})" if label
+                     else f"{m}: coverage", vmin=0, vmax=1)
+    if rname:
+        fig.suptitle(f"recipe {rname}")
+    fig.tight_layout(rect=(0, 0, 1, 0.98) if rname else None)
+    return fig
+
+
+def plot_recipes(ds: xr.Dataset, *, methods=None):
+    """Recipe sensitivity: a column per method; rows in-distribution coverage, out-of-distribution
+    coverage, collapsed fraction and R² of the fit against complexity; a line per recipe."""
+    if "recipe" not in ds.dims:
+        raise ValueError("plot_recipes needs a study with a recipe dim")
+    methods = list(methods or ds.method.values)
+    rows = (
+        (ds.region_coverage.sel(region="in"), "coverage in distribution"),
+        (ds.region_coverage.sel(region="out"), "coverage out of distribution"),
+        (ds.collapsed_fraction.mean("repetition"), "collapsed fraction"),
+        (ds.fit_r2.mean("repetition"), "R² of the fit"),
+    )
+    fig, axes = plt.subplots(len(rows), len(methods), figsize=(2.6 * len(methods), 2.3 * len(rows)),
+                             squeeze=False, sharex=True, sharey="row")
+    cname = ds.attrs.get("complexity_name", "complexity")
+    for i, (da, label) in enumerate(rows):
+        for j, m in enumerate(methods):
+            ax = axes[i, j]
+            for r in ds.recipe.values:
+                ax.plot(ds.complexity.values, da.sel({"recipe": r, "method": m}).values, marker="o", label=str(r))
+            if i < 2:
+                ax.axhline(0.95, color="k", linestyle="--", linewidth=1)
+            if i == 0:
+                ax.set_title(str(m))
+            if j == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel(cname)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{ds.attrs.get('task')}: recipe sensitivity (k={ds.sizes['repetition']})")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
 
 
 def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
-    """Draw every figure a study supports into ``out_dir``; returns the PNG paths."""
+    """Draw every figure a study supports into ``out_dir``; returns the PNG paths. With several
+    recipes every file name gets a ``_<recipe>`` suffix."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     comps = ds.complexity.values if complexities is None else complexities
-    if {"x1", "x2"} <= set(ds.coords):
-        for c in comps:
-            fig = plot_coverage_map(ds, c)
-            paths.append(save_figure(fig, out / f"coverage_map_c{c}.png"))
+    recipes = list(ds.recipe.values) if "recipe" in ds.dims else [None]
+    for r in recipes:
+        tag = f"_{r}" if len(recipes) > 1 else ""
+        drawn = []
+        if {"x1", "x2"} <= set(ds.coords):
+            for c in comps:
+                fig = plot_coverage_map(ds, c, recipe=r)
+                drawn.append(save_figure(fig, out / f"coverage_map_c{c}{tag}.png"))
+                plt.close(fig)
+        else:
+            for c in comps:
+                fig = plot_bands(ds, c, recipe=r)
+                drawn.append(save_figure(fig, out / f"bands_c{c}{tag}.png"))
+                plt.close(fig)
+        if len(ds.complexity) > 1 or not drawn:
+            fig = plot_probes(ds, recipe=r)
+            drawn.append(save_figure(fig, out / f"probes_vs_complexity{tag}.png"))
             plt.close(fig)
-    else:
-        for c in comps:
-            fig = plot_bands(ds, c)
-            paths.append(save_figure(fig, out / f"bands_c{c}.png"))
-            plt.close(fig)
-    if len(ds.complexity) > 1 or not paths:
-        fig = plot_probes(ds)
-        paths.append(save_figure(fig, out / "probes_vs_complexity.png"))
-        plt.close(fig)
+        paths.extend(drawn)
     return paths

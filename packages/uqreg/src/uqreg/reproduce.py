@@ -1,12 +1,15 @@
-"""Reproduce the paper's Figures 1–7 (``uqreg reproduce``).
+"""Reproduce the paper's Figures 1–7 and the recipe sensitivity (``uqreg reproduce``).
 
 Runs the three experiments as resumable sweeps (E.1 sinusoid, E.2 Styblinski–Tang, E.3 2-D
-polynomial) at a chosen scale and draws the figures from the combined study files:
+polynomial) at a chosen scale and draws the figures from the combined study files; the
+recipe-sensitivity studies ``recipes_e1`` (E.1, f_main 1–3) and ``recipes_e3`` (E.3) run every
+method under every registered recipe (PROTOCOLS R.3b), and :func:`findings_table` tells which
+of the paper's findings (R.4) hold under which recipe:
 
 ===========  ===========================================================================
 figure       content
 ===========  ===========================================================================
-fig1         E.1, f_main = 1: prediction ± 1.96·std of BLR, BD, VD, EnsBS
+fig1         E.1, f_main = 1: prediction ± z·std of BLR, BD, VD, EnsBS
 fig2         E.1, f_main = 5 (or the largest run): the same
 fig3         E.1: deviation, uncertainty, coverage vs f_main at x = −2.38, 1.2, −5.11
 fig4         E.2, d = 2: prediction bands along the diagonal
@@ -15,22 +18,25 @@ fig6         E.2: deviation, uncertainty, coverage vs d at λ = 0.5996, 0.074
 fig7         E.3: log10 deviation, log10 uncertainty, coverage maps of BLR, BD, EnsBS
 ===========  ===========================================================================
 
-Scales: ``paper`` uses the presets ``paper-e1/e2/e3`` (120 members, 200 MC passes, 50/50/30
-repetitions, f_main 1–10, d 1–4); ``cpu`` is what two CPU cores finish in about an hour.
+Scales (registered in :data:`SCALES`): ``paper`` uses the presets ``paper-e1/e2/e3`` (120
+members, 200 MC passes, 50/50/30 repetitions, f_main 1–10, d 1–4); ``cpu`` is what two CPU cores
+finish in about an hour or two; ``smoke`` takes seconds (tests).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import uqmetrics
 from uqmetrics.plotting import save_figure
 
-from .engine import TrainConfig
+from .engine import RECIPES, TrainConfig
 from .plots import plot_bands, plot_coverage_map, plot_probes
 from .presets import PRESETS
+from .registry import Registry
 from .study import StudyConfig
 from .sweep import run_study_sweep
 
@@ -39,23 +45,49 @@ MAP_METHODS = ("blr", "bd", "ens_bs")
 
 _CPU_TRAIN = TrainConfig(members=20, mc_samples=100)
 _CPU_TRAIN_SMALL = TrainConfig(members=8, mc_samples=100)
+_SMOKE_TRAIN = TrainConfig(members=3, epochs=5, mc_samples=5)
+#: The recipes of the sensitivity studies (every registered one).
+SENSITIVITY_RECIPES = tuple(RECIPES.names())
 
-SCALES: dict[str, dict[str, StudyConfig]] = {
-    "paper": {"e1": PRESETS["paper-e1"], "e2": PRESETS["paper-e2"], "e3": PRESETS["paper-e3"]},
-    "cpu": {
-        "e1": StudyConfig(task="sinusoid", complexities=(1, 2, 3, 4, 5), repetitions=10, train=_CPU_TRAIN),
-        "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), repetitions=6, train=_CPU_TRAIN_SMALL),
-        "e3": StudyConfig(task="polynomial", complexities=(2,), repetitions=6, train=_CPU_TRAIN_SMALL),
-    },
-    "smoke": {  # seconds: for tests of this module
-        "e1": StudyConfig(task="sinusoid", complexities=(1, 2), methods=BAND_METHODS, repetitions=2,
-                          train=TrainConfig(members=3, epochs=5, mc_samples=5)),
-        "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), methods=BAND_METHODS, repetitions=2,
-                          train=TrainConfig(members=3, epochs=5, mc_samples=5)),
-        "e3": StudyConfig(task="polynomial", complexities=(2,), methods=MAP_METHODS, repetitions=2,
-                          train=TrainConfig(members=3, epochs=5, mc_samples=5)),
-    },
-}
+
+@dataclass(frozen=True)
+class Scale:
+    """A named set of study configurations, one per experiment."""
+
+    name: str
+    description: str
+    studies: dict
+
+
+#: The experiments, in the order they run.
+EXPERIMENTS = ("e1", "e2", "e3", "recipes_e1", "recipes_e3")
+
+SCALES: Registry[Scale] = Registry("scale")
+SCALES.register(Scale("paper", "the paper's sizes (presets paper-e1/e2/e3); a GPU or a cluster", {
+    "e1": PRESETS.lookup("paper-e1").config, "e2": PRESETS.lookup("paper-e2").config,
+    "e3": PRESETS.lookup("paper-e3").config,
+    "recipes_e1": replace(PRESETS.lookup("paper-e1").config, complexities=(1, 2, 3), recipes=SENSITIVITY_RECIPES),
+    "recipes_e3": replace(PRESETS.lookup("paper-e3").config, recipes=SENSITIVITY_RECIPES),
+}))
+SCALES.register(Scale("cpu", "reduced repetitions, members and levels: hours on two CPU cores", {
+    "e1": StudyConfig(task="sinusoid", complexities=(1, 2, 3, 4, 5), repetitions=10, train=_CPU_TRAIN),
+    "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), repetitions=6, train=_CPU_TRAIN_SMALL),
+    "e3": StudyConfig(task="polynomial", complexities=(2,), repetitions=6, train=_CPU_TRAIN_SMALL),
+    "recipes_e1": StudyConfig(task="sinusoid", complexities=(1, 2, 3), repetitions=10, recipes=SENSITIVITY_RECIPES,
+                              train=_CPU_TRAIN),
+    "recipes_e3": StudyConfig(task="polynomial", complexities=(2,), repetitions=6, recipes=SENSITIVITY_RECIPES,
+                              train=_CPU_TRAIN_SMALL),
+}))
+SCALES.register(Scale("smoke", "seconds: for tests of this module", {
+    "e1": StudyConfig(task="sinusoid", complexities=(1, 2), methods=BAND_METHODS, repetitions=2, train=_SMOKE_TRAIN),
+    "e2": StudyConfig(task="styblinski_tang", complexities=(1, 2), methods=BAND_METHODS, repetitions=2,
+                      train=_SMOKE_TRAIN),
+    "e3": StudyConfig(task="polynomial", complexities=(2,), methods=MAP_METHODS, repetitions=2, train=_SMOKE_TRAIN),
+    "recipes_e1": StudyConfig(task="sinusoid", complexities=(1, 2), methods=("blr", "bd", "ens_bs"), repetitions=2,
+                              recipes=("paper", "none"), train=_SMOKE_TRAIN),
+    "recipes_e3": StudyConfig(task="polynomial", complexities=(2,), methods=("blr", "ens"), repetitions=2,
+                              recipes=("paper", "none"), train=_SMOKE_TRAIN),
+}))
 
 
 def _nearest(values, target):
@@ -91,9 +123,12 @@ def draw_figures(e1, e2, e3, out_dir) -> list[Path]:
     return paths
 
 
-def coverage_table(ds, *, points: dict | None = None) -> str:
+def coverage_table(ds, *, points: dict | None = None, recipe=None) -> str:
     """A markdown table of coverage per method (rows) and complexity (columns): in/out region
-    averages and, when given, named probe points ``{label: point index}``."""
+    averages and, when given, named probe points ``{label: point index}``; one recipe (default
+    the first)."""
+    if "recipe" in ds.dims:
+        ds = ds.sel(recipe=ds.recipe.values[0] if recipe is None else recipe)
     cname = ds.attrs.get("complexity_name", "complexity")
     head = "| method | " + " | ".join(f"{cname}={c}" for c in ds.complexity.values) + " |"
     lines = [head, "|" + "---|" * (len(ds.complexity) + 1)]
@@ -109,22 +144,152 @@ def coverage_table(ds, *, points: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def reproduce(out_dir, *, scale: str = "cpu", experiments=("e1", "e2", "e3"), device: str = "cpu",
+def recipe_table(ds) -> str:
+    """A markdown table per recipe and method: in/out coverage, collapsed fraction and R² of the
+    fit, each as ``first…last`` complexity."""
+    cname = ds.attrs.get("complexity_name", "complexity")
+    comps = ds.complexity.values
+    span = f"{cname}={comps[0]}" + (f"…{comps[-1]}" if len(comps) > 1 else "")
+    lines = [f"| recipe | method | coverage in ({span}) | coverage out | collapsed | R² of the fit |",
+             "|---|---|---|---|---|---|"]
+
+    def fmt(values, pct=False):
+        vals = [f"{v:.0%}" if pct else f"{v:.2f}" for v in np.atleast_1d(values)]
+        return vals[0] if len(set(vals)) == 1 else "…".join([vals[0], vals[-1]])
+
+    for r in ds.recipe.values:
+        for m in ds.method.values:
+            s = ds.sel({"recipe": r, "method": m})
+            lines.append(f"| {r} | {m} | {fmt(s.region_coverage.sel(region='in').values)} | "
+                         f"{fmt(s.region_coverage.sel(region='out').values)} | "
+                         f"{fmt(s.collapsed_fraction.mean('repetition').values, pct=True)} | "
+                         f"{fmt(s.fit_r2.mean('repetition').values)} |")
+    return "\n".join(lines)
+
+
+DROPOUT = ("bd", "cd", "vd")
+ROBUST_ENSEMBLES = ("ens_adv", "ens_bs")
+#: "near 0.95": within this distance (the paper's plots put "near" at roughly this spread)
+NEAR = 0.10
+
+
+def _findings_e1(s) -> dict[str, tuple[bool, str]]:
+    """R.4's E.1 findings on one recipe of a sinusoid study ``s`` (no recipe dim)."""
+    def cov(m, region="in"):
+        return s.region_coverage.sel({"method": m, "region": region}).values
+
+    def se(m, region="in"):
+        return s.region_coverage_se.sel({"method": m, "region": region}).values
+
+    deep = [m for m in s.method.values if m != "blr"]
+    out = {}
+    if "blr" in s.method.values:
+        ok = bool(np.all(np.abs(cov("blr") - 0.95) <= 2 * se("blr") + 1e-12))
+        out["reference covers 0.95 at every complexity (E.1)"] = (ok, f"blr {cov('blr').min():.2f}–{cov('blr').max():.2f}")
+    drop = [m for m in DROPOUT if m in s.method.values]
+    if drop:
+        under = all(np.all(cov(m) < 0.95 - 2 * se(m)) for m in drop)
+        trend = float(np.mean([cov(m)[-1] - cov(m)[0] for m in drop]))
+        ok = under and (len(s.complexity) < 2 or trend < 0)
+        lo, hi = min(cov(m).min() for m in drop), max(cov(m).max() for m in drop)
+        out["dropout variants under-cover, increasingly with complexity (E.1)"] = (
+            ok, f"{'/'.join(drop)} {lo:.2f}–{hi:.2f}, change first→last {trend:+.2f}")
+    rob = [m for m in ROBUST_ENSEMBLES if m in s.method.values]
+    if rob:
+        low = min(cov(m).min() for m in rob)
+        out[f"adversarial and bootstrap ensembles cover near (±{NEAR}) or above 0.95 (E.1)"] = (
+            low >= 0.95 - NEAR, f"{'/'.join(rob)} min {low:.2f}")
+    if deep:
+        first = [float(cov(m)[0]) for m in deep]
+        n_ok = sum(c >= 0.95 - NEAR for c in first)
+        out["in distribution nearly all methods cover (E.1, Figs. 1–2, lowest f_main)"] = (
+            n_ok >= len(deep) - 1, f"{n_ok} of {len(deep)} deep methods ≥ {0.95 - NEAR:.2f}")
+        worst = max(float(np.max(cov(m, "out"))) for m in deep)
+        out["out of distribution every deep method under-covers (E.1)"] = (
+            all(np.all(cov(m, "out") < 0.95 - 2 * se(m, "out")) for m in deep), f"max {worst:.2f}")
+        frac = float(s.collapsed_fraction.sel({"method": deep}).mean())
+        r2 = float(s.fit_r2.sel({"method": deep}).mean())
+        out["(precondition) the deep networks fit the data: not collapsed (E.1)"] = (
+            frac < 0.5, f"{frac:.0%} of networks collapsed, mean R² {r2:.2f}")
+    return out
+
+
+def _findings_e3(s) -> dict[str, tuple[bool, str]]:
+    """R.4's E.3 findings on one recipe of a polynomial study ``s`` (no recipe dim)."""
+    def cov(m, region):
+        return float(s.region_coverage.sel({"method": m, "region": region}).mean())
+
+    deep = [m for m in s.method.values if m != "blr"]
+    out = {}
+    if "ens_bs" in s.method.values:
+        cin, cout = cov("ens_bs", "in"), cov("ens_bs", "out")
+        out["EnsBS covers near 0.95 in distribution and falls well below it outside (E.3)"] = (
+            cin >= 0.95 - NEAR and cout < 0.95 - 2 * NEAR, f"in {cin:.2f}, out {cout:.2f}")
+    if deep:
+        worst = max(cov(m, "out") for m in deep)
+        out["out of distribution every deep method under-covers (E.3)"] = (worst < 0.95 - NEAR, f"max {worst:.2f}")
+    return out
+
+
+def findings(e1=None, e3=None) -> dict[str, dict[str, tuple[bool, str]]]:
+    """``{finding: {recipe: (holds, evidence)}}`` for the paper's findings (PROTOCOLS R.4) on an
+    E.1 (sinusoid) and an E.3 (polynomial) study, per recipe of each. The thresholds are stated
+    in each finding; "near" means within :data:`NEAR`; "under-covers" means below 0.95 by more
+    than two standard errors of the region coverage."""
+    table: dict[str, dict[str, tuple[bool, str]]] = {}
+    for ds, judge in ((e1, _findings_e1), (e3, _findings_e3)):
+        if ds is None:
+            continue
+        for r in (ds.recipe.values if "recipe" in ds.dims else [None]):
+            sub = ds if r is None else ds.sel(recipe=r)
+            for name, verdict in judge(sub).items():
+                table.setdefault(name, {})[str(r)] = verdict
+    return table
+
+
+def findings_table(e1=None, e3=None) -> str:
+    """:func:`findings` as a markdown table: one row per finding, one column per recipe."""
+    table = findings(e1, e3)
+    recipes = list(dict.fromkeys(r for row in table.values() for r in row))
+    lines = ["| finding (PROTOCOLS R.4) | " + " | ".join(recipes) + " |", "|---|" + "---|" * len(recipes)]
+    for name, row in table.items():
+        cells = [f"{'**holds**' if row[r][0] else 'fails'}: {row[r][1]}" if r in row else "–" for r in recipes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def draw_recipe_figures(studies: dict, out_dir) -> list[Path]:
+    """One recipe-comparison figure per sensitivity study (:func:`uqreg.plots.plot_recipes`)."""
+    from .plots import plot_recipes
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, ds in studies.items():
+        if ds is None:
+            continue
+        fig = plot_recipes(ds)
+        paths.append(save_figure(fig, out / f"fig_{name}.png"))
+        plt.close(fig)
+    return paths
+
+
+def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: str = "cpu",
               scheduler: str | None = None, n_workers: int = 2, chunk_repetitions: int = 5,
               progress: bool = True) -> list[Path]:
-    """Run (or resume) the sweeps of ``experiments`` at ``scale`` and draw Figures 1–7.
+    """Run (or resume) the sweeps of ``experiments`` at ``scale``; draw Figures 1–7 and the
+    recipe figures, and write ``findings.md`` (:func:`findings_table` and :func:`recipe_table`).
 
     Each experiment's combined study is written to ``out_dir/<exp>/study.nc``; an existing
     combined file is reused as it is.
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {sorted(SCALES)}, got {scale!r}")
-    unknown = set(experiments) - {"e1", "e2", "e3"}
+    studies = SCALES.lookup(scale).studies
+    unknown = set(experiments) - set(EXPERIMENTS)
     if unknown:
-        raise ValueError(f"experiments must be among e1, e2, e3, got {sorted(unknown)}")
+        raise ValueError(f"experiments must be among {', '.join(EXPERIMENTS)}, got {sorted(unknown)}")
     out = Path(out_dir)
     results = {}
-    for exp in ("e1", "e2", "e3"):
+    for exp in EXPERIMENTS:
         if exp not in experiments:
             results[exp] = None
             continue
@@ -132,7 +297,7 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=("e1", "e2", "e3"), de
         if target.exists():
             results[exp] = uqmetrics.read_dataset(target)
             continue
-        cfg = SCALES[scale][exp]
+        cfg = studies[exp]
         cfg = replace(cfg, train=replace(cfg.train, device=device))
         ds, report = run_study_sweep(cfg, out / exp, chunk_repetitions=chunk_repetitions, scheduler=scheduler,
                                      n_workers=n_workers, progress=progress)
@@ -141,4 +306,16 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=("e1", "e2", "e3"), de
         ds.attrs["reproduce_scale"] = scale
         uqmetrics.write_dataset(ds, target)
         results[exp] = ds
-    return draw_figures(results["e1"], results["e2"], results["e3"], out / "figures")
+    paths = draw_figures(results["e1"], results["e2"], results["e3"], out / "figures")
+    sensitivity = {k: results[k] for k in ("recipes_e1", "recipes_e3")}
+    paths += draw_recipe_figures(sensitivity, out / "figures")
+    if any(v is not None for v in sensitivity.values()):
+        text = ["# Which of the paper's findings hold under which recipe", "",
+                findings_table(sensitivity["recipes_e1"], sensitivity["recipes_e3"]), ""]
+        for name, ds in sensitivity.items():
+            if ds is not None:
+                text += [f"## {name}", "", recipe_table(ds), ""]
+        target = out / "findings.md"
+        target.write_text("\n".join(text))
+        paths.append(target)
+    return paths

@@ -3,16 +3,20 @@
 :func:`run_study` trains every method on k noise draws per complexity level and returns ONE
 :class:`xarray.Dataset` holding
 
-* raw results ``prediction``, ``uncertainty`` over ``(method, complexity, repetition, point)``
-  and ``truth`` over ``(complexity, point)``, with the test inputs ``x_test`` and their plot
-  coordinates;
+* raw results ``prediction``, ``uncertainty`` over ``(recipe, method, complexity, repetition,
+  point)`` and ``truth`` over ``(complexity, point)``, with the test inputs ``x_test`` and their
+  plot coordinates (a single-recipe study keeps a length-1 ``recipe`` dim);
+* the collapse diagnostics of PROTOCOLS R.3b over ``(recipe, method, complexity, repetition)``:
+  ``train_loss``, ``constant_loss``, ``collapsed_fraction`` and ``fit_r2``
+  (:mod:`uqreg.diagnostics`);
 * everything needed to recompute the reference from the file alone: ``x_train``, every
   repetition's ``y_train``, ``gamma``, ``sigma``, the task name;
 * the exact ``reference_uncertainty`` and the derived summary of
   :func:`uqmetrics.coverage_summary` (coverage with Wilson/Clopper–Pearson bounds and the
   paper's bars, mean deviation and uncertainty with standard errors, the ratio to the reference,
   in-/out-of-distribution summaries);
-* provenance attrs (config, seeds, versions, device, wall time per method).
+* provenance attrs (config, seeds, versions, device, wall time per method, and each recipe's
+  definition).
 
 Arrays whose size changes with the complexity (test inputs of growing dimension, training sets
 of growing size) are NaN-padded along ``input_dim`` / ``train_point``; ``n_train`` and
@@ -22,20 +26,24 @@ of growing size) are NaN-padded along ``input_dim`` / ``train_point``; ``n_train
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import uqmetrics
 import xarray as xr
-from tqdm.auto import tqdm
 
-from .engine import TrainConfig
+from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
+from .engine import RECIPES, TrainConfig
+from .engine.plan import job_bytes_per_network, physical_memory
 from .methods import get_method, list_methods
 from .reference import reference_prediction
 from .tasks import TaskInstance, get_task
 
-RAW_VARS = ("prediction", "uncertainty")
+#: The variables a study (or a sweep cell) computes; everything else is task data or derived.
+RAW_VARS = ("prediction", "uncertainty", "train_loss", "collapsed_fraction")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class StudyConfig:
         Complexity levels (default: the task's ``default_complexities``).
     methods : tuple of str, optional
         Registered method names (default: all).
+    recipes : tuple of str, optional
+        Training recipes (:data:`uqreg.engine.RECIPES`) to run every method under (default:
+        ``train.recipe`` alone).
     repetitions : int
         Number k of noise redraws / retrainings per cell.
     first_repetition : int
@@ -65,6 +76,7 @@ class StudyConfig:
     task: str = "sinusoid"
     complexities: tuple[int, ...] | None = None
     methods: tuple[str, ...] | None = None
+    recipes: tuple[str, ...] | None = None
     repetitions: int = 50
     first_repetition: int = 0
     seed: int = 0
@@ -90,10 +102,71 @@ class StudyConfig:
             raise ValueError(f"first_repetition must be >= 0, got {self.first_repetition!r}")
         if not comps or any(c < 1 for c in comps):
             raise ValueError(f"complexities must be integers >= 1, got {list(comps)}")
-        cfg = replace(self, complexities=comps, methods=methods)
+        recipes = (self.train.recipe,) if self.recipes is None else tuple(self.recipes)
+        if not recipes:
+            raise ValueError("recipes must name at least one recipe (None means train.recipe)")
+        for r in recipes:
+            RECIPES.lookup(r)
+        if len(set(recipes)) != len(recipes):
+            raise ValueError(f"recipes must not repeat, got {list(recipes)}")
+        cfg = replace(self, complexities=comps, methods=methods, recipes=recipes)
+        cfg.check_memory()
         for c in comps:  # validates n_train >= p, sigma > 0, complexity
             cfg.instance(c)
         return cfg
+
+    def train_config(self, recipe: str) -> TrainConfig:
+        """The training configuration of one recipe of the study."""
+        return replace(self.train, recipe=recipe)
+
+    def memory_estimate(self, complexity: int) -> dict:
+        """Bytes a complexity level needs, estimated from the task's sizes alone (nothing is
+        drawn or allocated): ``data`` (training inputs, every repetition's targets, the
+        reference's design and its QR factor, the results), ``network`` (the largest bytes one
+        network of a trained method needs) and ``training`` (the networks trained at once, at
+        most ``train.max_memory``), with the sizes used."""
+        task = get_task(self.task)
+        z = task.sizes(complexity, n_train=self.n_train)
+        n, d, t, p = z["n_train"], z["input_dim"], z["n_test"], z["n_params"]
+        r = self.repetitions
+        n_rows = len(self.recipes or (None,)) * len(self.methods or list_methods())
+        data = 8 * (n * (d + 3 * r + 3 * p) + t * (d + p) + 4 * n_rows * r * t)
+        network = training = 0
+        for m in (get_method(name) for name in (self.methods or list_methods())):
+            if m.closed_form is not None:
+                continue
+            per_net = job_bytes_per_network(n, t, d, replace(self.train, **m.overrides), head=m.head,
+                                            sampler=m.sampler, adversarial=m.adversarial)
+            network = max(network, per_net)
+            nets = r * (self.train.members if m.ensemble else 1)
+            training = max(training, min(self.train.max_memory, nets * per_net))
+        return {**z, "repetitions": r, "data": data, "network": network, "training": training}
+
+    def check_memory(self, available: int | None = None) -> None:
+        """Raise ``ValueError`` before any allocation if a complexity level cannot fit: one
+        network above the ``max_memory`` budget, or data plus training above ``available``
+        bytes (default: this machine's physical memory). The message names the size and the
+        options."""
+        from .engine.plan import chunk_size
+
+        available = physical_memory() if available is None else available
+        task = get_task(self.task)
+        for c in self.complexities or task.default_complexities:
+            est = self.memory_estimate(c)
+            where = (f"{self.task} at {task.complexity_name}={c} (N={est['n_train']:,} training points × "
+                     f"{est['input_dim']} inputs, {est['n_test']:,} test points, {est['repetitions']} repetitions)")
+            if est["network"]:
+                try:
+                    chunk_size(est["network"], self.train)
+                except ValueError as exc:
+                    raise ValueError(f"{where}: {exc}") from None
+            total = est["data"] + est["training"]
+            if available is not None and total > available:
+                raise ValueError(
+                    f"{where} needs about {total / 2**30:,.1f} GiB of memory, more than the "
+                    f"{available / 2**30:,.1f} GiB available; use fewer training points (--n-train), "
+                    f"fewer repetitions or test points, a lower complexity, or a smaller training budget "
+                    f"(--max-memory, now {self.train.max_memory / 2**30:.3g} GiB)")
 
     def instance(self, complexity: int) -> TaskInstance:
         return get_task(self.task).instance(complexity, self.seed, n_train=self.n_train, sigma=self.sigma)
@@ -112,7 +185,7 @@ class StudyConfig:
         for k in ("hidden", "betas"):
             if k in train and train[k] is not None:
                 train[k] = tuple(train[k])
-        for k in ("complexities", "methods"):
+        for k in ("complexities", "methods", "recipes"):
             if d.get(k) is not None:
                 d[k] = tuple(d[k])
         return cls(**d, train=TrainConfig(**train))
@@ -127,14 +200,73 @@ def _pad(arrays: list[np.ndarray], fill=np.nan) -> np.ndarray:
     return out
 
 
+class _LogProgress:
+    """Progress for logs (stderr not a terminal): one line every ``interval`` seconds and one at
+    the end, instead of a bar redrawn thousands of times."""
+
+    def __init__(self, total: int, desc: str, interval: float, stream=None):
+        self.total, self.desc, self.interval = total, desc, interval
+        self.stream = sys.stderr if stream is None else stream
+        self.n, self.postfix = 0, ""
+        self.t0 = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def set_postfix_str(self, s: str) -> None:
+        self.postfix = s
+
+    def _line(self) -> None:
+        pct = 100.0 * self.n / self.total if self.total else 100.0
+        print(f"{self.desc}: {self.n}/{self.total} epochs ({pct:.0f}%) {self.postfix}, "
+              f"{time.monotonic() - self.t0:.0f} s", file=self.stream, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        with self.lock:
+            self.n += n
+            now = time.monotonic()
+            if now - self.last >= self.interval:
+                self.last = now
+                self._line()
+
+    def close(self) -> None:
+        self._line()
+
+
+#: Seconds between progress lines when stderr is not a terminal (CI logs, ``tox -e demo > log``).
+LOG_PROGRESS_INTERVAL = 30.0
+
+
+class _NoProgress:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, desc: str, *, enabled: bool = True):
+    """A tqdm bar on a terminal; periodic one-line updates otherwise; nothing if disabled."""
+    if not enabled:
+        return _NoProgress()
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit="epoch", leave=False)
+    return _LogProgress(total, desc, LOG_PROGRESS_INTERVAL)
+
+
 def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
-    """Train and predict every (complexity, method) of ``config``: the raw dataset, no summary.
+    """Train and predict every (recipe, complexity, method) of ``config``: the raw dataset, no
+    summary.
 
     Returns
     -------
     xarray.Dataset
-        ``prediction``, ``uncertainty`` (method, complexity, repetition, point) and the task data
-        (see the module docstring). Attr ``wall_time_s`` maps method to seconds.
+        ``prediction``, ``uncertainty`` (recipe, method, complexity, repetition, point),
+        ``train_loss``, ``collapsed_fraction`` (recipe, method, complexity, repetition) and the
+        task data (see the module docstring). Attr ``wall_time_s`` maps method to seconds.
     """
     cfg = config.resolved()
     reps = cfg.repetition_index
@@ -143,29 +275,42 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     if len(n_points) != 1:
         raise ValueError(f"task {cfg.task!r} has a varying number of test points across complexities: {n_points}")
     methods = [get_method(m) for m in cfg.methods]
-    total = sum(m.n_epochs_total(inst, cfg.train, len(reps)) for inst in instances for m in methods)
-    bar = tqdm(total=total, desc=f"{cfg.task} study", unit="epoch", disable=not progress, leave=False)
+    trained = [m for m in methods if m.closed_form is None]
+    total = sum(m.n_epochs_total(inst, cfg.train_config(r), len(reps))
+                for r in cfg.recipes for inst in instances for m in trained)
+    bar = progress_bar(total, f"{cfg.task} study", enabled=progress)
     wall = {m.name: 0.0 for m in methods}
-    pred = np.full((len(methods), len(instances), len(reps), n_points.pop()), np.nan)
-    unc = np.full_like(pred, np.nan)
+    shape = (len(cfg.recipes), len(methods), len(instances), len(reps))
+    n_test = n_points.pop()
+    out = {name: np.full((*shape, n_test) if name in ("prediction", "uncertainty") else shape, np.nan)
+           for name in RAW_VARS}
     ys = []
     for j, inst in enumerate(instances):
         y = inst.targets(reps)
         ys.append(y)
-        for i, method in enumerate(methods):
-            bar.set_postfix_str(f"{inst.task.complexity_name}={inst.complexity} {method.name}")
-            t0 = time.perf_counter()
-            pred[i, j], unc[i, j] = method.run(inst, y, reps, cfg.train, progress=bar.update)
-            wall[method.name] += time.perf_counter() - t0
+        for k, recipe in enumerate(cfg.recipes):
+            for i, method in enumerate(methods):
+                if method.closed_form is not None and k > 0:  # the reference has no recipe
+                    for name in RAW_VARS:
+                        out[name][k, i, j] = out[name][0, i, j]
+                    continue
+                bar.set_postfix_str(f"{inst.task.complexity_name}={inst.complexity} {recipe} {method.name}")
+                t0 = time.perf_counter()
+                res = method.run(inst, y, reps, cfg.train_config(recipe), progress=bar.update)
+                wall[method.name] += time.perf_counter() - t0
+                for name in RAW_VARS:
+                    out[name][k, i, j] = getattr(res, name)
     bar.close()
-    return _assemble(cfg, instances, ys, pred, unc, wall)
+    return _assemble(cfg, instances, ys, out, wall)
 
 
-def _assemble(cfg, instances, ys, pred, unc, wall) -> xr.Dataset:
+def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
     task = get_task(cfg.task)
     reps = cfg.repetition_index
     first = instances[0]
+    pred = out["prediction"]
     coords = {
+        "recipe": list(cfg.recipes),
         "method": list(cfg.methods),
         "complexity": list(cfg.complexities),
         "repetition": reps,
@@ -183,10 +328,13 @@ def _assemble(cfg, instances, ys, pred, unc, wall) -> xr.Dataset:
         for k, v in first.test_coords.items():
             coords[k] = ("point", np.asarray(v))
     ref_std = np.stack([reference_prediction(inst, y)[1] for inst, y in zip(instances, ys)])
+    per_rep = ("recipe", "method", "complexity", "repetition")
     ds = xr.Dataset(
         {
-            "prediction": (("method", "complexity", "repetition", "point"), pred),
-            "uncertainty": (("method", "complexity", "repetition", "point"), unc),
+            "prediction": ((*per_rep, "point"), pred),
+            "uncertainty": ((*per_rep, "point"), out["uncertainty"]),
+            "train_loss": (per_rep, out["train_loss"]),
+            "collapsed_fraction": (per_rep, out["collapsed_fraction"]),
             "truth": (("complexity", "point"), np.stack([i.f_test for i in instances])),
             "reference_uncertainty": (("complexity", "point"), ref_std),
             "in_distribution": (("complexity", "point"), np.stack([i.in_distribution for i in instances])),
@@ -211,16 +359,46 @@ def _assemble(cfg, instances, ys, pred, unc, wall) -> xr.Dataset:
             "reference_convention": "R.2: flat prior, known sigma, pivoted QR; epistemic std",
             "wall_time_s": json.dumps(wall),
             "device": cfg.train.device,
+            "recipes": json.dumps({r: RECIPES.lookup(r).to_dict() for r in cfg.recipes}),
+            "collapse_convention": (f"R.3b: a network is collapsed when its final training loss (1/2 MSE of its "
+                                    f"mean prediction) >= {COLLAPSE_THRESHOLD} x the best constant's "
+                                    f"(1/2 var of its targets); fit_r2 = 1 - mean (prediction - truth)^2 / "
+                                    f"var truth over in-distribution test points"),
         },
     )
     ds["prediction"].attrs["long_name"] = "predicted mean at the test point"
     ds["uncertainty"].attrs["long_name"] = "predicted epistemic standard deviation"
     ds["truth"].attrs["long_name"] = "noise-free ground truth G(x)ᵀγ"
+    ds["train_loss"].attrs["long_name"] = "final 1/2 MSE on the training set (ensemble members averaged)"
+    ds["collapsed_fraction"].attrs["long_name"] = "fraction of the repetition's networks that are collapsed (R.3b)"
     return ds
 
 
+def collapse_diagnostics(raw: xr.Dataset) -> xr.Dataset:
+    """``constant_loss`` and ``fit_r2`` over (recipe, method, complexity, repetition), derived
+    from the raw variables and the task data of a study (:mod:`uqreg.diagnostics`)."""
+    dims = raw["train_loss"].dims
+    const, r2 = [], []
+    for c in raw.complexity.values:
+        sub = raw.sel(complexity=c)
+        y = sub["y_train"].values[:, :int(sub["n_train"])]  # (R, N) without padding
+        const.append(xr.DataArray(constant_loss(y), dims=("repetition",)))
+        mask = sub["in_distribution"].values.astype(bool)
+        pred = sub["prediction"]
+        r2.append(xr.DataArray(fit_r2(pred.values[..., mask], sub["truth"].values[mask]), dims=pred.dims[:-1]))
+    const_da = xr.concat(const, dim="complexity").broadcast_like(raw["train_loss"]).transpose(*dims)
+    r2_da = xr.concat(r2, dim="complexity").transpose(*dims)
+    coords = {d: raw[d] for d in dims}
+    const_da = const_da.assign_coords(coords)
+    r2_da = r2_da.assign_coords(coords)
+    const_da.attrs["long_name"] = "1/2 var of the repetition's training targets (loss of the best constant)"
+    r2_da.attrs["long_name"] = "R2 of the prediction against the truth over in-distribution test points"
+    return xr.Dataset({"constant_loss": const_da, "fit_r2": r2_da})
+
+
 def summarize(raw: xr.Dataset) -> xr.Dataset:
-    """Add the derived coverage summary (per complexity, with in/out regions) to a raw dataset."""
+    """Add the derived coverage summary (per complexity, with in/out regions) and the collapse
+    diagnostics to a raw dataset."""
     summary = uqmetrics.coverage_summary(
         raw[["prediction", "uncertainty", "truth"]],
         reference=raw["reference_uncertainty"],
@@ -228,6 +406,7 @@ def summarize(raw: xr.Dataset) -> xr.Dataset:
         region_dims="point",
     )
     derived = {k: v for k, v in summary.data_vars.items() if k not in raw.data_vars}
+    derived.update(collapse_diagnostics(raw).data_vars)
     out = raw.assign(derived)
     out.attrs.update({k: v for k, v in summary.attrs.items() if k not in raw.attrs})
     return out

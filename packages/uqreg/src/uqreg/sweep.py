@@ -1,6 +1,7 @@
 """Coverage studies as resumable Dask sweeps (``uqreg sweep``).
 
-A study is cut into independent cells — complexity × method × repetition chunk — each computed by
+A study is cut into independent cells — recipe × complexity × method × repetition chunk — each
+computed by
 :func:`run_cell` (a :func:`uqreg.study.run_raw` of that slice) and written to its own file by
 :func:`uqmetrics.sweep.run_sweep`. Every random stream is keyed by (seed, repetition, member), so a
 cell computes exactly what the same slice of a single :func:`~uqreg.study.run_study` computes;
@@ -20,27 +21,29 @@ import uqmetrics
 import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
+from .engine import RECIPES
 from .study import RAW_VARS, StudyConfig, run_raw, summarize
 
 
 def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
-    """The cells of a study: one per (complexity, method, chunk of repetitions)."""
+    """The cells of a study: one per (recipe, complexity, method, chunk of repetitions)."""
     cfg = config.resolved()
     if chunk_repetitions < 1:
         raise ValueError(f"chunk_repetitions must be >= 1, got {chunk_repetitions!r}")
     base = cfg.to_dict()
     cells = []
     reps = cfg.repetition_index
-    for c in cfg.complexities:
-        for m in cfg.methods:
-            for start in range(0, len(reps), chunk_repetitions):
-                chunk = reps[start:start + chunk_repetitions]
-                params = dict(base, complexities=[int(c)], methods=[m], repetitions=len(chunk),
-                              first_repetition=int(chunk[0]))
-                # the digest of the cell's full config: a rerun with other settings never reuses it
-                digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-                key = f"{cfg.task}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_{digest}"
-                cells.append(Cell(key, {"config": params}))
+    for r in cfg.recipes:
+        for c in cfg.complexities:
+            for m in cfg.methods:
+                for start in range(0, len(reps), chunk_repetitions):
+                    chunk = reps[start:start + chunk_repetitions]
+                    params = dict(base, complexities=[int(c)], methods=[m], recipes=[r], repetitions=len(chunk),
+                                  first_repetition=int(chunk[0]))
+                    # the digest of the cell's full config: a rerun with other settings never reuses it
+                    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+                    key = f"{cfg.task}_{r}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_{digest}"
+                    cells.append(Cell(key, {"config": params}))
     return cells
 
 
@@ -55,24 +58,26 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
     parts = [uqmetrics.read_dataset(p) for p in paths]
     raw = xr.combine_by_coords([p[list(RAW_VARS)] for p in parts], combine_attrs="drop")
     by_complexity: dict[int, list[xr.Dataset]] = {}
-    for p in parts:  # the task data is the same for every method: take the first method's cells
-        if p.method.values[0] == cfg.methods[0]:
+    for p in parts:  # the task data is the same for every recipe and method: take the first one's cells
+        if p.method.values[0] == cfg.methods[0] and p.recipe.values[0] == cfg.recipes[0]:
             by_complexity.setdefault(int(p.complexity.values[0]), []).append(p)
     static = []
     for c in cfg.complexities:
         chunks = sorted(by_complexity[c], key=lambda p: int(p.repetition.values[0]))
-        s = chunks[0].drop_vars([*RAW_VARS, "y_train", "method", "repetition"])
+        s = chunks[0].drop_vars([*RAW_VARS, "y_train", "recipe", "method", "repetition"])
         s["y_train"] = xr.concat([q["y_train"] for q in chunks], dim="repetition")
         static.append(s)
     out = xr.merge([raw, xr.concat(static, dim="complexity", join="outer")], compat="override", join="outer",
                    combine_attrs="drop")
-    out = out.reindex({"method": list(cfg.methods), "complexity": list(cfg.complexities)})
+    out = out.reindex({"recipe": list(cfg.recipes), "method": list(cfg.methods),
+                       "complexity": list(cfg.complexities)})
     out.attrs = {k: v for k, v in parts[0].attrs.items() if k not in ("wall_time_s", "complete")}
     wall: dict = {}
     for p in parts:
         for k, v in json.loads(p.attrs.get("wall_time_s", "{}")).items():
             wall[k] = wall.get(k, 0.0) + v
     out.attrs["wall_time_s"] = json.dumps(wall)
+    out.attrs["recipes"] = json.dumps({r: RECIPES.lookup(r).to_dict() for r in cfg.recipes})
     return out
 
 

@@ -93,6 +93,15 @@ class LinearTask:
     probes: dict = field(default_factory=dict)
     description: str = ""
 
+    def sizes(self, complexity: int, *, n_train: int | None = None) -> dict[str, int]:
+        """The sizes of an instance, without drawing it: ``n_train`` N, ``input_dim`` d,
+        ``n_test`` T and ``n_params`` p (for memory estimates before any allocation)."""
+        c = int(complexity)
+        d = int(self.input_dim(c))
+        n = int(self.n_train(c) if n_train is None else n_train)
+        p = int(np.asarray(self.gamma(numpy_stream(0, "gamma", 0, c), c)).shape[0])
+        return {"n_train": n, "input_dim": d, "n_test": int(np.asarray(self.test_inputs(c)).shape[0]), "n_params": p}
+
     def instance(self, complexity: int, seed: int = 0, *, n_train: int | None = None,
                  sigma: float | None = None) -> TaskInstance:
         """Fix γ, the training inputs and the test inputs for one complexity level.

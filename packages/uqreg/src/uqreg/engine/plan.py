@@ -89,9 +89,10 @@ def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig
 
 def job_bytes_per_network(n_train: int, n_test: int, input_dim: int, cfg: TrainConfig, *, head: str,
                           sampler: str, adversarial: bool) -> int:
-    """:func:`bytes_per_network` of a method's networks (rows of its sampler's batches)."""
+    """:func:`bytes_per_network` of a method's networks: the rows of its sampler's batches, and
+    predictions at the test AND training inputs (the latter for the collapse diagnostic)."""
     rows = SAMPLERS.lookup(sampler).rows(n_train, cfg)
-    return bytes_per_network(rows, n_test, input_dim, cfg, adversarial=adversarial,
+    return bytes_per_network(rows, n_test + n_train, input_dim, cfg, adversarial=adversarial,
                              mc=HEADS.lookup(head).stochastic)
 
 
@@ -112,6 +113,14 @@ def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     if cfg.chunk_networks is not None:
         size = min(size, cfg.chunk_networks)
     return size
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def available_cores() -> int:
@@ -194,13 +203,16 @@ class JobResult:
     Attributes
     ----------
     mean : ndarray, shape (B, T)
-        Output (deterministic head) or mean over the MC passes.
+        Output (deterministic head) or mean over the MC passes, at the test inputs.
     std : ndarray, shape (B, T) or None
         Std over the MC passes (stochastic heads).
+    fit : ndarray, shape (B, N)
+        The same mean prediction at the training inputs.
     """
 
     mean: np.ndarray
     std: np.ndarray | None
+    fit: np.ndarray
 
 
 def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
@@ -213,7 +225,9 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
         model = train_batched(job.x_train, job.y, chunk, seed=job.seed, head=job.head, sampler=job.sampler,
                               adversarial=job.adversarial, cfg=job.cfg, epochs=job.epochs, sigma=job.sigma,
                               progress=progress)
-        return predict_batched(model, job.x_test, chunk, seed=job.seed, cfg=job.cfg)
+        mean, std = predict_batched(model, job.x_test, chunk, seed=job.seed, cfg=job.cfg)
+        fit = predict_batched(model, job.x_train, chunk, seed=job.seed, cfg=job.cfg)[0]
+        return mean, std, fit
 
     chunks = plan.chunks(job.nets)
     with single_threaded():
@@ -224,7 +238,7 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
         else:
             results = [run(c) for c in chunks]
     std = None if results[0][1] is None else np.concatenate([r[1] for r in results])
-    return JobResult(np.concatenate([r[0] for r in results]), std)
+    return JobResult(np.concatenate([r[0] for r in results]), std, np.concatenate([r[2] for r in results]))
 
 
 __all__ = [
@@ -237,5 +251,6 @@ __all__ = [
     "execute",
     "job_bytes_per_network",
     "make_plan",
+    "physical_memory",
     "single_threaded",
 ]

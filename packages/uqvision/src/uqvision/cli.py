@@ -365,6 +365,42 @@ COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
                              "threads: --threads before the command (default 1)"))
 
 
+# -- UIMNET (V.3): the class split and the ood score protocol -------------------------------
+@SCORE_PROTOCOLS.register(name="ood")
+def _score_ood(a: argparse.Namespace):
+    """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
+    from .ood import score_ood
+
+    return score_ood(a.caches[0])
+
+
+def _cmd_split(a: argparse.Namespace) -> int:
+    from .split import make_index_files, split_from_caches, write_split
+
+    split = split_from_caches(a.embeddings)
+    _print(str(write_split(split, a.out)))
+    if a.train:
+        for seed in a.seeds:
+            for p in make_index_files(a.train, split["in_classes"], a.index_dir, seed=seed,
+                                      val_fraction=a.val_fraction).values():
+                _print(str(p))
+    return 0
+
+
+def _args_split(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--embeddings", nargs="+", required=True,
+                   help="prediction caches with embeddings (uqvision predict --embeddings)")
+    p.add_argument("--out", required=True, help="split file (.json)")
+    p.add_argument("--train", default=None, help="training folder: also write index files")
+    p.add_argument("--index-dir", default="index", help="folder of the index files")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="data seeds")
+    p.add_argument("--val-fraction", type=float, default=0.1)
+
+
+COMMANDS.add("split", Command(_cmd_split, _args_split,
+                              "UIMNET in/out class split (Ward) and 90/10 index files"))
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Keeps the line breaks of registry descriptions (one line per choice), wraps each."""
 

@@ -10,7 +10,7 @@ in :mod:`~uqvision.methods.schedules`.
 Examples
 --------
 >>> from uqvision.methods import TRAINING_METHODS
->>> TRAINING_METHODS.names()
+>>> TRAINING_METHODS.names()[:8]  # V.2's; V.3 (ood) follows
 ['deep_ensemble', 'mc_dropout', 'sse', 'fge', 'swag', 'csgld', 'vi', 'kfac_laplace']
 >>> TRAINING_METHODS.lookup("sse").hparams_from(["cycles=3"]).cycles
 3
@@ -19,6 +19,7 @@ Examples
 # isort: off
 from . import ensembles  # noqa: F401  (registers first: the paper's order)
 from . import bayesian  # noqa: F401
+from . import ood  # noqa: F401  (UIMNET algorithms, V.3)
 # isort: on
 from .bayesian import CSGLDHParams, LaplaceHParams, SWAGHParams, VIHParams
 from .ensembles import DropoutHParams, FGEHParams, SSEHParams

@@ -47,7 +47,7 @@ class Reproduction:
 REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
 
 #: Modules that register a driver when imported (add one line per new driver module).
-DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective"]
+DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective", "uqvision.reproduce.uimnet"]
 
 
 def load_drivers() -> Registry[Reproduction]:

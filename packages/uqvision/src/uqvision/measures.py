@@ -1,0 +1,227 @@
+"""Uncertainty measures of the UIMNET protocol (PROTOCOLS V.3), one registry entry each.
+
+A measure maps what a predictor produced on a set of images (:class:`MeasureInput`) to one
+uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds the seven:
+``largest``, ``gap``, ``entropy``, ``jacobian``, ``gmm``, ``tta`` and ``native``. Every
+measure reads cached arrays; the two that need a model pass (``jacobian``: the input gradient;
+``tta``: augmented passes) and the algorithm's own ``native`` value are computed when the
+caches are written (:func:`jacobian_norm`, :mod:`uqvision.reproduce.uimnet`).
+
+The probability-based measures call uqmetrics' confidence functions (one definition each).
+
+References
+----------
+.. [1] Bouchacourt et al. UIMNET, Section 4 (measures) and Section 3 (native measures).
+.. [2] Mukhoti et al. Deterministic neural networks with appropriate inductive biases capture
+   epistemic and aleatoric uncertainty (DDU), 2021 (GMM on features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp
+from uqmetrics import entropy, margin, mutual_information, softmax_response
+from uqmetrics.calibration import softmax
+from uqmetrics.registry import Registry
+
+__all__ = ["MEASURES", "GaussianClasses", "Measure", "MeasureInput", "jacobian_norm"]
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """What a predictor (an ensemble of ``member`` networks) produced on one set of images.
+
+    Attributes
+    ----------
+    logits : numpy.ndarray, shape (member, n, C)
+        Logits at τ = 1 (a stochastic-pass method: log of its mean pass probabilities).
+    temperature : float
+        τ; probabilities are ``softmax(logits / τ)``, averaged over members.
+    labels : numpy.ndarray of int, shape (n,), optional
+        Needed on the reference (validation) set by ``gmm``.
+    features : numpy.ndarray, shape (member, n, d), optional
+        Penultimate features φ(x) (``gmm``).
+    tta : numpy.ndarray, shape (member, aug, n, C), optional
+        Logits of random augmentations of each image (``tta``).
+    native : numpy.ndarray, shape (member, n), optional
+        Each member's own uncertainty (NaN where the algorithm has none).
+    jacobian : numpy.ndarray, shape (n,), optional
+        ``||∇_x p̄(x)||²`` of this ensemble at this τ (:func:`jacobian_norm`).
+    """
+
+    logits: np.ndarray
+    temperature: float = 1.0
+    labels: np.ndarray | None = None
+    features: np.ndarray | None = None
+    tta: np.ndarray | None = None
+    native: np.ndarray | None = None
+    jacobian: np.ndarray | None = None
+
+    def __post_init__(self):
+        z = np.asarray(self.logits)
+        if z.ndim != 3:
+            raise ValueError(f"logits must have shape (member, n, C), got {z.shape}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+
+    @property
+    def member_probs(self) -> np.ndarray:
+        """``softmax(logits / τ)``, shape (member, n, C), float64."""
+        return softmax(np.asarray(self.logits, np.float64), temperature=self.temperature)
+
+    def need(self, name: str) -> np.ndarray:
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"this measure needs {name!r}, which the input does not hold")
+        return np.asarray(value)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A registered measure: ``func(inp, reference) -> u`` of shape (n,); ``reference`` is the
+    in-domain validation input (only ``gmm`` uses it)."""
+
+    name: str
+    description: str
+    func: Callable[[MeasureInput, MeasureInput], np.ndarray]
+
+    def __call__(self, inp: MeasureInput, reference: MeasureInput | None = None) -> np.ndarray:
+        return np.asarray(self.func(inp, reference if reference is not None else inp),
+                          dtype=np.float64)
+
+
+#: The seven UIMNET measures, in the paper's order.
+MEASURES: Registry[Measure] = Registry("uncertainty measure")
+
+
+def _measure(name: str, description: str):
+    def deco(func):
+        MEASURES.add(name, Measure(name, description, func))
+        return func
+    return deco
+
+
+@_measure("largest", "minus the largest mean softmax score, -s_(1)")
+def _largest(inp, ref):
+    return -softmax_response(inp.member_probs)
+
+
+@_measure("gap", "softmax gap s_(2) - s_(1)")
+def _gap(inp, ref):
+    return -margin(inp.member_probs)
+
+
+@_measure("entropy", "Shannon entropy of the mean softmax, -sum_c s_c log s_c")
+def _entropy(inp, ref):
+    return entropy(inp.member_probs)
+
+
+@_measure("jacobian", "||grad_x softmax(f(x)/tau)||_F^2 (Novak et al.), from a model pass")
+def _jacobian(inp, ref):
+    return inp.need("jacobian")
+
+
+@_measure("gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on "
+                 "in-domain validation features (mean over members)")
+def _gmm(inp, ref):
+    feats, ref_feats = inp.need("features"), ref.need("features")
+    labels = ref.need("labels")
+    return np.mean([GaussianClasses.fit(r, labels).uncertainty(f)
+                    for f, r in zip(feats, ref_feats, strict=True)], axis=0)
+
+
+@_measure("tta", "-max_c of the softmax averaged over members and random augmentations")
+def _tta(inp, ref):
+    z = inp.need("tta")
+    p = softmax(z.astype(np.float64), temperature=inp.temperature)
+    return -softmax_response(p.reshape(-1, *p.shape[-2:]))
+
+
+@_measure("native", "the algorithm's own: Jensen-Shannon between members (ensembles, "
+                    "MC dropout) or the single network's native value")
+def _native(inp, ref):
+    if np.asarray(inp.logits).shape[0] > 1:
+        return mutual_information(inp.member_probs)
+    return inp.need("native")[0]
+
+
+@dataclass(frozen=True)
+class GaussianClasses:
+    """Class-conditional Gaussians ``N(μ_c, Σ_c + reg·I)`` with class weights ``λ_c``.
+
+    ``reg`` (default ``1e-6`` times the mean feature variance) keeps Σ_c invertible when a
+    class has fewer validation samples than feature dimensions.
+    """
+
+    weights: np.ndarray
+    means: np.ndarray
+    chol: np.ndarray
+
+    @classmethod
+    def fit(cls, features, labels, *, reg: float | None = None) -> GaussianClasses:
+        """Fit one Gaussian per class present in ``labels`` (shape (n,)) on ``features``
+        (shape (n, d)); ``λ_c`` = the class's share of the samples."""
+        x = np.asarray(features, np.float64)
+        y = np.asarray(labels)
+        if x.ndim != 2 or y.shape != (x.shape[0],):
+            raise ValueError(f"features must be (n, d) and labels (n,), got {x.shape}, {y.shape}")
+        if reg is None:
+            reg = 1e-6 * float(x.var(axis=0).mean() or 1.0)
+        classes = np.unique(y)
+        d = x.shape[1]
+        means, chols = [], []
+        for c in classes:
+            xc = x[y == c]
+            mu = xc.mean(axis=0)
+            cov = (xc - mu).T @ (xc - mu) / max(len(xc) - 1, 1) + reg * np.eye(d)
+            means.append(mu)
+            chols.append(np.linalg.cholesky(cov))
+        w = np.array([(y == c).mean() for c in classes])
+        return cls(w, np.array(means), np.array(chols))
+
+    def log_density(self, features) -> np.ndarray:
+        """``log Σ_c λ_c N(x; μ_c, Σ_c)``, shape (n,)."""
+        x = np.asarray(features, np.float64)
+        d = x.shape[1]
+        terms = []
+        for w, mu, lo in zip(self.weights, self.means, self.chol, strict=True):
+            sol = np.linalg.solve(lo, (x - mu).T)
+            logdet = 2 * np.log(np.diag(lo)).sum()
+            terms.append(np.log(w) - 0.5 * (np.sum(sol ** 2, axis=0) + logdet
+                                            + d * np.log(2 * np.pi)))
+        return logsumexp(np.array(terms), axis=0)
+
+    def uncertainty(self, features) -> np.ndarray:
+        """``-log Σ_c λ_c N(x; μ_c, Σ_c)``: the paper's ``-Σ_c λ_c N`` under a monotone map
+        (AUC and quantile thresholds are unchanged by it), without underflow."""
+        return -self.log_density(features)
+
+
+def jacobian_norm(members, x, *, temperature: float = 1.0):
+    """``||∂ p̄(x) / ∂x||_F²`` per image, ``p̄ = mean_k softmax(f_k(x) / τ)``.
+
+    Parameters
+    ----------
+    members : sequence of torch.nn.Module
+        The ensemble's networks in eval mode, each ``x -> logits`` of shape (n, C).
+    x : torch.Tensor, shape (n, ...)
+    temperature : float
+
+    Returns
+    -------
+    torch.Tensor, shape (n,)
+        The squared Frobenius norm of each image's (C × input) Jacobian, from C backward
+        passes (exact, no random projection).
+    """
+    import torch
+
+    x = x.detach().clone().requires_grad_(True)
+    p = torch.stack([torch.softmax(m(x) / temperature, dim=-1) for m in members]).mean(0)
+    total = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    for c in range(p.shape[1]):
+        (g,) = torch.autograd.grad(p[:, c].sum(), x, retain_graph=c + 1 < p.shape[1])
+        total += g.flatten(1).double().pow(2).sum(1)
+    return total.detach()

@@ -1,0 +1,616 @@
+"""The UIMNET algorithms (PROTOCOLS V.3) as :class:`~uqvision.methods.registry.TrainingMethod`
+entries: ``erm``, ``mixup``, ``soft_labeler``, ``mimo``, ``rbf``, ``rnd``, ``oc``, ``deep_ae``
+and ``due`` (``mc_dropout`` is the entry of :mod:`~uqvision.methods.ensembles`).
+
+Every algorithm wraps a :class:`FeatureClassifier` (featurizer φ + linear classifier w) and
+returns a module whose eval-mode forward gives logits of shape (n, C), with ``features(x)`` →
+φ(x) of shape (n, d) and ``native(x)`` → the algorithm's own uncertainty, shape (n,) (NaN when
+it has none). Training-mode behaviour that needs the batch (Mixup's pairs, MIMO's multi-input
+batch) happens inside the wrapper's forward, so the one loop's ``step`` drives every algorithm
+unchanged. Spectral normalisation is an option of every algorithm, applied to the base model
+before ``method.start`` (:func:`spectral_normalize`; DUE always applies it).
+
+Hyper-parameters: :class:`OODRecipe` (SGD, momentum 0.9, lr 0.1, wd 1e-4 as the paper's
+ImageNet recipe; ``linear_decay`` schedule in place of its ÷10 every 30 of 100 epochs, and the
+epoch count of the scale). :data:`SEARCH_SPACES` draws the random trials; trial 0 is the
+default configuration. The seed text has no appendix grids, so the ranges are stand-ins chosen
+around each method's authors' defaults (recorded with every result).
+
+References
+----------
+.. [1] Bouchacourt et al. UIMNET, Section 3 and Section 4 (native measures).
+.. [2] Zhang et al. mixup, 2017. .. [3] Havasi et al. MIMO, ICLR 2021.
+.. [4] Burda et al. RND, 2018. .. [5] Tagasovska & Lopez-Paz. Orthogonal certificates, 2018.
+.. [6] van Amersfoort et al. DUE, 2021. .. [7] Miyato et al. Spectral normalization, 2018.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
+from uqmetrics.registry import Registry
+
+from .ensembles import single_network
+from .registry import TRAINING_METHODS, Recipe, TrainingMethod, TrainState, check_fields
+
+__all__ = [
+    "SEARCH_SPACES",
+    "UIMNET_ALGORITHMS",
+    "FeatureClassifier",
+    "OODRecipe",
+    "mimo_batch",
+    "mixup_loss",
+    "oc_penalty",
+    "rbf_transform",
+    "small_cnn",
+    "soft_targets",
+    "spectral_normalize",
+]
+
+#: The algorithm names of the paper, in its order (all are :data:`TRAINING_METHODS` entries).
+UIMNET_ALGORITHMS = ("erm", "mixup", "soft_labeler", "mc_dropout", "mimo", "rbf", "rnd", "oc",
+                     "deep_ae", "due")
+
+#: name -> ``f(rng: numpy.random.Generator) -> dict`` of hyper-parameter overrides (a trial).
+SEARCH_SPACES: Registry[Callable[[np.random.Generator], dict]] = Registry("search space")
+
+
+# -- the base network ----------------------------------------------------------------------
+class FeatureClassifier(nn.Module):
+    """``w(φ(x))``: a featurizer ``backbone`` (x -> (n, d)) and a linear ``classifier``."""
+
+    def __init__(self, backbone: nn.Module, num_features: int, num_classes: int):
+        super().__init__()
+        self.backbone = backbone
+        self.num_features, self.num_classes = int(num_features), int(num_classes)
+        self.classifier = nn.Linear(num_features, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def native(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.full((x.shape[0],), math.nan, device=x.device)
+
+
+def small_cnn(num_classes: int, *, width: int = 32, in_chans: int = 3) -> FeatureClassifier:
+    """A small CNN for 32×32 stand-in images (3 conv-BN-ReLU stages, global pooling),
+    features of size ``4 * width``; the stand-in for the paper's ResNet-18/50."""
+    w = width
+    layers, c = [], in_chans
+    for out in (w, 2 * w, 4 * w):
+        layers += [nn.Conv2d(c, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(),
+                   nn.Conv2d(out, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(),
+                   nn.MaxPool2d(2)]
+        c = out
+    backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    return FeatureClassifier(backbone, c, num_classes)
+
+
+def timm_classifier(arch: str, num_classes: int) -> FeatureClassifier:
+    """A timm architecture as featurizer (``num_classes=0``: pooled features) + linear head."""
+    import timm
+
+    backbone = timm.create_model(arch, num_classes=0)
+    return FeatureClassifier(backbone, backbone.num_features, num_classes)
+
+
+def _base(model: nn.Module) -> FeatureClassifier:
+    if not isinstance(model, FeatureClassifier):
+        raise TypeError("UIMNET algorithms wrap a FeatureClassifier (featurizer + linear "
+                        f"classifier), got {type(model).__name__}")
+    return model
+
+
+# -- spectral normalisation ----------------------------------------------------------------
+class _OneSidedSpectralNorm(nn.Module):
+    """``W / max(1, σ(W) / coeff)`` with σ from one power iteration per training forward
+    (Miyato et al.; one-sided as in DUE and UIMNET, coeff 5). Conv weights are flattened to
+    (out, in·k·k)."""
+
+    def __init__(self, weight: torch.Tensor, coeff: float):
+        super().__init__()
+        self.coeff = float(coeff)
+        mat = weight.detach().flatten(1)
+        gen = torch.Generator().manual_seed(0)
+        self.register_buffer("u", F.normalize(torch.randn(mat.shape[0], generator=gen), dim=0))
+        self.register_buffer("v", F.normalize(torch.randn(mat.shape[1], generator=gen), dim=0))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        mat = weight.flatten(1)
+        if self.training:
+            with torch.no_grad():
+                self.v.copy_(F.normalize(mat.t() @ self.u, dim=0))
+                self.u.copy_(F.normalize(mat @ self.v, dim=0))
+        sigma = torch.dot(self.u, mat @ self.v)
+        return weight / torch.clamp(sigma / self.coeff, min=1.0)
+
+
+def spectral_normalize(model: nn.Module, coeff: float = 5.0) -> nn.Module:
+    """One-sided spectral normalisation of every Conv/Linear weight of the featurizer
+    (``model.backbone`` for a :class:`FeatureClassifier`, else the whole model), in place.
+
+    BatchNorm layers are left as they are (the paper also bounds them, after Gouk et al.).
+    """
+    target = getattr(model, "backbone", model)
+    for m in list(target.modules()):
+        if isinstance(m, (nn.Conv2d, nn.Linear)) and not parametrize.is_parametrized(m, "weight"):
+            parametrize.register_parametrization(m, "weight",
+                                                 _OneSidedSpectralNorm(m.weight, coeff))
+    return model
+
+
+# -- hyper-parameters ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class OODRecipe(Recipe):
+    """ERM's recipe, shared by every UIMNET algorithm (epochs set by the scale)."""
+
+    batch_size: int = 64
+    epochs: float = 10
+    lr_init: float = 0.1
+    weight_decay: float = 1e-4
+
+
+def _recipe_space(rng: np.random.Generator) -> dict:
+    return {"lr_init": float(10 ** rng.uniform(-2, -0.5)),
+            "weight_decay": float(10 ** rng.uniform(-5, -3))}
+
+
+def _register(name: str, description: str, hparams: type, space: Callable | None = None,
+              **hooks) -> None:
+    TRAINING_METHODS.register(TrainingMethod(
+        name=name, description=description, hparams=hparams, samples=single_network,
+        independent_runs=True, **hooks))
+    SEARCH_SPACES.add(name, lambda rng: {**_recipe_space(rng), **(space(rng) if space else {})})
+
+
+# -- ERM -----------------------------------------------------------------------------------
+_register("erm", "empirical risk minimisation (cross-entropy)", OODRecipe,
+          wrap_model=lambda model, hp: _base(model))
+
+
+# -- Mixup ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MixupHParams(OODRecipe):
+    """``alpha``: λ ~ Beta(α, α); ``native_refs``: training examples kept for the native
+    measure."""
+
+    alpha: float = 0.3
+    native_refs: int = 8
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_fields(self, positive=("alpha", "native_refs"))
+
+
+def mixup_loss(logits: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
+               lam: float) -> torch.Tensor:
+    """``λ·CE(f(x̃), y) + (1 − λ)·CE(f(x̃), y[perm])`` = CE against the mixed one-hot target
+    ``λ y + (1 − λ) y[perm]`` (x̃ = λ x + (1 − λ) x[perm])."""
+    return lam * F.cross_entropy(logits, y) + (1 - lam) * F.cross_entropy(logits, y[perm])
+
+
+class MixupNet(nn.Module):
+    """Training forward: mixes the batch with a random permutation (global torch RNG) and
+    keeps ``(perm, lam)`` for the loss. ``native``: the Mixup criterion against saved
+    training examples (set by ``post_fit``)."""
+
+    def __init__(self, base: FeatureClassifier, alpha: float, native_refs: int):
+        super().__init__()
+        self.base, self.alpha, self.native_refs = base, float(alpha), int(native_refs)
+        self.mixed: tuple[torch.Tensor, float] | None = None
+        self.register_buffer("ref_x", torch.empty(0))
+        self.register_buffer("ref_y", torch.empty(0))
+
+    def features(self, x):
+        return self.base.features(x)
+
+    def forward(self, x):
+        if self.training:
+            lam = float(np.random.default_rng(int(torch.randint(2**31, ()))).beta(self.alpha,
+                                                                                 self.alpha))
+            perm = torch.randperm(x.shape[0], device=x.device)
+            self.mixed = (perm, lam)
+            x = lam * x + (1 - lam) * x[perm]
+        return self.base(x)
+
+    @torch.no_grad()
+    def native(self, x):
+        """``mean_k ||λ f(x) + (1−λ) ȳ_k − f(λ x + (1−λ) x̄_k)||²`` with f the softmax, λ ~
+        Beta(α, α) from a fixed seed (the same λ's for every call)."""
+        if self.ref_x.numel() == 0:
+            raise RuntimeError("mixup native measure needs the saved training examples "
+                               "(finish() with a train_loader)")
+        lams = np.random.default_rng(0).beta(self.alpha, self.alpha, len(self.ref_x))
+        p = torch.softmax(self.base(x), -1)
+        total = torch.zeros(x.shape[0], device=x.device)
+        for lam, rx, ry in zip(lams, self.ref_x, self.ref_y, strict=True):
+            yk = F.one_hot(ry, p.shape[1]).to(p)
+            pm = torch.softmax(self.base(lam * x + (1 - lam) * rx), -1)
+            total += ((lam * p + (1 - lam) * yk - pm) ** 2).sum(-1)
+        return total / len(lams)
+
+
+def _mixup_loss(state: TrainState, out, y):
+    perm, lam = state.net.mixed
+    return mixup_loss(out, y, perm, lam)
+
+
+def _mixup_post_fit(state: TrainState, train_loader, val_loader):
+    net = state.net
+    if train_loader is None:
+        return
+    xs, ys = [], []
+    for x, y, *_ in train_loader:
+        xs.append(x)
+        ys.append(y)
+        if sum(len(t) for t in xs) >= net.native_refs:
+            break
+    net.ref_x = torch.cat(xs)[:net.native_refs].to(state.device)
+    net.ref_y = torch.cat(ys)[:net.native_refs].to(state.device)
+
+
+_register("mixup", "ERM on mixed examples (Zhang et al.); native: the Mixup criterion",
+          MixupHParams, lambda rng: {"alpha": float(rng.uniform(0.1, 1.0))},
+          wrap_model=lambda model, hp: MixupNet(_base(model), hp.alpha, hp.native_refs),
+          loss=_mixup_loss, post_fit=_mixup_post_fit)
+
+
+# -- soft labeler --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SoftLabelHParams(OODRecipe):
+    """``smoothing`` ε: targets ``ℓ_max = 1 − ε + ε/C`` and ``ℓ_min = ε/C``."""
+
+    smoothing: float = 0.1
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.smoothing < 1:
+            raise ValueError(f"smoothing must be in (0, 1), got {self.smoothing!r}")
+
+
+def soft_targets(y: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
+    """One-hot labels with every zero raised to ``ε/C`` and the one lowered to
+    ``1 − ε + ε/C``, shape (n, C)."""
+    low = smoothing / num_classes
+    return F.one_hot(y, num_classes).to(torch.float32) * (1 - smoothing) + low
+
+
+class SoftLabelNet(nn.Module):
+    def __init__(self, base: FeatureClassifier, smoothing: float):
+        super().__init__()
+        self.base, self.smoothing = base, float(smoothing)
+
+    def features(self, x):
+        return self.base.features(x)
+
+    def forward(self, x):
+        return self.base(x)
+
+    @torch.no_grad()
+    def native(self, x):
+        """Over-shoot ``(s_(1) − ℓ_max)²``."""
+        p = torch.softmax(self.base(x), -1)
+        l_max = 1 - self.smoothing + self.smoothing / p.shape[1]
+        return (p.max(-1).values - l_max) ** 2
+
+
+def _soft_loss(state: TrainState, out, y):
+    t = soft_targets(y, out.shape[1], state.hp.smoothing)
+    return -(t * F.log_softmax(out, -1)).sum(-1).mean()
+
+
+_register("soft_labeler", "cross-entropy to smoothed labels; native: soft-label over-shoot",
+          SoftLabelHParams, lambda rng: {"smoothing": float(rng.uniform(0.05, 0.5))},
+          wrap_model=lambda model, hp: SoftLabelNet(_base(model), hp.smoothing), loss=_soft_loss)
+SEARCH_SPACES.add("mc_dropout", lambda rng: {**_recipe_space(rng),
+                                             "p": float(rng.uniform(0.05, 0.5))})
+
+
+# -- MIMO ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MIMOHParams(OODRecipe):
+    """``members`` M sub-networks sharing one featurizer (M images in, M predictions out)."""
+
+    members: int = 3
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.members < 1:
+            raise ValueError(f"members must be >= 1, got {self.members!r}")
+
+
+def mimo_batch(x: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+    """The multi-input batch: image ``i`` of the result stacks ``x[perms[m, i]]`` for each
+    member m along channels, shape (n, M·channels, H, W)."""
+    return torch.cat([x[p] for p in perms], dim=1)
+
+
+class MIMONet(nn.Module):
+    """A 1×1 convolution mixes the M stacked images into the featurizer's input; one head
+    gives M sets of logits. Eval: the image replicated M times, log of the mean softmax."""
+
+    def __init__(self, base: FeatureClassifier, members: int, in_chans: int = 3):
+        super().__init__()
+        self.base, self.members = base, int(members)
+        self.stem = nn.Conv2d(members * in_chans, in_chans, 1)
+        self.head = nn.Linear(base.num_features, members * base.num_classes)
+        self.perms: torch.Tensor | None = None
+
+    def member_logits(self, x):
+        """Logits of each member, shape (n, M, C), for a multi-input batch x."""
+        z = self.head(self.base.features(self.stem(x)))
+        return z.view(x.shape[0], self.members, -1)
+
+    def features(self, x):
+        return self.base.features(self.stem(x.repeat(1, self.members, 1, 1)))
+
+    def forward(self, x):
+        if self.training:
+            self.perms = torch.stack([torch.randperm(x.shape[0], device=x.device)
+                                      for _ in range(self.members)])
+            return self.member_logits(mimo_batch(x, self.perms))
+        z = self.member_logits(x.repeat(1, self.members, 1, 1))
+        return torch.logsumexp(torch.log_softmax(z, -1), 1) - math.log(self.members)
+
+    def native(self, x):
+        return self.base.native(x)
+
+
+def _mimo_loss(state: TrainState, out, y):
+    """``Σ_m CE(member m's logits, y[perm_m])`` (mean over the batch)."""
+    perms = state.net.perms
+    return sum(F.cross_entropy(out[:, m], y[p]) for m, p in enumerate(perms))
+
+
+_register("mimo", "M sub-networks in one (Havasi et al.)", MIMOHParams,
+          lambda rng: {"members": int(rng.integers(2, 5))},
+          wrap_model=lambda model, hp: MIMONet(_base(model), hp.members), loss=_mimo_loss)
+
+
+# -- RBF -----------------------------------------------------------------------------------
+def rbf_transform(z: torch.Tensor) -> torch.Tensor:
+    """``z ↦ exp(−z²)`` applied to the logits before the softmax."""
+    return torch.exp(-z ** 2)
+
+
+class RBFNet(nn.Module):
+    def __init__(self, base: FeatureClassifier):
+        super().__init__()
+        self.base = base
+
+    def features(self, x):
+        return self.base.features(x)
+
+    def forward(self, x):
+        return rbf_transform(self.base(x))
+
+    def native(self, x):
+        return self.base.native(x)
+
+
+_register("rbf", "logits transformed by exp(-z^2) before the softmax (Broomhead & Lowe)",
+          OODRecipe, wrap_model=lambda model, hp: RBFNet(_base(model)))
+
+
+# -- RND, OC, DeepAE: a student on the (detached) features --------------------------------
+@dataclass(frozen=True)
+class StudentHParams(OODRecipe):
+    """``width``: the student's output size (RND, OC: certificates k; DeepAE: bottleneck);
+    ``aux_weight``: weight of the student's loss; ``layers``: Linear layers of the student
+    (RND, OC); ``ortho``: OC's orthogonality weight."""
+
+    width: int = 64
+    aux_weight: float = 1.0
+    layers: int = 1
+    ortho: float = 1.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_fields(self, positive=("width", "layers"), nonnegative=("aux_weight", "ortho"))
+
+
+def _mlp(d_in: int, d_out: int, layers: int) -> nn.Sequential:
+    mods: list[nn.Module] = []
+    for i in range(layers):
+        mods.append(nn.Linear(d_in if i == 0 else d_out, d_out))
+        if i + 1 < layers:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)
+
+
+class StudentNet(nn.Module):
+    """ERM classifier plus a student ``s(φ(x))`` trained to match a teacher ``t(φ(x))``:
+    RND: a fixed random network; OC: zero; DeepAE: φ(x) itself (the student has a bottleneck).
+    ``native(x) = ||s(φ̂(x)) − t(φ̂(x))||²`` (mean over output coordinates; see
+    :meth:`disagreement`)."""
+
+    def __init__(self, base: FeatureClassifier, kind: str, hp: StudentHParams):
+        super().__init__()
+        self.base, self.kind = base, kind
+        d = base.num_features
+        self.norm = nn.BatchNorm1d(d, affine=False)
+        if kind == "deep_ae":
+            self.student = nn.Sequential(nn.Linear(d, hp.width), nn.ReLU(), nn.Linear(hp.width, d))
+        else:
+            self.student = _mlp(d, hp.width, hp.layers)
+        self.teacher = _mlp(d, hp.width, hp.layers) if kind == "rnd" else None
+        if self.teacher is not None:
+            self.teacher.requires_grad_(False)
+
+    def features(self, x):
+        return self.base.features(x)
+
+    def forward(self, x):
+        phi = self.base.features(x)
+        if self.training:
+            self.phi = phi
+        return self.base.classifier(phi)
+
+    def disagreement(self, phi: torch.Tensor) -> torch.Tensor:
+        """``mean_j (s(φ̂) − t(φ̂))_j²`` per image, φ̂ = the detached features standardised
+        by a non-affine BatchNorm (so the student's scale does not follow the featurizer's)."""
+        phi = self.norm(phi.detach())
+        if self.kind == "rnd":
+            target = self.teacher(phi)
+        elif self.kind == "oc":
+            target = torch.zeros(phi.shape[0], self.student[-1].out_features, device=phi.device)
+        else:
+            target = phi
+        return ((self.student(phi) - target) ** 2).mean(-1)
+
+    @torch.no_grad()
+    def native(self, x):
+        return self.disagreement(self.base.features(x))
+
+
+def oc_penalty(student: nn.Module) -> torch.Tensor:
+    """``Σ_layers ||W Wᵀ − I||_F²`` over the student's Linear layers (W of shape (out, in):
+    orthonormal certificates)."""
+    terms = [((m.weight @ m.weight.t() - torch.eye(m.out_features, device=m.weight.device))
+              ** 2).sum() for m in student.modules() if isinstance(m, nn.Linear)]
+    return sum(terms)
+
+
+def _student_loss(state: TrainState, out, y):
+    net, hp = state.net, state.hp
+    loss = state.nll(out, y) + hp.aux_weight * net.disagreement(net.phi).mean()
+    if net.kind == "oc":
+        loss = loss + hp.ortho * oc_penalty(net.student)
+    return loss
+
+
+def _student_space(rng):
+    return {"width": int(rng.choice([16, 32, 64, 128])),
+            "aux_weight": float(10 ** rng.uniform(-1, 1))}
+
+
+for _kind, _text in (("rnd", "student matching a fixed random teacher on φ (Burda et al.)"),
+                     ("oc", "orthogonal certificates mapping φ to zero (Tagasovska & Lopez-Paz)"),
+                     ("deep_ae", "auto-encoder of φ with a bottleneck (Vincent et al.)")):
+    _register(_kind, _text + "; native: student-teacher disagreement", StudentHParams,
+              (lambda rng: {**_student_space(rng), "ortho": float(10 ** rng.uniform(-2, 1))})
+              if _kind == "oc" else _student_space,
+              wrap_model=lambda model, hp, k=_kind: StudentNet(_base(model), k, hp),
+              loss=_student_loss)
+
+
+# -- DUE -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DUEHParams(OODRecipe):
+    """``inducing``: inducing points of the sparse variational GP; ``coeff``: the featurizer's
+    spectral-norm bound; ``likelihood_samples``: Monte-Carlo samples of the softmax likelihood
+    at prediction."""
+
+    inducing: int = 20
+    coeff: float = 5.0
+    likelihood_samples: int = 32
+    lr_init: float = 0.05
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_fields(self, positive=("inducing", "coeff", "likelihood_samples"))
+
+
+def _gpytorch():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import gpytorch
+    return gpytorch
+
+
+def _gp_class():
+    gpytorch = _gpytorch()
+
+    class _GP(gpytorch.models.ApproximateGP):
+        """One independent sparse variational GP per class over the features (DUE's GP)."""
+
+        def __init__(self, num_features: int, num_classes: int, inducing: int):
+            batch = torch.Size([num_classes])
+            dist = gpytorch.variational.CholeskyVariationalDistribution(inducing,
+                                                                        batch_shape=batch)
+            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(
+                gpytorch.variational.VariationalStrategy(
+                    self, torch.randn(inducing, num_features), dist,
+                    learn_inducing_locations=True),
+                num_tasks=num_classes)
+            super().__init__(strategy)
+            self.mean_module = gpytorch.means.ConstantMean(batch_shape=batch)
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(batch_shape=batch), batch_shape=batch)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    return _GP
+
+
+class DUENet(nn.Module):
+    """Spectral-normalised featurizer + sparse variational GP head with a softmax likelihood
+    (gpytorch). Training forward returns the GP's distribution (the loss is −ELBO); eval
+    forward returns ``log E[softmax(f)]`` (Monte Carlo). ``native``: the GP's predictive
+    variance summed over classes. The inducing points start at the features of the first
+    training batch (DUE initialises them by k-means of training features)."""
+
+    def __init__(self, base: FeatureClassifier, hp: DUEHParams):
+        super().__init__()
+        gpytorch = _gpytorch()
+        self.base = spectral_normalize(base, hp.coeff)
+        self.gp = _gp_class()(base.num_features, base.num_classes, hp.inducing)
+        self.likelihood = gpytorch.likelihoods.SoftmaxLikelihood(
+            num_classes=base.num_classes, mixing_weights=False)
+        self.register_buffer("initialised", torch.tensor(False))
+        self.samples = hp.likelihood_samples
+
+    def features(self, x):
+        return self.base.features(x)
+
+    def _init_inducing(self, phi: torch.Tensor) -> None:
+        strategy = self.gp.variational_strategy.base_variational_strategy
+        n = strategy.inducing_points.shape[0]
+        idx = torch.arange(n, device=phi.device) % phi.shape[0]
+        with torch.no_grad():
+            pts = phi.detach()[idx] + 1e-3 * torch.randn(n, phi.shape[1], device=phi.device)
+            strategy.inducing_points.copy_(pts)
+            scale = torch.cdist(phi.detach(), phi.detach()).mean().clamp(min=1e-3)
+            self.gp.covar_module.base_kernel.lengthscale = scale
+        self.initialised.fill_(True)
+
+    def forward(self, x):
+        phi = self.base.features(x)
+        if self.training:
+            if not bool(self.initialised):
+                self._init_inducing(phi)
+            return self.gp(phi)
+        gpytorch = _gpytorch()
+        with gpytorch.settings.num_likelihood_samples(self.samples):
+            probs = self.likelihood(self.gp(phi)).probs.mean(0)
+        return torch.log(probs.clamp_min(1e-12))
+
+    @torch.no_grad()
+    def native(self, x):
+        return self.gp(self.base.features(x)).variance.sum(-1)
+
+
+def _due_loss(state: TrainState, out, y):
+    gpytorch = _gpytorch()
+    net = state.net
+    elbo = gpytorch.mlls.VariationalELBO(net.likelihood, net.gp, num_data=state.n_train)
+    return -elbo(out, y)
+
+
+_register("due", "spectral-normalised featurizer + sparse variational GP head (gpytorch); "
+                 "native: GP predictive variance", DUEHParams,
+          lambda rng: {"inducing": int(rng.choice([10, 20, 50]))},
+          wrap_model=lambda model, hp: DUENet(_base(model), hp), loss=_due_loss)

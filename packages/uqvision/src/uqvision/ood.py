@@ -1,0 +1,199 @@
+"""The UIMNET scoring protocol (PROTOCOLS V.3): caches → uqmetrics → ``ood.nc``.
+
+Reads the run caches and ensemble cells that :mod:`uqvision.reproduce.uimnet` writes under a
+``caches/`` folder, and scores every (algorithm, spectral, data seed, K) ensemble:
+
+- in-domain ``acc1``, ``acc5``, ``nll``, ``ece`` on the in-domain test set over ``calibration``
+  ∈ {none, temperature}, with τ fitted on in-domain validation
+  (:func:`uqmetrics.temperature_scaled_metrics`, protocol ``holdout``; S.1);
+- out-domain ``auc``, ``in_as_in``, ``out_as_out`` for every measure of
+  :data:`uqvision.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
+  on in-domain validation; OutAsOut counts OUT-domain images);
+- the oracle (an in/out classifier, u = p(out)) as the upper reference.
+
+Every number is computed by uqmetrics; this module only arranges them. Values are the mean and
+the sample standard deviation (ddof 1) over data seeds (dim ``stat``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from uqmetrics import ood_scores
+from uqmetrics.calibration import temperature_scaled_metrics
+from uqmetrics.io import provenance_attrs, read_dataset
+
+from .measures import MEASURES, MeasureInput
+
+__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ood_tables", "score_ood"]
+
+#: ood.nc name -> uqmetrics metric name (S.1).
+IN_DOMAIN_METRICS = {"acc1": "accuracy", "acc5": "top5_accuracy", "nll": "nll", "ece": "ece"}
+#: ood.nc name -> variable of :func:`uqmetrics.ood_scores` (S.4).
+OUT_DOMAIN_METRICS = {"auc": "auroc", "in_as_in": "in_as_in", "out_as_out": "out_as_out"}
+_SPLITS = ("in_val", "in_test", "out_test")
+_ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)$")
+
+
+def _inputs(members: list[xr.Dataset], ens: xr.Dataset, split: str, calibration: str,
+            tau: float) -> MeasureInput:
+    def stack(name):
+        return np.stack([m[f"{split}_{name}"].values for m in members])
+    return MeasureInput(
+        logits=stack("logits"), temperature=tau if calibration == "temperature" else 1.0,
+        labels=members[0][f"{split}_label"].values, features=stack("features"),
+        tta=stack("tta"), native=stack("native"),
+        jacobian=ens[f"{split}_jacobian"].sel(calibration=calibration).values)
+
+
+def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
+    from uqmetrics.calibration import log_softmax
+
+    lp = log_softmax(np.asarray(inp.logits, np.float64))
+    return np.logaddexp.reduce(lp, axis=0) - np.log(lp.shape[0])
+
+
+def _score_ensemble(ens: xr.Dataset) -> tuple[dict, dict, float]:
+    members = [read_dataset(p) for p in json.loads(ens.attrs["members"])]
+    tau = float(ens.attrs["temperature"])
+    val = _inputs(members, ens, "in_val", "none", tau)
+    test = _inputs(members, ens, "in_test", "none", tau)
+    ind = temperature_scaled_metrics(
+        _log_mean_probs(test), test.labels, protocol="holdout",
+        metrics=tuple(IN_DOMAIN_METRICS.values()), calib_logits=_log_mean_probs(val),
+        calib_labels=val.labels)
+    in_domain = {name: ind[m].values for name, m in IN_DOMAIN_METRICS.items()}
+    out_domain = defaultdict(dict)
+    for cal in ("none", "temperature"):
+        sets = {s: _inputs(members, ens, s, cal, tau) for s in _SPLITS}
+        for name in MEASURES.names():
+            measure = MEASURES.lookup(name)
+            u = {s: measure(sets[s], sets["in_val"]) for s in _SPLITS}
+            if any(not np.isfinite(v).all() for v in u.values()):
+                out_domain[(name, cal)] = {k: np.nan for k in OUT_DOMAIN_METRICS}
+                continue
+            sc = ood_scores(u["in_val"], u["in_test"], u["out_test"])
+            out_domain[(name, cal)] = {k: float(sc[v]) for k, v in OUT_DOMAIN_METRICS.items()}
+    return in_domain, out_domain, float(ind["temperature"].values.mean())
+
+
+def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
+    """Score a UIMNET ``caches`` folder (``runs/`` and ``ensembles/``) into one Dataset.
+
+    Parameters
+    ----------
+    caches : path
+        The folder :func:`uqvision.reproduce.uimnet.run_uimnet` writes.
+    ks : sequence of int
+        Ensemble sizes to report (cells of other sizes are ignored).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``acc1``, ``acc5``, ``nll``, ``ece`` over (algorithm, k, calibration, spectral, stat);
+        ``auc``, ``in_as_in``, ``out_as_out`` over (algorithm, measure, k, calibration,
+        spectral, stat); ``temperature`` and ``members`` over (algorithm, k, spectral, stat);
+        ``oracle_auc``, ``oracle_in_as_in``, ``oracle_out_as_out`` over ``stat``; ``stat`` =
+        mean, std over data seeds (``n_data_seeds`` in attrs).
+    """
+    caches = Path(caches)
+    cells = {}
+    for p in sorted((caches / "ensembles").glob("*.nc")):
+        m = _ENS.match(p.stem)
+        if m and int(m["k"]) in ks:
+            cells[(m["alg"], int(m["k"]), bool(int(m["sp"])), int(m["seed"]))] = p
+    if not cells:
+        raise ValueError(f"caches: no ensemble cell in {str(caches / 'ensembles')!r}")
+    algs = list(dict.fromkeys(a for a, *_ in cells))
+    kk = sorted({k for _, k, _, _ in cells})
+    sps = sorted({sp for _, _, sp, _ in cells})
+    seeds = sorted({s for *_, s in cells})
+    cal = ["none", "temperature"]
+    meas = MEASURES.names()
+    shape_in = (len(algs), len(kk), len(cal), len(sps), len(seeds))
+    shape_out = (len(algs), len(meas), len(kk), len(cal), len(sps), len(seeds))
+    raw = {n: np.full(shape_in, np.nan) for n in IN_DOMAIN_METRICS}
+    raw.update({n: np.full(shape_out, np.nan) for n in OUT_DOMAIN_METRICS})
+    temp = np.full((len(algs), len(kk), len(sps), len(seeds)), np.nan)
+    n_members = np.full_like(temp, np.nan)
+    for (alg, k, sp, s), path in cells.items():
+        ens = read_dataset(path)
+        i, j, q, r = algs.index(alg), kk.index(k), sps.index(sp), seeds.index(s)
+        ind, outd, tau = _score_ensemble(ens)
+        for n, v in ind.items():
+            raw[n][i, j, :, q, r] = v
+        for (mname, c), vals in outd.items():
+            for n, v in vals.items():
+                raw[n][i, meas.index(mname), j, cal.index(c), q, r] = v
+        temp[i, j, q, r] = tau
+        n_members[i, j, q, r] = len(json.loads(ens.attrs["members"]))
+    dims_in = ("algorithm", "k", "calibration", "spectral", "data_seed")
+    dims_out = ("algorithm", "measure", "k", "calibration", "spectral", "data_seed")
+    ds = xr.Dataset(
+        {**{n: (dims_in, raw[n]) for n in IN_DOMAIN_METRICS},
+         **{n: (dims_out, raw[n]) for n in OUT_DOMAIN_METRICS},
+         "temperature": (("algorithm", "k", "spectral", "data_seed"), temp),
+         "members": (("algorithm", "k", "spectral", "data_seed"), n_members)},
+        coords={"algorithm": algs, "k": kk, "calibration": cal, "spectral": sps,
+                "data_seed": seeds, "measure": meas})
+    oracle = []
+    for s in seeds:
+        path = caches / "runs" / f"oracle.s{s}.nc"
+        if path.exists():
+            o = read_dataset(path)
+            sc = ood_scores(o["in_val_u"].values, o["in_test_u"].values, o["out_test_u"].values)
+            oracle.append([float(sc[v]) for v in OUT_DOMAIN_METRICS.values()])
+    for i, n in enumerate(OUT_DOMAIN_METRICS):
+        vals = [row[i] for row in oracle]
+        ds[f"oracle_{n}"] = ("data_seed", vals + [np.nan] * (len(seeds) - len(vals)))
+    out = xr.concat([ds.mean("data_seed"), ds.std("data_seed", ddof=1)],
+                    dim=xr.DataArray(["mean", "std"], dims="stat", name="stat"))
+    out.attrs = {**provenance_attrs(config={"ks": list(ks)}),
+                 "n_data_seeds": len(seeds),
+                 "conventions": "S.1 in-domain on in-domain test, tau fitted on in-domain "
+                                "validation (holdout); S.4 out-domain, theta = 95% quantile of u "
+                                "on in-domain validation, out_as_out = fraction of OUT-domain "
+                                "flagged; jacobian on each set's first jacobian_max images",
+                 "protocol": "UIMNET (PROTOCOLS V.3)"}
+    return out
+
+
+def _fmt(ds: xr.Dataset, var: str, **sel) -> str:
+    m = float(ds[var].sel(stat="mean", **sel))
+    s = float(ds[var].sel(stat="std", **sel))
+    return "—" if np.isnan(m) else (f"{m:.3f}" if np.isnan(s) else f"{m:.3f} ± {s:.3f}")
+
+
+def ood_tables(ds: xr.Dataset, *, measure: str = "entropy") -> str:
+    """Markdown analogues of the paper's Table 2 (in-domain) and Table 3 (out-domain, one
+    measure), plus the mean AUC of every measure (the paper's appendix B ranking)."""
+    lines = ["### In-domain (Table 2 analogue)", "",
+             "| algorithm | k | calibration | spectral | acc1 | acc5 | nll | ece |",
+             "|---|---|---|---|---|---|---|---|"]
+    rows = [(a, k, c, sp) for a in ds.algorithm.values for k in ds.k.values
+            for c in ds.calibration.values for sp in ds.spectral.values]
+    for a, k, c, sp in rows:
+        sel = {"algorithm": a, "k": k, "calibration": c, "spectral": sp}
+        lines.append(f"| {a} | {k} | {c} | {bool(sp)} | " + " | ".join(
+            _fmt(ds, v, **sel) for v in IN_DOMAIN_METRICS) + " |")
+    lines += ["", f"### Out-domain, measure '{measure}' (Table 3 analogue)", "",
+              "| algorithm | k | calibration | spectral | auc | in_as_in | out_as_out |",
+              "|---|---|---|---|---|---|---|"]
+    for a, k, c, sp in rows:
+        sel = {"algorithm": a, "k": k, "calibration": c, "spectral": sp, "measure": measure}
+        lines.append(f"| {a} | {k} | {c} | {bool(sp)} | " + " | ".join(
+            _fmt(ds, v, **sel) for v in OUT_DOMAIN_METRICS) + " |")
+    lines.append("| oracle | | | | " + " | ".join(
+        _fmt(ds, f"oracle_{v}") for v in OUT_DOMAIN_METRICS) + " |")
+    lines += ["", "### Measures: AUC averaged over algorithms, k, calibration, spectral", "",
+              "| measure | auc | in_as_in | out_as_out |", "|---|---|---|---|"]
+    for mname in ds.measure.values:
+        sub = ds.sel(measure=mname, stat="mean")
+        lines.append(f"| {mname} | " + " | ".join(
+            f"{float(sub[v].mean(skipna=True)):.3f}" for v in OUT_DOMAIN_METRICS) + " |")
+    return "\n".join(lines) + "\n"

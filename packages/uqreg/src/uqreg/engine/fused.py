@@ -25,7 +25,7 @@ tensors per step. Here, for the ``B`` networks of a chunk:
   ``dz₁·W₁ᵀ`` of the first pass and accumulates the second pass's gradients.
 
 The result is the same network as the autograd path's (``tests/test_fused.py`` checks every
-gradient against autograd and one Adam step against ``torch.optim.Adam``/``AdamW`` in float64;
+gradient against autograd and Adam steps against ``torch.optim.Adam``/``AdamW`` in float64;
 ``tests/test_engine.py`` checks the fused engine against the plain per-network loop).
 """
 
@@ -69,7 +69,8 @@ class Workspace:
     Attributes
     ----------
     params, grads, exp_avg, exp_avg_sq : torch.Tensor, shape (P,)
-        Flat buffers: weights of every layer, biases of every layer, head parameters, padding.
+        Flat buffers: weights of every layer, padding, biases of every layer, head parameters,
+        padding (the first :attr:`n_weights` elements are the weights' part).
     W, b, gW, gb : list of torch.Tensor
         Views: ``W[l] (B, fan_in, fan_out)``, ``b[l] (B, 1, fan_out)`` and their gradients.
     hp, ghp : dict of torch.Tensor

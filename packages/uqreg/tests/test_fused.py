@@ -81,6 +81,8 @@ def _assert_close(actual, expected, what):
 
 
 def test_every_head_has_a_fused_backward():
+    missing = set(HEADS) - set(FUSED_HEADS)
+    assert not missing, f"heads {sorted(missing)} would train on the slower autograd path: add a FusedHead"
     assert set(FUSED_HEADS) == set(HEADS)
     assert all(supports(name, TrainConfig()) for name in HEADS)
     assert not supports("deterministic", TrainConfig(negative_slope=-0.1))

@@ -26,7 +26,8 @@ def _choices(parser, dest):
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names() == ["data", "train", "predict", "score",
-                                                     "sweep", "plot", "reproduce", "demo"]
+                                                     "sweep", "plot", "reproduce", "metadata",
+                                                     "demo"]
     assert SCORE_PROTOCOLS.names() == ["selective", "ensembles"]
 
 
@@ -108,19 +109,25 @@ def test_demo_runs_end_to_end_and_leaves_checkable_files(demo_dir):
 @pytest.mark.slow
 def test_score_and_plot_commands_reproduce_the_demo(demo_dir, tmp_path, capsys):
     out = tmp_path / "sel.nc"
+    # the demo's MC-dropout cache has 2 passes: scoring it needs --mc-passes 2 (30 by default)
     assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
-                 "--out", str(out), "--calibration-size", "0.4"]) == 0
+                 "--out", str(out), "--calibration-size", "0.4"]) == 2
+    assert "has 2 passes; the +mc_dropout row needs 30" in capsys.readouterr().err
+    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+                 "--out", str(out), "--calibration-size", "0.4", "--mc-passes", "2"]) == 0
     with xr.open_dataset(out) as a, xr.open_dataset(demo_dir / "scores" / "selective.nc") as b:
         for v in SELECTIVE_VARS:
             np.testing.assert_array_equal(a[v].values, b[v].values)
     assert main(["score", "--protocol", "ensembles", "--caches", str(demo_dir / "caches"),
                  "--out", str(tmp_path / "ens.nc"), "--n-orders", "2"]) == 0
     assert main(["plot", "--caches", str(demo_dir / "caches"), "--ensembles",
-                 str(tmp_path / "ens.nc"), "--out", str(tmp_path / "fig")]) == 0
+                 str(tmp_path / "ens.nc"), "--selective", str(out), "--out",
+                 str(tmp_path / "fig")]) == 0
     assert (tmp_path / "fig" / "ensemble_nll.png").is_file()
+    assert (tmp_path / "fig" / "selective_auroc_vs_ece_none.png").is_file()
     # a second score run refuses to clobber without --overwrite
     assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
-                 "--out", str(out), "--calibration-size", "0.4"]) == 2
+                 "--out", str(out), "--calibration-size", "0.4", "--mc-passes", "2"]) == 2
     assert "already exists" in capsys.readouterr().err
 
 

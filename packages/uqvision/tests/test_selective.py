@@ -32,6 +32,13 @@ def _oracle_aurc(correct):
     return np.mean(np.maximum(0, i - correct.sum()) / i)
 
 
+def _aurc_c(correct, kappa, high=0.5):
+    """Mean risk of the top i over the coverages i/N <= high (AURC_C over [0, high])."""
+    err = ~correct[np.argsort(-kappa)]
+    i = np.arange(1, err.size + 1)
+    return np.mean((np.cumsum(err) / i)[:int(np.floor(high * err.size))])
+
+
 def _sac(correct, kappa, alpha):
     acc = np.cumsum(correct[np.argsort(-kappa)]) / np.arange(1, correct.size + 1)
     ok = np.flatnonzero(acc >= alpha)
@@ -44,6 +51,8 @@ def reference(y, p, kappa):
     return {"accuracy": correct.mean(), "auroc": roc_auc_score(correct, kappa),
             "aurc": _aurc(correct, kappa),
             "eaurc": _aurc(correct, kappa) - _oracle_aurc(correct),
+            "aurc_c": _aurc_c(correct, kappa),
+            "eaurc_c": _aurc_c(correct, kappa) - _aurc_c(correct, correct.astype(float)),
             "sac_99": _sac(correct, kappa, 0.99), "sac_95": _sac(correct, kappa, 0.95),
             "ece": _ece(y, p), "nll": np.mean(-np.log(np.clip(p[np.arange(y.size), y], 1e-12,
                                                                 None))),
@@ -63,7 +72,7 @@ def zoo(tmp_path, write_cache, member_logits):
     z[1] *= 3.0  # an over-confident model (fitted T > 1)
     write_cache(tmp_path, z[0], y, model="a")
     write_cache(tmp_path, z[1], y, model="b")
-    mc = z[2][None] + 0.5 * rng.normal(size=(4, *z[2].shape))
+    mc = z[2][None] + 0.5 * rng.normal(size=(30, *z[2].shape))  # the default 30 passes
     # caches hold float32 logits: recompute from exactly what is stored
     z, mc = z.astype(np.float32).astype(float), mc.astype(np.float32).astype(float)
     write_cache(tmp_path, z[2], y, model="c")
@@ -98,6 +107,55 @@ def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
                     assert got == pytest.approx(ref[name], rel=1e-9, abs=1e-12), (row, cal, name)
     assert float(ds["temperature"].sel(model="b", calibration="temperature")) > 1.5
     assert (ds["temperature"].sel(calibration="none") == 1).all()
+    assert list(ds["passes"].values) == [1, 1, 1, 30] and ds.attrs["mc_passes"] == 30
+    assert ds.attrs["sac_rule"] == "largest" and ds["sac_99"].attrs["metric"] == "sac_99"
+
+
+def test_mc_row_refuses_fewer_passes_and_uses_the_first_k(zoo):
+    path, y, _, mc = zoo
+    with pytest.raises(ValueError, match="has 30 passes; the \\+mc_dropout row needs 31"):
+        score_selective([path], SelectiveConfig(calibration_size=0.3, mc_passes=31))
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1, mc_passes=10))
+    assert int(ds["passes"].sel(model="c+mc_dropout")) == 10
+    (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
+    p = sp_softmax(mc[:10], -1).mean(0)[rest]
+    assert float(ds["auroc"].sel(model="c+mc_dropout", calibration="none")) == pytest.approx(
+        roc_auc_score(p.argmax(1) == y[rest], (p * np.log(p)).sum(1)), rel=1e-9)
+
+
+def test_sac_rule_first_drop_is_used_and_recorded(zoo):
+    from uqmetrics import sac_score
+
+    path, y, z, _ = zoo
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                 sac_rule="first_drop"))
+    assert ds.attrs["sac_rule"] == "first_drop"
+    assert ds["sac_95"].attrs["metric"] == "sac_95_first_drop"
+    assert "sac_first_drop" in ds["sac_95"].attrs["convention"]
+    (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
+    p = sp_softmax(z[0][rest], 1)
+    expected = sac_score(p.argmax(1) == y[rest], p.max(1), accuracy=0.95, rule="first_drop")
+    assert float(ds["sac_95"].sel(model="a", calibration="none")) == expected
+    largest = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    assert not np.array_equal(ds["sac_95"].values, largest["sac_95"].values)
+    with pytest.raises(ValueError, match="sac_rule must be one of"):
+        score_selective([path], SelectiveConfig(calibration_size=0.3, sac_rule="official"))
+
+
+def test_metadata_coords(zoo, tmp_path):
+    from uqvision.metadata import ModelMetadata, write_metadata
+
+    path, *_ = zoo
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3))
+    assert (ds["family"].values == "unknown").all() and not ds["metadata_known"].any()
+    keys = [str(k) for k in ds["metadata_key"].values]
+    table = write_metadata([ModelMetadata(keys[0], family="F", base_architecture="f",
+                                          params=7, input_size=16, distillation="yes")],
+                           tmp_path / "extra.csv")
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, metadata=(str(table),)))
+    assert ds["family"].values[0] == "F" and ds["distillation"].values[0] == "yes"
+    assert ds["metadata_known"].values.tolist() == [True, False, False, False]
+    assert str(table) in ds.attrs["metadata_tables"]
 
 
 def test_score_file_contract_with_plain_xarray(zoo, tmp_path):

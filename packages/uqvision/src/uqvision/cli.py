@@ -1,11 +1,11 @@
 """``uqvision`` command line: a thin layer over the library API.
 
 Commands (:data:`COMMANDS`): ``data``, ``train``, ``predict``, ``score``, ``sweep``, ``plot``,
-``demo`` (``uqvision <command> -h`` for options). Choices and their help come from the
-registries: dataset makers, prediction modes, augmentations, score protocols, row kinds,
-ensemble methods. ``predict`` runs under ``torchrun`` as is
-(``torchrun --nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the
-logits gathered before rank 0 writes.
+``reproduce``, ``metadata``, ``demo`` (``uqvision <command> -h`` for options). Choices and their
+help come from the registries: dataset makers, prediction modes, augmentations, score
+protocols, row kinds, ensemble methods, reproductions, metadata fields. ``predict`` runs under
+``torchrun`` as is (``torchrun --nproc_per_node N -m uqvision predict ...``): samples are sharded
+exactly and the logits gathered before rank 0 writes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from uqmetrics import SAC_RULES
 from uqmetrics.registry import Registry
 
 from .data import DATASET_MAKERS, TTA_POLICIES
@@ -89,14 +90,28 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if len(seeds) > 1 and "{seed}" not in a.out:
         raise SystemExit("uqvision train: with several --seeds, --out must contain '{seed}'")
     for seed in seeds:
-        cfg = TrainConfig(arch=a.arch, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
+        cfg = TrainConfig(arch=a.arch, method=a.method, hparams=_set_pairs(a.set),
+                          epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
                           input_size=a.input_size, augment=None if a.augment == "none"
                           else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
-                          num_workers=a.workers, model_kwargs=json.loads(a.model_kwargs))
+                          num_workers=a.workers, model_kwargs=json.loads(a.model_kwargs),
+                          init_checkpoint=a.init, val_data=a.val_data, amp=a.amp)
         r = train_model(a.data, a.out.format(seed=seed), cfg)
-        _print(f"{r.checkpoint}  train_accuracy={r.train_accuracy:.4f}  "
-               f"loss={r.losses[-1]:.4f}  {r.wall_time_s:.1f}s")
+        if int(os.environ.get("RANK", "0")) == 0:
+            _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"
+                   f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
     return 0
+
+
+def _set_pairs(items: Sequence[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a dict of strings (``ValueError`` on a malformed one)."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _predict_config(a: argparse.Namespace) -> PredictConfig:
@@ -125,18 +140,30 @@ SCORE_PROTOCOLS: Registry[Callable[[argparse.Namespace], object]] = Registry("sc
 def _score_selective(a: argparse.Namespace):
     """one row per model and row kind, with and without temperature scaling (V.1)"""
     kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
-    return score_selective(a.caches, SelectiveConfig(calibration_size=a.calibration_size,
-                                                     seed=a.seed, dataset=a.dataset,
-                                                     kinds=kinds))
+    return score_selective(a.caches, _selective_config(a, dataset=a.dataset, kinds=kinds))
+
+
+def _selective_config(a: argparse.Namespace, **kw) -> SelectiveConfig:
+    return SelectiveConfig(calibration_size=a.calibration_size, seed=a.seed,
+                           sac_rule=a.sac_rule, mc_passes=a.mc_passes,
+                           metadata=tuple(a.metadata or ()), **kw)
 
 
 @SCORE_PROTOCOLS.register(name="ensembles")
 def _score_ensembles(a: argparse.Namespace):
     """metrics vs ensemble size and the Deep Ensemble Equivalent of every method (V.2)"""
-    methods = tuple(a.methods) if a.methods else EnsembleConfig.methods
+    methods = tuple(a.methods) if a.methods else None
     return score_ensembles(a.caches, EnsembleConfig(members=a.members, n_orders=a.n_orders,
                                                     seed=a.seed, dataset=a.dataset,
                                                     reference=a.reference, methods=methods))
+
+
+@SCORE_PROTOCOLS.register(name="transfer")
+def _score_transfer(a: argparse.Namespace):
+    """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
+    from .transfer import score_transfer_caches
+
+    return score_transfer_caches(a.caches)
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
@@ -164,25 +191,78 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         _print(f"  FAILED {key}: {err}")
     (out / "sweep_failures.json").write_text(json.dumps(report.failed, indent=1))
     if a.mode == "plain" and report.paths:
-        ds = score_selective([out / "caches"], SelectiveConfig(
-            calibration_size=a.calibration_size, seed=a.seed, dataset=a.dataset_name))
+        ds = score_selective([out / "caches"], _selective_config(a, dataset=a.dataset_name))
         _print(str(write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)))
     return 0 if report.paths else 1
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:
-    from .plots import plot_caches, plot_ensembles
+    from .plots import plot_caches, plot_ensembles, plot_selective
 
     paths = []
     if a.caches:
         paths += plot_caches(a.caches, a.out, dataset=a.dataset)
     if a.ensembles:
         paths += plot_ensembles(a.ensembles, a.out)
+    if a.selective:
+        paths += plot_selective(a.selective, a.out)
     if not paths:
-        raise SystemExit("uqvision plot: nothing to plot (give --caches and/or --ensembles)")
+        raise SystemExit("uqvision plot: nothing to plot (give --caches, --ensembles and/or "
+                         "--selective)")
     for p in paths:
         _print(str(p))
     return 0
+
+
+def _cmd_metadata(a: argparse.Namespace) -> int:
+    from .metadata import (
+        COLUMNS,
+        METADATA_FIELDS,
+        ModelMetadata,
+        load_metadata,
+        unknown_models,
+        write_metadata,
+    )
+
+    if a.fields:
+        _print(",".join(COLUMNS))
+        _print(METADATA_FIELDS.describe())
+        return 0
+    tables = load_metadata(a.metadata or ())
+    keys = _model_keys(a)
+    if keys is None:
+        for key in sorted(tables.rows):
+            _print(key)
+        return 0
+    unknown = unknown_models(keys, tables)
+    if a.template:
+        _print(str(write_metadata([ModelMetadata(k) for k in unknown], a.template)))
+    for key in unknown:
+        _print(key)
+    if unknown:
+        print(f"{len(unknown)} of {len(set(keys))} models have no metadata; fill in a copy of "
+              "--template FILE and pass it with --metadata FILE (or list it in "
+              "$UQVISION_MODEL_METADATA)", file=sys.stderr)
+    return 0
+
+
+def _model_keys(a: argparse.Namespace) -> list[str] | None:
+    """Metadata keys of the models in --caches / --scores (None when neither is given)."""
+    if not (a.caches or a.scores):
+        return None
+    import xarray as xr
+    from uqmetrics import read_dataset
+
+    from .cache import index_caches
+    from .selective import cache_metadata_key
+
+    keys = []
+    for info in index_caches(a.caches or ()):
+        with xr.open_dataset(info.path) as ds:  # the attrs only
+            keys.append(cache_metadata_key(dict(ds.attrs)))
+    for path in a.scores or ():
+        keys += [str(k) for k in read_dataset(path)["metadata_key"].values]
+    return keys
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
@@ -201,13 +281,27 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _args_train(p: argparse.ArgumentParser) -> None:
+    from .methods import TRAINING_METHODS
+
     p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
     p.add_argument("--data", required=True, help="training image folder")
     p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
-    p.add_argument("--seeds", type=int, nargs="+", help="one member per seed (default 0)")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--method", default="deep_ensemble", choices=TRAINING_METHODS.names(),
+                   help="training method:\n" + TRAINING_METHODS.describe())
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
+                        "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
+                        "lr_init=3e-3 weight_decay=0.05")
+    p.add_argument("--seeds", type=int, nargs="+", help="one run per seed (default 0)")
+    p.add_argument("--epochs", type=float, default=None, help="shorthand for --set epochs=")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="shorthand for --set batch_size=")
+    p.add_argument("--lr", type=float, default=None,
+                   help="shorthand for the method's initial learning rate (lr_init or lr0)")
+    p.add_argument("--init", default=None, help="start from this local checkpoint")
+    p.add_argument("--val-data", default=None,
+                   help="validation folder (K-FAC Laplace tunes its noise scale on it)")
+    p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--input-size", type=int, default=32)
     p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
                    help="training augmentation:\n" + TTA_POLICIES.describe()
@@ -221,8 +315,9 @@ def _args_train(p: argparse.ArgumentParser) -> None:
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=PASS_MODES.names(), default="plain",
                    help="prediction mode:\n" + PASS_MODES.describe())
-    p.add_argument("--passes", type=int, default=1,
-                   help="TTA augmentations or MC-dropout passes (30 in the Selective paper)")
+    p.add_argument("--passes", type=int, default=None,
+                   help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, "
+                        "the Selective paper's count; 1 otherwise)")
     p.add_argument("--first-pass", type=int, default=0, help="index of the first TTA pass")
     p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
                    help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
@@ -235,6 +330,20 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                    help="models without a checkpoint get random weights (code-path checks only)")
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
     p.add_argument("--overwrite", action="store_true")
+
+
+def _add_selective_options(p: argparse.ArgumentParser) -> None:
+    from .predict import DEFAULT_PASSES
+
+    p.add_argument("--sac-rule", default="largest", choices=SAC_RULES,
+                   help="selective: SAC rule; largest = the paper's definition, first_drop = its "
+                        "official code (reproduces its published SAC values)")
+    p.add_argument("--mc-passes", type=int, default=DEFAULT_PASSES["mc_dropout"],
+                   help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
+                        "refused (default: %(default)s)")
+    p.add_argument("--metadata", action="append", default=None, metavar="FILE",
+                   help="selective: extra model-metadata table (repeatable; see "
+                        "uqvision metadata --fields)")
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:
@@ -258,10 +367,13 @@ def _args_score(p: argparse.ArgumentParser) -> None:
                    help="selective: calibration samples, a count or a fraction in (0, 1)")
     p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
                    help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
+    _add_selective_options(p)
     p.add_argument("--members", nargs="+", default=None,
-                   help="ensembles: member model names (default: all with a plain cache)")
+                   help="ensembles: the deep ensemble's model names, whatever their method attr "
+                        "(default: the caches of method deep_ensemble)")
     p.add_argument("--methods", nargs="+", choices=ENSEMBLE_METHODS.names(), default=None,
-                   help="ensembles: methods (default: all)\n" + ENSEMBLE_METHODS.describe())
+                   help="ensembles: methods (default: every one with caches; a cache's "
+                        "method attr decides its group)\n" + ENSEMBLE_METHODS.describe())
     p.add_argument("--n-orders", type=int, default=5)
     p.add_argument("--reference", default="deep_ensemble", choices=ENSEMBLE_METHODS.names(),
                    help="ensembles: the method DEE is measured against")
@@ -279,14 +391,30 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cell-threads", type=int, default=None,
                    help="torch threads inside each Dask cell (default: --threads)")
     p.add_argument("--calibration-size", type=float, default=5000)
+    _add_selective_options(p)
     _add_predict_options(p)
 
 
 def _args_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caches", nargs="+", default=None)
     p.add_argument("--ensembles", default=None, help="ensembles score file")
+    p.add_argument("--selective", default=None,
+                   help="selective score file: the Selective paper's scatter and paired figures")
     p.add_argument("--dataset", default=None)
     p.add_argument("--out", required=True, help="figure directory")
+
+
+def _args_metadata(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fields", action="store_true", help="describe the table's columns")
+    p.add_argument("--caches", nargs="+", default=None, help="list the models of these caches "
+                   "that no table knows")
+    p.add_argument("--scores", nargs="+", default=None,
+                   help="... or of these selective score files")
+    p.add_argument("--metadata", action="append", default=None, metavar="FILE",
+                   help="extra table (repeatable), read after the shipped one and "
+                        "$UQVISION_MODEL_METADATA")
+    p.add_argument("--template", default=None, metavar="FILE",
+                   help="write the unknown models as a table of 'unknown' rows to fill in")
 
 
 def _args_demo(p: argparse.ArgumentParser) -> None:
@@ -309,12 +437,7 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
     if a.scale not in driver.scales:
         raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
                          f"{list(driver.scales)}")
-    options = {}
-    for item in a.set or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        options[key] = value
+    options = _set_pairs(a.set)
     out = driver.run(a.out, scale=a.scale, data=a.data, arch=a.arch, seed=a.seed,
                      overwrite=a.overwrite, options=options, log=_print)
     _print(str(out))
@@ -360,6 +483,8 @@ COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
                              "reliability, risk-coverage, metric-vs-size figures"))
 COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
                                   "reproduce a paper's protocol on the stand-in or a real folder"))
+COMMANDS.add("metadata", Command(_cmd_metadata, _args_metadata,
+                                 "model metadata tables: columns, known models, unknown models"))
 COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
                              "the whole chain on digits (a few minutes on 2 CPUs); torch "
                              "threads: --threads before the command (default 1)"))

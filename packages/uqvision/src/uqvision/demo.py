@@ -114,7 +114,7 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
                                    PredictConfig(mode="mc_dropout", passes=config.mc_passes, **base))
     say(f"caches: {len(res.caches)} files in {caches}")
     sel = score_selective([caches], SelectiveConfig(calibration_size=config.calibration_size,
-                                                    seed=config.seed))
+                                                    seed=config.seed, mc_passes=config.mc_passes))
     res.selective = write_dataset(sel, out / "scores" / "selective.nc", overwrite=True)
     ens = score_ensembles([caches], EnsembleConfig(n_orders=config.n_orders, seed=config.seed))
     res.ensembles = write_dataset(ens, out / "scores" / "ensembles.nc", overwrite=True)

@@ -125,7 +125,8 @@ COLUMNS: tuple[str, ...] = tuple(METADATA_FIELDS.names())
 
 @dataclass(frozen=True)
 class ModelMetadata:
-    """One row of the table (``params``/``input_size`` ``None`` when unknown)."""
+    """One row of the table (``params``/``input_size`` ``None`` when unknown; an empty
+    ``teacher`` reads back as ``unknown`` unless ``distillation`` is ``no``)."""
 
     key: str
     family: str = UNKNOWN
@@ -133,7 +134,7 @@ class ModelMetadata:
     params: int | None = None
     input_size: int | None = None
     distillation: str = UNKNOWN
-    teacher: str = UNKNOWN
+    teacher: str = ""
     pretraining_data: str = UNKNOWN
     adversarial_training: str = UNKNOWN
     supervision: str = UNKNOWN
@@ -338,7 +339,7 @@ def attach_metadata(ds: xr.Dataset, tables: MetadataTables, *,
     if "metadata_key" not in ds.coords:
         raise ValueError("the result has no 'metadata_key' coord (not a selective result?)")
     keys = [str(k) for k in ds["metadata_key"].values]
-    rows = [tables.get(k) or ModelMetadata(k) for k in keys]
+    rows = [tables.get(k) or ModelMetadata(k, teacher=UNKNOWN) for k in keys]
     coords: dict[str, tuple[str, np.ndarray]] = {}
     for name in METADATA_COORDS:
         if METADATA_FIELDS[name].kind == "count":

@@ -36,6 +36,7 @@ __all__ = [
     "load_model",
     "read_sidecar",
     "sidecar_path",
+    "write_checkpoint",
 ]
 
 DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
@@ -102,6 +103,8 @@ class LoadedModel:
                 "checkpoint": str(self.spec.checkpoint or ""),
                 "checkpoint_sha256": self.checkpoint_sha256,
                 "data_config": json.dumps(self.data_config.to_dict()),
+                "transform": repr(self.transform),
+                "num_params": int(sum(p.numel() for p in self.model.parameters())),
                 "has_dropout": int(has_dropout(self.model))}
 
 
@@ -117,6 +120,24 @@ def file_sha256(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
 def sidecar_path(checkpoint: str | os.PathLike) -> Path:
     """``model.safetensors`` -> ``model.json`` (written by ``uqvision train``)."""
     return Path(checkpoint).with_suffix(".json")
+
+
+def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[str, Any]) -> Path:
+    """Write ``model``'s state dict to ``path`` (``.safetensors``) and ``sidecar`` (JSON) beside
+    it, each atomically (the sidecar first: a checkpoint never exists without it)."""
+    from safetensors.torch import save_file
+    from uqmetrics.io import temporary_beside
+
+    path = Path(path)
+    side = sidecar_path(path)
+    with temporary_beside(side) as tmp:
+        tmp.write_text(json.dumps(sidecar, indent=1))
+        os.replace(tmp, side)
+    with temporary_beside(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                  str(tmp))
+        os.replace(tmp, path)
+    return path
 
 
 def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
@@ -226,34 +247,63 @@ class TimmSource:
                            tag, sha)
 
 
+def _tv_weights(name: str):
+    """``arch`` or ``arch.WEIGHTS`` -> (arch, the torchvision weights enum member or None).
+
+    Without ``.WEIGHTS`` the architecture's ``DEFAULT`` member; ``None`` when the
+    architecture has no weights enum.
+    """
+    import torchvision
+
+    arch, _, weights = name.partition(".")
+    names = torchvision.models.list_models()
+    if arch not in names:
+        raise ValueError(f"unknown torchvision model {arch!r}" + _suggest(arch, names))
+    try:
+        enum = torchvision.models.get_model_weights(arch)
+    except (ValueError, KeyError):
+        enum = None
+    if not weights:
+        return arch, (enum.DEFAULT if enum is not None else None)
+    valid = [w for w in (enum.__members__ if enum is not None else ()) if w != "DEFAULT"]
+    if weights not in valid:
+        raise ValueError(f"unknown weights {weights!r} of torchvision model {arch!r}; valid: "
+                         f"{', '.join(valid) or 'none'}")
+    return arch, enum[weights]
+
+
 @MODEL_SOURCES.register(name="tv")
 class TorchvisionSource:
-    """torchvision models ``tv/<name>``; weights from a local state-dict file."""
+    """torchvision models ``tv/<name>[.<WEIGHTS>]``; weights from a local state-dict file.
+
+    The preprocessing is that of the weights enum member named (``tv/resnet50.IMAGENET1K_V1``:
+    resize 256, crop 224; ``.IMAGENET1K_V2``: resize 232), or of the architecture's ``DEFAULT``
+    member when none is named; the member is the model's tag and its transform is recorded in
+    every cache (PROTOCOLS V.1). A checkpoint written by ``uqvision train`` keeps its own
+    sidecar preprocessing.
+    """
 
     @staticmethod
     def check_name(name: str) -> None:
-        import torchvision
-
-        names = torchvision.models.list_models()
-        if name not in names:
-            raise ValueError(f"unknown torchvision model {name!r}" + _suggest(name, names))
+        _tv_weights(name)
 
     @staticmethod
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
         import torchvision
         from timm.models import load_state_dict
 
-        name = spec.model_name
-        TorchvisionSource.check_name(name)
-        try:  # the reference preprocessing of the architecture's default weights (no download)
-            t = torchvision.models.get_model_weights(name).DEFAULT.transforms()
+        name, weights = _tv_weights(spec.model_name)
+        if weights is not None:  # the reference preprocessing of these weights (no download)
+            t = weights.transforms()
             crop, resize = t.crop_size[0], t.resize_size[0]
             dcfg = DataConfig((3, crop, crop), tuple(t.mean), tuple(t.std), crop / resize,
                               t.interpolation.value)
             transform: Callable = t
-        except (ValueError, AttributeError, IndexError):
+            tag = weights.name
+        else:
             dcfg = DataConfig((3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
             transform = eval_transform(dcfg)
+            tag = ""
         sha = ""
         if spec.checkpoint is not None:
             ckpt = str(spec.checkpoint)
@@ -270,11 +320,11 @@ class TorchvisionSource:
                 dcfg = DataConfig.from_dict(side["pretrained_cfg"])
                 transform = eval_transform(dcfg)
             sha = file_sha256(ckpt)
-            tag = side.get("tag", Path(ckpt).stem)
+            tag = side.get("tag", tag or Path(ckpt).stem)
         elif allow_random_init:
             n = num_classes or 1000
             model = torchvision.models.get_model(name, weights=None, num_classes=n)
-            tag = "random_init"
+            tag = f"{tag}+random_init" if tag else "random_init"
         else:
             raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
                              "disabled (pass a checkpoint file, or allow random init for tests)")
@@ -308,3 +358,6 @@ def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device:
         loaded = MODEL_SOURCES[spec.source].load(spec, num_classes, allow_random_init)
     loaded.model.to(device)
     return loaded
+
+
+from . import prototype as _prototype  # noqa: F401  (registers the "proto" model source)

@@ -14,7 +14,6 @@ stand-in they are the encoder's embeddings of each class's clean prototype image
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,14 @@ from torch import nn
 from uqmetrics import fit_temperature_result, provenance_attrs
 
 from .data import DataConfig, eval_transform
-from .models import MODEL_SOURCES, LoadedModel, ModelSpec, file_sha256, read_sidecar, sidecar_path
+from .models import (
+    MODEL_SOURCES,
+    LoadedModel,
+    ModelSpec,
+    file_sha256,
+    read_sidecar,
+    write_checkpoint,
+)
 
 __all__ = [
     "DEFAULT_LOGIT_SCALE",
@@ -173,28 +179,17 @@ def save_prototype_classifier(model: PrototypeClassifier, path: str | os.PathLik
     ``model_kwargs`` rebuild the encoder (``timm.create_model(arch, num_classes=0,
     **model_kwargs)``); ``info`` (JSON-able) records how the class embeddings and scale were made.
     """
-    from safetensors.torch import save_file
-    from uqmetrics.io import temporary_beside
-
     path = Path(path)
     if path.suffix != ".safetensors":
         raise ValueError(f"path must end in .safetensors, got {str(path)!r}")
     if len(classes) != model.head.num_classes:
         raise ValueError(f"{len(classes)} classes for a head of {model.head.num_classes}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     side = {"format": _FORMAT, "architecture": arch, "tag": tag, "num_classes": len(classes),
             "classes": list(classes), "pretrained_cfg": pretrained_cfg,
             "model_kwargs": dict(model_kwargs or {}),
             "logit_scale": float(model.head.logit_scale), "info": info or {},
             "provenance": provenance_attrs(config={"arch": arch, "tag": tag})}
-    with temporary_beside(sidecar_path(path)) as tmp:
-        tmp.write_text(json.dumps(side, indent=1))
-        os.replace(tmp, sidecar_path(path))
-    with temporary_beside(path) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp))
-        os.replace(tmp, path)
-    return path
+    return write_checkpoint(model, path, side)
 
 
 @MODEL_SOURCES.register(name="proto")

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import xarray as xr
 from uqmetrics import (
+    CONVENTIONS,
+    SAC_RULES,
     ensemble_log_probs,
     log_softmax,
     provenance_attrs,
@@ -27,21 +29,26 @@ from uqmetrics import (
 from uqmetrics.registry import Registry, get_metric
 
 from .cache import check_aligned, index_caches, read_cache, select_dataset
+from .metadata import attach_metadata, load_metadata, metadata_key
+from .predict import DEFAULT_PASSES
 
 __all__ = [
     "ROW_KINDS",
     "SELECTIVE_METRICS",
     "RowKind",
     "SelectiveConfig",
+    "cache_metadata_key",
     "predictive_log_probs",
     "resolve_calibration_size",
     "score_selective",
     "select_dataset",
 ]
 
-#: The metric variables of a selective score file (registered uqmetrics names).
-SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
-                     "brier")
+#: The metric variables of a selective score file (registered uqmetrics names; ``sac_99`` and
+#: ``sac_95`` are computed with the SAC rule of :attr:`SelectiveConfig.sac_rule`).
+SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "aurc_c", "eaurc_c", "sac_99",
+                     "sac_95", "ece", "nll", "brier")
+_SAC = ("sac_99", "sac_95")
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,21 @@ class SelectiveConfig:
 
     ``calibration_size``: calibration samples for ``stratified_holdout`` — a count (5000 on
     ImageNet) or a fraction in (0, 1) of the test set (small development sets).
+    ``sac_rule``: ``"largest"`` (the paper's definition) or ``"first_drop"`` (its official
+    code, to reproduce its published SAC values; :func:`uqmetrics.sac_score`).
+    ``mc_passes``: MC-dropout passes a ``+mc_dropout`` row is scored from (the first
+    ``mc_passes`` of its cache); a cache with fewer is refused. ``metadata``: extra model
+    metadata tables (:func:`uqvision.metadata.load_metadata`; the shipped table and
+    ``$UQVISION_MODEL_METADATA`` are always read).
     """
 
     calibration_size: float = 5000
     seed: int = 0
     dataset: str | None = None
     kinds: tuple[str, ...] = tuple(ROW_KINDS)
+    sac_rule: str = "largest"
+    mc_passes: int = DEFAULT_PASSES["mc_dropout"]
+    metadata: tuple[str, ...] = ()
 
 
 def resolve_calibration_size(size: float, n: int) -> int:
@@ -104,16 +120,50 @@ def predictive_log_probs(logits: np.ndarray) -> np.ndarray:
     return ensemble_log_probs(log_softmax(z))
 
 
+def _registered(metric: str, sac_rule: str) -> str:
+    """The registered metric computing score-file variable ``metric`` under ``sac_rule``."""
+    return f"{metric}_{sac_rule}" if metric in _SAC and sac_rule != "largest" else metric
+
+
 def _row(z: np.ndarray, y: np.ndarray, n_calib: int, seed: int, kind: RowKind,
-         metrics: tuple[str, ...]) -> tuple[np.ndarray, xr.Dataset]:
+         metrics: tuple[str, ...], sac_rule: str) -> tuple[np.ndarray, xr.Dataset]:
     """Values (calibration=2, metric), NaN for the kind's skipped metrics, and the
     ``temperature_scaled_metrics`` result (one ``stratified_holdout`` fold)."""
-    scored = tuple(m for m in metrics if m not in kind.skip)
+    scored = tuple(_registered(m, sac_rule) for m in metrics if m not in kind.skip)
     res = temperature_scaled_metrics(z, y, protocol="stratified_holdout", metrics=scored,
                                      confidence=kind.confidence, n_calib=n_calib, seed=seed)
-    values = np.stack([res[m].values if m in res else np.full(2, np.nan) for m in metrics],
-                      axis=1)
+    values = np.stack([res[_registered(m, sac_rule)].values if m not in kind.skip
+                       else np.full(2, np.nan) for m in metrics], axis=1)
     return values, res
+
+
+def _passes(info, kind_name: str, config: SelectiveConfig) -> int:
+    """Passes a row is scored from; ``ValueError`` for an MC cache with too few."""
+    if ROW_KINDS[kind_name].mode != "mc_dropout":
+        return 1
+    if info.n_passes < config.mc_passes:
+        raise ValueError(f"MC-dropout cache {str(info.path)!r} has {info.n_passes} passes; the "
+                         f"+mc_dropout row needs {config.mc_passes} (--mc-passes; "
+                         "uqvision predict --mode mc_dropout --passes N)")
+    return config.mc_passes
+
+
+def cache_metadata_key(attrs: dict) -> str:
+    """``arch.tag`` of a cache's model (its model name when the cache names no architecture)."""
+    if not attrs.get("architecture"):
+        return str(attrs.get("model_name") or attrs["model"])
+    return metadata_key(str(attrs.get("source", "timm")), str(attrs["architecture"]),
+                        str(attrs.get("tag", "")))
+
+
+def _measured(attrs: dict) -> tuple[float, float]:
+    """(parameter count, input side) recorded in a cache, NaN where absent."""
+    params = float(attrs["num_params"]) if "num_params" in attrs else np.nan
+    try:
+        side = float(json.loads(attrs["data_config"])["input_size"][-1])
+    except (KeyError, ValueError, TypeError, IndexError):
+        side = np.nan
+    return params, side
 
 
 def score_selective(caches: Iterable[str | os.PathLike],
@@ -130,12 +180,20 @@ def score_selective(caches: Iterable[str | os.PathLike],
     Returns
     -------
     xarray.Dataset
-        Variables ``accuracy``, ``auroc``, ``aurc``, ``eaurc``, ``sac_99``, ``sac_95``, ``ece``,
-        ``nll``, ``brier``, ``temperature`` over (model, calibration) with
+        Variables :data:`SELECTIVE_METRICS` (``accuracy``, ``auroc``, ``aurc``, ``eaurc``,
+        ``aurc_c``/``eaurc_c`` over coverages [0, 0.5], ``sac_99``, ``sac_95``, ``ece``,
+        ``nll``, ``brier``; each with attrs ``metric``, ``convention``,
+        ``greater_is_better``) and ``temperature`` over (model, calibration) with
         ``calibration = ["none", "temperature"]`` (``temperature`` is 1 for ``none``);
         ``temperature_converged`` (model); per-row coords ``method``, ``base_model``,
-        ``architecture``, ``tag``, ``checkpoint_sha256``. Attrs: provenance, protocol options,
-        ``n_calib``/``n_eval``, and the checksums of the scored caches.
+        ``passes`` (MC-dropout passes scored, 1 otherwise), ``architecture``, ``tag``,
+        ``checkpoint_sha256``, ``metadata_key`` (``arch.tag``) and the model metadata of
+        :func:`uqvision.metadata.attach_metadata` (``family``, ``params``, ``input_size``,
+        ``distillation``, ``teacher``, ``pretraining_data``, …; ``unknown`` where no table
+        knows the model; ``params``/``input_size`` measured from the model when its cache
+        records them). Attrs: provenance, protocol options, ``sac_rule``, ``mc_passes``,
+        ``n_calib``/``n_eval``, the metadata tables used and the checksums of the scored
+        caches.
 
     Notes
     -----
@@ -151,6 +209,12 @@ def score_selective(caches: Iterable[str | os.PathLike],
     """
     config = config or SelectiveConfig()
     kinds = {k: ROW_KINDS.lookup(k) for k in config.kinds}
+    if config.sac_rule not in SAC_RULES:
+        raise ValueError(f"sac_rule must be one of {', '.join(SAC_RULES)}, got "
+                         f"{config.sac_rule!r} (option --sac-rule)")
+    if config.mc_passes < 1:
+        raise ValueError(f"mc_passes must be >= 1, got {config.mc_passes!r}")
+    tables = load_metadata(config.metadata)
     infos = select_dataset(index_caches(caches), config.dataset)
     models = list(dict.fromkeys(i.model for i in sorted(infos, key=lambda i: i.model)))
     rows = []  # (row name, kind name, CacheInfo)
@@ -164,22 +228,29 @@ def score_selective(caches: Iterable[str | os.PathLike],
     metrics = SELECTIVE_METRICS
     values = np.full((len(rows), 2, len(metrics)), np.nan)
     temps, conv = np.ones((len(rows), 2)), np.zeros(len(rows), dtype=bool)
-    meta: dict[str, list[str]] = {k: [] for k in ("architecture", "tag", "checkpoint_sha256")}
+    meta: dict[str, list[str]] = {k: [] for k in ("architecture", "tag", "checkpoint_sha256",
+                                                  "metadata_key")}
+    passes, measured = np.ones(len(rows), dtype=np.int64), np.full((len(rows), 2), np.nan)
     checksums = {}
     ref = None
     for r, (row, kname, info) in enumerate(rows):
+        passes[r] = _passes(info, kname, config)
         ds = read_cache(info.path)
         if ref is None:
             ref = ds.drop_vars([v for v in ds.data_vars if v != "label"])
             y = ref["label"].values
             n_calib = resolve_calibration_size(config.calibration_size, y.size)
         check_aligned([ref, ds], [rows[0][0], row])
-        z = predictive_log_probs(ds["logits"].values)
-        values[r], res = _row(z, y, n_calib, config.seed, kinds[kname], metrics)
+        logits = ds["logits"].values
+        z = predictive_log_probs(logits[:passes[r]] if logits.ndim == 3 else logits)
+        values[r], res = _row(z, y, n_calib, config.seed, kinds[kname], metrics,
+                              config.sac_rule)
         temps[r, 1], conv[r] = float(res["temperature"][0]), bool(res["converged"][0])
         split_sizes = int(res["n_calib"][0]), int(res["n_eval"][0])
         for k, values_k in meta.items():
-            values_k.append(str(ds.attrs.get(k, "")))
+            values_k.append(cache_metadata_key(ds.attrs) if k == "metadata_key"
+                            else str(ds.attrs.get(k, "")))
+        measured[r] = _measured(ds.attrs)
         checksums[str(info.path)] = ds.attrs["checksum"]
     data = {name: (("model", "calibration"), values[:, :, j]) for j, name in enumerate(metrics)}
     data["temperature"] = (("model", "calibration"), temps)
@@ -187,13 +258,19 @@ def score_selective(caches: Iterable[str | os.PathLike],
     out = xr.Dataset(data, coords={
         "model": [r[0] for r in rows], "calibration": ["none", "temperature"],
         "method": ("model", [r[1] for r in rows]), "base_model": ("model", [r[2].model for r in rows]),
-        **{k: ("model", v) for k, v in meta.items()}})
+        "passes": ("model", passes), **{k: ("model", v) for k, v in meta.items()}})
     for name in metrics:
-        out[name].attrs["greater_is_better"] = int(get_metric(name).greater_is_better)
+        spec = get_metric(_registered(name, config.sac_rule))
+        out[name].attrs.update(greater_is_better=int(spec.greater_is_better),
+                               metric=spec.name, convention=CONVENTIONS[spec.name])
     extra = {"protocol": "selective", "calibration_protocol": "stratified_holdout",
              "n_calib": split_sizes[0], "n_eval": split_sizes[1],
-             "dataset_name": rows[0][2].dataset_name,
+             "dataset_name": rows[0][2].dataset_name, "sac_rule": config.sac_rule,
+             "mc_passes": config.mc_passes,
              "confidence_functions": json.dumps({k: v.confidence for k, v in kinds.items()}),
              "caches": json.dumps(checksums)}
-    out.attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+    out = attach_metadata(out, tables, measured={"params": measured[:, 0],
+                                                 "input_size": measured[:, 1]})
+    out.attrs = {**provenance_attrs(config=asdict(config), seed=config.seed, extra=extra),
+                 **tables.attrs}
     return out

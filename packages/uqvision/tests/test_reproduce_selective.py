@@ -1,0 +1,137 @@
+"""``uqvision reproduce selective --scale smoke`` end to end (issue 13 item 5), the
+``uqvision metadata`` command, and the training regimes of the zoo."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from uqvision.cli import main
+from uqvision.reproduce import load_drivers
+from uqvision.reproduce.selective import ZOO_SCALES, plan_zoo
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce") / "selective"
+    assert main(["--threads", "1", "reproduce", "selective", "--scale", "smoke", "--out",
+                 str(out)]) == 0
+    return out
+
+
+def test_driver_is_registered():
+    driver = load_drivers().lookup("selective")
+    assert set(driver.scales) == set(ZOO_SCALES.names())
+
+
+def test_plan_pairs_students_with_their_plain_twin():
+    teachers, jobs = plan_zoo("cpu", seed=0)
+    sc = ZOO_SCALES["cpu"]
+    assert len(teachers) == sc.teacher_members
+    assert len({j.seed for j in teachers}) == sc.teacher_members
+    for j in jobs:
+        twin = [k for k in jobs if k.arch == j.arch and k.replicate == j.replicate
+                and k.regime == "plain"]
+        assert len(twin) == 1 and twin[0].seed == j.seed  # same init and batch order
+    assert {j.regime for j in jobs if j.arch.name in sc.students} == {
+        "plain", "label_smoothing", "distill"}
+    assert len({j.tag for j in teachers + jobs}) == len(teachers) + len(jobs)
+
+
+@pytest.mark.slow
+def test_smoke_run_scores_every_model_with_metadata(run_dir):
+    teachers, jobs = plan_zoo("smoke", seed=0)
+    with xr.open_dataset(run_dir / "scores" / "selective.nc") as ds:
+        ds = ds.load()
+    keys = set(ds["metadata_key"].values.astype(str))
+    assert {j.key for j in teachers + jobs} <= keys
+    ens = [k for k in keys if k.startswith("ens/")]
+    assert len(ens) == 1 and any(k.startswith("proto/") for k in keys)
+    assert ds["metadata_known"].all()  # the zoo's own table knows every row
+    mc = ds["method"].values == "mc_dropout"
+    assert mc.sum() == 1 and int(ds["passes"].values[mc][0]) == ZOO_SCALES["smoke"].mc_passes
+    soft = ds.isel(model=np.flatnonzero(~mc))
+    distilled = soft["distillation"].values == "yes"
+    assert distilled.sum() == len(ZOO_SCALES["smoke"].students)
+    assert set(soft["teacher"].values[distilled]) == set(ens)
+    # the ensemble row has the members' parameters together
+    member = soft["params"].values[soft["regime"].values == "teacher_member"]
+    assert soft["params"].values[soft["metadata_key"].values == ens[0]][0] == member.sum()
+    for v in ("auroc", "aurc_c", "eaurc_c", "sac_95", "ece"):
+        assert np.isfinite(soft[v].values).all(), v
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    assert len(analysis["pairs_distillation"]) == len(ZOO_SCALES["smoke"].students)
+    assert len(analysis["students_vs_teacher"]) == len(ZOO_SCALES["smoke"].students)
+    figures = {p.name for p in (run_dir / "figures").glob("*.png")}
+    assert {"selective_auroc_vs_ece_none.png", "selective_improvement_auroc.png",
+            "selective_temperature_effect.png"} <= figures
+    assert "| distillation |" in (run_dir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_rerun_resumes_without_training(run_dir, capsys):
+    before = {p: p.stat().st_mtime_ns for p in (run_dir / "models").glob("*.safetensors")}
+    assert main(["--threads", "1", "reproduce", "selective", "--scale", "smoke", "--out",
+                 str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "training 0 of" in out
+    assert {p: p.stat().st_mtime_ns for p in (run_dir / "models").glob("*.safetensors")} == before
+
+
+@pytest.mark.slow
+def test_metadata_command_lists_unknown_models(run_dir, tmp_path, capsys):
+    caches = str(run_dir / "caches")
+    assert main(["metadata", "--caches", caches, "--template", str(tmp_path / "t.csv")]) == 0
+    unknown = capsys.readouterr().out.split()
+    assert str(tmp_path / "t.csv") in unknown and len(unknown) > 5  # the zoo is not shipped
+    assert main(["metadata", "--caches", caches, "--metadata",
+                 str(run_dir / "metadata.csv")]) == 0
+    assert capsys.readouterr().out.split() == []
+    assert main(["metadata", "--fields"]) == 0
+    assert "distillation" in capsys.readouterr().out
+
+
+def test_reproduce_refuses_foreign_options(tmp_path, capsys):
+    assert main(["reproduce", "selective", "--out", str(tmp_path), "--set", "epochs=3"]) == 2
+    assert "unknown options ['epochs']" in capsys.readouterr().err
+    assert main(["reproduce", "selective", "--out", str(tmp_path), "--data", "x"]) == 2
+    assert "--data/--arch do not apply" in capsys.readouterr().err
+
+
+def test_distillation_loss_is_hintons(trained):
+    """The training hook: with teachers the loss is (1-a) CE + a T^2 KL(teacher_T || student_T)
+    on the same batch (the mean of the teachers' tempered softmax), checked directly."""
+    import torch.nn.functional as F
+
+    from uqvision.data import DataConfig
+    from uqvision.models import load_model, read_sidecar
+    from uqvision.train import TrainConfig, _loss_function
+
+    spec = f"test_byobnet={trained.checkpoint}"
+    classes = read_sidecar(trained.checkpoint)["classes"]
+    cfg = TrainConfig(arch="test_byobnet", input_size=16, teachers=(spec, spec),
+                      distill_alpha=0.7, distill_temperature=3.0, label_smoothing=0.1)
+    teacher = load_model(spec, num_classes=len(classes))
+    loss_fn = _loss_function(cfg, classes, teacher.data_config)
+    torch.manual_seed(0)
+    x, y, z = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3]), torch.randn(4, 10)
+    with torch.no_grad():
+        p_t = torch.softmax(teacher.model(x) / 3.0, 1)
+    expected = 0.3 * F.cross_entropy(z, y, label_smoothing=0.1) + 0.7 * 9.0 * (
+        p_t * (torch.log(p_t) - torch.log_softmax(z / 3.0, 1))).sum(1).mean()
+    assert float(loss_fn(z, y, x)) == pytest.approx(float(expected), rel=1e-5)
+    plain = _loss_function(TrainConfig(label_smoothing=0.1), classes, teacher.data_config)
+    assert float(plain(z, y, x)) == pytest.approx(float(F.cross_entropy(z, y,
+                                                                        label_smoothing=0.1)))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        _loss_function(TrainConfig(label_smoothing=1.0), classes, teacher.data_config)
+    other = DataConfig((3, 32, 32), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match="expects input"):
+        _loss_function(TrainConfig(teachers=(spec,)), classes, other)
+    with pytest.raises(ValueError, match="other classes"):
+        _loss_function(TrainConfig(teachers=(spec,)), [c + "x" for c in classes],
+                       teacher.data_config)

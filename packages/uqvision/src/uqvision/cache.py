@@ -4,13 +4,20 @@ File contract (readable with plain ``xarray.open_dataset``):
 
 - ``logits`` (sample, class), float32 — or (pass, sample, class) for an MC-dropout cache, whose
   passes share one data loading;
-- ``label`` (sample), int64; optional ``embedding`` (sample, feature);
+- ``label`` (sample), int64; optional ``embedding`` (sample, feature), ``uncertainty`` (sample)
+  (a model's own u, V.4) and ``crop_fraction`` (sample) (the ``crop`` mode's per-sample
+  fractions); a zero-shot cache (embeddings of classes the model never saw, V.4) has no
+  ``logits``;
 - coords ``sample`` (the relative image paths, i.e. the fixed test order) and ``class`` (the
   sorted class folder names);
 - attrs: ``kind = "uqvision.prediction_cache"``, ``model``, ``architecture``, ``tag``,
   ``checkpoint_sha256``, ``data_config``, ``dataset``, ``dataset_name``, ``dataset_fingerprint``,
   ``mode`` (plain/tta/mc_dropout), ``pass_index``, ``checksum`` (``uqmetrics.dataset_checksum``
-  of the data) and ``complete = 1`` (``uqmetrics.write_dataset``).
+  of the data) and ``complete = 1`` (``uqmetrics.write_dataset``); a cache written by
+  ``uqvision predict`` also has ``method`` (the training method of its run, from the
+  checkpoint's sidecar; "" for a network uqvision did not train; ``mc_dropout`` for MC-dropout
+  passes), ``run`` (the checkpoint's row name) and ``sample_index`` (which of the run's
+  prediction samples: member, snapshot, posterior draw or stochastic pass; one cache each).
 
 A file without the completeness flag or whose data no longer match its checksum is rejected
 (:class:`CacheError`), never scored.
@@ -67,18 +74,23 @@ def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
     return f"{safe_name(model)}.{safe_name(dataset_name)}.{mode}-{int(pass_index):03d}"
 
 
-def cache_dataset(logits, labels, *, samples, classes, embedding=None,
-                  attrs: dict | None = None) -> xr.Dataset:
+def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertainty=None,
+                  crop_fraction=None, attrs: dict | None = None) -> xr.Dataset:
     """Build a cache Dataset from arrays (also for logits computed elsewhere).
 
     Parameters
     ----------
-    logits : array_like of float, shape (sample, class) or (pass, sample, class)
+    logits : array_like of float, shape (sample, class) or (pass, sample, class), or None
+        None only with an ``embedding`` (zero-shot caches).
     labels : array_like of int, shape (sample,)
     samples : sequence of str, shape (sample,)
         Sample ids in the fixed test order (relative image paths).
     classes : sequence of str, shape (class,)
     embedding : array_like of float, shape (sample, feature), optional
+    uncertainty : array_like of float, shape (sample,), optional
+        The model's own uncertainty u (higher = more uncertain).
+    crop_fraction : array_like of float, shape (sample,), optional
+        Crop fraction of each sample (``crop`` mode).
     attrs : dict, optional
         Must name at least ``model``, ``dataset_name``, ``mode`` and ``pass_index``; ``kind`` and
         ``checksum`` are added.
@@ -88,14 +100,21 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None,
     xarray.Dataset
         Ready for ``uqmetrics.write_dataset``.
     """
-    z = np.asarray(logits, dtype=np.float32)
+    if logits is None and embedding is None:
+        raise ValueError("logits may be None only when an embedding is given")
+    z = np.zeros((0, 0), np.float32) if logits is None else np.asarray(logits, np.float32)
     dims = ("sample", "class") if z.ndim == 2 else ("pass", "sample", "class")
     if z.ndim not in (2, 3):
         raise ValueError(f"logits must have shape (sample, class) or (pass, sample, class), "
                          f"got {z.shape}")
-    variables = {"logits": (dims, z), "label": ("sample", np.asarray(labels, dtype=np.int64))}
+    variables = {"label": ("sample", np.asarray(labels, dtype=np.int64))}
+    if logits is not None:
+        variables["logits"] = (dims, z)
     if embedding is not None:
         variables["embedding"] = (("sample", "feature"), np.asarray(embedding, np.float32))
+    for key, value in (("uncertainty", uncertainty), ("crop_fraction", crop_fraction)):
+        if value is not None:
+            variables[key] = ("sample", np.asarray(value, np.float32))
     coords = {"sample": np.array(list(samples), dtype=object),
               "class": np.array(list(classes), dtype=object)}
     if z.ndim == 3:
@@ -126,7 +145,8 @@ def read_cache(path: str | os.PathLike) -> xr.Dataset:
     if ds.attrs.get("kind") != CACHE_KIND:
         raise CacheError(f"{path} is not a uqvision prediction cache (kind="
                          f"{ds.attrs.get('kind')!r})")
-    missing = [v for v in ("logits", "label") if v not in ds]
+    missing = [v for v in ("label",) if v not in ds] + (
+        [] if "logits" in ds or "embedding" in ds else ["logits"])
     if missing:
         raise CacheError(f"{path} lacks variables {missing}")
     recorded = ds.attrs.get("checksum")
@@ -146,6 +166,9 @@ class CacheInfo:
     mode: str
     pass_index: int
     n_passes: int
+    method: str = ""
+    run: str = ""
+    sample_index: int = 0
 
 
 def find_caches(paths: Iterable[str | os.PathLike]) -> list[Path]:
@@ -183,7 +206,8 @@ def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
                           SkippedCacheWarning, stacklevel=2)
             continue
         infos.append(CacheInfo(p, str(a["model"]), str(a["dataset_name"]), str(a["mode"]),
-                               int(a["pass_index"]), n_passes))
+                               int(a["pass_index"]), n_passes, str(a.get("method", "")),
+                               str(a.get("run", a["model"])), int(a.get("sample_index", 0))))
     return infos
 
 

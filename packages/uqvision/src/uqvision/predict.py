@@ -45,6 +45,7 @@ from .data import (
     flush_denormal,
     tta_transform,
 )
+from .crop import crop_fractions, crop_transform
 from .dropout import PerSampleDropout
 from .models import LoadedModel, ModelSpec, load_model
 
@@ -244,6 +245,15 @@ def _mc_dropout(loaded, data, cfg, idx, device):
         return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
 
 
+@PASS_MODES.register(name="crop")
+def _crop(loaded, data, cfg, idx, device):
+    """URL's crop: centre crop to a per-sample fraction in [0.1, 0.75], resized back (S.5)."""
+    ds = ImageFolderDataset(data, crop_transform(loaded.transform), augment_seed=cfg.seed)
+    out = _run(loaded, ds, idx, cfg, device)
+    out["crop_fraction"] = crop_fractions(cfg.seed, out["index"])
+    return [(0, out)]
+
+
 def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
             *, dataset_name: str | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per pass.
@@ -297,7 +307,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                  else "", "device": device, "world_size": world, "wall_time_s": wall}
         attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
         ds = cache_dataset(logits, arrays["label"], samples=folder.sample_ids,
-                           classes=folder.classes, embedding=arrays.get("embedding"), attrs=attrs)
+                           classes=folder.classes, embedding=arrays.get("embedding"),
+                           crop_fraction=arrays.get("crop_fraction"), attrs=attrs)
         out.append(ds)
     return out
 

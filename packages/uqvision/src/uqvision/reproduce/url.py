@@ -1,0 +1,242 @@
+"""``uqvision reproduce url``: the URL transfer benchmark (PROTOCOLS V.4) end to end.
+
+Steps (each resumable: a finished file is never recomputed):
+
+1. data: the ``hierarchy`` set at the scale's size (``DIR/data/hierarchy``) viewed as an
+   upstream root and one root per downstream group (:func:`uqvision.transfer.hierarchy_layout`)
+   — or real folders: ``--set upstream=ROOT --set downstream=ROOT1,ROOT2`` (upstream with
+   ``train/val/test``, each downstream with ``val/test``);
+2. the backbone checkpoint: ``--set backbone=FILE`` (a timm checkpoint of ``--arch``), else a
+   CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
+3. every method x configuration x seed fine-tunes the backbone with its loss
+   (:mod:`uqvision.methods.representation`), then writes caches of embeddings and u for the
+   upstream test set, each downstream ``val``/``test`` (plain) and ``test`` (crop), and the
+   soft-label set, into ``DIR/caches/``;
+4. :func:`uqvision.transfer.score_transfer` -> ``DIR/transfer.nc``; figures in
+   ``DIR/figures/`` (the paper's Fig. 1, 2 and 4 left).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+from uqmetrics import read_dataset, write_dataset
+from uqmetrics.registry import Registry
+
+from ..cache import cache_key, read_cache
+from ..data import ImageFolderDataset, flush_denormal, tta_transform
+from ..hierarchy import make_hierarchy
+from ..methods import TRAINING_METHODS
+from ..methods.representation import REPRESENTATION_METHODS, build_model, train_with_hooks
+from ..models import ModelSpec, load_model
+from ..train import TrainConfig, train_model
+from ..transfer import TransferLayout, extract, hierarchy_layout, score_transfer
+from . import REPRODUCTIONS, Reproduction
+
+__all__ = ["URL_SCALES", "URLScale", "reproduce_url"]
+
+
+@dataclass(frozen=True)
+class URLScale:
+    """Sizes of one scale: the hierarchy scale, backbone pre-training, the runs."""
+
+    name: str
+    description: str
+    hierarchy: str
+    backbone_epochs: int
+    epochs: float
+    seeds: tuple[int, ...]
+    lrs: tuple[float, ...]
+    batch_size: int = 32
+    accumulate: int = 2
+
+
+URL_SCALES: Registry[URLScale] = Registry("url scale")
+URL_SCALES.add("smoke", URLScale("smoke", "tests: smoke hierarchy, 1 epoch per method, 1 seed",
+                                 "smoke", backbone_epochs=2, epochs=1, seeds=(0,), lrs=(2e-3,),
+                                 batch_size=16))
+URL_SCALES.add("cpu", URLScale("cpu", "cpu hierarchy (24 upstream classes), 3 epochs, 2 seeds, "
+                               "2 learning rates", "cpu", backbone_epochs=8, epochs=3,
+                               seeds=(0, 1), lrs=(1e-3, 4e-3)))
+
+
+def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLayout:
+    if "upstream" in options:
+        roots = [Path(p) for p in options.get("downstream", "").split(",") if p]
+        if not roots:
+            raise ValueError("--set upstream=ROOT needs --set downstream=ROOT1,ROOT2,...")
+        return TransferLayout(Path(options["upstream"]), {p.name: p for p in roots})
+    root = out / "data" / "hierarchy"
+    if not (root / "classes.json").is_file():
+        make_hierarchy(root, scale=scale.hierarchy, seed=seed)
+    return hierarchy_layout(root, out / "data" / "views")
+
+
+def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, seed: int,
+              options: dict, device: str, log) -> Path:
+    if "backbone" in options:
+        return Path(options["backbone"])
+    ckpt = out / "backbone.safetensors"
+    if not ckpt.is_file():
+        log(f"url: training the {arch} backbone on the upstream classes")
+        train_model(layout.upstream / "train", ckpt,
+                    TrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
+                                tag="url_backbone"))
+    return ckpt
+
+
+def _run_caches(out: Path, layout: TransferLayout, run: str) -> dict:
+    paths = {("upstream", "test", "plain"): layout.upstream / "test"}
+    for name, root in layout.downstream.items():
+        paths[(name, "val", "plain")] = root / "val"
+        paths[(name, "test", "plain")] = root / "test"
+        paths[(name, "test", "crop")] = root / "test"
+    if layout.mixed is not None:
+        paths[("mixed", "test", "plain")] = layout.mixed
+    return {k: (src, out / "caches" / f"{cache_key(run, f'{k[0]}-{k[1]}', k[2], 0)}.nc")
+            for k, src in paths.items()}
+
+
+def _complete(path: Path) -> bool:
+    try:
+        read_cache(path)
+        return True
+    except (FileNotFoundError, ValueError):
+        return False
+
+
+def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | None = None,
+                  seed: int = 0, methods=None, options: dict | None = None,
+                  device: str = "cpu", log=print) -> Path:
+    """Run the URL benchmark into ``out``; returns ``out/transfer.nc``. See the module doc."""
+    sc = URL_SCALES.lookup(scale)
+    options = dict(options or {})
+    methods = list(methods) if methods else options.pop(
+        "methods", ",".join(REPRESENTATION_METHODS)).split(",")
+    for m in methods:
+        TRAINING_METHODS.lookup(m)
+    arch = arch or "test_resnet"
+    out = Path(out)
+    (out / "caches").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with flush_denormal():
+        layout = _layout(out, sc, seed, options)
+        ckpt = _backbone(out, layout, arch, sc, seed, options, device, log)
+        classes = ImageFolderDataset(layout.upstream / "train").classes
+        runs: dict = {}
+        for method in methods:
+            for c, lr in enumerate(sc.lrs):
+                for s in sc.seeds:
+                    name = f"{method}-c{c}-s{s}"
+                    caches = _run_caches(out, layout, name)
+                    runs[(method, c, s)] = {k: dst for k, (_, dst) in caches.items()}
+                    if all(_complete(dst) for _, dst in caches.values()):
+                        continue
+                    t1 = time.perf_counter()
+                    model, transform = _train(method, ckpt, arch, layout, classes, sc, lr, s,
+                                              options, device)
+                    attrs = {"model": name, "method": method, "config": c, "run_seed": s,
+                             "lr": lr, "architecture": arch, "backbone": str(ckpt)}
+                    for (ds, split, mode), (src, dst) in caches.items():
+                        extra = ({"soft_labels_root": str(layout.soft_labels_root)}
+                                 if ds == "mixed" and layout.soft_labels_root else {})
+                        cache = extract(model, src, transform, mode=mode, seed=s,
+                                        device=device, logits=ds == "upstream",
+                                        attrs={**attrs, **extra,
+                                               "dataset_name": f"{ds}-{split}"})
+                        write_dataset(cache, dst, overwrite=True)
+                    log(f"url: {name} trained and cached in {time.perf_counter() - t1:.0f} s")
+    result = score_transfer(runs, list(layout.downstream), soft_labels=layout.soft_labels,
+                            attrs={"scale": scale, "architecture": arch,
+                                   "wall_time_s": time.perf_counter() - t0, "device": device,
+                                   "lrs": list(sc.lrs), "epochs": sc.epochs})
+    path = write_dataset(result, out / "transfer.nc", overwrite=True)
+    draw_figures(read_dataset(path), out / "figures")
+    return path
+
+
+def _train(method, ckpt, arch, layout, classes, sc: URLScale, lr, seed, options, device):
+    tm = TRAINING_METHODS.lookup(method)
+    sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
+    hp = tm.hparams_from(sets, lr=lr, epochs=sc.epochs, batch_size=sc.batch_size,
+                         accumulate=sc.accumulate)
+    loaded = load_model(ModelSpec(arch, str(ckpt)), device=device, seed=seed)
+    backbone = loaded.model
+    backbone.reset_classifier(0)
+    torch.manual_seed(seed)
+    model = build_model(method, backbone, len(classes), hp).to(device)
+    train = ImageFolderDataset(layout.upstream / "train",
+                               tta_transform("crop", loaded.data_config))
+    loader = DataLoader(train, batch_size=hp.batch_size, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(seed))
+    train_with_hooks(tm, model, hp, loader, seed=seed)
+    return model, loaded.transform
+
+
+def draw_figures(ds, folder: Path) -> list[Path]:
+    """Fig. 1 (R-AUROC per method), Fig. 2 (R-AUROC vs R@1), Fig. 4 left (upstream vs
+    downstream R-AUROC) from a ``transfer.nc`` Dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    methods = [str(m) for m in ds["method"].values]
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    r = ds["r_auroc"].mean("dataset")
+    ax.bar(methods, ds["r_auroc_mean"].values, color="0.7")
+    for k in range(r.sizes["seed"]):
+        ax.plot(methods, r.isel(seed=k).values, "k.", ms=4)
+    ax.axhline(0.5, ls=":", c="k")
+    ax.set_ylabel("downstream R-AUROC")
+    ax.tick_params(axis="x", rotation=60)
+    paths.append(_save(fig, folder / "fig1_r_auroc.png"))
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    for m in methods[:-1]:
+        ax.scatter(ds["recall_at_1"].sel({"method": m}).mean("dataset"),
+                   ds["r_auroc"].sel({"method": m}).mean("dataset"), label=m, s=12)
+    ax.set_xlabel("downstream R@1")
+    ax.set_ylabel("downstream R-AUROC")
+    ax.legend(fontsize=6, ncol=2)
+    paths.append(_save(fig, folder / "fig2_r_auroc_vs_recall.png"))
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.scatter(ds["all_upstream_r_auroc"].values.ravel(),
+               ds["all_r_auroc"].mean("dataset").values.ravel(), s=10)
+    ax.set_xlabel("upstream R-AUROC (all runs)")
+    ax.set_ylabel("downstream R-AUROC")
+    paths.append(_save(fig, folder / "fig4_upstream_vs_downstream.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
+        overwrite: bool = False, options: dict | None = None, log=print) -> Path:
+    """The :data:`REPRODUCTIONS` entry. ``--data ROOT`` is the upstream root; the downstream
+    roots come from ``--set downstream=ROOT1,ROOT2``; ``--set methods=ce,elk`` limits the
+    methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter."""
+    options = dict(options or {})
+    if data is not None:
+        options.setdefault("upstream", str(data))
+    device = options.pop("device", "cuda" if torch.cuda.is_available() else "cpu")
+    return reproduce_url(out, scale=scale, arch=arch, seed=seed, options=options,
+                         device=device, log=log)
+
+
+REPRODUCTIONS.register(Reproduction(
+    "url", "URL transfer (V.4): eleven uncertainty-aware representation learners, zero-shot",
+    run, scales=tuple(URL_SCALES.names())))

@@ -45,14 +45,18 @@ def spec(trained):
 
 
 def _write_cache(directory, logits, labels, *, model, mode="plain", pass_index=0, samples=None,
-                classes=None, dataset_name="test"):
-    """Write a synthetic cache (as `uqvision predict` would) and return its path."""
+                classes=None, dataset_name="test", method=None, run=None, sample_index=0):
+    """Write a synthetic cache (as `uqvision predict` would) and return its path; ``method``
+    (with ``run`` and ``sample_index``) as for a run trained by uqvision."""
     logits = np.asarray(logits, dtype=np.float32)
     n, c = logits.shape[-2:]
     samples = [f"{i:05d}.png" for i in range(n)] if samples is None else samples
     classes = [f"c{j}" for j in range(c)] if classes is None else classes
-    ds = cache_dataset(logits, labels, samples=samples, classes=classes, attrs={
-        "model": model, "dataset_name": dataset_name, "mode": mode, "pass_index": pass_index})
+    attrs = {"model": model, "dataset_name": dataset_name, "mode": mode,
+             "pass_index": pass_index}
+    if method is not None:
+        attrs.update(method=method, run=run or model, sample_index=sample_index)
+    ds = cache_dataset(logits, labels, samples=samples, classes=classes, attrs=attrs)
     return write_dataset(ds, directory / f"{cache_key(model, dataset_name, mode, pass_index)}.nc")
 
 

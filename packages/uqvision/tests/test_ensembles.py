@@ -1,85 +1,161 @@
 import numpy as np
 import pytest
 import xarray as xr
-from uqmetrics import write_dataset
+from uqmetrics import deep_ensemble_equivalent_curve, write_dataset
 
 from uqvision.cache import CacheError
-from uqvision.ensembles import EnsembleConfig, Source, score_ensembles
+from uqvision.ensembles import ENSEMBLE_METHODS, EnsembleConfig, Source, score_ensembles
+from uqvision.methods import TRAINING_METHODS
 
-METRICS = ("accuracy", "nll", "brier", "ece", "cll", "auroc", "aurc", "eaurc")
+METRICS = ("accuracy", "nll", "brier", "ece", "cll", "calibrated_brier", "auroc", "aurc",
+           "eaurc")
+DE = "deep_ensemble"
 
 
 def test_k_identical_members_score_like_one(tmp_path, write_cache, member_logits):
     y, z = member_logits(np.random.default_rng(0), 200, 4, 1)
     for k in range(3):
-        write_cache(tmp_path, z[0], y, model=f"m{k}")
+        write_cache(tmp_path, z[0], y, model=f"m{k}", method=DE)
     ds = score_ensembles([tmp_path], EnsembleConfig(n_orders=3, n_repeats=2))
-    de = ds.sel({"method": "deep_ensemble"})
+    de = ds.sel({"method": DE})
     for name in METRICS:
-        v = de[name].values  # (order, size)
+        v = de[name].values  # (order, size): the same across sizes within an order
         np.testing.assert_allclose(v, np.broadcast_to(v[:, :1], v.shape), rtol=1e-10,
                                    atol=1e-12, err_msg=name)
-    assert list(ds["method"].values) == ["deep_ensemble"]  # no TTA / MC caches here
+    assert list(ds["method"].values) == [DE]  # no TTA / MC caches here
 
 
 def test_dee_of_the_deep_ensemble_against_itself_is_its_size(tmp_path, write_cache,
                                                                member_logits):
+    """Issue 10, item 6: on the CLL, and on every other DEE metric whose mean curve rises."""
     y, z = member_logits(np.random.default_rng(1), 600, 5, 4, signal=1.0, noise=2.0)
     for k in range(4):
-        write_cache(tmp_path, z[k], y, model=f"m{k}")
+        write_cache(tmp_path, z[k], y, model=f"m{k}", method=DE)
     ds = score_ensembles([tmp_path], EnsembleConfig(n_orders=5, n_repeats=2))
-    de = ds.sel({"method": "deep_ensemble"})
+    de = ds.sel({"method": DE})
     mean = de["cll"].mean("order").values
     assert np.all(np.diff(mean) > 0)  # the premise: more members, better CLL
     np.testing.assert_allclose(de["dee"].values, [1, 2, 3, 4], rtol=0, atol=1e-9)
     assert ds.attrs["dee_cap"] == 4 and not de["dee_capped"].values.any()
-    # accuracy of the mean over members improves too, and the orders agree at full size
-    assert np.ptp(de["nll"].values[:, -1]) < 1e-12
+    for metric in ("calibrated_brier", "nll"):
+        curve = de[metric].mean("order").values
+        assert np.all(np.diff(curve) < 0), metric  # losses fall with each member
+        np.testing.assert_allclose(de["equivalent"].sel(reference=DE, dee_metric=metric),
+                                   [1, 2, 3, 4], atol=1e-9)
+    # S.3 bounds: the sample std over orders, each order with its own test-CV halves, so the
+    # bound keeps a width at the full size (ddof = 0 over fixed halves: zero width there)
+    assert de["dee_lower"].values[-1] < 4
+    ref = deep_ensemble_equivalent_curve(de["cll"].values, de["cll"].values)
+    np.testing.assert_allclose(de["dee_upper"].values, ref.upper)
+    assert "ddof=1" in ds.attrs["dee_bounds"]
+    assert np.ptp(de["nll"].values[:, -1]) < 1e-12  # the orders agree at full size
 
 
-def test_methods_from_tta_and_mc_caches_and_extra_sample_sets(tmp_path, write_cache,
-                                                              member_logits):
+def _tta_caches(tmp_path, write_cache, rng, y, z, method, draws):
+    """Plain and TTA caches of the members of one method (TTA: ``draws`` passes each)."""
+    for k, zk in enumerate(z):
+        write_cache(tmp_path, zk, y, model=f"{method}{k}", method=method)
+        for d in range(draws):
+            write_cache(tmp_path, zk + rng.normal(size=zk.shape), y, model=f"{method}{k}",
+                        method=method, mode="tta", pass_index=d)
+
+
+def test_caches_group_by_their_method_attr(tmp_path, write_cache, member_logits):
     rng = np.random.default_rng(2)
-    y, z = member_logits(rng, 300, 5, 3, signal=1.0, noise=2.0)
-    for k in range(3):
-        write_cache(tmp_path, z[k], y, model=f"m{k}")
-        write_cache(tmp_path, z[k] + rng.normal(size=z[k].shape), y, model=f"m{k}",
-                    mode="tta", pass_index=k)
-    for p in (1, 2):
-        write_cache(tmp_path, z[0] + rng.normal(size=z[0].shape), y, model="m0", mode="tta",
-                    pass_index=p)
+    y, z = member_logits(rng, 300, 5, 5, signal=1.0, noise=2.0)
+    _tta_caches(tmp_path, write_cache, rng, y, z[:3], DE, 2)
+    for k in range(2):  # two snapshots of one SSE run: one member each
+        write_cache(tmp_path, z[3 + k], y, model=f"sse_s0:{k:03d}", method="sse", run="sse_s0",
+                    sample_index=k)
+    write_cache(tmp_path, z[0] + 0.3 * rng.normal(size=z[0].shape), y, model="foreign")
     mc = write_cache(tmp_path, z[0][None] + 0.3 * rng.normal(size=(5, *z[0].shape)), y,
-                     model="m0", mode="mc_dropout")
+                     model=f"{DE}0", mode="mc_dropout", method="mc_dropout")
     cfg = EnsembleConfig(n_orders=2, n_repeats=2,
                          extra_methods={"mc_first_two": [Source(str(mc), 0), Source(str(mc), 1)]})
     ds = score_ensembles([tmp_path], cfg)
-    assert list(ds["method"].values) == ["deep_ensemble", "deep_ensemble_tta", "single_tta",
-                                         "mc_dropout", "mc_first_two"]
-    assert ds["n_members"].values.tolist() == [3, 3, 3, 5, 2]
-    assert ds["cll"].sizes["size"] == 5
-    assert np.isnan(ds["cll"].sel({"method": "deep_ensemble"}).values[:, 3:]).all()
+    names = list(ds["method"].values)
+    assert names == [DE, DE + "_tta", "mc_dropout", "sse", "single_tta", "mc_first_two"]
+    assert ds["n_members"].values.tolist() == [3, 3, 5, 2, 2, 2]
+    assert ds["n_draws"].values.tolist() == [1, 2, 1, 1, 1, 1]
+    assert ds["tta"].values.tolist() == [False, True, False, False, True, False]
+    assert ds["training_method"].sel({"method": "sse"}) == "sse"
+    # the untagged model joined nothing; the SSE run's two snapshots are its two members
+    sources = __import__("json").loads(ds.attrs["sources"])
+    assert not any("foreign" in s["path"] for g in sources.values() for m in g for s in m)
+    assert [m[0]["path"].endswith(f"sse_s0+{k:03d}.test.plain-000.nc")
+            for k, m in enumerate(sources["sse"])] == [True, True]
+    assert np.isnan(ds["cll"].sel({"method": DE}).values[:, 3:]).all()
     dee = ds["dee"].sel({"method": "mc_dropout"}).values
     assert np.all((dee >= 1) & (dee <= 3))  # capped at the largest deep ensemble
+    # TTA groups also against the deep ensemble with TTA; plain ones only against the plain DE
+    eq = ds["equivalent"].sel(dee_metric="cll")
+    assert np.isfinite(eq.sel({"reference": DE + "_tta", "method": DE + "_tta"})[:3]).all()
+    assert np.isnan(eq.sel({"reference": DE + "_tta", "method": "sse"})).all()
+    np.testing.assert_allclose(eq.sel({"reference": DE + "_tta", "method": DE + "_tta"})[:3],
+                               [1, 2, 3], atol=1e-9)
     out = write_dataset(ds, tmp_path / "scores" / "ens.nc")
     back = xr.open_dataset(out)
     assert back["cll"].dims == ("method", "order", "size")
+    assert back["equivalent"].dims == ("reference", "dee_metric", "method", "size")
     back.close()
+
+
+def test_tta_orders_redraw_every_members_augmentation(tmp_path, write_cache, member_logits):
+    """Order o of a TTA group applies member j to its draw o mod n_draws: at full size the
+    ensemble is that draw of every member."""
+    from uqmetrics import ensemble_probs, log_softmax, nll_loss
+
+    from uqvision.cache import read_cache
+
+    rng = np.random.default_rng(5)
+    y, z = member_logits(rng, 200, 4, 2)
+    _tta_caches(tmp_path, write_cache, rng, y, z, DE, 3)
+    ds = score_ensembles([tmp_path], EnsembleConfig(n_orders=4, n_repeats=2,
+                                                    methods=(DE + "_tta",)))
+    nll = ds["nll"].sel({"method": DE + "_tta"}).values[:, -1]
+    for o in range(4):
+        lp = [log_softmax(read_cache(tmp_path / f"{DE}{k}.test.tta-{o % 3:03d}.nc")
+                          ["logits"].values) for k in range(2)]
+        assert nll[o] == pytest.approx(nll_loss(y, ensemble_probs(np.stack(lp))), rel=1e-6)
+    assert nll[0] == pytest.approx(nll[3], rel=1e-12) and abs(nll[1] - nll[0]) > 1e-6
+    assert ds["n_draws"].sel({"method": DE + "_tta"}) == 3
+
+
+def test_members_option_names_untagged_models_as_the_deep_ensemble(tmp_path, write_cache,
+                                                                    member_logits):
+    y, z = member_logits(np.random.default_rng(6), 100, 3, 2)
+    for k in range(2):
+        write_cache(tmp_path, z[k], y, model=f"zoo{k}")
+    with pytest.raises(ValueError, match="reference method 'deep_ensemble' has no caches"):
+        score_ensembles([tmp_path], EnsembleConfig(n_orders=2, n_repeats=2))
+    ds = score_ensembles([tmp_path], EnsembleConfig(members=["zoo1", "zoo0"], n_orders=2,
+                                                    n_repeats=2))
+    assert ds["n_members"].sel({"method": DE}) == 2
 
 
 def test_misaligned_members_raise_before_scoring(tmp_path, write_cache):
     rng = np.random.default_rng(3)
     y = rng.integers(0, 3, 40)
-    write_cache(tmp_path, rng.normal(size=(40, 3)), y, model="m0")
-    write_cache(tmp_path, rng.normal(size=(40, 4)), y, model="m1")
+    write_cache(tmp_path, rng.normal(size=(40, 3)), y, model="m0", method=DE)
+    write_cache(tmp_path, rng.normal(size=(40, 4)), y, model="m1", method=DE)
     with pytest.raises(CacheError, match="classes"):
         score_ensembles([tmp_path], EnsembleConfig(n_orders=2))
 
 
+def test_registry_has_a_plain_and_a_tta_group_per_training_method():
+    for m in ("deep_ensemble", "sse", "kfac_laplace"):
+        assert m in ENSEMBLE_METHODS and m + "_tta" in ENSEMBLE_METHODS
+    assert set(TRAINING_METHODS.names()) < set(ENSEMBLE_METHODS.names())
+
+
 def test_bad_options(tmp_path, write_cache):
     rng = np.random.default_rng(4)
-    write_cache(tmp_path, rng.normal(size=(30, 3)), rng.integers(0, 3, 30), model="m0")
-    with pytest.raises(ValueError, match="unknown ensemble method 'swag'; valid ensemble "
+    write_cache(tmp_path, rng.normal(size=(30, 3)), rng.integers(0, 3, 30), model="m0",
+                method=DE)
+    with pytest.raises(ValueError, match="unknown ensemble method 'swa'; valid ensemble "
                                          "methods: deep_ensemble, deep_ensemble_tta"):
-        score_ensembles([tmp_path], EnsembleConfig(methods=("swag",)))
+        score_ensembles([tmp_path], EnsembleConfig(methods=("swa",)))
     with pytest.raises(ValueError, match="no plain cache for members"):
         score_ensembles([tmp_path], EnsembleConfig(members=["m0", "m9"]))
+    with pytest.raises(ValueError, match="not a curve metric"):
+        score_ensembles([tmp_path], EnsembleConfig(dee_metrics=("cll", "temperature")))

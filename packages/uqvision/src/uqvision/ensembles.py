@@ -1,13 +1,31 @@
-"""Ensembles protocol (PROTOCOLS.md V.2): metrics vs ensemble size and the Deep Ensemble
-Equivalent, from cached member predictions.
+"""Ensembles protocol (PROTOCOLS.md V.2): metrics vs number of samples and the Deep Ensemble
+Equivalent of every method, from cached predictions.
 
-A *method* is an ordered list of sample sets over the same test order — deep-ensemble members,
-members each with its own random augmentation (TTA), TTA passes of one model, MC-dropout passes
-— built from the cache index by a function in :data:`ENSEMBLE_METHODS`. For each method and
-size ``s = 1..K`` over ``n_orders`` member orders, ``uqmetrics.ensemble_size_curve`` (the one
-scoring path) gives the classification and selective metrics of every prefix ensemble and its
-calibrated log-likelihood (``test_cv``). ``uqmetrics.deep_ensemble_equivalent`` then maps each
-method's mean CLL onto the deep-ensemble curve.
+Caches are grouped by what they are, never by where they lie: a cache's ``method`` attr (the
+training method of its run, written by ``uqvision predict`` from the checkpoint's sidecar)
+decides its group, its ``mode`` whether the group is plain (centre crop) or TTA. A group is a
+list of members, each with one or more draws:
+
+- ``<method>``: the plain caches of that method, one member per (run, sample) in that order:
+  deep-ensemble members (one run per seed), snapshots, posterior draws, stochastic passes; a
+  pass-dim MC-dropout cache (``mode=mc_dropout``) gives one member per pass;
+- ``<method>_tta``: the TTA caches of the same members, each member's TTA passes being its
+  draws: order ``o`` of the size curve applies every member to its draw ``o mod n_draws``
+  (one random augmentation per member and order; Pitfalls Fig. 4);
+- ``single_tta``: the first deep-ensemble member under each of its augmentations.
+
+Caches without a ``method`` (networks uqvision did not train) join no group unless
+``EnsembleConfig.members`` names them as the deep ensemble. The group builders are the
+entries of :data:`ENSEMBLE_METHODS` (two per training method of
+:data:`uqvision.methods.TRAINING_METHODS`, and ``single_tta``).
+
+Every group is scored by ``uqmetrics.ensemble_size_curve`` (the one scoring path: metrics of
+every prefix ensemble over ``n_orders`` member orders, CLL and calibrated Brier by ``test_cv``,
+each order with its own test-CV halves); ``uqmetrics.deep_ensemble_equivalent_curve`` maps
+each group's mean curve onto the deep ensemble's (bounds: the deep ensemble's mean ∓ sample
+std over orders, PROTOCOLS S.3), on the CLL and on the other metrics of
+:data:`DEE_METRICS`, against the plain deep ensemble and, for TTA groups, also against the
+deep ensemble with TTA (the paper's table).
 """
 
 from __future__ import annotations
@@ -21,7 +39,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from uqmetrics import (
-    deep_ensemble_equivalent,
+    DEE_BOUNDS_CONVENTION,
+    deep_ensemble_equivalent_curve,
     ensemble_size_curve,
     log_softmax,
     provenance_attrs,
@@ -29,21 +48,31 @@ from uqmetrics import (
 from uqmetrics.registry import Registry
 
 from .cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
+from .methods import TRAINING_METHODS
 
 __all__ = [
     "CURVE_METRICS",
+    "DEE_METRICS",
     "ENSEMBLE_METHODS",
     "PREFIX_METRICS",
     "EnsembleConfig",
+    "Group",
     "Source",
+    "load_group",
     "load_sources",
     "score_ensembles",
 ]
 
-#: Classification metrics of every prefix ensemble (plus ``cll``).
+#: Classification metrics of every prefix ensemble (plus ``cll`` and ``calibrated_brier``).
 CURVE_METRICS = ("accuracy", "nll", "brier", "ece")
 #: Selective metrics (correct, κ) of the same prefixes, κ = ``EnsembleConfig.confidence``.
 PREFIX_METRICS = ("auroc", "aurc", "eaurc")
+#: Metrics reported after ``test_cv`` temperature scaling besides the CLL.
+CALIBRATED_METRICS = ("brier",)
+#: Metrics the DEE is computed on: the CLL (the paper's DEE) and the other metrics of its
+#: appendix C figures (defined the same way; the direction is each metric's own).
+DEE_METRICS = ("cll", "accuracy", "calibrated_brier", "nll")
+_TTA = "_tta"
 
 
 @dataclass(frozen=True)
@@ -54,66 +83,103 @@ class Source:
     pass_in_file: int | None = None
 
 
-#: Methods: name -> builder(cache infos of one dataset, member model names) -> sources or None
-#: (None: the caches it needs are absent; the method is left out).
-ENSEMBLE_METHODS: Registry[Callable[[list[CacheInfo], list[str]], list[Source] | None]] = \
+@dataclass
+class Group:
+    """One scored method: ``members[j]`` are member ``j``'s draws (one per augmentation for a
+    TTA group), all over the same test order."""
+
+    members: list[list[Source]]
+    training_method: str = ""
+    tta: bool = False
+
+    @property
+    def n_draws(self) -> int:
+        return min(len(m) for m in self.members)
+
+
+#: Group builders: name -> builder(cache infos of one dataset, members or None) -> Group or
+#: None (None: the caches it needs are absent; the group is left out).
+ENSEMBLE_METHODS: Registry[Callable[[list[CacheInfo], list[str] | None], Group | None]] = \
     Registry("ensemble method")
 
 
-def _find(infos, model, mode, pass_index):
-    hits = [i for i in infos if i.model == model and i.mode == mode and i.pass_index == pass_index]
-    return hits[0] if hits else None
+def _members_of(infos: list[CacheInfo], method: str, mode: str,
+                members: list[str] | None) -> dict[tuple[str, int], list[CacheInfo]]:
+    """(run, sample) -> that member's caches in ``mode``, sorted by pass; ``members`` (model
+    names) replaces the ``method`` attr as the selection."""
+    if members is not None:
+        hits = [i for i in infos if i.mode == mode and i.model in members]
+        key = {m: (f"{j:06d}", 0) for j, m in enumerate(members)}
+        out: dict[tuple[str, int], list[CacheInfo]] = {}
+        for i in hits:
+            out.setdefault(key[i.model], []).append(i)
+    else:
+        out = {}
+        for i in infos:
+            if i.method == method and i.mode == mode:
+                out.setdefault((i.run, i.sample_index), []).append(i)
+    return {k: sorted(v, key=lambda i: i.pass_index) for k, v in sorted(out.items())}
 
 
-@ENSEMBLE_METHODS.register(name="deep_ensemble")
-def _deep_ensemble(infos: list[CacheInfo], members: list[str]) -> list[Source] | None:
-    """Each member's plain (centre-crop) prediction."""
-    found = [_find(infos, m, "plain", 0) for m in members]
-    return None if None in found or not found else [Source(str(i.path)) for i in found]
+def _method_builder(method: str, tta: bool):
+    def build(infos: list[CacheInfo], members: list[str] | None) -> Group | None:
+        chosen = members if method == "deep_ensemble" else None
+        found = _members_of(infos, method, "tta" if tta else "plain", chosen)
+        if chosen is not None and not tta and len(found) != len(chosen):
+            raise ValueError(f"no plain cache for members "
+                             f"{[m for j, m in enumerate(chosen) if (f'{j:06d}', 0) not in found]}")
+        if found:
+            draws = [[Source(str(i.path)) for i in caches] for caches in found.values()]
+            return Group(draws if tta else [d[:1] for d in draws], method, tta)
+        if tta or chosen is not None:
+            return None
+        passes = sorted((i for i in infos if i.method == method and i.mode == "mc_dropout"),
+                        key=lambda i: i.run)
+        if not passes:
+            return None
+        return Group([[Source(str(passes[0].path), p)] for p in range(passes[0].n_passes)],
+                     method)
+
+    build.__doc__ = (f"{method} members{' under TTA (draw o of every member in order o)' if tta else ''}"
+                     f": {TRAINING_METHODS.lookup(method).description}")
+    return build
 
 
-@ENSEMBLE_METHODS.register(name="deep_ensemble_tta")
-def _deep_ensemble_tta(infos, members):
-    """Member ``k`` with its own random augmentation, TTA pass ``k`` (Pitfalls, Fig. 4)."""
-    found = [_find(infos, m, "tta", k) for k, m in enumerate(members)]
-    return None if None in found or not found else [Source(str(i.path)) for i in found]
+for _name in TRAINING_METHODS.names():
+    ENSEMBLE_METHODS.add(_name, _method_builder(_name, False))
+    ENSEMBLE_METHODS.add(_name + _TTA, _method_builder(_name, True))
+del _name
 
 
 @ENSEMBLE_METHODS.register(name="single_tta")
-def _single_tta(infos, members):
-    """The first member under every TTA pass it has (TTA of a single model)."""
-    if not members:
+def _single_tta(infos: list[CacheInfo], members: list[str] | None) -> Group | None:
+    """The first deep-ensemble member under each of its augmentations (TTA of one model)."""
+    group = ENSEMBLE_METHODS["deep_ensemble" + _TTA](infos, members)
+    if group is None or len(group.members[0]) < 2:
         return None
-    found = sorted((i for i in infos if i.model == members[0] and i.mode == "tta"),
-                   key=lambda i: i.pass_index)
-    return [Source(str(i.path)) for i in found] or None
-
-
-@ENSEMBLE_METHODS.register(name="mc_dropout")
-def _mc_dropout(infos, members):
-    """The first member's MC-dropout passes."""
-    if not members:
-        return None
-    hit = _find(infos, members[0], "mc_dropout", 0)
-    return None if hit is None else [Source(str(hit.path), p) for p in range(hit.n_passes)]
+    return Group([[s] for s in group.members[0]], "deep_ensemble", True)
 
 
 @dataclass
 class EnsembleConfig:
     """Options of :func:`score_ensembles`.
 
-    ``members``: model names (cache ``model`` attrs) of the deep ensemble in order; default
-    every model with a plain cache, sorted. ``reference``: the method DEE is measured against.
+    ``members``: model names (cache ``model`` attrs) of the deep ensemble in order, whatever
+    their ``method`` attr (default: the caches whose method is ``deep_ensemble``).
+    ``methods``: group names to score (default: every group with caches). ``reference``: the
+    method DEE is measured against (its TTA group, if present, is the reference of the TTA
+    groups too). ``dee_metrics``: the metrics the DEE is computed on.
     """
 
     members: list[str] | None = None
-    methods: tuple[str, ...] = tuple(ENSEMBLE_METHODS.names())
+    methods: tuple[str, ...] | None = None
     reference: str = "deep_ensemble"
     n_orders: int = 5
     n_repeats: int = 5
     seed: int = 0
     dataset: str | None = None
     confidence: str = "softmax_response"
+    dee_metrics: tuple[str, ...] = DEE_METRICS
     extra_methods: dict[str, list[Source]] = field(default_factory=dict)
 
 
@@ -123,12 +189,11 @@ def load_sources(sources: Sequence[Source]) -> tuple[np.ndarray, np.ndarray, lis
     All sources must share classes, sample order and labels (:class:`CacheError` otherwise,
     before any metric is computed).
     """
-    caches, names, checks = {}, [], []
+    caches, checks = {}, []
     for s in sources:
         if s.path not in caches:
             caches[s.path] = read_cache(s.path)
             checks.append(caches[s.path].attrs["checksum"])
-        names.append(f"{caches[s.path].attrs.get('model')}:{os.path.basename(s.path)}")
     uniq = list(caches.values())
     check_aligned(uniq, [os.path.basename(p) for p in caches])
     lps = []
@@ -144,16 +209,42 @@ def load_sources(sources: Sequence[Source]) -> tuple[np.ndarray, np.ndarray, lis
     return np.stack(lps), uniq[0]["label"].values, checks
 
 
-def _method_curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig) -> xr.Dataset:
+def load_group(group: Group) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A group's log-probabilities (draw, member, sample, class) — the first ``n_draws`` draws
+    of every member —, labels (sample,) and cache checksums."""
+    d = group.n_draws
+    flat = [m[j] for j in range(d) for m in group.members]
+    lp, y, checks = load_sources(flat)
+    return lp.reshape(d, len(group.members), *lp.shape[1:]), y, checks
+
+
+def _curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig) -> xr.Dataset:
     curve = ensemble_size_curve(lp, y, metrics=CURVE_METRICS + PREFIX_METRICS,
                                 confidence=config.confidence, n_orders=config.n_orders,
-                                seed=config.seed, calibrated=True, n_repeats=config.n_repeats)
-    return curve.drop_vars(["member_order", "position"])
+                                seed=config.seed, calibrated=True, n_repeats=config.n_repeats,
+                                calibrated_metrics=CALIBRATED_METRICS)
+    return curve.drop_vars(["member_order", "position", "split_seed", "draw"])
+
+
+def _groups(infos: list[CacheInfo], config: EnsembleConfig) -> dict[str, Group]:
+    names = ENSEMBLE_METHODS.names() if config.methods is None else list(config.methods)
+    for n in names:
+        ENSEMBLE_METHODS.lookup(n)
+    wanted = set(names) | {config.reference, config.reference + _TTA}
+    groups = {}
+    for n in ENSEMBLE_METHODS.names():
+        if n in wanted:
+            g = ENSEMBLE_METHODS[n](infos, config.members)
+            if g is not None:
+                groups[n] = g
+    groups.update({m: Group([[s] for s in v], m) for m, v in config.extra_methods.items()})
+    return {n: g for n, g in groups.items()
+            if n in names or n in config.extra_methods or n.startswith(config.reference)}
 
 
 def score_ensembles(caches: Iterable[str | os.PathLike],
                     config: EnsembleConfig | None = None) -> xr.Dataset:
-    """Metrics vs ensemble size for every available method, and each method's DEE.
+    """Metrics vs number of samples for every method with caches, and each method's DEE.
 
     Parameters
     ----------
@@ -165,13 +256,17 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     -------
     xarray.Dataset
         ``accuracy``, ``nll``, ``brier``, ``ece``, ``cll`` (calibrated log-likelihood,
-        ``test_cv``; higher is better), ``auroc``, ``aurc``, ``eaurc`` over
-        (method, order, size) — NaN beyond a method's own size; ``dee``, ``dee_lower``,
-        ``dee_upper``, ``dee_capped`` over (method, size): the deep-ensemble size whose mean CLL
-        the method reaches with ``size`` samples (cap in attr ``dee_cap``); ``n_members``
-        (method). Attrs: provenance, the sources of every method, the cache checksums.
-        Select a method with ``ds.sel({"method": "deep_ensemble"})`` (``method=`` is a keyword
-        of ``sel`` itself).
+        ``test_cv``; higher is better), ``calibrated_brier``, ``auroc``, ``aurc``, ``eaurc``
+        over (method, order, size) — NaN beyond a method's own size. ``equivalent``,
+        ``equivalent_lower``, ``equivalent_upper``, ``equivalent_capped`` over (reference,
+        dee_metric, method, size): the DEE of each method's mean curve on each metric of
+        ``dee_metrics`` against the plain deep ensemble and the deep ensemble with TTA (NaN
+        for a plain method against the TTA reference); ``dee``, ``dee_lower``, ``dee_upper``,
+        ``dee_capped`` (method, size): the headline, CLL against the plain deep ensemble.
+        ``n_members``, ``n_draws`` and coords ``training_method``, ``tta`` over method.
+        Attrs: provenance, the sources of every method, the cache checksums, the DEE caps
+        (``dee_cap``, ``dee_cap_tta``) and the bounds' convention. Select a method with
+        ``ds.sel({"method": "deep_ensemble"})`` (``method=`` is a keyword of ``sel`` itself).
 
     Raises
     ------
@@ -184,49 +279,78 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     ensembling in deep learning. ICLR 2020.
     """
     config = config or EnsembleConfig()
-    builders = {m: ENSEMBLE_METHODS.lookup(m) for m in config.methods}
+    for m in config.dee_metrics:
+        if m not in CURVE_METRICS + PREFIX_METRICS + ("cll",) + tuple(
+                f"calibrated_{c}" for c in CALIBRATED_METRICS):
+            raise ValueError(f"dee_metrics: {m!r} is not a curve metric")
     infos = select_dataset(index_caches(caches), config.dataset)
-    members = config.members
-    if members is None:
-        members = sorted({i.model for i in infos if i.mode == "plain"})
-    else:
-        missing = [m for m in members if _find(infos, m, "plain", 0) is None]
-        if missing:
-            raise ValueError(f"no plain cache for members {missing}")
-    sources = {m: build(infos, list(members)) for m, build in builders.items()}
-    sources = {m: s for m, s in sources.items() if s}
-    sources.update(config.extra_methods)
-    if config.reference not in sources:
-        raise ValueError(f"reference method {config.reference!r} has no caches "
-                         f"(members: {members})")
-    # load everything once and check alignment across methods before computing anything
-    loaded = {m: load_sources(s) for m, s in sources.items()}
-    ref_y = loaded[config.reference][1]
-    for m, (_, y, _) in loaded.items():
-        if y.shape != ref_y.shape or not np.array_equal(y, ref_y):
-            raise CacheError(f"method {m!r} has a different sample order or labels than "
+    groups = _groups(infos, config)
+    if config.reference not in groups:
+        raise ValueError(f"reference method {config.reference!r} has no caches (caches carry "
+                         "their training method in the attr 'method'; name untagged models "
+                         "with members)")
+    # load each group once, check every group against the reference's samples and labels
+    curves, meta, ref_y = {}, {}, None
+    for name in sorted(groups, key=lambda n: n != config.reference):
+        lp, y, checks = load_group(groups[name])
+        if ref_y is None:
+            ref_y = y
+        elif y.shape != ref_y.shape or not np.array_equal(y, ref_y):
+            raise CacheError(f"method {name!r} has a different sample order or labels than "
                              f"{config.reference!r}")
-    curves = {m: _method_curve(lp, y, config) for m, (lp, y, _) in loaded.items()}
-    ds = xr.concat(list(curves.values()), dim=pd.Index(list(curves), name="method"),
+        curves[name] = _curve(lp, y, config)
+        meta[name] = (lp.shape[1], lp.shape[0], checks)
+    order = [n for n in groups if n in curves]
+    ds = xr.concat([curves[n] for n in order], dim=pd.Index(order, name="method"),
                    join="outer", combine_attrs="drop_conflicts")
-    ds = ds.assign(n_members=("method", [loaded[m][0].shape[0] for m in curves]))
-    ref = ds["cll"].sel({"method": config.reference}).dropna("size", how="all")
-    de_sizes, de_mean = ref["size"].values.astype(float), ref.mean("order").values
-    de_std = ref.std("order").values
-    dee = np.full((ds.sizes["method"], ds.sizes["size"], 4), np.nan)
-    for i, m in enumerate(ds["method"].values):
-        mean = ds["cll"].sel({"method": m}).mean("order").dropna("size")
-        r = deep_ensemble_equivalent(mean.values, de_sizes, de_mean, de_std)
-        k = mean.sizes["size"]
-        dee[i, :k] = np.stack([r.dee, r.lower, r.upper, r.capped.astype(float)], axis=-1)
-    for j, name in enumerate(("dee", "dee_lower", "dee_upper", "dee_capped")):
-        ds[name] = (("method", "size"), dee[..., j])
+    ds = ds.assign(n_members=("method", [meta[n][0] for n in order]),
+                   n_draws=("method", [meta[n][1] for n in order]))
+    ds = ds.assign_coords(training_method=("method", [groups[n].training_method for n in order]),
+                          tta=("method", [groups[n].tta for n in order]))
+    ds = _add_dee(ds, groups, config)
     cfg = asdict(config)
     cfg["extra_methods"] = {m: [asdict(s) for s in v] for m, v in config.extra_methods.items()}
     extra = {"protocol": "ensembles", "calibration_protocol": "test_cv",
-             "reference": config.reference, "members": json.dumps(list(members)),
-             "dee_cap": float(de_sizes[-1]), "dataset_name": infos[0].dataset_name,
-             "sources": json.dumps({m: [asdict(s) for s in v] for m, v in sources.items()}),
-             "caches": json.dumps(sorted({c for _, _, cs in loaded.values() for c in cs}))}
-    ds.attrs = provenance_attrs(config=cfg, seed=config.seed, extra=extra)
+             "reference": config.reference, "members": json.dumps(config.members or []),
+             "dataset_name": infos[0].dataset_name, "dee_bounds": DEE_BOUNDS_CONVENTION,
+             "sources": json.dumps({n: [[asdict(s) for s in m] for m in groups[n].members]
+                                    for n in order}),
+             "caches": json.dumps(sorted({c for _, _, cs in meta.values() for c in cs}))}
+    ds.attrs = {**provenance_attrs(config=cfg, seed=config.seed, extra=extra),
+                **{k: v for k, v in ds.attrs.items() if k.startswith("dee_cap")}}
+    return ds
+
+
+def _add_dee(ds: xr.Dataset, groups: dict[str, Group], config: EnsembleConfig) -> xr.Dataset:
+    refs = [r for r in (config.reference, config.reference + _TTA) if r in ds["method"].values]
+    methods, sizes = list(ds["method"].values), ds.sizes["size"]
+    shape = (len(refs), len(config.dee_metrics), len(methods), sizes)
+    values = {k: np.full(shape, np.nan) for k in ("dee", "lower", "upper", "capped")}
+    caps = {}
+    for a, ref in enumerate(refs):
+        for b, metric in enumerate(config.dee_metrics):
+            de = ds[metric].sel({"method": ref}).values
+            better = bool(ds[metric].attrs.get("greater_is_better", 1))
+            for c, m in enumerate(methods):
+                if ref.endswith(_TTA) and not groups[m].tta:
+                    continue
+                r = deep_ensemble_equivalent_curve(ds[metric].sel({"method": m}).values, de,
+                                                   greater_is_better=better)
+                k = len(r.dee)
+                values["dee"][a, b, c, :k], values["lower"][a, b, c, :k] = r.dee, r.lower
+                values["upper"][a, b, c, :k] = r.upper
+                values["capped"][a, b, c, :k] = r.capped
+                caps[ref] = r.cap
+    dims = ("reference", "dee_metric", "method", "size")
+    ds = ds.assign_coords(reference=refs, dee_metric=list(config.dee_metrics))
+    ds["equivalent"] = (dims, values["dee"])
+    for k in ("lower", "upper", "capped"):
+        ds[f"equivalent_{k}"] = (dims, values[k])
+    head = {"reference": config.reference, "dee_metric": "cll"}
+    if "cll" in config.dee_metrics:
+        ds["dee"] = ds["equivalent"].sel(head, drop=True)
+        for k in ("lower", "upper", "capped"):
+            ds[f"dee_{k}"] = ds[f"equivalent_{k}"].sel(head, drop=True)
+    ds.attrs["dee_cap"] = caps.get(config.reference, np.nan)
+    ds.attrs["dee_cap_tta"] = caps.get(config.reference + _TTA, np.nan)
     return ds

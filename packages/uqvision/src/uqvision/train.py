@@ -1,22 +1,54 @@
-"""Train a small timm architecture on an image folder and save a checkpoint timm reloads.
+"""ONE training loop for every training method, saving checkpoints timm reloads.
 
-This is how development, tests and the demo get "pretrained" models without downloads, and
-how deep-ensemble members are made (one run per seed). The checkpoint is a plain state dict
-(``.safetensors``) with the classifier head; its JSON sidecar records the preprocessing
-(``pretrained_cfg``), the model kwargs, the classes and the full training config, so
-``timm.create_model(arch, pretrained=True, pretrained_cfg_overlay=dict(file=ckpt, ...))``
-rebuilds the model and :func:`uqvision.models.load_model` its preprocessing.
+:func:`train_model` trains a timm architecture on an image folder with a method of
+:data:`uqvision.methods.TRAINING_METHODS` (``uqvision train --method NAME --set key=value``):
+the loop owns the data, the device, the process group, the checkpoint and the timing; the
+method's hooks own the model wrapper, the optimiser, the learning rate at every step, the loss,
+the snapshots and any post-training fit (see :mod:`uqvision.methods.registry`).
+
+Data. Each epoch is a permutation of the training set seeded by ``(seed, epoch)``, cut into
+global batches of ``batch_size`` (the last incomplete batch dropped when the set has more
+than one batch); sample ``i`` of epoch ``e`` gets its random augmentation from its own
+generator seeded by ``(seed, e, i)``. A run is therefore a pure function of the seed, whatever
+``num_workers``, and never reads the caller's global torch RNG (which it leaves as it was).
+
+Processes. Under ``torchrun`` the same loop runs with ``DistributedDataParallel``: every global
+batch is split into contiguous shards (``numpy.array_split``: exact, sizes differ by at most
+one, nothing padded or repeated) and each rank's loss is weighted by its share
+(``state.loss_scale``), so the averaged gradient is that of the global batch's mean loss and
+the weights match a one-process run with the same global batch to float rounding. BatchNorm
+statistics are per rank on CPU (gloo has no ``SyncBatchNorm``); on CUDA BatchNorm layers become
+``SyncBatchNorm`` (global-batch statistics). Rank 0 writes the files.
+
+Files. ``OUT.safetensors`` holds the trained network's state dict (head included; for a
+method that wraps the model, e.g. VI's ``log_sigma``, the wrapped one); ``OUT.json`` (sidecar)
+the preprocessing (``pretrained_cfg``), the timm kwargs, the classes, the full config, the
+method and its hyper-parameters, and the cost: epochs, gradient steps and wall time, of this
+run and cumulated over the checkpoint it started from (``init_checkpoint``). What a method
+fitted besides the weights (snapshots, SWAG moments, K-FAC factors; ``export_state``) goes to
+``OUT.state.safetensors``. A checkpoint of a method that keeps the model's keys reloads
+through timm's own pretrained-file mechanism (``timm.create_model(arch, pretrained=True,
+pretrained_cfg_overlay=dict(file=ckpt, ...))``); :func:`load_run` rebuilds any method's
+state to draw its prediction samples.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import dataclasses
+import functools
+import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
 from uqmetrics.io import temporary_beside
@@ -25,31 +57,83 @@ from .data import (
     DataConfig,
     ImageFolderDataset,
     dataset_fingerprint,
+    derive_seed,
     eval_transform,
     flush_denormal,
     tta_transform,
 )
-from .models import check_model_name, sidecar_path
+from .methods import TRAINING_METHODS, TrainState, export_state
+from .models import (
+    LoadedModel,
+    ModelSpec,
+    check_model_name,
+    file_sha256,
+    load_model,
+    read_sidecar,
+    sidecar_path,
+    write_checkpoint,
+)
 
-__all__ = ["TrainConfig", "TrainResult", "train_model"]
+__all__ = [
+    "ADAMW_RECIPE",
+    "CHECKPOINT_FORMAT",
+    "LoadedRun",
+    "TrainConfig",
+    "TrainResult",
+    "epoch_batches",
+    "load_run",
+    "state_path",
+    "train_model",
+]
+
+#: Sidecar format written by :func:`train_model` (``/2``: with the method and the cost).
+CHECKPOINT_FORMAT = "uqvision.checkpoint/2"
+
+#: uqvision's recipe before the method registry (AdamW + OneCycle): ``TrainConfig(hparams=
+#: ADAMW_RECIPE)`` or ``--set optimizer=adamw --set schedule=onecycle --set lr_init=3e-3
+#: --set weight_decay=0.05`` with the ``deep_ensemble`` (or ``mc_dropout``) method.
+ADAMW_RECIPE: dict[str, Any] = {"optimizer": "adamw", "schedule": "onecycle", "lr_init": 3e-3,
+                                "weight_decay": 0.05}
+
+#: Initial learning-rate field of a method's hyper-parameters, for ``TrainConfig.lr``.
+_LR_FIELDS = ("lr_init", "lr0", "lr")
 
 
 @dataclass
 class TrainConfig:
     """Options of :func:`train_model` (all recorded in the checkpoint sidecar).
 
+    ``method`` names a :data:`~uqvision.methods.TRAINING_METHODS` entry and ``hparams``
+    overrides its hyper-parameters (values, or ``"key=value"``-style strings converted to the
+    field's type: ``--set``); ``epochs``, ``batch_size``, ``lr`` (the method's initial rate:
+    ``lr_init`` or ``lr0``) and ``weight_decay`` are shorthands for the same overrides (``None``:
+    the method's default). The default is the Pitfalls recipe of a conventional network (SGD,
+    momentum 0.9, eq. 10); uqvision's former AdamW + OneCycle recipe is
+    ``hparams=ADAMW_RECIPE``.
+
     ``input_size`` is the square side the images are resized to; ``augment`` names a policy of
     :data:`uqvision.data.TTA_POLICIES` (``None``: no augmentation); ``drop_rate`` is timm's
-    classifier dropout (a module in e.g. ViT/ConvNeXt heads, so MC dropout can use it);
-    ``model_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size`` for small inputs) and are
-    recorded in the sidecar so the model is rebuilt identically.
+    classifier dropout; ``model_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size`` for
+    small inputs). ``init_checkpoint`` starts from a local checkpoint (its weights, and the
+    cost recorded in its sidecar, which the new sidecar cumulates); ``val_data`` is a
+    validation folder for methods that tune on one (K-FAC Laplace's noise scale).
+
+    The likelihood is cross-entropy with ``label_smoothing``; with ``teachers`` (``NAME=
+    CHECKPOINT`` specs, trained on the same classes and preprocessing) the loss is Hinton et
+    al.'s knowledge distillation from their ensemble, ``(1 - α) CE + α T² KL(p̄_T ‖
+    softmax(z / T))`` with ``α = distill_alpha``, ``T = distill_temperature`` and ``p̄_T`` the
+    mean of the teachers' ``softmax(z_k / T)`` on the same augmented batch (defaults α = 0.9,
+    T = 4: the KD baseline of Tian et al., "Contrastive representation distillation", ICLR
+    2020). ``amp``: autocast (bf16 on CPU, fp16 with a gradient scaler on CUDA).
     """
 
     arch: str = "resnet10t"
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 0.05
+    method: str = "deep_ensemble"
+    hparams: dict = field(default_factory=dict)
+    epochs: float | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
     input_size: int = 32
     augment: str | None = "crop"
     drop_rate: float = 0.0
@@ -60,115 +144,444 @@ class TrainConfig:
     num_workers: int = 0
     tag: str | None = None
     model_kwargs: dict = field(default_factory=dict)
+    init_checkpoint: str | None = None
+    val_data: str | None = None
+    amp: bool = False
+    label_smoothing: float = 0.0
+    teachers: tuple[str, ...] = ()
+    distill_alpha: float = 0.9
+    distill_temperature: float = 4.0
+
+    def method_hparams(self):
+        """The method's hyper-parameters: its defaults, ``hparams``, then the shorthands."""
+        method = TRAINING_METHODS.lookup(self.method)
+        names = {f.name for f in dataclasses.fields(method.hparams)}
+        over: dict[str, Any] = dict(self.hparams)
+        for key in ("epochs", "batch_size", "weight_decay"):
+            if getattr(self, key) is not None:
+                if key not in names:
+                    raise ValueError(f"{key}={getattr(self, key)!r} does not apply to method "
+                                     f"{self.method!r} (its hyper-parameters: "
+                                     f"{', '.join(sorted(names))})")
+                over[key] = getattr(self, key)
+        if self.lr is not None:
+            lr_field = next((f for f in _LR_FIELDS if f in names), None)
+            if lr_field is None:
+                raise ValueError(f"lr does not apply to method {self.method!r}; set its "
+                                 f"learning rates by name ({', '.join(sorted(names))})")
+            over[lr_field] = self.lr
+        return method.hparams_from({k: str(v) if isinstance(v, str) else v
+                                    for k, v in over.items()})
 
 
 @dataclass
 class TrainResult:
-    """Paths written, the trained model (eval mode), per-epoch loss, last-epoch accuracy."""
+    """Paths written, the trained model (eval mode), the method's state, the cost.
+
+    ``losses``: per-epoch mean training loss (the method's objective; rank 0's shard under
+    torchrun). ``epochs``/``steps``/``wall_time_s``: this run's cost.
+    """
 
     checkpoint: Path
     sidecar: Path
-    model: torch.nn.Module
+    model: nn.Module
+    state: TrainState
     losses: list[float] = field(default_factory=list)
-    train_accuracy: float = float("nan")
+    epochs: float = 0.0
+    steps: int = 0
     wall_time_s: float = 0.0
+    state_file: Path | None = None
+
+
+def state_path(checkpoint: str | os.PathLike) -> Path:
+    """``m.safetensors`` -> ``m.state.safetensors`` (a method's fitted state, if any)."""
+    return Path(checkpoint).with_suffix(".state.safetensors")
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, *,
+                  drop_last: bool | None = None) -> list[np.ndarray]:
+    """The global batches of an epoch: a permutation seeded by ``(seed, epoch)`` cut into
+    batches of ``batch_size`` (``drop_last``: default when ``n > batch_size``).
+
+    Examples
+    --------
+    >>> [len(b) for b in epoch_batches(10, 4, 0, 0)]
+    [4, 4]
+    >>> sorted(np.concatenate(epoch_batches(10, 4, 0, 0, drop_last=False)).tolist()) == list(range(10))
+    True
+    """
+    drop_last = n > batch_size if drop_last is None else drop_last
+    gen = torch.Generator().manual_seed(derive_seed(seed, 0x5EED, epoch))
+    perm = torch.randperm(n, generator=gen).numpy()
+    count = n // batch_size if drop_last else math.ceil(n / batch_size)
+    return [perm[b * batch_size:(b + 1) * batch_size] for b in range(count)]
+
+
+class _Objective:
+    """The negative log-likelihood the method's hooks see, ``nll(output, y, reduction)``:
+    cross-entropy with label smoothing, or distillation from a teacher ensemble (whose soft
+    targets :meth:`batch` computes for the next training batch)."""
+
+    def __init__(self, config: TrainConfig, classes: list[str], dcfg: DataConfig, device: str):
+        if not 0 <= config.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got "
+                             f"{config.label_smoothing!r}")
+        self.smoothing = config.label_smoothing
+        self.alpha, self.temperature = config.distill_alpha, config.distill_temperature
+        self.teachers: list[LoadedModel] = []
+        self.target: torch.Tensor | None = None
+        if config.teachers:
+            if not (0 <= self.alpha <= 1 and self.temperature > 0):
+                raise ValueError(f"distill_alpha must be in [0, 1] and distill_temperature > 0, "
+                                 f"got {self.alpha!r}, {self.temperature!r}")
+            self.teachers = [load_model(t, num_classes=len(classes), device=device)
+                             for t in config.teachers]
+        for spec, t in zip(config.teachers, self.teachers, strict=True):
+            if t.spec.checkpoint and read_sidecar(t.spec.checkpoint).get("classes",
+                                                                          classes) != classes:
+                raise ValueError(f"teacher {spec!r} was trained on other classes")
+            if (t.data_config.input_size, t.data_config.mean, t.data_config.std) != (
+                    dcfg.input_size, dcfg.mean, dcfg.std):
+                raise ValueError(f"teacher {spec!r} expects input {t.data_config.input_size} "
+                                 f"normalised by {t.data_config.mean}/{t.data_config.std}; the "
+                                 f"student sees {dcfg.input_size}, {dcfg.mean}/{dcfg.std}")
+
+    def batch(self, x: torch.Tensor) -> None:
+        if self.teachers:
+            with torch.no_grad():
+                self.target = torch.stack([torch.softmax(t.model(x) / self.temperature, 1)
+                                           for t in self.teachers]).mean(0)
+
+    def __call__(self, output: torch.Tensor, y: torch.Tensor,
+                 reduction: str = "mean") -> torch.Tensor:
+        ce = F.cross_entropy(output, y, label_smoothing=self.smoothing, reduction=reduction)
+        if not self.teachers or self.target is None or len(self.target) != len(output):
+            return ce
+        t = self.temperature
+        kd = F.kl_div(F.log_softmax(output / t, 1), self.target, reduction="none").sum(1)
+        kd = {"mean": kd.mean(), "sum": kd.sum(), "none": kd}[reduction]
+        return (1 - self.alpha) * ce + self.alpha * t * t * kd
+
+
+def _loss_function(config: TrainConfig, classes: list[str], dcfg: DataConfig,
+                   device: str = "cpu"):
+    """``loss(logits, y, x)``: the training objective of ``config`` on one batch ``x``."""
+    objective = _Objective(config, classes, dcfg, device)
+
+    def loss(logits: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        objective.batch(x)
+        return objective(logits, y)
+
+    return loss
+
+
+def _data_config(config: TrainConfig) -> DataConfig:
+    s = int(config.input_size)
+    return DataConfig((3, s, s), tuple(config.mean), tuple(config.std), crop_pct=1.0,
+                      interpolation="bilinear")
+
+
+def _build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict) -> nn.Module:
+    import timm
+
+    return timm.create_model(arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
+                             **model_kwargs)
+
+
+def _load_weights(model: nn.Module, checkpoint: str | os.PathLike) -> None:
+    from timm.models import load_state_dict
+
+    if not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist")
+    model.load_state_dict(load_state_dict(str(checkpoint)))
+
+
+def _checkpoint_path(out: str | os.PathLike) -> Path:
+    out = Path(out)
+    if out.suffix == ".safetensors":
+        return out
+    return out.with_suffix(out.suffix + ".safetensors") if out.suffix else out.with_suffix(
+        ".safetensors")
+
+
+@contextlib.contextmanager
+def _own_rng(seed: int, device: str):
+    """Seed the global torch RNG (initialisation, training-time dropout and VI noise) and give
+    the caller's state back afterwards."""
+    devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
                 config: TrainConfig | None = None) -> TrainResult:
-    """Train ``config.arch`` from scratch on the image folder ``data``; save to ``out``.
+    """Train ``config.arch`` with ``config.method`` on the image folder ``data``; save to ``out``.
 
     Parameters
     ----------
     data : path
-        Image folder (one sub-folder per class).
+        Training image folder (one sub-folder per class).
     out : path
         Checkpoint path; ``.safetensors`` is appended when it has another suffix. The sidecar is
-        ``out`` with suffix ``.json``.
+        ``out`` with suffix ``.json``, the method's state ``out.state.safetensors``.
     config : TrainConfig
 
     Returns
     -------
     TrainResult
-        Paths, the trained model, per-epoch mean training loss, final-epoch training accuracy.
+        Paths, the trained model and state, per-epoch mean loss, the cost. Under ``torchrun``
+        every rank returns it (rank 0 wrote the files).
     """
-    import timm
-    from safetensors.torch import save_file
-
     config = config or TrainConfig()
     check_model_name(config.arch)
     if "." in config.arch:
         raise ValueError("train from an architecture name without a pretrained tag, "
                          f"got {config.arch!r}")
+    method = TRAINING_METHODS.lookup(config.method)
+    hp = config.method_hparams()
     t0 = time.perf_counter()
-    out = Path(out)
-    if out.suffix != ".safetensors":
-        out = out.with_suffix(out.suffix + ".safetensors") if out.suffix else out.with_suffix(
-            ".safetensors")
-    s = int(config.input_size)
-    dcfg = DataConfig((3, s, s), tuple(config.mean), tuple(config.std), crop_pct=1.0,
-                      interpolation="bilinear")
-    transform = tta_transform(config.augment, dcfg) if config.augment else eval_transform(dcfg)
-    ds = ImageFolderDataset(data, transform)
-    n_classes = len(ds.classes)
-    torch.manual_seed(config.seed)
+    out = _checkpoint_path(out)
+    dcfg = _data_config(config)
+    train_tf = tta_transform(config.augment, dcfg) if config.augment else eval_transform(dcfg)
+    ds = ImageFolderDataset(data, train_tf)
+    init_side = read_sidecar(config.init_checkpoint) if config.init_checkpoint else {}
+    if init_side.get("classes", ds.classes) != ds.classes:
+        raise ValueError(f"init_checkpoint {config.init_checkpoint!r} was trained on other "
+                         "classes")
+    val = ImageFolderDataset(config.val_data, eval_transform(dcfg)) if config.val_data else None
     model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
-    model = timm.create_model(config.arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
-                              **model_kwargs).to(config.device)
-    gen = torch.Generator().manual_seed(config.seed)
-    loader = DataLoader(ds, batch_size=config.batch_size, shuffle=True, generator=gen,
-                        num_workers=config.num_workers, drop_last=len(ds) > config.batch_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr,
-                                                total_steps=config.epochs * len(loader))
-    model.train()
-    with flush_denormal():
-        losses, acc = _fit(model, loader, opt, sched, config)
-    model.eval()
+    from .predict import distributed_context  # predict imports this module
+
+    with (_own_rng(config.seed, config.device), flush_denormal(),
+          distributed_context(config.device) as (world, rank, device)):
+        if hp.batch_size < world:
+            raise ValueError(f"batch_size {hp.batch_size} is smaller than the {world} "
+                             "processes")
+        model = _build_model(config.arch, len(ds.classes), dcfg, model_kwargs)
+        if config.init_checkpoint:
+            _load_weights(model, config.init_checkpoint)
+        model.to(device)
+        objective = _Objective(config, ds.classes, dcfg, device)
+        if world > 1 and device.startswith("cuda"):
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        n_batches = len(epoch_batches(len(ds), hp.batch_size, config.seed, 0))
+        state = method.start(model, hp, n_train=len(ds), steps_per_epoch=n_batches,
+                             seed=config.seed, nll=objective)
+        if config.amp:
+            dev = torch.device(device).type
+            state.autocast = functools.partial(
+                torch.autocast, dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16)
+            if dev == "cuda":
+                state.scaler = torch.amp.GradScaler("cuda")
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            state.model = DistributedDataParallel(
+                state.model, device_ids=[torch.device(device).index] if device.startswith(
+                    "cuda") else None, find_unused_parameters=True)
+        losses = _fit(state, ds, objective, config, hp.batch_size, world, rank, device)
+        post = _post_fit_loader(ds, config, hp.batch_size, device)
+        val_loader = (DataLoader(val, batch_size=hp.batch_size, num_workers=config.num_workers)
+                      if val is not None else None)
+        method.finish(state, post, val_loader)
+        state.model = state.net  # unwrap DDP for saving and prediction
+    wall = time.perf_counter() - t0
+    sidecar = _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, world,
+                       init_side)
+    state_file = None
+    if rank == 0:
+        tensors, _ = export_state(state)
+        if tensors:
+            state_file = state_path(out)
+            _save_tensors(tensors, state_file)
+        sidecar["state_file"] = state_file.name if state_file else None
+        write_checkpoint(state.net, out, sidecar)
+    return TrainResult(out, sidecar_path(out), state.net, state, losses,
+                       state.step / state.steps_per_epoch, state.step, wall, state_file)
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    with temporary_beside(path) as tmp:
+        save_file(tensors, str(tmp))
+        os.replace(tmp, path)
+
+
+def _train_loader(ds: ImageFolderDataset, config: TrainConfig, batch_size: int, epoch: int,
+                  world: int, rank: int) -> tuple[DataLoader, list[tuple[int, int]]]:
+    """This rank's shard of every global batch of ``epoch`` (augmentation seeded per sample),
+    and each batch's (local, global) sizes."""
+    batches = epoch_batches(len(ds), batch_size, config.seed, epoch)
+    shards = [np.array_split(b, world)[rank] for b in batches]
+    if ds.transform is not None and config.augment:
+        ds.augment_seed = derive_seed(config.seed, epoch)
+    loader = DataLoader(ds, batch_sampler=[s.tolist() for s in shards],
+                        num_workers=config.num_workers,
+                        pin_memory=config.device.startswith("cuda"))
+    return loader, [(len(s), len(b)) for s, b in zip(shards, batches, strict=True)]
+
+
+def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, config: TrainConfig,
+         batch_size: int, world: int, rank: int, device: str) -> list[float]:
+    """The epoch loop of :mod:`uqvision.methods.registry`; per-epoch mean loss."""
+    method, losses, epoch = state.method, [], 0
+    while not state.done:
+        loader, sizes = _train_loader(ds, config, batch_size, epoch, world, rank)
+        total, n = 0.0, 0
+        for (x, y, _idx), (local, glob) in zip(loader, sizes, strict=False):
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            state.loss_scale = world * local / glob
+            objective.batch(x)
+            loss = method.step(state, x, y)
+            total += float(loss) * local
+            n += local
+            if state.done:
+                break
+        method.end_epoch(state)
+        losses.append(total / max(n, 1))
+        epoch += 1
+    state.loss_scale = 1.0
+    return losses
+
+
+def _post_fit_loader(ds: ImageFolderDataset, config: TrainConfig, batch_size: int,
+                     device: str) -> DataLoader:
+    """The training set in a fixed order with one seeded augmentation per sample: what post-fits
+    (K-FAC) and BatchNorm updates of sampled weights see, the same in every process."""
+    post = ImageFolderDataset(ds.root, ds.transform,
+                              augment_seed=derive_seed(config.seed, 0xB4) if config.augment
+                              else None)
+    return DataLoader(post, batch_size=batch_size, num_workers=config.num_workers,
+                      pin_memory=device.startswith("cuda"))
+
+
+def _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, world,
+             init_side) -> dict[str, Any]:
     cfg = asdict(config)
-    sidecar = {
-        "format": "uqvision.checkpoint/1",
+    cfg["teachers"] = list(config.teachers)
+    _, meta = export_state(state)
+    prior = init_side.get("cost", {})
+    cost = {"epochs": state.step / state.steps_per_epoch, "steps": state.step,
+            "wall_time_s": wall, "world_size": world,
+            "total_epochs": prior.get("total_epochs", 0.0) + state.step / state.steps_per_epoch,
+            "total_steps": prior.get("total_steps", 0) + state.step,
+            "total_wall_time_s": prior.get("total_wall_time_s", 0.0) + wall}
+    default_tag = Path(data).resolve().parent.name + (
+        "" if config.method == "deep_ensemble" else f"_{config.method}") + f"_s{config.seed}"
+    return {
+        "format": CHECKPOINT_FORMAT,
         "architecture": config.arch,
-        "tag": config.tag or f"{Path(data).resolve().parent.name}_s{config.seed}",
-        "num_classes": n_classes,
+        "tag": config.tag or default_tag,
+        "num_classes": len(ds.classes),
         "classes": ds.classes,
         "pretrained_cfg": dcfg.to_dict(),
         "model_kwargs": model_kwargs,
         "train_config": cfg,
+        "method": config.method,
+        "hparams": dataclasses.asdict(hp),
+        "state_meta": meta,
+        "cost": cost,
+        "init_checkpoint": str(config.init_checkpoint or ""),
+        "init_sha256": file_sha256(config.init_checkpoint) if config.init_checkpoint else "",
         "dataset": str(Path(data).resolve()),
         "dataset_fingerprint": dataset_fingerprint(data),
         "train_losses": losses,
-        "train_accuracy": acc,
         "provenance": provenance_attrs(config=cfg, seed=config.seed),
     }
-    side = sidecar_path(out)
-    with temporary_beside(side) as tmp:
-        tmp.write_text(json.dumps(sidecar, indent=1))
-        os.replace(tmp, side)
-    with temporary_beside(out) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp))
-        os.replace(tmp, out)
-    return TrainResult(out, side, model, losses, acc, time.perf_counter() - t0)
 
 
-def _fit(model, loader, opt, sched, config: TrainConfig) -> tuple[list[float], float]:
-    """The epoch loop; returns per-epoch mean loss and the last epoch's training accuracy."""
-    loss_fn = torch.nn.CrossEntropyLoss()
-    losses, acc = [], float("nan")
-    for _ in range(config.epochs):
-        total, correct, n = 0.0, 0, 0
-        for x, y, _idx in loader:
-            x, y = x.to(config.device), y.to(config.device)
-            logits = model(x)
-            loss = loss_fn(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(y)
-            correct += int((logits.argmax(1) == y).sum())
-            n += len(y)
-        losses.append(total / n)
-        acc = correct / n
-    return losses, acc
+# --------------------------------------------------------------------------------------------
+# reading a run back (for prediction)
+
+@dataclass
+class LoadedRun:
+    """A trained run rebuilt for prediction: the model (as :class:`LoadedModel`, its ``model``
+    the method's network with the trained weights), the method's state, the sidecar."""
+
+    loaded: LoadedModel
+    state: TrainState | None
+    sidecar: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        """The training method ("" for a checkpoint uqvision did not train)."""
+        return str(self.sidecar.get("method", "deep_ensemble" if self.sidecar else ""))
+
+    @property
+    def seed(self) -> int | None:
+        """The training seed (None for a checkpoint uqvision did not train)."""
+        cfg = self.sidecar.get("train_config", {})
+        return int(cfg["seed"]) if "seed" in cfg else None
+
+    def samples(self, k: int, seed: int) -> Iterator[nn.Module]:
+        """The run's ``k`` prediction networks (eval mode): the method's samples, or the
+        model itself (``k = 1``) for a checkpoint without method state."""
+        if self.state is None:
+            if k != 1:
+                raise ValueError(f"k={k} but {self.loaded.spec.row!r} is one network")
+            self.loaded.model.eval()
+            return iter([self.loaded.model])
+        return self.state.method.samples(self.state, k, seed)
+
+    def default_samples(self) -> int:
+        """Snapshots taken, 1 for an independent run or a plain checkpoint, else 10."""
+        if self.state is None or self.state.method.independent_runs:
+            return 1
+        return len(self.state.snapshots) or 10
+
+
+def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",
+             train_data: str | os.PathLike | None = None, bn_batch_size: int | None = None,
+             allow_random_init: bool = False, seed: int = 0) -> LoadedRun:
+    """Rebuild a run for prediction.
+
+    A checkpoint whose sidecar names a training method is rebuilt through the method
+    (``method.restore`` with ``OUT.state.safetensors``, then the weights) and its BatchNorm
+    loader (SWAG, Laplace samples) reads ``train_data`` (default: the training folder the
+    sidecar records) in a fixed order with one seeded augmentation per sample. Anything else
+    goes through :func:`uqvision.models.load_model` and is one network.
+    """
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
+    if "method" not in side:
+        loaded = load_model(spec, num_classes=num_classes, device=device,
+                            allow_random_init=allow_random_init, seed=seed)
+        return LoadedRun(loaded, None, side)
+    from safetensors.torch import load_file
+
+    method = TRAINING_METHODS.lookup(side["method"])
+    if num_classes is not None and side["num_classes"] != num_classes:
+        raise ValueError(f"checkpoint {spec.checkpoint!r} has a {side['num_classes']}-class head "
+                         f"but the dataset has {num_classes} classes")
+    dcfg = DataConfig.from_dict(side["pretrained_cfg"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = _build_model(side["architecture"], side["num_classes"], dcfg,
+                            side.get("model_kwargs", {}))
+    base.to(device)
+    hp = method.hparams_from(_hparams_values(side["hparams"]))
+    state_file = side.get("state_file")
+    tensors = load_file(str(Path(spec.checkpoint).parent / state_file)) if state_file else {}
+    state = method.restore(base, hp, tensors, side["state_meta"])
+    state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
+    state.model.to(device).eval()
+    cfg = side.get("train_config", {})
+    folder = train_data or side.get("dataset")
+    if folder and Path(folder).is_dir():
+        augment = cfg.get("augment")
+        tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
+        bn = ImageFolderDataset(folder, tf, augment_seed=derive_seed(int(cfg.get("seed", 0)),
+                                                                      0xB4) if augment else None)
+        state.bn_loader = DataLoader(bn, batch_size=bn_batch_size or hp.batch_size)
+    loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),
+                         side["architecture"], side.get("tag", ""),
+                         file_sha256(spec.checkpoint))
+    return LoadedRun(loaded, state, side)
+
+
+def _hparams_values(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Recorded hyper-parameters back to field values (JSON turned tuples into lists)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
+

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ..data import derive_seed
 from .registry import (
     TRAINING_METHODS,
     HParams,
@@ -52,6 +53,7 @@ from .schedules import cosine_cycle_lr, linear_decay_lr
 __all__ = [
     "CSGLDHParams",
     "LaplaceHParams",
+    "PerSampleVINoise",
     "SWAGHParams",
     "VIConv2d",
     "VIHParams",
@@ -237,16 +239,32 @@ TRAINING_METHODS.register(TrainingMethod(
 # -- variational inference -----------------------------------------------------------------
 class _Variational:
     """Mixin: a fully factorised Gaussian over ``weight`` (the mean) with ``log_sigma``, and
-    the local reparameterisation: the output is drawn from its Gaussian given the input."""
+    the local reparameterisation: the output is drawn from its Gaussian given the input.
+
+    ``stochastic`` off (the default, and after training): the mean network. On, the noise
+    comes from the global torch RNG (training), or, inside :class:`PerSampleVINoise`, from
+    one generator per example (prediction).
+    """
 
     stochastic: bool
+    noise_generators: list[torch.Generator] | None
 
     def _init_variational(self, log_sigma_init: float) -> None:
         self.log_sigma = nn.Parameter(torch.full_like(self.weight, float(log_sigma_init)))
-        self.stochastic = True
+        self.stochastic = False
+        self.noise_generators = None
 
     def _sample(self, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-        return mean + torch.sqrt(var + 1e-16) * torch.randn_like(mean)
+        gens = self.noise_generators
+        if gens is None:
+            eps = torch.randn_like(mean)
+        else:
+            if len(gens) != mean.shape[0]:
+                raise ValueError(f"{type(self).__name__} got a batch of {mean.shape[0]} for "
+                                 f"{len(gens)} per-example generators")
+            eps = torch.stack([torch.randn(mean.shape[1:], generator=g) for g in gens]).to(
+                device=mean.device, dtype=mean.dtype)
+        return mean + torch.sqrt(var + 1e-16) * eps
 
     def kl_terms(self, prior_precision: float) -> torch.Tensor:
         """``sum(prior_precision sigma^2 / 2 - log sigma)``: KL(q || N(0, 1/prior_precision))
@@ -381,9 +399,43 @@ def _vi_loss(state: TrainState, output: torch.Tensor, y: torch.Tensor) -> torch.
     return nll + hp.kl_weight * kl / state.n_train
 
 
-def _vi_on(net: nn.Module) -> None:
-    for m in variational_layers(net):
-        m.stochastic = True
+class PerSampleVINoise:
+    """Context manager: the VI layers' local-reparameterisation noise drawn per example.
+
+    Inside, every VI layer of ``model`` is stochastic (the model in eval mode) and
+    :meth:`start_pass` gives each example of the next forward pass its own generator seeded
+    with ``derive_seed(seed, pass_index, example id)``; successive VI layers draw successively
+    from it. An example's output is thus a pure function of (seed, pass, example id), whatever
+    the batch, and the global torch RNG is never read. On exit the layers return to the mean
+    network.
+    """
+
+    def __init__(self, model: nn.Module, seed: int):
+        self.model, self.seed = model, int(seed)
+        self.layers = variational_layers(model)
+        if not self.layers:
+            raise ValueError(f"{type(model).__name__} has no VI layer")
+
+    def __enter__(self):
+        self.model.eval()
+        for m in self.layers:
+            m.stochastic, m.noise_generators = True, None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for m in self.layers:
+            m.stochastic, m.noise_generators = False, None
+
+    def start_pass(self, pass_index: int, sample_ids) -> None:
+        gens = [torch.Generator().manual_seed(derive_seed(self.seed, pass_index, int(i)))
+                for i in sample_ids]
+        for m in self.layers:
+            m.noise_generators = gens
+
+
+def _vi_post_fit(state: TrainState, train_loader, val_loader) -> None:
+    for m in variational_layers(state.net):  # predictions of the trained net: the means
+        m.stochastic = False
 
 
 TRAINING_METHODS.register(TrainingMethod(
@@ -394,8 +446,8 @@ TRAINING_METHODS.register(TrainingMethod(
     wrap_model=_vi_wrap, make_optimizer=_vi_optimizer,
     total_steps=lambda hp, spe: sum(_vi_phases(hp, spe)),
     lr_at=_vi_lr_at,
-    before_step=_vi_before_step, loss=_vi_loss,
-    samples=lambda state, k, seed=0: stochastic_passes(state, k, seed, _vi_on),
+    before_step=_vi_before_step, loss=_vi_loss, post_fit=_vi_post_fit,
+    samples=lambda state, k, seed=0: stochastic_passes(state, k, seed, PerSampleVINoise),
     stochastic_passes=True))
 
 

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models import DROPOUT_TYPES, has_dropout
+from ..dropout import PerSampleDropout
+from ..models import has_dropout
 from .registry import (
     TRAINING_METHODS,
     HParams,
@@ -109,18 +110,12 @@ def ensure_dropout(model: nn.Module, p: float) -> nn.Module:
     return replace_submodule(model, name, new)
 
 
-def _dropout_on(net: nn.Module) -> None:
-    for m in net.modules():
-        if isinstance(m, DROPOUT_TYPES):
-            m.train()
-
-
 TRAINING_METHODS.register(TrainingMethod(
     name="mc_dropout",
     description="dropout kept on at test time, one pass per sample (Gal & Ghahramani)",
     hparams=DropoutHParams, paper=DropoutHParams(epochs=400),
     wrap_model=lambda model, hp: ensure_dropout(model, hp.p),
-    samples=lambda state, k, seed=0: stochastic_passes(state, k, seed, _dropout_on),
+    samples=lambda state, k, seed=0: stochastic_passes(state, k, seed, PerSampleDropout),
     stochastic_passes=True))
 
 

@@ -32,8 +32,15 @@ same everywhere.
 
 Methods with ``independent_runs`` (deep ensembles) yield one network per run: train one run
 per seed. Methods with ``stochastic_passes`` (MC dropout, VI) yield one network whose every
-forward pass is a fresh draw, so a sample is one pass; the sample generator seeds the global
-torch RNG before yielding each pass.
+forward pass is a fresh draw, so a sample is one pass: a :class:`StochasticPass` whose noise is
+drawn per example from its own generator, seeded by (sample seed, pass, example id), so a
+pass over a data set does not depend on batching or sharding and never touches the global
+torch RNG (call it as ``net(x, sample_ids)`` with the examples' data-set indices; without
+them the rows of ``x`` are examples ``0..B-1``).
+
+Under ``DistributedDataParallel`` with uneven shards the loop sets ``state.loss_scale`` to
+``world_size * n_local / n_global`` for each batch, so that DDP's average of the ranks'
+gradients is the gradient of the global batch's mean loss.
 
 Hyper-parameters are frozen dataclasses with the stand-in defaults (every epoch count is the
 paper's CIFAR PreResNet-110 value / 10; learning rates, batch sizes, momenta and weight decays
@@ -69,6 +76,7 @@ __all__ = [
     "OptimizerChain",
     "Recipe",
     "Snapshot",
+    "StochasticPass",
     "TrainState",
     "TrainingMethod",
     "check_fields",
@@ -149,8 +157,10 @@ class Recipe(HParams):
 
     def __post_init__(self):
         super().__post_init__()
-        check_fields(self, positive=("epochs", "lr_init"),
-               choices={"optimizer": OPTIMIZERS, "schedule": SCHEDULES})
+        # epochs = 0: a network started from a checkpoint is used as it is (K-FAC Laplace
+        # around a conventionally trained network)
+        check_fields(self, positive=("lr_init",), nonnegative=("epochs",),
+                     choices={"optimizer": OPTIMIZERS, "schedule": SCHEDULES})
 
 
 def epochs_to_steps(epochs: float, steps_per_epoch: int) -> int:
@@ -249,6 +259,9 @@ class TrainState:
         Laplace); :meth:`TrainingMethod.finish` sets it.
     scaler, autocast
         Optional AMP: a ``torch.amp.GradScaler`` and a context factory for the forward pass.
+    loss_scale : float
+        Factor on the loss before ``backward`` (1; the loop sets it per batch under
+        ``DistributedDataParallel`` with uneven shards, see the module docstring).
     started : float
         ``time.perf_counter()`` at :meth:`TrainingMethod.start` (snapshots' wall time).
     """
@@ -270,6 +283,7 @@ class TrainState:
     bn_loader: Any = None
     scaler: Any = None
     autocast: Callable = contextlib.nullcontext
+    loss_scale: float = 1.0
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -441,12 +455,13 @@ class TrainingMethod:
         with state.autocast():
             loss = self.loss(state, state.model(x), y)
         state.optimizer.zero_grad(set_to_none=True)
+        scaled = loss * state.loss_scale if state.loss_scale != 1.0 else loss
         if state.scaler is not None:
-            state.scaler.scale(loss).backward()
+            state.scaler.scale(scaled).backward()
             state.scaler.step(state.optimizer)
             state.scaler.update()
         else:
-            loss.backward()
+            scaled.backward()
             state.optimizer.step()
         state.step += 1
         self.after_step(state)
@@ -569,19 +584,38 @@ def sample_seed(seed: int, i: int) -> int:
     return derive_seed(seed, i)
 
 
+class StochasticPass(nn.Module):
+    """Pass ``index`` of a stochastic network whose noise is drawn per example.
+
+    ``noise`` is an entered context with ``start_pass(pass_index, sample_ids)`` (e.g.
+    :class:`uqvision.dropout.PerSampleDropout`); each call seeds the noise of the examples
+    ``sample_ids`` (data-set indices, in batch order) for this pass before the forward.
+    """
+
+    def __init__(self, net: nn.Module, noise: Any, index: int):
+        super().__init__()
+        self.net = net
+        self.noise = noise
+        self.index = int(index)
+
+    def forward(self, x: torch.Tensor, sample_ids: Sequence[int] | None = None) -> torch.Tensor:
+        ids = range(len(x)) if sample_ids is None else [int(i) for i in sample_ids]
+        self.noise.start_pass(self.index, ids)
+        return self.net(x)
+
+
 def stochastic_passes(state: TrainState, k: int, seed: int,
-                      activate: Callable[[nn.Module], None]) -> Iterator[nn.Module]:
-    """``k`` passes of one stochastic network: eval mode, then ``activate(net)`` switches its
-    noise on; the global torch RNG is seeded with ``sample_seed(seed, i)`` before pass ``i``
-    is yielded (MC dropout, VI)."""
+                      noise: Callable[[nn.Module, int], Any]) -> Iterator[nn.Module]:
+    """``k`` passes of one stochastic network (MC dropout, VI): :class:`StochasticPass`
+    ``i = 0..k-1`` over the context ``noise(net, seed)`` (entered once; it puts the network
+    in eval mode and switches its noise on, drawn per example from
+    ``derive_seed(seed, i, example id)``)."""
     check_k(k)
     net = state.net
     try:
-        for i in range(k):
-            net.eval()
-            activate(net)
-            torch.manual_seed(sample_seed(seed, i))
-            yield net
+        with noise(net, seed) as source:
+            for i in range(k):
+                yield StochasticPass(net, source, i)
     finally:
         net.eval()
 

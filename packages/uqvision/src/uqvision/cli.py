@@ -166,14 +166,6 @@ def _score_transfer(a: argparse.Namespace):
     return score_transfer_caches(a.caches)
 
 
-@SCORE_PROTOCOLS.register(name="transfer")
-def _score_transfer(a: argparse.Namespace):
-    """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
-    from .transfer import score_transfer_caches
-
-    return score_transfer_caches(a.caches)
-
-
 def _cmd_score(a: argparse.Namespace) -> int:
     from uqmetrics import write_dataset
 

@@ -19,8 +19,8 @@ Examples
 # isort: off
 from . import ensembles  # noqa: F401  (registers first: the paper's order)
 from . import bayesian  # noqa: F401
-from . import representation  # noqa: F401  (URL representation learners, V.4)
 from . import ood  # noqa: F401  (UIMNET algorithms, V.3)
+from . import representation  # noqa: F401  (URL representation learners, V.4)
 # isort: on
 from .bayesian import CSGLDHParams, LaplaceHParams, SWAGHParams, VIHParams
 from .ensembles import DropoutHParams, FGEHParams, SSEHParams

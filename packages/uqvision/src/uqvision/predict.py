@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from uqmetrics import provenance_attrs, write_dataset
 from uqmetrics.registry import Registry
 
 from .cache import cache_dataset, cache_key, read_cache
+from .crop import crop_fractions, crop_transform
 from .data import (
     TTA_POLICIES,
     ImageFolderDataset,
@@ -45,9 +47,9 @@ from .data import (
     flush_denormal,
     tta_transform,
 )
-from .crop import crop_fractions, crop_transform
 from .dropout import PerSampleDropout
-from .models import LoadedModel, ModelSpec, load_model
+from .methods.registry import TRAINING_METHODS, StochasticPass
+from .models import LoadedModel, ModelSpec, read_sidecar
 
 __all__ = [
     "DEFAULT_PASSES",
@@ -69,6 +71,16 @@ class PredictConfig:
     30); ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
     so a member ``k`` of an ensemble can run its own pass ``k``; ``seed`` also seeds the
     MC-dropout masks (sample ``i`` in pass ``r``: ``derive_seed(seed, r, i)``).
+
+    A checkpoint trained by :func:`uqvision.train.train_model` yields its method's prediction
+    samples (snapshots, posterior draws, stochastic passes; one network for a deep-ensemble
+    member): ``samples`` of them from ``first_sample`` on (``None``: every snapshot, 10
+    posterior draws or passes, the network itself), one cache per sample and pass. Sample
+    ``k`` of a run trained with seed ``s`` draws its weights / noise from
+    ``derive_seed(seed, s)`` and its TTA pass ``p`` from ``derive_seed(derive_seed(seed, s,
+    k), p)``, so members and samples never share an augmentation. ``train_data`` is the
+    folder the BatchNorm statistics of sampled weights are recomputed on (SWAG, K-FAC
+    Laplace; default: the run's training folder).
     """
 
     mode: str = "plain"
@@ -82,6 +94,9 @@ class PredictConfig:
     amp: bool = False
     embeddings: bool = False
     allow_random_init: bool = False
+    samples: int | None = None
+    first_sample: int = 0
+    train_data: str | None = None
 
     def __post_init__(self):
         if self.passes is None:
@@ -168,7 +183,11 @@ def _autocast(cfg: PredictConfig, device: str):
                           enabled=cfg.amp)
 
 
-def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool):
+def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None):
+    if isinstance(model, StochasticPass):  # noise drawn per sample: (seed, pass, sample id)
+        if embeddings:
+            raise ValueError("embeddings of stochastic passes are not supported")
+        return model(x, ids), None
     if not embeddings:
         return model(x), None
     if not hasattr(model, "forward_head"):
@@ -192,7 +211,7 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
                 if dropout is not None:
                     dropout.start_pass(r, i.tolist())
                 with _autocast(cfg, device):
-                    z, e = _forward(loaded.model, x, cfg.embeddings and r == 0)
+                    z, e = _forward(loaded.model, x, cfg.embeddings and r == 0, i.tolist())
                 outs.append(z.float().cpu().numpy())
                 if e is not None:
                     embs.append(e.float().cpu().numpy())
@@ -254,28 +273,68 @@ def _crop(loaded, data, cfg, idx, device):
     return [(0, out)]
 
 
+def _n_samples(side: dict, config: PredictConfig) -> tuple[int, bool]:
+    """(number of samples asked for, whether the run has several) from a sidecar alone."""
+    if "method" not in side or config.mode == "mc_dropout":
+        return 1, False
+    if TRAINING_METHODS.lookup(side["method"]).independent_runs:
+        return 1, False
+    default = len(side.get("state_meta", {}).get("snapshots", [])) or 10
+    return (default if config.samples is None else config.samples), True
+
+
+def cache_plan(spec: ModelSpec | str, config: PredictConfig,
+               dataset_name: str) -> list[tuple[int, int, str]]:
+    """``(sample, pass, cache key)`` of every cache :func:`predict_to_files` writes for
+    ``spec`` (read from the checkpoint's sidecar; the model is not loaded)."""
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
+    n, multi = _n_samples(side, config)
+    if n < 1 or config.first_sample < 0:
+        raise ValueError(f"samples must be >= 1 and first_sample >= 0, got {config.samples}, "
+                         f"{config.first_sample}")
+    first = config.first_sample if multi else 0
+    passes = (range(config.first_pass, config.first_pass + config.passes)
+              if config.mode == "tta" else [0])
+    return [(k, p, cache_key(sample_label(spec.row, k, multi), dataset_name, config.mode, p))
+            for k in range(first, first + n) for p in passes]
+
+
+def sample_label(row: str, k: int, multi: bool) -> str:
+    """The ``model`` name of sample ``k`` of a run (``row:00k`` for a run of several)."""
+    return f"{row}:{k:03d}" if multi else row
+
+
 def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
-            *, dataset_name: str | None = None) -> list[xr.Dataset]:
-    """Run ``spec`` over the image folder ``data``; return one cache Dataset per pass.
+            *, dataset_name: str | None = None,
+            only: set[tuple[int, int]] | None = None) -> list[xr.Dataset]:
+    """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Parameters
     ----------
     spec : ModelSpec or str
-        ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`).
+        ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`); a checkpoint
+        of :func:`uqvision.train.train_model` is rebuilt through its method
+        (:func:`uqvision.train.load_run`).
     data : path
         Image folder; its class count must match the checkpoint's head.
     config : PredictConfig
     dataset_name : str, optional
         Name recorded in the cache (default: the folder name, e.g. ``val`` or ``test``).
+    only : set of (sample, pass), optional
+        Compute just these (resume).
 
     Returns
     -------
     list of xarray.Dataset
         ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32,
         ``label`` (sample), optional ``embedding`` (sample, feature); see
-        :mod:`uqvision.cache` for the attrs. Every rank of a torchrun job returns the gathered
-        full result.
+        :mod:`uqvision.cache` for the attrs (``method``, ``run``, ``sample_index`` name the
+        training method, the run and the prediction sample). Every rank of a torchrun job
+        returns the gathered full result.
     """
+    from .train import load_run
+
     config = config or PredictConfig()
     run_mode = PASS_MODES.lookup(config.mode)
     if config.mode == "tta":
@@ -285,27 +344,52 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                          f"{config.batch_size}")
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     folder = ImageFolderDataset(data)  # validates the folder before the model is built
+    name = dataset_name or Path(data).resolve().name
+    plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
+            if only is None or (k, p) in only]
+    wanted = sorted({k for k, _ in plan})
     t0 = time.perf_counter()
+    results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
-        loaded = load_model(spec, num_classes=len(folder.classes), device=device,
-                            allow_random_init=config.allow_random_init, seed=config.seed)
+        run = load_run(spec, num_classes=len(folder.classes), device=device,
+                       train_data=config.train_data, allow_random_init=config.allow_random_init,
+                       seed=config.seed)
         local = shard_indices(len(folder), world, rank)
-        results = [(p, _gather(arrays, world))
-                   for p, arrays in run_mode(loaded, data, config, local, device)]
+        _, multi = _n_samples(run.sidecar, config)
+        noise_seed = config.seed if run.seed is None else derive_seed(config.seed, run.seed)
+        nets = (run.samples(wanted[-1] + 1, noise_seed) if multi and wanted
+                else iter([run.loaded.model] if wanted else []))
+        for k, net in enumerate(nets):
+            if k not in wanted:
+                continue
+            seed_k = config.seed if run.seed is None else derive_seed(config.seed, run.seed, k)
+            loaded = dataclasses.replace(run.loaded, model=net)
+            for p in sorted(p for kk, p in plan if kk == k):
+                cfg = dataclasses.replace(config, seed=seed_k, first_pass=p, passes=1) \
+                    if config.mode == "tta" else dataclasses.replace(config, seed=seed_k)
+                results += [(k, pp, seed_k, _gather(arrays, world))
+                            for pp, arrays in run_mode(loaded, data, cfg, local, device)]
     wall = time.perf_counter() - t0
     fingerprint = dataset_fingerprint(data)
-    name = dataset_name or Path(data).resolve().name
+    n_samples = _n_samples(run.sidecar, config)[0]
     out = []
-    for p, arrays in results:
+    for k, p, seed_k, arrays in results:
         if not np.array_equal(arrays["index"], np.arange(len(folder))):
             raise RuntimeError("gathered predictions do not cover every sample exactly once")
         logits = arrays["logits"] if config.mode == "mc_dropout" else arrays["logits"][0]
-        extra = {**loaded.provenance(), "dataset": str(Path(data).resolve()),
+        recorded = {**asdict(config), "first_sample": k, "samples": 1}
+        if config.mode == "tta":
+            recorded.update(first_pass=p, passes=1)
+        extra = {**run.loaded.provenance(), "model": sample_label(spec.row, k, multi),
+                 "run": spec.row, "method": "mc_dropout" if config.mode == "mc_dropout"
+                 else run.method, "sample_index": int(k), "n_samples": int(n_samples),
+                 "sample_seed": int(seed_k), "train_seed": -1 if run.seed is None else run.seed,
+                 "dataset": str(Path(data).resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
                  "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
                  else 1, "tta_policy": config.tta_policy if config.mode == "tta"
                  else "", "device": device, "world_size": world, "wall_time_s": wall}
-        attrs = provenance_attrs(config=asdict(config), seed=config.seed, extra=extra)
+        attrs = provenance_attrs(config=recorded, seed=config.seed, extra=extra)
         ds = cache_dataset(logits, arrays["label"], samples=folder.sample_ids,
                            classes=folder.classes, embedding=arrays.get("embedding"),
                            crop_fraction=arrays.get("crop_fraction"), attrs=attrs)
@@ -316,33 +400,29 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
                      config: PredictConfig | None = None, *, dataset_name: str | None = None,
                      overwrite: bool = False) -> list[Path]:
-    """:func:`predict` and write each pass to ``out_dir/<cache_key>.nc`` (rank 0 writes).
+    """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
+    writes).
 
-    Passes whose complete file is already there are skipped (resume); if all are there the
-    model is not run at all.
+    Caches whose complete file is already there are skipped (resume): the model runs only
+    for the missing ones, and is not even loaded when none is missing.
     """
     config = config or PredictConfig()
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     name = dataset_name or Path(data).resolve().name
-    passes = [0] if config.mode != "tta" else list(range(config.first_pass,
-                                                         config.first_pass + config.passes))
-    paths = {p: Path(out_dir) / f"{cache_key(spec.row, name, config.mode, p)}.nc" for p in passes}
+    plan = cache_plan(spec, config, name)
+    paths = {(k, p): Path(out_dir) / f"{key}.nc" for k, p, key in plan}
 
-    def done(p: Path) -> bool:
+    def done(path: Path) -> bool:
         try:
-            read_cache(p)
+            read_cache(path)
             return True
         except (FileNotFoundError, ValueError):
             return False
 
-    for p in passes:
-        if not overwrite and done(paths[p]):
-            continue
-        # one TTA pass per call: each file records its own config, and a resumed run computes
-        # exactly the missing passes (reloading the weights is cheap next to a pass over data)
-        one = (PredictConfig(**{**asdict(config), "first_pass": p, "passes": 1})
-               if config.mode == "tta" else config)
-        (ds,) = predict(spec, data, one, dataset_name=name)
-        if int(os.environ.get("RANK", "0")) == 0:
-            write_dataset(ds, paths[p], overwrite=True)
-    return [paths[p] for p in passes]
+    missing = {kp for kp, path in paths.items() if overwrite or not done(path)}
+    if missing:
+        for ds in predict(spec, data, config, dataset_name=name, only=missing):
+            if int(os.environ.get("RANK", "0")) == 0:
+                kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
+                write_dataset(ds, paths[kp], overwrite=True)
+    return list(paths.values())

@@ -209,10 +209,11 @@ class ReproduceResult:
 
 
 def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...]):
-    from ..train import TrainConfig
+    from ..train import ADAMW_RECIPE, TrainConfig
 
     return TrainConfig(
-        arch=job.arch.arch, epochs=sc.epochs, batch_size=sc.batch_size, lr=sc.lr,
+        arch=job.arch.arch, hparams=dict(ADAMW_RECIPE), epochs=sc.epochs,
+        batch_size=sc.batch_size, lr=sc.lr,
         input_size=32, augment="cifar", drop_rate=sc.drop_rate, seed=job.seed, tag=job.tag,
         model_kwargs=job.arch.kwargs,
         label_smoothing=sc.label_smoothing if job.regime == "label_smoothing" else 0.0,

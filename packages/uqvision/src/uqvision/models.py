@@ -31,6 +31,7 @@ __all__ = [
     "LoadedModel",
     "ModelSpec",
     "check_model_name",
+    "existing_checkpoint",
     "file_sha256",
     "has_dropout",
     "load_model",
@@ -140,6 +141,14 @@ def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[st
     return path
 
 
+def existing_checkpoint(spec: ModelSpec) -> str:
+    """``spec.checkpoint`` as a string; ``FileNotFoundError`` when the file does not exist."""
+    ckpt = str(spec.checkpoint)
+    if not Path(ckpt).is_file():
+        raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    return ckpt
+
+
 def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
     """The sidecar of a checkpoint, or ``{}`` when it has none."""
     p = sidecar_path(checkpoint)
@@ -223,9 +232,7 @@ class TimmSource:
         kwargs: dict[str, Any] = {}
         sha = ""
         if spec.checkpoint is not None:
-            ckpt = str(spec.checkpoint)
-            if not Path(ckpt).is_file():
-                raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+            ckpt = existing_checkpoint(spec)
             side = read_sidecar(ckpt)
             cfg = get_pretrained_cfg(spec.model_name)
             keys = _classifier_keys(cfg.classifier if cfg is not None else None)
@@ -306,9 +313,7 @@ class TorchvisionSource:
             tag = ""
         sha = ""
         if spec.checkpoint is not None:
-            ckpt = str(spec.checkpoint)
-            if not Path(ckpt).is_file():
-                raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+            ckpt = existing_checkpoint(spec)
             state = load_state_dict(ckpt)
             probe = torchvision.models.get_model(name, weights=None)
             head = [n for n, m in probe.named_modules() if isinstance(m, nn.Linear)][-1]

@@ -29,6 +29,7 @@ from .models import (
     MODEL_SOURCES,
     LoadedModel,
     ModelSpec,
+    existing_checkpoint,
     file_sha256,
     read_sidecar,
     write_checkpoint,
@@ -214,9 +215,7 @@ class PrototypeSource:
         side: dict[str, Any] = {}
         sha = ""
         if spec.checkpoint is not None:
-            ckpt = str(spec.checkpoint)
-            if not Path(ckpt).is_file():
-                raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+            ckpt = existing_checkpoint(spec)
             side = read_sidecar(ckpt)
             if side.get("format") != _FORMAT:
                 raise ValueError(f"{ckpt!r} has no prototype-classifier sidecar (format "

@@ -1,0 +1,221 @@
+"""The UIMNET algorithms (V.3): each loss equals its definition on a hand-made batch."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from uqvision.methods import TRAINING_METHODS
+from uqvision.methods.ood import (
+    SEARCH_SPACES,
+    UIMNET_ALGORITHMS,
+    FeatureClassifier,
+    MixupNet,
+    mimo_batch,
+    oc_penalty,
+    small_cnn,
+    soft_targets,
+    spectral_normalize,
+)
+
+C = 3
+
+
+def linear_base(d_in=6, d=4):
+    torch.manual_seed(0)
+    return FeatureClassifier(nn.Sequential(nn.Flatten(), nn.Linear(d_in, d), nn.ReLU()), d, C)
+
+
+def batch(n=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 6, generator=g), torch.arange(n) % C
+
+
+def started(name, base=None, **hp):
+    method = TRAINING_METHODS.lookup(name)
+    state = method.start(base if base is not None else linear_base(),
+                         method.hparams_from(**hp), n_train=8, steps_per_epoch=1)
+    return method, state
+
+
+def test_the_ten_algorithms_are_registered_with_search_spaces():
+    assert set(UIMNET_ALGORITHMS) <= set(TRAINING_METHODS.names())
+    rng = np.random.default_rng(0)
+    for name in UIMNET_ALGORITHMS:
+        method = TRAINING_METHODS.lookup(name)
+        hp = method.hparams_from(SEARCH_SPACES.lookup(name)(rng))
+        json.dumps(dataclasses.asdict(hp))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            hp.lr_init = 1.0
+
+
+def test_mixup_loss_is_cross_entropy_to_the_mixed_targets():
+    method, state = started("mixup")
+    x, y = batch()
+    torch.manual_seed(3)
+    out = state.model(x)  # training mode: mixes
+    perm, lam = state.net.mixed
+    assert 0 < lam < 1 and sorted(perm.tolist()) == list(range(8))
+    torch.testing.assert_close(out, state.net.base(lam * x + (1 - lam) * x[perm]))
+    target = lam * F.one_hot(y, C) + (1 - lam) * F.one_hot(y[perm], C)
+    expected = -(target * F.log_softmax(out, -1)).sum(-1).mean()
+    torch.testing.assert_close(method.loss(state, out, y), expected)
+
+
+def test_mixup_native_is_the_mixup_criterion():
+    torch.manual_seed(0)
+    net = MixupNet(linear_base(), alpha=0.5, native_refs=2).eval()
+    x, y = batch(4)
+    net.ref_x, net.ref_y = x[:2].clone(), y[:2].clone()
+    lams = np.random.default_rng(0).beta(0.5, 0.5, 2)
+    f = lambda v: torch.softmax(net.base(v), -1)
+    expected = sum(((lam * f(x) + (1 - lam) * F.one_hot(y[k], C) - f(lam * x + (1 - lam) * x[k]))
+                    ** 2).sum(-1) for k, lam in enumerate(lams)) / 2
+    torch.testing.assert_close(net.native(x), expected.float())
+
+
+def test_soft_labeler_targets_loss_and_overshoot():
+    t = soft_targets(torch.tensor([1, 0]), 4, 0.2)
+    torch.testing.assert_close(t, torch.tensor([[0.05, 0.85, 0.05, 0.05],
+                                                [0.85, 0.05, 0.05, 0.05]]))
+    method, state = started("soft_labeler", smoothing=0.3)
+    x, y = batch()
+    out = state.model(x)
+    t = soft_targets(y, C, 0.3)
+    torch.testing.assert_close(method.loss(state, out, y),
+                               -(t * F.log_softmax(out, -1)).sum(-1).mean())
+    state.net.eval()
+    s1 = torch.softmax(state.net(x), -1).max(-1).values
+    torch.testing.assert_close(state.net.native(x), (s1 - (1 - 0.3 + 0.3 / C)) ** 2)
+
+
+def test_rbf_transforms_the_logits():
+    _, state = started("rbf")
+    x, _ = batch()
+    torch.testing.assert_close(state.model(x), torch.exp(-state.net.base(x) ** 2))
+
+
+def test_mimo_multi_input_batch_loss_and_prediction():
+    x = torch.randn(5, 3, 8, 8)
+    perms = torch.stack([torch.tensor([4, 3, 2, 1, 0]), torch.tensor([1, 2, 3, 4, 0])])
+    stacked = mimo_batch(x, perms)
+    assert stacked.shape == (5, 6, 8, 8)
+    torch.testing.assert_close(stacked[:, 3:], x[perms[1]])
+    method, state = started("mimo", base=small_cnn(C, width=4), members=2)
+    net = state.net
+    y = torch.tensor([0, 1, 2, 0, 1])
+    torch.manual_seed(0)
+    out = state.model(x)
+    assert out.shape == (5, 2, C)
+    torch.testing.assert_close(out, net.member_logits(mimo_batch(x, net.perms)))
+    expected = sum(F.cross_entropy(out[:, m], y[p]) for m, p in enumerate(net.perms))
+    torch.testing.assert_close(method.loss(state, out, y), expected)
+    net.eval()
+    z = net.member_logits(x.repeat(1, 2, 1, 1))
+    torch.testing.assert_close(net(x), torch.log(torch.softmax(z, -1).mean(1)))
+
+
+def test_oc_penalty_is_summed_over_layers_and_in_the_loss():
+    student = nn.Sequential(nn.Linear(4, 2), nn.ReLU(), nn.Linear(2, 2))
+    with torch.no_grad():
+        student[0].weight.copy_(torch.tensor([[1.0, 0, 0, 0], [0, 2.0, 0, 0]]))
+        student[2].weight.copy_(torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
+    # ||diag(1, 4) - I||^2 = 9 ; [[2,1],[1,1]] - I -> 1 + 1 + 1 = 3
+    assert oc_penalty(student).item() == pytest.approx(12.0)
+    method, state = started("oc", layers=2, width=2, aux_weight=0.5, ortho=0.25)
+    x, y = batch()
+    out = state.model(x)
+    net = state.net
+    phi = F.batch_norm(net.base.features(x).detach(), None, None, training=True)
+    certificates = (net.student(phi) ** 2).mean(-1).mean()
+    expected = F.cross_entropy(out, y) + 0.5 * certificates + 0.25 * oc_penalty(net.student)
+    torch.testing.assert_close(method.loss(state, out, y), expected)
+
+
+@pytest.mark.parametrize("kind", ["rnd", "deep_ae"])
+def test_student_losses_and_native_disagreement(kind):
+    method, state = started(kind, width=5, aux_weight=2.0)
+    x, y = batch()
+    out = state.model(x)
+    net = state.net
+    phi = F.batch_norm(net.base.features(x).detach(), None, None, training=True)
+    target = net.teacher(phi) if kind == "rnd" else phi
+    gap = ((net.student(phi) - target) ** 2).mean(-1)
+    torch.testing.assert_close(method.loss(state, out, y),
+                               F.cross_entropy(out, y) + 2.0 * gap.mean())
+    if kind == "rnd":  # the teacher is fixed
+        before = [p.clone() for p in net.teacher.parameters()]
+        method.step(state, x, y)
+        assert all(torch.equal(a, b) for a, b in zip(before, net.teacher.parameters()))
+        assert not any(p.requires_grad for p in net.teacher.parameters())
+
+
+def test_spectral_normalisation_bounds_the_featurizer():
+    torch.manual_seed(0)
+    base = FeatureClassifier(nn.Sequential(nn.Linear(6, 6), nn.ReLU()), 6, C)
+    with torch.no_grad():
+        base.backbone[0].weight.mul_(20)
+    spectral_normalize(base, coeff=2.0)
+    base.train()
+    for _ in range(50):  # power iterations
+        base(torch.randn(4, 6))
+    sigma = torch.linalg.matrix_norm(base.backbone[0].weight, ord=2)
+    assert sigma.item() == pytest.approx(2.0, rel=1e-3)
+    small = FeatureClassifier(nn.Sequential(nn.Linear(6, 6)), 6, C)
+    with torch.no_grad():
+        small.backbone[0].weight.mul_(0.01)
+    raw = small.backbone[0].weight.clone()
+    spectral_normalize(small, coeff=2.0)
+    torch.testing.assert_close(small.backbone[0].weight, raw)  # one-sided: unchanged below
+
+
+@pytest.mark.parametrize("name", UIMNET_ALGORITHMS)
+def test_every_algorithm_trains_with_the_hooks_and_predicts(name):
+    torch.manual_seed(0)
+    method = TRAINING_METHODS.lookup(name)
+    hp = method.hparams_from(epochs=2, batch_size=8)
+    x = torch.randn(16, 3, 8, 8)
+    y = torch.arange(16) % C
+    state = method.start(small_cnn(C, width=4), hp, n_train=16, steps_per_epoch=2, seed=0)
+    while not state.done:
+        for i in (0, 8):
+            loss = method.step(state, x[i:i + 8], y[i:i + 8])
+        method.end_epoch(state)
+    assert torch.isfinite(loss)
+    method.finish(state, [(x[:8], y[:8])], None)
+    net = next(iter(method.samples(state, 1, 0))) if not method.stochastic_passes else state.net
+    with torch.no_grad():
+        z = net(x)
+        assert z.shape == (16, C) and torch.isfinite(z).all()
+        assert net.features(x).shape == (16, 16)
+        if hasattr(net, "native") and name not in ("erm", "mimo", "rbf", "mc_dropout"):
+            u = net.native(x)
+            assert u.shape == (16,) and torch.isfinite(u).all() and (u >= 0).all()
+
+
+def test_due_loss_is_the_negative_elbo_and_predictions_are_distributions():
+    import gpytorch
+
+    method = TRAINING_METHODS.lookup("due")
+    torch.manual_seed(0)
+    state = method.start(small_cnn(C, width=4), method.hparams_from(inducing=4), n_train=16,
+                         steps_per_epoch=1)
+    x, y = torch.randn(8, 3, 8, 8), torch.arange(8) % C
+    out = state.model(x)
+    net = state.net
+    elbo = gpytorch.mlls.VariationalELBO(net.likelihood, net.gp, num_data=16)
+    torch.manual_seed(5)  # the softmax likelihood's expectation is a Monte-Carlo estimate
+    loss = method.loss(state, out, y)
+    torch.manual_seed(5)
+    torch.testing.assert_close(loss, -elbo(out, y))
+    net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.logsumexp(net(x), -1), torch.zeros(8), atol=1e-5,
+                                   rtol=0)
+        torch.testing.assert_close(net.native(x), net.gp(net.features(x)).variance.sum(-1))
+    # DUE always normalises its featurizer
+    assert any(hasattr(m, "parametrizations") for m in net.base.backbone.modules())

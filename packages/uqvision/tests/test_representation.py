@@ -17,7 +17,6 @@ from uqvision.methods.representation import (
     hib_loss,
     hib_match_probability,
     infonce_loss,
-    train_with_hooks,
 )
 from uqvision.vmf import elk_sim, log_iv, sample_vmf, vmf_log_normalizer
 
@@ -166,7 +165,12 @@ def test_every_method_trains_and_predicts(name):
     hp = tm.hparams_from(epochs=2, batch_size=8, samples=4) if "samples" in {
         f for f in tm.hparams.__dataclass_fields__} else tm.hparams_from(epochs=2, batch_size=8)
     model = build_model(name, _Tiny(), 4, hp)
-    state = train_with_hooks(tm, model, hp, loader, seed=0)
+    state = tm.start(model, hp, n_train=16, steps_per_epoch=len(loader), seed=0)
+    while not state.done:  # the hooks as uqvision.methods.registry documents them
+        for xb, yb in loader:
+            assert torch.isfinite(tm.step(state, xb, yb))
+        tm.end_epoch(state)
+    tm.finish(state, loader, None)
     assert state.step == 4
     logits, u, e = model.predict(x)
     assert logits.shape == (16, 4) and u.shape == (16,) and e.shape == (16, 6)

@@ -319,7 +319,7 @@ def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:
     for info in index_caches(paths):
         with xr.open_dataset(info.path) as ds:
             a = dict(ds.attrs)
-        if "method" not in a:
+        if "run_seed" not in a:  # not a transfer cache
             continue
         name, _, split = str(a["dataset_name"]).rpartition("-")
         key = (str(a["method"]), int(a["config"]), int(a["run_seed"]))

@@ -3,7 +3,8 @@
 Names as in the issue: ``ce``, ``infonce``, ``mcinfonce``, ``elk``, ``nivmf``, ``hib``,
 ``hetxl``, ``sngp``, ``losspred``, ``ensemble``, ``mcdropout``. Each fine-tunes a
 :class:`uqvision.uheads.URLModel` (build it with :func:`build_model` from a backbone that maps
-images to embeddings) with the paper's recipe shape: Lamb (``timm.optim.Lamb``), the learning
+images to embeddings; ``uqvision.train.train_model`` does it through the method's
+``wrap_model`` hook from a timm classifier checkpoint) with the paper's recipe shape: Lamb (``timm.optim.Lamb``), the learning
 rate held low for the first epochs, warmed up, then cosine-annealed (``warmup_cosine``), and
 ``accumulate`` micro-batches per optimiser step (the paper: 16 x 128 = 2048; the CPU stand-in
 defaults are smaller). Losses follow the paper's appendix B, equations (1)-(8); u is the
@@ -49,7 +50,6 @@ __all__ = [
     "hib_loss",
     "hib_match_probability",
     "infonce_loss",
-    "train_with_hooks",
     "two_views",
     "warmup_cosine_lr",
 ]
@@ -409,13 +409,26 @@ def _sngp_post_fit(state, train_loader, val_loader) -> None:
     head.finalize()
 
 
+def _wrapper(name: str):
+    def wrap(model: nn.Module, hp) -> URLModel:
+        """A timm classifier (or an embedding backbone) -> the method's URLModel."""
+        if isinstance(model, URLModel):
+            return model
+        n_classes = int(model.num_classes)
+        model.reset_classifier(0)
+        device = next(model.parameters()).device
+        return build_model(name, model, n_classes, hp).to(device)
+
+    return wrap
+
+
 def _register(name, description, hparams, head, loss, views=1, post_fit=None) -> None:
     _SPECS[name] = _Spec(head, views)
     extra = {"post_fit": post_fit} if post_fit else {}
     TRAINING_METHODS.add(name, TrainingMethod(
         name=name, description=description, hparams=hparams, samples=_single,
-        total_steps=_total_steps, lr_at=_lr_at, make_optimizer=_make_optimizer,
-        before_step=_before_step, loss=loss, **extra))
+        total_steps=_total_steps, lr_at=_lr_at, wrap_model=_wrapper(name),
+        make_optimizer=_make_optimizer, before_step=_before_step, loss=loss, **extra))
 
 
 _register("ce", "URL: cross-entropy, u = class entropy (eq. B.1)", URLHParams, "linear", _ce)
@@ -439,22 +452,3 @@ _register("ensemble", "URL: 10 heads on one backbone, mean probability under CE 
           EnsembleHParams, "ensemble", _ce)
 _register("mcdropout", "URL: dropout before the classifier, 10 passes averaged (B.11)",
           MCDropoutHParams, "dropout", _ce)
-
-
-def train_with_hooks(method: TrainingMethod, model: URLModel, hp, train_loader, *, seed: int,
-                     val_loader=None):
-    """The documented minimal loop over a method's hooks (until train.py's one loop lands).
-
-    Returns the finished :class:`~uqvision.methods.registry.TrainState` (model in eval mode).
-    """
-    state = method.start(model, hp, n_train=len(train_loader.dataset),
-                         steps_per_epoch=len(train_loader), seed=seed)
-    while not state.done:
-        for x, y, *_ in train_loader:
-            method.step(state, x.to(state.device), y.to(state.device))
-            if state.done:
-                break
-        method.end_epoch(state)
-    method.finish(state, train_loader, val_loader)
-    return state
-

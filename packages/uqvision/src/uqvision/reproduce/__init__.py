@@ -47,7 +47,8 @@ class Reproduction:
 REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
 
 #: Modules that register a driver when imported (add one line per new driver module).
-DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective", "uqvision.reproduce.uimnet"]
+DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective", "uqvision.reproduce.uimnet",
+                             "uqvision.reproduce.url"]
 
 
 def load_drivers() -> Registry[Reproduction]:

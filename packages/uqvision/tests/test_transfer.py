@@ -1,0 +1,125 @@
+"""The URL transfer protocol (V.4): retrieval conventions, the crop mode, scoring, the driver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader
+from uqmetrics import nearest_neighbour_correct, r_auroc_score, recall_at_1_score
+
+from uqvision.cache import cache_dataset, read_cache
+from uqvision.cli import main
+from uqvision.crop import CROP_RANGE, crop_fractions, crop_transform
+from uqvision.data import ImageFolderDataset, make_synthetic_folder
+from uqvision.predict import PredictConfig, predict
+from uqvision.transfer import CONSTANT_U, score_transfer, select_configs
+
+
+def test_recall_at_1_excludes_the_query_even_with_duplicates():
+    e = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    # each sample's only identical embedding has the other class: the query itself would match
+    assert recall_at_1_score(e, [0, 1, 1, 0]) == 0.0
+    assert recall_at_1_score(e, [0, 0, 1, 1]) == 1.0
+
+
+def test_error_indicator_u_scores_r_auroc_one():
+    rng = np.random.default_rng(0)
+    e, y = rng.normal(size=(200, 5)), rng.integers(0, 4, 200)
+    wrong = ~nearest_neighbour_correct(e, y)
+    assert 0 < wrong.mean() < 1
+    assert r_auroc_score(e, y, wrong.astype(float)) == 1.0
+    assert r_auroc_score(e, y, np.zeros(200)) == 0.5
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_synthetic_folder(tmp_path_factory.mktemp("crop") / "syn", n_classes=2,
+                                 n_per_class=4, image_size=24) / "test"
+
+
+def test_crop_fractions_reproducible_and_batch_independent(folder):
+    f = crop_fractions(7, range(8))
+    assert ((f >= CROP_RANGE[0]) & (f <= CROP_RANGE[1])).all()
+    np.testing.assert_array_equal(f, crop_fractions(7, range(8)))
+    assert not np.allclose(f, crop_fractions(8, range(8)))
+    np.testing.assert_array_equal(crop_fractions(7, [5, 2]), f[[5, 2]])
+    import torchvision.transforms as T
+
+    ds = ImageFolderDataset(folder, crop_transform(T.ToTensor()), augment_seed=7)
+    one = torch.cat([x for x, *_ in DataLoader(ds, batch_size=1)])
+    three = torch.cat([x for x, *_ in DataLoader(ds, batch_size=3)])
+    torch.testing.assert_close(one, three, rtol=0, atol=0)
+    plain = ImageFolderDataset(folder, T.ToTensor())
+    assert not torch.equal(one, torch.stack([plain[i][0] for i in range(len(plain))]))
+
+
+def test_crop_pass_mode_records_fractions(folder):
+    cfg = dict(mode="crop", seed=3, allow_random_init=True)
+    a = predict("test_resnet", folder, PredictConfig(batch_size=3, **cfg))[0]
+    b = predict("test_resnet", folder, PredictConfig(batch_size=8, **cfg))[0]
+    np.testing.assert_allclose(a["crop_fraction"], crop_fractions(3, range(a.sizes["sample"])),
+                               rtol=1e-6)
+    np.testing.assert_allclose(a["logits"], b["logits"], rtol=1e-4, atol=1e-5)
+
+
+def _caches(rng, n=40, c=4, d=6, u=None, bad_val=False):
+    """One run's caches: embeddings near their class centre, u given or random; ``bad_val``:
+    validation embeddings in identical pairs of different classes (R@1 = 0)."""
+    out = {}
+    for key in [("upstream", "test", "plain"), ("a", "val", "plain"), ("a", "test", "plain"),
+                ("a", "test", "crop")]:
+        y = np.arange(n) % c
+        e = np.eye(c, d)[y] + 1.5 * rng.normal(size=(n, d))
+        if bad_val and key[1] == "val":
+            e = np.repeat(rng.normal(size=(n // 2, d)), 2, axis=0)
+        uu = rng.normal(size=n) if u is None else u(e, y)
+        out[key] = cache_dataset(None, y, samples=[f"{i}" for i in range(n)],
+                                 classes=[f"c{j}" for j in range(c)], embedding=e,
+                                 uncertainty=uu, attrs={"model": "m", "dataset_name": key[0],
+                                                        "mode": key[2], "pass_index": 0})
+    return out
+
+
+def test_score_transfer_control_row_and_selection():
+    rng = np.random.default_rng(0)
+    oracle = lambda e, y: (~nearest_neighbour_correct(e, y)).astype(float)  # noqa: E731
+    runs = {("ce", 0, 0): _caches(rng), ("ce", 1, 0): _caches(rng, u=oracle),
+            ("elk", 0, 0): _caches(rng), ("elk", 1, 0): _caches(rng, u=oracle, bad_val=True)}
+    ds = score_transfer(runs, ["a"])
+    assert list(ds["method"].values) == ["ce", "elk", CONSTANT_U]
+    assert ds["r_auroc"].sel({"method": CONSTANT_U}).item() == 0.5
+    assert ds["auroc"].sel({"method": CONSTANT_U}).item() == 0.5
+    assert ds["selected_config"].values.tolist() == [1, 0, -1]  # elk's oracle fails R@1 >= 0.1
+    assert ds["r_auroc"].sel({"method": "ce"}).item() == 1.0
+    assert ds["all_val_recall_at_1"].sel({"method": "elk"}).values[1].item() == 0.0
+
+
+def test_select_configs_none_qualifies():
+    low = xr.DataArray(np.full((1, 2, 1, 1), 0.05), dims=("method", "config", "dataset", "seed"))
+    assert select_configs(low, low).values.tolist() == [-1]
+
+
+def test_reproduce_url_smoke_and_cli_score(tmp_path):
+    from uqvision.reproduce import load_drivers
+
+    out = tmp_path / "url"
+    path = load_drivers().lookup("url").run(out, scale="smoke",
+                                            options={"methods": "ce,losspred"})
+    ds = xr.open_dataset(path)
+    for v in ("recall_at_1", "r_auroc", "crop_consistency", "human_alignment",
+              "upstream_r_auroc", "auroc"):
+        assert v in ds and f"{v}_mean" in ds
+    assert ds["r_auroc"].sel({"method": CONSTANT_U}).values.ravel().tolist() == [0.5, 0.5]
+    cache = read_cache(next((out / "caches").glob("*down_a-test.crop-000.nc")))
+    np.testing.assert_allclose(cache["crop_fraction"],
+                               crop_fractions(0, range(cache.sizes["sample"])), rtol=1e-6)
+    assert {"embedding", "uncertainty"} <= set(cache.data_vars) and "logits" not in cache
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "fig1_r_auroc.png", "fig2_r_auroc_vs_recall.png", "fig4_upstream_vs_downstream.png"]
+    assert main(["score", "--protocol", "transfer", "--caches", str(out / "caches"),
+                 "--out", str(tmp_path / "t.nc")]) == 0
+    again = xr.open_dataset(tmp_path / "t.nc")
+    xr.testing.assert_allclose(again["r_auroc"], ds["r_auroc"])
+    xr.testing.assert_allclose(again["human_alignment"], ds["human_alignment"])

@@ -411,18 +411,22 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         log(f"data: {data} ({len(info.classes)} classes)")
         teachers, jobs = plan_zoo(sc, seed)
         models = out / "models"
-        t_cfgs = [_train_config(j, sc, ()) for j in teachers]
-        t_ckpts = _train_all(teachers, t_cfgs, data, models, workers, threads, log)
-        teacher_specs = tuple(f"{j.arch.arch}={t_ckpts[j.tag]}" for j in teachers)
-        cfgs = [_train_config(j, sc, teacher_specs) for j in jobs]
-        ckpts = _train_all(jobs, cfgs, data, models, workers, threads, log)
+        # the students wait for their teachers; everything else trains alongside the teachers
+        teacher_specs = tuple(f"{j.arch.arch}={models / f'{j.tag}.safetensors'}"
+                              for j in teachers)
+        first = teachers + [j for j in jobs if j.regime != "distill"]
+        second = [j for j in jobs if j.regime == "distill"]
+        ckpts = {}
+        for stage in (first, second):
+            ckpts |= _train_all(stage, [_train_config(j, sc, teacher_specs) for j in stage],
+                                data, models, workers, threads, log)
 
         caches = out / "caches"
         test = info.splits["test"]
         pred = PredictConfig(batch_size=256)
         paths: dict[str, Path] = {}
         for j in teachers + jobs:
-            (paths[j.key],) = predict_to_files(f"{j.arch.arch}={(t_ckpts | ckpts)[j.tag]}",
+            (paths[j.key],) = predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}",
                                                test, caches, pred, dataset_name="test")
             if j.arch.mc_dropout and j.regime == "plain" and not j.teacher_member:
                 predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,

@@ -32,7 +32,7 @@ def crop_fractions(seed: int, indices, low: float = CROP_RANGE[0],
     Examples
     --------
     >>> f = crop_fractions(0, [0, 1, 2])
-    >>> bool(((f >= 0.1) & (f <= 0.75)).all()), crop_fractions(0, [2])[0] == f[2]
+    >>> bool(((f >= 0.1) & (f <= 0.75)).all()), bool(crop_fractions(0, [2])[0] == f[2])
     (True, True)
     """
     return np.array([_fraction(torch.Generator().manual_seed(derive_seed(seed, int(i))), low, high)

@@ -175,3 +175,11 @@ def test_every_method_trains_and_predicts(name):
     logits, u, e = model.predict(x)
     assert logits.shape == (16, 4) and u.shape == (16,) and e.shape == (16, 6)
     assert torch.isfinite(u).all() and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name, bad", [("hib", "samples=0"), ("infonce", "t=-1"),
+                                       ("mcdropout", "dropout=1.0"), ("ce", "u=nope"),
+                                       ("ensemble", "heads=0")])
+def test_bad_hyper_parameters_name_the_field(name, bad):
+    with pytest.raises(ValueError, match=bad.split("=")[0] if bad[0] != "u" else "nope"):
+        TRAINING_METHODS.lookup(name).hparams_from([bad])

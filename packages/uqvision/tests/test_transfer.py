@@ -56,7 +56,7 @@ def test_crop_fractions_reproducible_and_batch_independent(folder):
 
 
 def test_crop_pass_mode_records_fractions(folder):
-    cfg = dict(mode="crop", seed=3, allow_random_init=True)
+    cfg = {"mode": "crop", "seed": 3, "allow_random_init": True}
     a = predict("test_resnet", folder, PredictConfig(batch_size=3, **cfg))[0]
     b = predict("test_resnet", folder, PredictConfig(batch_size=8, **cfg))[0]
     np.testing.assert_allclose(a["crop_fraction"], crop_fractions(3, range(a.sizes["sample"])),
@@ -84,7 +84,7 @@ def _caches(rng, n=40, c=4, d=6, u=None, bad_val=False):
 
 def test_score_transfer_control_row_and_selection():
     rng = np.random.default_rng(0)
-    oracle = lambda e, y: (~nearest_neighbour_correct(e, y)).astype(float)  # noqa: E731
+    oracle = lambda e, y: (~nearest_neighbour_correct(e, y)).astype(float)
     runs = {("ce", 0, 0): _caches(rng), ("ce", 1, 0): _caches(rng, u=oracle),
             ("elk", 0, 0): _caches(rng), ("elk", 1, 0): _caches(rng, u=oracle, bad_val=True)}
     ds = score_transfer(runs, ["a"])

@@ -154,9 +154,14 @@ class URLHParams(HParams):
 
     def __post_init__(self):
         super().__post_init__()
-        check_fields(self, positive=("epochs", "lr", "accumulate"),
+        own = {f for f in ("t", "samples", "rank", "features", "ridge", "heads", "passes")
+               if hasattr(self, f)}
+        check_fields(self, positive=("epochs", "lr", "accumulate", *sorted(own)),
+                     nonnegative=tuple(f for f in ("lam",) if hasattr(self, f)),
                      choices={"optimizer": OPTIMIZERS, "schedule": SCHEDULES,
                               "u": U_FUNCTIONS})
+        if not 0 <= getattr(self, "dropout", 0) < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
 @dataclass(frozen=True)

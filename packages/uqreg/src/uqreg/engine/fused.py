@@ -19,6 +19,10 @@ tensors per step. Here, for the ``B`` networks of a chunk:
   ``λ·W`` to the weights' gradients in one op over the weights' part of the flat buffer;
 * the k→1 output layer is a reduction over k (forward) and over the rows (its weight
   gradient), never a GEMV;
+* no op whose rounding may differ between a kernel's vectorised body and its scalar tail
+  (``torch.sigmoid``, multiply-adds such as ``addcmul`` or ``add(alpha=)``) runs over a
+  tensor whose flattened position depends on the chunk: :func:`~uqreg.engine.heads.sigmoid`
+  and separate multiplies and adds instead, so a network's bits do not depend on its chunk;
 * each head (:data:`FUSED_HEADS`, one per entry of :data:`~uqreg.engine.heads.HEADS`) draws its
   noise with the registered head's own ``draw``, and writes its forward and the backward of its
   forward and of its regulariser by hand; FGSM (``fgsm_step``) takes the input gradient
@@ -39,7 +43,7 @@ import torch
 
 from ..registry import Registry
 from .config import TrainConfig
-from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha
+from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha, sigmoid
 from .network import BatchedMLP
 from .samplers import SAMPLERS
 
@@ -332,14 +336,15 @@ class FusedConcrete(FusedHead):
     name = "concrete"
 
     def buffers(self, b, n, k, kw):
-        return {name: torch.empty(b, n, k, **kw) for name in ("z", "keep", "ht", "tmp")}
+        return {name: torch.empty(b, n, k, **kw) for name in ("keep", "ht", "tmp")}
 
     def forward(self, ws, h, noise):
         eps, t = CONCRETE_EPS, ws.cfg.concrete_temperature
-        p = torch.sigmoid(ws.hp["p_logit"])  # (B, 1, 1)
-        z, keep = ws.buf["z"], ws.buf["keep"]
-        torch.log(noise + eps, out=z)
-        z.sub_(torch.log1p(-noise + eps)).add_(torch.log(p + eps) - torch.log1p(-p + eps)).div_(t).sigmoid_()
+        p = sigmoid(ws.hp["p_logit"])  # (B, 1, 1)
+        logit = torch.log(noise + eps, out=ws.buf["tmp"])
+        logit.sub_(torch.log1p(-noise + eps)).add_(torch.log(p + eps) - torch.log1p(-p + eps)).div_(t)
+        ws.buf["z"] = z = sigmoid(logit)
+        keep = ws.buf["keep"]
         torch.mul(z, -1.0, out=keep)
         keep.add_(1.0).div_(1.0 - p)
         return ws.output_forward(torch.mul(h, keep, out=ws.buf["ht"]))
@@ -350,7 +355,7 @@ class FusedConcrete(FusedHead):
         d = ws.output_backward(ws.buf["ht"], g, acc)  # dJ/dh̃
         torch.mul(d, ws.head_input, out=dkeep)  # dJ/dkeep
         d.mul_(keep)
-        p = torch.sigmoid(ws.hp["p_logit"])
+        p = sigmoid(ws.hp["p_logit"])
         s_keep = (dkeep * keep).sum(dim=(1, 2), keepdim=True)
         s_z = (dkeep * z * (1.0 - z)).sum(dim=(1, 2), keepdim=True)
         da = 1.0 / (p + eps) + 1.0 / (1.0 - p + eps)
@@ -358,7 +363,7 @@ class FusedConcrete(FusedHead):
         _write(ws.ghp["p_logit"], dp * p * (1.0 - p), acc)
 
     def regulariser_backward(self, ws):
-        p = torch.sigmoid(ws.hp["p_logit"])
+        p = sigmoid(ws.hp["p_logit"])
         w = ws.W[-1]
         s2 = ws.sigma * ws.sigma
         c_w = s2 * ws.cfg.concrete_length_scale**2 / (2.0 * ws.n_train)
@@ -387,7 +392,8 @@ class FusedVariational(FusedHead):
 
     def buffers(self, b, n, k, kw):
         return {"h2a": torch.empty(b, n, k, **kw), "tmp": torch.empty(b, n, k, **kw),
-                "std": torch.empty(b, n, 1, **kw), "s": torch.empty(b, n, 1, **kw)}
+                "std": torch.empty(b, n, 1, **kw), "s": torch.empty(b, n, 1, **kw),
+                "spread": torch.empty(b, n, 1, **kw)}
 
     @staticmethod
     def _in_range(log_alpha):
@@ -402,7 +408,7 @@ class FusedVariational(FusedHead):
         torch.mul(buf["h2a"], w2, out=buf["tmp"])
         torch.sum(buf["tmp"], 2, keepdim=True, out=buf["std"])
         buf["std"].add_(1e-12).sqrt_()
-        return ws.output_forward(h).addcmul_(buf["std"], buf["noise"])
+        return ws.output_forward(h).add_(torch.mul(buf["std"], buf["noise"], out=buf["spread"]))
 
     def backward(self, ws, g, acc):
         buf = ws.buf
@@ -410,9 +416,8 @@ class FusedVariational(FusedHead):
         s = torch.mul(g, buf["noise"], out=buf["s"]).div_(buf["std"]).mul_(0.5)
         big_s = torch.mul(buf["h2a"], s, out=buf["tmp"]).sum(dim=1, keepdim=True)  # (B, 1, k)
         d = ws.output_backward(ws.head_input, g, acc)
-        ws.gW[-1].transpose(1, 2).add_(w_t * big_s, alpha=2.0)
-        torch.mul(ws.head_input, buf["alpha"], out=buf["tmp"]).mul_(s).mul_(w_t.pow(2))
-        d.add_(buf["tmp"], alpha=2.0)
+        ws.gW[-1].transpose(1, 2).add_(w_t * big_s * 2.0)
+        d.add_(torch.mul(ws.head_input, buf["alpha"], out=buf["tmp"]).mul_(s).mul_(w_t.pow(2)).mul_(2.0))
         la = ws.hp["log_alpha"]
         _write(ws.ghp["log_alpha"], w_t.pow(2) * big_s * self._in_range(la), acc)
 
@@ -420,9 +425,9 @@ class FusedVariational(FusedHead):
         k1, k2, k3 = MOLCHANOV_K
         raw = ws.hp["log_alpha"]
         la = clipped_log_alpha(raw)
-        s = torch.sigmoid(k2 + k3 * la)
-        d_neg_kl = k1 * k3 * s * (1.0 - s) + 0.5 * torch.sigmoid(-la)
-        ws.ghp["log_alpha"].sub_(d_neg_kl * self._in_range(raw), alpha=ws.sigma * ws.sigma / ws.n_train)
+        s = sigmoid(k2 + k3 * la)
+        d_neg_kl = k1 * k3 * s * (1.0 - s) + 0.5 * sigmoid(-la)
+        ws.ghp["log_alpha"].sub_(d_neg_kl * self._in_range(raw) * (ws.sigma * ws.sigma / ws.n_train))
 
 
 FUSED_HEADS: Registry[FusedHead] = Registry("fused head")

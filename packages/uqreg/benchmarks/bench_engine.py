@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import os
 import resource
 import sys
 import threading
@@ -104,6 +105,11 @@ def best_threads(fn) -> tuple[float, int]:
         finally:
             torch.set_num_threads(old)
     return min(results)
+
+
+def _load() -> str:
+    """The 1-minute load average (the machine may be shared), or '?'."""
+    return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "?"
 
 
 def widths_of(input_dim: int, cfg: TrainConfig) -> tuple[int, ...]:
@@ -366,7 +372,8 @@ def main(argv=None) -> int:
     ens = get_method("ens")
     y1 = inst.targets([0])
     print(f"device={a.device} torch={torch.__version__} backend={cfg.backend} chunk={cfg.chunk_networks} "
-          f"workers={make_plan(ens.job(inst, y1, [0], cfg, epochs=1)).workers} torch threads={torch.get_num_threads()}")
+          f"workers={make_plan(ens.job(inst, y1, [0], cfg, epochs=1)).workers} torch threads={torch.get_num_threads()} "
+          f"load average={_load()}")
 
     # warm-up (imports, allocator, vmap tracing) and the vmap peer's equality with the loop peer
     time_training(ens.job(inst, y1, [0], replace(cfg, members=8), epochs=3))
@@ -444,6 +451,7 @@ def main(argv=None) -> int:
             print("    targets (>= 0.90 of the GEMM roofline, >= 1.5x the vmap peer) not both reached;\n"
                   "    see the README's performance section.")
 
+    print(f"\nload average at the end: {_load()}")
     print(f"\nRESULT speedup_vs_loop={speedup:.1f} speedup_vs_vmap={speedup_vmap:.2f} "
           f"fraction_of_gemm_roofline={frac_roof:.3f} fraction_of_matmul_peak={frac_peak:.3f}")
     return 0

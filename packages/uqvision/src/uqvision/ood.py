@@ -153,6 +153,7 @@ def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
         ds[f"oracle_{n}"] = ("data_seed", vals + [np.nan] * (len(seeds) - len(vals)))
     out = xr.concat([ds.mean("data_seed"), ds.std("data_seed", ddof=1)],
                     dim=xr.DataArray(["mean", "std"], dims="stat", name="stat"))
+    out = out.transpose(..., "stat")
     out.attrs = {**provenance_attrs(config={"ks": list(ks)}),
                  "n_data_seeds": len(seeds),
                  "conventions": "S.1 in-domain on in-domain test, tau fitted on in-domain "

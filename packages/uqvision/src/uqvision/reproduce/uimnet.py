@@ -77,9 +77,9 @@ class UimnetScale:
 
 UIMNET_SCALES = {
     "smoke": UimnetScale(),
-    "cpu": UimnetScale(data_scale="cpu", epochs=6, extractor_epochs=6, batch_size=64, width=16,
-                       trials=3, data_seeds=2, spectral="0,1", mc_passes=8, tta=4,
-                       jacobian_max=300, workers=2),
+    "cpu": UimnetScale(data_scale="cpu", epochs=5, extractor_epochs=6, batch_size=64, width=8,
+                       trials=3, data_seeds=2, spectral="0", mc_passes=8, tta=4,
+                       jacobian_max=64, workers=2),
 }
 
 
@@ -268,6 +268,7 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
     from safetensors.torch import save_file
 
     sc = UimnetScale(**scale)
+    torch.set_num_threads(1)  # one Dask worker = one core
     t0 = time.perf_counter()
     data, ins = _cell_data(root, split_file, seed, sc.input_size)
     method = TRAINING_METHODS.lookup(algorithm)
@@ -303,6 +304,7 @@ def oracle_cell(*, seed: int, root: str, split_file: str, scale: dict, arch: str
     """The upper reference: an ERM classifier trained to tell in-domain (0) from out-domain
     (1) training images; u = p(out) on the three evaluation sets."""
     sc = UimnetScale(**scale)
+    torch.set_num_threads(1)
     data, _ = _cell_data(root, split_file, seed, sc.input_size, oracle=True)
     (xi, _), (xo, _) = data["in_train"], data["out_train"]
     x = torch.cat([xi, xo])
@@ -369,6 +371,7 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
                   seed: int, input_size: int, device: str) -> xr.Dataset:
     """Top-k selection recorded, τ̂ on in-domain validation, and the Jacobian measure of the
     ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set."""
+    torch.set_num_threads(1)
     paths = select_runs([Path(r) for r in runs], k)
     members = [read_dataset(p) for p in paths]
     y_val = members[0]["in_val_label"].values

@@ -1,0 +1,102 @@
+"""``uqvision reproduce uimnet`` at the smoke scale: split, runs, ensembles, ood.nc (V.3)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+from uqmetrics import read_dataset
+
+from uqvision.cli import main
+from uqvision.measures import MEASURES
+from uqvision.ood import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
+from uqvision.reproduce import load_drivers
+from uqvision.split import read_index_file, read_split
+
+#: the smoke scale cut to two algorithms (every algorithm trains in test_ood_methods); the full
+#: smoke run is ``uqvision reproduce uimnet --scale smoke``
+OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8"}
+
+
+@pytest.fixture(scope="module")
+def uimnet(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uimnet")
+    path = load_drivers().lookup("uimnet").run(out, scale="smoke", options=OPTIONS,
+                                               log=lambda *a: None)
+    return out, path
+
+
+def test_split_and_index_files(uimnet):
+    out, _ = uimnet
+    split = read_split(out / "split.json")
+    ins, outs = split["in_classes"], split["out_classes"]
+    assert len(ins) == len(outs) > 0 and not set(ins) & set(outs)
+    assert (out / "caches" / "extractor.train.plain-000.nc").exists()
+    for seed in (0, 1):
+        tr = read_index_file(out / "index" / f"seed{seed}.train.json")
+        va = read_index_file(out / "index" / f"seed{seed}.val.json")
+        assert not set(tr["indices"]) & set(va["indices"]) and tr["classes"] == ins
+    # the CLI recomputes the same split from the cached embeddings
+    assert main(["split", "--embeddings", str(out / "caches" / "extractor.train.plain-000.nc"),
+                 "--out", str(out / "again.json")]) == 0
+    assert read_split(out / "again.json")["in_classes"] == ins
+
+
+def test_ood_nc_has_every_metric_over_its_dims(uimnet):
+    out, path = uimnet
+    ds = read_dataset(path)
+    assert ds.algorithm.values.tolist() == ["erm", "mc_dropout"]
+    assert ds.measure.values.tolist() == MEASURES.names()
+    for name in IN_DOMAIN_METRICS:
+        assert ds[name].dims == ("algorithm", "k", "calibration", "spectral", "stat")
+    for name in OUT_DOMAIN_METRICS:
+        assert ds[name].dims == ("algorithm", "measure", "k", "calibration", "spectral", "stat")
+        assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
+    mean = ds.sel(stat="mean")
+    assert np.isfinite(mean["acc1"]).all() and np.isfinite(mean["auc"].sel(measure="entropy")).all()
+    # temperature scaling never changes top-1 accuracy
+    xr.testing.assert_allclose(mean["acc1"].sel(calibration="none", drop=True),
+                               mean["acc1"].sel(calibration="temperature", drop=True))
+    # ERM single networks have no native measure; ensembles and MC dropout do
+    assert np.isnan(mean["auc"].sel(algorithm="erm", measure="native", k=1)).all()
+    assert np.isfinite(mean["auc"].sel(algorithm="mc_dropout", measure="native", k=1)).all()
+    assert (out / "tables.md").read_text().count("| erm |") >= 8
+
+
+def test_out_as_out_counts_out_domain_images(uimnet):
+    """Recompute entropy, θ and OutAsOut by hand from one ensemble cell's run caches."""
+    out, path = uimnet
+    ds = read_dataset(path)
+    values = []
+    for seed in (0, 1):
+        cell = read_dataset(out / "caches" / "ensembles" / f"erm.sn0.s{seed}.k1.nc")
+        run = read_dataset(json.loads(cell.attrs["members"])[0])
+
+        def entropy(split, run=run):
+            z = run[f"{split}_logits"].values.astype(np.float64)
+            p = np.exp(z - z.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            return -(p * np.log(np.where(p > 0, p, 1))).sum(1)
+
+        theta = np.quantile(entropy("in_val"), 0.95)
+        values.append(np.mean(entropy("out_test") > theta))
+    got = ds["out_as_out"].sel(algorithm="erm", measure="entropy", k=1, calibration="none",
+                               spectral=0, stat="mean")
+    assert float(got) == pytest.approx(np.mean(values), abs=1e-12)
+
+
+def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
+    out, path = uimnet
+    runs = sorted((out / "caches" / "runs").glob("*.nc"))
+    stamps = [os.stat(p).st_mtime_ns for p in runs]
+    load_drivers().lookup("uimnet").run(out, scale="smoke", options=OPTIONS, log=lambda *a: None)
+    assert [os.stat(p).st_mtime_ns for p in runs] == stamps  # nothing retrained
+    assert main(["score", "--protocol", "ood", "--caches", str(out / "caches"), "--out",
+                 str(tmp_path / "ood.nc")]) == 0
+    again = read_dataset(tmp_path / "ood.nc")
+    first = read_dataset(path)
+    for name in ("acc1", "nll", "auc", "out_as_out"):
+        xr.testing.assert_allclose(again[name], first[name])
+    with pytest.raises(ValueError, match="no ensemble cell"):
+        score_ood(tmp_path)

@@ -1,0 +1,95 @@
+"""``uqreg reproduce``: the recipe-sensitivity studies end to end at the smoke scale, and the
+verdicts of the findings table on constructed inputs (each finding's threshold as stated)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from uqreg.reproduce import (
+    EXPERIMENTS,
+    NEAR,
+    SCALES,
+    findings,
+    findings_table,
+    recipe_table,
+    reproduce,
+)
+
+METHODS = ["blr", "bd", "cd", "vd", "ens", "ens_adv", "ens_bs"]
+
+
+def _summary(coverage_in: dict, coverage_out: dict, collapsed: dict, *, se: float = 0.02, levels=(1, 2, 3)):
+    """A minimal E.1 summary: region coverage per (recipe, method, complexity) from
+    ``{recipe: {method: [in per level]}}``, a constant standard error, collapsed fractions."""
+    recipes = list(coverage_in)
+    cov = np.zeros((len(recipes), len(METHODS), len(levels), 2))  # (recipe, method, complexity, region)
+    coll = np.zeros((len(recipes), len(METHODS), len(levels), 2))  # ..., repetition
+    for i, r in enumerate(recipes):
+        for j, m in enumerate(METHODS):
+            cov[i, j, :, 0], cov[i, j, :, 1] = coverage_in[r][m], coverage_out[r][m]
+            coll[i, j] = collapsed[r][m]
+    dims = ("recipe", "method", "complexity")
+    coords = {"recipe": recipes, "method": METHODS, "complexity": list(levels), "region": ["in", "out"],
+              "repetition": [0, 1]}
+    return xr.Dataset({
+        "region_coverage": ((*dims, "region"), cov),
+        "region_coverage_se": ((*dims, "region"), np.full(cov.shape, se)),
+        "collapsed_fraction": ((*dims, "repetition"), coll),
+        "fit_r2": ((*dims, "repetition"), 1.0 - coll),
+    }, coords=coords, attrs={"complexity_name": "f_main"})
+
+
+def _flat(value, n=3):
+    return [value] * n
+
+
+def test_findings_verdicts():
+    """A recipe reproducing the paper and one with collapsed networks get opposite verdicts."""
+    good = {"blr": _flat(0.95), "bd": [0.9, 0.8, 0.7], "cd": [0.9, 0.8, 0.7], "vd": [0.9, 0.8, 0.7],
+            "ens": _flat(0.9), "ens_adv": _flat(0.96), "ens_bs": _flat(0.9)}
+    bad = {"blr": _flat(0.95), "bd": _flat(0.05), "cd": _flat(0.05), "vd": _flat(0.05), "ens": _flat(0.05),
+           "ens_adv": _flat(0.1), "ens_bs": _flat(0.1)}
+    out = {m: _flat(0.3) for m in METHODS} | {"blr": _flat(0.95)}
+    ds = _summary({"good": good, "bad": bad}, {"good": out, "bad": out},
+                  {"good": dict.fromkeys(METHODS, 0.0), "bad": dict.fromkeys(METHODS, 1.0) | {"blr": 0.0}})
+    table = findings(ds)
+    verdict = {name: {r: v[0] for r, v in row.items()} for name, row in table.items()}
+    assert all(v == {"good": True, "bad": True} for k, v in verdict.items() if k.startswith("reference covers"))
+    dropout = next(k for k in verdict if k.startswith("dropout variants"))
+    assert verdict[dropout] == {"good": True, "bad": False}  # "bad" does not decrease with f_main
+    robust = next(k for k in verdict if k.startswith("adversarial and bootstrap"))
+    assert verdict[robust] == {"good": True, "bad": False}  # ens_bs 0.9 is within NEAR of 0.95
+    assert NEAR == 0.10
+    worse = _summary({"r": good | {"ens_bs": _flat(0.84)}}, {"r": out}, {"r": dict.fromkeys(METHODS, 0.0)})
+    assert not findings(worse)[robust]["r"][0]
+    nearly = next(k for k in verdict if k.startswith("in distribution nearly all"))
+    assert verdict[nearly] == {"good": True, "bad": False}
+    pre = next(k for k in verdict if k.startswith("(precondition)"))
+    assert verdict[pre] == {"good": True, "bad": False}
+    text = findings_table(ds)
+    assert text.splitlines()[0] == "| finding (PROTOCOLS R.4) | good | bad |"
+    assert "**holds**" in text and "fails" in text
+
+
+@pytest.mark.slow
+def test_reproduce_recipe_sensitivity_smoke(tmp_path):
+    """The sensitivity studies run as sweeps, draw their figures and write findings.md with a
+    column per recipe; a rerun reuses the combined files."""
+    assert set(SCALES.names()) == {"paper", "cpu", "smoke"}
+    assert set(EXPERIMENTS) >= {"recipes_e1", "recipes_e3"}
+    cpu = SCALES.lookup("cpu").studies
+    assert len(cpu["recipes_e1"].recipes) >= 3 and cpu["recipes_e1"].complexities == (1, 2, 3)
+    assert len(cpu["recipes_e3"].recipes) >= 3 and cpu["recipes_e3"].task == "polynomial"
+    paths = reproduce(tmp_path, scale="smoke", experiments=("recipes_e1", "recipes_e3"), progress=False)
+    names = sorted(p.name for p in paths)
+    assert names == ["fig_recipes_e1.png", "fig_recipes_e3.png", "findings.md"]
+    text = (tmp_path / "findings.md").read_text()
+    assert "| finding (PROTOCOLS R.4) | paper | none |" in text
+    assert "## recipes_e1" in text and "| recipe | method |" in text
+    ds = xr.open_dataset(tmp_path / "recipes_e1" / "study.nc")
+    assert list(ds.recipe.values) == ["paper", "none"]
+    assert recipe_table(ds).count("\n") == 1 + 2 * ds.sizes["method"]
+    again = reproduce(tmp_path, scale="smoke", experiments=("recipes_e1",), progress=False)
+    assert [p.name for p in again] == ["fig_recipes_e1.png", "findings.md"]

@@ -21,7 +21,9 @@ import torch
 
 from uqreg import rng
 from uqreg.engine import (
+    HEADS,
     RECIPES,
+    Head,
     NetworkBatch,
     TrainConfig,
     make_plan,
@@ -29,7 +31,8 @@ from uqreg.engine import (
     train_batched,
     xavier_uniform,
 )
-from uqreg.methods import METHODS
+from uqreg.engine.heads import output_layer
+from uqreg.methods import METHODS, Method, register_method
 from uqreg.tasks import LinearTask, get_task
 
 SEED = 11
@@ -324,3 +327,51 @@ def test_ensemble_loop_baseline_runs(instance):
     yt = torch.as_tensor(y)
     with torch.no_grad():
         assert float(((trained(x)[:, 0] - yt) ** 2).mean()) < float(((untrained(x)[:, 0] - yt) ** 2).mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# a new head is added in one place
+
+
+class _ScaledNoiseHead(Head):
+    """A user head: multiplicative uniform noise on the last hidden layer with a learned scale
+    per network and an L2 pull of the scale to 0; defined only here."""
+
+    name = "scaled_noise_test"
+    description = "test head"
+    stochastic = True
+
+    def init_params(self, n_networks, width, cfg, *, dtype, device):
+        return {"scale": torch.full((n_networks, 1, 1), 0.3, dtype=dtype, device=device)}
+
+    def draw(self, keys, counter, n, width, *, dtype, device):
+        return rng.uniform(keys, counter, (n, width), dtype=dtype, device=device)
+
+    def forward(self, h, weight, bias, noise, params, cfg):
+        return output_layer(h * (1.0 + params["scale"] * (noise - 0.5)), weight, bias)
+
+    def regulariser(self, weight, params, *, n_train, sigma, cfg):
+        return sigma**2 * params["scale"][:, 0, 0] ** 2 / n_train
+
+
+@pytest.fixture
+def new_head():
+    head = HEADS.register(_ScaledNoiseHead())
+    method = register_method(Method("scaled_noise_test", "test method", head=head.name))
+    yield method
+    del METHODS[method.name]
+    del HEADS[head.name]
+
+
+def test_new_head_is_added_in_one_place(new_head, instance):
+    """A head registered in one place (its class above) trains in the engine exactly as in the
+    plain loop, which calls the same head definition on one network; no table to edit."""
+    cfg = _cfg()
+    reps = [0, 2]
+    y = instance.targets(reps)
+    res = new_head.run(instance, y, reps, cfg, epochs=EPOCHS)
+    loop_mean, loop_std, loop_loss = loop.run_loop(new_head, instance, y, reps, cfg, epochs=EPOCHS)
+    _close(res.prediction, loop_mean, "new head prediction")
+    _close(res.uncertainty, loop_std, "new head uncertainty")
+    _close(res.train_loss, loop_loss.mean(axis=1), "new head train_loss")
+    assert np.all(res.uncertainty > 0)

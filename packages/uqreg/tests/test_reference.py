@@ -2,14 +2,15 @@
 
 * it IS ordinary least squares: statsmodels OLS gives the same γ̂, and with the scale fixed to
   σ² the same covariance σ²(ΦᵀΦ)⁻¹ and predictive std;
-* its ±1.96·std interval covers the noise-free truth with probability 0.95 under repeated noise
+* its ±z·std interval (z = uqmetrics.COVERAGE_Z, the 97.5 % normal quantile) covers the
+  noise-free truth with probability 0.95 under repeated noise
   draws (fixed design), the estimate is unbiased and its sampling variance is σ²(ΦᵀΦ)⁻¹;
 * Gauss–Markov: every other linear unbiased estimator has a covariance at least as large
   (exact covariances, no Monte Carlo);
 * bad input is rejected with a clear ValueError.
 
 Monte-Carlo tolerances (derivation). With K independent noise draws the number of covering
-draws at a test point is exactly Binomial(K, p0), p0 = 2Φ(1.96) − 1 = 0.950004; the empirical
+draws at a test point is exactly Binomial(K, p0), p0 = 2Φ(z) − 1 = 0.95; the empirical
 coverage has standard error sqrt(p0(1 − p0)/K). A check passes if the estimate is within k
 standard errors. With m checks in one test run (points × Hypothesis examples) we want the
 family-wise false-alarm probability below ALPHA_FW = 1e-3, so by Bonferroni
@@ -24,14 +25,15 @@ import numpy as np
 import pytest
 import scipy.stats
 import statsmodels.api as sm
+import uqmetrics
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from uqreg.reference import fit_reference, reference_prediction
 from uqreg.tasks import TASKS
 
-Z = 1.96
-P0 = 2 * scipy.stats.norm.cdf(Z) - 1  # exact coverage of the ±1.96σ interval, 0.9500042
+Z = uqmetrics.COVERAGE_Z
+P0 = 2 * scipy.stats.norm.cdf(Z) - 1  # exact coverage of the ±zσ interval
 K_DRAWS = 2000
 ALPHA_FW = 1e-3
 

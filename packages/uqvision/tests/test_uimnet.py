@@ -82,7 +82,7 @@ def test_out_as_out_counts_out_domain_images(uimnet):
         theta = np.quantile(entropy("in_val"), 0.95)
         values.append(np.mean(entropy("out_test") > theta))
     got = ds["out_as_out"].sel(algorithm="erm", measure="entropy", k=1, calibration="none",
-                               spectral=0, stat="mean")
+                               spectral=False, stat="mean")
     assert float(got) == pytest.approx(np.mean(values), abs=1e-12)
 
 

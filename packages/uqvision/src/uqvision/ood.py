@@ -178,16 +178,20 @@ def ood_tables(ds: xr.Dataset, *, measure: str = "entropy") -> str:
              "|---|---|---|---|---|---|---|---|"]
     rows = [(a, k, c, sp) for a in ds.algorithm.values for k in ds.k.values
             for c in ds.calibration.values for sp in ds.spectral.values]
+    def kk(a, k, sp):  # requested K (members actually averaged, when fewer trials exist)
+        n = float(ds["members"].sel(algorithm=a, k=k, spectral=sp, stat="mean"))
+        return f"{k}" if n == k else f"{k} ({n:g})"
+
     for a, k, c, sp in rows:
         sel = {"algorithm": a, "k": k, "calibration": c, "spectral": sp}
-        lines.append(f"| {a} | {k} | {c} | {bool(sp)} | " + " | ".join(
+        lines.append(f"| {a} | {kk(a, k, sp)} | {c} | {bool(sp)} | " + " | ".join(
             _fmt(ds, v, **sel) for v in IN_DOMAIN_METRICS) + " |")
     lines += ["", f"### Out-domain, measure '{measure}' (Table 3 analogue)", "",
               "| algorithm | k | calibration | spectral | auc | in_as_in | out_as_out |",
               "|---|---|---|---|---|---|---|"]
     for a, k, c, sp in rows:
         sel = {"algorithm": a, "k": k, "calibration": c, "spectral": sp, "measure": measure}
-        lines.append(f"| {a} | {k} | {c} | {bool(sp)} | " + " | ".join(
+        lines.append(f"| {a} | {kk(a, k, sp)} | {c} | {bool(sp)} | " + " | ".join(
             _fmt(ds, v, **sel) for v in OUT_DOMAIN_METRICS) + " |")
     lines.append("| oracle | | | | " + " | ".join(
         _fmt(ds, f"oracle_{v}") for v in OUT_DOMAIN_METRICS) + " |")

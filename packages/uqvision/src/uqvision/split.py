@@ -167,22 +167,32 @@ def split_from_caches(paths: Sequence[str | os.PathLike]) -> dict[str, Any]:
             "feature_caches": [str(p) for p in paths]}
 
 
-def write_split(split: dict[str, Any], out: str | os.PathLike) -> Path:
-    """Write a split (from :func:`ward_split`) as versioned JSON, atomically."""
+def _write_json(obj: dict[str, Any], out: str | os.PathLike) -> Path:
+    """Write ``obj`` as JSON atomically (a temporary file beside ``out``, then renamed)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({**SPLIT_FORMAT, **split}, indent=1))
+    tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, out)
     return out
 
 
+def _read_json(path: str | os.PathLike, fmt: dict[str, Any]) -> dict[str, Any]:
+    """Read a JSON file; ``ValueError`` unless its format and version are ``fmt``'s."""
+    meta = json.loads(Path(path).read_text())
+    if any(meta.get(k) != v for k, v in fmt.items()):
+        raise ValueError(f"{str(path)!r} is not a {fmt} file")
+    return meta
+
+
+def write_split(split: dict[str, Any], out: str | os.PathLike) -> Path:
+    """Write a split (from :func:`ward_split`) as versioned JSON, atomically."""
+    return _write_json({**SPLIT_FORMAT, **split}, out)
+
+
 def read_split(path: str | os.PathLike) -> dict[str, Any]:
     """Read a split file; ``ValueError`` if it is not one of a version this code reads."""
-    meta = json.loads(Path(path).read_text())
-    if any(meta.get(k) != v for k, v in SPLIT_FORMAT.items()):
-        raise ValueError(f"{str(path)!r} is not a {SPLIT_FORMAT} file")
-    return meta
+    return _read_json(path, SPLIT_FORMAT)
 
 
 class ClassSubset(Dataset):
@@ -253,24 +263,16 @@ def make_index_files(root: str | os.PathLike, classes: Sequence[str], out_dir: s
         parts["val"] += idx[:n_val].tolist()
         parts["train"] += idx[n_val:].tolist()
     ids = view.sample_ids
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, idx in parts.items():
         idx = sorted(idx)
-        path = out_dir / f"seed{seed}.{name}.json"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**INDEX_FORMAT, "seed": seed, "part": name,
+        paths[name] = _write_json({**INDEX_FORMAT, "seed": seed, "part": name,
                                    "val_fraction": val_fraction, "classes": list(classes),
-                                   "indices": idx, "samples": [ids[i] for i in idx]}))
-        os.replace(tmp, path)
-        paths[name] = path
+                                   "indices": idx, "samples": [ids[i] for i in idx]},
+                                  Path(out_dir) / f"seed{seed}.{name}.json")
     return paths
 
 
 def read_index_file(path: str | os.PathLike) -> dict[str, Any]:
     """Read an index file of :func:`make_index_files`."""
-    meta = json.loads(Path(path).read_text())
-    if any(meta.get(k) != v for k, v in INDEX_FORMAT.items()):
-        raise ValueError(f"{str(path)!r} is not a {INDEX_FORMAT} file")
-    return meta
+    return _read_json(path, INDEX_FORMAT)

@@ -31,12 +31,14 @@ def digits(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained(digits, tmp_path_factory):
-    """One test_byobnet trained for 2 epochs at 16 px (with head dropout)."""
-    from uqvision.train import TrainConfig, train_model
+    """One test_byobnet trained for 2 epochs at 16 px (with head dropout; AdamW + OneCycle,
+    uqvision's former recipe)."""
+    from uqvision.train import ADAMW_RECIPE, TrainConfig, train_model
 
     out = tmp_path_factory.mktemp("models") / "m0.safetensors"
     return train_model(digits / "train", out, TrainConfig(
-        arch=ARCH, epochs=2, input_size=16, drop_rate=0.2, batch_size=32, seed=0))
+        arch=ARCH, epochs=2, input_size=16, drop_rate=0.2, batch_size=32, seed=0,
+        hparams=ADAMW_RECIPE))
 
 
 @pytest.fixture(scope="session")

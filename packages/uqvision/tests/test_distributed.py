@@ -1,5 +1,7 @@
-"""Multi-process prediction started the way torchrun starts it (gloo, 2 CPU processes)."""
+"""Multi-process prediction and training started the way torchrun starts them (gloo, 2 CPU
+processes)."""
 
+import json
 import os
 import socket
 import subprocess
@@ -54,3 +56,39 @@ def test_torchrun_two_processes_equal_one_process(spec, digits, tmp_path, mode):
         # drawn per sample, MC-dropout logits moved by 0.08 between 1 and 2 processes
         np.testing.assert_allclose(dist["logits"].values, one["logits"].values, rtol=1e-5,
                                    atol=1e-5)
+
+
+@pytest.mark.slow
+def test_torchrun_training_two_processes_reach_the_weights_of_one(digits, tmp_path):
+    """The one training loop under torchrun (DistributedDataParallel, gloo): each global batch
+    of 16 split 8 + 8, the gradient of the global mean loss, the same augmentations, so the
+    weights equal a one-process run's with the same global batch up to float rounding. A
+    model without BatchNorm (test_vit): BatchNorm statistics are per rank on CPU."""
+    import torch
+    from safetensors.torch import load_file
+
+    from uqvision.train import TrainConfig, train_model
+
+    options = ["--arch", "test_vit", "--data", str(digits / "train"), "--input-size", "16",
+               "--epochs", "2", "--batch-size", "16", "--seeds", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+           "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "-m", "uqvision", "--threads", "1", "train", "--out", str(tmp_path / "ddp"),
+           *options]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ddp.safetensors") == 1  # rank 0 alone reports (and writes)
+    one = train_model(digits / "train", tmp_path / "one", TrainConfig(
+        arch="test_vit", input_size=16, epochs=2, batch_size=16, seed=3))
+    ddp = load_file(str(tmp_path / "ddp.safetensors"))
+    ref = one.model.state_dict()
+    assert ddp.keys() == ref.keys()
+    for k, v in ddp.items():
+        torch.testing.assert_close(v, ref[k], rtol=1e-4, atol=1e-5, msg=k)
+    side = json.loads((tmp_path / "ddp.json").read_text())
+    assert side["cost"]["world_size"] == 2 and side["cost"]["steps"] == 2 * (65 // 16)
+    # the comparison is not vacuous: training moved the weights far beyond the tolerance
+    init = train_model(digits / "train", tmp_path / "init", TrainConfig(
+        arch="test_vit", input_size=16, epochs=0, batch_size=16, seed=3)).model.state_dict()
+    assert max(float((ref[k] - init[k]).abs().max()) for k in ref) > 1e-2

@@ -138,3 +138,81 @@ def test_a_pretrained_tag_drives_the_full_resolution_path(tmp_path):
     cfg = json.loads(ds.attrs["data_config"])
     assert cfg["input_size"] == [3, 160, 160] and cfg["crop_pct"] == 0.95
     assert ds.attrs["tag"] == "r160_in1k+random_init" and ds.attrs["checkpoint_sha256"] == ""
+
+
+# -- every training method's samples into caches (issue 10, item 3) -----------------------
+def _train_run(digits, out, method, seed=0, arch="test_byobnet", **hparams):
+    from uqvision.train import TrainConfig, train_model
+
+    hp = {"batch_size": 16, **{k: str(v) for k, v in hparams.items()}}
+    return train_model(digits / "train", out, TrainConfig(
+        arch=arch, method=method, input_size=16, seed=seed, hparams=hp,
+        drop_rate=0.2 if arch == "test_byobnet" else 0.0)).checkpoint
+
+
+@pytest.fixture(scope="module")
+def runs(digits, tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    return {
+        "sse": _train_run(digits, d / "sse", "sse", cycles=2, cycle_epochs=1),
+        "vi": _train_run(digits, d / "vi", "vi", arch="test_vit", pretrain_epochs=1, epochs=1),
+        "mc_dropout": _train_run(digits, d / "mc", "mc_dropout", epochs=1),
+    }
+
+
+def test_a_run_gives_one_cache_per_sample_and_pass_and_resumes(runs, digits, tmp_path):
+    spec = f"test_byobnet={runs['sse']}"
+    cfg = {"tta_policy": "crop", "batch_size": 32}
+    plain = predict_to_files(spec, digits / "test", tmp_path, PredictConfig(**cfg))
+    tta = predict_to_files(spec, digits / "test", tmp_path, PredictConfig(mode="tta", passes=2,
+                                                                           **cfg))
+    assert len(plain) == 2 and len(tta) == 4  # 2 snapshots x (1 plain, 2 augmentations)
+    caches = [read_cache(p) for p in plain + tta]
+    assert {c.attrs["method"] for c in caches} == {"sse"}
+    assert {c.attrs["run"] for c in caches} == {"test_byobnet@sse"}
+    assert [c.attrs["sample_index"] for c in caches] == [0, 1, 0, 0, 1, 1]
+    assert [c.attrs["pass_index"] for c in caches] == [0, 0, 0, 1, 0, 1]
+    assert caches[0].attrs["model"] == "test_byobnet@sse:000"
+    assert np.abs(caches[0]["logits"].values - caches[1]["logits"].values).max() > 1e-4
+    # augmentation draws differ between samples and between passes
+    z = [c["logits"].values for c in caches[2:]]
+    assert min(np.abs(a - b).max() for i, a in enumerate(z) for b in z[i + 1:]) > 1e-4
+    # resume: only the missing cache is computed, the others are kept as they are
+    mtimes = {p: p.stat().st_mtime_ns for p in tta}
+    tta[3].unlink()
+    again = predict_to_files(spec, digits / "test", tmp_path, PredictConfig(mode="tta",
+                                                                            passes=2, **cfg))
+    assert again == tta and all(p.stat().st_mtime_ns == mtimes[p] for p in tta[:3])
+    np.testing.assert_array_equal(read_cache(tta[3])["logits"].values, z[3])
+
+
+@pytest.mark.parametrize("method", ["vi", "mc_dropout"])
+def test_stochastic_passes_of_a_method_do_not_depend_on_batching(runs, digits, method):
+    """Each pass is a sample; its noise (VI's local reparameterisation, dropout masks) is drawn
+    per image from (seed, pass, image id): the same caches at any batch size, and the global
+    RNG untouched. Drawn from the global RNG per batch, the two differed by O(1)."""
+    arch = "test_vit" if method == "vi" else "test_byobnet"
+    spec = f"{arch}={runs[method]}"
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    a = predict(spec, digits / "test", PredictConfig(samples=2, batch_size=16, seed=4))
+    assert torch.equal(torch.get_rng_state(), state)
+    b = predict(spec, digits / "test", PredictConfig(samples=2, batch_size=7, seed=4))
+    assert [d.attrs["sample_index"] for d in a] == [0, 1]
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(x["logits"].values, y["logits"].values, **BATCH_TOL)
+    assert np.abs(a[0]["logits"].values - a[1]["logits"].values).max() > 1e-3
+
+
+def test_training_a_method_twice_with_one_seed_gives_the_same_caches(digits, tmp_path):
+    """Issue 10, item 6, through the whole chain: SWAG (posterior draws, BatchNorm updates)."""
+    hp = {"pretrain_epochs": 1, "swag_epochs": 1, "collect_epochs": 0.25, "rank": 3}
+    caches = []
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        ckpt = _train_run(digits, tmp_path / name, "swag", seed=seed, **hp)
+        caches.append([c["logits"].values for c in predict(
+            f"test_byobnet={ckpt}", digits / "test", PredictConfig(samples=2, mode="tta",
+                                                                  tta_policy="crop"))])
+    for x, y in zip(caches[0], caches[1], strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert all(np.abs(x - y).max() > 1e-3 for x, y in zip(caches[0], caches[2], strict=True))

@@ -72,3 +72,79 @@ def test_a_failed_save_leaves_no_temporary_file(digits, tmp_path, monkeypatch):
             arch="test_vit", epochs=1, input_size=16, batch_size=64))
     assert not (tmp_path / "m.safetensors").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing half-written
+
+
+# -- the one loop over the method hooks (issue 10, item 2) ----------------------------------
+def test_a_method_run_records_its_cost_and_state_and_reloads_its_samples(digits, tmp_path):
+    from uqvision.train import load_run, state_path
+
+    cfg = TrainConfig(arch="test_vit", method="sse", input_size=16, seed=1,
+                      hparams={"cycles": "2", "cycle_epochs": "1", "batch_size": "32"})
+    r = train_model(digits / "train", tmp_path / "sse", cfg)
+    side = json.loads(r.sidecar.read_text())
+    assert side["format"] == "uqvision.checkpoint/2" and side["method"] == "sse"
+    assert side["hparams"]["cycles"] == 2 and side["hparams"]["lr0"] == 0.2
+    steps = 2 * (65 // 32)  # two cycles of one epoch, the last incomplete batch dropped
+    cost = side["cost"]
+    assert cost["steps"] == r.steps == steps and cost["epochs"] == 2.0 == r.epochs
+    assert cost["wall_time_s"] > 0 and cost["total_epochs"] == 2.0
+    assert [s["step"] for s in side["state_meta"]["snapshots"]] == [2, 4]
+    assert r.state_file == state_path(r.checkpoint) and r.state_file.is_file()
+    run = load_run(f"test_vit={r.checkpoint}")
+    assert run.method == "sse" and run.seed == 1 and run.default_samples() == 2
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        a, b = (net(x).clone() for net in run.samples(2, 0))
+        last = r.model.eval()(x)
+    assert not torch.equal(a, b)  # two snapshots
+    torch.testing.assert_close(b, last)  # the last snapshot is the final network
+
+
+def test_the_former_adamw_recipe_is_reachable(digits, tmp_path):
+    from uqvision.methods.schedules import one_cycle_lr
+    from uqvision.train import ADAMW_RECIPE
+
+    r = train_model(digits / "train", tmp_path / "adamw", TrainConfig(
+        arch="test_vit", input_size=16, epochs=2, batch_size=32, hparams=ADAMW_RECIPE))
+    assert isinstance(r.state.optimizer, torch.optim.AdamW)
+    assert r.state.optimizer.param_groups[0]["weight_decay"] == 0.05
+    assert r.state.lr == pytest.approx(one_cycle_lr(r.steps - 1, r.steps, 3e-3))
+    default = TrainConfig(epochs=1).method_hparams()
+    assert (default.optimizer, default.schedule, default.lr_init) == ("sgd", "linear_decay", 0.1)
+
+
+def test_shorthands_name_the_method_field_or_refuse(digits):
+    assert TrainConfig(method="sse", lr=0.05).method_hparams().lr0 == 0.05
+    assert TrainConfig(method="fge", lr=0.05).method_hparams().lr_init == 0.05
+    with pytest.raises(ValueError, match="epochs=3 does not apply to method 'sse'"):
+        TrainConfig(method="sse", epochs=3).method_hparams()
+    with pytest.raises(ValueError, match="unknown hyper-parameter 'cycle'"):
+        TrainConfig(method="sse", hparams={"cycle": "3"}).method_hparams()
+
+
+def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
+    """K-FAC Laplace around a trained network: 0 epochs from the checkpoint keep its
+    weights; the cost adds the checkpoint's own."""
+    cfg = TrainConfig(arch="test_byobnet", method="kfac_laplace", input_size=16,
+                      drop_rate=0.2, init_checkpoint=str(trained.checkpoint),
+                      hparams={"epochs": "0", "scales": "0.1", "batch_size": "32"})
+    r = train_model(digits / "train", tmp_path / "laplace", cfg)
+    before = trained.model.state_dict()
+    assert all(torch.equal(v, before[k]) for k, v in r.model.state_dict().items())
+    side = json.loads(r.sidecar.read_text())
+    init = json.loads(trained.sidecar.read_text())["cost"]
+    assert side["cost"]["steps"] == 0 and side["cost"]["total_steps"] == init["steps"]
+    assert side["cost"]["total_epochs"] == init["total_epochs"] == 2.0
+    assert side["init_sha256"] and float(r.state.extra["laplace.scale"]) == 0.1
+
+
+def test_training_is_a_function_of_the_seed_and_leaves_the_callers_rng(digits, tmp_path):
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    cfg = TrainConfig(arch="test_vit", input_size=16, epochs=1, batch_size=16, seed=2)
+    a = train_model(digits / "train", tmp_path / "a", cfg)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(7)  # another caller state: the same network
+    b = train_model(digits / "train", tmp_path / "b", cfg)
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -1,7 +1,8 @@
 """The whole chain on scikit-learn's digits, in a few minutes on two CPU cores.
 
 ``OUT/data/digits/{train,test}`` (the image folders) → ``OUT/models/<arch>_m<k>.safetensors``
-(deep-ensemble members, one seed each, with dropout in the head) → ``OUT/caches/*.nc`` (plain,
+(deep-ensemble members, one seed each, with dropout in the head, uqvision's AdamW + OneCycle
+recipe) → ``OUT/caches/*.nc`` (plain,
 TTA with member ``k`` on its own augmentation ``k`` and member 0 on all, MC dropout of member
 0) → ``OUT/scores/selective.nc`` and ``OUT/scores/ensembles.nc`` → ``OUT/figures/*.png``.
 Every step skips what is already complete, so a rerun resumes.
@@ -23,7 +24,7 @@ from .models import ModelSpec, read_sidecar
 from .plots import plot_caches, plot_ensembles
 from .predict import PredictConfig, predict_to_files
 from .selective import SelectiveConfig, score_selective
-from .train import TrainConfig, train_model
+from .train import ADAMW_RECIPE, TrainConfig, train_model
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo", "summary"]
 
@@ -96,8 +97,9 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
             r = train_model(train_dir, ckpt, TrainConfig(
                 arch=config.arch, epochs=config.epochs, input_size=config.input_size,
                 augment=config.augment, drop_rate=config.drop_rate, seed=config.seed + k,
-                batch_size=config.batch_size, device=config.device, tag=f"digits_m{k}"))
-            say(f"trained member {k}: train accuracy {r.train_accuracy:.3f} "
+                batch_size=config.batch_size, device=config.device, tag=f"digits_m{k}",
+                hparams=ADAMW_RECIPE))
+            say(f"trained member {k}: final training loss {r.losses[-1]:.3f} "
                 f"({r.wall_time_s:.0f} s)")
         res.checkpoints.append(ckpt)
         specs.append(ModelSpec(config.arch, str(ckpt), label=f"{config.arch}_m{k}"))

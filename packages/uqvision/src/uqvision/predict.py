@@ -49,7 +49,7 @@ from .data import (
 )
 from .dropout import PerSampleDropout
 from .methods.registry import TRAINING_METHODS, StochasticPass
-from .models import LoadedModel, ModelSpec, read_sidecar
+from .models import LoadedModel, ModelSpec, file_sha256, read_sidecar
 
 __all__ = [
     "DEFAULT_PASSES",
@@ -403,21 +403,24 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: st
     """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
     writes).
 
-    Caches whose complete file is already there are skipped (resume): the model runs only
-    for the missing ones, and is not even loaded when none is missing.
+    Caches whose complete file is already there, computed from the same checkpoint file
+    (SHA-256), are skipped (resume): the model runs only for the missing ones, and is not even
+    loaded when none is missing.
     """
     config = config or PredictConfig()
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     name = dataset_name or Path(data).resolve().name
     plan = cache_plan(spec, config, name)
     paths = {(k, p): Path(out_dir) / f"{key}.nc" for k, p, key in plan}
+    sha = file_sha256(spec.checkpoint) if spec.checkpoint and Path(
+        spec.checkpoint).is_file() else None
 
     def done(path: Path) -> bool:
         try:
-            read_cache(path)
-            return True
+            ds = read_cache(path)
         except (FileNotFoundError, ValueError):
             return False
+        return sha is None or ds.attrs.get("checkpoint_sha256") == sha
 
     missing = {kp for kp, path in paths.items() if overwrite or not done(path)}
     if missing:

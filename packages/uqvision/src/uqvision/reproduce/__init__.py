@@ -48,7 +48,7 @@ REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
 
 #: Modules that register a driver when imported (add one line per new driver module).
 DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective", "uqvision.reproduce.uimnet",
-                             "uqvision.reproduce.url"]
+                             "uqvision.reproduce.pitfalls", "uqvision.reproduce.url"]
 
 
 def load_drivers() -> Registry[Reproduction]:

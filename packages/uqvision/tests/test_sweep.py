@@ -49,3 +49,18 @@ def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp
         "test_byobnet+m0.test.plain-000.nc"]
     ds = score_selective([caches], SelectiveConfig(calibration_size=0.3))
     assert list(ds["model"].values) == ["test_byobnet@m0"]
+
+
+def test_a_method_run_is_one_cell_per_sample_and_pass(digits, tmp_path):
+    from uqvision.models import ModelSpec
+    from uqvision.train import TrainConfig, train_model
+
+    ckpt = train_model(digits / "train", tmp_path / "sse", TrainConfig(
+        arch="test_vit", method="sse", input_size=16,
+        hparams={"cycles": "2", "cycle_epochs": "1", "batch_size": "32"})).checkpoint
+    plan = plan_sweep([ModelSpec("test_vit", str(ckpt))], digits / "test",
+                      PredictConfig(mode="tta", passes=2))
+    assert [c.key for c in plan.cells] == [f"test_vit+sse+{k:03d}.test.tta-{p:03d}"
+                                           for k in range(2) for p in range(2)]
+    assert [(c.params["config"]["first_sample"], c.params["config"]["first_pass"])
+            for c in plan.cells] == [(0, 0), (0, 1), (1, 0), (1, 1)]

@@ -1,7 +1,8 @@
 """Zoo sweeps: many models × one image folder, one cache file per cell, on Dask.
 
-Cells are (model × dataset × mode × pass) — an MC-dropout cell holds all its passes, which
-share one data loading — run by ``uqmetrics.sweep.run_sweep``: a ``LocalCluster`` by default or
+Cells are (model × dataset × mode × pass), and for a checkpoint of a training method with
+several prediction samples (snapshots, posterior draws) also × sample — an MC-dropout cell
+holds all its passes, which share one data loading — run by ``uqmetrics.sweep.run_sweep``: a ``LocalCluster`` by default or
 any scheduler by address; each cell writes its cache atomically, a rerun skips complete files,
 and a model that raises is reported while the others go on. Model names are checked against
 the registries (with suggestions) and local weights are looked up before anything runs.
@@ -18,10 +19,9 @@ from pathlib import Path
 import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
-from .cache import cache_key
 from .data import ImageFolderDataset
 from .models import MODEL_SOURCES, ModelSpec, check_model_name
-from .predict import PredictConfig, predict
+from .predict import PredictConfig, cache_plan, predict
 
 __all__ = [
     "WEIGHT_SUFFIXES",
@@ -116,8 +116,6 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: Pred
     ImageFolderDataset(data)  # folder errors before anything is submitted
     name = dataset_name or Path(data).resolve().name
     plan = SweepPlan()
-    passes = (range(config.first_pass, config.first_pass + config.passes)
-              if config.mode == "tta" else [0])
     for spec in specs:
         spec = find_weights(spec, weights_dir)
         if spec.checkpoint is None and not config.allow_random_init:
@@ -128,11 +126,12 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: Pred
         if spec.source not in MODEL_SOURCES:
             plan.refused[spec.row] = f"unknown model source {spec.source!r}"
             continue
-        for p in passes:
-            cfg = asdict(config)
+        for k, p, key in cache_plan(spec, config, name):  # a run of a training method:
+            cfg = asdict(config)                           # one cell per sample and pass
+            cfg.update(first_sample=k, samples=1)
             if config.mode == "tta":
                 cfg.update(first_pass=p, passes=1)
-            plan.cells.append(Cell(cache_key(spec.row, name, config.mode, p), {
+            plan.cells.append(Cell(key, {
                 "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
                 "data": str(Path(data).resolve()), "dataset_name": name, "config": cfg,
                 "threads": threads}))

@@ -9,6 +9,13 @@ caches are written (:func:`jacobian_norm`, :mod:`uqvision.reproduce.uimnet`).
 
 The probability-based measures call uqmetrics' confidence functions (one definition each).
 
+Examples
+--------
+>>> import numpy as np
+>>> inp = MeasureInput(np.log([[[0.5, 0.25, 0.25]]]))  # (member 1, n 1, C 3)
+>>> MEASURES.lookup("largest")(inp).tolist(), MEASURES.lookup("gap")(inp).tolist()
+([-0.5], [-0.25])
+
 References
 ----------
 .. [1] Bouchacourt et al. UIMNET, Section 4 (measures) and Section 3 (native measures).

@@ -10,6 +10,12 @@
    (labels re-indexed to the subset; optional sample indices; no copies of images) and
    :func:`make_index_files` — seeded 90/10 in-domain train/val index files.
 
+Examples
+--------
+>>> split = ward_split([[0.0], [0.1], [5.0], [5.2], [5.1]], ["a", "b", "c", "d", "e"])
+>>> split["left_size"], split["right_size"], split["in_classes"], split["out_classes"]
+(2, 3, ['a', 'b'], ['d', 'c'])
+
 References
 ----------
 .. [1] Bouchacourt et al. UIMNET: Uncertainty in ImageNet, "ImageNot" split, Section 2.

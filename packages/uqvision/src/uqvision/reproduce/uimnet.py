@@ -101,11 +101,14 @@ def _csv(text: str, kind=str) -> list:
 
 
 # -- data ----------------------------------------------------------------------------------
-def _load(folder, classes, indices=None, size: int = 32):
-    """Images of ``classes`` (labels in their order) as a tensor (n, 3, size, size)."""
+def _load(folder, classes, indices=None, size: int = 32, limit: int | None = None):
+    """Images of ``classes`` (labels in their order) as a tensor (n, 3, size, size); the first
+    ``limit`` of the view only, when given."""
     dcfg = DataConfig((3, size, size), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), crop_pct=1.0,
                       interpolation="bilinear")
     view = ClassSubset(ImageFolderDataset(folder, eval_transform(dcfg)), classes, indices)
+    if limit is not None:
+        view = ClassSubset(view.base, classes, range(min(limit, len(view))))
     x = torch.stack([view[i][0] for i in range(len(view))])
     return x, torch.as_tensor(view.targets), view.sample_ids
 
@@ -237,19 +240,23 @@ def _run_arrays(net, method, data, *, device, passes, tta, seed) -> dict:
     return variables
 
 
-def _cell_data(root: str, split_file: str, seed: int, size: int, oracle: bool = False):
+def _cell_data(root: str, split_file: str, seed: int, size: int,
+               parts=("in_train", *SPLITS), limit: int | None = None):
+    """The sets ``parts`` of data seed ``seed``: (images, labels) each."""
     split = read_split(split_file)
     paths = _paths(Path(root))
     index = Path(split_file).parent / "index"
-    tr = read_index_file(index / f"seed{seed}.train.json")["indices"]
-    va = read_index_file(index / f"seed{seed}.val.json")["indices"]
     ins, outs = split["in_classes"], split["out_classes"]
-    data = {"in_train": _load(paths["train"], ins, tr, size)[:2],
-            "in_val": _load(paths["train"], ins, va, size)[:2],
-            "in_test": _load(paths["test"], ins, None, size)[:2],
-            "out_test": _load(paths["test"], outs, None, size)[:2]}
-    if oracle:
-        data["out_train"] = _load(paths["train"], outs, None, size)[:2]
+    where = {"in_train": (paths["train"], ins, "train"), "in_val": (paths["train"], ins, "val"),
+             "in_test": (paths["test"], ins, None), "out_test": (paths["test"], outs, None),
+             "out_train": (paths["train"], outs, None)}
+    data = {}
+    for part in parts:
+        folder, classes, idx = where[part]
+        if idx is not None:
+            idx = read_index_file(index / f"seed{seed}.{idx}.json")["indices"]
+            idx = idx[:limit] if limit is not None else idx
+        data[part] = _load(folder, classes, idx, size, None if idx is not None else limit)[:2]
     return data, ins
 
 
@@ -302,7 +309,8 @@ def oracle_cell(*, seed: int, root: str, split_file: str, scale: dict, arch: str
     (1) training images; u = p(out) on the three evaluation sets."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)
-    data, _ = _cell_data(root, split_file, seed, sc.input_size, oracle=True)
+    data, _ = _cell_data(root, split_file, seed, sc.input_size,
+                         parts=("in_train", "out_train", *SPLITS))
     (xi, _), (xo, _) = data["in_train"], data["out_train"]
     x = torch.cat([xi, xo])
     y = torch.cat([torch.zeros(len(xi), dtype=torch.long), torch.ones(len(xo), dtype=torch.long)])
@@ -375,10 +383,10 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
     tau = fit_temperature(_ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
     n_classes = members[0].sizes["class"]
     nets = [_load_net(m, n_classes, device) for m in members]
-    data, _ = _cell_data(root, split_file, seed, input_size)
+    data, _ = _cell_data(root, split_file, seed, input_size, parts=SPLITS, limit=jacobian_max)
     variables = {}
     for split in SPLITS:
-        x = data[split][0][:jacobian_max].to(device)
+        x = data[split][0].to(device)
         jac = [torch.cat([jacobian_norm(nets, x[i:i + 64], temperature=t)
                           for i in range(0, len(x), 64)]).cpu().numpy() for t in (1.0, tau)]
         variables[f"{split}_jacobian"] = (("calibration", f"{split}_jsample"), np.stack(jac))

@@ -146,16 +146,15 @@ def coverage_table(ds, *, points: dict | None = None, recipe=None) -> str:
 
 def recipe_table(ds) -> str:
     """A markdown table per recipe and method: in/out coverage, collapsed fraction and R² of the
-    fit, each as ``first…last`` complexity."""
+    fit, each at every complexity (``a / b / c``; equal values once)."""
     cname = ds.attrs.get("complexity_name", "complexity")
-    comps = ds.complexity.values
-    span = f"{cname}={comps[0]}" + (f"…{comps[-1]}" if len(comps) > 1 else "")
+    span = f"{cname} = " + " / ".join(str(c) for c in ds.complexity.values)
     lines = [f"| recipe | method | coverage in ({span}) | coverage out | collapsed | R² of the fit |",
              "|---|---|---|---|---|---|"]
 
     def fmt(values, pct=False):
         vals = [f"{v:.0%}" if pct else f"{v:.2f}" for v in np.atleast_1d(values)]
-        return vals[0] if len(set(vals)) == 1 else "…".join([vals[0], vals[-1]])
+        return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
 
     for r in ds.recipe.values:
         for m in ds.method.values:

@@ -148,3 +148,24 @@ def test_training_is_a_function_of_the_seed_and_leaves_the_callers_rng(digits, t
     b = train_model(digits / "train", tmp_path / "b", cfg)
     sa, sb = a.model.state_dict(), b.model.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_cli_trains_a_method_with_set_options_and_predicts_its_samples(digits, tmp_path, capsys):
+    from uqvision.cache import read_cache
+    from uqvision.cli import main
+
+    ckpt = tmp_path / "fge.safetensors"
+    assert main(["--threads", "1", "train", "--arch", "test_vit", "--data",
+                 str(digits / "train"), "--out", str(ckpt), "--method", "fge", "--input-size",
+                 "16", "--set", "pretrain_epochs=1", "--set", "cycles=2", "--set",
+                 "cycle_epochs=0.5", "--batch-size", "16"]) == 0
+    assert "fge" in capsys.readouterr().out
+    assert json.loads(ckpt.with_suffix(".json").read_text())["hparams"]["cycles"] == 2
+    assert main(["predict", "--model", f"test_vit={ckpt}", "--data", str(digits / "test"),
+                 "--out", str(tmp_path / "c"), "--samples", "2"]) == 0
+    caches = sorted((tmp_path / "c").glob("*.nc"))
+    assert [read_cache(p).attrs["sample_index"] for p in caches] == [0, 1]
+    capsys.readouterr()
+    assert main(["train", "--arch", "test_vit", "--data", str(digits / "train"), "--out",
+                 str(tmp_path / "x"), "--method", "fge", "--set", "cycles"]) == 2
+    assert "--set expects key=value" in capsys.readouterr().err

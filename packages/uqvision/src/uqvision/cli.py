@@ -119,7 +119,8 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
                          tta_policy=a.tta_policy, seed=a.seed, batch_size=a.batch_size,
                          num_workers=a.workers, device=a.device, amp=a.amp,
                          embeddings=getattr(a, "embeddings", False),
-                         allow_random_init=a.random_init)
+                         allow_random_init=a.random_init, samples=a.samples,
+                         first_sample=a.first_sample, train_data=a.train_data)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
@@ -319,6 +320,13 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                    help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, "
                         "the Selective paper's count; 1 otherwise)")
     p.add_argument("--first-pass", type=int, default=0, help="index of the first TTA pass")
+    p.add_argument("--samples", type=int, default=None,
+                   help="prediction samples of a run trained with a method (snapshots, "
+                        "posterior draws, passes; default: all snapshots, 10 draws, 1 network)")
+    p.add_argument("--first-sample", type=int, default=0, help="index of the first sample")
+    p.add_argument("--train-data", default=None,
+                   help="training folder for BatchNorm updates of sampled weights (SWAG, "
+                        "Laplace; default: the one the checkpoint's sidecar records)")
     p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
                    help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
     p.add_argument("--seed", type=int, default=0)

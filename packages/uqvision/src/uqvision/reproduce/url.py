@@ -86,6 +86,7 @@ def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, see
         log(f"url: training the {arch} backbone on the upstream classes")
         train_model(layout.upstream / "train", ckpt,
                     TrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
+                                input_size=int(options.get("input_size", 32)),
                                 tag="url_backbone"))
     return ckpt
 
@@ -165,7 +166,8 @@ def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, s
     sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
     cfg = TrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
                       epochs=sc.epochs, batch_size=sc.batch_size, lr=lr, seed=seed,
-                      device=device, init_checkpoint=str(ckpt), tag=name)
+                      device=device, init_checkpoint=str(ckpt), tag=name,
+                      input_size=int(options.get("input_size", 32)))
     res = train_model(layout.upstream / "train", out / "runs" / f"{name}.safetensors", cfg)
     dcfg = DataConfig.from_dict(read_sidecar(res.checkpoint)["pretrained_cfg"])
     return res.model, eval_transform(dcfg)
@@ -221,7 +223,8 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
         overwrite: bool = False, options: dict | None = None, log=print) -> Path:
     """The :data:`REPRODUCTIONS` entry. ``--data ROOT`` is the upstream root; the downstream
     roots come from ``--set downstream=ROOT1,ROOT2``; ``--set methods=ce,elk`` limits the
-    methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter."""
+    methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set
+    input_size=224`` the square input side (default 32, the stand-in's); ``--set device=cuda``."""
     options = dict(options or {})
     if data is not None:
         options.setdefault("upstream", str(data))

@@ -14,6 +14,8 @@ from uqvision.ood import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
 from uqvision.reproduce import load_drivers
 from uqvision.split import read_index_file, read_split
 
+pytestmark = pytest.mark.slow
+
 #: the smoke scale cut to two algorithms (every algorithm trains in test_ood_methods); the full
 #: smoke run is ``uqvision reproduce uimnet --scale smoke``
 OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8"}

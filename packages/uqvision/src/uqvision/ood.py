@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from uqmetrics import ood_scores
-from uqmetrics.calibration import temperature_scaled_metrics
+from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
 from uqmetrics.io import provenance_attrs, read_dataset
 
 from .measures import MEASURES, MeasureInput
 
-__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ood_tables", "score_ood"]
+__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ensemble_log_probs", "ood_tables",
+           "score_ood"]
 
 #: ood.nc name -> uqmetrics metric name (S.1).
 IN_DOMAIN_METRICS = {"acc1": "accuracy", "acc5": "top5_accuracy", "nll": "nll", "ece": "ece"}
@@ -51,11 +52,14 @@ def _inputs(members: list[xr.Dataset], ens: xr.Dataset, split: str, calibration:
         jacobian=ens[f"{split}_jacobian"].sel(calibration=calibration).values)
 
 
-def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
-    from uqmetrics.calibration import log_softmax
-
-    lp = log_softmax(np.asarray(inp.logits, np.float64))
+def ensemble_log_probs(member_logits) -> np.ndarray:
+    """``log mean_k softmax(z_k)`` of member logits (member, n, C), shape (n, C) (S.3)."""
+    lp = log_softmax(np.asarray(member_logits, np.float64))
     return np.logaddexp.reduce(lp, axis=0) - np.log(lp.shape[0])
+
+
+def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
+    return ensemble_log_probs(inp.logits)
 
 
 def _score_ensemble(ens: xr.Dataset) -> tuple[dict, dict, float]:

@@ -46,6 +46,7 @@ from ..methods.ood import (
     spectral_normalize,
     timm_classifier,
 )
+from ..ood import ensemble_log_probs
 from ..split import ClassSubset, make_index_files, read_index_file, read_split, write_split
 from . import REPRODUCTIONS, Reproduction
 
@@ -355,12 +356,6 @@ def ensemble_logits(runs: list[xr.Dataset], split: str) -> np.ndarray:
     return np.stack([r[f"{split}_logits"].values for r in runs])
 
 
-def _ensemble_log_probs(member_logits: np.ndarray) -> np.ndarray:
-    """``log mean_k softmax(z_k)``, shape (n, C) (uqmetrics' log-softmax)."""
-    lp = log_softmax(member_logits.astype(np.float64))
-    return np.logaddexp.reduce(lp, axis=0) - np.log(len(lp))
-
-
 def select_runs(paths: list[Path], k: int) -> list[Path]:
     """The ``k`` runs of lowest in-domain validation NLL (ties: by path)."""
     scored = []
@@ -380,7 +375,7 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
     paths = select_runs([Path(r) for r in runs], k)
     members = [read_dataset(p) for p in paths]
     y_val = members[0]["in_val_label"].values
-    tau = fit_temperature(_ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
+    tau = fit_temperature(ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
     n_classes = members[0].sizes["class"]
     nets = [_load_net(m, n_classes, device) for m in members]
     data, _ = _cell_data(root, split_file, seed, input_size, parts=SPLITS, limit=jacobian_max)

@@ -56,12 +56,14 @@ def test_smoke_run_trains_predicts_and_scores_every_method(run_dir):
 def test_a_rerun_reuses_every_run_and_cache(run_dir, capsys):
     mtimes = {p: p.stat().st_mtime_ns for p in (run_dir / "caches").glob("*.nc")}
     mtimes.update({p: p.stat().st_mtime_ns for p in (run_dir / "models").glob("*")})
+    mtimes[run_dir / "ensembles.nc"] = (run_dir / "ensembles.nc").stat().st_mtime_ns
     capsys.readouterr()
     assert main(["--threads", "1", "reproduce", "pitfalls", "--scale", "smoke", "--out",
                  str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert out.count("reused") == len(list((run_dir / "models").glob("*.json")))
     assert "trained" not in out.replace("reused", "")
+    assert "scores up to date" in out  # same caches (checksums), same config: not rescored
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
 

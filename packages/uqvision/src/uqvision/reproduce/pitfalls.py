@@ -303,16 +303,42 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     _execute(jobs, (str(train), str(test), str(models), str(caches), sc.draws, seed, threads),
              workers, log)
     names = [m + t for m in PITFALLS_METHODS for t in ("", "_tta")] + ["single_tta"]
-    ds = score_ensembles([caches], EnsembleConfig(
-        methods=tuple(names), n_orders=sc.n_orders, n_repeats=sc.n_repeats, seed=seed))
-    ds.attrs.update(_study_attrs(sc, jobs, models, root, data is None, workers, threads,
-                                 time.perf_counter() - t0))
-    path = write_dataset(ds, out / "ensembles.nc", overwrite=True)
+    config = EnsembleConfig(methods=tuple(names), n_orders=sc.n_orders, n_repeats=sc.n_repeats,
+                            seed=seed)
+    path = out / "ensembles.nc"
+    ds = _current_scores(path, caches, config)
+    if ds is None:
+        ds = score_ensembles([caches], config)
+        ds.attrs.update(_study_attrs(sc, jobs, models, root, data is None, workers, threads,
+                                     time.perf_counter() - t0))
+        path = write_dataset(ds, path, overwrite=True)
+    else:
+        log(f"scores up to date: {path}")
     figures = plot_pitfalls(ds, out / "figures")
     summary = out / "summary.md"
     summary.write_text(summary_table(ds))
     log(f"ensembles: {path}; figures: {len(figures)}; summary: {summary}")
     return PitfallsResult(out, path, summary, figures, time.perf_counter() - t0)
+
+
+def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
+    """The score file if it was computed from exactly these caches (checksums) with this
+    config, else None."""
+    from uqmetrics import read_dataset
+
+    from ..cache import find_caches
+
+    if not path.is_file():
+        return None
+    ds = read_dataset(path)
+    sums = []
+    for p in find_caches([caches]):
+        with xr.open_dataset(p) as c:
+            sums.append(str(c.attrs.get("checksum")))
+    same_config = json.loads(ds.attrs.get("config", "{}")) == json.loads(json.dumps(
+        asdict(config), default=list))
+    return ds if same_config and json.loads(ds.attrs.get("caches", "[]")) == sorted(set(sums)) \
+        else None
 
 
 def _scale(name: str, arch: str | None, data, over: dict[str, str]) -> PitfallsScale:

@@ -391,6 +391,15 @@ def _label(method: str) -> str:
     return method.replace("_tta", " + TTA")
 
 
+def _colour(ds: xr.Dataset, method: str) -> str:
+    """One colour per training method in every panel (``single_tta``: its own)."""
+    if method == "single_tta":
+        return "k"
+    tm = str(ds["training_method"].sel({"method": method}).values)
+    i = PITFALLS_METHODS.index(tm) if tm in PITFALLS_METHODS else len(PITFALLS_METHODS)
+    return f"C{i % 10}"
+
+
 def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
     """The paper's figures from an ``ensembles.nc``: negative CLL vs number of samples (Fig. 5,
     plain and TTA), DEE vs number of samples with its bounds (Fig. 3; TTA methods against the
@@ -406,14 +415,14 @@ def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, group, title in ((axes[0], plain_m, "central crop"),
                              (axes[1], tta_m, "test-time augmentation")):
-        for i, m in enumerate(group):
+        for m in group:
             v = -ds["cll"].sel({"method": m})
             mean, std = v.mean("order"), v.std("order", ddof=1)
             ok = np.isfinite(mean.values)
             x = ds["size"].values[ok]
-            ax.plot(x, mean.values[ok], marker="o", ms=3, color=f"C{i % 10}", label=_label(m))
+            ax.plot(x, mean.values[ok], marker="o", ms=3, color=_colour(ds, m), label=_label(m))
             ax.fill_between(x, (mean - std).values[ok], (mean + std).values[ok],
-                            color=f"C{i % 10}", alpha=0.15)
+                            color=_colour(ds, m), alpha=0.15)
         ax.set(xscale="log", xlabel="number of samples", title=title)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("negative calibrated log-likelihood (lower is better)")
@@ -442,14 +451,14 @@ def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
 
 def _dee_panel(ax, ds: xr.Dataset, ref: str, metric: str, group: list[str], title: str):
     sel = {"reference": ref, "dee_metric": metric}
-    for i, m in enumerate(group):
+    for m in group:
         eq = ds["equivalent"].sel({**sel, "method": m}).values
         lo = ds["equivalent_lower"].sel({**sel, "method": m}).values
         hi = ds["equivalent_upper"].sel({**sel, "method": m}).values
         ok = np.isfinite(eq)
         x = ds["size"].values[ok]
-        ax.plot(x, eq[ok], marker="o", ms=3, color=f"C{i % 10}", label=_label(m))
-        ax.fill_between(x, lo[ok], hi[ok], color=f"C{i % 10}", alpha=0.15)
+        ax.plot(x, eq[ok], marker="o", ms=3, color=_colour(ds, m), label=_label(m))
+        ax.fill_between(x, lo[ok], hi[ok], color=_colour(ds, m), alpha=0.15)
     cap = float(ds["n_members"].sel({"method": ref}))
     ax.axhline(cap, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="number of samples", ylabel=f"DEE (cap {cap:g} members)", title=title)

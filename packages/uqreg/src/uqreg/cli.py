@@ -17,6 +17,7 @@ import uqmetrics
 import xarray as xr
 
 from .engine import RECIPES
+from .engine.config import DTYPES
 from .methods import METHODS
 from .presets import PRESETS
 from .study import StudyConfig, run_study
@@ -75,7 +76,7 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, help="epochs (default 300·complexity)")
     p.add_argument("--mc-samples", dest="mc_samples", type=int, help="MC passes of dropout methods (default 200)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", choices=("float32", "float64"))
+    p.add_argument("--dtype", choices=DTYPES, help="float32 (default) or float64")
     p.add_argument("--lr", type=float)
     p.add_argument("--weight-decay", dest="weight_decay", type=float, help="the recipes' L2 factor λ (default 1/N)")
     p.add_argument("--dropout", type=float, help="dropout rate of bd, initial rate of cd/vd (default 0.1)")

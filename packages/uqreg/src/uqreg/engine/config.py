@@ -13,6 +13,8 @@ from ..registry import Registry
 #: ``coupled``: gradient += λ·w (PyTorch Adam ``weight_decay``); ``sum``: gradient += (λ/N)·w, the
 #: same penalty against a summed loss; ``decoupled``: w ← w − lr·λ·w per step (AdamW); ``none``.
 L2_MODES = ("coupled", "sum", "decoupled", "none")
+#: Floating-point types a network may train in (``TrainConfig.dtype``).
+DTYPES = ("float32", "float64")
 #: Training-step implementations (``TrainConfig.backend``).
 BACKENDS = ("fused", "autograd")
 
@@ -174,7 +176,7 @@ class TrainConfig:
             "epochs": self.epochs is None or self.epochs >= 1,
             "weight_decay": self.weight_decay is None or self.weight_decay >= 0,
             "hidden": all(h >= 1 for h in self.hidden),
-            "dtype": self.dtype in ("float32", "float64"),
+            "dtype": self.dtype in DTYPES,
             "std_ddof": self.std_ddof in (0, 1),
             "chunk_networks": self.chunk_networks is None or self.chunk_networks >= 1,
             "adam": self.adam in ("foreach", "fused"),

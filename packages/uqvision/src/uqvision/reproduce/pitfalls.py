@@ -405,6 +405,7 @@ def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
     plain and TTA), DEE vs number of samples with its bounds (Fig. 3; TTA methods against the
     plain and the TTA deep ensemble), and DEE on the other metrics (appendix C)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
     from uqmetrics.plotting import save_figure
 
     out, paths = Path(out_dir), []
@@ -424,6 +425,8 @@ def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
             ax.fill_between(x, (mean - std).values[ok], (mean + std).values[ok],
                             color=_colour(ds, m), alpha=0.15)
         ax.set(xscale="log", xlabel="number of samples", title=title)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=7)
     axes[0].set_ylabel("negative calibrated log-likelihood (lower is better)")
     paths.append(save_figure(fig, out / "cll_vs_samples.png"))

@@ -482,7 +482,8 @@ class Command:
 COMMANDS: Registry[Command] = Registry("command")
 COMMANDS.add("data", Command(_cmd_data, _args_data, "write a development image folder"))
 COMMANDS.add("train", Command(_cmd_train, _args_train,
-                              "train a small timm architecture; save a checkpoint"))
+                              "train a timm architecture with a training method (also under "
+                              "torchrun); save a checkpoint"))
 COMMANDS.add("predict", Command(_cmd_predict, _args_predict,
                                 "cache per-sample logits of models over a folder"))
 COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a protocol"))

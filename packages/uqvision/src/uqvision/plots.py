@@ -123,6 +123,7 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
     comparisons without pairs, are skipped).
     """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     from .analysis import improvements, temperature_effect
 
@@ -140,6 +141,7 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
         ax.set(xlabel="AUROC x 100 (higher is better)", ylabel="-log ECE (higher is better)",
                title="Ranking vs calibration" + (" after temperature scaling" if cal != "none"
                                                  else ""))
+        fig.tight_layout()
         paths.append(save_figure(fig, out_dir / f"selective_auroc_vs_ece_{cal}.png"))
         plt.close(fig)
     table = improvements(ds, metrics=("auroc", "ece"))
@@ -149,17 +151,17 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
             ok = np.isfinite(v)
             tech = table["technique"].values.astype(str)[ok]
             names = list(dict.fromkeys(tech))
-            fig, ax = plt.subplots(figsize=(max(5, 0.25 * ok.sum() + 2), 4))
+            fig, ax = plt.subplots(figsize=(max(5, 0.25 * ok.sum() + 2), 5.5))
             colours = _family_colours(names)
             ax.bar(np.arange(ok.sum()), v[ok], color=[colours[t] for t in tech])
-            for t in names:
-                ax.bar([], [], color=colours[t], label=f"{t} ({int((tech == t).sum())})")
             ax.axhline(0, color="k", lw=0.8)
             ax.set_xticks(np.arange(ok.sum()), table["treated"].values[ok], rotation=90,
                           fontsize=5)
             ax.set(ylabel=f"improvement in {metric.upper()} (positive = better)",
                    title=f"Paired comparisons: {metric.upper()}")
-            ax.legend(fontsize=6)
+            ax.legend(handles=[Patch(color=colours[t], label=f"{t} ({int((tech == t).sum())})")
+                               for t in names], fontsize=6)
+            fig.tight_layout()
             paths.append(save_figure(fig, out_dir / f"selective_improvement_{metric}.png"))
             plt.close(fig)
     effect = temperature_effect(ds, metrics=("auroc", "ece"))
@@ -172,6 +174,7 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
         ax.set(xscale="log", xlabel="fitted temperature T",
                ylabel=f"improvement in {metric.upper()} by TS",
                title=f"Temperature scaling and {metric.upper()}")
+    fig.tight_layout()
     paths.append(save_figure(fig, out_dir / "selective_temperature_effect.png"))
     plt.close(fig)
     for x, y, xl, yl, name in (
@@ -187,6 +190,7 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
         if x == "params":
             ax.set_xscale("log")
         ax.set(xlabel=xl, ylabel=yl)
+        fig.tight_layout()
         paths.append(save_figure(fig, out_dir / f"selective_{name}.png"))
         plt.close(fig)
     return paths

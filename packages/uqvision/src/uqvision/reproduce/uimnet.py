@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -191,7 +192,7 @@ def _trial_hparams(algorithm: str, trial: int, sc: UimnetScale, seed: int) -> di
     base = {"epochs": sc.epochs, "batch_size": sc.batch_size}
     if trial == 0:
         return base
-    rng = np.random.default_rng(derive_seed(trial, seed, sum(map(ord, algorithm))))
+    rng = np.random.default_rng(derive_seed(trial, seed, zlib.crc32(algorithm.encode())))
     return {**SEARCH_SPACES.lookup(algorithm)(rng), **base}
 
 

@@ -66,8 +66,10 @@ def test_findings_verdicts():
     assert not findings(worse)[robust]["r"][0]
     nearly = next(k for k in verdict if k.startswith("in distribution nearly all"))
     assert verdict[nearly] == {"good": True, "bad": False}
-    pre = next(k for k in verdict if k.startswith("(precondition)"))
+    pre = next(k for k in verdict if k.startswith("(diagnostic) at every complexity most deep networks"))
     assert verdict[pre] == {"good": True, "bad": False}
+    fit = next(k for k in verdict if k.startswith("(diagnostic) the deep methods fit the truth"))
+    assert verdict[fit] == {"good": True, "bad": False}
     text = findings_table(ds)
     assert text.splitlines()[0] == "| finding (PROTOCOLS R.4) | good | bad |"
     assert "**holds**" in text and "fails" in text

@@ -206,11 +206,21 @@ def _findings_e1(s) -> dict[str, tuple[bool, str]]:
         worst = max(float(np.max(cov(m, "out"))) for m in deep)
         out["out of distribution every deep method under-covers (E.1)"] = (
             all(np.all(cov(m, "out") < 0.95 - 2 * se(m, "out")) for m in deep), f"max {worst:.2f}")
-        frac = float(s.collapsed_fraction.sel({"method": deep}).mean())
-        r2 = float(s.fit_r2.sel({"method": deep}).mean())
-        out["(precondition) the deep networks fit the data: not collapsed (E.1)"] = (
-            frac < 0.5, f"{frac:.0%} of networks collapsed, mean R² {r2:.2f}")
+        out.update(_diagnostics(s, deep, "E.1"))
     return out
+
+
+def _diagnostics(s, deep: list, label: str) -> dict[str, tuple[bool, str]]:
+    """The preconditions the findings rest on (R.3b): at no complexity are most deep networks
+    collapsed, and the deep methods fit the truth in distribution (mean R² > 0.5)."""
+    frac = s.collapsed_fraction.sel({"method": deep}).mean(("method", "repetition"))
+    r2 = float(s.fit_r2.sel({"method": deep}).mean())
+    return {
+        f"(diagnostic) at every complexity most deep networks are not collapsed ({label})": (
+            bool(frac.max() < 0.5), f"collapsed {float(frac.min()):.0%}–{float(frac.max()):.0%} per level"),
+        f"(diagnostic) the deep methods fit the truth in distribution, mean R² > 0.5 ({label})": (
+            r2 > 0.5, f"mean R² {r2:.2f}"),
+    }
 
 
 def _findings_e3(s) -> dict[str, tuple[bool, str]]:
@@ -227,6 +237,7 @@ def _findings_e3(s) -> dict[str, tuple[bool, str]]:
     if deep:
         worst = max(cov(m, "out") for m in deep)
         out["out of distribution every deep method under-covers (E.3)"] = (worst < 0.95 - NEAR, f"max {worst:.2f}")
+        out.update(_diagnostics(s, deep, "E.3"))
     return out
 
 

@@ -242,8 +242,8 @@ ST3_SCRIPT = textwrap.dedent("""
     inst = get_task("styblinski_tang").instance(3, seed=0)   # N = 8100 training points, d = 3
     assert inst.x_train.shape == (8100, 3)
     cfg = TrainConfig(members=120, epochs=1, max_memory=2e9)
-    mean, std = get_method("ens").run(inst, inst.targets([0]), [0], cfg)
-    assert np.isfinite(mean).all() and np.isfinite(std).all()
+    res = get_method("ens").run(inst, inst.targets([0]), [0], cfg)
+    assert np.isfinite(res.prediction).all() and np.isfinite(res.uncertainty).all()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """)
 

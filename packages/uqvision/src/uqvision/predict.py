@@ -10,6 +10,13 @@ Modes (:data:`PASS_MODES`):
   batch sharing one data loading; one file with logits (pass, sample, class). Pass ``r`` of
   sample ``i`` is a pure function of ``(seed, r, i)``.
 
+ONE path from a training method's prediction samples to caches: a checkpoint trained by
+:func:`uqvision.train.train_model` is rebuilt through its method
+(:func:`uqvision.train.load_run`), and each of its K samples — deep-ensemble member,
+snapshot, posterior draw or stochastic pass (noise drawn per sample, like the MC-dropout
+masks) — goes through the mode as one network, one cache per sample and pass (attrs
+``method``, ``run``, ``sample_index``). A network without a method is one sample.
+
 No mode reads or writes the global torch RNG: a cache does not depend on the batch size, the
 number of torchrun processes or DataLoader workers, nor on what the caller did with the RNG
 (up to the float rounding of batched kernels, the same as for ``plain``).

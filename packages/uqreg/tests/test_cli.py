@@ -241,7 +241,7 @@ def test_recipes_side_by_side_and_collapse_in_the_summary(tmp_path, capsys):
     assert cli.main(args) == 0
     text = capsys.readouterr().out
     assert "recipe paper:" in text and "recipe none:" in text and "R²" in text
-    assert "COLLAPSED under recipe paper: ens" in text and "COLLAPSED under recipe none: ens" in text
+    assert "COLLAPSED under recipe paper: ens (f_main=1)" in text and "COLLAPSED under recipe none: ens (f_main=1)" in text
     assert "blr" not in text.split("COLLAPSED")[1].splitlines()[0]
     ds = uqmetrics.read_dataset(out / "study.nc")
     assert list(ds.recipe.values) == ["paper", "none"]

@@ -140,19 +140,21 @@ def _print_summary(ds: xr.Dataset) -> None:
         collapsed_methods = []
         for m in ds.method.values:
             sub = ds.sel({"recipe": r, "method": m})
-            cells = []
+            cells, levels = [], []
             for c in ds.complexity.values:
                 s = sub.sel(complexity=c)
                 frac = float(s["collapsed_fraction"].mean())
                 cells.append(f"{float(s.region_coverage.sel(region='in')):.2f}/"
                              f"{float(s.region_coverage.sel(region='out')):.2f} {frac:>4.0%} "
                              f"R²{float(s['fit_r2'].mean()):>5.2f}")
-            if float(sub["collapsed_fraction"].mean()) >= 0.5:
-                collapsed_methods.append(str(m))
+                if frac >= 0.5:
+                    levels.append(str(c))
+            if levels:
+                collapsed_methods.append(f"{m} ({name}={','.join(levels)})")
             print(f"  {m:>8} " + " ".join(f"{c:<24}" for c in cells))
         if collapsed_methods:
-            print(f"  COLLAPSED under recipe {r}: {', '.join(collapsed_methods)} - most of their networks barely "
-                  f"beat a constant (training loss >= 0.95 x the best constant's); their coverage measures nothing")
+            print(f"  COLLAPSED under recipe {r}: {'; '.join(collapsed_methods)} - most of the networks barely "
+                  f"beat a constant there (training loss >= 0.95 x the best constant's); that coverage measures nothing")
 
 
 def cmd_plot(a: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import uqmetrics
 import xarray as xr
+from matplotlib.ticker import MaxNLocator
 from uqmetrics.plotting import (
     plot_coverage_vs_complexity,
     plot_heatmap,
@@ -118,6 +119,7 @@ def _plot_collapse_row(ds: xr.Dataset, row, cname: str) -> None:
                         if s.sizes["repetition"] > 1 else None, marker="o", capsize=2, label=str(m))
         ax.set_title(title)
         ax.set_xlabel(cname)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     row[2].axhline(0.95, color="k", linestyle="--", linewidth=1)  # the collapse threshold (R.3b)
 
 
@@ -211,6 +213,7 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
                 ax.set_ylabel(label, fontsize=8)
             if i == len(rows) - 1:
                 ax.set_xlabel(cname)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"{ds.attrs.get('task')}: recipe sensitivity (k={ds.sizes['repetition']})")
     fig.tight_layout(rect=(0, 0, 1, 0.97))

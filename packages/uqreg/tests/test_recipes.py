@@ -129,3 +129,13 @@ def test_trained_linear_network_is_not_collapsed(data):
     loss = half_mse(fit.T, y)
     assert not np.any(collapsed(loss, constant_loss(y)))
     assert np.all(loss < 0.2 * constant_loss(y))
+
+
+@pytest.mark.parametrize("module", ["uqreg.diagnostics", "uqreg.engine.config"])
+def test_doctests(module):
+    """The Examples of the recipes and the collapse diagnostics run (and some were attempted)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0, result

@@ -171,8 +171,7 @@ class TrainConfig:
                 raise ValueError(f"lr does not apply to method {self.method!r}; set its "
                                  f"learning rates by name ({', '.join(sorted(names))})")
             over[lr_field] = self.lr
-        return method.hparams_from({k: str(v) if isinstance(v, str) else v
-                                    for k, v in over.items()})
+        return method.hparams_from(over)
 
 
 @dataclass

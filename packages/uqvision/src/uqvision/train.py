@@ -255,7 +255,7 @@ class _Objective:
     def __call__(self, output: torch.Tensor, y: torch.Tensor,
                  reduction: str = "mean") -> torch.Tensor:
         ce = F.cross_entropy(output, y, label_smoothing=self.smoothing, reduction=reduction)
-        if not self.teachers or self.target is None or len(self.target) != len(output):
+        if not self.teachers or self.target is None:  # outside training steps: the likelihood
             return ce
         t = self.temperature
         kd = F.kl_div(F.log_softmax(output / t, 1), self.target, reduction="none").sum(1)
@@ -435,6 +435,7 @@ def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, confi
             state.loss_scale = world * local / glob
             objective.batch(x)
             loss = method.step(state, x, y)
+            objective.target = None  # teacher targets belong to this batch only
             total += float(loss) * local
             n += local
             if state.done:

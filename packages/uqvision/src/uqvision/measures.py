@@ -7,6 +7,14 @@ measure reads cached arrays; the two that need a model pass (``jacobian``: the i
 ``tta``: augmented passes) and the algorithm's own ``native`` value are computed when the
 caches are written (:func:`jacobian_norm`, :mod:`uqvision.reproduce.uimnet`).
 
+One measure, ``gmm``, is *fitted* (:attr:`Measure.fitted`): its class Gaussians are estimated on
+the reference (in-domain validation) input, so its u on those same samples is in-sample —
+systematically lower than on unseen in-domain images — and a 95 % quantile taken there is no
+5 % type-I threshold. A protocol fits such a measure on one part of in-domain validation and
+sets its thresholds on the other (:func:`reference_split`, class-stratified and seeded;
+:func:`uqvision.ood.score_ood`). The other measures fit nothing on validation, so their u on
+validation and on in-domain test are exchangeable and their thresholds use all of it.
+
 The probability-based measures call uqmetrics' confidence functions (one definition each).
 
 Examples
@@ -30,11 +38,18 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import logsumexp
-from uqmetrics import entropy, margin, mutual_information, softmax_response
+from uqmetrics import (
+    calibration_splits,
+    entropy,
+    margin,
+    mutual_information,
+    softmax_response,
+)
 from uqmetrics.calibration import softmax
 from uqmetrics.registry import Registry
 
-__all__ = ["MEASURES", "GaussianClasses", "Measure", "MeasureInput", "jacobian_norm"]
+__all__ = ["MEASURES", "GaussianClasses", "Measure", "MeasureInput", "jacobian_norm",
+           "reference_split"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,29 @@ class MeasureInput:
         """``softmax(logits / τ)``, shape (member, n, C), float64."""
         return softmax(np.asarray(self.logits, np.float64), temperature=self.temperature)
 
+    def subset(self, index) -> MeasureInput:
+        """The same input restricted to images ``index`` (int array of shape (m,) or a boolean
+        mask of shape (n,)), every per-image array indexed along its image axis.
+
+        ``jacobian`` is not carried (set to None): the UIMNET caches hold it for the first
+        ``jacobian_max`` images of a set only, so it is not aligned with ``index``.
+        """
+        idx = np.asarray(index)
+        n = np.asarray(self.logits).shape[1]
+        if idx.dtype == bool and idx.shape == (n,):
+            idx = np.flatnonzero(idx)
+        if idx.ndim != 1 or not (idx.size == 0 or np.issubdtype(idx.dtype, np.integer)
+                                 and 0 <= idx.min() and idx.max() < n):
+            raise ValueError(f"index must be a 1-d int array in [0, {n}) or a boolean mask of "
+                             f"shape ({n},), got {index!r}")
+        idx = idx.astype(np.intp)
+
+        def take(value, axis):
+            return None if value is None else np.take(np.asarray(value), idx, axis=axis)
+        return MeasureInput(logits=take(self.logits, 1), temperature=self.temperature,
+                            labels=take(self.labels, 0), features=take(self.features, 1),
+                            tta=take(self.tta, 2), native=take(self.native, 1))
+
     def need(self, name: str) -> np.ndarray:
         value = getattr(self, name)
         if value is None:
@@ -89,11 +127,20 @@ class MeasureInput:
 @dataclass(frozen=True)
 class Measure:
     """A registered measure: ``func(inp, reference) -> u`` of shape (n,); ``reference`` is the
-    in-domain validation input (only ``gmm`` uses it)."""
+    in-domain validation input (only ``gmm`` uses it).
+
+    Attributes
+    ----------
+    fitted : bool
+        True when ``func`` estimates something from ``reference`` (``gmm``): u of the
+        reference's own samples is then in-sample, and thresholds must be set on samples the
+        fit did not see (:func:`reference_split`).
+    """
 
     name: str
     description: str
     func: Callable[[MeasureInput, MeasureInput], np.ndarray]
+    fitted: bool = False
 
     def __call__(self, inp: MeasureInput, reference: MeasureInput | None = None) -> np.ndarray:
         return np.asarray(self.func(inp, reference if reference is not None else inp),
@@ -104,9 +151,9 @@ class Measure:
 MEASURES: Registry[Measure] = Registry("uncertainty measure")
 
 
-def _measure(name: str, description: str):
+def _measure(name: str, description: str, *, fitted: bool = False):
     def deco(func):
-        MEASURES.add(name, Measure(name, description, func))
+        MEASURES.add(name, Measure(name, description, func, fitted))
         return func
     return deco
 
@@ -132,7 +179,7 @@ def _jacobian(inp, ref):
 
 
 @_measure("gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on "
-                 "in-domain validation features (mean over members)")
+                 "in-domain validation features (mean over members)", fitted=True)
 def _gmm(inp, ref):
     feats, ref_feats = inp.need("features"), ref.need("features")
     labels = ref.need("labels")
@@ -153,6 +200,51 @@ def _native(inp, ref):
     if np.asarray(inp.logits).shape[0] > 1:
         return mutual_information(inp.member_probs)
     return inp.need("native")[0]
+
+
+def reference_split(labels, *, fit_fraction: float = 0.5,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Split a reference (in-domain validation) set for a fitted measure: fit on one part, set
+    thresholds on the other.
+
+    Parameters
+    ----------
+    labels : array_like of int, shape (n,)
+        Reference labels; the split is stratified by them.
+    fit_fraction : float in (0, 1), default 0.5
+        Share of the samples the measure is fitted on (``round(fit_fraction * n)``, at least 1
+        and at most ``n - 1``).
+    seed : int, default 0
+        Seed of the random choice within each class.
+
+    Returns
+    -------
+    fit, held : numpy.ndarray of int, shapes (n_fit,), (n - n_fit,)
+        Sorted, disjoint indices covering ``range(n)``; each class's count in ``fit`` is within
+        1 of ``n_c * n_fit / n`` (:func:`uqmetrics.calibration_splits`, protocol
+        ``stratified_holdout``).
+
+    Notes
+    -----
+    Given the fit, u of the ``held`` samples and of in-domain test images are exchangeable,
+    so the q-quantile of u on ``held`` keeps a fraction q of in-domain test in expectation (up
+    to O(1 / n_held)); on the ``fit`` samples themselves u is in-sample and biased low.
+
+    Examples
+    --------
+    >>> fit, held = reference_split([0, 0, 0, 0, 1, 1], seed=0)
+    >>> len(fit), len(held), sorted(np.r_[fit, held].tolist()) == list(range(6))
+    (3, 3, True)
+    """
+    y = np.asarray(labels)
+    if y.ndim != 1 or y.size < 2:
+        raise ValueError(f"labels must have shape (n,) with n >= 2, got shape {y.shape}")
+    if not 0.0 < float(fit_fraction) < 1.0:
+        raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
+    n_fit = min(max(round(float(fit_fraction) * y.size), 1), y.size - 1)
+    ((fit, held),) = calibration_splits(y, protocol="stratified_holdout", n_calib=n_fit,
+                                        seed=seed)
+    return fit, held
 
 
 @dataclass(frozen=True)

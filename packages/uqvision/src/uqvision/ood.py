@@ -8,7 +8,15 @@ Reads the run caches and ensemble cells that :mod:`uqvision.reproduce.uimnet` wr
   (:func:`uqmetrics.temperature_scaled_metrics`, protocol ``holdout``; S.1);
 - out-domain ``auc``, ``in_as_in``, ``out_as_out`` for every measure of
   :data:`uqvision.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
-  on in-domain validation; OutAsOut counts OUT-domain images);
+  on in-domain validation; OutAsOut counts OUT-domain images). A *fitted* measure (``gmm``,
+  :attr:`uqvision.measures.Measure.fitted`) is fitted on one part of in-domain validation and
+  its θ is the 95 % quantile on the other, held-out part (:func:`uqvision.measures.
+  reference_split`: class-stratified, seeded, ``fit_fraction`` of the samples to the fit):
+  θ on the samples a GMM was fitted on is an in-sample quantile, far below the one of unseen
+  in-domain images, and InAsIn collapses. Every other measure fits nothing on validation and
+  takes θ on all of it, so for exchangeable validation and test images InAsIn ≈ 0.95 (the
+  5 % type-I bound). Not corrected, and recorded as such: τ̂ and the top-K members are chosen
+  on the same in-domain validation set (one scalar and a selection among trials);
 - the oracle (an in/out classifier, u = p(out)) as the upper reference.
 
 Every number is computed by uqmetrics; this module only arranges them. Values are the mean and
@@ -28,7 +36,7 @@ from uqmetrics import ood_scores
 from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
 from uqmetrics.io import provenance_attrs, read_dataset
 
-from .measures import MEASURES, MeasureInput
+from .measures import MEASURES, MeasureInput, reference_split
 
 __all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ensemble_log_probs", "ood_tables",
            "score_ood"]
@@ -62,7 +70,8 @@ def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
     return ensemble_log_probs(inp.logits)
 
 
-def _score_ensemble(ens: xr.Dataset) -> tuple[dict, dict, float]:
+def _score_ensemble(ens: xr.Dataset, *, fit_fraction: float,
+                    split_seed: int) -> tuple[dict, dict, float, tuple[int, int]]:
     members = [read_dataset(p) for p in json.loads(ens.attrs["members"])]
     tau = float(ens.attrs["temperature"])
     val = _inputs(members, ens, "in_val", "none", tau)
@@ -72,21 +81,29 @@ def _score_ensemble(ens: xr.Dataset) -> tuple[dict, dict, float]:
         metrics=tuple(IN_DOMAIN_METRICS.values()), calib_logits=_log_mean_probs(val),
         calib_labels=val.labels)
     in_domain = {name: ind[m].values for name, m in IN_DOMAIN_METRICS.items()}
+    fit, held = reference_split(val.labels, fit_fraction=fit_fraction, seed=split_seed)
     out_domain = defaultdict(dict)
     for cal in ("none", "temperature"):
         sets = {s: _inputs(members, ens, s, cal, tau) for s in _SPLITS}
+        in_val = sets["in_val"]
+        fit_set, held_set = in_val.subset(fit), in_val.subset(held)
         for name in MEASURES.names():
             measure = MEASURES.lookup(name)
-            u = {s: measure(sets[s], sets["in_val"]) for s in _SPLITS}
+            # (reference the measure is fitted on, the set its threshold is the quantile of)
+            ref, theta_set = (fit_set, held_set) if measure.fitted else (in_val, in_val)
+            u = {s: measure(sets[s], ref) for s in ("in_test", "out_test")}
+            u["in_val"] = measure(theta_set, ref)
             if any(not np.isfinite(v).all() for v in u.values()):
                 out_domain[(name, cal)] = {k: np.nan for k in OUT_DOMAIN_METRICS}
                 continue
             sc = ood_scores(u["in_val"], u["in_test"], u["out_test"])
             out_domain[(name, cal)] = {k: float(sc[v]) for k, v in OUT_DOMAIN_METRICS.items()}
-    return in_domain, out_domain, float(ind["temperature"].values.mean())
+    return (in_domain, out_domain, float(ind["temperature"].values.mean()),
+            (len(fit), len(held)))
 
 
-def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
+def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
+              split_seed: int = 0) -> xr.Dataset:
     """Score a UIMNET ``caches`` folder (``runs/`` and ``ensembles/``) into one Dataset.
 
     Parameters
@@ -95,6 +112,12 @@ def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
         The folder :func:`uqvision.reproduce.uimnet.run_uimnet` writes.
     ks : sequence of int
         Ensemble sizes to report (cells of other sizes are ignored).
+    fit_fraction : float in (0, 1), default 0.5
+        Share of in-domain validation a fitted measure (``gmm``) is fitted on; its thresholds
+        are the quantiles of u on the rest (:func:`uqvision.measures.reference_split`).
+    split_seed : int, default 0
+        Seed of that class-stratified split (the same split for every ensemble of a data seed:
+        they share the in-domain validation set).
 
     Returns
     -------
@@ -103,8 +126,20 @@ def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
         ``auc``, ``in_as_in``, ``out_as_out`` over (algorithm, measure, k, calibration,
         spectral, stat); ``temperature`` and ``members`` over (algorithm, k, spectral, stat);
         ``oracle_auc``, ``oracle_in_as_in``, ``oracle_out_as_out`` over ``stat``; ``stat`` =
-        mean, std over data seeds (``n_data_seeds`` in attrs).
+        mean, std over data seeds (``n_data_seeds`` in attrs). Attr ``reference_split`` (JSON)
+        records the fitted measures' split: the measures, ``fit_fraction``, ``seed``, the
+        stratification and, per data seed, the fit and threshold sample counts.
+
+    Notes
+    -----
+    θ of a measure is the 95 % quantile of its u on in-domain validation, except for a fitted
+    measure (``gmm``), whose θ is the 95 % quantile on the held-out part of the split it was
+    not fitted on. Given the fit, held-out and in-domain test images are exchangeable, so
+    E[InAsIn] ≈ 0.95 for every measure when in-domain validation and test come from one
+    distribution; θ on the fitted part itself would be an in-sample quantile.
     """
+    if not 0.0 < float(fit_fraction) < 1.0:
+        raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
     caches = Path(caches)
     cells = {}
     for p in sorted((caches / "ensembles").glob("*.nc")):
@@ -125,10 +160,13 @@ def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
     raw.update({n: np.full(shape_out, np.nan) for n in OUT_DOMAIN_METRICS})
     temp = np.full((len(algs), len(kk), len(sps), len(seeds)), np.nan)
     n_members = np.full_like(temp, np.nan)
+    split_sizes = {}
     for (alg, k, sp, s), path in cells.items():
         ens = read_dataset(path)
         i, j, q, r = algs.index(alg), kk.index(k), sps.index(sp), seeds.index(s)
-        ind, outd, tau = _score_ensemble(ens)
+        ind, outd, tau, sizes = _score_ensemble(ens, fit_fraction=fit_fraction,
+                                                split_seed=split_seed)
+        split_sizes[str(s)] = {"n_fit": sizes[0], "n_threshold": sizes[1]}
         for n, v in ind.items():
             raw[n][i, j, :, q, r] = v
         for (mname, c), vals in outd.items():
@@ -158,12 +196,25 @@ def score_ood(caches, *, ks=(1, 5)) -> xr.Dataset:
     out = xr.concat([ds.mean("data_seed"), ds.std("data_seed", ddof=1)],
                     dim=xr.DataArray(["mean", "std"], dims="stat", name="stat"))
     out = out.transpose(..., "stat")
-    out.attrs = {**provenance_attrs(config={"ks": list(ks)}),
+    fitted = [m for m in meas if MEASURES.lookup(m).fitted]
+    out.attrs = {**provenance_attrs(config={"ks": list(ks), "fit_fraction": fit_fraction,
+                                            "split_seed": split_seed}),
                  "n_data_seeds": len(seeds),
                  "conventions": "S.1 in-domain on in-domain test, tau fitted on in-domain "
                                 "validation (holdout); S.4 out-domain, theta = 95% quantile of u "
-                                "on in-domain validation, out_as_out = fraction of OUT-domain "
-                                "flagged; jacobian on each set's first jacobian_max images",
+                                "on in-domain validation, except for fitted measures ("
+                                + ", ".join(fitted) + "): fitted on the reference_split 'fit' "
+                                "part of in-domain validation, theta = 95% quantile of u on the "
+                                "held-out 'threshold' part; out_as_out = fraction of OUT-domain "
+                                "flagged; jacobian on each set's first jacobian_max images; "
+                                "tau and the top-K members are also chosen on in-domain "
+                                "validation (not corrected)",
+                 "reference_split": json.dumps({
+                     "measures": fitted, "fit_fraction": fit_fraction, "seed": split_seed,
+                     "stratified_by": "in_val_label",
+                     "method": "uqvision.measures.reference_split (uqmetrics "
+                               "calibration_splits, stratified_holdout)",
+                     "sizes_by_data_seed": split_sizes}),
                  "protocol": "UIMNET (PROTOCOLS V.3)"}
     return out
 

@@ -10,6 +10,7 @@ prediction caches of different models can be checked to be in the same order.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import math
@@ -153,6 +154,15 @@ class ImageFolderDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def with_augment_seed(self, seed: int | None) -> ImageFolderDataset:
+        """A copy (sharing the sample list) whose augmentations are seeded by ``seed``."""
+        if seed is not None and not isinstance(self.transform, SeededAugmentation):
+            raise ValueError("augment_seed needs a SeededAugmentation transform (see "
+                             f"tta_transform), got transform={self.transform!r}")
+        ds = copy.copy(self)
+        ds.augment_seed = seed
+        return ds
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
         """Return ``(image, label, index)``; ``image`` is transformed when a transform is set."""

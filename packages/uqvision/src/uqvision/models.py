@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from uqmetrics.registry import Registry
 
+from . import archs as _archs  # noqa: F401  (registers uqvision's timm architectures)
 from .data import DataConfig, eval_transform
 
 __all__ = [

@@ -7,8 +7,10 @@
 3. :func:`write_split` / :func:`read_split` — a versioned JSON of class names, the feature
    source's checksum, the linkage and the rule.
 4. :class:`ClassSubset` — a class-subset view of an :class:`~uqvision.data.ImageFolderDataset`
-   (labels re-indexed to the subset; optional sample indices; no copies of images) and
-   :func:`make_index_files` — seeded 90/10 in-domain train/val index files.
+   (labels re-indexed to the subset; optional sample indices; no copies of images),
+   :func:`image_view` (a folder, or its view by classes and index file: what
+   :func:`uqvision.train.train_model` trains on) and :func:`make_index_files` — seeded 90/10
+   in-domain train/val index files.
 
 Examples
 --------
@@ -23,10 +25,11 @@ References
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ __all__ = [
     "ClassSubset",
     "class_means",
     "embeddings_from_caches",
+    "image_view",
     "make_index_files",
     "read_index_file",
     "read_split",
@@ -207,25 +211,62 @@ class ClassSubset(Dataset):
     Parameters
     ----------
     base : ImageFolderDataset
-    classes : sequence of str
-        The classes kept; label ``i`` is ``classes[i]``.
+    classes : sequence of str, or mapping str -> str
+        The folder classes kept; label ``i`` is ``classes[i]``. A mapping sends each kept
+        folder class to a label name (several to one: e.g. in- vs out-domain), the labels
+        ordered by first appearance.
     indices : sequence of int, optional
-        Positions in the view (after the class filter) to keep, e.g. an index file's.
+        Positions in the view (after the class filter, in the folder's sample order) to keep,
+        e.g. an index file's.
 
-    Items are ``(image, label, index)`` with ``index`` the position in this view.
+    Items are ``(image, label, index)`` with ``index`` the position in this view. The base's
+    ``transform`` and ``augment_seed`` are the view's (augmentations are seeded by the base
+    sample index, so a view draws what the whole folder would for the same image).
     """
 
-    def __init__(self, base: ImageFolderDataset, classes: Sequence[str],
+    def __init__(self, base: ImageFolderDataset, classes: Sequence[str] | Mapping[str, str],
                  indices: Sequence[int] | None = None):
-        missing = [c for c in classes if c not in base.class_to_idx]
+        mapping = dict(classes) if isinstance(classes, Mapping) else {c: c for c in classes}
+        if not isinstance(classes, Mapping) and len(mapping) != len(classes):
+            raise ValueError(f"classes has duplicates: {list(classes)[:10]}")
+        missing = [c for c in mapping if c not in base.class_to_idx]
         if missing:
             raise ValueError(f"classes not in {str(base.root)!r}: {missing[:5]}")
-        self.base, self.classes = base, list(classes)
-        remap = {base.class_to_idx[c]: i for i, c in enumerate(self.classes)}
+        self.base = base
+        self.folder_classes = list(mapping)
+        self.classes = list(dict.fromkeys(mapping.values()))
+        label = {name: i for i, name in enumerate(self.classes)}
+        remap = {base.class_to_idx[c]: label[v] for c, v in mapping.items()}
         keep = [(j, remap[y]) for j, (_, y) in enumerate(base.samples) if y in remap]
         if indices is not None:
+            bad = [int(i) for i in indices if not 0 <= int(i) < len(keep)]
+            if bad:
+                raise ValueError(f"indices out of range for a view of {len(keep)} samples: "
+                                 f"{bad[:5]}")
             keep = [keep[int(i)] for i in indices]
         self._rows = keep
+
+    @property
+    def root(self):
+        return self.base.root
+
+    @property
+    def transform(self):
+        return self.base.transform
+
+    @property
+    def augment_seed(self) -> int | None:
+        return self.base.augment_seed
+
+    @augment_seed.setter
+    def augment_seed(self, seed: int | None) -> None:
+        self.base.augment_seed = seed
+
+    def with_augment_seed(self, seed: int | None) -> ClassSubset:
+        """A copy of the view (sharing the sample lists) with its own augmentation seed."""
+        view = copy.copy(self)
+        view.base = self.base.with_augment_seed(seed)
+        return view
 
     @property
     def targets(self) -> list[int]:
@@ -242,6 +283,32 @@ class ClassSubset(Dataset):
         j, y = self._rows[index]
         img, _, _ = self.base[j]
         return img, y, index
+
+
+def image_view(root: str | os.PathLike, transform=None, *,
+               classes: Sequence[str] | Mapping[str, str] | None = None,
+               index_file: str | os.PathLike | None = None):
+    """The image folder ``root``, or its class-subset view (``classes``) restricted to the
+    positions of an index file of :func:`make_index_files` (whose classes must be the view's
+    folder classes, in order).
+
+    Returns
+    -------
+    ImageFolderDataset or ClassSubset
+    """
+    base = ImageFolderDataset(root, transform)
+    if not classes and index_file is None:
+        return base
+    if not classes:
+        raise ValueError(f"index_file={str(index_file)!r} needs the classes it indexes")
+    indices = None
+    if index_file is not None:
+        index = read_index_file(index_file)
+        if list(index["classes"]) != list(classes):
+            raise ValueError(f"index_file {str(index_file)!r} indexes classes "
+                             f"{index['classes'][:5]}..., not the view's {list(classes)[:5]}...")
+        indices = index["indices"]
+    return ClassSubset(base, classes, indices)
 
 
 def make_index_files(root: str | os.PathLike, classes: Sequence[str], out_dir: str | os.PathLike,

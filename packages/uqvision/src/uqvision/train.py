@@ -63,6 +63,7 @@ from .data import (
     tta_transform,
 )
 from .methods import TRAINING_METHODS, TrainState, export_state
+from .methods.ood import spectral_normalize
 from .models import (
     LoadedModel,
     ModelSpec,
@@ -73,6 +74,7 @@ from .models import (
     sidecar_path,
     write_checkpoint,
 )
+from .split import image_view
 
 __all__ = [
     "ADAMW_RECIPE",
@@ -119,6 +121,14 @@ class TrainConfig:
     cost recorded in its sidecar, which the new sidecar cumulates); ``val_data`` is a
     validation folder for methods that tune on one (K-FAC Laplace's noise scale).
 
+    ``classes`` trains on a class-subset view of ``data`` (folder class names, the head's
+    classes in that order; or a mapping folder class -> label name, several classes to one
+    label) and ``index_file`` on the positions of that view an index file of
+    :func:`uqvision.split.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
+    is copied (:func:`uqvision.split.image_view`). ``spectral``: one-sided spectral
+    normalisation (coefficient 5) of every Conv/Linear weight but the classifier's
+    (:func:`uqvision.methods.ood.spectral_normalize`), UIMNET's ablation for every method.
+
     The likelihood is cross-entropy with ``label_smoothing``; with ``teachers`` (``NAME=
     CHECKPOINT`` specs, trained on the same classes and preprocessing) the loss is Hinton et
     al.'s knowledge distillation from their ensemble, ``(1 - α) CE + α T² KL(p̄_T ‖
@@ -152,6 +162,9 @@ class TrainConfig:
     teachers: tuple[str, ...] = ()
     distill_alpha: float = 0.9
     distill_temperature: float = 4.0
+    classes: tuple[str, ...] | dict[str, str] | None = None
+    index_file: str | None = None
+    spectral: bool = False
 
     def method_hparams(self):
         """The method's hyper-parameters: its defaults, ``hparams``, then the shorthands."""
@@ -344,7 +357,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     out = _checkpoint_path(out)
     dcfg = _data_config(config)
     train_tf = tta_transform(config.augment, dcfg) if config.augment else eval_transform(dcfg)
-    ds = ImageFolderDataset(data, train_tf)
+    ds = image_view(data, train_tf, classes=config.classes, index_file=config.index_file)
     init_side = read_sidecar(config.init_checkpoint) if config.init_checkpoint else {}
     if init_side.get("classes", ds.classes) != ds.classes:
         raise ValueError(f"init_checkpoint {config.init_checkpoint!r} was trained on other "
@@ -361,6 +374,8 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         model = _build_model(config.arch, len(ds.classes), dcfg, model_kwargs)
         if config.init_checkpoint:
             _load_weights(model, config.init_checkpoint)
+        if config.spectral:
+            spectral_normalize(model)
         model.to(device)
         objective = _Objective(config, ds.classes, dcfg, device)
         if world > 1 and device.startswith("cuda"):
@@ -447,26 +462,25 @@ def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, confi
     return losses
 
 
-def _post_fit_loader(ds: ImageFolderDataset, config: TrainConfig, batch_size: int,
-                     device: str) -> DataLoader:
+def _post_fit_loader(ds, config: TrainConfig, batch_size: int, device: str) -> DataLoader:
     """What post-fits (K-FAC) and BatchNorm updates of sampled weights see: the training set
     with one seeded augmentation per sample, the same in every process."""
-    return shuffled_loader(ds.root, ds.transform, config.seed, batch_size,
-                           augment=bool(config.augment), num_workers=config.num_workers,
-                           pin_memory=device.startswith("cuda"))
+    return shuffled_loader(ds, config.seed, batch_size, augment=bool(config.augment),
+                           num_workers=config.num_workers, pin_memory=device.startswith("cuda"))
 
 
-def shuffled_loader(folder: str | os.PathLike, transform, seed: int, batch_size: int, *,
-                    augment: bool, **loader_options) -> DataLoader:
-    """All of ``folder`` in one fixed random order (seeded), in ``ceil(n / batch_size)`` batches
-    of nearly equal size, one seeded augmentation per sample when ``augment``.
+def shuffled_loader(dataset, seed: int, batch_size: int, *, augment: bool,
+                    **loader_options) -> DataLoader:
+    """All of ``dataset`` (an image folder or a view of one) in one fixed random order (seeded),
+    in ``ceil(n / batch_size)`` batches of nearly equal size, one seeded augmentation per
+    sample when ``augment`` (the dataset's transform must then be a ``SeededAugmentation``).
 
     Random batches matter for BatchNorm statistics: an average of within-batch variances over
     class-sorted batches misses the variance between classes (it halved the first layer's
     variance of a hierarchy network, and cost it 10 points of accuracy).
     """
     key = derive_seed(seed, 0xB4)
-    data = ImageFolderDataset(folder, transform, augment_seed=key if augment else None)
+    data = dataset.with_augment_seed(key if augment else None)
     perm = np.concatenate(epoch_batches(len(data), batch_size, key, 0, drop_last=False))
     # every sample once, in batches of (nearly) equal size: no batch of one for BatchNorm
     batches = np.array_split(perm, math.ceil(len(data) / batch_size))
@@ -477,6 +491,8 @@ def _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, worl
              init_side) -> dict[str, Any]:
     cfg = asdict(config)
     cfg["teachers"] = list(config.teachers)
+    cfg["classes"] = (dict(config.classes) if isinstance(config.classes, dict)
+                      else list(config.classes) if config.classes else None)
     _, meta = export_state(state)
     prior = init_side.get("cost", {})
     cost = {"epochs": state.step / state.steps_per_epoch, "steps": state.step,
@@ -572,6 +588,7 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
         raise ValueError(f"checkpoint {spec.checkpoint!r} has a {side['num_classes']}-class head "
                          f"but the dataset has {num_classes} classes")
     dcfg = DataConfig.from_dict(side["pretrained_cfg"])
+    cfg = side.get("train_config", {})
     hp = method.hparams_from(_hparams_values(side["hparams"]))
     state_file = side.get("state_file")
     tensors = load_file(str(Path(spec.checkpoint).parent / state_file)) if state_file else {}
@@ -581,15 +598,18 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
         torch.manual_seed(0)
         base = _build_model(side["architecture"], side["num_classes"], dcfg,
                             side.get("model_kwargs", {})).to(device)
+        if cfg.get("spectral"):
+            spectral_normalize(base)
         state = method.restore(base, hp, tensors, side["state_meta"])
     state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
     state.model.to(device).eval()
-    cfg = side.get("train_config", {})
     folder = train_data or side.get("dataset")
     if folder and Path(folder).is_dir():
         augment = cfg.get("augment")
         tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
-        state.bn_loader = shuffled_loader(folder, tf, int(cfg.get("seed", 0)),
+        view = image_view(folder, tf, classes=cfg.get("classes"),
+                          index_file=cfg.get("index_file"))
+        state.bn_loader = shuffled_loader(view, int(cfg.get("seed", 0)),
                                           bn_batch_size or hp.batch_size, augment=bool(augment))
     loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),
                          side["architecture"], side.get("tag", ""),

@@ -46,6 +46,7 @@ __all__ = [
     "UIMNET_ALGORITHMS",
     "FeatureClassifier",
     "OODRecipe",
+    "feature_classifier",
     "mimo_batch",
     "mixup_loss",
     "oc_penalty",
@@ -53,6 +54,7 @@ __all__ = [
     "small_cnn",
     "soft_targets",
     "spectral_normalize",
+    "timm_classifier",
 ]
 
 #: The algorithm names of the paper, in its order (all are :data:`TRAINING_METHODS` entries).
@@ -65,7 +67,12 @@ SEARCH_SPACES: Registry[Callable[[np.random.Generator], dict]] = Registry("searc
 
 # -- the base network ----------------------------------------------------------------------
 class FeatureClassifier(nn.Module):
-    """``w(φ(x))``: a featurizer ``backbone`` (x -> (n, d)) and a linear ``classifier``."""
+    """``w(φ(x))``: a featurizer ``backbone`` (x -> (n, d)) and a linear ``classifier``.
+
+    It has timm's classifier interface (``forward_features`` gives φ(x), ``forward_head(f,
+    pre_logits=True)`` gives ``f`` back, ``get_classifier``), so the one prediction path
+    caches its embeddings like a timm model's.
+    """
 
     def __init__(self, backbone: nn.Module, num_features: int, num_classes: int):
         super().__init__()
@@ -82,34 +89,46 @@ class FeatureClassifier(nn.Module):
     def native(self, x: torch.Tensor) -> torch.Tensor:
         return torch.full((x.shape[0],), math.nan, device=x.device)
 
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return x if pre_logits else self.classifier(x)
+
+    def get_classifier(self) -> nn.Module:
+        return self.classifier
+
+
+def feature_classifier(model: nn.Module) -> FeatureClassifier:
+    """A timm classifier as featurizer + linear head: its pooled pre-logits features
+    (``reset_classifier(0)``, in place) and a new ``nn.Linear`` of its class count. A
+    :class:`FeatureClassifier` is returned as it is."""
+    if isinstance(model, FeatureClassifier):
+        return model
+    if not (hasattr(model, "reset_classifier") and hasattr(model, "num_features")):
+        raise TypeError("UIMNET algorithms wrap a featurizer + linear classifier: a timm "
+                        f"classifier or a FeatureClassifier, got {type(model).__name__}")
+    num_classes = int(model.num_classes)
+    model.reset_classifier(0)
+    return FeatureClassifier(model, model.num_features, num_classes)
+
 
 def small_cnn(num_classes: int, *, width: int = 32, in_chans: int = 3) -> FeatureClassifier:
-    """A small CNN for 32×32 stand-in images (3 conv-BN-ReLU stages, global pooling),
-    features of size ``4 * width``; the stand-in for the paper's ResNet-18/50."""
-    w = width
-    layers, c = [], in_chans
-    for out in (w, 2 * w, 4 * w):
-        layers += [nn.Conv2d(c, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(),
-                   nn.Conv2d(out, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(),
-                   nn.MaxPool2d(2)]
-        c = out
-    backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    return FeatureClassifier(backbone, c, num_classes)
+    """timm's ``uqvision_cnn`` (:mod:`uqvision.archs`) as a :class:`FeatureClassifier`
+    (features of size ``4 * width``): the stand-in for the paper's ResNet-18/50."""
+    import timm
+
+    from .. import archs  # noqa: F401  (registers the architecture)
+
+    return feature_classifier(timm.create_model("uqvision_cnn", num_classes=num_classes,
+                                                width=width, in_chans=in_chans))
 
 
 def timm_classifier(arch: str, num_classes: int) -> FeatureClassifier:
-    """A timm architecture as featurizer (``num_classes=0``: pooled features) + linear head."""
+    """A timm architecture as featurizer (pooled features) + linear head."""
     import timm
 
-    backbone = timm.create_model(arch, num_classes=0)
-    return FeatureClassifier(backbone, backbone.num_features, num_classes)
-
-
-def _base(model: nn.Module) -> FeatureClassifier:
-    if not isinstance(model, FeatureClassifier):
-        raise TypeError("UIMNET algorithms wrap a FeatureClassifier (featurizer + linear "
-                        f"classifier), got {type(model).__name__}")
-    return model
+    return feature_classifier(timm.create_model(arch, num_classes=num_classes))
 
 
 # -- spectral normalisation ----------------------------------------------------------------
@@ -141,9 +160,15 @@ def spectral_normalize(model: nn.Module, coeff: float = 5.0) -> nn.Module:
     (``model.backbone`` for a :class:`FeatureClassifier`, else the whole model), in place.
 
     BatchNorm layers are left as they are (the paper also bounds them, after Gouk et al.).
+    The classifier of a timm model (``get_classifier()``) is not the featurizer's and is left
+    as it is too.
     """
     target = getattr(model, "backbone", model)
+    head = target.get_classifier() if hasattr(target, "get_classifier") else None
+    skip = {id(m) for m in head.modules()} if isinstance(head, nn.Module) else set()
     for m in list(target.modules()):
+        if id(m) in skip:
+            continue
         if isinstance(m, (nn.Conv2d, nn.Linear)) and not parametrize.is_parametrized(m, "weight"):
             parametrize.register_parametrization(m, "weight",
                                                  _OneSidedSpectralNorm(m.weight, coeff))
@@ -176,7 +201,7 @@ def _register(name: str, description: str, hparams: type, space: Callable | None
 
 # -- ERM -----------------------------------------------------------------------------------
 _register("erm", "empirical risk minimisation (cross-entropy)", OODRecipe,
-          wrap_model=lambda model, hp: _base(model))
+          wrap_model=lambda model, hp: feature_classifier(model))
 
 
 # -- Mixup ---------------------------------------------------------------------------------
@@ -211,6 +236,13 @@ class MixupNet(nn.Module):
         self.mixed: tuple[torch.Tensor, float] | None = None
         self.register_buffer("ref_x", torch.empty(0))
         self.register_buffer("ref_y", torch.empty(0))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the saved training examples are sized by post_fit: take the checkpoint's sizes
+        for name in ("ref_x", "ref_y"):
+            if prefix + name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[prefix + name]))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def features(self, x):
         return self.base.features(x)
@@ -262,7 +294,7 @@ def _mixup_post_fit(state: TrainState, train_loader, val_loader):
 
 _register("mixup", "ERM on mixed examples (Zhang et al.); native: the Mixup criterion",
           MixupHParams, lambda rng: {"alpha": float(rng.uniform(0.1, 1.0))},
-          wrap_model=lambda model, hp: MixupNet(_base(model), hp.alpha, hp.native_refs),
+          wrap_model=lambda model, hp: MixupNet(feature_classifier(model), hp.alpha, hp.native_refs),
           loss=_mixup_loss, post_fit=_mixup_post_fit)
 
 
@@ -312,7 +344,7 @@ def _soft_loss(state: TrainState, out, y):
 
 _register("soft_labeler", "cross-entropy to smoothed labels; native: soft-label over-shoot",
           SoftLabelHParams, lambda rng: {"smoothing": float(rng.uniform(0.05, 0.5))},
-          wrap_model=lambda model, hp: SoftLabelNet(_base(model), hp.smoothing), loss=_soft_loss)
+          wrap_model=lambda model, hp: SoftLabelNet(feature_classifier(model), hp.smoothing), loss=_soft_loss)
 SEARCH_SPACES.add("mc_dropout", lambda rng: {**_recipe_space(rng),
                                              "p": float(rng.uniform(0.05, 0.5))})
 
@@ -375,7 +407,7 @@ def _mimo_loss(state: TrainState, out, y):
 
 _register("mimo", "M sub-networks in one (Havasi et al.)", MIMOHParams,
           lambda rng: {"members": int(rng.integers(2, 5))},
-          wrap_model=lambda model, hp: MIMONet(_base(model), hp.members), loss=_mimo_loss)
+          wrap_model=lambda model, hp: MIMONet(feature_classifier(model), hp.members), loss=_mimo_loss)
 
 
 # -- RBF -----------------------------------------------------------------------------------
@@ -400,7 +432,7 @@ class RBFNet(nn.Module):
 
 
 _register("rbf", "logits transformed by exp(-z^2) before the softmax (Broomhead & Lowe)",
-          OODRecipe, wrap_model=lambda model, hp: RBFNet(_base(model)))
+          OODRecipe, wrap_model=lambda model, hp: RBFNet(feature_classifier(model)))
 
 
 # -- RND, OC, DeepAE: a student on the (detached) features --------------------------------
@@ -501,7 +533,7 @@ for _kind, _text in (("rnd", "student matching a fixed random teacher on φ (Bur
     _register(_kind, _text + "; native: student-teacher disagreement", StudentHParams,
               (lambda rng: {**_student_space(rng), "ortho": float(10 ** rng.uniform(-2, 1))})
               if _kind == "oc" else _student_space,
-              wrap_model=lambda model, hp, k=_kind: StudentNet(_base(model), k, hp),
+              wrap_model=lambda model, hp, k=_kind: StudentNet(feature_classifier(model), k, hp),
               loss=_student_loss)
 
 
@@ -613,4 +645,4 @@ def _due_loss(state: TrainState, out, y):
 _register("due", "spectral-normalised featurizer + sparse variational GP head (gpytorch); "
                  "native: GP predictive variance", DUEHParams,
           lambda rng: {"inducing": int(rng.choice([10, 20, 50]))},
-          wrap_model=lambda model, hp: DUENet(_base(model), hp), loss=_due_loss)
+          wrap_model=lambda model, hp: DUENet(feature_classifier(model), hp), loss=_due_loss)

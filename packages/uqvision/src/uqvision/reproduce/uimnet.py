@@ -15,13 +15,22 @@
 5. scoring (:func:`uqvision.ood.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
    ``DIR/tables.md``.
 
-A rerun skips every cell already on disk. Training uses :func:`train_with_method_hooks`, the
-documented minimal loop over a method's hooks (start/step/end_epoch/finish), to be replaced by
-the one loop of ``uqvision.train`` when that drives the hooks.
+A rerun skips every cell already on disk. Every network (extractor, runs, oracles) trains in
+the one loop of :func:`uqvision.train.train_model`, on class-subset views of the training
+folder (:func:`uqvision.split.image_view`: the seed's 90/10 index file, nothing copied or
+loaded into memory); the extractor's embeddings come from the one prediction path
+(:func:`uqvision.predict.predict_to_files`); the run caches are computed batch by batch from
+views of the folders, so ``--data ROOT --arch NAME`` runs an ImageNet-sized folder.
+
+The small CNN of the stand-in is timm's ``uqvision_cnn`` (:mod:`uqvision.archs`). ERM, RND,
+OC and DeepAE share one classifier when their trial seeds and hyper-parameters agree: the
+students of RND/OC/DeepAE learn on detached features (their paper's post-hoc modules), so
+they differ from ERM only in their native measure.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -32,26 +41,24 @@ from pathlib import Path
 import numpy as np
 import torch
 import xarray as xr
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Subset
 from uqmetrics.calibration import fit_temperature, log_softmax
 from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
 from uqmetrics.sweep import Cell, run_sweep
 
-from ..data import DataConfig, ImageFolderDataset, derive_seed, eval_transform, flush_denormal
+from ..data import DataConfig, derive_seed, eval_transform, flush_denormal, tta_transform
 from ..measures import jacobian_norm
-from ..methods import TRAINING_METHODS
-from ..methods.ood import (
-    SEARCH_SPACES,
-    UIMNET_ALGORITHMS,
-    FeatureClassifier,
-    small_cnn,
-    spectral_normalize,
-    timm_classifier,
-)
+from ..methods import TRAINING_METHODS, TrainState
+from ..methods.ood import SEARCH_SPACES, UIMNET_ALGORITHMS
+from ..models import ModelSpec, read_sidecar
 from ..ood import ensemble_log_probs
-from ..split import ClassSubset, make_index_files, read_index_file, read_split, write_split
+from ..predict import PredictConfig, predict_to_files
+from ..split import image_view, make_index_files, read_split, write_split
+from ..train import TrainConfig, load_run, train_model
 from . import REPRODUCTIONS, Reproduction
 
-__all__ = ["UIMNET_SCALES", "UimnetScale", "run_uimnet", "train_with_method_hooks"]
+__all__ = ["UIMNET_SCALES", "UimnetScale", "run_uimnet"]
 
 SPLITS = ("in_val", "in_test", "out_test")
 
@@ -103,86 +110,95 @@ def _csv(text: str, kind=str) -> list:
 
 
 # -- data ----------------------------------------------------------------------------------
-def _load(folder, classes, indices=None, size: int = 32, limit: int | None = None):
-    """Images of ``classes`` (labels in their order) as a tensor (n, 3, size, size); the first
-    ``limit`` of the view only, when given."""
-    dcfg = DataConfig((3, size, size), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), crop_pct=1.0,
-                      interpolation="bilinear")
-    view = ClassSubset(ImageFolderDataset(folder, eval_transform(dcfg)), classes, indices)
-    if limit is not None:
-        view = ClassSubset(view.base, classes, range(min(limit, len(view))))
-    x = torch.stack([view[i][0] for i in range(len(view))])
-    return x, torch.as_tensor(view.targets), view.sample_ids
+def _paths(root: Path) -> dict[str, Path]:
+    test = root / "test" if (root / "test").is_dir() else root / "val"
+    return {"train": root / "train", "test": test}
 
 
-def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """CIFAR-style: random horizontal flip and a pad-4 random crop, per image."""
-    n, _, h, w = x.shape
-    flip = torch.rand(n, generator=gen) < 0.5
-    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
-    pad = torch.nn.functional.pad(x, (4, 4, 4, 4), mode="reflect")
-    dx, dy = torch.randint(0, 9, (2, n), generator=gen)
-    return torch.stack([pad[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, Dataset]:
+    """The evaluation sets of data seed ``seed`` as class-subset views (nothing loaded): in-domain
+    validation (the seed's 10 % of the training folder), in-domain and out-domain test."""
+    split = read_split(split_file)
+    paths = _paths(Path(root))
+    index = Path(split_file).parent / "index"
+    ins, outs = split["in_classes"], split["out_classes"]
+    return {"in_val": image_view(paths["train"], transform, classes=ins,
+                                 index_file=index / f"seed{seed}.val.json"),
+            "in_test": image_view(paths["test"], transform, classes=ins),
+            "out_test": image_view(paths["test"], transform, classes=outs)}
 
 
-def train_with_method_hooks(method, hp, model, x, y, *, seed: int, device: str = "cpu",
-                            augment: bool = True):
-    """Train ``model`` with ``method``'s hooks on in-memory tensors: the documented minimal
-    loop of :mod:`uqvision.methods.registry` (start, step until done, end_epoch, finish).
-
-    Returns the finished :class:`~uqvision.methods.TrainState`.
-    """
-    gen = torch.Generator().manual_seed(derive_seed(seed, 1))
-    torch.manual_seed(derive_seed(seed, 2))
-    n, bs = len(x), min(hp.batch_size, len(x))
-    steps = max(1, n // bs)
-    state = method.start(model.to(device), hp, n_train=n, steps_per_epoch=steps, seed=seed)
-    while not state.done:
-        order = torch.randperm(n, generator=gen)
-        for b in range(steps):
-            idx = order[b * bs:(b + 1) * bs]
-            xb = _augment(x[idx], gen) if augment else x[idx]
-            method.step(state, xb.to(device), y[idx].to(device))
-            if state.done:
-                break
-        method.end_epoch(state)
-    loader = [(x[i:i + bs], y[i:i + bs]) for i in range(0, n, bs)]
-    method.finish(state, loader, None)
-    return state
-
-
-def _build_base(arch: str | None, num_classes: int, width: int) -> FeatureClassifier:
-    return timm_classifier(arch, num_classes) if arch else small_cnn(num_classes, width=width)
+def _train_config(scale: UimnetScale, arch: str | None, device: str, **fields) -> TrainConfig:
+    """The one loop's configuration of a UIMNET run: CIFAR-style augmentation (pad-crop +
+    flip), the scale's input size; ``uqvision_cnn`` of the scale's width without ``--arch``."""
+    return TrainConfig(arch=arch or "uqvision_cnn", input_size=scale.input_size,
+                       augment="cifar", model_kwargs={} if arch else {"width": scale.width},
+                       device=device, **fields)
 
 
 @torch.no_grad()
-def _batched(fn, x, bs=256):
-    return torch.cat([fn(x[i:i + bs]) for i in range(0, len(x), bs)])
+def _outputs(fn, view: Dataset, *, batch_size: int, device: str) -> torch.Tensor:
+    """``fn(x, ids)`` over ``view`` in order, concatenated (on the CPU)."""
+    loader = DataLoader(view, batch_size=batch_size)
+    return torch.cat([fn(x.to(device), ids.tolist()).cpu() for x, _, ids in loader])
+
+
+def _features(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """φ(x): a UIMNET wrapper's ``features``, else a timm model's pooled pre-logits."""
+    if hasattr(net, "features") and callable(net.features):
+        return net.features(x)
+    return net.forward_head(net.forward_features(x), pre_logits=True)
+
+
+def _native(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return net.native(x) if hasattr(net, "native") else torch.full((len(x),), math.nan)
+
+
+def _run_arrays(state: TrainState, views: dict[str, Dataset], tta_views, *, passes: int,
+                seed: int, batch_size: int, device: str) -> dict:
+    """Per evaluation set: logits at τ = 1 (the log of the mean softmax over ``passes``
+    stochastic passes for MC dropout, whose native measure is then the mutual information),
+    features, native measure, and the logits of each TTA view."""
+    from uqmetrics import mutual_information
+
+    net, method = state.net.eval(), state.method
+    run = functools.partial(_outputs, batch_size=batch_size, device=device)
+    variables = {}
+    for split, view in views.items():
+        if method.stochastic_passes:  # noise per (seed, pass, sample id): batching-free
+            stacked = torch.stack([run(lambda x, ids, s=s: torch.log_softmax(s(x, ids), -1), view)
+                                   for s in method.samples(state, passes, seed)])
+            logits = torch.logsumexp(stacked, 0) - math.log(passes)
+            native = torch.as_tensor(mutual_information(stacked.numpy(), from_logits=True))
+            net.eval()
+        else:
+            logits = run(lambda x, ids: net(x), view)
+            native = run(lambda x, ids: _native(net, x), view)
+        feats = run(lambda x, ids: _features(net, x), view)
+        aug = torch.stack([run(lambda x, ids: net(x), t[split]) for t in tta_views])
+        dim = f"{split}_sample"
+        variables[f"{split}_logits"] = ((dim, "class"), logits.numpy().astype(np.float32))
+        variables[f"{split}_features"] = ((dim, "feature"), feats.numpy().astype(np.float32))
+        variables[f"{split}_native"] = (dim, native.double().numpy())
+        variables[f"{split}_tta"] = (("aug", dim, "class"), aug.numpy().astype(np.float32))
+        variables[f"{split}_label"] = (dim, np.asarray(view.targets))
+    return variables
 
 
 # -- stage 1: extractor and split ----------------------------------------------------------
 def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, log) -> Path:
-    from ..cache import cache_dataset
-
-    path = out / "caches" / "extractor.train.plain-000.nc"
-    if path.exists():
-        return path
-    classes = ImageFolderDataset(train_dir).classes
-    x, y, ids = _load(train_dir, classes, size=sc.input_size)
-    method = TRAINING_METHODS.lookup("erm")
-    hp = method.hparams_from(epochs=sc.extractor_epochs, batch_size=sc.batch_size)
-    t0 = time.perf_counter()
-    state = train_with_method_hooks(method, hp, _build_base(arch, len(classes), sc.width), x, y,
-                                    seed=seed, device=device)
-    net = state.net.eval()
-    z = _batched(lambda b: net(b.to(device)).cpu(), x)
-    feats = _batched(lambda b: net.features(b.to(device)).cpu(), x)
-    log(f"uimnet: feature extractor trained on {len(classes)} classes in "
-        f"{time.perf_counter() - t0:.0f} s (train accuracy {(z.argmax(1) == y).float().mean():.3f})")
-    ds = cache_dataset(z.numpy(), y.numpy(), samples=ids, classes=classes, embedding=feats.numpy(),
-                       attrs={"model": "uimnet_extractor", "dataset_name": "train",
-                              "mode": "plain", "pass_index": 0, "arch": arch or "small_cnn"})
-    write_dataset(ds, path, overwrite=True)
+    """ERM on every class (the paper's pre-trained ResNet-18), its train-set embeddings cached
+    through the one prediction path."""
+    ckpt = out / "checkpoints" / "extractor.safetensors"
+    if not ckpt.exists():
+        result = train_model(train_dir, ckpt, _train_config(
+            sc, arch, device, method="erm", epochs=sc.extractor_epochs,
+            batch_size=sc.batch_size, seed=seed, tag="uimnet_extractor"))
+        log(f"uimnet: feature extractor trained on {result.model.num_classes} classes in "
+            f"{result.wall_time_s:.0f} s")
+    spec = ModelSpec(arch or "uqvision_cnn", str(ckpt), label="extractor")
+    (path,) = predict_to_files(spec, train_dir, out / "caches", PredictConfig(
+        embeddings=True, batch_size=256, device=device), dataset_name="train")
     return path
 
 
@@ -196,162 +212,70 @@ def _trial_hparams(algorithm: str, trial: int, sc: UimnetScale, seed: int) -> di
     return {**SEARCH_SPACES.lookup(algorithm)(rng), **base}
 
 
-def _predict(net, method, x, *, device, passes, tta, seed):
-    """logits (n, C) at τ = 1, features (n, d), native (n,), TTA logits (aug, n, C)."""
-    dev = lambda b: b.to(device)
-    if method.stochastic_passes:
-        member = []
-        for s in method.samples(_StateView(net), passes, seed):  # seeds each pass
-            member.append(_batched(lambda b, s=s: torch.log_softmax(s(dev(b)), -1).cpu(), x))
-        stacked = torch.stack(member)
-        logits = torch.logsumexp(stacked, 0) - math.log(passes)
-        from uqmetrics import mutual_information
-
-        native = torch.as_tensor(mutual_information(stacked.numpy(), from_logits=True))
-        net.eval()
-    else:
-        logits = _batched(lambda b: net(dev(b)).cpu(), x)
-        native = _batched(lambda b: net.native(dev(b)).cpu(), x) if hasattr(net, "native") \
-            else torch.full((len(x),), math.nan)
-    feats = _batched(lambda b: net.features(dev(b)).cpu(), x)
-    gen = torch.Generator().manual_seed(derive_seed(seed, 7))
-    aug = torch.stack([_batched(lambda b: net(dev(b)).cpu(), _augment(x, gen))
-                       for _ in range(tta)])
-    return logits, feats, native, aug
-
-
-class _StateView:
-    """What ``method.samples`` reads of a TrainState: the network."""
-
-    def __init__(self, net):
-        self.net = net
-
-
-def _run_arrays(net, method, data, *, device, passes, tta, seed) -> dict:
-    variables = {}
-    for split in SPLITS:
-        x, y = data[split]
-        logits, feats, native, aug = _predict(net, method, x, device=device, passes=passes,
-                                              tta=tta, seed=seed)
-        dim = f"{split}_sample"
-        variables[f"{split}_logits"] = ((dim, "class"), logits.numpy().astype(np.float32))
-        variables[f"{split}_features"] = ((dim, "feature"), feats.numpy().astype(np.float32))
-        variables[f"{split}_native"] = (dim, native.double().numpy())
-        variables[f"{split}_tta"] = (("aug", dim, "class"), aug.numpy().astype(np.float32))
-        variables[f"{split}_label"] = (dim, y.numpy())
-    return variables
-
-
-def _cell_data(root: str, split_file: str, seed: int, size: int,
-               parts=("in_train", *SPLITS), limit: int | None = None):
-    """The sets ``parts`` of data seed ``seed``: (images, labels) each."""
-    split = read_split(split_file)
-    paths = _paths(Path(root))
-    index = Path(split_file).parent / "index"
-    ins, outs = split["in_classes"], split["out_classes"]
-    where = {"in_train": (paths["train"], ins, "train"), "in_val": (paths["train"], ins, "val"),
-             "in_test": (paths["test"], ins, None), "out_test": (paths["test"], outs, None),
-             "out_train": (paths["train"], outs, None)}
-    data = {}
-    for part in parts:
-        folder, classes, idx = where[part]
-        if idx is not None:
-            idx = read_index_file(index / f"seed{seed}.{idx}.json")["indices"]
-            idx = idx[:limit] if limit is not None else idx
-        data[part] = _load(folder, classes, idx, size, None if idx is not None else limit)[:2]
-    return data, ins
-
-
-def _paths(root: Path) -> dict[str, Path]:
-    test = root / "test" if (root / "test").is_dir() else root / "val"
-    return {"train": root / "train", "test": test}
+def _eval_transforms(sidecar: dict, tta: int, seed: int):
+    """The run's evaluation transform and ``tta`` CIFAR-style augmentations (seeded)."""
+    dcfg = DataConfig.from_dict(sidecar["pretrained_cfg"])
+    return eval_transform(dcfg), [(tta_transform("cifar", dcfg), derive_seed(seed, 7, a))
+                                  for a in range(tta)]
 
 
 def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str,
              split_file: str, checkpoint: str, scale: dict, arch: str | None,
              device: str) -> xr.Dataset:
-    """Train one run and cache its outputs on the three evaluation sets (a sweep cell)."""
-    from safetensors.torch import save_file
-
+    """Train one run with the one loop (:func:`uqvision.train.train_model` on the seed's
+    in-domain training view) and cache its outputs on the three evaluation sets (a cell)."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)  # one Dask worker = one core
     t0 = time.perf_counter()
-    data, ins = _cell_data(root, split_file, seed, sc.input_size)
-    method = TRAINING_METHODS.lookup(algorithm)
-    overrides = _trial_hparams(algorithm, trial, sc, seed)
-    hp = method.hparams_from(overrides)
-    torch.manual_seed(derive_seed(seed, trial, 11))
-    base = _build_base(arch, len(ins), sc.width)
-    if spectral:
-        spectral_normalize(base)
-    x, y = data["in_train"]
+    split = read_split(split_file)
+    index = Path(split_file).parent / "index" / f"seed{seed}.train.json"
+    config = _train_config(sc, arch, device, method=algorithm, seed=derive_seed(seed, trial),
+                           hparams=_trial_hparams(algorithm, trial, sc, seed),
+                           classes=tuple(split["in_classes"]), index_file=str(index),
+                           spectral=bool(spectral), tag=Path(checkpoint).stem)
+    result = train_model(_paths(Path(root))["train"], checkpoint, config)
+    sidecar = read_sidecar(result.checkpoint)
+    plain, tta = _eval_transforms(sidecar, sc.tta, seed)
+    views = _views(root, split_file, seed, plain)
+    tta_views = [{k: v.with_augment_seed(s) for k, v in _views(root, split_file, seed, t).items()}
+                 for t, s in tta]
     with flush_denormal():
-        state = train_with_method_hooks(method, hp, base, x, y,
-                                        seed=derive_seed(seed, trial), device=device)
-        train_s = time.perf_counter() - t0
-        net = state.net.eval()
-        variables = _run_arrays(net, method, data, device=device, passes=sc.mc_passes,
-                                tta=sc.tta, seed=seed)
-    ckpt = Path(checkpoint)
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(tmp))
-    tmp.replace(ckpt)
-    config = {"algorithm": algorithm, "spectral": bool(spectral), "trial": trial,
-              "data_seed": seed, "hparams": asdict(hp), "arch": arch or "small_cnn",
-              "width": sc.width}
+        variables = _run_arrays(result.state, views, tta_views, passes=sc.mc_passes, seed=seed,
+                                batch_size=256, device=device)
+    cfg = {"algorithm": algorithm, "spectral": bool(spectral), "trial": trial,
+           "data_seed": seed, "hparams": sidecar["hparams"], "arch": sidecar["architecture"],
+           "width": sc.width}
     return xr.Dataset(variables, attrs={
-        **provenance_attrs(config=config, seed=seed), "checkpoint": str(ckpt),
-        "train_s": train_s, "wall_s": time.perf_counter() - t0, "uimnet": json.dumps(config)})
+        **provenance_attrs(config=cfg, seed=seed), "checkpoint": str(result.checkpoint),
+        "train_s": result.wall_time_s, "wall_s": time.perf_counter() - t0,
+        "uimnet": json.dumps(cfg)})
 
 
 def oracle_cell(*, seed: int, root: str, split_file: str, scale: dict, arch: str | None,
-                device: str) -> xr.Dataset:
-    """The upper reference: an ERM classifier trained to tell in-domain (0) from out-domain
-    (1) training images; u = p(out) on the three evaluation sets."""
+                device: str, checkpoint: str) -> xr.Dataset:
+    """The upper reference: ERM trained (the one loop) to tell in-domain from out-domain
+    training images (a two-label view of the training folder); u = p(out) on the three
+    evaluation sets."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)
-    data, _ = _cell_data(root, split_file, seed, sc.input_size,
-                         parts=("in_train", "out_train", *SPLITS))
-    (xi, _), (xo, _) = data["in_train"], data["out_train"]
-    x = torch.cat([xi, xo])
-    y = torch.cat([torch.zeros(len(xi), dtype=torch.long), torch.ones(len(xo), dtype=torch.long)])
-    method = TRAINING_METHODS.lookup("erm")
-    hp = method.hparams_from(epochs=sc.epochs, batch_size=sc.batch_size)
-    torch.manual_seed(derive_seed(seed, 13))
+    split = read_split(split_file)
+    groups = {**dict.fromkeys(split["in_classes"], "in"),
+              **dict.fromkeys(split["out_classes"], "out")}
+    config = _train_config(sc, arch, device, method="erm", epochs=sc.epochs,
+                           batch_size=sc.batch_size, seed=derive_seed(seed, 13), classes=groups,
+                           tag=Path(checkpoint).stem)
+    result = train_model(_paths(Path(root))["train"], checkpoint, config)
+    net = result.model.eval()
+    plain, _ = _eval_transforms(read_sidecar(result.checkpoint), 0, seed)
     with flush_denormal():
-        state = train_with_method_hooks(method, hp, _build_base(arch, 2, sc.width), x, y,
-                                        seed=derive_seed(seed, 13), device=device)
-    net = state.net.eval()
-    variables = {f"{s}_u": (f"{s}_sample",
-                            _batched(lambda b: torch.softmax(net(b.to(device)), -1)[:, 1].cpu(),
-                                     data[s][0]).double().numpy()) for s in SPLITS}
+        variables = {f"{s}_u": (f"{s}_sample", _outputs(
+            lambda x, ids: torch.softmax(net(x), -1)[:, 1], view, batch_size=256,
+            device=device).double().numpy())
+            for s, view in _views(root, split_file, seed, plain).items()}
     return xr.Dataset(variables, attrs=provenance_attrs(config={"oracle": True}, seed=seed))
 
 
 # -- stage 3: ensembles (selection, temperature, Jacobian) --------------------------------
-def _load_net(run: xr.Dataset, n_classes: int, device: str):
-    from safetensors.torch import load_file
-
-    cfg = json.loads(run.attrs["uimnet"])
-    method = TRAINING_METHODS.lookup(cfg["algorithm"])
-    hp = method.hparams(**{k: tuple(v) if isinstance(v, list) else v
-                           for k, v in cfg["hparams"].items()})
-    arch = None if cfg["arch"] == "small_cnn" else cfg["arch"]
-    base = _build_base(arch, n_classes, cfg["width"])
-    if cfg["spectral"]:
-        spectral_normalize(base)
-    net = method.wrap_model(base, hp)
-    weights = load_file(run.attrs["checkpoint"])
-    for name, value in weights.items():   # buffers filled after training (Mixup's examples)
-        owner, _, leaf = name.rpartition(".")
-        mod = net.get_submodule(owner) if owner else net
-        if leaf in mod._buffers and mod._buffers[leaf].shape != value.shape:
-            mod._buffers[leaf] = torch.empty_like(value)
-    net.load_state_dict(weights)
-    return net.to(device).eval()
-
-
 def ensemble_logits(runs: list[xr.Dataset], split: str) -> np.ndarray:
     """Members' logits, shape (member, n, C)."""
     return np.stack([r[f"{split}_logits"].values for r in runs])
@@ -369,22 +293,26 @@ def select_runs(paths: list[Path], k: int) -> list[Path]:
 
 
 def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, split_file: str,
-                  seed: int, input_size: int, device: str) -> xr.Dataset:
+                  seed: int, device: str) -> xr.Dataset:
     """Top-k selection recorded, τ̂ on in-domain validation, and the Jacobian measure of the
-    ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set."""
+    ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set (the
+    members rebuilt by :func:`uqvision.train.load_run`)."""
     torch.set_num_threads(1)
     paths = select_runs([Path(r) for r in runs], k)
     members = [read_dataset(p) for p in paths]
     y_val = members[0]["in_val_label"].values
     tau = fit_temperature(ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
     n_classes = members[0].sizes["class"]
-    nets = [_load_net(m, n_classes, device) for m in members]
-    data, _ = _cell_data(root, split_file, seed, input_size, parts=SPLITS, limit=jacobian_max)
+    runs_ = [load_run(ModelSpec("uqvision_cnn", m.attrs["checkpoint"]), num_classes=n_classes,
+                      device=device) for m in members]
+    nets = [r.loaded.model.eval() for r in runs_]
+    plain = runs_[0].loaded.transform
     variables = {}
-    for split in SPLITS:
-        x = data[split][0].to(device)
-        jac = [torch.cat([jacobian_norm(nets, x[i:i + 64], temperature=t)
-                          for i in range(0, len(x), 64)]).cpu().numpy() for t in (1.0, tau)]
+    for split, view in _views(root, split_file, seed, plain).items():
+        head = Subset(view, range(min(jacobian_max, len(view))))
+        loader = DataLoader(head, batch_size=64)
+        jac = [torch.cat([jacobian_norm(nets, x.to(device), temperature=t) for x, *_ in loader])
+               .cpu().numpy() for t in (1.0, tau)]
         variables[f"{split}_jacobian"] = (("calibration", f"{split}_jsample"), np.stack(jac))
     return xr.Dataset(variables, coords={"calibration": ["none", "temperature"]}, attrs={
         "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k,
@@ -435,7 +363,8 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                     cells.append(Cell(key, {**common, "algorithm": alg, "spectral": bool(sp),
                                             "trial": trial, "seed": s, "checkpoint": str(
                                                 out / "checkpoints" / f"{key}.safetensors")}))
-    oracle = [Cell(f"oracle.s{s}", {**common, "seed": s}) for s in seeds]
+    oracle = [Cell(f"oracle.s{s}", {**common, "seed": s, "checkpoint": str(
+        out / "checkpoints" / f"oracle.s{s}.safetensors")}) for s in seeds]
     run_dir = out / "caches" / "runs"
     for group, func in ((cells, run_cell), (oracle, oracle_cell)):
         report = run_sweep(group, func, run_dir, n_workers=sc.workers, overwrite=overwrite,
@@ -453,7 +382,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                     ens.append(Cell(f"{alg}.sn{sp}.s{s}.k{k}", {
                         "runs": runs, "k": min(k, len(runs)), "jacobian_max": sc.jacobian_max,
                         "root": str(root), "split_file": str(split_file), "seed": s,
-                        "input_size": sc.input_size, "device": device}))
+                        "device": device}))
     report = run_sweep(ens, ensemble_cell, out / "caches" / "ensembles", n_workers=sc.workers,
                        overwrite=overwrite, progress=False)
     if not report.ok:

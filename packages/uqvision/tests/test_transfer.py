@@ -101,21 +101,31 @@ def test_select_configs_none_qualifies():
     assert select_configs(low, low).values.tolist() == [-1]
 
 
-def test_reproduce_url_smoke_and_cli_score(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """``reproduce url --scale smoke`` of ce and losspred on the generated hierarchy."""
     from uqvision.reproduce import load_drivers
 
-    out = tmp_path / "url"
+    out = tmp_path_factory.mktemp("url") / "url"
     path = load_drivers().lookup("url").run(out, scale="smoke",
                                             options={"methods": "ce,losspred"})
+    return out, path
+
+
+def test_reproduce_url_smoke_and_cli_score(smoke_run, tmp_path):
+    out, path = smoke_run
     ds = xr.open_dataset(path)
     for v in ("recall_at_1", "r_auroc", "crop_consistency", "human_alignment",
               "upstream_r_auroc", "auroc"):
         assert v in ds and f"{v}_mean" in ds
     assert ds["r_auroc"].sel({"method": CONSTANT_U}).values.ravel().tolist() == [0.5, 0.5]
     cache = read_cache(next((out / "caches").glob("*down_a-test.crop-000.nc")))
-    np.testing.assert_allclose(cache["crop_fraction"],
-                               crop_fractions(0, range(cache.sizes["sample"])), rtol=1e-6)
+    # the crop fractions of the one predict path: drawn from the run's sample seed
+    np.testing.assert_allclose(cache["crop_fraction"], crop_fractions(
+        cache.attrs["sample_seed"], range(cache.sizes["sample"])), rtol=1e-6)
     assert {"embedding", "uncertainty"} <= set(cache.data_vars) and "logits" not in cache
+    assert cache.attrs["method"] == "ce" or cache.attrs["method"] == "losspred"
+    assert "logits" in read_cache(next((out / "caches").glob("*upstream-test.plain-000.nc")))
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
         "fig1_r_auroc.png", "fig2_r_auroc_vs_recall.png", "fig4_upstream_vs_downstream.png"]
     assert main(["score", "--protocol", "transfer", "--caches", str(out / "caches"),
@@ -123,3 +133,41 @@ def test_reproduce_url_smoke_and_cli_score(tmp_path):
     again = xr.open_dataset(tmp_path / "t.nc")
     xr.testing.assert_allclose(again["r_auroc"], ds["r_auroc"])
     xr.testing.assert_allclose(again["human_alignment"], ds["human_alignment"])
+
+
+def test_real_folders_end_to_end_through_the_cli(smoke_run, tmp_path):
+    """``uqvision reproduce url --upstream ROOT --downstream ROOT ROOT --arch NAME`` on plain
+    ImageFolder trees (the smoke hierarchy's views copied as real folders, no symlinks, no
+    classes.json): every method and dataset lands in transfer.nc; and it is the hierarchy
+    run's code path: with the same backbone, its ce and losspred caches are bit-identical."""
+    import shutil
+
+    hier, _ = smoke_run
+    roots = {}
+    for name in ("upstream", "down_a", "down_b"):
+        roots[name] = shutil.copytree(hier / "data" / "views" / name, tmp_path / "data" / name,
+                                      symlinks=False)
+    out = tmp_path / "real"
+    assert main(["reproduce", "url", "--scale", "smoke", "--out", str(out), "--arch",
+                 "test_resnet", "--upstream", str(roots["upstream"]), "--downstream",
+                 str(roots["down_a"]), str(roots["down_b"]), "--set",
+                 f"backbone={hier / 'backbone.safetensors'}"]) == 0
+    ds = xr.open_dataset(out / "transfer.nc")
+    from uqvision.methods.representation import REPRESENTATION_METHODS
+
+    assert list(ds["method"].values) == [*REPRESENTATION_METHODS, CONSTANT_U]
+    assert list(ds["dataset"].values) == ["down_a", "down_b"]
+    for v in ("recall_at_1", "r_auroc", "crop_consistency", "auroc"):
+        assert np.isfinite(ds[v].sel({"method": list(REPRESENTATION_METHODS)})).all(), v
+    assert np.isfinite(ds["upstream_r_auroc"].sel({"method": list(REPRESENTATION_METHODS)})
+                       ).all()
+    assert ds["human_alignment"].isnull().all()  # real folders here have no soft labels
+    caches = sorted(p.name for p in (out / "caches").glob("*.nc"))
+    assert len(caches) == len(REPRESENTATION_METHODS) * 7  # up + 2 x (val, test, crop)
+    for p in (hier / "caches").glob("*.nc"):
+        if ".mixed-" in p.name:
+            continue
+        a, b = read_cache(p), read_cache(out / "caches" / p.name)
+        for v in ("embedding", "uncertainty", "label", "crop_fraction", "logits"):
+            if v in a:
+                np.testing.assert_array_equal(a[v].values, b[v].values, err_msg=f"{p.name} {v}")

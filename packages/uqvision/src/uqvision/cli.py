@@ -446,6 +446,10 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
         raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
                          f"{list(driver.scales)}")
     options = _set_pairs(a.set)
+    if a.upstream is not None:  # url: real folders (the same as --set upstream=...)
+        options["upstream"] = a.upstream
+    if a.downstream is not None:
+        options["downstream"] = ",".join(a.downstream)
     out = driver.run(a.out, scale=a.scale, data=a.data, arch=a.arch, seed=a.seed,
                      overwrite=a.overwrite, options=options, log=_print)
     _print(str(out))
@@ -462,7 +466,12 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--data", default=None,
                    help="a real image folder (train/ val/ test/) instead of the stand-in")
-    p.add_argument("--arch", default=None, help="timm architecture for --data")
+    p.add_argument("--arch", default=None,
+                   help="timm architecture for --data / --upstream")
+    p.add_argument("--upstream", default=None, metavar="ROOT",
+                   help="url: real upstream folder (train/ val/ test/)")
+    p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
+                   help="url: real downstream folders (val/ test/ each), zero-shot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",

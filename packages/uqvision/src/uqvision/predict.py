@@ -8,7 +8,15 @@ Modes (:data:`PASS_MODES`):
 - ``mc_dropout``: dropout masks drawn per sample (:class:`uqvision.dropout.PerSampleDropout`;
   the rest of the model, BatchNorm included, in eval mode), ``passes`` forward passes per
   batch sharing one data loading; one file with logits (pass, sample, class). Pass ``r`` of
-  sample ``i`` is a pure function of ``(seed, r, i)``.
+  sample ``i`` is a pure function of ``(seed, r, i)``;
+- ``crop``: URL's centre crop to a per-sample fraction in [0.1, 0.75] of the short side, drawn
+  once from ``derive_seed(seed, i)`` (:mod:`uqvision.crop`), recorded as ``crop_fraction``.
+
+A network that gives its own uncertainty — a :class:`uqvision.uheads.URLModel` (the URL
+methods, V.4) — returns ``(logits, u, embedding)``: its caches also hold ``uncertainty``
+(sample) and, with ``embeddings``, its embedding; the noise of its stochastic heads is drawn
+per sample from ``(seed, sample index)``. With ``logits=False`` a cache keeps no logits and
+the folder's classes need not be the model's (zero-shot embeddings of unseen classes).
 
 ONE path from a training method's prediction samples to caches: a checkpoint trained by
 :func:`uqvision.train.train_model` is rebuilt through its method
@@ -57,6 +65,7 @@ from .data import (
 from .dropout import PerSampleDropout
 from .methods.registry import TRAINING_METHODS, StochasticPass
 from .models import LoadedModel, ModelSpec, file_sha256, read_sidecar
+from .uheads import URLModel
 
 __all__ = [
     "DEFAULT_PASSES",
@@ -87,7 +96,8 @@ class PredictConfig:
     ``derive_seed(seed, s)`` and its TTA pass ``p`` from ``derive_seed(derive_seed(seed, s,
     k), p)``, so members and samples never share an augmentation. ``train_data`` is the
     folder the BatchNorm statistics of sampled weights are recomputed on (SWAG, K-FAC
-    Laplace; default: the run's training folder).
+    Laplace; default: the run's training folder). ``logits=False`` (with ``embeddings``): no
+    logits are kept and the folder may have other classes than the model (zero-shot, V.4).
     """
 
     mode: str = "plain"
@@ -104,10 +114,14 @@ class PredictConfig:
     samples: int | None = None
     first_sample: int = 0
     train_data: str | None = None
+    logits: bool = True
 
     def __post_init__(self):
         if self.passes is None:
             self.passes = DEFAULT_PASSES.get(self.mode, 1)
+        if not self.logits and not self.embeddings:
+            raise ValueError("logits=False needs embeddings=True (a cache without logits "
+                             "holds embeddings)")
 
 
 #: Passes of a mode when ``PredictConfig.passes`` is not given (1 for the others).
@@ -190,26 +204,34 @@ def _autocast(cfg: PredictConfig, device: str):
                           enabled=cfg.amp)
 
 
-def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None):
+def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None,
+             seed: int = 0):
+    """``(logits, embedding or None, u or None)`` of a batch; ``ids`` are the samples' data-set
+    indices (per-sample noise)."""
     if isinstance(model, StochasticPass):  # noise drawn per sample: (seed, pass, sample id)
         if embeddings:
             raise ValueError("embeddings of stochastic passes are not supported")
-        return model(x, ids), None
+        return model(x, ids), None, None
+    if isinstance(model, URLModel):  # the network gives (logits, u, embedding)
+        ids = range(len(x)) if ids is None else ids
+        z, u, emb = model.predict(x, ids, seed)
+        return z, (emb if embeddings else None), u
     if not embeddings:
-        return model(x), None
+        return model(x), None, None
     if not hasattr(model, "forward_head"):
         raise ValueError("embeddings need a timm model (forward_features/forward_head)")
     emb = model.forward_head(model.forward_features(x), pre_logits=True)
-    return model.get_classifier()(emb), emb
+    return model.get_classifier()(emb), emb, None
 
 
 def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, device: str,
          passes: int = 1, dropout: PerSampleDropout | None = None) -> dict[str, np.ndarray]:
-    """Logits (passes, n_local, C), labels, sample indices, embeddings of one loader pass.
+    """Logits (passes, n_local, C), labels, sample indices, embeddings and the network's own
+    u (of the first pass) of one loader pass.
 
     With ``dropout``, every pass ``r`` of a batch starts ``dropout.start_pass(r, indices)``.
     """
-    logits, labels, idx, embs = [], [], [], []
+    logits, labels, idx, embs, us = [], [], [], [], []
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
             x = x.to(device, non_blocking=True)
@@ -218,10 +240,13 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
                 if dropout is not None:
                     dropout.start_pass(r, i.tolist())
                 with _autocast(cfg, device):
-                    z, e = _forward(loaded.model, x, cfg.embeddings and r == 0, i.tolist())
+                    z, e, u = _forward(loaded.model, x, cfg.embeddings and r == 0, i.tolist(),
+                                       cfg.seed)
                 outs.append(z.float().cpu().numpy())
                 if e is not None:
                     embs.append(e.float().cpu().numpy())
+                if u is not None and r == 0:
+                    us.append(u.float().cpu().numpy())
             logits.append(np.stack(outs))
             labels.append(y.numpy())
             idx.append(i.numpy())
@@ -232,6 +257,8 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
            "index": np.concatenate(idx) if idx else np.empty(0, np.int64)}
     if cfg.embeddings:
         out["embedding"] = np.concatenate(embs) if embs else np.empty((0, 0), np.float32)
+    if us or isinstance(loaded.model, URLModel):
+        out["uncertainty"] = np.concatenate(us) if us else np.empty(0, np.float32)
     return out
 
 
@@ -314,7 +341,8 @@ def sample_label(row: str, k: int, multi: bool) -> str:
 
 def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
             *, dataset_name: str | None = None,
-            only: set[tuple[int, int]] | None = None) -> list[xr.Dataset]:
+            only: set[tuple[int, int]] | None = None,
+            attrs: dict | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Parameters
@@ -330,12 +358,15 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
         Name recorded in the cache (default: the folder name, e.g. ``val`` or ``test``).
     only : set of (sample, pass), optional
         Compute just these (resume).
+    attrs : dict, optional
+        Extra attrs recorded in every cache (a protocol's bookkeeping, e.g. URL's run seed).
 
     Returns
     -------
     list of xarray.Dataset
-        ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32,
-        ``label`` (sample), optional ``embedding`` (sample, feature); see
+        ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32 (none
+        with ``logits=False``), ``label`` (sample), optional ``embedding`` (sample, feature),
+        ``uncertainty`` (sample) for a network with its own u, ``crop_fraction`` (sample); see
         :mod:`uqvision.cache` for the attrs (``method``, ``run``, ``sample_index`` name the
         training method, the run and the prediction sample). Every rank of a torchrun job
         returns the gathered full result.
@@ -358,7 +389,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
-        run = load_run(spec, num_classes=len(folder.classes), device=device,
+        run = load_run(spec, num_classes=len(folder.classes) if config.logits else None,
+                       device=device,
                        train_data=config.train_data, allow_random_init=config.allow_random_init,
                        seed=config.seed)
         local = shard_indices(len(folder), world, rank)
@@ -395,20 +427,23 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
                  "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
                  else 1, "tta_policy": config.tta_policy if config.mode == "tta"
-                 else "", "device": device, "world_size": world, "wall_time_s": wall}
-        attrs = provenance_attrs(config=recorded, seed=config.seed, extra=extra)
-        ds = cache_dataset(logits, arrays["label"], samples=folder.sample_ids,
-                           classes=folder.classes, embedding=arrays.get("embedding"),
-                           crop_fraction=arrays.get("crop_fraction"), attrs=attrs)
+                 else "", "device": device, "world_size": world, "wall_time_s": wall,
+                 **dict(attrs or {})}
+        ds = cache_dataset(logits if config.logits else None, arrays["label"],
+                           samples=folder.sample_ids, classes=folder.classes,
+                           embedding=arrays.get("embedding"),
+                           uncertainty=arrays.get("uncertainty"),
+                           crop_fraction=arrays.get("crop_fraction"),
+                           attrs=provenance_attrs(config=recorded, seed=config.seed, extra=extra))
         out.append(ds)
     return out
 
 
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
                      config: PredictConfig | None = None, *, dataset_name: str | None = None,
-                     overwrite: bool = False) -> list[Path]:
+                     overwrite: bool = False, attrs: dict | None = None) -> list[Path]:
     """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
-    writes).
+    writes); ``attrs`` as for :func:`predict`.
 
     Caches whose complete file is already there, computed from the same checkpoint file
     (SHA-256), are skipped (resume): the model runs only for the missing ones, and is not even
@@ -431,7 +466,7 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: st
 
     missing = {kp for kp, path in paths.items() if overwrite or not done(path)}
     if missing:
-        for ds in predict(spec, data, config, dataset_name=name, only=missing):
+        for ds in predict(spec, data, config, dataset_name=name, only=missing, attrs=attrs):
             if int(os.environ.get("RANK", "0")) == 0:
                 kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
                 write_dataset(ds, paths[kp], overwrite=True)

@@ -9,9 +9,12 @@ Data layout (one code path for the stand-in and real folders):
   ``hierarchy`` set's ``mixed`` images; CIFAR-10H on real data).
 
 :func:`hierarchy_layout` writes this layout for the generated ``hierarchy`` set as symlinks
-(upstream = the first half of the superclasses, one root per downstream group).
-:func:`extract` writes one cache per (run, dataset, split, mode) with ``embedding``,
-``uncertainty`` and, for ``crop``, ``crop_fraction``. :func:`score_transfer` reads the caches
+(upstream = the first half of the superclasses, one root per downstream group). The caches —
+one per (run, dataset, split, mode) with ``embedding``, ``uncertainty`` and, for ``crop``,
+``crop_fraction`` — come from the one prediction path, :func:`uqvision.predict.predict`
+(``PredictConfig(embeddings=True, logits=False)``, modes ``plain`` and ``crop``), which asks a
+trained :class:`~uqvision.uheads.URLModel` for ``(logits, u, embedding)``; this module never
+runs a model. :func:`score_transfer` reads the caches
 and calls uqmetrics' retrieval and OOD metrics only; it selects, per method, the
 configuration with the best validation R-AUROC among those with validation R@1 >= 0.1 (the
 paper's rule) and adds a constant-u control row.
@@ -26,9 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 import xarray as xr
-from torch.utils.data import DataLoader
 from uqmetrics import (
     crop_consistency_score,
     ood_auroc_score,
@@ -39,15 +40,13 @@ from uqmetrics import (
 from uqmetrics.exceptions import UndefinedMetricWarning
 from uqmetrics.retrieval import human_alignment_score
 
-from .cache import cache_dataset, index_caches, read_cache
-from .crop import crop_fractions, crop_transform
+from .cache import index_caches, read_cache
 from .data import ImageFolderDataset
 from .hierarchy import MIXED, read_hierarchy
 
 __all__ = [
     "CONSTANT_U",
     "TransferLayout",
-    "extract",
     "hierarchy_layout",
     "read_soft_labels",
     "score_transfer",
@@ -105,55 +104,6 @@ def read_soft_labels(root: str | os.PathLike) -> np.ndarray:
     if list(folder.sample_ids) != list(info.mixed_files):
         raise ValueError("the mixed folder's images do not match its soft-label file")
     return info.soft_labels
-
-
-def extract(model, root: str | os.PathLike, transform, *, mode: str = "plain", seed: int = 0,
-            batch_size: int = 64, device: str = "cpu", logits: bool = False,
-            attrs: Mapping | None = None) -> xr.Dataset:
-    """Run a :class:`~uqvision.uheads.URLModel` over an image folder into a cache Dataset.
-
-    Parameters
-    ----------
-    model : URLModel
-    root : path
-        Image folder.
-    transform : callable
-        The model's evaluation transform.
-    mode : {"plain", "crop"}
-        ``crop``: :func:`uqvision.crop.crop_transform` with per-sample fractions from ``seed``.
-    logits : bool
-        Store the upstream class logits (only where the folder has the model's classes).
-    attrs : mapping
-        Must name ``model`` and ``dataset_name``.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``embedding`` (sample, feature), ``uncertainty`` (sample), ``label`` (sample), optional
-        ``logits`` and ``crop_fraction`` (sample).
-    """
-    if mode not in ("plain", "crop"):
-        raise ValueError(f"mode must be 'plain' or 'crop', got {mode!r}")
-    folder = (ImageFolderDataset(root, crop_transform(transform), augment_seed=seed)
-              if mode == "crop" else ImageFolderDataset(root, transform))
-    loader = DataLoader(folder, batch_size=batch_size, shuffle=False)
-    zs, us, es, ys = [], [], [], []
-    model.eval()
-    model.set_generator(torch.Generator(device=device).manual_seed(seed))
-    for x, y, _ in loader:
-        z, u, e = model.predict(x.to(device))
-        zs.append(z.float().cpu().numpy())
-        us.append(u.float().cpu().numpy())
-        es.append(e.float().cpu().numpy())
-        ys.append(y.numpy())
-    model.set_generator(None)
-    a = {**dict(attrs or {}), "mode": mode, "pass_index": 0, "dataset": str(Path(root))}
-    a = provenance_attrs(seed=seed, extra=a)
-    return cache_dataset(np.concatenate(zs) if logits else None, np.concatenate(ys),
-                         samples=folder.sample_ids, classes=folder.classes,
-                         embedding=np.concatenate(es), uncertainty=np.concatenate(us),
-                         crop_fraction=crop_fractions(seed, range(len(folder)))
-                         if mode == "crop" else None, attrs=a)
 
 
 # -- scoring -------------------------------------------------------------------------------

@@ -13,6 +13,18 @@ method's :data:`uqvision.uheads.U_FUNCTIONS` entry (``hp.u``).
 Unsupervised methods (InfoNCE, MCInfoNCE) see two random views of each image, made inside the
 model from the batch (:func:`two_views`, seeded by the run's generator).
 
+Methods with the 3-layer uncertainty MLP (MCInfoNCE, ELK, nivMF, HIB, Losspred) have the
+paper's option of "warming up" its initial value to 0.001 (appendix B; the official code's
+``--unc_start_value``): ``u_start`` > 0 rescales the MLP before the first step so that its mean
+uncertainty on the first training batch is ``u_start``
+(:meth:`uqvision.uheads.URLModel.calibrate_u`); 0 keeps the random initialisation. Defaults
+are the official code's published ResNet-50 choices: 0.001 for MCInfoNCE and nivMF, 0 for ELK,
+HIB and Losspred.
+
+Every method yields one network per run (``independent_runs``): its prediction goes through
+:func:`uqvision.predict.predict` like any checkpoint, which asks the :class:`URLModel` for
+``(logits, u, embedding)``.
+
 References
 ----------
 M. Kirchhof, B. Mucsányi, S. J. Oh, E. Kasneci, "URL: A representation learning benchmark for
@@ -157,7 +169,7 @@ class URLHParams(HParams):
         own = {f for f in ("t", "samples", "rank", "features", "ridge", "heads", "passes")
                if hasattr(self, f)}
         check_fields(self, positive=("epochs", "lr", "accumulate", *sorted(own)),
-                     nonnegative=tuple(f for f in ("lam",) if hasattr(self, f)),
+                     nonnegative=tuple(f for f in ("lam", "u_start") if hasattr(self, f)),
                      choices={"optimizer": OPTIMIZERS, "schedule": SCHEDULES,
                               "u": U_FUNCTIONS})
         if not 0 <= getattr(self, "dropout", 0) < 1:
@@ -174,22 +186,28 @@ class TemperatureHParams(URLHParams):
 
 @dataclass(frozen=True)
 class SampledHParams(TemperatureHParams):
-    """t and the Monte-Carlo samples per embedding (MCInfoNCE, nivMF: 16)."""
+    """t, the Monte-Carlo samples per embedding (MCInfoNCE, nivMF: 16) and ``u_start``, the
+    start value of the mean 1/kappa (0: random initialisation; official code: 0.001)."""
 
     samples: int = 16
     u: str = "inverse_kappa"
+    u_start: float = 0.001
 
 
 @dataclass(frozen=True)
 class ELKHParams(TemperatureHParams):
+    """ELK: t and ``u_start`` (official ResNet-50 choice: 0, random initialisation)."""
+
     u: str = "inverse_kappa"
+    u_start: float = 0.0
 
 
 @dataclass(frozen=True)
 class HIBHParams(SampledHParams):
-    """HIB: t in [8, 64], bias b in [-8, 8], 16 samples."""
+    """HIB: t in [8, 64], bias b in [-8, 8], 16 samples, ``u_start`` (official: 0)."""
 
     bias: float = 0.0
+    u_start: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -216,6 +234,7 @@ class LosspredHParams(URLHParams):
 
     lam: float = 0.5
     u: str = "predicted_loss"
+    u_start: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -329,6 +348,7 @@ def _losspred(state, out, y):
 class _Spec:
     head: str
     views: int = 1
+    scalar_u: int = -1  # the MLP's output is kappa = 1/u (-1) or u itself (1, Losspred)
 
 
 _SPECS: dict[str, _Spec] = {}
@@ -351,7 +371,8 @@ def build_model(method: str, backbone: nn.Module, n_classes: int, hp=None,
         for name, m in list(backbone.named_modules()):
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 torch.nn.utils.parametrizations.spectral_norm(m)
-    model = URLModel(backbone, HEADS.lookup(spec.head)(d, n_classes, hp), hp.u)
+    model = URLModel(backbone, HEADS.lookup(spec.head)(d, n_classes, hp), hp.u,
+                     u_start=getattr(hp, "u_start", 0.0), scalar_u=spec.scalar_u)
     model.views = spec.views
     return model
 
@@ -397,7 +418,7 @@ def _lr_at(step: int, steps_per_epoch: int, hp) -> float:
 
 
 def _single(state, k: int, seed: int):
-    check_k(k, 1, "networks")
+    check_k(k, 1, "network (one per run)")
     state.net.eval()
     yield state.net
 
@@ -427,13 +448,15 @@ def _wrapper(name: str):
     return wrap
 
 
-def _register(name, description, hparams, head, loss, views=1, post_fit=None) -> None:
-    _SPECS[name] = _Spec(head, views)
+def _register(name, description, hparams, head, loss, views=1, post_fit=None,
+              scalar_u=-1) -> None:
+    _SPECS[name] = _Spec(head, views, scalar_u)
     extra = {"post_fit": post_fit} if post_fit else {}
     TRAINING_METHODS.add(name, TrainingMethod(
         name=name, description=description, hparams=hparams, samples=_single,
         total_steps=_total_steps, lr_at=_lr_at, wrap_model=_wrapper(name),
-        make_optimizer=_make_optimizer, before_step=_before_step, loss=loss, **extra))
+        make_optimizer=_make_optimizer, before_step=_before_step, loss=loss,
+        independent_runs=True, **extra))
 
 
 _register("ce", "URL: cross-entropy, u = class entropy (eq. B.1)", URLHParams, "linear", _ce)
@@ -452,7 +475,7 @@ _register("hetxl", "URL: HET-XL low-rank heteroscedastic softmax (eq. 6)", HetXL
 _register("sngp", "URL: SNGP random-feature GP, mean-field (eq. 7)", SNGPHParams, "sngp", _ce,
           post_fit=_sngp_post_fit)
 _register("losspred", "URL: CE + lambda (u - CE.detach())^2 (eq. 8)", LosspredHParams,
-          "linear_mlp", _losspred)
+          "linear_mlp", _losspred, scalar_u=1)
 _register("ensemble", "URL: 10 heads on one backbone, mean probability under CE (B.10)",
           EnsembleHParams, "ensemble", _ce)
 _register("mcdropout", "URL: dropout before the classifier, 10 passes averaged (B.11)",

@@ -4,15 +4,19 @@ Steps (each resumable: a finished file is never recomputed):
 
 1. data: the ``hierarchy`` set at the scale's size (``DIR/data/hierarchy``) viewed as an
    upstream root and one root per downstream group (:func:`uqvision.transfer.hierarchy_layout`)
-   — or real folders: ``--set upstream=ROOT --set downstream=ROOT1,ROOT2`` (upstream with
-   ``train/val/test``, each downstream with ``val/test``);
+   — or real folders: ``--upstream ROOT --downstream ROOT1 ROOT2 --arch NAME`` (the same as
+   ``--set upstream=ROOT --set downstream=ROOT1,ROOT2``; upstream with ``train/val/test``, each
+   downstream with ``val/test``); both give a :class:`~uqvision.transfer.TransferLayout` and
+   everything after this step is the same code;
 2. the backbone checkpoint: ``--set backbone=FILE`` (a timm checkpoint of ``--arch``), else a
    CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
 3. every method x configuration x seed fine-tunes the backbone with its loss
    (:mod:`uqvision.methods.representation`) through the one training loop
-   (:func:`uqvision.train.train_model`, checkpoints in ``DIR/runs/``), then writes caches of embeddings and u for the
-   upstream test set, each downstream ``val``/``test`` (plain) and ``test`` (crop), and the
-   soft-label set, into ``DIR/caches/``;
+   (:func:`uqvision.train.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
+   reused), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
+   ``plain`` and ``crop``) writes caches of embeddings and u for the upstream test set (with
+   logits), each downstream ``val``/``test`` (plain) and ``test`` (crop), and the soft-label
+   set, into ``DIR/caches/``;
 4. :func:`uqvision.transfer.score_transfer` -> ``DIR/transfer.nc``; figures in
    ``DIR/figures/`` (the paper's Fig. 1, 2 and 4 left).
 """
@@ -29,13 +33,14 @@ from uqmetrics import read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
 from ..cache import cache_key, read_cache
-from ..data import DataConfig, eval_transform, flush_denormal
+from ..data import flush_denormal
 from ..hierarchy import make_hierarchy
 from ..methods import TRAINING_METHODS
 from ..methods.representation import REPRESENTATION_METHODS
-from ..models import read_sidecar
+from ..models import ModelSpec
+from ..predict import PredictConfig, predict_to_files
 from ..train import TrainConfig, train_model
-from ..transfer import TransferLayout, extract, hierarchy_layout, score_transfer
+from ..transfer import TransferLayout, hierarchy_layout, score_transfer
 from . import REPRODUCTIONS, Reproduction
 
 __all__ = ["URL_SCALES", "URLScale", "reproduce_url"]
@@ -65,11 +70,26 @@ URL_SCALES.add("cpu", URLScale("cpu", "cpu hierarchy (24 upstream classes), 2 ep
                                seeds=(0, 1), lrs=(1e-3, 4e-3)))
 
 
+#: ``--set`` options of the driver (besides ``<method>.<field>`` hyper-parameters).
+OPTIONS = ("methods", "upstream", "downstream", "backbone", "input_size", "batch_size")
+
+
 def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLayout:
-    if "upstream" in options:
+    if "upstream" in options or "downstream" in options:
         roots = [Path(p) for p in options.get("downstream", "").split(",") if p]
-        if not roots:
-            raise ValueError("--set upstream=ROOT needs --set downstream=ROOT1,ROOT2,...")
+        if "upstream" not in options or not roots:
+            raise ValueError("real folders need both --upstream ROOT and --downstream ROOT "
+                             f"[ROOT ...], got upstream={options.get('upstream')!r}, "
+                             f"downstream={options.get('downstream')!r}")
+        names = [p.name for p in roots]
+        if len(set(names)) != len(names) or {"upstream", "mixed"} & set(names):
+            raise ValueError(f"downstream roots need distinct folder names other than "
+                             f"'upstream' and 'mixed', got {names}")
+        for root, splits in [(Path(options["upstream"]), ("train", "val", "test")),
+                             *[(r, ("val", "test")) for r in roots]]:
+            missing = [sp for sp in splits if not (root / sp).is_dir()]
+            if missing:
+                raise ValueError(f"data root {str(root)!r} lacks the split folders {missing}")
         return TransferLayout(Path(options["upstream"]), {p.name: p for p in roots})
     root = out / "data" / "hierarchy"
     if not (root / "classes.json").is_file():
@@ -92,6 +112,7 @@ def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, see
 
 
 def _run_caches(out: Path, layout: TransferLayout, run: str) -> dict:
+    """``(dataset, split, mode) -> (image folder, cache path)`` of one run."""
     paths = {("upstream", "test", "plain"): layout.upstream / "test"}
     for name, root in layout.downstream.items():
         paths[(name, "val", "plain")] = root / "val"
@@ -117,10 +138,17 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
     """Run the URL benchmark into ``out``; returns ``out/transfer.nc``. See the module doc."""
     sc = URL_SCALES.lookup(scale)
     options = dict(options or {})
+    unknown = sorted(k for k in options if k not in OPTIONS and "." not in k)
+    if unknown:
+        raise ValueError(f"unknown options {unknown} of reproduce url; valid: "
+                         f"{', '.join(OPTIONS)}, device, <method>.<field>")
     methods = list(methods) if methods else options.pop(
         "methods", ",".join(REPRESENTATION_METHODS)).split(",")
     for m in methods:
-        TRAINING_METHODS.lookup(m)
+        if m not in REPRESENTATION_METHODS:
+            TRAINING_METHODS.lookup(m)
+            raise ValueError(f"method {m!r} is not a URL method; choose from "
+                             f"{', '.join(REPRESENTATION_METHODS)}")
     arch = arch or "test_resnet"
     out = Path(out)
     (out / "caches").mkdir(parents=True, exist_ok=True)
@@ -138,18 +166,21 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
                     if all(_complete(dst) for _, dst in caches.values()):
                         continue
                     t1 = time.perf_counter()
-                    model, transform = _train(method, ckpt, arch, layout, out, name, sc, lr,
-                                              s, options, device)
-                    attrs = {"model": name, "method": method, "config": c, "run_seed": s,
-                             "lr": lr, "architecture": arch, "backbone": str(ckpt)}
+                    run_ckpt = _train(method, ckpt, arch, layout, out, name, sc, lr, s, options,
+                                      device)
+                    spec = ModelSpec(arch, str(run_ckpt), label=name)
+                    attrs = {"config": c, "run_seed": s, "lr": lr, "backbone": str(ckpt)}
                     for (ds, split, mode), (src, dst) in caches.items():
                         extra = ({"soft_labels_root": str(layout.soft_labels_root)}
                                  if ds == "mixed" and layout.soft_labels_root else {})
-                        cache = extract(model, src, transform, mode=mode, seed=s,
-                                        device=device, logits=ds == "upstream",
-                                        attrs={**attrs, **extra,
-                                               "dataset_name": f"{ds}-{split}"})
-                        write_dataset(cache, dst, overwrite=True)
+                        cfg = PredictConfig(mode=mode, embeddings=True, logits=ds == "upstream",
+                                            device=device,
+                                            batch_size=int(options.get("batch_size", 64)))
+                        (path,) = predict_to_files(spec, src, dst.parent, cfg,
+                                                   dataset_name=f"{ds}-{split}",
+                                                   attrs={**attrs, **extra})
+                        if path != dst:
+                            raise RuntimeError(f"cache written to {path}, expected {dst}")
                     log(f"url: {name} trained and cached in {time.perf_counter() - t1:.0f} s")
     result = score_transfer(runs, list(layout.downstream), soft_labels=layout.soft_labels,
                             attrs={"scale": scale, "architecture": arch,
@@ -161,16 +192,18 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
 
 
 def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, seed, options,
-           device):
-    """Fine-tune the backbone checkpoint with ``method`` through the one training loop."""
+           device) -> Path:
+    """Fine-tune the backbone checkpoint with ``method`` through the one training loop; the
+    run's checkpoint (kept when it is already there: resume)."""
+    path = out / "runs" / f"{name}.safetensors"
+    if path.is_file():  # the sidecar is written first: a checkpoint file is a finished run
+        return path
     sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
     cfg = TrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
                       epochs=sc.epochs, batch_size=sc.batch_size, lr=lr, seed=seed,
                       device=device, init_checkpoint=str(ckpt), tag=name,
                       input_size=int(options.get("input_size", 32)))
-    res = train_model(layout.upstream / "train", out / "runs" / f"{name}.safetensors", cfg)
-    dcfg = DataConfig.from_dict(read_sidecar(res.checkpoint)["pretrained_cfg"])
-    return res.model, eval_transform(dcfg)
+    return train_model(layout.upstream / "train", path, cfg).checkpoint
 
 
 def draw_figures(ds, folder: Path) -> list[Path]:
@@ -221,10 +254,12 @@ def _save(fig, path: Path) -> Path:
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict | None = None, log=print) -> Path:
-    """The :data:`REPRODUCTIONS` entry. ``--data ROOT`` is the upstream root; the downstream
-    roots come from ``--set downstream=ROOT1,ROOT2``; ``--set methods=ce,elk`` limits the
+    """The :data:`REPRODUCTIONS` entry. ``--upstream ROOT`` (or ``--data ROOT``) is the
+    upstream root; the downstream roots come from ``--downstream ROOT1 ROOT2`` (or ``--set
+    downstream=ROOT1,ROOT2``); ``--set methods=ce,elk`` limits the
     methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set
-    input_size=224`` the square input side (default 32, the stand-in's); ``--set device=cuda``."""
+    input_size=224`` the square input side (default 32, the stand-in's); ``--set
+    batch_size=N`` the prediction batch size (default 64); ``--set device=cuda``."""
     options = dict(options or {})
     if data is not None:
         options.setdefault("upstream", str(data))

@@ -25,15 +25,17 @@ of growing size) are NaN-padded along ``input_dim`` / ``train_point``; ``n_train
 
 from __future__ import annotations
 
+import functools
 import json
-import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import uqmetrics
 import xarray as xr
+from uqmetrics.sweep import LOG_PROGRESS_INTERVAL as _LOG_PROGRESS_INTERVAL
+from uqmetrics.sweep import LogProgress
+from uqmetrics.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
@@ -200,61 +202,16 @@ def _pad(arrays: list[np.ndarray], fill=np.nan) -> np.ndarray:
     return out
 
 
-class _LogProgress:
-    """Progress for logs (stderr not a terminal): one line every ``interval`` seconds and one at
-    the end, instead of a bar redrawn thousands of times."""
-
-    def __init__(self, total: int, desc: str, interval: float, stream=None):
-        self.total, self.desc, self.interval = total, desc, interval
-        self.stream = sys.stderr if stream is None else stream
-        self.n, self.postfix = 0, ""
-        self.t0 = self.last = time.monotonic()
-        self.lock = threading.Lock()
-
-    def set_postfix_str(self, s: str) -> None:
-        self.postfix = s
-
-    def _line(self) -> None:
-        pct = 100.0 * self.n / self.total if self.total else 100.0
-        print(f"{self.desc}: {self.n}/{self.total} epochs ({pct:.0f}%) {self.postfix}, "
-              f"{time.monotonic() - self.t0:.0f} s", file=self.stream, flush=True)
-
-    def update(self, n: int = 1) -> None:
-        with self.lock:
-            self.n += n
-            now = time.monotonic()
-            if now - self.last >= self.interval:
-                self.last = now
-                self._line()
-
-    def close(self) -> None:
-        self._line()
-
-
 #: Seconds between progress lines when stderr is not a terminal (CI logs, ``tox -e demo > log``).
-LOG_PROGRESS_INTERVAL = 30.0
-
-
-class _NoProgress:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix_str(self, s: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+LOG_PROGRESS_INTERVAL = _LOG_PROGRESS_INTERVAL
+#: Progress for logs (stderr not a terminal), counting epochs: :class:`uqmetrics.sweep.LogProgress`.
+_LogProgress = functools.partial(LogProgress, unit="epoch")
 
 
 def progress_bar(total: int, desc: str, *, enabled: bool = True):
-    """A tqdm bar on a terminal; periodic one-line updates otherwise; nothing if disabled."""
-    if not enabled:
-        return _NoProgress()
-    if sys.stderr.isatty():
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, unit="epoch", leave=False)
-    return _LogProgress(total, desc, LOG_PROGRESS_INTERVAL)
+    """A tqdm bar on a terminal; periodic one-line updates otherwise; nothing if disabled
+    (:func:`uqmetrics.sweep.progress_bar`, shared with the sweeps)."""
+    return _progress_bar(total, desc, unit="epoch", enabled=enabled, leave=False)
 
 
 def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:

@@ -163,3 +163,18 @@ def test_data_hierarchy_command(tmp_path, capsys):
     for extra, message in ((["--image-size", "8"], "--image-size"), ([], "overwrite")):
         assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(out), *extra]) != 0
         assert message in capsys.readouterr().err
+
+
+def test_reproduce_url_real_folder_flags(tmp_path, capsys):
+    """--upstream ROOT --downstream ROOT [ROOT ...] are the url driver's real-folder options
+    (the end-to-end run is tests/test_transfer.py); half of them, or missing splits, is a clear
+    error before anything runs."""
+    p = _subparser("reproduce").parse_args(["url", "--out", "o", "--upstream", "u",
+                                            "--downstream", "a", "b"])
+    assert p.upstream == "u" and p.downstream == ["a", "b"]
+    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
+                 str(tmp_path)]) == 2
+    assert "--downstream" in capsys.readouterr().err
+    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
+                 str(tmp_path), "--downstream", str(tmp_path / "a")]) == 2
+    assert "lacks the split folders ['train', 'val', 'test']" in capsys.readouterr().err

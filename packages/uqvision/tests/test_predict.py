@@ -216,3 +216,122 @@ def test_training_a_method_twice_with_one_seed_gives_the_same_caches(digits, tmp
     for x, y in zip(caches[0], caches[1], strict=True):
         np.testing.assert_array_equal(x, y)
     assert all(np.abs(x - y).max() > 1e-3 for x, y in zip(caches[0], caches[2], strict=True))
+
+
+# -- URL runs: (logits, u, embedding) through the one predict path (issue 12) --------------
+URL_METHODS = ("losspred", "mcdropout", "hetxl", "nivmf")  # one deterministic, three noisy heads
+
+
+@pytest.fixture(scope="module")
+def url_runs(digits, tmp_path_factory):
+    d = tmp_path_factory.mktemp("url_runs")
+    return {m: f"test_resnet={_train_run(digits, d / m, m, arch='test_resnet', epochs=1)}"
+            for m in URL_METHODS}
+
+
+def _direct_forward(spec, root, *, mode, seed, batch_size, ids=True):
+    """The network run by hand over the folder, batch by batch (the removed
+    ``transfer.extract`` loop): logits, u, embedding."""
+    from torch.utils.data import DataLoader
+
+    from uqvision.crop import crop_transform
+    from uqvision.data import ImageFolderDataset, flush_denormal
+    from uqvision.train import load_run
+
+    net = load_run(spec).loaded
+    folder = (ImageFolderDataset(root, crop_transform(net.transform), augment_seed=seed)
+              if mode == "crop" else ImageFolderDataset(root, net.transform))
+    out = []
+    with flush_denormal():
+        for x, _, i in DataLoader(folder, batch_size=batch_size):
+            out.append([t.numpy() for t in net.model.predict(x, i.tolist() if ids else None,
+                                                              seed)])
+    return [np.concatenate(a) for a in zip(*out, strict=True)]
+
+
+@pytest.mark.parametrize("mode", ["plain", "crop"])
+@pytest.mark.parametrize("method", URL_METHODS)
+def test_url_caches_equal_a_direct_forward_of_the_network(url_runs, digits, method, mode):
+    """predict asks a URLModel for (logits, u, embedding): the cache holds exactly what the
+    network gives for the same images (bit for bit at the same batch size; the crop mode's
+    images and fractions from the cache's sample seed). The deterministic head equals the old
+    path's forward without sample ids."""
+    spec = url_runs[method]
+    (ds,) = predict(spec, digits / "test", PredictConfig(mode=mode, embeddings=True,
+                                                         batch_size=16, seed=4))
+    assert ds.attrs["method"] == method and ds.attrs["model"] == spec.split("=")[0] + "@" + method
+    assert ds["uncertainty"].dims == ("sample",) and ds["embedding"].dims == ("sample", "feature")
+    z, u, e = _direct_forward(spec, digits / "test", mode=mode, seed=ds.attrs["sample_seed"],
+                              batch_size=16, ids=method != "losspred")
+    np.testing.assert_array_equal(ds["logits"].values, z)
+    np.testing.assert_array_equal(ds["uncertainty"].values, u)
+    np.testing.assert_array_equal(ds["embedding"].values, e)
+    if mode == "crop":
+        from uqvision.crop import crop_fractions
+
+        np.testing.assert_allclose(ds["crop_fraction"].values, crop_fractions(
+            ds.attrs["sample_seed"], range(ds.sizes["sample"])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", URL_METHODS[1:])
+def test_url_noisy_heads_do_not_depend_on_batching(url_runs, digits, method):
+    """MC dropout, HET-XL and nivMF draw their noise per image from (seed, image id): batch 7,
+    batch 16 and one image at a time give the same u and logits (float32 rounding of batched
+    kernels, BATCH_TOL), the global RNG is untouched, and another seed draws other noise
+    (other logits; nivMF's u = 1/kappa has none)."""
+    spec = url_runs[method]
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    (a,) = predict(spec, digits / "test", PredictConfig(embeddings=True, batch_size=16, seed=4))
+    assert torch.equal(torch.get_rng_state(), state)
+    (b,) = predict(spec, digits / "test", PredictConfig(embeddings=True, batch_size=7, seed=4))
+    z1, u1, _ = _direct_forward(spec, digits / "test", mode="plain",
+                                seed=a.attrs["sample_seed"], batch_size=1)
+    for v, one in (("logits", z1), ("uncertainty", u1)):
+        np.testing.assert_allclose(a[v].values, b[v].values, **BATCH_TOL)
+        np.testing.assert_allclose(a[v].values, one, **BATCH_TOL)
+    (c,) = predict(spec, digits / "test", PredictConfig(embeddings=True, batch_size=16, seed=5))
+    assert np.abs(c["logits"].values - a["logits"].values).max() > 1e-6
+
+
+def test_zero_shot_caches_have_no_logits(url_runs, tmp_path):
+    """logits=False: a folder of other classes (3, the model has 10) gives embeddings and u."""
+    from uqvision.data import make_synthetic_folder
+
+    root = make_synthetic_folder(tmp_path / "other", n_classes=3, n_per_class=3,
+                                 image_size=16) / "test"
+    (ds,) = predict(url_runs["losspred"], root, PredictConfig(embeddings=True, logits=False))
+    assert "logits" not in ds and ds.sizes["sample"] == 9 and ds.sizes["class"] == 3
+    assert np.isfinite(ds["uncertainty"].values).all() and ds["embedding"].shape[0] == 9
+    with pytest.raises(ValueError, match="10-class head .* 3 classes"):
+        predict(url_runs["losspred"], root, PredictConfig(embeddings=True))
+    with pytest.raises(ValueError, match="logits=False needs embeddings=True"):
+        PredictConfig(logits=False)
+
+
+@pytest.mark.slow
+def test_url_torchrun_two_processes_equal_one_process(url_runs, digits, tmp_path):
+    """A URL run's noisy head (MC dropout) under 2 gloo processes (uneven shards): the same
+    logits, u and embeddings as one process."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = url_runs["mcdropout"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+           "2", "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "uqvision",
+           "--threads", "1", "predict", "--model", spec, "--data", str(digits / "test"),
+           "--out", str(tmp_path), "--batch-size", "8", "--seed", "3", "--embeddings"]
+    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                       text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (path,) = sorted(tmp_path.glob("*.nc"))
+    dist = read_cache(path)
+    (one,) = predict(spec, digits / "test", PredictConfig(embeddings=True, batch_size=8, seed=3))
+    assert dist.attrs["world_size"] == 2
+    for v in ("logits", "uncertainty", "embedding"):
+        np.testing.assert_allclose(dist[v].values, one[v].values, **BATCH_TOL)

@@ -183,3 +183,58 @@ def test_every_method_trains_and_predicts(name):
 def test_bad_hyper_parameters_name_the_field(name, bad):
     with pytest.raises(ValueError, match=bad.split("=")[0] if bad[0] != "u" else "nope"):
         TRAINING_METHODS.lookup(name).hparams_from([bad])
+
+
+# -- the uncertainty module's start value (URL's "warm-up of kappa to 0.001") ---------------
+U_START = {"mcinfonce": 0.001, "nivmf": 0.001, "elk": 0.0, "hib": 0.0, "losspred": 0.0}
+
+
+def test_u_start_defaults_are_the_official_resnet_choices():
+    """appendix B: "randomly initialized or warmed up to 0.001" is a hyper-parameter of the
+    methods with the 3-layer MLP; the official code's ResNet-50 runs use 0.001 for MCInfoNCE
+    and nivMF, 0 (random) for ELK, HIB and Losspred. The others have no such module."""
+    have = {n for n in REPRESENTATION_METHODS
+            if "u_start" in TRAINING_METHODS.lookup(n).hparams.__dataclass_fields__}
+    assert have == set(U_START)
+    assert {n: TRAINING_METHODS.lookup(n).hparams().u_start for n in have} == U_START
+    with pytest.raises(ValueError, match="u_start"):
+        TRAINING_METHODS.lookup("elk").hparams_from(["u_start=-1"])
+
+
+@pytest.mark.parametrize("name", sorted(U_START))
+def test_u_start_fixes_the_mean_uncertainty_before_the_first_step(name):
+    """With u_start > 0 the first training step first rescales the MLP so that its mean
+    uncertainty (1/kappa; Losspred: the predicted loss) on that batch, in eval mode, is
+    u_start; no parameter moves for it, and later steps keep the scale. u_start = 0 leaves
+    the random initialisation (scale 1)."""
+    import copy
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 3, 8, 8), torch.arange(8) % 4
+    tm = TRAINING_METHODS.lookup(name)
+    for start in (0.0, 0.001, 0.25):
+        hp = tm.hparams_from(epochs=2, batch_size=8, u_start=start, **(
+            {"samples": 4} if "samples" in tm.hparams.__dataclass_fields__ else {}))
+        model = build_model(name, _Tiny(), 4, hp)
+        state = tm.start(model, hp, n_train=16, steps_per_epoch=2, seed=0)
+        before = copy.deepcopy(model)
+        tm.step(state, x, y)
+        mlp = model.u_module
+        if start == 0:
+            assert float(mlp.scale) == 1.0 and not bool(mlp.calibrated)
+            continue
+        assert bool(mlp.calibrated)
+        assert {"head.mlp.scale", "head.mlp.calibrated"} <= set(model.state_dict())  # saved
+        params = {k: v.clone() for k, v in before.state_dict().items()}
+        scale = before.calibrate_u(x)
+        assert float(mlp.scale) == pytest.approx(scale, rel=1e-6)
+        moved = [k for k, v in before.state_dict().items()
+                 if not torch.equal(v, params[k]) and not k.endswith(("scale", "calibrated"))]
+        assert moved == []
+        before.eval()
+        with torch.no_grad():
+            m = before.u_module(before.backbone(x)).squeeze(-1).double()
+        u = m if name == "losspred" else 1 / m
+        assert float(u.mean()) == pytest.approx(start, rel=1e-5)
+        tm.step(state, x, y)
+        assert float(mlp.scale) == pytest.approx(scale, rel=1e-6)  # fixed after the first

@@ -1,6 +1,7 @@
 """Sweep progress (uqmetrics.sweep): on a stream that is not a terminal (CI logs, a pipe), at
 most one line per interval plus one at the end, never a bar redrawn per cell."""
 
+import doctest
 import io
 import time
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from uqmetrics import sweep
 from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
 
 
@@ -106,3 +108,8 @@ def test_run_sweep_under_a_non_tty_stderr_writes_sparse_lines(tmp_path, capsys):
     lines = [ln for ln in err.splitlines() if ln.startswith("sweep:")]
     assert 1 <= len(lines) <= 1 + elapsed / interval
     assert lines[-1].startswith(f"sweep: {n_cells}/{n_cells} cells (100%), ")
+
+
+def test_doctests():
+    result = doctest.testmod(sweep)
+    assert result.failed == 0 and result.attempted > 0

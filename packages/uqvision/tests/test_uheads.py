@@ -88,3 +88,20 @@ def test_ensemble_heads_share_the_backbone():
     assert out["member_logits"].shape == (4, 2, 5)
     assert sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear)) == 5  # 1 + 4
     torch.testing.assert_close(out["logits"].exp().sum(1), torch.ones(2))
+
+
+def test_u_module_scale_is_saved_and_old_checkpoints_load_with_scale_one():
+    """The start value's scale is a buffer of the uncertainty MLP: it travels with the weights;
+    a checkpoint from before it existed loads as scale 1, not calibrated."""
+    hp = TRAINING_METHODS.lookup("losspred").hparams_from(u_start=0.5)
+    model = build_model("losspred", torch.nn.Linear(3, 6), 4, hp, embed_dim=6)
+    model.train()
+    model(torch.randn(5, 3))  # the first training forward calibrates
+    saved = model.state_dict()
+    fresh = build_model("losspred", torch.nn.Linear(3, 6), 4, hp, embed_dim=6)
+    fresh.load_state_dict(saved)
+    assert float(fresh.u_module.scale) == float(model.u_module.scale) != 1.0
+    assert bool(fresh.u_module.calibrated)
+    old = {k: v for k, v in saved.items() if not k.endswith(("mlp.scale", "mlp.calibrated"))}
+    fresh.load_state_dict(old)
+    assert float(fresh.u_module.scale) == 1.0 and not bool(fresh.u_module.calibrated)

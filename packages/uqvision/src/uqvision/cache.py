@@ -12,7 +12,7 @@ File contract (readable with plain ``xarray.open_dataset``):
   sorted class folder names);
 - attrs: ``kind = "uqvision.prediction_cache"``, ``model``, ``architecture``, ``tag``,
   ``checkpoint_sha256``, ``data_config``, ``dataset``, ``dataset_name``, ``dataset_fingerprint``,
-  ``mode`` (plain/tta/mc_dropout), ``pass_index``, ``checksum`` (``uqmetrics.dataset_checksum``
+  ``mode`` (plain/tta/mc_dropout/crop), ``pass_index``, ``checksum`` (``uqmetrics.dataset_checksum``
   of the data) and ``complete = 1`` (``uqmetrics.write_dataset``); a cache written by
   ``uqvision predict`` also has ``method`` (the training method of its run, from the
   checkpoint's sidecar; "" for a network uqvision did not train; ``mc_dropout`` for MC-dropout

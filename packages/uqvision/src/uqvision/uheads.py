@@ -133,6 +133,12 @@ class UMLP(nn.Sequential):
     def forward(self, e: torch.Tensor) -> torch.Tensor:
         return super().forward(e) * self.scale
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints written before the start value existed: scale 1, not calibrated
+        state_dict.setdefault(prefix + "scale", torch.ones(()))
+        state_dict.setdefault(prefix + "calibrated", torch.zeros((), dtype=torch.bool))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
 
 def kappa_mlp(d: int, hidden: int | None = None) -> UMLP:
     """The 3-layer MLP on the embedding with a softplus output (b, 1) > 0 (URL's u module)."""

@@ -102,3 +102,34 @@ def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
         xr.testing.assert_allclose(again[name], first[name])
     with pytest.raises(ValueError, match="no ensemble cell"):
         score_ood(tmp_path)
+
+
+def test_a_real_image_folder_with_a_timm_architecture(tmp_path):
+    """``--data ROOT --arch NAME``: the same chain on an image folder given by path (train/ and
+    test/ class folders; nothing else of it is read) with a timm architecture; every network is
+    that architecture, trained on views of ROOT/train."""
+    from uqvision.hierarchy import make_hierarchy
+    from uqvision.models import read_sidecar
+
+    root = make_hierarchy(tmp_path / "images", scale="smoke", seed=3)
+    out = tmp_path / "out"
+    assert main(["reproduce", "uimnet", "--scale", "smoke", "--out", str(out), "--data",
+                 str(root), "--arch", "test_byobnet", "--set", "algorithms=erm,due",
+                 "--set", "trials=1", "--set", "ks=1", "--set", "tta=1", "--set",
+                 "jacobian_max=4", "--set", "extractor_epochs=1"]) == 0
+    split = read_split(out / "split.json")
+    assert len(split["in_classes"]) == len(split["out_classes"]) > 0
+    assert set(split["in_classes"]) | set(split["out_classes"]) <= {
+        p.name for p in (root / "train").iterdir()}
+    ds = read_dataset(out / "ood.nc")
+    assert sorted(ds.algorithm.values.tolist()) == ["due", "erm"]
+    assert np.isfinite(ds["acc1"].sel(stat="mean")).all()
+    checkpoints = sorted((out / "checkpoints").glob("*.safetensors"))
+    assert len(checkpoints) == 1 + 2 * 2 + 2  # extractor, 2 algorithms x 2 seeds, 2 oracles
+    for ckpt in checkpoints:
+        side = read_sidecar(ckpt)
+        assert side["architecture"] == "test_byobnet"
+        assert side["dataset"] == str((root / "train").resolve())
+    run = read_sidecar(out / "checkpoints" / "due.sn0.t0.s1.safetensors")
+    assert run["classes"] == split["in_classes"]
+    assert run["train_config"]["index_file"].endswith("seed1.train.json")

@@ -86,8 +86,8 @@ class UimnetScale:
 
 UIMNET_SCALES = {
     "smoke": UimnetScale(),
-    "cpu": UimnetScale(data_scale="cpu", epochs=4, extractor_epochs=6, batch_size=64, width=8,
-                       trials=2, data_seeds=2, spectral="0", mc_passes=8, tta=2,
+    "cpu": UimnetScale(data_scale="cpu", epochs=8, extractor_epochs=6, batch_size=64, width=8,
+                       trials=6, data_seeds=2, spectral="0,1", mc_passes=8, tta=2,
                        jacobian_max=64, workers=2),
 }
 
@@ -303,8 +303,8 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
     y_val = members[0]["in_val_label"].values
     tau = fit_temperature(ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
     n_classes = members[0].sizes["class"]
-    runs_ = [load_run(ModelSpec("uqvision_cnn", m.attrs["checkpoint"]), num_classes=n_classes,
-                      device=device) for m in members]
+    runs_ = [load_run(ModelSpec(json.loads(m.attrs["uimnet"])["arch"], m.attrs["checkpoint"]),
+                      num_classes=n_classes, device=device) for m in members]
     nets = [r.loaded.model.eval() for r in runs_]
     plain = runs_[0].loaded.transform
     variables = {}
@@ -345,6 +345,11 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
         cache = _extractor(out, paths["train"], sc, arch, seed, device, log)
         write_split(split_from_caches([cache]), split_file)
     split = read_split(split_file)
+    if len(split["in_classes"]) < 2:
+        raise ValueError(f"the Ward split of {paths['train']} has {len(split['in_classes'])} "
+                         f"in-domain class(es) ({split['in_classes']}): the root's smaller child "
+                         "is one outlying class, and UIMNET needs at least 2 (more classes, or "
+                         "a better feature extractor: --set extractor_epochs=...)")
     seeds = list(range(sc.data_seeds))
     for s in seeds:
         if not (out / "index" / f"seed{s}.val.json").exists():

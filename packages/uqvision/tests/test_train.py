@@ -169,3 +169,58 @@ def test_cli_trains_a_method_with_set_options_and_predicts_its_samples(digits, t
     assert main(["train", "--arch", "test_vit", "--data", str(digits / "train"), "--out",
                  str(tmp_path / "x"), "--method", "fge", "--set", "cycles"]) == 2
     assert "--set expects key=value" in capsys.readouterr().err
+
+
+# -- class-subset views and spectral normalisation (UIMNET, issue 11) -----------------------
+def test_a_class_view_with_an_index_file_trains_on_those_images_only(digits, tmp_path):
+    """``classes`` + ``index_file``: the head has the view's classes, each epoch's batches
+    cover exactly the indexed images (positions of the class view), and a mapping groups
+    folder classes into labels."""
+    from uqvision.split import image_view, make_index_files, read_index_file
+    from uqvision.train import _train_loader
+
+    classes = ("7", "2", "5")
+    paths = make_index_files(digits / "train", classes, tmp_path / "index", seed=0)
+    cfg = TrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=8, input_size=16,
+                      model_kwargs={"width": 4}, classes=classes,
+                      index_file=str(paths["train"]))
+    run = train_model(digits / "train", tmp_path / "m", cfg)
+    side = read_sidecar(run.checkpoint)
+    assert side["classes"] == list(classes) and side["num_classes"] == 3
+    assert side["train_config"]["classes"] == list(classes)
+    view = image_view(digits / "train", None, classes=classes, index_file=paths["train"])
+    wanted = read_index_file(paths["train"])["samples"]
+    assert view.sample_ids == wanted
+    folder = ImageFolderDataset(digits / "train")
+    assert [folder.classes[folder.targets[folder.sample_ids.index(s)]] for s in wanted] == [
+        classes[y] for y in view.targets]
+    loader, _ = _train_loader(view, cfg, 8, 0, 1, 0)
+    seen = sorted(int(i) for batch in loader.batch_sampler for i in batch)
+    assert len(seen) == 8 * (len(view) // 8) and len(set(seen)) == len(seen)
+    grouped = image_view(digits / "train", None, classes={"1": "odd", "2": "even", "3": "odd"})
+    assert grouped.classes == ["odd", "even"]
+    assert sorted(set(grouped.targets)) == [0, 1]
+    with pytest.raises(ValueError, match="indexes classes"):
+        image_view(digits / "train", None, classes=("2", "7", "5"), index_file=paths["train"])
+
+
+def test_spectral_training_bounds_the_featurizer_and_reloads_to_identical_logits(digits,
+                                                                                 tmp_path):
+    from torch.nn.utils import parametrize
+
+    from uqvision.train import load_run
+
+    cfg = TrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=16,
+                      input_size=16, model_kwargs={"width": 4}, spectral=True,
+                      classes=("0", "1", "2"))
+    run = train_model(digits / "train", tmp_path / "sn", cfg)
+    net = run.model.eval()
+    convs = [m for m in net.backbone.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(parametrize.is_parametrized(m, "weight") for m in convs)
+    assert not parametrize.is_parametrized(net.classifier, "weight")
+    for m in convs:  # one-sided bound 5 on the (out, in·k·k) matrix, up to the power iteration
+        assert torch.linalg.matrix_norm(m.weight.detach().flatten(1), 2) <= 5.0 * 1.05
+    again = load_run(f"uqvision_cnn={run.checkpoint}", num_classes=3)
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(again.loaded.model.eval()(x), net(x))

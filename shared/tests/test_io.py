@@ -350,3 +350,20 @@ def test_inherited_string_encoding_does_not_truncate_labels(tmp_path):
     longer["method"].encoding = dict(read["method"].encoding)  # what combine_by_coords carries over
     write_dataset(longer, tmp_path / "long.nc")
     assert list(read_dataset(tmp_path / "long.nc").method.values) == ["bd", "ens_bs"]
+
+
+def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
+    from uqmetrics.io import folder_replaced
+
+    out = tmp_path / "data"
+    with folder_replaced(out) as tmp:
+        (tmp / "v1.txt").write_text("1")
+    with pytest.raises(KeyboardInterrupt), folder_replaced(out) as tmp:
+        (tmp / "v2.txt").write_text("2")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == ["v1.txt"]
+    with folder_replaced(out) as tmp:
+        (tmp / "v3.txt").write_text("3")
+    assert sorted(p.name for p in out.iterdir()) == ["v3.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -41,6 +41,7 @@ __all__ = [
     "IncompleteResultError",
     "dataset_checksum",
     "decode_attr",
+    "folder_replaced",
     "provenance_attrs",
     "read_dataset",
     "write_dataset",
@@ -269,6 +270,42 @@ def temporary_beside(path: Path):
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def folder_replaced(path: str | os.PathLike):
+    """Write a whole folder atomically: yield a fresh temporary folder beside ``path``; when the
+    block succeeds it takes ``path``'s place (an existing folder there is removed only after the
+    new one is complete), and when it raises (interrupts too) it is removed and ``path`` is left
+    as it was.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with folder_replaced(Path(d) / "out") as tmp:
+    ...         _ = (tmp / "a.txt").write_text("x")
+    ...     sorted(p.name for p in Path(d).iterdir()), (Path(d) / "out" / "a.txt").read_text()
+    (['out'], 'x')
+    """
+    import shutil
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists() or path.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / "x")
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 def _prepare(ds: xr.Dataset, attrs: Mapping | None, compress: bool) -> xr.Dataset:

@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
-from uqmetrics.io import temporary_beside
+from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
 from .hierarchy import make_hierarchy
@@ -378,20 +377,13 @@ def _write_folder(root: Path, splits: dict[str, list[tuple[np.ndarray, str, str]
         raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
     if root.exists() and any(root.iterdir()) and not overwrite and not (root / _COMPLETE).exists():
         raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
-    with temporary_beside(root) as tmp:
-        try:
-            for split, items in splits.items():
-                for arr, cls, stem in items:
-                    d = tmp / split / cls
-                    d.mkdir(parents=True, exist_ok=True)
-                    Image.fromarray(arr).save(d / f"{stem}.png")
-            (tmp / _COMPLETE).write_text(json.dumps(meta))
-            if root.exists():
-                shutil.rmtree(root)
-            tmp.rename(root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # a folder (the helper removes files)
-            raise
+    with folder_replaced(root) as tmp:
+        for split, items in splits.items():
+            for arr, cls, stem in items:
+                d = tmp / split / cls
+                d.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(arr).save(d / f"{stem}.png")
+        (tmp / _COMPLETE).write_text(json.dumps(meta))
     return root
 
 

@@ -36,14 +36,13 @@ import csv
 import io
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
 __all__ = [
@@ -501,6 +500,7 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
 
     Examples
     --------
+    >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     info = read_hierarchy(make_hierarchy(Path(tmp) / "h", scale="smoke", seed=0))
     >>> len(info.classes), len(info.superclasses), sorted(info.downstream_groups)
@@ -512,20 +512,8 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     if (out.exists() or out.is_symlink()) and not overwrite \
             and not (out.is_dir() and not any(out.iterdir())):
         raise ValueError(f"out {str(out)!r} already exists; pass overwrite=True to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with folder_replaced(out) as tmp:
         _write(tmp, sc, seed)
-        if out.exists() or out.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parametrize
 
 from uqvision.methods import TRAINING_METHODS
 from uqvision.methods.ood import (
@@ -171,6 +172,29 @@ def test_spectral_normalisation_bounds_the_featurizer():
     raw = small.backbone[0].weight.clone()
     spectral_normalize(small, coeff=2.0)
     torch.testing.assert_close(small.backbone[0].weight, raw)  # one-sided: unchanged below
+
+
+def test_spectral_normalisation_bounds_batchnorm_lipschitz_constants_and_skips_the_head():
+    import timm
+
+    net = timm.create_model("uqvision_cnn", num_classes=3, width=4)
+    bn = net.stages[1]
+    with torch.no_grad():
+        bn.running_var.fill_(1e-3)  # |γ| / sqrt(σ² + ε) ≈ 31.5 > 5
+        net.stages[4].running_var.fill_(4.0)  # 0.5 < 5: left as it is
+    spectral_normalize(net, coeff=5.0)
+    lip = (bn.weight.abs() / (bn.running_var + bn.eps).sqrt()).max()
+    assert lip.item() == pytest.approx(5.0, rel=1e-6)
+    torch.testing.assert_close(net.stages[4].weight, torch.ones(4))
+    assert not parametrize.is_parametrized(net.fc, "weight")
+    assert parametrize.is_parametrized(net.stages[0], "weight")
+    x = torch.randn(2, 3, 16, 16)
+    net.eval()
+    scaled = net.stages[:3](x)  # conv -> BN -> ReLU: BN output bounded by the new γ
+    ref = torch.relu(torch.nn.functional.batch_norm(
+        net.stages[0](x), bn.running_mean, bn.running_var,
+        torch.full((4,), 5.0 * (1e-3 + bn.eps) ** 0.5), bn.bias, False, 0.0, bn.eps))
+    torch.testing.assert_close(scaled, ref)
 
 
 @pytest.mark.parametrize("name", UIMNET_ALGORITHMS)

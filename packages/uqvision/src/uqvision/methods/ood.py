@@ -155,13 +155,31 @@ class _OneSidedSpectralNorm(nn.Module):
         return weight / torch.clamp(sigma / self.coeff, min=1.0)
 
 
-def spectral_normalize(model: nn.Module, coeff: float = 5.0) -> nn.Module:
-    """One-sided spectral normalisation of every Conv/Linear weight of the featurizer
-    (``model.backbone`` for a :class:`FeatureClassifier`, else the whole model), in place.
+class _BatchNormLipschitz(nn.Module):
+    """``γ / max(1, max_c |γ_c| / sqrt(σ²_c + ε) / coeff)``: the (eval-mode) Lipschitz constant
+    of a BatchNorm layer, ``max_c |γ_c| / sqrt(σ²_c + ε)`` with σ² its running variance,
+    bounded by ``coeff`` (Gouk et al. 2021; DUE's spectral batch norm)."""
 
-    BatchNorm layers are left as they are (the paper also bounds them, after Gouk et al.).
-    The classifier of a timm model (``get_classifier()``) is not the featurizer's and is left
-    as it is too.
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm, coeff: float):
+        super().__init__()
+        self.coeff = float(coeff)
+        object.__setattr__(self, "_bn", bn)  # read its running variance; not a submodule
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        bn = self._bn
+        lipschitz = (weight.abs() * (bn.running_var + bn.eps).rsqrt()).max().detach()
+        return weight / torch.clamp(lipschitz / self.coeff, min=1.0)
+
+
+def spectral_normalize(model: nn.Module, coeff: float = 5.0) -> nn.Module:
+    """One-sided spectral normalisation of the featurizer (``model.backbone`` for a
+    :class:`FeatureClassifier`, else the whole model), in place, as the paper's ablation: every
+    Conv/Linear weight to spectral norm at most ``coeff`` (Miyato et al.), and every BatchNorm
+    layer with running statistics to Lipschitz constant at most ``coeff`` (Gouk et al.).
+
+    The BatchNorm bound is what makes the ablation bite in conv-BN networks: a BatchNorm after
+    a convolution undoes any rescaling of the convolution's weight. The classifier of a timm
+    model (``get_classifier()``) is not the featurizer's and is left as it is.
     """
     target = getattr(model, "backbone", model)
     head = target.get_classifier() if hasattr(target, "get_classifier") else None
@@ -169,9 +187,14 @@ def spectral_normalize(model: nn.Module, coeff: float = 5.0) -> nn.Module:
     for m in list(target.modules()):
         if id(m) in skip:
             continue
-        if isinstance(m, (nn.Conv2d, nn.Linear)) and not parametrize.is_parametrized(m, "weight"):
+        if parametrize.is_parametrized(m, "weight"):
+            continue
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
             parametrize.register_parametrization(m, "weight",
                                                  _OneSidedSpectralNorm(m.weight, coeff))
+        elif isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine \
+                and m.track_running_stats:
+            parametrize.register_parametrization(m, "weight", _BatchNormLipschitz(m, coeff))
     return model
 
 

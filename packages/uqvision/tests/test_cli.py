@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import xarray as xr
+from uqmetrics import read_dataset
 
 from uqvision.cli import COMMANDS, SCORE_PROTOCOLS, build_parser, main
 from uqvision.data import DATASET_MAKERS, TTA_POLICIES
@@ -141,6 +142,15 @@ def test_cli_train_predict_and_clear_errors(digits, tmp_path, capsys):
                  str(digits / "test"), "--out", str(tmp_path / "c"), "--mode", "mc_dropout",
                  "--passes", "2"]) == 0
     assert len(list((tmp_path / "c").glob("*mc_dropout-000.nc"))) == 1
+    # --zero-shot: embeddings of a folder of classes the 10-class head never saw, no logits
+    three = tmp_path / "three"
+    three.mkdir()
+    for c in ("0", "1", "2"):
+        (three / f"new{c}").symlink_to(digits / "test" / c, target_is_directory=True)
+    assert main(["predict", "--model", f"test_vit={tmp_path / 'm1.safetensors'}", "--data",
+                 str(three), "--out", str(tmp_path / "z"), "--zero-shot"]) == 0
+    (zs,) = (read_dataset(p) for p in (tmp_path / "z").glob("*.nc"))
+    assert "logits" not in zs and zs.sizes["class"] == 3 and zs["embedding"].shape[0] > 0
     capsys.readouterr()
     assert main(["predict", "--model", "test_vitt", "--data", str(digits / "test"),
                  "--out", str(tmp_path / "c")]) == 2

@@ -118,7 +118,9 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
     return PredictConfig(mode=a.mode, passes=a.passes, first_pass=a.first_pass,
                          tta_policy=a.tta_policy, seed=a.seed, batch_size=a.batch_size,
                          num_workers=a.workers, device=a.device, amp=a.amp,
-                         embeddings=getattr(a, "embeddings", False),
+                         embeddings=getattr(a, "embeddings", False) or getattr(
+                             a, "zero_shot", False),
+                         logits=not getattr(a, "zero_shot", False),
                          allow_random_init=a.random_init, samples=a.samples,
                          first_sample=a.first_sample, train_data=a.train_data)
 
@@ -361,6 +363,9 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True, help="cache directory")
     p.add_argument("--embeddings", action="store_true", help="also cache pre-logit features")
+    p.add_argument("--zero-shot", action="store_true",
+                   help="embeddings (and u) only, no logits: a folder of classes the model "
+                        "never saw (URL's downstream sets)")
     _add_predict_options(p)
 
 

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 
 #: the smoke scale cut to two algorithms (every algorithm trains in test_ood_methods); the full
 #: smoke run is ``uqvision reproduce uimnet --scale smoke``
-OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8"}
+OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8",
+           "spectral": "0,1"}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,7 @@ def test_ood_nc_has_every_metric_over_its_dims(uimnet):
     for name in OUT_DOMAIN_METRICS:
         assert ds[name].dims == ("algorithm", "measure", "k", "calibration", "spectral", "stat")
         assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
+    assert ds.spectral.values.tolist() == [False, True]  # the ablation, through the driver
     mean = ds.sel(stat="mean")
     assert np.isfinite(mean["acc1"]).all() and np.isfinite(mean["auc"].sel(measure="entropy")).all()
     # temperature scaling never changes top-1 accuracy

@@ -126,8 +126,9 @@ class TrainConfig:
     label) and ``index_file`` on the positions of that view an index file of
     :func:`uqvision.split.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
     is copied (:func:`uqvision.split.image_view`). ``spectral``: one-sided spectral
-    normalisation (coefficient 5) of every Conv/Linear weight but the classifier's
-    (:func:`uqvision.methods.ood.spectral_normalize`), UIMNET's ablation for every method.
+    normalisation (bound 5) of every Conv/Linear weight but the classifier's and of every
+    BatchNorm's Lipschitz constant (:func:`uqvision.methods.ood.spectral_normalize`),
+    UIMNET's ablation for every method.
 
     The likelihood is cross-entropy with ``label_smoothing``; with ``teachers`` (``NAME=
     CHECKPOINT`` specs, trained on the same classes and preprocessing) the loss is Hinton et
@@ -607,8 +608,8 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     if folder and Path(folder).is_dir():
         augment = cfg.get("augment")
         tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
-        view = image_view(folder, tf, classes=cfg.get("classes"),
-                          index_file=cfg.get("index_file"))
+        view = image_view(folder, tf, classes=cfg.get("classes"),  # the run's own images
+                          index_file=None if train_data else cfg.get("index_file"))
         state.bn_loader = shuffled_loader(view, int(cfg.get("seed", 0)),
                                           bn_batch_size or hp.batch_size, augment=bool(augment))
     loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),

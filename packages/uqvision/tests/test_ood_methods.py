@@ -197,6 +197,35 @@ def test_spectral_normalisation_bounds_batchnorm_lipschitz_constants_and_skips_t
     torch.testing.assert_close(scaled, ref)
 
 
+def test_due_prediction_is_the_softmax_expectation_and_independent_of_batching():
+    """Eval: E[softmax(f)] over f ~ N(μ, σ²) per class by common random numbers — one image
+    alone, in any batch and after any use of the global RNG gives the same values, and they
+    agree with gpytorch's own (random) Monte-Carlo estimate within its standard error."""
+    import warnings
+
+    with warnings.catch_warnings():  # gpytorch's import uses the deprecated torch.jit.script
+        warnings.simplefilter("ignore", FutureWarning)
+        import gpytorch
+
+    torch.manual_seed(0)
+    _, state = started("due", inducing=4, likelihood_samples=4000)
+    for _ in range(3):
+        state.method.step(state, torch.randn(8, 6), torch.randint(0, C, (8,)))
+    net = state.net.eval()
+    x = torch.randn(9, 6)
+    with torch.no_grad():
+        full = net(x)
+        torch.manual_seed(123)
+        alone = torch.cat([net(x[i:i + 1]) for i in range(9)])
+        torch.testing.assert_close(alone, full, rtol=1e-5, atol=1e-6)
+        phi = net.features(x)
+        torch.manual_seed(1)
+        with gpytorch.settings.num_likelihood_samples(4000):
+            ref = net.likelihood(net.gp(phi)).probs  # (S, n, C)
+    p, se = ref.mean(0), ref.std(0) / 4000 ** 0.5
+    assert ((full.exp() - p).abs() <= 4 * (2 * se ** 2) ** 0.5 + 1e-6).all()
+
+
 @pytest.mark.parametrize("name", UIMNET_ALGORITHMS)
 def test_every_algorithm_trains_with_the_hooks_and_predicts(name):
     torch.manual_seed(0)

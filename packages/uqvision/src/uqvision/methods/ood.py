@@ -614,7 +614,7 @@ def _gp_class():
 class DUENet(nn.Module):
     """Spectral-normalised featurizer + sparse variational GP head with a softmax likelihood
     (gpytorch). Training forward returns the GP's distribution (the loss is −ELBO); eval
-    forward returns ``log E[softmax(f)]`` (Monte Carlo). ``native``: the GP's predictive
+    forward returns ``log E[softmax(f)]`` (:meth:`predictive`). ``native``: the GP's predictive
     variance summed over classes. The inducing points start at the features of the first
     training batch (DUE initialises them by k-means of training features)."""
 
@@ -648,10 +648,19 @@ class DUENet(nn.Module):
             if not bool(self.initialised):
                 self._init_inducing(phi)
             return self.gp(phi)
-        gpytorch = _gpytorch()
-        with gpytorch.settings.num_likelihood_samples(self.samples):
-            probs = self.likelihood(self.gp(phi)).probs.mean(0)
-        return torch.log(probs.clamp_min(1e-12))
+        return torch.log(self.predictive(phi).clamp_min(1e-12))
+
+    def predictive(self, phi: torch.Tensor) -> torch.Tensor:
+        """``E[softmax(f)]``, shape (n, C), f ~ the GP's marginal N(μ(φ), σ²(φ)) per class
+        (independent GPs, no mixing weights: what gpytorch's ``SoftmaxLikelihood`` samples),
+        by Monte Carlo over ``samples`` standard-normal draws fixed once and shared by every
+        image (common random numbers): an image's prediction depends on nothing but the image,
+        whatever the batch, the process or the global RNG."""
+        dist = self.gp(phi)
+        mu, sd = dist.mean, dist.variance.sqrt()
+        gen = torch.Generator().manual_seed(0)
+        eps = torch.randn(self.samples, mu.shape[-1], generator=gen).to(mu)
+        return torch.softmax(mu + sd * eps[:, None, :], -1).mean(0)
 
     @torch.no_grad()
     def native(self, x):

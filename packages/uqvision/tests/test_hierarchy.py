@@ -13,7 +13,6 @@ from PIL import Image
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.stats import kstest
 from sklearn.metrics import adjusted_rand_score
-from torch import nn
 
 from uqvision import hierarchy
 from uqvision.data import ImageFolderDataset
@@ -200,41 +199,21 @@ def test_ward_clustering_of_class_mean_features_recovers_the_superclasses(info):
     assert ari > max(null)
 
 
-def _small_cnn(n_classes):
-    def block(i, o):
-        return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU()]
-    return nn.Sequential(*block(3, 16), nn.MaxPool2d(2), *block(16, 32), nn.MaxPool2d(2),
-                         *block(32, 64), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(64, n_classes))
+def test_small_cnn_beats_chance_by_binomial_margin_and_is_not_perfect(info, tmp_path):
+    """The V.0 difficulty band, with the project's own components: ``uqvision_cnn`` trained by
+    the one loop (AdamW + OneCycle, 15 epochs, no augmentation) on ``train/``, scored through the
+    one prediction path on ``test/``."""
+    from uqvision.predict import PredictConfig, predict
+    from uqvision.train import ADAMW_RECIPE, TrainConfig, train_model
 
-
-def _fit(x, y, n_classes, *, epochs, batch_size=64, lr=3e-3, seed=0):
-    torch.manual_seed(seed)
-    model = _small_cnn(n_classes)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    steps = epochs * -(-len(x) // batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps)
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-    return model.eval()
-
-
-def test_small_cnn_beats_chance_by_binomial_margin_and_is_not_perfect(info):
-    xtr, ytr = _load(info, "train")
-    xte, yte = _load(info, "test")
-    c = len(info.classes)
-    model = _fit(xtr, ytr, c, epochs=15)
-    with torch.no_grad():
-        acc = (model(xte).argmax(1) == yte).double().mean().item()
+    run = train_model(info.splits["train"], tmp_path / "cnn", TrainConfig(
+        arch="uqvision_cnn", model_kwargs={"width": 16}, hparams=ADAMW_RECIPE, epochs=15,
+        batch_size=64, augment=None))
+    (cache,) = predict(f"uqvision_cnn={run.checkpoint}", info.splits["test"], PredictConfig())
+    acc = float((cache["logits"].values.argmax(1) == cache["label"].values).mean())
+    c, n = len(info.classes), cache.sizes["sample"]
     # under chance each test image is right with p0 = 1/C: 4 binomial standard errors above it
-    p0, n = 1 / c, len(yte)
+    p0 = 1 / c
     assert acc > p0 + 4 * np.sqrt(p0 * (1 - p0) / n)
     assert acc < 1.0
 

@@ -7,7 +7,9 @@ import time
 
 import numpy as np
 import pytest
+import tqdm
 import xarray as xr
+from dask import distributed
 
 from uqmetrics import sweep
 from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
@@ -79,7 +81,6 @@ def test_progress_bar_picks_log_lines_off_a_terminal_and_nothing_when_disabled()
 
 
 def test_progress_bar_is_tqdm_on_a_terminal():
-    tqdm = pytest.importorskip("tqdm")
     tty = TtyStream()
     bar = progress_bar(3, "sweep", unit="cell", stream=tty)
     assert isinstance(bar, tqdm.tqdm)
@@ -94,7 +95,6 @@ def test_run_sweep_under_a_non_tty_stderr_writes_sparse_lines(tmp_path, capsys):
     """Many fast cells through Dask with stderr captured (not a terminal): the old tqdm bar
     wrote a carriage-return redraw per cell; now at most 1 + elapsed / interval lines. One
     worker thread: netCDF (HDF5) writes are not thread-safe."""
-    distributed = pytest.importorskip("dask.distributed")
     n_cells, interval = 120, 0.5
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
                             dashboard_address=None) as client:

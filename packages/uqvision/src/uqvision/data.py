@@ -156,11 +156,17 @@ class ImageFolderDataset(Dataset):
 
     def with_augment_seed(self, seed: int | None) -> ImageFolderDataset:
         """A copy (sharing the sample list) whose augmentations are seeded by ``seed``."""
-        if seed is not None and not isinstance(self.transform, SeededAugmentation):
+        return self.with_transform(self.transform, seed)
+
+    def with_transform(self, transform: Callable | None,
+                       augment_seed: int | None = None) -> ImageFolderDataset:
+        """A copy (sharing the sample list, the folder is not scanned again) with another
+        ``transform`` and ``augment_seed``."""
+        if augment_seed is not None and not isinstance(transform, SeededAugmentation):
             raise ValueError("augment_seed needs a SeededAugmentation transform (see "
-                             f"tta_transform), got transform={self.transform!r}")
+                             f"tta_transform), got transform={transform!r}")
         ds = copy.copy(self)
-        ds.augment_seed = seed
+        ds.transform, ds.augment_seed = transform, augment_seed
         return ds
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:

@@ -264,8 +264,12 @@ class ClassSubset(Dataset):
 
     def with_augment_seed(self, seed: int | None) -> ClassSubset:
         """A copy of the view (sharing the sample lists) with its own augmentation seed."""
+        return self.with_transform(self.transform, seed)
+
+    def with_transform(self, transform, augment_seed: int | None = None) -> ClassSubset:
+        """A copy of the view (sharing the sample lists) with another transform and seed."""
         view = copy.copy(self)
-        view.base = self.base.with_augment_seed(seed)
+        view.base = self.base.with_transform(transform, augment_seed)
         return view
 
     @property

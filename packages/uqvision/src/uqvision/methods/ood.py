@@ -54,7 +54,6 @@ __all__ = [
     "small_cnn",
     "soft_targets",
     "spectral_normalize",
-    "timm_classifier",
 ]
 
 #: The algorithm names of the paper, in its order (all are :data:`TRAINING_METHODS` entries).
@@ -122,13 +121,6 @@ def small_cnn(num_classes: int, *, width: int = 32, in_chans: int = 3) -> Featur
 
     return feature_classifier(timm.create_model("uqvision_cnn", num_classes=num_classes,
                                                 width=width, in_chans=in_chans))
-
-
-def timm_classifier(arch: str, num_classes: int) -> FeatureClassifier:
-    """A timm architecture as featurizer (pooled features) + linear head."""
-    import timm
-
-    return feature_classifier(timm.create_model(arch, num_classes=num_classes))
 
 
 # -- spectral normalisation ----------------------------------------------------------------

@@ -137,17 +137,22 @@ def _train_config(scale: UimnetScale, arch: str | None, device: str, **fields) -
 
 
 @torch.no_grad()
-def _outputs(fn, view: Dataset, *, batch_size: int, device: str) -> torch.Tensor:
-    """``fn(x, ids)`` over ``view`` in order, concatenated (on the CPU)."""
+def _outputs(fn, view: Dataset, *, batch_size: int, device: str):
+    """``fn(x, ids)`` over ``view`` in order (one pass over the images), concatenated on the
+    CPU; a tuple of tensors when ``fn`` returns one."""
     loader = DataLoader(view, batch_size=batch_size)
-    return torch.cat([fn(x.to(device), ids.tolist()).cpu() for x, _, ids in loader])
+    outs = [fn(x.to(device), ids.tolist()) for x, _, ids in loader]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat([o[i] for o in outs]).cpu() for i in range(len(outs[0])))
+    return torch.cat(outs).cpu()
 
 
 def _features(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """φ(x): a UIMNET wrapper's ``features``, else a timm model's pooled pre-logits."""
-    if hasattr(net, "features") and callable(net.features):
-        return net.features(x)
-    return net.forward_head(net.forward_features(x), pre_logits=True)
+    """φ(x): a timm-style model's pooled pre-logits (a :class:`FeatureClassifier` is one),
+    else a UIMNET wrapper's ``features``."""
+    if hasattr(net, "forward_head"):
+        return net.forward_head(net.forward_features(x), pre_logits=True)
+    return net.features(x)
 
 
 def _native(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -171,10 +176,10 @@ def _run_arrays(state: TrainState, views: dict[str, Dataset], tta_views, *, pass
             logits = torch.logsumexp(stacked, 0) - math.log(passes)
             native = torch.as_tensor(mutual_information(stacked.numpy(), from_logits=True))
             net.eval()
+            feats = run(lambda x, ids: _features(net, x), view)
         else:
-            logits = run(lambda x, ids: net(x), view)
-            native = run(lambda x, ids: _native(net, x), view)
-        feats = run(lambda x, ids: _features(net, x), view)
+            logits, native, feats = run(
+                lambda x, ids: (net(x), _native(net, x), _features(net, x)), view)
         aug = torch.stack([run(lambda x, ids: net(x), t[split]) for t in tta_views])
         dim = f"{split}_sample"
         variables[f"{split}_logits"] = ((dim, "class"), logits.numpy().astype(np.float32))
@@ -237,8 +242,7 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
     sidecar = read_sidecar(result.checkpoint)
     plain, tta = _eval_transforms(sidecar, sc.tta, seed)
     views = _views(root, split_file, seed, plain)
-    tta_views = [{k: v.with_augment_seed(s) for k, v in _views(root, split_file, seed, t).items()}
-                 for t, s in tta]
+    tta_views = [{k: v.with_transform(t, s) for k, v in views.items()} for t, s in tta]
     with flush_denormal():
         variables = _run_arrays(result.state, views, tta_views, passes=sc.mc_passes, seed=seed,
                                 batch_size=256, device=device)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -92,6 +93,7 @@ def test_a_method_run_records_its_cost_and_state_and_reloads_its_samples(digits,
     assert r.state_file == state_path(r.checkpoint) and r.state_file.is_file()
     run = load_run(f"test_vit={r.checkpoint}")
     assert run.method == "sse" and run.seed == 1 and run.default_samples() == 2
+    assert run.state.bn_loader is None  # SSE never recomputes BatchNorm: no folder read
     x = torch.randn(3, 3, 16, 16)
     with torch.no_grad():
         a, b = (net(x).clone() for net in run.samples(2, 0))
@@ -136,6 +138,15 @@ def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
     assert side["cost"]["steps"] == 0 and side["cost"]["total_steps"] == init["steps"]
     assert side["cost"]["total_epochs"] == init["total_epochs"] == 2.0
     assert side["init_sha256"] and float(r.state.extra["laplace.scale"]) == 0.1
+    # its samples recompute BatchNorm statistics (bn_update): a loader over the run's own
+    # training images; with bn_update off, none
+    from uqvision.train import load_run
+
+    run = load_run(f"test_byobnet={r.checkpoint}")
+    assert len(run.state.bn_loader.dataset) == len(ImageFolderDataset(digits / "train"))
+    off = train_model(digits / "train", tmp_path / "laplace_off", dataclasses.replace(
+        cfg, hparams={**cfg.hparams, "bn_update": "false"}))
+    assert load_run(f"test_byobnet={off.checkpoint}").state.bn_loader is None
 
 
 def test_training_is_a_function_of_the_seed_and_leaves_the_callers_rng(digits, tmp_path):
@@ -202,6 +213,45 @@ def test_a_class_view_with_an_index_file_trains_on_those_images_only(digits, tmp
     assert sorted(set(grouped.targets)) == [0, 1]
     with pytest.raises(ValueError, match="indexes classes"):
         image_view(digits / "train", None, classes=("2", "7", "5"), index_file=paths["train"])
+
+
+def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path, capsys):
+    """``uqvision train --classes --index-file --spectral`` reach TrainConfig: the sidecar
+    records them and the network is the library's; an index file alone brings its classes;
+    malformed --classes names the option."""
+    from uqvision.cli import main
+    from uqvision.split import make_index_files
+
+    classes = ("7", "2", "5")
+    paths = make_index_files(digits / "train", classes, tmp_path / "index", seed=0)
+    base = ["--threads", "1", "train", "--arch", "uqvision_cnn", "--data", str(digits / "train"),
+            "--method", "erm", "--epochs", "1", "--batch-size", "8", "--input-size", "16",
+            "--model-kwargs", '{"width": 4}']
+    assert main([*base, "--out", str(tmp_path / "a"), "--classes", "7,2,5", "--index-file",
+                 str(paths["train"]), "--spectral"]) == 0
+    lib = train_model(digits / "train", tmp_path / "b", TrainConfig(
+        arch="uqvision_cnn", method="erm", epochs=1, batch_size=8, input_size=16,
+        model_kwargs={"width": 4}, classes=classes, index_file=str(paths["train"]),
+        spectral=True))
+    side = read_sidecar(tmp_path / "a.safetensors")
+    assert side["classes"] == list(classes) and side["train_config"]["spectral"] is True
+    assert side["train_config"]["index_file"] == str(paths["train"])
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(tmp_path / "a.safetensors")), load_file(str(lib.checkpoint))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the index file alone: its recorded classes; a JSON mapping groups classes
+    assert main([*base, "--out", str(tmp_path / "c"), "--index-file", str(paths["train"])]) == 0
+    assert read_sidecar(tmp_path / "c.safetensors")["classes"] == list(classes)
+    mapping = tmp_path / "groups.json"
+    mapping.write_text(json.dumps({"1": "odd", "2": "even", "3": "odd"}))
+    assert main([*base, "--out", str(tmp_path / "d"), "--classes", str(mapping)]) == 0
+    assert read_sidecar(tmp_path / "d.safetensors")["classes"] == ["odd", "even"]
+    capsys.readouterr()
+    for bad, message in (("7,,5", "--classes expects class names"),
+                         (str(tmp_path / "missing.json"), "--classes"),):
+        assert main([*base, "--out", str(tmp_path / "e"), "--classes", bad]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_spectral_training_parametrizes_the_featurizer_and_reloads_to_identical_logits(digits,

@@ -89,18 +89,48 @@ def _cmd_train(a: argparse.Namespace) -> int:
     seeds = a.seeds or [0]
     if len(seeds) > 1 and "{seed}" not in a.out:
         raise SystemExit("uqvision train: with several --seeds, --out must contain '{seed}'")
+    classes = _classes_option(a.classes)
+    if a.index_file is not None and classes is None:  # the classes the index file records
+        from .split import read_index_file
+
+        classes = tuple(read_index_file(a.index_file)["classes"])
     for seed in seeds:
         cfg = TrainConfig(arch=a.arch, method=a.method, hparams=_set_pairs(a.set),
                           epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
                           input_size=a.input_size, augment=None if a.augment == "none"
                           else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
                           num_workers=a.workers, model_kwargs=json.loads(a.model_kwargs),
-                          init_checkpoint=a.init, val_data=a.val_data, amp=a.amp)
+                          init_checkpoint=a.init, val_data=a.val_data, amp=a.amp,
+                          classes=classes, index_file=a.index_file,
+                          spectral=a.spectral)
         r = train_model(a.data, a.out.format(seed=seed), cfg)
         if int(os.environ.get("RANK", "0")) == 0:
             _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"
                    f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
     return 0
+
+
+def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | None:
+    """``--classes``: folder classes as ``a,b,c`` or a JSON file holding a list of them or an
+    object folder class -> label (``ValueError`` naming the option on anything else)."""
+    if value is None:
+        return None
+    if value.endswith(".json"):
+        try:
+            loaded = json.loads(Path(value).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"--classes {value!r}: cannot read a JSON list or object "
+                             f"({err})") from None
+        if isinstance(loaded, dict) and all(isinstance(v, str) for v in loaded.values()):
+            return {str(k): v for k, v in loaded.items()}
+        if isinstance(loaded, list) and all(isinstance(v, str) for v in loaded):
+            return tuple(loaded)
+        raise ValueError(f"--classes {value!r} must hold a list of class names or an object "
+                         f"class -> label name, got {type(loaded).__name__}")
+    names = tuple(c.strip() for c in value.split(","))
+    if not all(names):
+        raise ValueError(f"--classes expects class names separated by commas, got {value!r}")
+    return names
 
 
 def _set_pairs(items: Sequence[str] | None) -> dict[str, str]:
@@ -305,6 +335,17 @@ def _args_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-data", default=None,
                    help="validation folder (K-FAC Laplace tunes its noise scale on it)")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
+    p.add_argument("--classes", default=None, metavar="A,B,C | FILE.json",
+                   help="train on these folder classes only, the head's classes in this order; "
+                        "a JSON file holds a list, or an object folder class -> label to group "
+                        "classes (UIMNET's in-vs-out oracle)")
+    p.add_argument("--index-file", default=None, metavar="FILE",
+                   help="train on the images of this index file only (uqvision.split's "
+                        "make_index_files: UIMNET's 90/10 in-domain split), with the classes "
+                        "it records unless --classes names them")
+    p.add_argument("--spectral", action="store_true",
+                   help="one-sided spectral normalisation of the featurizer (conv/linear "
+                        "sigma and BatchNorm Lipschitz constant at most 5; UIMNET)")
     p.add_argument("--input-size", type=int, default=32)
     p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
                    help="training augmentation:\n" + TTA_POLICIES.describe()

@@ -571,10 +571,12 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     """Rebuild a run for prediction.
 
     A checkpoint whose sidecar names a training method is rebuilt through the method
-    (``method.restore`` with ``OUT.state.safetensors``, then the weights) and its BatchNorm
-    loader (SWAG, Laplace samples) reads ``train_data`` (default: the training folder the
-    sidecar records) in a fixed order with one seeded augmentation per sample. Anything else
-    goes through :func:`uqvision.models.load_model` and is one network.
+    (``method.restore`` with ``OUT.state.safetensors``, then the weights). A method whose
+    hyper-parameters have a true ``bn_update`` (SWAG, K-FAC Laplace: each sample's BatchNorm
+    statistics are recomputed) gets a BatchNorm loader over ``train_data`` (default: the
+    training folder and view the sidecar records) in a fixed order with one seeded
+    augmentation per sample; no other run reads its training folder. Anything else goes
+    through :func:`uqvision.models.load_model` and is one network.
     """
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
@@ -605,7 +607,7 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
     state.model.to(device).eval()
     folder = train_data or side.get("dataset")
-    if folder and Path(folder).is_dir():
+    if getattr(hp, "bn_update", False) and folder and Path(folder).is_dir():
         augment = cfg.get("augment")
         tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
         view = image_view(folder, tf, classes=cfg.get("classes"),  # the run's own images

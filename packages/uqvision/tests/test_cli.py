@@ -188,3 +188,29 @@ def test_reproduce_url_real_folder_flags(tmp_path, capsys):
     assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
                  str(tmp_path), "--downstream", str(tmp_path / "a")]) == 2
     assert "lacks the split folders ['train', 'val', 'test']" in capsys.readouterr().err
+
+
+def test_reproduce_passes_one_device_to_every_driver(monkeypatch, tmp_path, capsys):
+    """``uqvision reproduce NAME --device D`` reaches every driver's ``run(..., device=D)`` (the
+    registry's contract, default cpu); a device that is not here is refused at the command
+    line, naming it, for every driver and for train/predict."""
+    import inspect
+
+    import torch
+
+    from uqvision.reproduce import load_drivers
+
+    drivers = load_drivers()
+    for name in drivers.names():
+        assert inspect.signature(drivers.lookup(name).run).parameters["device"].default == "cpu"
+        assert _subparser("reproduce").parse_args([name, "--out", "o"]).device == "cpu"
+    missing = f"cuda:{torch.cuda.device_count()}"  # one past the last CUDA device, or none
+    for argv in ([["reproduce", name, "--out", str(tmp_path), "--device", missing]
+                  for name in drivers.names()]
+                 + [["train", "--arch", "x", "--data", "d", "--out", "o", "--device", "tpu"],
+                    ["predict", "--model", "m", "--data", "d", "--out", "o", "--device", "gpu"]]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert f"argument --device: {argv[-1]!r}" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before anything ran

@@ -133,6 +133,25 @@ def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | Non
     return names
 
 
+def _device(value: str) -> str:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``, refused unless that device is here."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a device (cpu, cuda, cuda:N)") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{value!r}: CUDA is not available here")
+        if (device.index or 0) >= count:
+            raise argparse.ArgumentTypeError(f"{value!r}: there are {count} CUDA devices")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"{value!r}: only cpu and cuda devices are supported")
+    return value
+
+
 def _set_pairs(items: Sequence[str] | None) -> dict[str, str]:
     """``--set key=value`` options as a dict of strings (``ValueError`` on a malformed one)."""
     out = {}
@@ -352,7 +371,7 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                    + "\nnone: no augmentation")
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
     p.add_argument("--workers", type=int, default=0)
 
 
@@ -375,7 +394,7 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--random-init", action="store_true",
                    help="models without a checkpoint get random weights (code-path checks only)")
@@ -481,7 +500,7 @@ def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration-size", dest="calibration_size", type=float, default=None)
     p.add_argument("--n-orders", dest="n_orders", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, type=_device, help="cpu | cuda | cuda:N")
 
 
 def _cmd_reproduce(a: argparse.Namespace) -> int:
@@ -497,7 +516,7 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
     if a.downstream is not None:
         options["downstream"] = ",".join(a.downstream)
     out = driver.run(a.out, scale=a.scale, data=a.data, arch=a.arch, seed=a.seed,
-                     overwrite=a.overwrite, options=options, log=_print)
+                     overwrite=a.overwrite, options=options, log=_print, device=a.device)
     _print(str(out))
     return 0
 
@@ -519,6 +538,8 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
                    help="url: real downstream folders (val/ test/ each), zero-shot")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", type=_device,
+                   help="where every network trains and predicts: cpu | cuda | cuda:N")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="driver option (repeatable)")

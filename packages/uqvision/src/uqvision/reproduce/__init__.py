@@ -32,7 +32,8 @@ class Reproduction:
         Registry name (``uqvision reproduce NAME``) and one-line help.
     run : callable
         ``run(out, *, scale, data=None, arch=None, seed=0, overwrite=False, options=None,
-        log=print) -> Path`` (``options``: the ``--set key=value`` pairs as a dict of strings).
+        log=print, device="cpu") -> Path`` (``options``: the ``--set key=value`` pairs as a
+        dict of strings; ``device``: where every network trains and predicts, ``--device``).
     scales : tuple of str
         The scales the driver knows (``smoke`` for tests, ``cpu`` for a 2-core machine, ...).
     """

@@ -358,7 +358,7 @@ def _scale(name: str, arch: str | None, data, over: dict[str, str]) -> PitfallsS
         kw["hparams"] = hp
     if over:
         raise ValueError(f"unknown options {sorted(over)} of reproduce pitfalls; valid: workers, "
-                         "threads, device, epochs, members, batch_size, input_size, augment, "
+                         "threads, epochs, members, batch_size, input_size, augment, "
                          "draws, n_orders, laplace_scale")
     if arch is not None:
         kw["arch"] = arch
@@ -505,19 +505,18 @@ def summary_table(ds: xr.Dataset) -> str:
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
-        log: Callable[[str], None] = print) -> Path:
+        log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """The :data:`uqvision.reproduce.REPRODUCTIONS` entry: :func:`reproduce_pitfalls`.
 
     Options (``--set key=value``): ``workers`` (runs at once, default 1), ``threads`` (torch
-    threads per process, default 1), ``device`` and the scale overrides of
-    :func:`reproduce_pitfalls`. Returns the path of ``ensembles.nc``.
+    threads per process, default 1) and the scale overrides of :func:`reproduce_pitfalls`.
+    Returns the path of ``ensembles.nc``.
     """
     opts = dict(options or {})
     try:
         workers, threads = int(opts.pop("workers", 1)), int(opts.pop("threads", 1))
     except ValueError as exc:
         raise ValueError(f"--set workers=N / threads=N need integers: {exc}") from None
-    device = opts.pop("device", "cpu")
     return reproduce_pitfalls(out, scale=scale, data=data, arch=arch, seed=seed,
                               workers=workers, threads=threads, device=device, overrides=opts,
                               overwrite=overwrite, log=log).ensembles

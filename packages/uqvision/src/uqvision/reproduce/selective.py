@@ -208,10 +208,10 @@ class ReproduceResult:
     wall_time_s: float = 0.0
 
 
-def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...]):
+def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...], device: str):
     from ..train import ADAMW_RECIPE, TrainConfig
 
-    return TrainConfig(
+    return TrainConfig(device=device, 
         arch=job.arch.arch, hparams=dict(ADAMW_RECIPE), epochs=sc.epochs,
         batch_size=sc.batch_size, lr=sc.lr,
         input_size=32, augment="cifar", drop_rate=sc.drop_rate, seed=job.seed, tag=job.tag,
@@ -355,7 +355,8 @@ OUTPUTS = ("data", "models", "caches", "scores", "figures", "metadata.csv", "ana
 
 def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
                         workers: int = 1, threads: int = 1, overwrite: bool = False,
-                        log: Callable[[str], None] | None = None) -> ReproduceResult:
+                        log: Callable[[str], None] | None = None,
+                        device: str = "cpu") -> ReproduceResult:
     """Train, predict, score and analyse the zoo of ``scale`` under ``out`` (see module doc).
 
     Parameters
@@ -374,6 +375,8 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         checkpoints and caches are reused (an interrupted run resumes).
     log : callable, optional
         Receives one line per step.
+    device : str
+        Where the networks train and predict (``cpu``, ``cuda``, ``cuda:N``).
     """
     import torch
 
@@ -418,12 +421,13 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         second = [j for j in jobs if j.regime == "distill"]
         ckpts = {}
         for stage in (first, second):
-            ckpts |= _train_all(stage, [_train_config(j, sc, teacher_specs) for j in stage],
+            ckpts |= _train_all(stage, [_train_config(j, sc, teacher_specs, device)
+                                        for j in stage],
                                 data, models, workers, threads, log)
 
         caches = out / "caches"
         test = info.splits["test"]
-        pred = PredictConfig(batch_size=256)
+        pred = PredictConfig(batch_size=256, device=device)
         paths: dict[str, Path] = {}
         for j in teachers + jobs:
             (paths[j.key],) = predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}",
@@ -431,7 +435,8 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
             if j.arch.mc_dropout and j.regime == "plain" and not j.teacher_member:
                 predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,
                                  PredictConfig(mode="mc_dropout", passes=sc.mc_passes,
-                                               batch_size=256, seed=seed), dataset_name="test")
+                                               batch_size=256, seed=seed, device=device),
+                                 dataset_name="test")
         t_arch = ZOO_ARCHS[sc.teacher]
         ens_name = f"ens/{t_arch.arch}.hier_{t_arch.name}_ensemble"
         ens_path = caches / "teacher_ensemble.test.plain-000.nc"
@@ -462,7 +467,8 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
             regime=("model", np.array([regime.get(k, "ensemble" if k == ens_name else "prototype")
                                        for k in keys], dtype=object)))
         ds.attrs.update(reproduce=json.dumps({"scale": asdict(sc), "seed": seed,
-                                              "workers": workers, "threads": threads}))
+                                              "workers": workers, "threads": threads,
+                                              "device": device}))
         selective = write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)
         ds = read_dataset(selective)
         log(f"scores: {selective}")
@@ -589,7 +595,7 @@ def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
-        log: Callable[[str], None] = print) -> Path:
+        log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """The :data:`uqvision.reproduce.REPRODUCTIONS` entry: :func:`reproduce_selective`.
 
     Options (``--set key=value``): ``workers`` (networks trained at once, default 1) and
@@ -608,7 +614,7 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
         raise ValueError(f"unknown options {sorted(opts)} of reproduce selective; valid: "
                          "workers, threads")
     return reproduce_selective(out, scale=scale, seed=seed, workers=workers, threads=threads,
-                               overwrite=overwrite, log=log).summary
+                               overwrite=overwrite, log=log, device=device).summary
 
 
 REPRODUCTIONS.register(Reproduction(

@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from uqmetrics import read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
@@ -253,17 +252,17 @@ def _save(fig, path: Path) -> Path:
 
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
-        overwrite: bool = False, options: dict | None = None, log=print) -> Path:
+        overwrite: bool = False, options: dict | None = None, log=print,
+        device: str = "cpu") -> Path:
     """The :data:`REPRODUCTIONS` entry. ``--upstream ROOT`` (or ``--data ROOT``) is the
     upstream root; the downstream roots come from ``--downstream ROOT1 ROOT2`` (or ``--set
     downstream=ROOT1,ROOT2``); ``--set methods=ce,elk`` limits the
     methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set
     input_size=224`` the square input side (default 32, the stand-in's); ``--set
-    batch_size=N`` the prediction batch size (default 64); ``--set device=cuda``."""
+    batch_size=N`` the prediction batch size (default 64)."""
     options = dict(options or {})
     if data is not None:
         options.setdefault("upstream", str(data))
-    device = options.pop("device", "cuda" if torch.cuda.is_available() else "cpu")
     return reproduce_url(out, scale=scale, arch=arch, seed=seed, options=options,
                          device=device, log=log)
 

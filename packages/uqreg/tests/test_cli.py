@@ -131,6 +131,7 @@ def test_reference_tasks_methods_print(tmp_path, capsys):
     (["study", "--n-train", "3"], "n_train must be at least the number of parameters p=4"),
     (["study", "--members", "0"], "members"),
     (["study", "--dropout", "1.5"], "dropout"),
+    (["study", "--device", "tpu"], "device has an invalid value: 'tpu' (cpu, cuda or cuda:N)"),
     (["reference", "--task", "nope"], "valid tasks"),
     (["reference", "--complexity", "0"], "complexity must be an integer >= 1"),
     (["reference", "--repetitions", "0"], "repetitions must be an integer >= 1"),
@@ -142,6 +143,18 @@ def test_bad_input_exits_2_before_training(args, message, tmp_path, capsys, no_t
     captured = capsys.readouterr()
     assert message in captured.err and captured.err.startswith(f"uqreg {args[0]}: error:")
     assert not out.exists()
+
+
+def test_a_device_that_is_not_here_exits_2_and_writes_nothing(tmp_path, capsys):
+    """A valid device this machine lacks (one past its last CUDA device) is refused where the
+    networks would be placed, with the count, and no study file is written."""
+    import torch
+
+    missing = f"cuda:{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
+    out = tmp_path / "gpu"
+    assert cli.main(["study", *TINY, "--device", missing, "--out", str(out)]) == 2
+    assert f"device {missing!r} is not available here" in capsys.readouterr().err
+    assert not (out / "study.nc").exists()
 
 
 def test_plot_missing_file_exits_2(tmp_path, capsys):

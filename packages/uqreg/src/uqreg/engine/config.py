@@ -186,7 +186,24 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"{name} has an invalid value: {getattr(self, name)!r}")
+        try:
+            kind = torch.device(self.device).type
+        except (RuntimeError, TypeError):
+            kind = None
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"device has an invalid value: {self.device!r} (cpu, cuda or cuda:N)")
         RECIPES.lookup(self.recipe)
+
+    def torch_device(self) -> torch.device:
+        """``device`` where the networks are placed; ``ValueError`` if it is not on this machine
+        (checked where the work runs: a config may be written for a cluster's GPU workers)."""
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if (device.index or 0) >= count:
+                raise ValueError(f"device {self.device!r} is not available here ({count} CUDA "
+                                 f"devices; torch {torch.__version__})")
+        return device
 
     @property
     def recipe_spec(self) -> Recipe:

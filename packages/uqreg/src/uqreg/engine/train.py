@@ -86,7 +86,7 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     BatchedMLP
         The trained networks (B of them).
     """
-    dev = torch.device(cfg.device)
+    dev = cfg.torch_device()
     dt = cfg.torch_dtype
     n, d = x_train.shape
     init_keys = rng.network_keys(seed, "init", nets.repetition, nets.member).to(dev)
@@ -128,7 +128,7 @@ def predict_batched(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch, *
     std : ndarray, shape (B, T) or None
         Std over MC passes for stochastic heads; None for deterministic heads.
     """
-    dev = torch.device(cfg.device)
+    dev = cfg.torch_device()
     xt = torch.as_tensor(x_test, dtype=cfg.torch_dtype, device=dev)[None].expand(model.n_networks, -1, -1)
     h = model.hidden(xt)
     if not model.head.stochastic:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 #: the smoke scale cut to two algorithms (every algorithm trains in test_ood_methods); the full
 #: smoke run is ``uqvision reproduce uimnet --scale smoke``
 OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8",
-           "spectral": "0,1"}
+           "spectral": "0,1", "width": "6"}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,11 @@ def test_split_and_index_files(uimnet):
     assert main(["split", "--embeddings", str(out / "caches" / "extractor.train.plain-000.nc"),
                  "--out", str(out / "again.json")]) == 0
     assert read_split(out / "again.json")["in_classes"] == ins
+    # the model-size ablation changes the runs' width, not the extractor's (nor the split)
+    from uqvision.models import read_sidecar
+
+    assert read_sidecar(out / "checkpoints" / "extractor.safetensors")["model_kwargs"]["width"] == 8
+    assert read_sidecar(out / "checkpoints" / "erm.sn0.t0.s0.safetensors")["model_kwargs"]["width"] == 6
 
 
 def test_ood_nc_has_every_metric_over_its_dims(uimnet):

@@ -72,6 +72,7 @@ class UimnetScale:
     extractor_epochs: float = 2
     batch_size: int = 32
     width: int = 8
+    extractor_width: int = 8
     trials: int = 2
     data_seeds: int = 2
     spectral: str = "0"            # comma-separated: "0", "1" or "0,1"
@@ -128,11 +129,14 @@ def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, D
             "out_test": image_view(paths["test"], transform, classes=outs)}
 
 
-def _train_config(scale: UimnetScale, arch: str | None, device: str, **fields) -> TrainConfig:
+def _train_config(scale: UimnetScale, arch: str | None, device: str, *,
+                  width: int | None = None, **fields) -> TrainConfig:
     """The one loop's configuration of a UIMNET run: CIFAR-style augmentation (pad-crop +
-    flip), the scale's input size; ``uqvision_cnn`` of the scale's width without ``--arch``."""
+    flip), the scale's input size; ``uqvision_cnn`` of ``width`` (default: the scale's) without
+    ``--arch``."""
+    width = scale.width if width is None else width
     return TrainConfig(arch=arch or "uqvision_cnn", input_size=scale.input_size,
-                       augment="cifar", model_kwargs={} if arch else {"width": scale.width},
+                       augment="cifar", model_kwargs={} if arch else {"width": width},
                        device=device, **fields)
 
 
@@ -193,11 +197,13 @@ def _run_arrays(state: TrainState, views: dict[str, Dataset], tta_views, *, pass
 # -- stage 1: extractor and split ----------------------------------------------------------
 def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, log) -> Path:
     """ERM on every class (the paper's pre-trained ResNet-18), its train-set embeddings cached
-    through the one prediction path."""
+    through the one prediction path. Its width is ``extractor_width``, not the runs' ``width``:
+    the class split stays the same when the model-size ablation changes the runs' width, as
+    the paper's split comes from one ResNet-18 whatever the runs' architecture."""
     ckpt = out / "checkpoints" / "extractor.safetensors"
     if not ckpt.exists():
         result = train_model(train_dir, ckpt, _train_config(
-            sc, arch, device, method="erm", epochs=sc.extractor_epochs,
+            sc, arch, device, width=sc.extractor_width, method="erm", epochs=sc.extractor_epochs,
             batch_size=sc.batch_size, seed=seed, tag="uimnet_extractor"))
         log(f"uimnet: feature extractor trained on {result.model.num_classes} classes in "
             f"{result.wall_time_s:.0f} s")

@@ -211,8 +211,8 @@ class ReproduceResult:
 def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...], device: str):
     from ..train import ADAMW_RECIPE, TrainConfig
 
-    return TrainConfig(device=device, 
-        arch=job.arch.arch, hparams=dict(ADAMW_RECIPE), epochs=sc.epochs,
+    return TrainConfig(
+        arch=job.arch.arch, hparams=dict(ADAMW_RECIPE), epochs=sc.epochs, device=device,
         batch_size=sc.batch_size, lr=sc.lr,
         input_size=32, augment="cifar", drop_rate=sc.drop_rate, seed=job.seed, tag=job.tag,
         model_kwargs=job.arch.kwargs,

@@ -190,7 +190,7 @@ def test_reproduce_url_real_folder_flags(tmp_path, capsys):
     assert "lacks the split folders ['train', 'val', 'test']" in capsys.readouterr().err
 
 
-def test_reproduce_passes_one_device_to_every_driver(monkeypatch, tmp_path, capsys):
+def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
     """``uqvision reproduce NAME --device D`` reaches every driver's ``run(..., device=D)`` (the
     registry's contract, default cpu); a device that is not here is refused at the command
     line, naming it, for every driver and for train/predict."""

@@ -219,6 +219,8 @@ def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path,
     """``uqvision train --classes --index-file --spectral`` reach TrainConfig: the sidecar
     records them and the network is the library's; an index file alone brings its classes;
     malformed --classes names the option."""
+    from safetensors.torch import load_file
+
     from uqvision.cli import main
     from uqvision.split import make_index_files
 
@@ -236,8 +238,6 @@ def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path,
     side = read_sidecar(tmp_path / "a.safetensors")
     assert side["classes"] == list(classes) and side["train_config"]["spectral"] is True
     assert side["train_config"]["index_file"] == str(paths["train"])
-    from safetensors.torch import load_file
-
     a, b = load_file(str(tmp_path / "a.safetensors")), load_file(str(lib.checkpoint))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # the index file alone: its recorded classes; a JSON mapping groups classes

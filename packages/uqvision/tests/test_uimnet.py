@@ -10,6 +10,7 @@ from uqmetrics import read_dataset
 
 from uqvision.cli import main
 from uqvision.measures import MEASURES
+from uqvision.models import read_sidecar
 from uqvision.ood import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
 from uqvision.reproduce import load_drivers
 from uqvision.split import read_index_file, read_split
@@ -45,10 +46,9 @@ def test_split_and_index_files(uimnet):
                  "--out", str(out / "again.json")]) == 0
     assert read_split(out / "again.json")["in_classes"] == ins
     # the model-size ablation changes the runs' width, not the extractor's (nor the split)
-    from uqvision.models import read_sidecar
-
-    assert read_sidecar(out / "checkpoints" / "extractor.safetensors")["model_kwargs"]["width"] == 8
-    assert read_sidecar(out / "checkpoints" / "erm.sn0.t0.s0.safetensors")["model_kwargs"]["width"] == 6
+    width = {name: read_sidecar(out / "checkpoints" / f"{name}.safetensors")["model_kwargs"]
+             ["width"] for name in ("extractor", "erm.sn0.t0.s0")}
+    assert width == {"extractor": 8, "erm.sn0.t0.s0": 6}
 
 
 def test_ood_nc_has_every_metric_over_its_dims(uimnet):
@@ -116,7 +116,6 @@ def test_a_real_image_folder_with_a_timm_architecture(tmp_path):
     test/ class folders; nothing else of it is read) with a timm architecture; every network is
     that architecture, trained on views of ROOT/train."""
     from uqvision.hierarchy import make_hierarchy
-    from uqvision.models import read_sidecar
 
     root = make_hierarchy(tmp_path / "images", scale="smoke", seed=3)
     out = tmp_path / "out"

@@ -28,7 +28,7 @@ def test_smoke_run_trains_predicts_and_scores_every_method(run_dir):
     assert names == [m + t for m in PITFALLS_METHODS for t in ("", "_tta")] + ["single_tta"]
     sc = PITFALLS_SCALES["smoke"]
     k = ds["n_members"].sel({"method": "deep_ensemble"})
-    assert k == sc.members and ds.attrs["dee_cap"] == sc.members
+    assert k == sc.members and ds.attrs["dee_cap"] == sc.members and ds.attrs["device"] == "cpu"
     for m in PITFALLS_METHODS[1:]:
         assert int(ds["n_members"].sel({"method": m})) == sc.samples[m]
         assert int(ds["n_draws"].sel({"method": m + "_tta"})) == sc.draws

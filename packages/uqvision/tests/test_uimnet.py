@@ -62,6 +62,7 @@ def test_ood_nc_has_every_metric_over_its_dims(uimnet):
         assert ds[name].dims == ("algorithm", "measure", "k", "calibration", "spectral", "stat")
         assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
     assert ds.spectral.values.tolist() == [False, True]  # the ablation, through the driver
+    assert ds.attrs["device"] == "cpu" and json.loads(ds.attrs["scale"])["width"] == 6
     mean = ds.sel(stat="mean")
     assert np.isfinite(mean["acc1"]).all() and np.isfinite(mean["auc"].sel(measure="entropy")).all()
     # temperature scaling never changes top-1 accuracy

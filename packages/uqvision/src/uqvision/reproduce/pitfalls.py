@@ -310,7 +310,7 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     if ds is None:
         ds = score_ensembles([caches], config)
         ds.attrs.update(_study_attrs(sc, jobs, models, root, data is None, workers, threads,
-                                     time.perf_counter() - t0))
+                                     time.perf_counter() - t0, device))
         path = write_dataset(ds, path, overwrite=True)
     else:
         log(f"scores up to date: {path}")
@@ -369,7 +369,8 @@ def _scale(name: str, arch: str | None, data, over: dict[str, str]) -> PitfallsS
 
 
 def _study_attrs(sc: PitfallsScale, jobs: list[RunJob], models: Path, root: Path,
-                 stand_in: bool, workers: int, threads: int, wall: float) -> dict[str, Any]:
+                 stand_in: bool, workers: int, threads: int, wall: float,
+                 device: str) -> dict[str, Any]:
     from ..models import read_sidecar
 
     runs = {}
@@ -381,7 +382,8 @@ def _study_attrs(sc: PitfallsScale, jobs: list[RunJob], models: Path, root: Path
     return {"study": "pitfalls", "scale": sc.name, "architecture": sc.arch,
             "data": str(root), "stand_in": int(stand_in), "scale_config": json.dumps(
                 asdict(sc), default=list), "runs": json.dumps(runs),
-            "workers": workers, "threads": threads, "study_wall_time_s": wall}
+            "workers": workers, "threads": threads, "device": device,
+            "study_wall_time_s": wall}
 
 
 # --------------------------------------------------------------------------------------------

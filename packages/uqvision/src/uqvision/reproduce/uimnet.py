@@ -405,6 +405,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     result = score_ood(out / "caches", ks=_csv(sc.ks, int))
     result.attrs["wall_s"] = time.perf_counter() - t0
     result.attrs["scale"] = json.dumps(asdict(sc))
+    result.attrs["device"] = device
     path = out / "ood.nc"
     write_dataset(result, path, overwrite=True)
     (out / "tables.md").write_text(ood_tables(result))

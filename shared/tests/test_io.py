@@ -138,6 +138,18 @@ def test_read_loads_fully_and_closes_the_file(tmp_path):
     assert float(ds["coverage"].sum()) == pytest.approx(float(_result()["coverage"].sum()))
 
 
+def test_read_only_some_variables(tmp_path):
+    """``variables`` loads those data variables with their coordinates and the global attrs
+    (the completeness flag still checked); a missing one is a KeyError naming it."""
+    path = write_dataset(_result(), tmp_path / "r.nc")
+    ds = read_dataset(path, variables=["in_box"])
+    assert list(ds.data_vars) == ["in_box"] and ds["x"].values.tolist() == [-2.38, 1.2, -5.11, 0.0]
+    assert ds.attrs["task"] == "sinusoid" and ds.attrs[uio.COMPLETE_ATTR] == 1
+    xr.testing.assert_identical(ds["in_box"], read_dataset(path)["in_box"])
+    with pytest.raises(KeyError, match="no variables \\['nope'\\]"):
+        read_dataset(path, variables=["in_box", "nope"])
+
+
 class _Boom(RuntimeError):
     pass
 

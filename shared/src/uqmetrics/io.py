@@ -27,7 +27,7 @@ import platform
 import socket
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -405,7 +405,8 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
     return path
 
 
-def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False) -> xr.Dataset:
+def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
+                 variables: Sequence[str] | None = None) -> xr.Dataset:
     """Load a result file fully into memory and close it.
 
     Parameters
@@ -414,6 +415,9 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False) -> xr.D
         A file written by :func:`write_dataset`.
     decode_attrs : bool, default False
         Decode JSON attrs (global and per variable) with :func:`decode_attr`.
+    variables : sequence of str, optional
+        Load only these data variables (with their coordinates and the global attrs); the
+        others are never read from disk. ``KeyError`` names a variable the file lacks.
 
     Returns
     -------
@@ -433,6 +437,12 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False) -> xr.D
         raise FileNotFoundError(f"result file {path} does not exist")
     try:
         with xr.open_dataset(path, engine="netcdf4") as src:
+            if variables is not None:
+                missing = [v for v in variables if v not in src.data_vars]
+                if missing:
+                    raise KeyError(f"{path} has no variables {missing}; it has "
+                                   f"{sorted(src.data_vars)}")
+                src = src[list(variables)]
             ds = src.load()
     except (OSError, RuntimeError) as exc:
         raise IncompleteResultError(f"{path} could not be read (partial or corrupt file?): "

@@ -47,14 +47,21 @@ from uqmetrics.calibration import fit_temperature, log_softmax
 from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
 from uqmetrics.sweep import Cell, run_sweep
 
-from ..data import DataConfig, derive_seed, eval_transform, flush_denormal, tta_transform
+from ..data import (
+    DataConfig,
+    ImageFolderDataset,
+    derive_seed,
+    eval_transform,
+    flush_denormal,
+    tta_transform,
+)
 from ..measures import jacobian_norm
 from ..methods import TRAINING_METHODS, TrainState
 from ..methods.ood import SEARCH_SPACES, UIMNET_ALGORITHMS
 from ..models import ModelSpec, read_sidecar
 from ..ood import ensemble_log_probs
 from ..predict import PredictConfig, predict_to_files
-from ..split import image_view, make_index_files, read_split, write_split
+from ..split import ClassSubset, image_view, make_index_files, read_split, write_split
 from ..train import TrainConfig, load_run, train_model
 from . import REPRODUCTIONS, Reproduction
 
@@ -123,10 +130,10 @@ def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, D
     paths = _paths(Path(root))
     index = Path(split_file).parent / "index"
     ins, outs = split["in_classes"], split["out_classes"]
+    test = ImageFolderDataset(paths["test"], transform)  # one scan for both test views
     return {"in_val": image_view(paths["train"], transform, classes=ins,
                                  index_file=index / f"seed{seed}.val.json"),
-            "in_test": image_view(paths["test"], transform, classes=ins),
-            "out_test": image_view(paths["test"], transform, classes=outs)}
+            "in_test": ClassSubset(test, ins), "out_test": ClassSubset(test, outs)}
 
 
 def _train_config(scale: UimnetScale, arch: str | None, device: str, *,
@@ -291,15 +298,17 @@ def ensemble_logits(runs: list[xr.Dataset], split: str) -> np.ndarray:
     return np.stack([r[f"{split}_logits"].values for r in runs])
 
 
-def select_runs(paths: list[Path], k: int) -> list[Path]:
-    """The ``k`` runs of lowest in-domain validation NLL (ties: by path)."""
+def select_runs(paths: list[Path], k: int) -> list[tuple[Path, xr.Dataset]]:
+    """The ``k`` runs of lowest in-domain validation NLL (ties: by path), each with its
+    in-domain validation logits and labels (and the run's attrs): nothing else of a run's cache
+    is read."""
     scored = []
     for p in paths:
-        ds = read_dataset(p)
+        ds = read_dataset(p, variables=("in_val_logits", "in_val_label"))
         lp = log_softmax(ds["in_val_logits"].values.astype(np.float64))
         y = ds["in_val_label"].values
-        scored.append((float(-lp[np.arange(len(y)), y].mean()), str(p)))
-    return [Path(p) for _, p in sorted(scored)[:k]]
+        scored.append((float(-lp[np.arange(len(y)), y].mean()), str(p), ds))
+    return [(Path(p), ds) for _, p, ds in sorted(scored, key=lambda t: t[:2])[:k]]
 
 
 def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, split_file: str,
@@ -308,8 +317,7 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
     ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set (the
     members rebuilt by :func:`uqvision.train.load_run`)."""
     torch.set_num_threads(1)
-    paths = select_runs([Path(r) for r in runs], k)
-    members = [read_dataset(p) for p in paths]
+    paths, members = zip(*select_runs([Path(r) for r in runs], k), strict=True)
     y_val = members[0]["in_val_label"].values
     tau = fit_temperature(ensemble_log_probs(ensemble_logits(members, "in_val")), y_val)
     n_classes = members[0].sizes["class"]
@@ -325,8 +333,7 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
                .cpu().numpy() for t in (1.0, tau)]
         variables[f"{split}_jacobian"] = (("calibration", f"{split}_jsample"), np.stack(jac))
     return xr.Dataset(variables, coords={"calibration": ["none", "temperature"]}, attrs={
-        "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k,
-        "k_requested": k})
+        "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k})
 
 
 # -- the driver ----------------------------------------------------------------------------

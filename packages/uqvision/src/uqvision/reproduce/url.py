@@ -140,7 +140,7 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
     unknown = sorted(k for k in options if k not in OPTIONS and "." not in k)
     if unknown:
         raise ValueError(f"unknown options {unknown} of reproduce url; valid: "
-                         f"{', '.join(OPTIONS)}, device, <method>.<field>")
+                         f"{', '.join(OPTIONS)}, <method>.<field>")
     methods = list(methods) if methods else options.pop(
         "methods", ",".join(REPRESENTATION_METHODS)).split(",")
     for m in methods:

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import uqmetrics
 import xarray as xr
+from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, LogProgress
 
 from uqreg import cli
 from uqreg.engine import RECIPES
 from uqreg.methods import METHODS, Method
 from uqreg.reference import reference_prediction
-from uqreg.study import LOG_PROGRESS_INTERVAL, _LogProgress
 from uqreg.tasks import TASKS, get_task
 
 TINY = ["--task", "sinusoid", "--complexities", "1,2", "--methods", "blr,ens,bd", "--repetitions", "2",
@@ -301,7 +301,7 @@ def test_progress_does_not_flood_logs(tmp_path):
 
 def test_log_progress_lines_are_periodic():
     stream = io.StringIO()
-    bar = _LogProgress(10, "demo", interval=3600.0, stream=stream)
+    bar = LogProgress(10, "demo", interval=3600.0, stream=stream, unit="epoch")
     for _ in range(10):
         bar.update(1)
     bar.close()
@@ -309,7 +309,7 @@ def test_log_progress_lines_are_periodic():
                                               if ln.startswith("demo: 10/10 epochs (100%)")]
     assert len(stream.getvalue().splitlines()) == 1
     stream = io.StringIO()
-    bar = _LogProgress(10, "demo", interval=0.0, stream=stream)
+    bar = LogProgress(10, "demo", interval=0.0, stream=stream, unit="epoch")
     for _ in range(10):
         bar.update(1)
     assert len(stream.getvalue().splitlines()) == 10

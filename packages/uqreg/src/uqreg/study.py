@@ -25,7 +25,6 @@ of growing size) are NaN-padded along ``input_dim`` / ``train_point``; ``n_train
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -33,8 +32,6 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import uqmetrics
 import xarray as xr
-from uqmetrics.sweep import LOG_PROGRESS_INTERVAL as _LOG_PROGRESS_INTERVAL
-from uqmetrics.sweep import LogProgress
 from uqmetrics.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
@@ -200,12 +197,6 @@ def _pad(arrays: list[np.ndarray], fill=np.nan) -> np.ndarray:
     for i, a in enumerate(arrays):
         out[(i, *tuple(slice(0, s) for s in a.shape))] = a
     return out
-
-
-#: Seconds between progress lines when stderr is not a terminal (CI logs, ``tox -e demo > log``).
-LOG_PROGRESS_INTERVAL = _LOG_PROGRESS_INTERVAL
-#: Progress for logs (stderr not a terminal), counting epochs: :class:`uqmetrics.sweep.LogProgress`.
-_LogProgress = functools.partial(LogProgress, unit="epoch")
 
 
 def progress_bar(total: int, desc: str, *, enabled: bool = True):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import uqmetrics
 import xarray as xr
+from uqmetrics import run_command
 
 from .engine import RECIPES
 from .engine.config import DTYPES
@@ -288,11 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
-        print(f"uqreg {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_command("uqreg", args.command, lambda: args.func(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

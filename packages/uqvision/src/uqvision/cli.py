@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from uqmetrics import SAC_RULES
+from uqmetrics import SAC_RULES, run_command
 from uqmetrics.registry import Registry
 
 from .data import DATASET_MAKERS, TTA_POLICIES
@@ -638,11 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        return COMMANDS.lookup(args.command).run(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        print(f"uqvision {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

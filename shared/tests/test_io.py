@@ -379,3 +379,47 @@ def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
         (tmp / "v3.txt").write_text("3")
     assert sorted(p.name for p in out.iterdir()) == ["v3.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_check_writable_refuses_a_file_where_a_folder_must_be(tmp_path):
+    """A regular file as the folder, as its parent or further up, and a link to nowhere are
+    refused with the path at fault (meaningful as root, whom permissions do not stop)."""
+    from uqmetrics.io import check_writable
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for folder, culprit in ((tmp_path / "file", tmp_path / "file"),
+                            (tmp_path / "file" / "run", tmp_path / "file"),
+                            (tmp_path / "file" / "a" / "b", tmp_path / "file"),
+                            (tmp_path / "dangling" / "run", tmp_path / "dangling")):
+        with pytest.raises(NotADirectoryError) as exc:
+            check_writable(folder)
+        assert exc.value.filename == str(culprit) and exc.value.strerror == "is not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file"]  # nothing created
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_check_writable_accepts_existing_and_missing_folders_and_creates_nothing(tmp_path):
+    from uqmetrics.io import check_writable
+
+    check_writable(tmp_path)
+    check_writable(tmp_path / "a" / "b" / "c")
+    check_writable(os.path.relpath(tmp_path / "a", Path.cwd()))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes through permissions; the file cases above stand in")
+def test_check_writable_refuses_a_folder_without_write_permission(tmp_path):
+    from uqmetrics.io import check_writable
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        for folder in (locked, locked / "run"):
+            with pytest.raises(PermissionError) as exc:
+                check_writable(folder)
+            assert exc.value.filename == str(locked)
+    finally:
+        locked.chmod(0o700)

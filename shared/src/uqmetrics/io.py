@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ import xarray as xr
 __all__ = [
     "COMPLETE_ATTR",
     "IncompleteResultError",
+    "check_writable",
     "dataset_checksum",
     "decode_attr",
     "folder_replaced",
@@ -257,6 +259,56 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+    """Raise before any work if files could not be written into ``folder``.
+
+    ``folder`` need not exist yet (a writer creates it with its parents): the check goes to its
+    nearest existing ancestor. Nothing is created, written or left behind.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        The folder that will receive the results.
+
+    Raises
+    ------
+    NotADirectoryError
+        ``folder`` or one of its parents exists but is not a folder (a regular file, say).
+    PermissionError
+        The nearest existing folder cannot be written: no write permission, or (``errno``
+        ``EROFS``) it is on a read-only file system, which is reported to root too.
+
+    Each error's ``filename`` is the path at fault and its ``strerror`` says what is wrong with
+    it (``"is not a folder"``, ``"is not writable (permission denied)"``, ``"is on a read-only
+    file system"``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     check_writable(Path(d) / "new" / "run")  # fine: it will be created
+    ...     _ = (Path(d) / "file").write_text("x")
+    ...     try:
+    ...         check_writable(Path(d) / "file" / "run")
+    ...     except NotADirectoryError as exc:
+    ...         print(Path(exc.filename).name, exc.strerror)
+    ...     sorted(p.name for p in Path(d).iterdir())
+    file is not a folder
+    ['file']
+    """
+    folder = Path(folder)
+    probe = folder
+    while not (probe.exists() or probe.is_symlink()) and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():  # a file, or a link to nowhere, where a folder must be
+        raise NotADirectoryError(errno.ENOTDIR, "is not a folder", str(probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY) if hasattr(os, "statvfs") else False
+        if read_only:
+            raise PermissionError(errno.EROFS, "is on a read-only file system", str(probe))
+        raise PermissionError(errno.EACCES, "is not writable (permission denied)", str(probe))
 
 
 @contextmanager

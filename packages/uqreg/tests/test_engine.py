@@ -10,9 +10,15 @@ are uniform / normal and independent across keys and counters.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
+import execution_check
 import loop_reference as loop
 import numpy as np
 import pytest
@@ -26,7 +32,6 @@ from uqreg.engine import (
     Head,
     NetworkBatch,
     TrainConfig,
-    make_plan,
     predict_batched,
     train_batched,
     xavier_uniform,
@@ -165,34 +170,47 @@ def test_concrete_and_variational_rates_are_learned(instance):
 
 @pytest.mark.parametrize("dim", [2, 1])
 @pytest.mark.parametrize("name", TRAINED)
-def test_execution_changes_no_bit(name, dim, request):
+def test_execution_changes_no_bit(name, dim):
     """In float32 (where training amplifies any change of summation order into a different
     network), one chunk, chunks of 2 and of 1 network, run one after the other or by two
     concurrent threads, give bit-identical predictions: chunk composition and threads do not
     enter a network's arithmetic. (Before: PyTorch's fused Adam and a GEMV output layer made a
-    network depend on its chunk, e.g. |Δ| 0.07 for cd between chunks of 40 and 7 networks.)"""
-    instance = _instance(request, dim)
-    method = METHODS[name]
-    cfg = _cfg(dtype="float32", parallel_chunks=1, members=4)
-    reps = list(range(10 if method.ensemble else 40))  # >= 32 networks: vectorised body and scalar tail
-    y = instance.targets(reps)
-    n_nets = len(method.networks(reps, cfg))
+    network depend on its chunk, e.g. |Δ| 0.07 for cd between chunks of 40 and 7 networks; then
+    the one-row weight gradient of a fan-in-1 first layer, sent to BLAS, made a network alone in
+    its chunk differ, e.g. 2,335 of 8,000 bd predictions here with widths 50, 50.)"""
+    assert execution_check.mismatches(name, dim) == dict.fromkeys(
+        ("chunks of 2", "chunks of 1", "concurrent chunks of 1"), 0)
 
-    def plan(c):
-        return make_plan(method.job(instance, y, reps, c, epochs=EPOCHS))
 
-    whole = method.run(instance, y, reps, cfg, epochs=EPOCHS)
-    per_net = plan(cfg).per_network
-    small = replace(cfg, max_memory=2.5 * per_net)  # 2 networks per chunk: splits repetitions' members
-    single = replace(cfg, chunk_networks=1)
-    concurrent = replace(cfg, max_memory=2.5 * per_net, chunk_networks=1, parallel_chunks=2)  # 2 threads × 1
-    assert plan(cfg).n_chunks == 1 and n_nets > 2
-    assert plan(small).chunk == 2 and plan(small).workers == 1
-    assert plan(concurrent).chunk == 1 and plan(concurrent).workers == 2
-    for variant, label in ((small, "chunks of 2"), (single, "chunks of 1"), (concurrent, "concurrent")):
-        result = method.run(instance, y, reps, variant, epochs=EPOCHS)
-        for what in ("prediction", "uncertainty", "train_loss", "collapsed_fraction"):
-            np.testing.assert_array_equal(getattr(result, what), getattr(whole, what), err_msg=f"{name} {label} {what}")
+# The code paths a CPU chooses that can be forced from one machine: ATen's kernels for each
+# instruction set, MKL's instruction set and its conditional-numerical-reproducibility branch,
+# and the caller's thread count (chunks always run on one thread each).
+FORCED = {
+    "aten-default": {"ATEN_CPU_CAPABILITY": "default"},
+    "aten-avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
+    "aten-avx512": {"ATEN_CPU_CAPABILITY": "avx512"},
+    "mkl-avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "mkl-cbwr-compatible": {"MKL_CBWR": "COMPATIBLE"},
+    "caller-2-threads": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forced", list(FORCED))
+def test_execution_changes_no_bit_on_every_forced_cpu_path(forced):
+    """The same bit-identity in a fresh interpreter under each forced code path, for every
+    trained method (input dimension 1, where BLAS would see one-row products, and 2)."""
+    env = {k: v for k, v in os.environ.items() if k not in {k2 for f in FORCED.values() for k2 in f}}
+    env.update(FORCED[forced])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, str(Path(execution_check.__file__)), ",".join(TRAINED), "1,2"],
+                         env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    if forced.startswith("aten-"):  # the instruction set the kernels ran with (capped by the CPU)
+        assert report["cpu_capability"] in {"DEFAULT", "AVX2", "AVX512"}
+    bad = {case: counts for case, counts in report["mismatches"].items() if any(counts.values())}
+    assert not bad, f"{forced} ({report['cpu_capability']}): differing elements {bad}"
 
 
 def test_plan_restores_the_callers_threads(instance):

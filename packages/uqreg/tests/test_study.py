@@ -216,7 +216,7 @@ def no_training(monkeypatch):
     ({"recipes": ("paper", "nope")}, "valid recipes: paper, sum, decoupled, none"),
     ({"recipes": ("sum", "sum")}, "recipes must not repeat"),
     ({"recipes": ()}, "at least one recipe"),
-    ({"train": TrainConfig(max_memory=1e5)}, "max_memory=1e.05 bytes .* one network needs; raise --max-memory"),
+    ({"train": TrainConfig(max_memory=1e5)}, "max_memory=1e.05 bytes .* of the smallest chunk .2 networks: a chunk of one is computed as two.; raise --max-memory"),
 ])
 def test_invalid_study_config_fails_before_training(no_training, kwargs, match):
     cfg = StudyConfig(**{"task": "sinusoid", "complexities": (1,), "repetitions": 2, **kwargs})

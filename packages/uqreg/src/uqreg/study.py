@@ -36,7 +36,7 @@ from uqmetrics.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
-from .engine.plan import job_bytes_per_network, physical_memory
+from .engine.plan import MIN_BATCH, job_bytes_per_network, physical_memory
 from .methods import get_method, list_methods
 from .reference import reference_prediction
 from .tasks import TaskInstance, get_task
@@ -138,7 +138,7 @@ class StudyConfig:
                                             sampler=m.sampler, adversarial=m.adversarial)
             network = max(network, per_net)
             nets = r * (self.train.members if m.ensemble else 1)
-            training = max(training, min(self.train.max_memory, nets * per_net))
+            training = max(training, min(self.train.max_memory, max(nets, MIN_BATCH) * per_net))
         return {**z, "repetitions": r, "data": data, "network": network, "training": training}
 
     def check_memory(self, available: int | None = None) -> None:

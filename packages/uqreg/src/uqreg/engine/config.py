@@ -127,7 +127,8 @@ class TrainConfig:
     chunk_networks : int or None
         Networks trained together in one chunk (bounded by the memory budget). Chunk boundaries
         come from the configuration only, never from the cores or workers; ``None``: only the
-        memory budget bounds the chunk.
+        memory budget bounds the chunk. A chunk of one network is computed as two copies of it
+        (:data:`uqreg.engine.plan.MIN_BATCH`), so that its rounding is that of any larger chunk.
     adam : str
         ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch. (PyTorch's
         fused CPU Adam rounds differently in its vectorised body and its scalar tail, so a

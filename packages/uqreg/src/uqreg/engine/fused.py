@@ -6,7 +6,9 @@ records a graph, allocates every activation and gradient anew, and steps eight p
 tensors per step. Here, for the ``B`` networks of a chunk:
 
 * parameters live in ONE flat buffer (weights of every layer, then biases and the head's
-  parameters, each part padded to a multiple of :data:`PAD`); weights ``W[l] (B, fan_in, fan_out)``,
+  parameters, each part padded to a multiple of :data:`PAD`, and every network's block of every
+  part, like every activation and input buffer, starting at an aligned address:
+  :func:`~uqreg.engine.network.aligned_blocks`); weights ``W[l] (B, fan_in, fan_out)``,
   biases ``b[l] (B, 1, fan_out)`` and head parameters are views into it, and the gradients,
   Adam's moments and the step count are flat buffers of the same layout, so one
   ``torch._fused_adam_`` call steps everything (the padding keeps every parameter in the
@@ -18,7 +20,12 @@ tensors per step. Here, for the ``B`` networks of a chunk:
   ``dX = dz·Wᵀ`` with ``out=`` into buffers allocated once per chunk; a coupled L2 adds
   ``λ·W`` to the weights' gradients in one op over the weights' part of the flat buffer;
 * the k→1 output layer is a reduction over k (forward) and over the rows (its weight
-  gradient), never a GEMV;
+  gradient), never a GEMV; so is the weight gradient of a first layer with fan-in 1 (a
+  one-row product): BLAS computes a product with a dimension of 1 in a batch of one network
+  with another kernel than in a larger batch (measured: MKL's one-row ``bmm`` of one network
+  differs in the last bits from the same product in a batch of 40, on AMD Zen and Intel
+  AVX-512 alike, whatever ``ATEN_CPU_CAPABILITY`` or ``MKL_ENABLE_INSTRUCTIONS`` say), so no
+  product the engine sends to BLAS has a dimension of 1;
 * no op whose rounding may differ between a kernel's vectorised body and its scalar tail
   (``torch.sigmoid``, multiply-adds such as ``addcmul`` or ``add(alpha=)``) runs over a
   tensor whose flattened position depends on the chunk: :func:`~uqreg.engine.heads.sigmoid`
@@ -44,7 +51,7 @@ import torch
 from ..registry import Registry
 from .config import TrainConfig
 from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha, sigmoid
-from .network import BatchedMLP
+from .network import BatchedMLP, aligned_blocks, block_stride, empty_aligned
 from .samplers import SAMPLERS
 
 #: The flat buffers are padded to a multiple of this many elements (see the module notes).
@@ -97,14 +104,16 @@ class Workspace:
         names = list(model.head_params)
         shapes = ([tuple(w.shape[1:]) for w in model.weights] + [tuple(x.shape[1:]) for x in model.biases]
                   + [tuple(model.head_params[k].shape[1:]) for k in names])
-        sizes = [b * math.prod(s) for s in shapes]
+        # every network's block of every part starts at an aligned address (aligned_blocks)
+        sizes = [b * block_stride(math.prod(s), w0.dtype) for s in shapes]
         n_layers = len(model.weights)
 
         def padded(n: int) -> int:
             return -(-n // PAD) * PAD
 
         # [weights | padding | biases, head parameters | padding]: ops over the weights part (the
-        # coupled L2, the decoupled decay) and over everything (Adam) have no scalar tail
+        # coupled L2, the decoupled decay) and over everything (Adam) have no scalar tail; the
+        # padding between blocks is zero with zero gradients, so Adam leaves it zero
         self.n_weights = padded(sum(sizes[:n_layers]))
         offsets = list(itertools.accumulate(sizes[:n_layers], initial=0))[:-1]
         offsets += list(itertools.accumulate(sizes[n_layers:], initial=self.n_weights))
@@ -116,7 +125,7 @@ class Workspace:
         self.step = torch.zeros((), dtype=torch.float32, device=w0.device)
 
         def views(buf: torch.Tensor) -> list[torch.Tensor]:
-            return [buf[o:o + size].view(b, *s) for o, size, s in zip(offsets, sizes, shapes)]
+            return [aligned_blocks(buf[o:o + size], b, s) for o, size, s in zip(offsets, sizes, shapes)]
 
         p, g = views(self.params), views(self.grads)
         self.W, self.b, self.gW, self.gb = p[:n_layers], p[n_layers:2 * n_layers], g[:n_layers], g[n_layers:2 * n_layers]
@@ -124,9 +133,13 @@ class Workspace:
         self.ghp = dict(zip(names, g[2 * n_layers:]))
         widths = [w.shape[2] for w in model.weights]  # fan-out of every layer, the last is 1
         d_in, k = w0.shape[1], model.weights[-1].shape[1]
-        self.h = [torch.empty(b, n_rows, w, **kw) for w in widths[:-1]]
-        self.d = [torch.empty(b, n_rows, w, **kw) for w in widths[:-1]]
-        self.dx = torch.empty(b, n_rows, d_in, **kw)
+        self.h = [empty_aligned(b, (n_rows, w), **kw) for w in widths[:-1]]
+        self.d = [empty_aligned(b, (n_rows, w), **kw) for w in widths[:-1]]
+        self.dx = empty_aligned(b, (n_rows, d_in), **kw)
+        # the batch's inputs, copied into aligned blocks when a product reads them (fan-in > 1)
+        self.x = empty_aligned(b, (n_rows, d_in), **kw) if d_in > 1 and len(widths) > 1 else None
+        # the first layer's weight gradient with a fan-in of 1, as a reduction (weight_grad)
+        self.first_tmp = torch.empty(b, n_rows, widths[0], **kw) if d_in == 1 and len(widths) > 1 else None
         # the head's input (the last activation, or x without hidden layers) and its gradient
         self.head_input = self.h[-1] if self.h else None
         self.d_head = self.d[-1] if self.d else self.dx
@@ -134,7 +147,7 @@ class Workspace:
         self.out_tmp = torch.empty(b, n_rows, k, **kw)
         self.pred = torch.empty(b, n_rows, 1, **kw)
         self.g = torch.empty(b, n_rows, 1, **kw)
-        self.x_adv = torch.empty(b, n_rows, d_in, **kw)
+        self.x_adv = empty_aligned(b, (n_rows, d_in), **kw)
         self.buf = self.head.buffers(b, n_rows, k, kw)
 
     # -- parameters in and out ------------------------------------------------------------------
@@ -171,9 +184,23 @@ class Workspace:
         return self.head.forward(self, h, noise)
 
     def weight_grad(self, layer: int, inp: torch.Tensor, dz: torch.Tensor, acc: bool) -> None:
-        """``gW[layer] = inpᵀ·dz``, or ``+=`` when ``acc``."""
+        """``gW[layer] = inpᵀ·dz``, or ``+=`` when ``acc``.
+
+        With a fan-in of 1 the product has one row (``(B, 1, n)·(B, n, w)``): a reduction over
+        the rows, never a GEMM, because BLAS libraries compute a one-row product of a batch of
+        one with a different kernel (and summation order) than the same product in a larger
+        batch, so a network alone in its chunk would round differently.
+        """
         gw, inp_t = self.gW[layer], inp.transpose(1, 2)
-        if acc:
+        if inp.shape[2] == 1:
+            torch.mul(inp, dz, out=self.first_tmp)
+            if acc:
+                tmp = self.row_tmp[:, :, :gw.shape[2]]
+                torch.sum(self.first_tmp, 1, keepdim=True, out=tmp)
+                gw.add_(tmp)
+            else:
+                torch.sum(self.first_tmp, 1, keepdim=True, out=gw)
+        elif acc:
             torch.baddbmm(gw, inp_t, dz, out=gw)
         else:
             torch.bmm(inp_t, dz, out=gw)
@@ -249,6 +276,8 @@ class Workspace:
         k = self.W[-1].shape[1]
         n = yb.shape[1]
         kw = {"dtype": xb.dtype, "device": xb.device}
+        if self.x is not None:
+            xb = self.x.copy_(xb)
         noise = None if self.draw is None else self.draw(keys, counter, n, k, **kw)
         self.backward(xb, self.loss_grad(self.forward(xb, noise), yb), acc=False, input_grad=fgsm_step is not None)
         if fgsm_step is not None:  # FGSM: x + ε·sign(∇ₓ loss), its loss added

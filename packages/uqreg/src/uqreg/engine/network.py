@@ -3,6 +3,15 @@
 Weights ``(B, fan_in, fan_out)``, biases ``(B, 1, fan_out)``, activations ``(B, n, width)``; a
 layer is one ``torch.baddbmm``. Each network's output depends on its own parameters only, so a
 summed loss gives every network its own gradient.
+
+Every tensor whose network blocks BLAS reads or writes (the fused step's parameters, gradients,
+activations and inputs; the prediction's weights and activations) is laid out by
+:func:`aligned_blocks`: network ``i``'s block starts at a multiple of :data:`ALIGN_BYTES` bytes,
+whatever ``i`` and ``B``. MKL's batched products round differently with the 16-byte alignment of
+an operand (measured: a ``(20, 50)·(50, 8)`` product written 8 bytes off a 16-byte boundary
+differs in the last bits), and in a contiguous ``(B, r, c)`` tensor network ``i``'s block starts
+at ``i·r·c`` elements, so without the layout a network's bits would depend on its position in its
+chunk.
 """
 
 from __future__ import annotations
@@ -18,6 +27,45 @@ import torch
 from .. import rng
 from .config import TrainConfig
 from .heads import HEADS
+
+
+#: Alignment, in bytes, of every network's block in the tensors BLAS sees (a cache line; a
+#: multiple of the 16 bytes MKL's kernels were measured to depend on).
+ALIGN_BYTES = 64
+
+
+def block_stride(numel: int, dtype: torch.dtype) -> int:
+    """Elements between two networks' blocks of ``numel`` elements: ``numel`` rounded up to a
+    multiple of :data:`ALIGN_BYTES` bytes."""
+    q = max(1, ALIGN_BYTES // torch.empty((), dtype=dtype).element_size())
+    return -(-numel // q) * q
+
+
+def aligned_blocks(flat: torch.Tensor, b: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """View ``b`` blocks of ``shape`` in the 1-D ``flat`` (of ``b * block_stride(prod(shape))``
+    elements, starting at an aligned address), network ``i``'s block at ``i * block_stride``.
+
+    Returns
+    -------
+    torch.Tensor, shape (b, *shape)
+        Contiguous when the block needs no padding; otherwise each block is contiguous and the
+        network stride is padded (ATen then computes a batched product network by network).
+    """
+    numel = math.prod(shape)
+    stride = block_stride(numel, flat.dtype)
+    return flat.view(b, stride)[:, :numel].view(b, *shape)
+
+
+def empty_aligned(b: int, shape: tuple[int, ...], *, dtype: torch.dtype, device) -> torch.Tensor:
+    """A new ``(b, *shape)`` tensor laid out by :func:`aligned_blocks` (PyTorch's CPU allocator
+    aligns every allocation to 64 bytes)."""
+    flat = torch.empty(b * block_stride(math.prod(shape), dtype), dtype=dtype, device=device)
+    return aligned_blocks(flat, b, shape)
+
+
+def aligned_copy(x: torch.Tensor) -> torch.Tensor:
+    """``x (B, …)`` copied into a new tensor laid out by :func:`aligned_blocks`."""
+    return empty_aligned(x.shape[0], tuple(x.shape[1:]), dtype=x.dtype, device=x.device).copy_(x)
 
 
 @dataclass(frozen=True)
@@ -92,6 +140,21 @@ class BatchedMLP(torch.nn.Module):
             # a 1-D input makes the first layer an outer product: cheaper as a broadcast addcmul
             z = torch.addcmul(b, h, w) if w.shape[1] == 1 else torch.baddbmm(b, h, w)
             h = torch.nn.functional.leaky_relu(z, self.cfg.negative_slope)
+        return h
+
+    @torch.no_grad()
+    def hidden_aligned(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`hidden` for prediction (no graph), with every operand of every product laid out
+        by :func:`aligned_blocks`, so that a network's predictions do not depend on its position
+        in the batch. ``x (B or 1 broadcast, n, d) -> (B, n, hidden[-1])``."""
+        b, h = self.n_networks, x
+        for w, bias in zip(self.weights[:-1], self.biases[:-1]):
+            z = empty_aligned(b, (h.shape[1], w.shape[2]), dtype=w.dtype, device=w.device)
+            if w.shape[1] == 1:
+                torch.addcmul(bias, h, w, out=z)
+            else:
+                torch.baddbmm(bias, h, aligned_copy(w), out=z)
+            h = torch.nn.functional.leaky_relu_(z, self.cfg.negative_slope)
         return h
 
     def output(self, h: torch.Tensor, counter: int = 0, keys: torch.Tensor | None = None) -> torch.Tensor:

@@ -12,7 +12,14 @@ Results must not depend on how they were executed (a study, a Dask sweep on any 
 * every chunk's kernels run with ONE torch intra-op thread, everywhere; concurrency is only
   across chunks (threads, each single-threaded);
 * a network's arithmetic does not depend on the other networks of its chunk (the engine's
-  kernels are per network; tests check the predictions bit for bit in float32).
+  kernels are per network; tests check the predictions bit for bit in float32);
+* no chunk has ONE network: a chunk of one is computed as two copies of its network (the copy
+  is dropped). BLAS libraries treat a batched product of batch size 1 as a plain product and
+  may pick another kernel for it than for the same product in a larger batch (measured on
+  MKL: a one-row product of a batch of one rounds differently from the same product in a batch
+  of 40, while batches of 2 and 40 agree), so a network that ended up alone in its chunk (the
+  last network of a job, or ``chunk_networks=1``) would round differently. The memory budget
+  must therefore hold two networks.
 """
 
 from __future__ import annotations
@@ -104,15 +111,31 @@ def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     """Networks per chunk, from the configuration only: ``cfg.chunk_networks`` bounded by the
     memory budget ``cfg.max_memory``; raises if not even one network fits the budget."""
     size = int(cfg.max_memory // per_network)
-    if size < 1:
+    if size < MIN_BATCH:
         raise ValueError(
-            f"max_memory={cfg.max_memory:.3g} bytes ({_gib(cfg.max_memory)}) is below the {per_network} bytes "
-            f"({_gib(per_network)}) one network needs; raise --max-memory, or reduce the training set "
-            f"(--n-train) or the MC passes (--mc-samples)"
+            f"max_memory={cfg.max_memory:.3g} bytes ({_gib(cfg.max_memory)}) is below the {MIN_BATCH} × "
+            f"{per_network} bytes ({_gib(MIN_BATCH * per_network)}) of the smallest chunk ({MIN_BATCH} networks: a "
+            f"chunk of one is computed as two); raise --max-memory, or reduce the training set (--n-train) or the "
+            f"MC passes (--mc-samples)"
         )
     if cfg.chunk_networks is not None:
         size = min(size, cfg.chunk_networks)
     return size
+
+
+#: The fewest networks a chunk's kernels ever see: a chunk of one network is padded to this many
+#: copies of it (see the module notes).
+MIN_BATCH = 2
+
+
+def padded(chunk: NetworkBatch) -> NetworkBatch:
+    """``chunk``, its last network repeated up to :data:`MIN_BATCH` networks (the copies are the
+    same network: its keys come from its repetition and member)."""
+    missing = MIN_BATCH - len(chunk)
+    if missing <= 0:
+        return chunk
+    return NetworkBatch(np.concatenate([chunk.repetition, np.repeat(chunk.repetition[-1:], missing)]),
+                        np.concatenate([chunk.member, np.repeat(chunk.member[-1:], missing)]))
 
 
 def physical_memory() -> int | None:
@@ -165,7 +188,7 @@ def make_plan(job: TrainJob) -> ExecutionPlan:
         workers = 1
     else:
         workers = cfg.parallel_chunks if cfg.parallel_chunks is not None else available_cores()
-    fit = max(1, int(cfg.max_memory // (chunk * per_net)))  # concurrent chunks share the budget
+    fit = max(1, int(cfg.max_memory // (max(chunk, MIN_BATCH) * per_net)))  # concurrent chunks share the budget
     return ExecutionPlan(per_net, chunk, n_chunks, max(1, min(workers, fit, n_chunks)))
 
 
@@ -222,12 +245,14 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
     plan = make_plan(job) if plan is None else plan
 
     def run(chunk: NetworkBatch):
-        model = train_batched(job.x_train, job.y, chunk, seed=job.seed, head=job.head, sampler=job.sampler,
+        n = len(chunk)
+        nets = padded(chunk)
+        model = train_batched(job.x_train, job.y, nets, seed=job.seed, head=job.head, sampler=job.sampler,
                               adversarial=job.adversarial, cfg=job.cfg, epochs=job.epochs, sigma=job.sigma,
                               progress=progress)
-        mean, std = predict_batched(model, job.x_test, chunk, seed=job.seed, cfg=job.cfg)
-        fit = predict_batched(model, job.x_train, chunk, seed=job.seed, cfg=job.cfg)[0]
-        return mean, std, fit
+        mean, std = predict_batched(model, job.x_test, nets, seed=job.seed, cfg=job.cfg)
+        fit = predict_batched(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)[0]
+        return mean[:n], None if std is None else std[:n], fit[:n]
 
     chunks = plan.chunks(job.nets)
     with single_threaded():
@@ -242,6 +267,7 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
 
 
 __all__ = [
+    "MIN_BATCH",
     "ExecutionPlan",
     "JobResult",
     "TrainJob",
@@ -251,6 +277,7 @@ __all__ = [
     "execute",
     "job_bytes_per_network",
     "make_plan",
+    "padded",
     "physical_memory",
     "single_threaded",
 ]

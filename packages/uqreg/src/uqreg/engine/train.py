@@ -130,7 +130,7 @@ def predict_batched(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch, *
     """
     dev = cfg.torch_device()
     xt = torch.as_tensor(x_test, dtype=cfg.torch_dtype, device=dev)[None].expand(model.n_networks, -1, -1)
-    h = model.hidden(xt)
+    h = model.hidden_aligned(xt)
     if not model.head.stochastic:
         return model.output(h).double().cpu().numpy(), None
     mc_keys = rng.network_keys(seed, "mc", nets.repetition, nets.member).to(dev)

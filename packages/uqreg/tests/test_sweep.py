@@ -94,15 +94,15 @@ def _max_memory_for_chunks_of(config: StudyConfig, networks: int) -> float:
 
 @pytest.mark.slow
 def test_max_memory_chunking_and_threads_change_nothing(sequential):
-    """A study chunked by a small ``max_memory`` (the largest network alone in its chunk, each
-    repetition's members split over chunks), run from a process with 2 torch threads, is
-    bit-identical to the default study."""
-    budget = _max_memory_for_chunks_of(TINY, 1)
+    """A study chunked by a small ``max_memory`` (the largest network in chunks of two, the
+    smallest a budget allows; each repetition's members split over chunks), run from a process
+    with 2 torch threads, is bit-identical to the default study."""
+    budget = _max_memory_for_chunks_of(TINY, 2)
     cfg = replace(TINY, train=replace(TINY.train, max_memory=budget, parallel_chunks=2))
     inst = cfg.instance(2)
     plans = {m: make_plan(get_method(m).job(inst, inst.targets(range(4)), range(4), cfg.train))
              for m in ("bd", "ens", "ens_bs")}
-    assert min(p.chunk for p in plans.values()) == 1
+    assert min(p.chunk for p in plans.values()) == 2
     assert plans["ens"].chunk < 3 and plans["ens"].n_chunks > 4  # members of a repetition split
     old = torch.get_num_threads()
     torch.set_num_threads(2)

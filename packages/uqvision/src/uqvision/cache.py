@@ -8,16 +8,29 @@ File contract (readable with plain ``xarray.open_dataset``):
   (a model's own u, V.4) and ``crop_fraction`` (sample) (the ``crop`` mode's per-sample
   fractions); a zero-shot cache (embeddings of classes the model never saw, V.4) has no
   ``logits``;
-- coords ``sample`` (the relative image paths, i.e. the fixed test order) and ``class`` (the
-  sorted class folder names);
+- coords ``sample`` (the relative image paths, i.e. the fixed test order), ``class`` (the
+  model's classes, the columns of ``logits``: ``label`` indexes them) and, in a cache written by
+  ``uqvision predict``, ``in_folder`` (class), int8: 1 for the classes the image folder has (a
+  folder may hold a subset of the model's classes, e.g. ImageNet-R's 200 of 1,000);
 - attrs: ``kind = "uqvision.prediction_cache"``, ``model``, ``architecture``, ``tag``,
   ``checkpoint_sha256``, ``data_config``, ``dataset``, ``dataset_name``, ``dataset_fingerprint``,
   ``mode`` (plain/tta/mc_dropout/crop), ``pass_index``, ``checksum`` (``uqmetrics.dataset_checksum``
   of the data) and ``complete = 1`` (``uqmetrics.write_dataset``); a cache written by
   ``uqvision predict`` also has ``method`` (the training method of its run, from the
   checkpoint's sidecar; "" for a network uqvision did not train; ``mc_dropout`` for MC-dropout
-  passes), ``run`` (the checkpoint's row name) and ``sample_index`` (which of the run's
-  prediction samples: member, snapshot, posterior draw or stochastic pass; one cache each).
+  passes), ``run`` (the checkpoint's row name), ``sample_index`` (which of the run's
+  prediction samples: member, snapshot, posterior draw or stochastic pass; one cache each),
+  ``sidecar_sha256`` (of the checkpoint's sidecar, "" without one), ``n_passes``,
+  ``tta_policy``, ``config`` (the prediction options, JSON) and how the labels were made:
+  ``folder_classes`` (JSON list of the folder's class names, sorted), ``class_mapping`` —
+  ``"name"`` (folder classes matched to the model's class names), ``"folder_order"`` (the model
+  records no class names: the folder's sorted classes, as many as its outputs, are taken as
+  its classes) or ``"folder"`` (no logits: the folder's own classes) — and
+  ``class_names_source`` (``"sidecar"``, ``"imagenet-1k"`` or "").
+
+``uqvision predict`` reuses a complete cache only when its identity
+(:data:`uqvision.predict.IDENTITY_FIELDS`) equals the request's; see
+:func:`uqvision.predict.check_caches`.
 
 A file without the completeness flag or whose data no longer match its checksum is rejected
 (:class:`CacheError`), never scored.
@@ -75,7 +88,7 @@ def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
 
 
 def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertainty=None,
-                  crop_fraction=None, attrs: dict | None = None) -> xr.Dataset:
+                  crop_fraction=None, in_folder=None, attrs: dict | None = None) -> xr.Dataset:
     """Build a cache Dataset from arrays (also for logits computed elsewhere).
 
     Parameters
@@ -86,11 +99,14 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertain
     samples : sequence of str, shape (sample,)
         Sample ids in the fixed test order (relative image paths).
     classes : sequence of str, shape (class,)
+        The model's classes (``labels`` index them).
     embedding : array_like of float, shape (sample, feature), optional
     uncertainty : array_like of float, shape (sample,), optional
         The model's own uncertainty u (higher = more uncertain).
     crop_fraction : array_like of float, shape (sample,), optional
         Crop fraction of each sample (``crop`` mode).
+    in_folder : array_like of int, shape (class,), optional
+        1 for each class the image folder has (coordinate ``in_folder``).
     attrs : dict, optional
         Must name at least ``model``, ``dataset_name``, ``mode`` and ``pass_index``; ``kind`` and
         ``checksum`` are added.
@@ -117,6 +133,8 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertain
             variables[key] = ("sample", np.asarray(value, np.float32))
     coords = {"sample": np.array(list(samples), dtype=object),
               "class": np.array(list(classes), dtype=object)}
+    if in_folder is not None:
+        coords["in_folder"] = ("class", np.asarray(in_folder, dtype=np.int8))
     if z.ndim == 3:
         coords["pass"] = np.arange(z.shape[0])
     ds = xr.Dataset(variables, coords=coords)

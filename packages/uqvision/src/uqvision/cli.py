@@ -175,6 +175,11 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
+    from .predict import check_caches
+
+    for spec in a.model:  # every model's classes and existing caches, before anything runs
+        check_caches(spec, a.data, a.out, _predict_config(a), dataset_name=a.dataset_name,
+                     overwrite=a.overwrite)
     for spec in a.model:
         paths = predict_to_files(spec, a.data, a.out, _predict_config(a),
                                  dataset_name=a.dataset_name, overwrite=a.overwrite)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
+from uqmetrics import InputError
 from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
@@ -38,12 +39,16 @@ __all__ = [
     "DataConfig",
     "ImageFolderDataset",
     "SeededAugmentation",
+    "check_split_classes",
     "dataset_fingerprint",
     "derive_seed",
     "eval_transform",
     "flush_denormal",
+    "folder_fingerprint",
+    "list_classes",
     "make_digits_folder",
     "make_synthetic_folder",
+    "match_classes",
     "tta_transform",
 ]
 
@@ -112,10 +117,7 @@ class ImageFolderDataset(Dataset):
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
                  augment_seed: int | None = None):
         self.root = Path(root)
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"image folder {str(self.root)!r} does not exist")
-        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir()
-                              and not e.name.startswith("."))
+        self.classes = list_classes(self.root)
         if not self.classes:
             raise FileNotFoundError(f"image folder {str(self.root)!r} has no class sub-folder")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -158,6 +160,23 @@ class ImageFolderDataset(Dataset):
         """A copy (sharing the sample list) whose augmentations are seeded by ``seed``."""
         return self.with_transform(self.transform, seed)
 
+    def relabelled(self, class_index: Sequence[int]) -> ImageFolderDataset:
+        """A copy (the folder is not scanned again) whose samples of folder class ``j`` carry
+        the label ``class_index[j]``, e.g. that class's index among a model's classes
+        (:func:`match_classes`); ``classes`` stays the folder's.
+
+        Parameters
+        ----------
+        class_index : sequence of int, shape (n_classes,)
+        """
+        index = [int(i) for i in class_index]
+        if len(index) != len(self.classes):
+            raise ValueError(f"class_index has {len(index)} entries for the "
+                             f"{len(self.classes)} classes of {str(self.root)!r}")
+        ds = copy.copy(self)
+        ds.samples = [(rel, index[y]) for rel, y in self.samples]
+        return ds
+
     def with_transform(self, transform: Callable | None,
                        augment_seed: int | None = None) -> ImageFolderDataset:
         """A copy (sharing the sample list, the folder is not scanned again) with another
@@ -182,6 +201,123 @@ class ImageFolderDataset(Dataset):
         return img, label, index
 
 
+def list_classes(root: str | os.PathLike) -> list[str]:
+    """The class sub-folders of an image folder, sorted (hidden folders are skipped).
+
+    Only the top level is listed (cheap on ImageNet); an empty list when there is none.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` is not a folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"image folder {str(root)!r} does not exist")
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+
+
+def _some(names: Sequence[str], limit: int = 12) -> str:
+    """``names`` for a one-line message: at most ``limit`` of them, and how many in all."""
+    names = list(names)
+    shown = ", ".join(map(repr, names[:limit]))
+    return f"[{shown}, ... ({len(names)} in all)]" if len(names) > limit else f"[{shown}]"
+
+
+def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *,
+                  folder: str, model: str) -> np.ndarray:
+    """The index of each folder class among a model's classes, matched by name.
+
+    A folder may hold a subset of the model's classes (ImageNet-A/R/O hold 200 of the 1,000
+    ImageNet classes, by WordNet id): its labels become indices of the model's classes.
+
+    Parameters
+    ----------
+    folder_classes : sequence of str, shape (n_folder_classes,)
+        The evaluation folder's class names (:func:`list_classes`).
+    model_classes : sequence of str, shape (n_model_classes,)
+        The model's class names, in the order of its outputs.
+    folder, model : str
+        How the error message names the folder and the model.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_folder_classes,)
+        ``model_classes.index(c)`` of each folder class ``c``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A folder class the model does not have (the message lists the unknown names and the
+        model's), or a model whose class names repeat.
+
+    Examples
+    --------
+    >>> match_classes(["cat", "dog"], ["ant", "cat", "dog"], folder="f", model="m").tolist()
+    [1, 2]
+    """
+    model_classes = [str(c) for c in model_classes]
+    position = {c: i for i, c in enumerate(model_classes)}
+    if len(position) != len(model_classes):
+        twice = sorted({c for c in model_classes if model_classes.count(c) > 1})
+        raise InputError(f"model {model!r} records a class name more than once: {_some(twice)}")
+    unknown = [c for c in folder_classes if c not in position]
+    if unknown:
+        raise InputError(
+            f"image folder {folder!r} has {len(unknown)} class(es) that model {model!r} does "
+            f"not have: {_some(unknown)}; the model's classes are {_some(model_classes)} "
+            "(classes are matched by folder name)")
+    return np.array([position[c] for c in folder_classes], dtype=np.int64)
+
+
+def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.PathLike], *,
+                        same: Collection[str] = ()) -> list[str]:
+    """Check, by name and before anything runs, that the other splits of a data root have
+    only classes of its training split.
+
+    Parameters
+    ----------
+    train : path
+        The training image folder.
+    others : mapping str -> path
+        Split name -> image folder (e.g. ``{"val": root/"val", "test": root/"test"}``); a
+        split may hold a subset of the training classes (its labels are mapped into the
+        model's classes by name).
+    same : collection of str
+        Splits that must hold exactly the training classes (e.g. a validation folder read
+        with its own folder order).
+
+    Returns
+    -------
+    list of str, shape (n_classes,)
+        The training classes (sorted).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A split with classes the training split lacks (named), or a split of ``same`` that
+        lacks some training classes (named).
+    FileNotFoundError
+        A folder that does not exist.
+    """
+    classes = list_classes(train)
+    known = set(classes)
+    for name, folder in others.items():
+        have = list_classes(folder)
+        extra = [c for c in have if c not in known]
+        if extra:
+            raise InputError(
+                f"{name} folder {str(folder)!r} has {len(extra)} class(es) that the train "
+                f"folder {str(train)!r} lacks: {_some(extra)}; the train classes are "
+                f"{_some(classes)} (classes are matched by folder name)")
+        missing = [c for c in classes if c not in set(have)]
+        if name in same and missing:
+            raise InputError(
+                f"{name} folder {str(folder)!r} lacks {len(missing)} class(es) of the train "
+                f"folder {str(train)!r}: {_some(missing)}; it must hold the same classes")
+    return classes
+
+
 def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False) -> str:
     """SHA-256 over the class list, the sample ids and file sizes (or file contents).
 
@@ -192,10 +328,23 @@ def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False) -> st
     content : bool, default False
         Hash file contents too (slow on ImageNet; sizes already catch truncated copies).
     """
-    ds = ImageFolderDataset(root)
+    return folder_fingerprint(ImageFolderDataset(root), content=content)
+
+
+def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
+    """:func:`dataset_fingerprint` of an already scanned folder (its folder labels, whatever
+    a :meth:`ImageFolderDataset.relabelled` copy carries).
+
+    Parameters
+    ----------
+    ds : ImageFolderDataset
+    content : bool, default False
+    """
     h = hashlib.sha256(json.dumps(ds.classes).encode())
-    for rel, label in ds.samples:
+    folder_label = {c: i for i, c in enumerate(ds.classes)}
+    for rel, _ in ds.samples:
         p = ds.root / rel
+        label = folder_label[rel.split("/", 1)[0]]
         h.update(f"{rel}\0{label}\0{p.stat().st_size}\n".encode())
         if content:
             h.update(hashlib.sha256(p.read_bytes()).digest())

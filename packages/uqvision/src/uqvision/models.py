@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from uqmetrics import InputError
 from uqmetrics.registry import Registry
 
 from . import archs as _archs  # noqa: F401  (registers uqvision's timm architectures)
@@ -37,6 +38,7 @@ __all__ = [
     "has_dropout",
     "load_model",
     "read_sidecar",
+    "recorded_class_names",
     "sidecar_path",
     "write_checkpoint",
 ]
@@ -87,7 +89,13 @@ class ModelSpec:
 
 @dataclass
 class LoadedModel:
-    """A model in eval mode with everything needed to run it and record its provenance."""
+    """A model in eval mode with everything needed to run it and record its provenance.
+
+    ``class_names`` (shape (num_classes,)) are the names of the model's outputs when they are
+    known, from ``class_names_source``: the checkpoint's sidecar (``"sidecar"``; what
+    ``uqvision train`` writes) or, for a checkpoint of an ImageNet-1k model whose sidecar names
+    none, the 1,000 WordNet ids in timm's order (``"imagenet-1k"``); ``None`` otherwise.
+    """
 
     model: nn.Module
     spec: ModelSpec
@@ -97,6 +105,8 @@ class LoadedModel:
     architecture: str
     tag: str
     checkpoint_sha256: str = ""
+    class_names: tuple[str, ...] | None = None
+    class_names_source: str = ""
 
     def provenance(self) -> dict[str, Any]:
         """netCDF-safe attrs describing the model."""
@@ -154,6 +164,60 @@ def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
     """The sidecar of a checkpoint, or ``{}`` when it has none."""
     p = sidecar_path(checkpoint)
     return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def recorded_class_names(checkpoint: str | os.PathLike | None) -> tuple[str, ...] | None:
+    """The class names a checkpoint's sidecar records (``"classes"``, in the order of the
+    model's outputs), or ``None`` when it has no sidecar or the sidecar names none.
+
+    Cheap (reads the JSON sidecar only): call it before a model is built. A sidecar may be
+    written by hand for a checkpoint uqvision did not train: ``{"classes": ["n01440764",
+    ...]}``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``"classes"`` is not a list of distinct strings, or its length differs from the
+        sidecar's ``"num_classes"``.
+    """
+    if checkpoint is None:
+        return None
+    side = read_sidecar(checkpoint)
+    names = side.get("classes")
+    if names is None:
+        return None
+    where = f"sidecar {str(sidecar_path(checkpoint))!r}"
+    if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
+        raise InputError(f"{where}: 'classes' must be a list of class names, got "
+                         f"{type(names).__name__}")
+    if len(set(names)) != len(names):
+        raise InputError(f"{where}: 'classes' names a class more than once")
+    if "num_classes" in side and int(side["num_classes"]) != len(names):
+        raise InputError(f"{where}: 'classes' names {len(names)} classes but 'num_classes' is "
+                         f"{side['num_classes']}")
+    return tuple(names)
+
+
+def _imagenet_names(n: int, in1k: bool) -> tuple[str, ...] | None:
+    """The ImageNet-1k WordNet ids in timm's order (sorted, the folder order every ImageNet-1k
+    checkpoint uses) for a 1,000-class head of a model whose weights say ImageNet-1k."""
+    if n != 1000 or not in1k:
+        return None
+    from timm.data import ImageNetInfo
+
+    return tuple(ImageNetInfo("imagenet-1k").label_names())
+
+
+def _class_names(ckpt: str, n: int, in1k: bool) -> tuple[tuple[str, ...] | None, str]:
+    """``(class names, where they come from)`` of a loaded checkpoint with an ``n``-class head."""
+    names = recorded_class_names(ckpt)
+    if names is not None:
+        if len(names) != n:
+            raise InputError(f"sidecar {str(sidecar_path(ckpt))!r} names {len(names)} classes but "
+                             f"checkpoint {ckpt!r} has a {n}-class head")
+        return names, "sidecar"
+    names = _imagenet_names(n, in1k)
+    return names, ("imagenet-1k" if names else "")
 
 
 def _suggest(name: str, candidates: list[str]) -> str:
@@ -232,6 +296,7 @@ class TimmSource:
         arch, _, tag = spec.model_name.partition(".")
         kwargs: dict[str, Any] = {}
         sha = ""
+        names, names_from = None, ""
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
             side = read_sidecar(ckpt)
@@ -241,6 +306,9 @@ class TimmSource:
             overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
             kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
                       **side.get("model_kwargs", {})}
+            names, names_from = _class_names(ckpt, n, in1k=bool(
+                cfg is not None and str(cfg.tag or "").endswith("in1k")
+                and int(cfg.num_classes or 0) == 1000))
             tag = side.get("tag", tag)
             sha = file_sha256(ckpt)
         elif allow_random_init:
@@ -252,7 +320,7 @@ class TimmSource:
         model = timm.create_model(spec.model_name, **kwargs).eval()
         dcfg = DataConfig.from_dict(resolve_model_data_config(model))
         return LoadedModel(model, spec, dcfg, eval_transform(dcfg), kwargs["num_classes"], arch,
-                           tag, sha)
+                           tag, sha, names, names_from)
 
 
 def _tv_weights(name: str):
@@ -313,6 +381,7 @@ class TorchvisionSource:
             transform = eval_transform(dcfg)
             tag = ""
         sha = ""
+        names, names_from = None, ""
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
             state = load_state_dict(ckpt)
@@ -326,6 +395,8 @@ class TorchvisionSource:
                 dcfg = DataConfig.from_dict(side["pretrained_cfg"])
                 transform = eval_transform(dcfg)
             sha = file_sha256(ckpt)
+            names, names_from = _class_names(ckpt, n, in1k=bool(
+                weights is not None and weights.name.startswith("IMAGENET1K")))
             tag = side.get("tag", tag or Path(ckpt).stem)
         elif allow_random_init:
             n = num_classes or 1000
@@ -334,7 +405,8 @@ class TorchvisionSource:
         else:
             raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
                              "disabled (pass a checkpoint file, or allow random init for tests)")
-        return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha)
+        return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha, names,
+                           names_from)
 
 
 def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",

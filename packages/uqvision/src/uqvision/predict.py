@@ -39,38 +39,52 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import xarray as xr
 from torch.utils.data import DataLoader, Subset
-from uqmetrics import provenance_attrs, write_dataset
+from uqmetrics import IncompleteResultError, InputError, provenance_attrs, write_dataset
+from uqmetrics.io import decode_attr
 from uqmetrics.registry import Registry
 
-from .cache import cache_dataset, cache_key, read_cache
+from .cache import CacheError, cache_dataset, cache_key, read_cache
 from .crop import crop_fractions, crop_transform
 from .data import (
     TTA_POLICIES,
     ImageFolderDataset,
-    dataset_fingerprint,
     derive_seed,
     flush_denormal,
+    folder_fingerprint,
+    match_classes,
     tta_transform,
 )
 from .dropout import PerSampleDropout
 from .methods.registry import TRAINING_METHODS, StochasticPass
-from .models import LoadedModel, ModelSpec, file_sha256, read_sidecar
+from .models import (
+    LoadedModel,
+    ModelSpec,
+    file_sha256,
+    read_sidecar,
+    recorded_class_names,
+    sidecar_path,
+)
 from .uheads import URLModel
 
 __all__ = [
     "DEFAULT_PASSES",
+    "IDENTITY_FIELDS",
     "PASS_MODES",
     "PredictConfig",
+    "cache_identity",
+    "check_caches",
     "distributed_context",
     "predict",
     "predict_to_files",
@@ -262,31 +276,33 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
     return out
 
 
-#: Prediction modes: name -> runner(loaded, data, config, local indices, device) ->
-#: [(pass_index, arrays)] (``uqvision predict --mode NAME``).
+#: Prediction modes: name -> runner(loaded, folder, config, local indices, device) ->
+#: [(pass_index, arrays)] (``uqvision predict --mode NAME``); ``folder`` is the scanned
+#: :class:`~uqvision.data.ImageFolderDataset`, its labels already in the model's class space
+#: (set its transform with ``folder.with_transform``).
 PASS_MODES: Registry[Callable] = Registry("prediction mode")
 
 
 @PASS_MODES.register(name="plain")
-def _plain(loaded, data, cfg, idx, device):
+def _plain(loaded, folder, cfg, idx, device):
     """The model's own evaluation preprocessing, one pass."""
-    ds = ImageFolderDataset(data, loaded.transform)
+    ds = folder.with_transform(loaded.transform)
     return [(0, _run(loaded, ds, idx, cfg, device))]
 
 
 @PASS_MODES.register(name="tta")
-def _tta(loaded, data, cfg, idx, device):
+def _tta(loaded, folder, cfg, idx, device):
     """One random augmentation (--tta-policy) per pass, one file per pass."""
     transform = tta_transform(cfg.tta_policy, loaded.data_config)
     out = []
     for p in range(cfg.first_pass, cfg.first_pass + cfg.passes):
-        ds = ImageFolderDataset(data, transform, augment_seed=derive_seed(cfg.seed, p))
+        ds = folder.with_transform(transform, derive_seed(cfg.seed, p))
         out.append((p, _run(loaded, ds, idx, cfg, device)))
     return out
 
 
 @PASS_MODES.register(name="mc_dropout")
-def _mc_dropout(loaded, data, cfg, idx, device):
+def _mc_dropout(loaded, folder, cfg, idx, device):
     """Dropout masks per sample and pass, all passes in one file (pass, sample, class)."""
     try:
         dropout = PerSampleDropout(loaded.model, cfg.seed)
@@ -294,14 +310,14 @@ def _mc_dropout(loaded, data, cfg, idx, device):
         raise ValueError(f"model {loaded.spec.row!r} has no dropout module with p > 0; "
                          "MC dropout is not available for it") from None
     with dropout:
-        ds = ImageFolderDataset(data, loaded.transform)
+        ds = folder.with_transform(loaded.transform)
         return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
 
 
 @PASS_MODES.register(name="crop")
-def _crop(loaded, data, cfg, idx, device):
+def _crop(loaded, folder, cfg, idx, device):
     """URL's crop: centre crop to a per-sample fraction in [0.1, 0.75], resized back (S.5)."""
-    ds = ImageFolderDataset(data, crop_transform(loaded.transform), augment_seed=cfg.seed)
+    ds = folder.with_transform(crop_transform(loaded.transform), cfg.seed)
     out = _run(loaded, ds, idx, cfg, device)
     out["crop_fraction"] = crop_fractions(cfg.seed, out["index"])
     return [(0, out)]
@@ -339,11 +355,90 @@ def sample_label(row: str, k: int, multi: bool) -> str:
     return f"{row}:{k:03d}" if multi else row
 
 
-def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfig | None = None,
-            *, dataset_name: str | None = None,
+@dataclass(frozen=True)
+class _ClassSpace:
+    """How an image folder's classes map onto a model's outputs.
+
+    ``classes`` (shape (n_class,)) is a cache's ``class`` coordinate; ``index`` (shape
+    (n_folder_classes,)) the model class of each folder class, ``None`` when the labels are the
+    folder's own indices; ``mapping`` is ``"name"`` (matched by name), ``"folder_order"`` (the
+    model records no names: the folder's sorted classes are taken as its outputs, counts equal)
+    or ``"folder"`` (no logits: zero-shot); ``source`` says where the names come from.
+    """
+
+    classes: list[str]
+    index: np.ndarray | None
+    mapping: str
+    source: str = ""
+
+    def in_folder(self) -> np.ndarray:
+        """1 for each class of ``classes`` the folder has, else 0, shape (n_class,), int8."""
+        if self.index is None:
+            return np.ones(len(self.classes), np.int8)
+        return np.isin(np.arange(len(self.classes)), self.index).astype(np.int8)
+
+
+def _class_space(folder: ImageFolderDataset, names, source: str, n_outputs: int | None,
+                 config: PredictConfig, spec: ModelSpec) -> _ClassSpace:
+    """Map the folder's classes onto the model's outputs (:class:`_ClassSpace`); raise
+    :class:`uqmetrics.InputError` naming the folder and the model when they do not fit."""
+    if not config.logits:
+        return _ClassSpace(list(folder.classes), None, "folder")
+    if names is not None:
+        if n_outputs is not None and len(names) != n_outputs:
+            raise InputError(f"model {spec.row!r} names {len(names)} classes ({source}) but has "
+                             f"a {n_outputs}-class head")
+        index = match_classes(folder.classes, names, folder=str(folder.root), model=spec.row)
+        return _ClassSpace(list(names), index, "name", source)
+    if n_outputs is not None and n_outputs != len(folder.classes):
+        where = (f"name them in its sidecar {str(sidecar_path(spec.checkpoint))!r} "
+                 "({\"classes\": [...]})" if spec.checkpoint else "give it a checkpoint")
+        raise InputError(
+            f"model {spec.row!r} records no class names and has a {n_outputs}-class head, but "
+            f"image folder {str(folder.root)!r} has {len(folder.classes)} classes; without "
+            f"names the folder's sorted classes are taken as the model's, which needs as many "
+            f"(to evaluate a subset of its classes, {where})")
+    return _ClassSpace(list(folder.classes), None, "folder_order")
+
+
+def _check_config(config: PredictConfig) -> None:
+    """Refuse an unknown mode or policy and non-positive counts (before anything runs)."""
+    PASS_MODES.lookup(config.mode)
+    if config.mode == "tta":
+        TTA_POLICIES.lookup(config.tta_policy)
+    if config.passes < 1 or config.batch_size < 1:
+        raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
+                         f"{config.batch_size}")
+
+
+def _resolved(config: PredictConfig) -> PredictConfig:
+    """``config`` with ``train_data`` an absolute path (recorded, compared across runs)."""
+    if config.train_data is None:
+        return config
+    return dataclasses.replace(config, train_data=str(Path(config.train_data).resolve()))
+
+
+def _folder(data) -> ImageFolderDataset:
+    return data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+
+
+def _sidecar_sha256(spec: ModelSpec) -> str:
+    side = sidecar_path(spec.checkpoint) if spec.checkpoint else None
+    return file_sha256(side) if side is not None and side.is_file() else ""
+
+
+def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
+            config: PredictConfig | None = None, *, dataset_name: str | None = None,
             only: set[tuple[int, int]] | None = None,
             attrs: dict | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
+
+    Classes are matched BY NAME: the folder's class names are looked up among the model's
+    (its sidecar's ``classes``; the WordNet ids of an ImageNet-1k checkpoint without one), and
+    the labels are indices of the model's classes. A folder may hold a subset of the model's
+    classes; a class the model lacks is an error naming it. A model that records no class
+    names takes the folder's sorted classes as its own, which needs as many of them
+    (``class_mapping = "folder_order"`` in the cache).
 
     Parameters
     ----------
@@ -351,8 +446,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
         ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`); a checkpoint
         of :func:`uqvision.train.train_model` is rebuilt through its method
         (:func:`uqvision.train.load_run`).
-    data : path
-        Image folder; its class count must match the checkpoint's head.
+    data : path or ImageFolderDataset
+        Image folder (or the folder already scanned).
     config : PredictConfig
     dataset_name : str, optional
         Name recorded in the cache (default: the folder name, e.g. ``val`` or ``test``).
@@ -366,33 +461,47 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
     list of xarray.Dataset
         ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32 (none
         with ``logits=False``), ``label`` (sample), optional ``embedding`` (sample, feature),
-        ``uncertainty`` (sample) for a network with its own u, ``crop_fraction`` (sample); see
-        :mod:`uqvision.cache` for the attrs (``method``, ``run``, ``sample_index`` name the
-        training method, the run and the prediction sample). Every rank of a torchrun job
-        returns the gathered full result.
+        ``uncertainty`` (sample) for a network with its own u, ``crop_fraction`` (sample); the
+        ``class`` coordinate holds the model's classes, ``in_folder`` (class) marks those the
+        folder has; see :mod:`uqvision.cache` for the attrs (``method``, ``run``,
+        ``sample_index`` name the training method, the run and the prediction sample;
+        ``class_mapping``, ``folder_classes`` how the labels were made). Every rank of a
+        torchrun job returns the gathered full result.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The folder's classes do not fit the model's (checked before the model is built when
+        the checkpoint's sidecar names its classes, else right after, before any image is read).
     """
     from .train import load_run
 
-    config = config or PredictConfig()
+    config = _resolved(config or PredictConfig())
+    _check_config(config)
     run_mode = PASS_MODES.lookup(config.mode)
-    if config.mode == "tta":
-        TTA_POLICIES.lookup(config.tta_policy)
-    if config.passes < 1 or config.batch_size < 1:
-        raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
-                         f"{config.batch_size}")
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
-    folder = ImageFolderDataset(data)  # validates the folder before the model is built
-    name = dataset_name or Path(data).resolve().name
+    folder = _folder(data)  # validates the folder before the model is built
+    name = dataset_name or folder.root.resolve().name
+    names = recorded_class_names(spec.checkpoint) if config.logits else None
+    if names is not None:  # a name the model lacks fails before the model is built
+        _class_space(folder, names, "sidecar", None, config, spec)
+    head = (None if not config.logits or (names is None and spec.checkpoint)
+            else len(names) if names is not None else len(folder.classes))
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
     wanted = sorted({k for k, _ in plan})
+    fingerprint = folder_fingerprint(folder)
+    side_sha = _sidecar_sha256(spec)
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
-        run = load_run(spec, num_classes=len(folder.classes) if config.logits else None,
-                       device=device,
+        run = load_run(spec, num_classes=head, device=device,
                        train_data=config.train_data, allow_random_init=config.allow_random_init,
                        seed=config.seed)
+        space = _class_space(folder, names or run.loaded.class_names,
+                             "sidecar" if names else run.loaded.class_names_source,
+                             run.loaded.num_classes, config, spec)
+        labelled = folder if space.index is None else folder.relabelled(space.index)
         local = shard_indices(len(folder), world, rank)
         _, multi = _n_samples(run.sidecar, config)
         noise_seed = config.seed if run.seed is None else derive_seed(config.seed, run.seed)
@@ -407,9 +516,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                 cfg = dataclasses.replace(config, seed=seed_k, first_pass=p, passes=1) \
                     if config.mode == "tta" else dataclasses.replace(config, seed=seed_k)
                 results += [(k, pp, seed_k, _gather(arrays, world))
-                            for pp, arrays in run_mode(loaded, data, cfg, local, device)]
+                            for pp, arrays in run_mode(loaded, labelled, cfg, local, device)]
     wall = time.perf_counter() - t0
-    fingerprint = dataset_fingerprint(data)
     n_samples = _n_samples(run.sidecar, config)[0]
     out = []
     for k, p, seed_k, arrays in results:
@@ -423,14 +531,16 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
                  "run": spec.row, "method": "mc_dropout" if config.mode == "mc_dropout"
                  else run.method, "sample_index": int(k), "n_samples": int(n_samples),
                  "sample_seed": int(seed_k), "train_seed": -1 if run.seed is None else run.seed,
-                 "dataset": str(Path(data).resolve()),
+                 "sidecar_sha256": side_sha, "dataset": str(folder.root.resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
                  "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
                  else 1, "tta_policy": config.tta_policy if config.mode == "tta"
-                 else "", "device": device, "world_size": world, "wall_time_s": wall,
-                 **dict(attrs or {})}
+                 else "", "class_mapping": space.mapping, "class_names_source": space.source,
+                 "folder_classes": json.dumps(list(folder.classes)), "device": device,
+                 "world_size": world, "wall_time_s": wall, **dict(attrs or {})}
         ds = cache_dataset(logits if config.logits else None, arrays["label"],
-                           samples=folder.sample_ids, classes=folder.classes,
+                           samples=folder.sample_ids, classes=space.classes,
+                           in_folder=space.in_folder(),
                            embedding=arrays.get("embedding"),
                            uncertainty=arrays.get("uncertainty"),
                            crop_fraction=arrays.get("crop_fraction"),
@@ -439,34 +549,142 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike, config: PredictConfi
     return out
 
 
+#: What a cache's identity is made of: a complete cache is reused only when every field equals
+#: the request's (:func:`check_caches`). Batch size, workers and device are not part of it
+#: (they change the logits by float rounding only).
+IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
+                   "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
+                   "train_data", "sample_index", "pass_index")
+
+
+def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity (:data:`IDENTITY_FIELDS`) a cache records in its attrs; ``None`` for a
+    field it does not record. ``dataset`` is the dataset fingerprint (relative paths, class
+    folders and file sizes; :func:`uqvision.data.dataset_fingerprint`)."""
+    a = {k: decode_attr(v) for k, v in attrs.items()}
+    cfg = a.get("config") if isinstance(a.get("config"), dict) else {}
+    return {"model": a.get("model"), "model_name": a.get("model_name"),
+            "checkpoint_sha256": a.get("checkpoint_sha256"),
+            "sidecar_sha256": a.get("sidecar_sha256"), "dataset": a.get("dataset_fingerprint"),
+            "mode": a.get("mode"), "tta_policy": a.get("tta_policy"), "seed": cfg.get("seed"),
+            "passes": a.get("n_passes"), "embeddings": cfg.get("embeddings"),
+            "logits": cfg.get("logits"), "amp": cfg.get("amp"),
+            "train_data": cfg.get("train_data"), "sample_index": a.get("sample_index"),
+            "pass_index": a.get("pass_index")}
+
+
+def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) -> str:
+    """One identity value for a message (a fingerprint shortened, with the folder it is of)."""
+    if value is None:
+        return "(not recorded)"
+    if field == "dataset":
+        where = decode_attr(attrs.get("dataset", "?")) if attrs is not None else folder
+        return f"{where!r} ({str(value)[:17]}...)"
+    if field in ("checkpoint_sha256", "sidecar_sha256"):
+        return repr(str(value)[:12] + "..." if value else "")
+    return repr(value)
+
+
+def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
+                 out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
+                 dataset_name: str | None = None,
+                 overwrite: bool = False) -> tuple[dict[tuple[int, int], Path], set]:
+    """Plan ``spec``'s caches of ``data`` in ``out_dir`` and check, before anything is
+    computed, the inputs and every cache already there.
+
+    A complete cache is reused only when its identity (:data:`IDENTITY_FIELDS`: model and
+    checkpoint and sidecar hashes, dataset fingerprint, mode, policy, seed, passes, ...) equals
+    the request's; a different one is an error naming each field that differs (cached vs now)
+    unless ``overwrite``. A file that is not a uqvision cache, or whose data fail its checksum,
+    is an error too (never replaced without ``overwrite``); an unreadable or unfinished file
+    (no completeness flag) is recomputed.
+
+    Returns
+    -------
+    paths : dict
+        ``(sample, pass) -> path`` of every planned cache.
+    missing : set of (sample, pass)
+        The caches to compute (every one with ``overwrite``).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A cache with another identity, a foreign or corrupt file, or a folder whose classes do
+        not fit the model's (when its sidecar names them).
+    """
+    config = _resolved(config or PredictConfig())
+    _check_config(config)
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    folder = _folder(data)
+    name = dataset_name or folder.root.resolve().name
+    names = recorded_class_names(spec.checkpoint) if config.logits else None
+    if names is not None:
+        _class_space(folder, names, "sidecar", None, config, spec)
+    plan = cache_plan(spec, config, name)
+    paths = {(k, p): Path(out_dir) / f"{key}.nc" for k, p, key in plan}
+    if overwrite:
+        return paths, set(paths)
+    multi = _n_samples(read_sidecar(spec.checkpoint) if spec.checkpoint else {}, config)[1]
+    sha = file_sha256(spec.checkpoint) if spec.checkpoint and Path(
+        spec.checkpoint).is_file() else ""
+    fingerprint = folder_fingerprint(folder) if any(p.exists() for p in paths.values()) else ""
+    missing, problems = set(), []
+    for (k, p), path in paths.items():
+        try:
+            cached = read_cache(path)
+        except FileNotFoundError:
+            missing.add((k, p))
+            continue
+        except CacheError as exc:
+            if isinstance(exc.__cause__, IncompleteResultError):
+                missing.add((k, p))  # unreadable or unfinished: nothing to lose
+                continue
+            problems.append(f"{' '.join(str(exc).split())}; it is left as it is (pass "
+                            "--overwrite to replace it)")
+            continue
+        want = {"model": sample_label(spec.row, k, multi), "model_name": spec.name,
+                "checkpoint_sha256": sha, "sidecar_sha256": _sidecar_sha256(spec),
+                "dataset": fingerprint, "mode": config.mode,
+                "tta_policy": config.tta_policy if config.mode == "tta" else "",
+                "seed": config.seed,
+                "passes": config.passes if config.mode == "mc_dropout" else 1,
+                "embeddings": config.embeddings, "logits": config.logits, "amp": config.amp,
+                "train_data": config.train_data, "sample_index": k, "pass_index": p}
+        have = cache_identity(cached.attrs)
+        diff = [f"{f} {_show(f, have[f], cached.attrs, '')} vs "
+                f"{_show(f, want[f], None, str(folder.root.resolve()))}"
+                for f in IDENTITY_FIELDS if have[f] != want[f]]
+        if diff:
+            problems.append(f"cache {str(path)!r} was computed from other inputs (cached vs "
+                            f"now): {'; '.join(diff)}; it is kept: pass --overwrite to "
+                            "recompute it, or write to another --out")
+    if problems:
+        more = f" ({len(problems) - 1} more cache(s) of this plan too)" if len(problems) > 1 \
+            else ""
+        raise InputError(problems[0] + more)
+    return paths, missing
+
+
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
                      config: PredictConfig | None = None, *, dataset_name: str | None = None,
                      overwrite: bool = False, attrs: dict | None = None) -> list[Path]:
     """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
     writes); ``attrs`` as for :func:`predict`.
 
-    Caches whose complete file is already there, computed from the same checkpoint file
-    (SHA-256), are skipped (resume): the model runs only for the missing ones, and is not even
-    loaded when none is missing.
+    The inputs and the caches already there are checked first (:func:`check_caches`): a
+    complete cache of the same identity is kept (resume: the model runs only for the missing
+    ones, and is not even loaded when none is missing); one of another identity is an error
+    naming what differs, before anything is computed, unless ``overwrite`` (then every cache
+    is recomputed).
     """
-    config = config or PredictConfig()
+    config = _resolved(config or PredictConfig())
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
-    name = dataset_name or Path(data).resolve().name
-    plan = cache_plan(spec, config, name)
-    paths = {(k, p): Path(out_dir) / f"{key}.nc" for k, p, key in plan}
-    sha = file_sha256(spec.checkpoint) if spec.checkpoint and Path(
-        spec.checkpoint).is_file() else None
-
-    def done(path: Path) -> bool:
-        try:
-            ds = read_cache(path)
-        except (FileNotFoundError, ValueError):
-            return False
-        return sha is None or ds.attrs.get("checkpoint_sha256") == sha
-
-    missing = {kp for kp, path in paths.items() if overwrite or not done(path)}
+    folder = _folder(data)
+    name = dataset_name or folder.root.resolve().name
+    paths, missing = check_caches(spec, folder, out_dir, config, dataset_name=name,
+                                  overwrite=overwrite)
     if missing:
-        for ds in predict(spec, data, config, dataset_name=name, only=missing, attrs=attrs):
+        for ds in predict(spec, folder, config, dataset_name=name, only=missing, attrs=attrs):
             if int(os.environ.get("RANK", "0")) == 0:
                 kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
                 write_dataset(ds, paths[kp], overwrite=True)

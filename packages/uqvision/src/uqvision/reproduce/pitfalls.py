@@ -209,9 +209,11 @@ def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws
     spec = f"{job.config.arch}={ckpt}"
     base = {"batch_size": 256, "device": job.config.device, "seed": predict_seed,
             "samples": job.samples, "tta_policy": job.config.augment or "crop"}
-    n = len(predict_to_files(spec, test, caches, PredictConfig(mode="plain", **base)))
+    # a run trained now replaces the caches of the checkpoint it replaced
+    n = len(predict_to_files(spec, test, caches, PredictConfig(mode="plain", **base),
+                             overwrite=trained))
     n += len(predict_to_files(spec, test, caches, PredictConfig(mode="tta", passes=draws,
-                                                                **base)))
+                                                                **base), overwrite=trained))
     return {"run": job.name, "trained": trained, "train_s": t1 - t0,
             "predict_s": time.perf_counter() - t1, "caches": n}
 
@@ -260,6 +262,8 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     data : path, optional
         A real image folder with ``train/``, ``test/`` and (for K-FAC Laplace's noise scale)
         ``val/``; default: the ``hierarchy`` stand-in of the scale, written to ``out/data``.
+        Classes are matched by folder name: ``test/`` may hold a subset of the training
+        classes, ``val/`` exactly them; any other class is an error before anything trains.
     arch : str, optional
         timm architecture (default: the scale's); with ``data`` the model kwargs are dropped.
     workers, threads : int
@@ -288,6 +292,11 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
         if not p.is_dir():
             raise FileNotFoundError(f"{str(p)!r} does not exist (need ROOT/train and ROOT/test)")
     val = val if val.is_dir() else None
+    from ..data import check_split_classes
+
+    # by name, before anything trains: the test folder may hold a subset of the training
+    # classes (scored in the models' class space); K-FAC Laplace reads val/ in folder order
+    check_split_classes(train, {"test": test, **({"val": val} if val else {})}, same=("val",))
     if val is None and len(sc.hparams["kfac_laplace"].get("scales", ())) != 1:
         raise ValueError(f"{str(root)!r} has no val/ folder for K-FAC Laplace's noise scale; "
                          "add one, or fix the scale with --set laplace_scale=S")

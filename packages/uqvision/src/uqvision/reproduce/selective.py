@@ -419,24 +419,26 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
                               for j in teachers)
         first = teachers + [j for j in jobs if j.regime != "distill"]
         second = [j for j in jobs if j.regime == "distill"]
-        ckpts = {}
+        ckpts, fresh = {}, set()
         for stage in (first, second):
-            ckpts |= _train_all(stage, [_train_config(j, sc, teacher_specs, device)
-                                        for j in stage],
-                                data, models, workers, threads, log)
+            configs = [_train_config(j, sc, teacher_specs, device) for j in stage]
+            fresh |= {j.tag for j, c in zip(stage, configs, strict=True)
+                      if not _done(models / f"{j.tag}.safetensors", c)}
+            ckpts |= _train_all(stage, configs, data, models, workers, threads, log)
 
         caches = out / "caches"
         test = info.splits["test"]
         pred = PredictConfig(batch_size=256, device=device)
         paths: dict[str, Path] = {}
-        for j in teachers + jobs:
+        for j in teachers + jobs:  # a network trained now replaces its predecessor's caches
             (paths[j.key],) = predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}",
-                                               test, caches, pred, dataset_name="test")
+                                               test, caches, pred, dataset_name="test",
+                                               overwrite=j.tag in fresh)
             if j.arch.mc_dropout and j.regime == "plain" and not j.teacher_member:
                 predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,
                                  PredictConfig(mode="mc_dropout", passes=sc.mc_passes,
                                                batch_size=256, seed=seed, device=device),
-                                 dataset_name="test")
+                                 dataset_name="test", overwrite=j.tag in fresh)
         t_arch = ZOO_ARCHS[sc.teacher]
         ens_name = f"ens/{t_arch.arch}.hier_{t_arch.name}_ensemble"
         ens_path = caches / "teacher_ensemble.test.plain-000.nc"

@@ -50,6 +50,7 @@ from uqmetrics.sweep import Cell, run_sweep
 from ..data import (
     DataConfig,
     ImageFolderDataset,
+    check_split_classes,
     derive_seed,
     eval_transform,
     flush_denormal,
@@ -208,7 +209,8 @@ def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, 
     the class split stays the same when the model-size ablation changes the runs' width, as
     the paper's split comes from one ResNet-18 whatever the runs' architecture."""
     ckpt = out / "checkpoints" / "extractor.safetensors"
-    if not ckpt.exists():
+    trained = not ckpt.exists()
+    if trained:
         result = train_model(train_dir, ckpt, _train_config(
             sc, arch, device, width=sc.extractor_width, method="erm", epochs=sc.extractor_epochs,
             batch_size=sc.batch_size, seed=seed, tag="uimnet_extractor"))
@@ -216,7 +218,8 @@ def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, 
             f"{result.wall_time_s:.0f} s")
     spec = ModelSpec(arch or "uqvision_cnn", str(ckpt), label="extractor")
     (path,) = predict_to_files(spec, train_dir, out / "caches", PredictConfig(
-        embeddings=True, batch_size=256, device=device), dataset_name="train")
+        embeddings=True, batch_size=256, device=device), dataset_name="train",
+        overwrite=trained)  # a new extractor replaces its predecessor's cache
     return path
 
 
@@ -355,6 +358,9 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     else:
         root = Path(data)
     paths = _paths(root)
+    # by name, before anything trains: the in/out test views need every training class
+    check_split_classes(paths["train"], {paths["test"].name: paths["test"]},
+                        same=(paths["test"].name,))
     split_file = out / "split.json"
     if overwrite or not split_file.exists():
         from ..split import split_from_caches

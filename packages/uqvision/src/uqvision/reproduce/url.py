@@ -32,7 +32,7 @@ from uqmetrics import read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
 from ..cache import cache_key, read_cache
-from ..data import flush_denormal
+from ..data import check_split_classes, flush_denormal
 from ..hierarchy import make_hierarchy
 from ..methods import TRAINING_METHODS
 from ..methods.representation import REPRESENTATION_METHODS
@@ -89,7 +89,9 @@ def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLay
             missing = [sp for sp in splits if not (root / sp).is_dir()]
             if missing:
                 raise ValueError(f"data root {str(root)!r} lacks the split folders {missing}")
-        return TransferLayout(Path(options["upstream"]), {p.name: p for p in roots})
+        up = Path(options["upstream"])  # by name: val/test may hold a subset of train's classes
+        check_split_classes(up / "train", {"val": up / "val", "test": up / "test"})
+        return TransferLayout(up, {p.name: p for p in roots})
     root = out / "data" / "hierarchy"
     if not (root / "classes.json").is_file():
         make_hierarchy(root, scale=scale.hierarchy, seed=seed)

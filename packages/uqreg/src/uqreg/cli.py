@@ -2,6 +2,11 @@
 
 Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``tasks``, ``methods``,
 ``recipes``. Choices and help come from the registries (tasks, methods, recipes, presets).
+
+Bad input (:func:`uqmetrics.run_command`): a user's mistake is ONE line on stderr naming the
+option or the file and the problem, exit code 2, found before anything is computed or written
+(options are checked by the configurations, whose field names are restated as options; output
+folders by :func:`uqmetrics.check_writable`); no earlier result is touched. A traceback is a bug.
 """
 
 from __future__ import annotations
@@ -9,38 +14,73 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import uqmetrics
 import xarray as xr
-from uqmetrics import run_command
+from uqmetrics import InputError, run_command
 
 from .engine import RECIPES
-from .engine.config import DTYPES
+from .engine.config import DTYPES, ConfigError
 from .methods import METHODS
 from .presets import PRESETS
+from .rng import SEED_REQUIREMENT, valid_seed
 from .study import StudyConfig, run_study
 from .tasks import TASKS, get_task
 
 STUDY_FILE = "study.nc"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``uqreg study: error: argument --seed: ...``),
+    exit code 2, like every other error of a user's (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def _ints(s: str) -> tuple[int, ...]:
     """Parse ``1,2,5`` or ``1-5`` (inclusive) into a tuple of ints."""
     out = []
-    for part in s.split(","):
-        if "-" in part.strip()[1:]:
-            a, b = part.split("-", 1)
-            if int(b) < int(a):
-                raise argparse.ArgumentTypeError(f"empty range {part.strip()!r} (write low-high)")
-            out.extend(range(int(a), int(b) + 1))
-        elif part.strip():
-            out.append(int(part))
+    try:
+        for part in s.split(","):
+            if "-" in part.strip()[1:]:
+                a, b = part.split("-", 1)
+                if int(b) < int(a):
+                    raise argparse.ArgumentTypeError(f"empty range {part.strip()!r} (write low-high)")
+                out.extend(range(int(a), int(b) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        out = []
     if not out:
         raise argparse.ArgumentTypeError(f"expected integers such as 1,2,5 or 1-5, got {s!r}")
     return tuple(out)
+
+
+def _experiments(s: str) -> tuple[str, ...]:
+    """Names among :data:`uqreg.reproduce.EXPERIMENTS`, comma-separated."""
+    from .reproduce import EXPERIMENTS
+
+    names = _strs(s)
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)} (choose among {', '.join(EXPERIMENTS)})")
+    return names
+
+
+def _positive_int(s: str) -> int:
+    """An integer >= 1 (worker and chunk counts: none of them would wait for ever)."""
+    try:
+        value = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
 
 
 def _strs(s: str) -> tuple[str, ...]:
@@ -48,6 +88,38 @@ def _strs(s: str) -> tuple[str, ...]:
     if not out:
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {s!r}")
     return out
+
+
+def _shown(value) -> str:
+    """An option's value as the user wrote it (``1,1`` for a tuple)."""
+    return ",".join(str(v) for v in value) if isinstance(value, (tuple, list)) else str(value)
+
+
+@contextmanager
+def _options_named(a: argparse.Namespace):
+    """Restate a configuration's :class:`~uqreg.engine.config.ConfigError` with the option the
+    field came from and the value the user gave (``--max-memory must be ..., got inf``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in vars(a):
+            raise
+        given = getattr(a, exc.field)
+        raise InputError(exc.restated("--" + exc.field.replace("_", "-"),
+                                      _shown(exc.value if given is None else given))) from None
+
+
+def _writable(option: str, folder: Path, shown: Path | None = None) -> None:
+    """Refuse, before any work, an output ``folder`` that could not be written
+    (:func:`uqmetrics.check_writable`), naming the option and the path at fault. ``shown`` is the
+    path the user gave (default ``folder``)."""
+    shown = folder if shown is None else shown
+    try:
+        uqmetrics.check_writable(folder)
+    except OSError as exc:
+        if Path(exc.filename) == Path(shown):
+            raise InputError(f"{option} {shown} {exc.strerror}") from None
+        raise InputError(f"{option} {shown} cannot be written: {exc.filename} {exc.strerror}") from None
 
 
 def _config_from_args(a: argparse.Namespace) -> StudyConfig:
@@ -70,7 +142,7 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipes", type=_strs, help="comma-separated training recipes, run side by side (default "
                    "paper): " + "; ".join(RECIPES.describe().splitlines()))
     p.add_argument("--repetitions", type=int, help="noise redraws k per cell (default 50)")
-    p.add_argument("--seed", type=int, help="task seed (default 0)")
+    p.add_argument("--seed", type=int, help="task seed, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--n-train", dest="n_train", type=int, help="training-set size override")
     p.add_argument("--sigma", type=float, help="noise std override")
     p.add_argument("--members", type=int, help="ensemble members (default 120)")
@@ -78,18 +150,30 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mc-samples", dest="mc_samples", type=int, help="MC passes of dropout methods (default 200)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", choices=DTYPES, help="float32 (default) or float64")
-    p.add_argument("--lr", type=float)
+    p.add_argument("--lr", type=float, help="Adam learning rate (default 0.01)")
     p.add_argument("--weight-decay", dest="weight_decay", type=float, help="the recipes' L2 factor λ (default 1/N)")
     p.add_argument("--dropout", type=float, help="dropout rate of bd, initial rate of cd/vd (default 0.1)")
     p.add_argument("--max-memory", dest="max_memory", type=float, help="GiB per chunk of networks (default 4)")
 
 
-def _study_target(out: Path, overwrite: bool) -> Path:
-    """``out/study.nc``, refusing an existing file before any work unless ``overwrite``."""
+def _study_target(out: Path, overwrite: bool, *, plots: bool = True) -> Path:
+    """``out/study.nc``, refusing before any work an ``out`` that could not be written (or its
+    ``plots`` folder) and an existing file unless ``overwrite``."""
+    _writable("--out", out)
     target = out / STUDY_FILE
+    if target.is_dir():
+        raise InputError(f"--out {out}: {target} is a folder where the study file must go")
     if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} exists; pass --overwrite to replace it")
+        raise InputError(f"--out {out}: {target} already exists; pass --overwrite to replace it")
+    if plots:
+        _writable("--out", out / "plots")
     return target
+
+
+def _resolved_config(a: argparse.Namespace) -> StudyConfig:
+    """The study configuration of the options, validated, with each problem named by its option."""
+    with _options_named(a):
+        return _config_from_args(a).resolved()
 
 
 def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
@@ -106,16 +190,17 @@ def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
 
 
 def cmd_study(a: argparse.Namespace) -> int:
-    cfg = _config_from_args(a).resolved()
-    target = _study_target(Path(a.out or f"results/{cfg.task}"), a.overwrite)
+    cfg = _resolved_config(a)
+    target = _study_target(Path(a.out or f"results/{cfg.task}"), a.overwrite, plots=not a.no_plots)
     return _finish(run_study(cfg, progress=not a.quiet), target, a)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from .sweep import run_study_sweep
 
-    cfg = _config_from_args(a).resolved()
-    target = _study_target(Path(a.out or f"results/{a.preset or cfg.task}"), a.overwrite)
+    cfg = _resolved_config(a)
+    target = _study_target(Path(a.out or f"results/{a.preset or cfg.task}"), a.overwrite, plots=not a.no_plots)
+    _writable("--out", target.parent / "cells")
     ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
                                  n_workers=a.workers, threads_per_worker=a.threads_per_worker,
                                  overwrite=a.recompute, progress=not a.quiet)
@@ -159,13 +244,19 @@ def _print_summary(ds: xr.Dataset) -> None:
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
-    from .plots import plot_study
+    from .plots import check_study, plot_study
 
     path = Path(a.file)
     if path.is_dir():
         path = path / STUDY_FILE
     ds = uqmetrics.read_dataset(path)
-    out = Path(a.out) if a.out else path.parent / "plots"
+    check_study(ds, path)
+    if a.out:
+        _writable("--out", Path(a.out))
+        out = Path(a.out)
+    else:
+        out = path.parent / "plots"
+        _writable("the plots folder", out)
     for p in plot_study(ds, out):
         print(f"wrote {p}")
     return 0
@@ -174,8 +265,20 @@ def cmd_plot(a: argparse.Namespace) -> int:
 def cmd_reference(a: argparse.Namespace) -> int:
     from .reference import reference_prediction
 
+    if a.complexity < 1:
+        raise InputError(f"--complexity must be an integer >= 1, got {a.complexity}")
+    if not valid_seed(a.seed):
+        raise InputError(f"--seed {SEED_REQUIREMENT}, got {a.seed}")
     if a.repetitions < 1:
-        raise ValueError(f"repetitions must be an integer >= 1, got {a.repetitions}")
+        raise InputError(f"--repetitions must be an integer >= 1, got {a.repetitions}")
+    if a.out:
+        target = Path(a.out)
+        if target.is_dir():
+            raise InputError(f"--out {target} is a folder; the reference is written to a file (e.g. "
+                             f"{target / 'reference.nc'})")
+        if target.exists() and not a.overwrite:
+            raise InputError(f"--out {target} already exists; pass --overwrite to replace it")
+        _writable("--out", target.parent, shown=target)
     inst = get_task(a.task).instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
     y = inst.targets(np.arange(a.repetitions))
     mean, std = reference_prediction(inst, y)
@@ -196,10 +299,15 @@ def cmd_reference(a: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(a: argparse.Namespace) -> int:
-    from .reproduce import reproduce
+    from .reproduce import SweepFailed, reproduce
 
-    paths = reproduce(a.out, scale=a.scale, experiments=_strs(a.experiments), device=a.device, scheduler=a.scheduler,
-                      n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
+    _writable("--out", Path(a.out))
+    try:
+        paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=a.scheduler,
+                          n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
+    except SweepFailed as exc:  # not a user's mistake: exit code 1, as uqreg sweep
+        print(f"uqreg reproduce: error: {exc}", file=sys.stderr)
+        return 1
     for p in paths:
         print(f"wrote {p}")
     return 0
@@ -224,7 +332,7 @@ def cmd_recipes(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="uqreg", description="Deep-regression UQ against an exact Bayesian reference.")
+    parser = _Parser(prog="uqreg", description="Deep-regression UQ against an exact Bayesian reference.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("study", help="run a coverage-vs-complexity study; write study.nc and plots")
@@ -238,11 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a study as a resumable Dask sweep of cells; combine into study.nc")
     _add_study_args(p)
     p.add_argument("--out", help="output directory (default results/<preset or task>); cells go to OUT/cells")
-    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=int, default=10,
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=10,
                    help="repetitions per cell (default 10)")
     p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
-    p.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
-    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=int, default=1)
+    p.add_argument("--workers", type=_positive_int, default=2, help="LocalCluster worker processes (default 2)")
+    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
     p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
     p.add_argument("--no-plots", action="store_true")
@@ -257,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reference", help="the exact posterior of a task")
     p.add_argument("--task", default="sinusoid")
     p.add_argument("--complexity", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="task seed, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--repetitions", type=int, default=50)
     p.add_argument("--n-train", dest="n_train", type=int)
     p.add_argument("--sigma", type=float)
@@ -272,12 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/reproduction")
     p.add_argument("--scale", default="cpu", choices=SCALES.names(),
                    help="; ".join(SCALES.describe().splitlines()) + " (default cpu)")
-    p.add_argument("--experiments", default=",".join(EXPERIMENTS),
+    p.add_argument("--experiments", type=_experiments, default=",".join(EXPERIMENTS),
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=int, default=5)
+    p.add_argument("--workers", type=_positive_int, default=2)
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=5)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 

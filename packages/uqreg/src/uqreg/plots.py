@@ -32,6 +32,41 @@ from uqmetrics.plotting import (
     save_figure,
 )
 
+#: The dims and variables :func:`plot_study` draws from: those of every study file ``uqreg study``
+#: and ``uqreg sweep`` write (the collapse diagnostics are drawn when present).
+STUDY_DIMS = ("method", "complexity", "repetition", "point", "region")
+STUDY_VARIABLES = ("prediction", "uncertainty", "truth", "x_train", "y_train", "n_train", "input_size", "coverage",
+                   "coverage_low", "coverage_high", "deviation_mean", "deviation_se", "uncertainty_mean",
+                   "uncertainty_se", "region_coverage", "region_coverage_se", "region_deviation_mean",
+                   "region_deviation_se", "region_uncertainty_mean", "region_uncertainty_se")
+
+
+def check_study(ds: xr.Dataset, source=None) -> None:
+    """Raise :class:`uqmetrics.InputError` unless ``ds`` is a study :func:`plot_study` can draw
+    (it has :data:`STUDY_DIMS` and :data:`STUDY_VARIABLES`); the message names ``source`` (the
+    file read) and what is missing.
+
+    Examples
+    --------
+    >>> check_study(xr.Dataset({"logits": (("n", "class"), [[0.0, 1.0]])}), "cache.nc")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    uqmetrics.exceptions.InputError: cache.nc is not a uqreg study (written by uqreg study or uqreg sweep): it lacks the dims method, complexity, repetition, point, region and 20 of its 20 variables (prediction, uncertainty, truth, x_train, ...)
+    """
+    dims = [d for d in STUDY_DIMS if d not in ds.dims]
+    variables = [v for v in STUDY_VARIABLES if v not in ds.data_vars]
+    if not dims and not variables:
+        return
+    lacks = []
+    if dims:
+        lacks.append(f"the dims {', '.join(dims)}")
+    if variables:
+        lacks.append(f"{len(variables)} of its {len(STUDY_VARIABLES)} variables ({', '.join(variables[:4])}"
+                     f"{', ...' if len(variables) > 4 else ''})")
+    what = "the dataset" if source is None else str(source)
+    raise uqmetrics.InputError(f"{what} is not a uqreg study (written by uqreg study or uqreg sweep): it lacks "
+                               f"{' and '.join(lacks)}")
+
 
 def _axis_coord(ds: xr.Dataset) -> str:
     """The 1-D plotting coordinate of the test points (``x``, ``lambda``...)."""
@@ -222,7 +257,9 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
 
 def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
     """Draw every figure a study supports into ``out_dir``; returns the PNG paths. With several
-    recipes every file name gets a ``_<recipe>`` suffix."""
+    recipes every file name gets a ``_<recipe>`` suffix. A dataset that is not a study is refused
+    (:func:`check_study`) before ``out_dir`` is created."""
+    check_study(ds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

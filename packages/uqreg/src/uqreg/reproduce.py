@@ -34,6 +34,7 @@ import uqmetrics
 from uqmetrics.plotting import save_figure
 
 from .engine import RECIPES, TrainConfig
+from .engine.config import is_int
 from .plots import plot_bands, plot_coverage_map, plot_probes
 from .presets import PRESETS
 from .registry import Registry
@@ -88,6 +89,25 @@ SCALES.register(Scale("smoke", "seconds: for tests of this module", {
     "recipes_e3": StudyConfig(task="polynomial", complexities=(2,), methods=("blr", "ens"), repetitions=2,
                               recipes=("paper", "none"), train=_SMOKE_TRAIN),
 }))
+
+
+class SweepFailed(RuntimeError):
+    """Cells of an experiment's sweep failed: not a user's mistake (``uqreg reproduce`` reports it
+    on one line with exit code 1, like ``uqreg sweep``); the finished cells are kept and a rerun
+    retries only the failed ones.
+
+    Attributes
+    ----------
+    experiment : str
+    failed : dict
+        Cell key to its one-line error.
+    """
+
+    def __init__(self, experiment: str, failed: dict):
+        self.experiment, self.failed = experiment, dict(failed)
+        cells = "; ".join(f"{key}: {' '.join(str(err).split())}" for key, err in self.failed.items())
+        super().__init__(f"{experiment}: {len(self.failed)} cell(s) failed ({cells}); rerun the same command to "
+                         f"retry them (finished cells are kept)")
 
 
 def _nearest(values, target):
@@ -292,11 +312,24 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
 
     Each experiment's combined study is written to ``out_dir/<exp>/study.nc``; an existing
     combined file is reused as it is.
+
+    Raises
+    ------
+    ValueError
+        Before any work, for unknown or no experiments, an unknown scale, ``n_workers`` or
+        ``chunk_repetitions`` below 1.
+    SweepFailed
+        When cells of an experiment failed (the finished cells are kept; rerun to retry).
     """
     studies = SCALES.lookup(scale).studies
+    experiments = tuple(experiments)
     unknown = set(experiments) - set(EXPERIMENTS)
-    if unknown:
-        raise ValueError(f"experiments must be among {', '.join(EXPERIMENTS)}, got {sorted(unknown)}")
+    if unknown or not experiments:
+        raise ValueError(f"experiments must be among {', '.join(EXPERIMENTS)}, got "
+                         f"{sorted(unknown) if unknown else 'none'}")
+    for name, value in (("n_workers", n_workers), ("chunk_repetitions", chunk_repetitions)):
+        if (scheduler is None or name != "n_workers") and (not is_int(value) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     out = Path(out_dir)
     results = {}
     for exp in EXPERIMENTS:
@@ -312,7 +345,7 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         ds, report = run_study_sweep(cfg, out / exp, chunk_repetitions=chunk_repetitions, scheduler=scheduler,
                                      n_workers=n_workers, progress=progress)
         if ds is None:
-            raise RuntimeError(f"{exp}: cells failed: {report.failed}; rerun to retry them")
+            raise SweepFailed(exp, report.failed)
         ds.attrs["reproduce_scale"] = scale
         uqmetrics.write_dataset(ds, target)
         results[exp] = ds

@@ -31,6 +31,23 @@ PURPOSES = {
 
 _MASK64 = (1 << 64) - 1
 
+#: The largest task seed: result files store the seed as a signed 64-bit netCDF attr (and
+#: numpy's ``SeedSequence`` takes no negative one), so seeds run from 0 to 2**63 - 1.
+SEED_MAX = 2**63 - 1
+#: What a seed must be, for messages.
+SEED_REQUIREMENT = "must be an integer from 0 to 2**63 - 1 = 9223372036854775807"
+
+
+def valid_seed(seed) -> bool:
+    """True for an integer (not a bool) in ``[0, SEED_MAX]``.
+
+    Examples
+    --------
+    >>> valid_seed(0), valid_seed(SEED_MAX), valid_seed(SEED_MAX + 1), valid_seed(-1), valid_seed(1.0)
+    (True, True, False, False, False)
+    """
+    return isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)) and 0 <= seed <= SEED_MAX
+
 
 def _purpose(purpose: str) -> int:
     try:

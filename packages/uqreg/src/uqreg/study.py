@@ -36,9 +36,11 @@ from uqmetrics.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
+from .engine.config import ConfigError, is_finite, is_int
 from .engine.plan import MIN_BATCH, job_bytes_per_network, physical_memory
 from .methods import get_method, list_methods
 from .reference import reference_prediction
+from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TaskInstance, get_task
 
 #: The variables a study (or a sweep cell) computes; everything else is task data or derived.
@@ -84,30 +86,51 @@ class StudyConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def resolved(self) -> StudyConfig:
-        """Fill defaults and validate every field (raises ValueError before any training)."""
+        """Fill defaults and validate every field before any training.
+
+        Raises
+        ------
+        ValueError
+            :class:`~uqreg.engine.config.ConfigError` naming the field for a value it cannot
+            take (a repeated complexity, a seed out of range, an ensemble of one member...); the
+            registries' errors for unknown names; and the task's or the memory check's errors.
+        """
         task = get_task(self.task)
         levels = task.default_complexities if self.complexities is None else self.complexities
-        comps = tuple(int(c) for c in levels)
+        comps = tuple(levels)
+        if not comps or not all(is_int(c) and c >= 1 for c in comps):
+            raise ConfigError("complexities", "must be integers >= 1", comps)
+        comps = tuple(int(c) for c in comps)
+        if len(set(comps)) != len(comps):
+            raise ConfigError("complexities", "must not repeat", comps)
         methods = tuple(list_methods() if self.methods is None else self.methods)
         if not methods:
-            raise ValueError("methods must name at least one method (None means all)")
+            raise ConfigError("methods", "must name at least one method (None means all)", methods)
         for m in methods:
             get_method(m)
         if len(set(methods)) != len(methods):
-            raise ValueError(f"methods must not repeat, got {list(methods)}")
-        if isinstance(self.repetitions, bool) or int(self.repetitions) != self.repetitions or self.repetitions < 1:
-            raise ValueError(f"repetitions must be an integer >= 1, got {self.repetitions!r}")
-        if self.first_repetition < 0:
-            raise ValueError(f"first_repetition must be >= 0, got {self.first_repetition!r}")
-        if not comps or any(c < 1 for c in comps):
-            raise ValueError(f"complexities must be integers >= 1, got {list(comps)}")
+            raise ConfigError("methods", "must not repeat", methods)
+        if not is_int(self.repetitions) or self.repetitions < 1:
+            raise ConfigError("repetitions", "must be an integer >= 1", self.repetitions)
+        if not is_int(self.first_repetition) or self.first_repetition < 0:
+            raise ConfigError("first_repetition", "must be an integer >= 0", self.first_repetition)
+        if not valid_seed(self.seed):
+            raise ConfigError("seed", SEED_REQUIREMENT, self.seed)
+        if self.n_train is not None and not (is_int(self.n_train) and self.n_train >= 1):
+            raise ConfigError("n_train", "must be an integer >= 1", self.n_train)
+        if self.sigma is not None and not (is_finite(self.sigma) and self.sigma > 0):
+            raise ConfigError("sigma", "must be a positive number", self.sigma)
+        ensembles = [m for m in methods if get_method(m).ensemble]
+        if ensembles and self.train.members < 2:
+            raise ConfigError("members", f"must be >= 2 (an ensemble of one network has no spread; ensemble "
+                              f"methods run: {', '.join(ensembles)})", self.train.members)
         recipes = (self.train.recipe,) if self.recipes is None else tuple(self.recipes)
         if not recipes:
-            raise ValueError("recipes must name at least one recipe (None means train.recipe)")
+            raise ConfigError("recipes", "must name at least one recipe (None means train.recipe)", recipes)
         for r in recipes:
             RECIPES.lookup(r)
         if len(set(recipes)) != len(recipes):
-            raise ValueError(f"recipes must not repeat, got {list(recipes)}")
+            raise ConfigError("recipes", "must not repeat", recipes)
         cfg = replace(self, complexities=comps, methods=methods, recipes=recipes)
         cfg.check_memory()
         for c in comps:  # validates n_train >= p, sigma > 0, complexity

@@ -22,14 +22,15 @@ import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
 from .engine import RECIPES
+from .engine.config import is_int
 from .study import RAW_VARS, StudyConfig, run_raw, summarize
 
 
 def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
     """The cells of a study: one per (recipe, complexity, method, chunk of repetitions)."""
     cfg = config.resolved()
-    if chunk_repetitions < 1:
-        raise ValueError(f"chunk_repetitions must be >= 1, got {chunk_repetitions!r}")
+    if not is_int(chunk_repetitions) or chunk_repetitions < 1:
+        raise ValueError(f"chunk_repetitions must be an integer >= 1, got {chunk_repetitions!r}")
     base = cfg.to_dict()
     cells = []
     reps = cfg.repetition_index
@@ -87,7 +88,13 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     """Run a study as a sweep of cells under ``out_dir/cells`` and combine them.
 
     Returns the combined, summarised dataset (None if a cell failed) and the sweep report.
+    ``n_workers`` and ``threads_per_worker`` (integers >= 1) size the ``LocalCluster`` started
+    when neither ``scheduler`` nor ``client`` is given; ``ValueError`` before any work otherwise
+    (a cluster of no worker would wait for ever).
     """
+    for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
+        if scheduler is None and client is None and (not is_int(value) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     cfg = config.resolved()
     if cfg.train.parallel_chunks is None and not cfg.train.device.startswith("cuda"):
         # the workers are the parallelism: one chunk at a time inside each cell

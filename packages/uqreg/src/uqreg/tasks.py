@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .registry import Registry
-from .rng import numpy_stream
+from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
 
 FeatureMap = Callable[[np.ndarray, int], np.ndarray]
 
@@ -117,6 +117,8 @@ class LinearTask:
         """
         if isinstance(complexity, bool) or not isinstance(complexity, (int, np.integer)) or complexity < 1:
             raise ValueError(f"complexity must be an integer >= 1, got {complexity!r}")
+        if not valid_seed(seed):
+            raise ValueError(f"seed {SEED_REQUIREMENT}, got {seed!r}")
         c = int(complexity)
         sigma = self.sigma if sigma is None else float(sigma)
         if not np.isfinite(sigma) or sigma <= 0:

@@ -3,9 +3,12 @@ PROTOCOLS R.3 defaults) and the training :class:`Recipe` s (loss and L2 conventi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from uqmetrics import InputError
 
 from ..registry import Registry
 
@@ -17,6 +20,43 @@ L2_MODES = ("coupled", "sum", "decoupled", "none")
 DTYPES = ("float32", "float64")
 #: Training-step implementations (``TrainConfig.backend``).
 BACKENDS = ("fused", "autograd")
+
+
+class ConfigError(InputError):
+    """A configuration field holds a value it cannot take.
+
+    The message is ``"<field> <requirement>, got <value>"``; :attr:`field`, :attr:`requirement`
+    and :attr:`value` let a caller restate it under its own name for the field (the command line
+    names its option: :meth:`restated`). An :class:`uqmetrics.InputError`, so a
+    :class:`ValueError`.
+
+    Examples
+    --------
+    >>> err = ConfigError("weight_decay", "must be a finite number >= 0", float("inf"))
+    >>> str(err)
+    'weight_decay must be a finite number >= 0, got inf'
+    >>> err.restated("--weight-decay", "inf")
+    '--weight-decay must be a finite number >= 0, got inf'
+    """
+
+    def __init__(self, field: str, requirement: str, value):
+        self.field, self.requirement, self.value = field, requirement, value
+        super().__init__(self.restated(field, repr(value)))
+
+    def restated(self, name: str, value: str) -> str:
+        """The message with the field called ``name`` and its value written as ``value``."""
+        return f"{name} {self.requirement}, got {value}"
+
+
+def is_int(value) -> bool:
+    """True for a Python or numpy integer (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_finite(value) -> bool:
+    """True for a finite real number (not a bool)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+        and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -167,32 +207,43 @@ class TrainConfig:
     parallel_chunks: int | None = None
 
     def __post_init__(self):
-        checks = {
-            "members": self.members >= 1,
-            "mc_samples": self.mc_samples >= 2,
-            "bootstrap_batches": self.bootstrap_batches >= 1,
-            "dropout": 0.0 < self.dropout < 1.0,
-            "lr": self.lr > 0,
-            "max_memory": self.max_memory > 0,
-            "epochs": self.epochs is None or self.epochs >= 1,
-            "weight_decay": self.weight_decay is None or self.weight_decay >= 0,
-            "hidden": all(h >= 1 for h in self.hidden),
-            "dtype": self.dtype in DTYPES,
-            "std_ddof": self.std_ddof in (0, 1),
-            "chunk_networks": self.chunk_networks is None or self.chunk_networks >= 1,
-            "adam": self.adam in ("foreach", "fused"),
-            "backend": self.backend in BACKENDS,
-            "parallel_chunks": self.parallel_chunks is None or self.parallel_chunks >= 1,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"{name} has an invalid value: {getattr(self, name)!r}")
+        def int_at_least(low, optional=False):
+            return lambda v: (optional and v is None) or (is_int(v) and v >= low)
+
+        int_req = "must be an integer >= {}".format
+        checks = (  # field, test, requirement
+            ("hidden", lambda v: isinstance(v, tuple) and all(is_int(h) and h >= 1 for h in v),
+             "must be a tuple of integers >= 1"),
+            ("negative_slope", is_finite, "must be a finite number"),
+            ("lr", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
+            ("betas", lambda v: isinstance(v, tuple) and len(v) == 2 and all(is_finite(b) and 0 <= b < 1 for b in v),
+             "must be two numbers in [0, 1)"),
+            ("weight_decay", lambda v: v is None or (is_finite(v) and v >= 0), "must be a finite number >= 0"),
+            ("epochs", int_at_least(1, optional=True), int_req(1)),
+            ("members", int_at_least(1), int_req(1)),
+            ("dropout", lambda v: is_finite(v) and 0 < v < 1, "must be a number in (0, 1)"),
+            ("mc_samples", int_at_least(2), int_req(2) + " (the spread of one pass is undefined)"),
+            ("concrete_temperature", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
+            ("concrete_length_scale", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
+            ("adversarial_epsilon", lambda v: is_finite(v) and v >= 0, "must be a finite number >= 0"),
+            ("bootstrap_batches", int_at_least(1), int_req(1)),
+            ("std_ddof", lambda v: is_int(v) and v in (0, 1), "must be 0 or 1"),
+            ("dtype", lambda v: v in DTYPES, f"must be one of {', '.join(DTYPES)}"),
+            ("max_memory", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
+            ("chunk_networks", int_at_least(1, optional=True), int_req(1)),
+            ("adam", lambda v: v in ("foreach", "fused"), "must be foreach or fused"),
+            ("backend", lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
+            ("parallel_chunks", int_at_least(1, optional=True), int_req(1)),
+        )
+        for name, ok, requirement in checks:
+            if not ok(getattr(self, name)):
+                raise ConfigError(name, requirement, getattr(self, name))
         try:
             kind = torch.device(self.device).type
         except (RuntimeError, TypeError):
             kind = None
         if kind not in ("cpu", "cuda"):
-            raise ValueError(f"device has an invalid value: {self.device!r} (cpu, cuda or cuda:N)")
+            raise ConfigError("device", "must be cpu, cuda or cuda:N", self.device)
         RECIPES.lookup(self.recipe)
 
     def torch_device(self) -> torch.device:

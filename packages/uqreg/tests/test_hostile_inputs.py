@@ -283,6 +283,29 @@ def test_j_reference_refuses_a_folder_or_an_existing_file_as_its_output(run, cap
 
 
 # ---------------------------------------------------------------------------------------------
+# the other numeric options: each refusal names its option too
+
+
+@pytest.mark.parametrize("args, message", [
+    (["study", "--sigma", "inf"], "--sigma must be a positive number, got inf"),
+    (["study", "--n-train", "0"], "--n-train must be an integer >= 1, got 0"),
+    (["study", "--dropout", "nan"], "--dropout must be a number in (0, 1), got nan"),
+    (["study", "--epochs", "0"], "--epochs must be an integer >= 1, got 0"),
+    (["study", "--mc-samples", "1"], "--mc-samples must be an integer >= 2"),
+    (["study", "--methods", "ens,ens"], "--methods must not repeat, got ens,ens"),
+    (["sweep", "--chunk-repetitions", "0"], "argument --chunk-repetitions: must be an integer >= 1, got 0"),
+    (["sweep", "--threads-per-worker", "0"], "argument --threads-per-worker: must be an integer >= 1, got 0"),
+    (["reference", "--sigma", "inf"], "--sigma must be a positive number, got inf"),
+    (["reference", "--n-train", "0"], "--n-train must be an integer >= 1, got 0"),
+])
+def test_other_bad_numbers_name_their_option(run, capsys, no_training, args, message):
+    before = _hashes(run)
+    out = ["--out", str(run / "ref.nc")] if args[0] == "reference" else [*TINY, "--overwrite", "--out", str(run)]
+    _refused(capsys, [args[0], *out, *args[1:]], message)
+    assert _hashes(run) == before
+
+
+# ---------------------------------------------------------------------------------------------
 # failed sweep cells (not a user's mistake): one line, exit code 1, finished cells kept
 
 

@@ -271,6 +271,10 @@ def cmd_reference(a: argparse.Namespace) -> int:
         raise InputError(f"--seed {SEED_REQUIREMENT}, got {a.seed}")
     if a.repetitions < 1:
         raise InputError(f"--repetitions must be an integer >= 1, got {a.repetitions}")
+    if a.n_train is not None and a.n_train < 1:
+        raise InputError(f"--n-train must be an integer >= 1, got {a.n_train}")
+    if a.sigma is not None and not (np.isfinite(a.sigma) and a.sigma > 0):
+        raise InputError(f"--sigma must be a positive number, got {a.sigma}")
     if a.out:
         target = Path(a.out)
         if target.is_dir():

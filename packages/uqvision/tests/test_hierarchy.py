@@ -1,5 +1,6 @@
-"""The generated ``hierarchy`` image set (PROTOCOLS V.0): determinism, balance, roles, soft
-labels, superclass structure recovered by Ward clustering, and a small CNN's accuracy band."""
+"""The generated ``hierarchy`` image set (docs/conventions.md#v-0): determinism, balance, roles,
+soft labels, superclass structure recovered by Ward clustering, and a small CNN's accuracy
+band."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Selective paper's analyses as functions of a selective result (PROTOCOLS V.1).
+"""The Selective paper's analyses as functions of a selective result (docs/conventions.md#v-1).
 
 Every function takes the ``xarray.Dataset`` written by ``uqvision score --protocol selective``
 (dims ``model`` × ``calibration``, per-model coords ``method``, ``base_model`` and the metadata

@@ -1,7 +1,7 @@
 """Architectures uqvision adds to timm's registry (registered when uqvision is imported).
 
-``uqvision_cnn``: a small CNN for the 32×32 stand-in images (PROTOCOLS V.0), the CPU stand-in
-for the papers' ResNet-18/50. It is a real timm model: ``timm.create_model("uqvision_cnn",
+``uqvision_cnn``: a small CNN for the 32×32 stand-in images (docs/conventions.md#v-0), the CPU
+stand-in for the papers' ResNet-18/50. It is a real timm model: ``timm.create_model("uqvision_cnn",
 num_classes=C, width=8)`` builds it, local weights load through timm's pretrained-file overlay,
 and it has timm's classifier interface (``forward_features``, ``forward_head(pre_logits=...)``,
 ``get_classifier``, ``reset_classifier``), so every training method, :func:`uqvision.train.

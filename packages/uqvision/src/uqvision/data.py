@@ -606,4 +606,4 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
 DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
 DATASET_MAKERS.add("digits", make_digits_folder)
 DATASET_MAKERS.add("synthetic", make_synthetic_folder)
-DATASET_MAKERS.add("hierarchy", make_hierarchy)  # PROTOCOLS V.0 stand-in (uqvision.hierarchy)
+DATASET_MAKERS.add("hierarchy", make_hierarchy)  # docs/conventions.md#v-0 (uqvision.hierarchy)

@@ -1,4 +1,4 @@
-"""Ensembles protocol (PROTOCOLS.md V.2): metrics vs number of samples and the Deep Ensemble
+"""Ensembles protocol (docs/conventions.md#v-2): metrics vs number of samples and the Deep Ensemble
 Equivalent of every method, from cached predictions.
 
 Caches are grouped by what they are, never by where they lie: a cache's ``method`` attr (the
@@ -23,7 +23,7 @@ Every group is scored by ``uqmetrics.ensemble_size_curve`` (the one scoring path
 every prefix ensemble over ``n_orders`` member orders, CLL and calibrated Brier by ``test_cv``,
 each order with its own test-CV halves); ``uqmetrics.deep_ensemble_equivalent_curve`` maps
 each group's mean curve onto the deep ensemble's (bounds: the deep ensemble's mean ∓ sample
-std over orders, PROTOCOLS S.3), on the CLL and on the other metrics of
+std over orders, docs/conventions.md#s-3), on the CLL and on the other metrics of
 :data:`DEE_METRICS`, against the plain deep ensemble and, for TTA groups, also against the
 deep ensemble with TTA (the paper's table).
 """

@@ -1,4 +1,5 @@
-"""The generated ``hierarchy`` image set: a class tree for the vision protocols (PROTOCOLS V.0).
+"""The generated ``hierarchy`` image set: a class tree for the vision protocols
+(docs/conventions.md#v-0).
 
 Each superclass is one family of procedural patterns (oriented gratings, ring sets, blob
 constellations, checkers, strokes, …) drawn in its own two-colour palette; each class is one
@@ -474,7 +475,7 @@ def _check_args(scale, seed) -> HierarchyScale:
 
 def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
                    overwrite: bool = False) -> Path:
-    """Generate the ``hierarchy`` image set into the folder ``out`` (PROTOCOLS V.0).
+    """Generate the ``hierarchy`` image set into the folder ``out`` (docs/conventions.md#v-0).
 
     Parameters
     ----------

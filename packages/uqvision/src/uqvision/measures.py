@@ -1,4 +1,4 @@
-"""Uncertainty measures of the UIMNET protocol (PROTOCOLS V.3), one registry entry each.
+"""Uncertainty measures of the UIMNET protocol (docs/conventions.md#v-3), one registry entry each.
 
 A measure maps what a predictor produced on a set of images (:class:`MeasureInput`) to one
 uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds the seven:

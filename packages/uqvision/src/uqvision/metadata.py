@@ -1,4 +1,5 @@
-"""Model metadata for the selective protocol (PROTOCOLS V.1): size, input size, family, regime.
+"""Model metadata for the selective protocol (docs/conventions.md#v-1): size, input size,
+family, regime.
 
 The Selective paper's analyses compare models by how they were trained (knowledge distillation,
 pre-training data, adversarial training, semi-/self-supervision, the teacher) and by their size.

@@ -355,7 +355,7 @@ class TorchvisionSource:
     The preprocessing is that of the weights enum member named (``tv/resnet50.IMAGENET1K_V1``:
     resize 256, crop 224; ``.IMAGENET1K_V2``: resize 232), or of the architecture's ``DEFAULT``
     member when none is named; the member is the model's tag and its transform is recorded in
-    every cache (PROTOCOLS V.1). A checkpoint written by ``uqvision train`` keeps its own
+    every cache (docs/conventions.md#v-1). A checkpoint written by ``uqvision train`` keeps its own
     sidecar preprocessing.
     """
 

@@ -1,4 +1,4 @@
-"""The UIMNET scoring protocol (PROTOCOLS V.3): caches → uqmetrics → ``ood.nc``.
+"""The UIMNET scoring protocol (docs/conventions.md#v-3): caches → uqmetrics → ``ood.nc``.
 
 Reads the run caches and ensemble cells that :mod:`uqvision.reproduce.uimnet` writes under a
 ``caches/`` folder, and scores every (algorithm, spectral, data seed, K) ensemble:
@@ -215,7 +215,7 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
                      "method": "uqvision.measures.reference_split (uqmetrics "
                                "calibration_splits, stratified_holdout)",
                      "sizes_by_data_seed": split_sizes}),
-                 "protocol": "UIMNET (PROTOCOLS V.3)"}
+                 "protocol": "UIMNET (docs/conventions.md#v-3)"}
     return out
 
 

@@ -1,4 +1,4 @@
-"""Selective-prediction protocol (PROTOCOLS.md V.1): one row per model, from cached logits.
+"""Selective-prediction protocol (docs/conventions.md#v-1): one row per model, from cached logits.
 
 Every row is one call of ``uqmetrics.temperature_scaled_metrics`` (the one scoring path):
 registered metrics on the same evaluation samples with and without temperature scaling

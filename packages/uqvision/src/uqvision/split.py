@@ -1,4 +1,4 @@
-"""The UIMNET in/out-domain class split (PROTOCOLS V.3) and its data views.
+"""The UIMNET in/out-domain class split (docs/conventions.md#v-3) and its data views.
 
 1. :func:`class_means` — per-class mean penultimate features of a feature cache.
 2. :func:`ward_split` — Ward agglomerative clustering (scipy) of the class means; the classes

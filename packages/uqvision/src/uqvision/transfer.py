@@ -250,7 +250,7 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
     for name in full.data_vars:
         out[name] = full[name]
     out.attrs = provenance_attrs(extra={
-        "protocol": "transfer (URL, PROTOCOLS V.4)",
+        "protocol": "transfer (URL, docs/conventions.md#v-4)",
         "selection": f"per method: best mean validation r_auroc among configs with mean "
                      f"validation recall_at_1 >= {MIN_RECALL}",
         "conventions": "S.5: cosine R@1 excluding the query; R-AUROC positives = wrong "

@@ -1,6 +1,7 @@
-"""The UIMNET algorithms (PROTOCOLS V.3) as :class:`~uqvision.methods.registry.TrainingMethod`
-entries: ``erm``, ``mixup``, ``soft_labeler``, ``mimo``, ``rbf``, ``rnd``, ``oc``, ``deep_ae``
-and ``due`` (``mc_dropout`` is the entry of :mod:`~uqvision.methods.ensembles`).
+"""The UIMNET algorithms (docs/conventions.md#v-3) as
+:class:`~uqvision.methods.registry.TrainingMethod` entries: ``erm``, ``mixup``,
+``soft_labeler``, ``mimo``, ``rbf``, ``rnd``, ``oc``, ``deep_ae`` and ``due`` (``mc_dropout``
+is the entry of :mod:`~uqvision.methods.ensembles`).
 
 Every algorithm wraps a :class:`FeatureClassifier` (featurizer φ + linear classifier w) and
 returns a module whose eval-mode forward gives logits of shape (n, C), with ``features(x)`` →

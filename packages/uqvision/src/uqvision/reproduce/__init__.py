@@ -1,8 +1,8 @@
 """Paper reproductions: one driver per paper, registered in :data:`REPRODUCTIONS`.
 
 ``uqvision reproduce NAME --scale smoke|cpu --out DIR`` runs a driver on the generated
-``hierarchy`` stand-in (PROTOCOLS V.0); ``--data ROOT --arch NAME`` runs the same code path on a
-real image folder with a real timm architecture. A driver trains (or reuses, after an
+``hierarchy`` stand-in (docs/conventions.md#v-0); ``--data ROOT --arch NAME`` runs the same
+code path on a real image folder with a real timm architecture. A driver trains (or reuses, after an
 interruption) what its protocol needs, predicts into ``DIR/caches/``, scores into ``DIR/*.nc``
 and draws the figures into ``DIR/figures/``.
 

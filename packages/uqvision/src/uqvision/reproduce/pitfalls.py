@@ -1,4 +1,5 @@
-"""``uqvision reproduce pitfalls``: the Pitfalls paper's study of ensembles (PROTOCOLS V.2).
+"""``uqvision reproduce pitfalls``: the Pitfalls paper's study of ensembles
+(docs/conventions.md#v-2).
 
 Every method of the paper is trained on one data set with one architecture, predicted plain
 (centre crop) and with test-time augmentation (one random augmentation per member and draw),

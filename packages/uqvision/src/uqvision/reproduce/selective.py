@@ -1,8 +1,8 @@
 """``uqvision reproduce selective``: the Selective paper's comparisons on a zoo trained locally.
 
 No ImageNet and no pretrained weights exist here, so the paper's 523-model zoo is replaced by a
-small zoo trained on the generated ``hierarchy`` set (PROTOCOLS V.0) with *controlled* regimes,
-which the paper could only compare through whatever pairs the model hubs happened to offer:
+small zoo trained on the generated ``hierarchy`` set (docs/conventions.md#v-0) with *controlled*
+regimes, which the paper could only compare through whatever pairs the model hubs happened to offer:
 
 - several architectures and widths (:data:`ZOO_ARCHS`), each trained plainly;
 - for the student architectures, the same architecture and seed trained with knowledge

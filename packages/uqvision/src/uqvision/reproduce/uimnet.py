@@ -1,4 +1,4 @@
-"""``uqvision reproduce uimnet``: the UIMNET protocol (PROTOCOLS V.3) end to end.
+"""``uqvision reproduce uimnet``: the UIMNET protocol (docs/conventions.md#v-3) end to end.
 
 1. data: the ``hierarchy`` stand-in (``--data ROOT`` with ``train/`` and ``val/`` (or ``test/``)
    folders for a real image set);

@@ -1,4 +1,4 @@
-"""``uqvision reproduce url``: the URL transfer benchmark (PROTOCOLS V.4) end to end.
+"""``uqvision reproduce url``: the URL transfer benchmark (docs/conventions.md#v-4) end to end.
 
 Steps (each resumable: a finished file is never recomputed):
 

@@ -1,5 +1,5 @@
-"""Tests of uqmetrics.classification: golden values (PROTOCOLS.md S.2), hand-computed bin cases,
-scikit-learn cross-checks, properties and input validation."""
+"""Tests of uqmetrics.classification: golden values (docs/conventions.md#s-2), hand-computed bin
+cases, scikit-learn cross-checks, properties and input validation."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from uqmetrics.testing import examples
 from uqmetrics.testing.strategies import probs_and_labels
 
 # ----------------------------------------------------------------------------------------------
-# Golden values: the worked examples of PROTOCOLS.md S.2 (Selective paper, Appendix C)
+# Golden values: the worked examples of docs/conventions.md#s-2 (Selective paper, Appendix C)
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Confidence and uncertainty functions (PROTOCOLS.md S.2)."""
+"""Confidence and uncertainty functions (docs/conventions.md#s-2)."""
 
 import doctest
 import math

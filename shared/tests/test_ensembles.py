@@ -1,5 +1,5 @@
 """Tests of uqmetrics.ensembles: averaging in log space, the size curve and the deep ensemble
-equivalent (PROTOCOLS.md S.3)."""
+equivalent (docs/conventions.md#s-3)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_size_curve_calibrated_adds_cll():
                              n_repeats=2, seed=0, calibrated_metrics=("brier",))
     assert dict(ds["cll"].sizes) == {"order": 2, "size": 3}
     order = ds["member_order"].values[1]
-    # order 1 redraws the test_cv halves: seed + 1 (PROTOCOLS S.3)
+    # order 1 redraws the test_cv halves: seed + 1 (docs/conventions.md#s-3)
     assert ds["split_seed"].values.tolist() == [0, 1]
     pair = ensemble_log_probs(lp[order[:2]])
     expected = calibrated_log_likelihood(pair, y, n_repeats=2, seed=1)

@@ -1,4 +1,4 @@
-"""Out-of-domain detection metrics (PROTOCOLS.md S.4)."""
+"""Out-of-domain detection metrics (docs/conventions.md#s-4)."""
 
 import doctest
 

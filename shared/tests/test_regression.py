@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.regression (PROTOCOLS S.6 and R.4)."""
+"""Tests of uqmetrics.regression (docs/conventions.md#s-6 and R.4)."""
 
 from __future__ import annotations
 

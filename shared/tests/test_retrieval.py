@@ -1,4 +1,4 @@
-"""Retrieval metrics (PROTOCOLS.md S.5, URL)."""
+"""Retrieval metrics (docs/conventions.md#s-5, URL)."""
 
 import doctest
 import math

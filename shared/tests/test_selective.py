@@ -1,4 +1,5 @@
-"""Selective-prediction metrics (PROTOCOLS.md S.2): golden values, hand cases, cross-checks."""
+"""Selective-prediction metrics (docs/conventions.md#s-2): golden values, hand cases,
+cross-checks."""
 
 import doctest
 import itertools
@@ -250,7 +251,7 @@ def test_sac_first_drop_matches_official_code(seed, alpha):
     order = np.argsort(-k)
     expected = _official_first_drop(c[order], alpha)
     assert sac_score(c, k, accuracy=alpha, rule="first_drop") == expected
-    # the two rules differ (what PROTOCOLS S.2 measured at ImageNet scale)
+    # the two rules differ (docs/conventions.md#s-2 gives the difference at ImageNet scale)
     assert sac_score(c, k, accuracy=alpha) != expected
 
 

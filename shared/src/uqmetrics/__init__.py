@@ -2,7 +2,7 @@
 
 Pure functions, sklearn naming (``*_score`` higher is better, ``*_loss``/``*_error`` lower is
 better), positional data and keyword-only options. Inputs may be numpy arrays, torch tensors or
-xarray objects. The conventions each metric follows (PROTOCOLS.md S.1-S.6) are listed in
+xarray objects. The conventions each metric follows (docs/conventions.md#s) are listed in
 :data:`CONVENTIONS` and are written into every result file's attrs.
 """
 

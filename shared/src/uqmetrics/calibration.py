@@ -1,4 +1,4 @@
-"""Softmax, temperature scaling and its three evaluation protocols (PROTOCOLS.md S.1).
+"""Softmax, temperature scaling and its three evaluation protocols (docs/conventions.md#s-1).
 
 Temperature scaling fits one scalar ``T > 0`` minimising the NLL of ``softmax(z / T)`` on a
 calibration set, with a bounded 1-D search over ``log T``. The protocols decide which samples
@@ -334,7 +334,7 @@ class CalibrationProtocol:
     description: str
 
 
-#: Registered protocols (PROTOCOLS.md S.1).
+#: Registered protocols (docs/conventions.md#s-1).
 CALIBRATION_PROTOCOLS: dict[str, CalibrationProtocol] = {
     p.name: p
     for p in (
@@ -563,7 +563,7 @@ def calibrated_log_likelihood(
     Notes
     -----
     ``CLL = (1/F) sum_f (1/|E_f|) sum_{i in E_f} log softmax(z_i / T_f)_{y_i}`` with ``T_f``
-    fitted on the complementary half (PROTOCOLS.md S.1; NLL clipped at 1e-12 as ``nll``).
+    fitted on the complementary half (docs/conventions.md#s-1; NLL clipped at 1e-12 as ``nll``).
 
     References
     ----------

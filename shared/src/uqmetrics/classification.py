@@ -1,4 +1,4 @@
-"""Classification and calibration metrics on ``(labels, probs)`` (PROTOCOLS.md S.1).
+"""Classification and calibration metrics on ``(labels, probs)`` (docs/conventions.md#s-1).
 
 Every metric takes integer ``labels`` of shape ``(n,)`` and class probabilities ``probs`` of shape
 ``(n, C)`` (rows summing to 1), as numpy arrays, torch tensors or xarray objects, and returns a
@@ -152,7 +152,7 @@ def nll_loss(labels: Any, probs: Any, *, eps: float = 1e-12) -> float:
 
     Notes
     -----
-    ``NLL = -(1/n) sum_i log max(p_{i, y_i}, eps)`` (PROTOCOLS.md S.1).
+    ``NLL = -(1/n) sum_i log max(p_{i, y_i}, eps)`` (docs/conventions.md#s-1).
 
     Examples
     --------
@@ -188,8 +188,8 @@ def brier_loss(labels: Any, probs: Any, *, normalize: bool = False) -> float:
     Notes
     -----
     ``BS = (1/n) sum_i sum_c (p_ic - 1[c = y_i])^2`` summed over classes, **not** divided by
-    ``C`` unless ``normalize=True`` (PROTOCOLS.md S.1). For two classes the un-normalised value is
-    twice scikit-learn's ``brier_score_loss`` on the positive-class probability.
+    ``C`` unless ``normalize=True`` (docs/conventions.md#s-1). For two classes the un-normalised
+    value is twice scikit-learn's ``brier_score_loss`` on the positive-class probability.
 
     Examples
     --------
@@ -420,8 +420,8 @@ def expected_calibration_error(
     -----
     ``ECE = sum_j |B_j|/n * |acc(B_j) - conf(B_j)|`` over non-empty bins, ``acc`` the fraction
     of correct top-1 predictions and ``conf`` the mean top-1 probability in the bin (Guo et al.,
-    2017; PROTOCOLS.md S.1). ECE is biased and minimised by ``T -> inf``; never rank methods by
-    it alone (Ashukha et al., 2020).
+    2017; docs/conventions.md#s-1). ECE is biased and minimised by ``T -> inf``; never rank
+    methods by it alone (Ashukha et al., 2020).
 
     References
     ----------

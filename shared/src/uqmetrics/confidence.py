@@ -1,4 +1,4 @@
-"""Confidence and uncertainty functions of class probabilities (PROTOCOLS.md S.2).
+"""Confidence and uncertainty functions of class probabilities (docs/conventions.md#s-2).
 
 Shapes:
 

@@ -1,9 +1,11 @@
-"""The metric conventions of PROTOCOLS.md S.1-S.6, as written into result-file attrs.
+"""The metric conventions of docs/conventions.md#s, as written into result-file attrs.
 
 Each entry names a convention on which peer implementations disagree and the choice this
 package makes by default. Every registered metric (:mod:`uqmetrics.registry`) has an entry
 under its registered name. :func:`uqmetrics.io.provenance_attrs` stores this mapping (JSON) in
-every result file, so that a number can always be traced to its definition.
+every result file, so that a number can always be traced to its definition. The prefix of
+each entry (``S.1`` ... ``S.6``, ``R.4``) names the section of ``docs/conventions.md`` that
+explains it (anchors ``#s-1`` ... ``#s-6``, ``#r-4``).
 """
 
 from scipy.special import ndtri
@@ -12,7 +14,7 @@ __all__ = ["CONVENTIONS", "COVERAGE_Z"]
 
 #: Half-width multiplier of the central 95% Gaussian interval, the 0.975 quantile of the
 #: standard normal distribution (1.959963984540054); the default ``z`` of every coverage
-#: function (PROTOCOLS R.4).
+#: function (docs/conventions.md#r-4).
 COVERAGE_Z: float = float(ndtri(0.975))
 
 _ECE = ("15 bins on top-1 confidence, (j-1/M, j/M] left-open right-closed, 0 in the first bin, "

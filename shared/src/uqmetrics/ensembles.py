@@ -1,7 +1,7 @@
 """Ensembles: averaged predictions, metric-vs-size curves and the deep ensemble equivalent.
 
 Member predictions are log-probabilities with ONE explicit leading ensemble axis ``member``:
-shape ``(member, n, C)`` (PROTOCOLS.md S.3). The ensemble averages probabilities,
+shape ``(member, n, C)`` (docs/conventions.md#s-3). The ensemble averages probabilities,
 ``log pbar = logsumexp_k(log p_k) - log K``.
 """
 
@@ -42,7 +42,7 @@ __all__ = [
 
 
 #: How :func:`deep_ensemble_equivalent_curve` and :func:`ensemble_size_curve` make the DEE
-#: bounds (PROTOCOLS.md S.3, as decided); recorded in result attrs.
+#: bounds (docs/conventions.md#s-3); recorded in result attrs.
 DEE_BOUNDS_CONVENTION = (
     "S.3: DEE bounds from the deep ensemble's mean -/+ sample std (ddof=1) over member orders; "
     "order o redraws the test_cv halves (seed + o) and, for members with several augmentation "
@@ -89,8 +89,8 @@ def ensemble_log_probs(member_log_probs: Any) -> np.ndarray:
 
     Notes
     -----
-    ``log pbar_ic = logsumexp_k(log p_kic) - log K`` (PROTOCOLS.md S.3), computed in log space
-    so that tiny member probabilities are not lost.
+    ``log pbar_ic = logsumexp_k(log p_kic) - log K`` (docs/conventions.md#s-3), computed in log
+    space so that tiny member probabilities are not lost.
 
     References
     ----------
@@ -172,7 +172,7 @@ def ensemble_size_curve(
         as ``calibrated_<name>`` (e.g. ``("brier",)`` gives ``calibrated_brier``); they share
         the folds (and fitted temperatures) of ``cll``.
     redraw_splits : bool, default True
-        Order ``o`` uses the ``test_cv`` seed ``seed + o`` (PROTOCOLS S.3 as decided: the spread
+        Order ``o`` uses the ``test_cv`` seed ``seed + o`` (docs/conventions.md#s-3: the spread
         over orders carries the split noise, as the official code's does); ``False``: every
         cell uses ``seed`` (same splits everywhere).
 
@@ -360,8 +360,8 @@ def deep_ensemble_equivalent(
     Notes
     -----
     ``DEE_m = min{l >= 1 : CLL_DE^mean(l) >= CLL_m}`` with ``CLL_DE^mean`` linearly interpolated
-    between the measured sizes (Ashukha et al., 2020, eq. 4; PROTOCOLS.md S.3); the curve need
-    not be monotone, the FIRST crossing counts. ``lower``/``upper`` use ``mean + std`` /
+    between the measured sizes (Ashukha et al., 2020, eq. 4; docs/conventions.md#s-3); the curve
+    need not be monotone, the FIRST crossing counts. ``lower``/``upper`` use ``mean + std`` /
     ``mean - std`` (eq. 5). Conventions: a method at or below the smallest measured ensemble
     (normally the single network) gets ``de_sizes[0]`` (= 1); a method above the whole curve
     gets the cap ``de_sizes[-1]`` with ``capped=True`` (its true DEE is at least the cap).
@@ -436,8 +436,9 @@ def deep_ensemble_equivalent_curve(
     greater_is_better : bool, default True
         The metric's direction (``cll``, accuracy: True; NLL, Brier: False).
     ddof : int, default 1
-        Delta degrees of freedom of the deep ensemble's std over orders (PROTOCOLS S.3: the
-        sample std). With a single order the std is taken as 0 (bounds = DEE).
+        Delta degrees of freedom of the deep ensemble's std over orders
+        (docs/conventions.md#s-3: the sample std). With a single order the std is taken as 0
+        (bounds = DEE).
 
     Returns
     -------

@@ -198,7 +198,7 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     seed : int or JSON-serialisable, optional
         The root seed (JSON when not an int; ``"null"`` when absent).
     conventions : mapping, optional
-        Metric conventions used; default :data:`uqmetrics.CONVENTIONS` (PROTOCOLS S.1-S.6).
+        Metric conventions used; default :data:`uqmetrics.CONVENTIONS` (docs/conventions.md#s).
     extra : mapping, optional
         Further attrs (e.g. ``device``, ``wall_time_s``); converted the same way and applied
         last, so they may override the defaults.

@@ -1,4 +1,4 @@
-"""Out-of-domain detection metrics of an uncertainty score (PROTOCOLS.md S.4, UIMNET).
+"""Out-of-domain detection metrics of an uncertainty score (docs/conventions.md#s-4, UIMNET).
 
 Every function takes uncertainties ``u`` (higher = more uncertain = more likely out-domain),
 one value per sample, shape (n_samples,). The out-domain samples are the positive class.
@@ -138,7 +138,7 @@ def out_as_out_score(u_out_test: Any, threshold: float) -> float:
 
     Notes
     -----
-    The UIMNET paper's text says "in-domain" here; that is a typo (PROTOCOLS.md V.3).
+    The UIMNET paper's text says "in-domain" here; that is a typo (docs/conventions.md#v-3).
 
     Examples
     --------

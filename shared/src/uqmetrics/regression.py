@@ -1,4 +1,5 @@
-"""Regression uncertainty metrics: repeated-retrain coverage and proper scores (PROTOCOLS S.6, R.4).
+"""Regression uncertainty metrics: repeated-retrain coverage and proper scores
+(docs/conventions.md#s-6 and docs/conventions.md#r-4).
 
 Two families live here.
 
@@ -178,7 +179,8 @@ def _deviation(prediction, truth):
 
 
 def _covered(dev, uncertainty, z: float):
-    """Whether a deviation is covered: ``dev < z * uncertainty`` (strict, PROTOCOLS R.4)."""
+    """Whether a deviation is covered: ``dev < z * uncertainty`` (strict,
+    docs/conventions.md#r-4)."""
     return dev < z * uncertainty
 
 
@@ -215,12 +217,13 @@ def coverage(prediction, uncertainty, truth, *, z: float = COVERAGE_Z, dim: Hash
     Notes
     -----
     ``coverage = (1/k) sum_r 1[|prediction_r - truth| < z * uncertainty_r]`` with a strict
-    inequality (PROTOCOLS R.4): a deviation exactly equal to ``z * uncertainty`` is *not* covered,
-    so a zero uncertainty never covers.
+    inequality (docs/conventions.md#r-4): a deviation exactly equal to ``z * uncertainty`` is
+    *not* covered, so a zero uncertainty never covers.
 
     References
     ----------
-    Regression framework with a Bayesian reference, seed paper 002, Sec. R.4 of PROTOCOLS.md.
+    F. Schmähling, J. Martin, C. Elster (2023), "A framework for benchmarking uncertainty in
+    deep regression", Applied Intelligence; docs/conventions.md#r-4.
 
     Examples
     --------
@@ -427,7 +430,8 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
                      reference: Any = None, alpha: float = 0.05, method: str = "wilson",
                      regions: xr.DataArray | None = None, region_dims: Any = None,
                      skipna: bool = False) -> xr.Dataset:
-    """Per-point (and per-region) summary of a repeated-retrain coverage study (PROTOCOLS R.4).
+    """Per-point (and per-region) summary of a repeated-retrain coverage study
+    (docs/conventions.md#r-4).
 
     Parameters
     ----------
@@ -496,7 +500,8 @@ def coverage_summary(ds: xr.Dataset, *, dim: Hashable = "repetition", z: float =
 
     References
     ----------
-    Regression framework with a Bayesian reference (seed paper 002), Secs. 4-5; PROTOCOLS.md R.4.
+    F. Schmähling, J. Martin, C. Elster (2023), "A framework for benchmarking uncertainty in
+    deep regression", Applied Intelligence, Secs. 4-5; docs/conventions.md#r-4.
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""Retrieval metrics of embeddings and their uncertainties (PROTOCOLS.md S.5, URL).
+"""Retrieval metrics of embeddings and their uncertainties (docs/conventions.md#s-5, URL).
 
 Shapes: ``embeddings`` (n_samples, n_features), ``labels`` (n_samples,) integer classes,
 ``uncertainty`` / ``u_*`` (n_samples,) with higher = more uncertain.

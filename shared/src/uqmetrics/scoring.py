@@ -141,7 +141,7 @@ def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
     -----
     Classification metrics: ``f(labels, probs)``. Selective metrics: ``f(correct, κ)`` with
     ``correct_i = 1[argmax_c p_ic = y_i]`` (first maximum on ties) and ``κ = confidence(p)``
-    (PROTOCOLS.md S.2).
+    (docs/conventions.md#s-2).
 
     Examples
     --------

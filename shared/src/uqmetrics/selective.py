@@ -1,4 +1,4 @@
-"""Selective prediction and ranking metrics of a confidence function (PROTOCOLS.md S.2).
+"""Selective prediction and ranking metrics of a confidence function (docs/conventions.md#s-2).
 
 Every metric here takes ``correct`` (n,) -- whether each prediction is right -- and
 ``confidence`` (n,) -- the confidence κ of each prediction, higher meaning more confident --
@@ -47,7 +47,7 @@ __all__ = [
 #: The coverage range of the registered ``aurc_c`` / ``eaurc_c`` metrics: coverages up to 50 %,
 #: the risk-sensitive regime that the full AURC dilutes (Selective paper, Section 2).
 AURC_C_COVERAGE: tuple[float, float] = (0.0, 0.5)
-#: SAC rules (PROTOCOLS.md S.2): ``"largest"`` (the paper's text, the default) and
+#: SAC rules (docs/conventions.md#s-2): ``"largest"`` (the paper's text, the default) and
 #: ``"first_drop"`` (the paper's official code).
 SAC_RULES = ("largest", "first_drop")
 
@@ -498,7 +498,7 @@ def sac_score(correct: Any, confidence: Any, *, accuracy: float, rule: str = "la
     j_0 is used (the official code raises there). Ties in κ: a_i uses the correct count
     spread evenly over a tied block, as :func:`aurc_loss` (the official code breaks ties in
     the arbitrary order of ``torch.argsort``). It exceeds ``largest`` by 0.5-1.7 points of
-    SAC@0.99 at N = 45,000 (PROTOCOLS.md S.2).
+    SAC@0.99 at N = 45,000 (docs/conventions.md#s-2).
 
     References
     ----------

@@ -1,4 +1,5 @@
-"""Worked examples of PROTOCOLS.md S.2 (the Selective paper, its Appendix C).
+"""Worked examples of the selective metrics (docs/conventions.md#s-2): the Selective paper's
+Appendix C.
 
 K = 3 classes, N = 100 samples, the probability mass off the predicted class split evenly
 between the two other classes. The predicted class is 0 for every sample; the label is 0 when

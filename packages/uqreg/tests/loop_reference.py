@@ -5,8 +5,9 @@ the parameters and predictions; the benchmark in ``packages/uqreg/benchmarks`` t
 batched engine against :func:`train_ensemble_loop`.
 
 Everything here is written for ONE network at a time, the way a reader would write it from
-PROTOCOLS R.3/R.3b, with ``torch.nn.Sequential`` / ``nn.Linear`` / ``nn.LeakyReLU`` and one
-``torch.optim.Adam`` per network. What it shares with :mod:`uqreg.engine`:
+docs/conventions.md#r-3 and docs/conventions.md#r-3b, with ``torch.nn.Sequential`` /
+``nn.Linear`` / ``nn.LeakyReLU`` and one ``torch.optim.Adam`` per network. What it shares with
+:mod:`uqreg.engine`:
 
 * the random draws (inputs, not code under test: the same Glorot-uniform initial weights,
   dropout uniforms, bootstrap uniforms, MC-pass draws, all keyed by (seed, purpose, repetition,

@@ -38,7 +38,7 @@ from uqreg.methods import METHODS, Method, get_method, register_method
 from uqreg.reference import reference_prediction
 from uqreg.tasks import get_task
 
-R3_TABLE = {  # PROTOCOLS R.3: id -> (head, ensemble, sampler, adversarial)
+R3_TABLE = {  # docs/conventions.md#r-3: id -> (head, ensemble, sampler, adversarial)
     "bd": ("bernoulli", False, "full", False),
     "cd": ("concrete", False, "full", False),
     "vd": ("variational", False, "full", False),

@@ -18,7 +18,7 @@ The formulas below are written from the papers, not from the engine's constants:
   ŷ = hw + b + sqrt((h²α)·w²)·z.
 
 The engine trains on σ² × this per-point objective (its data term is then the ½·MSE all methods
-share, PROTOCOLS R.3), so the assertion is ``engine == σ²·paper`` for σ = 0.5 and σ = 3. A
+share, docs/conventions.md#r-3), so the assertion is ``engine == σ²·paper`` for σ = 0.5 and σ = 3. A
 regulariser scaled as if σ = 1, or the official code's extra factor 2, fails it.
 
 Tolerance: rtol 1e-10 — float64 rounding (~1e-15 per operation) plus the engine's 1e-12 under the

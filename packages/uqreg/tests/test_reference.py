@@ -1,4 +1,4 @@
-"""The exact reference (PROTOCOLS R.2) against analytic truth.
+"""The exact reference (docs/conventions.md#r-2) against analytic truth.
 
 * it IS ordinary least squares: statsmodels OLS gives the same γ̂, and with the scale fixed to
   σ² the same covariance σ²(ΦᵀΦ)⁻¹ and predictive std;

@@ -71,7 +71,7 @@ def test_findings_verdicts():
     fit = next(k for k in verdict if k.startswith("(diagnostic) the deep methods fit the truth"))
     assert verdict[fit] == {"good": True, "bad": False}
     text = findings_table(ds)
-    assert text.splitlines()[0] == "| finding (PROTOCOLS R.4) | good | bad |"
+    assert text.splitlines()[0] == "| finding (docs/conventions.md#r-4) | good | bad |"
     assert "**holds**" in text and "fails" in text
 
 
@@ -88,7 +88,7 @@ def test_reproduce_recipe_sensitivity_smoke(tmp_path):
     names = sorted(p.name for p in paths)
     assert names == ["fig_recipes_e1.png", "fig_recipes_e3.png", "findings.md"]
     text = (tmp_path / "findings.md").read_text()
-    assert "| finding (PROTOCOLS R.4) | paper | none |" in text
+    assert "| finding (docs/conventions.md#r-4) | paper | none |" in text
     assert "## recipes_e1" in text and "| recipe | method |" in text
     ds = xr.open_dataset(tmp_path / "recipes_e1" / "study.nc")
     assert list(ds.recipe.values) == ["paper", "none"]

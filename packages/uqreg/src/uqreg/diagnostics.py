@@ -1,4 +1,4 @@
-"""Collapse diagnostics (PROTOCOLS R.3b): did a trained network learn anything?
+"""Collapse diagnostics (docs/conventions.md#r-3b): did a trained network learn anything?
 
 Under the paper's literal recipe the E.1 networks decay to a constant (the mean of their
 targets) and barely beat it. A network is *collapsed* when its final training loss is at least

@@ -1,8 +1,9 @@
 """Named study configurations (``uqreg study|sweep --preset NAME``), registered in
 :data:`PRESETS`.
 
-``quick`` is the README's main job; ``paper-e1/e2/e3`` are the paper's sizes (PROTOCOLS R.4/R.5):
-120 members, 200 MC passes, 300·c epochs, 50/50/30 repetitions, the paper's recipe.
+``quick`` is the README's main job; ``paper-e1/e2/e3`` are the paper's sizes
+(docs/conventions.md#r-5): 120 members, 200 MC passes, 300·c epochs, 50/50/30 repetitions, the
+paper's recipe.
 """
 
 from __future__ import annotations

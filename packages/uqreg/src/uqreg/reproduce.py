@@ -3,8 +3,8 @@
 Runs the three experiments as resumable sweeps (E.1 sinusoid, E.2 Styblinski–Tang, E.3 2-D
 polynomial) at a chosen scale and draws the figures from the combined study files; the
 recipe-sensitivity studies ``recipes_e1`` (E.1, f_main 1–3) and ``recipes_e3`` (E.3) run every
-method under every registered recipe (PROTOCOLS R.3b), and :func:`findings_table` tells which
-of the paper's findings (R.4) hold under which recipe:
+method under every registered recipe (docs/conventions.md#r-3b), and :func:`findings_table`
+tells which of the paper's findings (docs/conventions.md#r-4) hold under which recipe:
 
 ===========  ===========================================================================
 figure       content
@@ -262,10 +262,10 @@ def _findings_e3(s) -> dict[str, tuple[bool, str]]:
 
 
 def findings(e1=None, e3=None) -> dict[str, dict[str, tuple[bool, str]]]:
-    """``{finding: {recipe: (holds, evidence)}}`` for the paper's findings (PROTOCOLS R.4) on an
-    E.1 (sinusoid) and an E.3 (polynomial) study, per recipe of each. The thresholds are stated
-    in each finding; "near" means within :data:`NEAR`; "under-covers" means below 0.95 by more
-    than two standard errors of the region coverage."""
+    """``{finding: {recipe: (holds, evidence)}}`` for the paper's findings
+    (docs/conventions.md#r-4) on an E.1 (sinusoid) and an E.3 (polynomial) study, per recipe of
+    each. The thresholds are stated in each finding; "near" means within :data:`NEAR`;
+    "under-covers" means below 0.95 by more than two standard errors of the region coverage."""
     table: dict[str, dict[str, tuple[bool, str]]] = {}
     for ds, judge in ((e1, _findings_e1), (e3, _findings_e3)):
         if ds is None:
@@ -281,7 +281,8 @@ def findings_table(e1=None, e3=None) -> str:
     """:func:`findings` as a markdown table: one row per finding, one column per recipe."""
     table = findings(e1, e3)
     recipes = list(dict.fromkeys(r for row in table.values() for r in row))
-    lines = ["| finding (PROTOCOLS R.4) | " + " | ".join(recipes) + " |", "|---|" + "---|" * len(recipes)]
+    lines = ["| finding (docs/conventions.md#r-4) | " + " | ".join(recipes) + " |",
+             "|---|" + "---|" * len(recipes)]
     for name, row in table.items():
         cells = [f"{'**holds**' if row[r][0] else 'fails'}: {row[r][1]}" if r in row else "–" for r in recipes]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -6,8 +6,8 @@
 * raw results ``prediction``, ``uncertainty`` over ``(recipe, method, complexity, repetition,
   point)`` and ``truth`` over ``(complexity, point)``, with the test inputs ``x_test`` and their
   plot coordinates (a single-recipe study keeps a length-1 ``recipe`` dim);
-* the collapse diagnostics of PROTOCOLS R.3b over ``(recipe, method, complexity, repetition)``:
-  ``train_loss``, ``constant_loss``, ``collapsed_fraction`` and ``fit_r2``
+* the collapse diagnostics of docs/conventions.md#r-3b over ``(recipe, method, complexity,
+  repetition)``: ``train_loss``, ``constant_loss``, ``collapsed_fraction`` and ``fit_r2``
   (:mod:`uqreg.diagnostics`);
 * everything needed to recompute the reference from the file alone: ``x_train``, every
   repetition's ``y_train``, ``gamma``, ``sigma``, the task name;

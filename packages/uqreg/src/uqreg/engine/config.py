@@ -1,5 +1,6 @@
 """What a training run is: :class:`TrainConfig` (network, optimiser and method hyper-parameters,
-PROTOCOLS R.3 defaults) and the training :class:`Recipe` s (loss and L2 convention, R.3b)."""
+docs/conventions.md#r-3 defaults) and the training :class:`Recipe` s (loss and L2 convention,
+docs/conventions.md#r-3b)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def is_finite(value) -> bool:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A training recipe (PROTOCOLS R.3b): the loss is ½·mean squared error; the recipe fixes
-    how the L2 penalty λ (default 1/N) acts.
+    """A training recipe (docs/conventions.md#r-3b): the loss is ½·mean squared error; the
+    recipe fixes how the L2 penalty λ (default 1/N) acts.
 
     Attributes
     ----------

@@ -99,7 +99,7 @@ def concrete_regulariser(weight, p_logit, *, n_train: int, sigma: float, length_
     The objective is the Gaussian negative log-likelihood with the known σ plus KL/N; times σ²
     (to put its data term on the ½·MSE scale of the other methods):
     ``½·mean (y − ŷ)² + (σ² l² / (2N))·‖W‖²/(1−p) + (σ²/N)·K·(p log p + (1−p) log(1−p))``,
-    K the width of the dropped layer and W the output weights (PROTOCOLS R.3; the official
+    K the width of the dropped layer and W the output weights (docs/conventions.md#r-3; the official
     code's ``l²/(τN)`` and ``2/(τN)`` pair with a squared error without the ½).
     """
     p = sigmoid(p_logit)[:, 0, 0]

@@ -5,11 +5,20 @@ whichever module a warning is attributed to (``warnings.warn(..., stacklevel=2)`
 to the caller). The package's tests turn them into errors by category::
 
     filterwarnings = ["error::uqvision.exceptions.UqvisionWarning"]
+
+The errors a user's input causes are :class:`uqmetrics.InputError` subclasses (themselves
+:class:`ValueError` subclasses): the command line prints their message, which names the file
+or option and the problem, as one line and exits with code 2.
 """
 
 from __future__ import annotations
 
-__all__ = ["CacheError", "SkippedCacheWarning", "UqvisionWarning"]
+import os
+
+from uqmetrics import InputError
+
+__all__ = ["BadImageError", "CacheError", "CheckpointError", "SkippedCacheWarning",
+           "UqvisionWarning"]
 
 
 class UqvisionWarning(UserWarning):
@@ -23,3 +32,25 @@ class SkippedCacheWarning(UqvisionWarning):
 
 class CacheError(ValueError):
     """A cache is partial, corrupt, not a cache, or does not match the other caches."""
+
+
+class BadImageError(InputError):
+    """An image file that cannot be read as an image: empty, not an image, truncated or
+    corrupt, or of a pixel format uqvision does not convert.
+
+    Parameters
+    ----------
+    message : str
+        Names the file and what is wrong with it.
+    path : path, optional
+        The image file (``None`` when the error was re-raised from a DataLoader worker).
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+
+
+class CheckpointError(InputError):
+    """A checkpoint or its sidecar that cannot be read, is not what it claims to be, or does
+    not match the model it is given for (the message names the file)."""

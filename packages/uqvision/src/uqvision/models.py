@@ -26,13 +26,16 @@ from uqmetrics.registry import Registry
 
 from . import archs as _archs  # noqa: F401  (registers uqvision's timm architectures)
 from .data import DataConfig, eval_transform
+from .exceptions import CheckpointError
 
 __all__ = [
     "DROPOUT_TYPES",
     "MODEL_SOURCES",
     "LoadedModel",
     "ModelSpec",
+    "check_checkpoint_file",
     "check_model_name",
+    "check_model_spec",
     "existing_checkpoint",
     "file_sha256",
     "has_dropout",
@@ -153,17 +156,96 @@ def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[st
 
 
 def existing_checkpoint(spec: ModelSpec) -> str:
-    """``spec.checkpoint`` as a string; ``FileNotFoundError`` when the file does not exist."""
+    """``spec.checkpoint`` as a string, checked by :func:`check_checkpoint_file`;
+    ``FileNotFoundError`` when the file does not exist."""
     ckpt = str(spec.checkpoint)
     if not Path(ckpt).is_file():
         raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    check_checkpoint_file(ckpt)
     return ckpt
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a ``.safetensors`` file's layout (its header and size), or None."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"not a safetensors file ({size} bytes, shorter than its header)"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return "not a safetensors file (no header of the length its first 8 bytes give)"
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "not a safetensors file (its header is not a safetensors JSON header)"
+    need = 8 + n + max(ends, default=0)
+    if size < need:
+        return f"truncated ({size} bytes; its header lists tensors up to byte {need})"
+    return None
+
+
+def check_checkpoint_file(path: str | os.PathLike) -> None:
+    """Check that a weight file is what its suffix says, without loading its tensors.
+
+    A ``.safetensors`` file must have a safetensors header and be as long as the tensors its
+    header lists (a truncated copy is not); any other file must be a PyTorch file (``torch.save``:
+    a zip archive, whose directory is at its end, or a legacy pickle).
+
+    Raises
+    ------
+    uqvision.exceptions.CheckpointError
+        The message names the file and what is wrong with it.
+    """
+    p = Path(path)
+    if p.suffix == ".safetensors":
+        why = _safetensors_problem(p)
+    else:
+        import zipfile
+
+        with open(p, "rb") as f:
+            first = f.read(2)
+        why = None if zipfile.is_zipfile(p) or first[:1] == b"\x80" else (
+            "empty file" if not first else
+            "not a PyTorch weight file (neither a zip archive of torch.save nor a pickle; a "
+            "truncated copy?)")
+    if why:
+        raise CheckpointError(f"checkpoint {str(p)!r}: {why}")
+
+
+#: Sidecar keys a run trained by ``uqvision train`` (a sidecar with a ``method``) needs, and
+#: their JSON types.
+_RUN_KEYS = {"architecture": str, "num_classes": int, "pretrained_cfg": dict, "hparams": dict,
+             "state_meta": dict}
+
+
 def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    """The sidecar of a checkpoint, or ``{}`` when it has none."""
+    """The sidecar of a checkpoint, or ``{}`` when it has none.
+
+    Raises
+    ------
+    uqvision.exceptions.CheckpointError
+        The sidecar is not a JSON object, or the sidecar of a trained run lacks a field it
+        needs (the message names the file).
+    """
     p = sidecar_path(checkpoint)
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    try:
+        side = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} is not "
+                              f"valid JSON ({err})") from None
+    if not isinstance(side, dict):
+        raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} holds a "
+                              f"JSON {type(side).__name__}, not an object")
+    if "method" in side:
+        bad = [k for k, kind in _RUN_KEYS.items() if not isinstance(side.get(k), kind)]
+        if bad:
+            raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} names a "
+                                  f"training method but lacks valid {bad} (damaged?)")
+    return side
 
 
 def recorded_class_names(checkpoint: str | os.PathLike | None) -> tuple[str, ...] | None:
@@ -238,6 +320,95 @@ def check_model_name(name: str) -> None:
     MODEL_SOURCES[spec.source].check_name(spec.model_name)
 
 
+def check_model_spec(spec: ModelSpec | str) -> ModelSpec:
+    """Check a model before anything runs: a known name (with close names when it is not), and
+    for ``NAME=CHECKPOINT`` a weight file (:func:`check_checkpoint_file`), a readable sidecar,
+    and a name that agrees with the architecture the sidecar records.
+
+    Cheap (registry look-ups, the file's header and the JSON sidecar).
+
+    Returns
+    -------
+    ModelSpec
+
+    Raises
+    ------
+    ValueError
+        An unknown name (``did you mean ...``).
+    FileNotFoundError
+        A checkpoint that does not exist.
+    uqvision.exceptions.CheckpointError
+        A damaged checkpoint or sidecar, or a name the checkpoint contradicts.
+    """
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    check_model_name(spec.name)
+    if spec.checkpoint is None:
+        return spec
+    ckpt = existing_checkpoint(spec)
+    side = read_sidecar(ckpt)
+    recorded = side.get("architecture")
+    arch = spec.model_name.partition(".")[0]
+    if "method" in side and spec.source != "timm":
+        raise CheckpointError(f"checkpoint {ckpt!r} was trained by uqvision train as timm "
+                              f"{recorded!r}, not a {spec.source!r} model; give it as "
+                              f"{recorded}={ckpt}")
+    if isinstance(recorded, str) and recorded and recorded != arch:
+        raise CheckpointError(f"model name {spec.name!r} does not match checkpoint {ckpt!r}, "
+                              f"whose sidecar records architecture {recorded!r}; give it as "
+                              f"{recorded}={ckpt}")
+    return spec
+
+
+def _other_architecture(ckpt: str, name: str, expected: Any, got: Any) -> str | None:
+    """A message when the state dict ``got`` is not one of the model ``name`` (whose state dict
+    keys are ``expected``), else None."""
+    expected, got = set(expected), set(got)
+    missing, foreign = sorted(expected - got), sorted(got - expected)
+    if not missing and not foreign:
+        return None
+    return (f"checkpoint {ckpt!r} does not hold {name!r} weights: {len(missing)} of the model's "
+            f"{len(expected)} tensors are missing" + (f" (e.g. {missing[0]!r})" if missing else "")
+            + f" and {len(foreign)} are not the model's"
+            + (f" (e.g. {foreign[0]!r})" if foreign else "")
+            + "; was it trained with another architecture? Give that one as NAME")
+
+
+def _timm_mismatch(ckpt: str, name: str, state: dict, kwargs: dict) -> str | None:
+    """:func:`_other_architecture` of a timm model (built on the CPU to read its keys)."""
+    import timm
+
+    try:
+        with torch.random.fork_rng(devices=[]):
+            probe = timm.create_model(name, **kwargs)
+    except Exception:  # noqa: BLE001  (an explanation only; the caller raises anyway)
+        return None
+    return _other_architecture(ckpt, name, probe.state_dict(), state)
+
+
+def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
+    """timm's ``load_state_dict`` of a weight file; a file that does not load is a
+    :class:`~uqvision.exceptions.CheckpointError` naming it."""
+    import pickle
+    import zipfile
+
+    from safetensors import SafetensorError
+    from timm.models import load_state_dict
+
+    try:
+        return load_state_dict(ckpt)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile, SafetensorError) as err:
+        text = " ".join(str(err).split())[:300] or type(err).__name__
+        raise CheckpointError(f"checkpoint {ckpt!r} does not load ({text})") from None
+
+
+def _load_error(ckpt: str, name: str, err: RuntimeError) -> CheckpointError:
+    """torch's multi-line ``Error(s) in loading state_dict`` as one line naming the file."""
+    lines = [" ".join(line.split()) for line in str(err).splitlines() if line.strip()]
+    return CheckpointError(f"checkpoint {ckpt!r} does not fit model {name!r}: "
+                           + "; ".join(lines)[:400])
+
+
 def has_dropout(model: nn.Module) -> bool:
     """True when ``model`` has a dropout module with p > 0 (MC dropout is possible)."""
     return any(isinstance(m, DROPOUT_TYPES) and m.p > 0 for m in model.modules())
@@ -290,7 +461,7 @@ class TimmSource:
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
         import timm
         from timm.data import resolve_model_data_config
-        from timm.models import get_pretrained_cfg, load_state_dict
+        from timm.models import get_pretrained_cfg
 
         TimmSource.check_name(spec.model_name)
         arch, _, tag = spec.model_name.partition(".")
@@ -302,7 +473,14 @@ class TimmSource:
             side = read_sidecar(ckpt)
             cfg = get_pretrained_cfg(spec.model_name)
             keys = _classifier_keys(cfg.classifier if cfg is not None else None)
-            n = _check_head(load_state_dict(ckpt), keys, num_classes, ckpt)
+            state = _read_state(ckpt)
+            try:
+                n = _check_head(state, keys, num_classes, ckpt)
+            except ValueError:
+                why = _timm_mismatch(ckpt, spec.model_name, state, side.get("model_kwargs", {}))
+                if why:
+                    raise CheckpointError(why) from None
+                raise
             overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
             kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
                       **side.get("model_kwargs", {})}
@@ -317,7 +495,12 @@ class TimmSource:
         else:
             raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
                              "disabled (pass a checkpoint file, or allow random init for tests)")
-        model = timm.create_model(spec.model_name, **kwargs).eval()
+        try:
+            model = timm.create_model(spec.model_name, **kwargs).eval()
+        except RuntimeError as err:
+            if spec.checkpoint is None or "loading state_dict" not in str(err):
+                raise
+            raise _load_error(str(spec.checkpoint), spec.model_name, err) from None
         dcfg = DataConfig.from_dict(resolve_model_data_config(model))
         return LoadedModel(model, spec, dcfg, eval_transform(dcfg), kwargs["num_classes"], arch,
                            tag, sha, names, names_from)
@@ -366,7 +549,6 @@ class TorchvisionSource:
     @staticmethod
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
         import torchvision
-        from timm.models import load_state_dict
 
         name, weights = _tv_weights(spec.model_name)
         if weights is not None:  # the reference preprocessing of these weights (no download)
@@ -384,12 +566,21 @@ class TorchvisionSource:
         names, names_from = None, ""
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
-            state = load_state_dict(ckpt)
+            state = _read_state(ckpt)
             probe = torchvision.models.get_model(name, weights=None)
             head = [n for n, m in probe.named_modules() if isinstance(m, nn.Linear)][-1]
-            n = _check_head(state, [f"{head}.weight"], num_classes, ckpt)
+            try:
+                n = _check_head(state, [f"{head}.weight"], num_classes, ckpt)
+            except ValueError:
+                why = _other_architecture(ckpt, spec.name, probe.state_dict(), state)
+                if why:
+                    raise CheckpointError(why) from None
+                raise
             model = torchvision.models.get_model(name, weights=None, num_classes=n)
-            model.load_state_dict(state)
+            try:
+                model.load_state_dict(state)
+            except RuntimeError as err:
+                raise _load_error(ckpt, spec.name, err) from None
             side = read_sidecar(ckpt)
             if "pretrained_cfg" in side:
                 dcfg = DataConfig.from_dict(side["pretrained_cfg"])

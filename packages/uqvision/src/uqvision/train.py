@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from uqmetrics import provenance_attrs
+from uqmetrics import InputError, provenance_attrs
 from uqmetrics.io import temporary_beside
 
 from .data import (
@@ -67,7 +67,9 @@ from .methods.ood import spectral_normalize
 from .models import (
     LoadedModel,
     ModelSpec,
+    check_checkpoint_file,
     check_model_name,
+    check_model_spec,
     file_sha256,
     load_model,
     read_sidecar,
@@ -82,6 +84,7 @@ __all__ = [
     "LoadedRun",
     "TrainConfig",
     "TrainResult",
+    "checkpoint_files",
     "epoch_batches",
     "load_run",
     "shuffled_loader",
@@ -328,8 +331,15 @@ def _own_rng(seed: int, device: str):
         yield
 
 
+def checkpoint_files(out: str | os.PathLike) -> tuple[Path, Path, Path]:
+    """The files :func:`train_model` writes for ``out``: the checkpoint (``.safetensors``
+    appended when ``out`` has another suffix), its sidecar and the method's state file."""
+    ckpt = _checkpoint_path(out)
+    return ckpt, sidecar_path(ckpt), state_path(ckpt)
+
+
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
-                config: TrainConfig | None = None) -> TrainResult:
+                config: TrainConfig | None = None, *, overwrite: bool = True) -> TrainResult:
     """Train ``config.arch`` with ``config.method`` on the image folder ``data``; save to ``out``.
 
     Parameters
@@ -340,12 +350,23 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         Checkpoint path; ``.safetensors`` is appended when it has another suffix. The sidecar is
         ``out`` with suffix ``.json``, the method's state ``out.state.safetensors``.
     config : TrainConfig
+    overwrite : bool, default True
+        ``False``: an existing checkpoint, sidecar or state file (:func:`checkpoint_files`) is
+        refused before anything is trained (``uqvision train`` without ``--overwrite``).
 
     Returns
     -------
     TrainResult
         Paths, the trained model and state, per-epoch mean loss, the cost. Under ``torchrun``
         every rank returns it (rank 0 wrote the files).
+
+    Raises
+    ------
+    FileExistsError
+        ``overwrite=False`` and a file of ``out`` exists.
+    uqmetrics.InputError
+        A run of no gradient step that starts from no checkpoint (e.g. ``epochs=0``): it would
+        save an untrained network.
     """
     config = config or TrainConfig()
     check_model_name(config.arch)
@@ -356,6 +377,13 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     hp = config.method_hparams()
     t0 = time.perf_counter()
     out = _checkpoint_path(out)
+    if not overwrite:
+        for path in checkpoint_files(out):
+            if path.exists():
+                raise FileExistsError(f"{str(path)!r} already exists; pass overwrite=True "
+                                      "(--overwrite) to replace it")
+    if config.init_checkpoint:
+        check_checkpoint_file(config.init_checkpoint)
     dcfg = _data_config(config)
     train_tf = tta_transform(config.augment, dcfg) if config.augment else eval_transform(dcfg)
     ds = image_view(data, train_tf, classes=config.classes, index_file=config.index_file)
@@ -363,6 +391,12 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     if init_side.get("classes", ds.classes) != ds.classes:
         raise ValueError(f"init_checkpoint {config.init_checkpoint!r} was trained on other "
                          "classes")
+    n_batches = len(epoch_batches(len(ds), hp.batch_size, config.seed, 0))
+    if method.total_steps(hp, n_batches) == 0 and not config.init_checkpoint:
+        raise InputError(f"method {config.method!r} would take no gradient step with these "
+                         f"hyper-parameters (epochs={getattr(hp, 'epochs', '?')}) and starts from "
+                         "no checkpoint (--init): the saved network would be untrained; give "
+                         "--epochs (or --set epochs=) > 0")
     val = ImageFolderDataset(config.val_data, eval_transform(dcfg)) if config.val_data else None
     model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
     from .predict import distributed_context  # predict imports this module
@@ -381,7 +415,6 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         objective = _Objective(config, ds.classes, dcfg, device)
         if world > 1 and device.startswith("cuda"):
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        n_batches = len(epoch_batches(len(ds), hp.batch_size, config.seed, 0))
         state = method.start(model, hp, n_train=len(ds), steps_per_epoch=n_batches,
                              seed=config.seed, nll=objective)
         if config.amp:
@@ -578,7 +611,7 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     augmentation per sample; no other run reads its training folder. Anything else goes
     through :func:`uqvision.models.load_model` and is one network.
     """
-    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    spec = check_model_spec(spec)
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
     if "method" not in side:
         loaded = load_model(spec, num_classes=num_classes, device=device,
@@ -594,7 +627,13 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     cfg = side.get("train_config", {})
     hp = method.hparams_from(_hparams_values(side["hparams"]))
     state_file = side.get("state_file")
-    tensors = load_file(str(Path(spec.checkpoint).parent / state_file)) if state_file else {}
+    if state_file:
+        state_file = Path(spec.checkpoint).parent / state_file
+        if not state_file.is_file():
+            raise FileNotFoundError(f"state file {str(state_file)!r} of checkpoint "
+                                    f"{str(spec.checkpoint)!r} does not exist")
+        check_checkpoint_file(state_file)
+    tensors = load_file(str(state_file)) if state_file else {}
     # building and wrapping initialise layers (overwritten by the checkpoint below): keep the
     # caller's global RNG out of it
     with torch.random.fork_rng(devices=[]):

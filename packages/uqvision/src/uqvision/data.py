@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from uqmetrics import InputError
 from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
+from .exceptions import BadImageError
 from .hierarchy import make_hierarchy
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "DataConfig",
     "ImageFolderDataset",
     "SeededAugmentation",
+    "check_images",
     "check_split_classes",
     "dataset_fingerprint",
     "derive_seed",
@@ -46,6 +49,7 @@ __all__ = [
     "flush_denormal",
     "folder_fingerprint",
     "list_classes",
+    "load_image",
     "make_digits_folder",
     "make_synthetic_folder",
     "match_classes",
@@ -84,6 +88,175 @@ def flush_denormal():
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+# --------------------------------------------------------------------------------------------
+# reading and checking image files
+
+#: Integer pixel modes wider than 8 bits: grey levels scaled 65535 -> 255 (PIL's ``convert``
+#: clips them at 255 instead). ``I`` (32-bit) is how PIL has opened 16-bit PNGs.
+_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
+    """An opened image as 8-bit RGB; 16-bit grey levels scaled, not clipped."""
+    if im.mode == "F":
+        raise BadImageError(f"image {str(path)!r}: floating-point pixels (mode F) have no "
+                            "defined range; convert the file to 8 or 16 bits", path)
+    if im.mode not in _WIDE_MODES:
+        return im.convert("RGB")
+    a = np.asarray(im).astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise BadImageError(f"image {str(path)!r}: integer pixel values outside [0, 65535] "
+                            f"(mode {im.mode}, range {a.min()}..{a.max()})", path)
+    grey = ((a * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535)
+    return Image.fromarray(grey).convert("RGB")
+
+
+def _problem(path: str | os.PathLike, err: BaseException) -> str:
+    """What an error of PIL says about an image file, in a few words."""
+    if isinstance(err, FileNotFoundError):
+        return "does not exist"
+    if isinstance(err, Image.UnidentifiedImageError):
+        try:
+            empty = os.path.getsize(path) == 0
+        except OSError:
+            empty = False
+        return "empty file (0 bytes)" if empty else "not an image file (PIL cannot identify it)"
+    if isinstance(err, Image.DecompressionBombError):
+        return f"too many pixels ({err})"
+    text = " ".join(str(err).split()) or type(err).__name__
+    return f"truncated or corrupt ({text})"
+
+
+#: What reading a damaged image file raises in PIL.
+_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+def load_image(path: str | os.PathLike) -> Image.Image:
+    """Read an image file as 8-bit RGB (the loader of :class:`ImageFolderDataset`).
+
+    16-bit grey images (PNG mode ``I;16``) are scaled, 65535 -> 255 rounded, where PIL's
+    ``convert("RGB")`` saturates every value above 255; floating-point images are refused.
+
+    Raises
+    ------
+    uqvision.exceptions.BadImageError
+        The file is missing, empty, not an image, truncated or corrupt; the message names it.
+    """
+    try:
+        with Image.open(path) as im:
+            return _to_rgb(im, path)
+    except BadImageError:
+        raise
+    except _PIL_ERRORS as err:
+        raise BadImageError(f"image {str(path)!r}: {_problem(path, err)}", path) from None
+
+
+def check_image(path: str | os.PathLike) -> str | None:
+    """What is wrong with an image file (a few words), or ``None`` when it reads.
+
+    Cheaper than :func:`load_image` and as strict for the damage files suffer: the header is
+    opened (an empty file, a file of another kind); a JPEG is decoded at its smallest DCT scale
+    (``draft``: all the entropy-coded data is read, so a truncated or corrupt file fails, but
+    only 1/64 of the pixels is produced); a PNG is verified (every chunk read and its CRC
+    checked, nothing inflated); another format is decoded.
+    """
+    try:
+        with Image.open(path) as im:
+            if im.mode == "F":
+                _to_rgb(im, path)
+            if im.format == "JPEG":
+                im.draft("RGB", (1, 1))
+                im.load()
+            elif im.format == "PNG":
+                im.verify()
+            else:
+                im.load()
+    except BadImageError as err:
+        return str(err).split(": ", 1)[-1]
+    except _PIL_ERRORS as err:
+        return _problem(path, err)
+    return None
+
+
+#: Results of :func:`check_image` by (path, size, modification time): a folder is checked once
+#: per process, whatever the number of models run over it.
+_CHECKED: dict[tuple[str, int, int], str | None] = {}
+
+
+def _check_cached(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as err:
+        return _problem(path, err)
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = check_image(path)
+    return _CHECKED[key]
+
+
+def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
+                 threads: int | None = None) -> dict[str, str]:
+    """The samples of an image folder that cannot be read, with what is wrong with each.
+
+    Every file goes through :func:`check_image` (on ``threads`` threads, default up to 8: PIL
+    decodes without the GIL); the result of a file is kept for the process, keyed by its size
+    and modification time, so a folder is checked once however many models run over it. The
+    cost is about one decode of the folder at 1/64 of the pixels.
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset or path
+    threads : int, optional
+
+    Returns
+    -------
+    dict
+        Relative path (the sample id) -> problem, in sample order; empty when all read.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    ds = folder if isinstance(folder, ImageFolderDataset) else ImageFolderDataset(folder)
+    paths = [ds.root / rel for rel, _ in ds.samples]
+    workers = max(1, min(threads or 8, os.cpu_count() or 1, len(paths)))
+    if workers == 1:
+        problems = [_check_cached(p) for p in paths]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            problems = list(pool.map(_check_cached, paths))
+    return {rel: why for (rel, _), why in zip(ds.samples, problems, strict=True) if why}
+
+
+def readable_images(folder: ImageFolderDataset, *,
+                    skip_bad: bool = False) -> ImageFolderDataset:
+    """``folder`` once its images are known to read (:func:`check_images`, before any work).
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset
+    skip_bad : bool, default False
+        Leave unreadable images out (recorded in the copy's ``skipped``) instead of raising
+        (``--skip-bad-images``).
+
+    Raises
+    ------
+    uqvision.exceptions.BadImageError
+        Some images do not read and ``skip_bad`` is false; the message names them.
+    """
+    bad = check_images(folder)
+    if bad and not skip_bad:
+        raise BadImageError(bad_images_message(folder.root, bad), folder.root / next(iter(bad)))
+    return folder.without(bad) if bad else folder
+
+
+def bad_images_message(root: str | os.PathLike, bad: dict[str, str]) -> str:
+    """One line for the bad images of a folder: how many, the first ones with their problem,
+    and the option that skips them."""
+    shown = "; ".join(f"{str(Path(root) / rel)!r}: {why}" for rel, why in list(bad.items())[:3])
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return (f"image folder {str(root)!r} has {len(bad)} unreadable image(s): {shown}{more}; "
+            "fix or remove them, or pass --skip-bad-images to leave them out")
 
 
 class ImageFolderDataset(Dataset):
@@ -177,6 +350,19 @@ class ImageFolderDataset(Dataset):
         ds.samples = [(rel, index[y]) for rel, y in self.samples]
         return ds
 
+    #: Samples left out of the folder (relative path -> why; :meth:`without`).
+    skipped: Mapping[str, str] = MappingProxyType({})
+
+    def without(self, rel_paths: Collection[str] | Mapping[str, str]) -> ImageFolderDataset:
+        """A copy without the samples ``rel_paths`` (relative paths, e.g. the bad images
+        :func:`check_images` found, a mapping to why), recorded in its ``skipped``; the
+        classes and the other samples' labels are unchanged."""
+        why = dict(rel_paths) if isinstance(rel_paths, Mapping) else dict.fromkeys(rel_paths, "")
+        ds = copy.copy(self)
+        ds.samples = [s for s in self.samples if s[0] not in why]
+        ds.skipped = MappingProxyType({**self.skipped, **why})
+        return ds
+
     def with_transform(self, transform: Callable | None,
                        augment_seed: int | None = None) -> ImageFolderDataset:
         """A copy (sharing the sample list, the folder is not scanned again) with another
@@ -191,8 +377,7 @@ class ImageFolderDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
         """Return ``(image, label, index)``; ``image`` is transformed when a transform is set."""
         rel, label = self.samples[index]
-        with Image.open(self.root / rel) as im:
-            img = im.convert("RGB")
+        img = load_image(self.root / rel)
         if self.augment_seed is not None:
             gen = torch.Generator().manual_seed(derive_seed(self.augment_seed, index))
             img = self.transform(img, generator=gen)

@@ -64,6 +64,7 @@ from .data import (
     flush_denormal,
     folder_fingerprint,
     match_classes,
+    readable_images,
     tta_transform,
 )
 from .dropout import PerSampleDropout
@@ -112,6 +113,10 @@ class PredictConfig:
     folder the BatchNorm statistics of sampled weights are recomputed on (SWAG, K-FAC
     Laplace; default: the run's training folder). ``logits=False`` (with ``embeddings``): no
     logits are kept and the folder may have other classes than the model (zero-shot, V.4).
+    The folder's images are checked before the model is built
+    (:func:`uqvision.data.readable_images`): an unreadable one is an error naming it, or with
+    ``skip_bad_images`` is left out and recorded in the caches' attrs (``skipped_images``,
+    JSON relative path -> why, and ``n_skipped_images``).
     """
 
     mode: str = "plain"
@@ -129,6 +134,7 @@ class PredictConfig:
     first_sample: int = 0
     train_data: str | None = None
     logits: bool = True
+    skip_bad_images: bool = False
 
     def __post_init__(self):
         if self.passes is None:
@@ -492,6 +498,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     wanted = sorted({k for k, _ in plan})
     fingerprint = folder_fingerprint(folder)
     side_sha = _sidecar_sha256(spec)
+    folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
@@ -538,6 +545,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  else "", "class_mapping": space.mapping, "class_names_source": space.source,
                  "folder_classes": json.dumps(list(folder.classes)), "device": device,
                  "world_size": world, "wall_time_s": wall, **dict(attrs or {})}
+        if folder.skipped:  # unreadable images left out (skip_bad_images)
+            extra.update(skipped_images=json.dumps(dict(folder.skipped)),
+                         n_skipped_images=len(folder.skipped))
         ds = cache_dataset(logits if config.logits else None, arrays["label"],
                            samples=folder.sample_ids, classes=space.classes,
                            in_folder=space.in_folder(),

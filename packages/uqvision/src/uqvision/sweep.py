@@ -19,7 +19,7 @@ from pathlib import Path
 import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
-from .data import ImageFolderDataset
+from .data import ImageFolderDataset, readable_images
 from .models import MODEL_SOURCES, ModelSpec, check_model_name
 from .predict import PredictConfig, cache_plan, predict
 
@@ -112,8 +112,11 @@ class SweepPlan:
 def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: PredictConfig, *,
                weights_dir: str | os.PathLike | None = None, dataset_name: str | None = None,
                threads: int | None = None) -> SweepPlan:
-    """The cells of a sweep; models without local weights are refused up front."""
-    ImageFolderDataset(data)  # folder errors before anything is submitted
+    """The cells of a sweep; models without local weights are refused up front, and so are
+    unreadable images unless ``config.skip_bad_images``
+    (:func:`uqvision.data.readable_images`)."""
+    # folder and image errors before anything is submitted
+    readable_images(ImageFolderDataset(data), skip_bad=config.skip_bad_images)
     name = dataset_name or Path(data).resolve().name
     plan = SweepPlan()
     for spec in specs:

@@ -254,6 +254,22 @@ def _env_tables() -> list[Path]:
     return [Path(p) for p in os.environ.get(METADATA_ENV, "").split(os.pathsep) if p.strip()]
 
 
+def _read_env_table(path: Path) -> dict[str, ModelMetadata]:
+    """:func:`read_metadata` of a table ``$UQVISION_MODEL_METADATA`` names; an error names the
+    variable (a user may not know it is set)."""
+    where = f"environment variable {METADATA_ENV}={os.environ.get(METADATA_ENV, '')!r}"
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise MetadataError(f"{where}: {str(path)!r} {what}; the variable lists metadata tables "
+                            f"(CSV files) separated by {os.pathsep!r}")
+    try:
+        return read_metadata(path)
+    except MetadataError as err:
+        raise MetadataError(f"{where}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise MetadataError(f"{where}: {str(path)!r} cannot be read ({err})") from None
+
+
 @dataclass(frozen=True)
 class MetadataTables:
     """The merged table and the files it came from (with their SHA-256), for result attrs."""
@@ -282,13 +298,14 @@ def load_metadata(extra: Iterable[str | os.PathLike] = (), *, shipped: bool = Tr
 
     Later tables override rows of earlier ones with the same key.
     """
-    paths = ([shipped_metadata_path()] if shipped else []) + (
-        _env_tables() if environment else []) + [Path(p) for p in extra]
+    tagged = ([(shipped_metadata_path(), "shipped")] if shipped else []) + (
+        [(p, "env") for p in _env_tables()] if environment else []) + [
+        (Path(p), "extra") for p in extra]
     rows: dict[str, ModelMetadata] = {}
     sources = []
-    for p in paths:
-        rows.update(read_metadata(p))
-        name = "uqvision:resources/model_metadata.csv" if shipped and p == paths[0] else str(p)
+    for p, origin in tagged:
+        rows.update(_read_env_table(p) if origin == "env" else read_metadata(p))
+        name = "uqvision:resources/model_metadata.csv" if origin == "shipped" else str(p)
         sources.append((name, hashlib.sha256(p.read_bytes()).hexdigest()))
     return MetadataTables(rows, tuple(sources))
 

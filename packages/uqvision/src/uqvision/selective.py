@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -28,7 +30,8 @@ from uqmetrics import (
 )
 from uqmetrics.registry import Registry, get_metric
 
-from .cache import check_aligned, index_caches, read_cache, select_dataset
+from .cache import check_aligned, find_caches, index_caches, read_cache, select_dataset
+from .exceptions import SkippedCacheWarning
 from .metadata import attach_metadata, load_metadata, metadata_key
 from .predict import DEFAULT_PASSES
 
@@ -38,6 +41,7 @@ __all__ = [
     "RowKind",
     "SelectiveConfig",
     "cache_metadata_key",
+    "incomplete_caches",
     "predictive_log_probs",
     "resolve_calibration_size",
     "score_selective",
@@ -93,6 +97,36 @@ class SelectiveConfig:
     sac_rule: str = "largest"
     mc_passes: int = DEFAULT_PASSES["mc_dropout"]
     metadata: tuple[str, ...] = ()
+
+
+def incomplete_caches(caches: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
+    """The cache files among ``caches`` (files or folders) and those the index leaves out.
+
+    Only headers are read: a file that is unreadable (e.g. truncated), unfinished (no
+    completeness flag) or not a uqvision prediction cache is never scored
+    (:func:`uqvision.cache.index_caches` skips it with a
+    :class:`~uqvision.exceptions.SkippedCacheWarning`); ``uqvision score`` refuses to score
+    without it unless ``--skip-incomplete`` is given.
+
+    Returns
+    -------
+    files : list of Path
+        Every ``.nc`` file given or found in the folders given.
+    skipped : dict
+        Path -> why it would not be scored, in file order.
+    """
+    files = find_caches(caches)
+    skipped: dict[Path, str] = {}
+    for path in files:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkippedCacheWarning)
+            index_caches([path])
+        for w in caught:
+            if issubclass(w.category, SkippedCacheWarning):
+                why = str(w.message).removeprefix("skipping ")
+                skipped[path] = ("unreadable (truncated or not netCDF)" if why.startswith(
+                    "unreadable") else "not a complete uqvision prediction cache")
+    return files, skipped
 
 
 def resolve_calibration_size(size: float, n: int) -> int:

@@ -28,7 +28,6 @@ from .. import rng
 from .config import TrainConfig
 from .heads import HEADS
 
-
 #: Alignment, in bytes, of every network's block in the tensors BLAS sees (a cache line; a
 #: multiple of the 16 bytes MKL's kernels were measured to depend on).
 ALIGN_BYTES = 64

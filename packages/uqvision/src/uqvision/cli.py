@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from uqmetrics import SAC_RULES, run_command
+from uqmetrics import SAC_RULES, InputError, check_writable, run_command
 from uqmetrics.registry import Registry
 
 from .data import DATASET_MAKERS, TTA_POLICIES
@@ -41,6 +41,68 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum`` (the error names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+#: argparse types: counts (>= 1) and indices and seeds (>= 0).
+_COUNT, _INDEX = _at_least(1), _at_least(0)
+
+
+def _non_negative_float(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _output_folder(option: str, path: str | os.PathLike, *,
+                   given: str | os.PathLike | None = None) -> None:
+    """Refuse, before any work, an output folder that could not be written (a file where it or
+    a parent must be a folder, no write permission, a read-only file system); nothing is
+    created. The message names the option and the value ``given`` (default ``path``)."""
+    given = path if given is None else given
+    try:
+        check_writable(path)
+    except OSError as err:
+        at = "" if Path(err.filename) == Path(given) else f": {err.filename!r}"
+        raise InputError(f"{option} {str(given)!r}{at} {err.strerror}") from None
+
+
+def _output_file(option: str, path: str | os.PathLike, overwrite: bool | None) -> None:
+    """Refuse, before any work, an output file that is a folder, exists (unless ``overwrite``;
+    ``None``: the command replaces it anyway) or could not be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {str(p)!r} is a folder; give a file name")
+    if overwrite is False and (p.exists() or p.is_symlink()):
+        raise InputError(f"{option} {str(p)!r} already exists; pass --overwrite to replace it")
+    _output_folder(option, p.parent, given=p)
+
+
 def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
     """Keyword options of the registered dataset makers: name -> (type, makers, defaults)."""
     out: dict[str, tuple[type, list[str], dict[str, object]]] = {}
@@ -58,6 +120,7 @@ def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
 
 
 def _cmd_data(a: argparse.Namespace) -> int:
+    _output_folder("--out", a.out)
     maker = DATASET_MAKERS.lookup(a.kind)
     accepted = inspect.signature(maker).parameters
     given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
@@ -74,7 +137,7 @@ def _args_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=DATASET_MAKERS.names(),
                    help="dataset maker:\n" + DATASET_MAKERS.describe())
     p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_INDEX, default=0)
     p.add_argument("--overwrite", action="store_true")
     for name, (kind, _makers, defaults) in _maker_options().items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
@@ -84,11 +147,16 @@ def _args_data(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
-    from .train import TrainConfig, train_model
+    from .train import TrainConfig, checkpoint_files, train_model
 
     seeds = a.seeds or [0]
     if len(seeds) > 1 and "{seed}" not in a.out:
-        raise SystemExit("uqvision train: with several --seeds, --out must contain '{seed}'")
+        raise InputError("--out: with several --seeds, it must contain '{seed}'")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds lists a seed twice: {seeds}")
+    for seed in seeds:  # every output, before the first run trains
+        for path in checkpoint_files(a.out.format(seed=seed)):
+            _output_file("--out", path, a.overwrite)
     classes = _classes_option(a.classes)
     if a.index_file is not None and classes is None:  # the classes the index file records
         from .split import read_index_file
@@ -103,7 +171,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
                           init_checkpoint=a.init, val_data=a.val_data, amp=a.amp,
                           classes=classes, index_file=a.index_file,
                           spectral=a.spectral)
-        r = train_model(a.data, a.out.format(seed=seed), cfg)
+        r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite)
         if int(os.environ.get("RANK", "0")) == 0:
             _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"
                    f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
@@ -171,12 +239,31 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
                              a, "zero_shot", False),
                          logits=not getattr(a, "zero_shot", False),
                          allow_random_init=a.random_init, samples=a.samples,
-                         first_sample=a.first_sample, train_data=a.train_data)
+                         first_sample=a.first_sample, train_data=a.train_data,
+                         skip_bad_images=a.skip_bad_images)
+
+
+def _check_images(a: argparse.Namespace) -> None:
+    """The images of ``--data``, checked before anything runs (:func:`uqvision.data.
+    readable_images`); with ``--skip-bad-images`` the log says which are left out."""
+    from .data import ImageFolderDataset, readable_images
+
+    folder = readable_images(ImageFolderDataset(a.data), skip_bad=a.skip_bad_images)
+    if folder.skipped and int(os.environ.get("RANK", "0")) == 0:
+        shown = "; ".join(f"{rel}: {why}" for rel, why in list(folder.skipped.items())[:5])
+        more = f"; ... ({len(folder.skipped)} in all)" if len(folder.skipped) > 5 else ""
+        print(f"uqvision {a.command}: --skip-bad-images: {len(folder.skipped)} unreadable "
+              f"image(s) of {a.data!r} left out: {shown}{more}", file=sys.stderr, flush=True)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
+    from .models import check_model_spec
     from .predict import check_caches
 
+    _output_folder("--out", a.out)
+    for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
+        check_model_spec(spec)
+    _check_images(a)
     for spec in a.model:  # every model's classes and existing caches, before anything runs
         check_caches(spec, a.data, a.out, _predict_config(a), dataset_name=a.dataset_name,
                      overwrite=a.overwrite)
@@ -224,10 +311,29 @@ def _score_transfer(a: argparse.Namespace):
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
+    import warnings
+
     from uqmetrics import write_dataset
 
-    ds = SCORE_PROTOCOLS.lookup(a.protocol)(a)
-    _print(str(write_dataset(ds, a.out, overwrite=a.overwrite)))
+    from .exceptions import SkippedCacheWarning
+    from .selective import incomplete_caches
+
+    protocol = SCORE_PROTOCOLS.lookup(a.protocol)
+    _output_file("--out", a.out, a.overwrite)
+    files, skipped = incomplete_caches(a.caches)
+    listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
+    if skipped and not a.skip_incomplete:
+        raise InputError(f"--caches: {len(skipped)} of {len(files)} cache files would not be "
+                         f"scored: {listed}; recompute them, or pass --skip-incomplete to score "
+                         "the others")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
+        ds = protocol(a)
+    line = str(write_dataset(ds, a.out, overwrite=a.overwrite))
+    if skipped:
+        line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
+                 f"scored: {listed})")
+    _print(line)
     return 0
 
 
@@ -237,6 +343,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     from .sweep import sweep_predictions
 
     out = Path(a.out)
+    _output_folder("--out", out)
     report = sweep_predictions(a.models, a.data, out / "caches", _predict_config(a),
                                weights_dir=a.weights_dir, dataset_name=a.dataset_name,
                                scheduler=a.scheduler, n_workers=a.n_workers,
@@ -256,6 +363,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 def _cmd_plot(a: argparse.Namespace) -> int:
     from .plots import plot_caches, plot_ensembles, plot_selective
 
+    if not (a.caches or a.ensembles or a.selective):
+        raise InputError("nothing to plot (give --caches, --ensembles and/or --selective)")
+    _output_folder("--out", a.out)
     paths = []
     if a.caches:
         paths += plot_caches(a.caches, a.out, dataset=a.dataset)
@@ -264,8 +374,8 @@ def _cmd_plot(a: argparse.Namespace) -> int:
     if a.selective:
         paths += plot_selective(a.selective, a.out)
     if not paths:
-        raise SystemExit("uqvision plot: nothing to plot (give --caches, --ensembles and/or "
-                         "--selective)")
+        raise InputError("the files given (--caches, --ensembles, --selective) hold nothing to "
+                         "plot")
     for p in paths:
         _print(str(p))
     return 0
@@ -293,6 +403,7 @@ def _cmd_metadata(a: argparse.Namespace) -> int:
         return 0
     unknown = unknown_models(keys, tables)
     if a.template:
+        _output_file("--template", a.template, a.overwrite)
         _print(str(write_metadata([ModelMetadata(k) for k in unknown], a.template)))
     for key in unknown:
         _print(key)
@@ -325,6 +436,7 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
 def _cmd_demo(a: argparse.Namespace) -> int:
     from .demo import DemoConfig, run_demo, summary
 
+    _output_folder("--out", a.out)
     overrides = {f.name: getattr(a, f.name) for f in fields(DemoConfig)
                  if getattr(a, f.name, None) is not None}
     r = run_demo(a.out, DemoConfig(**overrides), log=_print)
@@ -349,11 +461,12 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                    help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
                         "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
                         "lr_init=3e-3 weight_decay=0.05")
-    p.add_argument("--seeds", type=int, nargs="+", help="one run per seed (default 0)")
-    p.add_argument("--epochs", type=float, default=None, help="shorthand for --set epochs=")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--seeds", type=_INDEX, nargs="+", help="one run per seed (default 0)")
+    p.add_argument("--epochs", type=_non_negative_float, default=None,
+                   help="shorthand for --set epochs= (0 only with --init)")
+    p.add_argument("--batch-size", type=_COUNT, default=None,
                    help="shorthand for --set batch_size=")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=_positive_float, default=None,
                    help="shorthand for the method's initial learning rate (lr_init or lr0)")
     p.add_argument("--init", default=None, help="start from this local checkpoint")
     p.add_argument("--val-data", default=None,
@@ -370,40 +483,46 @@ def _args_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spectral", action="store_true",
                    help="one-sided spectral normalisation of the featurizer (conv/linear "
                         "sigma and BatchNorm Lipschitz constant at most 5; UIMNET)")
-    p.add_argument("--input-size", type=int, default=32)
+    p.add_argument("--input-size", type=_COUNT, default=32)
     p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
                    help="training augmentation:\n" + TTA_POLICIES.describe()
                    + "\nnone: no augmentation")
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
     p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--workers", type=_INDEX, default=0)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing checkpoint (and its sidecar and state file)")
 
 
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=PASS_MODES.names(), default="plain",
                    help="prediction mode:\n" + PASS_MODES.describe())
-    p.add_argument("--passes", type=int, default=None,
+    p.add_argument("--passes", type=_COUNT, default=None,
                    help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, "
                         "the Selective paper's count; 1 otherwise)")
-    p.add_argument("--first-pass", type=int, default=0, help="index of the first TTA pass")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--first-pass", type=_INDEX, default=0, help="index of the first TTA pass")
+    p.add_argument("--samples", type=_COUNT, default=None,
                    help="prediction samples of a run trained with a method (snapshots, "
                         "posterior draws, passes; default: all snapshots, 10 draws, 1 network)")
-    p.add_argument("--first-sample", type=int, default=0, help="index of the first sample")
+    p.add_argument("--first-sample", type=_INDEX, default=0, help="index of the first sample")
     p.add_argument("--train-data", default=None,
                    help="training folder for BatchNorm updates of sampled weights (SWAG, "
                         "Laplace; default: the one the checkpoint's sidecar records)")
     p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
                    help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--seed", type=_INDEX, default=0)
+    p.add_argument("--batch-size", type=_COUNT, default=64)
+    p.add_argument("--workers", type=_INDEX, default=0, help="DataLoader workers")
     p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--random-init", action="store_true",
                    help="models without a checkpoint get random weights (code-path checks only)")
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
+    p.add_argument("--skip-bad-images", action="store_true",
+                   help="leave out images that do not read (empty, truncated, not an image), "
+                        "recorded in the caches' attrs; without it they stop the command "
+                        "before any work")
     p.add_argument("--overwrite", action="store_true")
 
 
@@ -413,7 +532,7 @@ def _add_selective_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sac-rule", default="largest", choices=SAC_RULES,
                    help="selective: SAC rule; largest = the paper's definition, first_drop = its "
                         "official code (reproduces its published SAC values)")
-    p.add_argument("--mc-passes", type=int, default=DEFAULT_PASSES["mc_dropout"],
+    p.add_argument("--mc-passes", type=_COUNT, default=DEFAULT_PASSES["mc_dropout"],
                    help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
                         "refused (default: %(default)s)")
     p.add_argument("--metadata", action="append", default=None, metavar="FILE",
@@ -440,8 +559,8 @@ def _args_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
     p.add_argument("--out", required=True, help="score file (.nc)")
     p.add_argument("--dataset", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--calibration-size", type=float, default=5000,
+    p.add_argument("--seed", type=_INDEX, default=0)
+    p.add_argument("--calibration-size", type=_positive_float, default=5000,
                    help="selective: calibration samples, a count or a fraction in (0, 1)")
     p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
                    help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
@@ -452,9 +571,12 @@ def _args_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", choices=ENSEMBLE_METHODS.names(), default=None,
                    help="ensembles: methods (default: every one with caches; a cache's "
                         "method attr decides its group)\n" + ENSEMBLE_METHODS.describe())
-    p.add_argument("--n-orders", type=int, default=5)
+    p.add_argument("--n-orders", type=_COUNT, default=5)
     p.add_argument("--reference", default="deep_ensemble", choices=ENSEMBLE_METHODS.names(),
                    help="ensembles: the method DEE is measured against")
+    p.add_argument("--skip-incomplete", action="store_true",
+                   help="score the complete caches when some are unreadable or partial (named "
+                        "in the summary line); without it they stop the command")
     p.add_argument("--overwrite", action="store_true")
 
 
@@ -465,10 +587,10 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="sweep directory (caches/, scores/)")
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
-    p.add_argument("--n-workers", type=int, default=2)
-    p.add_argument("--cell-threads", type=int, default=None,
+    p.add_argument("--n-workers", type=_COUNT, default=2)
+    p.add_argument("--cell-threads", type=_COUNT, default=None,
                    help="torch threads inside each Dask cell (default: --threads)")
-    p.add_argument("--calibration-size", type=float, default=5000)
+    p.add_argument("--calibration-size", type=_positive_float, default=5000)
     _add_selective_options(p)
     _add_predict_options(p)
 
@@ -493,18 +615,20 @@ def _args_metadata(p: argparse.ArgumentParser) -> None:
                         "$UQVISION_MODEL_METADATA")
     p.add_argument("--template", default=None, metavar="FILE",
                    help="write the unknown models as a table of 'unknown' rows to fill in")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --template")
 
 
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--arch", default=None)
-    p.add_argument("--members", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--mc-passes", dest="mc_passes", type=int, default=None)
-    p.add_argument("--max-per-class", dest="max_per_class", type=int, default=None)
-    p.add_argument("--calibration-size", dest="calibration_size", type=float, default=None)
-    p.add_argument("--n-orders", dest="n_orders", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--members", type=_COUNT, default=None)
+    p.add_argument("--epochs", type=_COUNT, default=None)
+    p.add_argument("--mc-passes", dest="mc_passes", type=_COUNT, default=None)
+    p.add_argument("--max-per-class", dest="max_per_class", type=_COUNT, default=None)
+    p.add_argument("--calibration-size", dest="calibration_size", type=_positive_float,
+                   default=None)
+    p.add_argument("--n-orders", dest="n_orders", type=_COUNT, default=None)
+    p.add_argument("--seed", type=_INDEX, default=None)
     p.add_argument("--device", default=None, type=_device, help="cpu | cuda | cuda:N")
 
 
@@ -515,6 +639,7 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
     if a.scale not in driver.scales:
         raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
                          f"{list(driver.scales)}")
+    _output_folder("--out", a.out)
     options = _set_pairs(a.set)
     if a.upstream is not None:  # url: real folders (the same as --set upstream=...)
         options["upstream"] = a.upstream
@@ -542,7 +667,7 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
                    help="url: real upstream folder (train/ val/ test/)")
     p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
                    help="url: real downstream folders (val/ test/ each), zero-shot")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_INDEX, default=0)
     p.add_argument("--device", default="cpu", type=_device,
                    help="where every network trains and predicts: cpu | cuda | cuda:N")
     p.add_argument("--overwrite", action="store_true")
@@ -592,6 +717,9 @@ def _score_ood(a: argparse.Namespace):
 def _cmd_split(a: argparse.Namespace) -> int:
     from .split import make_index_files, split_from_caches, write_split
 
+    _output_file("--out", a.out, None)
+    if a.train:
+        _output_folder("--index-dir", a.index_dir)
     split = split_from_caches(a.embeddings)
     _print(str(write_split(split, a.out)))
     if a.train:
@@ -608,12 +736,21 @@ def _args_split(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="split file (.json)")
     p.add_argument("--train", default=None, help="training folder: also write index files")
     p.add_argument("--index-dir", default="index", help="folder of the index files")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="data seeds")
+    p.add_argument("--seeds", type=_INDEX, nargs="+", default=[0], help="data seeds")
     p.add_argument("--val-fraction", type=float, default=0.1)
 
 
 COMMANDS.add("split", Command(_cmd_split, _args_split,
                               "UIMNET in/out class split (Ward) and 90/10 index files"))
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the project's error policy): ``uqvision
+    predict: error: argument --seed: must be >= 0, got -1 (see uqvision predict -h)``, exit
+    code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -625,9 +762,9 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`."""
-    ap = argparse.ArgumentParser(prog="uqvision", description=__doc__.split("\n")[0],
-                                 formatter_class=_HelpFormatter)
-    ap.add_argument("--threads", type=int, default=None,
+    ap = _Parser(prog="uqvision", description=__doc__.split("\n")[0],
+                 formatter_class=_HelpFormatter)
+    ap.add_argument("--threads", type=_COUNT, default=None,
                     help="torch intra-op threads (default: torch's choice)")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items_ordered():

@@ -299,3 +299,21 @@ def test_a_foreign_file_at_a_cache_path_is_never_replaced(spec, digits, tmp_path
     err = _error_line(capsys)
     assert str(path) in err and "not a uqvision prediction cache" in err
     assert _hashes(out) == before
+
+
+def test_a_cache_that_left_images_out_is_reused_only_when_skipping_is_allowed(spec, digits,
+                                                                              tmp_path):
+    folder = _copy_classes(digits / "test", tmp_path / "f")
+    (folder / "3" / "zz_bad.png").write_bytes(b"not an image")
+    out = tmp_path / "caches"
+    skip = PredictConfig(batch_size=32, skip_bad_images=True)
+    (path,) = predict_to_files(spec, folder, out, skip, dataset_name="t")
+    assert read_cache(path).attrs["n_skipped_images"] == 1
+    before = _hashes(out)
+    with pytest.raises(InputError, match=r"skipped_images 1 vs 0"):
+        predict_to_files(spec, folder, out, PredictConfig(batch_size=32), dataset_name="t")
+    _, missing = check_caches(spec, folder, out, skip, dataset_name="t")
+    assert not missing  # the same request resumes
+    with pytest.raises(InputError, match=r"skipped_images 1 vs 0"):  # the caches, checked alone
+        check_caches(spec, folder, out, PredictConfig(), dataset_name="t")
+    assert _hashes(out) == before

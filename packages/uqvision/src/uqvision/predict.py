@@ -561,10 +561,11 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
 
 #: What a cache's identity is made of: a complete cache is reused only when every field equals
 #: the request's (:func:`check_caches`). Batch size, workers and device are not part of it
-#: (they change the logits by float rounding only).
+#: (they change the logits by float rounding only). ``skipped_images`` (how many unreadable
+#: images a cache left out) must be 0 unless the request allows skipping them.
 IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
                    "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
-                   "train_data", "sample_index", "pass_index")
+                   "train_data", "sample_index", "pass_index", "skipped_images")
 
 
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -580,7 +581,8 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
             "passes": a.get("n_passes"), "embeddings": cfg.get("embeddings"),
             "logits": cfg.get("logits"), "amp": cfg.get("amp"),
             "train_data": cfg.get("train_data"), "sample_index": a.get("sample_index"),
-            "pass_index": a.get("pass_index")}
+            "pass_index": a.get("pass_index"),
+            "skipped_images": int(a.get("n_skipped_images", 0))}
 
 
 def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) -> str:
@@ -652,6 +654,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
             problems.append(f"{' '.join(str(exc).split())}; it is left as it is (pass "
                             "--overwrite to replace it)")
             continue
+        have = cache_identity(cached.attrs)
         want = {"model": sample_label(spec.row, k, multi), "model_name": spec.name,
                 "checkpoint_sha256": sha, "sidecar_sha256": _sidecar_sha256(spec),
                 "dataset": fingerprint, "mode": config.mode,
@@ -659,8 +662,8 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "seed": config.seed,
                 "passes": config.passes if config.mode == "mc_dropout" else 1,
                 "embeddings": config.embeddings, "logits": config.logits, "amp": config.amp,
-                "train_data": config.train_data, "sample_index": k, "pass_index": p}
-        have = cache_identity(cached.attrs)
+                "train_data": config.train_data, "sample_index": k, "pass_index": p,
+                "skipped_images": have["skipped_images"] if config.skip_bad_images else 0}
         diff = [f"{f} {_show(f, have[f], cached.attrs, '')} vs "
                 f"{_show(f, want[f], None, str(folder.root.resolve()))}"
                 for f in IDENTITY_FIELDS if have[f] != want[f]]

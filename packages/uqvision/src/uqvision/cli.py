@@ -147,7 +147,9 @@ def _args_data(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
-    from .train import TrainConfig, checkpoint_files, train_model
+    from .methods import TRAINING_METHODS
+    from .split import image_view
+    from .train import TrainConfig, checkpoint_files, epoch_batches, train_model
 
     seeds = a.seeds or [0]
     if len(seeds) > 1 and "{seed}" not in a.out:
@@ -162,15 +164,27 @@ def _cmd_train(a: argparse.Namespace) -> int:
         from .split import read_index_file
 
         classes = tuple(read_index_file(a.index_file)["classes"])
-    for seed in seeds:
-        cfg = TrainConfig(arch=a.arch, method=a.method, hparams=_set_pairs(a.set),
-                          epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
-                          input_size=a.input_size, augment=None if a.augment == "none"
-                          else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
-                          num_workers=a.workers, model_kwargs=json.loads(a.model_kwargs),
-                          init_checkpoint=a.init, val_data=a.val_data, amp=a.amp,
-                          classes=classes, index_file=a.index_file,
-                          spectral=a.spectral)
+    try:
+        model_kwargs = json.loads(a.model_kwargs)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
+    cfgs = [TrainConfig(arch=a.arch, method=a.method, hparams=_set_pairs(a.set),
+                        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
+                        input_size=a.input_size, augment=None if a.augment == "none"
+                        else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
+                        num_workers=a.workers, model_kwargs=model_kwargs,
+                        init_checkpoint=a.init, val_data=a.val_data, amp=a.amp,
+                        classes=classes, index_file=a.index_file,
+                        spectral=a.spectral) for seed in seeds]
+    hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
+    n = len(image_view(a.data, classes=classes, index_file=a.index_file))
+    steps = TRAINING_METHODS.lookup(a.method).total_steps(
+        hp, len(epoch_batches(n, hp.batch_size, 0, 0)))
+    if steps == 0 and a.init is None:
+        raise InputError(f"--epochs/--set: method {a.method!r} would take no gradient step "
+                         f"(epochs={getattr(hp, 'epochs', '?')}) and starts from no checkpoint "
+                         "(--init): the saved network would be untrained")
+    for seed, cfg in zip(seeds, cfgs, strict=True):
         r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite)
         if int(os.environ.get("RANK", "0")) == 0:
             _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"

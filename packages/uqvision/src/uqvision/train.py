@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from uqmetrics import InputError, provenance_attrs
+from uqmetrics import provenance_attrs
 from uqmetrics.io import temporary_beside
 
 from .data import (
@@ -364,9 +364,6 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     ------
     FileExistsError
         ``overwrite=False`` and a file of ``out`` exists.
-    uqmetrics.InputError
-        A run of no gradient step that starts from no checkpoint (e.g. ``epochs=0``): it would
-        save an untrained network.
     """
     config = config or TrainConfig()
     check_model_name(config.arch)
@@ -391,12 +388,6 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     if init_side.get("classes", ds.classes) != ds.classes:
         raise ValueError(f"init_checkpoint {config.init_checkpoint!r} was trained on other "
                          "classes")
-    n_batches = len(epoch_batches(len(ds), hp.batch_size, config.seed, 0))
-    if method.total_steps(hp, n_batches) == 0 and not config.init_checkpoint:
-        raise InputError(f"method {config.method!r} would take no gradient step with these "
-                         f"hyper-parameters (epochs={getattr(hp, 'epochs', '?')}) and starts from "
-                         "no checkpoint (--init): the saved network would be untrained; give "
-                         "--epochs (or --set epochs=) > 0")
     val = ImageFolderDataset(config.val_data, eval_transform(dcfg)) if config.val_data else None
     model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
     from .predict import distributed_context  # predict imports this module
@@ -415,6 +406,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         objective = _Objective(config, ds.classes, dcfg, device)
         if world > 1 and device.startswith("cuda"):
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        n_batches = len(epoch_batches(len(ds), hp.batch_size, config.seed, 0))
         state = method.start(model, hp, n_train=len(ds), steps_per_epoch=n_batches,
                              seed=config.seed, nll=objective)
         if config.amp:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -68,6 +69,64 @@ def _member_logits(rng, n, c, k, *, signal=2.0, noise=1.5):
     base = rng.normal(size=(n, c))
     base[np.arange(n), y] += signal
     return y, np.stack([base + noise * rng.normal(size=(n, c)) for _ in range(k)])
+
+
+#: float32 machine epsilon, 2u (u the unit roundoff).
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _reduction_length(net: torch.nn.Module) -> int:
+    """N: the number of rounded additions, summed over the network's depth, behind one output.
+
+    Every conv / linear layer sums ``fan_in`` products per output element, a LayerNorm sums its
+    normalised size, a (timm) attention block sums ``head_dim`` products for q.k and one per
+    token for attn.v. The other sums (global pooling, softmax, an L2 normalisation: a few
+    hundred terms at most) add < 10 % to N, < 5 % to sqrt(N).
+    """
+    tokens = max((int(getattr(m, "num_patches", 0)) for m in net.modules()), default=0) + 1
+    n = 0
+    for m in net.modules():
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear)):
+            n += m.weight[0].numel()
+        elif isinstance(m, torch.nn.LayerNorm):
+            n += math.prod(m.normalized_shape)
+        elif hasattr(m, "head_dim") and hasattr(m, "num_heads"):
+            n += int(m.head_dim) + tokens
+    return n
+
+
+def _rounding_tol(net, reference) -> dict:
+    """``assert_allclose`` tolerance between two float32 evaluations of ``net`` that differ only in
+    how their kernels order the sums: another batch size or shard (BLAS and oneDNN block by batch;
+    a batch of one even takes another convolution backend), another process, and on another CPU
+    another vector width, FMA use or MKL kernel.
+
+    Derivation (random-walk model of rounding: Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., sec. 3.1; Higham & Mary, SIAM J. Sci. Comput. 41, 2019): each of the N
+    rounded additions behind one output (:func:`_reduction_length`) errs by at most u times its
+    partial sum, and the errors of one evaluation add up like a random walk, standard deviation
+    ~ sqrt(N) u S. S = max |reference| is the scale of the outputs: the layers are piecewise
+    linear, so a relative error in a layer's output reaches the network's output as a relative
+    error of the same size. Two independently rounded evaluations differ by sqrt(2) times that;
+    the tolerance 4 sqrt(N) eps S = 8 sqrt(N) u S is 5.7 of those standard deviations, e.g.
+    2.6e-5 S for test_byobnet (N = 3059), 3.4e-5 S for test_resnet (N = 5099); the batch-size,
+    process and forced-kernel (ATen default/AVX2/AVX-512, MKL AVX2 and CNR, oneDNN SSE4.1/AVX2)
+    differences of this suite's caches measured at most 3 % of it. ``net`` is a module or a model
+    spec (loaded through ``load_run``).
+    """
+    if isinstance(net, str):
+        from uqvision.train import load_run
+
+        net = load_run(net, allow_random_init=True).loaded.model
+    scale = float(np.max(np.abs(np.asarray(reference, dtype=np.float64))))
+    return {"rtol": 0.0, "atol": 4 * math.sqrt(_reduction_length(net)) * EPS32 * scale}
+
+
+@pytest.fixture
+def rounding_tol():
+    """``rounding_tol(net_or_spec, reference) -> {"rtol", "atol"}``: the float32 rounding
+    tolerance of two differently blocked evaluations of the network (:func:`_rounding_tol`)."""
+    return _rounding_tol
 
 
 @pytest.fixture

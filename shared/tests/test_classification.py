@@ -177,11 +177,37 @@ def test_ace_and_tace_hand_case():
     # class 1: {.1, .3} acc 1/2 conf .2 (w 2/3), {.4} acc 0 (w 1/3): 0.2 + 0.4/3 = 10/30
     # class 2: {0, .5} acc 0 conf .25 (w 2/3), {.8} acc 1 (w 1/3): 1/6 + 0.2/3 = 7/30
     assert adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2) == pytest.approx(24 / 90)
-    # TACE (threshold 1e-3) drops p = 0 from class 2: {.5} and {.8}: (.5 + .2) / 2 = 10.5/30
+    # TACE (threshold 1e-3) drops p = 0 from class 2: {.5} and {.8}, each weighted |B|/n = 1/3:
+    # (.5 + .2) / 3 = 7/30, and the mean over the C = 3 classes: (7 + 10 + 7) / 90
     tace = adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, threshold=1e-3)
-    assert tace == pytest.approx(27.5 / 90)
+    assert tace == pytest.approx(24 / 90)
+    # per-class weights |B|/n_k (n_2 = 2): class 2 gives (.5 + .2) / 2 = 10.5/30
+    per_class = adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, threshold=1e-3, weighting="class")
+    assert per_class == pytest.approx(27.5 / 90)
+    # without a threshold the two weightings are the same ACE
+    assert adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, weighting="class") == pytest.approx(24 / 90)
     assert get_metric("tace").func(_LABELS3, _PROBS3) == pytest.approx(
         adaptive_calibration_error(_LABELS3, _PROBS3, threshold=1e-3))
+
+
+def test_tace_is_ashukha_et_al_eq_2_as_their_code_computes_it():
+    """TACE = (1/C) Σ_k Σ_r |B_rk|/n·|acc − conf| over the predictions > 1e-3 (Ashukha et al.
+    2020, the code behind their figures). With one bin per class both binnings (theirs: ⌊n_k/R⌋
+    sorted predictions, here: quantile edges) hold the same predictions, so the reference below
+    is that formula written out; at C = 100 most of a class's predictions fall under the
+    threshold, where per-class weights |B|/n_k would give n/n_k times the weight."""
+    rng = np.random.default_rng(3)
+    n, c = 400, 100
+    p = rng.dirichlet(np.full(c, 0.05), size=n)
+    y = np.array([rng.choice(c, p=row) for row in p])
+    ref = 0.0
+    for k in range(c):
+        sel = p[:, k] > 1e-3
+        if sel.any():
+            ref += sel.sum() / n * abs(np.mean(y[sel] == k) - p[sel, k].mean()) / c
+    assert adaptive_calibration_error(y, p, n_bins=1, threshold=1e-3) == pytest.approx(ref, rel=1e-12)
+    per_class = adaptive_calibration_error(y, p, n_bins=1, threshold=1e-3, weighting="class")
+    assert per_class > 2 * ref  # the per-class variant is not TACE
 
 
 def test_ace_with_one_bin_per_class_equals_sce_with_one_bin():
@@ -333,6 +359,7 @@ def test_bad_input_raises_naming_the_argument(metric, labels, probs, match):
         (lambda: static_calibration_error(_GOOD_Y, _GOOD_P, n_bins=-1), "n_bins"),
         (lambda: adaptive_calibration_error(_GOOD_Y, _GOOD_P, threshold=2.0), "threshold"),
         (lambda: adaptive_calibration_error(_GOOD_Y, _GOOD_P, threshold=0.99), "threshold"),
+        (lambda: adaptive_calibration_error(_GOOD_Y, _GOOD_P, weighting="bins"), "weighting"),
         (lambda: reliability_diagram(_GOOD_Y, _GOOD_P, strategy="x"), "strategy"),
         (lambda: confidence_calibration_error([True], [1.2]), r"confidence must lie in \[0, 1\]"),
         (lambda: confidence_calibration_error([True], [0.5], norm="l3"), "norm"),

@@ -31,6 +31,7 @@ from ._validation import (
 from .registry import register_metric
 
 __all__ = [
+    "ACE_WEIGHTINGS",
     "BIN_STRATEGIES",
     "accuracy_score",
     "adaptive_calibration_error",
@@ -543,10 +544,17 @@ def static_calibration_error(labels: Any, probs: Any, *, n_bins: int = 15) -> fl
     return float(np.sum(np.abs(s_t - s_v)) / (n * n_classes))
 
 
+#: How :func:`adaptive_calibration_error` weights a class's bins: ``"all"`` by ``|B|/n`` over all
+#: ``n`` predictions, averaged over all ``C`` classes (Ashukha et al.'s TACE, their eq. 2 and
+#: their code); ``"class"`` by ``|B|/n_k`` over the class's own ``n_k`` selected predictions,
+#: averaged over the classes with a selection (each class's bins sum to weight 1).
+ACE_WEIGHTINGS = ("all", "class")
+
+
 @register_metric("ace", kind="classification", family="calibration",
                  properties={"permutation_invariant"})
 def adaptive_calibration_error(
-    labels: Any, probs: Any, *, n_bins: int = 15, threshold: float = 0.0
+    labels: Any, probs: Any, *, n_bins: int = 15, threshold: float = 0.0, weighting: str = "all"
 ) -> float:
     """Adaptive calibration error (ACE); ``threshold=1e-3`` gives the thresholded TACE.
 
@@ -561,6 +569,10 @@ def adaptive_calibration_error(
     threshold : float, default 0.0
         Only predictions ``p_ik >= threshold`` enter class ``k``'s bins (0: all predictions,
         ACE; 1e-3: TACE).
+    weighting : {"all", "class"}, default "all"
+        A bin's weight (:data:`ACE_WEIGHTINGS`): ``|B|/n`` and the mean over all ``C`` classes,
+        or ``|B|/n_k`` and the mean over the classes with a selected prediction. The two agree
+        when ``threshold`` is 0 (every class selects all ``n`` predictions).
 
     Returns
     -------
@@ -570,16 +582,23 @@ def adaptive_calibration_error(
     Notes
     -----
     For each class ``k`` the ``n_k`` selected probabilities ``p_ik`` are split into ``R``
-    equal-mass bins (the ``quantile`` strategy of :func:`bin_edges`) and
-    ``ACE = (1/C') sum_k sum_r |B_rk|/n_k * |acc(r, k) - conf(r, k)|`` over the ``C'`` classes
-    with at least one selected prediction. When every bin holds exactly ``n_k / R`` predictions
-    this is Nixon et al.'s ``1/(C R) sum_k sum_r |acc(r, k) - conf(r, k)|``; the weights
-    ``|B_rk|/n_k`` make uneven bins (``n_k`` not divisible by ``R``, ties) count by their mass.
+    equal-mass bins (the ``quantile`` strategy of :func:`bin_edges`) and, with
+    ``weighting="all"``, ``ACE = (1/C) sum_k sum_r |B_rk|/n * |acc(r, k) - conf(r, k)|``: with
+    ``threshold=1e-3`` this is TACE as Ashukha et al. (2020) compute it (their code; the
+    printed eq. 2 also divides by ``R``, which with the ``|B|/n`` weights would count the bins
+    twice, and is not what produced their figures). Their code cuts bins of ``floor(n_k/R)``
+    sorted predictions and extends the last; the quantile edges here split the same way when
+    ``R`` divides ``n_k``, and keep tied values in one bin. With ``weighting="class"``,
+    ``ACE = (1/C') sum_k sum_r |B_rk|/n_k * |acc - conf|`` over the ``C'`` classes with a
+    selection: with equal bins, Nixon et al.'s ``1/(C R) sum_k sum_r |acc - conf|``. Under a
+    threshold a class selects few of the ``n`` predictions, so the per-class weights give it
+    ``n/n_k`` times the weight (at ``C = 100``, about 3 times the TACE).
 
     References
     ----------
     Nixon, Dusenberry, Zhang, Jerfel, Tran. Measuring calibration in deep learning. CVPR
-    Workshops 2019.
+    Workshops 2019. Ashukha, Lyzhov, Molchanov, Vetrov. Pitfalls of in-domain uncertainty
+    estimation and ensembling in deep learning. ICLR 2020.
 
     Examples
     --------
@@ -588,25 +607,29 @@ def adaptive_calibration_error(
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     threshold = check_fraction(threshold, "threshold", low=0.0, high=1.0)
+    check_choice(weighting, "weighting", ACE_WEIGHTINGS)
     y, p = labels_probs(labels, probs)
+    n, n_classes = p.shape
     errors = []
-    for k in range(p.shape[1]):
+    for k in range(n_classes):
         sel = p[:, k] >= threshold
         if not sel.any():
             continue
         v = p[sel, k]
         count, acc, conf = _bin_stats(y[sel] == k, v, _quantile_edges(v, n_bins))
-        errors.append(_reduce_gaps(count, acc, conf, "l1"))
+        per_class = _reduce_gaps(count, acc, conf, "l1")  # weights |B|/n_k
+        errors.append(per_class if weighting == "class" else per_class * v.shape[0] / n)
     if not errors:
         raise ValueError(f"threshold={threshold!r} leaves no prediction to score")
-    return float(np.mean(errors))
+    return float(np.mean(errors) if weighting == "class" else np.sum(errors) / n_classes)
 
 
 @register_metric("tace", kind="classification", family="calibration",
                  properties={"permutation_invariant"})
 def _thresholded_adaptive_calibration_error(labels: Any, probs: Any) -> float:
-    """TACE: :func:`adaptive_calibration_error` with ``threshold=1e-3``."""
-    return adaptive_calibration_error(labels, probs, threshold=1e-3)
+    """TACE (Ashukha et al. 2020): :func:`adaptive_calibration_error` with ``threshold=1e-3``
+    and bins weighted by ``|B|/n`` over all classes."""
+    return adaptive_calibration_error(labels, probs, threshold=1e-3, weighting="all")
 
 
 # --------------------------------------------------------------------------------------------

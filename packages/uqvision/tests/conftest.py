@@ -34,10 +34,10 @@ def digits(tmp_path_factory):
 def trained(digits, tmp_path_factory):
     """One test_byobnet trained for 2 epochs at 16 px (with head dropout; AdamW + OneCycle,
     uqvision's former recipe)."""
-    from uqvision.train import ADAMW_RECIPE, TrainConfig, train_model
+    from uqvision.training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 
     out = tmp_path_factory.mktemp("models") / "m0.safetensors"
-    return train_model(digits / "train", out, TrainConfig(
+    return train_model(digits / "train", out, ImageTrainConfig(
         arch=ARCH, epochs=2, input_size=16, drop_rate=0.2, batch_size=32, seed=0,
         hparams=ADAMW_RECIPE))
 
@@ -115,7 +115,7 @@ def _rounding_tol(net, reference) -> dict:
     spec (loaded through ``load_run``).
     """
     if isinstance(net, str):
-        from uqvision.train import load_run
+        from uqvision.training.runs import load_run
 
         net = load_run(net, allow_random_init=True).loaded.model
     scale = float(np.max(np.abs(np.asarray(reference, dtype=np.float64))))
@@ -139,3 +139,24 @@ def write_cache():
 def member_logits():
     """``member_logits(rng, n, c, k) -> (labels (n,), logits (k, n, c))``."""
     return _member_logits
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """``smoke_run(name) -> (out, path)``: the protocol's ``uqvision reproduce NAME --scale
+    smoke`` with its :attr:`~uqvision.protocols.Protocol.smoke_options`, run once per session
+    and shared by the protocol's own tests and ``test_protocols_common.py``."""
+    from uqvision.protocols import VISION_PROTOCOLS
+
+    runs: dict[str, tuple] = {}
+
+    def run(name: str):
+        if name not in runs:
+            proto = VISION_PROTOCOLS.lookup(name)
+            out = tmp_path_factory.mktemp(name) / name
+            path = proto.reproduce.run(out, scale="smoke", options=dict(proto.smoke_options),
+                                       log=lambda *a: None)
+            runs[name] = (out, path)
+        return runs[name]
+
+    return run

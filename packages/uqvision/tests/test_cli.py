@@ -5,11 +5,12 @@ import pytest
 import xarray as xr
 from uqmetrics import read_dataset
 
-from uqvision.cli import COMMANDS, SCORE_PROTOCOLS, build_parser, main
+from uqvision.cli import COMMANDS, build_parser, main
 from uqvision.data import DATASET_MAKERS, TTA_POLICIES
-from uqvision.ensembles import ENSEMBLE_METHODS
 from uqvision.predict import PASS_MODES
-from uqvision.selective import ROW_KINDS
+from uqvision.protocols import VISION_PROTOCOLS
+from uqvision.protocols.pitfalls.score import ENSEMBLE_METHODS
+from uqvision.protocols.selective.score import ROW_KINDS
 
 SELECTIVE_VARS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
                   "brier", "temperature")
@@ -29,7 +30,7 @@ def test_every_command_has_a_subparser():
     assert list(sub.choices) == COMMANDS.names()
     assert {"data", "train", "predict", "score", "sweep", "plot", "reproduce", "metadata", "demo",
             "split"} <= set(COMMANDS.names())
-    assert {"selective", "ensembles", "ood"} <= set(SCORE_PROTOCOLS.names())
+    assert {"selective", "ensembles", "ood", "transfer"} <= {p.score_name for p in VISION_PROTOCOLS.values()}
 
 
 def test_choices_and_help_come_from_the_registries():
@@ -38,7 +39,8 @@ def test_choices_and_help_come_from_the_registries():
     assert _choices(predict, "mode") == PASS_MODES.names()
     assert _choices(predict, "tta_policy") == TTA_POLICIES.names()
     assert _choices(_subparser("train"), "augment") == [*TTA_POLICIES.names(), "none"]
-    assert _choices(score, "protocol") == SCORE_PROTOCOLS.names()
+    assert _choices(score, "protocol") == ([p.score_name for p in VISION_PROTOCOLS.values()]
+                                          + ["pitfalls", "uimnet", "url"])
     assert _choices(score, "row_kinds") == ROW_KINDS.names()
     assert _choices(score, "methods") == _choices(score, "reference") == ENSEMBLE_METHODS.names()
     text = predict.format_help()
@@ -177,7 +179,7 @@ def test_data_hierarchy_command(tmp_path, capsys):
 
 def test_reproduce_url_real_folder_flags(tmp_path, capsys):
     """--upstream ROOT --downstream ROOT [ROOT ...] are the url driver's real-folder options
-    (the end-to-end run is tests/test_transfer.py); half of them, or missing splits, is a clear
+    (the end-to-end run is tests/protocols/url/test_url_score.py); half of them, or missing splits, is a clear
     error before anything runs."""
     p = _subparser("reproduce").parse_args(["url", "--out", "o", "--upstream", "u",
                                             "--downstream", "a", "b"])
@@ -198,15 +200,13 @@ def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
 
     import torch
 
-    from uqvision.reproduce import load_drivers
-
-    drivers = load_drivers()
-    for name in drivers.names():
-        assert inspect.signature(drivers.lookup(name).run).parameters["device"].default == "cpu"
+    drivers = {n: p.reproduce for n, p in VISION_PROTOCOLS.items_ordered()}
+    for name in drivers:
+        assert inspect.signature(drivers[name].run).parameters["device"].default == "cpu"
         assert _subparser("reproduce").parse_args([name, "--out", "o"]).device == "cpu"
     missing = f"cuda:{torch.cuda.device_count()}"  # one past the last CUDA device, or none
     for argv in ([["reproduce", name, "--out", str(tmp_path), "--device", missing]
-                  for name in drivers.names()]
+                  for name in drivers]
                  + [["train", "--arch", "x", "--data", "d", "--out", "o", "--device", "tpu"],
                     ["predict", "--model", "m", "--data", "d", "--out", "o", "--device", "gpu"]]):
         with pytest.raises(SystemExit) as exit_:

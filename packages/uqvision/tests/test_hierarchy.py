@@ -205,9 +205,9 @@ def test_small_cnn_beats_chance_by_binomial_margin_and_is_not_perfect(info, tmp_
     the one loop (AdamW + OneCycle, 15 epochs, no augmentation) on ``train/``, scored through the
     one prediction path on ``test/``."""
     from uqvision.predict import PredictConfig, predict
-    from uqvision.train import ADAMW_RECIPE, TrainConfig, train_model
+    from uqvision.training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 
-    run = train_model(info.splits["train"], tmp_path / "cnn", TrainConfig(
+    run = train_model(info.splits["train"], tmp_path / "cnn", ImageTrainConfig(
         arch="uqvision_cnn", model_kwargs={"width": 16}, hparams=ADAMW_RECIPE, epochs=15,
         batch_size=64, augment=None))
     (cache,) = predict(f"uqvision_cnn={run.checkpoint}", info.splits["test"], PredictConfig())

@@ -12,7 +12,7 @@ from uqmetrics import read_dataset
 
 from uqvision.cli import main
 from uqvision.data import ImageFolderDataset
-from uqvision.metadata import METADATA_ENV
+from uqvision.protocols.selective.metadata import METADATA_ENV
 
 ARCH = "test_byobnet"  # the architecture of conftest's trained checkpoint
 

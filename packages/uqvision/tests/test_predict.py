@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from uqvision.cache import read_cache
-from uqvision.predict import PredictConfig, predict, predict_to_files, shard_indices
+from uqvision.predict import PredictConfig, predict, predict_to_files
+from uqvision.runtime import shard_indices
 
 
 @given(n=st.integers(0, 200), world=st.integers(1, 9))
@@ -148,10 +149,10 @@ def test_a_pretrained_tag_drives_the_full_resolution_path(tmp_path):
 
 # -- every training method's samples into caches (issue 10, item 3) -----------------------
 def _train_run(digits, out, method, seed=0, arch="test_byobnet", **hparams):
-    from uqvision.train import TrainConfig, train_model
+    from uqvision.training.loop import ImageTrainConfig, train_model
 
     hp = {"batch_size": 16, **{k: str(v) for k, v in hparams.items()}}
-    return train_model(digits / "train", out, TrainConfig(
+    return train_model(digits / "train", out, ImageTrainConfig(
         arch=arch, method=method, input_size=16, seed=seed, hparams=hp,
         drop_rate=0.2 if arch == "test_byobnet" else 0.0)).checkpoint
 
@@ -243,9 +244,9 @@ def _direct_forward(spec, root, *, mode, seed, batch_size, ids=True):
     ``transfer.extract`` loop): logits, u, embedding."""
     from torch.utils.data import DataLoader
 
-    from uqvision.crop import crop_transform
     from uqvision.data import ImageFolderDataset, flush_denormal
-    from uqvision.train import load_run
+    from uqvision.protocols.url.crop import crop_transform
+    from uqvision.training.runs import load_run
 
     net = load_run(spec).loaded
     folder = (ImageFolderDataset(root, crop_transform(net.transform), augment_seed=seed)
@@ -276,7 +277,7 @@ def test_url_caches_equal_a_direct_forward_of_the_network(url_runs, digits, meth
     np.testing.assert_array_equal(ds["uncertainty"].values, u)
     np.testing.assert_array_equal(ds["embedding"].values, e)
     if mode == "crop":
-        from uqvision.crop import crop_fractions
+        from uqvision.protocols.url.crop import crop_fractions
 
         np.testing.assert_allclose(ds["crop_fraction"].values, crop_fractions(
             ds.attrs["sample_seed"], range(ds.sizes["sample"])), rtol=1e-6)

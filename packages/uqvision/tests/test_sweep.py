@@ -1,7 +1,7 @@
 import pytest
 
 from uqvision.predict import PredictConfig
-from uqvision.selective import SelectiveConfig, score_selective
+from uqvision.protocols.selective.score import SelectiveConfig, score_selective
 from uqvision.sweep import expand_models, plan_sweep, sweep_predictions
 
 
@@ -53,9 +53,9 @@ def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp
 
 def test_a_method_run_is_one_cell_per_sample_and_pass(digits, tmp_path):
     from uqvision.models import ModelSpec
-    from uqvision.train import TrainConfig, train_model
+    from uqvision.training.loop import ImageTrainConfig, train_model
 
-    ckpt = train_model(digits / "train", tmp_path / "sse", TrainConfig(
+    ckpt = train_model(digits / "train", tmp_path / "sse", ImageTrainConfig(
         arch="test_vit", method="sse", input_size=16,
         hparams={"cycles": "2", "cycle_epochs": "1", "batch_size": "32"})).checkpoint
     plan = plan_sweep([ModelSpec("test_vit", str(ckpt))], digits / "test",

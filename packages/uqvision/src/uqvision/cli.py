@@ -21,15 +21,51 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from uqmetrics import SAC_RULES, InputError, check_writable, run_command
+from uqmetrics import InputError, run_command
 from uqmetrics.registry import Registry
 
-from .data import DATASET_MAKERS, TTA_POLICIES
-from .ensembles import ENSEMBLE_METHODS, EnsembleConfig, score_ensembles
-from .predict import PASS_MODES, PredictConfig, predict_to_files
-from .selective import ROW_KINDS, SelectiveConfig, score_selective
+from .cache import index_caches
+from .data import (
+    DATASET_MAKERS,
+    TTA_POLICIES,
+    ImageFolderDataset,
+    image_view,
+    read_index_file,
+    readable_images,
+)
+from .demo import DemoConfig, run_demo, summary
+from .exceptions import SkippedCacheWarning
+from .methods import TRAINING_METHODS
+from .models import check_model_spec
+from .options import (
+    COUNT,
+    INDEX,
+    check_output_file,
+    check_output_folder,
+    device_type,
+    non_negative_float,
+    positive_float,
+    set_pairs,
+)
+from .plots import plot_caches
+from .predict import PASS_MODES, PredictConfig, check_caches, predict_to_files
+from .protocols import VISION_PROTOCOLS, score_protocol
+from .protocols.pitfalls.plots import plot_ensembles
+from .protocols.selective import add_selective_options, selective_config
+from .protocols.selective.metadata import (
+    COLUMNS,
+    METADATA_FIELDS,
+    ModelMetadata,
+    load_metadata,
+    unknown_models,
+    write_metadata,
+)
+from .protocols.selective.plots import plot_selective
+from .protocols.selective.score import cache_metadata_key, incomplete_caches, score_selective
+from .sweep import sweep_predictions
+from .training.loop import ImageTrainConfig, checkpoint_files, epoch_batches, train_model
 
-__all__ = ["COMMANDS", "SCORE_PROTOCOLS", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 #: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
 _COMMON_MAKER_OPTIONS = ("root", "seed", "overwrite")
@@ -41,66 +77,6 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``minimum`` (the error names the option)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-#: argparse types: counts (>= 1) and indices and seeds (>= 0).
-_COUNT, _INDEX = _at_least(1), _at_least(0)
-
-
-def _non_negative_float(text: str) -> float:
-    """argparse type: a finite float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    """argparse type: a finite float > 0."""
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _output_folder(option: str, path: str | os.PathLike, *,
-                   given: str | os.PathLike | None = None) -> None:
-    """Refuse, before any work, an output folder that could not be written (a file where it or
-    a parent must be a folder, no write permission, a read-only file system); nothing is
-    created. The message names the option and the value ``given`` (default ``path``)."""
-    given = path if given is None else given
-    try:
-        check_writable(path)
-    except OSError as err:
-        at = "" if Path(err.filename) == Path(given) else f": {err.filename!r}"
-        raise InputError(f"{option} {str(given)!r}{at} {err.strerror}") from None
-
-
-def _output_file(option: str, path: str | os.PathLike, overwrite: bool | None) -> None:
-    """Refuse, before any work, an output file that is a folder, exists (unless ``overwrite``;
-    ``None``: the command replaces it anyway) or could not be written."""
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{option} {str(p)!r} is a folder; give a file name")
-    if overwrite is False and (p.exists() or p.is_symlink()):
-        raise InputError(f"{option} {str(p)!r} already exists; pass --overwrite to replace it")
-    _output_folder(option, p.parent, given=p)
 
 
 def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
@@ -120,7 +96,7 @@ def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
 
 
 def _cmd_data(a: argparse.Namespace) -> int:
-    _output_folder("--out", a.out)
+    check_output_folder("--out", a.out)
     maker = DATASET_MAKERS.lookup(a.kind)
     accepted = inspect.signature(maker).parameters
     given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
@@ -137,7 +113,7 @@ def _args_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=DATASET_MAKERS.names(),
                    help="dataset maker:\n" + DATASET_MAKERS.describe())
     p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=_INDEX, default=0)
+    p.add_argument("--seed", type=INDEX, default=0)
     p.add_argument("--overwrite", action="store_true")
     for name, (kind, _makers, defaults) in _maker_options().items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
@@ -147,10 +123,6 @@ def _args_data(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
-    from .methods import TRAINING_METHODS
-    from .split import image_view
-    from .train import TrainConfig, checkpoint_files, epoch_batches, train_model
-
     seeds = a.seeds or [0]
     if len(seeds) > 1 and "{seed}" not in a.out:
         raise InputError("--out: with several --seeds, it must contain '{seed}'")
@@ -158,17 +130,15 @@ def _cmd_train(a: argparse.Namespace) -> int:
         raise InputError(f"--seeds lists a seed twice: {seeds}")
     for seed in seeds:  # every output, before the first run trains
         for path in checkpoint_files(a.out.format(seed=seed)):
-            _output_file("--out", path, a.overwrite)
+            check_output_file("--out", path, a.overwrite)
     classes = _classes_option(a.classes)
     if a.index_file is not None and classes is None:  # the classes the index file records
-        from .split import read_index_file
-
         classes = tuple(read_index_file(a.index_file)["classes"])
     try:
         model_kwargs = json.loads(a.model_kwargs)
     except json.JSONDecodeError as err:
         raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
-    cfgs = [TrainConfig(arch=a.arch, method=a.method, hparams=_set_pairs(a.set),
+    cfgs = [ImageTrainConfig(arch=a.arch, method=a.method, hparams=set_pairs(a.set),
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
                         input_size=a.input_size, augment=None if a.augment == "none"
                         else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
@@ -215,36 +185,6 @@ def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | Non
     return names
 
 
-def _device(value: str) -> str:
-    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``, refused unless that device is here."""
-    import torch
-
-    try:
-        device = torch.device(value)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a device (cpu, cuda, cuda:N)") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count()
-        if count == 0:
-            raise argparse.ArgumentTypeError(f"{value!r}: CUDA is not available here")
-        if (device.index or 0) >= count:
-            raise argparse.ArgumentTypeError(f"{value!r}: there are {count} CUDA devices")
-    elif device.type != "cpu":
-        raise argparse.ArgumentTypeError(f"{value!r}: only cpu and cuda devices are supported")
-    return value
-
-
-def _set_pairs(items: Sequence[str] | None) -> dict[str, str]:
-    """``--set key=value`` options as a dict of strings (``ValueError`` on a malformed one)."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _predict_config(a: argparse.Namespace) -> PredictConfig:
     return PredictConfig(mode=a.mode, passes=a.passes, first_pass=a.first_pass,
                          tta_policy=a.tta_policy, seed=a.seed, batch_size=a.batch_size,
@@ -260,8 +200,6 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
 def _check_images(a: argparse.Namespace) -> None:
     """The images of ``--data``, checked before anything runs (:func:`uqvision.data.
     readable_images`); with ``--skip-bad-images`` the log says which are left out."""
-    from .data import ImageFolderDataset, readable_images
-
     folder = readable_images(ImageFolderDataset(a.data), skip_bad=a.skip_bad_images)
     if folder.skipped and int(os.environ.get("RANK", "0")) == 0:
         shown = "; ".join(f"{rel}: {why}" for rel, why in list(folder.skipped.items())[:5])
@@ -271,10 +209,7 @@ def _check_images(a: argparse.Namespace) -> None:
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
-    from .models import check_model_spec
-    from .predict import check_caches
-
-    _output_folder("--out", a.out)
+    check_output_folder("--out", a.out)
     for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
         check_model_spec(spec)
     _check_images(a)
@@ -290,50 +225,13 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
-#: ``uqvision score --protocol NAME``: name -> function(args) -> xarray.Dataset.
-SCORE_PROTOCOLS: Registry[Callable[[argparse.Namespace], object]] = Registry("score protocol")
-
-
-@SCORE_PROTOCOLS.register(name="selective")
-def _score_selective(a: argparse.Namespace):
-    """one row per model and row kind, with and without temperature scaling (V.1)"""
-    kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
-    return score_selective(a.caches, _selective_config(a, dataset=a.dataset, kinds=kinds))
-
-
-def _selective_config(a: argparse.Namespace, **kw) -> SelectiveConfig:
-    return SelectiveConfig(calibration_size=a.calibration_size, seed=a.seed,
-                           sac_rule=a.sac_rule, mc_passes=a.mc_passes,
-                           metadata=tuple(a.metadata or ()), **kw)
-
-
-@SCORE_PROTOCOLS.register(name="ensembles")
-def _score_ensembles(a: argparse.Namespace):
-    """metrics vs ensemble size and the Deep Ensemble Equivalent of every method (V.2)"""
-    methods = tuple(a.methods) if a.methods else None
-    return score_ensembles(a.caches, EnsembleConfig(members=a.members, n_orders=a.n_orders,
-                                                    seed=a.seed, dataset=a.dataset,
-                                                    reference=a.reference, methods=methods))
-
-
-@SCORE_PROTOCOLS.register(name="transfer")
-def _score_transfer(a: argparse.Namespace):
-    """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
-    from .transfer import score_transfer_caches
-
-    return score_transfer_caches(a.caches)
-
-
 def _cmd_score(a: argparse.Namespace) -> int:
     import warnings
 
     from uqmetrics import write_dataset
 
-    from .exceptions import SkippedCacheWarning
-    from .selective import incomplete_caches
-
-    protocol = SCORE_PROTOCOLS.lookup(a.protocol)
-    _output_file("--out", a.out, a.overwrite)
+    protocol = score_protocol(a.protocol)
+    check_output_file("--out", a.out, a.overwrite)
     files, skipped = incomplete_caches(a.caches)
     listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
     if skipped and not a.skip_incomplete:
@@ -342,7 +240,7 @@ def _cmd_score(a: argparse.Namespace) -> int:
                          "the others")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
-        ds = protocol(a)
+        ds = protocol.score(a)
     line = str(write_dataset(ds, a.out, overwrite=a.overwrite))
     if skipped:
         line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
@@ -354,10 +252,8 @@ def _cmd_score(a: argparse.Namespace) -> int:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics import write_dataset
 
-    from .sweep import sweep_predictions
-
     out = Path(a.out)
-    _output_folder("--out", out)
+    check_output_folder("--out", out)
     report = sweep_predictions(a.models, a.data, out / "caches", _predict_config(a),
                                weights_dir=a.weights_dir, dataset_name=a.dataset_name,
                                scheduler=a.scheduler, n_workers=a.n_workers,
@@ -369,17 +265,15 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         _print(f"  FAILED {key}: {err}")
     (out / "sweep_failures.json").write_text(json.dumps(report.failed, indent=1))
     if a.mode == "plain" and report.paths:
-        ds = score_selective([out / "caches"], _selective_config(a, dataset=a.dataset_name))
+        ds = score_selective([out / "caches"], selective_config(a, dataset=a.dataset_name))
         _print(str(write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)))
     return 0 if report.paths else 1
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:
-    from .plots import plot_caches, plot_ensembles, plot_selective
-
     if not (a.caches or a.ensembles or a.selective):
         raise InputError("nothing to plot (give --caches, --ensembles and/or --selective)")
-    _output_folder("--out", a.out)
+    check_output_folder("--out", a.out)
     paths = []
     if a.caches:
         paths += plot_caches(a.caches, a.out, dataset=a.dataset)
@@ -396,15 +290,6 @@ def _cmd_plot(a: argparse.Namespace) -> int:
 
 
 def _cmd_metadata(a: argparse.Namespace) -> int:
-    from .metadata import (
-        COLUMNS,
-        METADATA_FIELDS,
-        ModelMetadata,
-        load_metadata,
-        unknown_models,
-        write_metadata,
-    )
-
     if a.fields:
         _print(",".join(COLUMNS))
         _print(METADATA_FIELDS.describe())
@@ -417,7 +302,7 @@ def _cmd_metadata(a: argparse.Namespace) -> int:
         return 0
     unknown = unknown_models(keys, tables)
     if a.template:
-        _output_file("--template", a.template, a.overwrite)
+        check_output_file("--template", a.template, a.overwrite)
         _print(str(write_metadata([ModelMetadata(k) for k in unknown], a.template)))
     for key in unknown:
         _print(key)
@@ -435,9 +320,6 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
     import xarray as xr
     from uqmetrics import read_dataset
 
-    from .cache import index_caches
-    from .selective import cache_metadata_key
-
     keys = []
     for info in index_caches(a.caches or ()):
         with xr.open_dataset(info.path) as ds:  # the attrs only
@@ -448,9 +330,7 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import DemoConfig, run_demo, summary
-
-    _output_folder("--out", a.out)
+    check_output_folder("--out", a.out)
     overrides = {f.name: getattr(a, f.name) for f in fields(DemoConfig)
                  if getattr(a, f.name, None) is not None}
     r = run_demo(a.out, DemoConfig(**overrides), log=_print)
@@ -464,8 +344,6 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _args_train(p: argparse.ArgumentParser) -> None:
-    from .methods import TRAINING_METHODS
-
     p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
     p.add_argument("--data", required=True, help="training image folder")
     p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
@@ -475,12 +353,12 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                    help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
                         "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
                         "lr_init=3e-3 weight_decay=0.05")
-    p.add_argument("--seeds", type=_INDEX, nargs="+", help="one run per seed (default 0)")
-    p.add_argument("--epochs", type=_non_negative_float, default=None,
+    p.add_argument("--seeds", type=INDEX, nargs="+", help="one run per seed (default 0)")
+    p.add_argument("--epochs", type=non_negative_float, default=None,
                    help="shorthand for --set epochs= (0 only with --init)")
-    p.add_argument("--batch-size", type=_COUNT, default=None,
+    p.add_argument("--batch-size", type=COUNT, default=None,
                    help="shorthand for --set batch_size=")
-    p.add_argument("--lr", type=_positive_float, default=None,
+    p.add_argument("--lr", type=positive_float, default=None,
                    help="shorthand for the method's initial learning rate (lr_init or lr0)")
     p.add_argument("--init", default=None, help="start from this local checkpoint")
     p.add_argument("--val-data", default=None,
@@ -491,20 +369,20 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                         "a JSON file holds a list, or an object folder class -> label to group "
                         "classes (UIMNET's in-vs-out oracle)")
     p.add_argument("--index-file", default=None, metavar="FILE",
-                   help="train on the images of this index file only (uqvision.split's "
+                   help="train on the images of this index file only (uqvision.protocols.uimnet.split's "
                         "make_index_files: UIMNET's 90/10 in-domain split), with the classes "
                         "it records unless --classes names them")
     p.add_argument("--spectral", action="store_true",
                    help="one-sided spectral normalisation of the featurizer (conv/linear "
                         "sigma and BatchNorm Lipschitz constant at most 5; UIMNET)")
-    p.add_argument("--input-size", type=_COUNT, default=32)
+    p.add_argument("--input-size", type=COUNT, default=32)
     p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
                    help="training augmentation:\n" + TTA_POLICIES.describe()
                    + "\nnone: no augmentation")
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
-    p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
-    p.add_argument("--workers", type=_INDEX, default=0)
+    p.add_argument("--device", default="cpu", type=device_type, help="cpu | cuda | cuda:N")
+    p.add_argument("--workers", type=INDEX, default=0)
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing checkpoint (and its sidecar and state file)")
 
@@ -512,23 +390,23 @@ def _args_train(p: argparse.ArgumentParser) -> None:
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=PASS_MODES.names(), default="plain",
                    help="prediction mode:\n" + PASS_MODES.describe())
-    p.add_argument("--passes", type=_COUNT, default=None,
+    p.add_argument("--passes", type=COUNT, default=None,
                    help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, "
                         "the Selective paper's count; 1 otherwise)")
-    p.add_argument("--first-pass", type=_INDEX, default=0, help="index of the first TTA pass")
-    p.add_argument("--samples", type=_COUNT, default=None,
+    p.add_argument("--first-pass", type=INDEX, default=0, help="index of the first TTA pass")
+    p.add_argument("--samples", type=COUNT, default=None,
                    help="prediction samples of a run trained with a method (snapshots, "
                         "posterior draws, passes; default: all snapshots, 10 draws, 1 network)")
-    p.add_argument("--first-sample", type=_INDEX, default=0, help="index of the first sample")
+    p.add_argument("--first-sample", type=INDEX, default=0, help="index of the first sample")
     p.add_argument("--train-data", default=None,
                    help="training folder for BatchNorm updates of sampled weights (SWAG, "
                         "Laplace; default: the one the checkpoint's sidecar records)")
     p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
                    help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
-    p.add_argument("--seed", type=_INDEX, default=0)
-    p.add_argument("--batch-size", type=_COUNT, default=64)
-    p.add_argument("--workers", type=_INDEX, default=0, help="DataLoader workers")
-    p.add_argument("--device", default="cpu", type=_device, help="cpu | cuda | cuda:N")
+    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--batch-size", type=COUNT, default=64)
+    p.add_argument("--workers", type=INDEX, default=0, help="DataLoader workers")
+    p.add_argument("--device", default="cpu", type=device_type, help="cpu | cuda | cuda:N")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--random-init", action="store_true",
                    help="models without a checkpoint get random weights (code-path checks only)")
@@ -538,20 +416,6 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                         "recorded in the caches' attrs; without it they stop the command "
                         "before any work")
     p.add_argument("--overwrite", action="store_true")
-
-
-def _add_selective_options(p: argparse.ArgumentParser) -> None:
-    from .predict import DEFAULT_PASSES
-
-    p.add_argument("--sac-rule", default="largest", choices=SAC_RULES,
-                   help="selective: SAC rule; largest = the paper's definition, first_drop = its "
-                        "official code (reproduces its published SAC values)")
-    p.add_argument("--mc-passes", type=_COUNT, default=DEFAULT_PASSES["mc_dropout"],
-                   help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
-                        "refused (default: %(default)s)")
-    p.add_argument("--metadata", action="append", default=None, metavar="FILE",
-                   help="selective: extra model-metadata table (repeatable; see "
-                        "uqvision metadata --fields)")
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:
@@ -567,27 +431,26 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     _add_predict_options(p)
 
 
+def _score_names() -> list[str]:
+    """``--protocol`` choices: each protocol's score name, then its own name where it differs."""
+    names = [p.score_name for p in VISION_PROTOCOLS.values() if p.score is not None]
+    return names + [p.name for p in VISION_PROTOCOLS.values() if p.score is not None
+                    and p.name not in names]
+
+
 def _args_score(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--protocol", choices=SCORE_PROTOCOLS.names(), required=True,
-                   help="score protocol:\n" + SCORE_PROTOCOLS.describe())
+    p.add_argument("--protocol", choices=_score_names(), required=True, metavar="PROTOCOL",
+                   help="score protocol:\n" + "\n".join(
+                       f"{q.score_name}: {(q.score.__doc__ or '').strip().splitlines()[0]}"
+                       + (f" (also: {q.name})" if q.name != q.score_name else "")
+                       for q in VISION_PROTOCOLS.values() if q.score is not None))
     p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
     p.add_argument("--out", required=True, help="score file (.nc)")
     p.add_argument("--dataset", default=None)
-    p.add_argument("--seed", type=_INDEX, default=0)
-    p.add_argument("--calibration-size", type=_positive_float, default=5000,
-                   help="selective: calibration samples, a count or a fraction in (0, 1)")
-    p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
-                   help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
-    _add_selective_options(p)
-    p.add_argument("--members", nargs="+", default=None,
-                   help="ensembles: the deep ensemble's model names, whatever their method attr "
-                        "(default: the caches of method deep_ensemble)")
-    p.add_argument("--methods", nargs="+", choices=ENSEMBLE_METHODS.names(), default=None,
-                   help="ensembles: methods (default: every one with caches; a cache's "
-                        "method attr decides its group)\n" + ENSEMBLE_METHODS.describe())
-    p.add_argument("--n-orders", type=_COUNT, default=5)
-    p.add_argument("--reference", default="deep_ensemble", choices=ENSEMBLE_METHODS.names(),
-                   help="ensembles: the method DEE is measured against")
+    p.add_argument("--seed", type=INDEX, default=0)
+    for proto in VISION_PROTOCOLS.values():  # each protocol's own options
+        if proto.add_options is not None:
+            proto.add_options(p)
     p.add_argument("--skip-incomplete", action="store_true",
                    help="score the complete caches when some are unreadable or partial (named "
                         "in the summary line); without it they stop the command")
@@ -601,11 +464,10 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="sweep directory (caches/, scores/)")
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
-    p.add_argument("--n-workers", type=_COUNT, default=2)
-    p.add_argument("--cell-threads", type=_COUNT, default=None,
+    p.add_argument("--n-workers", type=COUNT, default=2)
+    p.add_argument("--cell-threads", type=COUNT, default=None,
                    help="torch threads inside each Dask cell (default: --threads)")
-    p.add_argument("--calibration-size", type=_positive_float, default=5000)
-    _add_selective_options(p)
+    add_selective_options(p)
     _add_predict_options(p)
 
 
@@ -635,26 +497,24 @@ def _args_metadata(p: argparse.ArgumentParser) -> None:
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--arch", default=None)
-    p.add_argument("--members", type=_COUNT, default=None)
-    p.add_argument("--epochs", type=_COUNT, default=None)
-    p.add_argument("--mc-passes", dest="mc_passes", type=_COUNT, default=None)
-    p.add_argument("--max-per-class", dest="max_per_class", type=_COUNT, default=None)
-    p.add_argument("--calibration-size", dest="calibration_size", type=_positive_float,
+    p.add_argument("--members", type=COUNT, default=None)
+    p.add_argument("--epochs", type=COUNT, default=None)
+    p.add_argument("--mc-passes", dest="mc_passes", type=COUNT, default=None)
+    p.add_argument("--max-per-class", dest="max_per_class", type=COUNT, default=None)
+    p.add_argument("--calibration-size", dest="calibration_size", type=positive_float,
                    default=None)
-    p.add_argument("--n-orders", dest="n_orders", type=_COUNT, default=None)
-    p.add_argument("--seed", type=_INDEX, default=None)
-    p.add_argument("--device", default=None, type=_device, help="cpu | cuda | cuda:N")
+    p.add_argument("--n-orders", dest="n_orders", type=COUNT, default=None)
+    p.add_argument("--seed", type=INDEX, default=None)
+    p.add_argument("--device", default=None, type=device_type, help="cpu | cuda | cuda:N")
 
 
 def _cmd_reproduce(a: argparse.Namespace) -> int:
-    from .reproduce import load_drivers
-
-    driver = load_drivers().lookup(a.name)
+    driver = VISION_PROTOCOLS.lookup(a.name).reproduce
     if a.scale not in driver.scales:
         raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
                          f"{list(driver.scales)}")
-    _output_folder("--out", a.out)
-    options = _set_pairs(a.set)
+    check_output_folder("--out", a.out)
+    options = set_pairs(a.set)
     if a.upstream is not None:  # url: real folders (the same as --set upstream=...)
         options["upstream"] = a.upstream
     if a.downstream is not None:
@@ -666,10 +526,9 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
 
 
 def _args_reproduce(p: argparse.ArgumentParser) -> None:
-    from .reproduce import load_drivers
-
-    drivers = load_drivers()
-    p.add_argument("name", choices=drivers.names(), help="paper:\n" + drivers.describe())
+    names = [n for n, proto in VISION_PROTOCOLS.items_ordered() if proto.reproduce is not None]
+    p.add_argument("name", choices=names, help="paper:\n" + "\n".join(
+        f"{n}: {VISION_PROTOCOLS[n].reproduce.description}" for n in names))
     p.add_argument("--scale", default="smoke", help="smoke (tests, minutes) or cpu (2 cores, "
                    "under an hour); a driver lists its scales")
     p.add_argument("--out", required=True)
@@ -681,8 +540,8 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
                    help="url: real upstream folder (train/ val/ test/)")
     p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
                    help="url: real downstream folders (val/ test/ each), zero-shot")
-    p.add_argument("--seed", type=_INDEX, default=0)
-    p.add_argument("--device", default="cpu", type=_device,
+    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--device", default="cpu", type=device_type,
                    help="where every network trains and predicts: cpu | cuda | cuda:N")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -719,43 +578,14 @@ COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
                              "threads: --threads before the command (default 1)"))
 
 
-# -- UIMNET (V.3): the class split and the ood score protocol -------------------------------
-@SCORE_PROTOCOLS.register(name="ood")
-def _score_ood(a: argparse.Namespace):
-    """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
-    from .ood import score_ood
-
-    return score_ood(a.caches[0])
+def _add_protocol_commands() -> None:
+    """The commands a protocol brings (UIMNET's ``split``), after the general ones."""
+    for proto in VISION_PROTOCOLS.values():
+        for name, cmd in proto.commands.items():
+            COMMANDS.add(name, Command(cmd.run, cmd.arguments, cmd.description))
 
 
-def _cmd_split(a: argparse.Namespace) -> int:
-    from .split import make_index_files, split_from_caches, write_split
-
-    _output_file("--out", a.out, None)
-    if a.train:
-        _output_folder("--index-dir", a.index_dir)
-    split = split_from_caches(a.embeddings)
-    _print(str(write_split(split, a.out)))
-    if a.train:
-        for seed in a.seeds:
-            for p in make_index_files(a.train, split["in_classes"], a.index_dir, seed=seed,
-                                      val_fraction=a.val_fraction).values():
-                _print(str(p))
-    return 0
-
-
-def _args_split(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--embeddings", nargs="+", required=True,
-                   help="prediction caches with embeddings (uqvision predict --embeddings)")
-    p.add_argument("--out", required=True, help="split file (.json)")
-    p.add_argument("--train", default=None, help="training folder: also write index files")
-    p.add_argument("--index-dir", default="index", help="folder of the index files")
-    p.add_argument("--seeds", type=_INDEX, nargs="+", default=[0], help="data seeds")
-    p.add_argument("--val-fraction", type=float, default=0.1)
-
-
-COMMANDS.add("split", Command(_cmd_split, _args_split,
-                              "UIMNET in/out class split (Ward) and 90/10 index files"))
+_add_protocol_commands()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -778,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`."""
     ap = _Parser(prog="uqvision", description=__doc__.split("\n")[0],
                  formatter_class=_HelpFormatter)
-    ap.add_argument("--threads", type=_COUNT, default=None,
+    ap.add_argument("--threads", type=COUNT, default=None,
                     help="torch intra-op threads (default: torch's choice)")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items_ordered():

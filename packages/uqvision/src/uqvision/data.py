@@ -37,7 +37,9 @@ from .hierarchy import make_hierarchy
 __all__ = [
     "DATASET_MAKERS",
     "IMG_EXTENSIONS",
+    "INDEX_FORMAT",
     "TTA_POLICIES",
+    "ClassSubset",
     "DataConfig",
     "ImageFolderDataset",
     "SeededAugmentation",
@@ -48,12 +50,17 @@ __all__ = [
     "eval_transform",
     "flush_denormal",
     "folder_fingerprint",
+    "image_view",
     "list_classes",
     "load_image",
     "make_digits_folder",
+    "make_index_files",
     "make_synthetic_folder",
     "match_classes",
+    "read_format_json",
+    "read_index_file",
     "tta_transform",
+    "write_format_json",
 ]
 
 #: File suffixes read as images (torchvision's list).
@@ -792,3 +799,178 @@ DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
 DATASET_MAKERS.add("digits", make_digits_folder)
 DATASET_MAKERS.add("synthetic", make_synthetic_folder)
 DATASET_MAKERS.add("hierarchy", make_hierarchy)  # docs/conventions.md#v-0 (uqvision.hierarchy)
+
+
+# --------------------------------------------------------------------------------------------
+# class-subset views and index files (UIMNET's 90/10 in-domain split, and any training view)
+
+#: Format of the index files of :func:`make_index_files`.
+INDEX_FORMAT = {"format": "uqvision.uimnet_index", "format_version": 1}
+
+
+def write_format_json(obj: dict[str, Any], out: str | os.PathLike) -> Path:
+    """Write ``obj`` as JSON atomically (a temporary file beside ``out``, then renamed)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, out)
+    return out
+
+
+def read_format_json(path: str | os.PathLike, fmt: dict[str, Any]) -> dict[str, Any]:
+    """Read a JSON file; ``ValueError`` unless its format and version are ``fmt``'s."""
+    meta = json.loads(Path(path).read_text())
+    if any(meta.get(k) != v for k, v in fmt.items()):
+        raise ValueError(f"{str(path)!r} is not a {fmt} file")
+    return meta
+
+
+class ClassSubset(Dataset):
+    """A class-subset view of an image folder, labels re-indexed to ``classes``' order.
+
+    Parameters
+    ----------
+    base : ImageFolderDataset
+    classes : sequence of str, or mapping str -> str
+        The folder classes kept; label ``i`` is ``classes[i]``. A mapping sends each kept
+        folder class to a label name (several to one: e.g. in- vs out-domain), the labels
+        ordered by first appearance.
+    indices : sequence of int, optional
+        Positions in the view (after the class filter, in the folder's sample order) to keep,
+        e.g. an index file's.
+
+    Items are ``(image, label, index)`` with ``index`` the position in this view. The base's
+    ``transform`` and ``augment_seed`` are the view's (augmentations are seeded by the base
+    sample index, so a view draws what the whole folder would for the same image).
+    """
+
+    def __init__(self, base: ImageFolderDataset, classes: Sequence[str] | Mapping[str, str],
+                 indices: Sequence[int] | None = None):
+        mapping = dict(classes) if isinstance(classes, Mapping) else {c: c for c in classes}
+        if not isinstance(classes, Mapping) and len(mapping) != len(classes):
+            raise ValueError(f"classes has duplicates: {list(classes)[:10]}")
+        missing = [c for c in mapping if c not in base.class_to_idx]
+        if missing:
+            raise ValueError(f"classes not in {str(base.root)!r}: {missing[:5]}")
+        self.base = base
+        self.folder_classes = list(mapping)
+        self.classes = list(dict.fromkeys(mapping.values()))
+        label = {name: i for i, name in enumerate(self.classes)}
+        remap = {base.class_to_idx[c]: label[v] for c, v in mapping.items()}
+        keep = [(j, remap[y]) for j, (_, y) in enumerate(base.samples) if y in remap]
+        if indices is not None:
+            bad = [int(i) for i in indices if not 0 <= int(i) < len(keep)]
+            if bad:
+                raise ValueError(f"indices out of range for a view of {len(keep)} samples: "
+                                 f"{bad[:5]}")
+            keep = [keep[int(i)] for i in indices]
+        self._rows = keep
+
+    @property
+    def root(self):
+        return self.base.root
+
+    @property
+    def transform(self):
+        return self.base.transform
+
+    @property
+    def augment_seed(self) -> int | None:
+        return self.base.augment_seed
+
+    @augment_seed.setter
+    def augment_seed(self, seed: int | None) -> None:
+        self.base.augment_seed = seed
+
+    def with_augment_seed(self, seed: int | None) -> ClassSubset:
+        """A copy of the view (sharing the sample lists) with its own augmentation seed."""
+        return self.with_transform(self.transform, seed)
+
+    def with_transform(self, transform, augment_seed: int | None = None) -> ClassSubset:
+        """A copy of the view (sharing the sample lists) with another transform and seed."""
+        view = copy.copy(self)
+        view.base = self.base.with_transform(transform, augment_seed)
+        return view
+
+    @property
+    def targets(self) -> list[int]:
+        return [y for _, y in self._rows]
+
+    @property
+    def sample_ids(self) -> list[str]:
+        return [self.base.samples[j][0] for j, _ in self._rows]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: int):
+        j, y = self._rows[index]
+        img, _, _ = self.base[j]
+        return img, y, index
+
+
+def image_view(root: str | os.PathLike, transform=None, *,
+               classes: Sequence[str] | Mapping[str, str] | None = None,
+               index_file: str | os.PathLike | None = None):
+    """The image folder ``root``, or its class-subset view (``classes``) restricted to the
+    positions of an index file of :func:`make_index_files` (whose classes must be the view's
+    folder classes, in order).
+
+    Returns
+    -------
+    ImageFolderDataset or ClassSubset
+    """
+    base = ImageFolderDataset(root, transform)
+    if not classes and index_file is None:
+        return base
+    if not classes:
+        raise ValueError(f"index_file={str(index_file)!r} needs the classes it indexes")
+    indices = None
+    if index_file is not None:
+        index = read_index_file(index_file)
+        if list(index["classes"]) != list(classes):
+            raise ValueError(f"index_file {str(index_file)!r} indexes classes "
+                             f"{index['classes'][:5]}..., not the view's {list(classes)[:5]}...")
+        indices = index["indices"]
+    return ClassSubset(base, classes, indices)
+
+
+def make_index_files(root: str | os.PathLike, classes: Sequence[str], out_dir: str | os.PathLike,
+                     *, seed: int, val_fraction: float = 0.1) -> dict[str, Path]:
+    """Seeded train/val index files of the in-domain part of a training folder.
+
+    Per class, ``round(val_fraction * n_c)`` (at least 1) images go to validation, the rest
+    to training, chosen by ``numpy.random.default_rng(seed)``. Files hold sample ids and their
+    positions in ``ClassSubset(ImageFolderDataset(root), classes)``; nothing is copied.
+
+    Returns
+    -------
+    dict
+        ``{"train": path, "val": path}`` (``<out_dir>/seed<seed>.{train,val}.json``).
+    """
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    view = ClassSubset(ImageFolderDataset(root), classes)
+    rng = np.random.default_rng(seed)
+    y = np.asarray(view.targets)
+    parts: dict[str, list[int]] = {"train": [], "val": []}
+    for c in range(len(classes)):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n_val = max(1, round(val_fraction * len(idx)))
+        parts["val"] += idx[:n_val].tolist()
+        parts["train"] += idx[n_val:].tolist()
+    ids = view.sample_ids
+    paths = {}
+    for name, idx in parts.items():
+        idx = sorted(idx)
+        paths[name] = write_format_json({**INDEX_FORMAT, "seed": seed, "part": name,
+                                   "val_fraction": val_fraction, "classes": list(classes),
+                                   "indices": idx, "samples": [ids[i] for i in idx]},
+                                  Path(out_dir) / f"seed{seed}.{name}.json")
+    return paths
+
+
+def read_index_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read an index file of :func:`make_index_files`."""
+    return read_format_json(path, INDEX_FORMAT)

@@ -19,12 +19,13 @@ import torch
 from uqmetrics import read_dataset, write_dataset
 
 from .data import make_digits_folder
-from .ensembles import EnsembleConfig, score_ensembles
 from .models import ModelSpec, read_sidecar
-from .plots import plot_caches, plot_ensembles
+from .plots import plot_caches
 from .predict import PredictConfig, predict_to_files
-from .selective import SelectiveConfig, score_selective
-from .train import ADAMW_RECIPE, TrainConfig, train_model
+from .protocols.pitfalls.plots import plot_ensembles
+from .protocols.pitfalls.score import EnsembleConfig, score_ensembles
+from .protocols.selective.score import SelectiveConfig, score_selective
+from .training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo", "summary"]
 
@@ -94,7 +95,7 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
     for k in range(config.members):
         ckpt = out / "models" / f"{config.arch}_m{k}.safetensors"
         if not (ckpt.is_file() and read_sidecar(ckpt)):
-            r = train_model(train_dir, ckpt, TrainConfig(
+            r = train_model(train_dir, ckpt, ImageTrainConfig(
                 arch=config.arch, epochs=config.epochs, input_size=config.input_size,
                 augment=config.augment, drop_rate=config.drop_rate, seed=config.seed + k,
                 batch_size=config.batch_size, device=config.device, tag=f"digits_m{k}",

@@ -1,15 +1,11 @@
-"""Figures from caches and score files (drawn by ``uqmetrics.plotting``).
+"""Figures from prediction caches, for any protocol (drawn by ``uqmetrics.plotting``).
 
 - one reliability diagram per model (plain cache, softmax probabilities);
-- risk–coverage curves of all models (softmax response) in one figure;
-- every ensemble metric vs ensemble size, one line per method (the deep ensemble among them),
-  mean ± std over member orders; and the DEE of every method vs its number of samples;
-- the Selective paper's figures from a selective score file (:func:`plot_selective`, the
-  numbers from :mod:`uqvision.analysis`): AUROC vs -log ECE per model without and with
-  temperature scaling (Figures 1, 8, 13; marker area ~ log parameters, distilled models
-  ringed, teachers marked), the improvement of every paired comparison by technique
-  (Figure 4), the change of AUROC and ECE under temperature scaling vs the fitted T
-  (Figures 6, 14), SAC@95 vs accuracy (Figure 7) and AUROC vs parameters (Figure 9).
+- risk–coverage curves of all models (softmax response) in one figure.
+
+The protocols draw their own figures: :mod:`uqvision.protocols.pitfalls.plots` (metrics
+and DEE vs ensemble size) and :mod:`uqvision.protocols.selective.plots` (the Selective paper's
+figures).
 """
 
 from __future__ import annotations
@@ -17,13 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import xarray as xr
-from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response
+from uqmetrics import risk_coverage_curve, softmax, softmax_response
 from uqmetrics.plotting import (
-    plot_metric_vs_size,
     plot_reliability_diagram,
     plot_risk_coverage,
     save_figure,
@@ -31,10 +23,7 @@ from uqmetrics.plotting import (
 
 from .cache import index_caches, read_cache, safe_name, select_dataset
 
-__all__ = ["ENSEMBLE_PLOT_METRICS", "plot_caches", "plot_ensembles", "plot_selective"]
-
-#: Variables of an ensembles score file drawn against ensemble size.
-ENSEMBLE_PLOT_METRICS = ("cll", "nll", "accuracy", "ece", "brier", "auroc", "aurc")
+__all__ = ["plot_caches"]
 
 
 def plot_caches(caches: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *,
@@ -52,145 +41,3 @@ def plot_caches(caches: Iterable[str | os.PathLike], out_dir: str | os.PathLike,
         fig = plot_risk_coverage(curves, title="Risk-coverage (softmax response)")
         out.append(save_figure(fig, Path(out_dir) / "risk_coverage.png"))
     return out
-
-
-def plot_ensembles(scores: str | os.PathLike | xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
-    """Each metric of an ensembles score file vs ensemble size, and DEE vs size."""
-    ds = read_dataset(scores) if not isinstance(scores, xr.Dataset) else scores
-    out = []
-    for var in ENSEMBLE_PLOT_METRICS:
-        if var in ds:
-            fig = plot_metric_vs_size(ds[var], ylabel=var,
-                                      title=f"{var} vs ensemble size "
-                                            f"(reference: {ds.attrs.get('reference', '')})")
-            out.append(save_figure(fig, Path(out_dir) / f"ensemble_{var}.png"))
-    if "dee" in ds:
-        fig = plot_metric_vs_size(ds["dee"], ylabel="deep ensemble equivalent",
-                                  title="DEE vs number of samples")
-        out.append(save_figure(fig, Path(out_dir) / "ensemble_dee.png"))
-    return out
-
-
-def _softmax_rows(ds: xr.Dataset) -> xr.Dataset:
-    if "method" not in ds.coords:
-        return ds
-    return ds.isel(model=np.flatnonzero(ds["method"].values == "softmax"))
-
-
-def _family_colours(families) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
-
-    names = sorted(set(map(str, families)))
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    return {f: cmap(i % cmap.N) for i, f in enumerate(names)}
-
-
-def _scatter_models(ds: xr.Dataset, x: np.ndarray, y: np.ndarray, ax, *, label_points: bool):
-    """One marker per model: colour = family, area ~ log(params), ring = distilled, star =
-    a teacher of another row."""
-    fam = ds["family"].values.astype(str) if "family" in ds.coords else np.full(x.size, "?")
-    colours = _family_colours(fam)
-    params = ds["params"].values.astype(float) if "params" in ds.coords else np.full(x.size,
-                                                                                  np.nan)
-    size = np.where(np.isfinite(params), 12 * np.log10(np.maximum(params, 10)), 40.0)
-    distilled = (ds["distillation"].values.astype(str) == "yes") if "distillation" in ds.coords \
-        else np.zeros(x.size, bool)
-    teachers = set(ds["teacher"].values.astype(str)) if "teacher" in ds.coords else set()
-    keys = ds["metadata_key"].values.astype(str) if "metadata_key" in ds.coords else []
-    for f in sorted(colours):
-        sel = fam == f
-        ax.scatter(x[sel], y[sel], s=size[sel], color=colours[f], alpha=0.75, label=f,
-                   edgecolors="none")
-    if distilled.any():
-        ax.scatter(x[distilled], y[distilled], s=size[distilled] * 1.8, facecolors="none",
-                   edgecolors="k", linewidths=1.2, label="distilled")
-    is_teacher = np.array([k in teachers for k in keys], dtype=bool)
-    if is_teacher.any():
-        ax.scatter(x[is_teacher], y[is_teacher], s=120, marker="*", color="gold",
-                   edgecolors="k", linewidths=0.6, label="teacher")
-    if label_points:
-        for xi, yi, m in zip(x, y, ds["model"].values, strict=True):
-            ax.annotate(str(m), (xi, yi), fontsize=5, alpha=0.7, xytext=(2, 2),
-                        textcoords="offset points")
-    ax.legend(fontsize=6, loc="best", markerscale=0.6)
-
-
-def plot_selective(scores: str | os.PathLike | xr.Dataset,
-                   out_dir: str | os.PathLike) -> list[Path]:
-    """The Selective paper's figures from a selective score file with metadata coords.
-
-    Returns the paths of the figures written (figures whose inputs are absent, e.g. paired
-    comparisons without pairs, are skipped).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    from .analysis import improvements, temperature_effect
-
-    ds = read_dataset(scores) if not isinstance(scores, xr.Dataset) else scores
-    soft = _softmax_rows(ds)
-    out_dir = Path(out_dir)
-    paths = []
-    label_points = soft.sizes["model"] <= 40
-    for cal in ("none", "temperature"):
-        auroc = 100 * soft["auroc"].sel(calibration=cal).values
-        ece = soft["ece"].sel(calibration=cal).values
-        fig, ax = plt.subplots(figsize=(6.5, 5))
-        _scatter_models(soft, auroc, -np.log(np.maximum(ece, 1e-6)), ax,
-                        label_points=label_points)
-        ax.set(xlabel="AUROC x 100 (higher is better)", ylabel="-log ECE (higher is better)",
-               title="Ranking vs calibration" + (" after temperature scaling" if cal != "none"
-                                                 else ""))
-        fig.tight_layout()
-        paths.append(save_figure(fig, out_dir / f"selective_auroc_vs_ece_{cal}.png"))
-        plt.close(fig)
-    table = improvements(ds, metrics=("auroc", "ece"))
-    if table.sizes["entry"]:
-        for metric in ("auroc", "ece"):
-            v = table[f"improvement_{metric}"].values
-            ok = np.isfinite(v)
-            tech = table["technique"].values.astype(str)[ok]
-            names = list(dict.fromkeys(tech))
-            fig, ax = plt.subplots(figsize=(max(5, 0.25 * ok.sum() + 2), 5.5))
-            colours = _family_colours(names)
-            ax.bar(np.arange(ok.sum()), v[ok], color=[colours[t] for t in tech])
-            ax.axhline(0, color="k", lw=0.8)
-            ax.set_xticks(np.arange(ok.sum()), table["treated"].values[ok], rotation=90,
-                          fontsize=5)
-            ax.set(ylabel=f"improvement in {metric.upper()} (positive = better)",
-                   title=f"Paired comparisons: {metric.upper()}")
-            ax.legend(handles=[Patch(color=colours[t], label=f"{t} ({int((tech == t).sum())})")
-                               for t in names], fontsize=6)
-            fig.tight_layout()
-            paths.append(save_figure(fig, out_dir / f"selective_improvement_{metric}.png"))
-            plt.close(fig)
-    effect = temperature_effect(ds, metrics=("auroc", "ece"))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
-    for ax, metric in zip(axes, ("auroc", "ece"), strict=True):
-        t, v = effect["temperature"].values, effect[f"improvement_{metric}"].values
-        ax.scatter(t, v, s=18, c=np.where(v > 0, "tab:green", "tab:red"))
-        ax.axhline(0, color="k", lw=0.8)
-        ax.axvline(1, color="grey", lw=0.8, ls="--")
-        ax.set(xscale="log", xlabel="fitted temperature T",
-               ylabel=f"improvement in {metric.upper()} by TS",
-               title=f"Temperature scaling and {metric.upper()}")
-    fig.tight_layout()
-    paths.append(save_figure(fig, out_dir / "selective_temperature_effect.png"))
-    plt.close(fig)
-    for x, y, xl, yl, name in (
-            ("accuracy", "sac_95", "accuracy", "coverage at SAC 95 %", "sac95_vs_accuracy"),
-            ("params", "auroc", "parameters", "AUROC", "auroc_vs_params")):
-        if x not in soft.variables or y not in soft.variables:
-            continue
-        xv = soft[x].sel(calibration="none").values if "calibration" in soft[x].dims \
-            else soft[x].values.astype(float)
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        _scatter_models(soft, xv, soft[y].sel(calibration="none").values, ax,
-                        label_points=label_points)
-        if x == "params":
-            ax.set_xscale("log")
-        ax.set(xlabel=xl, ylabel=yl)
-        fig.tight_layout()
-        paths.append(save_figure(fig, out_dir / f"selective_{name}.png"))
-        plt.close(fig)
-    return paths

@@ -5,22 +5,23 @@ Modes (:data:`PASS_MODES`):
 - ``plain``: the model's own evaluation preprocessing, one pass;
 - ``tta``: one random augmentation per pass (policy of :data:`uqvision.data.TTA_POLICIES`);
   pass ``p`` of sample ``i`` is a pure function of ``(seed, p, i)``;
-- ``mc_dropout``: dropout masks drawn per sample (:class:`uqvision.dropout.PerSampleDropout`;
+- ``mc_dropout``: dropout masks drawn per sample (:class:`uqvision.training.dropout.PerSampleDropout`;
   the rest of the model, BatchNorm included, in eval mode), ``passes`` forward passes per
   batch sharing one data loading; one file with logits (pass, sample, class). Pass ``r`` of
   sample ``i`` is a pure function of ``(seed, r, i)``;
-- ``crop``: URL's centre crop to a per-sample fraction in [0.1, 0.75] of the short side, drawn
-  once from ``derive_seed(seed, i)`` (:mod:`uqvision.crop`), recorded as ``crop_fraction``.
+- and the modes a protocol registers (``crop``: URL's crop intervention,
+  :mod:`uqvision.protocols.url.crop`); a mode is a runner that calls :func:`run_loader`.
 
-A network that gives its own uncertainty — a :class:`uqvision.uheads.URLModel` (the URL
-methods, V.4) — returns ``(logits, u, embedding)``: its caches also hold ``uncertainty``
+A network that gives its own uncertainty declares it: ``model.predicts_uncertainty = True``
+(:data:`OWN_UNCERTAINTY`) and a method ``predict(x, ids, seed) -> (logits, u, embedding)``
+(the URL heads, :class:`uqvision.protocols.url.heads.URLModel`, V.4): its caches also hold ``uncertainty``
 (sample) and, with ``embeddings``, its embedding; the noise of its stochastic heads is drawn
 per sample from ``(seed, sample index)``. With ``logits=False`` a cache keeps no logits and
 the folder's classes need not be the model's (zero-shot embeddings of unseen classes).
 
 ONE path from a training method's prediction samples to caches: a checkpoint trained by
-:func:`uqvision.train.train_model` is rebuilt through its method
-(:func:`uqvision.train.load_run`), and each of its K samples — deep-ensemble member,
+:func:`uqvision.training.loop.train_model` is rebuilt through its method
+(:func:`uqvision.training.runs.load_run`), and each of its K samples — deep-ensemble member,
 snapshot, posterior draw or stochastic pass (noise drawn per sample, like the MC-dropout
 masks) — goes through the mode as one network, one cache per sample and pass (attrs
 ``method``, ``run``, ``sample_index``). A network without a method is one sample.
@@ -36,8 +37,6 @@ gathered onto every rank in sample order before anything is written (rank 0 writ
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
 import json
 import os
@@ -56,7 +55,6 @@ from uqmetrics.io import decode_attr
 from uqmetrics.registry import Registry
 
 from .cache import CacheError, cache_dataset, cache_key, read_cache
-from .crop import crop_fractions, crop_transform
 from .data import (
     TTA_POLICIES,
     ImageFolderDataset,
@@ -67,8 +65,6 @@ from .data import (
     readable_images,
     tta_transform,
 )
-from .dropout import PerSampleDropout
-from .methods.registry import TRAINING_METHODS, StochasticPass
 from .models import (
     LoadedModel,
     ModelSpec,
@@ -77,19 +73,22 @@ from .models import (
     recorded_class_names,
     sidecar_path,
 )
-from .uheads import URLModel
+from .runtime import distributed_context, gather, shard_indices
+from .training.dropout import PerSampleDropout
+from .training.method import TRAINING_METHODS, StochasticPass
+from .training.runs import load_run
 
 __all__ = [
     "DEFAULT_PASSES",
     "IDENTITY_FIELDS",
+    "OWN_UNCERTAINTY",
     "PASS_MODES",
     "PredictConfig",
     "cache_identity",
     "check_caches",
-    "distributed_context",
     "predict",
     "predict_to_files",
-    "shard_indices",
+    "run_loader",
 ]
 
 
@@ -103,7 +102,7 @@ class PredictConfig:
     so a member ``k`` of an ensemble can run its own pass ``k``; ``seed`` also seeds the
     MC-dropout masks (sample ``i`` in pass ``r``: ``derive_seed(seed, r, i)``).
 
-    A checkpoint trained by :func:`uqvision.train.train_model` yields its method's prediction
+    A checkpoint trained by :func:`uqvision.training.loop.train_model` yields its method's prediction
     samples (snapshots, posterior draws, stochastic passes; one network for a deep-ensemble
     member): ``samples`` of them from ``first_sample`` on (``None``: every snapshot, 10
     posterior draws or passes, the network itself), one cache per sample and pass. Sample
@@ -148,66 +147,6 @@ class PredictConfig:
 DEFAULT_PASSES: dict[str, int] = {"mc_dropout": 30}
 
 
-def shard_indices(n: int, world_size: int, rank: int) -> np.ndarray:
-    """Contiguous shard ``rank`` of ``range(n)`` over ``world_size`` ranks (sizes differ by ≤ 1).
-
-    Examples
-    --------
-    >>> [shard_indices(5, 2, r).tolist() for r in range(2)]
-    [[0, 1, 2], [3, 4]]
-    """
-    return np.array_split(np.arange(n), world_size)[rank]
-
-
-@contextlib.contextmanager
-def distributed_context(device: str):
-    """Initialise ``torch.distributed`` from torchrun's environment, if present.
-
-    Yields ``(world_size, rank, device)``; the backend is NCCL on CUDA, gloo otherwise; the
-    device becomes ``cuda:LOCAL_RANK`` for a CUDA run. Without ``WORLD_SIZE > 1`` in the
-    environment and no initialised group, yields ``(1, 0, device)``.
-
-    The process group is initialised once per process and kept until the process exits: a
-    torchrun job cannot re-initialise its group (the second group finds the first one's stale
-    addresses in torchrun's store), and every TTA pass and every model of ``uqvision predict``
-    enters this context.
-    """
-    import torch.distributed as dist
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    ready = dist.is_available() and dist.is_initialized()
-    if not ready and (world <= 1 or not dist.is_available()):
-        yield 1, 0, device
-        return
-    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
-        local = int(os.environ["LOCAL_RANK"])
-        device = f"cuda:{local}"
-        torch.cuda.set_device(local)
-    if not ready:
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-        atexit.register(_destroy_process_group)
-    yield dist.get_world_size(), dist.get_rank(), device
-
-
-def _destroy_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
-    """Concatenate every rank's arrays along the sample axis in rank order (all ranks)."""
-    if world == 1:
-        return local
-    import torch.distributed as dist
-
-    parts: list = [None] * world
-    dist.all_gather_object(parts, local)
-    return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)
-            for k in local}
-
-
 def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
     # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
     # nothing random happens in the workers: augmentations carry their own generators
@@ -224,6 +163,12 @@ def _autocast(cfg: PredictConfig, device: str):
                           enabled=cfg.amp)
 
 
+#: The capability attribute of a network that gives its own uncertainty: when true,
+#: ``model.predict(x, ids, seed)`` returns ``(logits, u, embedding)`` of a batch (``ids``: the
+#: samples' data-set indices, for per-sample noise), and its caches hold ``uncertainty``.
+OWN_UNCERTAINTY = "predicts_uncertainty"
+
+
 def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None,
              seed: int = 0):
     """``(logits, embedding or None, u or None)`` of a batch; ``ids`` are the samples' data-set
@@ -232,7 +177,7 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
         if embeddings:
             raise ValueError("embeddings of stochastic passes are not supported")
         return model(x, ids), None, None
-    if isinstance(model, URLModel):  # the network gives (logits, u, embedding)
+    if getattr(model, OWN_UNCERTAINTY, False):  # the network gives (logits, u, embedding)
         ids = range(len(x)) if ids is None else ids
         z, u, emb = model.predict(x, ids, seed)
         return z, (emb if embeddings else None), u
@@ -244,7 +189,8 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
     return model.get_classifier()(emb), emb, None
 
 
-def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, device: str,
+def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig,
+               device: str,
          passes: int = 1, dropout: PerSampleDropout | None = None) -> dict[str, np.ndarray]:
     """Logits (passes, n_local, C), labels, sample indices, embeddings and the network's own
     u (of the first pass) of one loader pass.
@@ -277,7 +223,7 @@ def _run(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig, 
            "index": np.concatenate(idx) if idx else np.empty(0, np.int64)}
     if cfg.embeddings:
         out["embedding"] = np.concatenate(embs) if embs else np.empty((0, 0), np.float32)
-    if us or isinstance(loaded.model, URLModel):
+    if us or getattr(loaded.model, OWN_UNCERTAINTY, False):
         out["uncertainty"] = np.concatenate(us) if us else np.empty(0, np.float32)
     return out
 
@@ -293,7 +239,7 @@ PASS_MODES: Registry[Callable] = Registry("prediction mode")
 def _plain(loaded, folder, cfg, idx, device):
     """The model's own evaluation preprocessing, one pass."""
     ds = folder.with_transform(loaded.transform)
-    return [(0, _run(loaded, ds, idx, cfg, device))]
+    return [(0, run_loader(loaded, ds, idx, cfg, device))]
 
 
 @PASS_MODES.register(name="tta")
@@ -303,7 +249,7 @@ def _tta(loaded, folder, cfg, idx, device):
     out = []
     for p in range(cfg.first_pass, cfg.first_pass + cfg.passes):
         ds = folder.with_transform(transform, derive_seed(cfg.seed, p))
-        out.append((p, _run(loaded, ds, idx, cfg, device)))
+        out.append((p, run_loader(loaded, ds, idx, cfg, device)))
     return out
 
 
@@ -317,16 +263,7 @@ def _mc_dropout(loaded, folder, cfg, idx, device):
                          "MC dropout is not available for it") from None
     with dropout:
         ds = folder.with_transform(loaded.transform)
-        return [(0, _run(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
-
-
-@PASS_MODES.register(name="crop")
-def _crop(loaded, folder, cfg, idx, device):
-    """URL's crop: centre crop to a per-sample fraction in [0.1, 0.75], resized back (S.5)."""
-    ds = folder.with_transform(crop_transform(loaded.transform), cfg.seed)
-    out = _run(loaded, ds, idx, cfg, device)
-    out["crop_fraction"] = crop_fractions(cfg.seed, out["index"])
-    return [(0, out)]
+        return [(0, run_loader(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
 
 
 def _n_samples(side: dict, config: PredictConfig) -> tuple[int, bool]:
@@ -450,8 +387,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     ----------
     spec : ModelSpec or str
         ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`); a checkpoint
-        of :func:`uqvision.train.train_model` is rebuilt through its method
-        (:func:`uqvision.train.load_run`).
+        of :func:`uqvision.training.loop.train_model` is rebuilt through its method
+        (:func:`uqvision.training.runs.load_run`).
     data : path or ImageFolderDataset
         Image folder (or the folder already scanned).
     config : PredictConfig
@@ -480,8 +417,6 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         The folder's classes do not fit the model's (checked before the model is built when
         the checkpoint's sidecar names its classes, else right after, before any image is read).
     """
-    from .train import load_run
-
     config = _resolved(config or PredictConfig())
     _check_config(config)
     run_mode = PASS_MODES.lookup(config.mode)
@@ -522,7 +457,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             for p in sorted(p for kk, p in plan if kk == k):
                 cfg = dataclasses.replace(config, seed=seed_k, first_pass=p, passes=1) \
                     if config.mode == "tta" else dataclasses.replace(config, seed=seed_k)
-                results += [(k, pp, seed_k, _gather(arrays, world))
+                results += [(k, pp, seed_k, gather(arrays, world))
                             for pp, arrays in run_mode(loaded, labelled, cfg, local, device)]
     wall = time.perf_counter() - t0
     n_samples = _n_samples(run.sidecar, config)[0]

@@ -26,8 +26,8 @@ from torch import nn
 import uqvision.methods
 from uqvision.methods import TRAINING_METHODS, export_state
 from uqvision.methods.bayesian import VIConv2d, VILinear, kfac_factors, variational_layers
-from uqvision.methods.ensembles import DropoutLinear, ensure_dropout
-from uqvision.methods.schedules import (
+from uqvision.methods.ensembling import DropoutLinear, ensure_dropout
+from uqvision.training.schedules import (
     cosine_cycle_lr,
     fge_cycle_position,
     fge_lr,
@@ -52,7 +52,7 @@ SMALL = {
 }
 #: the V.2 (Pitfalls) methods: those whose hyper-parameters live in the V.2 modules (V.3's UIMNET
 #: algorithms and V.4's learners wrap other models and have their own tests)
-V2_MODULES = ("uqvision.methods.registry", "uqvision.methods.ensembles", "uqvision.methods.bayesian")
+V2_MODULES = ("uqvision.training.method", "uqvision.methods.ensembling", "uqvision.methods.bayesian")
 NAMES = [n for n in TRAINING_METHODS.names()
          if TRAINING_METHODS.lookup(n).hparams.__module__ in V2_MODULES]
 
@@ -79,7 +79,7 @@ def batches(seed, epoch):
 
 
 def fit(name, seed=0, **overrides):
-    """Train ``name`` as the one training loop does (see uqvision.methods.registry)."""
+    """Train ``name`` as the one training loop does (see uqvision.training.method)."""
     method = TRAINING_METHODS.lookup(name)
     hp = method.hparams_from(**{**SMALL[name], **overrides})
     torch.manual_seed(seed)
@@ -153,7 +153,9 @@ def test_hparams_from_parses_set_strings_and_names_bad_input():
 
 def test_submodule_doctests():
     names = [m.name for m in pkgutil.iter_modules(uqvision.methods.__path__, "uqvision.methods.")]
-    assert {"uqvision.methods.schedules", "uqvision.methods.registry"} <= set(names)
+    names += [m.name for m in pkgutil.iter_modules(uqvision.training.__path__,
+                                                   "uqvision.training.")]
+    assert {"uqvision.training.schedules", "uqvision.training.method"} <= set(names)
     for name in names:
         module = importlib.import_module(name)
         assert doctest.testmod(module).failed == 0, name

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from uqvision.dropout import PerSampleDropout
 from uqvision.models import ModelSpec, check_model_name, has_dropout, load_model
+from uqvision.training.dropout import PerSampleDropout
 
 
 @pytest.mark.parametrize("name, close", [

@@ -11,8 +11,7 @@ from uqmetrics import fit_temperature_result, nll_loss
 
 from uqvision.data import DataConfig
 from uqvision.models import MODEL_SOURCES, load_model
-from uqvision.predict import PredictConfig, predict
-from uqvision.prototype import (
+from uqvision.models.prototype import (
     LOGIT_SCALE_BOUNDS,
     CosineHead,
     PrototypeClassifier,
@@ -20,6 +19,7 @@ from uqvision.prototype import (
     fit_logit_scale,
     save_prototype_classifier,
 )
+from uqvision.predict import PredictConfig, predict
 
 ENCODER = "test_byobnet"
 

@@ -67,7 +67,7 @@ def test_torchrun_training_two_processes_reach_the_weights_of_one(digits, tmp_pa
     import torch
     from safetensors.torch import load_file
 
-    from uqvision.train import TrainConfig, train_model
+    from uqvision.training.loop import ImageTrainConfig, train_model
 
     options = ["--arch", "test_vit", "--data", str(digits / "train"), "--input-size", "16",
                "--epochs", "2", "--batch-size", "16", "--seeds", "3"]
@@ -79,7 +79,7 @@ def test_torchrun_training_two_processes_reach_the_weights_of_one(digits, tmp_pa
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ddp.safetensors") == 1  # rank 0 alone reports (and writes)
-    one = train_model(digits / "train", tmp_path / "one", TrainConfig(
+    one = train_model(digits / "train", tmp_path / "one", ImageTrainConfig(
         arch="test_vit", input_size=16, epochs=2, batch_size=16, seed=3))
     ddp = load_file(str(tmp_path / "ddp.safetensors"))
     ref = one.model.state_dict()
@@ -89,6 +89,6 @@ def test_torchrun_training_two_processes_reach_the_weights_of_one(digits, tmp_pa
     side = json.loads((tmp_path / "ddp.json").read_text())
     assert side["cost"]["world_size"] == 2 and side["cost"]["steps"] == 2 * (65 // 16)
     # the comparison is not vacuous: training moved the weights far beyond the tolerance
-    init = train_model(digits / "train", tmp_path / "init", TrainConfig(
+    init = train_model(digits / "train", tmp_path / "init", ImageTrainConfig(
         arch="test_vit", input_size=16, epochs=0, batch_size=16, seed=3)).model.state_dict()
     assert max(float((ref[k] - init[k]).abs().max()) for k in ref) > 1e-2

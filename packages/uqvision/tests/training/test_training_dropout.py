@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from uqvision.dropout import PerSampleDropout, apply_dropout_mask
 from uqvision.models import DROPOUT_TYPES
+from uqvision.training.dropout import PerSampleDropout, apply_dropout_mask
 
 # (type, input shape): feature dropout needs (N, C, ...) with its own spatial rank
 SHAPES = {nn.Dropout: (4, 6, 5), nn.Dropout1d: (4, 6, 5), nn.Dropout2d: (4, 6, 5, 3),

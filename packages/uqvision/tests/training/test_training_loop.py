@@ -7,7 +7,7 @@ import torch
 
 from uqvision.data import ImageFolderDataset
 from uqvision.models import load_model, read_sidecar
-from uqvision.train import TrainConfig, train_model
+from uqvision.training.loop import ImageTrainConfig, train_model
 
 
 def _batch(digits, loaded):
@@ -43,9 +43,9 @@ def test_training_learns_and_records_its_config(trained):
 
 def test_same_seed_same_weights_other_seed_other_weights(digits, tmp_path):
     cfg = {"arch": "test_vit", "epochs": 1, "input_size": 16, "batch_size": 32}
-    a = train_model(digits / "train", tmp_path / "a", TrainConfig(**cfg, seed=3))
-    b = train_model(digits / "train", tmp_path / "b", TrainConfig(**cfg, seed=3))
-    c = train_model(digits / "train", tmp_path / "c", TrainConfig(**cfg, seed=4))
+    a = train_model(digits / "train", tmp_path / "a", ImageTrainConfig(**cfg, seed=3))
+    b = train_model(digits / "train", tmp_path / "b", ImageTrainConfig(**cfg, seed=3))
+    c = train_model(digits / "train", tmp_path / "c", ImageTrainConfig(**cfg, seed=4))
     assert a.checkpoint.suffix == ".safetensors"
     sa, sb, sc = (r.model.state_dict() for r in (a, b, c))
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
@@ -54,9 +54,9 @@ def test_same_seed_same_weights_other_seed_other_weights(digits, tmp_path):
 
 def test_train_rejects_tags_and_unknown_archs(digits, tmp_path):
     with pytest.raises(ValueError, match="pretrained tag"):
-        train_model(digits / "train", tmp_path / "x", TrainConfig(arch="resnet10t.c3_in1k"))
+        train_model(digits / "train", tmp_path / "x", ImageTrainConfig(arch="resnet10t.c3_in1k"))
     with pytest.raises(ValueError, match="did you mean"):
-        train_model(digits / "train", tmp_path / "x", TrainConfig(arch="resnet10tt"))
+        train_model(digits / "train", tmp_path / "x", ImageTrainConfig(arch="resnet10tt"))
 
 
 def test_a_failed_save_leaves_no_temporary_file(digits, tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_a_failed_save_leaves_no_temporary_file(digits, tmp_path, monkeypatch):
 
     monkeypatch.setattr(safetensors.torch, "save_file", boom)
     with pytest.raises(OSError, match="disk full"):
-        train_model(digits / "train", tmp_path / "m", TrainConfig(
+        train_model(digits / "train", tmp_path / "m", ImageTrainConfig(
             arch="test_vit", epochs=1, input_size=16, batch_size=64))
     assert not (tmp_path / "m.safetensors").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing half-written
@@ -77,9 +77,10 @@ def test_a_failed_save_leaves_no_temporary_file(digits, tmp_path, monkeypatch):
 
 # -- the one loop over the method hooks (issue 10, item 2) ----------------------------------
 def test_a_method_run_records_its_cost_and_state_and_reloads_its_samples(digits, tmp_path):
-    from uqvision.train import load_run, state_path
+    from uqvision.training.loop import state_path
+    from uqvision.training.runs import load_run
 
-    cfg = TrainConfig(arch="test_vit", method="sse", input_size=16, seed=1,
+    cfg = ImageTrainConfig(arch="test_vit", method="sse", input_size=16, seed=1,
                       hparams={"cycles": "2", "cycle_epochs": "1", "batch_size": "32"})
     r = train_model(digits / "train", tmp_path / "sse", cfg)
     side = json.loads(r.sidecar.read_text())
@@ -103,31 +104,31 @@ def test_a_method_run_records_its_cost_and_state_and_reloads_its_samples(digits,
 
 
 def test_the_former_adamw_recipe_is_reachable(digits, tmp_path):
-    from uqvision.methods.schedules import one_cycle_lr
-    from uqvision.train import ADAMW_RECIPE
+    from uqvision.training.loop import ADAMW_RECIPE
+    from uqvision.training.schedules import one_cycle_lr
 
-    r = train_model(digits / "train", tmp_path / "adamw", TrainConfig(
+    r = train_model(digits / "train", tmp_path / "adamw", ImageTrainConfig(
         arch="test_vit", input_size=16, epochs=2, batch_size=32, hparams=ADAMW_RECIPE))
     assert isinstance(r.state.optimizer, torch.optim.AdamW)
     assert r.state.optimizer.param_groups[0]["weight_decay"] == 0.05
     assert r.state.lr == pytest.approx(one_cycle_lr(r.steps - 1, r.steps, 3e-3))
-    default = TrainConfig(epochs=1).method_hparams()
+    default = ImageTrainConfig(epochs=1).method_hparams()
     assert (default.optimizer, default.schedule, default.lr_init) == ("sgd", "linear_decay", 0.1)
 
 
 def test_shorthands_name_the_method_field_or_refuse(digits):
-    assert TrainConfig(method="sse", lr=0.05).method_hparams().lr0 == 0.05
-    assert TrainConfig(method="fge", lr=0.05).method_hparams().lr_init == 0.05
+    assert ImageTrainConfig(method="sse", lr=0.05).method_hparams().lr0 == 0.05
+    assert ImageTrainConfig(method="fge", lr=0.05).method_hparams().lr_init == 0.05
     with pytest.raises(ValueError, match="epochs=3 does not apply to method 'sse'"):
-        TrainConfig(method="sse", epochs=3).method_hparams()
+        ImageTrainConfig(method="sse", epochs=3).method_hparams()
     with pytest.raises(ValueError, match="unknown hyper-parameter 'cycle'"):
-        TrainConfig(method="sse", hparams={"cycle": "3"}).method_hparams()
+        ImageTrainConfig(method="sse", hparams={"cycle": "3"}).method_hparams()
 
 
 def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
     """K-FAC Laplace around a trained network: 0 epochs from the checkpoint keep its
     weights; the cost adds the checkpoint's own."""
-    cfg = TrainConfig(arch="test_byobnet", method="kfac_laplace", input_size=16,
+    cfg = ImageTrainConfig(arch="test_byobnet", method="kfac_laplace", input_size=16,
                       drop_rate=0.2, init_checkpoint=str(trained.checkpoint),
                       hparams={"epochs": "0", "scales": "0.1", "batch_size": "32"})
     r = train_model(digits / "train", tmp_path / "laplace", cfg)
@@ -140,7 +141,7 @@ def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
     assert side["init_sha256"] and float(r.state.extra["laplace.scale"]) == 0.1
     # its samples recompute BatchNorm statistics (bn_update): a loader over the run's own
     # training images; with bn_update off, none
-    from uqvision.train import load_run
+    from uqvision.training.runs import load_run
 
     run = load_run(f"test_byobnet={r.checkpoint}")
     assert len(run.state.bn_loader.dataset) == len(ImageFolderDataset(digits / "train"))
@@ -152,7 +153,7 @@ def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
 def test_training_is_a_function_of_the_seed_and_leaves_the_callers_rng(digits, tmp_path):
     torch.manual_seed(123)
     state = torch.get_rng_state()
-    cfg = TrainConfig(arch="test_vit", input_size=16, epochs=1, batch_size=16, seed=2)
+    cfg = ImageTrainConfig(arch="test_vit", input_size=16, epochs=1, batch_size=16, seed=2)
     a = train_model(digits / "train", tmp_path / "a", cfg)
     assert torch.equal(torch.get_rng_state(), state)
     torch.manual_seed(7)  # another caller state: the same network
@@ -187,12 +188,12 @@ def test_a_class_view_with_an_index_file_trains_on_those_images_only(digits, tmp
     """``classes`` + ``index_file``: the head has the view's classes, each epoch's batches
     cover exactly the indexed images (positions of the class view), and a mapping groups
     folder classes into labels."""
-    from uqvision.split import image_view, make_index_files, read_index_file
-    from uqvision.train import _train_loader
+    from uqvision.data import image_view, make_index_files, read_index_file
+    from uqvision.training.loop import _train_loader
 
     classes = ("7", "2", "5")
     paths = make_index_files(digits / "train", classes, tmp_path / "index", seed=0)
-    cfg = TrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=8, input_size=16,
+    cfg = ImageTrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=8, input_size=16,
                       model_kwargs={"width": 4}, classes=classes,
                       index_file=str(paths["train"]))
     run = train_model(digits / "train", tmp_path / "m", cfg)
@@ -216,13 +217,13 @@ def test_a_class_view_with_an_index_file_trains_on_those_images_only(digits, tmp
 
 
 def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path, capsys):
-    """``uqvision train --classes --index-file --spectral`` reach TrainConfig: the sidecar
+    """``uqvision train --classes --index-file --spectral`` reach ImageTrainConfig: the sidecar
     records them and the network is the library's; an index file alone brings its classes;
     malformed --classes names the option."""
     from safetensors.torch import load_file
 
     from uqvision.cli import main
-    from uqvision.split import make_index_files
+    from uqvision.data import make_index_files
 
     classes = ("7", "2", "5")
     paths = make_index_files(digits / "train", classes, tmp_path / "index", seed=0)
@@ -231,7 +232,7 @@ def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path,
             "--model-kwargs", '{"width": 4}']
     assert main([*base, "--out", str(tmp_path / "a"), "--classes", "7,2,5", "--index-file",
                  str(paths["train"]), "--spectral"]) == 0
-    lib = train_model(digits / "train", tmp_path / "b", TrainConfig(
+    lib = train_model(digits / "train", tmp_path / "b", ImageTrainConfig(
         arch="uqvision_cnn", method="erm", epochs=1, batch_size=8, input_size=16,
         model_kwargs={"width": 4}, classes=classes, index_file=str(paths["train"]),
         spectral=True))
@@ -258,9 +259,9 @@ def test_spectral_training_parametrizes_the_featurizer_and_reloads_to_identical_
                                                                                  tmp_path):
     from torch.nn.utils import parametrize
 
-    from uqvision.train import load_run
+    from uqvision.training.runs import load_run
 
-    cfg = TrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=16,
+    cfg = ImageTrainConfig(arch="uqvision_cnn", method="erm", epochs=1, batch_size=16,
                       input_size=16, model_kwargs={"width": 4}, spectral=True,
                       classes=("0", "1", "2"))
     run = train_model(digits / "train", tmp_path / "sn", cfg)

@@ -1,42 +1,51 @@
-"""Training methods of the Pitfalls protocol (V.2), one registry entry each.
+"""General ensembling and Bayesian training methods, one registry entry each (any protocol
+may train them; the Pitfalls protocol, V.2, compares exactly these: :data:`GENERAL_METHODS`).
 
-:data:`TRAINING_METHODS` maps a name to a :class:`TrainingMethod`: its hyper-parameters (a
-frozen dataclass with the stand-in defaults) and the hooks the one training loop calls. See
-:mod:`uqvision.methods.registry` for exactly how a loop drives a method. Families:
-:mod:`~uqvision.methods.ensembles` (deep_ensemble, mc_dropout, sse, fge) and
+Each entry of :data:`~uqvision.training.method.TRAINING_METHODS` is a
+:class:`~uqvision.training.method.TrainingMethod`: its hyper-parameters (a frozen dataclass with
+the stand-in defaults) and the hooks the one training loop calls; see
+:mod:`uqvision.training.method` for exactly how a loop drives a method. Families:
+:mod:`~uqvision.methods.ensembling` (deep_ensemble, mc_dropout, sse, fge) and
 :mod:`~uqvision.methods.bayesian` (swag, csgld, vi, kfac_laplace); schedules (eqs. 10, 16, 17)
-in :mod:`~uqvision.methods.schedules`.
+in :mod:`uqvision.training.schedules`. A protocol's own learners (UIMNET's algorithms, URL's
+representation learners) live in its folder, :mod:`uqvision.protocols`.
 
 Examples
 --------
->>> from uqvision.methods import TRAINING_METHODS
->>> TRAINING_METHODS.names()[:8]  # V.2's; V.3 (ood) follows
-['deep_ensemble', 'mc_dropout', 'sse', 'fge', 'swag', 'csgld', 'vi', 'kfac_laplace']
+>>> from uqvision.methods import GENERAL_METHODS, TRAINING_METHODS
+>>> TRAINING_METHODS.names()[:8] == list(GENERAL_METHODS)  # registered first
+True
 >>> TRAINING_METHODS.lookup("sse").hparams_from(["cycles=3"]).cycles
 3
 """
 
 # isort: off
-from . import ensembles  # noqa: F401  (registers first: the paper's order)
+from . import ensembling  # noqa: F401  (registers first: the paper's order)
 from . import bayesian  # noqa: F401
-from . import ood  # noqa: F401  (UIMNET algorithms, V.3)
-from . import representation  # noqa: F401  (URL representation learners, V.4)
 # isort: on
-from .bayesian import CSGLDHParams, LaplaceHParams, SWAGHParams, VIHParams
-from .ensembles import DropoutHParams, FGEHParams, SSEHParams
-from .registry import (
+from ..training.method import (
     OPTIMIZERS,
     TRAINING_METHODS,
     HParams,
-    Recipe,
     Snapshot,
     TrainingMethod,
+    TrainRecipe,
     TrainState,
     export_state,
 )
-from .schedules import SCHEDULES
+from ..training.schedules import SCHEDULES
+from .bayesian import CSGLDHParams, LaplaceHParams, SWAGHParams, VIHParams
+from .ensembling import DropoutHParams, FGEHParams, SSEHParams
+
+#: The methods of this package, in the Pitfalls paper's order (what V.2 ensembles and scores).
+GENERAL_METHODS: tuple[str, ...] = ("deep_ensemble", "mc_dropout", "sse", "fge", "swag", "csgld",
+                                    "vi", "kfac_laplace")
+for _name in GENERAL_METHODS:
+    TRAINING_METHODS.lookup(_name)  # each one registered above
+del _name
 
 __all__ = [
+    "GENERAL_METHODS",
     "OPTIMIZERS",
     "SCHEDULES",
     "TRAINING_METHODS",
@@ -45,10 +54,10 @@ __all__ = [
     "FGEHParams",
     "HParams",
     "LaplaceHParams",
-    "Recipe",
     "SSEHParams",
     "SWAGHParams",
     "Snapshot",
+    "TrainRecipe",
     "TrainState",
     "TrainingMethod",
     "VIHParams",

@@ -1,5 +1,5 @@
 """Approximate Bayesian methods: SWAG, cyclical SGLD, variational inference and K-FAC Laplace,
-as :class:`~uqvision.methods.registry.TrainingMethod` entries.
+as :class:`~uqvision.training.method.TrainingMethod` entries.
 
 All four share Pitfalls' probabilistic model (eqs. 6-9): the softmax likelihood and the prior
 ``N(0, (N wd)^-1 I)`` implied by the weight decay ``wd`` on ``N`` training examples. Epoch
@@ -30,12 +30,12 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..data import derive_seed
-from .registry import (
+from ..training.method import (
     TRAINING_METHODS,
     HParams,
     OptimizerChain,
-    Recipe,
     TrainingMethod,
+    TrainRecipe,
     TrainState,
     check_fields,
     check_k,
@@ -48,7 +48,7 @@ from .registry import (
     stochastic_passes,
     update_batchnorm,
 )
-from .schedules import cosine_cycle_lr, linear_decay_lr
+from ..training.schedules import cosine_cycle_lr, linear_decay_lr
 
 __all__ = [
     "CSGLDHParams",
@@ -453,7 +453,7 @@ TRAINING_METHODS.register(TrainingMethod(
 
 # -- K-FAC Laplace -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class LaplaceHParams(Recipe):
+class LaplaceHParams(TrainRecipe):
     """K-FAC Laplace around a conventionally trained network (the MAP of eq. 7).
 
     Per ``nn.Linear``/``nn.Conv2d`` layer (bias as an extra input column) the empirical

@@ -1,5 +1,5 @@
 """Ensembles of networks: deep ensembles, MC dropout, snapshot ensembles (SSE) and fast
-geometric ensembling (FGE), as :class:`~uqvision.methods.registry.TrainingMethod` entries.
+geometric ensembling (FGE), as :class:`~uqvision.training.method.TrainingMethod` entries.
 
 Epoch counts are the paper's CIFAR values / 10 (``method.paper`` has the paper's own).
 
@@ -24,13 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dropout import PerSampleDropout
 from ..models import has_dropout
-from .registry import (
+from ..training.dropout import PerSampleDropout
+from ..training.method import (
     TRAINING_METHODS,
     HParams,
-    Recipe,
     TrainingMethod,
+    TrainRecipe,
     TrainState,
     check_fields,
     check_k,
@@ -40,7 +40,7 @@ from .registry import (
     snapshot_samples,
     stochastic_passes,
 )
-from .schedules import cosine_cycle_lr, fge_cycle_position, fge_lr, linear_decay_lr
+from ..training.schedules import cosine_cycle_lr, fge_cycle_position, fge_lr, linear_decay_lr
 
 __all__ = ["DropoutHParams", "DropoutLinear", "FGEHParams", "SSEHParams", "ensure_dropout"]
 
@@ -55,12 +55,12 @@ def single_network(state: TrainState, k: int, seed: int = 0) -> Iterator[nn.Modu
 TRAINING_METHODS.register(TrainingMethod(
     name="deep_ensemble",
     description="independently trained networks, one per seed (Lakshminarayanan et al.)",
-    hparams=Recipe, paper=Recipe(epochs=300), samples=single_network, independent_runs=True))
+    hparams=TrainRecipe, paper=TrainRecipe(epochs=300), samples=single_network, independent_runs=True))
 
 
 # -- MC dropout ----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DropoutHParams(Recipe):
+class DropoutHParams(TrainRecipe):
     """MC dropout: a conventional network trained with dropout and predicted with it on.
 
     Paper: WideResNet p = 0.3 trained 400 epochs (VGG: p = 0.5 before its fully connected

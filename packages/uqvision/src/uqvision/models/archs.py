@@ -4,7 +4,7 @@
 stand-in for the papers' ResNet-18/50. It is a real timm model: ``timm.create_model("uqvision_cnn",
 num_classes=C, width=8)`` builds it, local weights load through timm's pretrained-file overlay,
 and it has timm's classifier interface (``forward_features``, ``forward_head(pre_logits=...)``,
-``get_classifier``, ``reset_classifier``), so every training method, :func:`uqvision.train.
+``get_classifier``, ``reset_classifier``), so every training method, :func:`uqvision.training.loop.
 train_model` and the one prediction path run it like any other timm architecture.
 """
 

@@ -24,9 +24,9 @@ from torch import nn
 from uqmetrics import InputError
 from uqmetrics.registry import Registry
 
+from ..data import DataConfig, eval_transform
+from ..exceptions import CheckpointError
 from . import archs as _archs  # noqa: F401  (registers uqvision's timm architectures)
-from .data import DataConfig, eval_transform
-from .exceptions import CheckpointError
 
 __all__ = [
     "DROPOUT_TYPES",
@@ -628,5 +628,3 @@ def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device:
     loaded.model.to(device)
     return loaded
 
-
-from . import prototype as _prototype  # noqa: F401  (registers the "proto" model source)

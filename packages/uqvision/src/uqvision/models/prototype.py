@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from uqmetrics import fit_temperature_result, provenance_attrs
 
-from .data import DataConfig, eval_transform
-from .models import (
+from ..data import DataConfig, eval_transform
+from .core import (
     MODEL_SOURCES,
     LoadedModel,
     ModelSpec,

@@ -1,60 +1,58 @@
-"""Paper reproductions: one driver per paper, registered in :data:`REPRODUCTIONS`.
+"""The vision protocols, one folder each, and :data:`VISION_PROTOCOLS`, their registry.
 
-``uqvision reproduce NAME --scale smoke|cpu --out DIR`` runs a driver on the generated
-``hierarchy`` stand-in (docs/conventions.md#v-0); ``--data ROOT --arch NAME`` runs the same
-code path on a real image folder with a real timm architecture. A driver trains (or reuses, after an
-interruption) what its protocol needs, predicts into ``DIR/caches/``, scores into ``DIR/*.nc``
-and draws the figures into ``DIR/figures/``.
+=============  =====================================================  ==========================
+protocol       paper                                                  ``score --protocol``
+=============  =====================================================  ==========================
+``selective``  V.1, selective prediction over a model zoo             ``selective``
+``pitfalls``   V.2, Pitfalls of in-domain uncertainty (ensembles)     ``ensembles``
+``uimnet``     V.3, UIMNET in/out-domain split                        ``ood``
+``url``        V.4, URL transfer of uncertainty                       ``transfer``
+=============  =====================================================  ==========================
 
-A driver is a :class:`Reproduction` registered by a module of this package; the modules are
-listed in :data:`DRIVER_MODULES` and imported by :func:`load_drivers` (the CLI calls it).
+A protocol is a folder of this package whose ``__init__`` builds one :class:`Protocol`
+(``PROTOCOL``: its scorer, its options of ``uqvision score``, its ``uqvision reproduce`` driver,
+the training methods it compares, any extra command) and ONE line below registering it. The
+command line takes every protocol's options, scorer, driver and commands from
+:data:`VISION_PROTOCOLS`; ``tests/test_protocols_common.py`` runs each one at smoke scale.
+
+A protocol builds on the shared machinery (:mod:`uqvision.predict`, :mod:`uqvision.methods`,
+:mod:`uqvision.training`, :mod:`uqvision.models`, :mod:`uqvision.data`,
+:mod:`uqvision.cache`), never the other way round, and no protocol imports another
+(the import contracts of ``.importlinter``).
+
+Examples
+--------
+>>> from uqvision.protocols import VISION_PROTOCOLS
+>>> VISION_PROTOCOLS.names()
+['selective', 'pitfalls', 'uimnet', 'url']
+>>> VISION_PROTOCOLS.lookup("pitfalls").score_name, VISION_PROTOCOLS.lookup("uimnet").scales
+('ensembles', ('smoke', 'cpu'))
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 from uqmetrics.registry import Registry
 
-__all__ = ["DRIVER_MODULES", "REPRODUCTIONS", "Reproduction", "load_drivers"]
+from . import pitfalls, selective, uimnet, url
+from .base import Command, Protocol, Reproduction
+
+__all__ = ["VISION_PROTOCOLS", "Command", "Protocol", "Reproduction", "score_protocol"]
+
+#: The protocols by name (``uqvision reproduce NAME``), in the papers' order. (Not named with
+#: the bare upper-case word: tests/test_repository_docs.py reserves it for the team's private
+#: specification, which nothing in the repository may cite.)
+VISION_PROTOCOLS: Registry[Protocol] = Registry("protocol")
+VISION_PROTOCOLS.add("selective", selective.PROTOCOL)
+VISION_PROTOCOLS.add("pitfalls", pitfalls.PROTOCOL)
+VISION_PROTOCOLS.add("uimnet", uimnet.PROTOCOL)
+VISION_PROTOCOLS.add("url", url.PROTOCOL)
 
 
-@dataclass(frozen=True)
-class Reproduction:
-    """A registered paper reproduction.
-
-    Attributes
-    ----------
-    name, description : str
-        Registry name (``uqvision reproduce NAME``) and one-line help.
-    run : callable
-        ``run(out, *, scale, data=None, arch=None, seed=0, overwrite=False, options=None,
-        log=print, device="cpu") -> Path`` (``options``: the ``--set key=value`` pairs as a
-        dict of strings; ``device``: where every network trains and predicts, ``--device``).
-    scales : tuple of str
-        The scales the driver knows (``smoke`` for tests, ``cpu`` for a 2-core machine, ...).
-    """
-
-    name: str
-    description: str
-    run: Callable[..., Path]
-    scales: tuple[str, ...] = ("smoke", "cpu")
-
-
-#: ``uqvision reproduce`` drivers by name.
-REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
-
-#: Modules that register a driver when imported (add one line per new driver module).
-DRIVER_MODULES: list[str] = ["uqvision.reproduce.selective", "uqvision.reproduce.uimnet",
-                             "uqvision.reproduce.pitfalls", "uqvision.reproduce.url"]
-
-
-def load_drivers() -> Registry[Reproduction]:
-    """Import every module of :data:`DRIVER_MODULES` (each registers its driver) and return
-    :data:`REPRODUCTIONS`."""
-    for mod in DRIVER_MODULES:
-        importlib.import_module(mod)
-    return REPRODUCTIONS
+def score_protocol(name: str) -> Protocol:
+    """The protocol ``uqvision score --protocol NAME`` means: by its score name (``ensembles``,
+    ``ood``, ``transfer``, ``selective``) or its own name (``KeyError`` naming the choices)."""
+    for proto in VISION_PROTOCOLS.values():
+        if name in (proto.score_name, proto.name) and proto.score is not None:
+            return proto
+    raise KeyError(f"unknown score protocol {name!r}; choose from "
+                   f"{[p.score_name for p in VISION_PROTOCOLS.values()]}")

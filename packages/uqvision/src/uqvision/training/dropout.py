@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .data import derive_seed
-from .models import DROPOUT_TYPES
+from ..data import derive_seed
+from ..models import DROPOUT_TYPES
 
 __all__ = ["PerSampleDropout", "apply_dropout_mask", "mask_shape"]
 

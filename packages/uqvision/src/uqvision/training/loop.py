@@ -1,10 +1,10 @@
 """ONE training loop for every training method, saving checkpoints timm reloads.
 
 :func:`train_model` trains a timm architecture on an image folder with a method of
-:data:`uqvision.methods.TRAINING_METHODS` (``uqvision train --method NAME --set key=value``):
+:data:`uqvision.training.method.TRAINING_METHODS` (``uqvision train --method NAME --set key=value``):
 the loop owns the data, the device, the process group, the checkpoint and the timing; the
 method's hooks own the model wrapper, the optimiser, the learning rate at every step, the loss,
-the snapshots and any post-training fit (see :mod:`uqvision.methods.registry`).
+the snapshots and any post-training fit (see :mod:`uqvision.training.method`).
 
 Data. Each epoch is a permutation of the training set seeded by ``(seed, epoch)``, cut into
 global batches of ``batch_size`` (the last incomplete batch dropped when the set has more
@@ -28,8 +28,8 @@ run and cumulated over the checkpoint it started from (``init_checkpoint``). Wha
 fitted besides the weights (snapshots, SWAG moments, K-FAC factors; ``export_state``) goes to
 ``OUT.state.safetensors``. A checkpoint of a method that keeps the model's keys reloads
 through timm's own pretrained-file mechanism (``timm.create_model(arch, pretrained=True,
-pretrained_cfg_overlay=dict(file=ckpt, ...))``); :func:`load_run` rebuilds any method's
-state to draw its prediction samples.
+pretrained_cfg_overlay=dict(file=ckpt, ...))``); :func:`uqvision.training.runs.load_run`
+rebuilds any method's state to draw its prediction samples.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import functools
 import math
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,40 +52,39 @@ from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
 from uqmetrics.io import temporary_beside
 
-from .data import (
+from ..data import (
     DataConfig,
     ImageFolderDataset,
     dataset_fingerprint,
     derive_seed,
     eval_transform,
     flush_denormal,
+    image_view,
     tta_transform,
 )
-from .methods import TRAINING_METHODS, TrainState, export_state
-from .methods.ood import spectral_normalize
-from .models import (
+from ..models import (
     LoadedModel,
-    ModelSpec,
     check_checkpoint_file,
     check_model_name,
-    check_model_spec,
     file_sha256,
     load_model,
     read_sidecar,
     sidecar_path,
     write_checkpoint,
 )
-from .split import image_view
+from ..models.spectral import spectral_normalize
+from ..runtime import distributed_context
+from .method import TRAINING_METHODS, TrainState, export_state
 
 __all__ = [
     "ADAMW_RECIPE",
     "CHECKPOINT_FORMAT",
-    "LoadedRun",
+    "ImageTrainConfig",
     "TrainConfig",
     "TrainResult",
+    "build_model",
     "checkpoint_files",
     "epoch_batches",
-    "load_run",
     "shuffled_loader",
     "state_path",
     "train_model",
@@ -95,21 +93,21 @@ __all__ = [
 #: Sidecar format written by :func:`train_model` (``/2``: with the method and the cost).
 CHECKPOINT_FORMAT = "uqvision.checkpoint/2"
 
-#: uqvision's recipe before the method registry (AdamW + OneCycle): ``TrainConfig(hparams=
+#: uqvision's recipe before the method registry (AdamW + OneCycle): ``ImageTrainConfig(hparams=
 #: ADAMW_RECIPE)`` or ``--set optimizer=adamw --set schedule=onecycle --set lr_init=3e-3
 #: --set weight_decay=0.05`` with the ``deep_ensemble`` (or ``mc_dropout``) method.
 ADAMW_RECIPE: dict[str, Any] = {"optimizer": "adamw", "schedule": "onecycle", "lr_init": 3e-3,
                                 "weight_decay": 0.05}
 
-#: Initial learning-rate field of a method's hyper-parameters, for ``TrainConfig.lr``.
+#: Initial learning-rate field of a method's hyper-parameters, for ``ImageTrainConfig.lr``.
 _LR_FIELDS = ("lr_init", "lr0", "lr")
 
 
 @dataclass
-class TrainConfig:
+class ImageTrainConfig:
     """Options of :func:`train_model` (all recorded in the checkpoint sidecar).
 
-    ``method`` names a :data:`~uqvision.methods.TRAINING_METHODS` entry and ``hparams``
+    ``method`` names a :data:`~uqvision.training.method.TRAINING_METHODS` entry and ``hparams``
     overrides its hyper-parameters (values, or ``"key=value"``-style strings converted to the
     field's type: ``--set``); ``epochs``, ``batch_size``, ``lr`` (the method's initial rate:
     ``lr_init`` or ``lr0``) and ``weight_decay`` are shorthands for the same overrides (``None``:
@@ -127,10 +125,10 @@ class TrainConfig:
     ``classes`` trains on a class-subset view of ``data`` (folder class names, the head's
     classes in that order; or a mapping folder class -> label name, several classes to one
     label) and ``index_file`` on the positions of that view an index file of
-    :func:`uqvision.split.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
-    is copied (:func:`uqvision.split.image_view`). ``spectral``: one-sided spectral
+    :func:`uqvision.data.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
+    is copied (:func:`uqvision.data.image_view`). ``spectral``: one-sided spectral
     normalisation (bound 5) of every Conv/Linear weight but the classifier's and of every
-    BatchNorm's Lipschitz constant (:func:`uqvision.methods.ood.spectral_normalize`),
+    BatchNorm's Lipschitz constant (:func:`uqvision.models.spectral.spectral_normalize`),
     UIMNET's ablation for every method.
 
     The likelihood is cross-entropy with ``label_smoothing``; with ``teachers`` (``NAME=
@@ -191,6 +189,11 @@ class TrainConfig:
         return method.hparams_from(over)
 
 
+#: The earlier name of :class:`ImageTrainConfig` (the README and docs/reproduction-vision.md
+#: document it), kept importable; uqreg has its own ``uqreg.engine.TrainConfig``.
+TrainConfig = ImageTrainConfig
+
+
 @dataclass
 class TrainResult:
     """Paths written, the trained model (eval mode), the method's state, the cost.
@@ -239,7 +242,7 @@ class _Objective:
     cross-entropy with label smoothing, or distillation from a teacher ensemble (whose soft
     targets :meth:`batch` computes for the next training batch)."""
 
-    def __init__(self, config: TrainConfig, classes: list[str], dcfg: DataConfig, device: str):
+    def __init__(self, config: ImageTrainConfig, classes: list[str], dcfg: DataConfig, device: str):
         if not 0 <= config.label_smoothing < 1:
             raise ValueError(f"label_smoothing must be in [0, 1), got "
                              f"{config.label_smoothing!r}")
@@ -280,7 +283,7 @@ class _Objective:
         return (1 - self.alpha) * ce + self.alpha * t * t * kd
 
 
-def _loss_function(config: TrainConfig, classes: list[str], dcfg: DataConfig,
+def _loss_function(config: ImageTrainConfig, classes: list[str], dcfg: DataConfig,
                    device: str = "cpu"):
     """``loss(logits, y, x)``: the training objective of ``config`` on one batch ``x``."""
     objective = _Objective(config, classes, dcfg, device)
@@ -292,13 +295,13 @@ def _loss_function(config: TrainConfig, classes: list[str], dcfg: DataConfig,
     return loss
 
 
-def _data_config(config: TrainConfig) -> DataConfig:
+def _data_config(config: ImageTrainConfig) -> DataConfig:
     s = int(config.input_size)
     return DataConfig((3, s, s), tuple(config.mean), tuple(config.std), crop_pct=1.0,
                       interpolation="bilinear")
 
 
-def _build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict) -> nn.Module:
+def build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict) -> nn.Module:
     import timm
 
     return timm.create_model(arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
@@ -339,7 +342,7 @@ def checkpoint_files(out: str | os.PathLike) -> tuple[Path, Path, Path]:
 
 
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
-                config: TrainConfig | None = None, *, overwrite: bool = True) -> TrainResult:
+                config: ImageTrainConfig | None = None, *, overwrite: bool = True) -> TrainResult:
     """Train ``config.arch`` with ``config.method`` on the image folder ``data``; save to ``out``.
 
     Parameters
@@ -349,7 +352,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     out : path
         Checkpoint path; ``.safetensors`` is appended when it has another suffix. The sidecar is
         ``out`` with suffix ``.json``, the method's state ``out.state.safetensors``.
-    config : TrainConfig
+    config : ImageTrainConfig
     overwrite : bool, default True
         ``False``: an existing checkpoint, sidecar or state file (:func:`checkpoint_files`) is
         refused before anything is trained (``uqvision train`` without ``--overwrite``).
@@ -365,7 +368,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     FileExistsError
         ``overwrite=False`` and a file of ``out`` exists.
     """
-    config = config or TrainConfig()
+    config = config or ImageTrainConfig()
     check_model_name(config.arch)
     if "." in config.arch:
         raise ValueError("train from an architecture name without a pretrained tag, "
@@ -390,14 +393,12 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
                          "classes")
     val = ImageFolderDataset(config.val_data, eval_transform(dcfg)) if config.val_data else None
     model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
-    from .predict import distributed_context  # predict imports this module
-
     with (_own_rng(config.seed, config.device), flush_denormal(),
           distributed_context(config.device) as (world, rank, device)):
         if hp.batch_size < world:
             raise ValueError(f"batch_size {hp.batch_size} is smaller than the {world} "
                              "processes")
-        model = _build_model(config.arch, len(ds.classes), dcfg, model_kwargs)
+        model = build_model(config.arch, len(ds.classes), dcfg, model_kwargs)
         if config.init_checkpoint:
             _load_weights(model, config.init_checkpoint)
         if config.spectral:
@@ -450,7 +451,7 @@ def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
         os.replace(tmp, path)
 
 
-def _train_loader(ds: ImageFolderDataset, config: TrainConfig, batch_size: int, epoch: int,
+def _train_loader(ds: ImageFolderDataset, config: ImageTrainConfig, batch_size: int, epoch: int,
                   world: int, rank: int) -> tuple[DataLoader, list[tuple[int, int]]]:
     """This rank's shard of every global batch of ``epoch`` (augmentation seeded per sample),
     and each batch's (local, global) sizes."""
@@ -464,9 +465,9 @@ def _train_loader(ds: ImageFolderDataset, config: TrainConfig, batch_size: int, 
     return loader, [(len(s), len(b)) for s, b in zip(shards, batches, strict=True)]
 
 
-def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, config: TrainConfig,
+def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, config: ImageTrainConfig,
          batch_size: int, world: int, rank: int, device: str) -> list[float]:
-    """The epoch loop of :mod:`uqvision.methods.registry`; per-epoch mean loss."""
+    """The epoch loop of :mod:`uqvision.training.method`; per-epoch mean loss."""
     method, losses, epoch = state.method, [], 0
     while not state.done:
         loader, sizes = _train_loader(ds, config, batch_size, epoch, world, rank)
@@ -488,7 +489,7 @@ def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, confi
     return losses
 
 
-def _post_fit_loader(ds, config: TrainConfig, batch_size: int, device: str) -> DataLoader:
+def _post_fit_loader(ds, config: ImageTrainConfig, batch_size: int, device: str) -> DataLoader:
     """What post-fits (K-FAC) and BatchNorm updates of sampled weights see: the training set
     with one seeded augmentation per sample, the same in every process."""
     return shuffled_loader(ds, config.seed, batch_size, augment=bool(config.augment),
@@ -548,110 +549,3 @@ def _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, worl
         "train_losses": losses,
         "provenance": provenance_attrs(config=cfg, seed=config.seed),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# reading a run back (for prediction)
-
-@dataclass
-class LoadedRun:
-    """A trained run rebuilt for prediction: the model (as :class:`LoadedModel`, its ``model``
-    the method's network with the trained weights), the method's state, the sidecar."""
-
-    loaded: LoadedModel
-    state: TrainState | None
-    sidecar: dict[str, Any]
-
-    @property
-    def method(self) -> str:
-        """The training method ("" for a checkpoint uqvision did not train)."""
-        return str(self.sidecar.get("method", "deep_ensemble" if self.sidecar else ""))
-
-    @property
-    def seed(self) -> int | None:
-        """The training seed (None for a checkpoint uqvision did not train)."""
-        cfg = self.sidecar.get("train_config", {})
-        return int(cfg["seed"]) if "seed" in cfg else None
-
-    def samples(self, k: int, seed: int) -> Iterator[nn.Module]:
-        """The run's ``k`` prediction networks (eval mode): the method's samples, or the
-        model itself (``k = 1``) for a checkpoint without method state."""
-        if self.state is None:
-            if k != 1:
-                raise ValueError(f"k={k} but {self.loaded.spec.row!r} is one network")
-            self.loaded.model.eval()
-            return iter([self.loaded.model])
-        return self.state.method.samples(self.state, k, seed)
-
-    def default_samples(self) -> int:
-        """Snapshots taken, 1 for an independent run or a plain checkpoint, else 10."""
-        if self.state is None or self.state.method.independent_runs:
-            return 1
-        return len(self.state.snapshots) or 10
-
-
-def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",
-             train_data: str | os.PathLike | None = None, bn_batch_size: int | None = None,
-             allow_random_init: bool = False, seed: int = 0) -> LoadedRun:
-    """Rebuild a run for prediction.
-
-    A checkpoint whose sidecar names a training method is rebuilt through the method
-    (``method.restore`` with ``OUT.state.safetensors``, then the weights). A method whose
-    hyper-parameters have a true ``bn_update`` (SWAG, K-FAC Laplace: each sample's BatchNorm
-    statistics are recomputed) gets a BatchNorm loader over ``train_data`` (default: the
-    training folder and view the sidecar records) in a fixed order with one seeded
-    augmentation per sample; no other run reads its training folder. Anything else goes
-    through :func:`uqvision.models.load_model` and is one network.
-    """
-    spec = check_model_spec(spec)
-    side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
-    if "method" not in side:
-        loaded = load_model(spec, num_classes=num_classes, device=device,
-                            allow_random_init=allow_random_init, seed=seed)
-        return LoadedRun(loaded, None, side)
-    from safetensors.torch import load_file
-
-    method = TRAINING_METHODS.lookup(side["method"])
-    if num_classes is not None and side["num_classes"] != num_classes:
-        raise ValueError(f"checkpoint {spec.checkpoint!r} has a {side['num_classes']}-class head "
-                         f"but the dataset has {num_classes} classes")
-    dcfg = DataConfig.from_dict(side["pretrained_cfg"])
-    cfg = side.get("train_config", {})
-    hp = method.hparams_from(_hparams_values(side["hparams"]))
-    state_file = side.get("state_file")
-    if state_file:
-        state_file = Path(spec.checkpoint).parent / state_file
-        if not state_file.is_file():
-            raise FileNotFoundError(f"state file {str(state_file)!r} of checkpoint "
-                                    f"{str(spec.checkpoint)!r} does not exist")
-        check_checkpoint_file(state_file)
-    tensors = load_file(str(state_file)) if state_file else {}
-    # building and wrapping initialise layers (overwritten by the checkpoint below): keep the
-    # caller's global RNG out of it
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        base = _build_model(side["architecture"], side["num_classes"], dcfg,
-                            side.get("model_kwargs", {})).to(device)
-        if cfg.get("spectral"):
-            spectral_normalize(base)
-        state = method.restore(base, hp, tensors, side["state_meta"])
-    state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
-    state.model.to(device).eval()
-    folder = train_data or side.get("dataset")
-    if getattr(hp, "bn_update", False) and folder and Path(folder).is_dir():
-        augment = cfg.get("augment")
-        tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
-        view = image_view(folder, tf, classes=cfg.get("classes"),  # the run's own images
-                          index_file=None if train_data else cfg.get("index_file"))
-        state.bn_loader = shuffled_loader(view, int(cfg.get("seed", 0)),
-                                          bn_batch_size or hp.batch_size, augment=bool(augment))
-    loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),
-                         side["architecture"], side.get("tag", ""),
-                         file_sha256(spec.checkpoint))
-    return LoadedRun(loaded, state, side)
-
-
-def _hparams_values(recorded: dict[str, Any]) -> dict[str, Any]:
-    """Recorded hyper-parameters back to field values (JSON turned tuples into lists)."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
-

@@ -74,9 +74,9 @@ __all__ = [
     "TRAINING_METHODS",
     "HParams",
     "OptimizerChain",
-    "Recipe",
     "Snapshot",
     "StochasticPass",
+    "TrainRecipe",
     "TrainState",
     "TrainingMethod",
     "check_fields",
@@ -141,11 +141,11 @@ class HParams:
 
 
 @dataclass(frozen=True)
-class Recipe(HParams):
+class TrainRecipe(HParams):
     """A conventional network (Pitfalls Table 1, PreResNet-110 on CIFAR; epochs / 10).
 
     ``optimizer`` names an entry of :data:`OPTIMIZERS`, ``schedule`` one of
-    :data:`uqvision.methods.schedules.SCHEDULES` (``linear_decay`` = eq. 10). Paper: 300
+    :data:`uqvision.training.schedules.SCHEDULES` (``linear_decay`` = eq. 10). Paper: 300
     epochs, lr_init 0.1, wd 3e-4, batch 128, momentum 0.9. ``optimizer="adamw",
     schedule="onecycle", lr_init=3e-3, weight_decay=0.05`` is uqvision's former recipe.
     """
@@ -170,12 +170,12 @@ def epochs_to_steps(epochs: float, steps_per_epoch: int) -> int:
     return 0 if epochs == 0 else max(1, round(epochs * steps_per_epoch))
 
 
-def recipe_total_steps(hp: Recipe, steps_per_epoch: int) -> int:
-    """Steps of a :class:`Recipe` run: ``hp.epochs`` epochs."""
+def recipe_total_steps(hp: TrainRecipe, steps_per_epoch: int) -> int:
+    """Steps of a :class:`TrainRecipe` run: ``hp.epochs`` epochs."""
     return epochs_to_steps(hp.epochs, steps_per_epoch)
 
 
-def recipe_lr_at(step: int, steps_per_epoch: int, hp: Recipe) -> float:
+def recipe_lr_at(step: int, steps_per_epoch: int, hp: TrainRecipe) -> float:
     """``SCHEDULES[hp.schedule]`` over the run, peaking at ``hp.lr_init``."""
     return SCHEDULES.lookup(hp.schedule)(step, recipe_total_steps(hp, steps_per_epoch),
                                          steps_per_epoch, hp.lr_init)
@@ -333,10 +333,10 @@ class TrainingMethod:
         are restored when the iterator ends or is closed.
     total_steps : callable
         ``(hp, steps_per_epoch) -> int`` gradient steps of one run (default: a
-        :class:`Recipe`'s ``epochs``).
+        :class:`TrainRecipe`'s ``epochs``).
     lr_at : callable
         ``(step, steps_per_epoch, hp) -> float``, the learning rate of 0-based ``step``
-        (default: a :class:`Recipe`'s named schedule).
+        (default: a :class:`TrainRecipe`'s named schedule).
     paper : HParams, optional
         The paper's values (CIFAR, PreResNet-110 where the paper distinguishes).
     wrap_model : callable
@@ -588,7 +588,7 @@ class StochasticPass(nn.Module):
     """Pass ``index`` of a stochastic network whose noise is drawn per example.
 
     ``noise`` is an entered context with ``start_pass(pass_index, sample_ids)`` (e.g.
-    :class:`uqvision.dropout.PerSampleDropout`); each call seeds the noise of the examples
+    :class:`uqvision.training.dropout.PerSampleDropout`); each call seeds the noise of the examples
     ``sample_ids`` (data-set indices, in batch order) for this pass before the forward.
     """
 

@@ -11,7 +11,7 @@ Each is written in the paper's own variables so that a test can check it against
 - :func:`one_cycle_lr` — torch's ``OneCycleLR`` (cosine annealing), the project's AdamW recipe.
 
 :data:`SCHEDULES` registers the whole-run schedules a single-network recipe can choose by name
-(``Recipe.schedule``): ``f(step, total_steps, steps_per_epoch, lr) -> float`` with ``step`` the
+(``TrainRecipe.schedule``): ``f(step, total_steps, steps_per_epoch, lr) -> float`` with ``step`` the
 0-based gradient step whose learning rate is wanted.
 
 References

@@ -8,16 +8,13 @@ import pytest
 import xarray as xr
 
 from uqvision.cli import main
-from uqvision.reproduce import load_drivers
-from uqvision.reproduce.pitfalls import PITFALLS_METHODS, PITFALLS_SCALES, _scale
+from uqvision.protocols import VISION_PROTOCOLS
+from uqvision.protocols.pitfalls.reproduce import PITFALLS_METHODS, PITFALLS_SCALES, _scale
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pitfalls")
-    assert main(["--threads", "1", "reproduce", "pitfalls", "--scale", "smoke", "--out",
-                 str(out)]) == 0
-    return out
+def run_dir(smoke_run):
+    return smoke_run("pitfalls")[0]
 
 
 @pytest.mark.slow
@@ -68,7 +65,7 @@ def test_a_rerun_reuses_every_run_and_cache(run_dir, capsys):
 
 
 def test_registered_with_its_scales_and_options_checked(tmp_path, capsys):
-    assert load_drivers()["pitfalls"].scales == ("smoke", "cpu")
+    assert VISION_PROTOCOLS["pitfalls"].scales == ("smoke", "cpu")
     assert main(["reproduce", "pitfalls", "--out", str(tmp_path), "--set", "cycles=3"]) == 2
     assert "unknown options ['cycles']" in capsys.readouterr().err
     assert main(["reproduce", "pitfalls", "--out", str(tmp_path), "--data", "x"]) == 2
@@ -81,7 +78,7 @@ def test_registered_with_its_scales_and_options_checked(tmp_path, capsys):
 def test_real_folder_runs_the_same_plan_with_the_named_arch(tmp_path):
     """--data ROOT --arch NAME: the same runs, hyper-parameters and code path; only the data
     folder and the architecture change."""
-    from uqvision.reproduce.pitfalls import plan_runs
+    from uqvision.protocols.pitfalls.reproduce import plan_runs
 
     sc = _scale("cpu", "resnet18", "ROOT", {"input_size": "224", "augment": "imagenet"})
     assert (sc.arch, sc.model_kwargs, sc.input_size, sc.augment) == ("resnet18", {}, 224,

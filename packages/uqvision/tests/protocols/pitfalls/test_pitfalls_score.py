@@ -4,8 +4,13 @@ import xarray as xr
 from uqmetrics import deep_ensemble_equivalent_curve, write_dataset
 
 from uqvision.cache import CacheError
-from uqvision.ensembles import ENSEMBLE_METHODS, EnsembleConfig, Source, score_ensembles
-from uqvision.methods import TRAINING_METHODS
+from uqvision.methods import GENERAL_METHODS, TRAINING_METHODS
+from uqvision.protocols.pitfalls.score import (
+    ENSEMBLE_METHODS,
+    EnsembleConfig,
+    Source,
+    score_ensembles,
+)
 
 METRICS = ("accuracy", "nll", "brier", "ece", "cll", "calibrated_brier", "auroc", "aurc",
            "eaurc")
@@ -166,10 +171,13 @@ def test_misaligned_members_raise_before_scoring(tmp_path, write_cache):
         score_ensembles([tmp_path], EnsembleConfig(n_orders=2))
 
 
-def test_registry_has_a_plain_and_a_tta_group_per_training_method():
+def test_registry_has_a_plain_and_a_tta_group_per_pitfalls_method_only():
     for m in ("deep_ensemble", "sse", "kfac_laplace"):
         assert m in ENSEMBLE_METHODS and m + "_tta" in ENSEMBLE_METHODS
-    assert set(TRAINING_METHODS.names()) < set(ENSEMBLE_METHODS.names())
+    groups = {m.removesuffix("_tta") for m in ENSEMBLE_METHODS.names()} - {"single"}
+    assert groups == set(GENERAL_METHODS) < set(TRAINING_METHODS.names())
+    # the UIMNET algorithms and URL learners are other protocols' methods, not V.2's
+    assert not {"erm", "mixup", "due", "ce", "elk", "losspred"} & set(ENSEMBLE_METHODS.names())
 
 
 def test_bad_options(tmp_path, write_cache):

@@ -12,7 +12,7 @@ import xarray as xr
 from scipy.stats import kendalltau, spearmanr
 from uqmetrics import read_dataset, write_dataset
 
-from uqvision.analysis import (
+from uqvision.protocols.selective.analysis import (
     family_correlations,
     improvements,
     method_comparisons,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import uqvision.metadata
-from uqvision.metadata import (
+import uqvision.protocols.selective.metadata
+from uqvision.protocols.selective.metadata import (
     COLUMNS,
     METADATA_ENV,
     REGIME_FIELDS,
@@ -164,5 +164,5 @@ def test_attach_metadata():
 
 
 def test_doctests():
-    result = doctest.testmod(uqvision.metadata)
+    result = doctest.testmod(uqvision.protocols.selective.metadata)
     assert result.attempted > 0 and result.failed == 0

@@ -11,20 +11,17 @@ import torch
 import xarray as xr
 
 from uqvision.cli import main
-from uqvision.reproduce import load_drivers
-from uqvision.reproduce.selective import ZOO_SCALES, plan_zoo
+from uqvision.protocols import VISION_PROTOCOLS
+from uqvision.protocols.selective.reproduce import ZOO_SCALES, plan_zoo
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reproduce") / "selective"
-    assert main(["--threads", "1", "reproduce", "selective", "--scale", "smoke", "--out",
-                 str(out)]) == 0
-    return out
+def run_dir(smoke_run):
+    return smoke_run("selective")[0]
 
 
 def test_driver_is_registered():
-    driver = load_drivers().lookup("selective")
+    driver = VISION_PROTOCOLS.lookup("selective").reproduce
     assert set(driver.scales) == set(ZOO_SCALES.names())
 
 
@@ -109,11 +106,11 @@ def test_distillation_loss_is_hintons(trained):
 
     from uqvision.data import DataConfig
     from uqvision.models import load_model, read_sidecar
-    from uqvision.train import TrainConfig, _loss_function
+    from uqvision.training.loop import ImageTrainConfig, _loss_function
 
     spec = f"test_byobnet={trained.checkpoint}"
     classes = read_sidecar(trained.checkpoint)["classes"]
-    cfg = TrainConfig(arch="test_byobnet", input_size=16, teachers=(spec, spec),
+    cfg = ImageTrainConfig(arch="test_byobnet", input_size=16, teachers=(spec, spec),
                       distill_alpha=0.7, distill_temperature=3.0, label_smoothing=0.1)
     teacher = load_model(spec, num_classes=len(classes))
     loss_fn = _loss_function(cfg, classes, teacher.data_config)
@@ -124,14 +121,14 @@ def test_distillation_loss_is_hintons(trained):
     expected = 0.3 * F.cross_entropy(z, y, label_smoothing=0.1) + 0.7 * 9.0 * (
         p_t * (torch.log(p_t) - torch.log_softmax(z / 3.0, 1))).sum(1).mean()
     assert float(loss_fn(z, y, x)) == pytest.approx(float(expected), rel=1e-5)
-    plain = _loss_function(TrainConfig(label_smoothing=0.1), classes, teacher.data_config)
+    plain = _loss_function(ImageTrainConfig(label_smoothing=0.1), classes, teacher.data_config)
     assert float(plain(z, y, x)) == pytest.approx(float(F.cross_entropy(z, y,
                                                                         label_smoothing=0.1)))
     with pytest.raises(ValueError, match="label_smoothing"):
-        _loss_function(TrainConfig(label_smoothing=1.0), classes, teacher.data_config)
+        _loss_function(ImageTrainConfig(label_smoothing=1.0), classes, teacher.data_config)
     other = DataConfig((3, 32, 32), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     with pytest.raises(ValueError, match="expects input"):
-        _loss_function(TrainConfig(teachers=(spec,)), classes, other)
+        _loss_function(ImageTrainConfig(teachers=(spec,)), classes, other)
     with pytest.raises(ValueError, match="other classes"):
-        _loss_function(TrainConfig(teachers=(spec,)), [c + "x" for c in classes],
+        _loss_function(ImageTrainConfig(teachers=(spec,)), [c + "x" for c in classes],
                        teacher.data_config)

@@ -9,7 +9,7 @@ from uqmetrics import calibration_splits, write_dataset
 
 from uqvision.cache import CacheError
 from uqvision.exceptions import SkippedCacheWarning
-from uqvision.selective import SELECTIVE_METRICS, SelectiveConfig, score_selective
+from uqvision.protocols.selective.score import SELECTIVE_METRICS, SelectiveConfig, score_selective
 
 # ---- an independent recomputation of every metric from raw probabilities (no ties in κ) ----
 
@@ -143,7 +143,7 @@ def test_sac_rule_first_drop_is_used_and_recorded(zoo):
 
 
 def test_metadata_coords(zoo, tmp_path):
-    from uqvision.metadata import ModelMetadata, write_metadata
+    from uqvision.protocols.selective.metadata import ModelMetadata, write_metadata
 
     path, *_ = zoo
     ds = score_selective([path], SelectiveConfig(calibration_size=0.3))

@@ -5,7 +5,12 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from uqvision.measures import MEASURES, GaussianClasses, MeasureInput, jacobian_norm
+from uqvision.protocols.uimnet.measures import (
+    MEASURES,
+    GaussianClasses,
+    MeasureInput,
+    jacobian_norm,
+)
 
 Z = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]],
               [[1.0, 2.0, 0.0], [0.5, 0.0, 2.0], [0.0, 3.0, 0.0]]])  # (member 2, n 3, C 3)

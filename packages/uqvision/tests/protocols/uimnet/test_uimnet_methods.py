@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from uqvision.methods import TRAINING_METHODS
-from uqvision.methods.ood import (
+from uqvision.models.spectral import spectral_normalize
+from uqvision.protocols.uimnet.methods import (
     SEARCH_SPACES,
     UIMNET_ALGORITHMS,
     FeatureClassifier,
@@ -20,7 +21,6 @@ from uqvision.methods.ood import (
     oc_penalty,
     small_cnn,
     soft_targets,
-    spectral_normalize,
 )
 
 C = 3

@@ -9,26 +9,23 @@ import xarray as xr
 from uqmetrics import read_dataset
 
 from uqvision.cli import main
-from uqvision.measures import MEASURES
+from uqvision.data import read_index_file
 from uqvision.models import read_sidecar
-from uqvision.ood import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
-from uqvision.reproduce import load_drivers
-from uqvision.split import read_index_file, read_split
+from uqvision.protocols import VISION_PROTOCOLS
+from uqvision.protocols.uimnet.measures import MEASURES
+from uqvision.protocols.uimnet.score import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
+from uqvision.protocols.uimnet.split import read_split
 
 pytestmark = pytest.mark.slow
 
-#: the smoke scale cut to two algorithms (every algorithm trains in test_ood_methods); the full
-#: smoke run is ``uqvision reproduce uimnet --scale smoke``
-OPTIONS = {"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1", "jacobian_max": "8",
-           "spectral": "0,1", "width": "6"}
+#: the smoke scale cut to two algorithms (every algorithm trains in test_uimnet_methods); the
+#: full smoke run is ``uqvision reproduce uimnet --scale smoke``
+OPTIONS = dict(VISION_PROTOCOLS.lookup("uimnet").smoke_options)
 
 
 @pytest.fixture(scope="module")
-def uimnet(tmp_path_factory):
-    out = tmp_path_factory.mktemp("uimnet")
-    path = load_drivers().lookup("uimnet").run(out, scale="smoke", options=OPTIONS,
-                                               log=lambda *a: None)
-    return out, path
+def uimnet(smoke_run):
+    return smoke_run("uimnet")
 
 
 def test_split_and_index_files(uimnet):
@@ -100,7 +97,7 @@ def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
     out, path = uimnet
     runs = sorted((out / "caches" / "runs").glob("*.nc"))
     stamps = [os.stat(p).st_mtime_ns for p in runs]
-    load_drivers().lookup("uimnet").run(out, scale="smoke", options=OPTIONS, log=lambda *a: None)
+    VISION_PROTOCOLS.lookup("uimnet").reproduce.run(out, scale="smoke", options=OPTIONS, log=lambda *a: None)
     assert [os.stat(p).st_mtime_ns for p in runs] == stamps  # nothing retrained
     assert main(["score", "--protocol", "ood", "--caches", str(out / "caches"), "--out",
                  str(tmp_path / "ood.nc")]) == 0

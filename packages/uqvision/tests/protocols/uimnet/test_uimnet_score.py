@@ -1,6 +1,6 @@
 """``score_ood`` thresholds (V.3, S.4): the 5 % type-I bound holds on in-domain test.
 
-Synthetic UIMNET caches (the variables :mod:`uqvision.reproduce.uimnet` writes) whose in-domain
+Synthetic UIMNET caches (the variables :mod:`uqvision.protocols.uimnet.reproduce` writes) whose in-domain
 validation and test images are drawn from one distribution: every measure's θ must then keep
 95 % of in-domain test, the fitted ``gmm`` included (its θ comes from validation samples the
 GMM was not fitted on).
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from uqmetrics.io import write_dataset
 
-from uqvision.measures import MEASURES, MeasureInput, reference_split
-from uqvision.ood import score_ood
+from uqvision.protocols.uimnet.measures import MEASURES, MeasureInput, reference_split
+from uqvision.protocols.uimnet.score import score_ood
 
 N_CLASSES, DIM, AUGS, JAC = 4, 32, 1, 8
 #: in-domain validation per class; test sizes. GMM fitted on 60 images per class in 32 dims:

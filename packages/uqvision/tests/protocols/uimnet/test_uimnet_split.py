@@ -9,12 +9,15 @@ from uqmetrics import write_dataset
 
 from uqvision.cache import cache_dataset
 from uqvision.cli import main
-from uqvision.data import ImageFolderDataset, make_synthetic_folder
-from uqvision.split import (
+from uqvision.data import (
     ClassSubset,
-    class_means,
+    ImageFolderDataset,
     make_index_files,
+    make_synthetic_folder,
     read_index_file,
+)
+from uqvision.protocols.uimnet.split import (
+    class_means,
     read_split,
     split_from_caches,
     ward_split,

@@ -8,8 +8,8 @@ import torch
 from uqmetrics.confidence import entropy
 
 from uqvision.methods import TRAINING_METHODS
-from uqvision.methods.representation import build_model
-from uqvision.uheads import HEADS, U_FUNCTIONS, URLModel
+from uqvision.protocols.url.heads import U_FUNCTIONS, U_HEADS, URLModel
+from uqvision.protocols.url.methods import build_model
 
 
 def test_registries_hold_the_issue_entries():
@@ -45,7 +45,7 @@ def test_inverse_norm_and_kappa():
 def test_hetxl_logdet_is_the_full_covariance_logdet():
     torch.manual_seed(0)
     hp = TRAINING_METHODS.lookup("hetxl").hparams_from(rank=2, samples=3)
-    head = HEADS.lookup("hetxl")(5, 3, hp).double()
+    head = U_HEADS.lookup("hetxl")(5, 3, hp).double()
     e = torch.randn(4, 5, dtype=torch.float64)
     out = head(e)
     p = head.cov(e)

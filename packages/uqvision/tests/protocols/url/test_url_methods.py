@@ -10,7 +10,7 @@ import torch
 from scipy import integrate, special, stats
 
 from uqvision.methods import TRAINING_METHODS
-from uqvision.methods.representation import (
+from uqvision.protocols.url.methods import (
     REPRESENTATION_METHODS,
     Accumulating,
     build_model,
@@ -18,7 +18,7 @@ from uqvision.methods.representation import (
     hib_match_probability,
     infonce_loss,
 )
-from uqvision.vmf import elk_sim, log_iv, sample_vmf, vmf_log_normalizer
+from uqvision.protocols.url.vmf import elk_sim, log_iv, sample_vmf, vmf_log_normalizer
 
 
 def test_infonce_equals_direct_formula():
@@ -166,7 +166,7 @@ def test_every_method_trains_and_predicts(name):
         f for f in tm.hparams.__dataclass_fields__} else tm.hparams_from(epochs=2, batch_size=8)
     model = build_model(name, _Tiny(), 4, hp)
     state = tm.start(model, hp, n_train=16, steps_per_epoch=len(loader), seed=0)
-    while not state.done:  # the hooks as uqvision.methods.registry documents them
+    while not state.done:  # the hooks as uqvision.training.method documents them
         for xb, yb in loader:
             assert torch.isfinite(tm.step(state, xb, yb))
         tm.end_epoch(state)

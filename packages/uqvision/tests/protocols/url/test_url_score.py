@@ -11,10 +11,10 @@ from uqmetrics import nearest_neighbour_correct, r_auroc_score, recall_at_1_scor
 
 from uqvision.cache import cache_dataset, read_cache
 from uqvision.cli import main
-from uqvision.crop import CROP_RANGE, crop_fractions, crop_transform
 from uqvision.data import ImageFolderDataset, make_synthetic_folder
 from uqvision.predict import PredictConfig, predict
-from uqvision.transfer import CONSTANT_U, score_transfer, select_configs
+from uqvision.protocols.url.crop import CROP_RANGE, crop_fractions, crop_transform
+from uqvision.protocols.url.score import CONSTANT_U, score_transfer, select_configs
 
 
 def test_recall_at_1_excludes_the_query_even_with_duplicates():
@@ -104,18 +104,14 @@ def test_select_configs_none_qualifies():
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """``reproduce url --scale smoke`` of ce and losspred on the generated hierarchy."""
-    from uqvision.reproduce import load_drivers
-
-    out = tmp_path_factory.mktemp("url") / "url"
-    path = load_drivers().lookup("url").run(out, scale="smoke",
-                                            options={"methods": "ce,losspred"})
-    return out, path
+def url_run(smoke_run):
+    """``reproduce url --scale smoke`` of ce and losspred (the protocol's smoke options) on the
+    generated hierarchy."""
+    return smoke_run("url")
 
 
-def test_reproduce_url_smoke_and_cli_score(smoke_run, tmp_path):
-    out, path = smoke_run
+def test_reproduce_url_smoke_and_cli_score(url_run, tmp_path):
+    out, path = url_run
     ds = xr.open_dataset(path)
     for v in ("recall_at_1", "r_auroc", "crop_consistency", "human_alignment",
               "upstream_r_auroc", "auroc"):
@@ -137,14 +133,14 @@ def test_reproduce_url_smoke_and_cli_score(smoke_run, tmp_path):
     xr.testing.assert_allclose(again["human_alignment"], ds["human_alignment"])
 
 
-def test_real_folders_end_to_end_through_the_cli(smoke_run, tmp_path):
+def test_real_folders_end_to_end_through_the_cli(url_run, tmp_path):
     """``uqvision reproduce url --upstream ROOT --downstream ROOT ROOT --arch NAME`` on plain
     ImageFolder trees (the smoke hierarchy's views copied as real folders, no symlinks, no
     classes.json): every method and dataset lands in transfer.nc; and it is the hierarchy
     run's code path: with the same backbone, its ce and losspred caches are bit-identical."""
     import shutil
 
-    hier, _ = smoke_run
+    hier, _ = url_run
     roots = {}
     for name in ("upstream", "down_a", "down_b"):
         roots[name] = shutil.copytree(hier / "data" / "views" / name, tmp_path / "data" / name,
@@ -155,7 +151,7 @@ def test_real_folders_end_to_end_through_the_cli(smoke_run, tmp_path):
                  str(roots["down_a"]), str(roots["down_b"]), "--set",
                  f"backbone={hier / 'backbone.safetensors'}"]) == 0
     ds = xr.open_dataset(out / "transfer.nc")
-    from uqvision.methods.representation import REPRESENTATION_METHODS
+    from uqvision.protocols.url.methods import REPRESENTATION_METHODS
 
     assert list(ds["method"].values) == [*REPRESENTATION_METHODS, CONSTANT_U]
     assert list(ds["dataset"].values) == ["down_a", "down_b"]

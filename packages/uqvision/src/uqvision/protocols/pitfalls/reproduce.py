@@ -18,9 +18,9 @@ and in ``ensembles.nc``'s attrs.
 Steps, each skipped when its output is already complete (a rerun resumes)::
 
     OUT/data/                 make_hierarchy (not with --data)
-    OUT/models/<run>.*        uqvision.train.train_model (one process per worker)
+    OUT/models/<run>.*        uqvision.training.loop.train_model (one process per worker)
     OUT/caches/*.nc           uqvision.predict: per run, K samples x (plain + `draws` TTA)
-    OUT/ensembles.nc          uqvision.ensembles.score_ensembles (method coordinate)
+    OUT/ensembles.nc          uqvision.protocols.pitfalls.score.score_ensembles (method coordinate)
     OUT/figures/*.png         CLL and DEE vs number of samples, plain and TTA
     OUT/summary.md            the table of DEE at the largest size and the cost per method
 """
@@ -42,11 +42,20 @@ import xarray as xr
 from uqmetrics import write_dataset
 from uqmetrics.registry import Registry
 
-from . import REPRODUCTIONS, Reproduction
+from ...cache import find_caches
+from ...data import check_split_classes
+from ...hierarchy import make_hierarchy
+from ...methods import GENERAL_METHODS
+from ...models import read_sidecar
+from ...predict import PredictConfig, predict_to_files
+from ...training.loop import ImageTrainConfig, train_model
+from ..base import Reproduction
+from .score import EnsembleConfig, score_ensembles
 
 __all__ = [
     "PITFALLS_METHODS",
     "PITFALLS_SCALES",
+    "REPRODUCTION",
     "PitfallsResult",
     "PitfallsScale",
     "RunJob",
@@ -55,9 +64,8 @@ __all__ = [
     "run",
 ]
 
-#: The paper's methods, in its order (names of :data:`uqvision.methods.TRAINING_METHODS`).
-PITFALLS_METHODS = ("deep_ensemble", "mc_dropout", "sse", "fge", "swag", "csgld", "vi",
-                    "kfac_laplace")
+#: The paper's methods, in its order (names of :data:`uqvision.training.method.TRAINING_METHODS`).
+PITFALLS_METHODS = GENERAL_METHODS
 #: Methods that start from deep-ensemble member 0 instead of from scratch.
 _FROM_MEMBER = ("fge", "swag", "vi", "kfac_laplace")
 
@@ -139,7 +147,7 @@ class RunJob:
     name: str
     method: str
     seed: int
-    config: Any  # uqvision.train.TrainConfig
+    config: Any  # uqvision.training.loop.ImageTrainConfig
     samples: int
     after: str | None = None  # the run whose checkpoint this one starts from
 
@@ -156,14 +164,12 @@ class PitfallsResult:
 def plan_runs(sc: PitfallsScale, *, seed: int, models: Path, train: Path, val: Path | None,
               device: str = "cpu") -> list[RunJob]:
     """The runs of a scale, in submission order (member 0 first: others start from it)."""
-    from ..train import TrainConfig
-
     base = {"arch": sc.arch, "input_size": sc.input_size, "augment": sc.augment,
             "model_kwargs": dict(sc.model_kwargs), "device": device}
     jobs = []
     for j in range(sc.members):
         s = seed * 1000 + j
-        jobs.append(RunJob(f"deep_ensemble_s{s}", "deep_ensemble", s, TrainConfig(
+        jobs.append(RunJob(f"deep_ensemble_s{s}", "deep_ensemble", s, ImageTrainConfig(
             method="deep_ensemble", epochs=sc.epochs, batch_size=sc.batch_size, seed=s,
             tag=f"pitfalls_deep_ensemble_s{s}", **base), 1))
     member0 = jobs[0].name
@@ -179,15 +185,13 @@ def plan_runs(sc: PitfallsScale, *, seed: int, models: Path, train: Path, val: P
             kw["init_checkpoint"] = str(models / f"{after}.safetensors")
         if m == "kfac_laplace" and val is not None:
             kw["val_data"] = str(val)
-        jobs.append(RunJob(f"{m}_s{s}", m, s, TrainConfig(
+        jobs.append(RunJob(f"{m}_s{s}", m, s, ImageTrainConfig(
             method=m, hparams=hp, seed=s, tag=f"pitfalls_{m}_s{s}", **kw, **base),
             sc.samples[m], after))
     return jobs
 
 
 def _done(ckpt: Path, config) -> bool:
-    from ..models import read_sidecar
-
     return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
         json.dumps(asdict(config)))
 
@@ -196,9 +200,6 @@ def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws
              predict_seed: int, threads: int) -> dict[str, Any]:
     """Train (unless complete) and predict one run (top level: runs in a worker process)."""
     import torch
-
-    from ..predict import PredictConfig, predict_to_files
-    from ..train import train_model
 
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
@@ -275,14 +276,10 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     overwrite : bool
         Retrain and repredict everything (otherwise complete outputs are reused).
     """
-    from ..ensembles import EnsembleConfig, score_ensembles
-
     t0 = time.perf_counter()
     sc = _scale(scale, arch, data, overrides or {})
     out = Path(out)
     if data is None:
-        from ..hierarchy import make_hierarchy
-
         root = out / "data"
         if not (root / "classes.json").is_file():
             make_hierarchy(root, scale=sc.hierarchy, seed=seed, overwrite=root.exists())
@@ -293,7 +290,6 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
         if not p.is_dir():
             raise FileNotFoundError(f"{str(p)!r} does not exist (need ROOT/train and ROOT/test)")
     val = val if val.is_dir() else None
-    from ..data import check_split_classes
 
     # by name, before anything trains: the test folder may hold a subset of the training
     # classes (scored in the models' class space); K-FAC Laplace reads val/ in folder order
@@ -335,8 +331,6 @@ def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
     """The score file if it was computed from exactly these caches (checksums) with this
     config, else None."""
     from uqmetrics import read_dataset
-
-    from ..cache import find_caches
 
     if not path.is_file():
         return None
@@ -381,8 +375,6 @@ def _scale(name: str, arch: str | None, data, over: dict[str, str]) -> PitfallsS
 def _study_attrs(sc: PitfallsScale, jobs: list[RunJob], models: Path, root: Path,
                  stand_in: bool, workers: int, threads: int, wall: float,
                  device: str) -> dict[str, Any]:
-    from ..models import read_sidecar
-
     runs = {}
     for j in jobs:
         side = read_sidecar(models / f"{j.name}.safetensors")
@@ -518,7 +510,7 @@ def summary_table(ds: xr.Dataset) -> str:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
-    """The :data:`uqvision.reproduce.REPRODUCTIONS` entry: :func:`reproduce_pitfalls`.
+    """The driver of ``uqvision reproduce pitfalls`` (:data:`REPRODUCTION`): :func:`reproduce_pitfalls`.
 
     Options (``--set key=value``): ``workers`` (runs at once, default 1), ``threads`` (torch
     threads per process, default 1) and the scale overrides of :func:`reproduce_pitfalls`.
@@ -534,6 +526,7 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
                               overwrite=overwrite, log=log).ensembles
 
 
-REPRODUCTIONS.register(Reproduction(
+#: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
+REPRODUCTION = Reproduction(
     "pitfalls", "V.2 (Pitfalls): every ensembling method trained, predicted plain and with TTA, "
-    "CLL and DEE vs number of samples", run, scales=tuple(PITFALLS_SCALES.names())))
+    "CLL and DEE vs number of samples", run, scales=tuple(PITFALLS_SCALES.names()))

@@ -16,8 +16,9 @@ list of members, each with one or more draws:
 
 Caches without a ``method`` (networks uqvision did not train) join no group unless
 ``EnsembleConfig.members`` names them as the deep ensemble. The group builders are the
-entries of :data:`ENSEMBLE_METHODS` (two per training method of
-:data:`uqvision.methods.TRAINING_METHODS`, and ``single_tta``).
+entries of :data:`ENSEMBLE_METHODS` (two per method of
+:data:`uqvision.methods.GENERAL_METHODS` — the Pitfalls methods, not the learners other
+protocols register — and ``single_tta``).
 
 Every group is scored by ``uqmetrics.ensemble_size_curve`` (the one scoring path: metrics of
 every prefix ensemble over ``n_orders`` member orders, CLL and calibrated Brier by ``test_cv``,
@@ -47,8 +48,8 @@ from uqmetrics import (
 )
 from uqmetrics.registry import Registry
 
-from .cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
-from .methods import TRAINING_METHODS
+from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
+from ...methods import GENERAL_METHODS, TRAINING_METHODS
 
 __all__ = [
     "CURVE_METRICS",
@@ -145,7 +146,7 @@ def _method_builder(method: str, tta: bool):
     return build
 
 
-for _name in TRAINING_METHODS.names():
+for _name in GENERAL_METHODS:  # the Pitfalls methods, not other protocols' learners
     ENSEMBLE_METHODS.add(_name, _method_builder(_name, False))
     ENSEMBLE_METHODS.add(_name + _TTA, _method_builder(_name, True))
 del _name

@@ -2,7 +2,7 @@
 
 Every function takes the ``xarray.Dataset`` written by ``uqvision score --protocol selective``
 (dims ``model`` × ``calibration``, per-model coords ``method``, ``base_model`` and the metadata
-coords of :func:`uqvision.metadata.attach_metadata`) and returns a small ``xarray.Dataset``;
+coords of :func:`uqvision.protocols.selective.metadata.attach_metadata`) and returns a small ``xarray.Dataset``;
 nothing here re-runs a model or re-implements a metric.
 
 - :func:`paired_comparisons` — models of one base architecture that differ in one training
@@ -129,7 +129,7 @@ def paired_comparisons(ds: xr.Dataset, regime: str, *, metrics: Sequence[str] = 
     ds : xarray.Dataset
         A selective result with metadata coords.
     regime : str
-        A regime column of the metadata (:data:`uqvision.metadata.REGIME_FIELDS`).
+        A regime column of the metadata (:data:`uqvision.protocols.selective.metadata.REGIME_FIELDS`).
     metrics : sequence of str
         Metric variables to compare.
     calibration : {"none", "temperature"}
@@ -168,7 +168,7 @@ def paired_comparisons(ds: xr.Dataset, regime: str, *, metrics: Sequence[str] = 
     missing = [c for c in needed if c not in rows.coords]
     if missing:
         raise ValueError(f"the result lacks coords {missing}; attach metadata first "
-                         "(uqvision.metadata.attach_metadata)")
+                         "(uqvision.protocols.selective.metadata.attach_metadata)")
     arch = rows["base_architecture"].values.astype(str)
     value = rows[regime].values.astype(str)
     keys = [tuple(rows[c].values.astype(str)) for c in match]

@@ -78,7 +78,7 @@ class MetadataField:
     ``kind``: ``"key"``, ``"text"`` (free text), ``"token"`` (lower-case ``[a-z0-9_]+``),
     ``"count"`` (a positive integer, empty when unknown) or ``"choice"`` (one of ``choices``).
     ``regime``: the column describes how the model was trained (compared by
-    :func:`uqvision.analysis.paired_comparisons`).
+    :func:`uqvision.protocols.selective.analysis.paired_comparisons`).
     """
 
     name: str
@@ -119,7 +119,7 @@ for _f in (
     METADATA_FIELDS.register(_f)
 del _f
 
-#: Names of the regime columns (what :func:`uqvision.analysis.paired_comparisons` compares).
+#: Names of the regime columns (what :func:`uqvision.protocols.selective.analysis.paired_comparisons` compares).
 REGIME_FIELDS: tuple[str, ...] = tuple(n for n, f in METADATA_FIELDS.items() if f.regime)
 COLUMNS: tuple[str, ...] = tuple(METADATA_FIELDS.names())
 

@@ -9,7 +9,7 @@ regimes, which the paper could only compare through whatever pairs the model hub
   distillation from an ensemble teacher (the mean probabilities of ``teacher_members``
   independently trained networks; Hinton et al.'s loss) and with label smoothing;
 - the teacher ensemble itself as a row (the paper's Figure 5: teachers vs students);
-- a prototype classifier (:mod:`uqvision.prototype`: the encoder of a plain model with its
+- a prototype classifier (:mod:`uqvision.models.prototype`: the encoder of a plain model with its
   linear head replaced by cosine similarity to the embedding of each class's clean prototype
   image, CLIP's zero-shot head);
 - MC dropout (``mc_passes`` passes) for the plain models with dropout modules.
@@ -17,12 +17,12 @@ regimes, which the paper could only compare through whatever pairs the model hub
 Steps, each skipped when its output is already complete (a rerun resumes)::
 
     OUT/data/              make_hierarchy(scale=<the zoo scale's hierarchy scale>, seed)
-    OUT/models/<tag>.safetensors   uqvision.train.train_model (one process per worker)
+    OUT/models/<tag>.safetensors   uqvision.training.loop.train_model (one process per worker)
     OUT/caches/*.nc        uqvision.predict (plain; MC dropout) and the teacher ensemble
-    OUT/metadata.csv       the zoo's metadata table (uqvision.metadata)
-    OUT/scores/selective.nc        uqvision.selective.score_selective + metadata + replicate
-    OUT/analysis.json      uqvision.analysis (pairs, temperature effect, correlations, ...)
-    OUT/figures/*.png      uqvision.plots.plot_selective
+    OUT/metadata.csv       the zoo's metadata table (uqvision.protocols.selective.metadata)
+    OUT/scores/selective.nc        uqvision.protocols.selective.score.score_selective + metadata + replicate
+    OUT/analysis.json      uqvision.protocols.selective.analysis (pairs, temperature effect, correlations, ...)
+    OUT/figures/*.png      uqvision.protocols.selective.plots.plot_selective
     OUT/summary.md         tables and findings (copied into docs/reproduction-vision.md)
 """
 
@@ -42,11 +42,37 @@ import numpy as np
 from uqmetrics import read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
-from . import REPRODUCTIONS, Reproduction
+from ...cache import cache_dataset, check_aligned, read_cache
+from ...data import ImageFolderDataset
+from ...hierarchy import class_prototypes, make_hierarchy, read_hierarchy
+from ...models import load_model, read_sidecar
+from ...models.prototype import (
+    CosineHead,
+    PrototypeClassifier,
+    class_embeddings,
+    fit_logit_scale,
+    save_prototype_classifier,
+)
+from ...predict import PredictConfig, predict_to_files
+from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
+from ..base import Reproduction
+from .analysis import (
+    family_correlations,
+    improvements,
+    metric_disagreement,
+    paired_comparisons,
+    summarize_temperature_effect,
+    teacher_comparisons,
+    temperature_effect,
+)
+from .metadata import ModelMetadata, metadata_key, write_metadata
+from .plots import plot_selective
+from .score import SelectiveConfig, score_selective
 
 __all__ = [
     "OUTPUTS",
     "REGIMES",
+    "REPRODUCTION",
     "ZOO_ARCHS",
     "ZOO_SCALES",
     "ReproduceResult",
@@ -97,7 +123,7 @@ del _a
 
 @dataclass(frozen=True)
 class Regime:
-    """How a zoo model is trained: ``TrainConfig`` overrides and its metadata values."""
+    """How a zoo model is trained: ``ImageTrainConfig`` overrides and its metadata values."""
 
     name: str
     description: str
@@ -209,9 +235,7 @@ class ReproduceResult:
 
 
 def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...], device: str):
-    from ..train import ADAMW_RECIPE, TrainConfig
-
-    return TrainConfig(
+    return ImageTrainConfig(
         arch=job.arch.arch, hparams=dict(ADAMW_RECIPE), epochs=sc.epochs, device=device,
         batch_size=sc.batch_size, lr=sc.lr,
         input_size=32, augment="cifar", drop_rate=sc.drop_rate, seed=job.seed, tag=job.tag,
@@ -225,16 +249,12 @@ def _train_one(data: str, out: str, config, threads: int) -> str:
     """One training run (top level: runs in a worker process)."""
     import torch
 
-    from ..train import train_model
-
     torch.set_num_threads(threads)
     return str(train_model(data, out, config).checkpoint)
 
 
 def _done(ckpt: Path, config) -> bool:
     """The checkpoint exists and was trained with exactly ``config``."""
-    from ..models import read_sidecar
-
     if not ckpt.is_file():
         return False
     return read_sidecar(ckpt).get("train_config") == json.loads(json.dumps(asdict(config)))
@@ -264,8 +284,6 @@ def _ensemble_cache(member_caches: list[Path], name: str, arch: str, tag: str) -
     """A plain cache of the teacher ensemble: log of the mean member probabilities."""
     from uqmetrics import ensemble_log_probs, log_softmax
 
-    from ..cache import cache_dataset, check_aligned, read_cache
-
     members = [read_cache(p) for p in member_caches]
     check_aligned(members)
     z = ensemble_log_probs(np.stack([log_softmax(m["logits"].values.astype(np.float64))
@@ -286,17 +304,6 @@ def _prototype(encoder_ckpt: Path, job: ZooJob, info, sc: ZooScale, out: Path) -
     """The prototype classifier on the encoder of a plain model (see the module docstring)."""
     import torch
     from PIL import Image
-
-    from ..data import ImageFolderDataset
-    from ..hierarchy import class_prototypes
-    from ..models import load_model
-    from ..prototype import (
-        CosineHead,
-        PrototypeClassifier,
-        class_embeddings,
-        fit_logit_scale,
-        save_prototype_classifier,
-    )
 
     if out.is_file():
         return out
@@ -323,8 +330,6 @@ def _prototype(encoder_ckpt: Path, job: ZooJob, info, sc: ZooScale, out: Path) -
 
 def _metadata_rows(teachers, jobs, ens_key: str, proto_key: str, sc: ZooScale) -> list:
     """The zoo's metadata (parameter counts are measured from the models, in the caches)."""
-    from ..metadata import ModelMetadata
-
     def row(key, arch: ZooArch, **kw):
         return ModelMetadata(key, arch.family, arch.name, None, 32,
                              **{"pretraining_data": "none", "adversarial_training": "no",
@@ -379,13 +384,6 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         Where the networks train and predict (``cpu``, ``cuda``, ``cuda:N``).
     """
     import torch
-
-    from ..analysis import improvements, metric_disagreement
-    from ..hierarchy import make_hierarchy, read_hierarchy
-    from ..metadata import metadata_key, write_metadata
-    from ..plots import plot_selective
-    from ..predict import PredictConfig, predict_to_files
-    from ..selective import SelectiveConfig, score_selective
 
     t0 = time.perf_counter()
     sc = ZOO_SCALES.lookup(scale)
@@ -505,14 +503,6 @@ def _mean_se(v: np.ndarray) -> dict[str, float]:
 
 def _analyse(ds, improvements, metric_disagreement) -> dict:
     """Everything the summary reports, JSON-able."""
-    from ..analysis import (
-        family_correlations,
-        paired_comparisons,
-        summarize_temperature_effect,
-        teacher_comparisons,
-        temperature_effect,
-    )
-
     metrics = ("auroc", "ece", "aurc", "sac_95", "accuracy")
     out: dict[str, Any] = {}
     table = improvements(ds, metrics=metrics)
@@ -598,7 +588,7 @@ def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
-    """The :data:`uqvision.reproduce.REPRODUCTIONS` entry: :func:`reproduce_selective`.
+    """The driver of ``uqvision reproduce selective`` (:data:`REPRODUCTION`): :func:`reproduce_selective`.
 
     Options (``--set key=value``): ``workers`` (networks trained at once, default 1) and
     ``threads`` (torch threads per process, default 1). Returns the summary's path.
@@ -619,6 +609,7 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
                                overwrite=overwrite, log=log, device=device).summary
 
 
-REPRODUCTIONS.register(Reproduction(
+#: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
+REPRODUCTION = Reproduction(
     "selective", "V.1 (523 classifiers): a zoo with controlled regimes trained on the hierarchy "
-    "stand-in; scores, the paper's analyses and figures", run, scales=tuple(ZOO_SCALES.names())))
+    "stand-in; scores, the paper's analyses and figures", run, scales=tuple(ZOO_SCALES.names()))

@@ -30,10 +30,10 @@ from uqmetrics import (
 )
 from uqmetrics.registry import Registry, get_metric
 
-from .cache import check_aligned, find_caches, index_caches, read_cache, select_dataset
-from .exceptions import SkippedCacheWarning
+from ...cache import check_aligned, find_caches, index_caches, read_cache, select_dataset
+from ...exceptions import SkippedCacheWarning
+from ...predict import DEFAULT_PASSES
 from .metadata import attach_metadata, load_metadata, metadata_key
-from .predict import DEFAULT_PASSES
 
 __all__ = [
     "ROW_KINDS",
@@ -86,7 +86,7 @@ class SelectiveConfig:
     code, to reproduce its published SAC values; :func:`uqmetrics.sac_score`).
     ``mc_passes``: MC-dropout passes a ``+mc_dropout`` row is scored from (the first
     ``mc_passes`` of its cache); a cache with fewer is refused. ``metadata``: extra model
-    metadata tables (:func:`uqvision.metadata.load_metadata`; the shipped table and
+    metadata tables (:func:`uqvision.protocols.selective.metadata.load_metadata`; the shipped table and
     ``$UQVISION_MODEL_METADATA`` are always read).
     """
 
@@ -222,7 +222,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
         ``temperature_converged`` (model); per-row coords ``method``, ``base_model``,
         ``passes`` (MC-dropout passes scored, 1 otherwise), ``architecture``, ``tag``,
         ``checkpoint_sha256``, ``metadata_key`` (``arch.tag``) and the model metadata of
-        :func:`uqvision.metadata.attach_metadata` (``family``, ``params``, ``input_size``,
+        :func:`uqvision.protocols.selective.metadata.attach_metadata` (``family``, ``params``, ``input_size``,
         ``distillation``, ``teacher``, ``pretraining_data``, …; ``unknown`` where no table
         knows the model; ``params``/``input_size`` measured from the model when its cache
         records them). Attrs: provenance, protocol options, ``sac_rule``, ``mc_passes``,

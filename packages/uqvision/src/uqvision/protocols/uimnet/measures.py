@@ -5,14 +5,14 @@ uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds t
 ``largest``, ``gap``, ``entropy``, ``jacobian``, ``gmm``, ``tta`` and ``native``. Every
 measure reads cached arrays; the two that need a model pass (``jacobian``: the input gradient;
 ``tta``: augmented passes) and the algorithm's own ``native`` value are computed when the
-caches are written (:func:`jacobian_norm`, :mod:`uqvision.reproduce.uimnet`).
+caches are written (:func:`jacobian_norm`, :mod:`uqvision.protocols.uimnet.reproduce`).
 
 One measure, ``gmm``, is *fitted* (:attr:`Measure.fitted`): its class Gaussians are estimated on
 the reference (in-domain validation) input, so its u on those same samples is in-sample —
 systematically lower than on unseen in-domain images — and a 95 % quantile taken there is no
 5 % type-I threshold. A protocol fits such a measure on one part of in-domain validation and
 sets its thresholds on the other (:func:`reference_split`, class-stratified and seeded;
-:func:`uqvision.ood.score_ood`). The other measures fit nothing on validation, so their u on
+:func:`uqvision.protocols.uimnet.score.score_ood`). The other measures fit nothing on validation, so their u on
 validation and on in-domain test are exchangeable and their thresholds use all of it.
 
 The probability-based measures call uqmetrics' confidence functions (one definition each).

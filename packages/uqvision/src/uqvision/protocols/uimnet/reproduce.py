@@ -3,7 +3,7 @@
 1. data: the ``hierarchy`` stand-in (``--data ROOT`` with ``train/`` and ``val/`` (or ``test/``)
    folders for a real image set);
 2. the split: a feature extractor trained on all classes, its train-set embeddings cached in
-   ``DIR/caches/extractor.train.plain-000.nc``, :func:`uqvision.split.split_from_caches` →
+   ``DIR/caches/extractor.train.plain-000.nc``, :func:`uqvision.protocols.uimnet.split.split_from_caches` →
    ``DIR/split.json``; seeded 90/10 in-domain index files in ``DIR/index/``;
 3. a Dask sweep of runs (algorithm × spectral × trial × data seed, plus one in/out oracle per
    data seed), each an atomic cell file in ``DIR/caches/runs/`` holding the run's logits,
@@ -12,17 +12,17 @@
 4. a Dask sweep of ensemble cells (algorithm × spectral × data seed × K): the top-K trials by
    validation NLL, the temperature fitted on validation, and the Jacobian measure (a model
    pass) at τ = 1 and τ̂, in ``DIR/caches/ensembles/``;
-5. scoring (:func:`uqvision.ood.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
+5. scoring (:func:`uqvision.protocols.uimnet.score.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
    ``DIR/tables.md``.
 
 A rerun skips every cell already on disk. Every network (extractor, runs, oracles) trains in
-the one loop of :func:`uqvision.train.train_model`, on class-subset views of the training
-folder (:func:`uqvision.split.image_view`: the seed's 90/10 index file, nothing copied or
+the one loop of :func:`uqvision.training.loop.train_model`, on class-subset views of the training
+folder (:func:`uqvision.data.image_view`: the seed's 90/10 index file, nothing copied or
 loaded into memory); the extractor's embeddings come from the one prediction path
 (:func:`uqvision.predict.predict_to_files`); the run caches are computed batch by batch from
 views of the folders, so ``--data ROOT --arch NAME`` runs an ImageNet-sized folder.
 
-The small CNN of the stand-in is timm's ``uqvision_cnn`` (:mod:`uqvision.archs`). ERM, RND,
+The small CNN of the stand-in is timm's ``uqvision_cnn`` (:mod:`uqvision.models.archs`). ERM, RND,
 OC and DeepAE share one classifier when their trial seeds and hyper-parameters agree: the
 students of RND/OC/DeepAE learn on detached features (their paper's post-hoc modules), so
 they differ from ERM only in their native measure.
@@ -47,26 +47,31 @@ from uqmetrics.calibration import fit_temperature, log_softmax
 from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
 from uqmetrics.sweep import Cell, run_sweep
 
-from ..data import (
+from ...data import (
+    ClassSubset,
     DataConfig,
     ImageFolderDataset,
     check_split_classes,
     derive_seed,
     eval_transform,
     flush_denormal,
+    image_view,
+    make_index_files,
     tta_transform,
 )
-from ..measures import jacobian_norm
-from ..methods import TRAINING_METHODS, TrainState
-from ..methods.ood import SEARCH_SPACES, UIMNET_ALGORITHMS
-from ..models import ModelSpec, read_sidecar
-from ..ood import ensemble_log_probs
-from ..predict import PredictConfig, predict_to_files
-from ..split import ClassSubset, image_view, make_index_files, read_split, write_split
-from ..train import TrainConfig, load_run, train_model
-from . import REPRODUCTIONS, Reproduction
+from ...hierarchy import make_hierarchy
+from ...methods import TRAINING_METHODS, TrainState
+from ...models import ModelSpec, read_sidecar
+from ...predict import PredictConfig, predict_to_files
+from ...training.loop import ImageTrainConfig, train_model
+from ...training.runs import load_run
+from ..base import Reproduction
+from .measures import jacobian_norm
+from .methods import SEARCH_SPACES, UIMNET_ALGORITHMS
+from .score import ensemble_log_probs, ood_tables, score_ood
+from .split import read_split, split_from_caches, write_split
 
-__all__ = ["UIMNET_SCALES", "UimnetScale", "run_uimnet"]
+__all__ = ["REPRODUCTION", "UIMNET_SCALES", "UimnetScale", "run_uimnet"]
 
 SPLITS = ("in_val", "in_test", "out_test")
 
@@ -138,12 +143,12 @@ def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, D
 
 
 def _train_config(scale: UimnetScale, arch: str | None, device: str, *,
-                  width: int | None = None, **fields) -> TrainConfig:
+                  width: int | None = None, **fields) -> ImageTrainConfig:
     """The one loop's configuration of a UIMNET run: CIFAR-style augmentation (pad-crop +
     flip), the scale's input size; ``uqvision_cnn`` of ``width`` (default: the scale's) without
     ``--arch``."""
     width = scale.width if width is None else width
-    return TrainConfig(arch=arch or "uqvision_cnn", input_size=scale.input_size,
+    return ImageTrainConfig(arch=arch or "uqvision_cnn", input_size=scale.input_size,
                        augment="cifar", model_kwargs={} if arch else {"width": width},
                        device=device, **fields)
 
@@ -243,7 +248,7 @@ def _eval_transforms(sidecar: dict, tta: int, seed: int):
 def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str,
              split_file: str, checkpoint: str, scale: dict, arch: str | None,
              device: str) -> xr.Dataset:
-    """Train one run with the one loop (:func:`uqvision.train.train_model` on the seed's
+    """Train one run with the one loop (:func:`uqvision.training.loop.train_model` on the seed's
     in-domain training view) and cache its outputs on the three evaluation sets (a cell)."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)  # one Dask worker = one core
@@ -318,7 +323,7 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
                   seed: int, device: str) -> xr.Dataset:
     """Top-k selection recorded, τ̂ on in-domain validation, and the Jacobian measure of the
     ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set (the
-    members rebuilt by :func:`uqvision.train.load_run`)."""
+    members rebuilt by :func:`uqvision.training.runs.load_run`)."""
     torch.set_num_threads(1)
     paths, members = zip(*select_runs([Path(r) for r in runs], k), strict=True)
     y_val = members[0]["in_val_label"].values
@@ -344,9 +349,6 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                overwrite: bool = False, options: dict | None = None, log=print,
                device: str = "cpu") -> Path:
     """Run (or resume) the whole chain; returns ``out / "ood.nc"``."""
-    from ..hierarchy import make_hierarchy
-    from ..ood import ood_tables, score_ood
-
     sc = _scale(scale, options)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -363,8 +365,6 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                         same=(paths["test"].name,))
     split_file = out / "split.json"
     if overwrite or not split_file.exists():
-        from ..split import split_from_caches
-
         cache = _extractor(out, paths["train"], sc, arch, seed, device, log)
         write_split(split_from_caches([cache]), split_file)
     split = read_split(split_file)
@@ -426,6 +426,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     return path
 
 
-REPRODUCTIONS.add("uimnet", Reproduction(
+#: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
+REPRODUCTION = Reproduction(
     "uimnet", "UIMNET (V.3): clustered in/out class split, ten algorithms, seven measures",
-    run_uimnet))
+    run_uimnet)

@@ -1,16 +1,16 @@
 """The UIMNET scoring protocol (docs/conventions.md#v-3): caches → uqmetrics → ``ood.nc``.
 
-Reads the run caches and ensemble cells that :mod:`uqvision.reproduce.uimnet` writes under a
+Reads the run caches and ensemble cells that :mod:`uqvision.protocols.uimnet.reproduce` writes under a
 ``caches/`` folder, and scores every (algorithm, spectral, data seed, K) ensemble:
 
 - in-domain ``acc1``, ``acc5``, ``nll``, ``ece`` on the in-domain test set over ``calibration``
   ∈ {none, temperature}, with τ fitted on in-domain validation
   (:func:`uqmetrics.temperature_scaled_metrics`, protocol ``holdout``; S.1);
 - out-domain ``auc``, ``in_as_in``, ``out_as_out`` for every measure of
-  :data:`uqvision.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
+  :data:`uqvision.protocols.uimnet.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
   on in-domain validation; OutAsOut counts OUT-domain images). A *fitted* measure (``gmm``,
-  :attr:`uqvision.measures.Measure.fitted`) is fitted on one part of in-domain validation and
-  its θ is the 95 % quantile on the other, held-out part (:func:`uqvision.measures.
+  :attr:`uqvision.protocols.uimnet.measures.Measure.fitted`) is fitted on one part of in-domain validation and
+  its θ is the 95 % quantile on the other, held-out part (:func:`uqvision.protocols.uimnet.measures.
   reference_split`: class-stratified, seeded, ``fit_fraction`` of the samples to the fit):
   θ on the samples a GMM was fitted on is an in-sample quantile, far below the one of unseen
   in-domain images, and InAsIn collapses. Every other measure fits nothing on validation and
@@ -109,12 +109,12 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
     Parameters
     ----------
     caches : path
-        The folder :func:`uqvision.reproduce.uimnet.run_uimnet` writes.
+        The folder :func:`uqvision.protocols.uimnet.reproduce.run_uimnet` writes.
     ks : sequence of int
         Ensemble sizes to report (cells of other sizes are ignored).
     fit_fraction : float in (0, 1), default 0.5
         Share of in-domain validation a fitted measure (``gmm``) is fitted on; its thresholds
-        are the quantiles of u on the rest (:func:`uqvision.measures.reference_split`).
+        are the quantiles of u on the rest (:func:`uqvision.protocols.uimnet.measures.reference_split`).
     split_seed : int, default 0
         Seed of that class-stratified split (the same split for every ensemble of a data seed:
         they share the in-domain validation set).
@@ -212,7 +212,7 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
                  "reference_split": json.dumps({
                      "measures": fitted, "fit_fraction": fit_fraction, "seed": split_seed,
                      "stratified_by": "in_val_label",
-                     "method": "uqvision.measures.reference_split (uqmetrics "
+                     "method": "uqvision.protocols.uimnet.measures.reference_split (uqmetrics "
                                "calibration_splits, stratified_holdout)",
                      "sizes_by_data_seed": split_sizes}),
                  "protocol": "UIMNET (docs/conventions.md#v-3)"}

@@ -1,4 +1,6 @@
-"""URL's crop intervention (S.5): a centre crop to a per-sample random fraction, resized back.
+"""URL's crop intervention (S.5): a centre crop to a per-sample random fraction, resized back,
+and the ``crop`` prediction mode that applies it (registered in
+:data:`uqvision.predict.PASS_MODES` when this module is imported).
 
 The fraction of sample ``i`` is drawn once from ``derive_seed(seed, i)`` (``i`` the sample's
 index in its image folder), uniformly in ``[low, high]`` = [0.1, 0.75] of the short side: a pure
@@ -13,7 +15,8 @@ import numpy as np
 import torch
 import torchvision.transforms.functional as TF
 
-from .data import SeededAugmentation, derive_seed
+from ...data import SeededAugmentation, derive_seed
+from ...predict import PASS_MODES, run_loader
 
 __all__ = ["CROP_RANGE", "CentreFractionCrop", "crop_fractions", "crop_transform"]
 
@@ -69,3 +72,12 @@ def crop_transform(base: Callable, low: float = CROP_RANGE[0],
     Use with ``ImageFolderDataset(root, crop_transform(t), augment_seed=seed)``.
     """
     return _CropThen([CentreFractionCrop(low, high), base])
+
+
+@PASS_MODES.register(name="crop")
+def _crop(loaded, folder, cfg, idx, device):
+    """URL's crop: centre crop to a per-sample fraction in [0.1, 0.75], resized back (S.5)."""
+    ds = folder.with_transform(crop_transform(loaded.transform), cfg.seed)
+    out = run_loader(loaded, ds, idx, cfg, device)
+    out["crop_fraction"] = crop_fractions(cfg.seed, out["index"])
+    return [(0, out)]

@@ -1,10 +1,10 @@
 """Models that return (class logits, uncertainty u, embedding): heads and u functions (V.4).
 
 A :class:`URLModel` is a backbone (a timm model with its classifier removed, giving the
-pooled embedding) followed by one head of :data:`HEADS`; the head returns a dict of named
+pooled embedding) followed by one head of :data:`U_HEADS`; the head returns a dict of named
 outputs (always ``embedding``; ``logits`` and whatever its u needs), and one function of
 :data:`U_FUNCTIONS` turns that dict into u (higher = more uncertain). Training losses
-(:mod:`uqvision.methods.representation`) read the same dict.
+(:mod:`uqvision.protocols.url.methods`) read the same dict.
 
 Output keys (shapes with ``b`` the batch): ``embedding`` (b, d) the backbone output;
 ``logits`` (b, c) upstream class logits (for averaging heads: log of the mean probability);
@@ -40,13 +40,13 @@ import torch.nn.functional as F
 from torch import nn
 from uqmetrics.registry import Registry
 
-from .data import derive_seed
+from ...data import derive_seed
 from .vmf import elk_sim, sample_vmf
 
 __all__ = [
-    "HEADS",
     "UMLP",
     "U_FUNCTIONS",
+    "U_HEADS",
     "BatchNoise",
     "SampleNoise",
     "URLModel",
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: Heads: name -> ``builder(embed_dim, n_classes, hp) -> nn.Module`` (forward(emb) -> dict).
-HEADS: Registry[Callable[..., nn.Module]] = Registry("uncertainty head")
+U_HEADS: Registry[Callable[..., nn.Module]] = Registry("uncertainty head")
 #: u functions: name -> ``f(outputs: dict) -> Tensor (b,)``, higher = more uncertain.
 U_FUNCTIONS: Registry[Callable[[dict], torch.Tensor]] = Registry("uncertainty function")
 
@@ -154,7 +154,7 @@ class BatchNoise:
     """Noise for a whole batch from one generator (``None``: torch's global RNG).
 
     ``rand``/``randn`` take the full shape, batch axis included; ``vmf`` samples
-    :func:`uqvision.vmf.sample_vmf` of every row.
+    :func:`uqvision.protocols.url.vmf.sample_vmf` of every row.
     """
 
     def __init__(self, generator: torch.Generator | None = None):
@@ -237,19 +237,19 @@ def _dropout(e, p, noise: BatchNoise):
     return e * keep / (1 - p)
 
 
-@HEADS.register(name="linear")
+@U_HEADS.register(name="linear")
 def _linear_head(d: int, c: int, hp) -> nn.Module:
     """a linear classifier (CE, InfoNCE's upstream logits)."""
     return _Linear(d, c)
 
 
-@HEADS.register(name="linear_mlp")
+@U_HEADS.register(name="linear_mlp")
 def _linear_mlp_head(d: int, c: int, hp) -> nn.Module:
     """a linear classifier and the 3-layer MLP (MCInfoNCE, HIB, Losspred)."""
     return _Linear(d, c, mlp=True)
 
 
-@HEADS.register(name="dropout")
+@U_HEADS.register(name="dropout")
 def _dropout_head(d: int, c: int, hp) -> nn.Module:
     """dropout (rate hp.dropout) before a linear classifier; eval: hp.passes MC passes."""
     head = _Linear(d, c, dropout=hp.dropout)
@@ -267,7 +267,7 @@ class _Ensemble(nn.Module):
         return {"embedding": e, "member_logits": z, "logits": _mean_log_probs(z)}
 
 
-@HEADS.register(name="ensemble")
+@U_HEADS.register(name="ensemble")
 def _ensemble_head(d: int, c: int, hp) -> nn.Module:
     """hp.heads linear classifiers on the shared embedding, probabilities averaged."""
     return _Ensemble(d, c, hp.heads)
@@ -327,13 +327,13 @@ def nivmf_log_density(z: torch.Tensor, mu: torch.Tensor, kappa: torch.Tensor,
     return kappa * (F.normalize(az, dim=-1) * mu).sum(-1)
 
 
-@HEADS.register(name="elk")
+@U_HEADS.register(name="elk")
 def _elk_head(d: int, c: int, hp) -> nn.Module:
     """vMF posterior (3-layer MLP kappa) and vMF class proxies; logits = elk_sim."""
     return _VMFProxies(d, c, hp.t)
 
 
-@HEADS.register(name="nivmf")
+@U_HEADS.register(name="nivmf")
 def _nivmf_head(d: int, c: int, hp) -> nn.Module:
     """vMF posterior and non-isotropic vMF class proxies; logits = MC expected likelihood."""
     return _VMFProxies(d, c, hp.t, non_isotropic=True, samples=hp.samples)
@@ -367,7 +367,7 @@ class _HetXL(nn.Module):
                 "logdet": logdet}
 
 
-@HEADS.register(name="hetxl")
+@U_HEADS.register(name="hetxl")
 def _hetxl_head(d: int, c: int, hp) -> nn.Module:
     """HET-XL's low-rank Gaussian embedding noise and MC-averaged tempered softmax."""
     return _HetXL(d, c, hp.rank, hp.samples)
@@ -410,7 +410,7 @@ class _SNGP(nn.Module):
         self.covariance.copy_(torch.linalg.inv(self.precision))
 
 
-@HEADS.register(name="sngp")
+@U_HEADS.register(name="sngp")
 def _sngp_head(d: int, c: int, hp) -> nn.Module:
     """SNGP: cos random features, beta, precision I + Phi^T Phi of the last training epoch."""
     return _SNGP(d, c, hp.features, hp.ridge, hp.layer_norm)
@@ -424,7 +424,7 @@ class URLModel(nn.Module):
     backbone : nn.Module
         Maps images (b, 3, H, W) to embeddings (b, d) (a timm model with ``num_classes=0``).
     head : nn.Module
-        A :data:`HEADS` entry's module.
+        A :data:`U_HEADS` entry's module.
     u : str
         A :data:`U_FUNCTIONS` name.
     u_start : float
@@ -435,6 +435,10 @@ class URLModel(nn.Module):
         How the MLP's output expresses uncertainty: 1 it is u (a predicted loss), -1 it is a
         concentration kappa = 1/u.
     """
+
+    #: the capability :data:`uqvision.predict.OWN_UNCERTAINTY` names: :meth:`predict` gives
+    #: ``(logits, u, embedding)``
+    predicts_uncertainty = True
 
     def __init__(self, backbone: nn.Module, head: nn.Module, u: str, *, u_start: float = 0.0,
                  scalar_u: int = -1):

@@ -2,13 +2,13 @@
 
 Names as in the issue: ``ce``, ``infonce``, ``mcinfonce``, ``elk``, ``nivmf``, ``hib``,
 ``hetxl``, ``sngp``, ``losspred``, ``ensemble``, ``mcdropout``. Each fine-tunes a
-:class:`uqvision.uheads.URLModel` (build it with :func:`build_model` from a backbone that maps
-images to embeddings; ``uqvision.train.train_model`` does it through the method's
+:class:`uqvision.protocols.url.heads.URLModel` (build it with :func:`build_model` from a backbone that maps
+images to embeddings; ``uqvision.training.loop.train_model`` does it through the method's
 ``wrap_model`` hook from a timm classifier checkpoint) with the paper's recipe shape: Lamb (``timm.optim.Lamb``), the learning
 rate held low for the first epochs, warmed up, then cosine-annealed (``warmup_cosine``), and
 ``accumulate`` micro-batches per optimiser step (the paper: 16 x 128 = 2048; the CPU stand-in
 defaults are smaller). Losses follow the paper's appendix B, equations (1)-(8); u is the
-method's :data:`uqvision.uheads.U_FUNCTIONS` entry (``hp.u``).
+method's :data:`uqvision.protocols.url.heads.U_FUNCTIONS` entry (``hp.u``).
 
 Unsupervised methods (InfoNCE, MCInfoNCE) see two random views of each image, made inside the
 model from the batch (:func:`two_views`, seeded by the run's generator).
@@ -17,7 +17,7 @@ Methods with the 3-layer uncertainty MLP (MCInfoNCE, ELK, nivMF, HIB, Losspred) 
 paper's option of "warming up" its initial value to 0.001 (appendix B; the official code's
 ``--unc_start_value``): ``u_start`` > 0 rescales the MLP before the first step so that its mean
 uncertainty on the first training batch is ``u_start``
-(:meth:`uqvision.uheads.URLModel.calibrate_u`); 0 keeps the random initialisation. Defaults
+(:meth:`uqvision.protocols.url.heads.URLModel.calibrate_u`); 0 keeps the random initialisation. Defaults
 are the official code's published ResNet-50 choices: 0.001 for MCInfoNCE and nivMF, 0 for ELK,
 HIB and Losspred.
 
@@ -40,9 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..uheads import HEADS, U_FUNCTIONS, URLModel
-from ..vmf import sample_vmf
-from .registry import (
+from ...training.method import (
     OPTIMIZERS,
     TRAINING_METHODS,
     HParams,
@@ -52,7 +50,9 @@ from .registry import (
     check_k,
     epochs_to_steps,
 )
-from .schedules import SCHEDULES
+from ...training.schedules import SCHEDULES
+from .heads import U_FUNCTIONS, U_HEADS, URLModel
+from .vmf import sample_vmf
 
 __all__ = [
     "REPRESENTATION_METHODS",
@@ -151,7 +151,7 @@ class URLHParams(HParams):
     """Shared recipe (paper: 32 epochs, Lamb, lr in [1e-4, 1e-2], 16 x 128 accumulated).
 
     CPU stand-in defaults: 6 epochs, micro-batches of 32, 2 accumulated. ``u`` names the
-    :data:`~uqvision.uheads.U_FUNCTIONS` entry used as uncertainty; ``backbone_lr_factor``
+    :data:`~uqvision.protocols.url.heads.U_FUNCTIONS` entry used as uncertainty; ``backbone_lr_factor``
     scales the backbone's rate against the heads'.
     """
 
@@ -371,7 +371,7 @@ def build_model(method: str, backbone: nn.Module, n_classes: int, hp=None,
         for name, m in list(backbone.named_modules()):
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 torch.nn.utils.parametrizations.spectral_norm(m)
-    model = URLModel(backbone, HEADS.lookup(spec.head)(d, n_classes, hp), hp.u,
+    model = URLModel(backbone, U_HEADS.lookup(spec.head)(d, n_classes, hp), hp.u,
                      u_start=getattr(hp, "u_start", 0.0), scalar_u=spec.scalar_u)
     model.views = spec.views
     return model

@@ -3,21 +3,21 @@
 Steps (each resumable: a finished file is never recomputed):
 
 1. data: the ``hierarchy`` set at the scale's size (``DIR/data/hierarchy``) viewed as an
-   upstream root and one root per downstream group (:func:`uqvision.transfer.hierarchy_layout`)
+   upstream root and one root per downstream group (:func:`uqvision.protocols.url.score.hierarchy_layout`)
    — or real folders: ``--upstream ROOT --downstream ROOT1 ROOT2 --arch NAME`` (the same as
    ``--set upstream=ROOT --set downstream=ROOT1,ROOT2``; upstream with ``train/val/test``, each
-   downstream with ``val/test``); both give a :class:`~uqvision.transfer.TransferLayout` and
+   downstream with ``val/test``); both give a :class:`~uqvision.protocols.url.score.TransferLayout` and
    everything after this step is the same code;
 2. the backbone checkpoint: ``--set backbone=FILE`` (a timm checkpoint of ``--arch``), else a
    CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
 3. every method x configuration x seed fine-tunes the backbone with its loss
-   (:mod:`uqvision.methods.representation`) through the one training loop
-   (:func:`uqvision.train.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
+   (:mod:`uqvision.protocols.url.methods`) through the one training loop
+   (:func:`uqvision.training.loop.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
    reused), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
    ``plain`` and ``crop``) writes caches of embeddings and u for the upstream test set (with
    logits), each downstream ``val``/``test`` (plain) and ``test`` (crop), and the soft-label
    set, into ``DIR/caches/``;
-4. :func:`uqvision.transfer.score_transfer` -> ``DIR/transfer.nc``; figures in
+4. :func:`uqvision.protocols.url.score.score_transfer` -> ``DIR/transfer.nc``; figures in
    ``DIR/figures/`` (the paper's Fig. 1, 2 and 4 left).
 """
 
@@ -31,18 +31,18 @@ from pathlib import Path
 from uqmetrics import read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
-from ..cache import cache_key, read_cache
-from ..data import check_split_classes, flush_denormal
-from ..hierarchy import make_hierarchy
-from ..methods import TRAINING_METHODS
-from ..methods.representation import REPRESENTATION_METHODS
-from ..models import ModelSpec
-from ..predict import PredictConfig, predict_to_files
-from ..train import TrainConfig, train_model
-from ..transfer import TransferLayout, hierarchy_layout, score_transfer
-from . import REPRODUCTIONS, Reproduction
+from ...cache import cache_key, read_cache
+from ...data import check_split_classes, flush_denormal
+from ...hierarchy import make_hierarchy
+from ...methods import TRAINING_METHODS
+from ...models import ModelSpec
+from ...predict import PredictConfig, predict_to_files
+from ...training.loop import ImageTrainConfig, train_model
+from ..base import Reproduction
+from .methods import REPRESENTATION_METHODS
+from .score import TransferLayout, hierarchy_layout, score_transfer
 
-__all__ = ["URL_SCALES", "URLScale", "reproduce_url"]
+__all__ = ["REPRODUCTION", "URL_SCALES", "URLScale", "reproduce_url"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, see
     if not ckpt.is_file():
         log(f"url: training the {arch} backbone on the upstream classes")
         train_model(layout.upstream / "train", ckpt,
-                    TrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
+                    ImageTrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
                                 input_size=int(options.get("input_size", 32)),
                                 tag="url_backbone"))
     return ckpt
@@ -200,7 +200,7 @@ def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, s
     if path.is_file():  # the sidecar is written first: a checkpoint file is a finished run
         return path
     sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
-    cfg = TrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
+    cfg = ImageTrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
                       epochs=sc.epochs, batch_size=sc.batch_size, lr=lr, seed=seed,
                       device=device, init_checkpoint=str(ckpt), tag=name,
                       input_size=int(options.get("input_size", 32)))
@@ -256,7 +256,7 @@ def _save(fig, path: Path) -> Path:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict | None = None, log=print,
         device: str = "cpu") -> Path:
-    """The :data:`REPRODUCTIONS` entry. ``--upstream ROOT`` (or ``--data ROOT``) is the
+    """The driver of ``uqvision reproduce url`` (:data:`REPRODUCTION`). ``--upstream ROOT`` (or ``--data ROOT``) is the
     upstream root; the downstream roots come from ``--downstream ROOT1 ROOT2`` (or ``--set
     downstream=ROOT1,ROOT2``); ``--set methods=ce,elk`` limits the
     methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set
@@ -269,6 +269,7 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
                          device=device, log=log)
 
 
-REPRODUCTIONS.register(Reproduction(
+#: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
+REPRODUCTION = Reproduction(
     "url", "URL transfer (V.4): eleven uncertainty-aware representation learners, zero-shot",
-    run, scales=tuple(URL_SCALES.names())))
+    run, scales=tuple(URL_SCALES.names()))

@@ -13,7 +13,7 @@ Data layout (one code path for the stand-in and real folders):
 one per (run, dataset, split, mode) with ``embedding``, ``uncertainty`` and, for ``crop``,
 ``crop_fraction`` — come from the one prediction path, :func:`uqvision.predict.predict`
 (``PredictConfig(embeddings=True, logits=False)``, modes ``plain`` and ``crop``), which asks a
-trained :class:`~uqvision.uheads.URLModel` for ``(logits, u, embedding)``; this module never
+trained :class:`~uqvision.protocols.url.heads.URLModel` for ``(logits, u, embedding)``; this module never
 runs a model. :func:`score_transfer` reads the caches
 and calls uqmetrics' retrieval and OOD metrics only; it selects, per method, the
 configuration with the best validation R-AUROC among those with validation R@1 >= 0.1 (the
@@ -40,9 +40,9 @@ from uqmetrics import (
 from uqmetrics.exceptions import UndefinedMetricWarning
 from uqmetrics.retrieval import human_alignment_score
 
-from .cache import index_caches, read_cache
-from .data import ImageFolderDataset
-from .hierarchy import MIXED, read_hierarchy
+from ...cache import index_caches, read_cache
+from ...data import ImageFolderDataset
+from ...hierarchy import MIXED, read_hierarchy
 
 __all__ = [
     "CONSTANT_U",

@@ -1,0 +1,50 @@
+"""Networks by name, their checkpoints and sidecars (shared by every protocol).
+
+- :mod:`~uqvision.models.core`: :class:`ModelSpec`, the :data:`MODEL_SOURCES` registry with
+  the ``timm`` (``arch`` / ``arch.tag``) and ``tv`` (``tv/<name>``) sources, checkpoints and
+  sidecars, :func:`load_model`;
+- :mod:`~uqvision.models.prototype`: the ``proto`` source (cosine prototype classifiers);
+- :mod:`~uqvision.models.archs`: uqvision's tiny timm architectures (registered in timm);
+- :mod:`~uqvision.models.spectral`: spectral normalisation of a featurizer (the training loop's
+  ``spectral`` option).
+
+Importing this package registers every model source (``proto`` included): a module that only
+imports :mod:`~uqvision.models.core` sees ``timm`` and ``tv``.
+"""
+
+from . import prototype  # noqa: F401  (registers the "proto" model source)
+from .core import (
+    DROPOUT_TYPES,
+    MODEL_SOURCES,
+    LoadedModel,
+    ModelSpec,
+    check_checkpoint_file,
+    check_model_name,
+    check_model_spec,
+    existing_checkpoint,
+    file_sha256,
+    has_dropout,
+    load_model,
+    read_sidecar,
+    recorded_class_names,
+    sidecar_path,
+    write_checkpoint,
+)
+
+__all__ = [
+    "DROPOUT_TYPES",
+    "MODEL_SOURCES",
+    "LoadedModel",
+    "ModelSpec",
+    "check_checkpoint_file",
+    "check_model_name",
+    "check_model_spec",
+    "existing_checkpoint",
+    "file_sha256",
+    "has_dropout",
+    "load_model",
+    "read_sidecar",
+    "recorded_class_names",
+    "sidecar_path",
+    "write_checkpoint",
+]

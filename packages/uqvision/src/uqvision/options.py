@@ -1,0 +1,121 @@
+"""Command-line option types and output checks shared by the CLI and the protocols' own options.
+
+argparse types (:func:`at_least`, :data:`COUNT`, :data:`INDEX`, :func:`positive_float`,
+:func:`device_type`), ``--set key=value`` pairs (:func:`set_pairs`) and the checks of output
+folders and files made before any work (:func:`check_output_folder`,
+:func:`check_output_file`). Errors name the option: the project's bad-input policy (one line,
+exit code 2; see the README's "Bad input").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from uqmetrics import InputError, check_writable
+
+__all__ = [
+    "COUNT",
+    "INDEX",
+    "at_least",
+    "check_output_file",
+    "check_output_folder",
+    "device_type",
+    "non_negative_float",
+    "positive_float",
+    "set_pairs",
+]
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum`` (the error names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+#: argparse types: counts (>= 1) and indices and seeds (>= 0).
+COUNT, INDEX = at_least(1), at_least(0)
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def check_output_folder(option: str, path: str | os.PathLike, *,
+                   given: str | os.PathLike | None = None) -> None:
+    """Refuse, before any work, an output folder that could not be written (a file where it or
+    a parent must be a folder, no write permission, a read-only file system); nothing is
+    created. The message names the option and the value ``given`` (default ``path``)."""
+    given = path if given is None else given
+    try:
+        check_writable(path)
+    except OSError as err:
+        at = "" if Path(err.filename) == Path(given) else f": {err.filename!r}"
+        raise InputError(f"{option} {str(given)!r}{at} {err.strerror}") from None
+
+
+def check_output_file(option: str, path: str | os.PathLike, overwrite: bool | None) -> None:
+    """Refuse, before any work, an output file that is a folder, exists (unless ``overwrite``;
+    ``None``: the command replaces it anyway) or could not be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {str(p)!r} is a folder; give a file name")
+    if overwrite is False and (p.exists() or p.is_symlink()):
+        raise InputError(f"{option} {str(p)!r} already exists; pass --overwrite to replace it")
+    check_output_folder(option, p.parent, given=p)
+
+
+def device_type(value: str) -> str:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``, refused unless that device is here."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a device (cpu, cuda, cuda:N)") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{value!r}: CUDA is not available here")
+        if (device.index or 0) >= count:
+            raise argparse.ArgumentTypeError(f"{value!r}: there are {count} CUDA devices")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"{value!r}: only cpu and cuda devices are supported")
+    return value
+
+
+def set_pairs(items: Sequence[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a dict of strings (``ValueError`` on a malformed one)."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out

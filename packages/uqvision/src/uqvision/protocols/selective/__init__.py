@@ -1,0 +1,63 @@
+"""V.1 — selective prediction over a model zoo (docs/conventions.md#v-1).
+
+- :mod:`~.score`: one row per model and row kind, with and without temperature scaling
+  (:func:`~.score.score_selective`, ``uqvision score --protocol selective``);
+- :mod:`~.metadata`: the model-metadata tables (``uqvision metadata``);
+- :mod:`~.analysis`: the paper's analyses of a score file;
+- :mod:`~.plots`: the paper's figures (``uqvision plot --selective``);
+- :mod:`~.reproduce`: ``uqvision reproduce selective`` (a zoo with controlled regimes).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from uqmetrics import SAC_RULES
+
+from ...options import COUNT, positive_float
+from ...predict import DEFAULT_PASSES
+from ..base import Protocol
+from .reproduce import REPRODUCTION
+from .score import ROW_KINDS, SelectiveConfig, score_selective
+
+__all__ = ["PROTOCOL", "add_selective_options", "selective_config"]
+
+
+def selective_config(a: argparse.Namespace, **kw) -> SelectiveConfig:
+    """The :class:`~.score.SelectiveConfig` of parsed options (``score``, ``sweep``)."""
+    return SelectiveConfig(calibration_size=a.calibration_size, seed=a.seed,
+                           sac_rule=a.sac_rule, mc_passes=a.mc_passes,
+                           metadata=tuple(a.metadata or ()), **kw)
+
+
+def add_selective_options(p: argparse.ArgumentParser) -> None:
+    """The scoring options ``uqvision score`` and ``uqvision sweep`` share."""
+    p.add_argument("--calibration-size", type=positive_float, default=5000,
+                   help="selective: calibration samples, a count or a fraction in (0, 1)")
+    p.add_argument("--sac-rule", default="largest", choices=SAC_RULES,
+                   help="selective: SAC rule; largest = the paper's definition, first_drop = its "
+                        "official code (reproduces its published SAC values)")
+    p.add_argument("--mc-passes", type=COUNT, default=DEFAULT_PASSES["mc_dropout"],
+                   help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
+                        "refused (default: %(default)s)")
+    p.add_argument("--metadata", action="append", default=None, metavar="FILE",
+                   help="selective: extra model-metadata table (repeatable; see "
+                        "uqvision metadata --fields)")
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    add_selective_options(p)
+    p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
+                   help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
+
+
+def _score(a: argparse.Namespace):
+    """one row per model and row kind, with and without temperature scaling (V.1)"""
+    kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
+    return score_selective(a.caches, selective_config(a, dataset=a.dataset, kinds=kinds))
+
+
+#: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol("selective", REPRODUCTION.description, score=_score, score_name="selective",
+                    add_options=_add_options, reproduce=REPRODUCTION,
+                    methods=("deep_ensemble",))

@@ -1,0 +1,63 @@
+"""V.3 — UIMNET: in-domain and out-domain uncertainty on a clustered class split
+(docs/conventions.md#v-3).
+
+- :mod:`~.split`: the Ward in/out class split (``uqvision split``);
+- :mod:`~.methods`: the ten algorithms, registered in
+  :data:`~uqvision.training.method.TRAINING_METHODS`;
+- :mod:`~.measures`: the seven uncertainty measures;
+- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score --protocol ood``);
+- :mod:`~.reproduce`: ``uqvision reproduce uimnet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ...data import make_index_files
+from ...options import INDEX, check_output_file, check_output_folder
+from ..base import Command, Protocol
+from .methods import UIMNET_ALGORITHMS
+from .reproduce import REPRODUCTION
+from .score import score_ood
+from .split import split_from_caches, write_split
+
+__all__ = ["PROTOCOL"]
+
+
+def _score(a: argparse.Namespace):
+    """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
+    return score_ood(a.caches[0])
+
+
+def _cmd_split(a: argparse.Namespace) -> int:
+    check_output_file("--out", a.out, None)
+    if a.train:
+        check_output_folder("--index-dir", a.index_dir)
+    split = split_from_caches(a.embeddings)
+    print(str(write_split(split, a.out)), flush=True)
+    if a.train:
+        for seed in a.seeds:
+            for p in make_index_files(a.train, split["in_classes"], a.index_dir, seed=seed,
+                                      val_fraction=a.val_fraction).values():
+                print(str(p), flush=True)
+    return 0
+
+
+def _args_split(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--embeddings", nargs="+", required=True,
+                   help="prediction caches with embeddings (uqvision predict --embeddings)")
+    p.add_argument("--out", required=True, help="split file (.json)")
+    p.add_argument("--train", default=None, help="training folder: also write index files")
+    p.add_argument("--index-dir", default="index", help="folder of the index files")
+    p.add_argument("--seeds", type=INDEX, nargs="+", default=[0], help="data seeds")
+    p.add_argument("--val-fraction", type=float, default=0.1)
+
+
+#: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol(
+    "uimnet", REPRODUCTION.description, score=_score, score_name="ood", reproduce=REPRODUCTION,
+    methods=UIMNET_ALGORITHMS,
+    commands={"split": Command(_cmd_split, _args_split,
+                               "UIMNET in/out class split (Ward) and 90/10 index files")},
+    smoke_options={"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1",
+                   "jacobian_max": "8", "spectral": "0,1", "width": "6"})

@@ -1,0 +1,37 @@
+"""V.4 — URL: transfer of uncertainty from an upstream to unseen downstream classes
+(docs/conventions.md#v-4).
+
+- :mod:`~.heads`: the uncertainty heads (:data:`~.heads.U_HEADS`) and :class:`~.heads.URLModel`,
+  a network that gives its own uncertainty (``predicts_uncertainty``, the contract
+  :func:`uqvision.predict.predict` relies on);
+- :mod:`~.vmf`: von Mises–Fisher sampling and the expected likelihood kernel;
+- :mod:`~.crop`: the crop intervention and its prediction mode (``--mode crop``);
+- :mod:`~.methods`: the eleven representation learners, registered in
+  :data:`~uqvision.training.method.TRAINING_METHODS`;
+- :mod:`~.score`: R@1, R-AUROC, crop consistency, human alignment, OOD AUROC
+  (``uqvision score --protocol transfer``);
+- :mod:`~.reproduce`: ``uqvision reproduce url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..base import Protocol
+from . import crop  # noqa: F401  (registers the "crop" prediction mode)
+from .methods import REPRESENTATION_METHODS
+from .reproduce import REPRODUCTION
+from .score import score_transfer_caches
+
+__all__ = ["PROTOCOL"]
+
+
+def _score(a: argparse.Namespace):
+    """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
+    return score_transfer_caches(a.caches)
+
+
+#: The URL protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol("url", REPRODUCTION.description, score=_score, score_name="transfer",
+                    reproduce=REPRODUCTION, methods=REPRESENTATION_METHODS,
+                    smoke_options={"methods": "ce,losspred"})

@@ -1,0 +1,78 @@
+"""Distributed runtime shared by training and prediction: the ``torch.distributed`` context
+torchrun sets up, exact sharding of samples over ranks, and the gather of per-rank arrays.
+
+:func:`distributed_context` is entered by :func:`uqvision.training.loop.train_model` and
+:func:`uqvision.predict.predict` alike (it lived in ``predict.py``, which made training import
+prediction); nothing here knows a model, a method or a protocol.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+
+import numpy as np
+import torch
+
+__all__ = ["distributed_context", "gather", "shard_indices"]
+
+
+def shard_indices(n: int, world_size: int, rank: int) -> np.ndarray:
+    """Contiguous shard ``rank`` of ``range(n)`` over ``world_size`` ranks (sizes differ by ≤ 1).
+
+    Examples
+    --------
+    >>> [shard_indices(5, 2, r).tolist() for r in range(2)]
+    [[0, 1, 2], [3, 4]]
+    """
+    return np.array_split(np.arange(n), world_size)[rank]
+
+
+@contextlib.contextmanager
+def distributed_context(device: str):
+    """Initialise ``torch.distributed`` from torchrun's environment, if present.
+
+    Yields ``(world_size, rank, device)``; the backend is NCCL on CUDA, gloo otherwise; the
+    device becomes ``cuda:LOCAL_RANK`` for a CUDA run. Without ``WORLD_SIZE > 1`` in the
+    environment and no initialised group, yields ``(1, 0, device)``.
+
+    The process group is initialised once per process and kept until the process exits: a
+    torchrun job cannot re-initialise its group (the second group finds the first one's stale
+    addresses in torchrun's store), and every TTA pass and every model of ``uqvision predict``
+    enters this context.
+    """
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    ready = dist.is_available() and dist.is_initialized()
+    if not ready and (world <= 1 or not dist.is_available()):
+        yield 1, 0, device
+        return
+    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
+        local = int(os.environ["LOCAL_RANK"])
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    if not ready:
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        atexit.register(_destroy_process_group)
+    yield dist.get_world_size(), dist.get_rank(), device
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
+    """Concatenate every rank's arrays along the sample axis in rank order (all ranks)."""
+    if world == 1:
+        return local
+    import torch.distributed as dist
+
+    parts: list = [None] * world
+    dist.all_gather_object(parts, local)
+    return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)
+            for k in local}

@@ -1,0 +1,53 @@
+"""Training machinery shared by every protocol.
+
+- :mod:`~uqvision.training.method`: the :class:`TrainingMethod` base, its hooks and the
+  :data:`TRAINING_METHODS` registry (filled by :mod:`uqvision.methods` and by the protocols
+  that bring their own learners; ``import uqvision`` fills it);
+- :mod:`~uqvision.training.loop`: the one training loop, :func:`train_model`;
+- :mod:`~uqvision.training.runs`: :func:`load_run`, a trained run rebuilt for prediction;
+- :mod:`~uqvision.training.schedules`: learning-rate schedules (:data:`SCHEDULES`);
+- :mod:`~uqvision.training.dropout`: per-sample dropout masks (MC dropout).
+"""
+
+from .loop import (
+    ADAMW_RECIPE,
+    CHECKPOINT_FORMAT,
+    ImageTrainConfig,
+    TrainConfig,
+    TrainResult,
+    checkpoint_files,
+    train_model,
+)
+from .method import (
+    OPTIMIZERS,
+    TRAINING_METHODS,
+    HParams,
+    Snapshot,
+    TrainingMethod,
+    TrainRecipe,
+    TrainState,
+    export_state,
+)
+from .runs import LoadedRun, load_run
+from .schedules import SCHEDULES
+
+__all__ = [
+    "ADAMW_RECIPE",
+    "CHECKPOINT_FORMAT",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "TRAINING_METHODS",
+    "HParams",
+    "ImageTrainConfig",
+    "LoadedRun",
+    "Snapshot",
+    "TrainConfig",
+    "TrainRecipe",
+    "TrainResult",
+    "TrainState",
+    "TrainingMethod",
+    "checkpoint_files",
+    "export_state",
+    "load_run",
+    "train_model",
+]

@@ -1,0 +1,135 @@
+"""Reading a trained run back: :func:`load_run` rebuilds any method's state from a checkpoint
+(``OUT.safetensors``), its sidecar (``OUT.json``) and its state file
+(``OUT.state.safetensors``) written by :func:`uqvision.training.loop.train_model`, so that
+:func:`uqvision.predict.predict` draws the method's prediction samples.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import DataConfig, eval_transform, image_view, tta_transform
+from ..models import (
+    LoadedModel,
+    ModelSpec,
+    check_checkpoint_file,
+    check_model_spec,
+    file_sha256,
+    load_model,
+    read_sidecar,
+)
+from ..models.spectral import spectral_normalize
+from .loop import build_model, shuffled_loader
+from .method import TRAINING_METHODS, TrainState
+
+__all__ = ["LoadedRun", "load_run"]
+
+
+@dataclass
+class LoadedRun:
+    """A trained run rebuilt for prediction: the model (as :class:`LoadedModel`, its ``model``
+    the method's network with the trained weights), the method's state, the sidecar."""
+
+    loaded: LoadedModel
+    state: TrainState | None
+    sidecar: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        """The training method ("" for a checkpoint uqvision did not train)."""
+        return str(self.sidecar.get("method", "deep_ensemble" if self.sidecar else ""))
+
+    @property
+    def seed(self) -> int | None:
+        """The training seed (None for a checkpoint uqvision did not train)."""
+        cfg = self.sidecar.get("train_config", {})
+        return int(cfg["seed"]) if "seed" in cfg else None
+
+    def samples(self, k: int, seed: int) -> Iterator[nn.Module]:
+        """The run's ``k`` prediction networks (eval mode): the method's samples, or the
+        model itself (``k = 1``) for a checkpoint without method state."""
+        if self.state is None:
+            if k != 1:
+                raise ValueError(f"k={k} but {self.loaded.spec.row!r} is one network")
+            self.loaded.model.eval()
+            return iter([self.loaded.model])
+        return self.state.method.samples(self.state, k, seed)
+
+    def default_samples(self) -> int:
+        """Snapshots taken, 1 for an independent run or a plain checkpoint, else 10."""
+        if self.state is None or self.state.method.independent_runs:
+            return 1
+        return len(self.state.snapshots) or 10
+
+
+def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",
+             train_data: str | os.PathLike | None = None, bn_batch_size: int | None = None,
+             allow_random_init: bool = False, seed: int = 0) -> LoadedRun:
+    """Rebuild a run for prediction.
+
+    A checkpoint whose sidecar names a training method is rebuilt through the method
+    (``method.restore`` with ``OUT.state.safetensors``, then the weights). A method whose
+    hyper-parameters have a true ``bn_update`` (SWAG, K-FAC Laplace: each sample's BatchNorm
+    statistics are recomputed) gets a BatchNorm loader over ``train_data`` (default: the
+    training folder and view the sidecar records) in a fixed order with one seeded
+    augmentation per sample; no other run reads its training folder. Anything else goes
+    through :func:`uqvision.models.load_model` and is one network.
+    """
+    spec = check_model_spec(spec)
+    side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
+    if "method" not in side:
+        loaded = load_model(spec, num_classes=num_classes, device=device,
+                            allow_random_init=allow_random_init, seed=seed)
+        return LoadedRun(loaded, None, side)
+    from safetensors.torch import load_file
+
+    method = TRAINING_METHODS.lookup(side["method"])
+    if num_classes is not None and side["num_classes"] != num_classes:
+        raise ValueError(f"checkpoint {spec.checkpoint!r} has a {side['num_classes']}-class head "
+                         f"but the dataset has {num_classes} classes")
+    dcfg = DataConfig.from_dict(side["pretrained_cfg"])
+    cfg = side.get("train_config", {})
+    hp = method.hparams_from(_hparams_values(side["hparams"]))
+    state_file = side.get("state_file")
+    if state_file:
+        state_file = Path(spec.checkpoint).parent / state_file
+        if not state_file.is_file():
+            raise FileNotFoundError(f"state file {str(state_file)!r} of checkpoint "
+                                    f"{str(spec.checkpoint)!r} does not exist")
+        check_checkpoint_file(state_file)
+    tensors = load_file(str(state_file)) if state_file else {}
+    # building and wrapping initialise layers (overwritten by the checkpoint below): keep the
+    # caller's global RNG out of it
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = build_model(side["architecture"], side["num_classes"], dcfg,
+                            side.get("model_kwargs", {})).to(device)
+        if cfg.get("spectral"):
+            spectral_normalize(base)
+        state = method.restore(base, hp, tensors, side["state_meta"])
+    state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
+    state.model.to(device).eval()
+    folder = train_data or side.get("dataset")
+    if getattr(hp, "bn_update", False) and folder and Path(folder).is_dir():
+        augment = cfg.get("augment")
+        tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
+        view = image_view(folder, tf, classes=cfg.get("classes"),  # the run's own images
+                          index_file=None if train_data else cfg.get("index_file"))
+        state.bn_loader = shuffled_loader(view, int(cfg.get("seed", 0)),
+                                          bn_batch_size or hp.batch_size, augment=bool(augment))
+    loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),
+                         side["architecture"], side.get("tag", ""),
+                         file_sha256(spec.checkpoint))
+    return LoadedRun(loaded, state, side)
+
+
+def _hparams_values(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Recorded hyper-parameters back to field values (JSON turned tuples into lists)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}

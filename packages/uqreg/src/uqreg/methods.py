@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from uqmetrics.registry import Registry
 
 from .diagnostics import collapsed, constant_loss, half_mse
 from .engine import HEADS, SAMPLERS, NetworkBatch, TrainConfig, TrainJob, execute, make_plan
 from .reference import fit_reference
-from .registry import Registry
 from .tasks import TaskInstance
 
 

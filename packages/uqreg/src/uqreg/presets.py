@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from uqmetrics.registry import Registry
+
 from .engine import TrainConfig
-from .registry import Registry
 from .study import StudyConfig
 
 

@@ -32,12 +32,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import uqmetrics
 from uqmetrics.plotting import save_figure
+from uqmetrics.registry import Registry
 
 from .engine import RECIPES, TrainConfig
 from .engine.config import is_int
 from .plots import plot_bands, plot_coverage_map, plot_probes
 from .presets import PRESETS
-from .registry import Registry
 from .study import StudyConfig
 from .sweep import run_study_sweep
 

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from uqmetrics.registry import Registry
 
-from .registry import Registry
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
 
 FeatureMap = Callable[[np.ndarray, int], np.ndarray]

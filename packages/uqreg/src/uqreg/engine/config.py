@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from uqmetrics import InputError
-
-from ..registry import Registry
+from uqmetrics.registry import Registry
 
 #: How a recipe applies its L2 penalty λ to the weights (biases are never penalised):
 #: ``coupled``: gradient += λ·w (PyTorch Adam ``weight_decay``); ``sum``: gradient += (λ/N)·w, the

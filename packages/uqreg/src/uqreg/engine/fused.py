@@ -47,8 +47,8 @@ import math
 from collections.abc import Callable
 
 import torch
+from uqmetrics.registry import Registry
 
-from ..registry import Registry
 from .config import TrainConfig
 from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha, sigmoid
 from .network import BatchedMLP, aligned_blocks, block_stride, empty_aligned

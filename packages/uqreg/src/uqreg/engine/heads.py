@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 
 import torch
+from uqmetrics.registry import Registry
 
 from .. import rng
-from ..registry import Registry
 from .config import TrainConfig
 
 # ---------------------------------------------------------------------------------------------

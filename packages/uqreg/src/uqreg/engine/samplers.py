@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from uqmetrics.registry import Registry
 
 from .. import rng
-from ..registry import Registry
 from .config import TrainConfig
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]

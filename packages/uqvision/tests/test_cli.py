@@ -214,3 +214,38 @@ def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
         assert exit_.value.code == 2
         assert f"argument --device: {argv[-1]!r}" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # refused before anything ran
+
+
+def test_generated_options_take_their_defaults_from_the_typed_configs():
+    """predict, train, score and demo options are generated from their dataclasses
+    (uqvision.options.add_config_options): parsed without them, they give the configs' own
+    defaults, so no default is written twice."""
+    from uqvision import cli
+    from uqvision.demo import DemoConfig
+    from uqvision.options import config_defaults, config_kwargs
+    from uqvision.predict import PredictConfig
+    from uqvision.protocols.pitfalls import ENSEMBLE_OPTIONS
+    from uqvision.protocols.pitfalls.score import EnsembleConfig
+    from uqvision.protocols.selective import SELECTIVE_OPTIONS
+    from uqvision.protocols.selective.score import SelectiveConfig
+    from uqvision.training.loop import ImageTrainConfig
+
+    parse = build_parser().parse_args
+    predict = parse(["predict", "--model", "m", "--data", "d", "--out", "o"])
+    assert cli._predict_config(predict) == PredictConfig()
+    train = parse(["train", "--arch", "a", "--data", "d", "--out", "o"])
+    defaults = config_defaults(ImageTrainConfig)
+    assert config_kwargs(train, cli._TRAIN_OPTIONS) == {o.field: defaults[o.field]
+                                                        for o in cli._TRAIN_OPTIONS}
+    score = parse(["score", "--protocol", "selective", "--caches", "c", "--out", "o.nc"])
+    for options, config in ((SELECTIVE_OPTIONS, SelectiveConfig),
+                            (ENSEMBLE_OPTIONS, EnsembleConfig)):
+        defaults = config_defaults(config)
+        assert config_kwargs(score, options) == {o.field: defaults[o.field] for o in options}
+    demo = parse(["demo", "--out", "o"])
+    assert DemoConfig(**config_kwargs(demo, cli._DEMO_OPTIONS)) == DemoConfig()
+    # the flags keep their documented spelling
+    assert parse(["predict", "--model", "m", "--data", "d", "--out", "o", "--workers", "2",
+                  "--random-init"]).num_workers == 2
+    assert parse(["train", "--arch", "a", "--data", "d", "--out", "o", "--init", "c",
+                  "--augment", "none"]).init_checkpoint == "c"

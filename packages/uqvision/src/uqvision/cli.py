@@ -18,7 +18,7 @@ import sys
 import textwrap
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from uqmetrics import InputError, run_command
@@ -40,8 +40,11 @@ from .models import check_model_spec
 from .options import (
     COUNT,
     INDEX,
+    ConfigOption,
+    add_config_options,
     check_output_file,
     check_output_folder,
+    config_kwargs,
     device_type,
     non_negative_float,
     positive_float,
@@ -138,19 +141,15 @@ def _cmd_train(a: argparse.Namespace) -> int:
         model_kwargs = json.loads(a.model_kwargs)
     except json.JSONDecodeError as err:
         raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
-    cfgs = [ImageTrainConfig(arch=a.arch, method=a.method, hparams=set_pairs(a.set),
-                        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
-                        input_size=a.input_size, augment=None if a.augment == "none"
-                        else a.augment, drop_rate=a.drop_rate, seed=seed, device=a.device,
-                        num_workers=a.workers, model_kwargs=model_kwargs,
-                        init_checkpoint=a.init, val_data=a.val_data, amp=a.amp,
-                        classes=classes, index_file=a.index_file,
-                        spectral=a.spectral) for seed in seeds]
+    cfgs = [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
+                                "augment": None if a.augment == "none" else a.augment},
+                             arch=a.arch, hparams=set_pairs(a.set), seed=seed,
+                             model_kwargs=model_kwargs, classes=classes) for seed in seeds]
     hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
     n = len(image_view(a.data, classes=classes, index_file=a.index_file))
     steps = TRAINING_METHODS.lookup(a.method).total_steps(
         hp, len(epoch_batches(n, hp.batch_size, 0, 0)))
-    if steps == 0 and a.init is None:
+    if steps == 0 and a.init_checkpoint is None:
         raise InputError(f"--epochs/--set: method {a.method!r} would take no gradient step "
                          f"(epochs={getattr(hp, 'epochs', '?')}) and starts from no checkpoint "
                          "(--init): the saved network would be untrained")
@@ -186,15 +185,10 @@ def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | Non
 
 
 def _predict_config(a: argparse.Namespace) -> PredictConfig:
-    return PredictConfig(mode=a.mode, passes=a.passes, first_pass=a.first_pass,
-                         tta_policy=a.tta_policy, seed=a.seed, batch_size=a.batch_size,
-                         num_workers=a.workers, device=a.device, amp=a.amp,
-                         embeddings=getattr(a, "embeddings", False) or getattr(
-                             a, "zero_shot", False),
-                         logits=not getattr(a, "zero_shot", False),
-                         allow_random_init=a.random_init, samples=a.samples,
-                         first_sample=a.first_sample, train_data=a.train_data,
-                         skip_bad_images=a.skip_bad_images)
+    zero_shot = getattr(a, "zero_shot", False)
+    return PredictConfig(**config_kwargs(a, _PREDICT_OPTIONS),
+                         embeddings=getattr(a, "embeddings", False) or zero_shot,
+                         logits=not zero_shot)
 
 
 def _check_images(a: argparse.Namespace) -> None:
@@ -331,9 +325,7 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
 
 def _cmd_demo(a: argparse.Namespace) -> int:
     check_output_folder("--out", a.out)
-    overrides = {f.name: getattr(a, f.name) for f in fields(DemoConfig)
-                 if getattr(a, f.name, None) is not None}
-    r = run_demo(a.out, DemoConfig(**overrides), log=_print)
+    r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print)
     _print(summary(r))
     _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
     return 0
@@ -343,78 +335,91 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 # arguments of each command
 
 
+#: ``uqvision train`` options generated from :class:`ImageTrainConfig` (defaults from its
+#: fields; ``--augment none`` is ``augment=None``).
+_TRAIN_OPTIONS = (
+    ConfigOption("method", choices=TRAINING_METHODS.names,
+                 help="training method:\n" + TRAINING_METHODS.describe()),
+    ConfigOption("epochs", type=non_negative_float,
+                 help="shorthand for --set epochs= (0 only with --init)"),
+    ConfigOption("batch_size", type=COUNT, help="shorthand for --set batch_size="),
+    ConfigOption("lr", type=positive_float,
+                 help="shorthand for the method's initial learning rate (lr_init or lr0)"),
+    ConfigOption("init_checkpoint", flag="--init", help="start from this local checkpoint"),
+    ConfigOption("val_data",
+                 help="validation folder (K-FAC Laplace tunes its noise scale on it)"),
+    ConfigOption("amp", help="autocast (fp16 on CUDA, bf16 on CPU)"),
+    ConfigOption("index_file", metavar="FILE",
+                 help="train on the images of this index file only "
+                      "(uqvision.data.make_index_files: UIMNET's 90/10 in-domain split), with "
+                      "the classes it records unless --classes names them"),
+    ConfigOption("spectral",
+                 help="one-sided spectral normalisation of the featurizer (conv/linear sigma "
+                      "and BatchNorm Lipschitz constant at most 5; UIMNET)"),
+    ConfigOption("input_size", type=COUNT),
+    ConfigOption("augment", choices=lambda: [*TTA_POLICIES.names(), "none"],
+                 help="training augmentation:\n" + TTA_POLICIES.describe()
+                      + "\nnone: no augmentation"),
+    ConfigOption("drop_rate", type=float),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+    ConfigOption("num_workers", flag="--workers", type=INDEX),
+)
+
+
 def _args_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
     p.add_argument("--data", required=True, help="training image folder")
     p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
-    p.add_argument("--method", default="deep_ensemble", choices=TRAINING_METHODS.names(),
-                   help="training method:\n" + TRAINING_METHODS.describe())
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
                         "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
                         "lr_init=3e-3 weight_decay=0.05")
     p.add_argument("--seeds", type=INDEX, nargs="+", help="one run per seed (default 0)")
-    p.add_argument("--epochs", type=non_negative_float, default=None,
-                   help="shorthand for --set epochs= (0 only with --init)")
-    p.add_argument("--batch-size", type=COUNT, default=None,
-                   help="shorthand for --set batch_size=")
-    p.add_argument("--lr", type=positive_float, default=None,
-                   help="shorthand for the method's initial learning rate (lr_init or lr0)")
-    p.add_argument("--init", default=None, help="start from this local checkpoint")
-    p.add_argument("--val-data", default=None,
-                   help="validation folder (K-FAC Laplace tunes its noise scale on it)")
-    p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--classes", default=None, metavar="A,B,C | FILE.json",
                    help="train on these folder classes only, the head's classes in this order; "
                         "a JSON file holds a list, or an object folder class -> label to group "
                         "classes (UIMNET's in-vs-out oracle)")
-    p.add_argument("--index-file", default=None, metavar="FILE",
-                   help="train on the images of this index file only (uqvision.protocols.uimnet.split's "
-                        "make_index_files: UIMNET's 90/10 in-domain split), with the classes "
-                        "it records unless --classes names them")
-    p.add_argument("--spectral", action="store_true",
-                   help="one-sided spectral normalisation of the featurizer (conv/linear "
-                        "sigma and BatchNorm Lipschitz constant at most 5; UIMNET)")
-    p.add_argument("--input-size", type=COUNT, default=32)
-    p.add_argument("--augment", default="crop", choices=[*TTA_POLICIES.names(), "none"],
-                   help="training augmentation:\n" + TTA_POLICIES.describe()
-                   + "\nnone: no augmentation")
-    p.add_argument("--drop-rate", type=float, default=0.0)
+    add_config_options(p, ImageTrainConfig, _TRAIN_OPTIONS)
     p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
-    p.add_argument("--device", default="cpu", type=device_type, help="cpu | cuda | cuda:N")
-    p.add_argument("--workers", type=INDEX, default=0)
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing checkpoint (and its sidecar and state file)")
 
 
+#: ``uqvision predict`` / ``sweep`` options generated from :class:`PredictConfig` (defaults
+#: from its fields).
+_PREDICT_OPTIONS = (
+    ConfigOption("mode", choices=PASS_MODES.names,
+                 help="prediction mode:\n" + PASS_MODES.describe()),
+    ConfigOption("passes", type=COUNT,
+                 help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, the "
+                      "Selective paper's count; 1 otherwise)"),
+    ConfigOption("first_pass", type=INDEX, help="index of the first TTA pass"),
+    ConfigOption("samples", type=COUNT,
+                 help="prediction samples of a run trained with a method (snapshots, posterior "
+                      "draws, passes; default: all snapshots, 10 draws, 1 network)"),
+    ConfigOption("first_sample", type=INDEX, help="index of the first sample"),
+    ConfigOption("train_data",
+                 help="training folder for BatchNorm updates of sampled weights (SWAG, "
+                      "Laplace; default: the one the checkpoint's sidecar records)"),
+    ConfigOption("tta_policy", choices=TTA_POLICIES.names,
+                 help="augmentation of --mode tta:\n" + TTA_POLICIES.describe()),
+    ConfigOption("seed", type=INDEX),
+    ConfigOption("batch_size", type=COUNT),
+    ConfigOption("num_workers", flag="--workers", type=INDEX, help="DataLoader workers"),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+    ConfigOption("amp", help="autocast (fp16 on CUDA, bf16 on CPU)"),
+    ConfigOption("allow_random_init", flag="--random-init",
+                 help="models without a checkpoint get random weights (code-path checks only)"),
+    ConfigOption("skip_bad_images",
+                 help="leave out images that do not read (empty, truncated, not an image), "
+                      "recorded in the caches' attrs; without it they stop the command before "
+                      "any work"),
+)
+
+
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=PASS_MODES.names(), default="plain",
-                   help="prediction mode:\n" + PASS_MODES.describe())
-    p.add_argument("--passes", type=COUNT, default=None,
-                   help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, "
-                        "the Selective paper's count; 1 otherwise)")
-    p.add_argument("--first-pass", type=INDEX, default=0, help="index of the first TTA pass")
-    p.add_argument("--samples", type=COUNT, default=None,
-                   help="prediction samples of a run trained with a method (snapshots, "
-                        "posterior draws, passes; default: all snapshots, 10 draws, 1 network)")
-    p.add_argument("--first-sample", type=INDEX, default=0, help="index of the first sample")
-    p.add_argument("--train-data", default=None,
-                   help="training folder for BatchNorm updates of sampled weights (SWAG, "
-                        "Laplace; default: the one the checkpoint's sidecar records)")
-    p.add_argument("--tta-policy", default="imagenet", choices=TTA_POLICIES.names(),
-                   help="augmentation of --mode tta:\n" + TTA_POLICIES.describe())
-    p.add_argument("--seed", type=INDEX, default=0)
-    p.add_argument("--batch-size", type=COUNT, default=64)
-    p.add_argument("--workers", type=INDEX, default=0, help="DataLoader workers")
-    p.add_argument("--device", default="cpu", type=device_type, help="cpu | cuda | cuda:N")
-    p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
-    p.add_argument("--random-init", action="store_true",
-                   help="models without a checkpoint get random weights (code-path checks only)")
+    add_config_options(p, PredictConfig, _PREDICT_OPTIONS)
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
-    p.add_argument("--skip-bad-images", action="store_true",
-                   help="leave out images that do not read (empty, truncated, not an image), "
-                        "recorded in the caches' attrs; without it they stop the command "
-                        "before any work")
     p.add_argument("--overwrite", action="store_true")
 
 
@@ -494,18 +499,23 @@ def _args_metadata(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --template")
 
 
+#: ``uqvision demo`` options generated from :class:`DemoConfig` (defaults from its fields).
+_DEMO_OPTIONS = (
+    ConfigOption("arch"),
+    ConfigOption("members", type=COUNT),
+    ConfigOption("epochs", type=COUNT),
+    ConfigOption("mc_passes", type=COUNT),
+    ConfigOption("max_per_class", type=COUNT),
+    ConfigOption("calibration_size", type=positive_float),
+    ConfigOption("n_orders", type=COUNT),
+    ConfigOption("seed", type=INDEX),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+)
+
+
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
-    p.add_argument("--arch", default=None)
-    p.add_argument("--members", type=COUNT, default=None)
-    p.add_argument("--epochs", type=COUNT, default=None)
-    p.add_argument("--mc-passes", dest="mc_passes", type=COUNT, default=None)
-    p.add_argument("--max-per-class", dest="max_per_class", type=COUNT, default=None)
-    p.add_argument("--calibration-size", dest="calibration_size", type=positive_float,
-                   default=None)
-    p.add_argument("--n-orders", dest="n_orders", type=COUNT, default=None)
-    p.add_argument("--seed", type=INDEX, default=None)
-    p.add_argument("--device", default=None, type=device_type, help="cpu | cuda | cuda:N")
+    add_config_options(p, DemoConfig, _DEMO_OPTIONS)
 
 
 def _cmd_reproduce(a: argparse.Namespace) -> int:

@@ -14,32 +14,37 @@ import argparse
 
 from uqmetrics import SAC_RULES
 
-from ...options import COUNT, positive_float
-from ...predict import DEFAULT_PASSES
+from ...options import COUNT, ConfigOption, add_config_options, config_kwargs, positive_float
 from ..base import Protocol
 from .reproduce import REPRODUCTION
 from .score import ROW_KINDS, SelectiveConfig, score_selective
 
-__all__ = ["PROTOCOL", "add_selective_options", "selective_config"]
+__all__ = ["PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options", "selective_config"]
+
+
+#: The scoring options of ``uqvision score`` and ``sweep`` generated from
+#: :class:`~.score.SelectiveConfig` (defaults from its fields).
+SELECTIVE_OPTIONS = (
+    ConfigOption("calibration_size", type=positive_float,
+                 help="selective: calibration samples, a count or a fraction in (0, 1)"),
+    ConfigOption("sac_rule", choices=SAC_RULES,
+                 help="selective: SAC rule; largest = the paper's definition, first_drop = its "
+                      "official code (reproduces its published SAC values)"),
+    ConfigOption("mc_passes", type=COUNT,
+                 help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
+                      "refused (default: %(default)s)"),
+)
 
 
 def selective_config(a: argparse.Namespace, **kw) -> SelectiveConfig:
     """The :class:`~.score.SelectiveConfig` of parsed options (``score``, ``sweep``)."""
-    return SelectiveConfig(calibration_size=a.calibration_size, seed=a.seed,
-                           sac_rule=a.sac_rule, mc_passes=a.mc_passes,
-                           metadata=tuple(a.metadata or ()), **kw)
+    return SelectiveConfig(**config_kwargs(a, SELECTIVE_OPTIONS),
+                           metadata=tuple(a.metadata or ()), seed=a.seed, **kw)
 
 
 def add_selective_options(p: argparse.ArgumentParser) -> None:
     """The scoring options ``uqvision score`` and ``uqvision sweep`` share."""
-    p.add_argument("--calibration-size", type=positive_float, default=5000,
-                   help="selective: calibration samples, a count or a fraction in (0, 1)")
-    p.add_argument("--sac-rule", default="largest", choices=SAC_RULES,
-                   help="selective: SAC rule; largest = the paper's definition, first_drop = its "
-                        "official code (reproduces its published SAC values)")
-    p.add_argument("--mc-passes", type=COUNT, default=DEFAULT_PASSES["mc_dropout"],
-                   help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
-                        "refused (default: %(default)s)")
+    add_config_options(p, SelectiveConfig, SELECTIVE_OPTIONS)
     p.add_argument("--metadata", action="append", default=None, metavar="FILE",
                    help="selective: extra model-metadata table (repeatable; see "
                         "uqvision metadata --fields)")

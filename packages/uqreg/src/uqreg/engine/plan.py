@@ -11,8 +11,11 @@ Results must not depend on how they were executed (a study, a Dask sweep on any 
   never the number of cores, workers or threads);
 * every chunk's kernels run with ONE torch intra-op thread, everywhere; concurrency is only
   across chunks (threads, each single-threaded);
-* a network's arithmetic does not depend on the other networks of its chunk (the engine's
-  kernels are per network; tests check the predictions bit for bit in float32);
+* a network's arithmetic does not depend on the other networks of its chunk nor on its place
+  among them: the engine's kernels are per network, and every network's block of every operand
+  of a product starts at a 64-byte boundary (:func:`~uqreg.engine.network.aligned_blocks`;
+  MKL rounds differently with an operand's 16-byte alignment). Tests check the predictions bit
+  for bit in float32, also under forced instruction sets;
 * no chunk has ONE network: a chunk of one is computed as two copies of its network (the copy
   is dropped). BLAS libraries treat a batched product of batch size 1 as a plain product and
   may pick another kernel for it than for the same product in a larger batch (measured on
@@ -107,9 +110,15 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB"
 
 
+#: The fewest networks a chunk's kernels ever see: a chunk of one network is padded to this many
+#: copies of it (see the module notes).
+MIN_BATCH = 2
+
+
 def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     """Networks per chunk, from the configuration only: ``cfg.chunk_networks`` bounded by the
-    memory budget ``cfg.max_memory``; raises if not even one network fits the budget."""
+    memory budget ``cfg.max_memory``; raises if fewer than :data:`MIN_BATCH` networks fit the
+    budget (a chunk of one is computed as :data:`MIN_BATCH` copies)."""
     size = int(cfg.max_memory // per_network)
     if size < MIN_BATCH:
         raise ValueError(
@@ -121,11 +130,6 @@ def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     if cfg.chunk_networks is not None:
         size = min(size, cfg.chunk_networks)
     return size
-
-
-#: The fewest networks a chunk's kernels ever see: a chunk of one network is padded to this many
-#: copies of it (see the module notes).
-MIN_BATCH = 2
 
 
 def padded(chunk: NetworkBatch) -> NetworkBatch:

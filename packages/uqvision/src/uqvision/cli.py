@@ -17,11 +17,14 @@ import os
 import sys
 import textwrap
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from uqmetrics import InputError, run_command
+import torch
+import xarray as xr
+from uqmetrics import InputError, read_dataset, run_command, write_dataset
 from uqmetrics.registry import Registry
 
 from .cache import index_caches
@@ -220,10 +223,6 @@ def _cmd_predict(a: argparse.Namespace) -> int:
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
-    import warnings
-
-    from uqmetrics import write_dataset
-
     protocol = score_protocol(a.protocol)
     check_output_file("--out", a.out, a.overwrite)
     files, skipped = incomplete_caches(a.caches)
@@ -244,8 +243,6 @@ def _cmd_score(a: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    from uqmetrics import write_dataset
-
     out = Path(a.out)
     check_output_folder("--out", out)
     report = sweep_predictions(a.models, a.data, out / "caches", _predict_config(a),
@@ -311,8 +308,6 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
     """Metadata keys of the models in --caches / --scores (None when neither is given)."""
     if not (a.caches or a.scores):
         return None
-    import xarray as xr
-    from uqmetrics import read_dataset
 
     keys = []
     for info in index_caches(a.caches or ()):
@@ -631,8 +626,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``uqvision`` console script."""
     args = build_parser().parse_args(argv)
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))
 

@@ -16,6 +16,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -24,8 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
+from timm.data import create_transform
 from torch.utils.data import Dataset
 from torchvision import transforms as T
+from torchvision.datasets import FakeData
 from torchvision.transforms import functional as TF
 from uqmetrics import InputError
 from uqmetrics.io import folder_replaced
@@ -222,8 +225,6 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
     dict
         Relative path (the sample id) -> problem, in sample order; empty when all read.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     ds = folder if isinstance(folder, ImageFolderDataset) else ImageFolderDataset(folder)
     paths = [ds.root / rel for rel, _ in ds.samples]
     workers = max(1, min(threads or 8, os.cpu_count() or 1, len(paths)))
@@ -577,8 +578,6 @@ class DataConfig:
 
 def eval_transform(cfg: DataConfig) -> Callable:
     """timm's evaluation transform for a data config (``timm.data.create_transform``)."""
-    from timm.data import create_transform
-
     return create_transform(**cfg.to_dict(), is_training=False)
 
 
@@ -756,8 +755,10 @@ def make_digits_folder(root: str | os.PathLike, *, test_fraction: float = 0.5, s
     Path
         ``root``.
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    from sklearn.datasets import load_digits  # heavy: imported on first use (start-up time)
+    from sklearn.model_selection import (
+        train_test_split,  # heavy: imported on first use (start-up time)
+    )
 
     d = load_digits()
     imgs = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)
@@ -779,8 +780,6 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
     For exercising the full-resolution (224 px, resize 256 + centre crop) input path; the labels
     carry no signal.
     """
-    from torchvision.datasets import FakeData
-
     n = n_classes * n_per_class
     fake = FakeData(size=n, image_size=(3, image_size, image_size), num_classes=n_classes,
                     random_offset=seed)

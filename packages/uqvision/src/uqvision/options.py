@@ -6,8 +6,8 @@ folders and files made before any work (:func:`check_output_folder`,
 :func:`check_output_file`), and options generated from the fields of a typed config
 (:class:`ConfigOption`, :func:`add_config_options`, :func:`config_kwargs`): a default is
 written once, in the dataclass (``PredictConfig``, ``ImageTrainConfig``, ``SelectiveConfig``,
-``EnsembleConfig``), never again in the parser. Errors name the option: the project's bad-input policy (one line,
-exit code 2; see the README's "Bad input").
+``EnsembleConfig``, ``DemoConfig``), never again in the parser. Errors name the option: the
+project's bad-input policy (one line, exit code 2; see the README's "Bad input").
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from uqmetrics import InputError, check_writable
 
 __all__ = [
@@ -104,8 +105,6 @@ def check_output_file(option: str, path: str | os.PathLike, overwrite: bool | No
 
 def device_type(value: str) -> str:
     """``--device``: ``cpu``, ``cuda`` or ``cuda:N``, refused unless that device is here."""
-    import torch
-
     try:
         device = torch.device(value)
     except RuntimeError:

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 __all__ = ["distributed_context", "gather", "shard_indices"]
 
@@ -42,8 +43,6 @@ def distributed_context(device: str):
     addresses in torchrun's store), and every TTA pass and every model of ``uqvision predict``
     enters this context.
     """
-    import torch.distributed as dist
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     ready = dist.is_available() and dist.is_initialized()
     if not ready and (world <= 1 or not dist.is_available()):
@@ -60,8 +59,6 @@ def distributed_context(device: str):
 
 
 def _destroy_process_group() -> None:
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -70,8 +67,6 @@ def gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
     """Concatenate every rank's arrays along the sample axis in rank order (all ranks)."""
     if world == 1:
         return local
-    import torch.distributed as dist
-
     parts: list = [None] * world
     dist.all_gather_object(parts, local)
     return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)

@@ -16,6 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import timm
+import torch
+import torchvision
 import xarray as xr
 from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
@@ -44,9 +47,6 @@ def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
     architectures (``timm.list_models``); ``tv/<pattern>`` matches torchvision names. Exact names
     are validated (``ValueError`` with close names); a wildcard that matches nothing raises.
     """
-    import timm
-    import torchvision
-
     out: list[ModelSpec] = []
     for pat in patterns:
         if "=" in pat:
@@ -93,8 +93,6 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
                  dataset_name: str, config: dict, threads: int | None = None) -> xr.Dataset:
     """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass."""
     if threads:
-        import torch
-
         torch.set_num_threads(threads)
     (ds,) = predict(ModelSpec(name, checkpoint, label), data, PredictConfig(**config),
                     dataset_name=dataset_name)

@@ -14,14 +14,23 @@ import difflib
 import hashlib
 import json
 import os
+import pickle
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch  # its functions looked up at call time (tests patch them)
+import timm
 import torch
+import torchvision
+from safetensors import SafetensorError
+from timm.data import ImageNetInfo, resolve_model_data_config
+from timm.models import get_pretrained_cfg, load_state_dict
 from torch import nn
 from uqmetrics import InputError
+from uqmetrics.io import temporary_beside
 from uqmetrics.registry import Registry
 
 from ..data import DataConfig, eval_transform
@@ -140,17 +149,14 @@ def sidecar_path(checkpoint: str | os.PathLike) -> Path:
 def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[str, Any]) -> Path:
     """Write ``model``'s state dict to ``path`` (``.safetensors``) and ``sidecar`` (JSON) beside
     it, each atomically (the sidecar first: a checkpoint never exists without it)."""
-    from safetensors.torch import save_file
-    from uqmetrics.io import temporary_beside
-
     path = Path(path)
     side = sidecar_path(path)
     with temporary_beside(side) as tmp:
         tmp.write_text(json.dumps(sidecar, indent=1))
         os.replace(tmp, side)
     with temporary_beside(path) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp))
+        safetensors.torch.save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
         os.replace(tmp, path)
     return path
 
@@ -202,8 +208,6 @@ def check_checkpoint_file(path: str | os.PathLike) -> None:
     if p.suffix == ".safetensors":
         why = _safetensors_problem(p)
     else:
-        import zipfile
-
         with open(p, "rb") as f:
             first = f.read(2)
         why = None if zipfile.is_zipfile(p) or first[:1] == b"\x80" else (
@@ -285,7 +289,6 @@ def _imagenet_names(n: int, in1k: bool) -> tuple[str, ...] | None:
     checkpoint uses) for a 1,000-class head of a model whose weights say ImageNet-1k."""
     if n != 1000 or not in1k:
         return None
-    from timm.data import ImageNetInfo
 
     return tuple(ImageNetInfo("imagenet-1k").label_names())
 
@@ -375,8 +378,6 @@ def _other_architecture(ckpt: str, name: str, expected: Any, got: Any) -> str | 
 
 def _timm_mismatch(ckpt: str, name: str, state: dict, kwargs: dict) -> str | None:
     """:func:`_other_architecture` of a timm model (built on the CPU to read its keys)."""
-    import timm
-
     try:
         with torch.random.fork_rng(devices=[]):
             probe = timm.create_model(name, **kwargs)
@@ -388,12 +389,6 @@ def _timm_mismatch(ckpt: str, name: str, state: dict, kwargs: dict) -> str | Non
 def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
     """timm's ``load_state_dict`` of a weight file; a file that does not load is a
     :class:`~uqvision.exceptions.CheckpointError` naming it."""
-    import pickle
-    import zipfile
-
-    from safetensors import SafetensorError
-    from timm.models import load_state_dict
-
     try:
         return load_state_dict(ckpt)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
@@ -447,8 +442,6 @@ class TimmSource:
 
     @staticmethod
     def check_name(name: str) -> None:
-        import timm
-
         arch, _, tag = name.partition(".")
         if not timm.is_model(arch):
             raise ValueError(f"unknown timm model {name!r}"
@@ -459,10 +452,6 @@ class TimmSource:
 
     @staticmethod
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
-        import timm
-        from timm.data import resolve_model_data_config
-        from timm.models import get_pretrained_cfg
-
         TimmSource.check_name(spec.model_name)
         arch, _, tag = spec.model_name.partition(".")
         kwargs: dict[str, Any] = {}
@@ -512,8 +501,6 @@ def _tv_weights(name: str):
     Without ``.WEIGHTS`` the architecture's ``DEFAULT`` member; ``None`` when the
     architecture has no weights enum.
     """
-    import torchvision
-
     arch, _, weights = name.partition(".")
     names = torchvision.models.list_models()
     if arch not in names:
@@ -548,8 +535,6 @@ class TorchvisionSource:
 
     @staticmethod
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
-        import torchvision
-
         name, weights = _tv_weights(spec.model_name)
         if weights is not None:  # the reference preprocessing of these weights (no download)
             t = weights.transforms()

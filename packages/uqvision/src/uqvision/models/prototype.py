@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import timm
 import torch
 import torch.nn.functional as F
+from timm.models import load_state_dict
 from torch import nn
 from uqmetrics import fit_temperature_result, provenance_attrs
 
@@ -199,17 +201,12 @@ class PrototypeSource:
 
     @staticmethod
     def check_name(name: str) -> None:
-        import timm
-
         if "." in name or not timm.is_model(name):
             raise ValueError(f"proto/<name> needs a timm architecture without a tag, got "
                              f"{name!r}")
 
     @staticmethod
     def load(spec: ModelSpec, num_classes: int | None, allow_random_init: bool) -> LoadedModel:
-        import timm
-        from timm.models import load_state_dict
-
         arch = spec.model_name
         PrototypeSource.check_name(arch)
         side: dict[str, Any] = {}

@@ -45,9 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors.torch  # its functions looked up at call time (tests patch them)
+import timm
 import torch
 import torch.nn.functional as F
+from timm.models import load_state_dict
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
 from uqmetrics.io import temporary_beside
@@ -302,15 +306,11 @@ def _data_config(config: ImageTrainConfig) -> DataConfig:
 
 
 def build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict) -> nn.Module:
-    import timm
-
     return timm.create_model(arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
                              **model_kwargs)
 
 
 def _load_weights(model: nn.Module, checkpoint: str | os.PathLike) -> None:
-    from timm.models import load_state_dict
-
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist")
     model.load_state_dict(load_state_dict(str(checkpoint)))
@@ -417,8 +417,6 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
             if dev == "cuda":
                 state.scaler = torch.amp.GradScaler("cuda")
         if world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             state.model = DistributedDataParallel(
                 state.model, device_ids=[torch.device(device).index] if device.startswith(
                     "cuda") else None, find_unused_parameters=True)
@@ -444,10 +442,8 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
     with temporary_beside(path) as tmp:
-        save_file(tensors, str(tmp))
+        safetensors.torch.save_file(tensors, str(tmp))
         os.replace(tmp, path)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch  # its functions looked up at call time (tests patch them)
 import torch
 from torch import nn
 
@@ -88,7 +89,6 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
         loaded = load_model(spec, num_classes=num_classes, device=device,
                             allow_random_init=allow_random_init, seed=seed)
         return LoadedRun(loaded, None, side)
-    from safetensors.torch import load_file
 
     method = TRAINING_METHODS.lookup(side["method"])
     if num_classes is not None and side["num_classes"] != num_classes:
@@ -104,7 +104,7 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
             raise FileNotFoundError(f"state file {str(state_file)!r} of checkpoint "
                                     f"{str(spec.checkpoint)!r} does not exist")
         check_checkpoint_file(state_file)
-    tensors = load_file(str(state_file)) if state_file else {}
+    tensors = safetensors.torch.load_file(str(state_file)) if state_file else {}
     # building and wrapping initialise layers (overwritten by the checkpoint below): keep the
     # caller's global RNG out of it
     with torch.random.fork_rng(devices=[]):
@@ -114,7 +114,8 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
         if cfg.get("spectral"):
             spectral_normalize(base)
         state = method.restore(base, hp, tensors, side["state_meta"])
-    state.model.load_state_dict(load_file(str(spec.checkpoint), device=str(device)))
+    state.model.load_state_dict(safetensors.torch.load_file(str(spec.checkpoint),
+                                                            device=str(device)))
     state.model.to(device).eval()
     folder = train_data or side.get("dataset")
     if getattr(hp, "bn_update", False) and folder and Path(folder).is_dir():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -38,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import xarray as xr
-from uqmetrics import write_dataset
+from uqmetrics import read_dataset, write_dataset
+from uqmetrics.plotting import save_figure
 from uqmetrics.registry import Registry
 
 from ...cache import find_caches
@@ -199,8 +202,6 @@ def _done(ckpt: Path, config) -> bool:
 def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws: int,
              predict_seed: int, threads: int) -> dict[str, Any]:
     """Train (unless complete) and predict one run (top level: runs in a worker process)."""
-    import torch
-
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
     t0 = time.perf_counter()
@@ -233,7 +234,6 @@ def _execute(jobs: list[RunJob], args: tuple, workers: int, log) -> None:
         for job in jobs:
             report(_run_job(job, *args))
         return
-    import multiprocessing
 
     pending = list(jobs)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
@@ -330,8 +330,6 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
 def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
     """The score file if it was computed from exactly these caches (checksums) with this
     config, else None."""
-    from uqmetrics import read_dataset
-
     if not path.is_file():
         return None
     ds = read_dataset(path)
@@ -408,9 +406,11 @@ def plot_pitfalls(ds: xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:
     """The paper's figures from an ``ensembles.nc``: negative CLL vs number of samples (Fig. 5,
     plain and TTA), DEE vs number of samples with its bounds (Fig. 3; TTA methods against the
     plain and the TTA deep ensemble), and DEE on the other metrics (appendix C)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-    from uqmetrics.plotting import save_figure
+    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
+    from matplotlib.ticker import (  # heavy: imported on first use (start-up time)
+        NullFormatter,
+        ScalarFormatter,
+    )
 
     out, paths = Path(out_dir), []
     tta = ds["tta"].values.astype(bool)

@@ -28,7 +28,7 @@ def _softmax_rows(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _family_colours(families) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
 
     names = sorted(set(map(str, families)))
     cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
@@ -72,8 +72,8 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
     Returns the paths of the figures written (figures whose inputs are absent, e.g. paired
     comparisons without pairs, are skipped).
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
+    from matplotlib.patches import Patch  # heavy: imported on first use (start-up time)
 
 
     ds = read_dataset(scores) if not isinstance(scores, xr.Dataset) else scores

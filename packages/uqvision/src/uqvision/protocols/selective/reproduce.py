@@ -29,6 +29,7 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import time
@@ -39,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from uqmetrics import read_dataset, write_dataset
+import torch
+from PIL import Image
+from uqmetrics import ensemble_log_probs, log_softmax, read_dataset, write_dataset
 from uqmetrics.registry import Registry
 
 from ...cache import cache_dataset, check_aligned, read_cache
@@ -247,8 +250,6 @@ def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...], device: 
 
 def _train_one(data: str, out: str, config, threads: int) -> str:
     """One training run (top level: runs in a worker process)."""
-    import torch
-
     torch.set_num_threads(threads)
     return str(train_model(data, out, config).checkpoint)
 
@@ -268,8 +269,6 @@ def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: i
     args = [(str(data / "train"), str(models / f"{j.tag}.safetensors"), c, threads)
             for j, c in todo]
     if workers > 1 and len(todo) > 1:
-        import multiprocessing
-
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
             for (job, _), path in zip(todo, ex.map(_train_one, *zip(*args, strict=True)),
                                       strict=True):
@@ -282,8 +281,6 @@ def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: i
 
 def _ensemble_cache(member_caches: list[Path], name: str, arch: str, tag: str) -> Any:
     """A plain cache of the teacher ensemble: log of the mean member probabilities."""
-    from uqmetrics import ensemble_log_probs, log_softmax
-
     members = [read_cache(p) for p in member_caches]
     check_aligned(members)
     z = ensemble_log_probs(np.stack([log_softmax(m["logits"].values.astype(np.float64))
@@ -302,9 +299,6 @@ def _ensemble_cache(member_caches: list[Path], name: str, arch: str, tag: str) -
 
 def _prototype(encoder_ckpt: Path, job: ZooJob, info, sc: ZooScale, out: Path) -> Path:
     """The prototype classifier on the encoder of a plain model (see the module docstring)."""
-    import torch
-    from PIL import Image
-
     if out.is_file():
         return out
     loaded = load_model(f"{job.arch.arch}={encoder_ckpt}", num_classes=len(info.classes))
@@ -383,8 +377,6 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
     device : str
         Where the networks train and predict (``cpu``, ``cuda``, ``cuda:N``).
     """
-    import torch
-
     t0 = time.perf_counter()
     sc = ZOO_SCALES.lookup(scale)
     log = log or (lambda _msg: None)

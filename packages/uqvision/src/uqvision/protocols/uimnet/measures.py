@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.special import logsumexp
 from uqmetrics import (
     calibration_splits,
@@ -315,8 +316,6 @@ def jacobian_norm(members, x, *, temperature: float = 1.0):
         The squared Frobenius norm of each image's (C × input) Jacobian, from C backward
         passes (exact, no random projection).
     """
-    import torch
-
     x = x.detach().clone().requires_grad_(True)
     p = torch.stack([torch.softmax(m(x) / temperature, dim=-1) for m in members]).mean(0)
     total = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -123,8 +124,6 @@ def feature_classifier(model: nn.Module) -> FeatureClassifier:
 def small_cnn(num_classes: int, *, width: int = 32, in_chans: int = 3) -> FeatureClassifier:
     """timm's ``uqvision_cnn`` (:mod:`uqvision.models.archs`) as a :class:`FeatureClassifier`
     (features of size ``4 * width``): the stand-in for the paper's ResNet-18/50."""
-    import timm
-
     return feature_classifier(timm.create_model("uqvision_cnn", num_classes=num_classes,
                                                 width=width, in_chans=in_chans))
 
@@ -511,7 +510,7 @@ class DUEHParams(OODRecipe):
 def _gpytorch():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        import gpytorch
+        import gpytorch  # heavy: imported on first use (start-up time)
     return gpytorch
 
 

@@ -43,6 +43,7 @@ import torch
 import xarray as xr
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
+from uqmetrics import mutual_information
 from uqmetrics.calibration import fit_temperature, log_softmax
 from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
 from uqmetrics.sweep import Cell, run_sweep
@@ -181,8 +182,6 @@ def _run_arrays(state: TrainState, views: dict[str, Dataset], tta_views, *, pass
     """Per evaluation set: logits at τ = 1 (the log of the mean softmax over ``passes``
     stochastic passes for MC dropout, whose native measure is then the mutual information),
     features, native measure, and the logits of each TTA view."""
-    from uqmetrics import mutual_information
-
     net, method = state.net.eval(), state.method
     run = functools.partial(_outputs, batch_size=batch_size, device=device)
     variables = {}

@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from uqmetrics.registry import Registry
@@ -501,7 +502,6 @@ class URLModel(nn.Module):
             mlp.scale.fill_(1.0)
             m = mlp(self.backbone(x)).squeeze(-1).double()
             total = torch.stack([(m ** self.scalar_u).sum(), m.new_tensor(float(m.numel()))])
-            import torch.distributed as dist
 
             if dist.is_available() and dist.is_initialized():
                 dist.all_reduce(total)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from timm.optim import Lamb
 from torch import nn
 
 from ...training.method import (
@@ -101,8 +102,6 @@ SCHEDULES.add("warmup_cosine", warmup_cosine_lr)
 @OPTIMIZERS.register(name="lamb")
 def _lamb(params, hp) -> torch.optim.Optimizer:
     """timm's Lamb with hp.weight_decay (URL's optimiser)."""
-    from timm.optim import Lamb
-
     return Lamb(params, lr=0.0, weight_decay=hp.weight_decay)
 
 

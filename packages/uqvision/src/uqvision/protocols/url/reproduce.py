@@ -210,10 +210,10 @@ def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, s
 def draw_figures(ds, folder: Path) -> list[Path]:
     """Fig. 1 (R-AUROC per method), Fig. 2 (R-AUROC vs R@1), Fig. 4 left (upstream vs
     downstream R-AUROC) from a ``transfer.nc`` Dataset."""
-    import matplotlib
+    import matplotlib  # heavy: imported on first use (start-up time)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
 
     folder.mkdir(parents=True, exist_ok=True)
     methods = [str(m) for m in ds["method"].values]
@@ -247,7 +247,7 @@ def draw_figures(ds, folder: Path) -> list[Path]:
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
 
     plt.close(fig)
     return path

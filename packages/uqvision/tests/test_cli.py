@@ -217,13 +217,14 @@ def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
 
 
 def test_generated_options_take_their_defaults_from_the_typed_configs():
-    """predict, train, score and demo options are generated from their dataclasses
+    """predict, train, score, reproduce and demo options are generated from their dataclasses
     (uqvision.options.add_config_options): parsed without them, they give the configs' own
     defaults, so no default is written twice."""
     from uqvision import cli
     from uqvision.demo import DemoConfig
     from uqvision.options import config_defaults, config_kwargs
     from uqvision.predict import PredictConfig
+    from uqvision.protocols import ReproduceOptions
     from uqvision.protocols.pitfalls import ENSEMBLE_OPTIONS
     from uqvision.protocols.pitfalls.score import EnsembleConfig
     from uqvision.protocols.selective import SELECTIVE_OPTIONS
@@ -242,6 +243,9 @@ def test_generated_options_take_their_defaults_from_the_typed_configs():
                             (ENSEMBLE_OPTIONS, EnsembleConfig)):
         defaults = config_defaults(config)
         assert config_kwargs(score, options) == {o.field: defaults[o.field] for o in options}
+    reproduce = parse(["reproduce", "url", "--out", "o"])
+    assert ReproduceOptions(**config_kwargs(reproduce, cli._REPRODUCE_OPTIONS)) == \
+        ReproduceOptions()
     demo = parse(["demo", "--out", "o"])
     assert DemoConfig(**config_kwargs(demo, cli._DEMO_OPTIONS)) == DemoConfig()
     # the flags keep their documented spelling

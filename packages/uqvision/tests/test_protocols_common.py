@@ -6,14 +6,16 @@ through ``uqvision score``. The smoke runs are shared with each protocol's own t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 
 import pytest
 import xarray as xr
 
 from uqvision.cli import build_parser, main
 from uqvision.methods import GENERAL_METHODS
-from uqvision.protocols import VISION_PROTOCOLS, Protocol, score_protocol
+from uqvision.protocols import VISION_PROTOCOLS, Protocol, ReproduceOptions, score_protocol
 from uqvision.training.method import TRAINING_METHODS
 
 NAMES = VISION_PROTOCOLS.names()
@@ -49,6 +51,15 @@ def test_the_command_line_takes_the_protocol_from_the_registry(name):
     for command in proto.commands:
         assert command in next(a for a in build_parser()._actions
                                if a.dest == "command").choices
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_driver_takes_the_common_reproduce_options_with_their_defaults(name):
+    params = inspect.signature(VISION_PROTOCOLS.lookup(name).reproduce.run).parameters
+    for f in dataclasses.fields(ReproduceOptions):
+        assert params[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params[f.name].default == f.default, (name, f.name)
+    assert {"options", "log"} <= set(params)
 
 
 def test_only_the_pitfalls_protocol_compares_the_general_methods():

@@ -55,7 +55,7 @@ from .options import (
 )
 from .plots import plot_caches
 from .predict import PASS_MODES, PredictConfig, check_caches, predict_to_files
-from .protocols import VISION_PROTOCOLS, score_protocol
+from .protocols import VISION_PROTOCOLS, ReproduceOptions, score_protocol
 from .protocols.pitfalls.plots import plot_ensembles
 from .protocols.selective import add_selective_options, selective_config
 from .protocols.selective.metadata import (
@@ -524,31 +524,35 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
         options["upstream"] = a.upstream
     if a.downstream is not None:
         options["downstream"] = ",".join(a.downstream)
-    out = driver.run(a.out, scale=a.scale, data=a.data, arch=a.arch, seed=a.seed,
-                     overwrite=a.overwrite, options=options, log=_print, device=a.device)
+    out = driver.run(a.out, **config_kwargs(a, _REPRODUCE_OPTIONS), options=options, log=_print)
     _print(str(out))
     return 0
+
+
+#: ``uqvision reproduce`` options generated from :class:`ReproduceOptions` (the defaults every
+#: driver's ``run`` has).
+_REPRODUCE_OPTIONS = (
+    ConfigOption("scale", help="smoke (tests, minutes) or cpu (2 cores, under an hour); a "
+                               "driver lists its scales"),
+    ConfigOption("data", help="a real image folder (train/ val/ test/) instead of the stand-in"),
+    ConfigOption("arch", help="timm architecture for --data / --upstream"),
+    ConfigOption("seed", type=INDEX),
+    ConfigOption("device", type=device_type,
+                 help="where every network trains and predicts: cpu | cuda | cuda:N"),
+    ConfigOption("overwrite"),
+)
 
 
 def _args_reproduce(p: argparse.ArgumentParser) -> None:
     names = [n for n, proto in VISION_PROTOCOLS.items_ordered() if proto.reproduce is not None]
     p.add_argument("name", choices=names, help="paper:\n" + "\n".join(
         f"{n}: {VISION_PROTOCOLS[n].reproduce.description}" for n in names))
-    p.add_argument("--scale", default="smoke", help="smoke (tests, minutes) or cpu (2 cores, "
-                   "under an hour); a driver lists its scales")
     p.add_argument("--out", required=True)
-    p.add_argument("--data", default=None,
-                   help="a real image folder (train/ val/ test/) instead of the stand-in")
-    p.add_argument("--arch", default=None,
-                   help="timm architecture for --data / --upstream")
+    add_config_options(p, ReproduceOptions, _REPRODUCE_OPTIONS)
     p.add_argument("--upstream", default=None, metavar="ROOT",
                    help="url: real upstream folder (train/ val/ test/)")
     p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
                    help="url: real downstream folders (val/ test/ each), zero-shot")
-    p.add_argument("--seed", type=INDEX, default=0)
-    p.add_argument("--device", default="cpu", type=device_type,
-                   help="where every network trains and predicts: cpu | cuda | cuda:N")
-    p.add_argument("--overwrite", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="driver option (repeatable)")
 

@@ -14,7 +14,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Command", "Protocol", "Reproduction"]
+__all__ = ["Command", "Protocol", "ReproduceOptions", "Reproduction"]
+
+
+@dataclass(frozen=True)
+class ReproduceOptions:
+    """The options every driver takes besides its output folder, its ``--set`` options and its
+    log: the defaults of ``Reproduction.run`` (``uqvision reproduce`` generates its options
+    from these fields; tests/test_protocols_common.py checks each driver's signature against
+    them).
+
+    Attributes
+    ----------
+    scale : str
+        A scale of the driver (``smoke``: tests, minutes; ``cpu``: 2 cores, under an hour).
+    data : str or None
+        A real image folder (``train/ val/ test/``) instead of the generated stand-in.
+    arch : str or None
+        The timm architecture for ``data`` (and URL's ``upstream``).
+    seed : int
+    device : str
+        Where every network trains and predicts: ``cpu``, ``cuda`` or ``cuda:N``.
+    overwrite : bool
+        Recompute outputs that exist.
+    """
+
+    scale: str = "smoke"
+    data: str | None = None
+    arch: str | None = None
+    seed: int = 0
+    device: str = "cpu"
+    overwrite: bool = False
 
 
 @dataclass(frozen=True)

@@ -510,7 +510,8 @@ def summary_table(ds: xr.Dataset) -> str:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
-    """The driver of ``uqvision reproduce pitfalls`` (:data:`REPRODUCTION`): :func:`reproduce_pitfalls`.
+    """The driver of ``uqvision reproduce pitfalls`` (:data:`REPRODUCTION`):
+    :func:`reproduce_pitfalls`.
 
     Options (``--set key=value``): ``workers`` (runs at once, default 1), ``threads`` (torch
     threads per process, default 1) and the scale overrides of :func:`reproduce_pitfalls`.

@@ -580,7 +580,8 @@ def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict[str, str] | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
-    """The driver of ``uqvision reproduce selective`` (:data:`REPRODUCTION`): :func:`reproduce_selective`.
+    """The driver of ``uqvision reproduce selective`` (:data:`REPRODUCTION`):
+    :func:`reproduce_selective`.
 
     Options (``--set key=value``): ``workers`` (networks trained at once, default 1) and
     ``threads`` (torch threads per process, default 1). Returns the summary's path.

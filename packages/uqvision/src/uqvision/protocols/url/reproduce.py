@@ -256,7 +256,8 @@ def _save(fig, path: Path) -> Path:
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
         overwrite: bool = False, options: dict | None = None, log=print,
         device: str = "cpu") -> Path:
-    """The driver of ``uqvision reproduce url`` (:data:`REPRODUCTION`). ``--upstream ROOT`` (or ``--data ROOT``) is the
+    """The driver of ``uqvision reproduce url`` (:data:`REPRODUCTION`).
+    ``--upstream ROOT`` (or ``--data ROOT``) is the
     upstream root; the downstream roots come from ``--downstream ROOT1 ROOT2`` (or ``--set
     downstream=ROOT1,ROOT2``); ``--set methods=ce,elk`` limits the
     methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set

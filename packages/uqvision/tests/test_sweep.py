@@ -64,3 +64,20 @@ def test_a_method_run_is_one_cell_per_sample_and_pass(digits, tmp_path):
                                            for k in range(2) for p in range(2)]
     assert [(c.params["config"]["first_sample"], c.params["config"]["first_pass"])
             for c in plan.cells] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_a_rerun_refuses_caches_of_other_inputs_and_keeps_them(spec, digits, tmp_path):
+    """A sweep resumes only caches of the same identity (as predict does): one computed with
+    another seed is refused for its model, reported, and left as it is."""
+    import hashlib
+
+    from uqvision.predict import predict_to_files
+
+    caches = tmp_path / "caches"
+    (path,) = predict_to_files(spec, digits / "test", caches, PredictConfig(batch_size=32, seed=0))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    report = sweep_predictions([spec], digits / "test", caches, PredictConfig(batch_size=32, seed=1))
+    assert report.computed == [] and report.skipped == []
+    (row,) = report.failed
+    assert "computed from other inputs" in report.failed[row] and "seed 0 vs 1" in report.failed[row]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before

@@ -258,7 +258,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     if a.mode == "plain" and report.paths:
         ds = score_selective([out / "caches"], selective_config(a, dataset=a.dataset_name))
         _print(str(write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)))
-    return 0 if report.paths else 1
+    # exit 1 when a model failed (as uqreg sweep does for failed cells): the others are computed,
+    # scored and kept, and a rerun resumes them
+    return 1 if report.failed or not report.paths else 0
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:

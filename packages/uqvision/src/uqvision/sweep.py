@@ -3,8 +3,10 @@
 Cells are (model × dataset × mode × pass), and for a checkpoint of a training method with
 several prediction samples (snapshots, posterior draws) also × sample — an MC-dropout cell
 holds all its passes, which share one data loading — run by ``uqmetrics.sweep.run_sweep``: a ``LocalCluster`` by default or
-any scheduler by address; each cell writes its cache atomically, a rerun skips complete files,
-and a model that raises is reported while the others go on. Model names are checked against
+any scheduler by address; each cell writes its cache atomically, a rerun skips complete files
+of the same identity (a model whose caches there were computed from other inputs is refused and
+its files kept, unless ``overwrite``), and a model that raises is reported while the others go
+on. Model names are checked against
 the registries (with suggestions) and local weights are looked up before anything runs.
 """
 
@@ -24,7 +26,7 @@ from uqmetrics.sweep import Cell, SweepReport, run_sweep
 
 from .data import ImageFolderDataset, readable_images
 from .models import MODEL_SOURCES, ModelSpec, check_model_name
-from .predict import PredictConfig, cache_plan, predict
+from .predict import PredictConfig, cache_plan, check_caches, predict
 
 __all__ = [
     "WEIGHT_SUFFIXES",
@@ -139,6 +141,29 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: Pred
     return plan
 
 
+def _refuse_other_caches(plan: SweepPlan, data: str | os.PathLike, out_dir: str | os.PathLike,
+                         config: PredictConfig) -> None:
+    """Resume only what matches: a model with caches already in ``out_dir`` has them checked
+    as ``predict`` checks them (:func:`uqvision.predict.check_caches`: full identity, not a
+    cache, corrupt); a model whose caches differ is refused (its cells leave the plan, its files
+    are kept, the report says why), before any cell runs. Models with no cache there are left
+    to their cells."""
+    folder, models = None, {}
+    for cell in plan.cells:
+        models.setdefault((cell.params["name"], cell.params["checkpoint"], cell.params["label"]),
+                          []).append(cell)
+    for (name, checkpoint, label), cells in models.items():
+        if not any((Path(out_dir) / f"{c.key}.nc").exists() for c in cells):
+            continue
+        folder = folder or ImageFolderDataset(data)
+        spec = ModelSpec(name, checkpoint, label)
+        try:
+            check_caches(spec, folder, out_dir, config, dataset_name=cells[0].params["dataset_name"])
+        except (ValueError, OSError) as exc:
+            plan.refused[spec.row] = " ".join(str(exc).split())
+            plan.cells = [c for c in plan.cells if c not in cells]
+
+
 def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
                       out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
                       weights_dir: str | os.PathLike | None = None,
@@ -158,6 +183,8 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
     specs = expand_models(patterns)
     plan = plan_sweep(specs, data, config, weights_dir=weights_dir, dataset_name=dataset_name,
                       threads=threads)
+    if not overwrite:
+        _refuse_other_caches(plan, data, out_dir, config)
     report = (run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
                         n_workers=n_workers, overwrite=overwrite, progress=progress, client=client)
               if plan.cells else SweepReport())

@@ -132,3 +132,34 @@ def test_distillation_loss_is_hintons(trained):
     with pytest.raises(ValueError, match="other classes"):
         _loss_function(ImageTrainConfig(teachers=(spec,)), [c + "x" for c in classes],
                        teacher.data_config)
+
+
+def test_teacher_ensemble_cache_follows_its_members(tmp_path):
+    """The ensemble cache is rebuilt when a member's checkpoint changed (a retrained teacher),
+    and kept when its members are the same (before: kept whenever the file existed)."""
+    from uqmetrics import write_dataset
+
+    from uqvision.cache import cache_dataset, read_cache
+    from uqvision.protocols.selective.reproduce import ensure_ensemble_cache
+
+    rng = np.random.default_rng(0)
+    labels, samples, classes = np.array([0, 1, 2, 1]), [f"s{i}.png" for i in range(4)], ["a", "b", "c"]
+
+    def member(k, sha):
+        attrs = {"model": f"m{k}", "dataset_name": "test", "mode": "plain", "pass_index": 0,
+                 "checkpoint_sha256": sha, "num_params": 10}
+        path = tmp_path / f"m{k}.nc"
+        write_dataset(cache_dataset(rng.normal(size=(4, 3)), labels, samples=samples, classes=classes,
+                                    attrs=attrs), path, overwrite=True)
+        return path
+
+    members = [member(0, "aa"), member(1, "bb")]
+    ens = tmp_path / "ens.nc"
+    assert ensure_ensemble_cache(members, ens, "ens/x", "x", "t")
+    first = read_cache(ens)["logits"].values
+    assert not ensure_ensemble_cache(members, ens, "ens/x", "x", "t")  # same members: kept
+    members[1] = member(1, "cc")  # member 1 retrained
+    assert ensure_ensemble_cache(members, ens, "ens/x", "x", "t")
+    rebuilt = read_cache(ens)
+    assert rebuilt.attrs["checkpoint_sha256"] == "aa,cc"
+    assert not np.array_equal(rebuilt["logits"].values, first)

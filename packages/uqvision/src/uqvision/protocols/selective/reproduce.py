@@ -297,9 +297,26 @@ def _ensemble_cache(member_caches: list[Path], name: str, arch: str, tag: str) -
                          classes=ref["class"].values, attrs=attrs)
 
 
-def _prototype(encoder_ckpt: Path, job: ZooJob, info, sc: ZooScale, out: Path) -> Path:
-    """The prototype classifier on the encoder of a plain model (see the module docstring)."""
-    if out.is_file():
+def ensure_ensemble_cache(member_caches: list[Path], path: Path, name: str, arch: str,
+                          tag: str) -> bool:
+    """Write the ensemble cache of ``member_caches`` to ``path`` unless the one there was made
+    from exactly these members (its ``checkpoint_sha256`` lists theirs); True when written.
+
+    A rerun after a member was retrained rebuilds it (before, an existing file was kept
+    whatever its members).
+    """
+    want = ",".join(read_cache(p).attrs["checkpoint_sha256"] for p in member_caches)
+    if path.is_file() and read_cache(path).attrs.get("checkpoint_sha256") == want:
+        return False
+    write_dataset(_ensemble_cache(member_caches, name, arch, tag), path, overwrite=True)
+    return True
+
+
+def _prototype(encoder_ckpt: Path, job: ZooJob, info, sc: ZooScale, out: Path, *,
+               rebuild: bool = False) -> Path:
+    """The prototype classifier on the encoder of a plain model (see the module docstring);
+    an existing one is kept unless ``rebuild`` (its encoder was retrained)."""
+    if out.is_file() and not rebuild:
         return out
     loaded = load_model(f"{job.arch.arch}={encoder_ckpt}", num_classes=len(info.classes))
     net = loaded.model
@@ -432,16 +449,18 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         t_arch = ZOO_ARCHS[sc.teacher]
         ens_name = f"ens/{t_arch.arch}.hier_{t_arch.name}_ensemble"
         ens_path = caches / "teacher_ensemble.test.plain-000.nc"
-        if not ens_path.is_file():
-            write_dataset(_ensemble_cache([paths[j.key] for j in teachers], ens_name,
-                                          t_arch.arch, f"hier_{t_arch.name}_ensemble"), ens_path)
+        if ensure_ensemble_cache([paths[j.key] for j in teachers], ens_path, ens_name, t_arch.arch,
+                                 f"hier_{t_arch.name}_ensemble"):
+            log(f"teacher ensemble: {ens_path}")
         enc_job = next(j for j in jobs if j.arch.name == sc.prototype_encoder
                        and j.regime == "plain" and j.replicate == 0)
+        retrained = enc_job.tag in fresh  # a new encoder makes a new prototype classifier
         proto_ckpt = _prototype(ckpts[enc_job.tag], enc_job, info, sc,
-                                models / f"hier_{enc_job.arch.name}_proto.safetensors")
+                                models / f"hier_{enc_job.arch.name}_proto.safetensors",
+                                rebuild=retrained)
         proto_name = f"proto/{enc_job.arch.arch}"
         (paths[proto_name],) = predict_to_files(f"{proto_name}={proto_ckpt}", test, caches, pred,
-                                                dataset_name="test")
+                                                dataset_name="test", overwrite=retrained)
         log(f"caches: {caches}")
 
         proto_key = metadata_key("proto", enc_job.arch.arch, proto_ckpt.stem)

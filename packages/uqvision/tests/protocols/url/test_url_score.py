@@ -14,7 +14,15 @@ from uqvision.cli import main
 from uqvision.data import ImageFolderDataset, make_synthetic_folder
 from uqvision.predict import PredictConfig, predict
 from uqvision.protocols.url.crop import CROP_RANGE, crop_fractions, crop_transform
-from uqvision.protocols.url.score import CONSTANT_U, score_transfer, select_configs
+from uqvision.protocols.url.score import (
+    CONSTANT_U,
+    rank_correlation,
+    rank_correlations,
+    score_transfer,
+    select_configs,
+    split_classes,
+    split_downstream,
+)
 
 
 def test_recall_at_1_excludes_the_query_even_with_duplicates():
@@ -66,19 +74,24 @@ def test_crop_pass_mode_records_fractions(folder, rounding_tol):
                                **rounding_tol("test_resnet", b["logits"].values))
 
 
-def _caches(rng, n=40, c=4, d=6, u=None, bad_val=False):
+def _caches(rng, n=40, c=4, d=6, u=None, bad_val=False, val_classes="v", u_test=None):
     """One run's caches: embeddings near their class centre, u given or random; ``bad_val``:
-    validation embeddings in identical pairs of different classes (R@1 = 0)."""
+    validation embeddings in identical pairs of different classes (R@1 = 0). The validation
+    caches' classes are named ``<val_classes>0`` ..., every other cache's ``c0`` ...;
+    ``u_test`` replaces u on the downstream test caches."""
     out = {}
-    for key in [("upstream", "test", "plain"), ("a", "val", "plain"), ("a", "test", "plain"),
-                ("a", "test", "crop")]:
+    for key in [("upstream", "test", "plain"), ("upstream", "test", "crop"),
+                ("a", "val", "plain"), ("a", "test", "plain"), ("a", "test", "crop")]:
         y = np.arange(n) % c
         e = np.eye(c, d)[y] + 1.5 * rng.normal(size=(n, d))
         if bad_val and key[1] == "val":
             e = np.repeat(rng.normal(size=(n // 2, d)), 2, axis=0)
         uu = rng.normal(size=n) if u is None else u(e, y)
+        if u_test is not None and key[0] == "a" and key[1] == "test":
+            uu = u_test(e, y)
+        prefix = val_classes if key[1] == "val" else "c"
         out[key] = cache_dataset(None, y, samples=[f"{i}" for i in range(n)],
-                                 classes=[f"c{j}" for j in range(c)], embedding=e,
+                                 classes=[f"{prefix}{j}" for j in range(c)], embedding=e,
                                  uncertainty=uu, attrs={"model": "m", "dataset_name": key[0],
                                                         "mode": key[2], "pass_index": 0})
     return out
@@ -101,6 +114,110 @@ def test_score_transfer_control_row_and_selection():
 def test_select_configs_none_qualifies():
     low = xr.DataArray(np.full((1, 2, 1, 1), 0.05), dims=("method", "config", "dataset", "seed"))
     assert select_configs(low, low).values.tolist() == [-1]
+    # qualifying configs whose validation R-AUROC is undefined: the best validation R@1
+    rec = xr.DataArray(np.array([0.9, 0.95]).reshape(1, 2, 1, 1), dims=low.dims)
+    assert select_configs(rec, rec * np.nan).values.tolist() == [1]
+    assert select_configs(rec, xr.DataArray(np.array([0.6, np.nan]).reshape(1, 2, 1, 1),
+                                            dims=low.dims)).values.tolist() == [0]
+
+
+# -- item: selection never sees the test classes ---------------------------------------------
+def test_split_classes_disjoint_and_deterministic_by_seed():
+    names = [f"k{i}" for i in range(12)]
+    v, t = split_classes(names, names, seed=3)
+    assert set(v).isdisjoint(t) and sorted(v + t) == sorted(names) and len(v) == len(t) == 6
+    assert split_classes(names[::-1], names, seed=3) == (v, t)  # order of the folders: no matter
+    assert split_classes(names, names, seed=3) == (v, t)
+    assert split_classes(names, names, seed=4) != (v, t)
+    # already disjoint splits (the official CUB/CARS/SOP ones) are kept as given
+    assert split_classes(["b", "a"], ["c", "d"], seed=0) == (["a", "b"], ["c", "d"])
+    with pytest.raises(ValueError, match="non-empty"):
+        split_classes(["a"], ["a"], seed=0)
+
+
+def test_split_downstream_views_hold_only_their_classes(tmp_path):
+    from uqvision.protocols.url.score import TransferLayout
+
+    root = tmp_path / "d"
+    names = [f"k{i}" for i in range(6)]
+    for sp in ("val", "test"):
+        for c in names:
+            (root / sp / c).mkdir(parents=True)
+            (root / sp / c / f"{sp}.png").write_bytes(b"")
+    layout = TransferLayout(tmp_path / "up", {"d": root})
+    for seed in (0, 1, 0):  # a second split of the same folder removes the other's links
+        got = split_downstream(layout, tmp_path / "split", seed)
+        v, t = split_classes(names, names, seed)
+        assert got.class_split == {"d": {"val": v, "test": t}}
+        view = got.downstream["d"]
+        assert sorted(p.name for p in (view / "val").iterdir()) == v
+        assert sorted(p.name for p in (view / "test").iterdir()) == t
+        assert (view / "val" / v[0] / "val.png").is_file()  # val classes from val/
+        assert (view / "test" / t[0] / "test.png").is_file()  # test classes from test/
+
+
+def test_selection_reads_only_validation_classes():
+    """The selected configuration is a function of the validation caches alone: any u on the
+    test caches leaves it (and every val_* metric) unchanged; validation caches that hold a
+    test class are refused; the split is recorded in transfer.nc."""
+    import json
+
+    oracle = lambda e, y: (~nearest_neighbour_correct(e, y)).astype(float)
+
+    def runs(test_u):
+        rng = np.random.default_rng(0)
+        return {("ce", 0, 0): _caches(rng, u_test=test_u[0]),
+                ("ce", 1, 0): _caches(rng, u=oracle, u_test=test_u[1])}
+
+    base = score_transfer(runs([None, None]), ["a"])
+    flipped = score_transfer(runs([oracle, lambda e, y: -oracle(e, y)]), ["a"])
+    assert base["selected_config"].values.tolist() == [1, -1]
+    assert flipped["selected_config"].values.tolist() == [1, -1]
+    for v in ("all_val_r_auroc", "all_val_recall_at_1"):
+        xr.testing.assert_identical(base[v], flipped[v])
+    assert flipped["all_r_auroc"].sel({"method": "ce"}).values.ravel().tolist() == [1.0, 0.0]
+    assert json.loads(base.attrs["class_split"]) == {
+        "a": {"val": [f"v{j}" for j in range(4)], "test": [f"c{j}" for j in range(4)]}}
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"validation caches of 'a' hold test classes"):
+        score_transfer({("ce", 0, 0): _caches(rng, val_classes="c")}, ["a"])
+
+
+# -- item: upstream crop consistency predicts the downstream R-AUROC (Fig. 4 right) ----------
+def test_rank_correlation_known_values():
+    rho, n = rank_correlation([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
+    assert (rho, n) == (pytest.approx(1 - 6 * 4 / (5 * 24), abs=1e-14), 5)  # = 0.8, no ties
+    # ties get average ranks: ranks (1, 2.5, 2.5, 4) vs (1, 3, 2, 4): rho = 4.5 / sqrt(4.5 * 5)
+    assert rank_correlation([1, 2, 2, 3], [1, 3, 2, 4])[0] == pytest.approx(3 / np.sqrt(10),
+                                                                            abs=1e-14)
+    assert rank_correlation([1, 2, np.nan, 4, 5, 6], [2, 1, 9, 4, 3, 5]) == (
+        pytest.approx(0.8, abs=1e-14), 5)  # a missing run is left out
+    assert np.isnan(rank_correlation([1, 2], [2, 1])[0])
+    assert np.isnan(rank_correlation([1, 1, 1], [1, 2, 3])[0])
+
+
+def test_rank_correlations_of_constructed_runs():
+    """Six runs (3 methods x 2 configs x 1 seed), one never made; the downstream R-AUROC is the
+    mean over two datasets. Upstream crop consistency (1..5) against R-AUROC (2, 1, 4, 3, 5):
+    rho = 0.8 over 5 runs; the upstream R-AUROC, its negative, gives -0.8."""
+    x = np.array([1, 2, 3, 4, 5, np.nan]).reshape(3, 2, 1)
+    y = np.array([2, 1, 4, 3, 5, np.nan]).reshape(3, 2, 1) / 10
+    per_ds = np.stack([y + 0.01, y - 0.01], axis=2)  # (method, config, dataset, seed)
+    run_dims, ds_dims = ("method", "config", "seed"), ("method", "config", "dataset", "seed")
+    ds = xr.Dataset({"all_upstream_crop_consistency": (run_dims, x),
+                     "all_upstream_r_auroc": (run_dims, -x),
+                     "all_crop_consistency": (ds_dims, np.full_like(per_ds, 0.5)),
+                     "all_recall_at_1": (ds_dims, per_ds * 2),
+                     "all_r_auroc": (ds_dims, per_ds)},
+                    coords={"method": ["a", "b", "c"], "config": [0, 1], "dataset": ["p", "q"],
+                            "seed": [0]})
+    got = rank_correlations(ds)
+    rho = got["rank_correlation"].to_series().to_dict()
+    assert rho["upstream_crop_consistency"] == pytest.approx(0.8, abs=1e-12)
+    assert rho["upstream_r_auroc"] == pytest.approx(-0.8, abs=1e-12)
+    assert rho["recall_at_1"] == pytest.approx(1.0, abs=1e-12)
+    assert np.isnan(rho["crop_consistency"])  # constant
+    assert got["rank_correlation_n"].values.tolist() == [5, 5, 5, 5]
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +241,34 @@ def test_reproduce_url_smoke_and_cli_score(url_run, tmp_path):
     assert {"embedding", "uncertainty"} <= set(cache.data_vars) and "logits" not in cache
     assert cache.attrs["method"] == "ce" or cache.attrs["method"] == "losspred"
     assert "logits" in read_cache(next((out / "caches").glob("*upstream-test.plain-000.nc")))
+    # upstream crops: cached and scored per run, and their rank correlation reported
+    up = read_cache(next((out / "caches").glob("*upstream-test.crop-000.nc")))
+    np.testing.assert_allclose(up["crop_fraction"], crop_fractions(
+        up.attrs["sample_seed"], range(up.sizes["sample"])), rtol=1e-6)
+    crop = ds["upstream_crop_consistency"].sel({"method": ["ce", "losspred"]})
+    assert np.isfinite(crop).all() and ((crop >= 0) & (crop <= 1)).all()
+    assert ds["rank_correlation_n"].sel({"quantity": "upstream_crop_consistency"}) == 2
+    # the class split: recorded, and every validation cache holds only validation classes
+    import json
+
+    split = json.loads(ds.attrs["class_split"])
+    assert sorted(split) == ["down_a", "down_b"] and ds.attrs["class_split_seed"] == 0
+    for name, s in split.items():
+        assert set(s["val"]).isdisjoint(s["test"]) and s["val"] and s["test"]
+        for sp in ("val", "test"):
+            for p in (out / "caches").glob(f"*{name}-{sp}.plain-000.nc"):
+                assert sorted(read_cache(p)["class"].values.tolist()) == s[sp], p.name
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
-        "fig1_r_auroc.png", "fig2_r_auroc_vs_recall.png", "fig4_upstream_vs_downstream.png"]
+        "fig1_r_auroc.png", "fig2_r_auroc_vs_recall.png", "fig4_crop_vs_downstream.png",
+        "fig4_upstream_vs_downstream.png"]
     assert main(["score", "--protocol", "transfer", "--caches", str(out / "caches"),
                  "--out", str(tmp_path / "t.nc")]) == 0
     again = xr.open_dataset(tmp_path / "t.nc")
     xr.testing.assert_allclose(again["r_auroc"], ds["r_auroc"])
     xr.testing.assert_allclose(again["human_alignment"], ds["human_alignment"])
+    xr.testing.assert_allclose(again["upstream_crop_consistency"],
+                               ds["upstream_crop_consistency"])
+    assert again.attrs["class_split"] == ds.attrs["class_split"]
 
 
 def test_real_folders_end_to_end_through_the_cli(url_run, tmp_path):
@@ -161,7 +299,7 @@ def test_real_folders_end_to_end_through_the_cli(url_run, tmp_path):
                        ).all()
     assert ds["human_alignment"].isnull().all()  # real folders here have no soft labels
     caches = sorted(p.name for p in (out / "caches").glob("*.nc"))
-    assert len(caches) == len(REPRESENTATION_METHODS) * 7  # up + 2 x (val, test, crop)
+    assert len(caches) == len(REPRESENTATION_METHODS) * 8  # 2 up + 2 x (val, test, crop)
     for p in (hier / "caches").glob("*.nc"):
         if ".mixed-" in p.name:
             continue

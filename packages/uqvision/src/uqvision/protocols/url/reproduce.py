@@ -7,7 +7,10 @@ Steps (each resumable: a finished file is never recomputed):
    — or real folders: ``--upstream ROOT --downstream ROOT1 ROOT2 --arch NAME`` (the same as
    ``--set upstream=ROOT --set downstream=ROOT1,ROOT2``; upstream with ``train/val/test``, each
    downstream with ``val/test``); both give a :class:`~uqvision.protocols.url.score.TransferLayout` and
-   everything after this step is the same code;
+   everything after this step is the same code; each downstream dataset's classes are then
+   split into disjoint validation and test classes (seeded by ``--set split_seed=N``, default
+   ``--seed``; :func:`uqvision.protocols.url.score.split_downstream`, views in
+   ``DIR/data/split``): selection sees only validation classes;
 2. the backbone checkpoint: ``--set backbone=FILE`` (a timm checkpoint of ``--arch``), else a
    CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
 3. every method x configuration x seed fine-tunes the backbone with its loss
@@ -15,10 +18,11 @@ Steps (each resumable: a finished file is never recomputed):
    (:func:`uqvision.training.loop.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
    reused), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
    ``plain`` and ``crop``) writes caches of embeddings and u for the upstream test set (with
-   logits), each downstream ``val``/``test`` (plain) and ``test`` (crop), and the soft-label
-   set, into ``DIR/caches/``;
-4. :func:`uqvision.protocols.url.score.score_transfer` -> ``DIR/transfer.nc``; figures in
-   ``DIR/figures/`` (the paper's Fig. 1, 2 and 4 left).
+   logits) in ``plain`` and ``crop`` mode, each downstream ``val``/``test`` (plain) and
+   ``test`` (crop), and the soft-label set, into ``DIR/caches/``;
+4. :func:`uqvision.protocols.url.score.score_transfer` -> ``DIR/transfer.nc`` (with the
+   rank correlations of the paper's Fig. 4 over every run); figures in ``DIR/figures/`` (the
+   paper's Fig. 1, 2 and 4 left and right).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from ...predict import PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
 from .methods import REPRESENTATION_METHODS
-from .score import TransferLayout, hierarchy_layout, score_transfer
+from .score import TransferLayout, hierarchy_layout, score_transfer, split_downstream
 
 __all__ = ["REPRODUCTION", "URL_SCALES", "URLScale", "reproduce_url"]
 
@@ -70,7 +74,8 @@ URL_SCALES.add("cpu", URLScale("cpu", "cpu hierarchy (24 upstream classes), 2 ep
 
 
 #: ``--set`` options of the driver (besides ``<method>.<field>`` hyper-parameters).
-OPTIONS = ("methods", "upstream", "downstream", "backbone", "input_size", "batch_size")
+OPTIONS = ("methods", "upstream", "downstream", "backbone", "input_size", "batch_size",
+           "split_seed")
 
 
 def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLayout:
@@ -114,7 +119,8 @@ def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, see
 
 def _run_caches(out: Path, layout: TransferLayout, run: str) -> dict:
     """``(dataset, split, mode) -> (image folder, cache path)`` of one run."""
-    paths = {("upstream", "test", "plain"): layout.upstream / "test"}
+    paths = {("upstream", "test", "plain"): layout.upstream / "test",
+             ("upstream", "test", "crop"): layout.upstream / "test"}
     for name, root in layout.downstream.items():
         paths[(name, "val", "plain")] = root / "val"
         paths[(name, "test", "plain")] = root / "test"
@@ -155,7 +161,9 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
     (out / "caches").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with flush_denormal():
-        layout = _layout(out, sc, seed, options)
+        split_seed = int(options.get("split_seed", seed))
+        layout = split_downstream(_layout(out, sc, seed, options), out / "data" / "split",
+                                  split_seed)
         ckpt = _backbone(out, layout, arch, sc, seed, options, device, log)
         runs: dict = {}
         for s in sc.seeds:  # seed-major: a cut-short run has every method at seed 0
@@ -186,7 +194,8 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
     result = score_transfer(runs, list(layout.downstream), soft_labels=layout.soft_labels,
                             attrs={"scale": scale, "architecture": arch,
                                    "wall_time_s": time.perf_counter() - t0, "device": device,
-                                   "lrs": list(sc.lrs), "epochs": sc.epochs})
+                                   "lrs": list(sc.lrs), "epochs": sc.epochs,
+                                   "class_split_seed": split_seed})
     path = write_dataset(result, out / "transfer.nc", overwrite=True)
     draw_figures(read_dataset(path), out / "figures")
     return path
@@ -209,7 +218,8 @@ def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, s
 
 def draw_figures(ds, folder: Path) -> list[Path]:
     """Fig. 1 (R-AUROC per method), Fig. 2 (R-AUROC vs R@1), Fig. 4 left (upstream vs
-    downstream R-AUROC) from a ``transfer.nc`` Dataset."""
+    downstream R-AUROC) and right (upstream crop consistency vs downstream R-AUROC) from a
+    ``transfer.nc`` Dataset."""
     import matplotlib  # heavy: imported on first use (start-up time)
 
     matplotlib.use("Agg")
@@ -241,6 +251,14 @@ def draw_figures(ds, folder: Path) -> list[Path]:
     ax.set_xlabel("upstream R-AUROC (all runs)")
     ax.set_ylabel("downstream R-AUROC")
     paths.append(_save(fig, folder / "fig4_upstream_vs_downstream.png"))
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.scatter(ds["all_upstream_crop_consistency"].values.ravel(),
+               ds["all_r_auroc"].mean("dataset").values.ravel(), s=10)
+    rho = float(ds["rank_correlation"].sel({"quantity": "upstream_crop_consistency"}))
+    ax.set_title(f"Spearman rho = {rho:.2f}", fontsize=9)
+    ax.set_xlabel("upstream crop consistency (all runs)")
+    ax.set_ylabel("downstream R-AUROC")
+    paths.append(_save(fig, folder / "fig4_crop_vs_downstream.png"))
     return paths
 
 
@@ -262,7 +280,8 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
     downstream=ROOT1,ROOT2``); ``--set methods=ce,elk`` limits the
     methods; ``--set <method>.<field>=value`` sets a method's hyper-parameter; ``--set
     input_size=224`` the square input side (default 32, the stand-in's); ``--set
-    batch_size=N`` the prediction batch size (default 64)."""
+    batch_size=N`` the prediction batch size (default 64); ``--set split_seed=N`` the seed of
+    the downstream validation/test class split (default ``--seed``)."""
     options = dict(options or {})
     if data is not None:
         options.setdefault("upstream", str(data))

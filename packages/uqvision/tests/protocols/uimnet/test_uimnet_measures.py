@@ -6,10 +6,12 @@ import torch
 from scipy.stats import multivariate_normal
 
 from uqvision.protocols.uimnet.measures import (
+    GMM_COVARIANCE,
     MEASURES,
     GaussianClasses,
     MeasureInput,
     jacobian_norm,
+    stratified_subset,
 )
 
 Z = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]],
@@ -25,20 +27,38 @@ def ent(p):
     return -(p * np.log(p)).sum(-1)
 
 
+def calibrated(z, t):
+    """The calibrated ensemble predictor softmax(log mean_k softmax(z_k) / t), by hand."""
+    return probs(np.log(probs(z, 1.0).mean(0)), t)
+
+
+#: a 5-member ensemble (member 5, n 4, C 3)
+Z5 = np.random.default_rng(5).normal(0.0, 2.0, (5, 4, 3))
+
+
 def test_the_registry_holds_the_seven_measures_in_the_papers_order():
     assert MEASURES.names() == ["largest", "gap", "entropy", "jacobian", "gmm", "tta", "native"]
 
 
+@pytest.mark.parametrize("z", [Z, Z5], ids=["k2", "k5"])
 @pytest.mark.parametrize("t", [1.0, 2.5])
-def test_probability_measures_equal_their_formulas(t):
-    inp = MeasureInput(Z, temperature=t)
-    p = probs(Z, t).mean(0)
+def test_probability_measures_equal_their_formulas(t, z):
+    """largest, gap, entropy and tta read the one calibrated predictor softmax(log p̄ / τ)
+    (the one τ is fitted on), not the mean of the members' softmax(z_k / τ)."""
+    inp = MeasureInput(z, temperature=t, tta=np.stack([z, z[::-1] + 0.5], axis=1))
+    p = calibrated(z, t)
     s = np.sort(p, -1)[:, ::-1]
     np.testing.assert_allclose(MEASURES.lookup("largest")(inp), -s[:, 0])
     np.testing.assert_allclose(MEASURES.lookup("gap")(inp), s[:, 1] - s[:, 0])
     np.testing.assert_allclose(MEASURES.lookup("entropy")(inp), ent(p))
-    # native of an ensemble: Jensen-Shannon H(mean p) - mean H(p)
-    js = ent(p) - ent(probs(Z, t)).mean(0)
+    np.testing.assert_allclose(inp.probs, p)
+    tta = (calibrated(z, t) + calibrated(z[::-1] + 0.5, t)) / 2
+    np.testing.assert_allclose(MEASURES.lookup("tta")(inp), -tta.max(-1))
+    if t != 1.0:  # the members' mean at τ is another predictor
+        assert not np.allclose(MEASURES.lookup("largest")(inp), -probs(z, t).mean(0).max(-1))
+    # native of an ensemble: Jensen-Shannon between the members, H(mean p_k) - mean H(p_k)
+    pk = probs(z, t)
+    js = ent(pk.mean(0)) - ent(pk).mean(0)
     np.testing.assert_allclose(MEASURES.lookup("native")(inp), js)
 
 
@@ -66,12 +86,28 @@ def test_jacobian_norm_equals_the_analytic_jacobian_of_a_linear_softmax():
         s = torch.softmax(lin(x[i]) / t, -1).detach()
         jac = (torch.diag(s) - torch.outer(s, s)) @ w / t  # d softmax(Wx/t) / dx
         assert got[i].item() == pytest.approx(float((jac ** 2).sum()), rel=1e-10)
-    # an ensemble: the Jacobian of the mean
-    lin2 = torch.nn.Linear(4, 3).double()
-    both = jacobian_norm([lin, lin2], x[:1])
-    full = torch.autograd.functional.jacobian(
-        lambda v: (torch.softmax(lin(v), -1) + torch.softmax(lin2(v), -1)) / 2, x[0])
-    assert both.item() == pytest.approx(float((full ** 2).sum()), rel=1e-10)
+
+
+@pytest.mark.parametrize("t", [1.0, 1.7])
+def test_jacobian_norm_of_an_ensemble_is_that_of_its_calibrated_predictor(t):
+    """5 members: the Jacobian of softmax(log mean_k softmax(f_k) / τ), the predictor τ is
+    fitted on (at τ ≠ 1 not the mean of the members' softmax(f_k / τ))."""
+    torch.manual_seed(1)
+    members = [torch.nn.Linear(4, 3).double() for _ in range(5)]
+    x = torch.randn(3, 4, dtype=torch.float64)
+
+    def predictor(v):
+        p = torch.stack([torch.softmax(m(v), -1) for m in members]).mean(0)
+        return torch.softmax(torch.log(p) / t, -1)
+
+    got = jacobian_norm(members, x, temperature=t)
+    for i in range(3):
+        full = torch.autograd.functional.jacobian(predictor, x[i])
+        assert got[i].item() == pytest.approx(float((full ** 2).sum()), rel=1e-10)
+    if t != 1.0:
+        mean_of_members = torch.autograd.functional.jacobian(
+            lambda v: torch.stack([torch.softmax(m(v) / t, -1) for m in members]).mean(0), x[0])
+        assert got[0].item() != pytest.approx(float((mean_of_members ** 2).sum()), rel=1e-3)
 
 
 def test_gmm_measure_equals_the_fitted_class_gaussians():
@@ -83,13 +119,66 @@ def test_gmm_measure_equals_the_fitted_class_gaussians():
                                MeasureInput(Z[:1, :1].repeat(100, 1), features=feats[None],
                                             labels=y))
     density = sum((y == c).mean() * multivariate_normal(
-        feats[y == c].mean(0), np.cov(feats[y == c].T) + gc_reg(feats) * np.eye(2)).pdf(test)
+        feats[y == c].mean(0), ledoit_wolf(feats[y == c]) + gc_reg(feats) * np.eye(2)).pdf(test)
         for c in range(3))
     np.testing.assert_allclose(u, -np.log(density), rtol=1e-10)
 
 
 def gc_reg(feats):
     return 1e-6 * feats.var(axis=0).mean()
+
+
+def ledoit_wolf(x):
+    """Ledoit & Wolf (2004)'s shrinkage estimate, from its formula: S the MLE covariance,
+    m = tr(S)/d, δ² = ||S − mI||², β² = min(δ², mean_i ||x_i x_iᵀ − S||² / n)."""
+    xc = x - x.mean(0)
+    n, d = xc.shape
+    s = xc.T @ xc / n
+    m = np.trace(s) / d
+    delta2 = ((s - m * np.eye(d)) ** 2).sum()
+    beta2 = min(delta2, np.mean([((np.outer(r, r) - s) ** 2).sum() for r in xc]) / n)
+    return beta2 / delta2 * m * np.eye(d) + (1 - beta2 / delta2) * s
+
+
+def test_gmm_with_fewer_fit_images_than_dimensions_is_a_density():
+    """n_c = 12 < d = 32: each class covariance is the shrinkage estimate, finite and
+    well-conditioned; a held-out image of a class is more likely than a far point, and about
+    as likely as the class's fit images (a distance to the fit images' affine hull, the
+    singular covariance plus a tiny ridge, puts held-out images astronomically far)."""
+    rng = np.random.default_rng(3)
+    d, n_c = 32, 12
+    mus = rng.normal(0.0, 3.0, (3, d))
+    y = np.repeat([0, 1, 2], n_c)
+    fit = mus[y] + rng.standard_normal((y.size, d))
+    held = mus[0] + rng.standard_normal((20, d))
+    far = mus[0] + 10.0 * rng.standard_normal((20, d))
+    gmm = GaussianClasses.fit(fit, y)
+    covs = gmm.covariances
+    assert np.isfinite(covs).all() and np.linalg.cond(covs).max() < 100
+    for c in range(3):
+        np.testing.assert_allclose(covs[c], ledoit_wolf(fit[y == c]) + gc_reg(fit) * np.eye(d),
+                                   rtol=1e-8, atol=1e-12)
+    ld_held, ld_far, ld_fit = (gmm.log_density(v) for v in (held, far, fit[y == 0]))
+    assert np.isfinite(ld_held).all() and ld_held.min() > ld_far.max()
+    # in-sample vs held-out: the gap is of the order of d, not of 1 / ridge
+    assert ld_fit.mean() - ld_held.mean() < 2 * d
+    assert "LedoitWolf" in GMM_COVARIANCE
+
+
+def test_stratified_subset_represents_every_class_in_proportion():
+    """The Jacobian's images of a set: folders are in class order, so the first images are a
+    few classes; the seeded, stratified subset holds every class within 1 of its share."""
+    y = np.repeat(np.arange(18), np.arange(18) % 4 + 8)  # 18 classes, 8 to 11 images each
+    for size in (18, 64, 100):
+        keep = stratified_subset(y, size, seed=0)
+        assert keep.size == size and np.unique(keep).size == size
+        counts = np.bincount(y[keep], minlength=18)
+        assert np.all(np.abs(counts - np.bincount(y) * size / y.size) <= 1)
+    assert np.array_equal(stratified_subset(y, 64, seed=0), stratified_subset(y, 64, seed=0))
+    assert not np.array_equal(stratified_subset(y, 64, seed=0), stratified_subset(y, 64, seed=1))
+    np.testing.assert_array_equal(stratified_subset(y[:5], 64), np.arange(5))
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        stratified_subset(y, 0)
 
 
 def test_gmm_recovers_the_analytic_density_of_gaussian_features():

@@ -21,6 +21,7 @@ from uqvision.protocols.uimnet.methods import (
     oc_penalty,
     small_cnn,
     soft_targets,
+    student_width,
 )
 
 C = 3
@@ -137,9 +138,9 @@ def test_oc_penalty_is_summed_over_layers_and_in_the_loss():
     torch.testing.assert_close(method.loss(state, out, y), expected)
 
 
-@pytest.mark.parametrize("kind", ["rnd", "deep_ae"])
-def test_student_losses_and_native_disagreement(kind):
-    method, state = started(kind, width=5, aux_weight=2.0)
+@pytest.mark.parametrize("kind,width", [("rnd", 5), ("deep_ae", 3)])
+def test_student_losses_and_native_disagreement(kind, width):
+    method, state = started(kind, width=width, aux_weight=2.0)
     x, y = batch()
     out = state.model(x)
     net = state.net
@@ -153,6 +154,32 @@ def test_student_losses_and_native_disagreement(kind):
         method.step(state, x, y)
         assert all(torch.equal(a, b) for a, b in zip(before, net.teacher.parameters()))
         assert not any(p.requires_grad for p in net.teacher.parameters())
+
+
+@pytest.mark.parametrize("d", [4, 16, 32])
+def test_student_widths_fit_the_feature_size(d):
+    """DeepAE's bottleneck is narrower than d; OC has at most d certificates in R^d; the
+    default and every search-space draw derive the width from d."""
+    base = FeatureClassifier(nn.Sequential(nn.Flatten(), nn.Linear(6, d), nn.ReLU()), d, C)
+    for kind in ("deep_ae", "oc"):
+        method, state = started(kind, base=base)
+        layers = [m for m in state.net.student.modules() if isinstance(m, nn.Linear)]
+        if kind == "deep_ae":
+            assert layers[0].out_features == d // 2 < d and layers[-1].out_features == d
+        else:
+            assert layers[-1].out_features == d // 2 <= d
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            hp = method.hparams_from(SEARCH_SPACES.lookup(kind)(rng))
+            assert 1 <= student_width(kind, d, hp) < d
+    with pytest.raises(ValueError, match="deep_ae: option 'width' = 4 is no bottleneck"):
+        started("deep_ae", base=linear_base(d=4), width=4)
+    with pytest.raises(ValueError, match="oc: option 'width' = 5 orthonormal certificates"):
+        started("oc", base=linear_base(d=4), width=5)
+    started("oc", base=linear_base(d=4), width=4)  # d certificates in R^d: an orthonormal basis
+    started("rnd", base=linear_base(d=4), width=64)  # RND's width is free
+    with pytest.raises(ValueError, match="width_ratio must lie in"):
+        started("oc", width_ratio=1.0)
 
 
 def test_spectral_normalisation_bounds_the_featurizer():

@@ -48,6 +48,43 @@ def test_split_and_index_files(uimnet):
     assert width == {"extractor": 8, "erm.sn0.t0.s0": 6}
 
 
+def test_trials_selection_jacobian_subset_and_oracle_images(uimnet):
+    """A trial is one configuration on every data seed; an ensemble of K holds the same trials
+    on every seed (top K by validation NLL averaged over seeds); the Jacobian's images of a set
+    are a stratified subset; the oracle never trains on in-domain validation images."""
+    out, _ = uimnet
+    ckpt = out / "checkpoints"
+    for alg in ("erm", "mc_dropout"):
+        hp = [read_sidecar(ckpt / f"{alg}.sn0.t1.s{s}.safetensors")["hparams"] for s in (0, 1)]
+        assert hp[0] == hp[1]
+    for alg in ("erm", "mc_dropout"):
+        for sp in (0, 1):
+            for k in (1, 5):
+                cells = [read_dataset(out / "caches" / "ensembles" / f"{alg}.sn{sp}.s{s}.k{k}.nc")
+                         for s in (0, 1)]
+                chosen = [json.loads(c.attrs["selection"])["trials"] for c in cells]
+                assert chosen[0] == chosen[1] and len(chosen[0]) == min(k, 2)
+                for s, cell in zip((0, 1), cells, strict=True):
+                    members = json.loads(cell.attrs["members"])
+                    assert sorted(int(m.rsplit(".t", 1)[1].split(".")[0]) for m in members) \
+                        == sorted(chosen[0])
+                    assert all(m.endswith(f".s{s}.nc") for m in members)
+                    run = read_dataset(members[0])
+                    for split in ("in_val", "in_test", "out_test"):
+                        y = run[f"{split}_label"].values
+                        keep = cell[f"{split}_jindex"].values
+                        assert keep.size == min(8, y.size) == cell.sizes[f"{split}_jsample"]
+                        counts = np.bincount(y[keep], minlength=y.max() + 1)
+                        share = np.bincount(y) * keep.size / y.size
+                        assert np.all(np.abs(counts - share) <= 1)
+    for s in (0, 1):
+        side = read_sidecar(ckpt / f"oracle.s{s}.safetensors")
+        assert side["train_config"]["index_file"].endswith(f"seed{s}.oracle.json")
+        used = set(read_index_file(side["train_config"]["index_file"])["samples"])
+        val = set(read_index_file(out / "index" / f"seed{s}.val.json")["samples"])
+        assert val and not used & val
+
+
 def test_ood_nc_has_every_metric_over_its_dims(uimnet):
     out, path = uimnet
     ds = read_dataset(path)
@@ -60,6 +97,7 @@ def test_ood_nc_has_every_metric_over_its_dims(uimnet):
         assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
     assert ds.spectral.values.tolist() == [False, True]  # the ablation, through the driver
     assert ds.attrs["device"] == "cpu" and json.loads(ds.attrs["scale"])["width"] == 6
+    assert "LedoitWolf" in ds.attrs["gmm_covariance"]
     mean = ds.sel(stat="mean")
     assert np.isfinite(mean["acc1"]).all() and np.isfinite(mean["auc"].sel(measure="entropy")).all()
     # temperature scaling never changes top-1 accuracy

@@ -33,12 +33,14 @@ References
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import logsumexp
+from sklearn.covariance import LedoitWolf
 from uqmetrics import (
     calibration_splits,
     entropy,
@@ -49,8 +51,41 @@ from uqmetrics import (
 from uqmetrics.calibration import softmax
 from uqmetrics.registry import Registry
 
-__all__ = ["MEASURES", "GaussianClasses", "Measure", "MeasureInput", "jacobian_norm",
-           "reference_split"]
+__all__ = ["GMM_COVARIANCE", "MEASURES", "GaussianClasses", "Measure", "MeasureInput",
+           "calibrated_log_probs", "jacobian_norm", "reference_split", "stratified_subset"]
+
+#: How :class:`GaussianClasses` estimates each class covariance (recorded in ``ood.nc``).
+GMM_COVARIANCE = ("sklearn.covariance.LedoitWolf per class (shrinkage towards a scaled "
+                  "identity), plus a ridge of 1e-6 x the mean feature variance")
+
+
+def calibrated_log_probs(member_logits, temperature: float = 1.0) -> np.ndarray:
+    """Log-probabilities of the calibrated predictor ``softmax(log p̄ / τ)``, ``p̄ = mean_k
+    softmax(z_k)``, shape (n, C) (or (..., n, C) for leading axes after the member axis).
+
+    The one predictor of a (K-member) ensemble at temperature τ: τ is fitted on it, and
+    every measure and metric reads it. For K = 1 it is ``softmax(z / τ)``.
+
+    Parameters
+    ----------
+    member_logits : array_like, shape (member, ..., n, C)
+    temperature : float, default 1.0
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (..., n, C)
+
+    Examples
+    --------
+    >>> z = np.log([[[0.5, 0.25, 0.25]]])
+    >>> np.exp(calibrated_log_probs(z, 1.0)).round(3).tolist()
+    [[0.5, 0.25, 0.25]]
+    """
+    z = np.asarray(member_logits, np.float64)
+    lp = z - logsumexp(z, axis=-1, keepdims=True)
+    log_mean = logsumexp(lp, axis=0) - np.log(lp.shape[0])
+    scaled = log_mean / float(temperature)
+    return scaled - logsumexp(scaled, axis=-1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -62,7 +97,8 @@ class MeasureInput:
     logits : numpy.ndarray, shape (member, n, C)
         Logits at τ = 1 (a stochastic-pass method: log of its mean pass probabilities).
     temperature : float
-        τ; probabilities are ``softmax(logits / τ)``, averaged over members.
+        τ of the calibrated predictor ``softmax(log p̄ / τ)``, ``p̄`` the members' mean
+        softmax at τ = 1 (:attr:`probs`; :func:`calibrated_log_probs`).
     labels : numpy.ndarray of int, shape (n,), optional
         Needed on the reference (validation) set by ``gmm``.
     features : numpy.ndarray, shape (member, n, d), optional
@@ -92,15 +128,23 @@ class MeasureInput:
 
     @property
     def member_probs(self) -> np.ndarray:
-        """``softmax(logits / τ)``, shape (member, n, C), float64."""
+        """``softmax(logits / τ)``, shape (member, n, C), float64: each member on its own
+        (the native disagreement between members); the predictor is :attr:`probs`."""
         return softmax(np.asarray(self.logits, np.float64), temperature=self.temperature)
+
+    @property
+    def probs(self) -> np.ndarray:
+        """The calibrated predictor ``softmax(log p̄ / τ)``, shape (n, C), float64
+        (:func:`calibrated_log_probs`)."""
+        return np.exp(calibrated_log_probs(self.logits, self.temperature))
 
     def subset(self, index) -> MeasureInput:
         """The same input restricted to images ``index`` (int array of shape (m,) or a boolean
         mask of shape (n,)), every per-image array indexed along its image axis.
 
-        ``jacobian`` is not carried (set to None): the UIMNET caches hold it for the first
-        ``jacobian_max`` images of a set only, so it is not aligned with ``index``.
+        ``jacobian`` is not carried (set to None): the UIMNET caches hold it for a
+        ``jacobian_max``-image subset of a set only (:func:`stratified_subset`), so it is not
+        aligned with ``index``.
         """
         idx = np.asarray(index)
         n = np.asarray(self.logits).shape[1]
@@ -159,22 +203,23 @@ def _measure(name: str, description: str, *, fitted: bool = False):
     return deco
 
 
-@_measure("largest", "minus the largest mean softmax score, -s_(1)")
+@_measure("largest", "minus the largest score of the predictor, -s_(1)")
 def _largest(inp, ref):
-    return -softmax_response(inp.member_probs)
+    return -softmax_response(inp.probs)
 
 
 @_measure("gap", "softmax gap s_(2) - s_(1)")
 def _gap(inp, ref):
-    return -margin(inp.member_probs)
+    return -margin(inp.probs)
 
 
-@_measure("entropy", "Shannon entropy of the mean softmax, -sum_c s_c log s_c")
+@_measure("entropy", "Shannon entropy of the predictor, -sum_c s_c log s_c")
 def _entropy(inp, ref):
-    return entropy(inp.member_probs)
+    return entropy(inp.probs)
 
 
-@_measure("jacobian", "||grad_x softmax(f(x)/tau)||_F^2 (Novak et al.), from a model pass")
+@_measure("jacobian", "||grad_x softmax(log pbar(x)/tau)||_F^2 (Novak et al.), from a model "
+                      "pass")
 def _jacobian(inp, ref):
     return inp.need("jacobian")
 
@@ -188,11 +233,10 @@ def _gmm(inp, ref):
                     for f, r in zip(feats, ref_feats, strict=True)], axis=0)
 
 
-@_measure("tta", "-max_c of the softmax averaged over members and random augmentations")
+@_measure("tta", "-max_c of the predictor's softmax averaged over random augmentations")
 def _tta(inp, ref):
-    z = inp.need("tta")
-    p = softmax(z.astype(np.float64), temperature=inp.temperature)
-    return -softmax_response(p.reshape(-1, *p.shape[-2:]))
+    z = inp.need("tta")  # (member, aug, n, C): the predictor on each augmentation
+    return -softmax_response(np.exp(calibrated_log_probs(z, inp.temperature)))
 
 
 @_measure("native", "the algorithm's own: Jensen-Shannon between members (ensembles, "
@@ -248,12 +292,53 @@ def reference_split(labels, *, fit_fraction: float = 0.5,
     return fit, held
 
 
+def stratified_subset(labels, size: int, *, seed: int = 0) -> np.ndarray:
+    """A seeded, class-stratified subset of ``size`` of the images (the Jacobian measure's
+    images of a set: a set's folder order is class order, so its first images are a few
+    classes only).
+
+    Parameters
+    ----------
+    labels : array_like of int, shape (n,)
+    size : int >= 1
+        Images kept (all of them when ``size >= n``).
+    seed : int, default 0
+
+    Returns
+    -------
+    numpy.ndarray of int, shape (min(size, n),)
+        Sorted indices; each class's count is within 1 of its proportional share
+        ``n_c * size / n`` (:func:`uqmetrics.calibration_splits`, protocol
+        ``stratified_holdout``).
+
+    Examples
+    --------
+    >>> stratified_subset([0, 0, 0, 0, 1, 1, 1, 1], 4, seed=0).size
+    4
+    """
+    y = np.asarray(labels)
+    if y.ndim != 1:
+        raise ValueError(f"labels must have shape (n,), got shape {y.shape}")
+    if int(size) < 1:
+        raise ValueError(f"size must be >= 1, got {size!r}")
+    if int(size) >= y.size:
+        return np.arange(y.size)
+    ((part, _),) = calibration_splits(y, protocol="stratified_holdout", n_calib=int(size),
+                                      seed=seed)
+    return np.sort(np.asarray(part, dtype=np.intp))
+
+
 @dataclass(frozen=True)
 class GaussianClasses:
-    """Class-conditional Gaussians ``N(μ_c, Σ_c + reg·I)`` with class weights ``λ_c``.
+    """Class-conditional Gaussians ``N(μ_c, Σ_c)`` with class weights ``λ_c``.
 
-    ``reg`` (default ``1e-6`` times the mean feature variance) keeps Σ_c invertible when a
-    class has fewer validation samples than feature dimensions.
+    Σ_c is the Ledoit–Wolf shrinkage estimate (:class:`sklearn.covariance.LedoitWolf`: the
+    sample covariance shrunk towards ``trace/d · I`` by the analytically optimal weight), so a
+    class with fewer fit samples than feature dimensions (``n_c < d``) gets a full-rank,
+    well-conditioned covariance: a density, not a distance to the affine hull of its samples
+    (which a tiny ridge on the singular sample covariance would be). ``reg`` (default ``1e-6``
+    times the mean feature variance) is added only as a floor for degenerate classes (one
+    sample, or constant features). :data:`GMM_COVARIANCE` records this rule.
     """
 
     weights: np.ndarray
@@ -276,11 +361,18 @@ class GaussianClasses:
         for c in classes:
             xc = x[y == c]
             mu = xc.mean(axis=0)
-            cov = (xc - mu).T @ (xc - mu) / max(len(xc) - 1, 1) + reg * np.eye(d)
+            degenerate = len(xc) < 2 or not np.ptp(xc, axis=0).any()
+            shrunk = np.zeros((d, d)) if degenerate else LedoitWolf().fit(xc).covariance_
+            cov = shrunk + reg * np.eye(d)
             means.append(mu)
             chols.append(np.linalg.cholesky(cov))
         w = np.array([(y == c).mean() for c in classes])
         return cls(w, np.array(means), np.array(chols))
+
+    @property
+    def covariances(self) -> np.ndarray:
+        """Σ_c, shape (class, d, d)."""
+        return self.chol @ np.swapaxes(self.chol, -1, -2)
 
     def log_density(self, features) -> np.ndarray:
         """``log Σ_c λ_c N(x; μ_c, Σ_c)``, shape (n,)."""
@@ -301,7 +393,8 @@ class GaussianClasses:
 
 
 def jacobian_norm(members, x, *, temperature: float = 1.0):
-    """``||∂ p̄(x) / ∂x||_F²`` per image, ``p̄ = mean_k softmax(f_k(x) / τ)``.
+    """``||∂ q(x) / ∂x||_F²`` per image, ``q = softmax(log p̄ / τ)`` the calibrated predictor,
+    ``p̄ = mean_k softmax(f_k(x))`` (:func:`calibrated_log_probs`).
 
     Parameters
     ----------
@@ -317,7 +410,9 @@ def jacobian_norm(members, x, *, temperature: float = 1.0):
         passes (exact, no random projection).
     """
     x = x.detach().clone().requires_grad_(True)
-    p = torch.stack([torch.softmax(m(x) / temperature, dim=-1) for m in members]).mean(0)
+    lp = torch.stack([torch.log_softmax(m(x), dim=-1) for m in members])
+    log_mean = torch.logsumexp(lp, 0) - math.log(len(members))
+    p = torch.softmax(log_mean / temperature, dim=-1)
     total = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     for c in range(p.shape[1]):
         (g,) = torch.autograd.grad(p[:, c].sum(), x, retain_graph=c + 1 < p.shape[1])

@@ -63,6 +63,7 @@ __all__ = [
     "small_cnn",
     "soft_targets",
     "spectral_normalize",
+    "student_width",
 ]
 
 #: The algorithm names of the paper, in its order (all are :data:`TRAINING_METHODS` entries).
@@ -391,18 +392,53 @@ _register("rbf", "logits transformed by exp(-z^2) before the softmax (Broomhead 
 # -- RND, OC, DeepAE: a student on the (detached) features --------------------------------
 @dataclass(frozen=True)
 class StudentHParams(OODRecipe):
-    """``width``: the student's output size (RND, OC: certificates k; DeepAE: bottleneck);
-    ``aux_weight``: weight of the student's loss; ``layers``: Linear layers of the student
-    (RND, OC); ``ortho``: OC's orthogonality weight."""
+    """``width``: the student's output size (RND, OC: certificates k; DeepAE: bottleneck),
+    ``0`` = derived from the feature size d by :func:`student_width`; ``width_ratio``: the
+    ratio of that rule; ``aux_weight``: weight of the student's loss; ``layers``: Linear
+    layers of the student (RND, OC); ``ortho``: OC's orthogonality weight."""
 
-    width: int = 64
+    width: int = 0
+    width_ratio: float = 0.5
     aux_weight: float = 1.0
     layers: int = 1
     ortho: float = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        check_fields(self, positive=("width", "layers"), nonnegative=("aux_weight", "ortho"))
+        check_fields(self, positive=("layers",), nonnegative=("width", "aux_weight", "ortho"))
+        if not 0 < self.width_ratio < 1:
+            raise ValueError(f"width_ratio must lie in (0, 1), got {self.width_ratio!r}")
+
+
+def student_width(kind: str, d: int, hp: StudentHParams) -> int:
+    """The student's output size for features of size ``d``.
+
+    ``hp.width = 0`` derives it: ``max(1, floor(width_ratio · d))``, below d for every ratio
+    in (0, 1) (d ≥ 2). An explicit width must fit d: OC has at most d orthonormal
+    certificates in ℝ^d (``width <= d``); DeepAE's bottleneck must be narrower than d
+    (``width < d``), or the auto-encoder can learn the identity. RND's width is free.
+
+    Raises
+    ------
+    ValueError
+        An explicit ``width`` that does not fit d, or a DeepAE on d = 1 (no bottleneck
+        narrower than one feature).
+
+    Examples
+    --------
+    >>> student_width("oc", 32, StudentHParams()), student_width("deep_ae", 32, StudentHParams())
+    (16, 16)
+    """
+    width = hp.width or max(1, math.floor(hp.width_ratio * d))
+    if kind == "oc" and width > d:
+        raise ValueError(f"oc: option 'width' = {width} orthonormal certificates do not exist "
+                         f"in R^{d} (features of size d = {d}): set width <= {d}, or width=0 "
+                         "to derive it from d (width_ratio)")
+    if kind == "deep_ae" and width >= d:
+        raise ValueError(f"deep_ae: option 'width' = {width} is no bottleneck for features of "
+                         f"size d = {d} (the auto-encoder could learn the identity): set "
+                         f"width < {d}, or width=0 to derive it from d (width_ratio)")
+    return width
 
 
 def _mlp(d_in: int, d_out: int, layers: int) -> nn.Sequential:
@@ -424,12 +460,13 @@ class StudentNet(nn.Module):
         super().__init__()
         self.base, self.kind = base, kind
         d = base.num_features
+        width = student_width(kind, d, hp)
         self.norm = nn.BatchNorm1d(d, affine=False)
         if kind == "deep_ae":
-            self.student = nn.Sequential(nn.Linear(d, hp.width), nn.ReLU(), nn.Linear(hp.width, d))
+            self.student = nn.Sequential(nn.Linear(d, width), nn.ReLU(), nn.Linear(width, d))
         else:
-            self.student = _mlp(d, hp.width, hp.layers)
-        self.teacher = _mlp(d, hp.width, hp.layers) if kind == "rnd" else None
+            self.student = _mlp(d, width, hp.layers)
+        self.teacher = _mlp(d, width, hp.layers) if kind == "rnd" else None
         if self.teacher is not None:
             self.teacher.requires_grad_(False)
 
@@ -476,7 +513,8 @@ def _student_loss(state: TrainState, out, y):
 
 
 def _student_space(rng):
-    return {"width": int(rng.choice([16, 32, 64, 128])),
+    """The width as a ratio of d (every draw fits any feature size; :func:`student_width`)."""
+    return {"width_ratio": float(rng.choice([0.125, 0.25, 0.5, 0.75])),
             "aux_weight": float(10 ** rng.uniform(-1, 1))}
 
 

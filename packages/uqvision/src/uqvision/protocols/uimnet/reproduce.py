@@ -10,8 +10,10 @@
    features, native values and TTA logits on in-domain validation, in-domain test and
    out-domain test (checkpoints in ``DIR/checkpoints/``);
 4. a Dask sweep of ensemble cells (algorithm × spectral × data seed × K): the top-K trials by
-   validation NLL, the temperature fitted on validation, and the Jacobian measure (a model
-   pass) at τ = 1 and τ̂, in ``DIR/caches/ensembles/``;
+   validation NLL averaged over data seeds (:func:`select_trials`; each trial's configuration
+   is drawn once and shared by the data seeds), the temperature fitted on validation, and the
+   Jacobian measure (a model pass) of the calibrated predictor at τ = 1 and τ̂ on a seeded,
+   class-stratified subset of each set, in ``DIR/caches/ensembles/``;
 5. scoring (:func:`uqvision.protocols.uimnet.score.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
    ``DIR/tables.md``.
 
@@ -49,6 +51,7 @@ from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
 from uqmetrics.sweep import Cell, run_sweep
 
 from ...data import (
+    INDEX_FORMAT,
     ClassSubset,
     DataConfig,
     ImageFolderDataset,
@@ -58,7 +61,9 @@ from ...data import (
     flush_denormal,
     image_view,
     make_index_files,
+    read_index_file,
     tta_transform,
+    write_format_json,
 )
 from ...hierarchy import make_hierarchy
 from ...methods import TRAINING_METHODS, TrainState
@@ -67,12 +72,13 @@ from ...predict import PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ...training.runs import load_run
 from ..base import Reproduction
-from .measures import jacobian_norm
+from .measures import jacobian_norm, stratified_subset
 from .methods import SEARCH_SPACES, UIMNET_ALGORITHMS
 from .score import ensemble_log_probs, ood_tables, score_ood
 from .split import read_split, split_from_caches, write_split
 
-__all__ = ["REPRODUCTION", "UIMNET_SCALES", "UimnetScale", "run_uimnet"]
+__all__ = ["REPRODUCTION", "UIMNET_SCALES", "UimnetScale", "oracle_index_file", "run_uimnet",
+           "select_trials"]
 
 SPLITS = ("in_val", "in_test", "out_test")
 
@@ -228,12 +234,14 @@ def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, 
 
 
 # -- stage 2: one run ----------------------------------------------------------------------
-def _trial_hparams(algorithm: str, trial: int, sc: UimnetScale, seed: int) -> dict:
-    """Trial 0: the defaults; trial t > 0: a draw of the algorithm's search space."""
+def _trial_hparams(algorithm: str, trial: int, sc: UimnetScale) -> dict:
+    """Trial 0: the defaults; trial t > 0: a draw of the algorithm's search space, drawn once
+    per (algorithm, trial) and shared by every data seed (the paper's protocol: a trial is one
+    configuration, trained on each data seed)."""
     base = {"epochs": sc.epochs, "batch_size": sc.batch_size}
     if trial == 0:
         return base
-    rng = np.random.default_rng(derive_seed(trial, seed, zlib.crc32(algorithm.encode())))
+    rng = np.random.default_rng(derive_seed(trial, zlib.crc32(algorithm.encode())))
     return {**SEARCH_SPACES.lookup(algorithm)(rng), **base}
 
 
@@ -255,7 +263,7 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
     split = read_split(split_file)
     index = Path(split_file).parent / "index" / f"seed{seed}.train.json"
     config = _train_config(sc, arch, device, method=algorithm, seed=derive_seed(seed, trial),
-                           hparams=_trial_hparams(algorithm, trial, sc, seed),
+                           hparams=_trial_hparams(algorithm, trial, sc),
                            classes=tuple(split["in_classes"]), index_file=str(index),
                            spectral=bool(spectral), tag=Path(checkpoint).stem)
     result = train_model(_paths(Path(root))["train"], checkpoint, config)
@@ -275,19 +283,50 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
         "uimnet": json.dumps(cfg)})
 
 
+def oracle_index_file(train_dir, split_file, seed: int) -> Path:
+    """The oracle's training index file of data seed ``seed``: the runs' in-domain training
+    images (``index/seed<seed>.train.json``, by sample id) and every out-domain training
+    image, as positions in the in + out class view of the training folder; written (once,
+    atomically) as ``index/seed<seed>.oracle.json`` beside the runs' files.
+
+    The in-domain validation images (``seed<seed>.val.json``), on which θ of every measure,
+    the oracle's included, is set, are not in it: the oracle does not train on them.
+    """
+    split = read_split(split_file)
+    folder = Path(split_file).parent / "index"
+    path = folder / f"seed{seed}.oracle.json"
+    classes = list(split["in_classes"]) + list(split["out_classes"])
+    runs = read_index_file(folder / f"seed{seed}.train.json")
+    if list(runs["classes"]) != list(split["in_classes"]):
+        raise ValueError(f"{str(folder / f'seed{seed}.train.json')!r} indexes other classes "
+                         "than the split's in-domain classes")
+    keep_in = set(runs["samples"])
+    outs = set(split["out_classes"])
+    view = ClassSubset(ImageFolderDataset(train_dir), classes)
+    ids, names = view.sample_ids, view.folder_classes
+    idx = [i for i, (sid, y) in enumerate(zip(ids, view.targets, strict=True))
+           if sid in keep_in or names[y] in outs]
+    return write_format_json({**INDEX_FORMAT, "seed": seed, "part": "oracle",
+                              "classes": classes, "indices": idx,
+                              "samples": [ids[i] for i in idx]}, path)
+
+
 def oracle_cell(*, seed: int, root: str, split_file: str, scale: dict, arch: str | None,
                 device: str, checkpoint: str) -> xr.Dataset:
     """The upper reference: ERM trained (the one loop) to tell in-domain from out-domain
-    training images (a two-label view of the training folder); u = p(out) on the three
+    training images (a two-label view of the training folder, on the positions of
+    :func:`oracle_index_file`: the runs' in-domain training images and the out-domain ones,
+    never the in-domain validation images its θ is set on); u = p(out) on the three
     evaluation sets."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)
     split = read_split(split_file)
     groups = {**dict.fromkeys(split["in_classes"], "in"),
               **dict.fromkeys(split["out_classes"], "out")}
+    index = oracle_index_file(_paths(Path(root))["train"], split_file, seed)
     config = _train_config(sc, arch, device, method="erm", epochs=sc.epochs,
                            batch_size=sc.batch_size, seed=derive_seed(seed, 13), classes=groups,
-                           tag=Path(checkpoint).stem)
+                           index_file=str(index), tag=Path(checkpoint).stem)
     result = train_model(_paths(Path(root))["train"], checkpoint, config)
     net = result.model.eval()
     plain, _ = _eval_transforms(read_sidecar(result.checkpoint), 0, seed)
@@ -305,6 +344,12 @@ def ensemble_logits(runs: list[xr.Dataset], split: str) -> np.ndarray:
     return np.stack([r[f"{split}_logits"].values for r in runs])
 
 
+def _val_nll(ds: xr.Dataset) -> float:
+    lp = log_softmax(ds["in_val_logits"].values.astype(np.float64))
+    y = ds["in_val_label"].values
+    return float(-lp[np.arange(len(y)), y].mean())
+
+
 def select_runs(paths: list[Path], k: int) -> list[tuple[Path, xr.Dataset]]:
     """The ``k`` runs of lowest in-domain validation NLL (ties: by path), each with its
     in-domain validation logits and labels (and the run's attrs): nothing else of a run's cache
@@ -312,17 +357,47 @@ def select_runs(paths: list[Path], k: int) -> list[tuple[Path, xr.Dataset]]:
     scored = []
     for p in paths:
         ds = read_dataset(p, variables=("in_val_logits", "in_val_label"))
-        lp = log_softmax(ds["in_val_logits"].values.astype(np.float64))
-        y = ds["in_val_label"].values
-        scored.append((float(-lp[np.arange(len(y)), y].mean()), str(p), ds))
+        scored.append((_val_nll(ds), str(p), ds))
     return [(Path(p), ds) for _, p, ds in sorted(scored, key=lambda t: t[:2])[:k]]
 
 
+def select_trials(runs_by_seed: dict[int, list], k: int) -> tuple[list[int], list[float]]:
+    """The ``k`` trials of lowest in-domain validation NLL averaged over data seeds (the
+    paper's selection: one set of configurations for every data seed).
+
+    Parameters
+    ----------
+    runs_by_seed : dict
+        Data seed -> the run caches of trials 0, 1, … of that seed (the same count for every
+        seed; trial t is one configuration, :func:`_trial_hparams`).
+    k : int >= 1
+
+    Returns
+    -------
+    trials : list of int
+        The selected trial indices, best first (ties: the lower trial).
+    mean_nll : list of float
+        Every trial's validation NLL averaged over data seeds.
+    """
+    counts = {len(v) for v in runs_by_seed.values()}
+    if len(counts) != 1 or k < 1:
+        raise ValueError(f"every data seed needs the same number of trials and k >= 1, got "
+                         f"{ {s: len(v) for s, v in runs_by_seed.items()} } and k={k!r}")
+    nll = np.array([[_val_nll(read_dataset(p, variables=("in_val_logits", "in_val_label")))
+                     for p in paths] for paths in runs_by_seed.values()]).mean(axis=0)
+    order = sorted(range(len(nll)), key=lambda t: (nll[t], t))
+    return order[:k], nll.tolist()
+
+
 def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, split_file: str,
-                  seed: int, device: str) -> xr.Dataset:
-    """Top-k selection recorded, τ̂ on in-domain validation, and the Jacobian measure of the
-    ensemble at τ = 1 and τ̂ on the first ``jacobian_max`` images of each evaluation set (the
-    members rebuilt by :func:`uqvision.training.runs.load_run`)."""
+                  seed: int, device: str, selection: dict | None = None) -> xr.Dataset:
+    """The ensemble of the ``runs`` (this data seed's runs of the trials :func:`select_trials`
+    chose; ``k`` of them), τ̂ on in-domain validation, and the Jacobian measure of the
+    calibrated predictor at τ = 1 and τ̂ on a seeded class-stratified subset of
+    ``jacobian_max`` images of each evaluation set (:func:`~.measures.stratified_subset`; the
+    positions kept as ``<set>_jindex``); the members rebuilt by
+    :func:`uqvision.training.runs.load_run`. ``selection`` (the chosen trials and the NLLs
+    they were chosen by) is recorded in the attrs."""
     torch.set_num_threads(1)
     paths, members = zip(*select_runs([Path(r) for r in runs], k), strict=True)
     y_val = members[0]["in_val_label"].values
@@ -334,13 +409,15 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
     plain = runs_[0].loaded.transform
     variables = {}
     for split, view in _views(root, split_file, seed, plain).items():
-        head = Subset(view, range(min(jacobian_max, len(view))))
-        loader = DataLoader(head, batch_size=64)
+        keep = stratified_subset(view.targets, jacobian_max, seed=derive_seed(seed, 17))
+        loader = DataLoader(Subset(view, keep.tolist()), batch_size=64)
         jac = [torch.cat([jacobian_norm(nets, x.to(device), temperature=t) for x, *_ in loader])
                .cpu().numpy() for t in (1.0, tau)]
         variables[f"{split}_jacobian"] = (("calibration", f"{split}_jsample"), np.stack(jac))
+        variables[f"{split}_jindex"] = (f"{split}_jsample", keep.astype(np.int64))
     return xr.Dataset(variables, coords={"calibration": ["none", "temperature"]}, attrs={
-        "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k})
+        "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k,
+        "selection": json.dumps(selection or {})})
 
 
 # -- the driver ----------------------------------------------------------------------------
@@ -403,13 +480,20 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     ens = []
     for alg in _csv(sc.algorithms):
         for sp in _csv(sc.spectral, int):
-            for s in seeds:
-                runs = [str(run_dir / f"{alg}.sn{sp}.t{t}.s{s}.nc") for t in range(sc.trials)]
-                for k in _csv(sc.ks, int):
+            runs = {s: [str(run_dir / f"{alg}.sn{sp}.t{t}.s{s}.nc") for t in range(sc.trials)]
+                    for s in seeds}
+            for k in _csv(sc.ks, int):
+                # the top-k trials by validation NLL averaged over data seeds, the same
+                # configurations for every seed
+                trials, nll = select_trials(runs, min(k, sc.trials))
+                selection = {"rule": "top-k trials by in_val NLL averaged over data seeds",
+                             "trials": trials, "mean_val_nll": nll}
+                for s in seeds:
                     ens.append(Cell(f"{alg}.sn{sp}.s{s}.k{k}", {
-                        "runs": runs, "k": min(k, len(runs)), "jacobian_max": sc.jacobian_max,
-                        "root": str(root), "split_file": str(split_file), "seed": s,
-                        "device": device}))
+                        "runs": [runs[s][t] for t in trials], "k": len(trials),
+                        "jacobian_max": sc.jacobian_max, "root": str(root),
+                        "split_file": str(split_file), "seed": s, "device": device,
+                        "selection": selection}))
     report = run_sweep(ens, ensemble_cell, out / "caches" / "ensembles", n_workers=sc.workers,
                        overwrite=overwrite, progress=False)
     if not report.ok:

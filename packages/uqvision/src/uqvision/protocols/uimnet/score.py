@@ -15,7 +15,10 @@ Reads the run caches and ensemble cells that :mod:`uqvision.protocols.uimnet.rep
   θ on the samples a GMM was fitted on is an in-sample quantile, far below the one of unseen
   in-domain images, and InAsIn collapses. Every other measure fits nothing on validation and
   takes θ on all of it, so for exchangeable validation and test images InAsIn ≈ 0.95 (the
-  5 % type-I bound). Not corrected, and recorded as such: τ̂ and the top-K members are chosen
+  5 % type-I bound). Every metric and measure reads one predictor per ensemble and
+  calibration, ``softmax(log p̄ / τ)`` with ``p̄ = mean_k softmax(z_k)`` (τ = 1 or τ̂;
+  :func:`uqvision.protocols.uimnet.measures.calibrated_log_probs`), the one τ̂ is fitted on.
+  Not corrected, and recorded as such: τ̂ and the top-K members are chosen
   on the same in-domain validation set (one scalar and a selection among trials);
 - the oracle (an in/out classifier, u = p(out)) as the upper reference.
 
@@ -36,7 +39,7 @@ from uqmetrics import ood_scores
 from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
 from uqmetrics.io import provenance_attrs, read_dataset
 
-from .measures import MEASURES, MeasureInput, reference_split
+from .measures import GMM_COVARIANCE, MEASURES, MeasureInput, reference_split
 
 __all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ensemble_log_probs", "ood_tables",
            "score_ood"]
@@ -128,7 +131,9 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
         ``oracle_auc``, ``oracle_in_as_in``, ``oracle_out_as_out`` over ``stat``; ``stat`` =
         mean, std over data seeds (``n_data_seeds`` in attrs). Attr ``reference_split`` (JSON)
         records the fitted measures' split: the measures, ``fit_fraction``, ``seed``, the
-        stratification and, per data seed, the fit and threshold sample counts.
+        stratification and, per data seed, the fit and threshold sample counts; attr
+        ``gmm_covariance`` the GMM's covariance estimator
+        (:data:`uqvision.protocols.uimnet.measures.GMM_COVARIANCE`).
 
     Notes
     -----
@@ -206,7 +211,10 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
                                 + ", ".join(fitted) + "): fitted on the reference_split 'fit' "
                                 "part of in-domain validation, theta = 95% quantile of u on the "
                                 "held-out 'threshold' part; out_as_out = fraction of OUT-domain "
-                                "flagged; jacobian on each set's first jacobian_max images; "
+                                "flagged; jacobian on a seeded class-stratified subset of "
+                                "jacobian_max images of each set; one predictor per ensemble "
+                                "and calibration, softmax(log mean_k softmax(z_k) / tau), for "
+                                "every metric and measure; "
                                 "tau and the top-K members are also chosen on in-domain "
                                 "validation (not corrected)",
                  "reference_split": json.dumps({
@@ -215,6 +223,7 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
                      "method": "uqvision.protocols.uimnet.measures.reference_split (uqmetrics "
                                "calibration_splits, stratified_holdout)",
                      "sizes_by_data_seed": split_sizes}),
+                 "gmm_covariance": GMM_COVARIANCE,
                  "protocol": "UIMNET (docs/conventions.md#v-3)"}
     return out
 

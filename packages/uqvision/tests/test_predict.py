@@ -350,3 +350,47 @@ def test_url_torchrun_two_processes_equal_one_process(url_runs, digits, tmp_path
     for v in ("logits", "uncertainty", "embedding"):
         np.testing.assert_allclose(dist[v].values, one[v].values,
                                    **rounding_tol(spec, one[v].values))
+
+
+def _full_passes(spec, folder, cfg, seed):
+    """MC-dropout logits (pass, sample, class) of the whole network once per pass, masks seeded
+    by ``seed`` (a cache's ``sample_seed``): the reference the backbone-reusing path must equal
+    bit for bit."""
+    import dataclasses
+
+    from uqvision.data import ImageFolderDataset
+    from uqvision.models import load_model
+    from uqvision.predict import run_loader
+    from uqvision.training.dropout import PerSampleDropout
+
+    loaded = load_model(spec, num_classes=10)
+    ds = ImageFolderDataset(folder, loaded.transform)
+    cfg = dataclasses.replace(cfg, seed=seed)
+    with PerSampleDropout(loaded.model, seed) as dropout:
+        return run_loader(loaded, ds, np.arange(len(ds)), cfg, "cpu", cfg.passes, dropout)["logits"]
+
+
+def test_mc_dropout_computes_the_backbone_once_when_dropout_is_in_the_head(spec, digits):
+    """test_byobnet's only dropout is its classifier head's: the backbone runs once per batch,
+    the head once per pass, and the logits equal 3 full passes bit for bit (same masks)."""
+    cfg = PredictConfig(mode="mc_dropout", passes=3, batch_size=16)
+    (ds,) = predict(spec, digits / "test", cfg)
+    assert ds.attrs["mc_dropout_path"] == "features_once"
+    np.testing.assert_array_equal(ds["logits"].values,
+                                  _full_passes(spec, digits / "test", cfg, int(ds.attrs["sample_seed"])))
+
+
+def test_mc_dropout_with_dropout_in_the_body_runs_full_passes(digits, tmp_path):
+    """Dropout inside the blocks (timm's proj_drop_rate) changes the features per pass: the
+    check sees a dropout module run in forward_features and falls back to full passes."""
+    from uqvision.training.loop import ImageTrainConfig, train_model
+
+    ckpt = train_model(digits / "train", tmp_path / "vit.safetensors", ImageTrainConfig(
+        arch="test_vit", epochs=0, input_size=16, drop_rate=0.2,
+        model_kwargs={"proj_drop_rate": 0.2})).checkpoint
+    spec = f"test_vit={ckpt}"
+    cfg = PredictConfig(mode="mc_dropout", passes=2, batch_size=16)
+    (ds,) = predict(spec, digits / "test", cfg)
+    assert ds.attrs["mc_dropout_path"] == "full_passes"
+    np.testing.assert_array_equal(ds["logits"].values,
+                                  _full_passes(spec, digits / "test", cfg, int(ds.attrs["sample_seed"])))

@@ -81,11 +81,13 @@ from .training.runs import load_run
 __all__ = [
     "DEFAULT_PASSES",
     "IDENTITY_FIELDS",
+    "MC_DROPOUT_PATHS",
     "OWN_UNCERTAINTY",
     "PASS_MODES",
     "PredictConfig",
     "cache_identity",
     "check_caches",
+    "head_only_dropout",
     "predict",
     "predict_to_files",
     "run_loader",
@@ -190,24 +192,32 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
 
 
 def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig,
-               device: str,
-         passes: int = 1, dropout: PerSampleDropout | None = None) -> dict[str, np.ndarray]:
+               device: str, passes: int = 1, dropout: PerSampleDropout | None = None, *,
+               features_once: bool = False) -> dict[str, np.ndarray]:
     """Logits (passes, n_local, C), labels, sample indices, embeddings and the network's own
     u (of the first pass) of one loader pass.
 
     With ``dropout``, every pass ``r`` of a batch starts ``dropout.start_pass(r, indices)``.
+    With ``features_once`` (every dropout module in the head: :func:`head_only_dropout`), a
+    batch's ``forward_features`` runs once and ``forward_head`` once per pass: the same masks,
+    the same logits, the backbone not recomputed.
     """
     logits, labels, idx, embs, us = [], [], [], [], []
+    model = loaded.model
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
             x = x.to(device, non_blocking=True)
-            outs = []
+            outs, feats = [], None
             for r in range(passes):
                 if dropout is not None:
                     dropout.start_pass(r, i.tolist())
                 with _autocast(cfg, device):
-                    z, e, u = _forward(loaded.model, x, cfg.embeddings and r == 0, i.tolist(),
-                                       cfg.seed)
+                    if features_once:
+                        feats = model.forward_features(x) if feats is None else feats
+                        z, e, u = model.forward_head(feats), None, None
+                    else:
+                        z, e, u = _forward(model, x, cfg.embeddings and r == 0, i.tolist(),
+                                           cfg.seed)
                 outs.append(z.float().cpu().numpy())
                 if e is not None:
                     embs.append(e.float().cpu().numpy())
@@ -253,9 +263,49 @@ def _tta(loaded, folder, cfg, idx, device):
     return out
 
 
+#: How an MC-dropout cache was computed (its ``mc_dropout_path`` attribute): the backbone once
+#: per batch and the head once per pass (every dropout module in the head), or the whole
+#: network once per pass. Both give the same logits bit for bit.
+MC_DROPOUT_PATHS = ("features_once", "full_passes")
+
+
+def head_only_dropout(loaded: LoadedModel, dataset, index: int, cfg: PredictConfig, device: str,
+                      dropout: PerSampleDropout) -> bool:
+    """Whether MC dropout may compute ``forward_features`` once per batch: checked on sample
+    ``index`` of ``dataset`` inside ``dropout``'s context.
+
+    True when the network has timm's ``forward_features``/``forward_head`` split (and no
+    embeddings, own uncertainty or per-sample noise are asked for), none of ``dropout``'s
+    modules runs inside ``forward_features``, and ``forward_head(forward_features(x))`` equals
+    ``model(x)`` bit for bit under the same masks. The check is made on the module tree as it
+    runs, so dropout inside the body (e.g. timm's ``proj_drop_rate``) gives False.
+    """
+    model = loaded.model
+    if (cfg.embeddings or getattr(model, OWN_UNCERTAINTY, False)
+            or isinstance(model, StochasticPass)
+            or not (hasattr(model, "forward_features") and hasattr(model, "forward_head"))):
+        return False
+    x = dataset[int(index)][0][None].to(device)
+    calls: list[int] = []
+    handles = [m.register_forward_hook(lambda *_: calls.append(1)) for m in dropout.modules]
+    try:
+        with torch.inference_mode(), _autocast(cfg, device):
+            dropout.start_pass(0, [int(index)])
+            feats = model.forward_features(x)
+            in_body = bool(calls)
+            split = model.forward_head(feats)
+            dropout.start_pass(0, [int(index)])
+            whole = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return not in_body and bool(calls) and torch.equal(split, whole)
+
+
 @PASS_MODES.register(name="mc_dropout")
 def _mc_dropout(loaded, folder, cfg, idx, device):
-    """Dropout masks per sample and pass, all passes in one file (pass, sample, class)."""
+    """Dropout masks per sample and pass, all passes in one file (pass, sample, class); the
+    backbone runs once per batch when every dropout module is in the head."""
     try:
         dropout = PerSampleDropout(loaded.model, cfg.seed)
     except ValueError:
@@ -263,7 +313,10 @@ def _mc_dropout(loaded, folder, cfg, idx, device):
                          "MC dropout is not available for it") from None
     with dropout:
         ds = folder.with_transform(loaded.transform)
-        return [(0, run_loader(loaded, ds, idx, cfg, device, cfg.passes, dropout))]
+        once = len(idx) > 0 and head_only_dropout(loaded, ds, idx[0], cfg, device, dropout)
+        arrays = run_loader(loaded, ds, idx, cfg, device, cfg.passes, dropout, features_once=once)
+    arrays["mc_dropout_path"] = np.array([MC_DROPOUT_PATHS[0 if once else 1]])
+    return [(0, arrays)]
 
 
 def _n_samples(side: dict, config: PredictConfig) -> tuple[int, bool]:
@@ -465,6 +518,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     for k, p, seed_k, arrays in results:
         if not np.array_equal(arrays["index"], np.arange(len(folder))):
             raise RuntimeError("gathered predictions do not cover every sample exactly once")
+        mc_path = arrays.pop("mc_dropout_path", None)  # one entry per rank, all alike
         logits = arrays["logits"] if config.mode == "mc_dropout" else arrays["logits"][0]
         recorded = {**asdict(config), "first_sample": k, "samples": 1}
         if config.mode == "tta":
@@ -480,6 +534,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  else "", "class_mapping": space.mapping, "class_names_source": space.source,
                  "folder_classes": json.dumps(list(folder.classes)), "device": device,
                  "world_size": world, "wall_time_s": wall, **dict(attrs or {})}
+        if mc_path is not None:
+            extra["mc_dropout_path"] = str(mc_path[0])
         if folder.skipped:  # unreadable images left out (skip_bad_images)
             extra.update(skipped_images=json.dumps(dict(folder.skipped)),
                          n_skipped_images=len(folder.skipped))

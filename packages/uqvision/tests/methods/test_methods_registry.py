@@ -443,9 +443,43 @@ def test_kfac_factors_match_a_direct_computation():
 
 def test_laplace_tunes_the_scale_on_validation_data():
     method, state = fit("kfac_laplace", scales=(0.01, 0.3, 30.0))
-    nll = state.extra["laplace.validation_nll"]
-    assert nll.shape == (3,)
-    assert float(state.extra["laplace.scale"]) == (0.01, 0.3, 30.0)[int(nll.argmin())]
-    assert nll[2] > nll.min()  # a huge scale destroys the network
+    nll, grid = state.extra["laplace.validation_nll"], state.extra["laplace.scales"]
+    assert grid.shape == nll.shape and len(grid) >= 3
+    assert {0.01, 0.3, 30.0} <= set(grid.tolist())  # the given grid, plus any extension
+    assert float(state.extra["laplace.scale"]) == float(grid[int(nll.argmin())])
+    assert nll[grid.tolist().index(30.0)] > nll.min()  # a huge scale destroys the network
+    best = int(nll.argmin())
+    assert bool(state.extra["laplace.scale_at_edge"]) == (best in (0, len(grid) - 1))
     with pytest.raises(ValueError, match="tunes its noise scale on validation data"):
         method.finish(state, batches(0, 0), None)
+
+
+def test_laplace_scale_search_extends_past_an_edge_optimum():
+    """The validation objective as a function of the scale, minimised at ``s*``: an optimum
+    below the grid's lowest point (0.01) is found by extending the grid at its own ratio; one
+    beyond the allowed extensions is flagged, not reported as an interior optimum."""
+    from uqvision.methods.bayesian import search_scale
+
+    grid0 = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+
+    def objective(target):
+        return lambda s: (math.log(s) - math.log(target)) ** 2
+
+    grid, values, best, at_edge = search_scale(grid0, objective(1e-3), 4)
+    assert best == pytest.approx(0.01 / 9) and not at_edge  # the grid point nearest 1e-3
+    assert grid[0] < best < grid[-1] and len(grid) == len(grid0) + 3  # 0.0033, 0.0011, 0.00037
+    assert values == [objective(1e-3)(s) for s in grid]
+    grid, _, best, at_edge = search_scale(grid0, objective(50.0), 4)  # above: 9, 27, 81, 243
+    assert best == pytest.approx(81.0) and grid[-1] == pytest.approx(243.0) and not at_edge
+    grid, _, best, at_edge = search_scale(grid0, objective(1e-9), 2)  # out of reach
+    assert at_edge and best == grid[0] and len(grid) == len(grid0) + 2
+    _, _, best, at_edge = search_scale((0.0, 0.1, 1.0), lambda s: s, 3)
+    assert best == 0.0 and not at_edge  # the MAP (scale 0) is a true lower bound
+
+
+def test_laplace_flags_an_edge_optimum_in_its_state():
+    """End to end: no extension allowed and a grid far above any useful scale: the chosen
+    scale is the grid's lowest point, flagged in the state (exported with the run)."""
+    _, state = fit("kfac_laplace", scales=(30.0, 100.0), max_scale_extensions=0)
+    assert float(state.extra["laplace.scale"]) == 30.0
+    assert int(state.extra["laplace.scale_at_edge"]) == 1

@@ -148,6 +148,17 @@ def test_start_from_a_checkpoint_cumulates_its_cost(trained, digits, tmp_path):
     off = train_model(digits / "train", tmp_path / "laplace_off", dataclasses.replace(
         cfg, hparams={**cfg.hparams, "bn_update": "false"}))
     assert load_run(f"test_byobnet={off.checkpoint}").state.bn_loader is None
+    # no training folder: refused (naming the folder and the option), never silently kept at
+    # the final iterate's statistics; the explicit opt-out (bn_update=false, recorded in the
+    # sidecar's hyper-parameters) needs none
+    from uqmetrics import InputError
+
+    missing = tmp_path / "moved_away"
+    with pytest.raises(InputError, match=r"moved_away.*--train-data"):
+        load_run(f"test_byobnet={r.checkpoint}", train_data=missing)
+    side_off = json.loads(off.sidecar.read_text())
+    assert side_off["hparams"]["bn_update"] is False
+    assert load_run(f"test_byobnet={off.checkpoint}", train_data=missing).state.bn_loader is None
 
 
 def test_training_is_a_function_of_the_seed_and_leaves_the_callers_rng(digits, tmp_path):

@@ -20,6 +20,7 @@ References
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ from ..training.method import (
 )
 from ..training.schedules import cosine_cycle_lr, linear_decay_lr
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "CSGLDHParams",
     "LaplaceHParams",
@@ -59,6 +62,7 @@ __all__ = [
     "VIHParams",
     "VILinear",
     "kfac_factors",
+    "search_scale",
     "swag_moments",
     "variational_layers",
 ]
@@ -238,8 +242,8 @@ TRAINING_METHODS.register(TrainingMethod(
 
 # -- variational inference -----------------------------------------------------------------
 class _Variational:
-    """Mixin: a fully factorised Gaussian over ``weight`` (the mean) with ``log_sigma``, and
-    the local reparameterisation: the output is drawn from its Gaussian given the input.
+    """Mixin: a fully factorised Gaussian over ``weight`` (the mean) with ``log_sigma``
+    (:class:`VILinear`: the local reparameterisation; :class:`VIConv2d`: sampled kernels).
 
     ``stochastic`` off (the default, and after training): the mean network. On, the noise
     comes from the global torch RNG (training), or, inside :class:`PerSampleVINoise`, from
@@ -292,19 +296,45 @@ class VILinear(_Variational, nn.Linear):
 
 
 class VIConv2d(_Variational, nn.Conv2d):
-    """``nn.Conv2d`` with a factorised Gaussian kernel; local reparameterisation as
-    :class:`VILinear` (output variance ``conv(x^2, sigma^2)``)."""
+    """``nn.Conv2d`` with a factorised Gaussian kernel whose stochastic forward samples the
+    kernel itself (no local reparameterisation).
+
+    Pitfalls' code applies the local reparameterisation to fully connected layers only: on a
+    convolution it would draw independent noise per output position, dropping the spatial
+    correlation that one kernel draw induces (the pooled output's variance is then far
+    smaller, with the same mean). In training one kernel is drawn per batch (the reference
+    code's weight-sampling path); inside :class:`PerSampleVINoise` one kernel per example from
+    that example's generator (a grouped convolution), so an example's output does not depend
+    on its batch.
+    """
 
     def __init__(self, *args, log_sigma_init: float = -5.0, **kwargs):
         super().__init__(*args, **kwargs)
         self._init_variational(log_sigma_init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = self._conv_forward(x, self.weight, self.bias)
         if not self.stochastic:
-            return mean
-        return self._sample(mean, self._conv_forward(x * x, torch.exp(2 * self.log_sigma),
-                                                     None))
+            return self._conv_forward(x, self.weight, self.bias)
+        sigma = torch.exp(self.log_sigma)
+        gens = self.noise_generators
+        if gens is None:  # training: one kernel draw for the batch
+            return self._conv_forward(x, self.weight + sigma * torch.randn_like(self.weight),
+                                      self.bias)
+        b = x.shape[0]
+        if len(gens) != b:
+            raise ValueError(f"{type(self).__name__} got a batch of {b} for {len(gens)} "
+                             "per-example generators")
+        eps = torch.stack([torch.randn(self.weight.shape, generator=g) for g in gens]).to(
+            device=x.device, dtype=x.dtype)
+        kernels = (self.weight[None] + sigma[None] * eps).flatten(0, 1)  # (b * out, in/g, kh, kw)
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            x, padding = F.pad(x, self._reversed_padding_repeated_twice,
+                               mode=self.padding_mode), 0
+        bias = None if self.bias is None else self.bias.repeat(b)
+        out = F.conv2d(x.reshape(1, -1, *x.shape[2:]), kernels, bias, self.stride, padding,
+                       self.dilation, self.groups * b)
+        return out.reshape(b, self.out_channels, *out.shape[2:])
 
 
 def _to_variational(module: nn.Module, log_sigma_init: float) -> nn.Module:
@@ -328,7 +358,8 @@ def variational_layers(model: nn.Module) -> list[VILinear | VIConv2d]:
 @dataclass(frozen=True)
 class VIHParams(HParams):
     """VI with a fully factorised Gaussian posterior over the weights of every ``nn.Linear``
-    and ``nn.Conv2d`` (local reparameterisation; biases and BatchNorm stay point estimates).
+    and ``nn.Conv2d`` (local reparameterisation on the linear layers, sampled kernels on the
+    convolutions, :class:`VIConv2d`; biases and BatchNorm stay point estimates).
 
     Pre-training is a conventional run (eq. 10 at ``pretrain_lr``; the means start from its
     weights, log-sigma from ``log_sigma_init``), then ``epochs`` of VI: the means by SGD with
@@ -464,18 +495,23 @@ class LaplaceHParams(TrainRecipe):
     ``pi = sqrt((tr A / dim A) / (tr G / dim G))``. Samples are ``w_MAP + scale *
     N^(-1/2) L_G^-T Z L_A^-1``; ``scale`` is chosen from ``scales`` by the validation NLL of a
     ``tune_samples`` ensemble (Ritter et al.; Pitfalls Table 2 reports the chosen scales in
-    their code's own normalisation). A single scale skips the tuning. Other layers stay at
-    the MAP; ``bn_update`` recomputes BatchNorm statistics for each sample.
+    their code's own normalisation). A single scale skips the tuning. An optimum on an edge
+    of the grid extends it by the grid's own ratio there, up to ``max_scale_extensions``
+    points (:func:`search_scale`); one still on an edge is flagged (``state.extra
+    ["laplace.scale_at_edge"]`` and a log warning). Other layers stay at the MAP;
+    ``bn_update`` recomputes BatchNorm statistics for each sample.
     """
 
     scales: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
     tune_samples: int = 5
     prior_precision: float | None = None
     bn_update: bool = True
+    max_scale_extensions: int = 4
 
     def __post_init__(self):
         super().__post_init__()
-        check_fields(self, positive=("tune_samples",))
+        check_fields(self, positive=("tune_samples",),
+                     nonnegative=("max_scale_extensions",))
         if not self.scales or any(not s >= 0 for s in self.scales):
             raise ValueError(f"scales must be non-negative numbers, got {self.scales!r}")
         if self.prior_precision is not None and not self.prior_precision >= 0:
@@ -620,6 +656,48 @@ def _validation_nll(state: TrainState, nets: Iterator[nn.Module], loader) -> flo
     return float(-(torch.logsumexp(stacked, 0) - math.log(len(stacked))).mean())
 
 
+def search_scale(scales, objective, max_extensions: int) -> tuple[list[float], list[float],
+                                                                   float, bool]:
+    """Minimise ``objective`` over the grid ``scales``, extending it past an edge optimum.
+
+    While the best scale is the grid's smallest (and positive) or its largest, one point is
+    added beyond that edge at the grid's ratio there (its two outer points; 10 for a
+    one-point grid), at most ``max_extensions`` times. Scale 0 (the MAP) is a true lower
+    bound and never extended.
+
+    Returns
+    -------
+    grid : list of float
+        Every scale evaluated, ascending.
+    values : list of float
+        ``objective`` at each.
+    best : float
+        The minimiser.
+    at_edge : bool
+        ``best`` is still an extendable edge of the grid (the search ran out of extensions).
+    """
+    grid = sorted({float(s) for s in scales})
+    values = {s: float(objective(s)) for s in grid}
+
+    def edge() -> float | None:
+        best = min(grid, key=values.__getitem__)
+        if len(grid) > 1 and best == grid[0] and best > 0:
+            return best * best / grid[1] if grid[1] > 0 else best / 10
+        if best == grid[-1] and (best > 0 or len(grid) == 1):
+            ratio = best / grid[-2] if len(grid) > 1 and grid[-2] > 0 else 10.0
+            return best * ratio if best > 0 else 1e-2
+        return None
+
+    for _ in range(int(max_extensions)):
+        new = edge()
+        if new is None:
+            break
+        values[new] = float(objective(new))
+        grid = sorted(values)
+    best = min(grid, key=values.__getitem__)
+    return grid, [values[s] for s in grid], best, edge() is not None
+
+
 def _laplace_post_fit(state: TrainState, train_loader, val_loader) -> None:
     hp = state.hp
     if train_loader is None:
@@ -631,10 +709,18 @@ def _laplace_post_fit(state: TrainState, train_loader, val_loader) -> None:
         if val_loader is None:
             raise ValueError("kfac_laplace tunes its noise scale on validation data: pass "
                              "val_loader, or give a single scale (scales=(s,))")
-        nlls = [_validation_nll(state, _kfac_draws(state, s, hp.tune_samples, seed=0),
-                                val_loader) for s in hp.scales]
+        grid, nlls, scale, at_edge = search_scale(
+            hp.scales, lambda s: _validation_nll(state, _kfac_draws(state, s, hp.tune_samples,
+                                                                    seed=0), val_loader),
+            hp.max_scale_extensions)
+        state.extra["laplace.scales"] = torch.tensor(grid, dtype=torch.float64)
         state.extra["laplace.validation_nll"] = torch.tensor(nlls, dtype=torch.float64)
-        scale = hp.scales[min(range(len(nlls)), key=nlls.__getitem__)]
+        state.extra["laplace.scale_at_edge"] = torch.tensor(int(at_edge))
+        if at_edge:
+            logger.warning("kfac_laplace: the best noise scale %g is on the edge of the "
+                           "searched grid %s after %d extensions (validation NLL still "
+                           "falling): recorded as laplace.scale_at_edge", scale, grid,
+                           hp.max_scale_extensions)
     state.extra["laplace.scale"] = torch.tensor(float(scale), dtype=torch.float64)
 
 

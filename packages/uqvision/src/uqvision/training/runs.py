@@ -15,6 +15,7 @@ from typing import Any
 import safetensors.torch  # its functions looked up at call time (tests patch them)
 import torch
 from torch import nn
+from uqmetrics import InputError
 
 from ..data import DataConfig, eval_transform, image_view, tta_transform
 from ..models import (
@@ -28,7 +29,7 @@ from ..models import (
 )
 from ..models.spectral import spectral_normalize
 from .loop import build_model, shuffled_loader
-from .method import TRAINING_METHODS, TrainState
+from .method import TRAINING_METHODS, TrainState, has_batchnorm
 
 __all__ = ["LoadedRun", "load_run"]
 
@@ -80,8 +81,11 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     hyper-parameters have a true ``bn_update`` (SWAG, K-FAC Laplace: each sample's BatchNorm
     statistics are recomputed) gets a BatchNorm loader over ``train_data`` (default: the
     training folder and view the sidecar records) in a fixed order with one seeded
-    augmentation per sample; no other run reads its training folder. Anything else goes
-    through :func:`uqvision.models.load_model` and is one network.
+    augmentation per sample; no other run reads its training folder. Such a run with
+    BatchNorm layers and no training folder is refused (``uqmetrics.InputError`` naming the
+    folder and ``--train-data``): its samples would silently keep the final iterate's
+    statistics. Anything else goes through :func:`uqvision.models.load_model` and is one
+    network.
     """
     spec = check_model_spec(spec)
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
@@ -118,7 +122,12 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                                                             device=str(device)))
     state.model.to(device).eval()
     folder = train_data or side.get("dataset")
-    if getattr(hp, "bn_update", False) and folder and Path(folder).is_dir():
+    if getattr(hp, "bn_update", False) and has_batchnorm(state.net):
+        if not folder or not Path(folder).is_dir():
+            raise InputError(
+                f"{side['method']} recomputes each sample's BatchNorm statistics on its "
+                f"training folder, but {str(folder)!r} is not a folder: give it with "
+                f"--train-data (or train with --set bn_update=false)")
         augment = cfg.get("augment")
         tf = tta_transform(augment, dcfg) if augment else eval_transform(dcfg)
         view = image_view(folder, tf, classes=cfg.get("classes"),  # the run's own images

@@ -191,3 +191,35 @@ def test_bad_options(tmp_path, write_cache):
         score_ensembles([tmp_path], EnsembleConfig(members=["m0", "m9"]))
     with pytest.raises(ValueError, match="not a curve metric"):
         score_ensembles([tmp_path], EnsembleConfig(dee_metrics=("cll", "temperature")))
+
+
+@pytest.mark.parametrize("method", ["sse", "fge", "csgld"])
+def test_snapshot_curves_follow_training_order(tmp_path, write_cache, member_logits, method):
+    """Snapshots of one trajectory are not exchangeable: the size-k ensemble of order o is
+    snapshots 0..k-1 of run o mod n_runs (Pitfalls' code); deep-ensemble members keep random
+    orders. Exact: each order's NLL against the first-k ensemble computed here."""
+    from uqmetrics import ensemble_probs, log_softmax, nll_loss
+
+    rng = np.random.default_rng(7)
+    y, z = member_logits(rng, 200, 4, 10, signal=1.0, noise=2.0)
+    for k in range(4):
+        write_cache(tmp_path, z[k], y, model=f"de{k}", method=DE)
+    runs = {"r0": z[4:7], "r1": z[7:10]}
+    for r, snaps in runs.items():
+        for j, zj in enumerate(snaps):
+            write_cache(tmp_path, zj, y, model=f"{r}:{j:03d}", method=method, run=r,
+                        sample_index=j)
+    n_orders = 4
+    ds = score_ensembles([tmp_path], EnsembleConfig(n_orders=n_orders, n_repeats=2))
+    nll = ds["nll"].sel({"method": method}).values
+    assert nll.shape == (n_orders, 4)
+    assert np.isnan(nll[:, 3:]).all()  # sizes up to one run's snapshot count
+    for o in range(n_orders):
+        snaps = runs[("r0", "r1")[o % 2]]
+        for k in range(1, 4):
+            first_k = np.stack([log_softmax(s) for s in snaps[:k]])
+            assert nll[o, k - 1] == pytest.approx(nll_loss(y, ensemble_probs(first_k)),
+                                                  rel=1e-6), (o, k)
+    # exchangeable members: random orders (the size-1 member differs across orders)
+    de1 = ds["nll"].sel({"method": DE}).values[:, 0]
+    assert np.ptp(de1) > 1e-6

@@ -50,6 +50,7 @@ from uqmetrics.registry import Registry
 
 from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
 from ...methods import GENERAL_METHODS, TRAINING_METHODS
+from ...training.method import snapshot_samples
 
 __all__ = [
     "CURVE_METRICS",
@@ -92,6 +93,16 @@ class Group:
     members: list[list[Source]]
     training_method: str = ""
     tta: bool = False
+    runs: list[str] | None = None
+
+    @property
+    def ordered(self) -> bool:
+        """Members are snapshots of a trajectory (SSE, FGE, cSGLD: the training method
+        samples :func:`~uqvision.training.method.snapshot_samples`), not exchangeable: its
+        size-``k`` ensemble is the first ``k`` snapshots of a run, in training order."""
+        if not self.training_method or self.training_method not in TRAINING_METHODS.names():
+            return False
+        return TRAINING_METHODS.lookup(self.training_method).samples is snapshot_samples
 
     @property
     def n_draws(self) -> int:
@@ -131,7 +142,8 @@ def _method_builder(method: str, tta: bool):
                              f"{[m for j, m in enumerate(chosen) if (f'{j:06d}', 0) not in found]}")
         if found:
             draws = [[Source(str(i.path)) for i in caches] for caches in found.values()]
-            return Group(draws if tta else [d[:1] for d in draws], method, tta)
+            return Group(draws if tta else [d[:1] for d in draws], method, tta,
+                         [run for run, _ in found])
         if tta or chosen is not None:
             return None
         passes = sorted((i for i in infos if i.method == method and i.mode == "mc_dropout"),
@@ -219,12 +231,32 @@ def load_group(group: Group) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return lp.reshape(d, len(group.members), *lp.shape[1:]), y, checks
 
 
-def _curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig) -> xr.Dataset:
-    curve = ensemble_size_curve(lp, y, metrics=CURVE_METRICS + PREFIX_METRICS,
-                                confidence=config.confidence, n_orders=config.n_orders,
-                                seed=config.seed, calibrated=True, n_repeats=config.n_repeats,
-                                calibrated_metrics=CALIBRATED_METRICS)
-    return curve.drop_vars(["member_order", "position", "split_seed", "draw"])
+def _curve(lp: np.ndarray, y: np.ndarray, config: EnsembleConfig,
+           group: Group | None = None) -> xr.Dataset:
+    """The size curve of one group: random member orders (order 0: the identity) for
+    exchangeable members; for snapshot methods (:attr:`Group.ordered`) every order is the
+    training order of one run (order ``o``: run ``o mod n_runs``, draw ``o mod n_draws``,
+    ``test_cv`` seed ``seed + o``), sizes up to the shortest run's snapshot count."""
+    kw = {"metrics": CURVE_METRICS + PREFIX_METRICS, "confidence": config.confidence,
+              "calibrated": True, "n_repeats": config.n_repeats,
+              "calibrated_metrics": CALIBRATED_METRICS}
+    if group is None or not group.ordered:
+        curve = ensemble_size_curve(lp, y, n_orders=config.n_orders, seed=config.seed, **kw)
+        return curve.drop_vars(["member_order", "position", "split_seed", "draw"])
+    runs = group.runs or [""] * lp.shape[1]
+    by_run: dict[str, list[int]] = {}
+    for j, run in enumerate(runs):
+        by_run.setdefault(run, []).append(j)
+    members = list(by_run.values())
+    k = min(len(m) for m in members)
+    curves = [ensemble_size_curve(
+        lp[o % lp.shape[0]][None][:, members[o % len(members)][:k]], y, n_orders=1,
+        seed=config.seed + o, **kw).isel(order=0, drop=True)
+        for o in range(config.n_orders)]
+    curve = xr.concat(curves, dim=pd.Index(range(config.n_orders), name="order"),
+                      combine_attrs="drop_conflicts")
+    return curve.drop_vars(["member_order", "position", "split_seed", "draw"],
+                           errors="ignore")
 
 
 def _groups(infos: list[CacheInfo], config: EnsembleConfig) -> dict[str, Group]:
@@ -299,7 +331,7 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
         elif y.shape != ref_y.shape or not np.array_equal(y, ref_y):
             raise CacheError(f"method {name!r} has a different sample order or labels than "
                              f"{config.reference!r}")
-        curves[name] = _curve(lp, y, config)
+        curves[name] = _curve(lp, y, config, groups[name])
         meta[name] = (lp.shape[1], lp.shape[0], checks)
     order = [n for n in groups if n in curves]
     ds = xr.concat([curves[n] for n in order], dim=pd.Index(order, name="method"),

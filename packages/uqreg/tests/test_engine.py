@@ -38,7 +38,7 @@ from uqreg.engine import (
 )
 from uqreg.engine.heads import output_layer
 from uqreg.methods import METHODS, Method, register_method
-from uqreg.tasks import LinearTask, get_task
+from uqreg.tasks import get_task
 
 SEED = 11
 EPOCHS = 15
@@ -47,17 +47,7 @@ TRAINED = [name for name, m in METHODS.items() if m.closed_form is None]
 
 # An anisotropic 2-D task (input ranges differ by a factor 8, so the per-dimension FGSM step
 # matters), small enough that each comparison takes about a second.
-ANISO = LinearTask(
-    name="aniso_engine_test",
-    input_dim=lambda c: 2,
-    feature_map=lambda x, c: np.stack([np.ones(len(x)), x[:, 0], x[:, 1], x[:, 0] * x[:, 1]], axis=1),
-    gamma=lambda g, c: g.uniform(0, 1, 4),
-    sigma=0.5,
-    n_train=lambda c: 30,
-    train_inputs=lambda g, n, d, c: g.uniform([-1.0, -8.0], [1.0, 8.0], size=(n, 2)),
-    test_inputs=lambda c: np.stack([np.linspace(-2, 2, 40), np.linspace(10, -10, 40)], axis=1),
-    train_box=(-8.0, 8.0),
-)
+ANISO = execution_check.ANISO
 
 
 @pytest.fixture(scope="module")

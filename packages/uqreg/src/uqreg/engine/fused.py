@@ -193,27 +193,24 @@ class Workspace:
         """
         gw, inp_t = self.gW[layer], inp.transpose(1, 2)
         if inp.shape[2] == 1:
-            torch.mul(inp, dz, out=self.first_tmp)
-            if acc:
-                tmp = self.row_tmp[:, :, :gw.shape[2]]
-                torch.sum(self.first_tmp, 1, keepdim=True, out=tmp)
-                gw.add_(tmp)
-            else:
-                torch.sum(self.first_tmp, 1, keepdim=True, out=gw)
+            self.row_sum(torch.mul(inp, dz, out=self.first_tmp), gw, acc)
         elif acc:
             torch.baddbmm(gw, inp_t, dz, out=gw)
         else:
             torch.bmm(inp_t, dz, out=gw)
 
+    def row_sum(self, src: torch.Tensor, dst: torch.Tensor, acc: bool) -> None:
+        """``dst = Σ_rows src`` (``src (B, n, k)``, ``dst (B, 1, k)``), or ``+=`` when ``acc``."""
+        if acc:
+            tmp = self.row_tmp[:, :, :dst.shape[2]]
+            torch.sum(src, 1, keepdim=True, out=tmp)
+            dst.add_(tmp)
+        else:
+            torch.sum(src, 1, keepdim=True, out=dst)
+
     def bias_grad(self, layer: int, dz: torch.Tensor, acc: bool) -> None:
         """``gb[layer] = Σ_rows dz``, or ``+=`` when ``acc``."""
-        gb = self.gb[layer]
-        if acc:
-            tmp = self.row_tmp[:, :, :gb.shape[2]]
-            torch.sum(dz, 1, keepdim=True, out=tmp)
-            gb.add_(tmp)
-        else:
-            torch.sum(dz, 1, keepdim=True, out=gb)
+        self.row_sum(dz, self.gb[layer], acc)
 
     def output_forward(self, h: torch.Tensor) -> torch.Tensor:
         """The k→1 output layer as a reduction over k: ``Σ_k h_k·w_k + b``, (B, n, 1)."""
@@ -224,14 +221,7 @@ class Workspace:
     def output_backward(self, h: torch.Tensor, g: torch.Tensor, acc: bool) -> torch.Tensor:
         """Output-layer gradients from ``g = dJ/dpred (B, n, 1)`` given its input ``h``; returns
         ``d_head = g·wᵀ`` (B, n, k), the gradient reaching ``h``."""
-        gw = self.gW[-1].transpose(1, 2)  # (B, 1, k)
-        torch.mul(h, g, out=self.out_tmp)
-        if acc:
-            tmp = self.row_tmp[:, :, :gw.shape[2]]
-            torch.sum(self.out_tmp, 1, keepdim=True, out=tmp)
-            gw.add_(tmp)
-        else:
-            torch.sum(self.out_tmp, 1, keepdim=True, out=gw)
+        self.row_sum(torch.mul(h, g, out=self.out_tmp), self.gW[-1].transpose(1, 2), acc)  # (B, 1, k)
         self.bias_grad(-1, g, acc)
         return torch.mul(g, self.W[-1].transpose(1, 2), out=self.d_head)
 

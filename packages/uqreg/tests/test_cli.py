@@ -310,3 +310,21 @@ def test_log_progress_lines_are_periodic():
     for _ in range(10):
         bar.update(1)
     assert len(stream.getvalue().splitlines()) == 10
+
+
+def test_study_options_take_their_defaults_from_the_configs(capsys):
+    """Each study option's default is written once, in StudyConfig/TrainConfig, and the help
+    shows it from there (before, the help restated them by hand, e.g. 4 GiB for 4e9 bytes)."""
+    from uqreg.engine import TrainConfig
+    from uqreg.study import StudyConfig
+
+    with pytest.raises(SystemExit):
+        cli.main(["study", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    train, study = TrainConfig(), StudyConfig()
+    for expected in (f"ensemble members (default {train.members})",
+                     f"MC passes of dropout methods (default {train.mc_samples})",
+                     f"Adam learning rate (default {train.lr})",
+                     f"noise redraws k per cell (default {study.repetitions})",
+                     f"GiB per chunk of networks (default {train.max_memory / 2**30:.3g})"):
+        assert expected in text, expected

@@ -22,8 +22,9 @@ import numpy as np
 import uqmetrics
 import xarray as xr
 from uqmetrics import InputError, run_command
+from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs
 
-from .engine import RECIPES
+from .engine import RECIPES, TrainConfig
 from .engine.config import DTYPES, ConfigError
 from .methods import METHODS
 from .presets import PRESETS
@@ -122,38 +123,57 @@ def _writable(option: str, folder: Path, shown: Path | None = None) -> None:
         raise InputError(f"{option} {shown} cannot be written: {exc.filename} {exc.strerror}") from None
 
 
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.3g}"
+
+
+#: The study options, generated from StudyConfig's and TrainConfig's fields
+#: (:mod:`uqmetrics.config_options`, as uqvision's): each default is the dataclass's, shown in the
+#: help, and an option overrides the configuration (or the preset) only when given.
+STUDY_OPTIONS = (
+    ConfigOption("task", default=None, help="task name: " + "; ".join(TASKS.describe().splitlines())
+                 + " (default {default})"),
+    ConfigOption("complexities", type=_ints, default=None,
+                 help="levels, e.g. 1,2,3 or 1-10 (default: the task's)"),
+    ConfigOption("methods", type=_strs, default=None,
+                 help=f"comma-separated ({', '.join(METHODS.names())}; default all)"),
+    ConfigOption("recipes", type=_strs, default=None,
+                 help="comma-separated training recipes, run side by side (default paper): "
+                 + "; ".join(RECIPES.describe().splitlines())),
+    ConfigOption("repetitions", type=int, default=None, help="noise redraws k per cell (default {default})"),
+    ConfigOption("seed", type=int, default=None, help="task seed, 0 to 2**63 - 1 (default {default})"),
+    ConfigOption("n_train", type=int, default=None, help="training-set size override"),
+    ConfigOption("sigma", type=float, default=None, help="noise std override"),
+)
+TRAIN_OPTIONS = (
+    ConfigOption("members", type=int, default=None, help="ensemble members (default {default})"),
+    ConfigOption("epochs", type=int, default=None, help="epochs (default 300·complexity)"),
+    ConfigOption("mc_samples", type=int, default=None, help="MC passes of dropout methods (default {default})"),
+    ConfigOption("device", default=None, help="cpu, cuda or cuda:N (default {default})"),
+    ConfigOption("dtype", choices=DTYPES, default=None, help="float32 or float64 (default {default})"),
+    ConfigOption("lr", type=float, default=None, help="Adam learning rate (default {default})"),
+    ConfigOption("weight_decay", type=float, default=None, help="the recipes' L2 factor λ (default 1/N)"),
+    ConfigOption("dropout", type=float, default=None,
+                 help="dropout rate of bd, initial rate of cd/vd (default {default})"),
+    ConfigOption("max_memory", type=float, default=None, shown=_gib,
+                 help="GiB per chunk of networks (default {default})"),
+)
+
+
 def _config_from_args(a: argparse.Namespace) -> StudyConfig:
     base = PRESETS.lookup(a.preset).config if a.preset else StudyConfig(task=a.task or "sinusoid")
-    study = {k: getattr(a, k) for k in ("task", "complexities", "methods", "recipes", "repetitions", "seed", "n_train",
-                                        "sigma") if getattr(a, k) is not None}
-    train = {k: getattr(a, k) for k in ("members", "epochs", "mc_samples", "device", "dtype", "lr", "weight_decay",
-                                         "dropout") if getattr(a, k) is not None}
-    if a.max_memory is not None:
-        train["max_memory"] = a.max_memory * 2**30
+    study = config_kwargs(a, STUDY_OPTIONS, given_only=True)
+    train = config_kwargs(a, TRAIN_OPTIONS, given_only=True)
+    if "max_memory" in train:
+        train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
     return replace(base, **study, train=replace(base.train, **train))
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=PRESETS.names(), help="start from a named configuration: "
                    + "; ".join(PRESETS.describe().splitlines()))
-    p.add_argument("--task", help="task name: " + "; ".join(TASKS.describe().splitlines()))
-    p.add_argument("--complexities", type=_ints, help="levels, e.g. 1,2,3 or 1-10 (default: the task's)")
-    p.add_argument("--methods", type=_strs, help=f"comma-separated ({', '.join(METHODS.names())}; default all)")
-    p.add_argument("--recipes", type=_strs, help="comma-separated training recipes, run side by side (default "
-                   "paper): " + "; ".join(RECIPES.describe().splitlines()))
-    p.add_argument("--repetitions", type=int, help="noise redraws k per cell (default 50)")
-    p.add_argument("--seed", type=int, help="task seed, 0 to 2**63 - 1 (default 0)")
-    p.add_argument("--n-train", dest="n_train", type=int, help="training-set size override")
-    p.add_argument("--sigma", type=float, help="noise std override")
-    p.add_argument("--members", type=int, help="ensemble members (default 120)")
-    p.add_argument("--epochs", type=int, help="epochs (default 300·complexity)")
-    p.add_argument("--mc-samples", dest="mc_samples", type=int, help="MC passes of dropout methods (default 200)")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", choices=DTYPES, help="float32 (default) or float64")
-    p.add_argument("--lr", type=float, help="Adam learning rate (default 0.01)")
-    p.add_argument("--weight-decay", dest="weight_decay", type=float, help="the recipes' L2 factor λ (default 1/N)")
-    p.add_argument("--dropout", type=float, help="dropout rate of bd, initial rate of cd/vd (default 0.1)")
-    p.add_argument("--max-memory", dest="max_memory", type=float, help="GiB per chunk of networks (default 4)")
+    add_config_options(p, StudyConfig, STUDY_OPTIONS)
+    add_config_options(p, TrainConfig, TRAIN_OPTIONS)
 
 
 def _study_target(out: Path, overwrite: bool, *, plots: bool = True) -> Path:

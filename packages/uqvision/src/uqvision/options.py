@@ -13,15 +13,19 @@ project's bad-input policy (one line, exit code 2; see the README's "Bad input")
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from uqmetrics import InputError, check_writable
+from uqmetrics.config_options import (
+    FROM_CONFIG,
+    ConfigOption,
+    add_config_options,
+    config_defaults,
+    config_kwargs,
+)
 
 __all__ = [
     "COUNT",
@@ -131,99 +135,5 @@ def set_pairs(items: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# options generated from typed configs: a default is written once, in the dataclass
-
-#: Marks a :class:`ConfigOption` whose default is the config field's.
-FROM_CONFIG: Any = object()
-
-
-@dataclass(frozen=True)
-class ConfigOption:
-    """A command-line option generated from one field of a typed config (a dataclass).
-
-    Attributes
-    ----------
-    field : str
-        The config's field; also the parsed attribute (``dest``).
-    flag : str or None
-        The option (default ``--`` + the field with dashes), e.g. ``--workers`` for
-        ``num_workers``.
-    type : callable or None
-        The argparse type (a ``bool`` field without one is a ``store_true`` flag).
-    help, metavar, nargs : optional
-        As in ``argparse.ArgumentParser.add_argument``.
-    choices : sequence or callable or None
-        The allowed values, or a callable returning them (read when the parser is built, so
-        a registry filled later is seen whole).
-    default : object
-        :data:`FROM_CONFIG` (the field's default) or a value that overrides it, e.g. ``None``
-        for an option that only overrides the config when given.
-    """
-
-    field: str
-    flag: str | None = None
-    type: Callable[[str], Any] | None = None
-    help: str | None = None
-    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
-    metavar: str | None = None
-    nargs: str | None = None
-    default: Any = FROM_CONFIG
-
-
-def config_defaults(config: type) -> dict[str, Any]:
-    """The default of every field of the dataclass ``config`` that has one."""
-    out = {}
-    for f in dataclasses.fields(config):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
-
-
-def add_config_options(parser: argparse.ArgumentParser, config: type,
-                       options: Sequence[ConfigOption]) -> None:
-    """Add one option per :class:`ConfigOption`, its default taken from ``config``'s field.
-
-    Examples
-    --------
-    >>> from dataclasses import dataclass
-    >>> @dataclass
-    ... class Config:
-    ...     batch_size: int = 64
-    ...     num_workers: int = 0
-    ...     amp: bool = False
-    >>> opts = (ConfigOption("batch_size", type=COUNT), ConfigOption("num_workers",
-    ...         flag="--workers", type=INDEX), ConfigOption("amp"))
-    >>> p = argparse.ArgumentParser()
-    >>> add_config_options(p, Config, opts)
-    >>> Config(**config_kwargs(p.parse_args(["--workers", "2"]), opts))
-    Config(batch_size=64, num_workers=2, amp=False)
-    """
-    defaults = config_defaults(config)
-    for opt in options:
-        if opt.field not in defaults:
-            raise ValueError(f"{config.__name__} has no field {opt.field!r} with a default")
-        default = defaults[opt.field] if opt.default is FROM_CONFIG else opt.default
-        kwargs: dict[str, Any] = {"dest": opt.field, "default": default}
-        if opt.help is not None:
-            kwargs["help"] = opt.help
-        if opt.type is None and isinstance(defaults[opt.field], bool):
-            kwargs["action"] = "store_false" if defaults[opt.field] else "store_true"
-        else:
-            if opt.type is not None:
-                kwargs["type"] = opt.type
-            if opt.choices is not None:
-                kwargs["choices"] = list(opt.choices() if callable(opt.choices)
-                                         else opt.choices)
-            if opt.metavar is not None:
-                kwargs["metavar"] = opt.metavar
-            if opt.nargs is not None:
-                kwargs["nargs"] = opt.nargs
-        parser.add_argument(opt.flag or "--" + opt.field.replace("_", "-"), **kwargs)
-
-
-def config_kwargs(args: argparse.Namespace, options: Sequence[ConfigOption]) -> dict[str, Any]:
-    """The config fields of parsed ``args`` (``config(**config_kwargs(args, options))``)."""
-    return {opt.field: getattr(args, opt.field) for opt in options}
+# options generated from typed configs (uqmetrics.config_options, shared with uqreg's CLI):
+# a default is written once, in the dataclass

@@ -1,0 +1,120 @@
+"""Command-line options generated from the fields of a typed config (a dataclass).
+
+Both command-line tools (``uqreg``, ``uqvision``) declare an option as a :class:`ConfigOption`
+of a config field: its default, and the default shown in its help, are the field's, so a default
+is written once, in the dataclass, never again in a parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FROM_CONFIG", "ConfigOption", "add_config_options", "config_defaults", "config_kwargs"]
+
+#: Marks a :class:`ConfigOption` whose default is the config field's.
+FROM_CONFIG: Any = object()
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """A command-line option generated from one field of a typed config (a dataclass).
+
+    Attributes
+    ----------
+    field : str
+        The config's field; also the parsed attribute (``dest``).
+    flag : str or None
+        The option (default ``--`` + the field with dashes), e.g. ``--workers`` for
+        ``num_workers``.
+    type : callable or None
+        The argparse type (a ``bool`` field without one is a ``store_true`` flag).
+    help : str or None
+        As in ``argparse``; ``{default}`` in it is replaced by the field's default (through
+        ``shown``), so the help never restates a default by hand.
+    choices : sequence or callable or None
+        The allowed values, or a callable returning them (read when the parser is built, so
+        a registry filled later is seen whole).
+    metavar, nargs : optional
+        As in ``argparse.ArgumentParser.add_argument``.
+    default : object
+        :data:`FROM_CONFIG` (the field's default) or a value that overrides it, e.g. ``None``
+        for an option that only overrides the config (or a preset) when given.
+    shown : callable or None
+        How ``{default}`` is written in the help (e.g. bytes as GiB); default ``str``.
+    """
+
+    field: str
+    flag: str | None = None
+    type: Callable[[str], Any] | None = None
+    help: str | None = None
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
+    metavar: str | None = None
+    nargs: str | None = None
+    default: Any = FROM_CONFIG
+    shown: Callable[[Any], str] | None = None
+
+
+def config_defaults(config: type) -> dict[str, Any]:
+    """The default of every field of the dataclass ``config`` that has one."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def add_config_options(parser: argparse.ArgumentParser, config: type,
+                       options: Sequence[ConfigOption]) -> None:
+    """Add one option per :class:`ConfigOption`, its default taken from ``config``'s field.
+
+    Examples
+    --------
+    >>> @dataclass
+    ... class Config:
+    ...     batch_size: int = 64
+    ...     num_workers: int = 0
+    ...     amp: bool = False
+    >>> opts = (ConfigOption("batch_size", type=int, help="images per batch (default {default})"),
+    ...         ConfigOption("num_workers", flag="--workers", type=int), ConfigOption("amp"))
+    >>> p = argparse.ArgumentParser()
+    >>> add_config_options(p, Config, opts)
+    >>> Config(**config_kwargs(p.parse_args(["--workers", "2"]), opts))
+    Config(batch_size=64, num_workers=2, amp=False)
+    >>> "images per batch (default 64)" in p.format_help()
+    True
+    """
+    defaults = config_defaults(config)
+    for opt in options:
+        if opt.field not in defaults:
+            raise ValueError(f"{config.__name__} has no field {opt.field!r} with a default")
+        field_default = defaults[opt.field]
+        default = field_default if opt.default is FROM_CONFIG else opt.default
+        kwargs: dict[str, Any] = {"dest": opt.field, "default": default}
+        if opt.help is not None:
+            kwargs["help"] = opt.help.replace("{default}", (opt.shown or str)(field_default))
+        if opt.type is None and isinstance(field_default, bool):
+            kwargs["action"] = "store_false" if field_default else "store_true"
+        else:
+            if opt.type is not None:
+                kwargs["type"] = opt.type
+            if opt.choices is not None:
+                kwargs["choices"] = list(opt.choices() if callable(opt.choices) else opt.choices)
+            if opt.metavar is not None:
+                kwargs["metavar"] = opt.metavar
+            if opt.nargs is not None:
+                kwargs["nargs"] = opt.nargs
+        parser.add_argument(opt.flag or "--" + opt.field.replace("_", "-"), **kwargs)
+
+
+def config_kwargs(args: argparse.Namespace, options: Sequence[ConfigOption], *,
+                  given_only: bool = False) -> dict[str, Any]:
+    """The config fields of parsed ``args`` (``config(**config_kwargs(args, options))``);
+    ``given_only``: only the options whose value is not None (overrides of a base config)."""
+    out = {opt.field: getattr(args, opt.field) for opt in options}
+    return {k: v for k, v in out.items() if v is not None} if given_only else out

@@ -109,14 +109,16 @@ class SweepPlan:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: PredictConfig, *,
-               weights_dir: str | os.PathLike | None = None, dataset_name: str | None = None,
-               threads: int | None = None) -> SweepPlan:
+def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolderDataset,
+               config: PredictConfig, *, weights_dir: str | os.PathLike | None = None,
+               dataset_name: str | None = None, threads: int | None = None) -> SweepPlan:
     """The cells of a sweep; models without local weights are refused up front, and so are
     unreadable images unless ``config.skip_bad_images``
-    (:func:`uqvision.data.readable_images`)."""
+    (:func:`uqvision.data.readable_images`). ``data``: the folder, or its scan."""
+    folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+    data = folder.root
     # folder and image errors before anything is submitted
-    readable_images(ImageFolderDataset(data), skip_bad=config.skip_bad_images)
+    readable_images(folder, skip_bad=config.skip_bad_images)
     name = dataset_name or Path(data).resolve().name
     plan = SweepPlan()
     for spec in specs:
@@ -141,21 +143,20 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike, config: Pred
     return plan
 
 
-def _refuse_other_caches(plan: SweepPlan, data: str | os.PathLike, out_dir: str | os.PathLike,
+def _refuse_other_caches(plan: SweepPlan, folder: ImageFolderDataset, out_dir: str | os.PathLike,
                          config: PredictConfig) -> None:
     """Resume only what matches: a model with caches already in ``out_dir`` has them checked
     as ``predict`` checks them (:func:`uqvision.predict.check_caches`: full identity, not a
     cache, corrupt); a model whose caches differ is refused (its cells leave the plan, its files
     are kept, the report says why), before any cell runs. Models with no cache there are left
     to their cells."""
-    folder, models = None, {}
+    models: dict[tuple, list[Cell]] = {}
     for cell in plan.cells:
         models.setdefault((cell.params["name"], cell.params["checkpoint"], cell.params["label"]),
                           []).append(cell)
     for (name, checkpoint, label), cells in models.items():
         if not any((Path(out_dir) / f"{c.key}.nc").exists() for c in cells):
             continue
-        folder = folder or ImageFolderDataset(data)
         spec = ModelSpec(name, checkpoint, label)
         try:
             check_caches(spec, folder, out_dir, config, dataset_name=cells[0].params["dataset_name"])
@@ -181,10 +182,11 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
     """
     config = config or PredictConfig()
     specs = expand_models(patterns)
-    plan = plan_sweep(specs, data, config, weights_dir=weights_dir, dataset_name=dataset_name,
+    folder = ImageFolderDataset(data)  # scanned once for the plan and the cache checks
+    plan = plan_sweep(specs, folder, config, weights_dir=weights_dir, dataset_name=dataset_name,
                       threads=threads)
     if not overwrite:
-        _refuse_other_caches(plan, data, out_dir, config)
+        _refuse_other_caches(plan, folder, out_dir, config)
     report = (run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
                         n_workers=n_workers, overwrite=overwrite, progress=progress, client=client)
               if plan.cells else SweepReport())

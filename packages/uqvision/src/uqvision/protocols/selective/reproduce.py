@@ -305,7 +305,8 @@ def ensure_ensemble_cache(member_caches: list[Path], path: Path, name: str, arch
     A rerun after a member was retrained rebuilds it (before, an existing file was kept
     whatever its members).
     """
-    want = ",".join(read_cache(p).attrs["checkpoint_sha256"] for p in member_caches)
+    # the members' attributes only (their data are read once, by _ensemble_cache, if needed)
+    want = ",".join(read_dataset(p, variables=[]).attrs["checkpoint_sha256"] for p in member_caches)
     if path.is_file() and read_cache(path).attrs.get("checkpoint_sha256") == want:
         return False
     write_dataset(_ensemble_cache(member_caches, name, arch, tag), path, overwrite=True)

@@ -278,20 +278,52 @@ def test_every_algorithm_trains_with_the_hooks_and_predicts(name):
 
 
 def test_due_loss_is_the_negative_elbo_and_predictions_are_distributions():
+    """−ELBO by hand: KL of the whitened q(u) = N(m, LLᵀ) from N(0, I), per class (closed
+    form), over the training-set size, minus the batch mean of E_q[log softmax(f_i)[y_i]] with
+    f_i ~ N(μ_i, diag σ²_i), the GP's marginal at image i (a Monte-Carlo mean of many draws).
+    The loss's own likelihood term is a Monte-Carlo estimate too (gpytorch's SoftmaxLikelihood
+    draws joint samples of the batch); the tolerance is 5 standard errors of the two estimates,
+    the loss's bounded by the fully correlated case (mean over images of each image's sd)."""
     import gpytorch
 
     method = TRAINING_METHODS.lookup("due")
     torch.manual_seed(0)
-    state = method.start(small_cnn(C, width=4), method.hparams_from(inducing=4), n_train=16,
-                         steps_per_epoch=1)
-    x, y = torch.randn(8, 3, 8, 8), torch.arange(8) % C
-    out = state.model(x)
+    n_train = 16
+    state = method.start(small_cnn(C, width=4), method.hparams_from(inducing=4),
+                         n_train=n_train, steps_per_epoch=1)
     net = state.net
-    elbo = gpytorch.mlls.VariationalELBO(net.likelihood, net.gp, num_data=16)
-    torch.manual_seed(5)  # the softmax likelihood's expectation is a Monte-Carlo estimate
-    loss = method.loss(state, out, y)
-    torch.manual_seed(5)
-    torch.testing.assert_close(loss, -elbo(out, y))
+    x, y = torch.randn(8, 3, 8, 8), torch.arange(8) % C
+    state.model(x)  # the first call initialises q(u) (to the prior) and the inducing points
+    q = net.gp.variational_strategy.base_variational_strategy._variational_distribution
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a q(u) away from the prior, so that the KL term counts
+        q.variational_mean.copy_(torch.randn(q.variational_mean.shape, generator=g))
+        lower = 0.3 * torch.randn(q.chol_variational_covar.shape, generator=g).tril(-1)
+        diag = 0.5 + torch.rand(q.chol_variational_covar.shape[:-1], generator=g)
+        q.chol_variational_covar.copy_(lower + torch.diag_embed(diag))
+    out = state.model(x)
+    draws = 20_000
+    with gpytorch.settings.num_likelihood_samples(draws):
+        loss = float(method.loss(state, out, y))
+
+    m = q.variational_mean.detach().double()
+    chol = q.chol_variational_covar.detach().double().tril()
+    M = m.shape[-1]
+    kl = 0.5 * float(((chol ** 2).sum((-2, -1)) + (m ** 2).sum(-1) - M
+                      - 2 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)).sum())
+    assert kl > 1.0  # the KL term is far larger than the tolerance below
+    mu, sd = out.mean.detach().double(), out.variance.detach().double().sqrt()
+    assert mu.shape == sd.shape == (8, C)
+    eps = torch.randn(200_000, 8, C, generator=g, dtype=torch.float64)
+    logp = torch.log_softmax(mu + sd * eps, -1)[:, torch.arange(8), y]  # (draws, images)
+    per_draw = logp.mean(1)
+    expected_loglik = float(per_draw.mean())
+    se_hand = float(per_draw.std()) / len(per_draw) ** 0.5
+    se_loss = float(logp.std(0).mean()) / draws ** 0.5
+    hand = -(expected_loglik - kl / n_train)
+    assert abs(loss - hand) <= 5 * (se_hand ** 2 + se_loss ** 2) ** 0.5, (loss, hand)
+    # a KL weighted by the batch size instead of the training-set size is far outside it
+    assert abs(loss - (hand + kl / n_train - kl / 8)) > 10 * (se_hand ** 2 + se_loss ** 2) ** 0.5
     net.eval()
     with torch.no_grad():
         torch.testing.assert_close(torch.logsumexp(net(x), -1), torch.zeros(8), atol=1e-5,

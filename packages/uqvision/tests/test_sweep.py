@@ -18,19 +18,27 @@ def test_wildcards_expand_through_the_registries():
         expand_models(["test_vit", "test_vit"])
 
 
-def test_models_without_local_weights_are_refused_up_front(digits, tmp_path):
+def test_models_without_local_weights_are_planned_for_the_hub_cache(digits, tmp_path):
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "test_vit.safetensors").write_bytes(b"")
     plan = plan_sweep(expand_models(["test_vit", "test_resnet"]), digits / "test",
                       PredictConfig(mode="tta", passes=2), weights_dir=tmp_path / "w")
-    assert list(plan.refused) == ["test_resnet"]
-    assert [c.key for c in plan.cells] == ["test_vit.test.tta-000", "test_vit.test.tta-001"]
+    assert plan.refused == {}
+    assert [c.key for c in plan.cells] == ["test_vit.test.tta-000", "test_vit.test.tta-001",
+                                           "test_resnet.test.tta-000", "test_resnet.test.tta-001"]
     assert plan.cells[1].params["config"]["first_pass"] == 1
+    # the weights folder's file first; the other model's weights come from the hub cache
+    assert plan.cells[0].params["checkpoint"] == str(tmp_path / "w" / "test_vit.safetensors")
+    assert plan.cells[2].params["checkpoint"] is None
 
 
 @pytest.mark.slow
-def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp_path):
+def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp_path,
+                                                                monkeypatch):
     from dask.distributed import Client, LocalCluster
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # test_vit's weights: not in this empty cache
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
     bad = tmp_path / "broken.safetensors"
     bad.write_bytes(b"not a checkpoint at all")
@@ -41,8 +49,9 @@ def test_sweep_on_a_local_cluster_survives_a_model_that_raises(spec, digits, tmp
         report = sweep_predictions(models, digits / "test", caches,
                                    PredictConfig(batch_size=32), client=client, threads=1)
         assert [p.name for p in report.computed] == ["test_byobnet+m0.test.plain-000.nc"]
-        assert set(report.failed) == {"test_byobnet+broken.test.plain-000", "test_vit"}
-        assert "no local weights" in report.failed["test_vit"]
+        assert set(report.failed) == {"test_byobnet+broken.test.plain-000",
+                                      "test_vit.test.plain-000"}
+        assert "HF_HUB_OFFLINE is set" in report.failed["test_vit.test.plain-000"]
         again = sweep_predictions(models, digits / "test", caches,
                                   PredictConfig(batch_size=32), client=client, threads=1)
     assert again.computed == [] and [p.name for p in again.skipped] == [

@@ -18,7 +18,7 @@ import os
 from uqmetrics import InputError
 
 __all__ = ["BadImageError", "CacheError", "CheckpointError", "SkippedCacheWarning",
-           "UqvisionWarning"]
+           "UqvisionWarning", "WeightsUnavailableError"]
 
 
 class UqvisionWarning(UserWarning):
@@ -54,3 +54,10 @@ class BadImageError(InputError):
 class CheckpointError(InputError):
     """A checkpoint or its sidecar that cannot be read, is not what it claims to be, or does
     not match the model it is given for (the message names the file)."""
+
+
+class WeightsUnavailableError(InputError):
+    """A model named without a local weight file whose pretrained weights cannot be had: not
+    in the cache (Hugging Face hub cache, or torch.hub's ``checkpoints`` folder) while
+    ``HF_HUB_OFFLINE`` is set, a download that failed, or a name with no pretrained source at
+    all (the message names the model and the cache directory)."""

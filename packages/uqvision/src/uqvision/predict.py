@@ -68,10 +68,12 @@ from .data import (
 from .models import (
     LoadedModel,
     ModelSpec,
+    check_pretrained,
     file_sha256,
     read_sidecar,
     recorded_class_names,
     sidecar_path,
+    weights_sha256,
 )
 from .runtime import distributed_context, gather, shard_indices
 from .training.dropout import PerSampleDropout
@@ -479,7 +481,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     names = recorded_class_names(spec.checkpoint) if config.logits else None
     if names is not None:  # a name the model lacks fails before the model is built
         _class_space(folder, names, "sidecar", None, config, spec)
-    head = (None if not config.logits or (names is None and spec.checkpoint)
+    head = (None if not config.logits or (names is None and (
+        spec.checkpoint or not config.allow_random_init))  # the weights' head, their classes
             else len(names) if names is not None else len(folder.classes))
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
@@ -625,12 +628,15 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
         _class_space(folder, names, "sidecar", None, config, spec)
     plan = cache_plan(spec, config, name)
     paths = {(k, p): Path(out_dir) / f"{key}.nc" for k, p, key in plan}
+    check_pretrained(spec, allow_random_init=config.allow_random_init)  # offline, not cached
     if overwrite:
         return paths, set(paths)
     multi = _n_samples(read_sidecar(spec.checkpoint) if spec.checkpoint else {}, config)[1]
-    sha = file_sha256(spec.checkpoint) if spec.checkpoint and Path(
-        spec.checkpoint).is_file() else ""
-    fingerprint = folder_fingerprint(folder) if any(p.exists() for p in paths.values()) else ""
+    cached_any = any(p.exists() for p in paths.values())
+    # the weights the model would load: hashed (pretrained ones fetched, as loading would)
+    # only when there is a cache to compare them with
+    sha = weights_sha256(spec, allow_random_init=config.allow_random_init) if cached_any else ""
+    fingerprint = folder_fingerprint(folder) if cached_any else ""
     missing, problems = set(), []
     for (k, p), path in paths.items():
         try:

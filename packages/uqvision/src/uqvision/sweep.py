@@ -79,7 +79,9 @@ def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
 def find_weights(spec: ModelSpec, weights_dir: str | os.PathLike | None) -> ModelSpec:
     """Attach ``<weights_dir>/<name><suffix>`` (``/`` in the name -> ``+``) if present.
 
-    The row keeps the bare model name: the file is that model's weights.
+    The row keeps the bare model name: the file is that model's weights. A local file (this
+    one, or ``NAME=FILE``) takes precedence over the name's pretrained weights in the hub
+    caches (offline clusters: docs/conventions.md#v-1b).
     """
     if spec.checkpoint is not None or weights_dir is None:
         return spec
@@ -112,9 +114,17 @@ class SweepPlan:
 def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolderDataset,
                config: PredictConfig, *, weights_dir: str | os.PathLike | None = None,
                dataset_name: str | None = None, threads: int | None = None) -> SweepPlan:
-    """The cells of a sweep; models without local weights are refused up front, and so are
-    unreadable images unless ``config.skip_bad_images``
-    (:func:`uqvision.data.readable_images`). ``data``: the folder, or its scan."""
+    """The cells of a sweep; unreadable images are refused up front unless
+    ``config.skip_bad_images`` (:func:`uqvision.data.readable_images`). ``data``: the folder,
+    or its scan.
+
+    Each model's weights are, first that applies, its ``NAME=FILE``, the file
+    ``weights_dir`` holds for it (:func:`find_weights`), random ones with
+    ``config.allow_random_init``, else its pretrained weights from the Hugging Face hub /
+    torch.hub caches, loaded (and downloaded when allowed) by its cells
+    (:func:`uqvision.models.load_model`): a model whose weights can be had neither way is
+    planned like any other, and its cells fail with the reason
+    (:class:`uqvision.exceptions.WeightsUnavailableError`) while the sweep goes on."""
     folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
     data = folder.root
     # folder and image errors before anything is submitted
@@ -122,12 +132,7 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolder
     name = dataset_name or Path(data).resolve().name
     plan = SweepPlan()
     for spec in specs:
-        spec = find_weights(spec, weights_dir)
-        if spec.checkpoint is None and not config.allow_random_init:
-            plan.refused[spec.row] = (f"no local weights for {spec.name!r}"
-                                      + (f" in {str(weights_dir)!r}" if weights_dir else "")
-                                      + " (downloads are disabled)")
-            continue
+        spec = find_weights(spec, weights_dir)  # a local file first; else the hub cache
         if spec.source not in MODEL_SOURCES:
             plan.refused[spec.row] = f"unknown model source {spec.source!r}"
             continue

@@ -2,6 +2,7 @@ import pytest
 import torch
 from torch import nn
 
+from uqvision.exceptions import WeightsUnavailableError
 from uqvision.models import ModelSpec, check_model_name, has_dropout, load_model
 from uqvision.training.dropout import PerSampleDropout
 
@@ -31,9 +32,13 @@ def test_spec_parsing_and_row_names():
         "resnet18"
 
 
-def test_no_checkpoint_no_download(tmp_path):
-    with pytest.raises(ValueError, match="no local checkpoint"):
-        load_model("resnet10t", num_classes=10)
+def test_no_checkpoint_offline_and_not_cached_is_one_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ValueError, match="1000-class head but the dataset has 10"):
+        load_model("resnet10t", num_classes=10)  # the pretrained head, before any look-up
+    with pytest.raises(WeightsUnavailableError, match="'resnet10t'.*HF_HUB_OFFLINE is set"):
+        load_model("resnet10t")
     with pytest.raises(FileNotFoundError):
         load_model(f"resnet10t={tmp_path / 'absent.pth'}", num_classes=10)
 

@@ -2,7 +2,8 @@
 
 - :mod:`~uqvision.models.core`: :class:`ModelSpec`, the :data:`MODEL_SOURCES` registry with
   the ``timm`` (``arch`` / ``arch.tag``) and ``tv`` (``tv/<name>``) sources, checkpoints and
-  sidecars, :func:`load_model`;
+  sidecars, pretrained weights from the hub / torch.hub caches (:func:`pretrained_weights`),
+  :func:`load_model`;
 - :mod:`~uqvision.models.prototype`: the ``proto`` source (cosine prototype classifiers);
 - :mod:`~uqvision.models.archs`: uqvision's tiny timm architectures (registered in timm);
 - :mod:`~uqvision.models.spectral`: spectral normalisation of a featurizer (the training loop's
@@ -18,16 +19,23 @@ from .core import (
     MODEL_SOURCES,
     LoadedModel,
     ModelSpec,
+    PretrainedWeights,
     check_checkpoint_file,
     check_model_name,
     check_model_spec,
+    check_pretrained,
     existing_checkpoint,
     file_sha256,
     has_dropout,
+    hub_cache_dir,
     load_model,
+    pretrained_weights,
     read_sidecar,
     recorded_class_names,
     sidecar_path,
+    torch_hub_checkpoints,
+    weights_offline,
+    weights_sha256,
     write_checkpoint,
 )
 
@@ -36,15 +44,22 @@ __all__ = [
     "MODEL_SOURCES",
     "LoadedModel",
     "ModelSpec",
+    "PretrainedWeights",
     "check_checkpoint_file",
     "check_model_name",
     "check_model_spec",
+    "check_pretrained",
     "existing_checkpoint",
     "file_sha256",
     "has_dropout",
+    "hub_cache_dir",
     "load_model",
+    "pretrained_weights",
     "read_sidecar",
     "recorded_class_names",
     "sidecar_path",
+    "torch_hub_checkpoints",
+    "weights_offline",
+    "weights_sha256",
     "write_checkpoint",
 ]

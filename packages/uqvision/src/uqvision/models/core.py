@@ -1,11 +1,29 @@
 """Models by name: timm (``arch`` or ``arch.tag``) and torchvision (``tv/<name>``).
 
-Weights only ever come from local files (no downloads). For timm the file goes through timm's
-own pretrained mechanism, ``create_model(name, pretrained=True,
-pretrained_cfg_overlay=dict(file=...))``, so the classifier head is kept and the model's
-pretrained config (input size, mean/std, crop) drives the preprocessing. A checkpoint written by
-``uqvision train`` has a JSON sidecar (``<checkpoint>.json``) with the preprocessing it was
-trained with; it is applied as the same overlay.
+Where the weights come from, first that applies (docs/conventions.md#v-1b):
+
+1. a local file, ``NAME=FILE`` (or the file a sweep's ``--weights-dir`` holds for the name,
+   :func:`uqvision.sweep.find_weights`);
+2. with ``allow_random_init`` (code-path checks only), seeded random weights;
+3. the name's pretrained weights from the usual caches, downloaded there when absent and the
+   network is allowed (:func:`pretrained_weights`): for timm the file timm's own hub mechanism
+   asks for (the tag's ``hf_hub_id``: ``model.safetensors``, else ``pytorch_model.bin``) through
+   ``huggingface_hub`` in the Hugging Face hub cache (``HF_HUB_CACHE``, ``HF_HOME``), or the
+   tag's url in torch.hub's ``checkpoints`` folder (``TORCH_HOME``); for torchvision the
+   weights' url in torch.hub's ``checkpoints`` folder, under torchvision's file name (its sha256
+   prefix). The environment is read at call time; with ``HF_HUB_OFFLINE`` set nothing is
+   downloaded, and a file that is not cached is a
+   :class:`~uqvision.exceptions.WeightsUnavailableError` naming the model and the cache folder.
+
+Either way, a file goes through timm's own pretrained mechanism, ``create_model(name,
+pretrained=True, pretrained_cfg_overlay=dict(file=...))`` (the hub file located first, so that
+the file loaded is the file hashed), so the classifier head is kept and the model's pretrained
+config (input size, mean/std, crop) drives the preprocessing; torchvision weights load through
+``torchvision.models.get_model(name, weights=...)``. A checkpoint written by ``uqvision train``
+has a JSON sidecar (``<checkpoint>.json``) with the preprocessing it was trained with; it is
+applied as the same overlay. The sha256 of the file loaded, local or cached, is the model's
+``checkpoint_sha256`` (in every cache, compared when a prediction resumes), and where a cached
+file came from is recorded beside it (``weights_*`` attrs, :meth:`LoadedModel.provenance`).
 """
 
 from __future__ import annotations
@@ -15,26 +33,33 @@ import hashlib
 import json
 import os
 import pickle
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import safetensors.torch  # its functions looked up at call time (tests patch them)
 import timm
 import torch
 import torchvision
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub.utils import EntryNotFoundError
 from safetensors import SafetensorError
 from timm.data import ImageNetInfo, resolve_model_data_config
 from timm.models import get_pretrained_cfg, load_state_dict
+from timm.models._builder import _resolve_pretrained_source  # timm's own choice of source
+from timm.models._hub import _get_safe_alternatives, download_cached_file, hf_split
 from torch import nn
 from uqmetrics import InputError
 from uqmetrics.io import temporary_beside
 from uqmetrics.registry import Registry
 
 from ..data import DataConfig, eval_transform
-from ..exceptions import CheckpointError
+from ..exceptions import CheckpointError, WeightsUnavailableError
 from . import archs as _archs  # noqa: F401  (registers uqvision's timm architectures)
 
 __all__ = [
@@ -42,16 +67,23 @@ __all__ = [
     "MODEL_SOURCES",
     "LoadedModel",
     "ModelSpec",
+    "PretrainedWeights",
     "check_checkpoint_file",
     "check_model_name",
     "check_model_spec",
+    "check_pretrained",
     "existing_checkpoint",
     "file_sha256",
     "has_dropout",
+    "hub_cache_dir",
     "load_model",
+    "pretrained_weights",
     "read_sidecar",
     "recorded_class_names",
     "sidecar_path",
+    "torch_hub_checkpoints",
+    "weights_offline",
+    "weights_sha256",
     "write_checkpoint",
 ]
 
@@ -99,14 +131,54 @@ class ModelSpec:
         return self.name if self.checkpoint is None else f"{self.name}@{Path(self.checkpoint).stem}"
 
 
+@dataclass(frozen=True)
+class PretrainedWeights:
+    """A model's pretrained weights as a file in a cache (:func:`pretrained_weights`).
+
+    Parameters
+    ----------
+    source : str
+        ``"hf-hub"`` (timm, the Hugging Face hub cache), ``"url"`` (timm, torch.hub's
+        ``checkpoints`` folder) or ``"torchvision"`` (torch.hub's ``checkpoints`` folder).
+    location : str
+        The hub repository (``timm/resnet50.a1_in1k``, with ``@revision`` when the tag names
+        one) or the url.
+    filename : str
+        The file's name in the repository, or in the ``checkpoints`` folder.
+    revision : str
+        The hub commit the cached file belongs to (its snapshot folder); ``""`` for a url.
+    path : str
+        The local file.
+    """
+
+    source: str
+    location: str
+    filename: str
+    revision: str
+    path: str
+
+    @property
+    def sha256(self) -> str:
+        """The file's SHA-256 (hashed once per process while the file is unchanged)."""
+        return _memo_sha256(self.path)
+
+    def attrs(self) -> dict[str, str]:
+        """``weights_source``, ``weights_location``, ``weights_revision``, ``weights_file``."""
+        return {"weights_source": self.source, "weights_location": self.location,
+                "weights_revision": self.revision, "weights_file": self.path}
+
+
 @dataclass
 class LoadedModel:
     """A model in eval mode with everything needed to run it and record its provenance.
 
     ``class_names`` (shape (num_classes,)) are the names of the model's outputs when they are
     known, from ``class_names_source``: the checkpoint's sidecar (``"sidecar"``; what
-    ``uqvision train`` writes) or, for a checkpoint of an ImageNet-1k model whose sidecar names
-    none, the 1,000 WordNet ids in timm's order (``"imagenet-1k"``); ``None`` otherwise.
+    ``uqvision train`` writes) or, for a checkpoint (or the pretrained weights) of an
+    ImageNet-1k model whose sidecar names none, the 1,000 WordNet ids in timm's order
+    (``"imagenet-1k"``); ``None`` otherwise. ``checkpoint_sha256`` is the SHA-256 of the weight
+    file loaded (the local checkpoint, or the cached pretrained file ``weights`` names); ``""``
+    for random weights.
     """
 
     model: nn.Module
@@ -119,13 +191,22 @@ class LoadedModel:
     checkpoint_sha256: str = ""
     class_names: tuple[str, ...] | None = None
     class_names_source: str = ""
+    weights: PretrainedWeights | None = None
 
     def provenance(self) -> dict[str, Any]:
-        """netCDF-safe attrs describing the model."""
+        """netCDF-safe attrs describing the model; where its weights came from in
+        ``weights_source`` (``"file"``: ``checkpoint``; ``"random_init"``; or a
+        :class:`PretrainedWeights` source, with its location, revision and file)."""
+        if self.weights is not None:
+            where = self.weights.attrs()
+        else:
+            where = {"weights_source": "file" if self.spec.checkpoint else "random_init",
+                     "weights_location": "", "weights_revision": "",
+                     "weights_file": str(self.spec.checkpoint or "")}
         return {"model": self.spec.row, "model_name": self.spec.name, "source": self.spec.source,
                 "architecture": self.architecture, "tag": self.tag,
                 "checkpoint": str(self.spec.checkpoint or ""),
-                "checkpoint_sha256": self.checkpoint_sha256,
+                "checkpoint_sha256": self.checkpoint_sha256, **where,
                 "data_config": json.dumps(self.data_config.to_dict()),
                 "transform": repr(self.transform),
                 "num_params": int(sum(p.numel() for p in self.model.parameters())),
@@ -139,6 +220,228 @@ def file_sha256(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+#: ``(real path, device, inode, size, mtime_ns, ctime_ns) -> sha256`` of weight files hashed in
+#: this process (:func:`_memo_sha256`).
+_SHA_MEMO: dict[tuple, str] = {}
+
+#: A file changed less than this many seconds before it was hashed is hashed again next time:
+#: a rewrite within the file system's timestamp granularity could keep its stat.
+_RACY_S = 2.0
+
+
+def _memo_sha256(path: str | os.PathLike) -> str:
+    """:func:`file_sha256` of a weight file, hashed once per process while its stat (inode,
+    size, modification and change times) is unchanged, so that the checks before a run and the
+    load itself read a large file once. A file modified within :data:`_RACY_S` seconds of
+    being hashed is not remembered (git's "racily clean" rule)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key in _SHA_MEMO:
+        return _SHA_MEMO[key]
+    sha = file_sha256(real)
+    if time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > _RACY_S:
+        _SHA_MEMO[key] = sha
+    return sha
+
+
+def _true(value: str | None) -> bool:
+    """huggingface_hub's reading of a boolean environment variable."""
+    return (value or "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_cache_dir() -> str:
+    """The Hugging Face hub cache folder as the environment gives it now.
+
+    ``huggingface_hub.constants.HF_HUB_CACHE`` by huggingface_hub's own rule (``HF_HUB_CACHE``,
+    else the legacy ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, ``HF_HOME`` defaulting
+    to ``$XDG_CACHE_HOME/huggingface``, that to ``~/.cache/huggingface``), read at call time
+    (huggingface_hub reads it once, at import) and passed to it as ``cache_dir``.
+    """
+    env = os.environ
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface")
+    home = os.path.expandvars(os.path.expanduser(home))
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home,
+                                                                                        "hub")
+    return os.path.expandvars(os.path.expanduser(cache))
+
+
+def weights_offline() -> bool:
+    """True when no weights may be downloaded: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``)
+    set now, or when huggingface_hub was imported (its own switch). It holds back every source
+    of pretrained weights: the hub, timm's urls and torchvision's."""
+    env = os.environ
+    return _true(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")) or bool(
+        hf_constants.HF_HUB_OFFLINE)
+
+
+def torch_hub_checkpoints() -> Path:
+    """torch.hub's weight cache, ``torch.hub.get_dir()/checkpoints`` (``$TORCH_HOME/hub/
+    checkpoints``; ``TORCH_HOME`` read at call time), where timm's url weights and torchvision's
+    weights are kept."""
+    return Path(torch.hub.get_dir()) / "checkpoints"
+
+
+def _unavailable(spec_name: str, what: str, cache: str | os.PathLike, why: str,
+                 env: str = "TORCH_HOME") -> WeightsUnavailableError:
+    """One line naming the model, the file, why, the cache folder and the ways out."""
+    return WeightsUnavailableError(
+        f"model {spec_name!r}: its pretrained weights ({what}) {why}; cache directory "
+        f"{str(cache)!r}; fetch them where the network is allowed (or point {env} at a cache "
+        "that holds them), or give a local file as NAME=FILE or with --weights-dir")
+
+
+_HUB_ENV = "HF_HUB_CACHE or HF_HOME"
+
+
+def _offline_why() -> str:
+    return "are not in the cache and HF_HUB_OFFLINE is set"
+
+
+def _one_line(err: BaseException) -> str:
+    return (" ".join(str(err).split())[:300] or type(err).__name__)
+
+
+def _timm_pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | None:
+    """The cached file of a timm name's pretrained weights, located as timm locates it."""
+    cfg = get_pretrained_cfg(spec.model_name)
+    load_from, loc = _resolve_pretrained_source(cfg.to_dict()) if cfg is not None else ("", "")
+    if load_from == "hf-hub":
+        repo, filename = loc if isinstance(loc, (list, tuple)) else (loc, "pytorch_model.bin")
+        repo_id, revision = hf_split(repo)
+        # timm's order (timm.models._hub.load_state_dict_from_hf): a safetensors file first
+        names = ([filename] if filename.endswith(".safetensors")
+                 else [*_get_safe_alternatives(filename), filename])
+        cache, offline = hub_cache_dir(), weights_offline()
+        what = f"{' or '.join(names)} of hub repository {repo!r}"
+        if not download and not offline:  # locate only: what the cache holds, no network
+            for name in names:
+                found = try_to_load_from_cache(repo_id, name, cache_dir=cache, revision=revision)
+                if isinstance(found, str):
+                    return _hub_weights(repo, name, found)
+            return None
+        last: BaseException | None = None
+        for name in names:
+            try:
+                path = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache,
+                                       local_files_only=offline)
+            except EntryNotFoundError as err:  # not there (or not cached): timm's next file
+                last = err
+                continue
+            except (OSError, ValueError) as err:  # no repository, no network, ...
+                raise _unavailable(spec.name, what, cache, f"could not be fetched ({_one_line(err)})",
+                                   _HUB_ENV) from None
+            return _hub_weights(repo, name, path)
+        raise _unavailable(spec.name, what, cache, _offline_why() if offline else
+                           f"could not be fetched ({_one_line(last)})", _HUB_ENV) from None
+    if load_from == "url":
+        return _url_weights(spec.name, "url", str(loc), download,
+                            lambda: download_cached_file(str(loc), check_hash=True))
+    raise WeightsUnavailableError(
+        f"model {spec.name!r} has no pretrained weights in timm (its pretrained config names no "
+        f"hub repository or url); give a local file as NAME=FILE or with --weights-dir")
+
+
+def _hub_weights(repo: str, filename: str, path: str) -> PretrainedWeights:
+    parts = Path(path).parts
+    revision = parts[parts.index("snapshots") + 1] if "snapshots" in parts[:-1] else ""
+    return PretrainedWeights("hf-hub", repo, filename, revision, str(path))
+
+
+def _url_weights(spec_name: str, source: str, url: str, download: bool,
+                 fetch: Callable[[], Any]) -> PretrainedWeights | None:
+    """A url's file in torch.hub's ``checkpoints`` folder (``fetch`` downloads it there)."""
+    folder = torch_hub_checkpoints()
+    filename = os.path.basename(urlparse(url).path)
+    path = folder / filename
+    if not path.is_file():
+        if weights_offline():
+            raise _unavailable(spec_name, f"{filename} from {url}", folder, _offline_why())
+        if not download:
+            return None
+        try:
+            fetch()
+        except (OSError, RuntimeError) as err:  # URLError, hash mismatch, ...
+            raise _unavailable(spec_name, f"{filename} from {url}", folder,
+                               f"could not be downloaded ({_one_line(err)})") from None
+    return PretrainedWeights(source, url, filename, "", str(path))
+
+
+def pretrained_weights(spec: ModelSpec | str, *, download: bool = True
+                       ) -> PretrainedWeights | None:
+    """Locate (and with ``download``, fetch) the pretrained weights of a model name.
+
+    timm names: the file timm's own hub mechanism asks for (the tag's ``hf_hub_id``, or its
+    url); torchvision names: the weights' url file (:class:`TorchvisionSource`). The
+    environment is read now: the Hugging Face hub cache :func:`hub_cache_dir`, torch.hub's
+    :func:`torch_hub_checkpoints`, :func:`weights_offline`.
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        A name without a checkpoint (``NAME=FILE`` is not looked up).
+    download : bool, default True
+        Fetch a file that is not cached (unless offline). ``False``: only look in the caches,
+        and return ``None`` for a file that is not there (when offline it is an error).
+
+    Returns
+    -------
+    PretrainedWeights or None
+
+    Raises
+    ------
+    uqvision.exceptions.WeightsUnavailableError
+        Offline and not cached, a download that failed, or a name with no pretrained source;
+        the message names the model and the cache directory.
+    ValueError
+        An unknown name, or a model source with no pretrained weights (``proto``).
+    """
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    check_model_name(spec.name)
+    find = getattr(MODEL_SOURCES[spec.source], "pretrained", None)
+    if find is None:
+        raise ValueError(f"model source {spec.source!r} of {spec.name!r} has no pretrained "
+                         "weights: give a checkpoint as NAME=FILE")
+    return find(spec, download)
+
+
+def check_pretrained(spec: ModelSpec | str, *, allow_random_init: bool = False) -> None:
+    """Before anything runs: raise when :func:`load_model` could not have the pretrained
+    weights of ``spec`` from the caches while offline.
+
+    Cheap (a look in the caches, no hashing, no network). Nothing to check for a checkpoint
+    (:func:`check_model_spec` checks it), for random weights, or for a source without
+    pretrained weights (its loader says what it needs); a file that is not cached while the
+    network is allowed is left to the load, which downloads it.
+
+    Raises
+    ------
+    uqvision.exceptions.WeightsUnavailableError
+        As :func:`pretrained_weights`.
+    """
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    if spec.checkpoint is None and not allow_random_init and spec.source in MODEL_SOURCES \
+            and hasattr(MODEL_SOURCES[spec.source], "pretrained"):
+        pretrained_weights(spec, download=False)
+
+
+def weights_sha256(spec: ModelSpec | str, *, allow_random_init: bool = False) -> str:
+    """The SHA-256 of the weights :func:`load_model` loads for ``spec`` (its
+    ``checkpoint_sha256``), without building the model: the checkpoint's (``""`` when it does
+    not exist), ``""`` for random weights, else the pretrained file's (fetched when it is not
+    cached, as loading would; :func:`pretrained_weights`). Each file is hashed once per process
+    while it is unchanged."""
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    if spec.checkpoint is not None:
+        return _memo_sha256(spec.checkpoint) if Path(spec.checkpoint).is_file() else ""
+    if allow_random_init:
+        return ""
+    found = pretrained_weights(spec, download=True)
+    return found.sha256 if found is not None else ""
 
 
 def sidecar_path(checkpoint: str | os.PathLike) -> Path:
@@ -438,7 +741,9 @@ MODEL_SOURCES: Registry[Any] = Registry("model source")
 
 @MODEL_SOURCES.register(name="timm")
 class TimmSource:
-    """timm models: ``arch`` or ``arch.tag``; weights through ``pretrained_cfg_overlay``."""
+    """timm models: ``arch`` or ``arch.tag`` (``arch``: its default tag); weights through
+    ``pretrained_cfg_overlay``: a local file, or the tag's pretrained file from the hub cache
+    (:meth:`pretrained`)."""
 
     @staticmethod
     def check_name(name: str) -> None:
@@ -457,6 +762,8 @@ class TimmSource:
         kwargs: dict[str, Any] = {}
         sha = ""
         names, names_from = None, ""
+        weights: PretrainedWeights | None = None
+        n = 0
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
             side = read_sidecar(ckpt)
@@ -477,22 +784,44 @@ class TimmSource:
                 cfg is not None and str(cfg.tag or "").endswith("in1k")
                 and int(cfg.num_classes or 0) == 1000))
             tag = side.get("tag", tag)
-            sha = file_sha256(ckpt)
+            sha = _memo_sha256(ckpt)
         elif allow_random_init:
             kwargs = {"pretrained": False, "num_classes": num_classes or 1000}
             tag = f"{tag}+random_init" if tag else "random_init"  # never passes for weights
-        else:
-            raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
-                             "disabled (pass a checkpoint file, or allow random init for tests)")
+        else:  # the name's pretrained weights, from the hub cache (downloaded when allowed)
+            cfg = get_pretrained_cfg(spec.model_name)
+            n = int(cfg.num_classes or 0) if cfg is not None else 0
+            if num_classes is not None and n and n != num_classes:
+                raise ValueError(f"the pretrained weights of model {spec.name!r} have a "
+                                 f"{n}-class head but the dataset has {num_classes} classes")
+            weights = TimmSource.pretrained(spec, True)
+            check_checkpoint_file(weights.path)
+            sha = weights.sha256  # before the load: the file hashed is the file loaded
+            kwargs = {"pretrained": True, "pretrained_cfg_overlay": {"file": weights.path}}
+            tag = str(cfg.tag or tag)
         try:
             model = timm.create_model(spec.model_name, **kwargs).eval()
         except RuntimeError as err:
-            if spec.checkpoint is None or "loading state_dict" not in str(err):
+            if kwargs.get("pretrained") is not True or "loading state_dict" not in str(err):
                 raise
-            raise _load_error(str(spec.checkpoint), spec.model_name, err) from None
+            raise _load_error(str(spec.checkpoint or weights.path), spec.model_name,
+                              err) from None
+        n = int(kwargs.get("num_classes", getattr(model, "num_classes", n)))
+        if weights is not None:
+            names = _imagenet_names(n, in1k=tag.endswith("in1k"))
+            names_from = "imagenet-1k" if names else ""
         dcfg = DataConfig.from_dict(resolve_model_data_config(model))
-        return LoadedModel(model, spec, dcfg, eval_transform(dcfg), kwargs["num_classes"], arch,
-                           tag, sha, names, names_from)
+        return LoadedModel(model, spec, dcfg, eval_transform(dcfg), n, arch, tag, sha, names,
+                           names_from, weights)
+
+    @staticmethod
+    def pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | None:
+        """The cached file of the name's pretrained weights, the one timm's own hub mechanism
+        (``create_model(name, pretrained=True)``) asks for: the tag's ``hf_hub_id`` in the
+        Hugging Face hub cache (``model.safetensors``, else ``pytorch_model.bin``), or its url in
+        torch.hub's ``checkpoints`` folder (:func:`pretrained_weights`)."""
+        TimmSource.check_name(spec.model_name)
+        return _timm_pretrained(spec, download)
 
 
 def _tv_weights(name: str):
@@ -520,7 +849,8 @@ def _tv_weights(name: str):
 
 @MODEL_SOURCES.register(name="tv")
 class TorchvisionSource:
-    """torchvision models ``tv/<name>[.<WEIGHTS>]``; weights from a local state-dict file.
+    """torchvision models ``tv/<name>[.<WEIGHTS>]``; weights from a local state-dict file, or
+    the weights named (or ``DEFAULT``) from torch.hub's cache (:meth:`pretrained`).
 
     The preprocessing is that of the weights enum member named (``tv/resnet50.IMAGENET1K_V1``:
     resize 256, crop 224; ``.IMAGENET1K_V2``: resize 232), or of the architecture's ``DEFAULT``
@@ -570,7 +900,7 @@ class TorchvisionSource:
             if "pretrained_cfg" in side:
                 dcfg = DataConfig.from_dict(side["pretrained_cfg"])
                 transform = eval_transform(dcfg)
-            sha = file_sha256(ckpt)
+            sha = _memo_sha256(ckpt)
             names, names_from = _class_names(ckpt, n, in1k=bool(
                 weights is not None and weights.name.startswith("IMAGENET1K")))
             tag = side.get("tag", tag or Path(ckpt).stem)
@@ -578,30 +908,80 @@ class TorchvisionSource:
             n = num_classes or 1000
             model = torchvision.models.get_model(name, weights=None, num_classes=n)
             tag = f"{tag}+random_init" if tag else "random_init"
-        else:
-            raise ValueError(f"model {spec.name!r} has no local checkpoint; pretrained downloads are "
-                             "disabled (pass a checkpoint file, or allow random init for tests)")
+        else:  # the weights' file in torch.hub's cache (torchvision downloads it when allowed)
+            if weights is None:
+                raise WeightsUnavailableError(
+                    f"model {spec.name!r}: torchvision has no pretrained weights for {name!r}; "
+                    "give a local file as NAME=FILE or with --weights-dir")
+            n = len(weights.meta["categories"])
+            if num_classes is not None and n != num_classes:
+                raise ValueError(f"the pretrained weights of model {spec.name!r} have a "
+                                 f"{n}-class head but the dataset has {num_classes} classes")
+            found = TorchvisionSource.pretrained(spec, False)  # offline, not cached: the error
+            sha = found.sha256 if found is not None else ""
+            try:
+                model = torchvision.models.get_model(name, weights=weights, progress=False)
+            except (OSError, RuntimeError) as err:  # URLError, a hash mismatch, a bad file
+                raise _unavailable(spec.name, f"{weights.url.rsplit('/', 1)[-1]} from "
+                                   f"{weights.url}", torch_hub_checkpoints(),
+                                   f"could not be downloaded or loaded ({_one_line(err)})"
+                                   ) from None
+            if found is None:  # downloaded just now, by torchvision
+                found = TorchvisionSource.pretrained(spec, False)
+                sha = found.sha256
+            names = _imagenet_names(n, in1k=weights.name.startswith("IMAGENET1K"))
+            names_from = "imagenet-1k" if names else ""
+            return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha, names,
+                               names_from, found)
         return LoadedModel(model.eval(), spec, dcfg, transform, n, name, tag, sha, names,
                            names_from)
+
+    @staticmethod
+    def pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | None:
+        """The weights' file in torch.hub's cache, ``torch_hub_checkpoints()/<basename of
+        weights.url>`` (torchvision's file name, with its sha256 prefix); fetched with
+        torchvision's own ``weights.get_state_dict`` (which checks that prefix on download)."""
+        arch, weights = _tv_weights(spec.model_name)
+        if weights is None:
+            raise WeightsUnavailableError(
+                f"model {spec.name!r}: torchvision has no pretrained weights for {arch!r}; give "
+                "a local file as NAME=FILE or with --weights-dir")
+        return _url_weights(spec.name, "torchvision", weights.url, download,
+                            lambda: weights.get_state_dict(progress=False, check_hash=True))
 
 
 def load_model(spec: ModelSpec | str, *, num_classes: int | None = None, device: str = "cpu",
                allow_random_init: bool = False, seed: int = 0) -> LoadedModel:
-    """Build a model from its spec, load its local weights, move it to ``device``, eval mode.
+    """Build a model from its spec, load its weights, move it to ``device``, eval mode.
+
+    The weights: the checkpoint of ``NAME=CHECKPOINT``; else, with ``allow_random_init``,
+    random ones; else the name's pretrained weights from the Hugging Face hub cache (timm) or
+    torch.hub's cache (torchvision), downloaded there by huggingface_hub / torchvision when
+    absent unless ``HF_HUB_OFFLINE`` is set (:func:`pretrained_weights`; the module docstring).
+    The SHA-256 of the file loaded is ``checkpoint_sha256``.
 
     Parameters
     ----------
     spec : ModelSpec or str
         ``NAME`` or ``NAME=CHECKPOINT``.
     num_classes : int, optional
-        The class count of the data it will see; a checkpoint head of another size raises
-        ``ValueError`` before the model is built.
+        The class count of the data it will see; a checkpoint head (or pretrained head) of
+        another size raises ``ValueError`` before the model is built.
     device : str, default "cpu"
     allow_random_init : bool, default False
-        Without a checkpoint, build randomly initialised weights (seeded) instead of raising.
-        For exercising the code path only.
+        Without a checkpoint, build randomly initialised weights (seeded) instead of loading
+        the pretrained ones (nothing is looked up). For exercising the code path only.
     seed : int, default 0
         Seed of a random initialisation.
+
+    Raises
+    ------
+    uqvision.exceptions.WeightsUnavailableError
+        No checkpoint, and the pretrained weights are neither cached nor downloadable (offline,
+        a failed download, or a name without pretrained weights); the message names the model
+        and the cache directory.
+    uqvision.exceptions.CheckpointError, FileNotFoundError, ValueError
+        A checkpoint that does not load or fit, one that does not exist, an unknown name.
     """
     if isinstance(spec, str):
         spec = ModelSpec.parse(spec)

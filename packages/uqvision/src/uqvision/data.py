@@ -4,14 +4,18 @@ The reader follows the ImageNet folder convention that timm and torchvision use:
 sub-folder per class, class index = position of the folder name in sorted order (for ImageNet
 the sorted WordNet synsets, which is the class order of every ImageNet-1k checkpoint), samples
 sorted by class and then by relative path. Every sample has a stable id, its relative path, so
-prediction caches of different models can be checked to be in the same order.
+prediction caches of different models can be checked to be in the same order. The other
+layouts ImageNet ships in (a flat folder with the devkit's or Kaggle's label file, a tar
+archive of either) are scanned by :mod:`uqvision.layouts` into the same classes and samples.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -36,11 +40,13 @@ from uqmetrics.registry import Registry
 
 from .exceptions import BadImageError
 from .hierarchy import make_hierarchy
+from .layouts import IMG_EXTENSIONS, LAYOUTS, list_classes, scan_layout, wnid_description
 
 __all__ = [
     "DATASET_MAKERS",
     "IMG_EXTENSIONS",
     "INDEX_FORMAT",
+    "LAYOUTS",
     "TTA_POLICIES",
     "ClassSubset",
     "DataConfig",
@@ -66,8 +72,6 @@ __all__ = [
     "write_format_json",
 ]
 
-#: File suffixes read as images (torchvision's list).
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _COMPLETE = ".uqvision-complete"
 
 
@@ -123,13 +127,14 @@ def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
     return Image.fromarray(grey).convert("RGB")
 
 
-def _problem(path: str | os.PathLike, err: BaseException) -> str:
-    """What an error of PIL says about an image file, in a few words."""
+def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
+    """What an error of PIL says about an image file (or its bytes), in a few words."""
     if isinstance(err, FileNotFoundError):
         return "does not exist"
     if isinstance(err, Image.UnidentifiedImageError):
         try:
-            empty = os.path.getsize(path) == 0
+            empty = (path.getbuffer().nbytes if isinstance(path, io.BytesIO)
+                     else os.path.getsize(path)) == 0
         except OSError:
             empty = False
         return "empty file (0 bytes)" if empty else "not an image file (PIL cannot identify it)"
@@ -154,23 +159,40 @@ def load_image(path: str | os.PathLike) -> Image.Image:
     uqvision.exceptions.BadImageError
         The file is missing, empty, not an image, truncated or corrupt; the message names it.
     """
+    return _load(path, path)
+
+
+def _load(src: str | os.PathLike | io.BytesIO, where: str | os.PathLike) -> Image.Image:
+    """:func:`load_image` of a path or of bytes in memory (an archive member), named ``where``
+    in messages."""
     try:
-        with Image.open(path) as im:
-            return _to_rgb(im, path)
+        with Image.open(src) as im:
+            return _to_rgb(im, where)
     except BadImageError:
         raise
     except _PIL_ERRORS as err:
-        raise BadImageError(f"image {str(path)!r}: {_problem(path, err)}", path) from None
+        raise BadImageError(f"image {str(where)!r}: {_problem(src, err)}", where) from None
 
 
-def check_image(path: str | os.PathLike) -> str | None:
+def _load_sample(source, rel: str) -> Image.Image:
+    """Sample ``rel`` of an image source (:mod:`uqvision.layouts`) as 8-bit RGB."""
+    try:
+        src = source.open(rel)
+    except OSError as err:
+        raise BadImageError(f"image {source.where(rel)!r}: {_problem(rel, err)}",
+                            source.where(rel)) from None
+    return _load(src, source.where(rel))
+
+
+def check_image(path: str | os.PathLike | io.BytesIO) -> str | None:
     """What is wrong with an image file (a few words), or ``None`` when it reads.
 
     Cheaper than :func:`load_image` and as strict for the damage files suffer: the header is
     opened (an empty file, a file of another kind); a JPEG is decoded at its smallest DCT scale
     (``draft``: all the entropy-coded data is read, so a truncated or corrupt file fails, but
     only 1/64 of the pixels is produced); a PNG is verified (every chunk read and its CRC
-    checked, nothing inflated); another format is decoded.
+    checked, nothing inflated); another format is decoded. ``path`` may be an image's bytes in
+    memory (``io.BytesIO``).
     """
     try:
         with Image.open(path) as im:
@@ -190,19 +212,22 @@ def check_image(path: str | os.PathLike) -> str | None:
     return None
 
 
-#: Results of :func:`check_image` by (path, size, modification time): a folder is checked once
-#: per process, whatever the number of models run over it.
-_CHECKED: dict[tuple[str, int, int], str | None] = {}
+#: Results of :func:`check_image` by (path, size, modification time) — for an archive member,
+#: (archive, its size and time, offset, size): a folder is checked once per process, whatever
+#: the number of models run over it.
+_CHECKED: dict[tuple, str | None] = {}
 
 
-def _check_cached(path: Path) -> str | None:
+def _check_cached(source, rel: str) -> str | None:
     try:
-        st = path.stat()
+        key = source.stamp(rel)
     except OSError as err:
-        return _problem(path, err)
-    key = (str(path), st.st_size, st.st_mtime_ns)
+        return _problem(source.where(rel), err)
     if key not in _CHECKED:
-        _CHECKED[key] = check_image(path)
+        try:
+            _CHECKED[key] = check_image(source.open(rel))
+        except OSError as err:  # an archive that changed or broke since it was listed
+            _CHECKED[key] = _problem(rel, err)
     return _CHECKED[key]
 
 
@@ -215,6 +240,10 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
     and modification time, so a folder is checked once however many models run over it. The
     cost is about one decode of the folder at 1/64 of the pixels.
 
+    A flat layout's mismatches with its label file come first (:attr:`ImageFolderDataset.
+    label_problems`: images listed there but absent, images without a label), then the
+    unreadable images.
+
     Parameters
     ----------
     folder : ImageFolderDataset or path
@@ -226,14 +255,17 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
         Relative path (the sample id) -> problem, in sample order; empty when all read.
     """
     ds = folder if isinstance(folder, ImageFolderDataset) else ImageFolderDataset(folder)
-    paths = [ds.root / rel for rel, _ in ds.samples]
-    workers = max(1, min(threads or 8, os.cpu_count() or 1, len(paths)))
+    listed = ds.label_problems
+    rels = [rel for rel, _ in ds.samples if rel not in listed]
+    workers = max(1, min(threads or 8, os.cpu_count() or 1, len(rels)))
+    check = functools.partial(_check_cached, ds.source)
     if workers == 1:
-        problems = [_check_cached(p) for p in paths]
+        problems = [check(rel) for rel in rels]
     else:
         with ThreadPoolExecutor(workers) as pool:
-            problems = list(pool.map(_check_cached, paths))
-    return {rel: why for (rel, _), why in zip(ds.samples, problems, strict=True) if why}
+            problems = list(pool.map(check, rels))
+    bad = {rel: why for rel, why in zip(rels, problems, strict=True) if why}
+    return {**{rel: why for rel, why in listed.items() if rel not in ds.skipped}, **bad}
 
 
 def readable_images(folder: ImageFolderDataset, *,
@@ -254,26 +286,53 @@ def readable_images(folder: ImageFolderDataset, *,
     """
     bad = check_images(folder)
     if bad and not skip_bad:
-        raise BadImageError(bad_images_message(folder.root, bad), folder.root / next(iter(bad)))
+        listed = {rel: why for rel, why in bad.items() if rel in folder.label_problems}
+        if listed:
+            raise BadImageError(label_problems_message(folder, listed), folder.root)
+        first = next(iter(bad))
+        raise BadImageError(bad_images_message(folder.root, bad, folder.source.where),
+                            folder.root / first if folder._folder_label is None
+                            else folder.source.where(first))
     return folder.without(bad) if bad else folder
 
 
-def bad_images_message(root: str | os.PathLike, bad: dict[str, str]) -> str:
-    """One line for the bad images of a folder: how many, the first ones with their problem,
-    and the option that skips them."""
-    shown = "; ".join(f"{str(Path(root) / rel)!r}: {why}" for rel, why in list(bad.items())[:3])
+def bad_images_message(root: str | os.PathLike, bad: dict[str, str],
+                       where: Callable[[str], str] | None = None) -> str:
+    """One line for the bad images of a folder: how many, the first ones with their problem
+    (each named ``where(relative path)``, default ``root / path``), and the option that skips
+    them."""
+    where = where or (lambda rel: str(Path(root) / rel))
+    shown = "; ".join(f"{where(rel)!r}: {why}" for rel, why in list(bad.items())[:3])
     more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
     return (f"image folder {str(root)!r} has {len(bad)} unreadable image(s): {shown}{more}; "
             "fix or remove them, or pass --skip-bad-images to leave them out")
 
 
+def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str]) -> str:
+    """One line for the images of a flat layout that do not match its label file: how many are
+    listed there but absent and how many have no label, with an example of each."""
+    samples = set(folder.sample_ids) | set(folder.skipped)
+    absent = [rel for rel in problems if rel in samples]
+    unlabelled = [rel for rel in problems if rel not in samples]
+    parts = [f"{len(rels)} image(s) {what} (e.g. {rels[0]!r})"
+             for rels, what in ((absent, "listed in the label file are absent"),
+                                (unlabelled, "have no label there")) if rels]
+    label = folder.label_file.name if folder.label_file is not None else "?"
+    return (f"image {'archive' if folder.layout.startswith('tar') else 'folder'} "
+            f"{str(folder.root)!r} does not match label file {label!r}: {' and '.join(parts)}; "
+            "fix the folder or the label file, or pass --skip-bad-images to leave them out")
+
+
 class ImageFolderDataset(Dataset):
-    """An ImageNet-style folder: ``root/<class>/<...>/<image>``.
+    """An ImageNet-style folder: ``root/<class>/<...>/<image>``, or ImageNet in another layout
+    it ships in (:data:`uqvision.layouts.LAYOUTS`: a flat folder with a label file, a tar).
 
     Parameters
     ----------
     root : path
-        Folder with one sub-folder per class. Class index = sorted folder order.
+        Folder with one sub-folder per class (class index = sorted folder order); or a flat
+        folder of images with a label file; or an uncompressed ``.tar`` of either, or of one
+        ``<class>.tar`` per class (read in place). See :mod:`uqvision.layouts`.
     transform : callable, optional
         PIL image -> tensor of shape (3, H, W).
     augment_seed : int, optional
@@ -282,45 +341,53 @@ class ImageFolderDataset(Dataset):
         ``derive_seed(augment_seed, index)``: a random augmentation is a pure function of
         (seed, sample), reproducible under any batching, worker count, sharding or thread, and
         the global torch RNG is never touched.
+    labels : path, optional
+        The label file of a flat folder or archive (the devkit — its folder, ground-truth
+        file or ``.tar.gz`` — or ``LOC_val_solution.csv``); default: looked for next to
+        ``root`` (:func:`uqvision.layouts.find_label_file`). Refused for class folders.
 
     Attributes
     ----------
     classes : list of str, shape (n_classes,)
     samples : list of (str, int), shape (n_samples,)
-        Relative posix path (the sample id) and class index.
+        Relative posix path (the sample id; in an archive, the member's path, ``<class>/
+        <member>`` inside a per-class ``.tar``) and class index, sorted by class then id.
+    layout : str
+        ``class_folders``, ``flat``, ``tar/class_folders``, ``tar/class_tars`` or ``tar/flat``.
+    source : uqvision.layouts.FileSource or uqvision.layouts.TarSource
+        Opens a sample.
+    label_file : uqvision.layouts.LabelFile or None
+        The label file of a flat layout (its content hash enters the fingerprint).
+    label_problems : mapping str -> str
+        A flat layout's images listed in its label file but absent (samples named as listed)
+        and images without a label (not samples): reported by :func:`check_images`, refused
+        or left out by :func:`readable_images` as unreadable images are.
 
     Raises
     ------
     FileNotFoundError
-        ``root`` does not exist, has no class folder, or a class folder has no image.
+        ``root`` does not exist, has no class folder (nor images), a class folder has no image,
+        or a flat folder has no label file (the message names the files looked for).
+    uqmetrics.InputError
+        A label file given for class folders, a malformed label file, a compressed archive.
     """
 
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
-                 augment_seed: int | None = None):
-        self.root = Path(root)
-        self.classes = list_classes(self.root)
-        if not self.classes:
-            raise FileNotFoundError(f"image folder {str(self.root)!r} has no class sub-folder")
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        samples: list[tuple[str, int]] = []
-        empty = []
-        for c in self.classes:
-            files = sorted(
-                p.relative_to(self.root).as_posix()
-                for p in (self.root / c).rglob("*")
-                if p.suffix.lower() in IMG_EXTENSIONS and p.is_file()
-            )
-            if not files:
-                empty.append(c)
-            samples.extend((f, self.class_to_idx[c]) for f in files)
-        if empty:
-            raise FileNotFoundError(
-                f"image folder {str(self.root)!r}: class folder(s) {empty[:5]} contain no image "
-                f"({', '.join(IMG_EXTENSIONS)})")
+                 augment_seed: int | None = None, labels: str | os.PathLike | None = None):
+        scan = scan_layout(root, labels)
         if augment_seed is not None and not isinstance(transform, SeededAugmentation):
             raise ValueError("augment_seed needs a SeededAugmentation transform (see "
                              f"tta_transform), got transform={transform!r}")
-        self.samples = samples
+        self.root = Path(root)
+        self.classes = scan.classes
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = scan.samples
+        self.layout = scan.layout
+        self.source = scan.source
+        self.label_file = scan.label_file
+        self.label_problems = scan.label_problems
+        self._folder_label = (None if scan.layout == "class_folders"
+                              else dict(scan.samples))  # the fingerprint's labels
         self.transform = transform
         self.augment_seed = augment_seed
 
@@ -371,6 +438,17 @@ class ImageFolderDataset(Dataset):
         ds.skipped = MappingProxyType({**self.skipped, **why})
         return ds
 
+    def __getstate__(self) -> dict:  # picklable for spawned DataLoader workers
+        state = dict(self.__dict__)
+        if "skipped" in state:
+            state["skipped"] = dict(state["skipped"])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "skipped" in state:
+            self.skipped = MappingProxyType(state["skipped"])
+
     def with_transform(self, transform: Callable | None,
                        augment_seed: int | None = None) -> ImageFolderDataset:
         """A copy (sharing the sample list, the folder is not scanned again) with another
@@ -385,7 +463,8 @@ class ImageFolderDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
         """Return ``(image, label, index)``; ``image`` is transformed when a transform is set."""
         rel, label = self.samples[index]
-        img = load_image(self.root / rel)
+        img = (load_image(self.root / rel) if self._folder_label is None
+               else _load_sample(self.source, rel))
         if self.augment_seed is not None:
             gen = torch.Generator().manual_seed(derive_seed(self.augment_seed, index))
             img = self.transform(img, generator=gen)
@@ -394,26 +473,16 @@ class ImageFolderDataset(Dataset):
         return img, label, index
 
 
-def list_classes(root: str | os.PathLike) -> list[str]:
-    """The class sub-folders of an image folder, sorted (hidden folders are skipped).
-
-    Only the top level is listed (cheap on ImageNet); an empty list when there is none.
-
-    Raises
-    ------
-    FileNotFoundError
-        ``root`` is not a folder.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"image folder {str(root)!r} does not exist")
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-
-
-def _some(names: Sequence[str], limit: int = 12) -> str:
-    """``names`` for a one-line message: at most ``limit`` of them, and how many in all."""
+def _some(names: Sequence[str], limit: int = 12, *, describe: bool = False) -> str:
+    """``names`` for a one-line message: at most ``limit`` of them, and how many in all; with
+    ``describe``, a WordNet id is followed by its lemmas (``'n01440764' (tench, Tinca tinca)``)."""
     names = list(names)
-    shown = ", ".join(map(repr, names[:limit]))
+
+    def show(name: str) -> str:
+        text = wnid_description(name) if describe else None
+        return f"{name!r} ({text})" if text else repr(name)
+
+    shown = ", ".join(map(show, names[:limit]))
     return f"[{shown}, ... ({len(names)} in all)]" if len(names) > limit else f"[{shown}]"
 
 
@@ -422,7 +491,9 @@ def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *
     """The index of each folder class among a model's classes, matched by name.
 
     A folder may hold a subset of the model's classes (ImageNet-A/R/O hold 200 of the 1,000
-    ImageNet classes, by WordNet id): its labels become indices of the model's classes.
+    ImageNet classes, by WordNet id): its labels become indices of the model's classes. In the
+    error, a folder class that is a WordNet id is followed by its lemmas (timm's
+    ``ImageNetInfo``).
 
     Parameters
     ----------
@@ -458,7 +529,8 @@ def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *
     if unknown:
         raise InputError(
             f"image folder {folder!r} has {len(unknown)} class(es) that model {model!r} does "
-            f"not have: {_some(unknown)}; the model's classes are {_some(model_classes)} "
+            f"not have: {_some(unknown, describe=True)}; the model's classes are "
+            f"{_some(model_classes)} "
             "(classes are matched by folder name)")
     return np.array([position[c] for c in folder_classes], dtype=np.int64)
 
@@ -511,22 +583,31 @@ def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.
     return classes
 
 
-def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False) -> str:
-    """SHA-256 over the class list, the sample ids and file sizes (or file contents).
+def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False,
+                        labels: str | os.PathLike | None = None) -> str:
+    """SHA-256 over the class list, the sample ids and file sizes (or file contents); for a
+    layout other than class folders also over the layout and the label file's content hash.
 
     Parameters
     ----------
     root : path
-        An image folder (see :class:`ImageFolderDataset`).
+        An image folder or archive (see :class:`ImageFolderDataset`).
     content : bool, default False
         Hash file contents too (slow on ImageNet; sizes already catch truncated copies).
+    labels : path, optional
+        The label file of a flat layout (as for :class:`ImageFolderDataset`).
     """
-    return folder_fingerprint(ImageFolderDataset(root), content=content)
+    return folder_fingerprint(ImageFolderDataset(root, labels=labels), content=content)
 
 
 def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
     """:func:`dataset_fingerprint` of an already scanned folder (its folder labels, whatever
     a :meth:`ImageFolderDataset.relabelled` copy carries).
+
+    The class-folder layout's fingerprint is what it always was (caches stay valid). Another
+    layout's starts from its name (``flat``, ``tar/class_tars``, ...) and its label file's
+    content hash, so a cache of another layout or labelling is refused on resume; a sample
+    listed in the label file but absent enters with size -1.
 
     Parameters
     ----------
@@ -534,6 +615,16 @@ def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
     content : bool, default False
     """
     h = hashlib.sha256(json.dumps(ds.classes).encode())
+    if ds._folder_label is not None:
+        label_file = ds.label_file
+        h.update(json.dumps({"layout": ds.layout, "label_file": None if label_file is None
+                             else {"kind": label_file.kind, "sha256": label_file.sha256}},
+                            sort_keys=True).encode())
+        for rel, _ in ds.samples:
+            h.update(f"{rel}\0{ds._folder_label[rel]}\0{ds.source.size(rel)}\n".encode())
+            if content and ds.source.size(rel) >= 0:
+                h.update(hashlib.sha256(ds.source.read(rel)).digest())
+        return ("content:" if content else "size:") + h.hexdigest()
     folder_label = {c: i for i, c in enumerate(ds.classes)}
     for rel, _ in ds.samples:
         p = ds.root / rel

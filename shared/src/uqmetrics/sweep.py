@@ -11,27 +11,36 @@ is reported, not fatal: the other cells still run.
 Progress (:func:`progress_bar`, shared with uqreg's study loop): a tqdm bar when the stream is
 a terminal; otherwise (CI logs, ``cmd > log``, a pipe) one plain line at most every
 :data:`LOG_PROGRESS_INTERVAL` seconds and one at the end (:class:`LogProgress`), never a bar
-redrawn for every cell.
+redrawn for every cell. Both show the units done and left and an ETA: the mean wall time per
+unit finished in this run times the units left (cells found complete on disk count as done but
+not in the mean; with several workers the mean is wall time per finished cell, so it already
+accounts for the parallelism). :func:`run_sweep` can also count groups of cells (``group``: a
+model's passes, say) and call back on every finished cell (``on_result``), e.g. to keep a
+failures file (:func:`write_failures`, :func:`read_failures`) up to date while it runs.
 
 ``dask.distributed`` and ``tqdm`` are imported lazily: the rest of uqmetrics needs neither.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .io import IncompleteResultError, read_dataset, write_dataset
+from .io import IncompleteResultError, read_dataset, temporary_beside, write_dataset
 
-__all__ = ["LOG_PROGRESS_INTERVAL", "Cell", "LogProgress", "SweepReport", "cell_path",
-           "is_complete", "progress_bar", "run_sweep"]
+__all__ = ["FAILURES_FORMAT", "LOG_PROGRESS_INTERVAL", "Cell", "LogProgress", "SweepReport",
+           "cell_path", "format_duration", "is_complete", "progress_bar", "read_failures",
+           "run_sweep", "write_failures"]
 
 _KEY = re.compile(r"^[A-Za-z0-9._=+-]+$")
 
@@ -77,9 +86,30 @@ class SweepReport:
 LOG_PROGRESS_INTERVAL = 30.0
 
 
+def format_duration(seconds: float) -> str:
+    """A duration for progress lines: ``"45 s"``, ``"4 min 05 s"``, ``"2 h 03 min"``.
+
+    Examples
+    --------
+    >>> format_duration(44.6), format_duration(245), format_duration(7380), format_duration(-1)
+    ('45 s', '4 min 05 s', '2 h 03 min', '0 s')
+    """
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    m = round(seconds / 60)
+    return f"{m // 60} h {m % 60:02d} min"
+
+
 class LogProgress:
     """Progress for logs (a stream that is not a terminal): a line when at least ``interval``
     seconds passed since the last one, and one at :meth:`close`.
+
+    Each line says how many units are done and left, the time elapsed and, while units are
+    left and some finished in this run, the ETA: the mean time per unit finished since the
+    start (``elapsed / (n - initial)``) times the units left.
 
     Parameters
     ----------
@@ -92,41 +122,65 @@ class LogProgress:
     stream : file-like, optional
         Where lines go; default ``sys.stderr`` at construction.
     unit : str, default "item"
-        Unit name; lines read ``"<desc>: <n>/<total> <unit>s (<pct>%) [<postfix>], <t> s"``.
+        Unit name; lines read ``"<desc>: <n>/<total> <unit>s (<pct>%)[ <postfix>], <left> left,
+        <elapsed> elapsed[, ETA <eta>]"``.
     clock : callable, default :func:`time.monotonic`
         Seconds source (a test may pass a fake clock).
+    initial : int, default 0
+        Units already done before the start (a resumed sweep's complete cells): counted as done,
+        left out of the mean time per unit.
 
     Examples
     --------
     >>> import io
-    >>> out = io.StringIO()
-    >>> bar = LogProgress(3, "sweep", interval=3600.0, stream=out, unit="cell", clock=lambda: 0.0)
-    >>> for _ in range(3):
-    ...     bar.update(1)
+    >>> out, now = io.StringIO(), [0.0]
+    >>> bar = LogProgress(4, "sweep", interval=0.0, stream=out, unit="cell", clock=lambda: now[0],
+    ...                   initial=1)
+    >>> now[0] = 10.0
+    >>> bar.update(1)
+    >>> now[0] = 130.0
+    >>> bar.update(2)
     >>> bar.close()
     >>> print(out.getvalue(), end="")
-    sweep: 3/3 cells (100%), 0 s
+    sweep: 2/4 cells (50%), 2 left, 10 s elapsed, ETA 20 s
+    sweep: 4/4 cells (100%), 0 left, 2 min 10 s elapsed
+    sweep: 4/4 cells (100%), 0 left, 2 min 10 s elapsed
     """
 
     def __init__(self, total: int, desc: str, interval: float = LOG_PROGRESS_INTERVAL,
-                 stream=None, *, unit: str = "item", clock: Callable[[], float] = time.monotonic):
+                 stream=None, *, unit: str = "item", clock: Callable[[], float] = time.monotonic,
+                 initial: int = 0):
         if not interval >= 0:
             raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        if not 0 <= initial <= total:
+            raise ValueError(f"initial must be in [0, total={total}], got {initial!r}")
         self.total, self.desc, self.interval, self.unit = total, desc, interval, unit
         self.stream = sys.stderr if stream is None else stream
         self.clock = clock
-        self.n, self.postfix = 0, ""
+        self.initial = self.n = initial
+        self.postfix = ""
         self.t0 = self.last = clock()
         self.lock = threading.Lock()
 
     def set_postfix_str(self, s: str) -> None:
         self.postfix = s
 
+    def eta(self) -> float | None:
+        """Seconds left at the mean time per unit finished in this run (None: no unit yet)."""
+        done = self.n - self.initial
+        if done <= 0:
+            return None
+        return (self.clock() - self.t0) / done * max(self.total - self.n, 0)
+
     def _line(self) -> None:
         pct = 100.0 * self.n / self.total if self.total else 100.0
         postfix = f" {self.postfix}" if self.postfix else ""
+        left = max(self.total - self.n, 0)
+        eta = self.eta()
+        eta_text = f", ETA {format_duration(eta)}" if left and eta is not None else ""
         print(f"{self.desc}: {self.n}/{self.total} {self.unit}s ({pct:.0f}%){postfix}, "
-              f"{self.clock() - self.t0:.0f} s", file=self.stream, flush=True)
+              f"{left} left, {format_duration(self.clock() - self.t0)} elapsed{eta_text}",
+              file=self.stream, flush=True)
 
     def update(self, n: int = 1) -> None:
         with self.lock:
@@ -153,7 +207,8 @@ class _NoProgress:
 
 
 def progress_bar(total: int, desc: str, *, unit: str = "item", enabled: bool = True,
-                 stream=None, interval: float = LOG_PROGRESS_INTERVAL, leave: bool = True):
+                 stream=None, interval: float = LOG_PROGRESS_INTERVAL, leave: bool = True,
+                 initial: int = 0):
     """A progress reporter with ``update(n)``, ``set_postfix_str(s)`` and ``close()``.
 
     Parameters
@@ -169,12 +224,15 @@ def progress_bar(total: int, desc: str, *, unit: str = "item", enabled: bool = T
         Seconds between log lines when ``stream`` is not a terminal.
     leave : bool, default True
         Keep tqdm's bar on screen after :meth:`close` (terminals only).
+    initial : int, default 0
+        Units already done (counted, but not in the time per unit).
 
     Returns
     -------
     tqdm.tqdm or LogProgress
-        A tqdm bar when ``stream.isatty()``; otherwise :class:`LogProgress` (at most one line
-        per ``interval`` seconds plus one at the end).
+        A tqdm bar when ``stream.isatty()`` (``smoothing=0``: its rate and remaining time are the
+        mean over the units finished in this run, as :class:`LogProgress`'s ETA); otherwise
+        :class:`LogProgress` (at most one line per ``interval`` seconds plus one at the end).
     """
     if not enabled:
         return _NoProgress()
@@ -183,8 +241,9 @@ def progress_bar(total: int, desc: str, *, unit: str = "item", enabled: bool = T
     if isatty is not None and isatty():
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit=unit, leave=leave, file=stream)
-    return LogProgress(total, desc, interval, stream, unit=unit)
+        return tqdm(total=total, desc=desc, unit=unit, leave=leave, file=stream, initial=initial,
+                    smoothing=0)
+    return LogProgress(total, desc, interval, stream, unit=unit, initial=initial)
 
 
 def cell_path(out_dir, cell: Cell) -> Path:
@@ -207,10 +266,77 @@ def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str) ->
     return path
 
 
+#: ``format`` of a failures file (:func:`write_failures`).
+FAILURES_FORMAT = "uqmetrics.sweep_failures/1"
+
+
+def write_failures(path: str | os.PathLike, failures: Sequence[Mapping[str, Any]]) -> Path:
+    """Write a sweep's failures atomically as JSON (``{"format": ..., "failures": [...]}``).
+
+    Parameters
+    ----------
+    path : path
+        The file; written through a temporary file beside it, ``fsync`` and ``os.replace``, so a
+        reader sees the old list or the new one, never half of one.
+    failures : sequence of mapping
+        One JSON-serialisable record per failed unit (e.g. ``{"model", "error", "time"}``).
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     p = write_failures(Path(d) / "f.json", [{"model": "m", "error": "OOM"}])
+    ...     read_failures(p), sorted(q.name for q in Path(d).iterdir())
+    ([{'model': 'm', 'error': 'OOM'}], ['f.json'])
+    """
+    path = Path(path)
+    text = json.dumps({"format": FAILURES_FORMAT, "failures": [dict(f) for f in failures]},
+                      indent=1, sort_keys=False) + "\n"
+    with temporary_beside(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    return path
+
+
+def read_failures(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a failures file (:func:`write_failures`); ``[]`` when it does not exist.
+
+    Raises
+    ------
+    ValueError
+        The file is not a failures file (not JSON, another format); the message names it.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"failures file {str(path)!r} is not JSON ({exc}); delete it to start "
+                         "its record afresh") from None
+    if (not isinstance(data, dict) or data.get("format") != FAILURES_FORMAT
+            or not isinstance(data.get("failures"), list)
+            or not all(isinstance(f, dict) for f in data["failures"])):
+        raise ValueError(f"{str(path)!r} is not a sweep failures file (format "
+                         f"{FAILURES_FORMAT!r}); delete it or give another path")
+    return data["failures"]
+
+
 def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, scheduler: str | None = None,
               n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
               progress: bool = True, client: Any = None,
-              progress_interval: float = LOG_PROGRESS_INTERVAL) -> SweepReport:
+              progress_interval: float = LOG_PROGRESS_INTERVAL,
+              group: Callable[[Cell], str] | None = None, group_unit: str = "group",
+              on_result: Callable[[Cell, str | None], None] | None = None) -> SweepReport:
     """Run every cell not already on disk, on Dask.
 
     Parameters
@@ -228,11 +354,23 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         Recompute cells whose files exist.
     progress : bool
         Report progress on stderr: a bar on a terminal, otherwise a line at most every
-        ``progress_interval`` seconds and one at the end (:func:`progress_bar`).
+        ``progress_interval`` seconds and one at the end (:func:`progress_bar`). Cells done and
+        left (complete files found on disk count as done) and an ETA from the mean wall time per
+        cell finished in this run.
     client : dask.distributed.Client, optional
         Use this client (neither ``scheduler`` nor a new cluster).
     progress_interval : float, default :data:`LOG_PROGRESS_INTERVAL`
         Seconds between progress lines when stderr is not a terminal.
+    group : callable, optional
+        ``group(cell) -> name`` (e.g. the model of a cell): the progress also counts the groups
+        whose cells have all finished (computed, failed or already complete), as
+        ``"<done>/<total> <group_unit>s"``.
+    group_unit : str, default "group"
+        What a group is, for that count.
+    on_result : callable, optional
+        ``on_result(cell, error)`` in the calling process as each submitted cell finishes:
+        ``error`` is None when it was computed, else the one-line exception (as in
+        :attr:`SweepReport.failed`). An exception it raises stops the sweep.
 
     Returns
     -------
@@ -257,6 +395,16 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
             todo.append(cell)
     if not todo:
         return report
+    open_cells: dict[str, int] = {}  # group -> its cells not finished yet
+    if group is not None:
+        for cell in cells:
+            open_cells.setdefault(group(cell), 0)
+        for cell in todo:
+            open_cells[group(cell)] += 1
+
+    def groups_text() -> str:
+        done = sum(1 for n in open_cells.values() if n == 0)
+        return f"{done}/{len(open_cells)} {group_unit}s"
 
     own_cluster = None
     if client is None:
@@ -270,16 +418,28 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
     else:
         own_client = False
     try:
-        futures = {client.submit(_run_cell, func, dict(c.params), str(cell_path(out, c)), key=f"cell-{c.key}",
-                                 pure=False): c for c in todo}
-        bar = progress_bar(len(futures), "sweep", unit="cell", enabled=progress,
-                           interval=progress_interval)
+        # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``, ``client=``)
+        # still remembers the outcome of a key it ran, and would answer a retry with it
+        run = uuid.uuid4().hex[:8]
+        futures = {client.submit(_run_cell, func, dict(c.params), str(cell_path(out, c)),
+                                 key=f"cell-{c.key}-{run}", pure=False): c for c in todo}
+        bar = progress_bar(len(cells), "sweep", unit="cell", enabled=progress,
+                           interval=progress_interval, initial=len(report.skipped))
+        if group is not None:
+            bar.set_postfix_str(groups_text())
         for fut in as_completed(futures):
             cell = futures[fut]
+            error = None
             try:
                 report.computed.append(Path(fut.result()))
             except Exception as exc:  # noqa: BLE001  (a failing cell never kills the sweep)
-                report.failed[cell.key] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                report.failed[cell.key] = error
+            if on_result is not None:
+                on_result(cell, error)
+            if group is not None:
+                open_cells[group(cell)] -= 1
+                bar.set_postfix_str(groups_text())
             bar.update(1)
         bar.close()
     finally:

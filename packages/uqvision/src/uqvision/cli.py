@@ -194,10 +194,16 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
                          logits=not zero_shot)
 
 
-def _check_images(a: argparse.Namespace) -> None:
+def _data(a: argparse.Namespace) -> ImageFolderDataset:
+    """``--data`` scanned once, in its layout (class folders, flat with ``--labels`` or a label
+    file found beside it, a tar; :mod:`uqvision.layouts`)."""
+    return ImageFolderDataset(a.data, labels=a.labels)
+
+
+def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None) -> None:
     """The images of ``--data``, checked before anything runs (:func:`uqvision.data.
     readable_images`); with ``--skip-bad-images`` the log says which are left out."""
-    folder = readable_images(ImageFolderDataset(a.data), skip_bad=a.skip_bad_images)
+    folder = readable_images(data or _data(a), skip_bad=a.skip_bad_images)
     if folder.skipped and int(os.environ.get("RANK", "0")) == 0:
         shown = "; ".join(f"{rel}: {why}" for rel, why in list(folder.skipped.items())[:5])
         more = f"; ... ({len(folder.skipped)} in all)" if len(folder.skipped) > 5 else ""
@@ -209,12 +215,13 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     check_output_folder("--out", a.out)
     for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
         check_model_spec(spec)
-    _check_images(a)
+    data = _data(a)
+    _check_images(a, data)
     for spec in a.model:  # every model's classes and existing caches, before anything runs
-        check_caches(spec, a.data, a.out, _predict_config(a), dataset_name=a.dataset_name,
+        check_caches(spec, data, a.out, _predict_config(a), dataset_name=a.dataset_name,
                      overwrite=a.overwrite)
     for spec in a.model:
-        paths = predict_to_files(spec, a.data, a.out, _predict_config(a),
+        paths = predict_to_files(spec, data, a.out, _predict_config(a),
                                  dataset_name=a.dataset_name, overwrite=a.overwrite)
         if int(os.environ.get("RANK", "0")) == 0:
             for p in paths:
@@ -242,19 +249,56 @@ def _cmd_score(a: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    from uqmetrics.sweep import read_failures
+
+    from .sweep import FAILURES_FILE
+    from .zoo import ZOOS
+
+    if not (a.models or a.zoo):
+        raise InputError("give --models PATTERN... and/or --zoo NAME (uqvision sweep "
+                         "--list-zoos lists the zoos)")
+    for zoo in a.zoo or ():
+        try:
+            ZOOS.lookup(zoo)
+        except ValueError as exc:
+            raise InputError(f"--zoo: {exc}") from None
     out = Path(a.out)
     check_output_folder("--out", out)
-    report = sweep_predictions(a.models, a.data, out / "caches", _predict_config(a),
-                               weights_dir=a.weights_dir, dataset_name=a.dataset_name,
-                               scheduler=a.scheduler, n_workers=a.n_workers,
-                               threads=a.cell_threads or a.threads, overwrite=a.overwrite,
-                               progress=True)
+    failures = out / FAILURES_FILE
+    previous = [r.get("model", "?") for r in read_failures(failures)]
+    if previous:
+        shown = ", ".join(map(str, previous[:10])) + (", ..." if len(previous) > 10 else "")
+        print(f"uqvision sweep: {len(previous)} model(s) failed in the previous run "
+              f"({failures}): {shown}; "
+              + ("left out (--skip-failed)" if a.skip_failed else "retrying them"),
+              file=sys.stderr, flush=True)
+    report = sweep_predictions(a.models or [], _data(a), out / "caches", _predict_config(a),
+                               zoos=a.zoo or (), weights_dir=a.weights_dir,
+                               dataset_name=a.dataset_name, scheduler=a.scheduler,
+                               n_workers=a.n_workers, threads=a.cell_threads or a.threads,
+                               overwrite=a.overwrite, progress=True, failures_file=failures,
+                               retry_failed=not a.skip_failed)
+    failed = report.failed_models
     _print(f"computed {len(report.computed)}, skipped {len(report.skipped)} (already complete), "
-           f"failed {len(report.failed)}")
-    for key, err in sorted(report.failed.items()):
-        _print(f"  FAILED {key}: {err}")
-    (out / "sweep_failures.json").write_text(json.dumps(report.failed, indent=1))
+           f"failed {len(failed)} model(s)")
+    for row, rec in sorted(failed.items()):
+        notes = [f"{len(rec['cells'])} cell(s)"] if rec["cells"] else []
+        if rec.get("attempts", 1) > 1:
+            notes.append(f"failed {rec['attempts']} runs in a row")
+        if not rec.get("retried", True):
+            notes.append(f"not retried (--skip-failed), failed at {rec['time']}")
+        _print(f"  FAILED {row}: {_one_line(rec['error'])}"
+               + (f" ({'; '.join(notes)})" if notes else ""))
+    if failed:
+        print(f"uqvision sweep: {len(failed)} model(s) failed, recorded in {failures}; rerun the "
+              "same command to retry them (finished caches are kept)", file=sys.stderr,
+              flush=True)
     if a.mode == "plain" and report.paths:
         ds = score_selective([out / "caches"], selective_config(a, dataset=a.dataset_name))
         _print(str(write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)))
@@ -289,21 +333,44 @@ def _cmd_metadata(a: argparse.Namespace) -> int:
         return 0
     tables = load_metadata(a.metadata or ())
     keys = _model_keys(a)
-    if keys is None:
+    named = _named_model_keys(a)  # --zoo / --models: rows filled from timm's pretrained cfgs
+    if keys is None and named is None:
         for key in sorted(tables.rows):
             _print(key)
         return 0
-    unknown = unknown_models(keys, tables)
+    unknown = unknown_models((keys or []) + (named or []), tables)
     if a.template:
+        from .protocols.selective.metadata import template_metadata
+
         check_output_file("--template", a.template, a.overwrite)
-        _print(str(write_metadata([ModelMetadata(k) for k in unknown], a.template)))
+        to_fill = [k for k in unknown if k in set(named or ())]
+        filled = {r.key: r for r in (template_metadata(to_fill, progress=True) if to_fill
+                                     else ())}
+        _print(str(write_metadata([filled.get(k) or ModelMetadata(k) for k in unknown],
+                                  a.template)))
     for key in unknown:
         _print(key)
     if unknown:
-        print(f"{len(unknown)} of {len(set(keys))} models have no metadata; fill in a copy of "
-              "--template FILE and pass it with --metadata FILE (or list it in "
-              "$UQVISION_MODEL_METADATA)", file=sys.stderr)
+        print(f"{len(unknown)} of {len(set((keys or []) + (named or [])))} models have no "
+              "metadata; fill in a copy of --template FILE and pass it with --metadata FILE (or "
+              "list it in $UQVISION_MODEL_METADATA)", file=sys.stderr)
     return 0
+
+
+def _named_model_keys(a: argparse.Namespace) -> list[str] | None:
+    """Metadata keys of the models of --zoo / --models (None when neither is given)."""
+    if not (a.zoo or a.models):
+        return None
+    from .protocols.selective.metadata import model_metadata_key
+    from .sweep import expand_models
+    from .zoo import zoo_models
+
+    try:
+        names = zoo_models(a.zoo or ())
+    except ValueError as exc:
+        raise InputError(f"--zoo: {exc}") from None
+    names += [s.name for s in expand_models(a.models or ())]
+    return list(dict.fromkeys(model_metadata_key(n) for n in names))
 
 
 def _model_keys(a: argparse.Namespace) -> list[str] | None:
@@ -416,6 +483,10 @@ _PREDICT_OPTIONS = (
 
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
     add_config_options(p, PredictConfig, _PREDICT_OPTIONS)
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="label file of a flat --data folder or archive: the ILSVRC2012 devkit "
+                        "(its folder, ground-truth .txt or .tar.gz) or LOC_val_solution.csv "
+                        "(default: looked for beside --data, then one folder up)")
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
     p.add_argument("--overwrite", action="store_true")
 
@@ -459,9 +530,31 @@ def _args_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true")
 
 
+class _ListZoos(argparse.Action):
+    """``--list-zoos``: print the zoos and exit (like ``--help``, before the required options)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .zoo import ZOOS
+
+        print(ZOOS.describe(), flush=True)
+        parser.exit(0)
+
+
 def _args_sweep(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", nargs="+", required=True,
-                   help="names, NAME=CHECKPOINT, or wildcards (resnet*, vit_*.augreg*)")
+    from .zoo import ZOOS
+
+    p.add_argument("--models", nargs="+", default=None,
+                   help="names, NAME=CHECKPOINT, or wildcards (resnet*, vit_*.augreg*); with "
+                        "--zoo, the union (each model once); one of the two is required")
+    p.add_argument("--zoo", action="append", default=None, metavar="NAME",
+                   help="a named model list (repeatable):\n" + ZOOS.describe())
+    p.add_argument("--list-zoos", action=_ListZoos, help="list the zoos and exit")
+    p.add_argument("--skip-failed", action="store_true",
+                   help="leave out the models that sweep_failures.json lists from the previous "
+                        "run (default: retry them; they are reported as failed again either way)")
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True, help="sweep directory (caches/, scores/)")
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
@@ -491,8 +584,15 @@ def _args_metadata(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metadata", action="append", default=None, metavar="FILE",
                    help="extra table (repeatable), read after the shipped one and "
                         "$UQVISION_MODEL_METADATA")
+    p.add_argument("--zoo", action="append", default=None, metavar="NAME",
+                   help="... or of these zoos (repeatable; uqvision sweep --list-zoos)")
+    p.add_argument("--models", nargs="+", default=None, metavar="PATTERN",
+                   help="... or of these models (names or wildcards, as uqvision sweep)")
     p.add_argument("--template", default=None, metavar="FILE",
-                   help="write the unknown models as a table of 'unknown' rows to fill in")
+                   help="write the unknown models as a table to fill in: models of --zoo/"
+                        "--models get the parameters, input size (crop and interpolation in "
+                        "notes) and pre-training data their timm config and tag say, every "
+                        "other cell 'unknown'; models of --caches/--scores 'unknown' rows")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --template")
 
 

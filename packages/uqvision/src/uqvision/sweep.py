@@ -8,10 +8,17 @@ of the same identity (a model whose caches there were computed from other inputs
 its files kept, unless ``overwrite``), and a model that raises is reported while the others go
 on. Model names are checked against
 the registries (with suggestions) and local weights are looked up before anything runs.
+
+Models come from patterns and from named zoos (:data:`uqvision.zoo.ZOOS`, e.g.
+``selective-paper``, ``timm-in1k``); a zoo member the installed timm does not know is a failed
+model, not an error. Failed models are recorded in a failures file (``sweep_failures.json``,
+written atomically as they fail, read by the next run, which retries them by default); progress
+counts cells and models done and left, with an ETA.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import os
 from collections.abc import Iterable, Sequence
@@ -22,14 +29,24 @@ import timm
 import torch
 import torchvision
 import xarray as xr
-from uqmetrics.sweep import Cell, SweepReport, run_sweep
+from uqmetrics.sweep import (
+    LOG_PROGRESS_INTERVAL,
+    Cell,
+    SweepReport,
+    read_failures,
+    run_sweep,
+    write_failures,
+)
 
 from .data import ImageFolderDataset, readable_images
 from .models import MODEL_SOURCES, ModelSpec, check_model_name
 from .predict import PredictConfig, cache_plan, check_caches, predict
+from .zoo import zoo_models
 
 __all__ = [
+    "FAILURES_FILE",
     "WEIGHT_SUFFIXES",
+    "ModelSweepReport",
     "SweepPlan",
     "expand_models",
     "find_weights",
@@ -37,6 +54,10 @@ __all__ = [
     "predict_cell",
     "sweep_predictions",
 ]
+
+#: Name of the failures file (:func:`sweep_predictions`; ``uqvision sweep`` writes it beside
+#: ``caches/``).
+FAILURES_FILE = "sweep_failures.json"
 
 #: Weight-file suffixes looked up in a weights folder, in order.
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".bin")
@@ -94,11 +115,14 @@ def find_weights(spec: ModelSpec, weights_dir: str | os.PathLike | None) -> Mode
 
 
 def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str,
-                 dataset_name: str, config: dict, threads: int | None = None) -> xr.Dataset:
-    """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass."""
+                 dataset_name: str, config: dict, threads: int | None = None,
+                 labels: str | None = None) -> xr.Dataset:
+    """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass;
+    ``labels``: the label file of a flat ``data`` (:mod:`uqvision.layouts`)."""
     if threads:
         torch.set_num_threads(threads)
-    (ds,) = predict(ModelSpec(name, checkpoint, label), data, PredictConfig(**config),
+    folder = ImageFolderDataset(data, labels=labels) if labels else data
+    (ds,) = predict(ModelSpec(name, checkpoint, label), folder, PredictConfig(**config),
                     dataset_name=dataset_name)
     return ds
 
@@ -144,7 +168,8 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolder
             plan.cells.append(Cell(key, {
                 "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
                 "data": str(Path(data).resolve()), "dataset_name": name, "config": cfg,
-                "threads": threads}))
+                "threads": threads, "labels": None if folder.label_file is None
+                else str(Path(folder.label_file.path).resolve())}))
     return plan
 
 
@@ -170,30 +195,193 @@ def _refuse_other_caches(plan: SweepPlan, folder: ImageFolderDataset, out_dir: s
             plan.cells = [c for c in plan.cells if c not in cells]
 
 
-def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike,
+@dataclass
+class ModelSweepReport(SweepReport):
+    """:class:`uqmetrics.sweep.SweepReport` with the failures by model.
+
+    Attributes
+    ----------
+    failed_models : dict
+        Model row -> record, as in the failures file: ``model``, ``name``, ``checkpoint``,
+        ``error`` (one line), ``cells`` (the failed cell keys; empty for a model refused before
+        any cell ran), ``time`` (UTC, ISO 8601), ``attempts`` (consecutive sweeps it failed in)
+        and ``retried`` (False for a model ``retry_failed=False`` left out).
+    failures_file : pathlib.Path or None
+        Where they were written.
+    """
+
+    failed_models: dict[str, dict] = field(default_factory=dict)
+    failures_file: Path | None = None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class _FailureLog:
+    """The failures file kept current while a sweep runs (written atomically on every change).
+
+    It lists the models that failed in this sweep, and, until their cells finish in this run,
+    the models a previous run recorded as failed (an interrupted rerun keeps their record);
+    a model whose cells all succeed leaves it. Models no longer in the sweep are dropped.
+    """
+
+    def __init__(self, path: Path, previous: list[dict], models: Iterable[str]):
+        self.path = path
+        self.previous = {r["model"]: r for r in previous if isinstance(r.get("model"), str)}
+        self.pending = {m: self.previous[m] for m in models if m in self.previous}
+        self.current: dict[str, dict] = {}
+
+    def fail(self, spec: ModelSpec, error: str, cell: str | None = None, *,
+             retried: bool = True) -> None:
+        rec = self.current.get(spec.row)
+        if rec is None:
+            before = self.previous.get(spec.row, {})
+            rec = self.current[spec.row] = {
+                "model": spec.row, "name": spec.name, "checkpoint": spec.checkpoint,
+                "error": " ".join(error.split()), "cells": [], "time": _now(),
+                "attempts": int(before.get("attempts", 0)) + 1, "retried": retried}
+        if cell is not None:
+            rec["cells"].append(cell)
+        self.pending.pop(spec.row, None)
+        self.write()
+
+    def keep(self, record: dict) -> None:
+        """A previous failure carried over without a retry."""
+        self.current[record["model"]] = {**record, "retried": False}
+        self.pending.pop(record["model"], None)
+
+    def finished(self, row: str) -> None:
+        if self.pending.pop(row, None) is not None:
+            self.write()
+
+    def write(self) -> None:
+        write_failures(self.path, [*self.current.values(), *self.pending.values()])
+
+
+def _zoo_specs(zoos: Iterable[str], seen: set[str]
+               ) -> tuple[list[ModelSpec], dict[str, tuple[ModelSpec, str]]]:
+    """The models of ``zoos`` not in ``seen``; names the installed timm/torchvision do not
+    know are returned as refusals (row -> (spec, reason)), not raised."""
+    specs, refused = [], {}
+    for entry in zoo_models(zoos):
+        spec = ModelSpec.parse(entry)  # a zoo may list local weights as NAME=CHECKPOINT
+        if spec.row in seen or (spec.checkpoint is None and spec.name in seen):
+            continue
+        seen.add(spec.row)
+        try:
+            check_model_name(spec.name)
+        except ValueError as exc:
+            why = (f"{' '.join(str(exc).split())} (timm {timm.__version__}, torchvision "
+                   f"{torchvision.__version__})")
+            refused[spec.row] = (spec, why)
+            continue
+        specs.append(spec)
+    return specs, refused
+
+
+def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,
                       out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
+                      zoos: Iterable[str] = (),
                       weights_dir: str | os.PathLike | None = None,
                       dataset_name: str | None = None, scheduler: str | None = None,
                       n_workers: int = 2, threads: int | None = None, overwrite: bool = False,
-                      client=None, progress: bool = False) -> SweepReport:
-    """Cache predictions of every model in ``patterns`` on ``data`` into ``out_dir``, on Dask.
+                      client=None, progress: bool = False,
+                      failures_file: str | os.PathLike | None = None,
+                      retry_failed: bool = True,
+                      progress_interval: float = LOG_PROGRESS_INTERVAL) -> ModelSweepReport:
+    """Cache predictions of every model in ``patterns`` and ``zoos`` on ``data`` into ``out_dir``,
+    on Dask.
+
+    Parameters
+    ----------
+    patterns : iterable of str
+        Names, ``NAME=CHECKPOINT`` and wildcards (:func:`expand_models`; checked up front: a
+        name no registry knows raises ``ValueError``).
+    data : path or ImageFolderDataset
+        The evaluation folder or archive, or its scan (a flat layout scanned with its label
+        file, :mod:`uqvision.layouts`: the cells read the same label file).
+    zoos : iterable of str
+        Names of :data:`uqvision.zoo.ZOOS` (an unknown zoo raises ``ValueError`` naming the
+        known ones). Their models join ``patterns``' (union, each model once); a zoo member
+        the installed timm/torchvision does not know is a failed model, not an error.
+    failures_file : path, optional
+        Default ``<out_dir>/sweep_failures.json``. The models that failed, one record each
+        (:class:`ModelSweepReport`), written atomically (:func:`uqmetrics.sweep.write_failures`)
+        as failures happen; read back by the next run.
+    retry_failed : bool, default True
+        Recompute the models the failures file lists (OOM, a missing file, the network: most
+        causes are transient or fixed between runs). False: leave them out and report them
+        again with their recorded error.
+    progress : bool
+        Cells and models done and left, and an ETA (:func:`uqmetrics.sweep.run_sweep`): a bar
+        on a terminal, else a line every ``progress_interval`` seconds and one at the end.
 
     Returns
     -------
-    uqmetrics.sweep.SweepReport
+    ModelSweepReport
         ``computed``/``skipped`` cache paths and ``failed`` (cell key or model -> error):
-        refused models (no weights) and cells that raised; the sweep itself never raises for
-        them.
+        refused models (no weights, unknown to the installed timm, caches of other inputs) and
+        cells that raised; ``failed_models`` the same by model. The sweep itself never raises
+        for them.
     """
     config = config or PredictConfig()
-    specs = expand_models(patterns)
-    folder = ImageFolderDataset(data)  # scanned once for the plan and the cache checks
+    patterns, zoos = list(patterns), list(zoos)
+    if not patterns and not zoos:
+        raise ValueError("sweep_predictions: give models (patterns) and/or zoos, got neither")
+    specs = expand_models(patterns) if patterns else []
+    zoo_specs, unknown = _zoo_specs(zoos, {s.row for s in specs} | {s.name for s in specs})
+    specs += zoo_specs
+    failures_path = Path(failures_file) if failures_file is not None else \
+        Path(out_dir) / FAILURES_FILE
+    previous = read_failures(failures_path)  # a damaged file stops the sweep before any work
+    # scanned once for the plan and the cache checks (or given scanned: a label file, uqvision.
+    # layouts)
+    folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
     plan = plan_sweep(specs, folder, config, weights_dir=weights_dir, dataset_name=dataset_name,
                       threads=threads)
     if not overwrite:
         _refuse_other_caches(plan, folder, out_dir, config)
-    report = (run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
-                        n_workers=n_workers, overwrite=overwrite, progress=progress, client=client)
-              if plan.cells else SweepReport())
-    report.failed.update(plan.refused)
-    return report
+    row_of = {c.key: ModelSpec(c.params["name"], c.params["checkpoint"], c.params["label"])
+              for c in plan.cells}
+    log = _FailureLog(failures_path, previous,
+                      [s.row for s in specs] + list(unknown))
+    if not retry_failed:
+        for rec in previous:
+            if rec.get("model") in {s.row for s in row_of.values()}:
+                log.keep(rec)
+        plan.cells = [c for c in plan.cells if row_of[c.key].row not in log.current]
+    for spec, why in unknown.values():
+        log.fail(spec, why)
+    by_row = {s.row: s for s in specs}
+    for row, why in plan.refused.items():
+        log.fail(by_row.get(row, ModelSpec(row)), why)
+    log.write()
+    open_cells: dict[str, int] = {}
+    for c in plan.cells:
+        open_cells[row_of[c.key].row] = open_cells.get(row_of[c.key].row, 0) + 1
+
+    def on_result(cell: Cell, error: str | None) -> None:
+        spec = row_of[cell.key]
+        if error is not None:
+            log.fail(spec, error, cell.key)
+        open_cells[spec.row] -= 1
+        if not open_cells[spec.row] and spec.row not in log.current:
+            log.finished(spec.row)
+
+    out = ModelSweepReport(failures_file=failures_path)
+    if plan.cells:
+        report = run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
+                           n_workers=n_workers, overwrite=overwrite, progress=progress,
+                           client=client, group=lambda c: row_of[c.key].row, group_unit="model",
+                           on_result=on_result, progress_interval=progress_interval)
+        out.computed, out.skipped, out.failed = report.computed, report.skipped, report.failed
+    for row in list(log.pending):  # complete on disk from an earlier run: not failed any more
+        log.finished(row)
+    log.write()
+    out.failed.update({row: why for row, (_, why) in unknown.items()})
+    out.failed.update(plan.refused)
+    out.failed.update({r: f"{rec['error']} (not retried: failed at {rec['time']})"
+                       for r, rec in log.current.items() if not rec["retried"]})
+    out.failed_models = dict(log.current)
+    return out

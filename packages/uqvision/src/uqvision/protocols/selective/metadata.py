@@ -20,7 +20,13 @@ pass it with ``--metadata FILE`` to ``uqvision score``/``sweep``/``metadata``, o
 environment variable ``UQVISION_MODEL_METADATA`` (paths separated by ``os.pathsep``). Later tables
 override rows of earlier ones with the same key; a key twice in one file is an error.
 ``uqvision metadata --unknown --caches DIR`` (or ``--scores selective.nc``) lists the models the
-tables do not know.
+tables do not know; :func:`template_metadata` (``uqvision metadata --template FILE --zoo NAME``
+or ``--models ...``) writes rows for them with what timm's pretrained config and the tag say
+(parameters, input size, pre-training data by :data:`PRETRAINING_TOKENS`; crop and
+interpolation in ``notes``) and ``unknown`` everywhere else.
+
+The table's rows are also the ``selective-paper`` zoo (:data:`uqvision.zoo.ZOOS`,
+``uqvision sweep --zoo selective-paper``), read from the same file.
 """
 
 from __future__ import annotations
@@ -44,15 +50,20 @@ __all__ = [
     "FORMAT_VERSION",
     "METADATA_ENV",
     "METADATA_FIELDS",
+    "PRETRAINING_TOKENS",
     "REGIME_FIELDS",
+    "UNNAMED_PRETRAINING_TOKENS",
     "MetadataError",
     "MetadataField",
     "ModelMetadata",
     "attach_metadata",
     "load_metadata",
     "metadata_key",
+    "model_metadata_key",
+    "pretraining_from_tag",
     "read_metadata",
     "shipped_metadata_path",
+    "template_metadata",
     "unknown_models",
     "write_metadata",
 ]
@@ -371,3 +382,157 @@ def attach_metadata(ds: xr.Dataset, tables: MetadataTables, *,
     out = ds.assign_coords(coords)
     out.attrs = {**ds.attrs, **tables.attrs}
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# templates from what timm (or torchvision) already knows
+
+#: Tag tokens that name pre-training data -> the ``pretraining_data`` value (the table's
+#: spelling: ImageNet-22k is ImageNet-21k's full release, ``in21k``; Noisy Student's ``jft`` is
+#: JFT-300M). Several in one tag are joined in tag order (``laion2b_in12k``).
+PRETRAINING_TOKENS: dict[str, str] = {
+    "in21k": "in21k", "in22k": "in21k", "in12k": "in12k", "jft": "jft300m",
+    "yfcc100m": "yfcc100m", "ig1b": "ig1b", "laion2b": "laion2b", "laiona": "laiona",
+    "m30m": "m30m", "m38m": "m38m", "webli": "webli",
+}
+#: Tag tokens that mean a pre-training stage whose data the tag does not name (OpenAI's CLIP,
+#: SWAG, SEER, PaddleClas SSLD, BEiT-3's in-domain data): ``pretraining_data`` stays unknown.
+UNNAMED_PRETRAINING_TOKENS: frozenset[str] = frozenset(
+    {"openai", "swag", "seer", "ssld", "indomain", "stage1", "stage2"})
+
+
+def pretraining_from_tag(tag: str) -> str:
+    """The ``pretraining_data`` a pretrained tag says (docs/conventions.md#v-1-template).
+
+    Tokens are the tag's ``_``-separated parts, lower-cased (torchvision's ``IMAGENET1K`` reads
+    as ``in1k``). In order: a token of :data:`UNNAMED_PRETRAINING_TOKENS` -> ``unknown``;
+    tokens of :data:`PRETRAINING_TOKENS` -> their values joined; a fine-tuning (``ft``) with no
+    dataset token before it (``fcmae_ft_in1k``, ``openai_ft_in1k``) -> ``unknown``; ``in1k``
+    alone -> ``none`` (trained on ImageNet-1k only); anything else -> ``unknown``.
+
+    Examples
+    --------
+    >>> [pretraining_from_tag(t) for t in ("a1_in1k", "fb_in22k_ft_in1k", "fb_ssl_yfcc100m_ft_in1k",
+    ...                                    "sw_in12k_ft_in1k_288", "ns_jft_in1k",
+    ...                                    "clip_laion2b_augreg_ft_in12k_in1k_384")]
+    ['none', 'in21k', 'yfcc100m', 'in12k', 'jft300m', 'laion2b_in12k']
+    >>> [pretraining_from_tag(t) for t in ("openai_ft_in1k", "swag_lc_in1k", "fcmae_ft_in1k",
+    ...                                    "mae_in1k_ft_in1k", "IMAGENET1K_V2", "")]
+    ['unknown', 'unknown', 'unknown', 'none', 'none', 'unknown']
+    """
+    tokens = ["in1k" if t == "imagenet1k" else t for t in tag.lower().split("_") if t]
+    if any(t in UNNAMED_PRETRAINING_TOKENS for t in tokens):
+        return UNKNOWN
+    data = list(dict.fromkeys(PRETRAINING_TOKENS[t] for t in tokens if t in PRETRAINING_TOKENS))
+    if data:
+        return "_".join(data)
+    if "ft" in tokens and "in1k" not in tokens[:tokens.index("ft")]:
+        return UNKNOWN
+    return "none" if "in1k" in tokens else UNKNOWN
+
+
+def model_metadata_key(name: str) -> str:
+    """The table key a cache of model ``name`` will carry (``arch.tag``; ``tv/<name>.<WEIGHTS>``,
+    a bare torchvision name with its ``DEFAULT`` weights' name). ``NAME=CHECKPOINT``: NAME's."""
+    name = name.partition("=")[0].strip()
+    if name.startswith("tv/") and "." not in name:
+        import torchvision
+
+        try:
+            return f"{name}.{torchvision.models.get_model_weights(name[3:]).DEFAULT.name}"
+        except (ValueError, KeyError, AttributeError):
+            return name
+    return name
+
+
+def _timm_row(key: str) -> ModelMetadata:
+    import timm
+    import torch
+    from timm.models import get_pretrained_cfg
+
+    arch, _, tag = key.partition(".")
+    if not timm.is_model(arch) or (tag and key not in timm.list_pretrained(key)):
+        return ModelMetadata(key, notes=f"not a model of the installed timm {timm.__version__}")
+    cfg = get_pretrained_cfg(key)
+    params, how = None, ""
+    # parameters without memory or initialisation: the architecture on the meta device (every
+    # in1k tag of timm 1.0.31 builds there, ~0.1 s each); else on the CPU, else left empty
+    for device, how in (("meta", "meta device"), ("cpu", "cpu")):
+        try:
+            with torch.device(device):
+                model = timm.create_model(key, pretrained=False)
+        except Exception as exc:  # noqa: BLE001  (one model's build never stops the template)
+            how = f"not counted ({type(exc).__name__} building it)"
+            continue
+        params = int(sum(p.numel() for p in model.parameters()))
+        break
+    side, notes = None, [f"template from timm {timm.__version__}"]
+    if cfg is not None:
+        size = tuple(cfg.input_size or ())
+        if len(size) == 3 and size[1] == size[2]:
+            side = int(size[1])
+        notes.append("input_size " + "x".join(map(str, size)) + f", crop_pct {cfg.crop_pct}"
+                     + (f" ({cfg.crop_mode})" if cfg.crop_mode else "")
+                     + f", interpolation {cfg.interpolation}")
+    notes.append((f"params counted on the {how}" if params else f"params {how}")
+                 + "; pretraining_data from the tag")
+    return ModelMetadata(key, params=params, input_size=side,
+                         pretraining_data=pretraining_from_tag(tag), notes="; ".join(notes))
+
+
+def _tv_row(key: str) -> ModelMetadata:
+    import torchvision
+
+    arch, _, weights = key[3:].partition(".")
+    try:
+        member = torchvision.models.get_model_weights(arch)[weights]
+    except (ValueError, KeyError, AttributeError):
+        return ModelMetadata(key, notes=f"not weights of the installed torchvision "
+                                        f"{torchvision.__version__}")
+    t = member.transforms()
+    crop, resize = int(t.crop_size[0]), int(t.resize_size[0])
+    params = member.meta.get("num_params")
+    return ModelMetadata(key, params=int(params) if params else None, input_size=crop,
+                         pretraining_data=pretraining_from_tag(weights),
+                         notes=f"template from torchvision {torchvision.__version__} weights "
+                               f"{weights}: resize {resize}, crop {crop}, interpolation "
+                               f"{t.interpolation.value}; params from the weights' meta; "
+                               "pretraining_data from the weights' name")
+
+
+def template_metadata(names: Iterable[str], *, progress: bool = False) -> list[ModelMetadata]:
+    """Rows for ``names`` filled with what the model's pretrained config and tag say.
+
+    Parameters
+    ----------
+    names : iterable of str
+        Model names (``arch.tag``, ``tv/<name>.<WEIGHTS>``, ``NAME=CHECKPOINT``), each once.
+    progress : bool, default False
+        Report progress on stderr (:func:`uqmetrics.sweep.progress_bar`; ~0.1 s a model).
+
+    Returns
+    -------
+    list of ModelMetadata
+        One per name, keyed by :func:`model_metadata_key`: ``params`` (the architecture's
+        parameters, counted on the meta device, or from the torchvision weights' meta),
+        ``input_size`` (the pretrained config's, when square), ``pretraining_data``
+        (:func:`pretraining_from_tag`) and ``notes`` (the config's input size, crop and
+        interpolation, and where each value came from). Every other column is ``unknown``: a
+        regime is never guessed. A name the installed timm/torchvision does not know gets an
+        ``unknown`` row saying so; ``proto/`` models an ``unknown`` row.
+    """
+    from uqmetrics.sweep import progress_bar
+
+    keys = list(dict.fromkeys(model_metadata_key(n) for n in names))
+    bar = progress_bar(len(keys), "metadata template", unit="model", enabled=progress)
+    rows = []
+    for key in keys:
+        if key.startswith("tv/"):
+            rows.append(_tv_row(key))
+        elif "/" in key:
+            rows.append(ModelMetadata(key))
+        else:
+            rows.append(_timm_row(key))
+        bar.update(1)
+    bar.close()
+    return rows

@@ -605,10 +605,16 @@ def _scan_flat(root: Path, labels: Path | None) -> Scan:
     return _label_flat(root, "flat", names, FileSource(root), label_file, "folder")
 
 
+def _holds_images(root: Path) -> bool:
+    with os.scandir(root) as entries:  # stops at the first image
+        return any(not e.name.startswith(".") and _is_image(e.name) and e.is_file()
+                   for e in entries)
+
+
 LAYOUTS.add("flat", Layout(
     "flat", "a folder of images (no class sub-folder) with a label file: the devkit's ground "
             "truth or LOC_val_solution.csv",
-    lambda p: p.is_dir() and not list_classes(p) and bool(_flat_names(p)), _scan_flat))
+    lambda p: p.is_dir() and not list_classes(p) and _holds_images(p), _scan_flat))
 
 
 # -- tar archive ----------------------------------------------------------------------------------

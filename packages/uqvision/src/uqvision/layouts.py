@@ -544,9 +544,10 @@ def _label_flat(root: Path, layout: str, names: Sequence[str], source,
     problems.update({n: f"no label in {label_file.name!r}" for n in names
                      if os.path.splitext(n)[0] not in labels})
     if not labelled:
+        example = f" (e.g. {names[0]!r} is not; it lists {next(iter(labels))!r}, ...)" \
+            if names else ""
         raise InputError(f"{where} {str(root)!r}: none of its {len(names)} images is listed in "
-                         f"label file {label_file.name!r} (e.g. {names[0]!r} is not; it lists "
-                         f"{next(iter(labels))!r}, ...)")
+                         f"label file {label_file.name!r}{example}")
     return _ordered(root, layout, labelled + missing, source, label_file, problems)
 
 

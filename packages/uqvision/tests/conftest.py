@@ -24,6 +24,20 @@ from uqvision.data import make_digits_folder
 ARCH = "test_byobnet"  # BatchNorm + an nn.Dropout head, ~0.2M parameters
 
 
+@pytest.fixture(autouse=True)
+def _predict_in_process(monkeypatch):
+    """Predictions decode their images in the test process unless a test names a worker
+    count: the test folders are a few batches of tiny images, for which starting DataLoader
+    workers (``PredictConfig.num_workers=None``, :func:`uqvision.runtime.loader_workers`)
+    costs more than it saves (test_predict.py took 1.8x as long). The rule itself is tested in
+    test_predict_costs.py."""
+    import importlib
+
+    module = importlib.import_module("uqvision.predict")  # the package re-exports predict()
+    monkeypatch.setattr(module, "loader_workers",
+                        lambda requested, n_batches: 0 if requested is None else requested)
+
+
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory):
     """13 images per class: 65 train / 65 test images (an odd count, for uneven shards)."""

@@ -45,6 +45,9 @@ class ConfigOption:
         for an option that only overrides the config (or a preset) when given.
     shown : callable or None
         How ``{default}`` is written in the help (e.g. bytes as GiB); default ``str``.
+    negatable : bool
+        A ``bool`` field's flag also has its ``--no-`` form (``--channels-last`` and
+        ``--no-channels-last``; ``argparse.BooleanOptionalAction``).
     """
 
     field: str
@@ -56,6 +59,7 @@ class ConfigOption:
     nargs: str | None = None
     default: Any = FROM_CONFIG
     shown: Callable[[Any], str] | None = None
+    negatable: bool = False
 
 
 def config_defaults(config: type) -> dict[str, Any]:
@@ -99,7 +103,8 @@ def add_config_options(parser: argparse.ArgumentParser, config: type,
         if opt.help is not None:
             kwargs["help"] = opt.help.replace("{default}", (opt.shown or str)(field_default))
         if opt.type is None and isinstance(field_default, bool):
-            kwargs["action"] = "store_false" if field_default else "store_true"
+            kwargs["action"] = (argparse.BooleanOptionalAction if opt.negatable
+                                else "store_false" if field_default else "store_true")
         else:
             if opt.type is not None:
                 kwargs["type"] = opt.type

@@ -54,7 +54,7 @@ from .options import (
     set_pairs,
 )
 from .plots import plot_caches
-from .predict import PASS_MODES, PredictConfig, check_caches, predict_to_files
+from .predict import AMP_MODES, PASS_MODES, PredictConfig, check_caches, predict_to_files
 from .protocols import VISION_PROTOCOLS, ReproduceOptions, score_protocol
 from .protocols.pitfalls.plots import plot_ensembles
 from .protocols.selective import add_selective_options, selective_config
@@ -217,12 +217,13 @@ def _cmd_predict(a: argparse.Namespace) -> int:
         check_model_spec(spec)
     data = _data(a)
     _check_images(a, data)
-    for spec in a.model:  # every model's classes and existing caches, before anything runs
-        check_caches(spec, data, a.out, _predict_config(a), dataset_name=a.dataset_name,
-                     overwrite=a.overwrite)
-    for spec in a.model:
+    # every model's classes and existing caches, before anything runs (read once)
+    checked = [check_caches(spec, data, a.out, _predict_config(a), dataset_name=a.dataset_name,
+                            overwrite=a.overwrite) for spec in a.model]
+    for spec, plan in zip(a.model, checked, strict=True):
         paths = predict_to_files(spec, data, a.out, _predict_config(a),
-                                 dataset_name=a.dataset_name, overwrite=a.overwrite)
+                                 dataset_name=a.dataset_name, overwrite=a.overwrite,
+                                 checked=plan)
         if int(os.environ.get("RANK", "0")) == 0:
             for p in paths:
                 _print(str(p))
@@ -469,9 +470,17 @@ _PREDICT_OPTIONS = (
                  help="augmentation of --mode tta:\n" + TTA_POLICIES.describe()),
     ConfigOption("seed", type=INDEX),
     ConfigOption("batch_size", type=COUNT),
-    ConfigOption("num_workers", flag="--workers", type=INDEX, help="DataLoader workers"),
+    ConfigOption("num_workers", flag="--workers", type=INDEX,
+                 help="DataLoader workers (default: min(4, usable cores - 1), at least 1; 0 "
+                      "for a single batch or inside a Dask worker)"),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
-    ConfigOption("amp", help="autocast (fp16 on CUDA, bf16 on CPU)"),
+    ConfigOption("amp", choices=lambda: list(AMP_MODES),
+                 help="autocast: fp16 (CUDA only) or bf16 (default: {default}; part of a "
+                      "cache's identity)"),
+    ConfigOption("channels_last", negatable=True,
+                 help="run the network on NHWC tensors (faster for most CNNs on CPU and with "
+                      "--amp on GPU; logits equal to float rounding; part of a cache's "
+                      "identity; default: {default})"),
     ConfigOption("allow_random_init", flag="--random-init",
                  help="models without a checkpoint get random weights (code-path checks only)"),
     ConfigOption("skip_bad_images",

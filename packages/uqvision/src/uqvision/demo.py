@@ -21,7 +21,7 @@ from uqmetrics import read_dataset, write_dataset
 from .data import make_digits_folder
 from .models import ModelSpec, read_sidecar
 from .plots import plot_caches
-from .predict import PredictConfig, predict_to_files
+from .predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from .protocols.pitfalls.plots import plot_ensembles
 from .protocols.pitfalls.score import EnsembleConfig, score_ensembles
 from .protocols.selective.score import SelectiveConfig, score_selective
@@ -105,8 +105,10 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
         res.checkpoints.append(ckpt)
         specs.append(ModelSpec(config.arch, str(ckpt), label=f"{config.arch}_m{k}"))
     caches = out / "caches"
+    # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader workers: the demo's
+    # numbers do not move with PredictConfig's defaults
     base = {"seed": config.seed, "batch_size": max(config.batch_size, 128),
-            "device": config.device, "tta_policy": config.augment}
+            "device": config.device, "tta_policy": config.augment, **REFERENCE_EXECUTION}
     for k, spec in enumerate(specs):
         res.caches += predict_to_files(spec, test_dir, caches, PredictConfig(mode="plain", **base))
         # TTA: member k on its own augmentation k; member 0 on every augmentation

@@ -41,6 +41,7 @@ import dataclasses
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,17 +76,19 @@ from .models import (
     sidecar_path,
     weights_sha256,
 )
-from .runtime import distributed_context, gather, shard_indices
+from .runtime import distributed_context, gather, loader_workers, shard_indices
 from .training.dropout import PerSampleDropout
 from .training.method import TRAINING_METHODS, StochasticPass
 from .training.runs import load_run
 
 __all__ = [
+    "AMP_MODES",
     "DEFAULT_PASSES",
     "IDENTITY_FIELDS",
     "MC_DROPOUT_PATHS",
     "OWN_UNCERTAINTY",
     "PASS_MODES",
+    "REFERENCE_EXECUTION",
     "PredictConfig",
     "cache_identity",
     "check_caches",
@@ -120,6 +123,14 @@ class PredictConfig:
     (:func:`uqvision.data.readable_images`): an unreadable one is an error naming it, or with
     ``skip_bad_images`` is left out and recorded in the caches' attrs (``skipped_images``,
     JSON relative path -> why, and ``n_skipped_images``).
+
+    How the network runs (docs/conventions.md#v-predict-speed): ``channels_last`` runs it on
+    NHWC tensors and weights (faster for most convolutional networks on CPU and with AMP on
+    GPU; logits equal to float rounding, within 1e-7 on the networks measured); ``amp`` is
+    autocast (:data:`AMP_MODES`: ``"off"``, ``"fp16"`` on CUDA only, ``"bf16"``; ``True`` and
+    ``False`` of earlier versions mean fp16 on CUDA / bf16 on CPU, and off). Both are part of
+    a cache's identity. ``num_workers`` ``None`` picks the DataLoader workers from the machine
+    (:func:`uqvision.runtime.loader_workers`); the logits do not depend on it.
     """
 
     mode: str = "plain"
@@ -128,9 +139,10 @@ class PredictConfig:
     tta_policy: str = "imagenet"
     seed: int = 0
     batch_size: int = 64
-    num_workers: int = 0
+    num_workers: int | None = None
     device: str = "cpu"
-    amp: bool = False
+    amp: str = "off"
+    channels_last: bool = False
     embeddings: bool = False
     allow_random_init: bool = False
     samples: int | None = None
@@ -142,6 +154,7 @@ class PredictConfig:
     def __post_init__(self):
         if self.passes is None:
             self.passes = DEFAULT_PASSES.get(self.mode, 1)
+        self.amp = amp_mode(self.amp, self.device)
         if not self.logits and not self.embeddings:
             raise ValueError("logits=False needs embeddings=True (a cache without logits "
                              "holds embeddings)")
@@ -150,21 +163,58 @@ class PredictConfig:
 #: Passes of a mode when ``PredictConfig.passes`` is not given (1 for the others).
 DEFAULT_PASSES: dict[str, int] = {"mc_dropout": 30}
 
+#: How the reproduction drivers (:mod:`uqvision.protocols`) and ``uqvision demo`` run their
+#: networks, pinned whatever the defaults of :class:`PredictConfig`: contiguous tensors, no
+#: autocast, images decoded in the main process, as when their published numbers were
+#: computed (``PredictConfig(..., **REFERENCE_EXECUTION)``).
+REFERENCE_EXECUTION: dict[str, Any] = {"channels_last": False, "amp": "off", "num_workers": 0}
+
+#: Autocast modes of ``PredictConfig.amp``: name -> dtype (``None``: full precision).
+AMP_MODES: dict[str, torch.dtype | None] = {"off": None, "fp16": torch.float16,
+                                            "bf16": torch.bfloat16}
+
+
+def amp_mode(value: Any, device: Any = "cpu") -> str:
+    """``PredictConfig.amp`` as a name of :data:`AMP_MODES`: the booleans of earlier versions
+    (and of old caches' ``config``) mean ``"off"`` and autocast's dtype on ``device`` (fp16 on
+    CUDA, bf16 on CPU); ``None`` (a cache from before the option) is ``"off"``; other values
+    are returned as they are (checked by :func:`predict`)."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "fp16" if str(device).startswith("cuda") else "bf16"
+    return value
+
 
 def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
     # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
     # nothing random happens in the workers: augmentations carry their own generators
+    workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size))
     loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
-                        shuffle=False, num_workers=cfg.num_workers,
+                        shuffle=False, num_workers=workers,
                         pin_memory=cfg.device.startswith("cuda"),
                         generator=torch.Generator().manual_seed(cfg.seed))
     yield from loader
 
 
 def _autocast(cfg: PredictConfig, device: str):
-    dev = torch.device(device).type
-    return torch.autocast(dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16,
-                          enabled=cfg.amp)
+    dtype = AMP_MODES[cfg.amp]
+    return torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None)
+
+
+def _to_input(x: torch.Tensor, cfg: PredictConfig, device: str) -> torch.Tensor:
+    """A batch on ``device``, NHWC when ``cfg.channels_last`` (a 4-D image batch)."""
+    x = x.to(device, non_blocking=True)
+    if cfg.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _set_memory_format(model: torch.nn.Module, cfg: PredictConfig) -> None:
+    """The network's 4-D weights in NHWC with ``cfg.channels_last`` (in place; a no-op for
+    weights already so); without it the network is left as it is."""
+    if cfg.channels_last:
+        model.to(memory_format=torch.channels_last)
 
 
 #: The capability attribute of a network that gives its own uncertainty: when true,
@@ -206,9 +256,10 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
     """
     logits, labels, idx, embs, us = [], [], [], [], []
     model = loaded.model
+    _set_memory_format(model, cfg)
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
-            x = x.to(device, non_blocking=True)
+            x = _to_input(x, cfg, device)
             outs, feats = [], None
             for r in range(passes):
                 if dropout is not None:
@@ -287,7 +338,8 @@ def head_only_dropout(loaded: LoadedModel, dataset, index: int, cfg: PredictConf
             or isinstance(model, StochasticPass)
             or not (hasattr(model, "forward_features") and hasattr(model, "forward_head"))):
         return False
-    x = dataset[int(index)][0][None].to(device)
+    x = _to_input(dataset[int(index)][0][None], cfg, device)
+    _set_memory_format(model, cfg)
     calls: list[int] = []
     handles = [m.register_forward_hook(lambda *_: calls.append(1)) for m in dropout.modules]
     try:
@@ -407,6 +459,15 @@ def _check_config(config: PredictConfig) -> None:
     if config.passes < 1 or config.batch_size < 1:
         raise ValueError(f"passes and batch_size must be >= 1, got {config.passes}, "
                          f"{config.batch_size}")
+    if config.num_workers is not None and config.num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0 or None (from the machine), got "
+                         f"{config.num_workers}")
+    if config.amp not in AMP_MODES:
+        raise ValueError(f"amp must be one of {list(AMP_MODES)}, got {config.amp!r}")
+    if config.amp == "fp16" and not config.device.startswith("cuda"):
+        raise ValueError(f"amp='fp16' needs a CUDA device, got device={config.device!r}: "
+                         "float16 autocast on the CPU is slower than float32; use amp='bf16' "
+                         "(faster on CPUs with bfloat16 instructions) or 'off'")
 
 
 def _resolved(config: PredictConfig) -> PredictConfig:
@@ -418,6 +479,18 @@ def _resolved(config: PredictConfig) -> PredictConfig:
 
 def _folder(data) -> ImageFolderDataset:
     return data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+
+
+#: :func:`uqvision.data.folder_fingerprint` of each scanned folder object, computed once (the
+#: checks of a command and its predictions share the scan, and a scan is a snapshot).
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(folder: ImageFolderDataset) -> str:
+    """The dataset fingerprint of a scanned folder (a stat of each file), once per object."""
+    if folder not in _FINGERPRINTS:
+        _FINGERPRINTS[folder] = folder_fingerprint(folder)
+    return _FINGERPRINTS[folder]
 
 
 def _sidecar_sha256(spec: ModelSpec) -> str:
@@ -487,7 +560,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
     wanted = sorted({k for k, _ in plan})
-    fingerprint = folder_fingerprint(folder)
+    fingerprint = _fingerprint(folder)
     side_sha = _sidecar_sha256(spec)
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
     t0 = time.perf_counter()
@@ -536,7 +609,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  else 1, "tta_policy": config.tta_policy if config.mode == "tta"
                  else "", "class_mapping": space.mapping, "class_names_source": space.source,
                  "folder_classes": json.dumps(list(folder.classes)), "device": device,
-                 "world_size": world, "wall_time_s": wall, **dict(attrs or {})}
+                 "world_size": world, "wall_time_s": wall, "amp": config.amp,
+                 "channels_last": int(config.channels_last), **dict(attrs or {})}
         if mc_path is not None:
             extra["mc_dropout_path"] = str(mc_path[0])
         if folder.skipped:  # unreadable images left out (skip_bad_images)
@@ -555,11 +629,14 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
 
 #: What a cache's identity is made of: a complete cache is reused only when every field equals
 #: the request's (:func:`check_caches`). Batch size, workers and device are not part of it
-#: (they change the logits by float rounding only). ``skipped_images`` (how many unreadable
-#: images a cache left out) must be 0 unless the request allows skipping them.
+#: (they change the logits by float rounding only); ``amp`` and ``channels_last`` are (a
+#: cache recorded before them was computed without autocast, contiguous). ``skipped_images``
+#: (how many unreadable images a cache left out) must be 0 unless the request allows skipping
+#: them.
 IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
                    "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
-                   "train_data", "sample_index", "pass_index", "skipped_images")
+                   "channels_last", "train_data", "sample_index", "pass_index",
+                   "skipped_images")
 
 
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -573,7 +650,8 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
             "sidecar_sha256": a.get("sidecar_sha256"), "dataset": a.get("dataset_fingerprint"),
             "mode": a.get("mode"), "tta_policy": a.get("tta_policy"), "seed": cfg.get("seed"),
             "passes": a.get("n_passes"), "embeddings": cfg.get("embeddings"),
-            "logits": cfg.get("logits"), "amp": cfg.get("amp"),
+            "logits": cfg.get("logits"), "amp": amp_mode(cfg.get("amp"), a.get("device")),
+            "channels_last": bool(cfg.get("channels_last", False)),
             "train_data": cfg.get("train_data"), "sample_index": a.get("sample_index"),
             "pass_index": a.get("pass_index"),
             "skipped_images": int(a.get("n_skipped_images", 0))}
@@ -636,7 +714,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     # the weights the model would load: hashed (pretrained ones fetched, as loading would)
     # only when there is a cache to compare them with
     sha = weights_sha256(spec, allow_random_init=config.allow_random_init) if cached_any else ""
-    fingerprint = folder_fingerprint(folder) if cached_any else ""
+    fingerprint = _fingerprint(folder) if cached_any else ""
     missing, problems = set(), []
     for (k, p), path in paths.items():
         try:
@@ -659,6 +737,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "seed": config.seed,
                 "passes": config.passes if config.mode == "mc_dropout" else 1,
                 "embeddings": config.embeddings, "logits": config.logits, "amp": config.amp,
+                "channels_last": config.channels_last,
                 "train_data": config.train_data, "sample_index": k, "pass_index": p,
                 "skipped_images": have["skipped_images"] if config.skip_bad_images else 0}
         diff = [f"{f} {_show(f, have[f], cached.attrs, '')} vs "
@@ -675,9 +754,12 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     return paths, missing
 
 
-def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: str | os.PathLike,
-                     config: PredictConfig | None = None, *, dataset_name: str | None = None,
-                     overwrite: bool = False, attrs: dict | None = None) -> list[Path]:
+def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
+                     out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
+                     dataset_name: str | None = None, overwrite: bool = False,
+                     attrs: dict | None = None,
+                     checked: tuple[dict[tuple[int, int], Path], set] | None = None
+                     ) -> list[Path]:
     """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
     writes); ``attrs`` as for :func:`predict`.
 
@@ -685,14 +767,16 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike, out_dir: st
     complete cache of the same identity is kept (resume: the model runs only for the missing
     ones, and is not even loaded when none is missing); one of another identity is an error
     naming what differs, before anything is computed, unless ``overwrite`` (then every cache
-    is recomputed).
+    is recomputed). ``checked`` is what :func:`check_caches` answered for these same
+    arguments, when the caller has checked them already (``uqvision predict`` checks every
+    model before the first runs): the caches are then not read a second time.
     """
     config = _resolved(config or PredictConfig())
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
     folder = _folder(data)
     name = dataset_name or folder.root.resolve().name
-    paths, missing = check_caches(spec, folder, out_dir, config, dataset_name=name,
-                                  overwrite=overwrite)
+    paths, missing = checked if checked is not None else check_caches(
+        spec, folder, out_dir, config, dataset_name=name, overwrite=overwrite)
     if missing:
         for ds in predict(spec, folder, config, dataset_name=name, only=missing, attrs=attrs):
             if int(os.environ.get("RANK", "0")) == 0:

@@ -1,5 +1,6 @@
 """Distributed runtime shared by training and prediction: the ``torch.distributed`` context
-torchrun sets up, exact sharding of samples over ranks, and the gather of per-rank arrays.
+torchrun sets up, exact sharding of samples over ranks, the gather of per-rank arrays, and the
+number of DataLoader workers a prediction uses by default (:func:`loader_workers`).
 
 :func:`distributed_context` is entered by :func:`uqvision.training.loop.train_model` and
 :func:`uqvision.predict.predict` alike (it lived in ``predict.py``, which made training import
@@ -10,13 +11,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import multiprocessing
 import os
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["distributed_context", "gather", "shard_indices"]
+__all__ = ["MAX_LOADER_WORKERS", "distributed_context", "gather", "loader_workers",
+           "shard_indices", "usable_cores"]
+
+#: The most DataLoader workers :func:`loader_workers` picks by itself.
+MAX_LOADER_WORKERS = 4
 
 
 def shard_indices(n: int, world_size: int, rank: int) -> np.ndarray:
@@ -71,3 +77,35 @@ def gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
     dist.all_gather_object(parts, local)
     return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)
             for k in local}
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where the
+    platform has none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def loader_workers(requested: int | None, n_batches: int) -> int:
+    """DataLoader workers of a prediction loader of ``n_batches`` batches of image files.
+
+    ``requested`` (a count) is returned as it is. ``None`` (the default of
+    :class:`uqvision.predict.PredictConfig`) picks ``min(4, usable cores - 1)``, at least 1:
+    workers decode and resize the next batches while the network runs on the current one
+    (measured on 2 cores: 1.5x on 16-px digits, 1.9x on 224-px images with resnet10t). It picks
+    0 when there is at most one batch (nothing to overlap; a worker costs 0.1-0.5 s to start)
+    and inside a daemonic process (a Dask worker, a ``multiprocessing.Pool`` worker), which may
+    not start children. The logits do not depend on the number of workers.
+
+    Examples
+    --------
+    >>> loader_workers(3, 100), loader_workers(None, 1)
+    (3, 0)
+    """
+    if requested is not None:
+        return int(requested)
+    if n_batches <= 1 or multiprocessing.current_process().daemon:
+        return 0
+    return max(1, min(MAX_LOADER_WORKERS, usable_cores() - 1))

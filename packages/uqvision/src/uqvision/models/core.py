@@ -700,6 +700,21 @@ def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint {ckpt!r} does not load ({text})") from None
 
 
+def _tensor_shapes(ckpt: str) -> dict[str, torch.Tensor]:
+    """A weight file's tensors for the head and architecture checks: shape-only ``meta``
+    tensors from a safetensors file's header (its data are read once, by the load itself);
+    other formats read whole (:func:`_read_state`)."""
+    if not str(ckpt).endswith(".safetensors"):  # timm's own test of the format
+        return _read_state(ckpt)
+    try:
+        with safetensors.safe_open(ckpt, "pt") as f:
+            keys = f.keys()  # a safe_open is not iterable
+            return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in keys}
+    except (OSError, ValueError, SafetensorError) as err:
+        text = " ".join(str(err).split())[:300] or type(err).__name__
+        raise CheckpointError(f"checkpoint {ckpt!r} does not load ({text})") from None
+
+
 def _load_error(ckpt: str, name: str, err: RuntimeError) -> CheckpointError:
     """torch's multi-line ``Error(s) in loading state_dict`` as one line naming the file."""
     lines = [" ".join(line.split()) for line in str(err).splitlines() if line.strip()]
@@ -769,7 +784,7 @@ class TimmSource:
             side = read_sidecar(ckpt)
             cfg = get_pretrained_cfg(spec.model_name)
             keys = _classifier_keys(cfg.classifier if cfg is not None else None)
-            state = _read_state(ckpt)
+            state = _tensor_shapes(ckpt)  # the weights are read once, by timm's load
             try:
                 n = _check_head(state, keys, num_classes, ckpt)
             except ValueError:

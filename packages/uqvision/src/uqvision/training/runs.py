@@ -23,9 +23,9 @@ from ..models import (
     ModelSpec,
     check_checkpoint_file,
     check_model_spec,
-    file_sha256,
     load_model,
     read_sidecar,
+    weights_sha256,
 )
 from ..models.spectral import spectral_normalize
 from .loop import build_model, shuffled_loader
@@ -136,7 +136,7 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                                           bn_batch_size or hp.batch_size, augment=bool(augment))
     loaded = LoadedModel(state.net, spec, dcfg, eval_transform(dcfg), int(side["num_classes"]),
                          side["architecture"], side.get("tag", ""),
-                         file_sha256(spec.checkpoint))
+                         weights_sha256(spec))  # hashed once per process (the checks too)
     return LoadedRun(loaded, state, side)
 
 

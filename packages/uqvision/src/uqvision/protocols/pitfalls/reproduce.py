@@ -50,7 +50,7 @@ from ...data import check_split_classes
 from ...hierarchy import make_hierarchy
 from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
-from ...predict import PredictConfig, predict_to_files
+from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
 from .score import EnsembleConfig, score_ensembles
@@ -210,8 +210,11 @@ def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws
         train_model(train, ckpt, job.config)
     t1 = time.perf_counter()
     spec = f"{job.config.arch}={ckpt}"
+    # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader workers: the
+    # published numbers do not move with PredictConfig's defaults
     base = {"batch_size": 256, "device": job.config.device, "seed": predict_seed,
-            "samples": job.samples, "tta_policy": job.config.augment or "crop"}
+            "samples": job.samples, "tta_policy": job.config.augment or "crop",
+            **REFERENCE_EXECUTION}
     # a run trained now replaces the caches of the checkpoint it replaced
     n = len(predict_to_files(spec, test, caches, PredictConfig(mode="plain", **base),
                              overwrite=trained))

@@ -56,7 +56,7 @@ from ...models.prototype import (
     fit_logit_scale,
     save_prototype_classifier,
 )
-from ...predict import PredictConfig, predict_to_files
+from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 from ..base import Reproduction
 from .analysis import (
@@ -436,7 +436,9 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
 
         caches = out / "caches"
         test = info.splits["test"]
-        pred = PredictConfig(batch_size=256, device=device)
+        # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader workers: the
+        # published numbers do not move with PredictConfig's defaults
+        pred = PredictConfig(batch_size=256, device=device, **REFERENCE_EXECUTION)
         paths: dict[str, Path] = {}
         for j in teachers + jobs:  # a network trained now replaces its predecessor's caches
             (paths[j.key],) = predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}",
@@ -445,7 +447,8 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
             if j.arch.mc_dropout and j.regime == "plain" and not j.teacher_member:
                 predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,
                                  PredictConfig(mode="mc_dropout", passes=sc.mc_passes,
-                                               batch_size=256, seed=seed, device=device),
+                                               batch_size=256, seed=seed, device=device,
+                                               **REFERENCE_EXECUTION),
                                  dataset_name="test", overwrite=j.tag in fresh)
         t_arch = ZOO_ARCHS[sc.teacher]
         ens_name = f"ens/{t_arch.arch}.hier_{t_arch.name}_ensemble"

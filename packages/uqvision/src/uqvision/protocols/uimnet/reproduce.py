@@ -68,7 +68,7 @@ from ...data import (
 from ...hierarchy import make_hierarchy
 from ...methods import TRAINING_METHODS, TrainState
 from ...models import ModelSpec, read_sidecar
-from ...predict import PredictConfig, predict_to_files
+from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ...training.runs import load_run
 from ..base import Reproduction
@@ -227,8 +227,11 @@ def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, 
         log(f"uimnet: feature extractor trained on {result.model.num_classes} classes in "
             f"{result.wall_time_s:.0f} s")
     spec = ModelSpec(arch or "uqvision_cnn", str(ckpt), label="extractor")
+    # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader workers: the
+    # published numbers do not move with PredictConfig's defaults
     (path,) = predict_to_files(spec, train_dir, out / "caches", PredictConfig(
-        embeddings=True, batch_size=256, device=device), dataset_name="train",
+        embeddings=True, batch_size=256, device=device, **REFERENCE_EXECUTION),
+        dataset_name="train",
         overwrite=trained)  # a new extractor replaces its predecessor's cache
     return path
 

@@ -40,7 +40,7 @@ from ...data import check_split_classes, flush_denormal
 from ...hierarchy import make_hierarchy
 from ...methods import TRAINING_METHODS
 from ...models import ModelSpec
-from ...predict import PredictConfig, predict_to_files
+from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
 from .methods import REPRESENTATION_METHODS
@@ -182,9 +182,13 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
                     for (ds, split, mode), (src, dst) in caches.items():
                         extra = ({"soft_labels_root": str(layout.soft_labels_root)}
                                  if ds == "mixed" and layout.soft_labels_root else {})
+                        # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader
+                        # workers: the published numbers do not move with PredictConfig's
+                        # defaults
                         cfg = PredictConfig(mode=mode, embeddings=True, logits=ds == "upstream",
                                             device=device,
-                                            batch_size=int(options.get("batch_size", 64)))
+                                            batch_size=int(options.get("batch_size", 64)),
+                                            **REFERENCE_EXECUTION)
                         (path,) = predict_to_files(spec, src, dst.parent, cfg,
                                                    dataset_name=f"{ds}-{split}",
                                                    attrs={**attrs, **extra})

@@ -1,3 +1,27 @@
+"""The package imports, and what each command imports: ``uqvision train`` and ``uqvision
+predict`` load no scoring code (uqmetrics' metric modules, the protocols' scorers, drivers and
+figures), no scipy, statsmodels, scikit-learn, matplotlib or Dask; ``train`` not even xarray.
+Checked in fresh interpreters, on real commands (docs/conventions.md#v-predict-speed)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+#: Modules a training or prediction command must not import (prefixes).
+SCORING = (
+    *(f"uqmetrics.{m}" for m in ("calibration", "classification", "confidence", "selective",
+                                 "scoring", "ensembles", "ood", "retrieval", "regression",
+                                 "plotting", "sweep")),
+    *(f"uqvision.protocols.{p}.{m}" for p in ("selective", "pitfalls", "uimnet", "url")
+      for m in ("score", "reproduce", "plots", "analysis", "metadata", "measures", "split")),
+    "uqvision.demo", "uqvision.plots", "uqvision.sweep", "uqvision.zoo",
+    "scipy", "statsmodels", "sklearn", "matplotlib", "dask", "distributed",
+)
+
+
 def test_package_imports_with_declared_dependencies():
     import timm
     import torchvision
@@ -9,3 +33,93 @@ def test_package_imports_with_declared_dependencies():
     assert timm.list_models("resnet10t")
     assert torchvision.__version__
     assert callable(uqmetrics.expected_calibration_error)
+
+
+def _fresh(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line last."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, check=False, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _imported(modules: list[str], prefixes) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+@pytest.mark.slow
+def test_train_and_predict_import_no_scoring_code(spec, digits, tmp_path):
+    """One interpreter: ``train`` (then its modules are listed), then ``predict`` with the
+    checkpoint of the conftest, every mode that the registries fill from the protocols
+    (``crop``) included in its choices."""
+    got = _fresh(f"""
+        import json, sys
+        from uqvision.cli import main
+        assert main(["--threads", "1", "train", "--arch", "test_byobnet", "--data",
+                     {str(digits / "train")!r}, "--input-size", "16", "--epochs", "1",
+                     "--workers", "0", "--out", {str(tmp_path / "m.safetensors")!r}]) == 0
+        after_train = list(sys.modules)
+        assert main(["--threads", "1", "predict", "--model", {spec!r}, "--data",
+                     {str(digits / "test")!r}, "--out", {str(tmp_path / "caches")!r},
+                     "--workers", "0"]) == 0
+        from uqvision.predict import PASS_MODES
+        print(json.dumps({{"train": after_train, "predict": list(sys.modules),
+                          "modes": PASS_MODES.names()}}))
+        """)
+    assert _imported(got["train"], (*SCORING, "xarray", "pandas")) == []
+    assert _imported(got["predict"], SCORING) == []
+    assert "crop" in got["modes"]  # the protocols' registrations are there
+    assert "uqvision.protocols.url.crop" in got["predict"]
+    assert len(list((tmp_path / "caches").glob("*.nc"))) == 1
+
+
+def test_uqmetrics_loads_its_metrics_on_first_use_and_xarray_writes_without_dask(tmp_path):
+    got = _fresh(f"""
+        import json, sys
+        import uqmetrics
+        light = list(sys.modules)
+        from uqmetrics.io import xarray_module
+        xr = xarray_module()
+        import numpy as np
+        ds = xr.Dataset({{"x": ("i", np.arange(3.0))}})
+        path = uqmetrics.write_dataset(ds, {str(tmp_path / "a.nc")!r})
+        back = uqmetrics.read_dataset(path)
+        written = list(sys.modules)
+        names = sorted(uqmetrics.__all__)  # the metric modules load here
+        import dask.array as da
+        lazy = xr.Dataset({{"y": ("i", da.ones(4, chunks=2))}})
+        uqmetrics.write_dataset(lazy, {str(tmp_path / "b.nc")!r})
+        print(json.dumps({{"light": light, "written": written, "names": names,
+                          "sum": float(back.x.sum()), "chunks": list(lazy.y.chunks[0]),
+                          "dask_sum": float(uqmetrics.read_dataset({str(tmp_path / "b.nc")!r}).y.sum()),
+                          "auroc": callable(uqmetrics.auroc_score),
+                          "metrics": len(uqmetrics.registry.list_metrics())}}))
+        """)
+    assert _imported(got["light"], (*SCORING, "xarray")) == []
+    assert _imported(got["written"], SCORING) == []  # no dask for a Dataset of numpy arrays
+    assert got["sum"] == 3.0
+    # once loaded, the names are those uqmetrics always exported, and dask arrays still work
+    assert {"auroc_score", "expected_calibration_error", "write_dataset", "InputError",
+            "CONVENTIONS", "COVERAGE_Z"} <= set(got["names"])
+    assert got["auroc"] and got["metrics"] > 20
+    assert got["chunks"] == [2, 2] and got["dask_sum"] == 4.0
+
+
+def test_help_lists_every_command_and_every_option(capsys):
+    from uqvision.cli import COMMANDS, main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert all(name in text for name in COMMANDS.names())
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--mode", "--workers", "--amp", "--channels-last", "--no-channels-last",
+                 "--labels", "--skip-bad-images", "crop"):
+        assert flag in text, flag
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--row-kinds", "--calibration-size", "--reference", "--sac-rule"):
+        assert flag in text, flag

@@ -8,14 +8,14 @@ each entry (``S.1`` ... ``S.6``, ``R.4``) names the section of ``docs/convention
 explains it (anchors ``#s-1`` ... ``#s-6``, ``#r-4``).
 """
 
-from scipy.special import ndtri
-
 __all__ = ["CONVENTIONS", "COVERAGE_Z"]
 
 #: Half-width multiplier of the central 95% Gaussian interval, the 0.975 quantile of the
-#: standard normal distribution (1.959963984540054); the default ``z`` of every coverage
-#: function (docs/conventions.md#r-4).
-COVERAGE_Z: float = float(ndtri(0.975))
+#: standard normal distribution; the default ``z`` of every coverage function
+#: (docs/conventions.md#r-4). Written out: ``float(scipy.special.ndtri(0.975))`` exactly
+#: (``tests/test_regression.py`` checks it against ``scipy.stats.norm.ppf``), so that every
+#: result file's provenance does not import scipy.
+COVERAGE_Z: float = 1.959963984540054
 
 _ECE = ("15 bins on top-1 confidence, (j-1/M, j/M] left-open right-closed, 0 in the first bin, "
         "empty bins skipped, weights |B|/n")

@@ -27,15 +27,18 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = [
     "COMPLETE_ATTR",
@@ -51,6 +54,89 @@ __all__ = [
 
 #: Name of the attr marking a fully written file.
 COMPLETE_ATTR = "complete"
+
+
+def xarray_module():
+    """``xarray``, imported on first use (``import uqmetrics.io`` does not import it: a program
+    that writes no result file, e.g. a training run, does not pay for it), and kept from
+    importing dask for a Dataset of numpy arrays.
+
+    xarray asks, for every array it wraps, whether it is a dask array, and answers by importing
+    ``dask.array`` when dask is installed; writing asks whether each array is a dask
+    collection (importing ``dask.base``) and which dask scheduler is active (importing dask
+    and ``dask.distributed``): together about 0.5 s. No object can be a dask array or
+    collection, and no dask scheduler can be active, before dask is imported: until then the
+    answers are "no dask array type", "not a dask collection" and "no scheduler" without the
+    import (:class:`_DaskOnceImported`, :func:`_once_dask_imported`); once dask is imported,
+    xarray's own answers.
+    """
+    import xarray
+
+    _dask_checked_lazily()
+    return xarray
+
+
+class _DaskOnceImported:
+    """Stands for xarray's record of dask (``xarray.namedarray.pycompat.DuckArrayModule``)
+    until ``dask.array`` is imported: its array ``type`` is ``()`` while no dask array can
+    exist; any other attribute (version, module, availability), and the type afterwards, come
+    from the real record, which then replaces this one."""
+
+    def __init__(self, pycompat):
+        self._pycompat = pycompat
+
+    def _real(self):
+        real = self._pycompat.DuckArrayModule("dask")
+        self._pycompat._cached_duck_array_modules["dask"] = real
+        return real
+
+    @property
+    def type(self) -> tuple:
+        return self._real().type if "dask.array" in sys.modules else ()
+
+    def __getattr__(self, name: str):
+        return getattr(self._real(), name)
+
+
+def _once_dask_imported(original, answer):
+    """xarray's function ``original``, answering ``answer`` without importing dask while dask
+    is not imported (``is_dask_collection``: False; ``get_dask_scheduler``: None)."""
+
+    def function(*args, **kwargs):
+        if "dask" not in sys.modules:
+            return answer
+        return original(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = original.__name__
+    function.__doc__ = original.__doc__
+    function.uqmetrics_lazy = True
+    return function
+
+
+def _dask_checked_lazily() -> None:
+    """Install :class:`_DaskOnceImported` in xarray's cache of duck-array modules and
+    :func:`_once_dask_imported` in place of its ``is_dask_collection`` (which its
+    ``is_duck_dask_array`` calls) and of the ``get_dask_scheduler`` of its netCDF writers
+    (once; a no-op for an xarray laid out otherwise)."""
+    try:
+        from xarray.backends import locks, writers
+        from xarray.namedarray import pycompat, utils
+
+        cache = pycompat._cached_duck_array_modules
+        pycompat.DuckArrayModule  # noqa: B018  (the record the stand-in builds later)
+        patches = [((locks, writers), "get_dask_scheduler", locks.get_dask_scheduler, None),
+                   ((utils,), "is_dask_collection", utils.is_dask_collection, False)]
+    except (ImportError, AttributeError):  # pragma: no cover - another xarray layout
+        return
+    if "dask" not in cache and "dask.array" not in sys.modules:
+        cache["dask"] = _DaskOnceImported(pycompat)
+    for modules, name, original, answer in patches:
+        if getattr(original, "uqmetrics_lazy", False):
+            continue
+        lazy = _once_dask_imported(original, answer)
+        for module in modules:
+            if getattr(module, name, None) is original:
+                setattr(module, name, lazy)
 
 #: Distributions whose versions are recorded when installed (looked up, never imported).
 _VERSIONED = ("numpy", "scipy", "xarray", "netCDF4", "uqmetrics", "torch", "timm", "torchvision",
@@ -418,6 +504,7 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
     >>> back.coverage.values, decode_attr(back.attrs["config"]), int(back.attrs["complete"])
     (array([0.9 , 0.95]), {'k': 50}, 1)
     """
+    xr = xarray_module()
     if not isinstance(ds, xr.Dataset):
         raise ValueError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
     if not isinstance(overwrite, bool):
@@ -488,7 +575,7 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     if not path.is_file():
         raise FileNotFoundError(f"result file {path} does not exist")
     try:
-        with xr.open_dataset(path, engine="netcdf4") as src:
+        with xarray_module().open_dataset(path, engine="netcdf4") as src:
             if variables is not None:
                 missing = [v for v in variables if v not in src.data_vars]
                 if missing:
@@ -546,7 +633,7 @@ def dataset_checksum(ds: xr.Dataset) -> str:
     >>> dataset_checksum(a) == dataset_checksum(a.copy(deep=True)), len(dataset_checksum(a))
     (True, 64)
     """
-    if not isinstance(ds, xr.Dataset):
+    if not isinstance(ds, xarray_module().Dataset):
         raise ValueError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
     h = hashlib.sha256()
     for name in sorted(ds.variables, key=str):

@@ -217,9 +217,18 @@ def register_metric(name: str, *, kind: str, properties=(), greater_is_better: b
     return deco
 
 
+def _register_all() -> None:
+    """Import the metric modules (:mod:`uqmetrics` imports them on first use), which register
+    every metric."""
+    import uqmetrics
+
+    uqmetrics._load_metrics()
+
+
 def list_metrics(kind: str | None = None, prop: str | None = None,
                  family: str | None = None) -> list[str]:
     """Names of registered metrics, optionally filtered by kind, property and family."""
+    _register_all()
     return [
         n for n, s in METRICS.items_ordered()
         if (kind is None or s.kind == kind) and (prop is None or prop in s.properties)
@@ -229,4 +238,5 @@ def list_metrics(kind: str | None = None, prop: str | None = None,
 
 def get_metric(name: str) -> MetricSpec:
     """The :class:`MetricSpec` registered as ``name``; ``ValueError`` listing the names."""
+    _register_all()
     return METRICS.lookup(name)

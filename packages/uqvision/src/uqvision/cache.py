@@ -44,10 +44,14 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
+from uqmetrics.io import xarray_module  # xarray imported when a cache is made or read
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 from .exceptions import CacheError, SkippedCacheWarning
 
@@ -137,7 +141,7 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertain
         coords["in_folder"] = ("class", np.asarray(in_folder, dtype=np.int8))
     if z.ndim == 3:
         coords["pass"] = np.arange(z.shape[0])
-    ds = xr.Dataset(variables, coords=coords)
+    ds = xarray_module().Dataset(variables, coords=coords)
     attrs = dict(attrs or {})
     missing = {"model", "dataset_name", "mode", "pass_index"} - set(attrs)
     if missing:
@@ -212,7 +216,7 @@ def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
     infos = []
     for p in find_caches(paths):
         try:
-            with xr.open_dataset(p, engine="netcdf4") as ds:
+            with xarray_module().open_dataset(p, engine="netcdf4") as ds:
                 a = dict(ds.attrs)
                 n_passes = int(ds.sizes.get("pass", 1))
         except (OSError, RuntimeError, ValueError) as exc:

@@ -6,6 +6,12 @@ help come from the registries: dataset makers, prediction modes, augmentations, 
 protocols, row kinds, ensemble methods, reproductions, metadata fields. ``predict`` runs under
 ``torchrun`` as is (``torchrun --nproc_per_node N -m uqvision predict ...``): samples are sharded
 exactly and the logits gathered before rank 0 writes.
+
+A command imports what it runs and no more: this module imports the registries and the
+prediction and training layers (``import uqvision`` fills every registry, scoring code
+excluded); scoring, plotting, metadata, sweeps and the demo are imported by the commands that
+use them, and :func:`main` adds only the arguments of the command it runs (``uqvision
+predict`` and ``uqvision train`` load no scoring module, no scipy, matplotlib or Dask).
 """
 
 from __future__ import annotations
@@ -23,11 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import xarray as xr
 from uqmetrics import InputError, read_dataset, run_command, write_dataset
 from uqmetrics.registry import Registry
 
-from .cache import index_caches
 from .data import (
     DATASET_MAKERS,
     TTA_POLICIES,
@@ -36,7 +40,6 @@ from .data import (
     read_index_file,
     readable_images,
 )
-from .demo import DemoConfig, run_demo, summary
 from .exceptions import SkippedCacheWarning
 from .methods import TRAINING_METHODS
 from .models import check_model_spec
@@ -53,22 +56,9 @@ from .options import (
     positive_float,
     set_pairs,
 )
-from .plots import plot_caches
 from .predict import AMP_MODES, PASS_MODES, PredictConfig, check_caches, predict_to_files
 from .protocols import VISION_PROTOCOLS, ReproduceOptions, score_protocol
-from .protocols.pitfalls.plots import plot_ensembles
 from .protocols.selective import add_selective_options, selective_config
-from .protocols.selective.metadata import (
-    COLUMNS,
-    METADATA_FIELDS,
-    ModelMetadata,
-    load_metadata,
-    unknown_models,
-    write_metadata,
-)
-from .protocols.selective.plots import plot_selective
-from .protocols.selective.score import cache_metadata_key, incomplete_caches, score_selective
-from .sweep import sweep_predictions
 from .training.loop import ImageTrainConfig, checkpoint_files, epoch_batches, train_model
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -231,6 +221,8 @@ def _cmd_predict(a: argparse.Namespace) -> int:
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
+    from .protocols.selective.score import incomplete_caches
+
     protocol = score_protocol(a.protocol)
     check_output_file("--out", a.out, a.overwrite)
     files, skipped = incomplete_caches(a.caches)
@@ -258,7 +250,8 @@ def _one_line(text: str, limit: int = 300) -> str:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import read_failures
 
-    from .sweep import FAILURES_FILE
+    from .protocols.selective.score import score_selective
+    from .sweep import FAILURES_FILE, sweep_predictions
     from .zoo import ZOOS
 
     if not (a.models or a.zoo):
@@ -309,6 +302,10 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:
+    from .plots import plot_caches
+    from .protocols.pitfalls.plots import plot_ensembles
+    from .protocols.selective.plots import plot_selective
+
     if not (a.caches or a.ensembles or a.selective):
         raise InputError("nothing to plot (give --caches, --ensembles and/or --selective)")
     check_output_folder("--out", a.out)
@@ -328,6 +325,15 @@ def _cmd_plot(a: argparse.Namespace) -> int:
 
 
 def _cmd_metadata(a: argparse.Namespace) -> int:
+    from .protocols.selective.metadata import (
+        COLUMNS,
+        METADATA_FIELDS,
+        ModelMetadata,
+        load_metadata,
+        unknown_models,
+        write_metadata,
+    )
+
     if a.fields:
         _print(",".join(COLUMNS))
         _print(METADATA_FIELDS.describe())
@@ -378,6 +384,10 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
     """Metadata keys of the models in --caches / --scores (None when neither is given)."""
     if not (a.caches or a.scores):
         return None
+    import xarray as xr
+
+    from .cache import index_caches
+    from .protocols.selective.score import cache_metadata_key
 
     keys = []
     for info in index_caches(a.caches or ()):
@@ -389,6 +399,8 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
+    from .demo import DemoConfig, run_demo, summary
+
     check_output_folder("--out", a.out)
     r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print)
     _print(summary(r))
@@ -605,7 +617,8 @@ def _args_metadata(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --template")
 
 
-#: ``uqvision demo`` options generated from :class:`DemoConfig` (defaults from its fields).
+#: ``uqvision demo`` options generated from :class:`~uqvision.demo.DemoConfig` (defaults from
+#: its fields).
 _DEMO_OPTIONS = (
     ConfigOption("arch"),
     ConfigOption("members", type=COUNT),
@@ -621,6 +634,8 @@ _DEMO_OPTIONS = (
 
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
+    from .demo import DemoConfig
+
     add_config_options(p, DemoConfig, _DEMO_OPTIONS)
 
 
@@ -724,22 +739,48 @@ class _HelpFormatter(argparse.HelpFormatter):
         return [w for line in text.splitlines() for w in (textwrap.wrap(line, width) or [""])]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`."""
+class _LazySubparsers(argparse._SubParsersAction):
+    """Subcommands whose arguments are added when their command is parsed: building every
+    command's options would import what every command needs (the scorers, the demo, the
+    metadata tables), and ``uqvision predict`` needs none of it. ``uqvision -h`` lists every
+    command; ``uqvision COMMAND -h`` shows all of that command's options."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        arguments = self.pending.pop(values[0], None)
+        if arguments is not None:
+            arguments(self.choices[values[0]])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`.
+
+    With ``lazy``, a subcommand's arguments are added when that command is parsed (what
+    :func:`main` does: a command imports only what it runs); without, every subparser is
+    complete (for tools and tests that inspect them)."""
     ap = _Parser(prog="uqvision", description=__doc__.split("\n")[0],
                  formatter_class=_HelpFormatter)
+    ap.register("action", "parsers", _LazySubparsers)
     ap.add_argument("--threads", type=COUNT, default=None,
                     help="torch intra-op threads (default: torch's choice)")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items_ordered():
-        cmd.arguments(sub.add_parser(name, help=cmd.description, description=cmd.description,
-                                     formatter_class=_HelpFormatter))
+        parser = sub.add_parser(name, help=cmd.description, description=cmd.description,
+                                formatter_class=_HelpFormatter)
+        if lazy:
+            sub.pending[name] = cmd.arguments
+        else:
+            cmd.arguments(parser)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``uqvision`` console script."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(lazy=True).parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))

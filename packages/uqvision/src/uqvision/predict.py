@@ -45,11 +45,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import xarray as xr
 from torch.utils.data import DataLoader, Subset
 from uqmetrics import IncompleteResultError, InputError, provenance_attrs, write_dataset
 from uqmetrics.io import decode_attr
@@ -80,6 +79,9 @@ from .runtime import distributed_context, gather, loader_workers, shard_indices
 from .training.dropout import PerSampleDropout
 from .training.method import TRAINING_METHODS, StochasticPass
 from .training.runs import load_run
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = [
     "AMP_MODES",

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from timm.models import load_state_dict
 from torch import nn
-from uqmetrics import fit_temperature_result, provenance_attrs
+from uqmetrics import provenance_attrs
 
 from ..data import DataConfig, eval_transform
 from .core import (
@@ -166,6 +166,8 @@ def fit_logit_scale(model: PrototypeClassifier, images: torch.Tensor,
     cos = torch.cat([model.head(model.embed(images[i:i + batch_size])) / model.head.logit_scale
                      for i in range(0, images.shape[0], batch_size)])
     lo, hi = LOGIT_SCALE_BOUNDS
+    from uqmetrics import fit_temperature_result  # scipy: imported on first use
+
     fit = fit_temperature_result(cos.double().numpy(), np.asarray(labels), bounds=(1 / hi, 1 / lo))
     scale = 1.0 / fit.temperature
     model.head.logit_scale.fill_(scale)

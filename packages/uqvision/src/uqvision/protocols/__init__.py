@@ -34,10 +34,10 @@ from __future__ import annotations
 from uqmetrics.registry import Registry
 
 from . import pitfalls, selective, uimnet, url
-from .base import Command, Protocol, ReproduceOptions, Reproduction
+from .base import Command, LazyReproduction, Protocol, ReproduceOptions, Reproduction
 
-__all__ = ["VISION_PROTOCOLS", "Command", "Protocol", "ReproduceOptions", "Reproduction",
-           "score_protocol"]
+__all__ = ["VISION_PROTOCOLS", "Command", "LazyReproduction", "Protocol", "ReproduceOptions",
+           "Reproduction", "score_protocol"]
 
 #: The protocols by name (``uqvision reproduce NAME``), in the papers' order. (Not named with
 #: the bare upper-case word: tests/test_repository_docs.py reserves it for the team's private

@@ -4,17 +4,22 @@ reproduction driver, the training methods it compares, its extra commands) and
 
 A protocol folder's ``__init__`` builds one :class:`Protocol`, ``PROTOCOL``;
 :mod:`uqvision.protocols` registers it in :data:`~uqvision.protocols.VISION_PROTOCOLS` (one line).
+Importing a protocol imports only what registers its training methods and prediction modes:
+its scorer, its options and its driver import their modules when first used (through
+:class:`LazyReproduction` for the driver), so that ``uqvision predict`` and ``uqvision train``
+load no scoring code.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Command", "Protocol", "ReproduceOptions", "Reproduction"]
+__all__ = ["Command", "LazyReproduction", "Protocol", "ReproduceOptions", "Reproduction"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,53 @@ class Reproduction:
     scales: tuple[str, ...] = ("smoke", "cpu")
 
 
+class LazyReproduction:
+    """A :class:`Reproduction` whose module is imported on the first use of ``run`` or
+    ``scales`` (a driver imports the training, prediction and scoring stack).
+
+    Parameters
+    ----------
+    name, description : str
+        As the driver's (known without the import).
+    module : str
+        The module whose ``REPRODUCTION`` is the driver, e.g.
+        ``"uqvision.protocols.url.reproduce"``.
+
+    Examples
+    --------
+    >>> from uqvision.protocols import VISION_PROTOCOLS
+    >>> driver = VISION_PROTOCOLS.lookup("url").reproduce
+    >>> driver.name, driver.scales, driver.driver.run is driver.run
+    ('url', ('smoke', 'cpu'), True)
+    """
+
+    def __init__(self, name: str, description: str, module: str):
+        self.name = name
+        self.description = description
+        self.module = module
+
+    @property
+    def driver(self) -> Reproduction:
+        """The module's :class:`Reproduction` (the module imported on first use)."""
+        driver = importlib.import_module(self.module).REPRODUCTION
+        if driver.name != self.name:
+            raise RuntimeError(f"{self.module}.REPRODUCTION is {driver.name!r}, not {self.name!r}")
+        return driver
+
+    @property
+    def run(self) -> Callable[..., Path]:
+        """The driver's ``run`` (see :class:`Reproduction`)."""
+        return self.driver.run
+
+    @property
+    def scales(self) -> tuple[str, ...]:
+        """The driver's scales."""
+        return self.driver.scales
+
+    def __repr__(self) -> str:
+        return f"LazyReproduction({self.name!r}, module={self.module!r})"
+
+
 @dataclass(frozen=True)
 class Command:
     """An extra ``uqvision`` subcommand a protocol brings: its handler (args -> exit status),
@@ -98,8 +150,8 @@ class Protocol:
     add_options : callable or None
         ``add_options(parser)``: the protocol's own options of ``uqvision score`` (help text
         prefixed with the score name).
-    reproduce : Reproduction or None
-        The driver of ``uqvision reproduce NAME``.
+    reproduce : Reproduction or LazyReproduction or None
+        The driver of ``uqvision reproduce NAME`` (lazily imported: :class:`LazyReproduction`).
     methods : tuple of str
         The training methods (entries of ``TRAINING_METHODS``) the protocol compares.
     commands : mapping
@@ -113,7 +165,7 @@ class Protocol:
     score: Callable[[argparse.Namespace], Any] | None = None
     score_name: str = ""
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
-    reproduce: Reproduction | None = None
+    reproduce: Reproduction | LazyReproduction | None = None
     methods: tuple[str, ...] = ()
     commands: Mapping[str, Command] = field(default_factory=dict)
     smoke_options: Mapping[str, str] = field(default_factory=dict)

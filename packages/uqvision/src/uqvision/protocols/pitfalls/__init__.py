@@ -11,41 +11,61 @@ from __future__ import annotations
 
 import argparse
 
+from ...methods import GENERAL_METHODS
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
-from ..base import Protocol
-from .reproduce import PITFALLS_METHODS, REPRODUCTION
-from .score import ENSEMBLE_METHODS, EnsembleConfig, score_ensembles
+from ..base import LazyReproduction, Protocol
 
-__all__ = ["ENSEMBLE_OPTIONS", "PROTOCOL"]
+__all__ = ["DESCRIPTION", "ENSEMBLE_OPTIONS", "PROTOCOL"]
+
+#: One line: the protocol and its driver (``uqvision reproduce pitfalls``).
+DESCRIPTION = ("V.2 (Pitfalls): every ensembling method trained, predicted plain and with TTA, "
+               "CLL and DEE vs number of samples")
 
 
-#: The ensembles options of ``uqvision score`` generated from :class:`~.score.EnsembleConfig`
-#: (defaults from its fields).
-ENSEMBLE_OPTIONS = (
-    ConfigOption("members", nargs="+",
-                 help="ensembles: the deep ensemble's model names, whatever their method attr "
-                      "(default: the caches of method deep_ensemble)"),
-    ConfigOption("methods", nargs="+", choices=ENSEMBLE_METHODS.names,
-                 help="ensembles: methods (default: every one with caches; a cache's method "
-                      "attr decides its group)\n" + ENSEMBLE_METHODS.describe()),
-    ConfigOption("n_orders", type=COUNT),
-    ConfigOption("reference", choices=ENSEMBLE_METHODS.names,
-                 help="ensembles: the method DEE is measured against"),
-)
+def _ensemble_options() -> tuple[ConfigOption, ...]:
+    """The ensembles options of ``uqvision score`` generated from :class:`~.score.
+    EnsembleConfig` (defaults from its fields): ``ENSEMBLE_OPTIONS``, built on first use (its
+    help lists the ensemble methods of :mod:`~.score`)."""
+    from .score import ENSEMBLE_METHODS
+
+    return (
+        ConfigOption("members", nargs="+",
+                     help="ensembles: the deep ensemble's model names, whatever their method "
+                          "attr (default: the caches of method deep_ensemble)"),
+        ConfigOption("methods", nargs="+", choices=ENSEMBLE_METHODS.names,
+                     help="ensembles: methods (default: every one with caches; a cache's "
+                          "method attr decides its group)\n" + ENSEMBLE_METHODS.describe()),
+        ConfigOption("n_orders", type=COUNT),
+        ConfigOption("reference", choices=ENSEMBLE_METHODS.names,
+                     help="ensembles: the method DEE is measured against"),
+    )
+
+
+def __getattr__(name: str):
+    if name == "ENSEMBLE_OPTIONS":  # built when first asked for, then kept
+        globals()[name] = _ensemble_options()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
-    add_config_options(p, EnsembleConfig, ENSEMBLE_OPTIONS)
+    from .score import EnsembleConfig
+
+    add_config_options(p, EnsembleConfig, __getattr__("ENSEMBLE_OPTIONS"))
 
 
 def _score(a: argparse.Namespace):
     """metrics vs ensemble size and the Deep Ensemble Equivalent of every method (V.2)"""
-    kw = config_kwargs(a, ENSEMBLE_OPTIONS)
+    from .score import EnsembleConfig, score_ensembles
+
+    kw = config_kwargs(a, __getattr__("ENSEMBLE_OPTIONS"))
     kw["methods"] = tuple(kw["methods"]) if kw["methods"] else None
     return score_ensembles(a.caches, EnsembleConfig(**kw, seed=a.seed, dataset=a.dataset))
 
 
-#: The Pitfalls protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("pitfalls", REPRODUCTION.description, score=_score, score_name="ensembles",
-                    add_options=_add_options, reproduce=REPRODUCTION,
-                    methods=tuple(PITFALLS_METHODS))
+#: The Pitfalls protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`); it
+#: compares the general methods (``reproduce.PITFALLS_METHODS``).
+PROTOCOL = Protocol("pitfalls", DESCRIPTION, score=_score, score_name="ensembles",
+                    add_options=_add_options,
+                    reproduce=LazyReproduction("pitfalls", DESCRIPTION, f"{__name__}.reproduce"),
+                    methods=tuple(GENERAL_METHODS))

@@ -53,6 +53,7 @@ from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
+from . import DESCRIPTION
 from .score import EnsembleConfig, score_ensembles
 
 __all__ = [
@@ -531,6 +532,4 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
 
 
 #: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
-REPRODUCTION = Reproduction(
-    "pitfalls", "V.2 (Pitfalls): every ensembling method trained, predicted plain and with TTA, "
-    "CLL and DEE vs number of samples", run, scales=tuple(PITFALLS_SCALES.names()))
+REPRODUCTION = Reproduction("pitfalls", DESCRIPTION, run, scales=tuple(PITFALLS_SCALES.names()))

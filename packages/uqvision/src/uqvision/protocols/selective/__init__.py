@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import argparse
 
-from uqmetrics import SAC_RULES
-
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs, positive_float
-from ..base import Protocol
-from .reproduce import REPRODUCTION
-from .score import ROW_KINDS, SelectiveConfig, score_selective
+from ..base import LazyReproduction, Protocol
 
-__all__ = ["PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options", "selective_config"]
+__all__ = ["DESCRIPTION", "PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options",
+           "selective_config"]
+
+#: One line: the protocol and its driver (``uqvision reproduce selective``).
+DESCRIPTION = ("V.1 (523 classifiers): a zoo with controlled regimes trained on the hierarchy "
+               "stand-in; scores, the paper's analyses and figures")
+
+
+def _sac_rules() -> tuple[str, ...]:
+    from uqmetrics import SAC_RULES  # uqmetrics' metric modules, imported on first use
+
+    return SAC_RULES
 
 
 #: The scoring options of ``uqvision score`` and ``sweep`` generated from
@@ -27,7 +34,7 @@ __all__ = ["PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options", "selective_
 SELECTIVE_OPTIONS = (
     ConfigOption("calibration_size", type=positive_float,
                  help="selective: calibration samples, a count or a fraction in (0, 1)"),
-    ConfigOption("sac_rule", choices=SAC_RULES,
+    ConfigOption("sac_rule", choices=_sac_rules,
                  help="selective: SAC rule; largest = the paper's definition, first_drop = its "
                       "official code (reproduces its published SAC values)"),
     ConfigOption("mc_passes", type=COUNT,
@@ -36,14 +43,18 @@ SELECTIVE_OPTIONS = (
 )
 
 
-def selective_config(a: argparse.Namespace, **kw) -> SelectiveConfig:
+def selective_config(a: argparse.Namespace, **kw):
     """The :class:`~.score.SelectiveConfig` of parsed options (``score``, ``sweep``)."""
+    from .score import SelectiveConfig
+
     return SelectiveConfig(**config_kwargs(a, SELECTIVE_OPTIONS),
                            metadata=tuple(a.metadata or ()), seed=a.seed, **kw)
 
 
 def add_selective_options(p: argparse.ArgumentParser) -> None:
     """The scoring options ``uqvision score`` and ``uqvision sweep`` share."""
+    from .score import SelectiveConfig
+
     add_config_options(p, SelectiveConfig, SELECTIVE_OPTIONS)
     p.add_argument("--metadata", action="append", default=None, metavar="FILE",
                    help="selective: extra model-metadata table (repeatable; see "
@@ -51,6 +62,8 @@ def add_selective_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
+    from .score import ROW_KINDS
+
     add_selective_options(p)
     p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
                    help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
@@ -58,11 +71,14 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 def _score(a: argparse.Namespace):
     """one row per model and row kind, with and without temperature scaling (V.1)"""
+    from .score import SelectiveConfig, score_selective
+
     kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
     return score_selective(a.caches, selective_config(a, dataset=a.dataset, kinds=kinds))
 
 
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("selective", REPRODUCTION.description, score=_score, score_name="selective",
-                    add_options=_add_options, reproduce=REPRODUCTION,
+PROTOCOL = Protocol("selective", DESCRIPTION, score=_score, score_name="selective",
+                    add_options=_add_options,
+                    reproduce=LazyReproduction("selective", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=("deep_ensemble",))

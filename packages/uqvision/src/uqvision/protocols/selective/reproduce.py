@@ -59,6 +59,7 @@ from ...models.prototype import (
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 from ..base import Reproduction
+from . import DESCRIPTION
 from .analysis import (
     family_correlations,
     improvements,
@@ -626,6 +627,4 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
 
 
 #: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
-REPRODUCTION = Reproduction(
-    "selective", "V.1 (523 classifiers): a zoo with controlled regimes trained on the hierarchy "
-    "stand-in; scores, the paper's analyses and figures", run, scales=tuple(ZOO_SCALES.names()))
+REPRODUCTION = Reproduction("selective", DESCRIPTION, run, scales=tuple(ZOO_SCALES.names()))

@@ -15,21 +15,25 @@ import argparse
 
 from ...data import make_index_files
 from ...options import INDEX, check_output_file, check_output_folder
-from ..base import Command, Protocol
+from ..base import Command, LazyReproduction, Protocol
 from .methods import UIMNET_ALGORITHMS
-from .reproduce import REPRODUCTION
-from .score import score_ood
-from .split import split_from_caches, write_split
 
-__all__ = ["PROTOCOL"]
+__all__ = ["DESCRIPTION", "PROTOCOL"]
+
+#: One line: the protocol and its driver (``uqvision reproduce uimnet``).
+DESCRIPTION = "UIMNET (V.3): clustered in/out class split, ten algorithms, seven measures"
 
 
 def _score(a: argparse.Namespace):
     """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
+    from .score import score_ood
+
     return score_ood(a.caches[0])
 
 
 def _cmd_split(a: argparse.Namespace) -> int:
+    from .split import split_from_caches, write_split
+
     check_output_file("--out", a.out, None)
     if a.train:
         check_output_folder("--index-dir", a.index_dir)
@@ -55,7 +59,8 @@ def _args_split(p: argparse.ArgumentParser) -> None:
 
 #: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol(
-    "uimnet", REPRODUCTION.description, score=_score, score_name="ood", reproduce=REPRODUCTION,
+    "uimnet", DESCRIPTION, score=_score, score_name="ood",
+    reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
     methods=UIMNET_ALGORITHMS,
     commands={"split": Command(_cmd_split, _args_split,
                                "UIMNET in/out class split (Ward) and 90/10 index files")},

@@ -72,6 +72,7 @@ from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ...training.runs import load_run
 from ..base import Reproduction
+from . import DESCRIPTION
 from .measures import jacobian_norm, stratified_subset
 from .methods import SEARCH_SPACES, UIMNET_ALGORITHMS
 from .score import ensemble_log_probs, ood_tables, score_ood
@@ -513,6 +514,4 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
 
 
 #: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
-REPRODUCTION = Reproduction(
-    "uimnet", "UIMNET (V.3): clustered in/out class split, ten algorithms, seven measures",
-    run_uimnet)
+REPRODUCTION = Reproduction("uimnet", DESCRIPTION, run_uimnet)

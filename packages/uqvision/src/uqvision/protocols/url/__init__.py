@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import argparse
 
-from ..base import Protocol
+from ..base import LazyReproduction, Protocol
 from . import crop  # noqa: F401  (registers the "crop" prediction mode)
 from .methods import REPRESENTATION_METHODS
-from .reproduce import REPRODUCTION
-from .score import score_transfer_caches
 
-__all__ = ["PROTOCOL"]
+__all__ = ["DESCRIPTION", "PROTOCOL"]
+
+#: One line: the protocol and its driver (``uqvision reproduce url``).
+DESCRIPTION = "URL transfer (V.4): eleven uncertainty-aware representation learners, zero-shot"
 
 
 def _score(a: argparse.Namespace):
     """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
+    from .score import score_transfer_caches
+
     return score_transfer_caches(a.caches)
 
 
 #: The URL protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("url", REPRODUCTION.description, score=_score, score_name="transfer",
-                    reproduce=REPRODUCTION, methods=REPRESENTATION_METHODS,
+PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
+                    reproduce=LazyReproduction("url", DESCRIPTION, f"{__name__}.reproduce"),
+                    methods=REPRESENTATION_METHODS,
                     smoke_options={"methods": "ce,losspred"})

@@ -43,6 +43,7 @@ from ...models import ModelSpec
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
+from . import DESCRIPTION
 from .methods import REPRESENTATION_METHODS
 from .score import TransferLayout, hierarchy_layout, score_transfer, split_downstream
 
@@ -294,6 +295,4 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
 
 
 #: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).
-REPRODUCTION = Reproduction(
-    "url", "URL transfer (V.4): eleven uncertainty-aware representation learners, zero-shot",
-    run, scales=tuple(URL_SCALES.names()))
+REPRODUCTION = Reproduction("url", DESCRIPTION, run, scales=tuple(URL_SCALES.names()))

@@ -25,12 +25,13 @@ import math
 
 import numpy as np
 import torch
-from scipy import special
 
 __all__ = ["elk_sim", "log_iv", "sample_vmf", "vmf_log_normalizer"]
 
 
 def _log_iv_np(v: float, x: np.ndarray) -> np.ndarray:
+    from scipy import special  # imported on first use: registering the URL learners needs none
+
     x = np.asarray(x, dtype=np.float64)
     shape = x.shape
     x = x.reshape(-1)
@@ -65,6 +66,7 @@ def log_iv(v: float, x):
 
     Examples
     --------
+    >>> from scipy import special
     >>> round(float(log_iv(0.5, np.array(2.0))), 10) == round(float(np.log(special.iv(0.5, 2.0))), 10)
     True
     """

@@ -1,0 +1,174 @@
+"""``uqvision predict`` against the loop a user would write, measured interleaved in one run.
+
+Run from the repository root::
+
+    .tox/uqvision/bin/python packages/uqvision/benchmarks/bench_predict.py [--rounds 3]
+        [--arch gernet_s] [--images 256] [--mc-images 32] [--batch-size 32]
+
+The plain loop is timm's own recipe: ``ImageFolder`` with ``create_transform(
+**resolve_data_config({}, model=model))``, a ``DataLoader`` (the same number of workers
+``uqvision predict`` picks by default, :func:`uqvision.runtime.loader_workers`), the model
+built and its weights loaded, ``eval()``, ``torch.inference_mode()``. Both sides run on a
+generated folder (:func:`uqvision.data.make_synthetic_folder`, 224-px images) with the same
+randomly initialised timm network (``drop_rate=0.2``: its only dropout module is in the head),
+written as a checkpoint uqvision loads. Each round times every quantity once, in the same
+order; ratios are taken within a round and the medians over rounds are printed:
+
+- ``predict_vs_plain``: plain loop / :func:`uqvision.predict.predict` (steady state: model
+  built, weights loaded, the folder read, a cache Dataset made; the import excluded);
+- ``mc30_vs_plain30``: 30 plain MC-dropout passes (dropout modules in train mode, 30 full
+  forwards of each batch) / uqvision's 30 MC-dropout passes (its backbone once per batch);
+- ``mc30_vs_one_pass``: uqvision's 30 passes / one plain pass, on the same (smaller) folder;
+- ``command_overhead_s``: wall time of ``uqvision predict`` as a subprocess minus the wall time
+  of ``python -c "import torch, timm"`` and the in-process steady-state prediction.
+
+The issue's targets: ``predict_vs_plain >= 1.0``, ``mc30_vs_one_pass <= 2``,
+``command_overhead_s <= 1``. Also printed: ``DETAIL`` (the same ratio with
+``channels_last``, the largest logit differences uqvision vs plain and channels_last vs
+contiguous, the workers, the load average). Timings on a shared machine move with its load:
+compare numbers of one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import safetensors.torch
+import timm
+import torch
+from timm.data import create_transform, resolve_data_config
+from torch.utils.data import DataLoader
+from torchvision.datasets import ImageFolder
+
+from uqvision.data import make_synthetic_folder
+from uqvision.predict import PredictConfig, predict
+from uqvision.runtime import loader_workers
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() \
+        else "?"
+
+
+def _net(arch: str, n_classes: int, ckpt: Path) -> torch.nn.Module:
+    """The network as the user builds it: the architecture, then the checkpoint's weights."""
+    net = timm.create_model(arch, num_classes=n_classes, drop_rate=0.2)
+    net.load_state_dict(safetensors.torch.load_file(str(ckpt)))
+    return net.eval()
+
+
+def plain_loop(arch: str, ckpt: Path, folder: Path, n_classes: int, batch_size: int,
+               workers: int, passes: int = 1) -> tuple[float, np.ndarray]:
+    """The loop a user writes; ``passes > 1``: MC dropout, every pass a full forward."""
+    t0 = time.perf_counter()
+    net = _net(arch, n_classes, ckpt)
+    ds = ImageFolder(str(folder), transform=create_transform(**resolve_data_config({}, model=net)))
+    if passes > 1:
+        for m in net.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.train()
+    out = []
+    with torch.inference_mode():
+        for x, _ in DataLoader(ds, batch_size=batch_size, num_workers=workers):
+            out.append(torch.stack([net(x) for _ in range(passes)]).numpy())
+    return time.perf_counter() - t0, np.concatenate(out, axis=1)
+
+
+def uqvision_predict(spec: str, folder: Path, config: PredictConfig) -> tuple[float, np.ndarray]:
+    t0 = time.perf_counter()
+    (ds,) = predict(spec, folder, config)
+    return time.perf_counter() - t0, ds["logits"].values
+
+
+def wall(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--arch", default="gernet_s",
+                    help="a timm network whose dropout is an nn.Dropout in its head (default: "
+                         "GENet-S, a ResNet-like 6.3M-parameter network; timm's ResNet applies "
+                         "F.dropout, which no MC dropout over modules reaches)")
+    ap.add_argument("--images", type=int, default=256, help="images of the main folder")
+    ap.add_argument("--mc-images", type=int, default=32, help="images of the MC-dropout folder")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    a = ap.parse_args(argv)
+    n_classes = 4
+    work = Path(a.work or tempfile.mkdtemp(prefix="bench_predict_"))
+    folder = make_synthetic_folder(work / "main", n_classes=n_classes,
+                                   n_per_class=a.images // n_classes, overwrite=True) / "test"
+    mc_folder = make_synthetic_folder(work / "mc", n_classes=n_classes,
+                                      n_per_class=a.mc_images // n_classes, seed=1,
+                                      overwrite=True) / "test"
+    torch.manual_seed(0)
+    ckpt = work / f"{a.arch}.safetensors"
+    safetensors.torch.save_file(timm.create_model(a.arch, num_classes=n_classes,
+                                                  drop_rate=0.2).state_dict(), str(ckpt))
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    ckpt.with_suffix(".json").write_text(json.dumps({"classes": classes,
+                                                     "model_kwargs": {"drop_rate": 0.2}}))
+    spec = f"{a.arch}={ckpt}"
+    bs = a.batch_size
+    workers = loader_workers(None, -(-a.images // bs))
+    mc_workers = loader_workers(None, -(-a.mc_images // bs))
+    base = PredictConfig(batch_size=bs)
+    mc = PredictConfig(mode="mc_dropout", passes=30, batch_size=bs)
+    print(f"bench_predict: {a.arch} (random init, drop_rate=0.2), {a.images} + {a.mc_images} "
+          f"images at 224 px, batch {bs}, workers {workers}/{mc_workers}, "
+          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} cores, load {_load()}",
+          flush=True)
+    uqvision_predict(spec, folder, base)  # the images are checked once per process (as a
+    uqvision_predict(spec, mc_folder, mc)  # command does before its first model): warm-up
+    rows = []
+    for r in range(a.rounds):
+        t = {}
+        t["plain"], z_plain = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers)
+        t["uq"], z_uq = uqvision_predict(spec, folder, base)
+        t["uq_cl"], z_cl = uqvision_predict(spec, folder, PredictConfig(batch_size=bs,
+                                                                        channels_last=True))
+        t["plain1_mc"], _ = plain_loop(a.arch, ckpt, mc_folder, n_classes, bs, mc_workers)
+        t["plain30"], _ = plain_loop(a.arch, ckpt, mc_folder, n_classes, bs, mc_workers,
+                                     passes=30)
+        t["uq_mc30"], _ = uqvision_predict(spec, mc_folder, mc)
+        t["import"] = wall([sys.executable, "-c", "import torch, timm"])
+        t["command"] = wall([sys.executable, "-m", "uqvision", "predict", "--model", spec,
+                             "--data", str(folder), "--out", str(work / f"caches{r}"),
+                             "--batch-size", str(bs)])
+        row = {"predict_vs_plain": t["plain"] / t["uq"],
+               "predict_cl_vs_plain": t["plain"] / t["uq_cl"],
+               "mc30_vs_plain30": t["plain30"] / t["uq_mc30"],
+               "mc30_vs_one_pass": t["uq_mc30"] / t["plain1_mc"],
+               "command_overhead_s": t["command"] - t["import"] - t["uq"],
+               "logits_uq_vs_plain": float(np.abs(z_uq - z_plain[0]).max()),
+               "logits_cl_vs_contiguous": float(np.abs(z_cl - z_uq).max())}
+        rows.append(row)
+        print(f"round {r}: " + " ".join(f"{k}={v:.2f}s" for k, v in t.items())
+              + f"  load {_load()}", flush=True)
+    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+    print(f"DETAIL predict_channels_last_vs_plain={med['predict_cl_vs_plain']:.2f} "
+          f"max_logit_diff_vs_plain={max(r['logits_uq_vs_plain'] for r in rows):.2e} "
+          f"max_logit_diff_channels_last={max(r['logits_cl_vs_contiguous'] for r in rows):.2e} "
+          f"workers={workers} load={_load().replace(' ', '/')}")
+    print(f"RESULT predict_vs_plain={med['predict_vs_plain']:.2f} "
+          f"mc30_vs_plain30={med['mc30_vs_plain30']:.2f} "
+          f"mc30_vs_one_pass={med['mc30_vs_one_pass']:.2f} "
+          f"command_overhead_s={med['command_overhead_s']:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -109,6 +109,11 @@ MUTATIONS: list[Mutation] = [
              "num_data=state.n_train)", "num_data=len(y))",
              (("packages/uqvision/tests/protocols/uimnet/test_uimnet_methods.py"
                "::test_due_loss_is_the_negative_elbo_and_predictions_are_distributions"),)),
+    Mutation("UIMNET extractor trained on the caller's thread count",
+             "packages/uqvision/src/uqvision/protocols/uimnet/reproduce.py",
+             "with cpu_threads(1, device):", "with cpu_threads(torch.get_num_threads(), device):",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_reproduce.py"
+               "::test_the_split_does_not_depend_on_the_thread_count"),)),
 ]
 
 

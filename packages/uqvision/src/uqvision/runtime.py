@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["MAX_LOADER_WORKERS", "distributed_context", "gather", "loader_workers",
-           "shard_indices", "usable_cores"]
+__all__ = ["MAX_LOADER_WORKERS", "cpu_threads", "distributed_context", "gather",
+           "loader_workers", "shard_indices", "usable_cores"]
 
 #: The most DataLoader workers :func:`loader_workers` picks by itself.
 MAX_LOADER_WORKERS = 4
@@ -77,6 +77,27 @@ def gather(local: dict[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
     dist.all_gather_object(parts, local)
     return {k: np.concatenate([p[k] for p in parts], axis=-2 if k == "logits" else 0)
             for k in local}
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int, device: str = "cpu"):
+    """Run the block with ``n`` torch intra-op threads on the CPU, then restore the count.
+
+    A network trained on the CPU is not bit-identical across thread counts: the float
+    reductions (matrix products, BatchNorm statistics, gradient sums) are split differently,
+    and a training run amplifies the last-bit differences. A protocol that must not depend on
+    ``--threads`` trains each network under a fixed count. On another device the block runs
+    as it is.
+    """
+    if not str(device).startswith("cpu"):
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def usable_cores() -> int:

@@ -175,3 +175,30 @@ def test_a_real_image_folder_with_a_timm_architecture(tmp_path):
     run = read_sidecar(out / "checkpoints" / "due.sn0.t0.s1.safetensors")
     assert run["classes"] == split["in_classes"]
     assert run["train_config"]["index_file"].endswith("seed1.train.json")
+
+
+def test_the_split_does_not_depend_on_the_thread_count(tmp_path):
+    """The extractor trains on one CPU thread whatever ``--threads`` (as every run cell): a
+    network trained with 2 threads rounds its reductions otherwise (at the smoke scale its
+    checkpoint differs from the 1-thread one), and at the cpu scale the Ward tree's top
+    split followed (6/6 classes with 1 thread, 18/18 with 2)."""
+    import torch
+
+    from uqvision.hierarchy import make_hierarchy
+    from uqvision.protocols.uimnet import reproduce
+
+    root = make_hierarchy(tmp_path / "data", scale="smoke", seed=0)
+    sc = reproduce._scale("smoke", OPTIONS)
+    train = reproduce._paths(root)["train"]
+    previous = torch.get_num_threads()
+    digests = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out = tmp_path / f"threads{threads}"
+            reproduce._extractor(out, train, sc, None, 0, "cpu", lambda *a: None)
+            assert torch.get_num_threads() == threads  # the caller's count is restored
+            digests[threads] = (out / "checkpoints" / "extractor.safetensors").read_bytes()
+    finally:
+        torch.set_num_threads(previous)
+    assert digests[1] == digests[2]

@@ -69,6 +69,7 @@ from ...hierarchy import make_hierarchy
 from ...methods import TRAINING_METHODS, TrainState
 from ...models import ModelSpec, read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
+from ...runtime import cpu_threads
 from ...training.loop import ImageTrainConfig, train_model
 from ...training.runs import load_run
 from ..base import Reproduction
@@ -222,9 +223,14 @@ def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, 
     ckpt = out / "checkpoints" / "extractor.safetensors"
     trained = not ckpt.exists()
     if trained:
-        result = train_model(train_dir, ckpt, _train_config(
-            sc, arch, device, width=sc.extractor_width, method="erm", epochs=sc.extractor_epochs,
-            batch_size=sc.batch_size, seed=seed, tag="uimnet_extractor"))
+        # on one CPU thread, as every run cell: the split must not depend on --threads (with
+        # 2 threads the cpu-scale extractor's rounding differs and the Ward tree's top split
+        # flips, from 6/6 to 18/18 classes; docs/conventions.md#v-3)
+        with cpu_threads(1, device):
+            result = train_model(train_dir, ckpt, _train_config(
+                sc, arch, device, width=sc.extractor_width, method="erm",
+                epochs=sc.extractor_epochs, batch_size=sc.batch_size, seed=seed,
+                tag="uimnet_extractor"))
         log(f"uimnet: feature extractor trained on {result.model.num_classes} classes in "
             f"{result.wall_time_s:.0f} s")
     spec = ModelSpec(arch or "uqvision_cnn", str(ckpt), label="extractor")

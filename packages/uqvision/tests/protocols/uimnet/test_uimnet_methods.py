@@ -304,7 +304,7 @@ def test_due_loss_is_the_negative_elbo_and_predictions_are_distributions():
     out = state.model(x)
     draws = 20_000
     with gpytorch.settings.num_likelihood_samples(draws):
-        loss = float(method.loss(state, out, y))
+        loss = float(method.loss(state, out, y).detach())
 
     m = q.variational_mean.detach().double()
     chol = q.chol_variational_covar.detach().double().tril()

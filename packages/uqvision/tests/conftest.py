@@ -28,14 +28,14 @@ ARCH = "test_byobnet"  # BatchNorm + an nn.Dropout head, ~0.2M parameters
 def _predict_in_process(monkeypatch):
     """Predictions decode their images in the test process unless a test names a worker
     count: the test folders are a few batches of tiny images, for which starting DataLoader
-    workers (``PredictConfig.num_workers=None``, :func:`uqvision.runtime.loader_workers`)
-    costs more than it saves (test_predict.py took 1.8x as long). The rule itself is tested in
-    test_predict_costs.py."""
+    workers (``PredictConfig.num_workers=None``, :func:`uqvision.runtime.loader_workers`: one
+    here, where the tests run one torch thread on 2 cores) costs more than it saves
+    (test_predict.py took 1.8x as long). The rule itself is tested in test_predict_costs.py."""
     import importlib
 
     module = importlib.import_module("uqvision.predict")  # the package re-exports predict()
-    monkeypatch.setattr(module, "loader_workers",
-                        lambda requested, n_batches: 0 if requested is None else requested)
+    monkeypatch.setattr(module, "loader_workers", lambda requested, n_batches, device="cpu":
+                        0 if requested is None else requested)
 
 
 @pytest.fixture(scope="session")

@@ -126,13 +126,16 @@ def test_a_checkpoint_that_does_not_load_is_still_named(digits, tmp_path):
 def test_the_default_worker_count_follows_the_machine(monkeypatch):
     assert loader_workers(0, 100) == 0 and loader_workers(3, 1) == 3  # asked for: as asked
     assert loader_workers(None, 1) == 0 and loader_workers(None, 0) == 0  # nothing to overlap
-    for cores, expected in ((1, 1), (2, 1), (3, 2), (5, 4), (64, MAX_LOADER_WORKERS)):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    for cores, gpu, cpu in ((1, 1, 0), (2, 1, 0), (3, 2, 1), (5, 4, 3), (64, 4, 4)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
-        assert loader_workers(None, 10) == expected, cores
+        # a GPU run: every core but one decodes; a CPU run: the cores torch's threads leave
+        assert loader_workers(None, 10, "cuda:0") == min(gpu, MAX_LOADER_WORKERS), cores
+        assert loader_workers(None, 10, "cpu") == cpu, cores
 
 
 def _workers_in_a_daemon(queue):
-    queue.put(loader_workers(None, 10))
+    queue.put(loader_workers(None, 10, "cuda"))
 
 
 def test_a_daemonic_process_starts_no_workers():
@@ -144,7 +147,7 @@ def test_a_daemonic_process_starts_no_workers():
     got = queue.get(timeout=60)
     proc.join(60)
     assert got == 0
-    assert loader_workers(None, 10) >= 1  # this process is not a daemon
+    assert loader_workers(None, 10, "cuda") >= 1  # this process is not a daemon
 
 
 @pytest.mark.parametrize("mode", ["plain", "tta", "mc_dropout"])

@@ -21,7 +21,8 @@ File contract (readable with plain ``xarray.open_dataset``):
   passes), ``run`` (the checkpoint's row name), ``sample_index`` (which of the run's
   prediction samples: member, snapshot, posterior draw or stochastic pass; one cache each),
   ``sidecar_sha256`` (of the checkpoint's sidecar, "" without one), ``n_passes``,
-  ``tta_policy``, ``config`` (the prediction options, JSON) and how the labels were made:
+  ``tta_policy``, ``amp`` and ``channels_last`` (how the network ran: autocast mode, NHWC
+  as 0/1), ``config`` (the prediction options, JSON) and how the labels were made:
   ``folder_classes`` (JSON list of the folder's class names, sorted), ``class_mapping`` —
   ``"name"`` (folder classes matched to the model's class names), ``"folder_order"`` (the model
   records no class names: the folder's sorted classes, as many as its outputs, are taken as

@@ -221,7 +221,7 @@ def _cmd_predict(a: argparse.Namespace) -> int:
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
-    from .protocols.selective.score import incomplete_caches
+    from .protocols.selective.score import incomplete_caches  # scoring: imported on use
 
     protocol = score_protocol(a.protocol)
     check_output_file("--out", a.out, a.overwrite)
@@ -250,8 +250,8 @@ def _one_line(text: str, limit: int = 300) -> str:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import read_failures
 
-    from .protocols.selective.score import score_selective
-    from .sweep import FAILURES_FILE, sweep_predictions
+    from .protocols.selective.score import score_selective  # scoring: imported on use
+    from .sweep import FAILURES_FILE, sweep_predictions  # Dask, xarray: imported on use
     from .zoo import ZOOS
 
     if not (a.models or a.zoo):
@@ -302,7 +302,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:
-    from .plots import plot_caches
+    from .plots import plot_caches  # figures: imported on use (start-up time)
     from .protocols.pitfalls.plots import plot_ensembles
     from .protocols.selective.plots import plot_selective
 
@@ -325,7 +325,7 @@ def _cmd_plot(a: argparse.Namespace) -> int:
 
 
 def _cmd_metadata(a: argparse.Namespace) -> int:
-    from .protocols.selective.metadata import (
+    from .protocols.selective.metadata import (  # tables: imported on use (start-up time)
         COLUMNS,
         METADATA_FIELDS,
         ModelMetadata,
@@ -384,10 +384,10 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
     """Metadata keys of the models in --caches / --scores (None when neither is given)."""
     if not (a.caches or a.scores):
         return None
-    import xarray as xr
+    import xarray as xr  # imported on use: predict/train do not need it here
 
     from .cache import index_caches
-    from .protocols.selective.score import cache_metadata_key
+    from .protocols.selective.score import cache_metadata_key  # scoring: imported on use
 
     keys = []
     for info in index_caches(a.caches or ()):
@@ -399,7 +399,7 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import DemoConfig, run_demo, summary
+    from .demo import DemoConfig, run_demo, summary  # the whole chain: imported on use
 
     check_output_folder("--out", a.out)
     r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print)
@@ -483,8 +483,9 @@ _PREDICT_OPTIONS = (
     ConfigOption("seed", type=INDEX),
     ConfigOption("batch_size", type=COUNT),
     ConfigOption("num_workers", flag="--workers", type=INDEX,
-                 help="DataLoader workers (default: min(4, usable cores - 1), at least 1; 0 "
-                      "for a single batch or inside a Dask worker)"),
+                 help="DataLoader workers (default: the cores the network leaves idle, at "
+                      "most 4: on CUDA all but one, at least 1; on the CPU the cores beyond "
+                      "--threads; 0 for a single batch or inside a Dask worker)"),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
     ConfigOption("amp", choices=lambda: list(AMP_MODES),
                  help="autocast: fp16 (CUDA only) or bf16 (default: {default}; part of a "
@@ -634,7 +635,7 @@ _DEMO_OPTIONS = (
 
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
-    from .demo import DemoConfig
+    from .demo import DemoConfig  # the whole chain: imported on use
 
     add_config_options(p, DemoConfig, _DEMO_OPTIONS)
 

@@ -191,7 +191,7 @@ def amp_mode(value: Any, device: Any = "cpu") -> str:
 def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
     # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
     # nothing random happens in the workers: augmentations carry their own generators
-    workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size))
+    workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size), cfg.device)
     loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
                         shuffle=False, num_workers=workers,
                         pin_memory=cfg.device.startswith("cuda"),

@@ -26,7 +26,7 @@ def _ensemble_options() -> tuple[ConfigOption, ...]:
     """The ensembles options of ``uqvision score`` generated from :class:`~.score.
     EnsembleConfig` (defaults from its fields): ``ENSEMBLE_OPTIONS``, built on first use (its
     help lists the ensemble methods of :mod:`~.score`)."""
-    from .score import ENSEMBLE_METHODS
+    from .score import ENSEMBLE_METHODS  # imported on use
 
     return (
         ConfigOption("members", nargs="+",
@@ -49,14 +49,14 @@ def __getattr__(name: str):
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import EnsembleConfig
+    from .score import EnsembleConfig  # imported on use
 
     add_config_options(p, EnsembleConfig, __getattr__("ENSEMBLE_OPTIONS"))
 
 
 def _score(a: argparse.Namespace):
     """metrics vs ensemble size and the Deep Ensemble Equivalent of every method (V.2)"""
-    from .score import EnsembleConfig, score_ensembles
+    from .score import EnsembleConfig, score_ensembles  # imported on use
 
     kw = config_kwargs(a, __getattr__("ENSEMBLE_OPTIONS"))
     kw["methods"] = tuple(kw["methods"]) if kw["methods"] else None

@@ -45,7 +45,7 @@ SELECTIVE_OPTIONS = (
 
 def selective_config(a: argparse.Namespace, **kw):
     """The :class:`~.score.SelectiveConfig` of parsed options (``score``, ``sweep``)."""
-    from .score import SelectiveConfig
+    from .score import SelectiveConfig  # imported on use
 
     return SelectiveConfig(**config_kwargs(a, SELECTIVE_OPTIONS),
                            metadata=tuple(a.metadata or ()), seed=a.seed, **kw)
@@ -53,7 +53,7 @@ def selective_config(a: argparse.Namespace, **kw):
 
 def add_selective_options(p: argparse.ArgumentParser) -> None:
     """The scoring options ``uqvision score`` and ``uqvision sweep`` share."""
-    from .score import SelectiveConfig
+    from .score import SelectiveConfig  # imported on use
 
     add_config_options(p, SelectiveConfig, SELECTIVE_OPTIONS)
     p.add_argument("--metadata", action="append", default=None, metavar="FILE",
@@ -62,7 +62,7 @@ def add_selective_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import ROW_KINDS
+    from .score import ROW_KINDS  # imported on use
 
     add_selective_options(p)
     p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
@@ -71,7 +71,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 def _score(a: argparse.Namespace):
     """one row per model and row kind, with and without temperature scaling (V.1)"""
-    from .score import SelectiveConfig, score_selective
+    from .score import SelectiveConfig, score_selective  # imported on use
 
     kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
     return score_selective(a.caches, selective_config(a, dataset=a.dataset, kinds=kinds))

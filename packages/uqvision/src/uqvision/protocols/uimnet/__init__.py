@@ -26,13 +26,13 @@ DESCRIPTION = "UIMNET (V.3): clustered in/out class split, ten algorithms, seven
 
 def _score(a: argparse.Namespace):
     """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
-    from .score import score_ood
+    from .score import score_ood  # imported on use
 
     return score_ood(a.caches[0])
 
 
 def _cmd_split(a: argparse.Namespace) -> int:
-    from .split import split_from_caches, write_split
+    from .split import split_from_caches, write_split  # imported on use
 
     check_output_file("--out", a.out, None)
     if a.train:

@@ -29,7 +29,7 @@ DESCRIPTION = "URL transfer (V.4): eleven uncertainty-aware representation learn
 
 def _score(a: argparse.Namespace):
     """URL (V.4): R@1, R-AUROC, crop consistency, human alignment, OOD AUROC per method"""
-    from .score import score_transfer_caches
+    from .score import score_transfer_caches  # imported on use
 
     return score_transfer_caches(a.caches)
 

@@ -14,52 +14,5 @@ imports :mod:`~uqvision.models.core` sees ``timm`` and ``tv``.
 """
 
 from . import prototype  # noqa: F401  (registers the "proto" model source)
-from .core import (
-    DROPOUT_TYPES,
-    MODEL_SOURCES,
-    LoadedModel,
-    ModelSpec,
-    PretrainedWeights,
-    check_checkpoint_file,
-    check_model_name,
-    check_model_spec,
-    check_pretrained,
-    existing_checkpoint,
-    file_sha256,
-    has_dropout,
-    hub_cache_dir,
-    load_model,
-    pretrained_weights,
-    read_sidecar,
-    recorded_class_names,
-    sidecar_path,
-    torch_hub_checkpoints,
-    weights_offline,
-    weights_sha256,
-    write_checkpoint,
-)
-
-__all__ = [
-    "DROPOUT_TYPES",
-    "MODEL_SOURCES",
-    "LoadedModel",
-    "ModelSpec",
-    "PretrainedWeights",
-    "check_checkpoint_file",
-    "check_model_name",
-    "check_model_spec",
-    "check_pretrained",
-    "existing_checkpoint",
-    "file_sha256",
-    "has_dropout",
-    "hub_cache_dir",
-    "load_model",
-    "pretrained_weights",
-    "read_sidecar",
-    "recorded_class_names",
-    "sidecar_path",
-    "torch_hub_checkpoints",
-    "weights_offline",
-    "weights_sha256",
-    "write_checkpoint",
-]
+from .core import *  # the package re-exports core's public names, listed once there
+from .core import __all__ as __all__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import errno
 import json
 import os
 import shutil
@@ -259,7 +260,8 @@ def test_provenance_attrs_contents(tmp_path, monkeypatch):
     assert attrs["numpy_version"] == np.__version__
     assert attrs["xarray_version"] == xr.__version__
     assert attrs["python_version"] == ".".join(map(str, sys.version_info[:3]))
-    assert attrs["git_commit"] == "unknown"  # tmp_path is not a git checkout
+    # the commit of the code that ran (uqmetrics' own checkout, or "unknown"), not tmp_path's
+    assert attrs["git_commit"] == (uio.source_revision("uqmetrics")[0] or "unknown")
     assert decode_attr(attrs["config"]) == {"task": "sinusoid", "f_main": [1, 2, 3],
                                             "out": "results"}
     assert attrs["seed"] == 123
@@ -285,23 +287,68 @@ def test_provenance_custom_conventions_and_missing_seed():
         provenance_attrs(config={"f": object()})
 
 
+_GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c",
+        "commit.gpgsign=false"]
+
+
+def _git_repo(folder: Path, files: dict[str, str]) -> str:
+    """A git repository in ``folder`` with ``files`` committed; its HEAD."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(_GIT + ["init", "-q", str(folder)], check=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    subprocess.run(_GIT + ["add", *files], cwd=folder, check=True)
+    subprocess.run(_GIT + ["commit", "-q", "-m", "init"], cwd=folder, check=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
-def test_provenance_records_git_commit(tmp_path, monkeypatch):
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c",
-           "commit.gpgsign=false"]
-    subprocess.run(git + ["init", "-q", str(tmp_path)], check=True, env=env)
-    (tmp_path / "f.txt").write_text("x")
-    subprocess.run(git + ["add", "f.txt"], cwd=tmp_path, check=True, env=env)
-    subprocess.run(git + ["commit", "-q", "-m", "init"], cwd=tmp_path, check=True, env=env)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
-                          text=True, check=True, env=env).stdout.strip()
-    monkeypatch.chdir(tmp_path)
+def test_provenance_never_records_the_working_directorys_repository(tmp_path, monkeypatch):
+    """Issue 24, row 3: a command run from inside another git repository recorded THAT
+    repository's HEAD as the code's commit. It records the commit of the checkout that tracks
+    the installed uqmetrics, or "unknown" (an install that is not a checkout), whatever the
+    current directory."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    other = _git_repo(tmp_path / "elsewhere", {"f.txt": "x"})
+    monkeypatch.chdir(tmp_path / "elsewhere")
     attrs = provenance_attrs()
-    assert attrs["git_commit"] == head and len(head) == 40
-    assert decode_attr(attrs["git_dirty"]) is False
-    (tmp_path / "f.txt").write_text("changed")
-    assert decode_attr(provenance_attrs()["git_dirty"]) is True
+    assert attrs["git_commit"] != other
+    expected = uio.source_revision("uqmetrics")
+    assert attrs["git_commit"] == (expected[0] or "unknown")
+    assert decode_attr(attrs["git_dirty"]) == expected[1]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_provenance_records_the_commit_of_the_calling_packages_checkout(tmp_path, monkeypatch):
+    """A package imported from a git checkout that tracks it: its HEAD, and whether tracked
+    files changed; the caller's package is found from the calling module. An untracked copy
+    inside a checkout (a virtual environment in it) is "unknown"."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    code = ("from uqmetrics.io import provenance_attrs\n\n\ndef attrs():\n"
+            "    return provenance_attrs()\n")
+    head = _git_repo(tmp_path / "repo", {"src/fakepkg24/__init__.py": code})
+    untracked = tmp_path / "repo" / "venv" / "fakepkg24b"
+    untracked.mkdir(parents=True)
+    (untracked / "__init__.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path / "repo" / "src"))
+    monkeypatch.syspath_prepend(str(tmp_path / "repo" / "venv"))
+    monkeypatch.chdir(tmp_path)
+    import fakepkg24
+    import fakepkg24b
+
+    try:
+        attrs = fakepkg24.attrs()
+        assert attrs["git_commit"] == head and len(head) == 40
+        assert decode_attr(attrs["git_dirty"]) is False
+        assert provenance_attrs(package="fakepkg24")["git_commit"] == head
+        (tmp_path / "repo" / "src" / "fakepkg24" / "__init__.py").write_text(code + "# edit\n")
+        assert decode_attr(fakepkg24.attrs()["git_dirty"]) is True
+        assert fakepkg24b.attrs()["git_commit"] == "unknown"  # in the work tree, not tracked
+    finally:
+        for name in ("fakepkg24", "fakepkg24b"):
+            sys.modules.pop(name, None)
 
 
 def test_provenance_does_not_import_torch(monkeypatch):
@@ -338,18 +385,29 @@ def test_checksum_detects_changes_and_ignores_order_and_attrs():
         dataset_checksum(ds["coverage"])
 
 
+def _flip(path: Path, value: np.generic, byte: int, mask: int = 0x01) -> None:
+    """Flip bits ``mask`` of byte ``byte`` of the one place ``value`` is stored in ``path``
+    (uncompressed data: the file still opens)."""
+    data = bytearray(path.read_bytes())
+    needle = value.tobytes()
+    at = bytes(data).find(needle)
+    assert at > 0 and bytes(data).count(needle) == 1
+    data[at + byte] ^= mask
+    path.write_bytes(bytes(data))
+
+
 def test_checksum_detects_corruption_on_disk(tmp_path):
+    """A flipped bit in a file's data: ``read_dataset`` refuses it, naming the file and the
+    variable (it read it silently before); unverified, the data read differently."""
     ds = xr.Dataset({"v": ("i", np.arange(10_000, dtype=np.float64))})
     path = write_dataset(ds, tmp_path / "r.nc", compress=False)
     ref = dataset_checksum(read_dataset(path))
-    data = bytearray(path.read_bytes())
-    # flip one byte inside the (uncompressed) data block: 4999.0 -> a different double
-    needle = np.float64(4999.0).tobytes()
-    at = bytes(data).find(needle)
-    assert at > 0
-    data[at + 7] ^= 0x01
-    path.write_bytes(bytes(data))
-    assert dataset_checksum(read_dataset(path)) != ref
+    _flip(path, np.float64(4999.0), 7)  # 4999.0 -> a different double
+    with pytest.raises(uio.CorruptResultError) as info:
+        read_dataset(path)
+    assert str(path) in str(info.value) and "'v'" in str(info.value)
+    assert isinstance(info.value, IncompleteResultError) and info.value.path == path
+    assert dataset_checksum(read_dataset(path, verify=False)) != ref
 
 
 def test_inherited_string_encoding_does_not_truncate_labels(tmp_path):
@@ -427,3 +485,228 @@ def test_check_writable_refuses_a_folder_without_write_permission(tmp_path, monk
             assert exc.value.filename == str(locked)
     finally:
         locked.chmod(0o700)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: data checksums, damaged files, full disks, failed clean-ups, locks
+
+
+def test_a_flipped_coordinate_value_is_refused_naming_it(tmp_path):
+    """F1 (generic): one value of a coordinate flipped on disk (uncompressed, the file still
+    opens and reads) was read silently; it is refused naming the coordinate. Reading only some
+    variables verifies those read (a flipped value elsewhere is not looked at)."""
+    path = write_dataset(_result(), tmp_path / "r.nc")
+    _flip(path, np.float64(-5.11), 7, 0x40)  # x[2]: -5.11 -> about -1e154
+    with pytest.raises(uio.CorruptResultError, match=r"variable 'x' does not match the checksum"):
+        read_dataset(path)
+    assert read_dataset(path, verify=False)["x"].values[2] != -5.11
+    with pytest.raises(uio.CorruptResultError, match="'x'"):  # the coordinate of what is read
+        read_dataset(path, variables=["in_box"])
+    path = write_dataset(_result(), tmp_path / "plain.nc", compress=False)
+    _flip(path, np.float64(_result()["coverage"].values[1, 2, 3]), 7, 0x40)
+    assert read_dataset(path, variables=["in_box"])["in_box"].values.tolist() == [True, False,
+                                                                                True, True]
+    with pytest.raises(uio.CorruptResultError, match="'coverage'"):
+        read_dataset(path, variables=["coverage"])
+
+
+def test_a_file_without_checksums_is_read_unverified(tmp_path):
+    """A file written before the checksums were recorded (the attr removed on disk with
+    netCDF4, as such a file lacks it) reads as before, damage and all; every new file has
+    the record, and its digests are per variable."""
+    import netCDF4
+
+    path = write_dataset(_result(), tmp_path / "r.nc")
+    record = json.loads(read_dataset(path).attrs[uio.CHECKSUM_ATTR])
+    assert record["algorithm"] == "blake2b-256"
+    assert sorted(record["variables"]) == sorted(str(n) for n in _result().variables)
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.delncattr(uio.CHECKSUM_ATTR)
+    _flip(path, np.float64(-5.11), 7, 0x40)
+    assert read_dataset(path)["x"].values[2] != -5.11  # unverified: read as it is
+    # a damaged record is a corrupt file
+    path = write_dataset(_result(), tmp_path / "r2.nc")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.setncattr(uio.CHECKSUM_ATTR, "{not json")
+    with pytest.raises(uio.CorruptResultError, match="record of checksums"):
+        read_dataset(path)
+
+
+def test_a_dataset_read_back_and_written_again_gets_a_fresh_record(tmp_path):
+    """The record of a file read is not carried into another file (where it would not
+    match): each write records its own."""
+    first = read_dataset(write_dataset(_result(), tmp_path / "a.nc"))
+    changed = first.assign(coverage=first["coverage"] * 2)
+    back = read_dataset(write_dataset(changed, tmp_path / "b.nc"))
+    np.testing.assert_array_equal(back["coverage"].values, _result()["coverage"].values * 2)
+    assert back.attrs[uio.CHECKSUM_ATTR] != first.attrs[uio.CHECKSUM_ATTR]
+
+
+def test_values_decoding_changes_verify_as_read(tmp_path):
+    """What is recorded is what reads back: a negative NaN (which reads back as NaN) and a
+    variable with time units (which reads back as timedeltas) verify."""
+    neg_nan = np.array([1.0, -np.nan, 2.0])
+    assert np.signbit(neg_nan[1])
+    ds = xr.Dataset({"v": ("i", neg_nan), "t": ("i", [1.0, 2.0, 3.0], {"units": "seconds"})})
+    back = read_dataset(write_dataset(ds, tmp_path / "r.nc"))
+    assert np.isnan(back["v"].values[1])
+
+
+@pytest.fixture
+def disk_full(tmp_path):
+    """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
+    ``leave`` bytes. Mounting needs root: skipped elsewhere."""
+    mounts = []
+
+    def make(leave: int = 16384) -> Path:
+        folder = tmp_path / f"tmpfs{len(mounts)}"
+        folder.mkdir()
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
+        mounts.append(folder)
+        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for size in (65536, 4096, 512, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+            os.ftruncate(fd, os.fstat(fd).st_size - leave)
+        finally:
+            os.close(fd)
+        return folder
+
+    yield make
+    for folder in mounts:  # lazily: HDF5 keeps a file it could not close open
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("leave", [0, 16384])
+def test_a_full_disk_is_one_line_naming_the_file_and_no_space(tmp_path, disk_full, capsys,
+                                                                leave):
+    """F3: a write that fills the disk raised ``RuntimeError: NetCDF: HDF error`` (a traceback,
+    exit 1) when the file could be created, ``PermissionError`` naming the temporary file when
+    it could not: it is ``OSError(ENOSPC)`` naming the target, one line "no space left" under
+    ``run_command`` (exit 2), and no temporary file stays."""
+    from uqmetrics.exceptions import run_command
+
+    folder = disk_full(leave)
+    target = folder / "sub" / "r.nc"
+    big = xr.Dataset({"v": ("i", np.random.default_rng(0).normal(size=25_000))})
+    with pytest.raises(OSError) as info:
+        write_dataset(big, target)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
+    assert not target.exists() and _leftovers(target.parent) == []
+    assert run_command("uqtest", "write", lambda: write_dataset(big, target) and 0) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"uqtest write: error: {target}: ")
+    assert "no space left on the device" in err
+    # the space the failed writes took is free again (HDF5 keeps a file it could not close
+    # open: emptied, it holds none), and a write that fits works there
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    assert free >= leave
+    (folder / "filler").unlink()
+    small = write_dataset(xr.Dataset({"v": ("i", [1.0])}), folder / "small.nc")
+    assert read_dataset(small)["v"].values.tolist() == [1.0]
+
+
+def test_other_write_errors_are_not_taken_for_a_full_disk(tmp_path):
+    """An existing target, a folder where the file must go: their own errors."""
+    path = write_dataset(_result(), tmp_path / "r.nc")
+    with pytest.raises(FileExistsError):
+        write_dataset(_result(), path)
+    (tmp_path / "d.nc").mkdir()
+    with pytest.raises(ValueError, match="directory"):
+        write_dataset(_result(), tmp_path / "d.nc")
+
+
+def _chattr(flag: str, folder: Path) -> bool:
+    res = subprocess.run(["chattr", flag, str(folder)], capture_output=True, check=False)
+    return res.returncode == 0
+
+
+def test_a_failed_clean_up_does_not_hide_the_error_and_is_cleaned_later(tmp_path):
+    """F6: a folder in which files can be created but none removed or renamed (``chattr +a``:
+    a folder that turned read-only after the temporary file was made; root too): the write
+    fails at the rename, its temporary file cannot be removed, and the clean-up raised its own
+    error instead of the write's. The write's error is raised; the file is removed by
+    :func:`remove_stale_temporaries` once the folder allows it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    if not _chattr("+a", out):
+        pytest.skip("chattr +a is not supported here (not root, or another file system)")
+    try:
+        with pytest.raises(PermissionError) as info:
+            write_dataset(_result(), out / "r.nc", overwrite=True)
+        assert info.value.filename == str(out / "r.nc") or info.value.filename2 == str(
+            out / "r.nc")
+        assert len(_leftovers(out)) == 1
+    finally:
+        _chattr("-a", out)
+    (out / "notes.tmp").write_text("not ours")
+    removed = uio.remove_stale_temporaries(out)
+    assert len(removed) == 1 and _leftovers(out) == ["notes.tmp"]
+
+
+_HOLD = """
+import sys, time
+from uqmetrics.io import exclusive_lock
+with exclusive_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_exclusive_lock_refuses_another_process_naming_it_and_dies_with_its_holder(tmp_path):
+    """Row 2: a lock held by a real process refuses this one at once, naming the lock file
+    and the holder's pid; when the holder is killed (SIGKILL) the lock is free again."""
+    lock = tmp_path / "out" / ".r.nc.lock"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(lock)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(uio.LockedError) as info, uio.exclusive_lock(lock, advice="wait for it"):
+            pass
+        assert info.value.filename == str(lock) and info.value.errno == errno.EAGAIN
+        assert f"pid {holder.pid} " in info.value.strerror
+        assert info.value.strerror.endswith("; wait for it")
+        from uqmetrics.exceptions import _describe
+
+        line = _describe(info.value)
+        assert line.startswith(f"{lock}: is held by another process (pid {holder.pid} ")
+        assert "\n" not in line
+    finally:
+        holder.kill()
+        holder.wait()
+    with uio.exclusive_lock(lock) as held:  # released by the kernel with its holder
+        assert held == lock and f"pid {os.getpid()} " in lock.read_text()
+    assert not lock.exists()
+
+
+def _flip_attribute_block(path: Path) -> None:
+    """Flip a bit of the first fractal-heap block of ``path`` (its signature ``FHDB``): the
+    block where HDF5 keeps the attributes of an object with many (the file still opens; its
+    attributes do not)."""
+    data = bytearray(path.read_bytes())
+    at = bytes(data).find(b"FHDB")
+    assert at > 0
+    data[at] ^= 0x80
+    path.write_bytes(bytes(data))
+
+
+def test_an_attribute_netcdf_cannot_open_is_an_unreadable_file(tmp_path):
+    """F5: a flipped bit in the block holding a file's attributes raised netCDF4's
+    ``AttributeError: NetCDF: Can't open HDF5 attribute`` (no file named; not an
+    :class:`IncompleteResultError`, so a sweep stopped on it). It is an unreadable file,
+    named."""
+    path = write_dataset(_result(), tmp_path / "r.nc", attrs=provenance_attrs())
+    _flip_attribute_block(path)
+    with pytest.raises(IncompleteResultError, match="could not be read") as info:
+        read_dataset(path)
+    assert str(path) in str(info.value) and "Can't open HDF5 attribute" in str(info.value)
+    assert not isinstance(info.value, uio.CorruptResultError)
+    assert isinstance(info.value.__cause__, AttributeError)

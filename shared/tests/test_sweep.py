@@ -3,6 +3,12 @@ most one line per interval plus one at the end, never a bar redrawn per cell."""
 
 import doctest
 import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -224,3 +230,128 @@ def test_failures_file_is_written_whole_and_read_back(tmp_path):
 def test_doctests():
     result = doctest.testmod(sweep)
     assert result.failed == 0 and result.attempted > 0
+
+
+def _cell_with_coordinate(i: int) -> xr.Dataset:
+    """A cell with an uncompressed coordinate of distinct values and many attrs (the kind
+    HDF5 keeps in a block of their own)."""
+    from uqmetrics.io import provenance_attrs
+
+    x = np.linspace(-6.0, 6.0, 101) + 1000.0 * i
+    return xr.Dataset({"v": ("x", np.sin(x))}, coords={"x": x}, attrs=provenance_attrs(seed=i))
+
+
+def test_damaged_cell_files_are_not_complete_and_a_rerun_recomputes_them(tmp_path):
+    """Issue 24, F1/F5: a cell whose coordinate had one value flipped on disk was taken as
+    complete (a rerun combined the wrong value); one whose attribute block had a flipped bit
+    made ``is_complete`` raise netCDF4's AttributeError, which stopped the whole sweep. Both
+    are incomplete; a rerun recomputes exactly them."""
+    from uqmetrics.sweep import is_complete
+
+    cells = [Cell(f"c{i}", {"i": i}) for i in range(3)]
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                            dashboard_address=None) as client:
+        first = run_sweep(cells, _cell_with_coordinate, tmp_path, client=client, progress=False)
+        assert first.ok and len(first.computed) == 3
+        data = bytearray((tmp_path / "c1.nc").read_bytes())
+        at = bytes(data).find(np.float64(1000.0).tobytes())  # x[50] of cell 1
+        assert at > 0
+        data[at + 7] ^= 0x40
+        (tmp_path / "c1.nc").write_bytes(bytes(data))
+        data = bytearray((tmp_path / "c2.nc").read_bytes())
+        at = bytes(data).find(b"FHDB")  # the block of its attributes
+        assert at > 0
+        data[at] ^= 0x80
+        (tmp_path / "c2.nc").write_bytes(bytes(data))
+        assert is_complete(tmp_path / "c0.nc")
+        assert not is_complete(tmp_path / "c1.nc") and not is_complete(tmp_path / "c2.nc")
+        again = run_sweep(cells, _cell_with_coordinate, tmp_path, client=client, progress=False)
+    assert again.ok and sorted(p.name for p in again.computed) == ["c1.nc", "c2.nc"]
+    assert [p.name for p in again.skipped] == ["c0.nc"]
+    assert all(is_complete(tmp_path / f"c{i}.nc") for i in range(3))
+
+
+# --------------------------------------------------------------------------------------------
+# quiet failures (issue 24): no worker traceback on the console, the tracebacks in a log file,
+# one line on Ctrl-C
+
+
+def test_a_failing_cell_prints_no_traceback_and_leaves_it_in_the_log_file(tmp_path, capfd,
+                                                                         caplog):
+    """A cell that raises used to make its worker log a "Compute Failed" block with the whole
+    traceback on the console; now the error comes back as a value: one line in the report,
+    the traceback in ``log_file``."""
+    cells = [Cell(f"c{i}", {"i": i}) for i in range(4)]
+    log = tmp_path / "logs" / "sweep.log"
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                            dashboard_address=None) as client:
+        quiet = run_sweep(cells, _fails_on_odd, tmp_path / "a", client=client, progress=False)
+        err = capfd.readouterr().err
+        assert "Compute Failed" not in err and "Traceback" not in err, err
+        worker = [r for r in caplog.records if r.name.startswith("distributed.worker")
+                  and r.levelno >= logging.WARNING]
+        assert worker == [], [r.getMessage()[:200] for r in worker]
+        assert quiet.failed == {"c1": "RuntimeError: cell 1 is odd",
+                                "c3": "RuntimeError: cell 3 is odd"}
+        logged = run_sweep(cells, _fails_on_odd, tmp_path / "b", client=client, progress=False,
+                           log_file=log)
+    assert logged.failed == quiet.failed and len(logged.computed) == 2
+    assert "Traceback" not in capfd.readouterr().err
+    text = log.read_text()
+    assert text.count("Traceback (most recent call last)") == 2
+    assert "uqmetrics.sweep ERROR: cell c1 failed: RuntimeError: cell 1 is odd" in text
+    assert "in _fails_on_odd" in text
+
+
+_INTERRUPTED = '''
+import sys
+import time
+
+import numpy as np
+import xarray as xr
+
+from uqmetrics.sweep import Cell, run_sweep
+
+
+def slow(i):
+    time.sleep(0.1 if i == 0 else 5)
+    return xr.Dataset({"x": ("i", np.arange(3.0))})
+
+
+if __name__ == "__main__":
+    try:
+        run_sweep([Cell(f"c{i}", {"i": i}) for i in range(6)], slow, sys.argv[1], n_workers=2,
+                  progress=False, log_file=sys.argv[2])
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_local_cluster_without_a_line_from_dask(tmp_path):
+    """Ctrl-C in a terminal reaches every process of the group: the workers used to print
+    their KeyboardInterrupt tracebacks and distributed its warnings while the cluster closed.
+    Now the workers ignore SIGINT and write their standard error to the log file, and the
+    caller's one line is all the console gets."""
+    script = tmp_path / "sweep_script.py"
+    script.write_text(_INTERRUPTED)
+    out, log = tmp_path / "out", tmp_path / "sweep.log"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), str(log)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend(
+        (time.monotonic(), ln.rstrip("\n")) for ln in proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not (out / "c0.nc").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, lines
+        time.sleep(0.1)
+    time.sleep(0.5)  # the other cells are running
+    assert proc.poll() is None
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does
+    assert proc.wait(timeout=60) == 130
+    reader.join(timeout=30)
+    assert [ln for t, ln in lines if t >= sent] == ["interrupted"], lines

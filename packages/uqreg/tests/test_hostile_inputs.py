@@ -332,3 +332,65 @@ def test_failed_cells_of_reproduce_are_one_line_with_exit_code_1(tmp_path, capsy
     kept = sorted(p.name for p in (out / "e3" / "cells").glob("*.nc"))
     assert len(kept) == 1 and "_blr_" in kept[0]
     assert not (out / "e3" / "study.nc").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: an abbreviated option (row 8), a full disk (F3)
+
+
+@pytest.mark.parametrize("args, option", [(["study", *EARLIER, "--over"], "--over"),
+                                          (["reference", "--rep", "2"], "--rep")])
+def test_k_an_abbreviated_option_is_refused(run, capsys, no_training, args, option):
+    """``--over`` was taken for ``--overwrite`` (argparse's prefix matching), ``--rep`` for
+    ``--repetitions``: a typo, or an option added later, silently meant another one. Refused,
+    one line naming it, nothing written."""
+    before = _hashes(run)
+    out = str(run if args[0] == "study" else run / "ref.nc")
+    err = _refused(capsys, [*args, "--out", out], f"unrecognized arguments: {option}")
+    assert err.endswith(f"(see uqreg {args[0]} --help)\n")
+    assert _hashes(run) == before
+
+
+@pytest.fixture
+def disk_full(tmp_path):
+    """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
+    ``leave`` bytes. Mounting needs root: skipped elsewhere."""
+    import errno
+
+    mounts = []
+
+    def make(leave: int = 16384) -> Path:
+        folder = tmp_path / f"tmpfs{len(mounts)}"
+        folder.mkdir()
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
+        mounts.append(folder)
+        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for size in (65536, 4096, 512, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+            os.ftruncate(fd, os.fstat(fd).st_size - leave)
+        finally:
+            os.close(fd)
+        return folder
+
+    yield make
+    for folder in mounts:  # lazily: HDF5 keeps a file it could not close open
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_l_a_full_disk_is_one_line_no_space_naming_the_study_file(disk_full, capsys):
+    """F3: ``uqreg study`` whose study file fills the disk stopped with a traceback of
+    ``RuntimeError: NetCDF: HDF error`` (exit 1), no path, no "no space". One line naming the
+    study file and "no space left", exit 2; no temporary file stays."""
+    out = disk_full(16384) / "run"
+    target = out / "study.nc"
+    _refused(capsys, ["study", *EARLIER, "--out", str(out), "--no-plots"],
+             f"{target}: cannot be written: no space left on the device")
+    assert not target.exists() and [p.name for p in out.iterdir()] == []

@@ -26,6 +26,7 @@ import uqmetrics
 import xarray as xr
 from uqmetrics.sweep import is_complete
 
+from uqreg import cli
 from uqreg.engine import TrainConfig, make_plan
 from uqreg.methods import get_method
 from uqreg.study import StudyConfig, run_study
@@ -281,3 +282,162 @@ def test_cells_of_another_configuration_are_not_reused():
     b = [c.key for c in plan_cells(replace(TINY, train=replace(TINY.train, members=4)))]
     assert not set(a) & set(b)
     assert a == [c.key for c in plan_cells(TINY)]  # and the same config gives the same keys
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: cells damaged on disk, temporary files of failed writes, two sweeps in one folder
+
+#: A sweep of two cells (repetitions 0-1 and 2-3) of the closed-form reference: no training.
+SWEEP = ["sweep", "--task", "sinusoid", "--complexities", "1", "--methods", "blr", "--recipes",
+         "paper", "--repetitions", "4", "--chunk-repetitions", "2", "--quiet", "--no-plots"]
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """An in-process Dask cluster (one worker thread) the CLI connects to with --scheduler."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+def _flip_in_variable(path, name: str, index: int, byte: int, mask: int) -> None:
+    """Flip bits ``mask`` of byte ``byte`` of value ``index`` of variable ``name`` in the file
+    (stored uncompressed: coordinates are), so that the file still opens and reads. The
+    variable's stored bytes are found among the places they occur (``point`` holds 2, 3 too)
+    as the one after whose flip only ``name`` reads differently."""
+    with xr.open_dataset(path) as ds:
+        before = {str(k): v.values.copy() for k, v in ds.variables.items()}
+    raw = path.read_bytes()
+    values = np.ascontiguousarray(before[name])
+    needle, at = values.tobytes(), -1
+    while (at := raw.find(needle, at + 1)) >= 0:
+        data = bytearray(raw)
+        data[at + index * values.itemsize + byte] ^= mask
+        path.write_bytes(bytes(data))
+        with xr.open_dataset(path) as ds:
+            changed = [k for k, v in before.items() if not np.array_equal(
+                v, ds.variables[k].values, equal_nan=v.dtype.kind == "f")]
+        if changed == [name]:
+            return
+    path.write_bytes(raw)
+    raise AssertionError(f"the values of {name} were not found in {path}")
+
+
+@pytest.mark.parametrize("name, index, byte, mask",
+                         [("x", 500, 7, 0x40), ("repetition", 0, 0, 0x01)], ids=["x", "repetition"])
+def test_a_cell_flipped_on_disk_is_named_and_recomputed(tmp_path, capsys, scheduler, name, index,
+                                                        byte, mask):
+    """Issue 24 F1/F2: one value of a stored cell's ``x`` flipped on disk was taken as done
+    ("2 already on disk") and combined into a study whose ``x`` had twice the points, silently;
+    a flipped ``repetition`` (2 -> 3: [3, 3]) stopped the rerun with xarray's message about
+    monotonic indexes, no cell named, and no rerun could repair it. The cell's data do not
+    match its recorded checksums: the rerun names it in one line, recomputes it, and writes
+    the same study as before."""
+    out = tmp_path / "sweep"
+    argv = [*SWEEP, "--out", str(out), "--scheduler", scheduler]
+    assert cli.main(argv) == 0
+    study = uqmetrics.read_dataset(out / "study.nc")
+    victim = max((out / "cells").glob("*.nc"))  # repetitions 2-3
+    assert "_r0002-0003_" in victim.name
+    _flip_in_variable(victim, name, index, byte, mask)
+    capsys.readouterr()
+    code = cli.main([*argv, "--overwrite"])
+    got = capsys.readouterr()
+    assert code == 0, got.err
+    assert "cells: 1 computed, 1 already on disk, 0 failed" in got.out
+    assert [ln for ln in got.err.splitlines() if str(victim) in ln] == [
+        (f"uqreg sweep: {victim}: variable {name!r} does not match the checksum recorded when "
+         f"the file was written (the file changed on disk: corrupt); recomputing it")]
+    again = uqmetrics.read_dataset(out / "study.nc")
+    assert again.sizes == study.sizes
+    np.testing.assert_array_equal(again["x"].values, study["x"].values)
+    assert_same_study(study, again)
+    assert is_complete(victim)
+
+
+def test_combining_refuses_an_unverified_cell_whose_coordinates_differ(tmp_path):
+    """A cell file written before checksums were recorded (the record removed on disk) with a
+    flipped ``x``: combining named no file and gave a study with twice the points; it is
+    refused naming the cell."""
+    import netCDF4
+
+    from uqreg.sweep import run_cell
+
+    cfg = StudyConfig(task="sinusoid", complexities=(1,), methods=("blr",), recipes=("paper",),
+                      repetitions=4)
+    paths = [uqmetrics.write_dataset(run_cell(**cell.params), tmp_path / f"{cell.key}.nc")
+             for cell in plan_cells(cfg, chunk_repetitions=2)]
+    with netCDF4.Dataset(paths[1], "a") as nc:
+        if "data_checksums" in nc.ncattrs():  # uqmetrics.io.CHECKSUM_ATTR
+            nc.delncattr("data_checksums")
+    _flip_in_variable(paths[1], "x", 500, 7, 0x40)
+    with pytest.raises(ValueError, match=f"cell file {paths[1]}: its coordinate x "):
+        combine_cells(paths, cfg)
+
+
+def _chattr(flag: str, folder) -> bool:
+    res = subprocess.run(["chattr", flag, str(folder)], capture_output=True, check=False)
+    return res.returncode == 0
+
+
+def test_temporary_files_of_failed_writes_are_removed_by_the_next_sweep(tmp_path, capsys,
+                                                                          scheduler):
+    """Issue 24 F6: cells/ turned read-only while the cells were written (``chattr +a``: files
+    can be created there, none removed or renamed, root included): every cell's write failed
+    after its temporary file was written and could not remove it; the next sweep left those
+    files in cells/ for ever. It removes them (holding the folder's lock, no other sweep
+    writes there)."""
+    out = tmp_path / "sweep"
+    cells = out / "cells"
+    cells.mkdir(parents=True)
+    argv = [*SWEEP, "--out", str(out), "--scheduler", scheduler]
+    if not _chattr("+a", cells):
+        pytest.skip("chattr +a is not supported here (not root, or another file system)")
+    try:
+        assert cli.main(argv) == 1
+    finally:
+        _chattr("-a", cells)
+    assert len([p for p in cells.iterdir() if p.name.endswith(".tmp")]) == 2
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert "cells: 2 computed, 0 already on disk, 0 failed" in capsys.readouterr().out
+    assert [p.name for p in cells.iterdir() if not p.name.endswith(".nc")] == []  # lock too
+    assert not [p for p in cells.iterdir() if p.name.endswith(".tmp")]
+
+
+#: Holds a lock as :func:`uqmetrics.io.exclusive_lock` does (``flock``, the holder written in
+#: the file), in a process of its own.
+HOLD = textwrap.dedent("""
+    import fcntl, os, socket, sys, time
+    os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}: uqreg sweep".encode())
+    print("held", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_second_sweep_into_the_same_folder_is_refused_naming_the_other(tmp_path, capsys):
+    """While a sweep (here: a real process holding its lock) runs into ``--out``, another one
+    into the same folder is refused at once, in one line naming the lock and the process;
+    nothing is computed or written."""
+    out = tmp_path / "sweep"
+    lock = out / "cells" / ".sweep.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert cli.main([*SWEEP, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"uqreg sweep: error: {lock}: is held by another process "
+                          f"(pid {holder.pid} on "), err
+    assert err.rstrip().endswith("wait for that sweep to finish, or write to another --out")
+    assert sorted(p.name for p in (out / "cells").iterdir()) == [".sweep.lock"]  # the holder's

@@ -33,6 +33,21 @@ def test_every_command_has_a_subparser():
     assert {"selective", "ensembles", "ood", "transfer"} <= {p.score_name for p in VISION_PROTOCOLS.values()}
 
 
+def test_no_command_takes_an_abbreviated_option(capsys):
+    """Issue 24, J: argparse took ``--dataset`` as ``--dataset-name`` (a prefix), which renames
+    a sweep's caches; every parser refuses abbreviations."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert parser.allow_abbrev is False
+    assert [n for n, p in sub.choices.items() if p.allow_abbrev is not False] == []
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["sweep", "--models", "m", "--data", "d", "--out", "o", "--dataset",
+                           "x"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --dataset x" in err and err.count("\n") == 1
+
+
 def test_choices_and_help_come_from_the_registries():
     predict, score = _subparser("predict"), _subparser("score")
     assert _choices(_subparser("data"), "kind") == DATASET_MAKERS.names()

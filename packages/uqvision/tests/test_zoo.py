@@ -83,6 +83,20 @@ def test_an_unknown_zoo_is_one_line_naming_it_and_the_known_zoos(digits, tmp_pat
     assert "give --models PATTERN... and/or --zoo NAME" in capsys.readouterr().err
 
 
+def test_list_zoos_with_a_name_prints_its_members(capsys):
+    """Issue 24, C: --list-zoos NAME lists the members of zoo NAME, one per line."""
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", "--list-zoos", "selective-paper"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.splitlines() == zoo_models(["selective-paper"])
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", "--list-zoos", "nope"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "argument --list-zoos: unknown zoo 'nope'; valid zoos: selective-paper" in err
+
+
 def test_list_zoos_prints_each_zoo_with_its_description(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["sweep", "--list-zoos"])
@@ -138,7 +152,9 @@ def test_a_zoo_sweep_records_failures_finishes_the_others_and_resumes(tiny_zoo, 
         assert rec["resnet50.no_such_tag"]["cells"] == []  # refused before running: not a crash
         assert "unknown pretrained tag 'no_such_tag'" in rec["resnet50.no_such_tag"]["error"]
         assert f"timm {timm.__version__}" in rec["resnet50.no_such_tag"]["error"]
-        assert all(r["attempts"] == 1 and r["retried"] and r["time"] for r in rec.values())
+        # a first failure is not a retry (issue 24: ``retried`` was true on a first attempt)
+        assert all(r["attempts"] == 1 and not r["retried"] and r["time"] for r in rec.values())
+        assert {r["kind"] for r in rec.values()} == {"failed", "unknown"}
         # log mode (stderr is not a terminal): a line per cell here (interval 0), cells and
         # models done and left, and an ETA while cells are left
         lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("sweep:")]
@@ -152,7 +168,8 @@ def test_a_zoo_sweep_records_failures_finishes_the_others_and_resumes(tiny_zoo, 
         kept = sweep(retry_failed=False)
         assert kept.computed == [] and len(kept.skipped) == 2
         again = _records(failures)
-        assert again["test_byobnet@broken"] == {**rec["test_byobnet@broken"], "retried": False}
+        assert again["test_byobnet@broken"] == {**rec["test_byobnet@broken"], "retried": False,
+                                                "left_out": True}
         assert "not retried" in kept.failed["test_byobnet@broken"]
 
         # the default retries it: it fails again (a second attempt), the finished cells are
@@ -205,8 +222,11 @@ def test_cli_sweep_lists_failed_models_one_line_each_and_exits_1(tiny_zoo, digit
         assert re.fullmatch(r"  FAILED test_byobnet@broken: uqvision\.exceptions\."
                             r"CheckpointError: checkpoint '.*broken\.safetensors': not a "
                             r"safetensors file .*\(1 cell\(s\)\)", lines[2]), lines[2]
-        assert lines[3].endswith("selective.nc")  # the others are scored
+        assert lines[3] == str(out / "scores" / "selective-test.nc")  # the others are scored
         assert f"2 model(s) failed, recorded in {out / FAILURES_FILE}" in got.err
+        # what to do, by kind: a failed cell is retried by a rerun, an unknown name is not
+        assert ("1 failed: rerun the same command to retry (finished caches are kept); 1 "
+                "unknown: upgrade them, or leave the model out") in got.err
         assert "sweep: 3/3 cells (100%) 3/3 models, 0 left, " in got.err
 
         assert main(argv) == 1  # a rerun: says what failed before, retries it, skips the rest

@@ -13,6 +13,7 @@ by category, not by module::
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable
 
@@ -58,7 +59,9 @@ def _describe(exc: BaseException) -> str:
                 errno.ENOSPC: "cannot be written: no space left on the device",
                 errno.ENOTDIR: "has a file where a folder is expected",
                 errno.EISDIR: "is a folder where a file is expected"}.get(exc.errno, exc.strerror or str(exc))
-        return f"{exc.filename}: {what}"
+        if exc.errno == errno.ENOSPC and exc.strerror and exc.strerror != os.strerror(errno.ENOSPC):
+            what = f"cannot be written: {exc.strerror}"  # with the sizes (uqmetrics.write_dataset)
+        return f"{exc.filename}: {' '.join(what.split())}"
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())  # one line
 

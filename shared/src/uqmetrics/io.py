@@ -9,7 +9,17 @@ Every result of the project is an ``xarray.Dataset`` written with :func:`write_d
 - attrs netCDF cannot hold (dicts, lists, bools, None) are stored as JSON strings, which
   :func:`decode_attr` turns back;
 - a ``complete = 1`` attr is added after all data has been written; :func:`read_dataset`
-  rejects files without it.
+  rejects files without it;
+- the checksum of every variable, as it reads back from the file, is recorded in the
+  ``data_checksums`` attr (:data:`CHECKSUM_ATTR`) and verified by :func:`read_dataset`: a file
+  whose data changed on disk after it was written (a flipped bit) is refused
+  (:class:`CorruptResultError`), so that a sweep recomputes it instead of combining wrong
+  values; a file written before the record existed is read unverified;
+- a write that fails removes its temporary file, and a full disk is reported as such
+  (``OSError`` ``ENOSPC`` naming the target), not as netCDF's ``HDF error``.
+
+:func:`exclusive_lock` keeps two processes from computing the same result at once (the second
+is refused in one line naming the lock and the process that holds it).
 
 :func:`provenance_attrs` gives the attrs every result file carries (versions, git commit, host,
 time, config, seed and the metric conventions), so that ``xr.open_dataset`` alone is enough to
@@ -18,6 +28,7 @@ re-plot or re-score a result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import errno
@@ -26,6 +37,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -42,19 +54,42 @@ if TYPE_CHECKING:
     import xarray as xr
 
 __all__ = [
+    "CHECKSUM_ATTR",
     "COMPLETE_ATTR",
+    "READ_ERRORS",
+    "CorruptResultError",
     "IncompleteResultError",
+    "LockedError",
     "check_writable",
     "dataset_checksum",
     "decode_attr",
+    "exclusive_lock",
     "folder_replaced",
     "provenance_attrs",
     "read_dataset",
+    "remove_stale_temporaries",
+    "source_revision",
     "write_dataset",
 ]
 
 #: Name of the attr marking a fully written file.
 COMPLETE_ATTR = "complete"
+
+#: Name of the attr recording the checksum of every variable of a file (:func:`write_dataset`).
+CHECKSUM_ATTR = "data_checksums"
+
+#: The hash of :data:`CHECKSUM_ATTR` (BLAKE2b with 32-byte digests: about twice as fast as
+#: SHA-256 without SHA instructions, and as strong for detecting damage).
+_CHECKSUM_ALGORITHM = "blake2b-256"
+
+#: What reading a damaged netCDF file can raise besides ``OSError``: netCDF4 raises
+#: ``RuntimeError`` for HDF errors and ``AttributeError`` for an attribute it cannot open, and
+#: decoding damaged metadata can raise almost anything (``IndexError``, ``UnicodeDecodeError``,
+#: ``ValueError`` of xarray's decoders, ``OverflowError`` of a size). Not ``MemoryError``: a
+#: good file too large for the machine is not a damaged one.
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, AttributeError,
+                                                LookupError, TypeError, UnicodeError,
+                                                ValueError, OverflowError)
 
 
 def xarray_module():
@@ -147,7 +182,27 @@ _JSON_LITERALS = ("null", "true", "false")
 
 
 class IncompleteResultError(ValueError):
-    """A result file lacks the completeness flag or cannot be read (partial or corrupt)."""
+    """A result file lacks the completeness flag or cannot be read (partial or corrupt).
+
+    ``path`` is the file and ``detail`` what is wrong with it, without the advice (``None``
+    when raised with a message only)."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None,
+                 detail: str | None = None):
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
+        self.detail = detail
+
+
+class CorruptResultError(IncompleteResultError):
+    """A complete result file whose data do not match the checksums recorded when it was
+    written: it changed on disk afterwards (a flipped bit, an edit in place). Like any
+    :class:`IncompleteResultError`, a sweep recomputes it."""
+
+
+class LockedError(BlockingIOError):
+    """Another process holds the lock (:func:`exclusive_lock`); ``filename`` is the lock file
+    and ``strerror`` names the process that holds it."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,23 +300,89 @@ def _decoded(attrs: Mapping) -> dict:
     return {k: decode_attr(v) for k, v in attrs.items()}
 
 
-def _git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+def _git(args: Sequence[str], cwd: str | os.PathLike | None) -> str | None:
+    """``git ARGS`` in ``cwd``: its stdout, or None when git is missing or fails."""
     try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=10, check=False)
+        res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                             timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    commit = res.stdout.strip()
-    return commit if res.returncode == 0 and commit else None
+    return res.stdout if res.returncode == 0 else None
+
+
+def _git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    commit = (_git(["rev-parse", "HEAD"], cwd) or "").strip()
+    return commit or None
 
 
 def _git_dirty(cwd: str | os.PathLike | None = None) -> bool | None:
-    try:
-        res = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
+    out = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    return None if out is None else bool(out.strip())
+
+
+@functools.cache
+def _source_checkout(source: str) -> str | None:
+    """The folder of the git work tree that tracks the file ``source``, or None: not in a work
+    tree, or in one that does not track it (a package installed into a virtual environment
+    that lies inside a checkout is not that checkout's code)."""
+    folder = os.path.dirname(source)
+    if not os.path.isdir(folder):
         return None
-    return bool(res.stdout.strip()) if res.returncode == 0 else None
+    top = (_git(["rev-parse", "--show-toplevel"], folder) or "").strip()
+    if not top or _git(["ls-files", "--error-unmatch", "--", os.path.basename(source)],
+                       folder) is None:
+        return None
+    return folder
+
+
+def _package_file(package: str) -> str | None:
+    """The ``__file__`` of an imported top-level package (None if not imported or no file)."""
+    source = getattr(sys.modules.get(package), "__file__", None)
+    return os.path.realpath(source) if source else None
+
+
+@functools.cache
+def _installed_commit(distribution: str) -> str | None:
+    """The commit pip recorded for a distribution installed from a git URL (PEP 610
+    ``direct_url.json``, ``vcs_info.commit_id``), or None."""
+    from importlib.metadata import distribution as _distribution
+
+    try:
+        text = _distribution(distribution).read_text("direct_url.json")
+        info = json.loads(text) if text else {}
+    except (PackageNotFoundError, OSError, ValueError):
+        return None
+    commit = info.get("vcs_info", {}).get("commit_id") if isinstance(info, dict) else None
+    return commit if isinstance(commit, str) and commit else None
+
+
+def _caller_package(depth: int) -> str:
+    """The top-level package of the module ``depth`` frames up (``uqmetrics`` when it is a
+    script, ``__main__`` or unknown)."""
+    try:
+        name = sys._getframe(depth + 1).f_globals.get("__name__", "")
+    except ValueError:
+        name = ""
+    top = str(name).split(".")[0]
+    if not top or top == "__main__" or getattr(sys.modules.get(top), "__file__", None) is None:
+        return "uqmetrics"
+    return top
+
+
+def source_revision(package: str = "uqmetrics") -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the code of ``package`` that is running.
+
+    The commit of the git work tree that tracks the package's ``__init__`` file (an editable
+    install or a source checkout on the path), with whether tracked files differ from it; else
+    the commit pip recorded when the package was installed from a git URL (dirty: None); else
+    ``(None, None)``. Never the repository of the current directory: a command run from inside
+    another repository does not record that repository's commit.
+    """
+    source = _package_file(package)
+    checkout = _source_checkout(source) if source else None
+    if checkout is not None:
+        return _git_commit(checkout), _git_dirty(checkout)
+    return _installed_commit(package), None
 
 
 @functools.cache
@@ -279,7 +400,7 @@ def _versions() -> dict[str, str]:
 
 
 def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mapping | None = None,
-                     extra: Mapping | None = None) -> dict[str, Any]:
+                     extra: Mapping | None = None, package: str | None = None) -> dict[str, Any]:
     """Attrs recording where a result came from, every value netCDF-safe.
 
     Parameters
@@ -293,14 +414,20 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     extra : mapping, optional
         Further attrs (e.g. ``device``, ``wall_time_s``); converted the same way and applied
         last, so they may override the defaults.
+    package : str, optional
+        The top-level package whose code made the result, for ``git_commit``; default the
+        caller's (``uqreg`` when called from ``uqreg.study``; ``uqmetrics`` from a script).
 
     Returns
     -------
     dict
         ``<dist>_version`` for python, numpy, scipy, xarray, netCDF4 and uqmetrics, plus torch,
         timm, torchvision, uqreg and uqvision when installed (read from package metadata; torch
-        is never imported); ``git_commit`` (``"unknown"`` outside a git checkout) and
-        ``git_dirty`` (JSON bool or null) of the current directory; ``hostname``;
+        is never imported); ``git_commit`` and ``git_dirty`` (JSON bool or null) of the
+        code that ran (:func:`source_revision` of ``package``: the git work tree that tracks
+        the package's source, or the commit pip recorded for a git install; ``"unknown"`` and
+        null otherwise, e.g. for a package installed from a folder, and never the commit of
+        the current directory's repository); ``hostname``;
         ``created_utc`` (ISO 8601); ``config``; ``seed``; ``conventions`` (JSON).
 
     Examples
@@ -318,8 +445,9 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     if extra is not None and not isinstance(extra, Mapping):
         raise ValueError(f"extra must be a mapping, got {type(extra).__name__}")
     attrs: dict[str, Any] = {f"{k}_version": v for k, v in _versions().items()}
-    attrs["git_commit"] = _git_commit() or "unknown"
-    attrs["git_dirty"] = _git_dirty()
+    commit, dirty = source_revision(package or _caller_package(1))
+    attrs["git_commit"] = commit or "unknown"
+    attrs["git_dirty"] = dirty
     attrs["hostname"] = socket.gethostname()
     attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     attrs["config"] = _to_json(config, "config")
@@ -411,8 +539,151 @@ def temporary_beside(path: Path):
     try:
         yield tmp
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        # best effort: a folder that turned read-only cannot lose the file, and the error that
+        # matters is the write's (:func:`remove_stale_temporaries` removes it later). Emptied
+        # first: HDF5 keeps a file whose close failed (a full disk) open, and an open file,
+        # even unlinked, keeps its space
+        with contextlib.suppress(OSError):
+            os.truncate(tmp, 0)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise
+
+
+#: Names of :func:`temporary_beside`'s files: ``.<name>.<32 hex digits>.tmp``.
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files that failed writes left in ``folder`` and return them.
+
+    Only files named as :func:`write_dataset` names its temporary files
+    (``.<name>.<32 hex digits>.tmp``) are removed: a write that could not remove its own (a
+    folder that turned read-only, a process killed in the middle) leaves one there. Call it
+    only while no other process writes into ``folder`` (e.g. holding an
+    :func:`exclusive_lock` of it): an unfinished write's file has the same name.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        A missing folder has none.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files removed (one that could not be removed is left and not listed).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / ".cell.nc.0123456789abcdef0123456789abcdef.tmp").write_bytes(b"x")
+    ...     _ = (Path(d) / "notes.tmp").write_text("kept")
+    ...     [p.name[:9] for p in remove_stale_temporaries(d)], sorted(os.listdir(d))
+    (['.cell.nc.'], ['notes.tmp'])
+    """
+    folder = Path(folder)
+    removed = []
+    try:
+        entries = sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        if _TEMPORARY.match(entry.name) and entry.is_file() and not entry.is_symlink():
+            try:
+                entry.unlink()
+            except OSError:
+                continue
+            removed.append(entry)
+    return removed
+
+
+def _holder() -> str:
+    """Who holds a lock, for the message of the process refused: pid, host, start time and
+    command line."""
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return f"pid {os.getpid()} on {socket.gethostname()} since {now}: {command[:200]}"
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike, *, advice: str = "wait for it to finish"):
+    """Hold the lock file ``path`` for the block, or refuse at once if another process holds it.
+
+    The lock is ``flock``'s (the kernel releases it when its holder dies, even by
+    ``SIGKILL``: a lock is never stale), on a file that records its holder (pid, host, start
+    time, command line) for the message of the process refused. The file is removed when the
+    block ends. On a file system without locks the block runs unlocked.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The lock file (its folder is created).
+    advice : str, default "wait for it to finish"
+        What the refused user should do, ending the message.
+
+    Yields
+    ------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    LockedError
+        (a :class:`BlockingIOError`, ``errno`` ``EAGAIN``) another process holds it: its
+        ``filename`` is ``path`` and its ``strerror`` names the holder and ends with
+        ``advice``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with exclusive_lock(Path(d) / "out.lock") as lock:
+    ...         held = lock.exists()
+    ...     held, os.listdir(d)
+    (True, [])
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no flock
+        yield Path(path)
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+            except OSError:
+                holder = ""
+            os.close(fd)
+            holder = holder or "it is starting"
+            raise LockedError(errno.EAGAIN, f"is held by another process ({holder}); {advice}",
+                              str(path)) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                os.close(fd)
+                raise
+            break  # no locks on this file system: run unlocked
+        try:  # the holder before us may have removed the file between our open and flock
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        with contextlib.suppress(OSError):  # a full disk: the lock holds, unnamed
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (_holder() + "\n").encode(), 0)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # before unlocking: a waiting process retries on a fresh file
+        os.close(fd)
 
 
 @contextmanager
@@ -457,6 +728,7 @@ def _prepare(ds: xr.Dataset, attrs: Mapping | None, compress: bool) -> xr.Datase
     out = ds.drop_encoding()
     merged = {**ds.attrs, **(dict(attrs) if attrs else {})}
     merged.pop(COMPLETE_ATTR, None)
+    merged.pop(CHECKSUM_ATTR, None)  # a file read earlier: the record is made anew
     out.attrs = _netcdf_attrs(merged, "")
     for name, var in out.variables.items():
         var.attrs = _netcdf_attrs(var.attrs, f"{name}.")
@@ -488,16 +760,32 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
     pathlib.Path
         The path written.
 
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists and ``overwrite`` is False.
+    OSError
+        The write failed; ``errno.ENOSPC`` with ``filename`` = ``path`` when the disk (or the
+        quota) is full, whatever netCDF reported (``RuntimeError: NetCDF: HDF error``).
+
     Notes
     -----
     The data go to a temporary file ``.<name>.<random>.tmp`` in the target directory (the
-    same filesystem), written by the ``netcdf4`` engine. The ``complete = 1`` attr is then
-    appended, as the file's last attr, after all data is on disk; the file is fsync'ed and moved
-    into place with :func:`os.replace` (or, without ``overwrite``, hard-linked so that a file
-    created concurrently by another writer is never clobbered). On any exception, including
-    :class:`KeyboardInterrupt`, the temporary file is removed and the target is untouched.
-    Attrs netCDF cannot hold (dicts, lists, tuples, bools, None, dataclasses) become JSON
-    strings; see :func:`decode_attr`. The input ``ds`` is not modified.
+    same filesystem), written by the ``netcdf4`` engine. The file is then read back as
+    :func:`read_dataset` reads it and the checksum of every variable is recorded in the
+    :data:`CHECKSUM_ATTR` attr (JSON: the algorithm, BLAKE2b-256, and a digest per variable);
+    the ``complete = 1`` attr is appended last, after all data is on disk; the file is fsync'ed
+    and moved into place with :func:`os.replace` (or, without ``overwrite``, hard-linked so
+    that a file created concurrently by another writer is never clobbered). On any exception,
+    including :class:`KeyboardInterrupt`, the temporary file is removed (when the folder still
+    allows it) and the target is untouched. Attrs netCDF cannot hold (dicts, lists, tuples,
+    bools, None, dataclasses) become JSON strings; see :func:`decode_attr`. The input ``ds`` is
+    not modified.
+
+    The checksums are of the values read back, not of ``ds``: decoding may change what was
+    written (a NaN's sign, a variable with time units), and the file must verify as it reads.
+    Their cost is one read of the file just written (from the page cache) and one hash of its
+    values: a 100 MB float32 dataset wrote in 2.3 s instead of 1.9 s on a loaded 2-core machine.
 
     Examples
     --------
@@ -524,33 +812,97 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
                               f"command line) to replace it")
     prepared = _prepare(ds, attrs, compress)
     with temporary_beside(path) as tmp:
-        prepared.to_netcdf(tmp, engine="netcdf4")
-        import netCDF4
-
-        with netCDF4.Dataset(tmp, mode="a") as nc:
-            nc.setncattr(COMPLETE_ATTR, np.int32(1))
-        _fsync_path(tmp)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)  # atomic and never clobbers a concurrent writer's file
-            except FileExistsError:
-                raise FileExistsError(f"{path} already exists (created concurrently); pass "
-                                      f"overwrite=True (--overwrite) to replace it") from None
-            except OSError:  # filesystem without hard links
-                if path.exists():
-                    raise FileExistsError(f"{path} already exists; pass overwrite=True "
-                                          f"(--overwrite) to replace it") from None
+        with _space_named(path, prepared.nbytes):
+            _write_flagged(prepared, tmp)
+        with _space_named(path, None):
+            if overwrite:
                 os.replace(tmp, path)
             else:
-                os.unlink(tmp)
-        _fsync_path(path.parent, directory=True)
+                try:
+                    os.link(tmp, path)  # atomic and never clobbers a concurrent writer's file
+                except FileExistsError:
+                    raise FileExistsError(f"{path} already exists (created concurrently); "
+                                          f"pass overwrite=True (--overwrite) to replace "
+                                          f"it") from None
+                except OSError:  # filesystem without hard links
+                    if path.exists():
+                        raise FileExistsError(f"{path} already exists; pass overwrite=True "
+                                              f"(--overwrite) to replace it") from None
+                    os.replace(tmp, path)
+                else:
+                    with contextlib.suppress(OSError):  # the result is in place
+                        os.unlink(tmp)
+            _fsync_path(path.parent, directory=True)
     return path
 
 
+@contextmanager
+def _space_named(path: Path, nbytes: int | None):
+    """Raise a write error of the block that is for want of space (:func:`_no_space`; with
+    ``nbytes`` None only the OS's own ``ENOSPC``) as ``OSError(ENOSPC, why, path)``, naming
+    the target, not the temporary file; the others as they are. Inside
+    :func:`temporary_beside`'s block, so that the temporary file still holds its space when
+    the free space is looked at."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        full = _no_space(exc, path.parent, nbytes)
+        if full is None:
+            raise
+        raise OSError(errno.ENOSPC, full, str(path)) from exc
+
+
+def _write_flagged(prepared: xr.Dataset, tmp: Path) -> None:
+    """Write ``prepared`` to ``tmp``, record its checksums and flag it complete; fsync."""
+    import netCDF4
+
+    prepared.to_netcdf(tmp, engine="netcdf4")
+    record = _file_checksums(tmp)
+    with netCDF4.Dataset(tmp, mode="a") as nc:
+        nc.setncattr(CHECKSUM_ATTR, record)
+        nc.setncattr(COMPLETE_ATTR, np.int32(1))
+    _fsync_path(tmp)
+
+
+def _no_space(exc: BaseException, folder: Path, nbytes: int | None) -> str | None:
+    """Why a failed write failed for want of space (the ``strerror`` of the ``ENOSPC`` error
+    to raise instead), or None when it did not.
+
+    The OS says ``ENOSPC`` (or ``EDQUOT``); netCDF does not: HDF5 reports a failed write as
+    ``RuntimeError: NetCDF: HDF error`` (or ``OSError`` -101), and a file it could not create
+    on a full disk as ``PermissionError``. With ``nbytes`` (the data's size) such an error, in
+    a folder this process may write, is taken for a full disk when, the temporary file still
+    there, the space left to this user on ``folder``'s file system is less than ``nbytes``
+    plus 1 MiB (or no inode is left)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return "no space left on the device" + (
+            " (disk quota exceeded)" if exc.errno != errno.ENOSPC else "")
+    if nbytes is None or isinstance(exc, FileExistsError) or not hasattr(os, "statvfs"):
+        return None
+    try:
+        st = os.statvfs(folder)
+        writable = os.access(folder, os.W_OK | os.X_OK) and not st.f_flag & os.ST_RDONLY
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if not writable or (free >= nbytes + 2**20 and st.f_favail != 0):
+        return None  # a real permission error, or space enough: another cause
+    return f"no space left on the device ({_size(free)} free, the data take up to {_size(nbytes)})"
+
+
+def _size(nbytes: float) -> str:
+    """``"812 B"``, ``"4.0 KiB"``, ``"1.5 GiB"``."""
+    if nbytes < 1024:
+        return f"{nbytes:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        nbytes /= 1024
+        if nbytes < 1024 or unit == "GiB":
+            break
+    return f"{nbytes:.1f} {unit}"
+
+
 def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
-                 variables: Sequence[str] | None = None) -> xr.Dataset:
+                 variables: Sequence[str] | None = None, verify: bool = True) -> xr.Dataset:
     """Load a result file fully into memory and close it.
 
     Parameters
@@ -561,7 +913,11 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
         Decode JSON attrs (global and per variable) with :func:`decode_attr`.
     variables : sequence of str, optional
         Load only these data variables (with their coordinates and the global attrs); the
-        others are never read from disk. ``KeyError`` names a variable the file lacks.
+        others are never read from disk (and only the variables read are verified).
+        ``KeyError`` names a variable the file lacks.
+    verify : bool, default True
+        Check the data against the checksums the file records (:data:`CHECKSUM_ATTR`); a file
+        without them (written before they were recorded) is read unverified.
 
     Returns
     -------
@@ -573,35 +929,103 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     FileNotFoundError
         If ``path`` does not exist.
     IncompleteResultError
-        (a :class:`ValueError`) if the file cannot be read or lacks ``complete = 1``:
-        a partial or foreign file, to be recomputed.
+        (a :class:`ValueError`) if the file cannot be read (truncated, damaged metadata: any
+        of :data:`READ_ERRORS` from netCDF or xarray) or lacks ``complete = 1``: a partial or
+        foreign file, to be recomputed.
+    CorruptResultError
+        (an :class:`IncompleteResultError`) if its data do not match the recorded checksums;
+        the message names the variables.
+
+    Notes
+    -----
+    Verifying costs one hash of the values read (BLAKE2b): a 100 MB float32 dataset read in
+    0.30 s instead of 0.25 s on a loaded 2-core machine.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"result file {path} does not exist")
+    missing: list[str] = []
     try:
         with xarray_module().open_dataset(path, engine="netcdf4") as src:
+            names = [str(n) for n in src.data_vars]
             if variables is not None:
                 missing = [v for v in variables if v not in src.data_vars]
-                if missing:
-                    raise KeyError(f"{path} has no variables {missing}; it has "
-                                   f"{sorted(src.data_vars)}")
-                src = src[list(variables)]
-            ds = src.load()
-    except (OSError, RuntimeError) as exc:
-        raise IncompleteResultError(f"{path} could not be read (partial or corrupt file?): "
-                                    f"{exc}") from exc
+                if not missing:
+                    src = src[list(variables)]
+            if not missing:
+                ds = src.load()
+    except READ_ERRORS as exc:
+        detail = f"could not be read (partial or corrupt file?): {' '.join(str(exc).split())}"
+        raise IncompleteResultError(f"{path} {detail}", path=path, detail=detail) from exc
+    if missing:
+        raise KeyError(f"{path} has no variables {missing}; it has {sorted(names)}")
     flag = ds.attrs.get(COMPLETE_ATTR)
     if flag is None or decode_attr(flag) != 1:
-        raise IncompleteResultError(
-            f"{path} lacks the completeness flag {COMPLETE_ATTR} = 1: it was not written by "
-            f"uqmetrics.io.write_dataset or its write did not finish; recompute it"
-        )
+        detail = (f"lacks the completeness flag {COMPLETE_ATTR} = 1: it was not written by "
+                  f"uqmetrics.io.write_dataset or its write did not finish")
+        raise IncompleteResultError(f"{path} {detail}; recompute it", path=path, detail=detail)
+    if verify and CHECKSUM_ATTR in ds.attrs:
+        _verify_checksums(ds, path, whole=variables is None)
     if decode_attrs:
         ds.attrs = _decoded(ds.attrs)
         for var in ds.variables.values():
             var.attrs = _decoded(var.attrs)
     return ds
+
+
+def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:
+    """Raise :class:`CorruptResultError` unless the variables of ``ds`` (all the file's when
+    ``whole``) match the record of :data:`CHECKSUM_ATTR`."""
+    try:
+        record = json.loads(ds.attrs[CHECKSUM_ATTR])
+        algorithm, digests = record["algorithm"], record["variables"]
+        if not isinstance(digests, dict):
+            raise TypeError(type(digests).__name__)
+    except (TypeError, ValueError, KeyError):
+        detail = f"its record of checksums ({CHECKSUM_ATTR}) is damaged"
+        bad = None
+    else:
+        if algorithm != _CHECKSUM_ALGORITHM:
+            return  # written by a later version with another hash: read unverified
+        names = [str(n) for n in ds.variables]
+        bad = [n for n in names if digests.get(n) != _variable_digest(n, ds.variables[n])]
+        if whole:  # a variable renamed or lost (a flipped byte in its name)
+            bad += sorted(set(digests) - set(names))
+        if not bad:
+            return
+        shown = ", ".join(repr(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        detail = (f"{'variable' if len(bad) == 1 else 'variables'} {shown} "
+                  f"{'does' if len(bad) == 1 else 'do'} not match the checksum recorded when "
+                  f"the file was written (the file changed on disk: corrupt)")
+    raise CorruptResultError(f"{path}: {detail}; recompute it: delete the file, or rerun the "
+                             f"command that wrote it with --overwrite", path=path,
+                             detail=detail)
+
+
+def _file_checksums(path: Path) -> str:
+    """The :data:`CHECKSUM_ATTR` record of the netCDF file ``path``: its variables as
+    :func:`read_dataset` reads them (the same decoding), loaded and hashed one at a time."""
+    digests = {}
+    with xarray_module().open_dataset(path, engine="netcdf4", cache=False) as src:
+        for name, var in src.variables.items():
+            digests[str(name)] = _variable_digest(str(name), var)
+    return json.dumps({"algorithm": _CHECKSUM_ALGORITHM, "variables": digests})
+
+
+def _hash_variable(h: Any, name: str, var: xr.Variable) -> None:
+    """Feed one variable to the hash ``h``: its name, dims, dtype kind and shape, then its
+    values (:func:`_variable_bytes`)."""
+    kind = var.dtype.kind if var.dtype.kind not in "USO" else "U"
+    header = json.dumps([str(name), [str(d) for d in var.dims], kind, var.dtype.itemsize
+                         if kind != "U" else 0, list(var.shape)])
+    h.update(header.encode())
+    h.update(_variable_bytes(var))
+
+
+def _variable_digest(name: str, var: xr.Variable) -> str:
+    h = hashlib.blake2b(digest_size=32)
+    _hash_variable(h, name, var)
+    return h.hexdigest()
 
 
 def _variable_bytes(var: xr.Variable) -> bytes:
@@ -642,10 +1066,5 @@ def dataset_checksum(ds: xr.Dataset) -> str:
         raise ValueError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
     h = hashlib.sha256()
     for name in sorted(ds.variables, key=str):
-        var = ds.variables[name]
-        kind = var.dtype.kind if var.dtype.kind not in "USO" else "U"
-        header = json.dumps([str(name), [str(d) for d in var.dims], kind, var.dtype.itemsize
-                             if kind != "U" else 0, list(var.shape)])
-        h.update(header.encode())
-        h.update(_variable_bytes(var))
+        _hash_variable(h, name, ds.variables[name])
     return h.hexdigest()

@@ -18,14 +18,26 @@ accounts for the parallelism). :func:`run_sweep` can also count groups of cells 
 model's passes, say) and call back on every finished cell (``on_result``), e.g. to keep a
 failures file (:func:`write_failures`, :func:`read_failures`) up to date while it runs.
 
+Quiet failures (docs/conventions.md#v-1-zoos): a cell that raises returns its error to the
+caller as a value (:class:`CellFailure`), so Dask's workers never log a "Compute Failed" block
+with its traceback; :attr:`SweepReport.failed` holds the one-line error, and the full traceback
+goes to ``log_file`` when one is given, with the log records of ``distributed`` in this process.
+The workers of a cluster :func:`run_sweep` starts ignore ``SIGINT`` (a Ctrl-C in a terminal
+reaches the whole process group) and, with a ``log_file``, write their standard error there:
+the caller gets the ``KeyboardInterrupt`` alone and shuts the cluster down without the workers'
+tracebacks or distributed's warnings on the console.
+
 ``dask.distributed`` and ``tqdm`` are imported lazily: the rest of uqmetrics needs neither.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -38,7 +50,8 @@ from typing import Any
 
 from .io import IncompleteResultError, read_dataset, temporary_beside, write_dataset
 
-__all__ = ["FAILURES_FORMAT", "LOG_PROGRESS_INTERVAL", "Cell", "LogProgress", "SweepReport",
+__all__ = ["FAILURES_FORMAT", "LOG_PROGRESS_INTERVAL", "Cell", "CellFailure", "LogProgress",
+           "SweepReport",
            "cell_path", "format_duration", "is_complete", "progress_bar", "read_failures",
            "run_sweep", "write_failures"]
 
@@ -251,7 +264,12 @@ def cell_path(out_dir, cell: Cell) -> Path:
 
 
 def is_complete(path) -> bool:
-    """True if ``path`` is a complete result file (written by :func:`write_dataset`)."""
+    """True if ``path`` is a complete, intact result file (written by :func:`write_dataset`).
+
+    False when it is missing, unfinished (no completeness flag), unreadable (truncated,
+    metadata netCDF cannot open) or corrupt (data that do not match the checksums recorded
+    when it was written, :class:`uqmetrics.io.CorruptResultError`): a sweep recomputes it. A
+    file written before checksums were recorded is complete when it reads."""
     try:
         read_dataset(path).close()
         return True
@@ -264,6 +282,204 @@ def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str) ->
     ds = func(**params)
     write_dataset(ds, path, overwrite=True)
     return path
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """What a cell that raised returns from its worker (:func:`run_sweep`).
+
+    Attributes
+    ----------
+    error : str
+        The exception as ``traceback.format_exception_only`` gives it (``"Type: message"``).
+    traceback : str
+        The full formatted traceback, for the log file.
+    """
+
+    error: str
+    traceback: str
+
+
+def _guarded_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str
+                  ) -> str | CellFailure:
+    """Worker side: :func:`_run_cell`, an exception returned as a :class:`CellFailure`.
+
+    Dask sees a task that finished: its worker logs nothing (an exception raised out of a task
+    is logged by the worker as a "Compute Failed" block with the whole traceback, on the
+    console of the process that started the cluster)."""
+    try:
+        return _run_cell(func, params, path)
+    except Exception as exc:  # noqa: BLE001  (reported by the caller, one line per cell)
+        return CellFailure("".join(traceback.format_exception_only(type(exc), exc)).strip(),
+                           "".join(traceback.format_exception(type(exc), exc,
+                                                              exc.__traceback__)))
+
+
+class _LogFile(logging.Handler):
+    """Appends formatted records from WARNING on to ``path``, opened (and its folder made) on
+    the first record.
+
+    A file that cannot be written (a full disk, a read-only folder) is reported once, in one
+    line on stderr, and the records after it are dropped: the log never stops a sweep."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(logging.WARNING)
+        self.path = Path(path)
+        self.stream = None
+        self.broken = False
+        self.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        try:
+            text = self.format(record)
+            if self.stream is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.stream = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        except OSError as err:
+            self.broken = True
+            print(f"sweep: cannot write the log file {str(self.path)!r} "
+                  f"({err.strerror or err}); full tracebacks are not kept", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.stream is not None:
+                self.stream.close()
+        self.stream = None
+        super().close()
+
+    def cell_failed(self, key: str, error: str, text: str) -> None:
+        """One record: the cell's key, its one-line error and its full traceback."""
+        self.handle(logging.makeLogRecord({
+            "name": "uqmetrics.sweep", "levelno": logging.ERROR, "levelname": "ERROR",
+            "msg": "cell %s failed: %s\n%s", "args": (key, error, text.rstrip())}))
+
+
+#: Loggers of the Dask stack that carry their own handlers (``distributed`` configures them at
+#: import; the others' records propagate to them).
+_DASK_LOGGERS = ("distributed", "tornado", "bokeh", "asyncio")
+
+
+@contextlib.contextmanager
+def _dask_logs_to(handler: logging.Handler):
+    """Send the records of distributed's loggers in this process (its scheduler, nannies and
+    client of a ``LocalCluster``) to ``handler`` instead of the console, for the block."""
+    saved = []
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] not in _DASK_LOGGERS:
+            continue
+        logger = logging.getLogger(name)
+        if logger.handlers:
+            saved.append((logger, list(logger.handlers), logger.propagate))
+            logger.handlers = [handler]
+            logger.propagate = False
+    asyncio_logger = logging.getLogger("asyncio")  # "Task was destroyed but it is pending!"
+    if not asyncio_logger.handlers:
+        saved.append((asyncio_logger, [], asyncio_logger.propagate))
+        asyncio_logger.handlers = [handler]
+        asyncio_logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+
+
+@contextlib.contextmanager
+def _sigint_held(*, inherit: bool):
+    """Hold Ctrl-C off for the block (in the main thread; elsewhere nothing is changed); yields
+    a list that gets an entry for each Ctrl-C pressed during the block.
+
+    With ``inherit``, ``SIGINT`` is ignored: the processes started in the block inherit the
+    disposition and never see a Ctrl-C (a Ctrl-C in a terminal goes to every process of the
+    foreground group), and one pressed during the block is not seen here either (the list stays
+    empty). Without it, a Ctrl-C during the block is recorded, for the caller to act on once
+    the block has finished (nothing half made is left to the garbage collector)."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal,
+                                                                                "SIGINT"):
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if inherit
+                             else lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path | None):
+    """File descriptor 2 of this process appended to ``path`` for the block (the processes
+    started in it inherit it: their output, a traceback at exit included, goes there for good);
+    nothing when ``path`` is None or cannot be opened."""
+    if path is None:
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _connect(scheduler: str | None, n_workers: int, threads_per_worker: int,
+             log_file: Path | None = None) -> tuple[Any, Any]:
+    """(client, cluster or None): a client of ``scheduler``, or of a ``LocalCluster`` started
+    here.
+
+    The local cluster's worker processes ignore ``SIGINT`` (:func:`_sigint_held`: they would
+    each print a ``KeyboardInterrupt`` traceback while the caller shuts them down). With a
+    ``log_file`` their standard error is that file (:func:`_stderr_to`: their warnings, and what
+    they print while they are killed, go there) and their log records from WARNING on go to it;
+    without, they print no log record below CRITICAL (``silence_logs``). A cell's error comes
+    back as a value either way (:func:`_guarded_cell`). A Ctrl-C while the local cluster starts
+    (seconds) is not seen; one while a client of ``scheduler`` connects is raised once it is
+    connected, and closed."""
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler:
+        with _sigint_held(inherit=False) as caught:
+            client = Client(scheduler)
+        if caught:
+            _close_quietly(client, None)
+            raise KeyboardInterrupt
+        return client, None
+    with _sigint_held(inherit=True), _stderr_to(log_file):
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                               processes=True, dashboard_address=":0",
+                               silence_logs=logging.WARNING if log_file is not None
+                               else logging.CRITICAL)
+        try:
+            return Client(cluster), cluster
+        except BaseException:
+            cluster.close()
+            raise
+
+
+def _close_quietly(client: Any, cluster: Any) -> None:
+    """Close a client and its cluster, whatever state a Ctrl-C left them in."""
+    for thing in (client, cluster):
+        if thing is None:
+            continue
+        with contextlib.suppress(Exception):
+            thing.close()
 
 
 #: ``format`` of a failures file (:func:`write_failures`).
@@ -336,7 +552,8 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
               progress: bool = True, client: Any = None,
               progress_interval: float = LOG_PROGRESS_INTERVAL,
               group: Callable[[Cell], str] | None = None, group_unit: str = "group",
-              on_result: Callable[[Cell, str | None], None] | None = None) -> SweepReport:
+              on_result: Callable[[Cell, str | None], None] | None = None,
+              log_file: str | os.PathLike | None = None) -> SweepReport:
     """Run every cell not already on disk, on Dask.
 
     Parameters
@@ -371,12 +588,28 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         ``on_result(cell, error)`` in the calling process as each submitted cell finishes:
         ``error`` is None when it was computed, else the one-line exception (as in
         :attr:`SweepReport.failed`). An exception it raises stops the sweep.
+    log_file : path, optional
+        Appended to: the full traceback of every cell that failed, and, while the sweep runs,
+        the log records from WARNING on of ``distributed`` in this process (scheduler, nannies
+        and client of a ``LocalCluster``: a worker restarted, a worker killed) instead of the
+        console; the standard error of a ``LocalCluster``'s worker processes started here
+        (their warnings, what they print when they are stopped). Without it the tracebacks are
+        dropped (the one-line error is in the report), those records go where they went and
+        the workers print no log record below CRITICAL.
 
     Returns
     -------
     SweepReport
+
+    Notes
+    -----
+    A cell that raises never logs a traceback on a worker (:class:`CellFailure`). A
+    ``KeyboardInterrupt`` (Ctrl-C) stops the sweep: the client and a cluster started here are
+    closed with distributed's records dropped (or sent to ``log_file``), the workers of such a
+    cluster ignore ``SIGINT``, and the interrupt is raised again, for the caller to report in
+    one line. The complete files stay; a rerun resumes.
     """
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import as_completed
 
     cells = list(cells)
     keys = [c.key for c in cells]
@@ -406,45 +639,66 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         done = sum(1 for n in open_cells.values() if n == 0)
         return f"{done}/{len(open_cells)} {group_unit}s"
 
-    own_cluster = None
-    if client is None:
-        if scheduler:
-            client = Client(scheduler)
-        else:
-            own_cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                                       processes=True, dashboard_address=":0")
-            client = Client(own_cluster)
-        own_client = True
-    else:
-        own_client = False
-    try:
-        # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``, ``client=``)
-        # still remembers the outcome of a key it ran, and would answer a retry with it
-        run = uuid.uuid4().hex[:8]
-        futures = {client.submit(_run_cell, func, dict(c.params), str(cell_path(out, c)),
-                                 key=f"cell-{c.key}-{run}", pure=False): c for c in todo}
-        bar = progress_bar(len(cells), "sweep", unit="cell", enabled=progress,
-                           interval=progress_interval, initial=len(report.skipped))
-        if group is not None:
-            bar.set_postfix_str(groups_text())
-        for fut in as_completed(futures):
-            cell = futures[fut]
-            error = None
-            try:
-                report.computed.append(Path(fut.result()))
-            except Exception as exc:  # noqa: BLE001  (a failing cell never kills the sweep)
-                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                report.failed[cell.key] = error
-            if on_result is not None:
-                on_result(cell, error)
+    handler = _LogFile(log_file) if log_file is not None else None
+    own_client, own_cluster = client is None, None
+    with contextlib.ExitStack() as stack:
+        if handler is not None:
+            stack.callback(handler.close)
+            stack.enter_context(_dask_logs_to(handler))
+        interrupted = False
+        try:
+            if own_client:
+                client, own_cluster = _connect(scheduler, n_workers, threads_per_worker,
+                                               None if log_file is None else Path(log_file))
+            # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``,
+            # ``client=``) still remembers the outcome of a key it ran, and would answer a
+            # retry with it
+            run = uuid.uuid4().hex[:8]
+            futures = {client.submit(_guarded_cell, func, dict(c.params),
+                                     str(cell_path(out, c)), key=f"cell-{c.key}-{run}",
+                                     pure=False): c for c in todo}
+            bar = progress_bar(len(cells), "sweep", unit="cell", enabled=progress,
+                               interval=progress_interval, initial=len(report.skipped))
             if group is not None:
-                open_cells[group(cell)] -= 1
                 bar.set_postfix_str(groups_text())
-            bar.update(1)
-        bar.close()
-    finally:
-        if own_client:
-            client.close()
-        if own_cluster is not None:
-            own_cluster.close()
+            for fut in as_completed(futures):
+                cell = futures[fut]
+                error = text = None
+                try:
+                    result = fut.result()
+                except Exception as exc:  # noqa: BLE001  (a worker that died, a lost task)
+                    error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    text = "".join(traceback.format_exception(type(exc), exc,
+                                                              exc.__traceback__))
+                else:
+                    if isinstance(result, CellFailure):
+                        error, text = result.error, result.traceback
+                    else:
+                        report.computed.append(Path(result))
+                if error is not None:
+                    report.failed[cell.key] = error
+                    if handler is not None:
+                        handler.cell_failed(cell.key, error, text)
+                if on_result is not None:
+                    on_result(cell, error)
+                if group is not None:
+                    open_cells[group(cell)] -= 1
+                    bar.set_postfix_str(groups_text())
+                bar.update(1)
+            bar.close()
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            if interrupted:
+                # the console gets the caller's one line: what closing a cluster in the
+                # middle of its tasks logs (tasks cancelled, workers killed) goes to the log
+                # file or nowhere
+                with _dask_logs_to(handler or logging.NullHandler()):
+                    _close_quietly(client if own_client else None, own_cluster)
+            else:
+                if own_client and client is not None:
+                    client.close()
+                if own_cluster is not None:
+                    own_cluster.close()
     return report

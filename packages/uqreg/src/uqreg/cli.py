@@ -37,7 +37,13 @@ STUDY_FILE = "study.nc"
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``uqreg study: error: argument --seed: ...``),
-    exit code 2, like every other error of a user's (no usage block)."""
+    exit code 2, like every other error of a user's (no usage block). Options are never
+    abbreviated (``allow_abbrev=False``, for the subcommands' parsers too, which are of this
+    class): ``--over`` is an unknown option, not ``--overwrite``, so that a typo or an option
+    added later never silently means another one."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
@@ -223,12 +229,14 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     _writable("--out", target.parent / "cells")
     ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
                                  n_workers=a.workers, threads_per_worker=a.threads_per_worker,
-                                 overwrite=a.recompute, progress=not a.quiet)
+                                 overwrite=a.recompute, progress=not a.quiet,
+                                 log_file=target.parent / "sweep.log")
     print(f"cells: {len(report.computed)} computed, {len(report.skipped)} already on disk, {len(report.failed)} failed")
     if not report.ok:
         for key, err in report.failed.items():
             print(f"  {key}: {err}", file=sys.stderr)
-        print("rerun the same command to retry the failed cells (finished cells are kept)", file=sys.stderr)
+        print(f"rerun the same command to retry the failed cells (finished cells are kept); "
+              f"tracebacks in {target.parent / 'sweep.log'}", file=sys.stderr)
         return 1
     return _finish(ds, target, a)
 
@@ -420,7 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser: "uqreg study: error: unrecognized arguments"
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command("uqreg", args.command, lambda: args.func(args))
 
 

@@ -7,19 +7,34 @@ computed by
 cell computes exactly what the same slice of a single :func:`~uqreg.study.run_study` computes;
 :func:`combine_cells` joins the cells and adds the same summary, giving the dataset
 ``uqreg study`` writes for the same configuration.
+
+A cell file is taken as done only when it reads back intact: complete, and its data equal to
+the checksums recorded when it was written (:func:`uqmetrics.read_dataset`). A cell whose data
+changed on disk (a flipped bit) is recomputed, with a one-line note naming it, instead of
+being combined into a wrong study. A sweep holds a lock on its cells folder
+(``cells/.sweep.lock``) while it runs: a second sweep into the same folder is refused, and the
+temporary files that failed writes of earlier runs left there are removed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import uqmetrics
 import xarray as xr
-from uqmetrics.sweep import Cell, SweepReport, run_sweep
+from uqmetrics.io import (
+    CHECKSUM_ATTR,
+    IncompleteResultError,
+    exclusive_lock,
+    remove_stale_temporaries,
+)
+from uqmetrics.sweep import Cell, SweepReport, cell_path, run_sweep
 
 from .engine import RECIPES
 from .engine.config import is_int
@@ -53,10 +68,48 @@ def run_cell(config: dict) -> xr.Dataset:
     return run_raw(StudyConfig.from_dict(config), progress=False)
 
 
+#: Dims a cell file is one slice of; every other coordinate must be the same in all cells.
+_CELL_DIMS = ("recipe", "method", "complexity", "repetition")
+
+
+def _check_cells_agree(paths, parts: list[xr.Dataset], cfg: StudyConfig) -> None:
+    """Raise ``ValueError`` naming the cell file whose coordinates cannot be those of its
+    study (damaged on disk before checksums were recorded, or written by other code): a
+    repetition outside the study's, or a shared coordinate (``x``, ``point``, ...) that
+    differs from the first cell's of the same complexity, which ``combine_by_coords`` would
+    otherwise join into a wrong, larger study."""
+    reps = set(np.asarray(cfg.repetition_index).tolist())
+    first: dict[int, tuple] = {}
+    for path, part in zip(paths, parts, strict=True):
+        rep = part["repetition"].values
+        bad = None
+        if not set(rep.tolist()) <= reps or np.any(np.diff(rep) <= 0):
+            bad = "repetition"
+        else:
+            c = int(part["complexity"].values[0])
+            ref_path, ref = first.setdefault(c, (path, part))
+            for name, coord in part.coords.items():
+                if name in _CELL_DIMS or name not in ref.coords:
+                    continue
+                if not np.array_equal(coord.values, ref[name].values,
+                                      equal_nan=coord.dtype.kind in "fc"):
+                    bad = f"{name} (differs from {ref_path})"
+                    break
+        if bad is not None:
+            raise ValueError(f"cell file {path}: its coordinate {bad} cannot be the study's "
+                             f"(damaged or written by other code); delete it and rerun to "
+                             f"recompute it")
+
+
 def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
-    """Join cell files into the raw dataset of the whole study, in the config's order."""
+    """Join cell files into the raw dataset of the whole study, in the config's order.
+
+    ``ValueError`` names a cell file that cannot be read intact, or whose coordinates cannot
+    be its study's."""
     cfg = config.resolved()
+    paths = list(paths)
     parts = [uqmetrics.read_dataset(p) for p in paths]
+    _check_cells_agree(paths, parts, cfg)
     raw = xr.combine_by_coords([p[list(RAW_VARS)] for p in parts], combine_attrs="drop")
     by_complexity: dict[int, list[xr.Dataset]] = {}
     for p in parts:  # the task data is the same for every recipe and method: take the first one's cells
@@ -72,7 +125,8 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
                    combine_attrs="drop")
     out = out.reindex({"recipe": list(cfg.recipes), "method": list(cfg.methods),
                        "complexity": list(cfg.complexities)})
-    out.attrs = {k: v for k, v in parts[0].attrs.items() if k not in ("wall_time_s", "complete")}
+    out.attrs = {k: v for k, v in parts[0].attrs.items()
+                 if k not in ("wall_time_s", "complete", CHECKSUM_ATTR)}
     wall: dict = {}
     for p in parts:
         for k, v in json.loads(p.attrs.get("wall_time_s", "{}")).items():
@@ -82,15 +136,43 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
     return out
 
 
+def _note_damaged_cells(cells_dir: Path, cells: list[Cell]) -> list[Path]:
+    """One line on stderr for each cell file on disk that does not read back intact (the
+    sweep then recomputes it); returns them."""
+    damaged = []
+    for cell in cells:
+        path = cell_path(cells_dir, cell)
+        if not path.is_file():
+            continue
+        try:
+            uqmetrics.read_dataset(path).close()
+        except IncompleteResultError as exc:
+            damaged.append(path)
+            print(f"uqreg sweep: {path}: {exc.detail or exc}; recomputing it", file=sys.stderr,
+                  flush=True)
+    return damaged
+
+
 def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10, scheduler: str | None = None,
                     n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
-                    progress: bool = True, client=None) -> tuple[xr.Dataset | None, SweepReport]:
+                    progress: bool = True, client=None,
+                    log_file=None) -> tuple[xr.Dataset | None, SweepReport]:
     """Run a study as a sweep of cells under ``out_dir/cells`` and combine them.
 
     Returns the combined, summarised dataset (None if a cell failed) and the sweep report.
     ``n_workers`` and ``threads_per_worker`` (integers >= 1) size the ``LocalCluster`` started
     when neither ``scheduler`` nor ``client`` is given; ``ValueError`` before any work otherwise
-    (a cluster of no worker would wait for ever).
+    (a cluster of no worker would wait for ever). ``log_file``: where failed cells' full
+    tracebacks and the Dask workers' own output go (:func:`uqmetrics.sweep.run_sweep`; the
+    console then shows one line per failed cell, and one line on Ctrl-C).
+
+    The sweep holds ``out_dir/cells/.sweep.lock`` (:func:`uqmetrics.io.exclusive_lock`) while it
+    runs: a second sweep into the same folder is refused (:class:`uqmetrics.io.LockedError`,
+    naming the process that holds it) before any work. Holding it, the sweep removes the
+    temporary files earlier runs' failed writes left in ``cells/``
+    (:func:`uqmetrics.io.remove_stale_temporaries`), and notes on stderr, one line each, the
+    cell files on disk that are not intact (data that do not match their recorded checksums,
+    an unreadable or unfinished file): they are recomputed.
     """
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if scheduler is None and client is None and (not is_int(value) or value < 1):
@@ -101,11 +183,18 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
         cfg = replace(cfg, train=replace(cfg.train, parallel_chunks=1))
     cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions)
     t0 = time.perf_counter()
-    report = run_sweep(cells, run_cell, Path(out_dir) / "cells", scheduler=scheduler, n_workers=n_workers,
-                       threads_per_worker=threads_per_worker, overwrite=overwrite, progress=progress, client=client)
-    if not report.ok:
-        return None, report
-    ds = summarize(combine_cells(report.paths, cfg))
+    cells_dir = Path(out_dir) / "cells"
+    with exclusive_lock(cells_dir / ".sweep.lock",
+                        advice="wait for that sweep to finish, or write to another --out"):
+        remove_stale_temporaries(cells_dir)  # no other sweep writes here: they are orphans
+        if not overwrite:
+            _note_damaged_cells(cells_dir, cells)
+        report = run_sweep(cells, run_cell, cells_dir, scheduler=scheduler, n_workers=n_workers,
+                           threads_per_worker=threads_per_worker, overwrite=overwrite,
+                           progress=progress, client=client, log_file=log_file)
+        if not report.ok:
+            return None, report
+        ds = summarize(combine_cells(report.paths, cfg))
     ds.attrs.update(uqmetrics.provenance_attrs(
         config=cfg.to_dict(), seed=cfg.seed,
         extra={"sweep_cells": len(cells), "sweep_computed": len(report.computed), "sweep_skipped": len(report.skipped),

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
-from uqmetrics.io import xarray_module  # xarray imported when a cache is made or read
+from uqmetrics.io import READ_ERRORS, xarray_module  # xarray imported on use
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -159,7 +159,10 @@ def read_cache(path: str | os.PathLike) -> xr.Dataset:
     FileNotFoundError
     CacheError
         Partial/corrupt file, a file that is not a prediction cache, or data that do not match
-        the recorded checksum.
+        the recorded checksum (the cache's ``checksum``, or the per-variable checksums every
+        result file records, :data:`uqmetrics.io.CHECKSUM_ATTR`); its ``__cause__`` is the
+        :class:`uqmetrics.IncompleteResultError` of an unreadable or unfinished file
+        (:class:`uqmetrics.io.CorruptResultError` for data that changed on disk).
     """
     try:
         ds = read_dataset(path)
@@ -175,7 +178,8 @@ def read_cache(path: str | os.PathLike) -> xr.Dataset:
     recorded = ds.attrs.get("checksum")
     if recorded is None or dataset_checksum(ds) != recorded:
         raise CacheError(f"{path}: data do not match the recorded checksum (corrupt cache); "
-                         "recompute it")
+                         "to recompute it, delete the file or pass --overwrite (a plain rerun "
+                         "keeps it)")
     return ds
 
 
@@ -220,17 +224,23 @@ def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
             with xarray_module().open_dataset(p, engine="netcdf4") as ds:
                 a = dict(ds.attrs)
                 n_passes = int(ds.sizes.get("pass", 1))
-        except (OSError, RuntimeError, ValueError) as exc:
-            warnings.warn(f"skipping unreadable cache {p}: {exc}", SkippedCacheWarning,
-                          stacklevel=2)
+        except READ_ERRORS as exc:  # an attribute netCDF cannot open: AttributeError
+            warnings.warn(f"skipping unreadable cache {p}: {' '.join(str(exc).split())}",
+                          SkippedCacheWarning, stacklevel=2)
             continue
-        if a.get("kind") != CACHE_KIND or int(a.get("complete", 0)) != 1:
+        try:  # attrs damaged on disk (a flipped byte in a name or a number) read as absent
+            info = None
+            if a.get("kind") == CACHE_KIND and int(a.get("complete", 0)) == 1:
+                info = CacheInfo(p, str(a["model"]), str(a["dataset_name"]), str(a["mode"]),
+                                 int(a["pass_index"]), n_passes, str(a.get("method", "")),
+                                 str(a.get("run", a["model"])), int(a.get("sample_index", 0)))
+        except (KeyError, TypeError, ValueError):
+            info = None
+        if info is None:
             warnings.warn(f"skipping {p}: not a complete uqvision prediction cache",
                           SkippedCacheWarning, stacklevel=2)
             continue
-        infos.append(CacheInfo(p, str(a["model"]), str(a["dataset_name"]), str(a["mode"]),
-                               int(a["pass_index"]), n_passes, str(a.get("method", "")),
-                               str(a.get("run", a["model"])), int(a.get("sample_index", 0))))
+        infos.append(info)
     return infos
 
 

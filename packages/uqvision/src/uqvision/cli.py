@@ -36,6 +36,8 @@ from .data import (
     DATASET_MAKERS,
     TTA_POLICIES,
     ImageFolderDataset,
+    check_output_outside,
+    describe_labels,
     image_view,
     read_index_file,
     readable_images,
@@ -186,8 +188,15 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
 
 def _data(a: argparse.Namespace) -> ImageFolderDataset:
     """``--data`` scanned once, in its layout (class folders, flat with ``--labels`` or a label
-    file found beside it, a tar; :mod:`uqvision.layouts`)."""
-    return ImageFolderDataset(a.data, labels=a.labels)
+    file found beside it, a tar; :mod:`uqvision.layouts`), ``--subset`` applied; an ``--out``
+    inside it is refused first. How it is labelled (the label file read, those passed over,
+    the subset) is said on stderr in one line (:func:`uqvision.data.describe_labels`)."""
+    check_output_outside(a.data, getattr(a, "out", None))
+    folder = ImageFolderDataset(a.data, labels=a.labels, subset=a.subset)
+    line = describe_labels(folder)
+    if line and int(os.environ.get("RANK", "0")) == 0:
+        print(f"uqvision {a.command}: {line}", file=sys.stderr, flush=True)
+    return folder
 
 
 def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None) -> None:
@@ -210,6 +219,7 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     # every model's classes and existing caches, before anything runs (read once)
     checked = [check_caches(spec, data, a.out, _predict_config(a), dataset_name=a.dataset_name,
                             overwrite=a.overwrite) for spec in a.model]
+    written: list[Path] = []
     for spec, plan in zip(a.model, checked, strict=True):
         paths = predict_to_files(spec, data, a.out, _predict_config(a),
                                  dataset_name=a.dataset_name, overwrite=a.overwrite,
@@ -217,6 +227,15 @@ def _cmd_predict(a: argparse.Namespace) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             for p in paths:
                 _print(str(p))
+            written += paths
+    if written and int(os.environ.get("RANK", "0")) == 0:
+        # top-1/top-5 and costs: the selective metrics would import the scorers (scipy, 2.3 s),
+        # which predict never loads (docs/conventions.md#v-1-table, #v-predict-speed)
+        from .results import results_table
+
+        _print(results_table(written, metrics=False).format())
+        _print(f"auroc/ece/aurc: uqvision score --protocol selective --caches {a.out} "
+               "--out FILE.nc")
     return 0
 
 
@@ -225,6 +244,11 @@ def _cmd_score(a: argparse.Namespace) -> int:
 
     protocol = score_protocol(a.protocol)
     check_output_file("--out", a.out, a.overwrite)
+    out = Path(a.out)
+    table_stem = out.stem if protocol.name == "selective" else None  # results table beside it
+    if table_stem is not None:
+        for suffix in (".csv", ".json"):
+            check_output_file("--out", out.with_name(table_stem + suffix), a.overwrite)
     files, skipped = incomplete_caches(a.caches)
     listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
     if skipped and not a.skip_incomplete:
@@ -234,26 +258,127 @@ def _cmd_score(a: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
         ds = protocol.score(a)
+        if table_stem is not None:
+            from .results import results_table
+
+            table = results_table(a.caches, scores=ds)
     line = str(write_dataset(ds, a.out, overwrite=a.overwrite))
     if skipped:
         line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
                  f"scored: {listed})")
     _print(line)
+    if table_stem is not None:
+        _print(table.format())
+        for path in table.write(out.parent, table_stem, overwrite=a.overwrite):
+            _print(str(path))
     return 0
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+def _one_line(text: str) -> str:
+    """``text`` on one line, whole (an error's suggested fix is at its end)."""
+    return " ".join(str(text).split())
+
+
+#: How many names a line about several failed models lists before "... (+N more)".
+_SHOWN_NAMES = 5
+
+
+def _names(rows: Sequence[str]) -> str:
+    shown = ", ".join(rows[:_SHOWN_NAMES])
+    return shown + (f", ... (+{len(rows) - _SHOWN_NAMES} more)" if len(rows) > _SHOWN_NAMES
+                    else "")
+
+
+def _failure_lines(failed: dict[str, dict], where: str) -> list[str]:
+    """One line per failed model, complete; models that failed for one shared cause (their
+    weights not cached while offline, the hub unreachable) share one line."""
+    by_cause: dict[str, list[str]] = {}
+    for row, rec in failed.items():
+        if rec.get("cause") and not rec.get("left_out"):
+            by_cause.setdefault(rec["cause"], []).append(row)
+    shared = {row for rows in by_cause.values() if len(rows) > 1 for row in rows}
+    lines = []
+    for row, rec in sorted(failed.items()):
+        if row in shared:
+            continue
+        notes = [f"{len(rec['cells'])} cell(s)"] if rec.get("cells") else []
+        if rec.get("attempts", 1) > 1:
+            notes.append(f"failed {rec['attempts']} runs in a row")
+        if rec.get("left_out"):
+            notes.append(f"not retried (--skip-failed), failed at {rec['time']}")
+        lines.append(f"  FAILED {row}: {_one_line(rec['error'])}"
+                     + (f" ({'; '.join(notes)})" if notes else ""))
+    for cause, rows in by_cause.items():
+        if len(rows) > 1:
+            lines.append(f"  FAILED {len(rows)} models, {_one_line(cause)}: "
+                         f"{_names(sorted(rows))} (each recorded in {where}); fetch the weights "
+                         "where the network is allowed (or point HF_HUB_CACHE / TORCH_HOME at "
+                         "a cache that holds them), or give local files as NAME=FILE or with "
+                         "--weights-dir")
+    return lines
+
+
+def _failure_advice(failed: dict[str, dict]) -> str:
+    """What to do about the failed models, by kind (uqvision.sweep.FAILURE_KINDS), one clause
+    each: a refusal needs --overwrite, a failure a rerun."""
+    from .sweep import FAILURE_KINDS
+
+    counts: dict[str, int] = {}
+    for rec in failed.values():
+        kind = rec.get("kind", "failed")
+        counts[kind] = counts.get(kind, 0) + 1
+    return "; ".join(f"{counts[k]} {k if k != 'weights' else 'without weights'}: "
+                     f"{FAILURE_KINDS[k].split(': ', 1)[1]}"
+                     for k in FAILURE_KINDS if counts.get(k))
+
+
+def _sweep_scores_file(out: Path, dataset: str, overwrite: bool) -> Path:
+    """``<out>/scores/selective-<dataset>.nc``: one score file per dataset, so that a second
+    dataset swept into the same ``--out`` replaces nothing. An existing file there that is not
+    the selective scores of that dataset is refused (before any work) unless ``--overwrite``."""
+    from .cache import safe_name
+
+    path = out / "scores" / f"selective-{safe_name(dataset)}.nc"
+    check_output_file("--out", path, None)
+    if path.exists() and not overwrite:
+        import xarray as xr  # imported on use
+
+        try:
+            with xr.open_dataset(path, engine="netcdf4") as ds:
+                attrs = dict(ds.attrs)
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            attrs = {"error": _one_line(exc)}
+        got = (attrs.get("protocol"), attrs.get("dataset_name"))
+        if got != ("selective", dataset):
+            what = (f"unreadable ({attrs['error']})" if "error" in attrs else
+                    f"protocol {got[0]!r}, dataset {got[1]!r}")
+            raise InputError(f"--out {str(out)!r}: {str(path)!r} is not the selective scores "
+                             f"of dataset {dataset!r} ({what}); move it away, or pass "
+                             "--overwrite to replace it")
+    return path
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import read_failures
 
-    from .protocols.selective.score import score_selective  # scoring: imported on use
-    from .sweep import FAILURES_FILE, sweep_predictions  # Dask, xarray: imported on use
+    from .cache import safe_name
+    from .protocols.selective.score import (  # scoring: imported on use
+        ROW_KINDS,
+        resolve_calibration_size,
+        score_selective,
+    )
+    from .sweep import (  # Dask, xarray: imported on use
+        FAILURES_FILE,
+        LOG_FILE,
+        RISK_COVERAGE_MAX_MODELS,
+        dry_run_sweep,
+        sweep_figures,
+        sweep_predictions,
+    )
     from .zoo import ZOOS
 
+    # everything the arguments, the folder and the caches can tell is checked here, before the
+    # first model runs (docs/conventions.md#v-1-zoos)
     if not (a.models or a.zoo):
         raise InputError("give --models PATTERN... and/or --zoo NAME (uqvision sweep "
                          "--list-zoos lists the zoos)")
@@ -263,39 +388,91 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(f"--zoo: {exc}") from None
     out = Path(a.out)
-    check_output_folder("--out", out)
+    for folder in (out, out / "caches", out / "scores", out / "plots"):
+        check_output_folder("--out", folder)
     failures = out / FAILURES_FILE
-    previous = [r.get("model", "?") for r in read_failures(failures)]
-    if previous:
-        shown = ", ".join(map(str, previous[:10])) + (", ..." if len(previous) > 10 else "")
+    recorded = read_failures(failures)
+    config = _predict_config(a)
+    data = _data(a)
+    _check_images(a, data)
+    dataset = a.dataset_name or Path(data.root).resolve().name
+    scored_modes = list(dict.fromkeys(k.mode for k in ROW_KINDS.values()))
+    scores_path = None
+    if config.mode in scored_modes:
+        readable = readable_images(data, skip_bad=a.skip_bad_images)  # checked once: memoized
+        n_images = len(readable)
+        try:
+            resolve_calibration_size(a.calibration_size, n_images)
+        except ValueError:
+            raise InputError(
+                f"--calibration-size {a.calibration_size:g}: --data {a.data!r} has {n_images} "
+                "image(s) to score" + (f" ({len(readable.skipped)} left out)"
+                                       if readable.skipped else "")
+                + f"; give a count in [1, {n_images - 1}] or a fraction in (0, 1), e.g. "
+                "--calibration-size 0.1 (the default 5000 is ImageNet's)") from None
+        if config.mode == "mc_dropout" and config.passes < a.mc_passes:
+            raise InputError(f"--mc-passes {a.mc_passes}: the MC-dropout caches of this sweep "
+                             f"hold {config.passes} passes (--passes {config.passes}); give "
+                             f"--mc-passes {config.passes} or --passes {a.mc_passes}")
+        scores_path = _sweep_scores_file(out, dataset, a.overwrite)
+    sweep_args = {"zoos": a.zoo or (), "weights_dir": a.weights_dir,
+                  "dataset_name": a.dataset_name, "threads": a.cell_threads or a.threads,
+                  "overwrite": a.overwrite, "failures_file": failures,
+                  "retry_failed": not a.skip_failed}
+    not_scored = (f"--mode {config.mode} caches are not scored: the selective protocol scores "
+                  f"{' and '.join(scored_modes)} caches (softmax response; MC-dropout entropy); "
+                  "score TTA or ensemble caches with uqvision score --protocol ensembles "
+                  f"--caches {out / 'caches'}")
+    if a.dry_run:
+        plan = dry_run_sweep(a.models or [], data, out / "caches", config,
+                             n_workers=a.n_workers, **sweep_args)
+        for line in plan.lines():
+            _print(line)
+        _print(f"scores: {scores_path}" if scores_path is not None else f"scores: none "
+               f"({not_scored})")
+        return 0
+    if recorded:
+        previous = [str(r.get("model", "?")) for r in recorded]
         print(f"uqvision sweep: {len(previous)} model(s) failed in the previous run "
-              f"({failures}): {shown}; "
+              f"({failures}): {_names(previous)}; "
               + ("left out (--skip-failed)" if a.skip_failed else "retrying them"),
               file=sys.stderr, flush=True)
-    report = sweep_predictions(a.models or [], _data(a), out / "caches", _predict_config(a),
-                               zoos=a.zoo or (), weights_dir=a.weights_dir,
-                               dataset_name=a.dataset_name, scheduler=a.scheduler,
-                               n_workers=a.n_workers, threads=a.cell_threads or a.threads,
-                               overwrite=a.overwrite, progress=True, failures_file=failures,
-                               retry_failed=not a.skip_failed)
+    report = sweep_predictions(a.models or [], data, out / "caches", config,
+                               scheduler=a.scheduler, n_workers=a.n_workers, progress=True,
+                               log_file=out / LOG_FILE, **sweep_args)
     failed = report.failed_models
     _print(f"computed {len(report.computed)}, skipped {len(report.skipped)} (already complete), "
            f"failed {len(failed)} model(s)")
-    for row, rec in sorted(failed.items()):
-        notes = [f"{len(rec['cells'])} cell(s)"] if rec["cells"] else []
-        if rec.get("attempts", 1) > 1:
-            notes.append(f"failed {rec['attempts']} runs in a row")
-        if not rec.get("retried", True):
-            notes.append(f"not retried (--skip-failed), failed at {rec['time']}")
-        _print(f"  FAILED {row}: {_one_line(rec['error'])}"
-               + (f" ({'; '.join(notes)})" if notes else ""))
+    for line in _failure_lines(failed, str(failures)):
+        _print(line)
     if failed:
-        print(f"uqvision sweep: {len(failed)} model(s) failed, recorded in {failures}; rerun the "
-              "same command to retry them (finished caches are kept)", file=sys.stderr,
-              flush=True)
-    if a.mode == "plain" and report.paths:
-        ds = score_selective([out / "caches"], selective_config(a, dataset=a.dataset_name))
-        _print(str(write_dataset(ds, out / "scores" / "selective.nc", overwrite=True)))
+        where = (f"recorded in {failures}" if report.failures_error is None else
+                 f"NOT recorded: {failures} could not be written ({report.failures_error})")
+        logged = (f"; full tracebacks in {out / LOG_FILE}"
+                  if (out / LOG_FILE).is_file() and any(r.get("cells") for r in failed.values())
+                  else "")
+        print(f"uqvision sweep: {len(failed)} model(s) failed, {where}{logged}; "
+              f"{_failure_advice(failed)}", file=sys.stderr, flush=True)
+    if scores_path is None:
+        _print(f"scores: none ({not_scored})")
+    elif report.paths:
+        from .protocols.selective.plots import plot_selective  # figures: imported on use
+        from .results import results_table  # the results table (docs/conventions.md#v-1-table)
+
+        ds = score_selective([out / "caches"], selective_config(a, dataset=dataset))
+        _print(str(write_dataset(ds, scores_path, overwrite=True)))
+        figures = out / "plots" / safe_name(dataset)
+        models = int((ds["method"].values == "softmax").sum())  # the paper's figures' rows
+        drawn = ((plot_selective(ds, figures) if models else [])
+                 + sweep_figures(ds, report.paths, figures))
+        note = (f"; no risk-coverage figure for {models} models (more than "
+                f"{RISK_COVERAGE_MAX_MODELS}: uqvision plot --caches FILES draws a subset)"
+                if models > RISK_COVERAGE_MAX_MODELS else "")
+        _print(f"figures: {figures} ({len(drawn)} files{note})")
+        table = results_table(report.paths, scores=ds)
+        _print(table.format())
+        for path in table.write(out / "scores", f"results-{safe_name(dataset)}", overwrite=True):
+            _print(str(path))
     # exit 1 when a model failed (as uqreg sweep does for failed cells): the others are computed,
     # scored and kept, and a rerun resumes them
     return 1 if report.failed or not report.paths else 0
@@ -508,7 +685,12 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", default=None, metavar="FILE",
                    help="label file of a flat --data folder or archive: the ILSVRC2012 devkit "
                         "(its folder, ground-truth .txt or .tar.gz) or LOC_val_solution.csv "
-                        "(default: looked for beside --data, then one folder up)")
+                        "(default: looked for beside --data, then one folder up; the first "
+                        "found is read, the devkit before the csv)")
+    p.add_argument("--subset", action="store_true",
+                   help="--data holds part of the images of its label file (e.g. 40 of "
+                        "ImageNet's 50,000): the labelled images absent are left out, recorded "
+                        "in the caches as counts and a hash; without it they stop the command")
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
     p.add_argument("--overwrite", action="store_true")
 
@@ -553,15 +735,28 @@ def _args_score(p: argparse.ArgumentParser) -> None:
 
 
 class _ListZoos(argparse.Action):
-    """``--list-zoos``: print the zoos and exit (like ``--help``, before the required options)."""
+    """``--list-zoos [NAME]``: print the zoos, or the members of zoo NAME one per line, and
+    exit (like ``--help``, before the required options); an unknown NAME is a one-line error
+    naming the known zoos (exit code 2)."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS,
+                         metavar="NAME", **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .zoo import ZOOS
+        from .zoo import ZOOS, zoo_models
 
-        print(ZOOS.describe(), flush=True)
+        if values is None:
+            print(ZOOS.describe(), flush=True)
+            parser.exit(0)
+        try:
+            names = zoo_models([values])
+        except ValueError as exc:
+            parser.error(f"argument --list-zoos: {exc}")
+        try:
+            print("\n".join(names), flush=True)
+        except BrokenPipeError:  # uqvision sweep --list-zoos timm-in1k | head
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         parser.exit(0)
 
 
@@ -573,12 +768,22 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "--zoo, the union (each model once); one of the two is required")
     p.add_argument("--zoo", action="append", default=None, metavar="NAME",
                    help="a named model list (repeatable):\n" + ZOOS.describe())
-    p.add_argument("--list-zoos", action=_ListZoos, help="list the zoos and exit")
+    p.add_argument("--list-zoos", action=_ListZoos,
+                   help="list the zoos and exit; with a NAME, the members of that zoo, one per "
+                        "line")
     p.add_argument("--skip-failed", action="store_true",
                    help="leave out the models that sweep_failures.json lists from the previous "
                         "run (default: retry them; they are reported as failed again either way)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the models, where each one's weights are (local file, cache, "
+                        "random init, missing), the cells to compute and those complete on "
+                        "disk, and the cost (cells x images; a time when earlier caches there "
+                        "record theirs); nothing is computed, downloaded or written")
     p.add_argument("--data", required=True)
-    p.add_argument("--out", required=True, help="sweep directory (caches/, scores/)")
+    p.add_argument("--out", required=True,
+                   help="sweep directory: caches/, scores/selective-<dataset>.nc and "
+                        "results-<dataset>.csv/.json, plots/<dataset>/, sweep_failures.json, "
+                        "sweep.log (full tracebacks)")
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
     p.add_argument("--n-workers", type=COUNT, default=2)
@@ -727,7 +932,13 @@ _add_protocol_commands()
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (the project's error policy): ``uqvision
     predict: error: argument --seed: must be >= 0, got -1 (see uqvision predict -h)``, exit
-    code 2."""
+    code 2. Options are never abbreviated (``allow_abbrev=False``, here and in every
+    subcommand): ``--dataset`` must not be taken as ``--dataset-name``, which renames the
+    caches."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
@@ -771,7 +982,7 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items_ordered():
         parser = sub.add_parser(name, help=cmd.description, description=cmd.description,
-                                formatter_class=_HelpFormatter)
+                                formatter_class=_HelpFormatter, allow_abbrev=False)
         if lazy:
             sub.pending[name] = cmd.arguments
         else:
@@ -781,7 +992,11 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``uqvision`` console script."""
-    args = build_parser(lazy=True).parse_args(argv)
+    try:  # a command's options import what it runs: a Ctrl-C may come during the imports
+        args = build_parser(lazy=True).parse_args(argv)
+    except KeyboardInterrupt:
+        print("uqvision: interrupted", file=sys.stderr)
+        return 130
     if args.threads:
         torch.set_num_threads(args.threads)
     return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))

@@ -40,7 +40,14 @@ from uqmetrics.registry import Registry
 
 from .exceptions import BadImageError
 from .hierarchy import make_hierarchy
-from .layouts import IMG_EXTENSIONS, LAYOUTS, list_classes, scan_layout, wnid_description
+from .layouts import (
+    IMG_EXTENSIONS,
+    LAYOUTS,
+    list_classes,
+    read_label_file,
+    scan_layout,
+    wnid_description,
+)
 
 __all__ = [
     "DATASET_MAKERS",
@@ -53,9 +60,11 @@ __all__ = [
     "ImageFolderDataset",
     "SeededAugmentation",
     "check_images",
+    "check_output_outside",
     "check_split_classes",
     "dataset_fingerprint",
     "derive_seed",
+    "describe_labels",
     "eval_transform",
     "flush_denormal",
     "folder_fingerprint",
@@ -130,6 +139,10 @@ def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
 def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
     """What an error of PIL says about an image file (or its bytes), in a few words."""
     if isinstance(err, FileNotFoundError):
+        if getattr(err, "why", None):  # uqvision.layouts.UnreadableFileError: a tar link
+            return err.why
+        if isinstance(path, str | os.PathLike) and os.path.islink(path):
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
         return "does not exist"
     if isinstance(err, Image.UnidentifiedImageError):
         try:
@@ -179,7 +192,7 @@ def _load_sample(source, rel: str) -> Image.Image:
     try:
         src = source.open(rel)
     except OSError as err:
-        raise BadImageError(f"image {source.where(rel)!r}: {_problem(rel, err)}",
+        raise BadImageError(f"image {source.where(rel)!r}: {_problem(source.where(rel), err)}",
                             source.where(rel)) from None
     return _load(src, source.where(rel))
 
@@ -241,8 +254,9 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
     cost is about one decode of the folder at 1/64 of the pixels.
 
     A flat layout's mismatches with its label file come first (:attr:`ImageFolderDataset.
-    label_problems`: images listed there but absent, images without a label), then the
-    unreadable images.
+    label_problems`: images listed there but absent, images without a label), then the files
+    the scan found unusable (:attr:`ImageFolderDataset.scan_problems`: a name that is not
+    UTF-8), then the unreadable images (a dangling symbolic link or tar link among them).
 
     Parameters
     ----------
@@ -265,7 +279,9 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
         with ThreadPoolExecutor(workers) as pool:
             problems = list(pool.map(check, rels))
     bad = {rel: why for rel, why in zip(rels, problems, strict=True) if why}
-    return {**{rel: why for rel, why in listed.items() if rel not in ds.skipped}, **bad}
+    return {**{rel: why for rel, why in listed.items() if rel not in ds.skipped},
+            **{rel: why for rel, why in ds.scan_problems.items() if rel not in ds.skipped},
+            **bad}
 
 
 def readable_images(folder: ImageFolderDataset, *,
@@ -277,16 +293,22 @@ def readable_images(folder: ImageFolderDataset, *,
     folder : ImageFolderDataset
     skip_bad : bool, default False
         Leave unreadable images out (recorded in the copy's ``skipped``) instead of raising
-        (``--skip-bad-images``).
+        (``--skip-bad-images``). Images of the label file that are absent are not unreadable:
+        they are refused whatever ``skip_bad``; a folder scanned with ``subset=True``
+        (``--subset``) has none.
 
     Raises
     ------
     uqvision.exceptions.BadImageError
-        Some images do not read and ``skip_bad`` is false; the message names them.
+        Some images do not read and ``skip_bad`` is false, or some images of the label file are
+        absent; the message names them.
     """
     bad = check_images(folder)
-    if bad and not skip_bad:
-        listed = {rel: why for rel, why in bad.items() if rel in folder.label_problems}
+    samples = set(folder.sample_ids)
+    absent = [rel for rel in bad if rel in folder.label_problems and rel in samples]
+    if absent or (bad and not skip_bad):
+        listed = {rel: why for rel, why in bad.items() if rel in folder.label_problems
+                  and (rel in samples or not skip_bad)}
         if listed:
             raise BadImageError(label_problems_message(folder, listed), folder.root)
         first = next(iter(bad))
@@ -310,17 +332,108 @@ def bad_images_message(root: str | os.PathLike, bad: dict[str, str],
 
 def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str]) -> str:
     """One line for the images of a flat layout that do not match its label file: how many are
-    listed there but absent and how many have no label, with an example of each."""
+    listed there but absent and how many have no label, with an example of each, and the
+    option that takes each as it is (``--subset`` for the absent ones, ``--skip-bad-images``
+    for the unlabelled ones)."""
     samples = set(folder.sample_ids) | set(folder.skipped)
     absent = [rel for rel in problems if rel in samples]
     unlabelled = [rel for rel in problems if rel not in samples]
     parts = [f"{len(rels)} image(s) {what} (e.g. {rels[0]!r})"
              for rels, what in ((absent, "listed in the label file are absent"),
                                 (unlabelled, "have no label there")) if rels]
+    fixes = [fix for rels, fix in (
+        (absent, (f"pass --subset (library: subset=True) to score the "
+                  f"{len(samples) - len(absent)} labelled image(s) present as a subset of the "
+                  "label file")),
+        (unlabelled, "pass --skip-bad-images to leave the unlabelled ones out")) if rels]
     label = folder.label_file.name if folder.label_file is not None else "?"
     return (f"image {'archive' if folder.layout.startswith('tar') else 'folder'} "
             f"{str(folder.root)!r} does not match label file {label!r}: {' and '.join(parts)}; "
-            "fix the folder or the label file, or pass --skip-bad-images to leave them out")
+            f"fix the folder or the label file, or {', and '.join(fixes)}")
+
+
+def check_output_outside(data: str | os.PathLike, out: str | os.PathLike | None,
+                         option: str = "--out") -> None:
+    """Refuse an output folder that is ``data`` or inside it, before anything is scanned or
+    written: a folder in ``data`` is taken for a class folder at the next scan (and one in a
+    flat folder makes it a mixed layout), so the next run over ``data`` would fail.
+
+    Parameters
+    ----------
+    data : path
+        The image folder (an archive holds no folder: nothing to check).
+    out : path or None
+        The output folder (``None``: nothing to check).
+    option : str, default "--out"
+        How the message names ``out``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``out`` is ``data`` or inside it (symbolic links resolved).
+    """
+    if out is None:
+        return
+    root, target = Path(data).resolve(), Path(out).resolve()
+    if root.is_dir() and (target == root or root in target.parents):
+        raise InputError(f"{option} {str(out)!r} is inside --data {str(data)!r}: a folder there "
+                         "would be read as a class folder of the data by the next run; write "
+                         "the output outside the data folder")
+
+
+def describe_labels(folder: ImageFolderDataset) -> str | None:
+    """One line saying how ``folder`` is labelled, ``None`` for class folders: the label file
+    read (path, kind, the start of its content hash, whether given or found), the label files
+    found but passed over (the first found wins: the folder holding the data before the one
+    above, and in a folder the devkit before ``LOC_val_solution.csv``) with whether they agree
+    on the images present, and the subset (:attr:`ImageFolderDataset.subset`).
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset
+
+    Returns
+    -------
+    str or None
+        The line (no newline), ``None`` when ``folder`` has no label file.
+
+    Examples
+    --------
+    ``labels of '/in/val': devkit '/in/ILSVRC2012_devkit_t12' (sha256 3f2a9c41d0be..., found
+    by the search); also found '/in/LOC_val_solution.csv', not read: the devkit comes first
+    (pass --labels FILE to choose), and it labels 2 of the 40 images present otherwise
+    (e.g. 'ILSVRC2012_val_00000003.JPEG': n01440764 here, n01443537 there)``
+    """
+    lf = folder.label_file
+    if lf is None:
+        return None
+    how = "found by the search" if folder.label_found else "given by --labels"
+    parts = [(f"labels of {str(folder.root)!r}: {lf.kind} {lf.name!r} (sha256 "
+              f"{lf.sha256[:12]}..., {how})")]
+    for other in folder.label_others:
+        text = f"also found {str(other)!r}, not read: the {lf.kind} comes first (pass " \
+               "--labels FILE to choose)"
+        try:
+            theirs = read_label_file(other).labels
+        except (ValueError, OSError) as err:
+            parts.append(f"{text}; it cannot be read ({' '.join(str(err).split())})")
+            continue
+        differ = []
+        for rel in folder.sample_ids:
+            stem = os.path.splitext(rel)[0]
+            if lf.labels.get(stem) != theirs.get(stem):
+                differ.append((rel, lf.labels.get(stem), theirs.get(stem)))
+        if differ:
+            rel, ours, them = differ[0]
+            text += (f", and it labels {len(differ)} of the {len(folder)} images present "
+                     f"otherwise (e.g. {rel!r}: {ours} here, {them or 'no label'} there)")
+        else:
+            text += f", and it agrees on the {len(folder)} images present"
+        parts.append(text)
+    if folder.subset is not None:
+        parts.append(f"subset: {folder.subset.n_present} of the {folder.subset.n_labelled} "
+                     "images of the label file are present, the others left out (--subset)")
+    return "; ".join(parts)
 
 
 class ImageFolderDataset(Dataset):
@@ -345,6 +458,11 @@ class ImageFolderDataset(Dataset):
         The label file of a flat folder or archive (the devkit — its folder, ground-truth
         file or ``.tar.gz`` — or ``LOC_val_solution.csv``); default: looked for next to
         ``root`` (:func:`uqvision.layouts.find_label_file`). Refused for class folders.
+    subset : bool, default False
+        Read a flat folder or archive as a subset of its label file (``--subset``): the
+        images the label file lists but ``root`` lacks are left out, recorded as counts and a
+        hash (:attr:`subset`); without it they are refused (:func:`readable_images`).
+        Refused for class folders.
 
     Attributes
     ----------
@@ -359,9 +477,18 @@ class ImageFolderDataset(Dataset):
     label_file : uqvision.layouts.LabelFile or None
         The label file of a flat layout (its content hash enters the fingerprint).
     label_problems : mapping str -> str
-        A flat layout's images listed in its label file but absent (samples named as listed)
-        and images without a label (not samples): reported by :func:`check_images`, refused
-        or left out by :func:`readable_images` as unreadable images are.
+        A flat layout's images listed in its label file but absent (samples named as listed;
+        always refused by :func:`readable_images`: pass ``subset``) and images without a label
+        (not samples; refused, or left out as unreadable images are).
+    scan_problems : mapping str -> str
+        Image files the scan found but cannot take as samples (a name that is not valid
+        UTF-8, keyed by the name with its undecodable bytes as ``\\xNN``): reported by
+        :func:`check_images` as unreadable images.
+    subset : uqvision.layouts.Subset or None
+        Set when ``subset`` left absent images out: how many the label file labels, how many
+        are present, the SHA-256 of the present ids (part of the fingerprint).
+    label_others : tuple of Path
+        Label files found beside ``root`` but not read (the first found wins).
 
     Raises
     ------
@@ -369,12 +496,14 @@ class ImageFolderDataset(Dataset):
         ``root`` does not exist, has no class folder (nor images), a class folder has no image,
         or a flat folder has no label file (the message names the files looked for).
     uqmetrics.InputError
-        A label file given for class folders, a malformed label file, a compressed archive.
+        A label file given for class folders, a malformed label file, a compressed or
+        truncated archive, images both directly in ``root`` and in class folders.
     """
 
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
-                 augment_seed: int | None = None, labels: str | os.PathLike | None = None):
-        scan = scan_layout(root, labels)
+                 augment_seed: int | None = None, labels: str | os.PathLike | None = None,
+                 subset: bool = False):
+        scan = scan_layout(root, labels, subset=subset)
         if augment_seed is not None and not isinstance(transform, SeededAugmentation):
             raise ValueError("augment_seed needs a SeededAugmentation transform (see "
                              f"tta_transform), got transform={transform!r}")
@@ -386,6 +515,10 @@ class ImageFolderDataset(Dataset):
         self.source = scan.source
         self.label_file = scan.label_file
         self.label_problems = scan.label_problems
+        self.scan_problems = scan.problems
+        self.subset = scan.subset
+        self.label_others = scan.label_others
+        self.label_found = scan.label_found
         self._folder_label = (None if scan.layout == "class_folders"
                               else dict(scan.samples))  # the fingerprint's labels
         self.transform = transform
@@ -395,6 +528,27 @@ class ImageFolderDataset(Dataset):
     def targets(self) -> list[int]:
         """Class index of every sample, shape (n_samples,)."""
         return [y for _, y in self.samples]
+
+    def labelling_attrs(self) -> dict[str, Any]:
+        """What a cache records of how the folder was labelled (empty for class folders): the
+        label file (``label_file``: its path, resolved; ``label_file_kind``;
+        ``label_file_sha256``: its content hash, :attr:`uqvision.layouts.LabelFile.sha256`)
+        and, for a subset (:attr:`subset`), ``subset_n_labelled``, ``subset_n_present`` and
+        ``subset_sha256``.
+
+        Returns
+        -------
+        dict
+            Attr name -> str or int.
+        """
+        out: dict[str, Any] = {}
+        if self.label_file is not None:
+            out.update(label_file=str(Path(self.label_file.path).resolve()),
+                       label_file_kind=self.label_file.kind,
+                       label_file_sha256=self.label_file.sha256)
+        if self.subset is not None:
+            out.update(self.subset.attrs())
+        return out
 
     @property
     def sample_ids(self) -> list[str]:
@@ -584,7 +738,7 @@ def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.
 
 
 def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False,
-                        labels: str | os.PathLike | None = None) -> str:
+                        labels: str | os.PathLike | None = None, subset: bool = False) -> str:
     """SHA-256 over the class list, the sample ids and file sizes (or file contents); for a
     layout other than class folders also over the layout and the label file's content hash.
 
@@ -596,8 +750,11 @@ def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False,
         Hash file contents too (slow on ImageNet; sizes already catch truncated copies).
     labels : path, optional
         The label file of a flat layout (as for :class:`ImageFolderDataset`).
+    subset : bool, default False
+        Read the folder as a subset of its label file (as for :class:`ImageFolderDataset`).
     """
-    return folder_fingerprint(ImageFolderDataset(root, labels=labels), content=content)
+    return folder_fingerprint(ImageFolderDataset(root, labels=labels, subset=subset),
+                              content=content)
 
 
 def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
@@ -607,7 +764,9 @@ def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
     The class-folder layout's fingerprint is what it always was (caches stay valid). Another
     layout's starts from its name (``flat``, ``tar/class_tars``, ...) and its label file's
     content hash, so a cache of another layout or labelling is refused on resume; a sample
-    listed in the label file but absent enters with size -1.
+    listed in the label file but absent, or a dangling symbolic link, enters with size -1.
+    A subset (:attr:`ImageFolderDataset.subset`) adds its counts and hash, so its caches are
+    never taken for those of the whole label file.
 
     Parameters
     ----------
@@ -617,9 +776,11 @@ def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
     h = hashlib.sha256(json.dumps(ds.classes).encode())
     if ds._folder_label is not None:
         label_file = ds.label_file
-        h.update(json.dumps({"layout": ds.layout, "label_file": None if label_file is None
-                             else {"kind": label_file.kind, "sha256": label_file.sha256}},
-                            sort_keys=True).encode())
+        head = {"layout": ds.layout, "label_file": None if label_file is None
+                else {"kind": label_file.kind, "sha256": label_file.sha256}}
+        if getattr(ds, "subset", None) is not None:  # only then: earlier caches stay valid
+            head["subset"] = ds.subset.attrs()
+        h.update(json.dumps(head, sort_keys=True).encode())
         for rel, _ in ds.samples:
             h.update(f"{rel}\0{ds._folder_label[rel]}\0{ds.source.size(rel)}\n".encode())
             if content and ds.source.size(rel) >= 0:
@@ -629,8 +790,9 @@ def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
     for rel, _ in ds.samples:
         p = ds.root / rel
         label = folder_label[rel.split("/", 1)[0]]
-        h.update(f"{rel}\0{label}\0{p.stat().st_size}\n".encode())
-        if content:
+        size = ds.source.size(rel)
+        h.update(f"{rel}\0{label}\0{size}\n".encode())
+        if content and size >= 0:
             h.update(hashlib.sha256(p.read_bytes()).digest())
     return ("content:" if content else "size:") + h.hexdigest()
 

@@ -37,6 +37,7 @@ gathered onto every rank in sample order before anything is written (rank 0 writ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -51,7 +52,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 from uqmetrics import IncompleteResultError, InputError, provenance_attrs, write_dataset
-from uqmetrics.io import decode_attr
+from uqmetrics.io import CorruptResultError, decode_attr, exclusive_lock
 from uqmetrics.registry import Registry
 
 from .cache import CacheError, cache_dataset, cache_key, read_cache
@@ -618,6 +619,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         if folder.skipped:  # unreadable images left out (skip_bad_images)
             extra.update(skipped_images=json.dumps(dict(folder.skipped)),
                          n_skipped_images=len(folder.skipped))
+        extra.update(folder.labelling_attrs())  # label file (path, sha256), subset counts
         ds = cache_dataset(logits if config.logits else None, arrays["label"],
                            samples=folder.sample_ids, classes=space.classes,
                            in_folder=space.in_folder(),
@@ -681,9 +683,12 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     A complete cache is reused only when its identity (:data:`IDENTITY_FIELDS`: model and
     checkpoint and sidecar hashes, dataset fingerprint, mode, policy, seed, passes, ...) equals
     the request's; a different one is an error naming each field that differs (cached vs now)
-    unless ``overwrite``. A file that is not a uqvision cache, or whose data fail its checksum,
-    is an error too (never replaced without ``overwrite``); an unreadable or unfinished file
-    (no completeness flag) is recomputed.
+    unless ``overwrite``. A file that is not a uqvision cache, or whose data fail its checksum
+    (the cache's ``checksum`` or the file's :data:`uqmetrics.io.CHECKSUM_ATTR`), is an error too
+    (never replaced without ``overwrite``: the message says to delete it or pass
+    ``--overwrite``); an unreadable file (truncated, damaged metadata such as an attribute
+    netCDF cannot open) or an unfinished one (no completeness flag) is recomputed: in the
+    returned ``missing``, never an error.
 
     Returns
     -------
@@ -725,11 +730,13 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
             missing.add((k, p))
             continue
         except CacheError as exc:
-            if isinstance(exc.__cause__, IncompleteResultError):
+            if isinstance(exc.__cause__, IncompleteResultError) and not isinstance(
+                    exc.__cause__, CorruptResultError):
                 missing.add((k, p))  # unreadable or unfinished: nothing to lose
                 continue
-            problems.append(f"{' '.join(str(exc).split())}; it is left as it is (pass "
-                            "--overwrite to replace it)")
+            text = " ".join(str(exc).split())  # a corrupt cache's says how to recompute it
+            problems.append(text if "--overwrite" in text else
+                            f"{text}; it is left as it is (pass --overwrite to replace it)")
             continue
         have = cache_identity(cached.attrs)
         want = {"model": sample_label(spec.row, k, multi), "model_name": spec.name,
@@ -772,6 +779,14 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
     is recomputed). ``checked`` is what :func:`check_caches` answered for these same
     arguments, when the caller has checked them already (``uqvision predict`` checks every
     model before the first runs): the caches are then not read a second time.
+
+    Two runs never compute the same cache at once: the writing process (rank 0) holds an
+    exclusive lock (:func:`uqmetrics.io.exclusive_lock`, ``.<cache file>.lock`` beside it) on
+    every cache it computes, from before the model runs until the cache is written; a run
+    that finds one of them locked is refused (:class:`uqmetrics.io.LockedError`, naming the
+    lock and the process that holds it) before it computes anything. Once it holds the locks,
+    a cache that appeared since the check (written by a run that has just finished) is
+    checked again, so that a cache of other inputs is never silently replaced.
     """
     config = _resolved(config or PredictConfig())
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
@@ -779,9 +794,20 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
     name = dataset_name or folder.root.resolve().name
     paths, missing = checked if checked is not None else check_caches(
         spec, folder, out_dir, config, dataset_name=name, overwrite=overwrite)
-    if missing:
-        for ds in predict(spec, folder, config, dataset_name=name, only=missing, attrs=attrs):
-            if int(os.environ.get("RANK", "0")) == 0:
-                kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
-                write_dataset(ds, paths[kp], overwrite=True)
+    writer = int(os.environ.get("RANK", "0")) == 0
+    with contextlib.ExitStack() as locks:
+        if missing and writer:
+            for kp in sorted(missing):
+                locks.enter_context(exclusive_lock(
+                    paths[kp].with_name(f".{paths[kp].name}.lock"),
+                    advice="wait for it to finish, or write to another --out"))
+        if missing and not overwrite and any(paths[kp].exists() for kp in missing):
+            # written by another run since the check: its identity is checked again
+            paths, missing = check_caches(spec, folder, out_dir, config, dataset_name=name)
+        if missing:
+            for ds in predict(spec, folder, config, dataset_name=name, only=missing,
+                              attrs=attrs):
+                if writer:
+                    kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
+                    write_dataset(ds, paths[kp], overwrite=True)
     return list(paths.values())

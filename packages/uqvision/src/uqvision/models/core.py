@@ -28,6 +28,7 @@ file came from is recorded beside it (``weights_*`` attrs, :meth:`LoadedModel.pr
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import hashlib
 import json
@@ -77,6 +78,7 @@ __all__ = [
     "has_dropout",
     "hub_cache_dir",
     "load_model",
+    "locate_pretrained",
     "pretrained_weights",
     "read_sidecar",
     "recorded_class_names",
@@ -318,7 +320,7 @@ def _timm_pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | Non
                  else [*_get_safe_alternatives(filename), filename])
         cache, offline = hub_cache_dir(), weights_offline()
         what = f"{' or '.join(names)} of hub repository {repo!r}"
-        if not download and not offline:  # locate only: what the cache holds, no network
+        if not download and (not offline or _LOCATE_ONLY.get()):  # what the cache holds
             for name in names:
                 found = try_to_load_from_cache(repo_id, name, cache_dir=cache, revision=revision)
                 if isinstance(found, str):
@@ -359,7 +361,7 @@ def _url_weights(spec_name: str, source: str, url: str, download: bool,
     filename = os.path.basename(urlparse(url).path)
     path = folder / filename
     if not path.is_file():
-        if weights_offline():
+        if weights_offline() and not _LOCATE_ONLY.get():
             raise _unavailable(spec_name, f"{filename} from {url}", folder, _offline_why())
         if not download:
             return None
@@ -407,6 +409,46 @@ def pretrained_weights(spec: ModelSpec | str, *, download: bool = True
         raise ValueError(f"model source {spec.source!r} of {spec.name!r} has no pretrained "
                          "weights: give a checkpoint as NAME=FILE")
     return find(spec, download)
+
+
+#: Set by :func:`locate_pretrained`: a look in the caches that returns ``None`` for a file
+#: that is not cached, offline or not (:func:`pretrained_weights` with ``download=False``
+#: raises for it when offline).
+_LOCATE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("_LOCATE_ONLY",
+                                                                    default=False)
+
+
+def locate_pretrained(spec: ModelSpec | str) -> PretrainedWeights | None:
+    """Where the pretrained weights of a name are cached, from the caches alone.
+
+    No network and no download, whatever ``HF_HUB_OFFLINE`` says: the file timm's or
+    torchvision's mechanism would load (:func:`pretrained_weights`), found in the Hugging Face
+    hub cache (``huggingface_hub.try_to_load_from_cache``) or torch.hub's ``checkpoints``
+    folder, or ``None`` when it is not there. A sweep calls it for every model before anything
+    runs (:func:`uqvision.sweep.check_weights`).
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        A name without a checkpoint.
+
+    Returns
+    -------
+    PretrainedWeights or None
+
+    Raises
+    ------
+    uqvision.exceptions.WeightsUnavailableError
+        A name with no pretrained weights at all (its pretrained config names no hub
+        repository or url; a torchvision architecture without weights).
+    ValueError
+        An unknown name, or a model source with no pretrained weights.
+    """
+    token = _LOCATE_ONLY.set(True)
+    try:
+        return pretrained_weights(spec, download=False)
+    finally:
+        _LOCATE_ONLY.reset(token)
 
 
 def check_pretrained(spec: ModelSpec | str, *, allow_random_init: bool = False) -> None:

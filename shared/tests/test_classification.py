@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from sklearn import metrics as sk
 
 from uqmetrics import classification
@@ -172,30 +173,128 @@ def test_sce_hand_case():
 
 
 def test_ace_and_tace_hand_case():
-    # ACE, 2 equal-mass bins per class (median split, 2 + 1 samples):
-    # class 0: {.1, .2} acc 0 conf .15 (w 2/3), {.6} acc 1 conf .6 (w 1/3): 0.1 + 0.4/3 = 7/30
-    # class 1: {.1, .3} acc 1/2 conf .2 (w 2/3), {.4} acc 0 (w 1/3): 0.2 + 0.4/3 = 10/30
-    # class 2: {0, .5} acc 0 conf .25 (w 2/3), {.8} acc 1 (w 1/3): 1/6 + 0.2/3 = 7/30
-    assert adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2) == pytest.approx(24 / 90)
-    # TACE (threshold 1e-3) drops p = 0 from class 2: {.5} and {.8}, each weighted |B|/n = 1/3:
-    # (.5 + .2) / 3 = 7/30, and the mean over the C = 3 classes: (7 + 10 + 7) / 90
+    # ACE, 2 equal-count index bins per class over the p > 0: floor(n_k / 2) sorted predictions,
+    # the rest in the last bin (3 -> 1 + 2; 2 -> 1 + 1):
+    # class 0: {.1} acc 0 (w 1/3), {.2, .6} acc 1/2 conf .4 (w 2/3): (.1 + .2) / 3 = 3/30
+    # class 1: {.1} acc 0 (w 1/3), {.3, .4} acc 1/2 conf .35 (w 2/3): (.1 + .3) / 3 = 4/30
+    # class 2: p = 0 is not > 0; {.5} acc 0, {.8} acc 1, each w 1/3: (.5 + .2) / 3 = 7/30
+    assert adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2) == pytest.approx(14 / 90)
+    # TACE (p > 1e-3) selects the same predictions here, and the mean over the C = 3 classes
     tace = adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, threshold=1e-3)
-    assert tace == pytest.approx(24 / 90)
+    assert tace == pytest.approx(14 / 90)
     # per-class weights |B|/n_k (n_2 = 2): class 2 gives (.5 + .2) / 2 = 10.5/30
-    per_class = adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, threshold=1e-3, weighting="class")
-    assert per_class == pytest.approx(27.5 / 90)
-    # without a threshold the two weightings are the same ACE
-    assert adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, weighting="class") == pytest.approx(24 / 90)
+    per_class = adaptive_calibration_error(_LABELS3, _PROBS3, n_bins=2, threshold=1e-3,
+                                           weighting="class")
+    assert per_class == pytest.approx(17.5 / 90)
+    # the quantile (median) split 2 + 1 of the former convention gave 24/90
+    # where every class selects all n predictions (no p = 0) the two weightings agree
+    p = np.random.default_rng(0).dirichlet(np.ones(3), size=20)
+    y = np.arange(20) % 3
+    assert adaptive_calibration_error(y, p, n_bins=4, weighting="class") == pytest.approx(
+        adaptive_calibration_error(y, p, n_bins=4), rel=1e-12)
     assert get_metric("tace").func(_LABELS3, _PROBS3) == pytest.approx(
         adaptive_calibration_error(_LABELS3, _PROBS3, threshold=1e-3))
+    assert get_metric("ace").func(_LABELS3, _PROBS3) == pytest.approx(
+        adaptive_calibration_error(_LABELS3, _PROBS3))
+
+
+def official_index_binning(labels, probs, n_bins=15, threshold=1e-3):
+    """Ashukha et al.'s TACE/ACE binning (pytorch-ensembles ``metrics.get_tace``; ``get_ace`` is
+    the same at threshold 0), restated here as a reference: for each class, keep the
+    predictions strictly above the threshold, sort them (ties: other classes' labels first,
+    uqmetrics' order for ties), give each of the first R - 1 bins floor(n_k / R) consecutive
+    predictions and the last bin all the rest; add |B| |acc - conf| / (n C) for every
+    non-empty bin."""
+    n, c = probs.shape
+    total = 0.0
+    for k in range(c):
+        kept = sorted((float(probs[i, k]), bool(labels[i] == k)) for i in range(n)
+                      if probs[i, k] > threshold)
+        size = len(kept) // n_bins
+        for r in range(n_bins):
+            chunk = kept[r * size:(r + 1) * size] if r < n_bins - 1 else kept[r * size:]
+            if chunk:
+                conf = sum(v for v, _ in chunk) / len(chunk)
+                acc = sum(h for _, h in chunk) / len(chunk)
+                total += len(chunk) * abs(acc - conf) / (n * c)
+    return total
+
+
+@st.composite
+def tied_probs_and_labels(draw):
+    """Probabilities on a coarse grid (many exact ties and zeros) and labels."""
+    n = draw(st.integers(1, 60))
+    c = draw(st.integers(2, 5))
+    weights = draw(hnp.arrays(np.int64, (n, c), elements=st.integers(0, 3)))
+    weights[:, 0] += weights.sum(axis=1) == 0  # no all-zero row
+    labels = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, c - 1)))
+    return labels, weights / weights.sum(axis=1, keepdims=True)
+
+
+@given(data=st.one_of(probs_and_labels(), tied_probs_and_labels()), n_bins=st.integers(1, 20),
+       threshold=st.sampled_from([0.0, 1e-3, 0.25]))
+@settings(max_examples=200, deadline=None)
+def test_ace_is_the_official_index_binning(data, n_bins, threshold):
+    """ACE/TACE bin like Ashukha et al.'s code (index bins of floor(n_k/R), the remainder in
+    the last, p > threshold strictly), on distinct and on tied predictions."""
+    labels, probs = data
+    if not (probs > threshold).any():
+        return
+    assert adaptive_calibration_error(labels, probs, n_bins=n_bins, threshold=threshold) == \
+        pytest.approx(official_index_binning(labels, probs, n_bins, threshold), rel=1e-9,
+                      abs=1e-15)
+
+
+def test_ace_index_bins_split_ties_and_take_the_remainder_last():
+    """Fixed cases where the former quantile edges differed: 10 predictions in R = 3 bins are
+    3 + 3 + 4 by position (quantile edges: 4 + 3 + 3 here), 9 are 3 + 3 + 3; a tie of 4 equal
+    predictions across a bin boundary is cut by position (quantile edges keep it in one bin);
+    exact zeros (ACE) and predictions equal to the threshold (TACE) are left out. Each bin
+    adds |B| |acc - conf| / (n C) = |hits - sum of p| / (n C)."""
+    p1 = np.arange(10) / 10  # row i: p1 = i / 10 (row 0: p1 = 0, not selected by ACE)
+    probs = np.column_stack([1 - p1, p1])
+    labels = np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 1])
+    # class 0 (10 selected), ascending rows 9-7 | 6-4 | 3-0: hits 2, 3, 1 against sums 0.6,
+    # 1.5, 3.4; class 1 (9 selected), rows 1-3 | 4-6 | 7-9: hits 2, 0, 1 against 0.6, 1.5, 2.4
+    gaps = 1.4 + 1.5 + 2.4 + 1.4 + 1.5 + 1.4
+    assert adaptive_calibration_error(labels, probs, n_bins=3) == pytest.approx(gaps / 20,
+                                                                                  rel=1e-12)
+    assert official_index_binning(labels, probs, 3, 0.0) == pytest.approx(gaps / 20, rel=1e-12)
+    # a tie of four 0.3's (class 1) and of four 0.7's (class 0) cut 2 + 2 at position 3 of 6
+    p1 = np.array([0.1, 0.3, 0.3, 0.3, 0.3, 0.9])
+    probs, labels = np.column_stack([1 - p1, p1]), np.array([0, 1, 0, 1, 0, 1])
+    # class 1 sorted, misses first in the tie: .1 .3 .3 (0 hits, sum .7) | .3 .3 .9 (3, 1.5)
+    # class 0: .1 .7 .7 (0 hits, sum 1.5) | .7 .7 .9 (3 hits, sum 2.3)
+    gaps = 0.7 + 1.5 + 1.5 + 0.7
+    assert adaptive_calibration_error(labels, probs, n_bins=2) == pytest.approx(gaps / 12,
+                                                                                  rel=1e-12)
+    assert official_index_binning(labels, probs, 2, 0.0) == pytest.approx(gaps / 12, rel=1e-12)
+    # strict thresholds: p = 0 is not in ACE, p = 1e-3 is not in TACE (one bin each)
+    probs = np.array([[1.0, 0.0], [0.5, 0.5], [1e-3, 1 - 1e-3]])
+    labels = np.array([0, 1, 1])
+    # ACE: class 0 {1, .5, .001}: 1 hit against 1.501; class 1 {.5, .999}: 2 against 1.499
+    assert adaptive_calibration_error(labels, probs, n_bins=1) == pytest.approx(
+        (0.501 + 0.501) / 6, rel=1e-12)
+    # TACE leaves out class 0's 1e-3: {1, .5}: 1 hit against 1.5
+    assert adaptive_calibration_error(labels, probs, n_bins=1, threshold=1e-3) == \
+        pytest.approx((0.5 + 0.501) / 6, rel=1e-12)
+
+
+def test_ace_with_fewer_predictions_than_bins_uses_the_last_bin():
+    """n_k < R: floor(n_k/R) = 0, every prediction in the last bin (the other bins are empty
+    and skipped; Ashukha et al.'s code would average an empty bin and return NaN)."""
+    labels, probs = np.array([0, 1, 1]), np.array([[0.9, 0.1], [0.4, 0.6], [0.5, 0.5]])
+    # class 0 {.9, .4, .5}: 1 hit against 1.8; class 1 {.1, .6, .5}: 2 against 1.2
+    assert adaptive_calibration_error(labels, probs, n_bins=15) == pytest.approx(1.6 / 6)
+    assert adaptive_calibration_error(labels, probs, n_bins=1) == pytest.approx(1.6 / 6)
 
 
 def test_tace_is_ashukha_et_al_eq_2_as_their_code_computes_it():
     """TACE = (1/C) Σ_k Σ_r |B_rk|/n·|acc − conf| over the predictions > 1e-3 (Ashukha et al.
-    2020, the code behind their figures). With one bin per class both binnings (theirs: ⌊n_k/R⌋
-    sorted predictions, here: quantile edges) hold the same predictions, so the reference below
-    is that formula written out; at C = 100 most of a class's predictions fall under the
-    threshold, where per-class weights |B|/n_k would give n/n_k times the weight."""
+    2020, the code behind their figures). With one bin per class the bin holds every
+    prediction > 1e-3, so the reference below is that formula written out; at C = 100 most of
+    a class's predictions fall under the threshold, where per-class weights |B|/n_k would give
+    n/n_k times the weight."""
     rng = np.random.default_rng(3)
     n, c = 400, 100
     p = rng.dirichlet(np.full(c, 0.05), size=n)

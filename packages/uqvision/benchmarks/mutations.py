@@ -56,6 +56,8 @@ class Mutation:
 
 _BAYES = "packages/uqvision/src/uqvision/methods/bayesian.py"
 _SAMPLING = "packages/uqvision/tests/methods/test_methods_sampling.py"
+_CLS = "shared/src/uqmetrics/classification.py"
+_CLS_TESTS = "shared/tests/test_classification.py"
 
 #: The mutations, extensible: append entries (see the module docstring).
 MUTATIONS: list[Mutation] = [
@@ -114,6 +116,118 @@ MUTATIONS: list[Mutation] = [
              "with cpu_threads(1, device):", "with cpu_threads(torch.get_num_threads(), device):",
              (("packages/uqvision/tests/protocols/uimnet/test_uimnet_reproduce.py"
                "::test_the_split_does_not_depend_on_the_thread_count"),)),
+    # cSGLD temperature (issue 25, item 1)
+    Mutation("cSGLD default temperature T = 1 instead of pytorch-ensembles' N / n_b^2", _BAYES,
+             'temperature: str | float = "pytorch-ensembles"', "temperature: str | float = 1.0",
+             (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",
+              f"{_SAMPLING}::test_csgld_default_temperature_is_pytorch_ensembles_not_one")),
+    Mutation("cSGLD pytorch-ensembles rule N / n_b (no square)", _BAYES,
+             "return n_train / n_batches**2", "return n_train / n_batches",
+             (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),
+    Mutation("cSGLD noise ignores the temperature (T = 1)", _BAYES,
+             "std = math.sqrt(2 * state.lr * temperature / state.n_train)",
+             "std = math.sqrt(2 * state.lr / state.n_train)",
+             (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),
+    Mutation("cSGLD resolved temperature not recorded with the run", _BAYES,
+             'state.extra["csgld.temperature"] = torch.tensor(temperature, dtype=torch.float64)',
+             "pass",
+             (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),
+    # ACE/TACE binning as Ashukha et al.'s code (issue 25, item 6b)
+    Mutation("ACE/TACE: p >= threshold instead of the strict p > threshold", _CLS,
+             "sel = p[:, k] > threshold", "sel = p[:, k] >= threshold",
+             (f"{_CLS_TESTS}::test_ace_index_bins_split_ties_and_take_the_remainder_last",
+              f"{_CLS_TESTS}::test_ace_is_the_official_index_binning")),
+    Mutation("ACE/TACE: quantile edges instead of index bins", _CLS,
+             "gaps = _index_bin_gap_sum(y[sel] == k, p[sel, k], n_bins)",
+             "gaps = _reduce_gaps(*_bin_stats(y[sel] == k, p[sel, k], _quantile_edges("
+             "p[sel, k], n_bins)), 'l1') * sel.sum()",
+             (f"{_CLS_TESTS}::test_ace_index_bins_split_ties_and_take_the_remainder_last",
+              f"{_CLS_TESTS}::test_ace_is_the_official_index_binning")),
+    Mutation("ACE/TACE: the remainder spread over the bins (ceil sizes) instead of the last",
+             _CLS, "per_bin = v.shape[0] // n_bins", "per_bin = -(-v.shape[0] // n_bins)",
+             (f"{_CLS_TESTS}::test_ace_index_bins_split_ties_and_take_the_remainder_last",
+              f"{_CLS_TESTS}::test_ace_is_the_official_index_binning")),
+    Mutation("ACE/TACE: ties in data order (not permutation invariant)", _CLS,
+             "order = np.lexsort((hit, value))", "order = np.argsort(value, kind='stable')",
+             (f"{_CLS_TESTS}::test_ace_index_bins_split_ties_and_take_the_remainder_last",
+              f"{_CLS_TESTS}::test_ace_is_the_official_index_binning",
+              "shared/tests/test_common.py::test_permutation_invariance")),
+    Mutation("ACE/TACE: default bins weighted by the class's own count n_k, not n", _CLS,
+             "errors.append(gaps / sel.sum() if weighting == \"class\" else gaps / n)",
+             "errors.append(gaps / sel.sum())",
+             (f"{_CLS_TESTS}::test_ace_and_tace_hand_case",
+              f"{_CLS_TESTS}::test_tace_is_ashukha_et_al_eq_2_as_their_code_computes_it")),
+    # UIMNET Jacobian, TTA and GMM as the released code (issue 25, items 2-4)
+    Mutation("UIMNET Jacobian of the softmax instead of the tau-scaled logits",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             "scaled = net(x) / temperature", "scaled = torch.softmax(net(x) / temperature, -1)",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_uimnet_jacobian_of_a_linear_network_is_the_analytic_value"),)),
+    Mutation("UIMNET Jacobian summed over input elements instead of averaged",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             "g.flatten(1).double().pow(2).mean(1)", "g.flatten(1).double().pow(2).sum(1)",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_uimnet_jacobian_of_a_linear_network_is_the_analytic_value"),)),
+    Mutation("UIMNET Jacobian computed for ensembles and MC dropout (not NaN)",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             "if len(members) != 1 or stochastic:", "if len(members) < 1:",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_uimnet_jacobian_is_nan_for_ensembles_and_mc_dropout"),)),
+    Mutation("UIMNET Jacobian: the ensemble cell does not mark MC dropout invalid",
+             "packages/uqvision/src/uqvision/protocols/uimnet/reproduce.py",
+             "functools.partial(jacobian_logits, stochastic=stochastic)",
+             "functools.partial(jacobian_logits, stochastic=False)",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_reproduce.py"
+               "::test_ood_nc_has_every_metric_over_its_dims"),)),
+    Mutation("UIMNET TTA on real data: the former pad-crop + flip policy",
+             "packages/uqvision/src/uqvision/protocols/uimnet/augment.py",
+             'UIMNET_TTA_POLICIES.add("uimnet", official_policy)',
+             'UIMNET_TTA_POLICIES.add("uimnet", lambda cfg: tta_transform("cifar", cfg))',
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_augment.py"
+               "::test_the_real_data_policy_is_the_released_composition_with_10_augmentations"),)),
+    Mutation("UIMNET TTA: 2 augmentations instead of 10",
+             "packages/uqvision/src/uqvision/protocols/uimnet/augment.py",
+             "OFFICIAL_TTA_COUNT = 10", "OFFICIAL_TTA_COUNT = 2",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_augment.py"
+               "::test_the_real_data_policy_is_the_released_composition_with_10_augmentations"),)),
+    Mutation("UIMNET TTA: torchvision's default crop scale (0.08, 1)",
+             "packages/uqvision/src/uqvision/protocols/uimnet/augment.py",
+             "CROP_SCALE = (0.7, 1.0)", "CROP_SCALE = (0.08, 1.0)",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_augment.py"
+               "::test_the_real_data_policy_is_the_released_composition_with_10_augmentations"),)),
+    Mutation("UIMNET TTA: colour jitter from the global RNG (not the per-image generator)",
+             "packages/uqvision/src/uqvision/protocols/uimnet/augment.py",
+             "order = torch.randperm(4, generator=generator).tolist()",
+             "order = torch.randperm(4).tolist()",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_augment.py"
+               "::test_every_random_step_draws_from_the_per_image_generator"),)),
+    Mutation("UIMNET official GMM: sample covariance with divisor n (ddof 0)",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             "base = centred.T @ centred / (len(xc) - 1)", "base = centred.T @ centred / len(xc)",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_official_gmm_equals_the_released_estimate_by_hand"),)),
+    Mutation("UIMNET official GMM: Ledoit-Wolf instead of the sample covariance",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             'GaussianClasses.fit(train_features, train_labels, covariance="sample")',
+             'GaussianClasses.fit(train_features, train_labels, covariance="ledoit-wolf")',
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_official_gmm_equals_the_released_estimate_by_hand"),)),
+    Mutation("UIMNET official GMM: eps 0.01 instead of 0.1",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             "OFFICIAL_GMM_EPS = 0.1", "OFFICIAL_GMM_EPS = 0.01",
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_official_gmm_equals_the_released_estimate_by_hand"),)),
+    Mutation("UIMNET official GMM fitted on in-domain validation instead of training",
+             "packages/uqvision/src/uqvision/protocols/uimnet/reproduce.py",
+             'f"seed{seed}.train.json"\n    return image_view(',
+             'f"seed{seed}.val.json"\n    return image_view(',
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_reproduce.py"
+               "::test_trials_selection_jacobian_subset_and_oracle_images"),)),
+    Mutation("UIMNET default GMM fit: validation Ledoit-Wolf",
+             "packages/uqvision/src/uqvision/protocols/uimnet/measures.py",
+             'DEFAULT_GMM_FIT = "official"', 'DEFAULT_GMM_FIT = "validation-ledoit-wolf"',
+             (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
+               "::test_the_registry_holds_the_seven_measures_in_the_papers_order"),)),
 ]
 
 

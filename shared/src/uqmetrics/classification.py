@@ -551,6 +551,21 @@ def static_calibration_error(labels: Any, probs: Any, *, n_bins: int = 15) -> fl
 ACE_WEIGHTINGS = ("all", "class")
 
 
+def _index_bin_gap_sum(hit: np.ndarray, value: np.ndarray, n_bins: int) -> float:
+    """``sum_r |B_r| |acc(B_r) - conf(B_r)|`` over the equal-count index bins of ``value``.
+
+    The predictions are sorted by ``value``, ties by ``hit`` (misses first); bin ``r < R-1``
+    holds sorted positions ``[r s, (r+1) s)`` with ``s = floor(n/R)`` and the last bin the rest
+    ``[(R-1) s, n)``, so with ``n < R`` only the last bin is non-empty (empty bins add nothing).
+    """
+    order = np.lexsort((hit, value))  # by value, then misses before hits: order-free
+    v, h = value[order], hit[order].astype(np.float64)
+    per_bin = v.shape[0] // n_bins
+    starts = np.arange(n_bins) * per_bin if per_bin else np.zeros(1, dtype=np.intp)
+    # |B| |acc - conf| = |sum of hits - sum of values| over the bin's positions
+    return float(np.sum(np.abs(np.add.reduceat(h, starts) - np.add.reduceat(v, starts))))
+
+
 @register_metric("ace", kind="classification", family="calibration",
                  properties={"permutation_invariant"})
 def adaptive_calibration_error(
@@ -565,14 +580,14 @@ def adaptive_calibration_error(
     probs : array_like of float, shape (n, C)
         Predicted class probabilities, rows summing to 1.
     n_bins : int, default 15
-        Number ``R`` of equal-mass bins per class.
+        Number ``R`` of equal-count bins per class.
     threshold : float, default 0.0
-        Only predictions ``p_ik >= threshold`` enter class ``k``'s bins (0: all predictions,
-        ACE; 1e-3: TACE).
+        Only predictions ``p_ik > threshold`` (strictly) enter class ``k``'s bins (0: every
+        non-zero prediction, ACE; 1e-3: TACE).
     weighting : {"all", "class"}, default "all"
         A bin's weight (:data:`ACE_WEIGHTINGS`): ``|B|/n`` and the mean over all ``C`` classes,
         or ``|B|/n_k`` and the mean over the classes with a selected prediction. The two agree
-        when ``threshold`` is 0 (every class selects all ``n`` predictions).
+        when every class selects all ``n`` predictions (``threshold`` 0 and no ``p_ik = 0``).
 
     Returns
     -------
@@ -581,14 +596,20 @@ def adaptive_calibration_error(
 
     Notes
     -----
-    For each class ``k`` the ``n_k`` selected probabilities ``p_ik`` are split into ``R``
-    equal-mass bins (the ``quantile`` strategy of :func:`bin_edges`) and, with
-    ``weighting="all"``, ``ACE = (1/C) sum_k sum_r |B_rk|/n * |acc(r, k) - conf(r, k)|``: with
-    ``threshold=1e-3`` this is TACE as Ashukha et al. (2020) compute it (their code; the
-    printed eq. 2 also divides by ``R``, which with the ``|B|/n`` weights would count the bins
-    twice, and is not what produced their figures). Their code cuts bins of ``floor(n_k/R)``
-    sorted predictions and extends the last; the quantile edges here split the same way when
-    ``R`` divides ``n_k``, and keep tied values in one bin. With ``weighting="class"``,
+    For each class ``k`` the ``n_k`` selected probabilities ``p_ik`` are sorted and cut by
+    position into ``R`` bins of ``floor(n_k/R)`` predictions, the last bin taking the
+    remainder, as in Ashukha et al.'s code (``get_tace``, ``get_ace``); with
+    ``weighting="all"``, ``ACE = (1/C) sum_k sum_r |B_rk|/n * |acc(r, k) - conf(r, k)|`` with
+    ``acc(r, k)`` the fraction of bin ``r`` whose label is ``k`` and ``conf(r, k)`` its mean
+    ``p_ik``. With ``threshold=1e-3`` this is TACE as their code computes it (the printed
+    eq. 2 also divides by ``R``, which with the ``|B|/n`` weights would count the bins twice,
+    and is not what produced their figures). Two choices where their code has none: a class
+    with ``n_k < R`` selected predictions has them all in its last bin and the empty bins are
+    skipped, and a class with none adds 0 (their code returns NaN: the mean of an empty
+    bin); tied ``p_ik`` are ordered by their label, those of other classes first (their code
+    takes a tie in whatever order ``argsort`` leaves it, so a tie cut by a bin boundary makes
+    its value depend on the order of the samples): the value here does not, and each class's
+    term is the one their code gives when the tie's samples come in that order. With ``weighting="class"``,
     ``ACE = (1/C') sum_k sum_r |B_rk|/n_k * |acc - conf|`` over the ``C'`` classes with a
     selection: with equal bins, Nixon et al.'s ``1/(C R) sum_k sum_r |acc - conf|``. Under a
     threshold a class selects few of the ``n`` predictions, so the per-class weights give it
@@ -612,13 +633,11 @@ def adaptive_calibration_error(
     n, n_classes = p.shape
     errors = []
     for k in range(n_classes):
-        sel = p[:, k] >= threshold
+        sel = p[:, k] > threshold
         if not sel.any():
             continue
-        v = p[sel, k]
-        count, acc, conf = _bin_stats(y[sel] == k, v, _quantile_edges(v, n_bins))
-        per_class = _reduce_gaps(count, acc, conf, "l1")  # weights |B|/n_k
-        errors.append(per_class if weighting == "class" else per_class * v.shape[0] / n)
+        gaps = _index_bin_gap_sum(y[sel] == k, p[sel, k], n_bins)  # sum_r |B_r| |acc - conf|
+        errors.append(gaps / sel.sum() if weighting == "class" else gaps / n)
     if not errors:
         raise ValueError(f"threshold={threshold!r} leaves no prediction to score")
     return float(np.mean(errors) if weighting == "class" else np.sum(errors) / n_classes)
@@ -627,8 +646,8 @@ def adaptive_calibration_error(
 @register_metric("tace", kind="classification", family="calibration",
                  properties={"permutation_invariant"})
 def _thresholded_adaptive_calibration_error(labels: Any, probs: Any) -> float:
-    """TACE (Ashukha et al. 2020): :func:`adaptive_calibration_error` with ``threshold=1e-3``
-    and bins weighted by ``|B|/n`` over all classes."""
+    """TACE (Ashukha et al. 2020): :func:`adaptive_calibration_error` over the predictions
+    ``p > 1e-3`` (strictly), bins weighted by ``|B|/n``, the mean over all classes."""
     return adaptive_calibration_error(labels, probs, threshold=1e-3, weighting="all")
 
 

@@ -34,10 +34,11 @@ CONVENTIONS: dict[str, str] = {
     "mce": "S.1: max over non-empty equal-width bins of |acc - conf|, bins as ece",
     "confidence_ece": "S.1: ece of any confidence in [0, 1] against correctness, bins as ece",
     "sce": "S.1: classwise ece, 15 equal-width bins per class, mean over classes (Nixon 2019)",
-    "ace": "S.1: classwise ece, 15 equal-mass bins per class, bins weighted |B|/n, mean over all "
-    "classes (Nixon 2019)",
-    "tace": "S.1: ace over the predictions p >= 1e-3 only, bins weighted |B|/n over all n, mean over "
-    "all C classes (Ashukha 2020 eq. 2 as their code; not |B|/n_k)",
+    "ace": "S.1: classwise ece over the p > 0, per class the sorted p cut by position into 15 bins "
+    "of floor(n_k/15), the remainder in the last; ties by label (other classes first); bins "
+    "weighted |B|/n, mean over all classes (Nixon 2019; Ashukha 2020 code, get_ace)",
+    "tace": "S.1: ace over the predictions p > 1e-3 (strict) only, bins weighted |B|/n over all n, "
+    "mean over all C classes (Ashukha 2020 eq. 2 as their code get_tace; not |B|/n_k)",
     "temperature_scaling": "S.1: one scalar T>0 minimising NLL, bounded 1-D search over log T",
     # selective (correct, confidence), S.2
     "auroc": "S.2: tie-aware Mann-Whitney (ties count 1/2), NaN with a warning if a class is empty",

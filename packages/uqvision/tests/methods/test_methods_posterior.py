@@ -190,7 +190,7 @@ def test_csgld_snapshots_follow_the_posterior():
     method = TRAINING_METHODS.lookup("csgld")
     hp = method.hparams_from(
         cycles=cycles, cycle_epochs=length, noise_epochs=noise, samples_per_cycle=1,
-        sample_gap_epochs=1, lr0=0.1, weight_decay=wd)
+        sample_gap_epochs=1, lr0=0.1, weight_decay=wd, temperature=1.0)  # the posterior itself
     mean, cov = posterior(x, y, wd)
     h = np.array([c[0] ** 2, c[1] ** 2, 1.0]) / SIGMA**2 + wd  # diagonal mean-loss curvature
     lrs = [method.lr_at(s, 1, hp) for s in range(length)]

@@ -1,6 +1,7 @@
 """Sampling laws of the Bayesian methods against closed forms (issue 12 of the Pitfalls
 fidelity review): SWAG's sample covariance, VI's prior precision and sampled convolution
-kernels, and the BatchNorm refresh of sampled weights.
+kernels, the BatchNorm refresh of sampled weights, and cyclical SGLD's injected noise against
+the reference codes' (pytorch-ensembles' by default, Zhang et al.'s at an explicit temperature).
 
 Tolerances are ``Z`` standard errors computed from the number of draws, ``Z`` the Bonferroni
 normal quantile for a family-wise false-alarm rate of 1e-3 over the comparisons of each test.
@@ -19,8 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from uqvision.methods import TRAINING_METHODS
-from uqvision.methods.bayesian import PerSampleVINoise, VIConv2d, variational_layers
+from uqvision.methods import TRAINING_METHODS, export_state
+from uqvision.methods.bayesian import (
+    PerSampleVINoise,
+    VIConv2d,
+    csgld_temperature,
+    variational_layers,
+)
 
 
 def z_quantile(comparisons: int) -> float:
@@ -139,3 +145,105 @@ def test_sampled_weights_get_their_own_batchnorm_statistics(name):
             expected = net[0](x).mean(0)
             torch.testing.assert_close(net[1].running_mean, expected, rtol=1e-5, atol=1e-5)
             assert not torch.allclose(net[1].running_mean, final, rtol=1e-3, atol=1e-3)
+
+
+# -- cyclical SGLD: the injected noise and its temperature -----------------------------------
+#: A cSGLD run of this test: N examples in n_b batches per epoch (pytorch-ensembles' rule gives
+#: T = N / n_b^2 = 6, far from T = 1, from N / n_b = 24 and from the batch size 24).
+CSGLD_N, CSGLD_NB = 96, 4
+CSGLD_CASES = 4  # the parametrised noise comparisons below (Bonferroni)
+
+
+def pytorch_ensembles_step_variance(lr: float) -> float:
+    """The noise variance per weight and step of pytorch-ensembles' cSGLD
+    (``train/cifar/sse_mcmc_train.py``, alpha = 1), restated: the loss gets
+    ``sum(w * eps) / n_b`` with ``eps ~ N(0, 2 / lr)``, so the SGD step moves each weight by
+    ``-lr eps / n_b``, of variance ``lr^2 (2 / lr) / n_b^2``."""
+    return lr**2 * (2 / lr) / CSGLD_NB**2
+
+
+def zhang_step_variance(lr: float, temperature: float) -> float:
+    """The same for Zhang et al.'s code (``experiments/cifar_csgmcmc.py``), restated: the loss
+    gets ``sum(w * eps) * sqrt(T / N)``, ``eps ~ N(0, 2 / lr)``: variance
+    ``lr^2 (2 / lr) T / N``."""
+    return lr**2 * (2 / lr) * temperature / CSGLD_N
+
+
+def csgld_noise_ratio(hparams, expected_variance) -> tuple[float, int, object]:
+    """Run cSGLD with an exactly zero gradient (a zero loss, no weight decay, no momentum), so
+    every step moves the weights by its noise alone, and return ``sum(dw^2 / v(lr)) / n`` over
+    the ``n`` weight increments of the steps with ``lr > 0`` (``v = expected_variance``), with
+    ``n`` and the final state."""
+    method = TRAINING_METHODS.lookup("csgld")
+    torch.manual_seed(0)
+    net = nn.Linear(100, 100).double()  # 10,100 weights per step
+
+    def zero_nll(output, y, reduction="mean"):
+        return 0.0 * output.sum()
+
+    state = method.start(net, hparams, n_train=CSGLD_N, steps_per_epoch=CSGLD_NB, seed=3,
+                         nll=zero_nll)
+    x, y = torch.zeros(1, 100, dtype=torch.float64), torch.zeros(1, dtype=torch.long)
+    total, n = 0.0, 0
+    while not state.done:
+        before = parameters_to_vector(net.parameters()).detach().clone()
+        method.step(state, x, y)
+        step = parameters_to_vector(net.parameters()).detach() - before
+        if state.lr > 0:
+            total += float((step**2).sum()) / expected_variance(state.lr)
+            n += step.numel()
+        else:
+            assert torch.count_nonzero(step) == 0
+    return total / n, n, state
+
+
+def _csgld_hp(temperature=None):
+    method = TRAINING_METHODS.lookup("csgld")
+    # one 10-epoch cycle, noise in every step
+    fields = {"cycles": 1, "cycle_epochs": 10, "noise_epochs": 10, "samples_per_cycle": 1,
+              "sample_gap_epochs": 1, "weight_decay": 0.0, "momentum": 0.0}
+    if temperature is None:
+        return method.hparams_from(**fields)  # the default temperature
+    if isinstance(temperature, str):  # as --set gives it
+        return method.hparams_from([f"temperature={temperature}"], **fields)
+    return method.hparams_from(temperature=temperature, **fields)
+
+
+@pytest.mark.parametrize(("temperature", "expected_t", "variance"), [
+    (None, CSGLD_N / CSGLD_NB**2, pytorch_ensembles_step_variance),
+    ("pytorch-ensembles", CSGLD_N / CSGLD_NB**2, pytorch_ensembles_step_variance),
+    (0.25, 0.25, lambda lr: zhang_step_variance(lr, 0.25)),
+    ("2e-5", 2e-5, lambda lr: zhang_step_variance(lr, 2e-5)),
+])
+def test_csgld_noise_variance_matches_the_reference_codes(temperature, expected_t, variance):
+    """The noise a cSGLD step adds has the variance of the reference code it follows: by
+    default (and ``temperature="pytorch-ensembles"``) pytorch-ensembles' ``2 lr / n_b^2``,
+    with a number T Zhang et al.'s ``2 lr T / N``. With the expected variance ``v``,
+    ``sum(dw^2 / v)`` over ``n`` independent increments is chi-square with ``n`` degrees of
+    freedom; its mean must lie within the two-sided chi-square quantiles (Bonferroni over the
+    cases). The resolved T is recorded in the run's state (``csgld.temperature``)."""
+    ratio, n, state = csgld_noise_ratio(_csgld_hp(temperature), variance)
+    alpha = 1e-3 / CSGLD_CASES
+    low, high = scipy.stats.chi2.ppf([alpha / 2, 1 - alpha / 2], n) / n
+    assert low <= ratio <= high, (ratio, low, high)
+    assert high - low < 0.05  # resolves a 5 % error in the variance
+    recorded = state.extra["csgld.temperature"]
+    assert recorded.dtype == torch.float64 and float(recorded) == pytest.approx(expected_t)
+    tensors, _ = export_state(state)
+    assert float(tensors["extra/csgld.temperature"]) == pytest.approx(expected_t)
+
+
+def test_csgld_default_temperature_is_pytorch_ensembles_not_one():
+    """The V.2 default (and the paper's) is pytorch-ensembles' effective temperature,
+    ``N / n_b^2``: about 0.082 on CIFAR at batch 64 (782 batches of 50,000 images), not the
+    untempered posterior (T = 1) nor the batch size."""
+    method = TRAINING_METHODS.lookup("csgld")
+    assert method.hparams().temperature == "pytorch-ensembles"
+    assert method.paper.temperature == "pytorch-ensembles"
+    assert csgld_temperature(method.hparams(), 50_000, 782) == pytest.approx(0.081763, rel=1e-5)
+    assert csgld_temperature(method.hparams(), CSGLD_N, CSGLD_NB) == 6.0
+    assert csgld_temperature(method.hparams_from(temperature=1), CSGLD_N, CSGLD_NB) == 1.0
+    for bad in ("posterior", "0", "-1", "nan", "inf"):
+        with pytest.raises(ValueError, match="temperature must be a number > 0 or one of "
+                                             "pytorch-ensembles"):
+            method.hparams_from([f"temperature={bad}"])

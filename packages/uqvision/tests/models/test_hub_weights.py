@@ -184,7 +184,7 @@ def test_predict_by_name_from_the_hub_cache_and_a_resume_with_other_weights_is_r
     first = _sha(snap)
     assert main(argv) == 0
     # stdout: the cache's path, then the results table (uqvision.results)
-    (path,) = [Path(p) for p in capsys.readouterr().out.split() if p.endswith(".nc")]
+    path = Path(capsys.readouterr().out.splitlines()[0])
     attrs = read_cache(path).attrs
     assert attrs["checkpoint_sha256"] == first and attrs["weights_revision"] == REVISION
     assert attrs["weights_location"] == REPO and attrs["weights_source"] == "hf-hub"

@@ -24,10 +24,11 @@ import xarray as xr
 from uqmetrics import InputError, run_command
 from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs
 
+from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
 from .engine.config import DTYPES, ConfigError
 from .methods import METHODS
-from .presets import PRESETS
+from .presets import PRESETS, TASK_FIELDS, Companion
 from .rng import SEED_REQUIREMENT, valid_seed
 from .study import StudyConfig, run_study
 from .tasks import TASKS, get_task
@@ -166,18 +167,28 @@ TRAIN_OPTIONS = (
 )
 
 
-def _config_from_args(a: argparse.Namespace) -> StudyConfig:
-    base = PRESETS.lookup(a.preset).config if a.preset else StudyConfig(task=a.task or "sinusoid")
+def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, StudyConfig]]:
+    """The studies the options ask for: the main one (``None``), then the preset's companions,
+    each with the options applied (a companion takes every option but those of
+    :data:`~uqreg.presets.TASK_FIELDS`)."""
+    preset = PRESETS.lookup(a.preset) if a.preset else None
+    base = preset.config if preset else StudyConfig(task=a.task or "sinusoid")
     study = config_kwargs(a, STUDY_OPTIONS, given_only=True)
     train = config_kwargs(a, TRAIN_OPTIONS, given_only=True)
     if "max_memory" in train:
         train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
-    return replace(base, **study, train=replace(base.train, **train))
+    shared = {k: v for k, v in study.items() if k not in TASK_FIELDS}
+    studies: list[tuple[Companion | None, StudyConfig]] = [
+        (None, replace(base, **study, train=replace(base.train, **train)))]
+    for comp in preset.companions if preset else ():
+        studies.append((comp, replace(comp.config, **shared, train=replace(comp.config.train, **train))))
+    return studies
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", choices=PRESETS.names(), help="start from a named configuration: "
-                   + "; ".join(PRESETS.describe().splitlines()))
+    p.add_argument("--preset", choices=PRESETS.names(), help="start from a named configuration (a preset's "
+                   "companion studies go to OUT/<folder> and take every option but --task, --complexities, "
+                   "--n-train and --sigma): " + "; ".join(PRESETS.describe().splitlines()))
     add_config_options(p, StudyConfig, STUDY_OPTIONS)
     add_config_options(p, TrainConfig, TRAIN_OPTIONS)
 
@@ -196,10 +207,23 @@ def _study_target(out: Path, overwrite: bool, *, plots: bool = True) -> Path:
     return target
 
 
-def _resolved_config(a: argparse.Namespace) -> StudyConfig:
-    """The study configuration of the options, validated, with each problem named by its option."""
+def _resolved_studies(a: argparse.Namespace) -> list[tuple[Companion | None, StudyConfig]]:
+    """:func:`_studies_from_args`, every configuration validated before any of them runs, with each
+    problem named by its option."""
     with _options_named(a):
-        return _config_from_args(a).resolved()
+        return [(comp, cfg.resolved()) for comp, cfg in _studies_from_args(a)]
+
+
+def _targets(a: argparse.Namespace, studies, out: Path, *, cells: bool = False) -> list[Path]:
+    """The study file of each study (the main one in ``out``, a companion in ``out/<folder>``),
+    every folder checked before any work (:func:`_study_target`)."""
+    targets = []
+    for comp, _ in studies:
+        target = _study_target(out / comp.folder if comp else out, a.overwrite, plots=not a.no_plots)
+        if cells:
+            _writable("--out", target.parent / "cells")
+        targets.append(target)
+    return targets
 
 
 def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
@@ -215,60 +239,174 @@ def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
     return 0
 
 
+def _announce(comp: Companion | None, target: Path) -> None:
+    if comp is not None:
+        print(f"\ncompanion study {comp.folder} ({target}): {comp.why}")
+
+
 def cmd_study(a: argparse.Namespace) -> int:
-    cfg = _resolved_config(a)
-    target = _study_target(Path(a.out or f"results/{cfg.task}"), a.overwrite, plots=not a.no_plots)
-    return _finish(run_study(cfg, progress=not a.quiet), target, a)
+    studies = _resolved_studies(a)
+    targets = _targets(a, studies, Path(a.out or f"results/{studies[0][1].task}"))
+    done = []
+    for (comp, cfg), target in zip(studies, targets):
+        _announce(comp, target)
+        ds = run_study(cfg, progress=not a.quiet)
+        _finish(ds, target, a)
+        done.append(ds)
+    if len(done) > 1:
+        _print_fit_contrast(done)
+    return 0
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from .sweep import run_study_sweep
 
-    cfg = _resolved_config(a)
-    target = _study_target(Path(a.out or f"results/{a.preset or cfg.task}"), a.overwrite, plots=not a.no_plots)
-    _writable("--out", target.parent / "cells")
-    ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
-                                 n_workers=a.workers, threads_per_worker=a.threads_per_worker,
-                                 overwrite=a.recompute, progress=not a.quiet,
-                                 log_file=target.parent / "sweep.log")
-    print(f"cells: {len(report.computed)} computed, {len(report.skipped)} already on disk, {len(report.failed)} failed")
-    if not report.ok:
-        for key, err in report.failed.items():
-            print(f"  {key}: {err}", file=sys.stderr)
-        print(f"rerun the same command to retry the failed cells (finished cells are kept); "
-              f"tracebacks in {target.parent / 'sweep.log'}", file=sys.stderr)
-        return 1
-    return _finish(ds, target, a)
+    studies = _resolved_studies(a)
+    targets = _targets(a, studies, Path(a.out or f"results/{a.preset or studies[0][1].task}"), cells=True)
+    done = []
+    for (comp, cfg), target in zip(studies, targets):
+        _announce(comp, target)
+        ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
+                                     n_workers=a.workers, threads_per_worker=a.threads_per_worker,
+                                     overwrite=a.recompute, progress=not a.quiet,
+                                     log_file=target.parent / "sweep.log")
+        print(f"cells: {len(report.computed)} computed, {len(report.skipped)} already on disk, "
+              f"{len(report.failed)} failed")
+        if not report.ok:
+            for key, err in report.failed.items():
+                print(f"  {key}: {err}", file=sys.stderr)
+            print(f"rerun the same command to retry the failed cells (finished cells are kept); "
+                  f"tracebacks in {target.parent / 'sweep.log'}", file=sys.stderr)
+            return 1
+        _finish(ds, target, a)
+        done.append(ds)
+    if len(done) > 1:
+        _print_fit_contrast(done)
+    return 0
+
+
+#: How a method's fit is named in the summary: :func:`~uqreg.diagnostics.fit_verdict` of its R²
+#: against the truth, or ``collapsed`` where most of its networks barely beat a constant (R.3b).
+_FIT_LABELS = {"noise": ("R² < 0", FIT_VERDICTS["noise"]),
+               "collapsed": ("collapsed", "fits little beyond a constant"),
+               "poor": (f"0 <= R² < {FIT_R2:g}", FIT_VERDICTS["poor"]),
+               "fits": (f"R² >= {FIT_R2:g}", FIT_VERDICTS["fits"]),
+               "unknown": ("R² NaN", FIT_VERDICTS["unknown"])}
+
+
+def _deep_methods(ds: xr.Dataset) -> list[str]:
+    """The study's trained methods (not the closed-form reference)."""
+    return [str(m) for m in ds.method.values if str(m) not in METHODS or METHODS.lookup(str(m)).closed_form is None]
+
+
+def _fit_per_level(ds: xr.Dataset, recipe, method) -> tuple[np.ndarray, list[str]]:
+    """R² of the fit to the truth per complexity (mean over repetitions) and its verdict per
+    complexity (:data:`_FIT_LABELS`: a level where most networks are collapsed and R² is below
+    :data:`~uqreg.diagnostics.FIT_R2` is ``collapsed``)."""
+    sub = ds.sel({"recipe": recipe, "method": method})
+    r2 = sub["fit_r2"].mean("repetition").values
+    frac = sub["collapsed_fraction"].mean("repetition").values
+    verdicts = [fit_verdict(v) for v in r2]
+    return r2, ["collapsed" if f >= 0.5 and v != "fits" else v for v, f in zip(verdicts, frac)]
+
+
+def _fit_text(verdicts: list[str], levels, name: str) -> str:
+    """A method's fit to the truth in words: ``R² < 0: fits the noise, not the function`` at every
+    level, or each verdict with the levels it holds at."""
+    if len(set(verdicts)) == 1:
+        return ": ".join(_FIT_LABELS[verdicts[0]])
+    parts = []
+    for v in (v for v in _FIT_LABELS if v in verdicts):
+        label, text = _FIT_LABELS[v]
+        at = f"{label} at {name}={','.join(str(c) for c, w in zip(levels, verdicts) if w == v)}"
+        parts.append(at if v == "collapsed" else f"{at}: {text}")  # the COLLAPSED line says what it means
+    return "; ".join(parts)
 
 
 def _print_summary(ds: xr.Dataset) -> None:
-    """Coverage in/out of distribution beside the collapse diagnostics, per recipe; a collapsed
-    method is named in a warning line."""
+    """Coverage in/out of distribution beside the collapse diagnostics and the fit to the truth, per
+    recipe: each method's row ends with its fit in words (R² < 0 against the truth: it fits the
+    noise, not the function); collapsed methods and methods that fit the noise are named in lines
+    under the table, or the recipe's deep methods all at once when none fits the truth."""
     name = ds.attrs.get("complexity_name", "complexity")
     recipes = json.loads(ds.attrs.get("recipes", "{}"))
-    print(f"\ncoverage in / out of distribution, % collapsed networks, R² of the fit in distribution; "
-          f"k={ds.sizes['repetition']}:")
+    levels = [int(c) for c in ds.complexity.values]
+    deep = _deep_methods(ds)
+    print(f"\n{ds.attrs.get('task', 'study')}: coverage in / out of distribution, % collapsed networks, R² of the "
+          f"fit to the noise-free truth in distribution; k={ds.sizes['repetition']}.\n"
+          f"R² < 0: the prediction is further from the truth than the truth's own mean - it fits the noise, "
+          f"not the function:")
     for r in ds.recipe.values:
         print(f"recipe {r}: {recipes.get(str(r), {}).get('description', '')}")
-        print(f"  {'method':>8} " + " ".join(f"{name + '=' + str(c):<24}" for c in ds.complexity.values))
-        collapsed_methods = []
+        print(f"  {'method':>8} " + " ".join(f"{name + '=' + str(c):<24}" for c in levels) + " fit to the truth")
+        collapsed_methods, noise_methods, r2_deep = [], [], []
         for m in ds.method.values:
             sub = ds.sel({"recipe": r, "method": m})
-            cells, levels = [], []
-            for c in ds.complexity.values:
+            r2, verdicts = _fit_per_level(ds, r, m)
+            cells, collapsed_levels = [], []
+            for c, r2_c in zip(ds.complexity.values, r2):
                 s = sub.sel(complexity=c)
                 frac = float(s["collapsed_fraction"].mean())
                 cells.append(f"{float(s.region_coverage.sel(region='in')):.2f}/"
                              f"{float(s.region_coverage.sel(region='out')):.2f} {frac:>4.0%} "
-                             f"R²{float(s['fit_r2'].mean()):>5.2f}")
+                             f"R²{float(r2_c):>5.2f}")
                 if frac >= 0.5:
-                    levels.append(str(c))
-            if levels:
-                collapsed_methods.append(f"{m} ({name}={','.join(levels)})")
-            print(f"  {m:>8} " + " ".join(f"{c:<24}" for c in cells))
+                    collapsed_levels.append(str(c))
+            if collapsed_levels:
+                collapsed_methods.append(f"{m} ({name}={','.join(collapsed_levels)})")
+            if str(m) in deep:
+                r2_deep.extend(r2)
+                noise_levels = [str(c) for c, v in zip(levels, verdicts) if v == "noise"]
+                if noise_levels:
+                    noise_methods.append(f"{m} ({name}={','.join(noise_levels)})")
+            print(f"  {m:>8} " + " ".join(f"{c:<24}" for c in cells) + " " + _fit_text(verdicts, levels, name))
         if collapsed_methods:
             print(f"  COLLAPSED under recipe {r}: {'; '.join(collapsed_methods)} - most of the networks barely "
                   f"beat a constant there (training loss >= 0.95 x the best constant's); that coverage measures nothing")
+        if not r2_deep:
+            continue
+        span = f"R² {np.nanmin(r2_deep):.2f} to {np.nanmax(r2_deep):.2f}"
+        if all(fit_verdict(v) == "noise" for v in r2_deep):
+            what = "noise (where collapsed, little beyond a constant)" if collapsed_methods else "noise"
+            print(f"  NO DEEP METHOD FITS THE TRUTH under recipe {r}: {span}, below 0 for every deep method at "
+                  f"every {name} - the networks fit the data's {what}, not the function, and their coverage "
+                  f"is that of error bars around a curve that is not the function")
+        elif noise_methods:
+            print(f"  FITS THE NOISE, NOT THE FUNCTION under recipe {r}: {'; '.join(noise_methods)} - R² < 0 "
+                  f"against the truth there")
+        elif all(fit_verdict(v) == "fits" for v in r2_deep):
+            print(f"  every deep method fits the truth under recipe {r}: {span} (>= {FIT_R2:g} at every {name})")
+
+
+def _print_fit_contrast(studies: list[xr.Dataset]) -> None:
+    """One line per study and recipe: the deep methods' R² against the truth and their coverage in
+    distribution (ranges over methods and levels), and whether they fit the function."""
+    print("\nthe deep methods, per study and recipe: R² of the fit to the truth and coverage in distribution "
+          "(ranges over methods and levels):")
+    rows = []
+    for ds in studies:
+        deep = _deep_methods(ds)
+        if not deep:
+            continue
+        name = ds.attrs.get("complexity_name", "complexity")
+        where = f"{ds.attrs.get('task', 'study')} {name}={','.join(str(int(c)) for c in ds.complexity.values)}"
+        for r in ds.recipe.values:
+            fits = [_fit_per_level(ds, r, m) for m in deep]
+            r2 = np.concatenate([f[0] for f in fits])
+            verdicts = {v for f in fits for v in f[1]}
+            cov = ds.region_coverage.sel({"recipe": r, "method": deep, "region": "in"}).values
+            if verdicts <= {"noise", "collapsed"}:
+                verdict = FIT_VERDICTS["noise"] if verdicts == {"noise"} else "fits the noise or collapses, never the function"
+            elif verdicts == {"fits"}:
+                verdict = FIT_VERDICTS["fits"]
+            else:
+                verdict = "mixed (see its table)"
+            numbers = (f"R² {np.nanmin(r2):5.2f} to {np.nanmax(r2):5.2f}, "
+                       f"coverage {np.nanmin(cov):.2f} to {np.nanmax(cov):.2f} - {verdict}")
+            rows.append((f"{where}, recipe {r}:", numbers))
+    width = max((len(a) for a, _ in rows), default=0)
+    for a, b in rows:
+        print(f"  {a:<{width}} {b}")
 
 
 def cmd_plot(a: argparse.Namespace) -> int:

@@ -1,0 +1,7 @@
+"""``python -m uqreg``: the ``uqreg`` command line (:func:`uqreg.cli.main`)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

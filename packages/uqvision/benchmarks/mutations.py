@@ -228,6 +228,44 @@ MUTATIONS: list[Mutation] = [
              'DEFAULT_GMM_FIT = "official"', 'DEFAULT_GMM_FIT = "validation-ledoit-wolf"',
              (("packages/uqvision/tests/protocols/uimnet/test_uimnet_measures.py"
                "::test_the_registry_holds_the_seven_measures_in_the_papers_order"),)),
+    Mutation("V.1 'none' row scored on the held-out samples, not on every image",
+             "packages/uqvision/src/uqvision/protocols/selective/score.py",
+             "cells = [(score_metrics(y, p_all, metrics=scored, confidence=kind.confidence), "
+             "y, p_all),",
+             'cells = [({n: float(res[n].sel(calibration="none")) for n in scored}, y[held], '
+             "softmax(z[held])),",
+             (("packages/uqvision/tests/protocols/selective/test_selective_score.py"
+               "::test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones"),)),
+    Mutation("V.1 n_scored of the 'none' row: the held-out count",
+             "packages/uqvision/src/uqvision/protocols/selective/score.py",
+             '"n_scored": ("calibration", np.array([y.size, held.size]',
+             '"n_scored": ("calibration", np.array([held.size, held.size]',
+             (("packages/uqvision/tests/protocols/selective/test_selective_score.py"
+               "::test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones"),)),
+    Mutation("V.1 AURC_C ignores --aurc-coverage (always [0, 0.5])",
+             "packages/uqvision/src/uqvision/protocols/selective/score.py",
+             "n](correct, kappa, coverage=(0.0, coverage))",
+             "n](correct, kappa, coverage=(0.0, 0.5))",
+             (("packages/uqvision/tests/protocols/selective/test_selective_score.py"
+               "::test_aurc_coverage_is_an_option_recorded_in_the_file"),)),
+    Mutation("V.1 temperature effect against the 'none' row of other samples (unpaired)",
+             "packages/uqvision/src/uqvision/protocols/selective/analysis.py",
+             'before = _unscaled_heldout(rows, m) if paired else _values(rows, m, "none")',
+             'before = _values(rows, m, "none")',
+             (("packages/uqvision/tests/protocols/selective/test_selective_analysis.py"
+               "::test_temperature_effect_compares_the_same_samples"),)),
+    Mutation("V.1 results table: n_scored from the score file's n_eval",
+             "packages/uqvision/src/uqvision/results.py",
+             'n_scored = (int(scores["n_scored"].sel(calibration="none")) if "n_scored" in',
+             'n_scored = (int(scores.attrs["n_eval"]) if "n_scored" in',
+             (("packages/uqvision/tests/test_results.py"
+               "::test_with_a_score_file_the_selective_numbers_are_the_score_files"),)),
+    Mutation("V.1 results caption: 'evaluation images' though the 'none' row is over all",
+             "packages/uqvision/src/uqvision/results.py",
+             'every = all(r["n_scored"] == r["n_images"] for r in self.rows)',
+             "every = False",
+             (("packages/uqvision/tests/test_results.py"
+               "::test_a_cache_the_score_file_did_not_score_is_refused"),)),
 ]
 
 

@@ -1,4 +1,5 @@
-"""The seven UIMNET measures (V.3): each equals its formula; GMM recovers an analytic density."""
+"""The UIMNET measures (V.3): each equals its formula; GMM recovers an analytic density; the
+Jacobian and the official GMM fit equal UIMNET's released definitions, computed by hand."""
 
 import numpy as np
 import pytest
@@ -7,10 +8,14 @@ from scipy.stats import multivariate_normal
 
 from uqvision.protocols.uimnet.measures import (
     GMM_COVARIANCE,
+    GMM_FITS,
     MEASURES,
     GaussianClasses,
     MeasureInput,
+    gmm_train_uncertainty,
+    jacobian_logits,
     jacobian_norm,
+    measures_for,
     stratified_subset,
 )
 
@@ -37,7 +42,15 @@ Z5 = np.random.default_rng(5).normal(0.0, 2.0, (5, 4, 3))
 
 
 def test_the_registry_holds_the_seven_measures_in_the_papers_order():
-    assert MEASURES.names() == ["largest", "gap", "entropy", "jacobian", "gmm", "tta", "native"]
+    assert MEASURES.names() == ["largest", "gap", "entropy", "jacobian", "gmm", "tta", "native",
+                                "jacobian_softmax"]
+    assert GMM_FITS.names() == ["official", "validation-ledoit-wolf"]
+    assert MEASURES.lookup("gmm") is GMM_FITS.lookup("official")  # the default fit
+    chosen = measures_for("validation-ledoit-wolf")
+    assert list(chosen) == MEASURES.names() and chosen["gmm"].fitted
+    assert not any(m.fitted for m in measures_for("official").values())
+    with pytest.raises(ValueError, match="unknown GMM fit"):
+        measures_for("train")
 
 
 @pytest.mark.parametrize("z", [Z, Z5], ids=["k2", "k5"])
@@ -66,13 +79,16 @@ def test_single_member_native_tta_and_jacobian_read_their_arrays():
     native = np.array([[0.3, 0.1, 0.7]])
     tta = np.stack([Z[0], Z[1] + 1.0])[None]  # (member 1, aug 2, n 3, C 3)
     inp = MeasureInput(Z[:1], native=native, tta=tta, jacobian=np.array([1.0, 2.0, 3.0]),
-                       temperature=2.0)
+                       jacobian_softmax=np.array([4.0, 5.0, 6.0]), temperature=2.0)
     np.testing.assert_array_equal(MEASURES.lookup("native")(inp), native[0])
     np.testing.assert_array_equal(MEASURES.lookup("jacobian")(inp), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(MEASURES.lookup("jacobian_softmax")(inp), [4.0, 5.0, 6.0])
     expected = -probs(tta[0], 2.0).mean(0).max(-1)
     np.testing.assert_allclose(MEASURES.lookup("tta")(inp), expected)
-    with pytest.raises(ValueError, match="needs 'features'"):
+    with pytest.raises(ValueError, match="needs 'gmm_train'"):
         MEASURES.lookup("gmm")(inp)
+    with pytest.raises(ValueError, match="needs 'features'"):
+        GMM_FITS.lookup("validation-ledoit-wolf")(inp)
 
 
 def test_jacobian_norm_equals_the_analytic_jacobian_of_a_linear_softmax():
@@ -115,9 +131,9 @@ def test_gmm_measure_equals_the_fitted_class_gaussians():
     y = np.repeat([0, 1, 2], [30, 50, 20])
     feats = rng.standard_normal((100, 2)) + np.array([[0, 0], [4, 0], [0, 4]])[y]
     test = rng.standard_normal((7, 2)) * 3
-    u = MEASURES.lookup("gmm")(MeasureInput(Z[:1, :1].repeat(7, 1), features=test[None]),
-                               MeasureInput(Z[:1, :1].repeat(100, 1), features=feats[None],
-                                            labels=y))
+    u = GMM_FITS.lookup("validation-ledoit-wolf")(
+        MeasureInput(Z[:1, :1].repeat(7, 1), features=test[None]),
+        MeasureInput(Z[:1, :1].repeat(100, 1), features=feats[None], labels=y))
     density = sum((y == c).mean() * multivariate_normal(
         feats[y == c].mean(0), ledoit_wolf(feats[y == c]) + gc_reg(feats) * np.eye(2)).pdf(test)
         for c in range(3))
@@ -162,7 +178,7 @@ def test_gmm_with_fewer_fit_images_than_dimensions_is_a_density():
     assert np.isfinite(ld_held).all() and ld_held.min() > ld_far.max()
     # in-sample vs held-out: the gap is of the order of d, not of 1 / ridge
     assert ld_fit.mean() - ld_held.mean() < 2 * d
-    assert "LedoitWolf" in GMM_COVARIANCE
+    assert "LedoitWolf" in GMM_COVARIANCE["validation-ledoit-wolf"]
 
 
 def test_stratified_subset_represents_every_class_in_proportion():
@@ -201,3 +217,78 @@ def test_gmm_recovers_the_analytic_density_of_gaussian_features():
     est = np.array(estimates)
     se = est.std(axis=0, ddof=1) / np.sqrt(reps)
     assert np.all(np.abs(est.mean(0) - truth) < 4 * se + 1e-12)
+
+
+def linear_jacobian_by_hand(w, t):
+    """UIMNET's Jacobian of a linear network z = W x + b: ∂ Σ_c z_c / τ / ∂x = Σ_c W_c / τ
+    for every x; squared, averaged over the input elements."""
+    return float(((w.sum(0) / t) ** 2).mean())
+
+
+@pytest.mark.parametrize("t", [1.0, 1.7])
+def test_uimnet_jacobian_of_a_linear_network_is_the_analytic_value(t):
+    """jacobian = mean_j (∂ Σ_c z_c / τ / ∂x_j)² (uimnet/measures/jacobian.py), not the
+    softmax's squared Frobenius norm (the jacobian_softmax variant), and not a sum over
+    elements."""
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)).double()
+    x = torch.randn(5, 3, 2, 2, dtype=torch.float64)  # images (n, C, H, W): 12 elements
+    w = lin[1].weight.detach()
+    got = jacobian_logits([lin], x, temperature=t)
+    assert got.shape == (5,) and got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), linear_jacobian_by_hand(w, t), rtol=1e-12)
+    softmax_variant = jacobian_norm([lin], x, temperature=t).numpy()
+    assert not np.allclose(got.numpy(), softmax_variant, rtol=1e-3)
+
+
+def test_uimnet_jacobian_is_nan_for_ensembles_and_mc_dropout():
+    """The released code marks the measure invalid for its Ensemble and MCDropout algorithms."""
+    torch.manual_seed(1)
+    members = [torch.nn.Linear(4, 3).double() for _ in range(5)]
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert torch.isnan(jacobian_logits(members, x)).all()
+    assert torch.isnan(jacobian_logits(members[:2], x, temperature=2.0)).all()
+    assert torch.isnan(jacobian_logits(members[:1], x, stochastic=True)).all()
+    assert torch.isfinite(jacobian_logits(members[:1], x)).all()
+
+
+def official_gmm_by_hand(train, y, points, eps=0.1):
+    """-log Σ_c λ_c N(x; μ_c, S_c + eps I), S_c the unbiased (n_c - 1) sample covariance and λ_c
+    the class share (uimnet/modules/gaussian_mixture.py, eps of configs/release/06_mog.yaml)."""
+    d = train.shape[1]
+    density = np.zeros(len(points))
+    for c in np.unique(y):
+        xc = train[y == c]
+        mu = xc.mean(0)
+        s = sum(np.outer(r - mu, r - mu) for r in xc) / (len(xc) - 1) + eps * np.eye(d)
+        diff = points - mu
+        maha = np.einsum("ni,ij,nj->n", diff, np.linalg.inv(s), diff)
+        norm = (2 * np.pi) ** (-d / 2) / np.sqrt(np.linalg.det(s))
+        density += (y == c).mean() * norm * np.exp(-0.5 * maha)
+    return -np.log(density)
+
+
+def test_official_gmm_equals_the_released_estimate_by_hand():
+    """Class means, sample covariance (ddof 1) + 0.1 I, class shares; few images per class
+    (n_c = 4, 6, 9 in d = 3), where ddof 0 vs 1 and eps matter."""
+    rng = np.random.default_rng(7)
+    y = np.repeat([0, 1, 2], [4, 6, 9])
+    train = rng.normal(0.0, 0.6, (y.size, 3)) + np.array([[0, 0, 0], [2, 0, 1], [0, 2, -1]])[y]
+    sets = {"in_val": rng.normal(0.5, 1.0, (5, 3)), "out_test": rng.normal(3.0, 1.0, (4, 3))}
+    got = gmm_train_uncertainty(train, y, sets)
+    for name, pts in sets.items():
+        np.testing.assert_allclose(got[name], official_gmm_by_hand(train, y, pts), rtol=1e-10)
+    gmm = GaussianClasses.fit(train, y, covariance="sample")
+    np.testing.assert_allclose(gmm.covariances[0], np.cov(train[y == 0].T, ddof=1)
+                               + 0.1 * np.eye(3), rtol=1e-12)
+    np.testing.assert_allclose(gmm.weights, [4 / 19, 6 / 19, 9 / 19])
+    # the measure: each member's array of an ensemble, averaged
+    u = np.stack([got["in_val"], got["in_val"] + 1.0])
+    inp = MeasureInput(np.zeros((2, 5, 3)), gmm_train=u)
+    np.testing.assert_allclose(MEASURES.lookup("gmm")(inp), got["in_val"] + 0.5)
+    np.testing.assert_allclose(GMM_FITS.lookup("official")(inp.subset([4, 0])),
+                               got["in_val"][[4, 0]] + 0.5)
+    with pytest.raises(ValueError, match="needs 2"):
+        GaussianClasses.fit(train[:5], y[:5], covariance="sample")  # class 1: one sample
+    with pytest.raises(ValueError, match="covariance must be"):
+        GaussianClasses.fit(train, y, covariance="diagonal")

@@ -77,6 +77,15 @@ def test_trials_selection_jacobian_subset_and_oracle_images(uimnet):
                         counts = np.bincount(y[keep], minlength=y.max() + 1)
                         share = np.bincount(y) * keep.size / y.size
                         assert np.all(np.abs(counts - share) <= 1)
+    # the official GMM is fitted on each run's in-domain training split (not validation)
+    for s in (0, 1):
+        n_train = len(read_index_file(out / "index" / f"seed{s}.train.json")["samples"])
+        for alg in ("erm", "mc_dropout"):
+            run = read_dataset(out / "caches" / "runs" / f"{alg}.sn0.t0.s{s}.nc")
+            fit = json.loads(run.attrs["uimnet"])["gmm_train"]
+            assert fit == {"index_file": f"seed{s}.train.json", "n_fit": n_train}
+            assert all(np.isfinite(run[f"{x}_gmm_train"]).all()
+                       for x in ("in_val", "in_test", "out_test"))
     for s in (0, 1):
         side = read_sidecar(ckpt / f"oracle.s{s}.safetensors")
         assert side["train_config"]["index_file"].endswith(f"seed{s}.oracle.json")
@@ -97,9 +106,19 @@ def test_ood_nc_has_every_metric_over_its_dims(uimnet):
         assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
     assert ds.spectral.values.tolist() == [False, True]  # the ablation, through the driver
     assert ds.attrs["device"] == "cpu" and json.loads(ds.attrs["scale"])["width"] == 6
-    assert "LedoitWolf" in ds.attrs["gmm_covariance"]
+    # the official GMM fit by default; the stand-in's TTA policy, resolved and recorded
+    assert ds.attrs["gmm_fit"] == "official" and "0.1 I" in ds.attrs["gmm_covariance"]
+    assert json.loads(ds.attrs["tta_policy"]) == ["uimnet_standin x 1"]
+    assert json.loads(ds.attrs["scale"])["tta_policy"] == "uimnet_standin"
     mean = ds.sel(stat="mean")
     assert np.isfinite(mean["acc1"]).all() and np.isfinite(mean["auc"].sel(measure="entropy")).all()
+    # UIMNET's Jacobian: single non-MC-dropout networks only; the softmax variant everywhere
+    jac = mean["auc"].sel(measure="jacobian")
+    assert np.isfinite(jac.sel(algorithm="erm", k=1)).all()
+    assert np.isnan(jac.sel(algorithm="erm", k=5)).all()  # an ensemble (2 members)
+    assert np.isnan(jac.sel(algorithm="mc_dropout")).all()
+    assert np.isfinite(mean["auc"].sel(measure="jacobian_softmax")).all()
+    assert np.isfinite(mean["auc"].sel(measure="gmm")).all()
     # temperature scaling never changes top-1 accuracy
     xr.testing.assert_allclose(mean["acc1"].sel(calibration="none", drop=True),
                                mean["acc1"].sel(calibration="temperature", drop=True))
@@ -143,6 +162,13 @@ def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
     first = read_dataset(path)
     for name in ("acc1", "nll", "auc", "out_as_out"):
         xr.testing.assert_allclose(again[name], first[name])
+    # the other GMM fit, by the score command's option
+    assert main(["score", "--protocol", "ood", "--caches", str(out / "caches"), "--out",
+                 str(tmp_path / "lw.nc"), "--gmm-fit", "validation-ledoit-wolf"]) == 0
+    lw = read_dataset(tmp_path / "lw.nc")
+    assert lw.attrs["gmm_fit"] == "validation-ledoit-wolf" and again.attrs["gmm_fit"] == "official"
+    xr.testing.assert_allclose(lw["auc"].drop_sel(measure="gmm"),
+                               first["auc"].drop_sel(measure="gmm"))
     with pytest.raises(ValueError, match="no ensemble cell"):
         score_ood(tmp_path)
 

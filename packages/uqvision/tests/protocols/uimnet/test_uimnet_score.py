@@ -1,24 +1,32 @@
 """``score_ood`` thresholds (V.3, S.4): the 5 % type-I bound holds on in-domain test.
 
-Synthetic UIMNET caches (the variables :mod:`uqvision.protocols.uimnet.reproduce` writes) whose in-domain
-validation and test images are drawn from one distribution: every measure's θ must then keep
-95 % of in-domain test, the fitted ``gmm`` included (its θ comes from validation samples the
-GMM was not fitted on).
+Synthetic UIMNET caches (the variables :mod:`uqvision.protocols.uimnet.reproduce` writes)
+whose in-domain training, validation and test images are drawn from one distribution: every
+measure's θ must then keep 95 % of in-domain test, ``gmm`` under both fits (the official one
+fitted on the training split; the validation one with its θ from validation samples the GMM
+was not fitted on).
 """
 
 import json
 
 import numpy as np
 import pytest
-from uqmetrics.io import write_dataset
+from uqmetrics.io import read_dataset, write_dataset
 
-from uqvision.protocols.uimnet.measures import MEASURES, MeasureInput, reference_split
+from uqvision.protocols.uimnet.measures import (
+    GMM_FITS,
+    MeasureInput,
+    gmm_train_uncertainty,
+    reference_split,
+)
 from uqvision.protocols.uimnet.score import score_ood
 
 N_CLASSES, DIM, AUGS, JAC = 4, 32, 1, 8
 #: in-domain validation per class; test sizes. GMM fitted on 60 images per class in 32 dims:
 #: its in-sample u is far below its out-of-sample u (the bias the split removes).
 N_VAL_PER_CLASS, N_TEST, N_OUT = 120, 4000, 1000
+#: the official GMM fit's training split, per class
+N_TRAIN_PER_CLASS = 200
 Q = 0.95
 
 
@@ -50,20 +58,27 @@ def caches(tmp_path_factory):
     run = {**_split_arrays(rng, means_in, val_labels.size, "in_val", val_labels),
            **_split_arrays(rng, means_in, N_TEST, "in_test"),
            **_split_arrays(rng, means_out, N_OUT, "out_test")}
+    train_labels = np.repeat(np.arange(N_CLASSES), N_TRAIN_PER_CLASS)
+    train = means_in[train_labels] + rng.standard_normal((train_labels.size, DIM))
+    sets = ("in_val", "in_test", "out_test")
+    gmm = gmm_train_uncertainty(train, train_labels,
+                                {s: run[f"{s}_features"][1] for s in sets})
+    run.update({f"{s}_gmm_train": (f"{s}_sample", gmm[s]) for s in sets})
     run_path = root / "runs" / "erm.s0.t0.nc"
-    write_dataset(xr.Dataset(run), run_path)
+    write_dataset(xr.Dataset(run, attrs={"uimnet": json.dumps({"tta_policy": "uimnet",
+                                                               "tta": AUGS})}), run_path)
     ens = xr.Dataset(
-        {f"{s}_jacobian": (("calibration", f"{s}_jsample"), rng.random((2, JAC)))
-         for s in ("in_val", "in_test", "out_test")},
+        {f"{s}_{name}": (("calibration", f"{s}_jsample"), rng.random((2, JAC)))
+         for s in sets for name in ("jacobian", "jacobian_softmax")},
         coords={"calibration": ["none", "temperature"]},
         attrs={"members": json.dumps([str(run_path)]), "temperature": 1.3, "k": 1})
     write_dataset(ens, root / "ensembles" / "erm.sn0.s0.k1.nc")
     return root
 
 
-@pytest.fixture(scope="module")
-def scored(caches):
-    return score_ood(caches, ks=(1,))
+@pytest.fixture(scope="module", params=GMM_FITS.names())
+def scored(caches, request):
+    return score_ood(caches, ks=(1,), gmm_fit=request.param)
 
 
 @pytest.mark.parametrize("measure", ["gmm", "entropy", "largest", "gap", "tta"])
@@ -88,14 +103,58 @@ def test_gmm_split_is_recorded_and_halves_validation(caches, scored):
     ds = scored
     split = json.loads(ds.attrs["reference_split"])
     n_val = N_CLASSES * N_VAL_PER_CLASS
-    assert split["measures"] == [m for m in MEASURES.names() if MEASURES.lookup(m).fitted]
-    assert split["measures"] == ["gmm"]
+    fit = ds.attrs["gmm_fit"]
+    assert json.loads(ds.attrs["config"])["gmm_fit"] == fit
+    assert split["measures"] == (["gmm"] if fit == "validation-ledoit-wolf" else [])
     assert split["fit_fraction"] == 0.5 and split["seed"] == 0
     assert split["sizes_by_data_seed"] == {"0": {"n_fit": n_val // 2,
                                                  "n_threshold": n_val - n_val // 2}}
     assert "held-out 'threshold' part" in ds.attrs["conventions"]
+    assert ("LedoitWolf" in ds.attrs["gmm_covariance"]) == (fit == "validation-ledoit-wolf")
+    assert json.loads(ds.attrs["tta_policy"]) == [f"uimnet x {AUGS}"]
     with pytest.raises(ValueError, match="fit_fraction must lie in"):
         score_ood(caches, fit_fraction=1.0)
+
+
+def test_the_official_gmm_auc_is_that_of_the_run_caches_training_fit(caches):
+    """gmm_fit='official' scores the run cache's <set>_gmm_train values: AUC recomputed by
+    hand (rank statistic) from them."""
+    ds = score_ood(caches, ks=(1,), gmm_fit="official")
+    run = read_dataset(caches / "runs" / "erm.s0.t0.nc")
+    u_in, u_out = run["in_test_gmm_train"].values, run["out_test_gmm_train"].values
+    auc = (u_out[:, None] > u_in[None, :]).mean() + 0.5 * (u_out[:, None] == u_in[None, :]).mean()
+    got = float(ds["auc"].sel(algorithm="erm", measure="gmm", k=1, calibration="none",
+                              spectral=False, stat="mean"))
+    assert got == pytest.approx(auc, abs=1e-12)
+    lw = score_ood(caches, ks=(1,), gmm_fit="validation-ledoit-wolf")
+    assert float(lw["auc"].sel(algorithm="erm", measure="gmm", k=1, calibration="none",
+                               spectral=False, stat="mean")) != pytest.approx(got, abs=1e-6)
+
+
+def test_caches_without_the_new_variables_are_refused(caches, tmp_path):
+    """An ensemble cell of the former layout ('<set>_jacobian' held the softmax variant) and a
+    run cache without the training-split GMM values are named, not misread."""
+    import shutil
+
+    old = tmp_path / "caches"
+    shutil.copytree(caches, old)
+    ens_path = old / "ensembles" / "erm.sn0.s0.k1.nc"
+    run_path = old / "runs" / "erm.s0.t0.nc"
+    ens = read_dataset(ens_path)
+    ens.attrs["members"] = json.dumps([str(run_path)])
+    write_dataset(ens, ens_path, overwrite=True)
+    run = read_dataset(run_path)
+    write_dataset(run.drop_vars([f"{s}_gmm_train" for s in ("in_val", "in_test", "out_test")]),
+                  run_path, overwrite=True)
+    with pytest.raises(ValueError, match="no 'in_val_gmm_train'"):
+        score_ood(old, ks=(1,), gmm_fit="official")
+    assert np.isfinite(score_ood(old, ks=(1,), gmm_fit="validation-ledoit-wolf")["auc"]
+                       .sel(measure="gmm", stat="mean")).all()
+    write_dataset(ens.drop_vars([f"{s}_jacobian_softmax"
+                                 for s in ("in_val", "in_test", "out_test")]),
+                  ens_path, overwrite=True)
+    with pytest.raises(ValueError, match="predates the official UIMNET Jacobian"):
+        score_ood(old, ks=(1,), gmm_fit="validation-ledoit-wolf")
 
 
 def test_reference_split_is_stratified_disjoint_and_seeded():

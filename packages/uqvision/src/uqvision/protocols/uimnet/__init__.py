@@ -4,7 +4,8 @@
 - :mod:`~.split`: the Ward in/out class split (``uqvision split``);
 - :mod:`~.methods`: the ten algorithms, registered in
   :data:`~uqvision.training.method.TRAINING_METHODS`;
-- :mod:`~.measures`: the seven uncertainty measures;
+- :mod:`~.measures`: the seven uncertainty measures (and ``jacobian_softmax``);
+- :mod:`~.augment`: the ``tta`` measure's augmentation policies;
 - :mod:`~.score`: in/out-domain metrics over measures (``uqvision score --protocol ood``);
 - :mod:`~.reproduce`: ``uqvision reproduce uimnet``.
 """
@@ -26,9 +27,18 @@ DESCRIPTION = "UIMNET (V.3): clustered in/out class split, ten algorithms, seven
 
 def _score(a: argparse.Namespace):
     """UIMNET ensembles: in-domain and out-domain metrics over measures, with the oracle (V.3)"""
-    from .score import score_ood  # imported on use
+    from .measures import DEFAULT_GMM_FIT  # imported on use
+    from .score import score_ood
 
-    return score_ood(a.caches[0])
+    return score_ood(a.caches[0], gmm_fit=getattr(a, "gmm_fit", None) or DEFAULT_GMM_FIT)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    from .measures import DEFAULT_GMM_FIT, GMM_FITS  # imported on use
+
+    p.add_argument("--gmm-fit", choices=GMM_FITS.names(), default=None,
+                   help=f"ood: the fit of the gmm measure (default {DEFAULT_GMM_FIT}; "
+                        "docs/conventions.md#v-3)")
 
 
 def _cmd_split(a: argparse.Namespace) -> int:
@@ -59,7 +69,7 @@ def _args_split(p: argparse.ArgumentParser) -> None:
 
 #: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol(
-    "uimnet", DESCRIPTION, score=_score, score_name="ood",
+    "uimnet", DESCRIPTION, score=_score, score_name="ood", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
     methods=UIMNET_ALGORITHMS,
     commands={"split": Command(_cmd_split, _args_split,

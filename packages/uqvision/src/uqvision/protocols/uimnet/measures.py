@@ -1,19 +1,28 @@
 """Uncertainty measures of the UIMNET protocol (docs/conventions.md#v-3), one registry entry each.
 
 A measure maps what a predictor produced on a set of images (:class:`MeasureInput`) to one
-uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds the seven:
-``largest``, ``gap``, ``entropy``, ``jacobian``, ``gmm``, ``tta`` and ``native``. Every
-measure reads cached arrays; the two that need a model pass (``jacobian``: the input gradient;
-``tta``: augmented passes) and the algorithm's own ``native`` value are computed when the
-caches are written (:func:`jacobian_norm`, :mod:`uqvision.protocols.uimnet.reproduce`).
+uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds the paper's
+seven, ``largest``, ``gap``, ``entropy``, ``jacobian``, ``gmm``, ``tta`` and ``native``, and one
+variant, ``jacobian_softmax``. Every measure reads cached arrays; the ones that need a model
+pass (``jacobian`` and ``jacobian_softmax``: input gradients; ``tta``: augmented passes;
+``gmm``'s official fit: the training images' features) and the algorithm's own ``native`` value
+are computed when the caches are written (:func:`jacobian_logits`, :func:`jacobian_norm`,
+:func:`gmm_train_uncertainty`, :mod:`uqvision.protocols.uimnet.reproduce`).
 
-One measure, ``gmm``, is *fitted* (:attr:`Measure.fitted`): its class Gaussians are estimated on
-the reference (in-domain validation) input, so its u on those same samples is in-sample —
-systematically lower than on unseen in-domain images — and a 95 % quantile taken there is no
-5 % type-I threshold. A protocol fits such a measure on one part of in-domain validation and
-sets its thresholds on the other (:func:`reference_split`, class-stratified and seeded;
-:func:`uqvision.protocols.uimnet.score.score_ood`). The other measures fit nothing on validation, so their u on
-validation and on in-domain test are exchangeable and their thresholds use all of it.
+``jacobian`` is UIMNET's released one (``uimnet/measures/jacobian.py``): the mean over input
+elements of the squared gradient of the sum of the τ-scaled logits, NaN for ensembles and MC
+dropout; ``jacobian_softmax`` is ‖∂q/∂x‖²_F of the calibrated predictor q.
+
+``gmm`` has two fits (:data:`GMM_FITS`): ``official`` (the released code: class Gaussians on the
+in-domain *training* split, sample covariance + 0.1 I) and ``validation-ledoit-wolf`` (on half
+of in-domain validation, Ledoit–Wolf covariances). The second is *fitted* on the reference
+(:attr:`Measure.fitted`): its u on those same samples is in-sample — systematically lower than
+on unseen in-domain images — and a 95 % quantile taken there is no 5 % type-I threshold. A
+protocol fits such a measure on one part of in-domain validation and sets its thresholds on
+the other (:func:`reference_split`, class-stratified and seeded;
+:func:`uqvision.protocols.uimnet.score.score_ood`). The other measures fit nothing on
+validation, so their u on validation and on in-domain test are exchangeable and their
+thresholds use all of it.
 
 The probability-based measures call uqmetrics' confidence functions (one definition each).
 
@@ -26,9 +35,12 @@ Examples
 
 References
 ----------
-.. [1] Bouchacourt et al. UIMNET, Section 4 (measures) and Section 3 (native measures).
+.. [1] Bouchacourt et al. UIMNET, Section 4 (measures) and Section 3 (native measures);
+   its code, github.com/facebookresearch/uimnet.
 .. [2] Mukhoti et al. Deterministic neural networks with appropriate inductive biases capture
    epistemic and aleatoric uncertainty (DDU), 2021 (GMM on features).
+.. [3] Novak et al. Sensitivity and generalization in neural networks: an empirical study,
+   2018 (the input-Jacobian norm).
 """
 
 from __future__ import annotations
@@ -51,12 +63,26 @@ from uqmetrics import (
 from uqmetrics.calibration import softmax
 from uqmetrics.registry import Registry
 
-__all__ = ["GMM_COVARIANCE", "MEASURES", "GaussianClasses", "Measure", "MeasureInput",
-           "calibrated_log_probs", "jacobian_norm", "reference_split", "stratified_subset"]
+__all__ = ["DEFAULT_GMM_FIT", "GMM_COVARIANCE", "GMM_FITS", "MEASURES", "OFFICIAL_GMM_EPS",
+           "GaussianClasses", "Measure", "MeasureInput", "calibrated_log_probs",
+           "gmm_train_uncertainty", "jacobian_logits", "jacobian_norm", "measures_for",
+           "reference_split", "stratified_subset"]
 
-#: How :class:`GaussianClasses` estimates each class covariance (recorded in ``ood.nc``).
-GMM_COVARIANCE = ("sklearn.covariance.LedoitWolf per class (shrinkage towards a scaled "
-                  "identity), plus a ridge of 1e-6 x the mean feature variance")
+#: The released code's ridge on each class's sample covariance (``eps`` of
+#: ``configs/release/06_mog.yaml``), in feature units.
+OFFICIAL_GMM_EPS = 0.1
+#: How each GMM fit estimates its class Gaussians (recorded in ``ood.nc``, attr
+#: ``gmm_covariance``), by fit name (:data:`GMM_FITS`).
+GMM_COVARIANCE = {
+    "official": "per class of the in-domain training split (the runs' 90 %, evaluation "
+                "transform): the sample covariance (ddof 1) plus 0.1 I, as "
+                "uimnet/modules/gaussian_mixture.py with eps = 0.1 (configs/release/06_mog.yaml)",
+    "validation-ledoit-wolf": "per class of the reference_split 'fit' half of in-domain "
+                              "validation: sklearn.covariance.LedoitWolf (shrinkage towards a "
+                              "scaled identity), plus a ridge of 1e-6 x the mean feature "
+                              "variance"}
+#: The GMM fit ``score_ood`` uses unless told otherwise (docs/conventions.md#v-3).
+DEFAULT_GMM_FIT = "official"
 
 
 def calibrated_log_probs(member_logits, temperature: float = 1.0) -> np.ndarray:
@@ -108,7 +134,14 @@ class MeasureInput:
     native : numpy.ndarray, shape (member, n), optional
         Each member's own uncertainty (NaN where the algorithm has none).
     jacobian : numpy.ndarray, shape (n,), optional
-        ``||∇_x p̄(x)||²`` of this ensemble at this τ (:func:`jacobian_norm`).
+        UIMNET's Jacobian measure of this ensemble at this τ, NaN for an ensemble of several
+        networks or MC dropout (:func:`jacobian_logits`).
+    jacobian_softmax : numpy.ndarray, shape (n,), optional
+        ``||∂q(x)/∂x||_F²`` of the calibrated predictor q at this τ (:func:`jacobian_norm`).
+    gmm_train : numpy.ndarray, shape (member, n), optional
+        Each member's ``-log Σ_c λ_c N(φ(x); μ_c, Σ_c)`` under its class Gaussians fitted on
+        the in-domain training split (:func:`gmm_train_uncertainty`; ``gmm``, fit
+        ``official``).
     """
 
     logits: np.ndarray
@@ -118,6 +151,8 @@ class MeasureInput:
     tta: np.ndarray | None = None
     native: np.ndarray | None = None
     jacobian: np.ndarray | None = None
+    jacobian_softmax: np.ndarray | None = None
+    gmm_train: np.ndarray | None = None
 
     def __post_init__(self):
         z = np.asarray(self.logits)
@@ -142,9 +177,9 @@ class MeasureInput:
         """The same input restricted to images ``index`` (int array of shape (m,) or a boolean
         mask of shape (n,)), every per-image array indexed along its image axis.
 
-        ``jacobian`` is not carried (set to None): the UIMNET caches hold it for a
-        ``jacobian_max``-image subset of a set only (:func:`stratified_subset`), so it is not
-        aligned with ``index``.
+        ``jacobian`` and ``jacobian_softmax`` are not carried (set to None): the UIMNET
+        caches hold them for a ``jacobian_max``-image subset of a set only
+        (:func:`stratified_subset`), so they are not aligned with ``index``.
         """
         idx = np.asarray(index)
         n = np.asarray(self.logits).shape[1]
@@ -160,7 +195,8 @@ class MeasureInput:
             return None if value is None else np.take(np.asarray(value), idx, axis=axis)
         return MeasureInput(logits=take(self.logits, 1), temperature=self.temperature,
                             labels=take(self.labels, 0), features=take(self.features, 1),
-                            tta=take(self.tta, 2), native=take(self.native, 1))
+                            tta=take(self.tta, 2), native=take(self.native, 1),
+                            gmm_train=take(self.gmm_train, 1))
 
     def need(self, name: str) -> np.ndarray:
         value = getattr(self, name)
@@ -192,8 +228,11 @@ class Measure:
                           dtype=np.float64)
 
 
-#: The seven UIMNET measures, in the paper's order.
+#: The seven UIMNET measures, in the paper's order, then ``jacobian_softmax``; ``gmm`` is the
+#: :data:`DEFAULT_GMM_FIT` (:func:`measures_for` picks another).
 MEASURES: Registry[Measure] = Registry("uncertainty measure")
+#: The two fits of ``gmm``: fit name -> :class:`Measure` (named ``gmm``).
+GMM_FITS: Registry[Measure] = Registry("GMM fit")
 
 
 def _measure(name: str, description: str, *, fitted: bool = False):
@@ -218,19 +257,31 @@ def _entropy(inp, ref):
     return entropy(inp.probs)
 
 
-@_measure("jacobian", "||grad_x softmax(log pbar(x)/tau)||_F^2 (Novak et al.), from a model "
-                      "pass")
+@_measure("jacobian", "mean over input elements of (d sum_c z_c(x)/tau / dx)^2 (UIMNET's code), "
+                      "NaN for ensembles and MC dropout; from a model pass")
 def _jacobian(inp, ref):
     return inp.need("jacobian")
 
 
-@_measure("gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on "
-                 "in-domain validation features (mean over members)", fitted=True)
-def _gmm(inp, ref):
+def _gmm_official(inp, ref):
+    return np.mean(inp.need("gmm_train"), axis=0)
+
+
+def _gmm_validation(inp, ref):
     feats, ref_feats = inp.need("features"), ref.need("features")
     labels = ref.need("labels")
     return np.mean([GaussianClasses.fit(r, labels).uncertainty(f)
                     for f, r in zip(feats, ref_feats, strict=True)], axis=0)
+
+
+GMM_FITS.add("official", Measure(
+    "gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on the "
+           "in-domain training split, sample covariance + 0.1 I (mean over members)",
+    _gmm_official))
+GMM_FITS.add("validation-ledoit-wolf", Measure(
+    "gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), Ledoit-Wolf class Gaussians fitted "
+           "on half of in-domain validation (mean over members)", _gmm_validation, fitted=True))
+MEASURES.add("gmm", GMM_FITS.lookup(DEFAULT_GMM_FIT))
 
 
 @_measure("tta", "-max_c of the predictor's softmax averaged over random augmentations")
@@ -245,6 +296,25 @@ def _native(inp, ref):
     if np.asarray(inp.logits).shape[0] > 1:
         return mutual_information(inp.member_probs)
     return inp.need("native")[0]
+
+
+@_measure("jacobian_softmax", "||d softmax(log pbar(x)/tau) / dx||_F^2 of the calibrated "
+                              "predictor (Novak et al.), from a model pass")
+def _jacobian_softmax(inp, ref):
+    return inp.need("jacobian_softmax")
+
+
+def measures_for(gmm_fit: str = DEFAULT_GMM_FIT) -> dict[str, Measure]:
+    """Every measure of :data:`MEASURES` by name, in its order, with ``gmm`` the fit
+    ``gmm_fit`` (a name in :data:`GMM_FITS`).
+
+    Examples
+    --------
+    >>> measures_for("validation-ledoit-wolf")["gmm"].fitted, measures_for("official")["gmm"].fitted
+    (True, False)
+    """
+    chosen = GMM_FITS.lookup(gmm_fit)
+    return {name: chosen if name == "gmm" else MEASURES.lookup(name) for name in MEASURES.names()}
 
 
 def reference_split(labels, *, fit_fraction: float = 0.5,
@@ -330,15 +400,22 @@ def stratified_subset(labels, size: int, *, seed: int = 0) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GaussianClasses:
-    """Class-conditional Gaussians ``N(μ_c, Σ_c)`` with class weights ``λ_c``.
+    """Class-conditional Gaussians ``N(μ_c, Σ_c)`` with class weights ``λ_c`` (the class's
+    share of the fit samples).
 
-    Σ_c is the Ledoit–Wolf shrinkage estimate (:class:`sklearn.covariance.LedoitWolf`: the
-    sample covariance shrunk towards ``trace/d · I`` by the analytically optimal weight), so a
-    class with fewer fit samples than feature dimensions (``n_c < d``) gets a full-rank,
-    well-conditioned covariance: a density, not a distance to the affine hull of its samples
-    (which a tiny ridge on the singular sample covariance would be). ``reg`` (default ``1e-6``
-    times the mean feature variance) is added only as a floor for degenerate classes (one
-    sample, or constant features). :data:`GMM_COVARIANCE` records this rule.
+    Two estimates of Σ_c (:meth:`fit`, ``covariance``; :data:`GMM_COVARIANCE`):
+
+    - ``"ledoit-wolf"``: the Ledoit–Wolf shrinkage estimate
+      (:class:`sklearn.covariance.LedoitWolf`: the sample covariance shrunk towards
+      ``trace/d · I`` by the analytically optimal weight), so a class with fewer fit samples
+      than feature dimensions (``n_c < d``) gets a full-rank, well-conditioned covariance: a
+      density, not a distance to the affine hull of its samples (which a tiny ridge on the
+      singular sample covariance would be). ``reg`` (default ``1e-6`` times the mean feature
+      variance) is added only as a floor for degenerate classes (one sample, or constant
+      features);
+    - ``"sample"``: UIMNET's released estimate, the unbiased sample covariance (divisor
+      ``n_c - 1``) plus ``reg · I``, ``reg`` default :data:`OFFICIAL_GMM_EPS` = 0.1 in feature
+      units. Every class needs at least 2 samples.
     """
 
     weights: np.ndarray
@@ -346,26 +423,36 @@ class GaussianClasses:
     chol: np.ndarray
 
     @classmethod
-    def fit(cls, features, labels, *, reg: float | None = None) -> GaussianClasses:
+    def fit(cls, features, labels, *, covariance: str = "ledoit-wolf",
+            reg: float | None = None) -> GaussianClasses:
         """Fit one Gaussian per class present in ``labels`` (shape (n,)) on ``features``
-        (shape (n, d)); ``λ_c`` = the class's share of the samples."""
+        (shape (n, d)); ``covariance`` is ``"ledoit-wolf"`` or ``"sample"``."""
         x = np.asarray(features, np.float64)
         y = np.asarray(labels)
         if x.ndim != 2 or y.shape != (x.shape[0],):
             raise ValueError(f"features must be (n, d) and labels (n,), got {x.shape}, {y.shape}")
+        if covariance not in ("ledoit-wolf", "sample"):
+            raise ValueError(f"covariance must be 'ledoit-wolf' or 'sample', got {covariance!r}")
         if reg is None:
-            reg = 1e-6 * float(x.var(axis=0).mean() or 1.0)
+            reg = (OFFICIAL_GMM_EPS if covariance == "sample"
+                   else 1e-6 * float(x.var(axis=0).mean() or 1.0))
         classes = np.unique(y)
         d = x.shape[1]
         means, chols = [], []
         for c in classes:
             xc = x[y == c]
             mu = xc.mean(axis=0)
-            degenerate = len(xc) < 2 or not np.ptp(xc, axis=0).any()
-            shrunk = np.zeros((d, d)) if degenerate else LedoitWolf().fit(xc).covariance_
-            cov = shrunk + reg * np.eye(d)
+            if covariance == "sample":
+                if len(xc) < 2:
+                    raise ValueError(f"class {c!r} has {len(xc)} fit sample(s); the sample "
+                                     "covariance (divisor n - 1) needs 2")
+                centred = xc - mu
+                base = centred.T @ centred / (len(xc) - 1)
+            else:
+                degenerate = len(xc) < 2 or not np.ptp(xc, axis=0).any()
+                base = np.zeros((d, d)) if degenerate else LedoitWolf().fit(xc).covariance_
             means.append(mu)
-            chols.append(np.linalg.cholesky(cov))
+            chols.append(np.linalg.cholesky(base + reg * np.eye(d)))
         w = np.array([(y == c).mean() for c in classes])
         return cls(w, np.array(means), np.array(chols))
 
@@ -392,8 +479,71 @@ class GaussianClasses:
         return -self.log_density(features)
 
 
+def gmm_train_uncertainty(train_features, train_labels, features: dict) -> dict:
+    """UIMNET's released GMM measure of one network: class Gaussians fitted on its features of
+    the in-domain *training* split (sample covariance + 0.1 I, :class:`GaussianClasses` with
+    ``covariance="sample"``), evaluated on other sets.
+
+    Parameters
+    ----------
+    train_features : array_like, shape (n_train, d)
+        φ of the training split's images (evaluation transform).
+    train_labels : array_like of int, shape (n_train,)
+    features : dict
+        Set name -> φ of its images, shape (n_set, d).
+
+    Returns
+    -------
+    dict
+        Set name -> ``-log Σ_c λ_c N(φ; μ_c, Σ_c)``, shape (n_set,), float64 (λ_c = the
+        class's share of the training split). The released code returns ``+log`` of this
+        density (``uimnet/modules/gaussian_mixture.py``); the sign here is the paper's
+        ``-Σ_c λ_c N`` (higher = more likely out-domain), under a monotone map.
+    """
+    gmm = GaussianClasses.fit(train_features, train_labels, covariance="sample")
+    return {name: gmm.uncertainty(f) for name, f in features.items()}
+
+
+def jacobian_logits(members, x, *, temperature: float = 1.0, stochastic: bool = False):
+    """UIMNET's released Jacobian measure (``uimnet/measures/jacobian.py``): per image, the
+    mean over the input elements of the squared gradient of the sum of the τ-scaled logits,
+    ``mean_j (∂ Σ_c z_c(x) / τ / ∂x_j)²``.
+
+    Parameters
+    ----------
+    members : sequence of torch.nn.Module
+        The ensemble's networks in eval mode, each ``x -> logits`` of shape (n, C).
+    x : torch.Tensor, shape (n, ...)
+    temperature : float
+    stochastic : bool
+        True for a network whose predictions average stochastic passes (MC dropout).
+
+    Returns
+    -------
+    torch.Tensor of float64, shape (n,)
+        NaN for every image when ``members`` holds more than one network or ``stochastic``:
+        the released code marks the measure invalid for its ``Ensemble`` and ``MCDropout``
+        algorithms. Larger = more likely out-domain (the released code feeds the value to
+        its AUC and thresholds unchanged).
+
+    Notes
+    -----
+    For logits ``W x + b`` the gradient is ``Σ_c W_c / τ`` whatever x, so the measure is
+    ``mean_j (Σ_c W_cj)² / τ²``. One backward pass; images do not interact in eval mode,
+    so the gradient of the batch's sum is each image's own.
+    """
+    if len(members) != 1 or stochastic:
+        return torch.full((x.shape[0],), math.nan, dtype=torch.float64, device=x.device)
+    x = x.detach().clone().requires_grad_(True)
+    (net,) = members
+    scaled = net(x) / temperature
+    (g,) = torch.autograd.grad(scaled.sum(), x)
+    return g.flatten(1).double().pow(2).mean(1).detach()
+
+
 def jacobian_norm(members, x, *, temperature: float = 1.0):
-    """``||∂ q(x) / ∂x||_F²`` per image, ``q = softmax(log p̄ / τ)`` the calibrated predictor,
+    """The ``jacobian_softmax`` measure: ``||∂ q(x) / ∂x||_F²`` per image,
+    ``q = softmax(log p̄ / τ)`` the calibrated predictor,
     ``p̄ = mean_k softmax(f_k(x))`` (:func:`calibrated_log_probs`).
 
     Parameters

@@ -7,13 +7,16 @@
    ``DIR/split.json``; seeded 90/10 in-domain index files in ``DIR/index/``;
 3. a Dask sweep of runs (algorithm × spectral × trial × data seed, plus one in/out oracle per
    data seed), each an atomic cell file in ``DIR/caches/runs/`` holding the run's logits,
-   features, native values and TTA logits on in-domain validation, in-domain test and
-   out-domain test (checkpoints in ``DIR/checkpoints/``);
+   features, native values, TTA logits (``tta`` augmentations of ``tta_policy``,
+   :mod:`~uqvision.protocols.uimnet.augment`) and official GMM values (class Gaussians of the
+   run's training-split features) on in-domain validation, in-domain test and out-domain test
+   (checkpoints in ``DIR/checkpoints/``);
 4. a Dask sweep of ensemble cells (algorithm × spectral × data seed × K): the top-K trials by
    validation NLL averaged over data seeds (:func:`select_trials`; each trial's configuration
    is drawn once and shared by the data seeds), the temperature fitted on validation, and the
-   Jacobian measure (a model pass) of the calibrated predictor at τ = 1 and τ̂ on a seeded,
-   class-stratified subset of each set, in ``DIR/caches/ensembles/``;
+   two Jacobian measures (model passes: UIMNET's, of the τ-scaled logits, and the calibrated
+   predictor's) at τ = 1 and τ̂ on a seeded, class-stratified subset of each set, in
+   ``DIR/caches/ensembles/``;
 5. scoring (:func:`uqvision.protocols.uimnet.score.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
    ``DIR/tables.md``.
 
@@ -62,10 +65,9 @@ from ...data import (
     image_view,
     make_index_files,
     read_index_file,
-    tta_transform,
     write_format_json,
 )
-from ...hierarchy import make_hierarchy
+from ...hierarchy import make_hierarchy, read_hierarchy
 from ...methods import TRAINING_METHODS, TrainState
 from ...models import ModelSpec, read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
@@ -74,7 +76,14 @@ from ...training.loop import ImageTrainConfig, train_model
 from ...training.runs import load_run
 from ..base import Reproduction
 from . import DESCRIPTION
-from .measures import jacobian_norm, stratified_subset
+from .augment import OFFICIAL_TTA_COUNT, resolve_tta_policy, uimnet_tta_transform
+from .measures import (
+    GMM_FITS,
+    gmm_train_uncertainty,
+    jacobian_logits,
+    jacobian_norm,
+    stratified_subset,
+)
 from .methods import SEARCH_SPACES, UIMNET_ALGORITHMS
 from .score import ensemble_log_probs, ood_tables, score_ood
 from .split import read_split, split_from_caches, write_split
@@ -101,7 +110,12 @@ class UimnetScale:
     algorithms: str = ",".join(UIMNET_ALGORITHMS)
     ks: str = "1,5"
     mc_passes: int = 4
-    tta: int = 2
+    tta: int = OFFICIAL_TTA_COUNT
+    #: ``auto``: ``uimnet`` (the released policy) on ``--data``, ``uimnet_standin`` on the
+    #: generated stand-in (:mod:`~uqvision.protocols.uimnet.augment`)
+    tta_policy: str = "auto"
+    #: the ``gmm`` measure's fit (:data:`~uqvision.protocols.uimnet.measures.GMM_FITS`)
+    gmm_fit: str = "official"
     jacobian_max: int = 64
     input_size: int = 32
     workers: int = 1
@@ -110,8 +124,8 @@ class UimnetScale:
 UIMNET_SCALES = {
     "smoke": UimnetScale(),
     "cpu": UimnetScale(data_scale="cpu", epochs=8, extractor_epochs=6, batch_size=64, width=8,
-                       trials=6, data_seeds=2, spectral="0,1", mc_passes=8, tta=2,
-                       jacobian_max=64, workers=2),
+                       trials=6, data_seeds=2, spectral="0,1", mc_passes=8,
+                       tta=OFFICIAL_TTA_COUNT, jacobian_max=64, workers=2),
 }
 
 
@@ -138,6 +152,15 @@ def _paths(root: Path) -> dict[str, Path]:
     return {"train": root / "train", "test": test}
 
 
+def _is_standin(root) -> bool:
+    """Whether ``root`` is the generated ``hierarchy`` stand-in (its ``classes.json``)."""
+    try:
+        read_hierarchy(root)
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
 def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, Dataset]:
     """The evaluation sets of data seed ``seed`` as class-subset views (nothing loaded): in-domain
     validation (the seed's 10 % of the training folder), in-domain and out-domain test."""
@@ -149,6 +172,17 @@ def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, D
     return {"in_val": image_view(paths["train"], transform, classes=ins,
                                  index_file=index / f"seed{seed}.val.json"),
             "in_test": ClassSubset(test, ins), "out_test": ClassSubset(test, outs)}
+
+
+def _gmm_fit_view(root: str, split_file: str, seed: int, transform) -> tuple[Dataset, Path]:
+    """The images the official GMM fit reads, and their index file: data seed ``seed``'s
+    in-domain training split (``index/seed<seed>.train.json``, the runs' 90 %), under
+    ``transform`` (the evaluation transform, as UIMNET's ``workers/mog.py`` puts its data
+    node in eval mode)."""
+    split = read_split(split_file)
+    index = Path(split_file).parent / "index" / f"seed{seed}.train.json"
+    return image_view(_paths(Path(root))["train"], transform, classes=split["in_classes"],
+                      index_file=index), index
 
 
 def _train_config(scale: UimnetScale, arch: str | None, device: str, *,
@@ -255,18 +289,22 @@ def _trial_hparams(algorithm: str, trial: int, sc: UimnetScale) -> dict:
     return {**SEARCH_SPACES.lookup(algorithm)(rng), **base}
 
 
-def _eval_transforms(sidecar: dict, tta: int, seed: int):
-    """The run's evaluation transform and ``tta`` CIFAR-style augmentations (seeded)."""
+def _eval_transforms(sidecar: dict, tta: int, seed: int, policy: str = "uimnet"):
+    """The run's evaluation transform and ``tta`` augmentations of ``policy`` (a name in
+    :data:`~uqvision.protocols.uimnet.augment.UIMNET_TTA_POLICIES`), each with its seed."""
     dcfg = DataConfig.from_dict(sidecar["pretrained_cfg"])
-    return eval_transform(dcfg), [(tta_transform("cifar", dcfg), derive_seed(seed, 7, a))
-                                  for a in range(tta)]
+    aug = uimnet_tta_transform(policy, dcfg)
+    return eval_transform(dcfg), [(aug, derive_seed(seed, 7, a)) for a in range(tta)]
 
 
 def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str,
              split_file: str, checkpoint: str, scale: dict, arch: str | None,
              device: str) -> xr.Dataset:
     """Train one run with the one loop (:func:`uqvision.training.loop.train_model` on the seed's
-    in-domain training view) and cache its outputs on the three evaluation sets (a cell)."""
+    in-domain training view) and cache its outputs on the three evaluation sets (a cell),
+    with the official GMM measure (:func:`~.measures.gmm_train_uncertainty`: class Gaussians
+    of the run's features of its training split, :func:`_gmm_fit_view`) as
+    ``<set>_gmm_train``."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)  # one Dask worker = one core
     t0 = time.perf_counter()
@@ -278,15 +316,25 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
                            spectral=bool(spectral), tag=Path(checkpoint).stem)
     result = train_model(_paths(Path(root))["train"], checkpoint, config)
     sidecar = read_sidecar(result.checkpoint)
-    plain, tta = _eval_transforms(sidecar, sc.tta, seed)
+    policy = resolve_tta_policy(sc.tta_policy, real_data=not _is_standin(root))
+    plain, tta = _eval_transforms(sidecar, sc.tta, seed, policy)
     views = _views(root, split_file, seed, plain)
     tta_views = [{k: v.with_transform(t, s) for k, v in views.items()} for t, s in tta]
+    fit_view, fit_index = _gmm_fit_view(root, split_file, seed, plain)
     with flush_denormal():
         variables = _run_arrays(result.state, views, tta_views, passes=sc.mc_passes, seed=seed,
                                 batch_size=256, device=device)
+        net = result.state.net.eval()
+        fit_feats = _outputs(lambda x, ids: _features(net, x), fit_view, batch_size=256,
+                             device=device).numpy().astype(np.float32)
+    gmm = gmm_train_uncertainty(fit_feats, np.asarray(fit_view.targets),
+                                {s: variables[f"{s}_features"][1] for s in SPLITS})
+    for s, u in gmm.items():
+        variables[f"{s}_gmm_train"] = (f"{s}_sample", u)
     cfg = {"algorithm": algorithm, "spectral": bool(spectral), "trial": trial,
            "data_seed": seed, "hparams": sidecar["hparams"], "arch": sidecar["architecture"],
-           "width": sc.width}
+           "width": sc.width, "tta_policy": policy, "tta": sc.tta,
+           "gmm_train": {"index_file": fit_index.name, "n_fit": len(fit_feats)}}
     return xr.Dataset(variables, attrs={
         **provenance_attrs(config=cfg, seed=seed), "checkpoint": str(result.checkpoint),
         "train_s": result.wall_time_s, "wall_s": time.perf_counter() - t0,
@@ -402,10 +450,12 @@ def select_trials(runs_by_seed: dict[int, list], k: int) -> tuple[list[int], lis
 def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, split_file: str,
                   seed: int, device: str, selection: dict | None = None) -> xr.Dataset:
     """The ensemble of the ``runs`` (this data seed's runs of the trials :func:`select_trials`
-    chose; ``k`` of them), τ̂ on in-domain validation, and the Jacobian measure of the
-    calibrated predictor at τ = 1 and τ̂ on a seeded class-stratified subset of
-    ``jacobian_max`` images of each evaluation set (:func:`~.measures.stratified_subset`; the
-    positions kept as ``<set>_jindex``); the members rebuilt by
+    chose; ``k`` of them), τ̂ on in-domain validation, and the two Jacobian measures at τ = 1
+    and τ̂ on a seeded class-stratified subset of ``jacobian_max`` images of each evaluation
+    set (:func:`~.measures.stratified_subset`; the positions kept as ``<set>_jindex``):
+    ``<set>_jacobian``, UIMNET's (:func:`~.measures.jacobian_logits`; NaN for K > 1 or MC
+    dropout, attr ``jacobian_valid`` = 0), and ``<set>_jacobian_softmax``, of the calibrated
+    predictor (:func:`~.measures.jacobian_norm`); the members rebuilt by
     :func:`uqvision.training.runs.load_run`. ``selection`` (the chosen trials and the NLLs
     they were chosen by) is recorded in the attrs."""
     torch.set_num_threads(1)
@@ -417,17 +467,24 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
                       num_classes=n_classes, device=device) for m in members]
     nets = [r.loaded.model.eval() for r in runs_]
     plain = runs_[0].loaded.transform
+    # UIMNET's code marks its Jacobian invalid for ensembles and MC dropout (NaN)
+    stochastic = any(TRAINING_METHODS.lookup(json.loads(m.attrs["uimnet"])["algorithm"])
+                     .stochastic_passes for m in members)
+    measures = {"jacobian": functools.partial(jacobian_logits, stochastic=stochastic),
+                "jacobian_softmax": jacobian_norm}
     variables = {}
     for split, view in _views(root, split_file, seed, plain).items():
         keep = stratified_subset(view.targets, jacobian_max, seed=derive_seed(seed, 17))
         loader = DataLoader(Subset(view, keep.tolist()), batch_size=64)
-        jac = [torch.cat([jacobian_norm(nets, x.to(device), temperature=t) for x, *_ in loader])
-               .cpu().numpy() for t in (1.0, tau)]
-        variables[f"{split}_jacobian"] = (("calibration", f"{split}_jsample"), np.stack(jac))
+        for name, func in measures.items():
+            jac = [torch.cat([func(nets, x.to(device), temperature=t) for x, *_ in loader])
+                   .cpu().double().numpy() for t in (1.0, tau)]
+            variables[f"{split}_{name}"] = (("calibration", f"{split}_jsample"), np.stack(jac))
         variables[f"{split}_jindex"] = (f"{split}_jsample", keep.astype(np.int64))
     return xr.Dataset(variables, coords={"calibration": ["none", "temperature"]}, attrs={
         "members": json.dumps([str(p) for p in paths]), "temperature": float(tau), "k": k,
-        "selection": json.dumps(selection or {})})
+        "selection": json.dumps(selection or {}),
+        "jacobian_valid": int(len(nets) == 1 and not stochastic)})
 
 
 # -- the driver ----------------------------------------------------------------------------
@@ -446,6 +503,10 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     else:
         root = Path(data)
     paths = _paths(root)
+    # the TTA policy, recorded resolved in every run and in ood.nc
+    sc = replace(sc, tta_policy=resolve_tta_policy(sc.tta_policy,
+                                                   real_data=not _is_standin(root)))
+    GMM_FITS.lookup(sc.gmm_fit)
     # by name, before anything trains: the in/out test views need every training class
     check_split_classes(paths["train"], {paths["test"].name: paths["test"]},
                         same=(paths["test"].name,))
@@ -508,7 +569,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                        overwrite=overwrite, progress=False)
     if not report.ok:
         raise RuntimeError(f"uimnet: failed ensemble cells {report.failed}")
-    result = score_ood(out / "caches", ks=_csv(sc.ks, int))
+    result = score_ood(out / "caches", ks=_csv(sc.ks, int), gmm_fit=sc.gmm_fit)
     result.attrs["wall_s"] = time.perf_counter() - t0
     result.attrs["scale"] = json.dumps(asdict(sc))
     result.attrs["device"] = device

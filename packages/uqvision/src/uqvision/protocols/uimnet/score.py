@@ -8,10 +8,14 @@ Reads the run caches and ensemble cells that :mod:`uqvision.protocols.uimnet.rep
   (:func:`uqmetrics.temperature_scaled_metrics`, protocol ``holdout``; S.1);
 - out-domain ``auc``, ``in_as_in``, ``out_as_out`` for every measure of
   :data:`uqvision.protocols.uimnet.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
-  on in-domain validation; OutAsOut counts OUT-domain images). A *fitted* measure (``gmm``,
-  :attr:`uqvision.protocols.uimnet.measures.Measure.fitted`) is fitted on one part of in-domain validation and
-  its θ is the 95 % quantile on the other, held-out part (:func:`uqvision.protocols.uimnet.measures.
-  reference_split`: class-stratified, seeded, ``fit_fraction`` of the samples to the fit):
+  on in-domain validation; OutAsOut counts OUT-domain images). ``gmm`` has two fits
+  (``gmm_fit``, :data:`uqvision.protocols.uimnet.measures.GMM_FITS`): ``official`` (UIMNET's
+  code: class Gaussians of the in-domain training split, read from the run caches) and
+  ``validation-ledoit-wolf``. The latter is a *fitted* measure
+  (:attr:`uqvision.protocols.uimnet.measures.Measure.fitted`): fitted on one part of in-domain
+  validation, its θ the 95 % quantile on the other, held-out part
+  (:func:`uqvision.protocols.uimnet.measures.reference_split`: class-stratified, seeded,
+  ``fit_fraction`` of the samples to the fit):
   θ on the samples a GMM was fitted on is an in-sample quantile, far below the one of unseen
   in-domain images, and InAsIn collapses. Every other measure fits nothing on validation and
   takes θ on all of it, so for exchangeable validation and test images InAsIn ≈ 0.95 (the
@@ -39,7 +43,14 @@ from uqmetrics import ood_scores
 from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
 from uqmetrics.io import provenance_attrs, read_dataset
 
-from .measures import GMM_COVARIANCE, MEASURES, MeasureInput, reference_split
+from .measures import (
+    DEFAULT_GMM_FIT,
+    GMM_COVARIANCE,
+    MEASURES,
+    MeasureInput,
+    measures_for,
+    reference_split,
+)
 
 __all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ensemble_log_probs", "ood_tables",
            "score_ood"]
@@ -52,15 +63,42 @@ _SPLITS = ("in_val", "in_test", "out_test")
 _ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)$")
 
 
+def _check_cells(members: list[xr.Dataset], ens: xr.Dataset, path, gmm_fit: str) -> None:
+    """Refuse caches written before the official Jacobian (an ensemble cell without
+    ``<set>_jacobian_softmax`` holds the softmax variant under ``<set>_jacobian``) or, for the
+    official GMM fit, run caches without the training-split GMM values."""
+    if "in_val_jacobian_softmax" not in ens:
+        raise ValueError(f"{str(path)!r} predates the official UIMNET Jacobian (its "
+                         "'<set>_jacobian' is the softmax variant): delete caches/ensembles "
+                         "and rerun 'uqvision reproduce uimnet' to recompute the ensemble cells")
+    if gmm_fit == "official" and any("in_val_gmm_train" not in m for m in members):
+        raise ValueError(f"a member of {str(path)!r} has no 'in_val_gmm_train' (a run cache "
+                         "written before the official GMM fit): rerun its runs, or score with "
+                         "gmm_fit='validation-ledoit-wolf'")
+
+
 def _inputs(members: list[xr.Dataset], ens: xr.Dataset, split: str, calibration: str,
             tau: float) -> MeasureInput:
     def stack(name):
         return np.stack([m[f"{split}_{name}"].values for m in members])
+
+    def jac(name):
+        return ens[f"{split}_{name}"].sel(calibration=calibration).values
+    has_gmm = all(f"{split}_gmm_train" in m for m in members)
     return MeasureInput(
         logits=stack("logits"), temperature=tau if calibration == "temperature" else 1.0,
         labels=members[0][f"{split}_label"].values, features=stack("features"),
-        tta=stack("tta"), native=stack("native"),
-        jacobian=ens[f"{split}_jacobian"].sel(calibration=calibration).values)
+        tta=stack("tta"), native=stack("native"), jacobian=jac("jacobian"),
+        jacobian_softmax=jac("jacobian_softmax"),
+        gmm_train=stack("gmm_train") if has_gmm else None)
+
+
+def _tta_policy(run: xr.Dataset) -> str:
+    """``"<policy> x <count>"`` of a run cache (its ``uimnet`` attr), ``"unknown"`` if absent."""
+    cfg = json.loads(run.attrs.get("uimnet", "{}"))
+    if "tta_policy" not in cfg:
+        return "unknown"
+    return f"{cfg['tta_policy']} x {cfg['tta']}"
 
 
 def ensemble_log_probs(member_logits) -> np.ndarray:
@@ -73,9 +111,11 @@ def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
     return ensemble_log_probs(inp.logits)
 
 
-def _score_ensemble(ens: xr.Dataset, *, fit_fraction: float,
-                    split_seed: int) -> tuple[dict, dict, float, tuple[int, int]]:
+def _score_ensemble(ens: xr.Dataset, path, *, fit_fraction: float, split_seed: int,
+                    gmm_fit: str) -> tuple[dict, dict, float, tuple[int, int], set]:
     members = [read_dataset(p) for p in json.loads(ens.attrs["members"])]
+    _check_cells(members, ens, path, gmm_fit)
+    measures = measures_for(gmm_fit)
     tau = float(ens.attrs["temperature"])
     val = _inputs(members, ens, "in_val", "none", tau)
     test = _inputs(members, ens, "in_test", "none", tau)
@@ -90,8 +130,7 @@ def _score_ensemble(ens: xr.Dataset, *, fit_fraction: float,
         sets = {s: _inputs(members, ens, s, cal, tau) for s in _SPLITS}
         in_val = sets["in_val"]
         fit_set, held_set = in_val.subset(fit), in_val.subset(held)
-        for name in MEASURES.names():
-            measure = MEASURES.lookup(name)
+        for name, measure in measures.items():
             # (reference the measure is fitted on, the set its threshold is the quantile of)
             ref, theta_set = (fit_set, held_set) if measure.fitted else (in_val, in_val)
             u = {s: measure(sets[s], ref) for s in ("in_test", "out_test")}
@@ -102,11 +141,11 @@ def _score_ensemble(ens: xr.Dataset, *, fit_fraction: float,
             sc = ood_scores(u["in_val"], u["in_test"], u["out_test"])
             out_domain[(name, cal)] = {k: float(sc[v]) for k, v in OUT_DOMAIN_METRICS.items()}
     return (in_domain, out_domain, float(ind["temperature"].values.mean()),
-            (len(fit), len(held)))
+            (len(fit), len(held)), {_tta_policy(m) for m in members})
 
 
-def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
-              split_seed: int = 0) -> xr.Dataset:
+def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int = 0,
+              gmm_fit: str = DEFAULT_GMM_FIT) -> xr.Dataset:
     """Score a UIMNET ``caches`` folder (``runs/`` and ``ensembles/``) into one Dataset.
 
     Parameters
@@ -116,11 +155,17 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
     ks : sequence of int
         Ensemble sizes to report (cells of other sizes are ignored).
     fit_fraction : float in (0, 1), default 0.5
-        Share of in-domain validation a fitted measure (``gmm``) is fitted on; its thresholds
-        are the quantiles of u on the rest (:func:`uqvision.protocols.uimnet.measures.reference_split`).
+        Share of in-domain validation a fitted measure (``gmm`` with the
+        ``validation-ledoit-wolf`` fit) is fitted on; its thresholds are the quantiles of u on
+        the rest (:func:`uqvision.protocols.uimnet.measures.reference_split`).
     split_seed : int, default 0
         Seed of that class-stratified split (the same split for every ensemble of a data seed:
         they share the in-domain validation set).
+    gmm_fit : str, default :data:`~uqvision.protocols.uimnet.measures.DEFAULT_GMM_FIT`
+        The fit of the ``gmm`` measure, a name in
+        :data:`~uqvision.protocols.uimnet.measures.GMM_FITS`: ``official`` (class Gaussians
+        of each run's in-domain training split, sample covariance + 0.1 I, read from the run
+        caches; fits nothing on validation) or ``validation-ledoit-wolf`` (a fitted measure).
 
     Returns
     -------
@@ -131,20 +176,23 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
         ``oracle_auc``, ``oracle_in_as_in``, ``oracle_out_as_out`` over ``stat``; ``stat`` =
         mean, std over data seeds (``n_data_seeds`` in attrs). Attr ``reference_split`` (JSON)
         records the fitted measures' split: the measures, ``fit_fraction``, ``seed``, the
-        stratification and, per data seed, the fit and threshold sample counts; attr
-        ``gmm_covariance`` the GMM's covariance estimator
-        (:data:`uqvision.protocols.uimnet.measures.GMM_COVARIANCE`).
+        stratification and, per data seed, the fit and threshold sample counts (no measure
+        with the official GMM fit); attr ``gmm_fit`` the GMM fit, ``gmm_covariance`` its
+        estimator (:data:`uqvision.protocols.uimnet.measures.GMM_COVARIANCE`); attr
+        ``tta_policy`` the runs' TTA policy and augmentation count (JSON, from the run
+        caches; ``unknown`` for caches that do not record it).
 
     Notes
     -----
     θ of a measure is the 95 % quantile of its u on in-domain validation, except for a fitted
-    measure (``gmm``), whose θ is the 95 % quantile on the held-out part of the split it was
-    not fitted on. Given the fit, held-out and in-domain test images are exchangeable, so
-    E[InAsIn] ≈ 0.95 for every measure when in-domain validation and test come from one
-    distribution; θ on the fitted part itself would be an in-sample quantile.
+    measure (``gmm`` fitted on validation), whose θ is the 95 % quantile on the held-out part
+    of the split it was not fitted on. Given the fit, held-out and in-domain test images are
+    exchangeable, so E[InAsIn] ≈ 0.95 for every measure when in-domain validation and test
+    come from one distribution; θ on the fitted part itself would be an in-sample quantile.
     """
     if not 0.0 < float(fit_fraction) < 1.0:
         raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
+    chosen = measures_for(gmm_fit)
     caches = Path(caches)
     cells = {}
     for p in sorted((caches / "ensembles").glob("*.nc")):
@@ -166,11 +214,13 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
     temp = np.full((len(algs), len(kk), len(sps), len(seeds)), np.nan)
     n_members = np.full_like(temp, np.nan)
     split_sizes = {}
+    tta_policies = set()
     for (alg, k, sp, s), path in cells.items():
         ens = read_dataset(path)
         i, j, q, r = algs.index(alg), kk.index(k), sps.index(sp), seeds.index(s)
-        ind, outd, tau, sizes = _score_ensemble(ens, fit_fraction=fit_fraction,
-                                                split_seed=split_seed)
+        ind, outd, tau, sizes, policies = _score_ensemble(
+            ens, path, fit_fraction=fit_fraction, split_seed=split_seed, gmm_fit=gmm_fit)
+        tta_policies |= policies
         split_sizes[str(s)] = {"n_fit": sizes[0], "n_threshold": sizes[1]}
         for n, v in ind.items():
             raw[n][i, j, :, q, r] = v
@@ -201,18 +251,22 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
     out = xr.concat([ds.mean("data_seed"), ds.std("data_seed", ddof=1)],
                     dim=xr.DataArray(["mean", "std"], dims="stat", name="stat"))
     out = out.transpose(..., "stat")
-    fitted = [m for m in meas if MEASURES.lookup(m).fitted]
+    fitted = [m for m in meas if chosen[m].fitted]
     out.attrs = {**provenance_attrs(config={"ks": list(ks), "fit_fraction": fit_fraction,
-                                            "split_seed": split_seed}),
+                                            "split_seed": split_seed, "gmm_fit": gmm_fit}),
                  "n_data_seeds": len(seeds),
                  "conventions": "S.1 in-domain on in-domain test, tau fitted on in-domain "
                                 "validation (holdout); S.4 out-domain, theta = 95% quantile of u "
                                 "on in-domain validation, except for fitted measures ("
-                                + ", ".join(fitted) + "): fitted on the reference_split 'fit' "
+                                + (", ".join(fitted) or "none") + "): fitted on the "
+                                "reference_split 'fit' "
                                 "part of in-domain validation, theta = 95% quantile of u on the "
                                 "held-out 'threshold' part; out_as_out = fraction of OUT-domain "
-                                "flagged; jacobian on a seeded class-stratified subset of "
-                                "jacobian_max images of each set; one predictor per ensemble "
+                                "flagged; jacobian and jacobian_softmax on a seeded "
+                                "class-stratified subset of jacobian_max images of each set, "
+                                "jacobian NaN for ensembles of several networks and MC "
+                                "dropout (UIMNET's code); gmm fit: " + gmm_fit + "; one "
+                                "predictor per ensemble "
                                 "and calibration, softmax(log mean_k softmax(z_k) / tau), for "
                                 "every metric and measure; "
                                 "tau and the top-K members are also chosen on in-domain "
@@ -223,7 +277,9 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5,
                      "method": "uqvision.protocols.uimnet.measures.reference_split (uqmetrics "
                                "calibration_splits, stratified_holdout)",
                      "sizes_by_data_seed": split_sizes}),
-                 "gmm_covariance": GMM_COVARIANCE,
+                 "gmm_fit": gmm_fit,
+                 "gmm_covariance": GMM_COVARIANCE[gmm_fit],
+                 "tta_policy": json.dumps(sorted(tta_policies)),
                  "protocol": "UIMNET (docs/conventions.md#v-3)"}
     return out
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import uqmetrics
 import xarray as xr
+from uqmetrics.testing.filesystems import full_filesystems
 
 from uqreg import cli
 from uqreg.methods import Method
@@ -354,35 +355,16 @@ def test_k_an_abbreviated_option_is_refused(run, capsys, no_training, args, opti
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes. Mounting needs root: skipped elsewhere."""
-    import errno
+    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`). Mounting needs
+    root: skipped elsewhere."""
+    with full_filesystems(tmp_path) as make:
+        def full(leave: int = 16384) -> Path:
+            folder = make(leave)
+            if folder is None:
+                pytest.skip("cannot mount a small tmpfs here (needs root)")
+            return folder
 
-    mounts = []
-
-    def make(leave: int = 16384) -> Path:
-        folder = tmp_path / f"tmpfs{len(mounts)}"
-        folder.mkdir()
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                             capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
-        mounts.append(folder)
-        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for size in (65536, 4096, 512, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-            os.ftruncate(fd, os.fstat(fd).st_size - leave)
-        finally:
-            os.close(fd)
-        return folder
-
-    yield make
-    for folder in mounts:  # lazily: HDF5 keeps a file it could not close open
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+        yield full
 
 
 def test_l_a_full_disk_is_one_line_no_space_naming_the_study_file(disk_full, capsys):

@@ -8,15 +8,15 @@ is a real small file system (tmpfs, which mounting needs root for: skipped elsew
 
 from __future__ import annotations
 
-import errno
-import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 from uqmetrics import provenance_attrs, read_dataset, write_dataset
+from uqmetrics.testing.filesystems import full_filesystems
 
 from uqvision.cache import cache_dataset, cache_key, read_cache
 from uqvision.cli import main
@@ -40,33 +40,16 @@ def _one_line(err: str, command: str) -> str:
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes. Mounting needs root: skipped elsewhere."""
-    mounts = []
+    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`). Mounting needs
+    root: skipped elsewhere."""
+    with full_filesystems(tmp_path) as make:
+        def full(leave: int = 16384) -> Path:
+            folder = make(leave)
+            if folder is None:
+                pytest.skip("cannot mount a small tmpfs here (needs root)")
+            return folder
 
-    def make(leave: int = 16384):
-        folder = tmp_path / f"tmpfs{len(mounts)}"
-        folder.mkdir()
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                             capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
-        mounts.append(folder)
-        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for size in (65536, 4096, 512, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-            os.ftruncate(fd, os.fstat(fd).st_size - leave)
-        finally:
-            os.close(fd)
-        return folder
-
-    yield make
-    for folder in mounts:  # lazily: HDF5 keeps a file it could not close open
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+        yield full
 
 
 @pytest.fixture

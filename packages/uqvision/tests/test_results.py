@@ -126,15 +126,23 @@ def test_with_a_score_file_the_selective_numbers_are_the_score_files(zoo):
     assert table.source == "scores"
     assert sorted(table.column("model")) == sorted(scores["model"].values)
     caches = _caches(zoo)
+    # without a score file the table computes them over every image: the same numbers, since
+    # the score file's "none" row is scored on every image (Galil et al.'s official code)
+    from_caches = results_table([zoo], config=SelectiveConfig(mc_passes=PASSES))
     for row in table.rows:
         sel = scores.sel(model=row["model"], calibration="none")
         for name in ("auroc", "ece", "aurc"):
             assert _same(row[name], float(sel[name])), name  # equal, not close
-        assert row["n_scored"] == int(scores.attrs["n_eval"]) == 65 - round(0.3 * 65)
+            other = from_caches.rows[from_caches.column("model").index(row["model"])]
+            assert _same(row[name], other[name]), name
+        assert row["n_scored"] == int(scores["n_scored"].sel(calibration="none")) == 65
+        assert row["n_scored"] == row["n_images"] != int(scores.attrs["n_eval"])
         _, p, y = caches[row["model"]]
         want = _by_hand(p, y, _kappa(row["model"], p))  # top-1/5: every image, as timm
         np.testing.assert_allclose([row["top1"], row["top5"]], [want["top1"], want["top5"]],
                                    rtol=1e-12)
+        np.testing.assert_allclose(row["auroc"], want["auroc"], rtol=1e-9)  # every image
+        np.testing.assert_allclose(row["top1"], 100 * float(sel["accuracy"]), rtol=1e-12)
 
 
 def test_a_cache_the_score_file_did_not_score_is_refused(tmp_path, write_cache):
@@ -150,7 +158,14 @@ def test_a_cache_the_score_file_did_not_score_is_refused(tmp_path, write_cache):
     caption, header = table.format().splitlines()[:2]
     assert header.split() == ["model", "top1", "top5", "auroc", "ece", "aurc"]
     assert caption == ("dataset 'test', 40 images; top1/top5 in %; auroc/ece/aurc before "
-                       "temperature scaling, over the score file's 30 evaluation images")
+                       "temperature scaling, over all images")
+    # a score file written before the "none" row moved to every image (no n_scored coord)
+    # scored it on its n_eval held-out images, and the table says so
+    legacy = results_table([tmp_path], scores=scores.drop_vars(["n_scored", "sample_set"]))
+    assert legacy.column("n_scored") == [30, 30]
+    assert legacy.format().splitlines()[0] == (
+        "dataset 'test', 40 images; top1/top5 in %; auroc/ece/aurc before temperature "
+        "scaling, over the score file's 30 evaluation images")
     back = ResultsTable.read(table.write(tmp_path / "files")[1])  # unknown values round-trip
     assert all(_same(a[c], b[c]) for a, b in zip(back.rows, table.rows, strict=True)
                for c in COLUMNS)

@@ -44,8 +44,9 @@ __all__ = [
     "sac_score",
 ]
 
-#: The coverage range of the registered ``aurc_c`` / ``eaurc_c`` metrics: coverages up to 50 %,
-#: the risk-sensitive regime that the full AURC dilutes (Selective paper, Section 2).
+#: The coverage range of the registered ``aurc_c`` / ``eaurc_c`` metrics: coverages up to 50 %.
+#: The Selective paper defines AURC over a set of coverages without fixing one; this range is
+#: the project's choice (uqvision's selective protocol takes it as ``--aurc-coverage``).
 AURC_C_COVERAGE: tuple[float, float] = (0.0, 0.5)
 #: SAC rules (docs/conventions.md#s-2): ``"largest"`` (the paper's text, the default) and
 #: ``"first_drop"`` (the paper's official code).

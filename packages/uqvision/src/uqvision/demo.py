@@ -133,12 +133,15 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
 def summary(result: DemoResult) -> str:
     """A few lines of the demo's headline numbers, read back from its score files."""
     sel, ens = read_dataset(result.selective), read_dataset(result.ensembles)
-    lines = ["selective (stratified holdout; none -> temperature):"]
+    lines = ["selective (AUROC on the held-out images, none -> temperature):"]
     for m in sel["model"].values:
         row = sel.sel(model=m)
-        a, t = row["auroc"].values, float(row["temperature"].sel(calibration="temperature"))
-        lines.append(f"  {m:<28} accuracy {float(row['accuracy'][0]):.3f}  "
-                     f"AUROC {a[0]:.3f} -> {a[1]:.3f}  T {t:.2f}")
+        t = float(row["temperature"].sel(calibration="temperature"))
+        before = (float(row["none_heldout"].sel(metric="auroc")) if "none_heldout" in sel
+                  else float(row["auroc"].sel(calibration="none")))  # a file from before none_heldout
+        after = float(row["auroc"].sel(calibration="temperature"))
+        lines.append(f"  {m:<28} accuracy {float(row['accuracy'].sel(calibration='none')):.3f}  "
+                     f"AUROC {before:.3f} -> {after:.3f}  T {t:.2f}")
     lines.append("ensembles (negative CLL, test_cv; DEE vs the deep ensemble):")
     for m in ens["method"].values:
         cll = ens["cll"].sel({"method": m}).mean("order").dropna("size").values

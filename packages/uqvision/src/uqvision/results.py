@@ -14,8 +14,11 @@ files. Columns (:data:`COLUMNS`):
 - ``auroc``, ``ece``, ``aurc``: the selective protocol's values without temperature scaling
   (``calibration = "none"``), fractions as in the score file; κ is the row kind's confidence
   (softmax response; negative entropy of the mean for ``+mc_dropout``, whose ECE is not
-  reported). From the score file when it is given (its evaluation samples, ``n_scored`` =
-  its ``n_eval``), else computed here from every image through the same scoring call;
+  reported), over every image of the cache like ``top1``/``top5``. From the score file when
+  it is given (its ``none`` row, which is scored on every image: ``n_scored`` is its
+  ``n_scored`` of ``none``; a score file written before that rule scored ``none`` on its
+  ``n_eval`` held-out samples, and ``n_scored`` then says so), else computed here through the
+  same scoring call;
 - ``images_per_s`` = ``n_images / wall_time_s``; ``wall_time_s`` is the cache's: the
   prediction call that wrote it, model build included;
 - ``param_count`` (millions), ``img_size``, ``crop_pct``, ``interpolation``: timm's columns,
@@ -126,14 +129,16 @@ class ResultsTable:
 
     def _caption(self, shared: Mapping[str, Any]) -> str:
         """E.g. ``dataset 'val', 50000 images; top1/top5 in %; auroc/ece/aurc before
-        temperature scaling, over the score file's 45000 evaluation images``."""
+        temperature scaling, over all images`` (a score file that scored them on fewer
+        images than the cache holds: ``over the score file's 45000 evaluation images``)."""
         parts = [f"dataset {shared['dataset']!r}" if "dataset" in shared else "",
                  f"{shared['n_images']} images" if "n_images" in shared else ""]
         text = ", ".join(p for p in parts if p)
         if any(not _missing(r["top1"]) for r in self.rows) and self.source == "none":
             text += "; top1/top5 in %, over all images"
         elif any(not _missing(r["top1"]) for r in self.rows):
-            over = "all images" if self.source != "scores" else (
+            every = all(r["n_scored"] == r["n_images"] for r in self.rows)
+            over = "all images" if self.source != "scores" or every else (
                 f"the score file's {shared['n_scored']} evaluation images"
                 if "n_scored" in shared else "the score file's evaluation images")
             text += f"; top1/top5 in %; auroc/ece/aurc before temperature scaling, over {over}"
@@ -306,9 +311,11 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
         A selective score file (:func:`~uqvision.protocols.selective.score.score_selective`,
         dims (model, calibration)). Its rows whose cache is among ``caches`` are the table's
         rows, and ``auroc``, ``ece``, ``aurc`` are its ``calibration = "none"`` values
-        (equal to the file's; on its ``n_eval`` evaluation samples); ``top1``/``top5`` are
-        computed from the same passes (its ``passes`` coord). A cache whose checksum the
-        score file does not list (other logits than those scored) is refused.
+        (equal to the file's; on every image, ``n_scored`` = the file's ``n_scored`` of
+        ``none``; a file written before that rule: its ``n_eval`` held-out images);
+        ``top1``/``top5`` are computed from the same passes (its ``passes`` coord). A cache
+        whose checksum the score file does not list (other logits than those scored) is
+        refused.
     config : SelectiveConfig, optional
         Without ``scores``: the row kinds, MC-dropout passes and dataset of the selective
         protocol (default ``SelectiveConfig()``: both row kinds, 30 passes, the one dataset
@@ -377,6 +384,10 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
             if info is not None:
                 plan.append((str(label), str(kname), info, int(passes)))
         scored = set(json.loads(scores.attrs["caches"]).values())
+        # the images behind the file's "none" row: every image (its n_scored coord), or, in a
+        # file written before that rule (no such coord), its n_eval held-out images
+        n_scored = (int(scores["n_scored"].sel(calibration="none")) if "n_scored" in
+                    scores.coords else int(scores.attrs["n_eval"]))
     if not plan:
         raise ValueError("no plain or MC-dropout cache to tabulate"
                          + ("" if scores is None else " among the score file's rows"))
@@ -399,7 +410,6 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
                           n_scored=int(y.size))
         else:
             sel = scores.sel(model=label, calibration="none")
-            values.update({m: float(sel[m]) for m in _FROM_SCORES},
-                          n_scored=int(scores.attrs["n_eval"]))
+            values.update({m: float(sel[m]) for m in _FROM_SCORES}, n_scored=n_scored)
         rows.append(_row(label, **_cache_columns(ds.attrs, int(y.size)), **values))
     return ResultsTable(_sorted(rows), "caches" if scores is None else "scores")

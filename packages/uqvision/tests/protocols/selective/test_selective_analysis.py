@@ -201,3 +201,33 @@ def test_improvements_table(results):
     ts = out.isel(entry=np.flatnonzero(out["technique"].values == "temperature_scaling"))
     np.testing.assert_allclose(ts["improvement_auroc"].values,
                                temperature_effect(results)["improvement_auroc"].values)
+
+
+def test_temperature_effect_compares_the_same_samples(results):
+    """A file scored by the official rule (``none`` on every sample, ``temperature`` on the
+    held-out ones): the effect of T is ``temperature`` − ``none_heldout`` (same samples), and
+    ``paired=False`` gives the official code's unpaired difference (issue 25 item 5)."""
+    shift = 0.01 * np.arange(1, results.sizes["model"] + 1)  # none on the held-out samples
+    metrics = ["accuracy", "auroc", "ece"]
+    held = np.stack([results[m].sel(calibration="none").values + shift for m in metrics], 1)
+    ds = results.assign_coords(sample_set=("calibration", ["all", "heldout"]),
+                               metric=metrics)
+    ds["none_heldout"] = (("model", "metric"), held)
+    soft = [r[0] for r in ROWS if r[1] == "softmax"]
+    paired = temperature_effect(ds)
+    assert paired.attrs["paired"] == 1
+    for i, m in enumerate(soft):
+        j = [r[0] for r in ROWS].index(m)
+        assert paired["delta_auroc"].values[i] == pytest.approx(
+            VALUES[m][3] - (VALUES[m][1] + shift[j]))
+        assert paired["improvement_ece"].values[i] == pytest.approx(
+            VALUES[m][2] + shift[j] - VALUES[m][4])
+    unpaired = temperature_effect(ds, paired=False)
+    np.testing.assert_allclose(unpaired["delta_auroc"].values,
+                               [VALUES[m][3] - VALUES[m][1] for m in soft])
+    ts = improvements(ds, metrics=("auroc",))
+    ts = ts.isel(entry=np.flatnonzero(ts["technique"].values == "temperature_scaling"))
+    np.testing.assert_allclose(ts["improvement_auroc"].values,
+                               paired["improvement_auroc"].values)
+    with pytest.raises(ValueError, match="different samples and has no none_heldout"):
+        temperature_effect(ds.drop_vars("none_heldout"))

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -89,18 +91,23 @@ def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
     rows = {"a": np.log(sp_softmax(z[0], 1)), "b": np.log(sp_softmax(z[1], 1)),
             "c": np.log(sp_softmax(z[2], 1)),
             "c+mc_dropout": np.log(sp_softmax(mc, -1).mean(0))}
+    every = np.arange(y.size)
     for row, lp in rows.items():
         t = float(ds["temperature"].sel(model=row, calibration="temperature"))
         assert t == pytest.approx(_fit_t(lp[calib], y[calib]), rel=1e-4)
-        for cal, temp in (("none", 1.0), ("temperature", t)):
-            p = sp_softmax(lp[rest] / temp, axis=1)
+        # the official code's sample sets: none on every sample, temperature on the rest;
+        # none_heldout: none on the rest
+        for cal, temp, idx in (("none", 1.0, every), ("temperature", t, rest),
+                               ("none_heldout", 1.0, rest)):
+            p = sp_softmax(lp[idx] / temp, axis=1)
             if row.endswith("mc_dropout"):  # κ = negative predictive entropy; ECE not reported
                 kappa = (p * np.log(p)).sum(1)
             else:
                 kappa = p.max(1)
-            ref = reference(y[rest], p, kappa)
+            ref = reference(y[idx], p, kappa)
             for name in SELECTIVE_METRICS:
-                got = float(ds[name].sel(model=row, calibration=cal))
+                got = float(ds["none_heldout"].sel(model=row, metric=name)
+                            if cal == "none_heldout" else ds[name].sel(model=row, calibration=cal))
                 if row.endswith("mc_dropout") and name == "ece":
                     assert np.isnan(got)
                 else:
@@ -108,6 +115,9 @@ def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
     assert float(ds["temperature"].sel(model="b", calibration="temperature")) > 1.5
     assert (ds["temperature"].sel(calibration="none") == 1).all()
     assert list(ds["passes"].values) == [1, 1, 1, 30] and ds.attrs["mc_passes"] == 30
+    assert list(ds["sample_set"].values) == ["all", "heldout"]
+    assert list(ds["n_scored"].values) == [300, 210] and ds.attrs["n_images"] == 300
+    assert ds.attrs["sample_set_rule"].startswith("official_code")
     assert ds.attrs["sac_rule"] == "largest" and ds["sac_99"].attrs["metric"] == "sac_99"
 
 
@@ -117,10 +127,9 @@ def test_mc_row_refuses_fewer_passes_and_uses_the_first_k(zoo):
         score_selective([path], SelectiveConfig(calibration_size=0.3, mc_passes=31))
     ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1, mc_passes=10))
     assert int(ds["passes"].sel(model="c+mc_dropout")) == 10
-    (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
-    p = sp_softmax(mc[:10], -1).mean(0)[rest]
+    p = sp_softmax(mc[:10], -1).mean(0)  # "none": every sample
     assert float(ds["auroc"].sel(model="c+mc_dropout", calibration="none")) == pytest.approx(
-        roc_auc_score(p.argmax(1) == y[rest], (p * np.log(p)).sum(1)), rel=1e-9)
+        roc_auc_score(p.argmax(1) == y, (p * np.log(p)).sum(1)), rel=1e-9)
 
 
 def test_sac_rule_first_drop_is_used_and_recorded(zoo):
@@ -132,9 +141,8 @@ def test_sac_rule_first_drop_is_used_and_recorded(zoo):
     assert ds.attrs["sac_rule"] == "first_drop"
     assert ds["sac_95"].attrs["metric"] == "sac_95_first_drop"
     assert "sac_first_drop" in ds["sac_95"].attrs["convention"]
-    (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
-    p = sp_softmax(z[0][rest], 1)
-    expected = sac_score(p.argmax(1) == y[rest], p.max(1), accuracy=0.95, rule="first_drop")
+    p = sp_softmax(z[0], 1)  # "none": every sample
+    expected = sac_score(p.argmax(1) == y, p.max(1), accuracy=0.95, rule="first_drop")
     assert float(ds["sac_95"].sel(model="a", calibration="none")) == expected
     largest = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
     assert not np.array_equal(ds["sac_95"].values, largest["sac_95"].values)
@@ -172,8 +180,62 @@ def test_score_file_contract_with_plain_xarray(zoo, tmp_path):
 
 def test_temperature_never_changes_accuracy(zoo):
     ds = score_selective([zoo[0]], SelectiveConfig(calibration_size=0.3))
-    np.testing.assert_array_equal(ds["accuracy"].sel(calibration="none").values,
+    np.testing.assert_array_equal(ds["none_heldout"].sel(metric="accuracy").values,
                                   ds["accuracy"].sel(calibration="temperature").values)
+
+
+def test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones(zoo):
+    """Galil et al.'s benchmark_models.py: the unscaled metrics on all test images, the
+    temperature-scaled ones on the images left after the calibration subset (issue 25 item 5).
+    """
+    path, y, z, _ = zoo
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
+    p = sp_softmax(z[0], 1)
+    t = float(ds["temperature"].sel(model="a", calibration="temperature"))
+    p_t = sp_softmax(z[0][rest] / t, 1)
+    on = {"all": roc_auc_score(p.argmax(1) == y, p.max(1)),
+          "heldout": roc_auc_score(p[rest].argmax(1) == y[rest], p[rest].max(1))}
+    assert abs(on["all"] - on["heldout"]) > 1e-3  # the two sample sets tell apart
+    assert float(ds["auroc"].sel(model="a", calibration="none")) == pytest.approx(
+        on["all"], rel=1e-12)
+    assert float(ds["none_heldout"].sel(model="a", metric="auroc")) == pytest.approx(
+        on["heldout"], rel=1e-12)
+    assert float(ds["auroc"].sel(model="a", calibration="temperature")) == pytest.approx(
+        roc_auc_score(p_t.argmax(1) == y[rest], p_t.max(1)), rel=1e-12)
+    assert float(ds["accuracy"].sel(model="a", calibration="none")) == pytest.approx(
+        np.mean(p.argmax(1) == y), rel=1e-12)
+    assert dict(zip(ds["sample_set"].values, ds["n_scored"].values.tolist(), strict=True)) \
+        == {"all": 300, "heldout": 210}
+    assert (ds.attrs["n_images"], ds.attrs["n_calib"], ds.attrs["n_eval"]) == (300, 90, 210)
+
+
+def test_aurc_coverage_is_an_option_recorded_in_the_file(zoo):
+    path, y, z, _ = zoo
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                 aurc_coverage=0.2))
+    p = sp_softmax(z[0], 1)
+    correct = p.argmax(1) == y
+    assert float(ds["aurc_c"].sel(model="a", calibration="none")) == pytest.approx(
+        _aurc_c(correct, p.max(1), high=0.2), rel=1e-12)
+    assert float(ds["eaurc_c"].sel(model="a", calibration="none")) == pytest.approx(
+        _aurc_c(correct, p.max(1), high=0.2) - _aurc_c(correct, correct.astype(float), 0.2),
+        rel=1e-12, abs=1e-15)
+    assert json.loads(ds.attrs["aurc_coverage"]) == [0.0, 0.2]
+    assert "[0, 0.2]" in json.loads(ds.attrs["conventions"])["aurc_c"]
+    assert list(ds["aurc_c"].attrs["coverage"]) == [0.0, 0.2]
+    assert "[0, 0.2]" in ds["aurc_c"].attrs["convention"]
+    default = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    assert SelectiveConfig().aurc_coverage == 0.5
+    assert json.loads(default.attrs["aurc_coverage"]) == [0.0, 0.5]
+    assert not np.array_equal(ds["aurc_c"].values, default["aurc_c"].values)
+    np.testing.assert_array_equal(ds["aurc"].values, default["aurc"].values)
+    full = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                   aurc_coverage=1.0))
+    np.testing.assert_allclose(full["aurc_c"].values, full["aurc"].values, rtol=1e-12)
+    for bad in (0.0, 1.5, 1e-4):  # 1e-4 of 210 held-out samples covers none
+        with pytest.raises(ValueError, match="aurc-coverage"):
+            score_selective([path], SelectiveConfig(calibration_size=0.3, aurc_coverage=bad))
 
 
 def test_partial_and_corrupt_caches_are_never_scored(zoo, write_cache):

@@ -16,11 +16,19 @@ from ...options import COUNT, ConfigOption, add_config_options, config_kwargs, p
 from ..base import LazyReproduction, Protocol
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options",
-           "selective_config"]
+           "coverage_fraction", "selective_config"]
 
 #: One line: the protocol and its driver (``uqvision reproduce selective``).
 DESCRIPTION = ("V.1 (523 classifiers): a zoo with controlled regimes trained on the hierarchy "
                "stand-in; scores, the paper's analyses and figures")
+
+
+def coverage_fraction(text: str) -> float:
+    """argparse type: a coverage in (0, 1] (``--aurc-coverage``)."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be a coverage in (0, 1], got {text}")
+    return value
 
 
 def _sac_rules() -> tuple[str, ...]:
@@ -40,6 +48,9 @@ SELECTIVE_OPTIONS = (
     ConfigOption("mc_passes", type=COUNT,
                  help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
                       "refused (default: %(default)s)"),
+    ConfigOption("aurc_coverage", type=coverage_fraction, metavar="C",
+                 help="selective: aurc_c/eaurc_c over the coverages [0, C]; the Selective "
+                      "paper fixes no range: the default {default} is this project's choice"),
 )
 
 

@@ -12,7 +12,8 @@ nothing here re-runs a model or re-implements a metric.
 - :func:`method_comparisons` — the same model with another κ (MC dropout vs softmax response,
   Appendix M).
 - :func:`temperature_effect` — what temperature scaling does to each metric, against the fitted
-  T (Section 3.2, Figures 4, 6, 14); :func:`summarize_temperature_effect`.
+  T (Section 3.2, Figures 4, 6, 14), on the same (held-out) samples before and after;
+  :func:`summarize_temperature_effect`.
 - :func:`family_correlations` — Spearman correlations within each architecture family
   (AUROC vs accuracy, ECE vs AUROC, …; Appendix L, Table 2).
 - :func:`metric_disagreement` — do two metrics order the models alike, and do they pick the same
@@ -227,24 +228,57 @@ def teacher_comparisons(ds: xr.Dataset, *, metrics: Sequence[str] = ("auroc", "e
     return _pairs_dataset(rows, pairs, metrics, calibration, {})
 
 
+def _unscaled_heldout(ds: xr.Dataset, name: str) -> np.ndarray:
+    """Per-model ``calibration = "none"`` values of ``name`` on the temperature row's samples.
+
+    ``none_heldout`` when the file has it; a file without it and without a ``sample_set``
+    coord scored both rows on the same held-out samples (the rule before ``none`` moved to
+    every sample), so its ``none`` row is the one; anything else is refused.
+    """
+    if "none_heldout" in ds.data_vars:
+        return np.asarray(ds["none_heldout"].sel(metric=name).values, dtype=np.float64)
+    if "sample_set" not in ds.coords or len(set(ds["sample_set"].values.tolist())) == 1:
+        return _values(ds, name, "none")
+    raise ValueError("the result scores calibration='none' and 'temperature' on different "
+                     "samples and has no none_heldout: use paired=False, or score it again")
+
+
 def temperature_effect(ds: xr.Dataset, *, metrics: Sequence[str] = ("auroc", "ece"),
-                       method: str | None = "softmax") -> xr.Dataset:
+                       method: str | None = "softmax", paired: bool = True) -> xr.Dataset:
     """Per model: the fitted temperature and the change of each metric under temperature scaling.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A selective result.
+    metrics : sequence of str
+        Metric variables.
+    method : str or None, default "softmax"
+        Rows of this κ only (``None``: every row).
+    paired : bool, default True
+        True: the change on the same samples, ``temperature`` − ``none_heldout`` (both on the
+        held-out samples), the effect of T alone. False: ``temperature`` − ``none`` as the
+        file's rows hold them, which for a file scored by the official rule (``none`` on
+        every sample) is the quantity of Galil et al.'s published code (their ``AUROC_TS``
+        minus ``AUROC``), with the sampling difference between the two sample sets in it.
 
     Returns
     -------
     xarray.Dataset
         Dim ``model``: ``temperature`` (fitted T), and per metric ``delta_<m>`` =
-        m(temperature) − m(none) and ``improvement_<m>`` (positive = better).
+        m(temperature) − m(none) and ``improvement_<m>`` (positive = better); attr
+        ``paired``.
     """
     metrics = _check_metrics(ds, metrics)
     rows = _rows(ds, method)
     data = {"temperature": ("model", _values(rows, "temperature", "temperature"))}
     for m in metrics:
-        delta = _values(rows, m, "temperature") - _values(rows, m, "none")
+        before = _unscaled_heldout(rows, m) if paired else _values(rows, m, "none")
+        delta = _values(rows, m, "temperature") - before
         data[f"delta_{m}"] = ("model", delta)
         data[f"improvement_{m}"] = ("model", delta if greater_is_better(rows, m) else -delta)
-    return xr.Dataset(data, coords={"model": rows["model"].values})
+    return xr.Dataset(data, coords={"model": rows["model"].values},
+                      attrs={"paired": int(paired)})
 
 
 def _fraction_positive(v: np.ndarray) -> float:
@@ -372,7 +406,9 @@ def improvements(ds: xr.Dataset, *, metrics: Sequence[str] = ("auroc", "ece"),
     xarray.Dataset
         Dim ``entry``: coords ``technique`` (a regime name, ``temperature_scaling`` or
         ``mc_dropout``), ``treated``, ``baseline``; ``improvement_<m>`` per metric (NaN where a
-        technique does not report it, e.g. ECE of MC dropout).
+        technique does not report it, e.g. ECE of MC dropout). ``temperature_scaling``
+        entries compare the same held-out samples (:func:`temperature_effect`, ``paired``);
+        the others compare two rows at ``calibration``.
     """
     metrics = _check_metrics(ds, metrics)
     parts = []

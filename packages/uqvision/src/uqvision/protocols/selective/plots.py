@@ -69,6 +69,11 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
                    out_dir: str | os.PathLike) -> list[Path]:
     """The Selective paper's figures from a selective score file with metadata coords.
 
+    The figures without temperature scaling are over the samples of the file's ``none`` row
+    (every test sample), those after it over the held-out samples (its ``sample_set`` coord);
+    the change under temperature scaling is measured on the held-out samples before and after
+    (:func:`~.analysis.temperature_effect`, ``paired=True``).
+
     Returns the paths of the figures written (figures whose inputs are absent, e.g. paired
     comparisons without pairs, are skipped).
     """

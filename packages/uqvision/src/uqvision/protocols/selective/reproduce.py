@@ -542,6 +542,7 @@ def _analyse(ds, improvements, metric_disagreement) -> dict:
     corr = family_correlations(ds)
     out["correlations"] = {str(g): {str(p): {"spearman": float(corr["spearman"].sel(group=g,
                                                                                      pair=p)),
+                                             "pvalue": float(corr["pvalue"].sel(group=g, pair=p)),
                                              "n": int(corr["n"].sel(group=g, pair=p))}
                                     for p in corr["pair"].values} for g in corr["group"].values}
     out["disagreement"] = {c: metric_disagreement(ds, "auroc", "ece", calibration=c)
@@ -556,9 +557,12 @@ def _fmt(x: float, digits: int = 3) -> str:
 def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
     """The Markdown summary of a run (per-model table, pair statistics, findings)."""
     lines = [f"# Selective zoo on the `{sc.hierarchy}` hierarchy (scale `{sc.name}`)", "",
-             (f"{ds.sizes['model']} rows, {ds.attrs.get('n_eval', '?')} evaluation and "
-             f"{ds.attrs.get('n_calib', '?')} calibration samples; wall time {wall_s / 60:.1f} "
-             "min."), "",
+             (f"{ds.sizes['model']} rows; {ds.attrs.get('n_images', '?')} test samples: "
+              "the columns without TS are over all of them, those with TS over the "
+              f"{ds.attrs.get('n_eval', '?')} outside the {ds.attrs.get('n_calib', '?')} "
+              "calibration samples (Galil et al.'s official code); the temperature-scaling "
+              "improvements below compare both on those held-out samples. Wall time "
+              f"{wall_s / 60:.1f} min."), "",
              ("| model | regime | family | params | accuracy | AUROC | AUROC (TS) | ECE | "
              "ECE (TS) | AURC | SAC@95 | T |"), "|" + "---|" * 12]
     order = np.argsort(-np.nan_to_num(ds["auroc"].sel(calibration="none").values, nan=-1))
@@ -592,12 +596,14 @@ def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
                      f", {_fmt(d['discordant_fraction'], 2)} of model pairs ordered oppositely; "
                      f"best by AUROC {d['best_auroc']}, by ECE {d['best_ece']}.")
     corr = analysis["correlations"]
-    lines += ["", "Spearman correlations (raw values; ECE lower is better):", "",
+    lines += ["", ("Spearman correlations (raw values; ECE lower is better; p: two-sided, "
+                   "scipy's t approximation, rows taken as independent):"), "",
               "| group | " + " | ".join(next(iter(corr.values()))) + " |",
               "|" + "---|" * (1 + len(next(iter(corr.values()))))]
     for g, per in corr.items():
-        lines.append(f"| {g} | " + " | ".join(f"{_fmt(c['spearman'], 2)} (n={c['n']})"
-                                              for c in per.values()) + " |")
+        lines.append(f"| {g} | " + " | ".join(
+            f"{_fmt(c['spearman'], 2)} (n={c['n']}, p={_fmt(c.get('pvalue', np.nan), 3)})"
+            for c in per.values()) + " |")
     return "\n".join(lines) + "\n"
 
 

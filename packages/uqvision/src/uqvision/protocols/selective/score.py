@@ -1,17 +1,24 @@
 """Selective-prediction protocol (docs/conventions.md#v-1): one row per model, from cached logits.
 
-Every row is one call of ``uqmetrics.temperature_scaled_metrics`` (the one scoring path):
-registered metrics on the same evaluation samples with and without temperature scaling
-(``stratified_holdout``: a label-stratified calibration subset of ``calibration_size`` samples,
-the rest scored; the split is a function of the labels and the seed, so every model of the
-dataset shares it). Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and
-MC dropout (negative predictive entropy of the mean over passes; ECE not reported, as in Galil
-et al.) where the model has an MC-dropout cache.
+The test set is split once per dataset (``stratified_holdout``: a label-stratified calibration
+subset of ``calibration_size`` samples; the split is a function of the labels and the seed, so
+every model of the dataset shares it). As in Galil et al.'s official ``benchmark_models.py``,
+the two calibration rows are scored on different sample sets (:data:`SAMPLE_SETS`):
+``calibration = "none"`` on **every** test sample, ``calibration = "temperature"`` on the
+held-out samples (the calibration subset excluded), with T fitted on the calibration subset by
+``uqmetrics.temperature_scaled_metrics``. The unscaled metrics on the held-out samples are kept
+too (variable ``none_heldout``), so that the effect of temperature scaling can be measured on
+the same samples (:func:`uqvision.protocols.selective.analysis.temperature_effect`).
+
+Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and MC dropout (negative
+predictive entropy of the mean over passes; ECE not reported, as in Galil et al.) where the
+model has an MC-dropout cache.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Iterable
@@ -23,9 +30,15 @@ import xarray as xr
 from uqmetrics import (
     CONVENTIONS,
     SAC_RULES,
+    aurc_c_loss,
+    calibration_splits,
+    eaurc_c_loss,
     ensemble_log_probs,
+    get_confidence_function,
     log_softmax,
     provenance_attrs,
+    score_metrics,
+    softmax,
     temperature_scaled_metrics,
 )
 from uqmetrics.registry import Registry, get_metric
@@ -36,7 +49,10 @@ from ...predict import DEFAULT_PASSES
 from .metadata import attach_metadata, load_metadata, metadata_key
 
 __all__ = [
+    "DEFAULT_AURC_COVERAGE",
     "ROW_KINDS",
+    "SAMPLE_SETS",
+    "SAMPLE_SET_RULE",
     "SELECTIVE_METRICS",
     "RowKind",
     "SelectiveConfig",
@@ -49,10 +65,30 @@ __all__ = [
 ]
 
 #: The metric variables of a selective score file (registered uqmetrics names; ``sac_99`` and
-#: ``sac_95`` are computed with the SAC rule of :attr:`SelectiveConfig.sac_rule`).
+#: ``sac_95`` are computed with the SAC rule of :attr:`SelectiveConfig.sac_rule`, ``aurc_c``
+#: and ``eaurc_c`` over the coverages ``[0, SelectiveConfig.aurc_coverage]``).
 SELECTIVE_METRICS = ("accuracy", "auroc", "aurc", "eaurc", "aurc_c", "eaurc_c", "sac_99",
                      "sac_95", "ece", "nll", "brier")
 _SAC = ("sac_99", "sac_95")
+#: Metrics over a coverage range, computed here with :attr:`SelectiveConfig.aurc_coverage`.
+_COVERAGE = {"aurc_c": aurc_c_loss, "eaurc_c": eaurc_c_loss}
+#: Their ``convention`` attrs (docs/conventions.md#s-2), with the range scored.
+_COVERAGE_CONVENTIONS = {
+    "aurc_c": "S.2: mean selective risk e_i/i over the coverages i/N in [0, {c}] "
+              "(aurc_coverage), kappa descending, errors spread evenly over tied blocks",
+    "eaurc_c": "S.2: aurc_c minus aurc_c of the exact empirical oracle ranking, coverages i/N "
+               "in [0, {c}] (aurc_coverage)"}
+#: Upper end of the AURC_C coverage range [0, c]. Galil et al. define AURC over a set of
+#: coverages but fix no range for it: 0.5 (the most confident half) is this project's choice.
+DEFAULT_AURC_COVERAGE = 0.5
+#: The sample set of each calibration row (coord ``sample_set``): ``all`` = every test sample,
+#: ``heldout`` = the test samples outside the stratified calibration subset.
+SAMPLE_SETS = {"none": "all", "temperature": "heldout"}
+#: The rule behind :data:`SAMPLE_SETS` (score-file attr ``sample_set_rule``).
+SAMPLE_SET_RULE = ("official_code: calibration='none' on every test sample, "
+                   "calibration='temperature' on the samples outside the calibration subset "
+                   "(Galil et al. 2023, benchmark_models.py); none_heldout: calibration='none' "
+                   "on the temperature row's samples")
 
 
 @dataclass(frozen=True)
@@ -85,8 +121,11 @@ class SelectiveConfig:
     ``sac_rule``: ``"largest"`` (the paper's definition) or ``"first_drop"`` (its official
     code, to reproduce its published SAC values; :func:`uqmetrics.sac_score`).
     ``mc_passes``: MC-dropout passes a ``+mc_dropout`` row is scored from (the first
-    ``mc_passes`` of its cache); a cache with fewer is refused. ``metadata``: extra model
-    metadata tables (:func:`uqvision.protocols.selective.metadata.load_metadata`; the shipped table and
+    ``mc_passes`` of its cache); a cache with fewer is refused. ``aurc_coverage``: the upper
+    end c of the coverage range [0, c] of ``aurc_c``/``eaurc_c``, in (0, 1]; the paper fixes
+    no range, and the default 0.5 is this project's choice (:data:`DEFAULT_AURC_COVERAGE`).
+    ``metadata``: extra model metadata tables
+    (:func:`uqvision.protocols.selective.metadata.load_metadata`; the shipped table and
     ``$UQVISION_MODEL_METADATA`` are always read).
     """
 
@@ -96,6 +135,7 @@ class SelectiveConfig:
     kinds: tuple[str, ...] = tuple(ROW_KINDS)
     sac_rule: str = "largest"
     mc_passes: int = DEFAULT_PASSES["mc_dropout"]
+    aurc_coverage: float = DEFAULT_AURC_COVERAGE
     metadata: tuple[str, ...] = ()
 
 
@@ -159,15 +199,45 @@ def _registered(metric: str, sac_rule: str) -> str:
     return f"{metric}_{sac_rule}" if metric in _SAC and sac_rule != "largest" else metric
 
 
-def _row(z: np.ndarray, y: np.ndarray, n_calib: int, seed: int, kind: RowKind,
-         metrics: tuple[str, ...], sac_rule: str) -> tuple[np.ndarray, xr.Dataset]:
-    """Values (calibration=2, metric), NaN for the kind's skipped metrics, and the
-    ``temperature_scaled_metrics`` result (one ``stratified_holdout`` fold)."""
-    scored = tuple(_registered(m, sac_rule) for m in metrics if m not in kind.skip)
+def _coverage_scores(y: np.ndarray, p: np.ndarray, confidence: str,
+                     names: tuple[str, ...], coverage: float) -> dict[str, float]:
+    """``aurc_c``/``eaurc_c`` (those in ``names``) over coverages ``[0, coverage]``, from
+    ``correct = argmax p = y`` and ``κ = confidence(p)`` as :func:`uqmetrics.score_metrics`."""
+    if not names:
+        return {}
+    correct = np.argmax(p, axis=1) == y
+    kappa = np.asarray(get_confidence_function(confidence)(p), dtype=np.float64)
+    return {n: float(_COVERAGE[n](correct, kappa, coverage=(0.0, coverage))) for n in names}
+
+
+def _row(z: np.ndarray, y: np.ndarray, held: np.ndarray, n_calib: int, kind: RowKind,
+         metrics: tuple[str, ...], config: SelectiveConfig) -> tuple[np.ndarray, xr.Dataset]:
+    """Values (cell=3, metric), NaN for the kind's skipped metrics, and the
+    ``temperature_scaled_metrics`` result (one ``stratified_holdout`` fold).
+
+    Cells: 0 = ``none`` on every sample, 1 = ``temperature`` on the held-out samples ``held``,
+    2 = ``none`` on the held-out samples (``none_heldout``).
+    """
+    kept = [m for m in metrics if m not in kind.skip]
+    scored = tuple(_registered(m, config.sac_rule) for m in kept if m not in _COVERAGE)
+    ranged = tuple(m for m in kept if m in _COVERAGE)
     res = temperature_scaled_metrics(z, y, protocol="stratified_holdout", metrics=scored,
-                                     confidence=kind.confidence, n_calib=n_calib, seed=seed)
-    values = np.stack([res[_registered(m, sac_rule)].values if m not in kind.skip
-                       else np.full(2, np.nan) for m in metrics], axis=1)
+                                     confidence=kind.confidence, n_calib=n_calib,
+                                     seed=config.seed)
+    if int(res["n_eval"][0]) != held.size:  # the split below is the protocol's own
+        raise RuntimeError("the held-out samples differ from temperature_scaled_metrics' split")
+    t = float(res["temperature"][0])
+    p_all = softmax(z)
+    cells = [(score_metrics(y, p_all, metrics=scored, confidence=kind.confidence), y, p_all),
+             ({n: float(res[n].sel(calibration="temperature")) for n in scored}, y[held],
+              softmax(z[held], temperature=t)),
+             ({n: float(res[n].sel(calibration="none")) for n in scored}, y[held],
+              softmax(z[held]))]
+    for cell, labels, p in cells:
+        cell.update(_coverage_scores(labels, p, kind.confidence, ranged, config.aurc_coverage))
+    values = np.array([[c.get(m, np.nan) if m in _COVERAGE else
+                        c.get(_registered(m, config.sac_rule), np.nan) for m in metrics]
+                       for c, _, _ in cells])
     return values, res
 
 
@@ -204,6 +274,10 @@ def score_selective(caches: Iterable[str | os.PathLike],
                     config: SelectiveConfig | None = None) -> xr.Dataset:
     """Score every model's cache: dims (model, calibration), one variable per metric.
 
+    ``calibration = "none"`` is scored on every test sample and ``"temperature"`` on the
+    held-out samples (:data:`SAMPLE_SETS`, as Galil et al.'s official code); the unscaled
+    metrics on the held-out samples are in ``none_heldout``.
+
     Parameters
     ----------
     caches : iterable of path
@@ -215,26 +289,40 @@ def score_selective(caches: Iterable[str | os.PathLike],
     -------
     xarray.Dataset
         Variables :data:`SELECTIVE_METRICS` (``accuracy``, ``auroc``, ``aurc``, ``eaurc``,
-        ``aurc_c``/``eaurc_c`` over coverages [0, 0.5], ``sac_99``, ``sac_95``, ``ece``,
-        ``nll``, ``brier``; each with attrs ``metric``, ``convention``,
-        ``greater_is_better``) and ``temperature`` over (model, calibration) with
-        ``calibration = ["none", "temperature"]`` (``temperature`` is 1 for ``none``);
-        ``temperature_converged`` (model); per-row coords ``method``, ``base_model``,
-        ``passes`` (MC-dropout passes scored, 1 otherwise), ``architecture``, ``tag``,
-        ``checkpoint_sha256``, ``metadata_key`` (``arch.tag``) and the model metadata of
-        :func:`uqvision.protocols.selective.metadata.attach_metadata` (``family``, ``params``, ``input_size``,
-        ``distillation``, ``teacher``, ``pretraining_data``, …; ``unknown`` where no table
-        knows the model; ``params``/``input_size`` measured from the model when its cache
+        ``aurc_c``/``eaurc_c`` over coverages [0, ``aurc_coverage``] (attr ``coverage``),
+        ``sac_99``, ``sac_95``, ``ece``, ``nll``, ``brier``; each with attrs ``metric``,
+        ``convention``, ``greater_is_better``) and ``temperature`` over (model, calibration)
+        with ``calibration = ["none", "temperature"]`` (``temperature`` is 1 for ``none``) and
+        per-calibration coords ``sample_set`` (``all``, ``heldout``) and ``n_scored`` (the
+        samples each row is scored on); ``none_heldout`` over (model, metric): the
+        ``calibration = "none"`` values on the held-out samples (coord ``metric`` =
+        :data:`SELECTIVE_METRICS`); ``temperature_converged`` (model); per-row coords
+        ``method``, ``base_model``, ``passes`` (MC-dropout passes scored, 1 otherwise),
+        ``architecture``, ``tag``, ``checkpoint_sha256``, ``metadata_key`` (``arch.tag``) and
+        the model metadata of :func:`uqvision.protocols.selective.metadata.attach_metadata`
+        (``family``, ``params``, ``input_size``, ``distillation``, ``teacher``,
+        ``pretraining_data``, …; ``unknown`` where no table knows the model; ``params``/``input_size`` measured from the model when its cache
         records them). Attrs: provenance, protocol options, ``sac_rule``, ``mc_passes``,
-        ``n_calib``/``n_eval``, the metadata tables used and the checksums of the scored
-        caches.
+        ``aurc_coverage`` ([0, c]), ``n_images``, ``n_calib``/``n_eval`` (the split),
+        ``sample_set_rule`` (:data:`SAMPLE_SET_RULE`), the metadata tables used and the
+        checksums of the scored caches.
+
+    Raises
+    ------
+    ValueError
+        An unknown SAC rule, ``mc_passes < 1``, ``aurc_coverage`` outside (0, 1] or below one
+        held-out sample, a calibration size that leaves no sample on either side, no cache.
 
     Notes
     -----
-    With ``(C, E)`` the stratified calibration/evaluation split of the test set and ``z`` a
-    row's logits (MC dropout: ``log mean_s softmax(z_s)``): ``T = argmin NLL(softmax(z[C]/T))``;
-    every metric is computed on ``softmax(z[E])`` (none) and ``softmax(z[E]/T)`` (temperature);
-    selective metrics use ``correct = argmax p = y`` and the row's κ.
+    With ``(C, E)`` the stratified calibration/evaluation split of the ``N`` test samples and
+    ``z`` a row's logits (MC dropout: ``log mean_s softmax(z_s)``):
+    ``T = argmin NLL(softmax(z[C]/T))``; ``none`` is every metric of ``softmax(z)`` over all
+    ``N`` samples, ``temperature`` of ``softmax(z[E]/T)`` over ``E``, ``none_heldout`` of
+    ``softmax(z[E])`` over ``E``; selective metrics use ``correct = argmax p = y`` and the
+    row's κ. So ``none`` and ``temperature`` differ by the samples as well as by T (by the
+    sampling noise of the calibration subset: small for 5,000 of 50,000 images, not for a
+    small test set); ``temperature`` − ``none_heldout`` is the effect of T alone.
 
     References
     ----------
@@ -248,6 +336,9 @@ def score_selective(caches: Iterable[str | os.PathLike],
                          f"{config.sac_rule!r} (option --sac-rule)")
     if config.mc_passes < 1:
         raise ValueError(f"mc_passes must be >= 1, got {config.mc_passes!r}")
+    if not 0 < config.aurc_coverage <= 1:
+        raise ValueError(f"aurc_coverage must be in (0, 1], got {config.aurc_coverage!r} "
+                         "(option --aurc-coverage)")
     tables = load_metadata(config.metadata)
     infos = select_dataset(index_caches(caches), config.dataset)
     models = list(dict.fromkeys(i.model for i in sorted(infos, key=lambda i: i.model)))
@@ -260,7 +351,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
     if not rows:
         raise ValueError("no plain or MC-dropout cache to score")
     metrics = SELECTIVE_METRICS
-    values = np.full((len(rows), 2, len(metrics)), np.nan)
+    values = np.full((len(rows), 3, len(metrics)), np.nan)  # none, temperature, none_heldout
     temps, conv = np.ones((len(rows), 2)), np.zeros(len(rows), dtype=bool)
     meta: dict[str, list[str]] = {k: [] for k in ("architecture", "tag", "checkpoint_sha256",
                                                   "metadata_key")}
@@ -274,37 +365,55 @@ def score_selective(caches: Iterable[str | os.PathLike],
             ref = ds.drop_vars([v for v in ds.data_vars if v != "label"])
             y = ref["label"].values
             n_calib = resolve_calibration_size(config.calibration_size, y.size)
+            (_, held), = calibration_splits(y, protocol="stratified_holdout", n_calib=n_calib,
+                                            seed=config.seed)
+            if math.floor(round(config.aurc_coverage * held.size, 9)) < 1:
+                raise ValueError(f"aurc_coverage {config.aurc_coverage:g} covers no sample of "
+                                 f"the {held.size} held-out samples (option --aurc-coverage)")
         check_aligned([ref, ds], [rows[0][0], row])
         logits = ds["logits"].values
         z = predictive_log_probs(logits[:passes[r]] if logits.ndim == 3 else logits)
-        values[r], res = _row(z, y, n_calib, config.seed, kinds[kname], metrics,
-                              config.sac_rule)
+        values[r], res = _row(z, y, held, n_calib, kinds[kname], metrics, config)
         temps[r, 1], conv[r] = float(res["temperature"][0]), bool(res["converged"][0])
-        split_sizes = int(res["n_calib"][0]), int(res["n_eval"][0])
         for k, values_k in meta.items():
             values_k.append(cache_metadata_key(ds.attrs) if k == "metadata_key"
                             else str(ds.attrs.get(k, "")))
         measured[r] = _measured(ds.attrs)
         checksums[str(info.path)] = ds.attrs["checksum"]
-    data = {name: (("model", "calibration"), values[:, :, j]) for j, name in enumerate(metrics)}
+    data = {name: (("model", "calibration"), values[:, :2, j])
+            for j, name in enumerate(metrics)}
     data["temperature"] = (("model", "calibration"), temps)
+    data["none_heldout"] = (("model", "metric"), values[:, 2], {
+        "description": "calibration='none' values on the held-out samples (those of the "
+                       "temperature row): the unscaled side of a paired before/after "
+                       "comparison", "sample_set": "heldout", "n_scored": held.size})
     data["temperature_converged"] = ("model", conv)
     out = xr.Dataset(data, coords={
         "model": [r[0] for r in rows], "calibration": ["none", "temperature"],
-        "method": ("model", [r[1] for r in rows]), "base_model": ("model", [r[2].model for r in rows]),
+        "sample_set": ("calibration", [SAMPLE_SETS["none"], SAMPLE_SETS["temperature"]]),
+        "n_scored": ("calibration", np.array([y.size, held.size], dtype=np.int64)),
+        "metric": list(metrics),
+        "method": ("model", [r[1] for r in rows]),
+        "base_model": ("model", [r[2].model for r in rows]),
         "passes": ("model", passes), **{k: ("model", v) for k, v in meta.items()}})
     for name in metrics:
         spec = get_metric(_registered(name, config.sac_rule))
         out[name].attrs.update(greater_is_better=int(spec.greater_is_better),
                                metric=spec.name, convention=CONVENTIONS[spec.name])
+    coverage = [0.0, float(config.aurc_coverage)]
+    ranged = {k: v.format(c=f"{config.aurc_coverage:g}") for k, v in _COVERAGE_CONVENTIONS.items()}
+    for name, text in ranged.items():
+        out[name].attrs.update(coverage=coverage, convention=text)
     extra = {"protocol": "selective", "calibration_protocol": "stratified_holdout",
-             "n_calib": split_sizes[0], "n_eval": split_sizes[1],
+             "n_images": int(y.size), "n_calib": int(n_calib), "n_eval": int(held.size),
+             "sample_set_rule": SAMPLE_SET_RULE,
              "dataset_name": rows[0][2].dataset_name, "sac_rule": config.sac_rule,
-             "mc_passes": config.mc_passes,
+             "mc_passes": config.mc_passes, "aurc_coverage": coverage,
              "confidence_functions": json.dumps({k: v.confidence for k, v in kinds.items()}),
              "caches": json.dumps(checksums)}
     out = attach_metadata(out, tables, measured={"params": measured[:, 0],
                                                  "input_size": measured[:, 1]})
-    out.attrs = {**provenance_attrs(config=asdict(config), seed=config.seed, extra=extra),
+    out.attrs = {**provenance_attrs(config=asdict(config), seed=config.seed, extra=extra,
+                                    conventions={**CONVENTIONS, **ranged}),
                  **tables.attrs}
     return out

@@ -33,10 +33,12 @@ def test_uqvision_demo_rescored_by_uqmetrics(tmp_path):
         ((calib, rest),) = uqmetrics.calibration_splits(labels, protocol="stratified_holdout", n_calib=n_calib,
                                                        seed=0)
         temperature = uqmetrics.fit_temperature(logits[calib], labels[calib])
-        for name, t in (("none", 1.0), ("temperature", temperature)):
-            row = sel.sel({"model": model, "calibration": name})
-            probs = uqmetrics.calibration.softmax(logits[rest], temperature=t)
-            y = labels[rest]
+        # the official code's sample sets: the unscaled row on every image, the scaled one on
+        # the held-out images; the unscaled values on the held-out images in none_heldout
+        for name, t, idx in (("none", 1.0, np.arange(labels.size)), ("temperature", temperature, rest),
+                             ("none_heldout", 1.0, rest)):
+            probs = uqmetrics.calibration.softmax(logits[idx], temperature=t)
+            y = labels[idx]
             correct, kappa = probs.argmax(1) == y, uqmetrics.softmax_response(probs)
             expected = {
                 "accuracy": uqmetrics.accuracy_score(y, probs), "nll": uqmetrics.nll_loss(y, probs),
@@ -47,7 +49,13 @@ def test_uqvision_demo_rescored_by_uqmetrics(tmp_path):
                 "temperature": t,
             }
             for metric, value in expected.items():
-                np.testing.assert_allclose(float(row[metric]), value, rtol=1e-6, atol=1e-9, err_msg=f"{model} {name} {metric}")
+                if name == "none_heldout":
+                    if metric == "temperature":
+                        continue
+                    stored = sel["none_heldout"].sel({"model": model, "metric": metric})
+                else:
+                    stored = sel[metric].sel({"model": model, "calibration": name})
+                np.testing.assert_allclose(float(stored), value, rtol=1e-6, atol=1e-9, err_msg=f"{model} {name} {metric}")
 
     with xr.open_dataset(out / "scores" / "ensembles.nc") as ens:
         ens = ens.load()

@@ -26,7 +26,7 @@ from uqmetrics.io import (
     read_dataset,
     write_dataset,
 )
-from uqmetrics.testing.filesystems import full_filesystems
+from uqmetrics.testing.filesystems import append_only, full_filesystems
 
 
 def _result() -> xr.Dataset:
@@ -559,16 +559,9 @@ def test_values_decoding_changes_verify_as_read(tmp_path):
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`). Mounting needs
-    root: skipped elsewhere."""
+    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
-        def full(leave: int = 16384) -> Path:
-            folder = make(leave)
-            if folder is None:
-                pytest.skip("cannot mount a small tmpfs here (needs root)")
-            return folder
-
-        yield full
+        yield make
 
 
 @pytest.mark.parametrize("leave", [0, 16384])
@@ -610,11 +603,6 @@ def test_other_write_errors_are_not_taken_for_a_full_disk(tmp_path):
         write_dataset(_result(), tmp_path / "d.nc")
 
 
-def _chattr(flag: str, folder: Path) -> bool:
-    res = subprocess.run(["chattr", flag, str(folder)], capture_output=True, check=False)
-    return res.returncode == 0
-
-
 def test_a_failed_clean_up_does_not_hide_the_error_and_is_cleaned_later(tmp_path):
     """F6: a folder in which files can be created but none removed or renamed (``chattr +a``:
     a folder that turned read-only after the temporary file was made; root too): the write
@@ -623,16 +611,12 @@ def test_a_failed_clean_up_does_not_hide_the_error_and_is_cleaned_later(tmp_path
     :func:`remove_stale_temporaries` once the folder allows it."""
     out = tmp_path / "out"
     out.mkdir()
-    if not _chattr("+a", out):
-        pytest.skip("chattr +a is not supported here (not root, or another file system)")
-    try:
+    with append_only(out):
         with pytest.raises(PermissionError) as info:
             write_dataset(_result(), out / "r.nc", overwrite=True)
         assert info.value.filename == str(out / "r.nc") or info.value.filename2 == str(
             out / "r.nc")
         assert len(_leftovers(out)) == 1
-    finally:
-        _chattr("-a", out)
     (out / "notes.tmp").write_text("not ours")
     removed = uio.remove_stale_temporaries(out)
     assert len(removed) == 1 and _leftovers(out) == ["notes.tmp"]

@@ -355,16 +355,9 @@ def test_k_an_abbreviated_option_is_refused(run, capsys, no_training, args, opti
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`). Mounting needs
-    root: skipped elsewhere."""
+    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
-        def full(leave: int = 16384) -> Path:
-            folder = make(leave)
-            if folder is None:
-                pytest.skip("cannot mount a small tmpfs here (needs root)")
-            return folder
-
-        yield full
+        yield make
 
 
 def test_l_a_full_disk_is_one_line_no_space_naming_the_study_file(disk_full, capsys):

@@ -25,6 +25,7 @@ import torch
 import uqmetrics
 import xarray as xr
 from uqmetrics.sweep import is_complete
+from uqmetrics.testing.filesystems import append_only
 
 from uqreg import cli
 from uqreg.engine import TrainConfig, make_plan
@@ -377,11 +378,6 @@ def test_combining_refuses_an_unverified_cell_whose_coordinates_differ(tmp_path)
         combine_cells(paths, cfg)
 
 
-def _chattr(flag: str, folder) -> bool:
-    res = subprocess.run(["chattr", flag, str(folder)], capture_output=True, check=False)
-    return res.returncode == 0
-
-
 def test_temporary_files_of_failed_writes_are_removed_by_the_next_sweep(tmp_path, capsys,
                                                                           scheduler):
     """Issue 24 F6: cells/ turned read-only while the cells were written (``chattr +a``: files
@@ -393,12 +389,8 @@ def test_temporary_files_of_failed_writes_are_removed_by_the_next_sweep(tmp_path
     cells = out / "cells"
     cells.mkdir(parents=True)
     argv = [*SWEEP, "--out", str(out), "--scheduler", scheduler]
-    if not _chattr("+a", cells):
-        pytest.skip("chattr +a is not supported here (not root, or another file system)")
-    try:
+    with append_only(cells):
         assert cli.main(argv) == 1
-    finally:
-        _chattr("-a", cells)
     assert len([p for p in cells.iterdir() if p.name.endswith(".tmp")]) == 2
     capsys.readouterr()
     assert cli.main(argv) == 0

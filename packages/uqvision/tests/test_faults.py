@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,16 +39,9 @@ def _one_line(err: str, command: str) -> str:
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`). Mounting needs
-    root: skipped elsewhere."""
+    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
-        def full(leave: int = 16384) -> Path:
-            folder = make(leave)
-            if folder is None:
-                pytest.skip("cannot mount a small tmpfs here (needs root)")
-            return folder
-
-        yield full
+        yield make
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""A real, small, full file system for the tests of every package: what a write does when the
-disk fills up (no simulated ``ENOSPC``: the kernel's own)."""
+"""Real file-system faults for the tests of every package: a small full file system (what a
+write does when the disk fills up: the kernel's own ``ENOSPC``, nothing simulated) and an
+append-only folder (files can be created in it, none removed or renamed). Both need root, as
+the project's CI runs; elsewhere they raise :class:`RuntimeError` saying so (never a skip)."""
 
 from __future__ import annotations
 
@@ -10,36 +12,37 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["full_filesystems"]
+__all__ = ["append_only", "full_filesystems"]
 
 
 @contextmanager
 def full_filesystems(parent: str | os.PathLike,
-                     size: str = "1m") -> Iterator[Callable[[int], Path | None]]:
+                     size: str = "1m") -> Iterator[Callable[[int], Path]]:
     """``make(leave) -> folder``: each call mounts a fresh tmpfs of ``size`` in a new folder of
     ``parent`` and fills it up to all but ``leave`` bytes (a file named ``filler``).
 
-    Mounting needs root: ``make`` returns None where ``mount`` refuses (a test skips then).
-    On exit every mount is detached lazily (``umount -l``): HDF5 keeps a file it could not
+    Mounting needs root: ``make`` raises :class:`RuntimeError` with ``mount``'s message where
+    it refuses. On exit every mount is detached lazily (``umount -l``): HDF5 keeps a file it could not
     close open.
 
     Examples
     --------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d, full_filesystems(d) as make:
-    ...     folder = make(4096)
-    ...     folder is None or os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize <= 8192
+    ...     folder = make(4096)  # doctest: +SKIP
+    ...     os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize <= 8192  # doctest: +SKIP
     True
     """
     mounts: list[Path] = []
 
-    def make(leave: int = 16384) -> Path | None:
+    def make(leave: int = 16384) -> Path:
         folder = Path(parent) / f"tmpfs{len(mounts)}"
         folder.mkdir()
         res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
                               str(folder)], capture_output=True, text=True, check=False)
         if res.returncode != 0:
-            return None
+            raise RuntimeError(f"cannot mount a {size} tmpfs on {folder} (it needs root, as the "
+                               f"project's CI has): {res.stderr.strip()}")
         mounts.append(folder)
         fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -60,3 +63,21 @@ def full_filesystems(parent: str | os.PathLike,
     finally:
         for folder in mounts:
             subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@contextmanager
+def append_only(folder: str | os.PathLike) -> Iterator[Path]:
+    """``folder`` append-only for the block (``chattr +a``: files can be created in it, none
+    removed or renamed, by root too), as a folder that turned read-only in the middle of a
+    write; restored on exit. Needs root and a file system with the attribute:
+    :class:`RuntimeError` with ``chattr``'s message otherwise."""
+    folder = Path(folder)
+    res = subprocess.run(["chattr", "+a", str(folder)], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot make {folder} append-only (chattr +a needs root and a file "
+                           f"system with the attribute): {res.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-a", str(folder)], check=False)

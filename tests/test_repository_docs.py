@@ -21,12 +21,24 @@ ROOT = Path(__file__).resolve().parents[1]
 CONVENTIONS_MD = ROOT / "docs" / "conventions.md"
 
 #: The section anchors the document must keep (citations in docstrings, CLI help texts and the
-#: attrs of result files written by earlier versions use them).
+#: attrs of result files written by earlier versions use them), besides each vision protocol's
+#: (:func:`required_anchors`).
 REQUIRED_ANCHORS = (
     "r-1", "r-2", "r-3", "r-3b", "r-4", "r-5",
     "s-1", "s-2", "s-3", "s-4", "s-5", "s-6",
-    "v-0", "v-1", "v-2", "v-3", "v-4",
+    "v-0",
 )
+
+
+def required_anchors() -> list[str]:
+    """:data:`REQUIRED_ANCHORS` and the section of every registered vision protocol
+    (:attr:`uqvision.protocols.Protocol.section`: ``v-1`` ...), read from the registry, so that
+    a protocol added there must bring its section."""
+    from uqvision.protocols import VISION_PROTOCOLS
+
+    sections = [p.section for p in VISION_PROTOCOLS.values()]
+    assert all(sections), f"protocols without a section: {VISION_PROTOCOLS.names()}"
+    return [*REQUIRED_ANCHORS, *sections]
 
 # The forbidden words are assembled from pieces so that this file does not match itself.
 _SPEC = "PROTO" + "COLS"
@@ -139,7 +151,7 @@ def test_the_conventions_document_keeps_every_section_anchor():
     ids = anchors()
     duplicates = sorted({a for a in ids if ids.count(a) > 1})
     assert not duplicates, f"docs/conventions.md repeats the anchors {duplicates}"
-    missing = [a for a in REQUIRED_ANCHORS if a not in ids]
+    missing = [a for a in required_anchors() if a not in ids]
     assert not missing, f"docs/conventions.md lacks the section anchors {missing}"
 
 

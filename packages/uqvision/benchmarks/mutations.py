@@ -54,21 +54,22 @@ class Mutation:
     tests: tuple[str, ...]
 
 
-_BAYES = "packages/uqvision/src/uqvision/methods/bayesian.py"
+_METHODS = "packages/uqvision/src/uqvision/methods/"
+_SWAG, _VI, _LAPLACE, _CSGLD = (_METHODS + m + ".py" for m in ("swag", "vi", "laplace", "csgld"))
 _SAMPLING = "packages/uqvision/tests/methods/test_methods_sampling.py"
 _CLS = "shared/src/uqmetrics/classification.py"
 _CLS_TESTS = "shared/tests/test_classification.py"
 
 #: The mutations, extensible: append entries (see the module docstring).
 MUTATIONS: list[Mutation] = [
-    Mutation("SWAG draws with scale in place of sqrt(scale)", _BAYES,
+    Mutation("SWAG draws with scale in place of sqrt(scale)", _SWAG,
              "w = mean + math.sqrt(hp.scale) * z", "w = mean + hp.scale * z",
              (f"{_SAMPLING}::test_swag_sample_covariance_is_diagonal_plus_low_rank",)),
-    Mutation("SWAG without 1/sqrt(K-1) on the low-rank part", _BAYES,
+    Mutation("SWAG without 1/sqrt(K-1) on the low-rank part", _SWAG,
              "dtype=torch.float64) \\\n                    / math.sqrt(len(dev) - 1)",
              "dtype=torch.float64)",
              (f"{_SAMPLING}::test_swag_sample_covariance_is_diagonal_plus_low_rank",)),
-    Mutation("VI prior precision wd in place of N wd", _BAYES,
+    Mutation("VI prior precision wd in place of N wd", _VI,
              "prior_precision = state.n_train * hp.weight_decay",
              "prior_precision = hp.weight_decay",
              (f"{_SAMPLING}::test_vi_kl_uses_the_prior_precision_n_wd",)),
@@ -77,7 +78,7 @@ MUTATIONS: list[Mutation] = [
              "if enabled and state.bn_loader is not None and has_batchnorm(state.net):",
              "if False and state.bn_loader is not None and has_batchnorm(state.net):",
              (f"{_SAMPLING}::test_sampled_weights_get_their_own_batchnorm_statistics",)),
-    Mutation("VI convolutions: per-position noise (local reparameterisation)", _BAYES,
+    Mutation("VI convolutions: per-position noise (local reparameterisation)", _VI,
              "        gens = self.noise_generators\n"
              "        if gens is None:  # training: one kernel draw for the batch",
              "        gens = self.noise_generators\n"
@@ -97,7 +98,7 @@ MUTATIONS: list[Mutation] = [
              "if not folder or not Path(folder).is_dir():", "if False:",
              (("packages/uqvision/tests/training/test_training_loop.py"
               "::test_start_from_a_checkpoint_cumulates_its_cost"),)),
-    Mutation("K-FAC Laplace scale grid never extended", _BAYES,
+    Mutation("K-FAC Laplace scale grid never extended", _LAPLACE,
              "for _ in range(int(max_extensions)):", "for _ in range(0):",
              (("packages/uqvision/tests/methods/test_methods_registry.py"
               "::test_laplace_scale_search_extends_past_an_edge_optimum"),)),
@@ -117,18 +118,18 @@ MUTATIONS: list[Mutation] = [
              (("packages/uqvision/tests/protocols/uimnet/test_uimnet_reproduce.py"
                "::test_the_split_does_not_depend_on_the_thread_count"),)),
     # cSGLD temperature (issue 25, item 1)
-    Mutation("cSGLD default temperature T = 1 instead of pytorch-ensembles' N / n_b^2", _BAYES,
+    Mutation("cSGLD default temperature T = 1 instead of pytorch-ensembles' N / n_b^2", _CSGLD,
              'temperature: str | float = "pytorch-ensembles"', "temperature: str | float = 1.0",
              (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",
               f"{_SAMPLING}::test_csgld_default_temperature_is_pytorch_ensembles_not_one")),
-    Mutation("cSGLD pytorch-ensembles rule N / n_b (no square)", _BAYES,
+    Mutation("cSGLD pytorch-ensembles rule N / n_b (no square)", _CSGLD,
              "return n_train / n_batches**2", "return n_train / n_batches",
              (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),
-    Mutation("cSGLD noise ignores the temperature (T = 1)", _BAYES,
+    Mutation("cSGLD noise ignores the temperature (T = 1)", _CSGLD,
              "std = math.sqrt(2 * state.lr * temperature / state.n_train)",
              "std = math.sqrt(2 * state.lr / state.n_train)",
              (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),
-    Mutation("cSGLD resolved temperature not recorded with the run", _BAYES,
+    Mutation("cSGLD resolved temperature not recorded with the run", _CSGLD,
              'state.extra["csgld.temperature"] = torch.tensor(temperature, dtype=torch.float64)',
              "pass",
              (f"{_SAMPLING}::test_csgld_noise_variance_matches_the_reference_codes",)),

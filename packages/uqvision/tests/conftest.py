@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def _install_plugin() -> Path:
+    """Install tests/plugin (the toy plugin: a protocol, a training method, a model source, an
+    evaluation set and a detector, each behind an entry point) with pip into a temporary
+    folder, put it first on ``sys.path`` and on ``PYTHONPATH`` (for the subprocesses the tests
+    start) and register its entries (:func:`uqvision.load_plugins`), before any test module
+    is imported: every registry-driven test runs over them too. The source is copied first, so
+    that the build leaves nothing in the repository."""
+    tmp = Path(tempfile.mkdtemp(prefix="uqvision-plugin-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    shutil.copytree(PLUGIN, tmp / "src")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--disable-pip-version-check",
+                    "--target", str(tmp / "site"), str(tmp / "src")], check=True)
+    sys.path.insert(0, str(tmp / "site"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(tmp / "site"), os.environ.get("PYTHONPATH")) if p)
+    # pytest imported uqvision already (its warning filters name uqvision.exceptions): load the
+    # plugins again, which registers the ones installed since
+    import uqvision
+
+    broken = {g: b for g, b in uqvision.load_plugins().items() if b}
+    if broken:
+        raise RuntimeError(f"the toy plugin did not load: {broken}")
+    return tmp / "site"
+
+
+#: The toy plugin's source, and where the test session installed it.
+PLUGIN = Path(__file__).parent / "plugin"
+PLUGIN_SITE = _install_plugin()
 
 import torch
 
@@ -33,7 +70,7 @@ def _predict_in_process(monkeypatch):
     (test_predict.py took 1.8x as long). The rule itself is tested in test_predict_costs.py."""
     import importlib
 
-    module = importlib.import_module("uqvision.predict")  # the package re-exports predict()
+    module = importlib.import_module("uqvision.predict.loop")  # where _batches calls it
     monkeypatch.setattr(module, "loader_workers", lambda requested, n_batches, device="cpu":
                         0 if requested is None else requested)
 

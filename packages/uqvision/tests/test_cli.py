@@ -9,8 +9,6 @@ from uqvision.cli import COMMANDS, build_parser, main
 from uqvision.data import DATASET_MAKERS, TTA_POLICIES
 from uqvision.predict import PASS_MODES
 from uqvision.protocols import VISION_PROTOCOLS
-from uqvision.protocols.pitfalls.score import ENSEMBLE_METHODS
-from uqvision.protocols.selective.score import ROW_KINDS
 
 SELECTIVE_VARS = ("accuracy", "auroc", "aurc", "eaurc", "sac_99", "sac_95", "ece", "nll",
                   "brier", "temperature")
@@ -28,9 +26,53 @@ def _choices(parser, dest):
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names()
-    assert {"data", "train", "predict", "score", "sweep", "plot", "reproduce", "metadata", "demo",
-            "split"} <= set(COMMANDS.names())
-    assert {"selective", "ensembles", "ood", "transfer"} <= {p.score_name for p in VISION_PROTOCOLS.values()}
+    general = ["data", "train", "predict", "score", "sweep", "plot", "reproduce", "plugins",
+               "demo"]
+    brought = [c for p in VISION_PROTOCOLS.values() for c in p.commands]  # metadata, split, ...
+    assert COMMANDS.names() == general + brought
+
+
+def test_score_and_reproduce_take_the_protocol_as_a_sub_command(capsys):
+    """``uqvision score PROTOCOL`` (its score name an alias) and ``uqvision reproduce NAME``: one
+    sub-parser per protocol of the registry; the former ``score --protocol X`` is refused in
+    one line that says what to write (exit code 2), wherever it stands."""
+    parse = build_parser().parse_args
+    for proto in VISION_PROTOCOLS.values():
+        for alias in proto.score_names:
+            args = parse(["score", alias, "--caches", "c", "--out", "o.nc"])
+            assert args.protocol == alias and (args.caches, args.seed) == (["c"], 0)
+        assert parse(["reproduce", proto.name, "--out", "o"]).name == proto.name
+    name = VISION_PROTOCOLS.names()[-1]
+    for argv in (["score", "--protocol", name, "--caches", "c", "--out", "o.nc"],
+                 ["score", "--caches", "c", f"--protocol={name}", "--out", "o.nc"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"write 'uqvision score {name} --caches ...'" in err
+    with pytest.raises(SystemExit) as stop:
+        main(["score", "--caches", "c"])
+    assert stop.value.code == 2 and "PROTOCOL" in capsys.readouterr().err
+
+
+def test_given_options_are_told_from_defaults():
+    """Issue 26, item 7: the parsed line says which typed-config options were given, a value
+    equal to the default included (the ground for configuration files under the command
+    line)."""
+    from uqvision import cli
+    from uqvision.options import config_kwargs, given_options
+    from uqvision.predict import PredictConfig
+
+    parse = build_parser().parse_args
+    base = ["predict", "--model", "m", "--data", "d", "--out", "o"]
+    assert given_options(parse(base)) == frozenset()
+    default = PredictConfig().batch_size
+    args = parse([*base, "--batch-size", str(default), "--no-channels-last", "--workers", "0"])
+    assert given_options(args) == {"batch_size", "channels_last", "num_workers"}
+    assert config_kwargs(args, cli._PREDICT_OPTIONS, given_only=True) == {
+        "batch_size": default, "channels_last": False, "num_workers": 0}
+    assert given_options(parse(["reproduce", VISION_PROTOCOLS.names()[0], "--out", "o",
+                                "--seed", "0"])) == {"seed"}
 
 
 def test_no_command_takes_an_abbreviated_option(capsys):
@@ -54,10 +96,10 @@ def test_choices_and_help_come_from_the_registries():
     assert _choices(predict, "mode") == PASS_MODES.names()
     assert _choices(predict, "tta_policy") == TTA_POLICIES.names()
     assert _choices(_subparser("train"), "augment") == [*TTA_POLICIES.names(), "none"]
-    assert _choices(score, "protocol") == ([p.score_name for p in VISION_PROTOCOLS.values()]
-                                          + ["pitfalls", "uimnet", "url"])
-    assert _choices(score, "row_kinds") == ROW_KINDS.names()
-    assert _choices(score, "methods") == _choices(score, "reference") == ENSEMBLE_METHODS.names()
+    # a protocol's own options and their choices: tests/test_protocols_common.py
+    assert _choices(score, "protocol") == [n for p in VISION_PROTOCOLS.values()
+                                           for n in p.score_names]
+    assert _choices(_subparser("reproduce"), "name") == VISION_PROTOCOLS.names()
     text = predict.format_help()
     for line in PASS_MODES.describe().splitlines():  # one help line per registered mode
         assert line.split(":")[0] + ":" in text
@@ -128,15 +170,15 @@ def test_demo_runs_end_to_end_and_leaves_checkable_files(demo_dir):
 def test_score_and_plot_commands_reproduce_the_demo(demo_dir, tmp_path, capsys):
     out = tmp_path / "sel.nc"
     # the demo's MC-dropout cache has 2 passes: scoring it needs --mc-passes 2 (30 by default)
-    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+    assert main(["score", "selective", "--caches", str(demo_dir / "caches"),
                  "--out", str(out), "--calibration-size", "0.4"]) == 2
     assert "has 2 passes; the +mc_dropout row needs 30" in capsys.readouterr().err
-    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+    assert main(["score", "selective", "--caches", str(demo_dir / "caches"),
                  "--out", str(out), "--calibration-size", "0.4", "--mc-passes", "2"]) == 0
     with xr.open_dataset(out) as a, xr.open_dataset(demo_dir / "scores" / "selective.nc") as b:
         for v in SELECTIVE_VARS:
             np.testing.assert_array_equal(a[v].values, b[v].values)
-    assert main(["score", "--protocol", "ensembles", "--caches", str(demo_dir / "caches"),
+    assert main(["score", "pitfalls", "--caches", str(demo_dir / "caches"),
                  "--out", str(tmp_path / "ens.nc"), "--n-orders", "2"]) == 0
     assert main(["plot", "--caches", str(demo_dir / "caches"), "--ensembles",
                  str(tmp_path / "ens.nc"), "--selective", str(out), "--out",
@@ -144,7 +186,7 @@ def test_score_and_plot_commands_reproduce_the_demo(demo_dir, tmp_path, capsys):
     assert (tmp_path / "fig" / "ensemble_nll.png").is_file()
     assert (tmp_path / "fig" / "selective_auroc_vs_ece_none.png").is_file()
     # a second score run refuses to clobber without --overwrite
-    assert main(["score", "--protocol", "selective", "--caches", str(demo_dir / "caches"),
+    assert main(["score", "selective", "--caches", str(demo_dir / "caches"),
                  "--out", str(out), "--calibration-size", "0.4", "--mc-passes", "2"]) == 2
     assert "already exists" in capsys.readouterr().err
 
@@ -192,21 +234,6 @@ def test_data_hierarchy_command(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
-def test_reproduce_url_real_folder_flags(tmp_path, capsys):
-    """--upstream ROOT --downstream ROOT [ROOT ...] are the url driver's real-folder options
-    (the end-to-end run is tests/protocols/url/test_url_score.py); half of them, or missing splits, is a clear
-    error before anything runs."""
-    p = _subparser("reproduce").parse_args(["url", "--out", "o", "--upstream", "u",
-                                            "--downstream", "a", "b"])
-    assert p.upstream == "u" and p.downstream == ["a", "b"]
-    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
-                 str(tmp_path)]) == 2
-    assert "--downstream" in capsys.readouterr().err
-    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
-                 str(tmp_path), "--downstream", str(tmp_path / "a")]) == 2
-    assert "lacks the split folders ['train', 'val', 'test']" in capsys.readouterr().err
-
-
 def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
     """``uqvision reproduce NAME --device D`` reaches every driver's ``run(..., device=D)`` (the
     registry's contract, default cpu); a device that is not here is refused at the command
@@ -232,18 +259,14 @@ def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):
 
 
 def test_generated_options_take_their_defaults_from_the_typed_configs():
-    """predict, train, score, reproduce and demo options are generated from their dataclasses
+    """predict, train, reproduce and demo options are generated from their dataclasses
     (uqvision.options.add_config_options): parsed without them, they give the configs' own
-    defaults, so no default is written twice."""
+    defaults, so no default is written twice (a protocol's score options: its own tests)."""
     from uqvision import cli
     from uqvision.demo import DemoConfig
     from uqvision.options import config_defaults, config_kwargs
     from uqvision.predict import PredictConfig
     from uqvision.protocols import ReproduceOptions
-    from uqvision.protocols.pitfalls import ENSEMBLE_OPTIONS
-    from uqvision.protocols.pitfalls.score import EnsembleConfig
-    from uqvision.protocols.selective import SELECTIVE_OPTIONS
-    from uqvision.protocols.selective.score import SelectiveConfig
     from uqvision.training.loop import ImageTrainConfig
 
     parse = build_parser().parse_args
@@ -253,14 +276,10 @@ def test_generated_options_take_their_defaults_from_the_typed_configs():
     defaults = config_defaults(ImageTrainConfig)
     assert config_kwargs(train, cli._TRAIN_OPTIONS) == {o.field: defaults[o.field]
                                                         for o in cli._TRAIN_OPTIONS}
-    score = parse(["score", "--protocol", "selective", "--caches", "c", "--out", "o.nc"])
-    for options, config in ((SELECTIVE_OPTIONS, SelectiveConfig),
-                            (ENSEMBLE_OPTIONS, EnsembleConfig)):
-        defaults = config_defaults(config)
-        assert config_kwargs(score, options) == {o.field: defaults[o.field] for o in options}
-    reproduce = parse(["reproduce", "url", "--out", "o"])
-    assert ReproduceOptions(**config_kwargs(reproduce, cli._REPRODUCE_OPTIONS)) == \
-        ReproduceOptions()
+    for name in VISION_PROTOCOLS.names():
+        reproduce = parse(["reproduce", name, "--out", "o"])
+        assert ReproduceOptions(**config_kwargs(reproduce, cli._REPRODUCE_OPTIONS)) == \
+            ReproduceOptions()
     demo = parse(["demo", "--out", "o"])
     assert DemoConfig(**config_kwargs(demo, cli._DEMO_OPTIONS)) == DemoConfig()
     # the flags keep their documented spelling

@@ -79,7 +79,7 @@ def test_predict_on_a_full_disk_is_one_line_no_space_naming_the_cache(digits, di
 def test_score_on_a_full_disk_is_one_line_no_space_naming_the_score_file(synthetic_caches,
                                                                          disk_full, capsys):
     out = disk_full() / "scores" / "selective.nc"
-    code = main(["score", "--protocol", "selective", "--caches", str(synthetic_caches),
+    code = main(["score", "selective", "--caches", str(synthetic_caches),
                  "--out", str(out), "--calibration-size", "0.3"])
     err = _one_line(capsys.readouterr().err, "score")
     assert code == 2
@@ -109,7 +109,7 @@ def test_score_refuses_a_cache_whose_attributes_cannot_be_opened(synthetic_cache
     scores the others."""
     bad = sorted(synthetic_caches.glob("*.nc"))[1]
     _flip_attribute_block(bad)
-    args = ["score", "--protocol", "selective", "--caches", str(synthetic_caches),
+    args = ["score", "selective", "--caches", str(synthetic_caches),
             "--calibration-size", "0.3"]
     code = main([*args, "--out", str(tmp_path / "s.nc")])
     err = _one_line(capsys.readouterr().err, "score")
@@ -167,7 +167,7 @@ def test_a_cache_whose_data_changed_is_refused_saying_how_to_recompute_it(
         nc["logits"][0, 0] = 99.0
         if recorded == "cache" and "data_checksums" in nc.ncattrs():
             nc.delncattr("data_checksums")  # as a cache written before they were recorded
-    code = main(["score", "--protocol", "selective", "--caches", str(synthetic_caches),
+    code = main(["score", "selective", "--caches", str(synthetic_caches),
                  "--out", str(tmp_path / "s.nc"), "--calibration-size", "0.3"])
     err = _one_line(capsys.readouterr().err, "score")
     assert code == 2 and str(bad) in err and "checksum" in err

@@ -101,7 +101,7 @@ def test_classes_json_records_format_scale_seed_and_difficulty(info):
 @pytest.mark.parametrize("name", SCALES.names())
 def test_roles_upstream_is_first_half_downstream_whole_superclasses_in_groups(name):
     sc = SCALES[name]
-    tree = hierarchy._class_tree(sc, seed=0)
+    tree = hierarchy.dataset._class_tree(sc, seed=0)
     superclasses = list(dict.fromkeys(c.superclass for c in tree))
     upstream_sc = set(superclasses[:sc.superclasses // 2])
     assert {c.superclass for c in tree if c.role == "upstream"} == upstream_sc
@@ -163,16 +163,17 @@ def test_soft_labels_are_distributions_over_two_classes_of_one_superclass(info):
 
 def test_mixed_image_is_the_alpha_blend_of_the_two_class_images_under_one_draw(info):
     sc = SCALES[info.scale]
-    tree = hierarchy._class_tree(sc, info.seed)
+    tree = hierarchy.dataset._class_tree(sc, info.seed)
     index = {c: i for i, c in enumerate(info.classes)}
     for rel, (a, b), alpha in zip(info.mixed_files, info.mixed_pairs, info.mixed_alpha):
         folder, stem = rel.split("/")
-        a2, b2, alpha2, draw = hierarchy._mixed_draw(
+        a2, b2, alpha2, draw = hierarchy.dataset._mixed_draw(
             info.seed, index[folder], int(stem[:-4]), sc.image_size, sc.classes_per_superclass)
         assert (a2, b2, alpha2) == (a, b, alpha)
 
         def image(c, d=draw):
-            return hierarchy._jitter(hierarchy._colour(tree[c], sc.image_size, d), d)
+            drawn = hierarchy.patterns._colour(tree[c], sc.image_size, d)
+            return hierarchy.patterns._jitter(drawn, d)
 
         expected = np.clip(alpha * image(a) + (1 - alpha) * image(b), 0, 1) * 255
         stored = np.asarray(Image.open(info.splits[MIXED] / rel), dtype=float)
@@ -253,7 +254,7 @@ def test_existing_output_is_refused_unless_overwrite(smoke, tmp_path):
 
 def test_a_failure_midway_leaves_neither_output_nor_temporary_folder(tmp_path, monkeypatch):
     calls = []
-    png = hierarchy._png
+    png = hierarchy.dataset._png
 
     def failing(arr):
         calls.append(1)
@@ -261,7 +262,7 @@ def test_a_failure_midway_leaves_neither_output_nor_temporary_folder(tmp_path, m
             raise RuntimeError("disk full")
         return png(arr)
 
-    monkeypatch.setattr(hierarchy, "_png", failing)
+    monkeypatch.setattr(hierarchy.dataset, "_png", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         make_hierarchy(tmp_path / "h", scale="smoke")
     assert list(tmp_path.iterdir()) == []

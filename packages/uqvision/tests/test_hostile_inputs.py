@@ -113,7 +113,7 @@ def test_no_ops_are_refused(digits, images, checkpoint, tmp_path, write_cache, c
              for m in ("a", "b", "c")]
     paths[1].write_bytes(paths[1].read_bytes()[:600])  # truncated
     before = _hashes(caches)
-    score = ["score", "--protocol", "selective", "--caches", str(caches),
+    score = ["score", "selective", "--caches", str(caches),
              "--calibration-size", "0.5", "--out", str(tmp_path / "s.nc")]
     line = _refused(capsys, score)
     assert "--caches" in line and paths[1].name in line and "--skip-incomplete" in line
@@ -135,7 +135,7 @@ def test_unwritable_output_is_refused_before_any_work(images, checkpoint, tmp_pa
     before = _hashes(tmp_path)
     for argv in (["predict", "--model", f"{ARCH}={checkpoint}", "--data", str(images), "--out",
                   str(blocker / "caches")],
-                 ["score", "--protocol", "selective", "--caches", str(tmp_path / "caches"),
+                 ["score", "selective", "--caches", str(tmp_path / "caches"),
                   "--calibration-size", "0.5", "--out", str(blocker / "s.nc")],
                  ["reproduce", "pitfalls", "--out", str(blocker / "run")]):
         line = _refused(capsys, argv)
@@ -234,7 +234,7 @@ def test_a_malformed_metadata_variable_is_named(tmp_path, write_cache, monkeypat
     table.write_text("key,family\nresnet50,ResNet\n")
     for value in (str(table), str(tmp_path / "missing.csv")):
         monkeypatch.setenv(METADATA_ENV, value)
-        line = _refused(capsys, ["score", "--protocol", "selective", "--caches",
+        line = _refused(capsys, ["score", "selective", "--caches",
                                  str(tmp_path / "caches"), "--calibration-size", "0.5",
                                  "--out", str(tmp_path / "s.nc")])
         assert f"environment variable {METADATA_ENV}=" in line and value in line

@@ -2,8 +2,11 @@
 predict`` load no scoring code (uqmetrics' metric modules, the protocols' scorers, drivers and
 figures), no scipy, statsmodels, scikit-learn, matplotlib or Dask; ``train`` not even xarray;
 ``predict``'s results table only ``uqmetrics.classification``'s accuracy functions.
-Checked in fresh interpreters, on real commands (docs/conventions.md#v-predict-speed)."""
+Checked in fresh interpreters, on real commands (docs/conventions.md#v-predict-speed). Every
+protocol of the registry is covered: its scorer, driver, figures and analyses are the modules of
+:data:`PROTOCOL_SCORING` in its folder."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -11,13 +14,21 @@ import textwrap
 
 import pytest
 
+from uqvision.protocols import VISION_PROTOCOLS
+
+#: A protocol's modules that a training or prediction command must not import: its scorer
+#: (``score.py``), its driver (``reproduce.py``), its figures, analyses, metadata tables,
+#: measures and splits (imported on use; a protocol's ``__init__`` and what it imports to
+#: register its training methods and prediction modes are loaded by ``import uqvision``).
+PROTOCOL_SCORING = ("score", "reproduce", "plots", "analysis", "metadata", "measures", "split")
+
 #: Modules a training or prediction command must not import (prefixes).
 SCORING = (
     *(f"uqmetrics.{m}" for m in ("calibration", "classification", "confidence", "selective",
                                  "scoring", "ensembles", "ood", "retrieval", "regression",
                                  "plotting", "sweep")),
-    *(f"uqvision.protocols.{p}.{m}" for p in ("selective", "pitfalls", "uimnet", "url")
-      for m in ("score", "reproduce", "plots", "analysis", "metadata", "measures", "split")),
+    *(f"uqvision.protocols.{name}.{m}" for name in VISION_PROTOCOLS.names()
+      for m in PROTOCOL_SCORING),
     "uqvision.demo", "uqvision.plots", "uqvision.sweep", "uqvision.zoo",
     "scipy", "statsmodels", "sklearn", "matplotlib", "dask", "distributed",
 )
@@ -124,5 +135,13 @@ def test_help_lists_every_command_and_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["score", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--row-kinds", "--calibration-size", "--reference", "--sac-rule"):
-        assert flag in text, flag
+    assert all(n in text for p in VISION_PROTOCOLS.values() for n in p.score_names)
+    for proto in VISION_PROTOCOLS.values():  # each protocol's own options in its help
+        with pytest.raises(SystemExit):
+            main(["score", proto.name, "--help"])
+        text = capsys.readouterr().out
+        own = argparse.ArgumentParser(add_help=False)
+        if proto.add_options is not None:
+            proto.add_options(own)
+        for flag in ("--caches", "--out", *(s for a in own._actions for s in a.option_strings)):
+            assert flag in text, (proto.name, flag)

@@ -394,3 +394,118 @@ def test_mc_dropout_with_dropout_in_the_body_runs_full_passes(digits, tmp_path):
     assert ds.attrs["mc_dropout_path"] == "full_passes"
     np.testing.assert_array_equal(ds["logits"].values,
                                   _full_passes(spec, digits / "test", cfg, int(ds.attrs["sample_seed"])))
+
+
+# ------------------------------------------------------------------------------------------
+# evaluation sets (uqvision.evalsets): class maps, roles, members, identity
+
+
+def _classes_of(digits, root, names):
+    """An image folder of some of the digits' test classes, each under a new folder name."""
+    import shutil
+
+    for new, old in names.items():
+        shutil.copytree(digits / "test" / old, root / new)
+    return root
+
+
+def test_a_by_index_set_labels_folders_by_the_model_class_index(digits, tmp_path):
+    import timm
+    from uqmetrics import InputError
+
+    ckpt = tmp_path / "r.pth"  # a model whose class names are not its indices
+    torch.save(timm.create_model("test_resnet", num_classes=10).state_dict(), ckpt)
+    ckpt.with_suffix(".json").write_text(json.dumps({"classes": [f"c{j}" for j in range(10)]}))
+    spec = f"test_resnet={ckpt}"
+    folder = _classes_of(digits, tmp_path / "v2", {"3": "3", "7": "7"})
+    (ds,) = predict(spec, folder, PredictConfig(eval_set="imagenet-v2", batch_size=32))
+    by_folder = {"3": 3, "7": 7}
+    assert ds["label"].values.tolist() == [by_folder[s.split("/")[0]]
+                                           for s in ds["sample"].values]
+    assert list(ds["class"].values) == [f"c{j}" for j in range(10)]
+    assert ds["in_folder"].values.tolist() == [int(j in (3, 7)) for j in range(10)]
+    assert (ds.attrs["class_mapping"], ds.attrs["class_names_source"]) == ("index", "sidecar")
+    assert (ds.attrs["eval_set"], ds.attrs["role"]) == ("imagenet-v2", "shifted")
+    assert "eval_member" not in ds.attrs and "corruption" not in ds.attrs
+    # by name (the default set), the folder names are not the model's: refused
+    with pytest.raises(InputError, match=r"has 2 class\(es\) that model .* does not have"):
+        predict(spec, folder, PredictConfig())
+    (folder / "n01440764").mkdir()  # a class folder that is no index, before the model runs
+    (folder / "n01440764" / "x.png").write_bytes(next((folder / "3").iterdir()).read_bytes())
+    with pytest.raises(InputError, match=r"eval set 'imagenet-v2' \(class map by_index.*"
+                                         r"0 \.\.\. 9\) has 1 class folder\(s\) that are not a "
+                                         r"class index of model .*\['n01440764'\]"):
+        predict(spec, folder, PredictConfig(eval_set="imagenet-v2"))
+
+
+def test_an_ood_set_labels_every_sample_minus_one(spec, digits):
+    (ood,) = predict(spec, digits / "test", PredictConfig(eval_set="imagenet-o", batch_size=32))
+    (plain,) = predict(spec, digits / "test", PredictConfig(batch_size=32))
+    assert (ood["label"].values == -1).all() and ood.sizes["sample"] == 65
+    assert (ood["in_folder"].values == 0).all()
+    assert (ood.attrs["class_mapping"], ood.attrs["eval_set"], ood.attrs["role"]) == (
+        "none", "imagenet-o", "ood")
+    np.testing.assert_array_equal(ood["logits"].values, plain["logits"].values)
+    assert list(ood["class"].values) == list(plain["class"].values)
+    # the default set: the labels and data variables of before evaluation sets
+    assert (plain.attrs["eval_set"], plain.attrs["role"]) == ("folder", "clean")
+    assert set(plain.data_vars) == {"logits", "label"}
+    assert plain.attrs["class_mapping"] == "name"
+
+
+def test_a_member_of_an_expanded_set_is_recorded_and_named(spec, digits, tmp_path):
+    import shutil
+
+    from uqmetrics import InputError
+
+    member = tmp_path / "imagenet-c" / "fog" / "3"
+    shutil.copytree(digits / "test", member)
+    out = tmp_path / "caches"
+    (path,) = predict_to_files(spec, member, out, PredictConfig(eval_set="imagenet-c",
+                                                                batch_size=32))
+    assert path.name == "test_byobnet+m0.imagenet-c-fog-3.plain-000.nc"
+    ds = read_cache(path)
+    assert {k: ds.attrs[k] for k in ("eval_set", "role", "eval_member", "corruption",
+                                     "severity", "dataset_name")} == {
+        "eval_set": "imagenet-c", "role": "shifted", "eval_member": "fog-3",
+        "corruption": "fog", "severity": 3, "dataset_name": "imagenet-c-fog-3"}
+    (plain,) = predict(spec, digits / "test", PredictConfig(batch_size=32))
+    np.testing.assert_array_equal(ds["logits"].values, plain["logits"].values)
+    np.testing.assert_array_equal(ds["label"].values, plain["label"].values)
+    # the member named: the same caches (resumed); another member's name: refused
+    from uqvision.predict import check_caches
+
+    cfg = PredictConfig(eval_set="imagenet-c", eval_member="fog-3", batch_size=32)
+    assert check_caches(spec, member, out, cfg)[1] == set()
+    with pytest.raises(InputError, match="must end in 'snow/3'"):
+        check_caches(spec, member, out, PredictConfig(eval_set="imagenet-c",
+                                                      eval_member="snow-3"))
+    with pytest.raises(InputError, match="not a member folder of eval set 'imagenet-c'"):
+        predict(spec, digits / "test", PredictConfig(eval_set="imagenet-c"))
+
+
+def test_the_eval_set_is_part_of_a_cache_identity(spec, digits, tmp_path):
+    from uqmetrics import InputError, read_dataset, write_dataset
+
+    from uqvision.predict import cache_identity, check_caches
+
+    (path,) = predict_to_files(spec, digits / "test", tmp_path, PredictConfig(batch_size=32))
+    with pytest.raises(InputError, match=r"eval_set 'folder' vs 'imagenet-val'"):
+        check_caches(spec, digits / "test", tmp_path, PredictConfig(eval_set="imagenet-val"))
+    # a cache written before evaluation sets were recorded is of the generic folder set
+    old = read_dataset(path)
+    for key in ("eval_set", "role"):
+        del old.attrs[key]
+    config = json.loads(old.attrs["config"])
+    del config["eval_set"], config["eval_member"], config["extra_variables"]
+    old.attrs["config"] = json.dumps(config)
+    moved = tmp_path / "old"
+    moved.mkdir()
+    write_dataset(old, moved / path.name)
+    ident = cache_identity(read_cache(moved / path.name).attrs)
+    assert (ident["eval_set"], ident["eval_member"]) == ("folder", "")
+    assert check_caches(spec, digits / "test", moved, PredictConfig())[1] == set()
+    with pytest.raises(InputError, match=r"eval_set 'folder' vs 'imagenet-o'"):
+        check_caches(spec, digits / "test", moved, PredictConfig(eval_set="imagenet-o"))
+    with pytest.raises(ValueError, match="unknown eval set 'imagenet-x'"):
+        check_caches(spec, digits / "test", moved, PredictConfig(eval_set="imagenet-x"))

@@ -26,9 +26,11 @@ from uqvision.exceptions import CheckpointError
 from uqvision.predict import AMP_MODES, PredictConfig, check_caches, predict, predict_to_files
 from uqvision.runtime import MAX_LOADER_WORKERS, loader_workers
 
-core = importlib.import_module("uqvision.models.core")
-data_module = importlib.import_module("uqvision.data")
-predict_module = importlib.import_module("uqvision.predict")  # the package re-exports predict()
+core = importlib.import_module("uqvision.models.weights")
+data_module = importlib.import_module("uqvision.data.folders")  # ImageFolderDataset scans
+# the modules of uqvision.predict that call them (``uqvision.predict.predict`` is the function)
+plan_module = importlib.import_module("uqvision.predict.plan")  # _fingerprint: folder_fingerprint
+files_module = importlib.import_module("uqvision.predict.files")  # check_caches: read_cache
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,8 +68,8 @@ def counted(monkeypatch):
     counting(core, "file_sha256", "hash")
     counting(safetensors.torch, "load_file", "load")
     counting(data_module, "scan_layout", "scan", path_arg=False)
-    counting(predict_module, "folder_fingerprint", "fingerprint", path_arg=False)
-    counting(predict_module, "read_cache", "read_cache", path_arg=False)
+    counting(plan_module, "folder_fingerprint", "fingerprint", path_arg=False)
+    counting(files_module, "read_cache", "read_cache", path_arg=False)
     monkeypatch.setattr(core, "_SHA_MEMO", {})
     # the checkpoints were written moments ago: the memo's "racily clean" rule would re-hash
     # them (a file changed within 2 s of its hash is not remembered); here they do not change

@@ -229,7 +229,7 @@ def test_format_is_an_aligned_table(zoo):
 
 def test_score_command_prints_the_table_and_writes_it_beside(zoo, tmp_path, capsys):
     out = tmp_path / "sel.nc"
-    args = ["score", "--protocol", "selective", "--caches", str(zoo), "--out", str(out),
+    args = ["score", "selective", "--caches", str(zoo), "--out", str(out),
             "--calibration-size", "0.3", "--mc-passes", str(PASSES)]
     assert main(args) == 0
     printed = capsys.readouterr().out.splitlines()
@@ -269,4 +269,4 @@ def test_predict_command_prints_accuracy_and_costs(spec, digits, tmp_path, capsy
                    f"{wall:.2f}", f"{int(ds.attrs['num_params']) / 1e6:.2f}", "16",
                    f"{json.loads(ds.attrs['data_config'])['crop_pct']:.3f}",
                    json.loads(ds.attrs["data_config"])["interpolation"]]
-    assert printed[4].startswith("auroc/ece/aurc: uqvision score --protocol selective")
+    assert printed[4].startswith("auroc/ece/aurc: uqvision score selective")

@@ -470,7 +470,7 @@ def test_a_tta_sweep_says_that_it_writes_no_scores(digits, tmp_path, scheduler, 
     assert lines[-1] == ("scores: none (--mode tta caches are not scored: the selective "
                          "protocol scores plain and mc_dropout caches (softmax response; "
                          "MC-dropout entropy); score TTA or ensemble caches with uqvision score "
-                         f"--protocol ensembles --caches {out / 'caches'})")
+                         f"pitfalls --caches {out / 'caches'})")
     assert not (out / "scores").exists()
 
 

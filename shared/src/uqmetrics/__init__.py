@@ -10,10 +10,11 @@ import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from . import config_options, conventions, exceptions, io, registry  # noqa: F401  (light)
+from . import config_options, conventions, exceptions, io, registry, result_schema  # noqa: F401
 from .conventions import CONVENTIONS, COVERAGE_Z  # noqa: F401  (exported)
 from .exceptions import *
 from .io import *
+from .result_schema import *
 
 try:
     __version__ = version("uqmetrics")
@@ -44,7 +45,7 @@ def _load_metrics() -> None:
         for attr in module.__all__:
             setattr(package, attr, getattr(module, attr))
         names += module.__all__
-    __all__ = [*names, *io.__all__]
+    __all__ = [*names, *io.__all__, *result_schema.__all__]
 
 
 def __getattr__(name: str):

@@ -3,6 +3,12 @@
 Both command-line tools (``uqreg``, ``uqvision``) declare an option as a :class:`ConfigOption`
 of a config field: its default, and the default shown in its help, are the field's, so a default
 is written once, in the dataclass, never again in a parser.
+
+The parsed command line also says which options were given (:func:`given_options`), a value
+equal to the default included: each option records itself when it is parsed. This is what
+layering other sources under the command line needs (a preset, a configuration file): the
+options given override them, the others leave them alone
+(``config_kwargs(args, options, given_only=True)``).
 """
 
 from __future__ import annotations
@@ -13,10 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FROM_CONFIG", "ConfigOption", "add_config_options", "config_defaults", "config_kwargs"]
+__all__ = ["FROM_CONFIG", "ConfigOption", "add_config_options", "config_defaults", "config_kwargs",
+           "given_options"]
 
 #: Marks a :class:`ConfigOption` whose default is the config field's.
 FROM_CONFIG: Any = object()
+
+#: The attribute of a parsed namespace that holds the fields given on the command line (as
+#: argparse keeps its unrecognized arguments in ``_unrecognized_args``); read it with
+#: :func:`given_options`.
+_GIVEN = "_given_options"
 
 
 @dataclass(frozen=True)
@@ -41,8 +53,9 @@ class ConfigOption:
     metavar, nargs : optional
         As in ``argparse.ArgumentParser.add_argument``.
     default : object
-        :data:`FROM_CONFIG` (the field's default) or a value that overrides it, e.g. ``None``
-        for an option that only overrides the config (or a preset) when given.
+        :data:`FROM_CONFIG` (the field's default) or the value the parsed namespace holds when
+        the option is not given, e.g. ``None`` (whether it was given is :func:`given_options`'
+        answer either way).
     shown : callable or None
         How ``{default}`` is written in the help (e.g. bytes as GiB); default ``str``.
     negatable : bool
@@ -75,7 +88,8 @@ def config_defaults(config: type) -> dict[str, Any]:
 
 def add_config_options(parser: argparse.ArgumentParser, config: type,
                        options: Sequence[ConfigOption]) -> None:
-    """Add one option per :class:`ConfigOption`, its default taken from ``config``'s field.
+    """Add one option per :class:`ConfigOption`, its default taken from ``config``'s field; each
+    records, when parsed, that it was given (:func:`given_options`).
 
     Examples
     --------
@@ -88,8 +102,11 @@ def add_config_options(parser: argparse.ArgumentParser, config: type,
     ...         ConfigOption("num_workers", flag="--workers", type=int), ConfigOption("amp"))
     >>> p = argparse.ArgumentParser()
     >>> add_config_options(p, Config, opts)
-    >>> Config(**config_kwargs(p.parse_args(["--workers", "2"]), opts))
+    >>> args = p.parse_args(["--workers", "2", "--batch-size", "64"])
+    >>> Config(**config_kwargs(args, opts))
     Config(batch_size=64, num_workers=2, amp=False)
+    >>> sorted(given_options(args)), config_kwargs(args, opts, given_only=True)
+    (['batch_size', 'num_workers'], {'batch_size': 64, 'num_workers': 2})
     >>> "images per batch (default 64)" in p.format_help()
     True
     """
@@ -103,9 +120,12 @@ def add_config_options(parser: argparse.ArgumentParser, config: type,
         if opt.help is not None:
             kwargs["help"] = opt.help.replace("{default}", (opt.shown or str)(field_default))
         if opt.type is None and isinstance(field_default, bool):
-            kwargs["action"] = (argparse.BooleanOptionalAction if opt.negatable
-                                else "store_false" if field_default else "store_true")
+            if opt.negatable:
+                kwargs["action"] = _GivenBooleanOptional
+            else:
+                kwargs.update(action=_GivenConst, const=not field_default)
         else:
+            kwargs["action"] = _GivenStore
             if opt.type is not None:
                 kwargs["type"] = opt.type
             if opt.choices is not None:
@@ -117,9 +137,57 @@ def add_config_options(parser: argparse.ArgumentParser, config: type,
         parser.add_argument(opt.flag or "--" + opt.field.replace("_", "-"), **kwargs)
 
 
+def _record_given(namespace: argparse.Namespace, dest: str) -> None:
+    setattr(namespace, _GIVEN, getattr(namespace, _GIVEN, frozenset()) | {dest})
+
+
+class _GivenStore(argparse.Action):
+    """argparse's ``store``, recording that the option was given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        _record_given(namespace, self.dest)
+
+
+class _GivenConst(argparse.Action):
+    """argparse's ``store_true`` / ``store_false`` (``const``: the value stored), recording that
+    the flag was given."""
+
+    def __init__(self, option_strings, dest, const, default=None, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=const, default=default,
+                         required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const)
+        _record_given(namespace, self.dest)
+
+
+class _GivenBooleanOptional(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``, recording that either was given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        _record_given(namespace, self.dest)
+
+
+def given_options(args: argparse.Namespace) -> frozenset[str]:
+    """The config fields whose options were given on the command line that ``args`` was parsed
+    from (a value equal to the default included; an option repeated counts once).
+
+    Only the options of :func:`add_config_options` are recorded; a namespace not parsed by
+    such a parser gives the empty set.
+    """
+    return frozenset(getattr(args, _GIVEN, frozenset()))
+
+
 def config_kwargs(args: argparse.Namespace, options: Sequence[ConfigOption], *,
                   given_only: bool = False) -> dict[str, Any]:
-    """The config fields of parsed ``args`` (``config(**config_kwargs(args, options))``);
-    ``given_only``: only the options whose value is not None (overrides of a base config)."""
-    out = {opt.field: getattr(args, opt.field) for opt in options}
-    return {k: v for k, v in out.items() if v is not None} if given_only else out
+    """The config fields of parsed ``args`` (``config(**config_kwargs(args, options))``): the
+    value given, else the default (the field's, or the option's ``default``).
+
+    ``given_only``: only the options given on the command line (:func:`given_options`), to
+    override a base config (a preset, and later a configuration file) with them.
+    """
+    given = given_options(args)
+    return {opt.field: getattr(args, opt.field) for opt in options
+            if not given_only or opt.field in given}

@@ -7,6 +7,17 @@ it, and every CLI builds its choices and help from one (``registry.names()``,
 
 The metric registry holds scalar metrics with their signature kind and invariance properties.
 
+Plugins: a registry with an entry-point ``group`` also takes items from installed packages
+(:meth:`Registry.load_plugins`): a package declares, in its ``pyproject.toml``, ::
+
+    [project.entry-points."uqvision.protocols"]
+    toy = "my_package.toy:PROTOCOL"
+
+and the object the entry point names is registered under the entry point's name. A plugin that
+fails to load (an import error, an object of the wrong type, a name already taken) is reported in
+one line naming it (the ``uqmetrics.plugins`` logger) and recorded in
+:attr:`Registry.broken`; it never stops the program.
+
 Like scikit-learn's ``test_common.py``, the generic property tests iterate this registry, so a
 new metric is tested for every property it declares by registering it once::
 
@@ -29,11 +40,16 @@ selective metric from ``(labels, probs, confidence)``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+#: Where plugin problems are reported (one warning line per plugin that did not load).
+PLUGIN_LOG = logging.getLogger("uqmetrics.plugins")
 
 
 class Registry(dict, Generic[T]):
@@ -46,6 +62,19 @@ class Registry(dict, Generic[T]):
         What the items are, for messages ("task", "method", "pass mode").
     sort : bool
         List names sorted (else in registration order).
+    group : str, optional
+        The entry-point group installed packages register items in (:meth:`load_plugins`),
+        e.g. ``"uqvision.protocols"``.
+    item_type : type or tuple of types, optional
+        What a plugin's item must be an instance of (checked by :meth:`load_plugins`; built-in
+        items are the registering module's responsibility).
+
+    Attributes
+    ----------
+    plugins : dict
+        Name -> ``"module:attr"`` of each item registered from an entry point.
+    broken : dict
+        Name -> one line saying why that entry point was not registered.
 
     Examples
     --------
@@ -60,10 +89,15 @@ class Registry(dict, Generic[T]):
     ValueError: unknown colour 'blue'; valid colours: red
     """
 
-    def __init__(self, kind: str, *, sort: bool = False):
+    def __init__(self, kind: str, *, sort: bool = False, group: str | None = None,
+                 item_type: type | tuple[type, ...] | None = None):
         super().__init__()
         self.kind = kind
         self.sort = sort
+        self.group = group
+        self.item_type = item_type
+        self.plugins: dict[str, str] = {}
+        self.broken: dict[str, str] = {}
 
     def add(self, name: str, item: T) -> T:
         """Register ``item`` under ``name`` (returns it, so it can be used inline)."""
@@ -103,6 +137,53 @@ class Registry(dict, Generic[T]):
         """``(name, item)`` pairs in :meth:`names` order."""
         return ((n, self[n]) for n in self.names())
 
+    def load_plugins(self, entry_points: metadata.EntryPoints | None = None) -> dict[str, str]:
+        """Register the items of the installed packages' entry points of :attr:`group`.
+
+        Each entry point ``name = "module:attr"`` is loaded and its object registered under
+        ``name``. One that cannot be (its import or attribute fails, the object is not an
+        :attr:`item_type`, the name is taken) is logged in one line naming it and the reason,
+        recorded in :attr:`broken`, and skipped; nothing is raised. Entry points already
+        registered (or already found broken) are not loaded again, so calling this twice is
+        harmless.
+
+        Parameters
+        ----------
+        entry_points : importlib.metadata.EntryPoints, optional
+            Every installed entry point (``importlib.metadata.entry_points()``), when the
+            caller loads several registries: the installed packages are then listed once.
+
+        Returns
+        -------
+        dict
+            Name -> reason of every entry point of the group that is not registered.
+        """
+        if self.group is None:
+            return {}
+        found = (metadata.entry_points() if entry_points is None else entry_points).select(
+            group=self.group)
+        for ep in sorted(found, key=lambda e: e.name):
+            if self.plugins.get(ep.name) == ep.value or ep.name in self.broken:
+                continue
+            try:
+                item = ep.load()
+                if self.item_type is not None and not isinstance(item, self.item_type):
+                    raise TypeError(f"{ep.value} is of type {type(item).__name__}, not "
+                                    f"{_type_names(self.item_type)}")
+                if ep.name in self:
+                    raise ValueError(f"{self.kind} {ep.name!r} is already registered")
+                self.add(ep.name, item)
+            except Exception as err:  # noqa: BLE001  (a plugin must never stop the program)
+                why = " ".join(f"{type(err).__name__}: {err}".split())
+                self.broken[ep.name] = why
+                dist = getattr(ep.dist, "name", None)
+                PLUGIN_LOG.warning("%s plugin %r (%s = %s%s) not loaded: %s", self.kind,
+                                   ep.name, self.group, ep.value,
+                                   f", package {dist}" if dist else "", why)
+            else:
+                self.plugins[ep.name] = ep.value
+        return dict(self.broken)
+
     def describe(self) -> str:
         """One line per item, ``name: first line of its description or docstring`` (CLI help)."""
         lines = []
@@ -111,6 +192,9 @@ class Registry(dict, Generic[T]):
             lines.append(f"{n}: {text.strip().splitlines()[0] if text.strip() else ''}")
         return "\n".join(lines)
 
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,7 +27,17 @@ File contract (readable with plain ``xarray.open_dataset``):
   ``"name"`` (folder classes matched to the model's class names), ``"folder_order"`` (the model
   records no class names: the folder's sorted classes, as many as its outputs, are taken as
   its classes) or ``"folder"`` (no logits: the folder's own classes) — and
-  ``class_names_source`` (``"sidecar"``, ``"imagenet-1k"`` or "").
+  ``class_names_source`` (``"sidecar"``, ``"imagenet-1k"`` or ""); ``class_mapping`` is
+  ``"index"`` for a folder whose classes are the model's class indices and ``"none"`` for an
+  OOD folder (every label -1), by the evaluation set's class map;
+- the evaluation set (:mod:`uqvision.evalsets`): ``eval_set`` (its registry name), ``role``
+  (clean/shifted/ood/relabelled) and, for a member of an expanded set, ``eval_member`` and
+  ``corruption``/``severity`` where it has them; a cache without them is of the generic
+  ``folder`` set, role ``clean`` (:func:`uqvision.evalsets.cache_eval_set`);
+- extra variables (``cache_dataset(extra=...)``, e.g. ``head_weight`` (class, feature)): data
+  variables like the others, covered by the checksum and listed in the attr
+  ``extra_variables`` (JSON list; absent: none). A run that needs one does not reuse a cache
+  that lacks it (:func:`missing_variables`, :func:`uqvision.predict.check_caches`).
 
 ``uqvision predict`` reuses a complete cache only when its identity
 (:data:`uqvision.predict.IDENTITY_FIELDS`) equals the request's; see
@@ -39,10 +49,11 @@ A file without the completeness flag or whose data no longer match its checksum 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,18 +69,29 @@ from .exceptions import CacheError, SkippedCacheWarning
 
 __all__ = [
     "CACHE_KIND",
+    "EXTRA_ATTR",
+    "FIXED_NAMES",
     "CacheError",
     "CacheInfo",
     "cache_dataset",
     "cache_key",
     "check_aligned",
+    "extra_variables",
     "find_caches",
+    "incomplete_caches",
     "index_caches",
+    "missing_variables",
     "read_cache",
     "safe_name",
 ]
 
 CACHE_KIND = "uqvision.prediction_cache"
+#: The attr listing a cache's extra variables (JSON list of names, sorted).
+EXTRA_ATTR = "extra_variables"
+#: The variables, coordinates and dims :func:`cache_dataset` makes itself: an extra variable
+#: may not take one of these names.
+FIXED_NAMES = ("logits", "label", "embedding", "uncertainty", "crop_fraction", "sample",
+               "class", "in_folder", "pass", "feature")
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -93,7 +115,8 @@ def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:
 
 
 def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertainty=None,
-                  crop_fraction=None, in_folder=None, attrs: dict | None = None) -> xr.Dataset:
+                  crop_fraction=None, in_folder=None, attrs: dict | None = None,
+                  extra: Mapping[str, tuple] | None = None) -> xr.Dataset:
     """Build a cache Dataset from arrays (also for logits computed elsewhere).
 
     Parameters
@@ -114,12 +137,27 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertain
         1 for each class the image folder has (coordinate ``in_folder``).
     attrs : dict, optional
         Must name at least ``model``, ``dataset_name``, ``mode`` and ``pass_index``; ``kind`` and
-        ``checksum`` are added.
+        ``checksum`` are added (and :data:`EXTRA_ATTR` with ``extra``).
+    extra : mapping str -> (dims, array_like), optional
+        Further data variables, e.g. ``{"head_weight": (("class", "feature"), W)}``, W of
+        shape (class, feature), or a per-pass variable with dims ``("pass", ...)`` in a cache
+        of several passes. Names must not be one of :data:`FIXED_NAMES`; ``dims`` (a str for
+        one) must be distinct, as many as the array's axes, of the cache's sizes along its
+        dims (``sample``, ``class``, ``pass``, ``feature`` with an embedding) and of one size
+        along a new dim. Numbers or booleans, kept in their dtype.
 
     Returns
     -------
     xarray.Dataset
         Ready for ``uqmetrics.write_dataset``.
+
+    Raises
+    ------
+    ValueError
+        Missing attrs, logits of another rank, or an extra variable that breaks a rule above
+        (the message names it).
+    TypeError
+        ``extra`` not a mapping.
     """
     if logits is None and embedding is None:
         raise ValueError("logits may be None only when an embedding is given")
@@ -142,13 +180,77 @@ def cache_dataset(logits, labels, *, samples, classes, embedding=None, uncertain
         coords["in_folder"] = ("class", np.asarray(in_folder, dtype=np.int8))
     if z.ndim == 3:
         coords["pass"] = np.arange(z.shape[0])
-    ds = xarray_module().Dataset(variables, coords=coords)
     attrs = dict(attrs or {})
     missing = {"model", "dataset_name", "mode", "pass_index"} - set(attrs)
     if missing:
         raise ValueError(f"attrs must name {sorted(missing)}")
+    sizes = {"sample": len(coords["sample"]), "class": len(coords["class"])}
+    if z.ndim == 3:
+        sizes["pass"] = z.shape[0]
+    if embedding is not None:
+        sizes["feature"] = variables["embedding"][1].shape[-1]
+    extras = _extra_variables(extra or {}, sizes)
+    ds = xarray_module().Dataset({**variables, **extras}, coords=coords)
+    if extras:
+        attrs[EXTRA_ATTR] = json.dumps(sorted(extras))
     ds.attrs = {**attrs, "kind": CACHE_KIND, "checksum": dataset_checksum(ds)}
     return ds
+
+
+def _extra_variables(extra: Mapping[str, tuple], sizes: dict[str, int]) -> dict[str, tuple]:
+    """``extra`` checked (see :func:`cache_dataset`) as ``name -> (dims, ndarray)``;
+    ``sizes``: the cache's dim sizes."""
+    if not isinstance(extra, Mapping):
+        raise TypeError(f"extra must be a mapping name -> (dims, array), got "
+                         f"{type(extra).__name__}")
+    sizes, out = dict(sizes), {}
+    for name, value in extra.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"extra variable names must be non-empty strings, got {name!r}")
+        if name in FIXED_NAMES:
+            raise ValueError(f"extra variable {name!r} clashes with a cache's own variable, "
+                             f"coordinate or dim ({', '.join(FIXED_NAMES)})")
+        if not isinstance(value, tuple) or len(value) != 2:
+            raise ValueError(f"extra variable {name!r} must be a (dims, array) pair, got "
+                             f"{type(value).__name__}")
+        dims, array = value
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        arr = np.asarray(array)
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"extra variable {name!r} must hold numbers or booleans, got "
+                             f"dtype {arr.dtype}")
+        if not all(isinstance(d, str) and d for d in dims) or len(set(dims)) != len(dims):
+            raise ValueError(f"extra variable {name!r}: dims must be distinct names, got "
+                             f"{dims!r}")
+        if arr.ndim != len(dims):
+            raise ValueError(f"extra variable {name!r} has {arr.ndim} axes {arr.shape} for "
+                             f"dims {dims!r}")
+        for d, n in zip(dims, arr.shape, strict=True):
+            if d == "pass" and "pass" not in sizes:
+                raise ValueError(f"extra variable {name!r} has dim 'pass', but the cache has "
+                                 "no passes (logits (sample, class))")
+            if sizes.setdefault(d, n) != n:
+                raise ValueError(f"extra variable {name!r} has {n} along dim {d!r}, where the "
+                                 f"cache has {sizes[d]}")
+        out[name] = (dims, arr)
+    return out
+
+
+def extra_variables(attrs: Mapping) -> tuple[str, ...]:
+    """The names of a cache's extra variables (its :data:`EXTRA_ATTR`; () for a cache written
+    without any, or before the attr existed)."""
+    raw = attrs.get(EXTRA_ATTR)
+    if raw is None:
+        return ()
+    names = json.loads(raw) if isinstance(raw, str) else raw
+    return tuple(str(n) for n in names)
+
+
+def missing_variables(cache: xr.Dataset, needed: Iterable[str]) -> list[str]:
+    """The names among ``needed`` that ``cache`` lacks as data variables, in ``needed``'s
+    order: a cache written before a variable existed lacks it, and is stale where it is
+    needed."""
+    return [n for n in needed if n not in cache.data_vars]
 
 
 def read_cache(path: str | os.PathLike) -> xr.Dataset:
@@ -284,3 +386,34 @@ def select_dataset(infos: list[CacheInfo], dataset: str | None) -> list[CacheInf
     if dataset not in names:
         raise ValueError(f"no cache of dataset {dataset!r}; found {names}")
     return [i for i in infos if i.dataset_name == dataset]
+
+
+def incomplete_caches(caches: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
+    """The cache files among ``caches`` (files or folders) and those the index leaves out: what
+    ``uqvision score NAME`` checks for every protocol before it scores.
+
+    Only headers are read: a file that is unreadable (e.g. truncated), unfinished (no
+    completeness flag) or not a uqvision prediction cache is never scored
+    (:func:`uqvision.cache.index_caches` skips it with a
+    :class:`~uqvision.exceptions.SkippedCacheWarning`); ``uqvision score`` refuses to score
+    without it unless ``--skip-incomplete`` is given.
+
+    Returns
+    -------
+    files : list of Path
+        Every ``.nc`` file given or found in the folders given.
+    skipped : dict
+        Path -> why it would not be scored, in file order.
+    """
+    files = find_caches(caches)
+    skipped: dict[Path, str] = {}
+    for path in files:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkippedCacheWarning)
+            index_caches([path])
+        for w in caught:
+            if issubclass(w.category, SkippedCacheWarning):
+                why = str(w.message).removeprefix("skipping ")
+                skipped[path] = ("unreadable (truncated or not netCDF)" if why.startswith(
+                    "unreadable") else "not a complete uqvision prediction cache")
+    return files, skipped

@@ -1,4 +1,5 @@
-"""Command-line option types and output checks shared by the CLI and the protocols' own options.
+"""Command-line option types, output checks and subcommands shared by the CLI and the protocols'
+own options and commands.
 
 argparse types (:func:`at_least`, :data:`COUNT`, :data:`INDEX`, :func:`positive_float`,
 :func:`device_type`), ``--set key=value`` pairs (:func:`set_pairs`) and the checks of output
@@ -6,8 +7,10 @@ folders and files made before any work (:func:`check_output_folder`,
 :func:`check_output_file`), and options generated from the fields of a typed config
 (:class:`ConfigOption`, :func:`add_config_options`, :func:`config_kwargs`): a default is
 written once, in the dataclass (``PredictConfig``, ``ImageTrainConfig``, ``SelectiveConfig``,
-``EnsembleConfig``, ``DemoConfig``), never again in the parser. Errors name the option: the
-project's bad-input policy (one line, exit code 2; see the README's "Bad input").
+``EnsembleConfig``, ``DemoConfig``), never again in the parser, and the parsed line says which
+options were given (:func:`given_options`). :class:`Command` is a subcommand (``uqvision``'s own
+and those a protocol brings). Errors name the option: the project's bad-input policy (one line,
+exit code 2; see the README's "Bad input").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,12 +29,14 @@ from uqmetrics.config_options import (
     add_config_options,
     config_defaults,
     config_kwargs,
+    given_options,
 )
 
 __all__ = [
     "COUNT",
     "FROM_CONFIG",
     "INDEX",
+    "Command",
     "ConfigOption",
     "add_config_options",
     "at_least",
@@ -39,6 +45,7 @@ __all__ = [
     "config_defaults",
     "config_kwargs",
     "device_type",
+    "given_options",
     "non_negative_float",
     "positive_float",
     "set_pairs",
@@ -58,6 +65,26 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+@dataclass(frozen=True)
+class Command:
+    """A ``uqvision`` subcommand: ``uqvision``'s own (:data:`uqvision.cli.COMMANDS`) or one a
+    protocol brings (:attr:`uqvision.protocols.Protocol.commands`, e.g. UIMNET's ``split``).
+
+    Attributes
+    ----------
+    run : callable
+        ``run(args) -> int``: the handler, from the parsed options to the exit status.
+    arguments : callable
+        ``arguments(parser)``: adds the command's options (called when the command is parsed).
+    description : str
+        One line (the command's help).
+    """
+
+    run: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    description: str
 
 
 #: argparse types: counts (>= 1) and indices and seeds (>= 0).

@@ -3,7 +3,7 @@ protocol's (docs/conventions.md#v-1-table).
 
 :func:`results_table` reads prediction caches (and, when given, the selective score file of
 :func:`uqvision.protocols.selective.score.score_selective`) and returns a
-:class:`ResultsTable`: ``format()`` is the aligned plain-text table ``uqvision score --protocol
+:class:`ResultsTable`: ``format()`` is the aligned plain-text table ``uqvision score
 selective``, ``sweep`` and ``predict`` print, ``write()`` the ``<stem>.csv`` / ``<stem>.json``
 files. Columns (:data:`COLUMNS`):
 

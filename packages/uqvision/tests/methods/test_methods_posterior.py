@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from uqvision.methods import TRAINING_METHODS
-from uqvision.methods.bayesian import swag_moments
+from uqvision.methods.swag import swag_moments
 
 N, SIGMA, OUTPUTS = 1024, 0.5, 16
 # every statistical comparison in this file: (w1, w2, b) x (mean, var) for Laplace, cSGLD and
@@ -272,7 +272,7 @@ def test_kfac_damping_is_pi_corrected():
     """Per layer the sampling factors are the inverse Cholesky factors of (A + pi sqrt(eps) I)
     and (G + sqrt(eps)/pi I), pi = sqrt((tr A / dim A) / (tr G / dim G)) (Martens & Grosse
     6.3), eps = prior precision / N, the prior precision N wd unless given."""
-    from uqvision.methods.bayesian import _kfac_posterior
+    from uqvision.methods.laplace import _kfac_posterior
 
     x, y = design((2.0, 0.5))
     for wd, prior, eps in ((0.01, None, 0.01), (0.01, 2048.0, 2.0)):

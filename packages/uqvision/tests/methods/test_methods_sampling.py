@@ -21,12 +21,8 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from uqvision.methods import TRAINING_METHODS, export_state
-from uqvision.methods.bayesian import (
-    PerSampleVINoise,
-    VIConv2d,
-    csgld_temperature,
-    variational_layers,
-)
+from uqvision.methods.csgld import csgld_temperature
+from uqvision.methods.vi import PerSampleVINoise, VIConv2d, variational_layers
 
 
 def z_quantile(comparisons: int) -> float:

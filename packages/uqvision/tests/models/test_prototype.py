@@ -10,7 +10,7 @@ import torch
 from uqmetrics import fit_temperature_result, nll_loss
 
 from uqvision.data import DataConfig
-from uqvision.models import MODEL_SOURCES, load_model
+from uqvision.models import MODEL_SOURCES, data_config, load_model
 from uqvision.models.prototype import (
     LOGIT_SCALE_BOUNDS,
     CosineHead,
@@ -121,6 +121,7 @@ def test_save_load_and_predict_through_the_model_source(digits, tmp_path):
     loaded = load_model(f"proto/{ENCODER}={ckpt}", num_classes=10)
     assert (loaded.architecture, loaded.tag, loaded.num_classes) == (ENCODER, "digits_proto", 10)
     assert loaded.data_config.input_size == (3, 16, 16)
+    assert data_config(f"proto/{ENCODER}={ckpt}") == loaded.data_config == dcfg  # its sidecar's
     x = torch.randn(3, 3, 16, 16)
     with torch.no_grad():
         np.testing.assert_allclose(loaded.model(x).numpy(), model.eval()(x).numpy(), rtol=1e-5,
@@ -139,7 +140,9 @@ def test_save_load_and_predict_through_the_model_source(digits, tmp_path):
 def test_source_refuses_bad_names_and_foreign_checkpoints(trained):
     with pytest.raises(ValueError, match="timm architecture without a tag"):
         load_model("proto/not_a_model", allow_random_init=True)
-    with pytest.raises(ValueError, match="prototype-classifier sidecar"):
-        load_model(f"proto/{ENCODER}={trained.checkpoint}")
+    for find in (load_model, data_config):
+        with pytest.raises(ValueError, match="prototype-classifier sidecar"):
+            find(f"proto/{ENCODER}={trained.checkpoint}")
     rnd = load_model(f"proto/{ENCODER}", num_classes=3, allow_random_init=True)
     assert rnd.tag == "random_init" and rnd.num_classes == 3
+    assert rnd.data_config == data_config(f"proto/{ENCODER}")  # the encoder's timm default

@@ -199,7 +199,8 @@ def test_a_class_view_with_an_index_file_trains_on_those_images_only(digits, tmp
     """``classes`` + ``index_file``: the head has the view's classes, each epoch's batches
     cover exactly the indexed images (positions of the class view), and a mapping groups
     folder classes into labels."""
-    from uqvision.data import image_view, make_index_files, read_index_file
+    from uqvision.data import image_view, read_index_file
+    from uqvision.protocols.uimnet.index import make_index_files
     from uqvision.training.loop import _train_loader
 
     classes = ("7", "2", "5")
@@ -234,7 +235,7 @@ def test_cli_trains_on_a_class_view_an_index_file_and_spectral(digits, tmp_path,
     from safetensors.torch import load_file
 
     from uqvision.cli import main
-    from uqvision.data import make_index_files
+    from uqvision.protocols.uimnet.index import make_index_files
 
     classes = ("7", "2", "5")
     paths = make_index_files(digits / "train", classes, tmp_path / "index", seed=0)

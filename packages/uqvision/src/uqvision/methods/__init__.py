@@ -6,9 +6,11 @@ Each entry of :data:`~uqvision.training.method.TRAINING_METHODS` is a
 the stand-in defaults) and the hooks the one training loop calls; see
 :mod:`uqvision.training.method` for exactly how a loop drives a method. Families:
 :mod:`~uqvision.methods.ensembling` (deep_ensemble, mc_dropout, sse, fge) and
-:mod:`~uqvision.methods.bayesian` (swag, csgld, vi, kfac_laplace); schedules (eqs. 10, 16, 17)
-in :mod:`uqvision.training.schedules`. A protocol's own learners (UIMNET's algorithms, URL's
-representation learners) live in its folder, :mod:`uqvision.protocols`.
+:mod:`~uqvision.methods.bayesian` (:mod:`~uqvision.methods.swag`, :mod:`~uqvision.methods.csgld`,
+:mod:`~uqvision.methods.vi`, :mod:`~uqvision.methods.laplace`: swag, csgld, vi, kfac_laplace);
+schedules (eqs. 10, 16, 17) in :mod:`uqvision.training.schedules`. A protocol's own learners
+(UIMNET's algorithms, URL's representation learners) live in its folder,
+:mod:`uqvision.protocols`.
 
 Examples
 --------
@@ -21,7 +23,7 @@ True
 
 # isort: off
 from . import ensembling  # noqa: F401  (registers first: the paper's order)
-from . import bayesian  # noqa: F401
+from . import bayesian  # noqa: F401  (swag, csgld, vi, laplace, in this order)
 # isort: on
 from ..training.method import (
     OPTIMIZERS,
@@ -34,8 +36,11 @@ from ..training.method import (
     export_state,
 )
 from ..training.schedules import SCHEDULES
-from .bayesian import CSGLDHParams, LaplaceHParams, SWAGHParams, VIHParams
+from .csgld import CSGLDHParams
 from .ensembling import DropoutHParams, FGEHParams, SSEHParams
+from .laplace import LaplaceHParams
+from .swag import SWAGHParams
+from .vi import VIHParams
 
 #: The methods of this package, in the Pitfalls paper's order (what V.2 ensembles and scores).
 GENERAL_METHODS: tuple[str, ...] = ("deep_ensemble", "mc_dropout", "sse", "fge", "swag", "csgld",

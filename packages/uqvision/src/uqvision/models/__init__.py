@@ -1,18 +1,57 @@
 """Networks by name, their checkpoints and sidecars (shared by every protocol).
 
-- :mod:`~uqvision.models.core`: :class:`ModelSpec`, the :data:`MODEL_SOURCES` registry with
-  the ``timm`` (``arch`` / ``arch.tag``) and ``tv`` (``tv/<name>``) sources, checkpoints and
-  sidecars, pretrained weights from the hub / torch.hub caches (:func:`pretrained_weights`),
-  :func:`load_model`;
+- :mod:`~uqvision.models.spec`: :class:`ModelSpec`, :class:`LoadedModel`, the typed
+  :data:`MODEL_SOURCES` registry (:class:`ModelSource`, :class:`PretrainedSource`),
+  :func:`load_model`, :func:`data_config` (a model's preprocessing before it is built) and the
+  checks before a run (:func:`check_model_name`, :func:`check_model_spec`);
+- :mod:`~uqvision.models.sources`: the ``timm`` (``arch`` / ``arch.tag``) and ``tv``
+  (``tv/<name>``, with timm's feature interface) model sources;
 - :mod:`~uqvision.models.prototype`: the ``proto`` source (cosine prototype classifiers);
+- :mod:`~uqvision.models.weights`: pretrained weights from the hub / torch.hub caches
+  (:func:`pretrained_weights`, :func:`locate_pretrained`) and the hashes of weight files;
+- :mod:`~uqvision.models.checkpoints`: checkpoint files and their JSON sidecars;
 - :mod:`~uqvision.models.archs`: uqvision's tiny timm architectures (registered in timm);
 - :mod:`~uqvision.models.spectral`: spectral normalisation of a featurizer (the training loop's
   ``spectral`` option).
 
-Importing this package registers every model source (``proto`` included): a module that only
-imports :mod:`~uqvision.models.core` sees ``timm`` and ``tv``.
+Importing this package registers every model source (``proto`` included). The package
+re-exports the public names of ``spec``, ``weights`` and ``checkpoints``
+(:mod:`uqvision.models.core` re-exports the same, for older imports).
 """
 
-from . import prototype  # noqa: F401  (registers the "proto" model source)
-from .core import *  # the package re-exports core's public names, listed once there
-from .core import __all__ as __all__
+from . import (
+    prototype,  # noqa: F401  (registers the "proto" model source)
+    sources,  # noqa: F401  (registers the "timm" and "tv" model sources)
+)
+from .checkpoints import *
+from .spec import *
+from .weights import *
+
+__all__ = [
+    "DROPOUT_TYPES",
+    "MODEL_SOURCES",
+    "LoadedModel",
+    "ModelSource",
+    "ModelSpec",
+    "PretrainedSource",
+    "PretrainedWeights",
+    "check_checkpoint_file",
+    "check_model_name",
+    "check_model_spec",
+    "check_pretrained",
+    "data_config",
+    "existing_checkpoint",
+    "file_sha256",
+    "has_dropout",
+    "hub_cache_dir",
+    "load_model",
+    "locate_pretrained",
+    "pretrained_weights",
+    "read_sidecar",
+    "recorded_class_names",
+    "sidecar_path",
+    "torch_hub_checkpoints",
+    "weights_offline",
+    "weights_sha256",
+    "write_checkpoint",
+]

@@ -27,15 +27,10 @@ from torch import nn
 from uqmetrics import provenance_attrs
 
 from ..data import DataConfig, eval_transform
-from .core import (
-    MODEL_SOURCES,
-    LoadedModel,
-    ModelSpec,
-    existing_checkpoint,
-    file_sha256,
-    read_sidecar,
-    write_checkpoint,
-)
+from .checkpoints import existing_checkpoint, read_sidecar, write_checkpoint
+from .sources.timm import timm_data_config
+from .spec import MODEL_SOURCES, LoadedModel, ModelSpec
+from .weights import file_sha256
 
 __all__ = [
     "DEFAULT_LOGIT_SCALE",
@@ -197,6 +192,16 @@ def save_prototype_classifier(model: PrototypeClassifier, path: str | os.PathLik
     return write_checkpoint(model, path, side)
 
 
+def _prototype_sidecar(ckpt: str) -> dict[str, Any]:
+    """The sidecar of a prototype-classifier checkpoint; ``ValueError`` naming the file when
+    it has none (no ``format`` of :func:`save_prototype_classifier`)."""
+    side = read_sidecar(ckpt)
+    if side.get("format") != _FORMAT:
+        raise ValueError(f"{ckpt!r} has no prototype-classifier sidecar (format "
+                         f"{_FORMAT!r}); write it with save_prototype_classifier")
+    return side
+
+
 @MODEL_SOURCES.register(name="proto")
 class PrototypeSource:
     """Prototype classifiers ``proto/<timm arch>``: a timm encoder + cosine head checkpoint."""
@@ -215,10 +220,7 @@ class PrototypeSource:
         sha = ""
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
-            side = read_sidecar(ckpt)
-            if side.get("format") != _FORMAT:
-                raise ValueError(f"{ckpt!r} has no prototype-classifier sidecar (format "
-                                 f"{_FORMAT!r}); write it with save_prototype_classifier")
+            side = _prototype_sidecar(ckpt)
             state = load_state_dict(ckpt)
             n = int(state["head.class_embeddings"].shape[0])
             if num_classes is not None and n != num_classes:
@@ -241,3 +243,14 @@ class PrototypeSource:
             dcfg = DataConfig.from_dict(timm.data.resolve_model_data_config(encoder))
             tag = "random_init"
         return LoadedModel(model.eval(), spec, dcfg, eval_transform(dcfg), n, arch, tag, sha)
+
+    @staticmethod
+    def data_config(spec: ModelSpec) -> DataConfig:
+        """The preprocessing :meth:`load` gives ``spec``: the checkpoint sidecar's
+        ``pretrained_cfg``; without a checkpoint (random weights), the encoder's timm default
+        (:func:`~uqvision.models.sources.timm_data_config`). Nothing is built or read but the
+        sidecar."""
+        PrototypeSource.check_name(spec.model_name)
+        if spec.checkpoint is None:
+            return timm_data_config(spec.model_name)
+        return DataConfig.from_dict(_prototype_sidecar(str(spec.checkpoint))["pretrained_cfg"])

@@ -1,19 +1,14 @@
 """The vision protocols, one folder each, and :data:`VISION_PROTOCOLS`, their registry.
 
-=============  =====================================================  ==========================
-protocol       paper                                                  ``score --protocol``
-=============  =====================================================  ==========================
-``selective``  V.1, selective prediction over a model zoo             ``selective``
-``pitfalls``   V.2, Pitfalls of in-domain uncertainty (ensembles)     ``ensembles``
-``uimnet``     V.3, UIMNET in/out-domain split                        ``ood``
-``url``        V.4, URL transfer of uncertainty                       ``transfer``
-=============  =====================================================  ==========================
-
 A protocol is a folder of this package whose ``__init__`` builds one :class:`Protocol`
-(``PROTOCOL``: its scorer, its options of ``uqvision score``, its ``uqvision reproduce`` driver,
-the training methods it compares, any extra command) and ONE line below registering it. The
-command line takes every protocol's options, scorer, driver and commands from
-:data:`VISION_PROTOCOLS`; ``tests/test_protocols_common.py`` runs each one at smoke scale.
+(``PROTOCOL``: its scorer and options of ``uqvision score NAME``, its ``uqvision reproduce NAME``
+driver and options, its figures of ``uqvision plot``, its scoring of ``uqvision sweep``, the
+training methods it compares, any extra command, its section of ``docs/conventions.md``) and
+ONE line below registering it (``VISION_PROTOCOLS.register(_folder("NAME"))``); a protocol
+of another package registers through an entry point instead (:mod:`uqvision.plugins`). The command line takes every protocol's options, scorer, driver,
+figures and commands from :data:`VISION_PROTOCOLS` and names none;
+``tests/test_protocols_common.py`` checks each one's entry and runs it at smoke scale.
+``uqvision score -h`` and ``uqvision reproduce -h`` list them, with their papers.
 
 A protocol builds on the shared machinery (:mod:`uqvision.predict`, :mod:`uqvision.methods`,
 :mod:`uqvision.training`, :mod:`uqvision.models`, :mod:`uqvision.data`,
@@ -22,38 +17,66 @@ A protocol builds on the shared machinery (:mod:`uqvision.predict`, :mod:`uqvisi
 
 Examples
 --------
->>> from uqvision.protocols import VISION_PROTOCOLS
->>> VISION_PROTOCOLS.names()
-['selective', 'pitfalls', 'uimnet', 'url']
->>> VISION_PROTOCOLS.lookup("pitfalls").score_name, VISION_PROTOCOLS.lookup("uimnet").scales
-('ensembles', ('smoke', 'cpu'))
+>>> from uqvision.protocols import VISION_PROTOCOLS, score_protocol
+>>> all(VISION_PROTOCOLS.lookup(name).name == name for name in VISION_PROTOCOLS.names())
+True
+>>> all(score_protocol(alias) is p for p in VISION_PROTOCOLS.values() for alias in p.score_names)
+True
 """
 
 from __future__ import annotations
 
+import importlib
+
 from uqmetrics.registry import Registry
 
-from . import pitfalls, selective, uimnet, url
-from .base import Command, LazyReproduction, Protocol, ReproduceOptions, Reproduction
+from .base import (
+    Command,
+    LazyReproduction,
+    Plots,
+    Protocol,
+    ReproduceFlags,
+    ReproduceOptions,
+    Reproduction,
+    ScoreTable,
+    SweepPlan,
+    SweepScoring,
+    incomplete_caches,
+)
 
-__all__ = ["VISION_PROTOCOLS", "Command", "LazyReproduction", "Protocol", "ReproduceOptions",
-           "Reproduction", "score_protocol"]
+__all__ = ["VISION_PROTOCOLS", "Command", "LazyReproduction", "Plots", "Protocol",
+           "ReproduceFlags", "ReproduceOptions", "Reproduction", "ScoreTable", "SweepPlan",
+           "SweepScoring", "incomplete_caches", "score_protocol"]
 
 #: The protocols by name (``uqvision reproduce NAME``), in the papers' order. (Not named with
 #: the bare upper-case word: tests/test_repository_docs.py reserves it for the team's private
 #: specification, which nothing in the repository may cite.)
-VISION_PROTOCOLS: Registry[Protocol] = Registry("protocol")
-VISION_PROTOCOLS.add("selective", selective.PROTOCOL)
-VISION_PROTOCOLS.add("pitfalls", pitfalls.PROTOCOL)
-VISION_PROTOCOLS.add("uimnet", uimnet.PROTOCOL)
-VISION_PROTOCOLS.add("url", url.PROTOCOL)
+#: Plugins: entry-point group ``uqvision.protocols`` (:mod:`uqvision.plugins`).
+VISION_PROTOCOLS: Registry[Protocol] = Registry("protocol", group="uqvision.protocols",
+                                                item_type=Protocol)
+
+
+def _folder(name: str) -> Protocol:
+    """The ``PROTOCOL`` of this package's folder ``name`` (its name must be the folder's)."""
+    proto = importlib.import_module(f"{__name__}.{name}").PROTOCOL
+    if proto.name != name:
+        raise RuntimeError(f"{__name__}.{name}.PROTOCOL is named {proto.name!r}, not {name!r}")
+    return proto
+
+
+# One line per protocol folder:
+VISION_PROTOCOLS.register(_folder("selective"))
+VISION_PROTOCOLS.register(_folder("pitfalls"))
+VISION_PROTOCOLS.register(_folder("uimnet"))
+VISION_PROTOCOLS.register(_folder("url"))
 
 
 def score_protocol(name: str) -> Protocol:
-    """The protocol ``uqvision score --protocol NAME`` means: by its score name (``ensembles``,
-    ``ood``, ``transfer``, ``selective``) or its own name (``KeyError`` naming the choices)."""
+    """The protocol ``uqvision score NAME`` means: by its own name or its score name
+    (``ensembles``, ``ood``, ``transfer``; :attr:`Protocol.score_names`); ``KeyError`` naming
+    the choices."""
     for proto in VISION_PROTOCOLS.values():
-        if name in (proto.score_name, proto.name) and proto.score is not None:
+        if name in proto.score_names and proto.score is not None:
             return proto
     raise KeyError(f"unknown score protocol {name!r}; choose from "
-                   f"{[p.score_name for p in VISION_PROTOCOLS.values()]}")
+                   f"{[n for p in VISION_PROTOCOLS.values() if p.score is not None for n in p.score_names]}")

@@ -1,25 +1,35 @@
-"""What a protocol is: :class:`Protocol` (its scorer, its options of ``uqvision score``, its
-reproduction driver, the training methods it compares, its extra commands) and
-:class:`Reproduction` (a driver of ``uqvision reproduce``).
+"""What a protocol is: :class:`Protocol`, everything the command line and the tests need of it
+(its scorer and options of ``uqvision score``, its reproduction driver and options of ``uqvision
+reproduce``, its figures of ``uqvision plot``, its scoring of ``uqvision sweep``, the training
+methods it compares, its extra commands), and :class:`Reproduction` (a driver of ``uqvision
+reproduce``).
 
 A protocol folder's ``__init__`` builds one :class:`Protocol`, ``PROTOCOL``;
 :mod:`uqvision.protocols` registers it in :data:`~uqvision.protocols.VISION_PROTOCOLS` (one line).
-Importing a protocol imports only what registers its training methods and prediction modes:
-its scorer, its options and its driver import their modules when first used (through
-:class:`LazyReproduction` for the driver), so that ``uqvision predict`` and ``uqvision train``
-load no scoring code.
+The command line (:mod:`uqvision.cli`) knows no protocol: it builds ``uqvision score NAME``,
+``uqvision reproduce NAME``, the ``plot`` and ``sweep`` options and the extra commands from the
+registry. Importing a protocol imports only what registers its training methods and prediction
+modes: its scorer, its options, its commands and its driver import their modules when first
+used (through :class:`LazyReproduction` for the driver), so that ``uqvision predict`` and
+``uqvision train`` load no scoring code.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Command", "LazyReproduction", "Protocol", "ReproduceOptions", "Reproduction"]
+from ..cache import incomplete_caches
+from ..options import Command
+
+__all__ = ["Command", "LazyReproduction", "Plots", "Protocol", "ReproduceFlags",
+           "ReproduceOptions", "Reproduction", "ScoreTable", "SweepPlan", "SweepScoring",
+           "incomplete_caches"]
 
 
 @dataclass(frozen=True)
@@ -122,13 +132,111 @@ class LazyReproduction:
 
 
 @dataclass(frozen=True)
-class Command:
-    """An extra ``uqvision`` subcommand a protocol brings: its handler (args -> exit status),
-    its arguments and its one-line help."""
+class ReproduceFlags:
+    """A protocol's own options of ``uqvision reproduce NAME``, beside the common ones
+    (:class:`ReproduceOptions`, ``--out``, ``--set``): shorthands of driver options, e.g. URL's
+    ``--upstream ROOT --downstream ROOT ...`` for ``--set upstream=ROOT --set
+    downstream=A,B``.
 
-    run: Callable[[argparse.Namespace], int]
-    arguments: Callable[[argparse.ArgumentParser], None]
-    description: str
+    Attributes
+    ----------
+    add : callable
+        ``add(parser)``: adds the options.
+    options : callable
+        ``options(args) -> dict``: the driver options (``--set`` key -> string) the parsed
+        options stand for; they override the ``--set`` pairs of the same key.
+    """
+
+    add: Callable[[argparse.ArgumentParser], None]
+    options: Callable[[argparse.Namespace], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Plots:
+    """What ``uqvision plot --SCORE_NAME FILE`` draws from a score file of the protocol (the
+    option is named after :attr:`Protocol.score_name`, e.g. ``--ensembles``).
+
+    Attributes
+    ----------
+    draw : callable
+        ``draw(score_file, out) -> list of Path``: the figures written into folder ``out``
+        (imports the plotting code on use).
+    help : str
+        The option's help.
+    """
+
+    draw: Callable[[str | os.PathLike, str | os.PathLike], list[Path]]
+    help: str
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """A table ``uqvision score NAME`` prints and writes beside the score file: ``STEM.csv`` and
+    ``STEM.json`` for a score file ``STEM.nc`` (checked before any work, like the score file).
+
+    Attributes
+    ----------
+    make : callable
+        ``make(args, scores) -> table`` from the parsed options and the scores just computed;
+        the table has ``format() -> str`` (printed) and ``write(folder, stem, *, overwrite) ->
+        paths`` (as :class:`uqvision.results.ResultsTable`).
+    suffixes : tuple of str
+        The files ``write`` makes, ``STEM + suffix`` each.
+    """
+
+    make: Callable[[argparse.Namespace, Any], Any]
+    suffixes: tuple[str, ...] = (".csv", ".json")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a protocol will do with the caches of one ``uqvision sweep`` (its
+    :attr:`SweepScoring.plan`, made before any model runs).
+
+    Attributes
+    ----------
+    target : Path or None
+        The score file it writes; None when these caches are not scored (``reason`` says why).
+    reason : str
+        Why they are not scored, and how to score them otherwise.
+    finish : callable or None
+        ``finish(report, log)`` after the sweep (``report``: the
+        :class:`uqvision.sweep.SweepReport`, when it cached any model): scores ``target`` and
+        writes what goes with it (figures, tables), each path said through ``log``.
+    """
+
+    target: Path | None
+    reason: str = ""
+    finish: Callable[[Any, Callable[[str], None]], None] | None = None
+
+    @property
+    def line(self) -> str:
+        """The ``scores: ...`` line of the sweep's summary."""
+        return f"scores: {self.target}" if self.target is not None else \
+            f"scores: none ({self.reason})"
+
+
+@dataclass(frozen=True)
+class SweepScoring:
+    """How a protocol scores the caches of ``uqvision sweep`` (the selective protocol's zoo).
+
+    Attributes
+    ----------
+    add_options : callable
+        ``add_options(parser)``: its options of ``uqvision sweep``.
+    plan : callable
+        ``plan(args, *, out, data, dataset, config) -> SweepPlan``, called before any model
+        runs (``out``: the sweep folder, ``data``: the image folder, ``dataset``: its name,
+        ``config``: the :class:`uqvision.predict.PredictConfig` of the caches): checks its
+        options against them and refuses (``InputError`` naming the option) a target it must
+        not replace.
+    outputs : str
+        What it writes in the sweep folder (the help of ``--out``).
+    """
+
+    add_options: Callable[[argparse.ArgumentParser], None]
+    plan: Callable[..., SweepPlan]
+    outputs: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,18 +246,18 @@ class Protocol:
     Attributes
     ----------
     name : str
-        The folder's name; ``uqvision reproduce NAME``.
+        The folder's name; ``uqvision score NAME``, ``uqvision reproduce NAME``.
     description : str
         One line (CLI help).
     score : callable or None
-        ``score(args) -> xarray.Dataset`` from the parsed ``uqvision score`` options
+        ``score(args) -> xarray.Dataset`` from the parsed ``uqvision score NAME`` options
         (``args.caches``, ``args.dataset``, ``args.seed`` and the protocol's own options).
     score_name : str
-        The name ``uqvision score --protocol`` knows the scorer by (``ensembles``, ``ood``, ...,
-        as documented; the protocol's ``name`` is accepted too).
+        The other name ``uqvision score`` knows the protocol by (``ensembles``, ``ood``, ...:
+        what the score is of; an alias of ``name``) and the option of ``uqvision plot``
+        (``--ensembles``).
     add_options : callable or None
-        ``add_options(parser)``: the protocol's own options of ``uqvision score`` (help text
-        prefixed with the score name).
+        ``add_options(parser)``: the protocol's own options of ``uqvision score NAME``.
     reproduce : Reproduction or LazyReproduction or None
         The driver of ``uqvision reproduce NAME`` (lazily imported: :class:`LazyReproduction`).
     methods : tuple of str
@@ -158,6 +266,21 @@ class Protocol:
         Extra subcommands, name -> :class:`Command` (e.g. UIMNET's ``split``).
     smoke_options : mapping
         ``--set`` options for the cheapest run of the driver (``tests/test_protocols_common.py``).
+    section : str
+        The anchor of the protocol's section of ``docs/conventions.md`` (``v-1``): the
+        repository's documentation tests require it.
+    reproduce_flags : ReproduceFlags or None
+        Its own options of ``uqvision reproduce NAME`` (URL's ``--upstream``/``--downstream``).
+    score_table : ScoreTable or None
+        A table ``uqvision score NAME`` prints and writes beside the score file.
+    plots : Plots or None
+        What ``uqvision plot --SCORE_NAME FILE`` draws.
+    sweep : SweepScoring or None
+        How ``uqvision sweep`` scores its caches with this protocol (its options, its checks
+        before any work, its scores, figures and tables after).
+    after_predict : str
+        A line ``uqvision predict`` prints after the caches it wrote (``{caches}``: their
+        folder), e.g. how to score them; empty: none.
     """
 
     name: str
@@ -169,8 +292,22 @@ class Protocol:
     methods: tuple[str, ...] = ()
     commands: Mapping[str, Command] = field(default_factory=dict)
     smoke_options: Mapping[str, str] = field(default_factory=dict)
+    section: str = ""
+    reproduce_flags: ReproduceFlags | None = None
+    score_table: ScoreTable | None = None
+    plots: Plots | None = None
+    sweep: SweepScoring | None = None
+    after_predict: str = ""
 
     @property
     def scales(self) -> tuple[str, ...]:
         """The reproduction's scales (none without a driver)."""
         return self.reproduce.scales if self.reproduce else ()
+
+    @property
+    def score_names(self) -> tuple[str, ...]:
+        """``uqvision score``'s names of the protocol: ``name``, then ``score_name`` when it
+        differs (its alias)."""
+        return (self.name,) + ((self.score_name,) if self.score_name not in ("", self.name)
+                               else ())
+

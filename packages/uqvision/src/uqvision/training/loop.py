@@ -129,7 +129,7 @@ class ImageTrainConfig:
     ``classes`` trains on a class-subset view of ``data`` (folder class names, the head's
     classes in that order; or a mapping folder class -> label name, several classes to one
     label) and ``index_file`` on the positions of that view an index file of
-    :func:`uqvision.data.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
+    :func:`uqvision.protocols.uimnet.index.make_index_files` lists (UIMNET's 90/10 in-domain split): no image
     is copied (:func:`uqvision.data.image_view`). ``spectral``: one-sided spectral
     normalisation (bound 5) of every Conv/Linear weight but the classifier's and of every
     BatchNorm's Lipschitz constant (:func:`uqvision.models.spectral.spectral_normalize`),

@@ -46,6 +46,12 @@ Hyper-parameters are frozen dataclasses with the stand-in defaults (every epoch 
 paper's CIFAR PreResNet-110 value / 10; learning rates, batch sizes, momenta and weight decays
 are the paper's); ``method.paper`` holds the paper's own values. Record
 ``dataclasses.asdict(hp)`` in results.
+
+The module is one concern in more than 600 lines, the contract between the one loop and every
+method: :class:`TrainingMethod` (its hooks and their orchestration, about 180 lines), the
+:class:`TrainState`, hyper-parameter, recipe and optimiser classes those hooks take, the state
+a checkpoint carries (:func:`export_state`, ``restore``) and the helpers the methods' hooks are
+written with (snapshots, stochastic passes, BatchNorm updates), each defined against the others.
 """
 
 from __future__ import annotations
@@ -92,8 +98,9 @@ __all__ = [
     "update_batchnorm",
 ]
 
-TRAINING_METHODS: Registry = Registry("training method")
-"""Every V.2 training method, in registration order (:class:`TrainingMethod` entries)."""
+TRAINING_METHODS: Registry = Registry("training method", group="uqvision.training_methods")
+"""Every training method, in registration order (:class:`TrainingMethod` entries; plugins:
+entry-point group ``uqvision.training_methods``, checked to be :class:`TrainingMethod`)."""
 
 OPTIMIZERS: Registry = Registry("optimizer")
 """``f(param_groups, hp) -> torch.optim.Optimizer``; the learning rate is set at every step."""
@@ -495,6 +502,9 @@ class TrainingMethod:
                                             info.get("wall_s", math.nan)))
         state.model.eval()
         return state
+
+
+TRAINING_METHODS.item_type = TrainingMethod  # what a plugin's entry point must give
 
 
 def _coerce(text: str, hint, key: str):

@@ -94,3 +94,21 @@ def test_real_folder_runs_the_same_plan_with_the_named_arch(tmp_path):
     laplace = next(j for j in jobs if j.method == "kfac_laplace")
     assert laplace.config.val_data == str(tmp_path / "val")
     assert laplace.config.init_checkpoint.endswith("deep_ensemble_s0.safetensors")
+
+
+def test_pitfalls_compares_the_general_methods_and_scores_with_its_config_defaults():
+    """The Pitfalls protocol compares the general methods; ``uqvision score pitfalls`` (alias
+    ``ensembles``) options are generated from :class:`EnsembleConfig`: parsed without them,
+    they give its defaults."""
+    from uqvision.cli import build_parser
+    from uqvision.methods import GENERAL_METHODS
+    from uqvision.options import config_defaults, config_kwargs
+    from uqvision.protocols.pitfalls import ENSEMBLE_OPTIONS
+    from uqvision.protocols.pitfalls.score import EnsembleConfig
+
+    assert VISION_PROTOCOLS.lookup("pitfalls").methods == GENERAL_METHODS
+    defaults = config_defaults(EnsembleConfig)
+    for name in ("pitfalls", "ensembles"):
+        args = build_parser().parse_args(["score", name, "--caches", "c", "--out", "o.nc"])
+        assert config_kwargs(args, ENSEMBLE_OPTIONS) == {o.field: defaults[o.field]
+                                                         for o in ENSEMBLE_OPTIONS}

@@ -168,3 +168,19 @@ def test_teacher_ensemble_cache_follows_its_members(tmp_path):
     rebuilt = read_cache(ens)
     assert rebuilt.attrs["checkpoint_sha256"] == "aa,cc"
     assert not np.array_equal(rebuilt["logits"].values, first)
+
+
+def test_score_and_sweep_options_take_their_defaults_from_the_selective_config():
+    """``uqvision score selective`` and ``uqvision sweep``'s selective options are generated
+    from :class:`SelectiveConfig`: parsed without them, they give its defaults."""
+    from uqvision.cli import build_parser
+    from uqvision.options import config_defaults, config_kwargs
+    from uqvision.protocols.selective import SELECTIVE_OPTIONS
+    from uqvision.protocols.selective.score import SelectiveConfig
+
+    defaults = config_defaults(SelectiveConfig)
+    parse = build_parser().parse_args
+    for argv in (["score", "selective", "--caches", "c", "--out", "o.nc"],
+                 ["sweep", "--models", "m", "--data", "d", "--out", "o"]):
+        assert config_kwargs(parse(argv), SELECTIVE_OPTIONS) == {
+            o.field: defaults[o.field] for o in SELECTIVE_OPTIONS}

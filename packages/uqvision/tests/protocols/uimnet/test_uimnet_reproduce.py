@@ -156,14 +156,14 @@ def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
     stamps = [os.stat(p).st_mtime_ns for p in runs]
     VISION_PROTOCOLS.lookup("uimnet").reproduce.run(out, scale="smoke", options=OPTIONS, log=lambda *a: None)
     assert [os.stat(p).st_mtime_ns for p in runs] == stamps  # nothing retrained
-    assert main(["score", "--protocol", "ood", "--caches", str(out / "caches"), "--out",
+    assert main(["score", "uimnet", "--caches", str(out / "caches"), "--out",
                  str(tmp_path / "ood.nc")]) == 0
     again = read_dataset(tmp_path / "ood.nc")
     first = read_dataset(path)
     for name in ("acc1", "nll", "auc", "out_as_out"):
         xr.testing.assert_allclose(again[name], first[name])
     # the other GMM fit, by the score command's option
-    assert main(["score", "--protocol", "ood", "--caches", str(out / "caches"), "--out",
+    assert main(["score", "uimnet", "--caches", str(out / "caches"), "--out",
                  str(tmp_path / "lw.nc"), "--gmm-fit", "validation-ledoit-wolf"]) == 0
     lw = read_dataset(tmp_path / "lw.nc")
     assert lw.attrs["gmm_fit"] == "validation-ledoit-wolf" and again.attrs["gmm_fit"] == "official"

@@ -109,7 +109,7 @@ def test_gmm_split_is_recorded_and_halves_validation(caches, scored):
     assert split["fit_fraction"] == 0.5 and split["seed"] == 0
     assert split["sizes_by_data_seed"] == {"0": {"n_fit": n_val // 2,
                                                  "n_threshold": n_val - n_val // 2}}
-    assert "held-out 'threshold' part" in ds.attrs["conventions"]
+    assert "held-out 'threshold' part" in ds.attrs["notes"]
     assert ("LedoitWolf" in ds.attrs["gmm_covariance"]) == (fit == "validation-ledoit-wolf")
     assert json.loads(ds.attrs["tta_policy"]) == [f"uimnet x {AUGS}"]
     with pytest.raises(ValueError, match="fit_fraction must lie in"):

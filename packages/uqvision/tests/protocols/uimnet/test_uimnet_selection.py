@@ -15,10 +15,10 @@ from uqvision.data import (
     ClassSubset,
     ImageFolderDataset,
     image_view,
-    make_index_files,
     make_synthetic_folder,
     read_index_file,
 )
+from uqvision.protocols.uimnet.index import make_index_files
 from uqvision.protocols.uimnet.reproduce import (
     UIMNET_SCALES,
     _trial_hparams,

@@ -1,4 +1,5 @@
-"""The UIMNET class split (V.3): Ward tree, the in/out rule, the split file, index files."""
+"""The UIMNET class split (V.3): Ward tree, the in/out rule, the split file (the index
+files: test_uimnet_index.py)."""
 
 import json
 
@@ -9,13 +10,6 @@ from uqmetrics import write_dataset
 
 from uqvision.cache import cache_dataset
 from uqvision.cli import main
-from uqvision.data import (
-    ClassSubset,
-    ImageFolderDataset,
-    make_index_files,
-    make_synthetic_folder,
-    read_index_file,
-)
 from uqvision.protocols.uimnet.split import (
     class_means,
     read_split,
@@ -114,37 +108,3 @@ def test_split_file_is_versioned_and_records_the_source(tmp_path):
     assert main(["split", "--embeddings", str(tmp_path / "f.nc"), "--out",
                  str(tmp_path / "cli.json")]) == 0
     assert read_split(tmp_path / "cli.json")["out_classes"] == split["out_classes"]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("syn")
-    make_synthetic_folder(root, n_classes=4, n_per_class=20, image_size=8)
-    return root / "test"
-
-
-def test_index_files_are_seeded_disjoint_and_cover_the_in_domain(folder, tmp_path):
-    classes = ["class_002", "class_000"]
-    a = make_index_files(folder, classes, tmp_path / "a", seed=0)
-    b = make_index_files(folder, classes, tmp_path / "b", seed=0)
-    c = make_index_files(folder, classes, tmp_path / "c", seed=1)
-    read = {k: {n: read_index_file(p) for n, p in d.items()} for k, d in
-            (("a", a), ("b", b), ("c", c))}
-    assert read["a"]["val"]["indices"] == read["b"]["val"]["indices"]
-    assert read["a"]["val"]["indices"] != read["c"]["val"]["indices"]
-    tr, va = set(read["a"]["train"]["indices"]), set(read["a"]["val"]["indices"])
-    assert not tr & va and tr | va == set(range(40))
-    view = ClassSubset(ImageFolderDataset(folder), classes, sorted(va))
-    assert np.bincount(view.targets).tolist() == [2, 2]  # 10 % of 20 per class
-    assert view.sample_ids == read["a"]["val"]["samples"]
-    assert all(s.startswith(("class_002", "class_000")) for s in view.sample_ids)
-
-
-def test_class_subset_reindexes_labels_without_copies(folder):
-    base = ImageFolderDataset(folder)
-    view = ClassSubset(base, ["class_003", "class_001"])
-    assert len(view) == 40 and set(view.targets) == {0, 1}
-    assert view.sample_ids[0].startswith("class_001")  # folder order, labels by subset order
-    assert view.targets[0] == 1
-    with pytest.raises(ValueError, match="classes not in"):
-        ClassSubset(base, ["nope"])

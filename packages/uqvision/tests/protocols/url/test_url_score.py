@@ -261,7 +261,7 @@ def test_reproduce_url_smoke_and_cli_score(url_run, tmp_path):
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
         "fig1_r_auroc.png", "fig2_r_auroc_vs_recall.png", "fig4_crop_vs_downstream.png",
         "fig4_upstream_vs_downstream.png"]
-    assert main(["score", "--protocol", "transfer", "--caches", str(out / "caches"),
+    assert main(["score", "url", "--caches", str(out / "caches"),
                  "--out", str(tmp_path / "t.nc")]) == 0
     again = xr.open_dataset(tmp_path / "t.nc")
     xr.testing.assert_allclose(again["r_auroc"], ds["r_auroc"])
@@ -307,3 +307,25 @@ def test_real_folders_end_to_end_through_the_cli(url_run, tmp_path):
         for v in ("embedding", "uncertainty", "label", "crop_fraction", "logits"):
             if v in a:
                 np.testing.assert_array_equal(a[v].values, b[v].values, err_msg=f"{p.name} {v}")
+
+
+def test_reproduce_url_real_folder_flags(tmp_path, capsys):
+    """--upstream ROOT --downstream ROOT [ROOT ...] are the url driver's real-folder options
+    (its :attr:`~uqvision.protocols.Protocol.reproduce_flags`; the end-to-end run is
+    test_real_folders_end_to_end_through_the_cli); half of them, or missing splits, is a clear
+    error before anything runs."""
+    from uqvision.cli import build_parser
+
+    reproduce = next(a for a in build_parser()._actions if a.dest == "command").choices[
+        "reproduce"]
+    p = reproduce.parse_args(["url", "--out", "o", "--upstream", "u", "--downstream", "a", "b"])
+    assert p.upstream == "u" and p.downstream == ["a", "b"]
+    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
+                 str(tmp_path)]) == 2
+    assert "--downstream" in capsys.readouterr().err
+    assert main(["reproduce", "url", "--out", str(tmp_path / "o"), "--upstream",
+                 str(tmp_path), "--downstream", str(tmp_path / "a")]) == 2
+    assert "lacks the split folders ['train', 'val', 'test']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # the url driver's options: not the others'
+        main(["reproduce", "pitfalls", "--out", str(tmp_path / "o"), "--upstream", "u"])
+    assert stop.value.code == 2 and "--upstream" in capsys.readouterr().err

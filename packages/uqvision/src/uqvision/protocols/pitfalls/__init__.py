@@ -1,7 +1,7 @@
 """V.2 — Pitfalls of in-domain uncertainty estimation: ensembles (docs/conventions.md#v-2).
 
 - :mod:`~.score`: metrics vs ensemble size and the Deep Ensemble Equivalent of every method
-  (:func:`~.score.score_ensembles`, ``uqvision score --protocol ensembles``); its groups are
+  (:func:`~.score.score_ensembles`, ``uqvision score pitfalls``, alias ``ensembles``); its groups are
   built from the general methods only (:data:`uqvision.methods.GENERAL_METHODS`);
 - :mod:`~.plots`: metrics and DEE vs ensemble size (``uqvision plot --ensembles``);
 - :mod:`~.reproduce`: ``uqvision reproduce pitfalls``.
@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from ...methods import GENERAL_METHODS
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Protocol
+from ..base import LazyReproduction, Plots, Protocol
 
 __all__ = ["DESCRIPTION", "ENSEMBLE_OPTIONS", "PROTOCOL"]
 
@@ -63,9 +65,17 @@ def _score(a: argparse.Namespace):
     return score_ensembles(a.caches, EnsembleConfig(**kw, seed=a.seed, dataset=a.dataset))
 
 
+def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """``uqvision plot --ensembles FILE``: metrics and DEE vs ensemble size."""
+    from .plots import plot_ensembles  # figures: imported on use
+
+    return plot_ensembles(scores, out)
+
+
 #: The Pitfalls protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`); it
 #: compares the general methods (``reproduce.PITFALLS_METHODS``).
 PROTOCOL = Protocol("pitfalls", DESCRIPTION, score=_score, score_name="ensembles",
                     add_options=_add_options,
                     reproduce=LazyReproduction("pitfalls", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=tuple(GENERAL_METHODS))
+                    methods=tuple(GENERAL_METHODS), section="v-2",
+                    plots=Plots(_draw, "ensembles score file: metrics and DEE vs ensemble size"))

@@ -332,8 +332,8 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
 
 
 def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
-    """The score file if it was computed from exactly these caches (checksums) with this
-    config, else None."""
+    """The score file if it was computed from exactly these caches (its ``input_checksums``)
+    with this config, else None (a file written before the result-file schema is rescored)."""
     if not path.is_file():
         return None
     ds = read_dataset(path)
@@ -343,8 +343,8 @@ def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
             sums.append(str(c.attrs.get("checksum")))
     same_config = json.loads(ds.attrs.get("config", "{}")) == json.loads(json.dumps(
         asdict(config), default=list))
-    return ds if same_config and json.loads(ds.attrs.get("caches", "[]")) == sorted(set(sums)) \
-        else None
+    recorded = json.loads(ds.attrs.get("input_checksums", "[]"))
+    return ds if same_config and recorded == sorted(set(sums)) else None
 
 
 def _scale(name: str, arch: str | None, data, over: dict[str, str]) -> PitfallsScale:

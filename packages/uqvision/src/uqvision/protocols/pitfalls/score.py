@@ -44,7 +44,7 @@ from uqmetrics import (
     deep_ensemble_equivalent_curve,
     ensemble_size_curve,
     log_softmax,
-    provenance_attrs,
+    stamp_result,
 )
 from uqmetrics.registry import Registry
 
@@ -55,6 +55,7 @@ from ...training.method import snapshot_samples
 __all__ = [
     "CURVE_METRICS",
     "DEE_METRICS",
+    "DERIVED_METRICS",
     "ENSEMBLE_METHODS",
     "PREFIX_METRICS",
     "EnsembleConfig",
@@ -74,6 +75,14 @@ CALIBRATED_METRICS = ("brier",)
 #: Metrics the DEE is computed on: the CLL (the paper's DEE) and the other metrics of its
 #: appendix C figures (defined the same way; the direction is each metric's own).
 DEE_METRICS = ("cll", "accuracy", "calibrated_brier", "nll")
+#: The metric variables of ``ensembles.nc`` that uqmetrics does not register, with their
+#: metric tag (:func:`uqmetrics.tag_metric`): the CLL, the Brier score after temperature
+#: scaling (values of the registered ``brier``) and the DEE with its bounds (a method that
+#: matches a larger deep ensemble is better); the curve metrics are tagged by their own names.
+DERIVED_METRICS: dict[str, tuple[str, bool] | str] = {
+    "cll": ("cll", True), "calibrated_brier": "brier",
+    **{f"{head}{bound}": ("dee", True) for head in ("dee", "equivalent")
+       for bound in ("", "_lower", "_upper")}}
 _TTA = "_tta"
 
 
@@ -297,7 +306,10 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
         for a plain method against the TTA reference); ``dee``, ``dee_lower``, ``dee_upper``,
         ``dee_capped`` (method, size): the headline, CLL against the plain deep ensemble.
         ``n_members``, ``n_draws`` and coords ``training_method``, ``tta`` over method.
-        Attrs: provenance, the sources of every method, the cache checksums, the DEE caps
+        The metric variables carry the result-file schema's tag (``metric``,
+        ``greater_is_better``; :data:`DERIVED_METRICS`). Attrs: the schema's (``protocol =
+        "pitfalls"``, ``conventions``, ``input_checksums``: the checksums of the scored caches;
+        :func:`uqmetrics.stamp_result`), provenance, the sources of every method, the DEE caps
         (``dee_cap``, ``dee_cap_tta``) and the bounds' convention. Select a method with
         ``ds.sel({"method": "deep_ensemble"})`` (``method=`` is a keyword of ``sel`` itself).
 
@@ -343,15 +355,17 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     ds = _add_dee(ds, groups, config)
     cfg = asdict(config)
     cfg["extra_methods"] = {m: [asdict(s) for s in v] for m, v in config.extra_methods.items()}
-    extra = {"protocol": "ensembles", "calibration_protocol": "test_cv",
+    extra = {"calibration_protocol": "test_cv",
              "reference": config.reference, "members": json.dumps(config.members or []),
              "dataset_name": infos[0].dataset_name, "dee_bounds": DEE_BOUNDS_CONVENTION,
              "sources": json.dumps({n: [[asdict(s) for s in m] for m in groups[n].members]
                                     for n in order}),
-             "caches": json.dumps(sorted({c for _, _, cs in meta.values() for c in cs}))}
-    ds.attrs = {**provenance_attrs(config=cfg, seed=config.seed, extra=extra),
-                **{k: v for k, v in ds.attrs.items() if k.startswith("dee_cap")}}
-    return ds
+             **{k: v for k, v in ds.attrs.items() if k.startswith("dee_cap")}}
+    metrics = {**{m: m for m in CURVE_METRICS + PREFIX_METRICS}, **DERIVED_METRICS}
+    return stamp_result(ds, "pitfalls",
+                        input_checksums=[c for _, _, cs in meta.values() for c in cs],
+                        metrics={v: m for v, m in metrics.items() if v in ds.data_vars},
+                        config=cfg, seed=config.seed, extra=extra)
 
 
 def _add_dee(ds: xr.Dataset, groups: dict[str, Group], config: EnsembleConfig) -> xr.Dataset:

@@ -1,10 +1,12 @@
 """V.1 — selective prediction over a model zoo (docs/conventions.md#v-1).
 
 - :mod:`~.score`: one row per model and row kind, with and without temperature scaling
-  (:func:`~.score.score_selective`, ``uqvision score --protocol selective``);
+  (:func:`~.score.score_selective`, ``uqvision score selective``);
 - :mod:`~.metadata`: the model-metadata tables (``uqvision metadata``);
 - :mod:`~.analysis`: the paper's analyses of a score file;
 - :mod:`~.plots`: the paper's figures (``uqvision plot --selective``);
+- :mod:`~.commands`: its parts of the command line: ``uqvision metadata``, the scoring of
+  ``uqvision sweep``, ``plot --selective`` and the results table of ``score selective``;
 - :mod:`~.reproduce`: ``uqvision reproduce selective`` (a zoo with controlled regimes).
 """
 
@@ -12,8 +14,16 @@ from __future__ import annotations
 
 import argparse
 
-from ...options import COUNT, ConfigOption, add_config_options, config_kwargs, positive_float
-from ..base import LazyReproduction, Protocol
+from ...options import (
+    COUNT,
+    Command,
+    ConfigOption,
+    add_config_options,
+    config_kwargs,
+    positive_float,
+)
+from ..base import LazyReproduction, Plots, Protocol, ScoreTable
+from .commands import SWEEP_SCORING, draw_figures, metadata_arguments, results_of, run_metadata
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options",
            "coverage_fraction", "selective_config"]
@@ -89,7 +99,15 @@ def _score(a: argparse.Namespace):
 
 
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("selective", DESCRIPTION, score=_score, score_name="selective",
-                    add_options=_add_options,
-                    reproduce=LazyReproduction("selective", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=("deep_ensemble",))
+PROTOCOL = Protocol(
+    "selective", DESCRIPTION, score=_score, score_name="selective", add_options=_add_options,
+    reproduce=LazyReproduction("selective", DESCRIPTION, f"{__name__}.reproduce"),
+    methods=("deep_ensemble",), section="v-1",
+    commands={"metadata": Command(run_metadata, metadata_arguments,
+                                  "model metadata tables: columns, known models, unknown "
+                                  "models")},
+    score_table=ScoreTable(results_of),
+    plots=Plots(draw_figures,
+                "selective score file: the Selective paper's scatter and paired figures"),
+    sweep=SWEEP_SCORING,
+    after_predict="auroc/ece/aurc: uqvision score selective --caches {caches} --out FILE.nc")

@@ -1,6 +1,6 @@
 """The Selective paper's analyses as functions of a selective result (docs/conventions.md#v-1).
 
-Every function takes the ``xarray.Dataset`` written by ``uqvision score --protocol selective``
+Every function takes the ``xarray.Dataset`` written by ``uqvision score selective``
 (dims ``model`` × ``calibration``, per-model coords ``method``, ``base_model`` and the metadata
 coords of :func:`uqvision.protocols.selective.metadata.attach_metadata`) and returns a small ``xarray.Dataset``;
 nothing here re-runs a model or re-implements a metric.

@@ -24,6 +24,10 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
     OUT/analysis.json      uqvision.protocols.selective.analysis (pairs, temperature effect, correlations, ...)
     OUT/figures/*.png      uqvision.protocols.selective.plots.plot_selective
     OUT/summary.md         tables and findings (copied into docs/reproduction-vision.md)
+
+The module is one concern in more than 600 lines, this reproduction's driver: the zoo's plan
+(architectures, regimes, scales), each step above with its resume check, and the analysis and
+summary of its outputs form one pipeline whose steps share the plan and the layout of ``OUT``.
 """
 
 from __future__ import annotations

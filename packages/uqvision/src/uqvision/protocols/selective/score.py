@@ -20,10 +20,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -36,15 +34,20 @@ from uqmetrics import (
     ensemble_log_probs,
     get_confidence_function,
     log_softmax,
-    provenance_attrs,
     score_metrics,
     softmax,
+    stamp_result,
     temperature_scaled_metrics,
 )
-from uqmetrics.registry import Registry, get_metric
+from uqmetrics.registry import Registry
 
-from ...cache import check_aligned, find_caches, index_caches, read_cache, select_dataset
-from ...exceptions import SkippedCacheWarning
+from ...cache import (
+    check_aligned,
+    incomplete_caches,
+    index_caches,
+    read_cache,
+    select_dataset,
+)
 from ...predict import DEFAULT_PASSES
 from .metadata import attach_metadata, load_metadata, metadata_key
 
@@ -137,36 +140,6 @@ class SelectiveConfig:
     mc_passes: int = DEFAULT_PASSES["mc_dropout"]
     aurc_coverage: float = DEFAULT_AURC_COVERAGE
     metadata: tuple[str, ...] = ()
-
-
-def incomplete_caches(caches: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
-    """The cache files among ``caches`` (files or folders) and those the index leaves out.
-
-    Only headers are read: a file that is unreadable (e.g. truncated), unfinished (no
-    completeness flag) or not a uqvision prediction cache is never scored
-    (:func:`uqvision.cache.index_caches` skips it with a
-    :class:`~uqvision.exceptions.SkippedCacheWarning`); ``uqvision score`` refuses to score
-    without it unless ``--skip-incomplete`` is given.
-
-    Returns
-    -------
-    files : list of Path
-        Every ``.nc`` file given or found in the folders given.
-    skipped : dict
-        Path -> why it would not be scored, in file order.
-    """
-    files = find_caches(caches)
-    skipped: dict[Path, str] = {}
-    for path in files:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SkippedCacheWarning)
-            index_caches([path])
-        for w in caught:
-            if issubclass(w.category, SkippedCacheWarning):
-                why = str(w.message).removeprefix("skipping ")
-                skipped[path] = ("unreadable (truncated or not netCDF)" if why.startswith(
-                    "unreadable") else "not a complete uqvision prediction cache")
-    return files, skipped
 
 
 def resolve_calibration_size(size: float, n: int) -> int:
@@ -290,11 +263,13 @@ def score_selective(caches: Iterable[str | os.PathLike],
     xarray.Dataset
         Variables :data:`SELECTIVE_METRICS` (``accuracy``, ``auroc``, ``aurc``, ``eaurc``,
         ``aurc_c``/``eaurc_c`` over coverages [0, ``aurc_coverage``] (attr ``coverage``),
-        ``sac_99``, ``sac_95``, ``ece``, ``nll``, ``brier``; each with attrs ``metric``,
-        ``convention``, ``greater_is_better``) and ``temperature`` over (model, calibration)
-        with ``calibration = ["none", "temperature"]`` (``temperature`` is 1 for ``none``) and
-        per-calibration coords ``sample_set`` (``all``, ``heldout``) and ``n_scored`` (the
-        samples each row is scored on); ``none_heldout`` over (model, metric): the
+        ``sac_99``, ``sac_95``, ``ece``, ``nll``, ``brier``; each with attrs ``metric`` (the
+        registered metric computing it), ``convention``, ``greater_is_better``: the metric
+        variables of the result-file schema, :mod:`uqmetrics.result_schema`) and
+        ``temperature`` over (model, calibration) with ``calibration = ["none",
+        "temperature"]`` (``temperature`` is 1 for ``none``) and per-calibration coords
+        ``sample_set`` (``all``, ``heldout``) and ``n_scored`` (the samples each row is scored
+        on); ``none_heldout`` over (model, metric): the
         ``calibration = "none"`` values on the held-out samples (coord ``metric`` =
         :data:`SELECTIVE_METRICS`); ``temperature_converged`` (model); per-row coords
         ``method``, ``base_model``, ``passes`` (MC-dropout passes scored, 1 otherwise),
@@ -302,10 +277,12 @@ def score_selective(caches: Iterable[str | os.PathLike],
         the model metadata of :func:`uqvision.protocols.selective.metadata.attach_metadata`
         (``family``, ``params``, ``input_size``, ``distillation``, ``teacher``,
         ``pretraining_data``, …; ``unknown`` where no table knows the model; ``params``/``input_size`` measured from the model when its cache
-        records them). Attrs: provenance, protocol options, ``sac_rule``, ``mc_passes``,
+        records them). Attrs: the result-file schema's (``protocol = "selective"``,
+        ``conventions``, ``input_checksums``: :func:`uqmetrics.stamp_result`), provenance,
+        protocol options, ``sac_rule``, ``mc_passes``,
         ``aurc_coverage`` ([0, c]), ``n_images``, ``n_calib``/``n_eval`` (the split),
-        ``sample_set_rule`` (:data:`SAMPLE_SET_RULE`), the metadata tables used and the
-        checksums of the scored caches.
+        ``sample_set_rule`` (:data:`SAMPLE_SET_RULE`), the metadata tables used and
+        ``caches`` (JSON: path -> checksum of each scored cache).
 
     Raises
     ------
@@ -397,14 +374,12 @@ def score_selective(caches: Iterable[str | os.PathLike],
         "base_model": ("model", [r[2].model for r in rows]),
         "passes": ("model", passes), **{k: ("model", v) for k, v in meta.items()}})
     for name in metrics:
-        spec = get_metric(_registered(name, config.sac_rule))
-        out[name].attrs.update(greater_is_better=int(spec.greater_is_better),
-                               metric=spec.name, convention=CONVENTIONS[spec.name])
+        out[name].attrs["convention"] = CONVENTIONS[_registered(name, config.sac_rule)]
     coverage = [0.0, float(config.aurc_coverage)]
     ranged = {k: v.format(c=f"{config.aurc_coverage:g}") for k, v in _COVERAGE_CONVENTIONS.items()}
     for name, text in ranged.items():
         out[name].attrs.update(coverage=coverage, convention=text)
-    extra = {"protocol": "selective", "calibration_protocol": "stratified_holdout",
+    extra = {"calibration_protocol": "stratified_holdout",
              "n_images": int(y.size), "n_calib": int(n_calib), "n_eval": int(held.size),
              "sample_set_rule": SAMPLE_SET_RULE,
              "dataset_name": rows[0][2].dataset_name, "sac_rule": config.sac_rule,
@@ -413,7 +388,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
              "caches": json.dumps(checksums)}
     out = attach_metadata(out, tables, measured={"params": measured[:, 0],
                                                  "input_size": measured[:, 1]})
-    out.attrs = {**provenance_attrs(config=asdict(config), seed=config.seed, extra=extra,
-                                    conventions={**CONVENTIONS, **ranged}),
-                 **tables.attrs}
-    return out
+    return stamp_result(out, "selective", input_checksums=checksums.values(),
+                        metrics={name: _registered(name, config.sac_rule) for name in metrics},
+                        config=asdict(config), seed=config.seed,
+                        conventions={**CONVENTIONS, **ranged}, extra={**extra, **tables.attrs})

@@ -6,7 +6,7 @@
   :data:`~uqvision.training.method.TRAINING_METHODS`;
 - :mod:`~.measures`: the seven uncertainty measures (and ``jacobian_softmax``);
 - :mod:`~.augment`: the ``tta`` measure's augmentation policies;
-- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score --protocol ood``);
+- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score uimnet``, alias ``ood``);
 - :mod:`~.reproduce`: ``uqvision reproduce uimnet``.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 
-from ...data import make_index_files
 from ...options import INDEX, check_output_file, check_output_folder
 from ..base import Command, LazyReproduction, Protocol
+from .index import make_index_files
 from .methods import UIMNET_ALGORITHMS
 
 __all__ = ["DESCRIPTION", "PROTOCOL"]
@@ -71,7 +71,7 @@ def _args_split(p: argparse.ArgumentParser) -> None:
 PROTOCOL = Protocol(
     "uimnet", DESCRIPTION, score=_score, score_name="ood", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
-    methods=UIMNET_ALGORITHMS,
+    methods=UIMNET_ALGORITHMS, section="v-3",
     commands={"split": Command(_cmd_split, _args_split,
                                "UIMNET in/out class split (Ward) and 90/10 index files")},
     smoke_options={"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1",

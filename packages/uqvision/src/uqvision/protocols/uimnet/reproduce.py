@@ -63,7 +63,6 @@ from ...data import (
     eval_transform,
     flush_denormal,
     image_view,
-    make_index_files,
     read_index_file,
     write_format_json,
 )
@@ -77,6 +76,7 @@ from ...training.runs import load_run
 from ..base import Reproduction
 from . import DESCRIPTION
 from .augment import OFFICIAL_TTA_COUNT, resolve_tta_policy, uimnet_tta_transform
+from .index import make_index_files
 from .measures import (
     GMM_FITS,
     gmm_train_uncertainty,

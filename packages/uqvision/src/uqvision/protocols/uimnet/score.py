@@ -41,7 +41,8 @@ import numpy as np
 import xarray as xr
 from uqmetrics import ood_scores
 from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
-from uqmetrics.io import provenance_attrs, read_dataset
+from uqmetrics.io import read_dataset
+from uqmetrics.result_schema import input_checksum, stamp_result
 
 from .measures import (
     DEFAULT_GMM_FIT,
@@ -52,13 +53,17 @@ from .measures import (
     reference_split,
 )
 
-__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "ensemble_log_probs", "ood_tables",
-           "score_ood"]
+__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "OUT_DOMAIN_TAGS", "ensemble_log_probs",
+           "ood_tables", "score_ood"]
 
 #: ood.nc name -> uqmetrics metric name (S.1).
 IN_DOMAIN_METRICS = {"acc1": "accuracy", "acc5": "top5_accuracy", "nll": "nll", "ece": "ece"}
 #: ood.nc name -> variable of :func:`uqmetrics.ood_scores` (S.4).
 OUT_DOMAIN_METRICS = {"auc": "auroc", "in_as_in": "in_as_in", "out_as_out": "out_as_out"}
+#: ood.nc name -> its metric tag (:func:`uqmetrics.tag_metric`): ``auc`` is the registered
+#: ``ood_auroc``; InAsIn and OutAsOut, which uqmetrics does not register, are better higher.
+OUT_DOMAIN_TAGS: dict[str, str | tuple[str, bool]] = {
+    "auc": "ood_auroc", "in_as_in": ("in_as_in", True), "out_as_out": ("out_as_out", True)}
 _SPLITS = ("in_val", "in_test", "out_test")
 _ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)$")
 
@@ -112,8 +117,16 @@ def _log_mean_probs(inp: MeasureInput) -> np.ndarray:
 
 
 def _score_ensemble(ens: xr.Dataset, path, *, fit_fraction: float, split_seed: int,
-                    gmm_fit: str) -> tuple[dict, dict, float, tuple[int, int], set]:
-    members = [read_dataset(p) for p in json.loads(ens.attrs["members"])]
+                    gmm_fit: str, checksums: dict[str, str]
+                    ) -> tuple[dict, dict, float, tuple[int, int], set]:
+    """One ensemble cell's in-domain and out-domain metrics, τ̂, the reference split's sizes
+    and the runs' TTA policies; the checksum of each member's run cache is added to
+    ``checksums`` (path -> checksum)."""
+    paths = json.loads(ens.attrs["members"])
+    members = [read_dataset(p) for p in paths]
+    for p, m in zip(paths, members, strict=True):
+        if str(p) not in checksums:
+            checksums[str(p)] = input_checksum(m)
     _check_cells(members, ens, path, gmm_fit)
     measures = measures_for(gmm_fit)
     tau = float(ens.attrs["temperature"])
@@ -174,7 +187,12 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         ``auc``, ``in_as_in``, ``out_as_out`` over (algorithm, measure, k, calibration,
         spectral, stat); ``temperature`` and ``members`` over (algorithm, k, spectral, stat);
         ``oracle_auc``, ``oracle_in_as_in``, ``oracle_out_as_out`` over ``stat``; ``stat`` =
-        mean, std over data seeds (``n_data_seeds`` in attrs). Attr ``reference_split`` (JSON)
+        mean, std over data seeds (``n_data_seeds`` in attrs). The metric variables carry the
+        result-file schema's tag (``metric``: :data:`IN_DOMAIN_METRICS`' names and
+        :data:`OUT_DOMAIN_TAGS`; ``greater_is_better``), the attrs the schema's (``protocol =
+        "uimnet"``, ``conventions``, ``input_checksums``: of the ensemble cells, their
+        members' run caches and the oracles; :func:`uqmetrics.stamp_result`); attr ``notes``
+        the protocol's conventions in words. Attr ``reference_split`` (JSON)
         records the fitted measures' split: the measures, ``fit_fraction``, ``seed``, the
         stratification and, per data seed, the fit and threshold sample counts (no measure
         with the official GMM fit); attr ``gmm_fit`` the GMM fit, ``gmm_covariance`` its
@@ -215,11 +233,14 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
     n_members = np.full_like(temp, np.nan)
     split_sizes = {}
     tta_policies = set()
+    checksums: dict[str, str] = {}  # every input file: path -> checksum
     for (alg, k, sp, s), path in cells.items():
         ens = read_dataset(path)
+        checksums[str(path)] = input_checksum(ens)
         i, j, q, r = algs.index(alg), kk.index(k), sps.index(sp), seeds.index(s)
         ind, outd, tau, sizes, policies = _score_ensemble(
-            ens, path, fit_fraction=fit_fraction, split_seed=split_seed, gmm_fit=gmm_fit)
+            ens, path, fit_fraction=fit_fraction, split_seed=split_seed, gmm_fit=gmm_fit,
+            checksums=checksums)
         tta_policies |= policies
         split_sizes[str(s)] = {"n_fit": sizes[0], "n_threshold": sizes[1]}
         for n, v in ind.items():
@@ -243,6 +264,7 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         path = caches / "runs" / f"oracle.s{s}.nc"
         if path.exists():
             o = read_dataset(path)
+            checksums[str(path)] = input_checksum(o)
             sc = ood_scores(o["in_val_u"].values, o["in_test_u"].values, o["out_test_u"].values)
             oracle.append([float(sc[v]) for v in OUT_DOMAIN_METRICS.values()])
     for i, n in enumerate(OUT_DOMAIN_METRICS):
@@ -252,35 +274,34 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
                     dim=xr.DataArray(["mean", "std"], dims="stat", name="stat"))
     out = out.transpose(..., "stat")
     fitted = [m for m in meas if chosen[m].fitted]
-    out.attrs = {**provenance_attrs(config={"ks": list(ks), "fit_fraction": fit_fraction,
-                                            "split_seed": split_seed, "gmm_fit": gmm_fit}),
-                 "n_data_seeds": len(seeds),
-                 "conventions": "S.1 in-domain on in-domain test, tau fitted on in-domain "
-                                "validation (holdout); S.4 out-domain, theta = 95% quantile of u "
-                                "on in-domain validation, except for fitted measures ("
-                                + (", ".join(fitted) or "none") + "): fitted on the "
-                                "reference_split 'fit' "
-                                "part of in-domain validation, theta = 95% quantile of u on the "
-                                "held-out 'threshold' part; out_as_out = fraction of OUT-domain "
-                                "flagged; jacobian and jacobian_softmax on a seeded "
-                                "class-stratified subset of jacobian_max images of each set, "
-                                "jacobian NaN for ensembles of several networks and MC "
-                                "dropout (UIMNET's code); gmm fit: " + gmm_fit + "; one "
-                                "predictor per ensemble "
-                                "and calibration, softmax(log mean_k softmax(z_k) / tau), for "
-                                "every metric and measure; "
-                                "tau and the top-K members are also chosen on in-domain "
-                                "validation (not corrected)",
-                 "reference_split": json.dumps({
-                     "measures": fitted, "fit_fraction": fit_fraction, "seed": split_seed,
-                     "stratified_by": "in_val_label",
-                     "method": "uqvision.protocols.uimnet.measures.reference_split (uqmetrics "
-                               "calibration_splits, stratified_holdout)",
-                     "sizes_by_data_seed": split_sizes}),
-                 "gmm_fit": gmm_fit,
-                 "gmm_covariance": GMM_COVARIANCE[gmm_fit],
-                 "tta_policy": json.dumps(sorted(tta_policies)),
-                 "protocol": "UIMNET (docs/conventions.md#v-3)"}
+    notes = ("UIMNET (docs/conventions.md#v-3): S.1 in-domain on in-domain test, tau fitted "
+             "on in-domain validation (holdout); S.4 out-domain, theta = 95% quantile of u on "
+             "in-domain validation, except for fitted measures ("
+             + (", ".join(fitted) or "none") + "): fitted on the reference_split 'fit' part "
+             "of in-domain validation, theta = 95% quantile of u on the held-out 'threshold' "
+             "part; out_as_out = fraction of OUT-domain flagged; jacobian and "
+             "jacobian_softmax on a seeded class-stratified subset of jacobian_max images of "
+             "each set, jacobian NaN for ensembles of several networks and MC dropout "
+             "(UIMNET's code); gmm fit: " + gmm_fit + "; one predictor per ensemble and "
+             "calibration, softmax(log mean_k softmax(z_k) / tau), for every metric and "
+             "measure; tau and the top-K members are also chosen on in-domain validation (not "
+             "corrected)")
+    metrics = {**IN_DOMAIN_METRICS, **OUT_DOMAIN_TAGS,
+               **{f"oracle_{n}": tag for n, tag in OUT_DOMAIN_TAGS.items()}}
+    stamp_result(out, "uimnet", input_checksums=checksums.values(), metrics=metrics,
+                 config={"ks": list(ks), "fit_fraction": fit_fraction,
+                         "split_seed": split_seed, "gmm_fit": gmm_fit},
+                 notes=notes, extra={
+                     "n_data_seeds": len(seeds),
+                     "reference_split": json.dumps({
+                         "measures": fitted, "fit_fraction": fit_fraction, "seed": split_seed,
+                         "stratified_by": "in_val_label",
+                         "method": "uqvision.protocols.uimnet.measures.reference_split "
+                                   "(uqmetrics calibration_splits, stratified_holdout)",
+                         "sizes_by_data_seed": split_sizes}),
+                     "gmm_fit": gmm_fit,
+                     "gmm_covariance": GMM_COVARIANCE[gmm_fit],
+                     "tta_policy": json.dumps(sorted(tta_policies))})
     return out
 
 

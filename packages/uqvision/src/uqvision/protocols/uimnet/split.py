@@ -6,9 +6,10 @@
    out-domain (:data:`SPLIT_RULE`).
 3. :func:`write_split` / :func:`read_split` — a versioned JSON of class names, the feature
    source's checksum, the linkage and the rule.
-The class-subset views and the 90/10 index files (:class:`~uqvision.data.ClassSubset`,
-:func:`~uqvision.data.image_view`, :func:`~uqvision.data.make_index_files`) are data machinery
-shared by the training loop; they live in :mod:`uqvision.data`.
+The class-subset views and the index files' reader (:class:`~uqvision.data.ClassSubset`,
+:func:`~uqvision.data.image_view`, :func:`~uqvision.data.read_index_file`) are data machinery
+shared by the training loop (:mod:`uqvision.data.views`); the 90/10 index files themselves are
+written by :func:`~.index.make_index_files`.
 
 Examples
 --------

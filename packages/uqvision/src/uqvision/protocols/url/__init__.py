@@ -9,7 +9,7 @@
 - :mod:`~.methods`: the eleven representation learners, registered in
   :data:`~uqvision.training.method.TRAINING_METHODS`;
 - :mod:`~.score`: R@1, R-AUROC, crop consistency, human alignment, OOD AUROC
-  (``uqvision score --protocol transfer``);
+  (``uqvision score url``, alias ``transfer``);
 - :mod:`~.reproduce`: ``uqvision reproduce url``.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..base import LazyReproduction, Protocol
+from ..base import LazyReproduction, Protocol, ReproduceFlags
 from . import crop  # noqa: F401  (registers the "crop" prediction mode)
 from .methods import REPRESENTATION_METHODS
 
@@ -34,8 +34,27 @@ def _score(a: argparse.Namespace):
     return score_transfer_caches(a.caches)
 
 
+def _add_reproduce_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", default=None, metavar="ROOT",
+                   help="real upstream folder (train/ val/ test/); the same as --set upstream=")
+    p.add_argument("--downstream", nargs="+", default=None, metavar="ROOT",
+                   help="real downstream folders (val/ test/ each), zero-shot; the same as --set "
+                        "downstream=A,B")
+
+
+def _reproduce_flags(a: argparse.Namespace) -> dict[str, str]:
+    """The driver options ``--upstream`` and ``--downstream`` stand for."""
+    options = {}
+    if a.upstream is not None:
+        options["upstream"] = a.upstream
+    if a.downstream is not None:
+        options["downstream"] = ",".join(a.downstream)
+    return options
+
+
 #: The URL protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
                     reproduce=LazyReproduction("url", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=REPRESENTATION_METHODS,
+                    methods=REPRESENTATION_METHODS, section="v-4",
+                    reproduce_flags=ReproduceFlags(_add_reproduce_flags, _reproduce_flags),
                     smoke_options={"methods": "ce,losspred"})

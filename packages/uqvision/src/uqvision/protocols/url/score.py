@@ -40,10 +40,11 @@ import xarray as xr
 from scipy.stats import spearmanr
 from uqmetrics import (
     crop_consistency_score,
+    input_checksum,
     ood_auroc_score,
-    provenance_attrs,
     r_auroc_score,
     recall_at_1_score,
+    stamp_result,
 )
 from uqmetrics.exceptions import UndefinedMetricWarning
 from uqmetrics.retrieval import human_alignment_score
@@ -54,6 +55,7 @@ from ...hierarchy import MIXED, read_hierarchy
 
 __all__ = [
     "CONSTANT_U",
+    "METRIC_TAGS",
     "TransferLayout",
     "hierarchy_layout",
     "rank_correlation",
@@ -234,6 +236,16 @@ def _run_metrics(c: Mapping[str, xr.Dataset], datasets: Sequence[str],
 PER_DATASET = ("recall_at_1", "r_auroc", "crop_consistency", "auroc", "val_recall_at_1",
                "val_r_auroc")
 PER_RUN = ("upstream_r_auroc", "upstream_crop_consistency", "human_alignment")
+#: The metric tag (:func:`uqmetrics.tag_metric`) of each quantity of :data:`PER_DATASET` and
+#: :data:`PER_RUN`, on its variables ``<name>``, ``<name>_mean`` and ``all_<name>``: the
+#: registered metric that computes it, or, for the crop consistency and the human alignment
+#: (not registered; both better higher), the protocol's name.
+METRIC_TAGS: dict[str, str | tuple[str, bool]] = {
+    "recall_at_1": "recall_at_1", "r_auroc": "r_auroc",
+    "crop_consistency": ("crop_consistency", True), "auroc": "ood_auroc",
+    "val_recall_at_1": "recall_at_1", "val_r_auroc": "r_auroc", "upstream_r_auroc": "r_auroc",
+    "upstream_crop_consistency": ("crop_consistency", True),
+    "human_alignment": ("human_alignment", True)}
 #: :func:`rank_correlations`: each run-level quantity against the downstream test R-AUROC.
 RANK_CORRELATED = ("upstream_crop_consistency", "upstream_r_auroc", "crop_consistency",
                    "recall_at_1")
@@ -362,6 +374,8 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
     soft_labels : ndarray, shape (n_mixed, n_classes), optional
     control_from : str
         Method whose selected runs' embeddings give the constant-u control row.
+    attrs : mapping, optional
+        Further attrs of the result (the driver's scale, architecture, ...).
 
     Returns
     -------
@@ -372,7 +386,11 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
         and ``human_alignment`` over (method, seed), ``selected_config`` (method), and
         ``<metric>_mean`` averaged over seeds (and datasets), ``upstream_crop_consistency``
         over (method, seed), :func:`rank_correlations` (``rank_correlation`` over
-        ``quantity``). The control row ``constant_u`` is last. The attr ``class_split``
+        ``quantity``). The control row ``constant_u`` is last. The metric variables carry the
+        result-file schema's tag (:data:`METRIC_TAGS`), the attrs the schema's (``protocol =
+        "url"``, ``conventions``, ``input_checksums``: of every cache scored;
+        :func:`uqmetrics.stamp_result`) and ``notes``, the protocol's conventions in words;
+        ``attrs`` are added (not the schema's). The attr ``class_split``
         (JSON) records each dataset's validation and test classes as read from the caches.
     """
     methods = list(dict.fromkeys(k[0] for k in runs))
@@ -382,10 +400,13 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
     per_ds = {m: np.full(shape, np.nan) for m in PER_DATASET}
     per_run = {m: np.full((shape[0], shape[1], shape[3]), np.nan) for m in PER_RUN}
     loaded: dict = {}
+    checksums: set[str] = set()  # of every cache scored
 
     def load(key):
-        return {k: (v if isinstance(v, xr.Dataset) else read_cache(v))
-                for k, v in runs[key].items()}
+        caches = {k: (v if isinstance(v, xr.Dataset) else read_cache(v))
+                  for k, v in runs[key].items()}
+        checksums.update(input_checksum(ds) for ds in caches.values())
+        return caches
 
     class_split: dict = {}
     for key in runs:
@@ -434,17 +455,16 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
     for name in full.data_vars:
         out[name] = full[name]
     out = out.merge(rank_correlations(full), combine_attrs="override")
-    out.attrs = provenance_attrs(extra={
-        "protocol": "transfer (URL, docs/conventions.md#v-4)",
+    metrics = {f"{pre}{name}{post}": tag for name, tag in METRIC_TAGS.items()
+               for pre, post in (("", ""), ("", "_mean"), ("all_", ""))}
+    return stamp_result(out, "url", input_checksums=checksums, metrics=metrics, notes=(
+        "URL transfer (docs/conventions.md#v-4): S.5: cosine R@1 excluding the query; R-AUROC "
+        "positives = wrong neighbour; crop consistency = mean(u_crop > u_full), crops in "
+        "[0.1, 0.75] of the short side; OOD auroc = S.4 with downstream positive"), extra={
         "selection": f"per method: best mean validation r_auroc among configs with mean "
                      f"validation recall_at_1 >= {MIN_RECALL}; validation classes disjoint "
                      f"from the test classes",
-        "class_split": json.dumps(class_split, sort_keys=True),
-        "conventions": "S.5: cosine R@1 excluding the query; R-AUROC positives = wrong "
-                       "neighbour; crop consistency = mean(u_crop > u_full), crops in [0.1, "
-                       "0.75] of the short side; OOD auroc = S.4 with downstream positive",
-        **dict(attrs or {})})
-    return out
+        "class_split": json.dumps(class_split, sort_keys=True), **dict(attrs or {})})
 
 
 def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:

@@ -103,3 +103,24 @@ def test_models_without_dropout_modules():
 def test_unknown_source_lists_the_registered_ones():
     with pytest.raises(ValueError, match="valid model sources: timm, tv"):
         check_model_name("hf/resnet")
+
+
+def test_the_package_exports_every_module_and_core_keeps_its_names():
+    from uqvision import models
+    from uqvision.models import checkpoints, core, spec, weights
+
+    assert sorted(models.__all__) == sorted({*spec.__all__, *weights.__all__,
+                                             *checkpoints.__all__})
+    assert core.__all__ == models.__all__  # the imports of uqvision.models.core keep working
+    assert all(getattr(core, n) is getattr(models, n) for n in models.__all__)
+
+
+def test_a_source_without_pretrained_weights_is_refused_by_name(tmp_path):
+    from uqvision.models import check_pretrained, pretrained_weights
+
+    check_pretrained("proto/test_byobnet")  # nothing to check: its loader says what it needs
+    with pytest.raises(ValueError, match="model source 'proto' of 'proto/test_byobnet' has no "
+                                         "pretrained weights"):
+        pretrained_weights("proto/test_byobnet")
+    with pytest.raises(ValueError, match="unknown model source 'hf'"):
+        load_model("hf/resnet", allow_random_init=True)

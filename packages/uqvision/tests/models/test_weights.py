@@ -25,7 +25,13 @@ from timm.data import ImageNetInfo
 from uqvision.cli import main
 from uqvision.data import make_synthetic_folder
 from uqvision.exceptions import WeightsUnavailableError
-from uqvision.models import hub_cache_dir, load_model, pretrained_weights, weights_sha256
+from uqvision.models import (
+    data_config,
+    hub_cache_dir,
+    load_model,
+    pretrained_weights,
+    weights_sha256,
+)
 
 NAME = "test_resnet.r160_in1k"
 REPO = "timm/test_resnet.r160_in1k"
@@ -93,6 +99,7 @@ def test_a_timm_name_loads_its_weights_from_the_offline_hub_cache(hub):
     assert (loaded.tag, loaded.num_classes, loaded.class_names_source) == (
         "r160_in1k", 1000, "imagenet-1k")
     assert loaded.data_config.input_size == (3, 160, 160)  # the tag's pretrained config
+    assert loaded.data_config == data_config(NAME)  # known before the weights were looked up
     # the bare architecture means its default tag: the same file
     bare = load_model("test_resnet")
     assert bare.checkpoint_sha256 == _sha(snap) and bare.tag == "r160_in1k"
@@ -227,6 +234,12 @@ def test_a_torchvision_name_loads_its_weights_from_the_offline_torch_hub_cache(h
         "torchvision", str(path), "IMAGENET1K_V1")
     assert prov["weights_location"].endswith(path.name)
     assert (loaded.num_classes, loaded.class_names_source) == (1000, "imagenet-1k")
+    assert loaded.data_config == data_config(f"tv/{TV_NAME}")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():  # timm's feature interface on the pretrained network too
+        emb = loaded.model.forward_head(loaded.model.forward_features(x), pre_logits=True)
+        assert emb.shape == (2, loaded.model.num_features)
+        assert torch.equal(loaded.model.get_classifier()(emb), loaded.model(x))
 
 
 def test_a_torchvision_name_offline_and_not_cached_names_the_expected_file(hub, tmp_path):

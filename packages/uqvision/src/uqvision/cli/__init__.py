@@ -1,0 +1,139 @@
+"""``uqvision`` command line: a thin layer over the library API.
+
+Commands (:data:`COMMANDS`): ``data``, ``train``, ``predict``, ``score PROTOCOL``, ``sweep``,
+``plot``, ``reproduce PROTOCOL``, ``demo``, then the commands the protocols bring
+(``uqvision <command> -h`` for options). Choices and their help come from the registries:
+dataset makers, prediction modes, augmentations, training methods, zoos. Every protocol's part
+comes from :data:`~uqvision.protocols.VISION_PROTOCOLS` (:class:`~uqvision.protocols.Protocol`:
+its ``score`` sub-command and options, its ``reproduce`` sub-command and options, its ``plot``
+option, its scoring of ``sweep``, its commands, the line ``predict`` prints): no module of
+this package names a protocol. ``predict`` runs under ``torchrun`` as is (``torchrun
+--nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the logits
+gathered before rank 0 writes.
+
+A command imports what it runs and no more: this package imports the registries and the
+prediction and training layers (``import uqvision`` fills every registry, scoring code
+excluded); scoring, plotting, metadata, sweeps and the demo are imported by the commands that
+use them, and :func:`main` adds only the arguments of the command it runs, down to the
+protocol of ``score`` and ``reproduce`` (``uqvision predict`` and ``uqvision train`` load no
+scoring module, no scipy, matplotlib or Dask).
+
+One concern per module (every name that tests and tools read is importable from
+``uqvision.cli`` itself):
+
+- :mod:`~.base`: the parser (one-line errors, no abbreviated options, retired options, lazy
+  sub-commands), the help formatter, the building of sub-commands, the result line;
+- :mod:`~.train`: ``data`` and ``train``;
+- :mod:`~.predict`: ``predict``, its options and the reading of ``--data`` (both shared with
+  ``sweep``);
+- :mod:`~.score`: ``score``, ``plot`` and ``reproduce``, built from the protocol registry;
+- :mod:`~.sweep`: ``sweep`` and its report of the models that failed;
+- :mod:`~.demo`: ``demo``;
+- here: ``plugins``, :data:`COMMANDS` (the protocols' commands included), :func:`build_parser`
+  and :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import torch
+from uqmetrics import run_command
+from uqmetrics.registry import Registry
+
+from ..options import COUNT, Command
+from ..plugins import PLUGIN_REGISTRIES, plugin_report
+from ..protocols import VISION_PROTOCOLS
+from .base import _add_subcommands, _HelpFormatter, _Parser, _print
+from .demo import (
+    _DEMO_OPTIONS,  # noqa: F401
+    _args_demo,
+    _cmd_demo,
+)
+from .predict import _PREDICT_OPTIONS, _args_predict, _cmd_predict, _predict_config  # noqa: F401
+from .score import (
+    _REPRODUCE_OPTIONS,  # noqa: F401
+    _args_plot,
+    _args_reproduce,
+    _args_score,
+    _cmd_plot,
+    _cmd_reproduce,
+    _cmd_score,
+)
+from .sweep import _args_sweep, _cmd_sweep
+from .train import (
+    _TRAIN_OPTIONS,  # noqa: F401
+    _args_data,
+    _args_train,
+    _cmd_data,
+    _cmd_train,
+)
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+
+def _cmd_plugins(a: argparse.Namespace) -> int:
+    _print(plugin_report())
+    return 1 if any(reg.broken for reg in PLUGIN_REGISTRIES) else 0
+
+
+#: ``uqvision NAME``: the subcommands, in help order.
+COMMANDS: Registry[Command] = Registry("command")
+COMMANDS.add("data", Command(_cmd_data, _args_data, "write a development image folder"))
+COMMANDS.add("train", Command(_cmd_train, _args_train,
+                              "train a timm architecture with a training method (also under "
+                              "torchrun); save a checkpoint"))
+COMMANDS.add("predict", Command(_cmd_predict, _args_predict,
+                                "cache per-sample logits of models over a folder"))
+COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a protocol"))
+COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask"))
+COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
+                             "reliability, risk-coverage, metric-vs-size figures"))
+COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
+                                  "reproduce a paper's protocol on the stand-in or a real folder"))
+COMMANDS.add("plugins", Command(_cmd_plugins, lambda p: None,
+                                "list the installed plugins (entry points); exit status 1 when "
+                                "one did not load"))
+COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
+                             "the whole chain on digits (a few minutes on 2 CPUs); torch "
+                             "threads: --threads before the command (default 1)"))
+
+
+def _add_protocol_commands() -> None:
+    """The commands the protocols bring (``metadata``, ``split``), after the general ones."""
+    for proto in VISION_PROTOCOLS.values():
+        for name, cmd in proto.commands.items():
+            COMMANDS.add(name, cmd)
+
+
+_add_protocol_commands()
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The argparse parser of ``uqvision``: one subparser per entry of :data:`COMMANDS`, and
+    one per protocol under ``score`` and ``reproduce``.
+
+    With ``lazy``, a subcommand's arguments are added when that command is parsed (what
+    :func:`main` does: a command imports only what it runs); without, every subparser is
+    complete (for tools and tests that inspect them)."""
+    ap = _Parser(prog="uqvision", description=__doc__.split("\n")[0],
+                 formatter_class=_HelpFormatter, lazy=lazy)
+    ap.add_argument("--threads", type=COUNT, default=None,
+                    help="torch intra-op threads (default: torch's choice)")
+    _add_subcommands(ap, "command", None, None, [
+        (name, (), cmd.description, cmd.arguments) for name, cmd in COMMANDS.items_ordered()])
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``uqvision`` console script."""
+    try:  # a command's options import what it runs: a Ctrl-C may come during the imports
+        args = build_parser(lazy=True).parse_args(argv)
+    except KeyboardInterrupt:
+        print("uqvision: interrupted", file=sys.stderr)
+        return 130
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))

@@ -1,0 +1,51 @@
+"""``uqvision demo``: the whole chain on digits (:mod:`uqvision.demo`, imported when the command
+runs or its options are built), its options generated from :class:`~uqvision.demo.DemoConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options import (
+    COUNT,
+    INDEX,
+    ConfigOption,
+    add_config_options,
+    check_output_folder,
+    config_kwargs,
+    device_type,
+    positive_float,
+)
+from .base import _print
+
+
+def _cmd_demo(a: argparse.Namespace) -> int:
+    from ..demo import DemoConfig, run_demo, summary  # the whole chain: imported on use
+
+    check_output_folder("--out", a.out)
+    r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print)
+    _print(summary(r))
+    _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
+    return 0
+
+
+#: ``uqvision demo`` options generated from :class:`~uqvision.demo.DemoConfig` (defaults from
+#: its fields).
+_DEMO_OPTIONS = (
+    ConfigOption("arch"),
+    ConfigOption("members", type=COUNT),
+    ConfigOption("epochs", type=COUNT),
+    ConfigOption("mc_passes", type=COUNT),
+    ConfigOption("max_per_class", type=COUNT),
+    ConfigOption("calibration_size", type=positive_float),
+    ConfigOption("n_orders", type=COUNT),
+    ConfigOption("seed", type=INDEX),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+)
+
+
+def _args_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True)
+    from ..demo import DemoConfig  # the whole chain: imported on use
+
+    add_config_options(p, DemoConfig, _DEMO_OPTIONS)

@@ -1,0 +1,178 @@
+"""The commands built from the protocol registry (:data:`~uqvision.protocols.VISION_PROTOCOLS`):
+``uqvision score PROTOCOL`` (a sub-command per protocol that scores: the common options, the
+protocol's own, its table beside the score file), ``uqvision plot`` (``--SCORE_NAME FILE`` per
+protocol that draws its score files) and ``uqvision reproduce NAME`` (a sub-command per
+protocol with a driver: the options of :class:`~uqvision.protocols.ReproduceOptions` and the
+protocol's shorthands of ``--set`` pairs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from functools import partial
+from pathlib import Path
+
+from uqmetrics import InputError, write_dataset
+
+from ..exceptions import SkippedCacheWarning
+from ..options import (
+    INDEX,
+    ConfigOption,
+    add_config_options,
+    check_output_file,
+    check_output_folder,
+    config_kwargs,
+    device_type,
+    set_pairs,
+)
+from ..protocols import (
+    VISION_PROTOCOLS,
+    Protocol,
+    ReproduceOptions,
+    incomplete_caches,
+    score_protocol,
+)
+from .base import _add_subcommands, _print, _retire
+
+
+def _cmd_score(a: argparse.Namespace) -> int:
+    protocol = score_protocol(a.protocol)
+    check_output_file("--out", a.out, a.overwrite)
+    out = Path(a.out)
+    if protocol.score_table is not None:  # the table beside the score file
+        for suffix in protocol.score_table.suffixes:
+            check_output_file("--out", out.with_name(out.stem + suffix), a.overwrite)
+    files, skipped = incomplete_caches(a.caches)
+    listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
+    if skipped and not a.skip_incomplete:
+        raise InputError(f"--caches: {len(skipped)} of {len(files)} cache files would not be "
+                         f"scored: {listed}; recompute them, or pass --skip-incomplete to score "
+                         "the others")
+    table = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
+        ds = protocol.score(a)
+        if protocol.score_table is not None:
+            table = protocol.score_table.make(a, ds)
+    line = str(write_dataset(ds, a.out, overwrite=a.overwrite))
+    if skipped:
+        line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
+                 f"scored: {listed})")
+    _print(line)
+    if table is not None:
+        _print(table.format())
+        for path in table.write(out.parent, out.stem, overwrite=a.overwrite):
+            _print(str(path))
+    return 0
+
+
+def _args_score(p: argparse.ArgumentParser) -> None:
+    _retire(p, "--protocol", "the protocol is now the sub-command: write 'uqvision score {value} "
+                             "--caches ...' instead of 'uqvision score --protocol {value} "
+                             "--caches ...'")
+    _add_subcommands(p, "protocol", "PROTOCOL", "protocols (uqvision score PROTOCOL -h for its "
+                     "options)", [
+                         (proto.name, proto.score_names[1:], _first_line(proto.score.__doc__),
+                          partial(_args_score_protocol, proto))
+                         for proto in VISION_PROTOCOLS.values() if proto.score is not None])
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def _args_score_protocol(proto: Protocol, p: argparse.ArgumentParser) -> None:
+    """The options of ``uqvision score NAME``: the common ones and the protocol's own."""
+    p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
+    table = proto.score_table
+    p.add_argument("--out", required=True, help="score file (.nc)" + (
+        f"; the table beside it: STEM{'/'.join(table.suffixes)}" if table else ""))
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--seed", type=INDEX, default=0)
+    if proto.add_options is not None:
+        proto.add_options(p)
+    p.add_argument("--skip-incomplete", action="store_true",
+                   help="score the complete caches when some are unreadable or partial (named "
+                        "in the summary line); without it they stop the command")
+    p.add_argument("--overwrite", action="store_true")
+
+
+def _plotted() -> list[Protocol]:
+    """The protocols whose score files ``uqvision plot --SCORE_NAME FILE`` draws."""
+    return [p for p in VISION_PROTOCOLS.values() if p.plots is not None]
+
+
+def _cmd_plot(a: argparse.Namespace) -> int:
+    from ..plots import plot_caches  # figures: imported on use (start-up time)
+
+    flags = ["--caches", *(f"--{p.score_name}" for p in _plotted())]
+    files = [(p, getattr(a, p.score_name)) for p in _plotted() if getattr(a, p.score_name)]
+    if not (a.caches or files):
+        raise InputError(f"nothing to plot (give {', '.join(flags[:-1])} and/or {flags[-1]})"
+                         if len(flags) > 1 else "nothing to plot (give --caches)")
+    check_output_folder("--out", a.out)
+    paths = []
+    if a.caches:
+        paths += plot_caches(a.caches, a.out, dataset=a.dataset)
+    for proto, file in files:
+        paths += proto.plots.draw(file, a.out)
+    if not paths:
+        raise InputError(f"the files given ({', '.join(flags)}) hold nothing to plot")
+    for p in paths:
+        _print(str(p))
+    return 0
+
+
+def _args_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--caches", nargs="+", default=None)
+    for proto in _plotted():  # --SCORE_NAME FILE: a protocol's score file
+        p.add_argument(f"--{proto.score_name}", dest=proto.score_name, default=None,
+                       help=proto.plots.help)
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--out", required=True, help="figure directory")
+
+
+def _cmd_reproduce(a: argparse.Namespace) -> int:
+    proto = VISION_PROTOCOLS.lookup(a.name)
+    driver = proto.reproduce
+    if a.scale not in driver.scales:
+        raise ValueError(f"--scale {a.scale!r} is not a scale of {a.name!r}; choose from "
+                         f"{list(driver.scales)}")
+    check_output_folder("--out", a.out)
+    options = set_pairs(a.set)
+    if proto.reproduce_flags is not None:  # its own options: shorthands of --set pairs
+        options.update(proto.reproduce_flags.options(a))
+    out = driver.run(a.out, **config_kwargs(a, _REPRODUCE_OPTIONS), options=options, log=_print)
+    _print(str(out))
+    return 0
+
+
+#: ``uqvision reproduce`` options generated from :class:`ReproduceOptions` (the defaults every
+#: driver's ``run`` has).
+_REPRODUCE_OPTIONS = (
+    ConfigOption("scale", help="smoke (tests, minutes) or cpu (2 cores, under an hour); a "
+                               "driver lists its scales"),
+    ConfigOption("data", help="a real image folder (train/ val/ test/) instead of the stand-in"),
+    ConfigOption("arch", help="timm architecture for --data (and a driver's real folders)"),
+    ConfigOption("seed", type=INDEX),
+    ConfigOption("device", type=device_type,
+                 help="where every network trains and predicts: cpu | cuda | cuda:N"),
+    ConfigOption("overwrite"),
+)
+
+
+def _args_reproduce(p: argparse.ArgumentParser) -> None:
+    _add_subcommands(p, "name", "NAME", "papers (uqvision reproduce NAME -h for its options)", [
+        (name, (), proto.reproduce.description, partial(_args_reproduce_protocol, proto))
+        for name, proto in VISION_PROTOCOLS.items_ordered() if proto.reproduce is not None])
+
+
+def _args_reproduce_protocol(proto: Protocol, p: argparse.ArgumentParser) -> None:
+    """The options of ``uqvision reproduce NAME``: the common ones and the protocol's own."""
+    p.add_argument("--out", required=True)
+    add_config_options(p, ReproduceOptions, _REPRODUCE_OPTIONS)
+    if proto.reproduce_flags is not None:
+        proto.reproduce_flags.add(p)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="driver option (repeatable)")

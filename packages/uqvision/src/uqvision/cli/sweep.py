@@ -1,0 +1,219 @@
+"""``uqvision sweep``: a model zoo predicted and scored on Dask (:mod:`uqvision.sweep`, imported
+when the command runs). Its options (the models and zoos, ``--list-zoos``, the prediction
+options, each scoring protocol's own), the checks of everything the arguments, the folder and
+the caches can tell before the first model runs, and the report of the models that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from uqmetrics import InputError
+
+from ..options import COUNT, check_output_folder
+from ..protocols import VISION_PROTOCOLS, SweepScoring
+from .base import _print
+from .predict import _add_predict_options, _check_images, _data, _predict_config
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, whole (an error's suggested fix is at its end)."""
+    return " ".join(str(text).split())
+
+
+#: How many names a line about several failed models lists before "... (+N more)".
+_SHOWN_NAMES = 5
+
+
+def _names(rows: Sequence[str]) -> str:
+    shown = ", ".join(rows[:_SHOWN_NAMES])
+    return shown + (f", ... (+{len(rows) - _SHOWN_NAMES} more)" if len(rows) > _SHOWN_NAMES
+                    else "")
+
+
+def _failure_lines(failed: dict[str, dict], where: str) -> list[str]:
+    """One line per failed model, complete; models that failed for one shared cause (their
+    weights not cached while offline, the hub unreachable) share one line."""
+    by_cause: dict[str, list[str]] = {}
+    for row, rec in failed.items():
+        if rec.get("cause") and not rec.get("left_out"):
+            by_cause.setdefault(rec["cause"], []).append(row)
+    shared = {row for rows in by_cause.values() if len(rows) > 1 for row in rows}
+    lines = []
+    for row, rec in sorted(failed.items()):
+        if row in shared:
+            continue
+        notes = [f"{len(rec['cells'])} cell(s)"] if rec.get("cells") else []
+        if rec.get("attempts", 1) > 1:
+            notes.append(f"failed {rec['attempts']} runs in a row")
+        if rec.get("left_out"):
+            notes.append(f"not retried (--skip-failed), failed at {rec['time']}")
+        lines.append(f"  FAILED {row}: {_one_line(rec['error'])}"
+                     + (f" ({'; '.join(notes)})" if notes else ""))
+    for cause, rows in by_cause.items():
+        if len(rows) > 1:
+            lines.append(f"  FAILED {len(rows)} models, {_one_line(cause)}: "
+                         f"{_names(sorted(rows))} (each recorded in {where}); fetch the weights "
+                         "where the network is allowed (or point HF_HUB_CACHE / TORCH_HOME at "
+                         "a cache that holds them), or give local files as NAME=FILE or with "
+                         "--weights-dir")
+    return lines
+
+
+def _failure_advice(failed: dict[str, dict]) -> str:
+    """What to do about the failed models, by kind (uqvision.sweep.FAILURE_KINDS), one clause
+    each: a refusal needs --overwrite, a failure a rerun."""
+    from ..sweep import FAILURE_KINDS
+
+    counts: dict[str, int] = {}
+    for rec in failed.values():
+        kind = rec.get("kind", "failed")
+        counts[kind] = counts.get(kind, 0) + 1
+    return "; ".join(f"{counts[k]} {k if k != 'weights' else 'without weights'}: "
+                     f"{FAILURE_KINDS[k].split(': ', 1)[1]}"
+                     for k in FAILURE_KINDS if counts.get(k))
+
+
+def _sweep_scorers() -> list[SweepScoring]:
+    """The protocols' scoring of a sweep's caches (:attr:`Protocol.sweep`), in registry order."""
+    return [p.sweep for p in VISION_PROTOCOLS.values() if p.sweep is not None]
+
+
+def _cmd_sweep(a: argparse.Namespace) -> int:
+    from uqmetrics.sweep import read_failures
+
+    from ..sweep import (  # Dask, xarray: imported on use
+        FAILURES_FILE,
+        LOG_FILE,
+        dry_run_sweep,
+        sweep_predictions,
+    )
+    from ..zoo import ZOOS
+
+    # everything the arguments, the folder and the caches can tell is checked here, before the
+    # first model runs (docs/conventions.md#v-1-zoos)
+    if not (a.models or a.zoo):
+        raise InputError("give --models PATTERN... and/or --zoo NAME (uqvision sweep "
+                         "--list-zoos lists the zoos)")
+    for zoo in a.zoo or ():
+        try:
+            ZOOS.lookup(zoo)
+        except ValueError as exc:
+            raise InputError(f"--zoo: {exc}") from None
+    out = Path(a.out)
+    for folder in (out, out / "caches", out / "scores", out / "plots"):
+        check_output_folder("--out", folder)
+    failures = out / FAILURES_FILE
+    recorded = read_failures(failures)
+    config = _predict_config(a)
+    data = _data(a)
+    _check_images(a, data)
+    dataset = a.dataset_name or Path(data.root).resolve().name
+    # each scoring protocol checks its options and its score file before any model runs
+    plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
+             for scorer in _sweep_scorers()]
+    sweep_args = {"zoos": a.zoo or (), "weights_dir": a.weights_dir,
+                  "dataset_name": a.dataset_name, "threads": a.cell_threads or a.threads,
+                  "overwrite": a.overwrite, "failures_file": failures,
+                  "retry_failed": not a.skip_failed}
+    if a.dry_run:
+        dry = dry_run_sweep(a.models or [], data, out / "caches", config,
+                            n_workers=a.n_workers, **sweep_args)
+        for line in dry.lines():
+            _print(line)
+        for plan in plans:
+            _print(plan.line)
+        return 0
+    if recorded:
+        previous = [str(r.get("model", "?")) for r in recorded]
+        print(f"uqvision sweep: {len(previous)} model(s) failed in the previous run "
+              f"({failures}): {_names(previous)}; "
+              + ("left out (--skip-failed)" if a.skip_failed else "retrying them"),
+              file=sys.stderr, flush=True)
+    report = sweep_predictions(a.models or [], data, out / "caches", config,
+                               scheduler=a.scheduler, n_workers=a.n_workers, progress=True,
+                               log_file=out / LOG_FILE, **sweep_args)
+    failed = report.failed_models
+    _print(f"computed {len(report.computed)}, skipped {len(report.skipped)} (already complete), "
+           f"failed {len(failed)} model(s)")
+    for line in _failure_lines(failed, str(failures)):
+        _print(line)
+    if failed:
+        where = (f"recorded in {failures}" if report.failures_error is None else
+                 f"NOT recorded: {failures} could not be written ({report.failures_error})")
+        logged = (f"; full tracebacks in {out / LOG_FILE}"
+                  if (out / LOG_FILE).is_file() and any(r.get("cells") for r in failed.values())
+                  else "")
+        print(f"uqvision sweep: {len(failed)} model(s) failed, {where}{logged}; "
+              f"{_failure_advice(failed)}", file=sys.stderr, flush=True)
+    for plan in plans:
+        if plan.target is None:
+            _print(plan.line)
+        elif report.paths:
+            plan.finish(report, _print)
+    # exit 1 when a model failed (as uqreg sweep does for failed cells): the others are computed,
+    # scored and kept, and a rerun resumes them
+    return 1 if report.failed or not report.paths else 0
+
+
+class _ListZoos(argparse.Action):
+    """``--list-zoos [NAME]``: print the zoos, or the members of zoo NAME one per line, and
+    exit (like ``--help``, before the required options); an unknown NAME is a one-line error
+    naming the known zoos (exit code 2)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS,
+                         metavar="NAME", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..zoo import ZOOS, zoo_models
+
+        if values is None:
+            print(ZOOS.describe(), flush=True)
+            parser.exit(0)
+        try:
+            names = zoo_models([values])
+        except ValueError as exc:
+            parser.error(f"argument --list-zoos: {exc}")
+        try:
+            print("\n".join(names), flush=True)
+        except BrokenPipeError:  # uqvision sweep --list-zoos timm-in1k | head
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        parser.exit(0)
+
+
+def _args_sweep(p: argparse.ArgumentParser) -> None:
+    from ..zoo import ZOOS
+
+    p.add_argument("--models", nargs="+", default=None,
+                   help="names, NAME=CHECKPOINT, or wildcards (resnet*, vit_*.augreg*); with "
+                        "--zoo, the union (each model once); one of the two is required")
+    p.add_argument("--zoo", action="append", default=None, metavar="NAME",
+                   help="a named model list (repeatable):\n" + ZOOS.describe())
+    p.add_argument("--list-zoos", action=_ListZoos,
+                   help="list the zoos and exit; with a NAME, the members of that zoo, one per "
+                        "line")
+    p.add_argument("--skip-failed", action="store_true",
+                   help="leave out the models that sweep_failures.json lists from the previous "
+                        "run (default: retry them; they are reported as failed again either way)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the models, where each one's weights are (local file, cache, "
+                        "random init, missing), the cells to compute and those complete on "
+                        "disk, and the cost (cells x images; a time when earlier caches there "
+                        "record theirs); nothing is computed, downloaded or written")
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True, help="sweep directory: " + ", ".join(
+        ["caches/", *(s.outputs for s in _sweep_scorers() if s.outputs), "sweep_failures.json",
+         "sweep.log (full tracebacks)"]))
+    p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
+    p.add_argument("--n-workers", type=COUNT, default=2)
+    p.add_argument("--cell-threads", type=COUNT, default=None,
+                   help="torch threads inside each Dask cell (default: --threads)")
+    for scorer in _sweep_scorers():  # the scoring protocols' options
+        scorer.add_options(p)
+    _add_predict_options(p)

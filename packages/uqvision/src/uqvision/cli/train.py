@@ -1,0 +1,195 @@
+"""``uqvision data`` and ``uqvision train``: what a model is trained on and its training. ``data``
+writes a development image folder with a registered dataset maker (its options read from the
+makers' signatures); ``train`` trains a timm architecture with a training method, one run per
+seed (its options generated from :class:`~uqvision.training.loop.ImageTrainConfig`, every
+output and the method's hyper-parameters checked before the first run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import typing
+from pathlib import Path
+
+from uqmetrics import InputError
+
+from ..data import DATASET_MAKERS, TTA_POLICIES, image_view, read_index_file
+from ..methods import TRAINING_METHODS
+from ..options import (
+    COUNT,
+    INDEX,
+    ConfigOption,
+    add_config_options,
+    check_output_file,
+    check_output_folder,
+    config_kwargs,
+    device_type,
+    non_negative_float,
+    positive_float,
+    set_pairs,
+)
+from ..training.loop import ImageTrainConfig, checkpoint_files, epoch_batches, train_model
+from .base import _print
+
+#: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
+_COMMON_MAKER_OPTIONS = ("root", "seed", "overwrite")
+
+
+#: Earlier spellings of maker options, still accepted.
+_MAKER_ALIASES = {"n_classes": ["--classes"], "n_per_class": ["--per-class"]}
+
+
+def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
+    """Keyword options of the registered dataset makers: name -> (type, makers, defaults)."""
+    out: dict[str, tuple[type, list[str], dict[str, object]]] = {}
+    for maker_name, maker in DATASET_MAKERS.items_ordered():
+        hints = typing.get_type_hints(maker)
+        for name, param in inspect.signature(maker).parameters.items():
+            if param.kind is not param.KEYWORD_ONLY or name in _COMMON_MAKER_OPTIONS:
+                continue
+            hint = hints.get(name, str)
+            kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+            entry = out.setdefault(name, (kind, [], {}))
+            entry[1].append(maker_name)
+            entry[2][maker_name] = param.default
+    return out
+
+
+def _cmd_data(a: argparse.Namespace) -> int:
+    check_output_folder("--out", a.out)
+    maker = DATASET_MAKERS.lookup(a.kind)
+    accepted = inspect.signature(maker).parameters
+    given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
+    foreign = sorted(k for k in given if k not in accepted)
+    if foreign:
+        raise ValueError(f"options {['--' + k.replace('_', '-') for k in foreign]} do not apply "
+                         f"to dataset maker {a.kind!r}")
+    root = maker(a.out, seed=a.seed, overwrite=a.overwrite, **given)
+    _print(str(root))
+    return 0
+
+
+def _args_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=DATASET_MAKERS.names(),
+                   help="dataset maker:\n" + DATASET_MAKERS.describe())
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    for name, (kind, _makers, defaults) in _maker_options().items():
+        flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
+        p.add_argument(*flags, dest=name, type=kind, default=None,
+                       help="option of " + ", ".join(f"{m} (default {d})"
+                                                     for m, d in defaults.items()))
+
+
+def _cmd_train(a: argparse.Namespace) -> int:
+    seeds = a.seeds or [0]
+    if len(seeds) > 1 and "{seed}" not in a.out:
+        raise InputError("--out: with several --seeds, it must contain '{seed}'")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds lists a seed twice: {seeds}")
+    for seed in seeds:  # every output, before the first run trains
+        for path in checkpoint_files(a.out.format(seed=seed)):
+            check_output_file("--out", path, a.overwrite)
+    classes = _classes_option(a.classes)
+    if a.index_file is not None and classes is None:  # the classes the index file records
+        classes = tuple(read_index_file(a.index_file)["classes"])
+    try:
+        model_kwargs = json.loads(a.model_kwargs)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
+    cfgs = [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
+                                "augment": None if a.augment == "none" else a.augment},
+                             arch=a.arch, hparams=set_pairs(a.set), seed=seed,
+                             model_kwargs=model_kwargs, classes=classes) for seed in seeds]
+    hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
+    n = len(image_view(a.data, classes=classes, index_file=a.index_file))
+    steps = TRAINING_METHODS.lookup(a.method).total_steps(
+        hp, len(epoch_batches(n, hp.batch_size, 0, 0)))
+    if steps == 0 and a.init_checkpoint is None:
+        raise InputError(f"--epochs/--set: method {a.method!r} would take no gradient step "
+                         f"(epochs={getattr(hp, 'epochs', '?')}) and starts from no checkpoint "
+                         "(--init): the saved network would be untrained")
+    for seed, cfg in zip(seeds, cfgs, strict=True):
+        r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite)
+        if int(os.environ.get("RANK", "0")) == 0:
+            _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"
+                   f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
+    return 0
+
+
+def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | None:
+    """``--classes``: folder classes as ``a,b,c`` or a JSON file holding a list of them or an
+    object folder class -> label (``ValueError`` naming the option on anything else)."""
+    if value is None:
+        return None
+    if value.endswith(".json"):
+        try:
+            loaded = json.loads(Path(value).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"--classes {value!r}: cannot read a JSON list or object "
+                             f"({err})") from None
+        if isinstance(loaded, dict) and all(isinstance(v, str) for v in loaded.values()):
+            return {str(k): v for k, v in loaded.items()}
+        if isinstance(loaded, list) and all(isinstance(v, str) for v in loaded):
+            return tuple(loaded)
+        raise ValueError(f"--classes {value!r} must hold a list of class names or an object "
+                         f"class -> label name, got {type(loaded).__name__}")
+    names = tuple(c.strip() for c in value.split(","))
+    if not all(names):
+        raise ValueError(f"--classes expects class names separated by commas, got {value!r}")
+    return names
+
+
+#: ``uqvision train`` options generated from :class:`ImageTrainConfig` (defaults from its
+#: fields; ``--augment none`` is ``augment=None``).
+_TRAIN_OPTIONS = (
+    ConfigOption("method", choices=TRAINING_METHODS.names,
+                 help="training method:\n" + TRAINING_METHODS.describe()),
+    ConfigOption("epochs", type=non_negative_float,
+                 help="shorthand for --set epochs= (0 only with --init)"),
+    ConfigOption("batch_size", type=COUNT, help="shorthand for --set batch_size="),
+    ConfigOption("lr", type=positive_float,
+                 help="shorthand for the method's initial learning rate (lr_init or lr0)"),
+    ConfigOption("init_checkpoint", flag="--init", help="start from this local checkpoint"),
+    ConfigOption("val_data",
+                 help="validation folder (K-FAC Laplace tunes its noise scale on it)"),
+    ConfigOption("amp", help="autocast (fp16 on CUDA, bf16 on CPU)"),
+    ConfigOption("index_file", metavar="FILE",
+                 help="train on the images of this index file only "
+                      "(uqvision.protocols.uimnet.index.make_index_files: UIMNET's 90/10 "
+                      "in-domain split), with the classes it records unless --classes names "
+                      "them"),
+    ConfigOption("spectral",
+                 help="one-sided spectral normalisation of the featurizer (conv/linear sigma "
+                      "and BatchNorm Lipschitz constant at most 5; UIMNET)"),
+    ConfigOption("input_size", type=COUNT),
+    ConfigOption("augment", choices=lambda: [*TTA_POLICIES.names(), "none"],
+                 help="training augmentation:\n" + TTA_POLICIES.describe()
+                      + "\nnone: no augmentation"),
+    ConfigOption("drop_rate", type=float),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+    ConfigOption("num_workers", flag="--workers", type=INDEX),
+)
+
+
+def _args_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", required=True, help="timm architecture, e.g. resnet10t, test_vit")
+    p.add_argument("--data", required=True, help="training image folder")
+    p.add_argument("--out", required=True, help="checkpoint path ('{seed}' for several seeds)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
+                        "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
+                        "lr_init=3e-3 weight_decay=0.05")
+    p.add_argument("--seeds", type=INDEX, nargs="+", help="one run per seed (default 0)")
+    p.add_argument("--classes", default=None, metavar="A,B,C | FILE.json",
+                   help="train on these folder classes only, the head's classes in this order; "
+                        "a JSON file holds a list, or an object folder class -> label to group "
+                        "classes (UIMNET's in-vs-out oracle)")
+    add_config_options(p, ImageTrainConfig, _TRAIN_OPTIONS)
+    p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing checkpoint (and its sidecar and state file)")

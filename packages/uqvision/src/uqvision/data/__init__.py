@@ -1,0 +1,99 @@
+"""Image folders, per-model preprocessing, test-time augmentation and development datasets.
+
+The reader follows the ImageNet folder convention that timm and torchvision use: one
+sub-folder per class, class index = position of the folder name in sorted order (for ImageNet
+the sorted WordNet synsets, which is the class order of every ImageNet-1k checkpoint), samples
+sorted by class and then by relative path. Every sample has a stable id, its relative path, so
+prediction caches of different models can be checked to be in the same order. The other
+layouts ImageNet ships in (a flat folder with the devkit's or Kaggle's label file, a tar
+archive of either) are scanned by :mod:`uqvision.layouts` into the same classes and samples.
+
+One concern per module; every name is importable from ``uqvision.data`` itself:
+
+- :mod:`~.images`: reading and checking image files (``load_image``, ``check_image``,
+  ``check_images``, ``readable_images`` and the bad-image messages);
+- :mod:`~.folders`: ``ImageFolderDataset``, class matching (``match_classes``,
+  ``check_split_classes``), ``describe_labels``, fingerprints, ``check_output_outside``;
+- :mod:`~.transforms`: ``DataConfig``, ``eval_transform``, the seeded augmentations and
+  ``TTA_POLICIES``;
+- :mod:`~.makers`: the development datasets (``DATASET_MAKERS``: digits, synthetic, hierarchy);
+- :mod:`~.views`: ``ClassSubset``, ``image_view`` and the index files' format and reader (their
+  writer, UIMNET's 90/10 split, is :func:`uqvision.protocols.uimnet.index.make_index_files`);
+- :mod:`~._util`: ``derive_seed``, ``flush_denormal``, versioned JSON files.
+"""
+
+from ..layouts import IMG_EXTENSIONS, LAYOUTS, list_classes
+from ._util import derive_seed, flush_denormal, read_format_json, write_format_json
+from .folders import (
+    ImageFolderDataset,
+    check_output_outside,
+    check_split_classes,
+    dataset_fingerprint,
+    describe_labels,
+    folder_fingerprint,
+    match_classes,
+)
+from .images import (
+    bad_images_message,
+    check_image,
+    check_images,
+    label_problems_message,
+    load_image,
+    readable_images,
+)
+from .makers import DATASET_MAKERS, make_digits_folder, make_synthetic_folder
+from .transforms import (
+    TTA_POLICIES,
+    DataConfig,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    SeededAugmentation,
+    cifar_augmentation,
+    crop_augmentation,
+    eval_transform,
+    imagenet_augmentation,
+    tta_transform,
+)
+from .views import INDEX_FORMAT, ClassSubset, image_view, read_index_file
+
+__all__ = [
+    "DATASET_MAKERS",
+    "IMG_EXTENSIONS",
+    "INDEX_FORMAT",
+    "LAYOUTS",
+    "TTA_POLICIES",
+    "ClassSubset",
+    "DataConfig",
+    "ImageFolderDataset",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "SeededAugmentation",
+    "bad_images_message",
+    "check_image",
+    "check_images",
+    "check_output_outside",
+    "check_split_classes",
+    "cifar_augmentation",
+    "crop_augmentation",
+    "dataset_fingerprint",
+    "derive_seed",
+    "describe_labels",
+    "eval_transform",
+    "flush_denormal",
+    "folder_fingerprint",
+    "image_view",
+    "imagenet_augmentation",
+    "label_problems_message",
+    "list_classes",
+    "load_image",
+    "make_digits_folder",
+    "make_synthetic_folder",
+    "match_classes",
+    "read_format_json",
+    "read_index_file",
+    "readable_images",
+    "tta_transform",
+    "write_format_json",
+]

@@ -1,0 +1,269 @@
+"""Reading and checking image files: decoding to 8-bit RGB (:func:`load_image`; 16-bit grey
+scaled, not clipped), what is wrong with a damaged file in a few words (:func:`check_image`,
+remembered per process), and the check of a whole folder before any work
+(:func:`check_images`, :func:`readable_images`) with its one-line messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PIL import Image
+
+from ..exceptions import BadImageError
+
+if TYPE_CHECKING:
+    from .folders import ImageFolderDataset
+
+__all__ = [
+    "bad_images_message",
+    "check_image",
+    "check_images",
+    "label_problems_message",
+    "load_image",
+    "readable_images",
+]
+
+#: Integer pixel modes wider than 8 bits: grey levels scaled 65535 -> 255 (PIL's ``convert``
+#: clips them at 255 instead). ``I`` (32-bit) is how PIL has opened 16-bit PNGs.
+_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
+    """An opened image as 8-bit RGB; 16-bit grey levels scaled, not clipped."""
+    if im.mode == "F":
+        raise BadImageError(f"image {str(path)!r}: floating-point pixels (mode F) have no "
+                            "defined range; convert the file to 8 or 16 bits", path)
+    if im.mode not in _WIDE_MODES:
+        return im.convert("RGB")
+    a = np.asarray(im).astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise BadImageError(f"image {str(path)!r}: integer pixel values outside [0, 65535] "
+                            f"(mode {im.mode}, range {a.min()}..{a.max()})", path)
+    grey = ((a * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535)
+    return Image.fromarray(grey).convert("RGB")
+
+
+def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
+    """What an error of PIL says about an image file (or its bytes), in a few words."""
+    if isinstance(err, FileNotFoundError):
+        if getattr(err, "why", None):  # uqvision.layouts.UnreadableFileError: a tar link
+            return err.why
+        if isinstance(path, str | os.PathLike) and os.path.islink(path):
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        return "does not exist"
+    if isinstance(err, Image.UnidentifiedImageError):
+        try:
+            empty = (path.getbuffer().nbytes if isinstance(path, io.BytesIO)
+                     else os.path.getsize(path)) == 0
+        except OSError:
+            empty = False
+        return "empty file (0 bytes)" if empty else "not an image file (PIL cannot identify it)"
+    if isinstance(err, Image.DecompressionBombError):
+        return f"too many pixels ({err})"
+    text = " ".join(str(err).split()) or type(err).__name__
+    return f"truncated or corrupt ({text})"
+
+
+#: What reading a damaged image file raises in PIL.
+_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+def load_image(path: str | os.PathLike) -> Image.Image:
+    """Read an image file as 8-bit RGB (the loader of :class:`ImageFolderDataset`).
+
+    16-bit grey images (PNG mode ``I;16``) are scaled, 65535 -> 255 rounded, where PIL's
+    ``convert("RGB")`` saturates every value above 255; floating-point images are refused.
+
+    Raises
+    ------
+    uqvision.exceptions.BadImageError
+        The file is missing, empty, not an image, truncated or corrupt; the message names it.
+    """
+    return _load(path, path)
+
+
+def _load(src: str | os.PathLike | io.BytesIO, where: str | os.PathLike) -> Image.Image:
+    """:func:`load_image` of a path or of bytes in memory (an archive member), named ``where``
+    in messages."""
+    try:
+        with Image.open(src) as im:
+            return _to_rgb(im, where)
+    except BadImageError:
+        raise
+    except _PIL_ERRORS as err:
+        raise BadImageError(f"image {str(where)!r}: {_problem(src, err)}", where) from None
+
+
+def _load_sample(source, rel: str) -> Image.Image:
+    """Sample ``rel`` of an image source (:mod:`uqvision.layouts`) as 8-bit RGB."""
+    try:
+        src = source.open(rel)
+    except OSError as err:
+        raise BadImageError(f"image {source.where(rel)!r}: {_problem(source.where(rel), err)}",
+                            source.where(rel)) from None
+    return _load(src, source.where(rel))
+
+
+def check_image(path: str | os.PathLike | io.BytesIO) -> str | None:
+    """What is wrong with an image file (a few words), or ``None`` when it reads.
+
+    Cheaper than :func:`load_image` and as strict for the damage files suffer: the header is
+    opened (an empty file, a file of another kind); a JPEG is decoded at its smallest DCT scale
+    (``draft``: all the entropy-coded data is read, so a truncated or corrupt file fails, but
+    only 1/64 of the pixels is produced); a PNG is verified (every chunk read and its CRC
+    checked, nothing inflated); another format is decoded. ``path`` may be an image's bytes in
+    memory (``io.BytesIO``).
+    """
+    try:
+        with Image.open(path) as im:
+            if im.mode == "F":
+                _to_rgb(im, path)
+            if im.format == "JPEG":
+                im.draft("RGB", (1, 1))
+                im.load()
+            elif im.format == "PNG":
+                im.verify()
+            else:
+                im.load()
+    except BadImageError as err:
+        return str(err).split(": ", 1)[-1]
+    except _PIL_ERRORS as err:
+        return _problem(path, err)
+    return None
+
+
+#: Results of :func:`check_image` by (path, size, modification time) — for an archive member,
+#: (archive, its size and time, offset, size): a folder is checked once per process, whatever
+#: the number of models run over it.
+_CHECKED: dict[tuple, str | None] = {}
+
+
+def _check_cached(source, rel: str) -> str | None:
+    try:
+        key = source.stamp(rel)
+    except OSError as err:
+        return _problem(source.where(rel), err)
+    if key not in _CHECKED:
+        try:
+            _CHECKED[key] = check_image(source.open(rel))
+        except OSError as err:  # an archive that changed or broke since it was listed
+            _CHECKED[key] = _problem(rel, err)
+    return _CHECKED[key]
+
+
+def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
+                 threads: int | None = None) -> dict[str, str]:
+    """The samples of an image folder that cannot be read, with what is wrong with each.
+
+    Every file goes through :func:`check_image` (on ``threads`` threads, default up to 8: PIL
+    decodes without the GIL); the result of a file is kept for the process, keyed by its size
+    and modification time, so a folder is checked once however many models run over it. The
+    cost is about one decode of the folder at 1/64 of the pixels.
+
+    A flat layout's mismatches with its label file come first (:attr:`ImageFolderDataset.
+    label_problems`: images listed there but absent, images without a label), then the files
+    the scan found unusable (:attr:`ImageFolderDataset.scan_problems`: a name that is not
+    UTF-8), then the unreadable images (a dangling symbolic link or tar link among them).
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset or path
+    threads : int, optional
+
+    Returns
+    -------
+    dict
+        Relative path (the sample id) -> problem, in sample order; empty when all read.
+    """
+    from .folders import ImageFolderDataset  # it reads its images with this module's loader
+
+    ds = folder if isinstance(folder, ImageFolderDataset) else ImageFolderDataset(folder)
+    listed = ds.label_problems
+    rels = [rel for rel, _ in ds.samples if rel not in listed]
+    workers = max(1, min(threads or 8, os.cpu_count() or 1, len(rels)))
+    check = functools.partial(_check_cached, ds.source)
+    if workers == 1:
+        problems = [check(rel) for rel in rels]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            problems = list(pool.map(check, rels))
+    bad = {rel: why for rel, why in zip(rels, problems, strict=True) if why}
+    return {**{rel: why for rel, why in listed.items() if rel not in ds.skipped},
+            **{rel: why for rel, why in ds.scan_problems.items() if rel not in ds.skipped},
+            **bad}
+
+
+def readable_images(folder: ImageFolderDataset, *,
+                    skip_bad: bool = False) -> ImageFolderDataset:
+    """``folder`` once its images are known to read (:func:`check_images`, before any work).
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset
+    skip_bad : bool, default False
+        Leave unreadable images out (recorded in the copy's ``skipped``) instead of raising
+        (``--skip-bad-images``). Images of the label file that are absent are not unreadable:
+        they are refused whatever ``skip_bad``; a folder scanned with ``subset=True``
+        (``--subset``) has none.
+
+    Raises
+    ------
+    uqvision.exceptions.BadImageError
+        Some images do not read and ``skip_bad`` is false, or some images of the label file are
+        absent; the message names them.
+    """
+    bad = check_images(folder)
+    samples = set(folder.sample_ids)
+    absent = [rel for rel in bad if rel in folder.label_problems and rel in samples]
+    if absent or (bad and not skip_bad):
+        listed = {rel: why for rel, why in bad.items() if rel in folder.label_problems
+                  and (rel in samples or not skip_bad)}
+        if listed:
+            raise BadImageError(label_problems_message(folder, listed), folder.root)
+        first = next(iter(bad))
+        raise BadImageError(bad_images_message(folder.root, bad, folder.source.where),
+                            folder.root / first if folder._folder_label is None
+                            else folder.source.where(first))
+    return folder.without(bad) if bad else folder
+
+
+def bad_images_message(root: str | os.PathLike, bad: dict[str, str],
+                       where: Callable[[str], str] | None = None) -> str:
+    """One line for the bad images of a folder: how many, the first ones with their problem
+    (each named ``where(relative path)``, default ``root / path``), and the option that skips
+    them."""
+    where = where or (lambda rel: str(Path(root) / rel))
+    shown = "; ".join(f"{where(rel)!r}: {why}" for rel, why in list(bad.items())[:3])
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return (f"image folder {str(root)!r} has {len(bad)} unreadable image(s): {shown}{more}; "
+            "fix or remove them, or pass --skip-bad-images to leave them out")
+
+
+def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str]) -> str:
+    """One line for the images of a flat layout that do not match its label file: how many are
+    listed there but absent and how many have no label, with an example of each, and the
+    option that takes each as it is (``--subset`` for the absent ones, ``--skip-bad-images``
+    for the unlabelled ones)."""
+    samples = set(folder.sample_ids) | set(folder.skipped)
+    absent = [rel for rel in problems if rel in samples]
+    unlabelled = [rel for rel in problems if rel not in samples]
+    parts = [f"{len(rels)} image(s) {what} (e.g. {rels[0]!r})"
+             for rels, what in ((absent, "listed in the label file are absent"),
+                                (unlabelled, "have no label there")) if rels]
+    fixes = [fix for rels, fix in (
+        (absent, (f"pass --subset (library: subset=True) to score the "
+                  f"{len(samples) - len(absent)} labelled image(s) present as a subset of the "
+                  "label file")),
+        (unlabelled, "pass --skip-bad-images to leave the unlabelled ones out")) if rels]
+    label = folder.label_file.name if folder.label_file is not None else "?"
+    return (f"image {'archive' if folder.layout.startswith('tar') else 'folder'} "
+            f"{str(folder.root)!r} does not match label file {label!r}: {' and '.join(parts)}; "
+            f"fix the folder or the label file, or {', and '.join(fixes)}")

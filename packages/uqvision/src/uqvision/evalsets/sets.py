@@ -1,0 +1,378 @@
+"""Evaluation sets: what an image folder is to a model (its role and how its labels are made).
+
+An :class:`EvalSet` (registry :data:`EVAL_SETS`) names a kind of evaluation folder:
+
+- its **role** (:data:`ROLES`): ``clean`` (the model's own test distribution), ``shifted`` (the
+  same classes under a distribution shift), ``ood`` (images of none of the model's classes) or
+  ``relabelled`` (clean images scored against other labels, an overlay:
+  :mod:`uqvision.evalsets.overlays`);
+- its **class map** (:data:`CLASS_MAPS`), how the folder's classes become the model's class
+  indices (:func:`map_classes`): ``by_name`` (class folders matched to the model's class
+  names, :func:`uqvision.data.match_classes`), ``by_index`` (folders ``0`` ... ``N-1`` named by
+  the model's class index, ImageNet-V2's layout) or ``none`` (an OOD set: every label -1);
+- an optional **expansion** (:class:`Expansion`): one registered set standing for several
+  folders, e.g. ImageNet-C's 15 corruptions x 5 severities, each a member
+  (:class:`EvalMember`) in ``<corruption>/<severity>/`` below the set's root
+  (:func:`resolve_member`, :func:`iter_member_folders`).
+
+``uqvision predict --eval-set NAME`` labels the folder with the set's class map and records
+the set in every cache (attrs ``eval_set``, ``role``, and ``eval_member``, ``corruption``,
+``severity`` for a member: :func:`eval_set_attrs`; :func:`cache_eval_set` reads them, a cache
+written before them as the generic ``folder`` set).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+from uqmetrics import InputError
+from uqmetrics.io import decode_attr
+from uqmetrics.registry import Registry
+
+from ..data import match_classes
+
+__all__ = [
+    "CLASS_MAPS",
+    "DEFAULT_EVAL_SET",
+    "EVAL_SETS",
+    "IMAGENET_C_CORRUPTIONS",
+    "ROLES",
+    "EvalMember",
+    "EvalSet",
+    "Expansion",
+    "cache_eval_set",
+    "eval_set_attrs",
+    "iter_member_folders",
+    "map_classes",
+    "member_dataset_name",
+    "resolve_member",
+]
+
+#: Roles of an evaluation set: ``clean`` (the model's test distribution), ``shifted`` (its
+#: classes under a distribution shift), ``ood`` (none of its classes), ``relabelled`` (clean
+#: images scored against other labels, an :class:`~.overlays.Overlay`).
+ROLES = ("clean", "shifted", "ood", "relabelled")
+
+#: Class maps: ``by_name`` (class folders matched to the model's class names), ``by_index``
+#: (folders named ``0`` ... ``N-1``, the model's class index), ``none`` (every label -1).
+CLASS_MAPS = ("by_name", "by_index", "none")
+
+#: The evaluation set of a folder given no other (and of a cache that records none).
+DEFAULT_EVAL_SET = "folder"
+
+
+@dataclass(frozen=True)
+class EvalMember:
+    """One folder of an expanded evaluation set.
+
+    Attributes
+    ----------
+    name : str
+        Sub-name, e.g. ``gaussian_noise-3``.
+    folder : str
+        The member's folder relative to the set's root, POSIX, e.g. ``gaussian_noise/3``.
+    corruption : str
+        ``""`` where the member has none.
+    severity : int
+        0 where the member has none.
+    """
+
+    name: str
+    folder: str
+    corruption: str = ""
+    severity: int = 0
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A set of corruptions x severities, one member each in ``<corruption>/<severity>/``.
+
+    Attributes
+    ----------
+    corruptions : tuple of str
+    severities : tuple of int
+    """
+
+    corruptions: tuple[str, ...]
+    severities: tuple[int, ...]
+
+    def members(self) -> tuple[EvalMember, ...]:
+        """Every member, corruption-major: ``len(corruptions) * len(severities)`` of them."""
+        return tuple(EvalMember(f"{c}-{s}", f"{c}/{s}", c, int(s))
+                     for c in self.corruptions for s in self.severities)
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """A kind of evaluation folder (see the module's docstring).
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``uqvision predict --eval-set NAME``).
+    role : str
+        One of :data:`ROLES`.
+    class_map : str
+        One of :data:`CLASS_MAPS`.
+    description : str
+        One line (CLI help): what the set is and its folder layout.
+    expansion : Expansion or None
+        The folders the set stands for (``None``: the set is one folder).
+    """
+
+    name: str
+    role: str
+    class_map: str
+    description: str
+    expansion: Expansion | None = None
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {list(ROLES)}, got {self.role!r}")
+        if self.class_map not in CLASS_MAPS:
+            raise ValueError(f"class_map must be one of {list(CLASS_MAPS)}, got "
+                             f"{self.class_map!r}")
+
+    def members(self) -> tuple[EvalMember, ...]:
+        """The expansion's members (empty for a set of one folder)."""
+        return () if self.expansion is None else self.expansion.members()
+
+    def member(self, name: str) -> EvalMember:
+        """The member called ``name``; ``ValueError`` naming the set and its members."""
+        for m in self.members():
+            if m.name == name:
+                return m
+        if not self.members():
+            raise ValueError(f"eval set {self.name!r} has no members (it is one folder), got "
+                             f"eval_member={name!r}")
+        raise ValueError(f"eval set {self.name!r} has no member {name!r}; its members are "
+                         f"{_some([m.name for m in self.members()])}")
+
+
+#: Evaluation sets: name -> :class:`EvalSet` (``uqvision predict --eval-set NAME``; plugins:
+#: entry-point group ``uqvision.eval_sets``).
+EVAL_SETS: Registry[EvalSet] = Registry("eval set", group="uqvision.eval_sets", item_type=EvalSet)
+
+#: ImageNet-C's 15 standard corruptions (Hendrycks & Dietterich, ICLR 2019), in its order:
+#: noise, blur, weather, digital (the 4 extra corruptions are not part of the benchmark).
+IMAGENET_C_CORRUPTIONS = (
+    "gaussian_noise", "shot_noise", "impulse_noise",
+    "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
+    "snow", "frost", "fog", "brightness",
+    "contrast", "elastic_transform", "pixelate", "jpeg_compression")
+
+for _set in (
+    EvalSet(DEFAULT_EVAL_SET, "clean", "by_name",
+            "an image folder of the model's classes, matched by class-folder name (the "
+            "default)"),
+    EvalSet("imagenet-val", "clean", "by_name",
+            "ILSVRC2012 validation set: 50,000 images of the 1,000 classes in WordNet-id "
+            "class folders (or flat with its label file, uqvision.layouts)"),
+    EvalSet("imagenet-real", "relabelled", "by_name",
+            "the ILSVRC2012 validation images (as imagenet-val) scored against the ReaL "
+            "labels (Beyer et al. 2020, real.json): a set of valid labels per image, applied "
+            "at scoring time as an overlay (uqvision.evalsets.real_overlay)"),
+    EvalSet("imagenet-v2", "shifted", "by_index",
+            "ImageNetV2 (Recht et al. 2019; matched-frequency, threshold-0.7 or top-images): "
+            "10,000 images in folders 0..999 named by the ImageNet-1k class index"),
+    EvalSet("imagenet-c", "shifted", "by_name",
+            "ImageNet-C (Hendrycks & Dietterich 2019): the validation images under 15 "
+            "corruptions x 5 severities, one member per <corruption>/<severity>/ folder of "
+            "WordNet-id class folders (75 members)",
+            Expansion(IMAGENET_C_CORRUPTIONS, (1, 2, 3, 4, 5))),
+    EvalSet("imagenet-a", "shifted", "by_name",
+            "ImageNet-A (Hendrycks et al. 2021): 7,500 natural adversarial images of 200 of "
+            "the ImageNet-1k classes, WordNet-id class folders"),
+    EvalSet("imagenet-r", "shifted", "by_name",
+            "ImageNet-R (Hendrycks et al. 2021): 30,000 renditions (art, cartoons, sketches, "
+            "...) of 200 of the ImageNet-1k classes, WordNet-id class folders"),
+    EvalSet("imagenet-sketch", "shifted", "by_name",
+            "ImageNet-Sketch (Wang et al. 2019): 50,889 sketches of the 1,000 classes, "
+            "WordNet-id class folders"),
+    EvalSet("imagenet-o", "ood", "none",
+            "ImageNet-O (Hendrycks et al. 2021): 2,000 images of classes outside ImageNet-1k "
+            "that fool ResNet-50s; its 200 WordNet-id folders are not labels (every label "
+            "-1)"),
+):
+    EVAL_SETS.register(_set)
+del _set
+
+
+def _some(names: Sequence[Any], limit: int = 8) -> str:
+    """``names`` for a one-line message: at most ``limit`` of them, and how many in all."""
+    names = list(names)
+    shown = ", ".join(map(repr, names[:limit]))
+    return f"[{shown}, ... ({len(names)} in all)]" if len(names) > limit else f"[{shown}]"
+
+
+def _lookup(eval_set: EvalSet | str) -> EvalSet:
+    return eval_set if isinstance(eval_set, EvalSet) else EVAL_SETS.lookup(eval_set)
+
+
+# --------------------------------------------------------------------------------------------
+# class maps
+
+
+def map_classes(eval_set: EvalSet | str, folder_classes: Sequence[str],
+                model_classes: Sequence[str] | int | None, *, folder: str,
+                model: str) -> np.ndarray:
+    """The model class index of each folder class under ``eval_set``'s class map.
+
+    Parameters
+    ----------
+    eval_set : EvalSet or str
+        The set (or its name in :data:`EVAL_SETS`).
+    folder_classes : sequence of str, shape (n_folder_classes,)
+        The folder's class names (sorted, as :class:`uqvision.data.ImageFolderDataset` has them).
+    model_classes : sequence of str, shape (n_classes,), or int or None
+        The model's class names in output order; or only their count (a model that records no
+        names: enough for ``by_index`` and ``none``); ``None``: unknown (``by_index`` then
+        checks only that the names are indices).
+    folder, model : str
+        How errors name the folder and the model.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_folder_classes,)
+        ``by_name``: the position of each folder class among the model's names
+        (:func:`uqvision.data.match_classes`); ``by_index``: ``int(name)``; ``none``: -1.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``by_name``: a folder class the model lacks; ``by_index``: a folder name that is not a
+        class index of the model (``0`` ... ``n_classes - 1``, no sign or leading zeros).
+    ValueError
+        ``by_name`` without the model's class names.
+
+    Examples
+    --------
+    >>> map_classes("imagenet-v2", ["0", "2", "10"], 1000, folder="v2", model="m").tolist()
+    [0, 2, 10]
+    >>> map_classes("imagenet-o", ["n01443537", "n01704323"], 1000, folder="o",
+    ...             model="m").tolist()
+    [-1, -1]
+    """
+    es = _lookup(eval_set)
+    folder_classes = [str(c) for c in folder_classes]
+    if es.class_map == "none":
+        return np.full(len(folder_classes), -1, np.int64)
+    if es.class_map == "by_name":
+        if model_classes is None or isinstance(model_classes, (int, np.integer)):
+            raise ValueError(f"eval set {es.name!r} matches classes by name: model {model!r} "
+                             "must record its class names (model_classes), got "
+                             f"{model_classes!r}")
+        return match_classes(folder_classes, model_classes, folder=folder, model=model)
+    n = (None if model_classes is None else int(model_classes)
+         if isinstance(model_classes, (int, np.integer)) else len(model_classes))
+    bad = [c for c in folder_classes
+           if not (c.isascii() and c.isdigit() and str(int(c)) == c
+                   and (n is None or int(c) < n))]
+    if bad:
+        span = f"0 ... {n - 1}" if n is not None else "0, 1, 2, ..."
+        raise InputError(
+            f"image folder {folder!r} of eval set {es.name!r} (class map by_index: class "
+            f"folders named by the model's class index, {span}) has {len(bad)} class "
+            f"folder(s) that are not a class index of model {model!r}: {_some(bad)}")
+    return np.array([int(c) for c in folder_classes], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# members and what a cache records
+
+
+def resolve_member(eval_set: EvalSet | str, member: str | None,
+                   root: str | os.PathLike) -> EvalMember | None:
+    """The member of ``eval_set`` whose folder is ``root`` (``None`` for a set of one folder).
+
+    Parameters
+    ----------
+    eval_set : EvalSet or str
+    member : str or None
+        The member's name, or ``None`` to find it from ``root``'s last folders (``.../fog/3``
+        is ImageNet-C's ``fog-3``).
+    root : path
+        The folder to predict: the member's folder itself.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A member of a set that has none; an expanded set whose member is not given and cannot
+        be told from ``root``; a member whose relative folder ``root`` does not end in.
+    """
+    es = _lookup(eval_set)
+    if not es.members():
+        if member:
+            raise InputError(f"eval set {es.name!r} is one folder: it has no members, got "
+                             f"eval member {member!r}")
+        return None
+    paths = {Path(root).absolute().parts, Path(root).resolve().parts}
+
+    def ends_in(m: EvalMember) -> bool:
+        tail = PurePosixPath(m.folder).parts
+        return any(p[-len(tail):] == tail for p in paths)
+
+    if not member:
+        found = [m for m in es.members() if ends_in(m)]
+        if len(found) != 1:
+            raise InputError(
+                f"image folder {str(root)!r} is not a member folder of eval set {es.name!r} "
+                f"(<corruption>/<severity>, e.g. {es.members()[0].folder!r}): give the member "
+                f"(--eval-member), one of {_some([m.name for m in es.members()])}")
+        return found[0]
+    try:
+        m = es.member(member)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if not ends_in(m):
+        raise InputError(f"image folder {str(root)!r} is not the folder of eval set "
+                         f"{es.name!r}'s member {m.name!r}: it must end in {m.folder!r}")
+    return m
+
+
+def member_dataset_name(eval_set: EvalSet | str, member: EvalMember | None,
+                        root: str | os.PathLike) -> str:
+    """The default ``dataset_name`` of a folder: its own name, or ``<set>-<member>`` for a
+    member of an expanded set (``imagenet-c-fog-3``: a member folder's own name, its severity,
+    would be the same for every corruption)."""
+    if member is None:
+        return Path(root).resolve().name
+    return f"{_lookup(eval_set).name}-{member.name}"
+
+
+def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None) -> dict[str, Any]:
+    """The attrs a cache records of its evaluation set: ``eval_set``, ``role``, and for a
+    member ``eval_member`` and, where it has them, ``corruption`` and ``severity``."""
+    es = _lookup(eval_set)
+    out: dict[str, Any] = {"eval_set": es.name, "role": es.role}
+    if member is not None:
+        out["eval_member"] = member.name
+        if member.corruption:
+            out.update(corruption=member.corruption, severity=int(member.severity))
+    return out
+
+
+def cache_eval_set(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A cache's evaluation set from its attrs: ``eval_set``, ``role``, ``eval_member``
+    (``""`` for none), ``corruption`` (``""``) and ``severity`` (0). A cache written before
+    evaluation sets were recorded reads as the generic ``folder`` set, role ``clean``."""
+    a = {k: decode_attr(v) for k, v in attrs.items()}
+    name = str(a.get("eval_set", DEFAULT_EVAL_SET))
+    role = a.get("role")
+    if role is None:
+        role = EVAL_SETS[name].role if name in EVAL_SETS else "clean"
+    return {"eval_set": name, "role": str(role), "eval_member": str(a.get("eval_member", "")),
+            "corruption": str(a.get("corruption", "")), "severity": int(a.get("severity", 0))}
+
+
+def iter_member_folders(root: str | os.PathLike,
+                        eval_set: EvalSet | str) -> Iterator[tuple[EvalMember, Path]]:
+    """``(member, folder)`` of every member of an expanded set below its root (a set of one
+    folder: nothing)."""
+    for m in _lookup(eval_set).members():
+        yield m, Path(root) / m.folder

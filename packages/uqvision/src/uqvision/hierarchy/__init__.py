@@ -1,0 +1,67 @@
+"""The generated ``hierarchy`` image set: a class tree for the vision protocols
+(docs/conventions.md#v-0).
+
+Each superclass is one family of procedural patterns (oriented gratings, ring sets, blob
+constellations, checkers, strokes, …) drawn in its own two-colour palette; each class is one
+parameter setting inside its family (an orientation, a ring frequency, a blob count, …). Every
+image is its class prototype under a random affine transform, a colour jitter and pixel noise,
+so classes of one superclass look alike, features cluster by superclass, and a small CNN
+reaches neither chance nor 100 %.
+
+Layout written by :func:`make_hierarchy`::
+
+    out/
+      classes.json              format version, scale, seed, every class -> superclass, role, group
+      train/<class>/<nnnnn>.png  ImageFolder trees, 32x32 RGB, the same count for every class
+      val/<class>/<nnnnn>.png
+      test/<class>/<nnnnn>.png
+      mixed/<class>/<nnnnn>.png  blends of two classes of one superclass, filed under the majority
+      mixed/soft_labels.csv      file, class_a, class_b, alpha: label distribution (alpha, 1-alpha)
+
+Class folder names are ``<ss>-<family>-<kk>`` (superclass and class number), so the sorted
+folder order — the class index of :class:`uqvision.data.ImageFolderDataset` — is superclass-major.
+
+Roles (V.4): the classes of the first half of the superclasses are ``upstream``; the rest are
+``downstream``, grouped by whole superclasses into ``downstream_groups`` stand-in datasets
+(``down_a``, ``down_b``, …). V.3 takes its in/out split from clustering, not from these roles.
+
+Everything is a pure function of ``(scale, seed)``: every image draws from its own random stream
+``numpy.random.default_rng([seed, split, class, index])``, and PNG encoding is deterministic, so
+the same seed gives byte-identical files.
+
+The code, one concern per module (this package re-exports their names):
+:mod:`~uqvision.hierarchy.patterns` draws (the pattern families :data:`FAMILIES`, the per-image
+randomness :class:`Augmentation`, rendering a class's pattern into pixels);
+:mod:`~uqvision.hierarchy.dataset` is the image set on disk (:data:`SCALES`, the class tree,
+:func:`make_hierarchy` and :func:`read_hierarchy`).
+"""
+
+from __future__ import annotations
+
+from .dataset import (
+    FORMAT_VERSION,
+    MIXED,  # noqa: F401  (public, not in __all__)
+    SCALES,
+    SPLITS,
+    HierarchyInfo,
+    HierarchyScale,
+    class_prototypes,
+    make_hierarchy,
+    read_hierarchy,
+)
+from .patterns import AUGMENTATION, FAMILIES, Augmentation
+
+__all__ = [
+    "AUGMENTATION",
+    "FAMILIES",
+    "FORMAT_VERSION",
+    "SCALES",
+    "SPLITS",
+    "Augmentation",
+    "HierarchyInfo",
+    "HierarchyScale",
+    "class_prototypes",
+    "make_hierarchy",
+    "read_hierarchy",
+]
+

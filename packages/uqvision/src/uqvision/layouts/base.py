@@ -1,0 +1,214 @@
+"""What a scan of a layout finds (:class:`Scan`, :class:`Subset`), the registry of layouts
+(:data:`LAYOUTS`: each claims the paths it reads) and :func:`scan_layout`, which reads a path in
+the first layout that claims it; and what the layouts share: ordering the samples, reading a
+scan as a subset, refusing a mixed layout or a label file that does not apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from uqmetrics import InputError
+from uqmetrics.registry import Registry
+
+from .names import _shown
+
+if TYPE_CHECKING:  # labels imports this module (Scan, _ordered)
+    from .labels import LabelFile
+
+__all__ = [
+    "LAYOUTS",
+    "Layout",
+    "Scan",
+    "Subset",
+    "scan_layout",
+]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What a layout found: classes, samples in order, how to read them, how they are labelled.
+
+    Attributes
+    ----------
+    root : Path
+        The folder or archive given.
+    layout : str
+        The layout, with the arrangement inside an archive: ``class_folders``, ``flat``,
+        ``tar/class_folders``, ``tar/class_tars``, ``tar/flat``.
+    classes : list of str, shape (n_classes,)
+        Sorted class names (folder names, per-class tar names or WordNet ids of a label file).
+    samples : list of (str, int), shape (n_samples,)
+        Sample id and class index, sorted by class and then by id.
+    source : FileSource or TarSource
+    label_file : LabelFile, optional
+        The label file of a flat layout.
+    label_problems : mapping str -> str
+        Images listed in the label file but absent (samples, whose ids are the listed names)
+        and images without a label (not samples) -> why.
+    problems : mapping str -> str
+        Image files found that cannot be samples (a name that is not valid UTF-8, keyed by the
+        name with its undecodable bytes as ``\\xNN``) -> why: unreadable images.
+    subset : Subset, optional
+        Set when the scan was asked for a subset (``subset=True``) and some images of the label
+        file are absent: they are left out (not samples, not problems).
+    label_others : tuple of Path
+        Label files found by the search but not read (the first found wins; empty when the
+        label file was given).
+    label_found : bool
+        Whether the label file was found by the search (not given).
+    """
+
+    root: Path
+    layout: str
+    classes: list[str]
+    samples: list[tuple[str, int]]
+    source: Any
+    label_file: LabelFile | None = None
+    label_problems: Mapping[str, str] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+    subset: Subset | None = None
+    label_others: tuple[Path, ...] = ()
+    label_found: bool = False
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A layout with a label file read as a subset of it (``subset=True``, ``--subset``): the
+    label file's images that are absent are left out, and recorded by counts and a hash (not
+    listed: a 40-image subset of ImageNet's validation set would list 49,960 names).
+
+    Attributes
+    ----------
+    n_labelled : int
+        Images the label file labels.
+    n_present : int
+        Those present (the samples).
+    sha256 : str
+        SHA-256 of the sorted sample ids, one per line (UTF-8, ``\\n`` after each).
+    """
+
+    n_labelled: int
+    n_present: int
+    sha256: str
+
+    def attrs(self) -> dict[str, Any]:
+        """The cache attrs that record the subset: ``subset_n_labelled``, ``subset_n_present``,
+        ``subset_sha256``."""
+        return {"subset_n_labelled": self.n_labelled, "subset_n_present": self.n_present,
+                "subset_sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A data layout: ``claims(path)`` whether ``path`` is in it (:data:`LAYOUTS` asks each in
+    order), ``scan(path, labels)`` -> :class:`Scan`."""
+
+    name: str
+    description: str
+    claims: Callable[[Path], bool]
+    scan: Callable[[Path, Path | None], Scan]
+
+
+#: Data layouts: name -> :class:`Layout`; a path is read in the first that claims it.
+LAYOUTS: Registry[Layout] = Registry("data layout")
+
+
+def _ordered(root: Path, layout: str, labelled: Sequence[tuple[str, str]], source,
+             label_file: LabelFile | None = None,
+             problems: Mapping[str, str] | None = None) -> Scan:
+    """A :class:`Scan` from ``(sample id, class name)`` pairs: classes sorted, samples sorted by
+    class and then by id."""
+    classes = sorted({c for _, c in labelled})
+    index = {c: i for i, c in enumerate(classes)}
+    samples = sorted(((rel, index[c]) for rel, c in labelled), key=lambda s: (s[1], s[0]))
+    return Scan(root, layout, classes, samples, source, label_file, dict(problems or {}))
+
+
+
+def _as_subset(scan: Scan) -> Scan:
+    """``scan`` without the label file's images that are absent (:class:`Subset`)."""
+    if scan.label_file is None:
+        raise InputError(f"subset: {str(scan.root)!r} is in the {scan.layout} layout (no label "
+                         "file), so --subset (library: subset=True) does not apply: a subset "
+                         "leaves out the images a label file lists but the folder lacks")
+    ids = {rel for rel, _ in scan.samples}
+    absent = {rel for rel in scan.label_problems if rel in ids}
+    if not absent:
+        return scan
+    kept = [(rel, scan.classes[y]) for rel, y in scan.samples if rel not in absent]
+    present = sorted(rel for rel, _ in kept)
+    digest = hashlib.sha256("".join(f"{rel}\n" for rel in present).encode()).hexdigest()
+    problems = {rel: why for rel, why in scan.label_problems.items() if rel not in absent}
+    out = _ordered(scan.root, scan.layout, kept, scan.source, scan.label_file, problems)
+    return replace(out, problems=scan.problems, label_others=scan.label_others,
+                   label_found=scan.label_found,
+                   subset=Subset(len(scan.label_file.labels), len(kept), digest))
+
+
+def _mixed(root: Path, what: str, flat: Sequence[str], classes: Sequence[str],
+           n_in_classes: int) -> InputError:
+    """The error of a folder or archive that holds images both directly and in class
+    folders."""
+    shown = ", ".join(repr(_shown(c)) for c in classes[:5]) + (", ..." if len(classes) > 5
+                                                               else "")
+    return InputError(
+        f"{what} {str(root)!r} mixes two layouts: {len(flat)} image(s) directly in it (flat, "
+        f"e.g. {_shown(flat[0])!r}) and {len(classes)} class folder(s) holding {n_in_classes} "
+        f"image(s) ([{shown}]); it is read in one layout only, class folders "
+        "(<class>/<image>) or flat images with a label file: move the images into their class "
+        "folders, or out of the class folders beside the others")
+
+
+def _refuse_labels(data: Path, labels: Path | None, layout: str) -> None:
+    if labels is not None:
+        raise InputError(f"labels: {str(data)!r} is in the {layout} layout (its classes are its "
+                         f"folders), so label file {str(labels)!r} does not apply; a label file "
+                         "labels a flat folder or archive of images")
+
+
+def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None, *,
+                subset: bool = False) -> Scan:
+    """Scan ``root`` in the first layout of :data:`LAYOUTS` that claims it.
+
+    Parameters
+    ----------
+    root : path
+        A folder or a ``.tar`` archive.
+    labels : path, optional
+        The label file of a flat folder or archive (default: looked for, see
+        :mod:`uqvision.layouts`); refused for class folders.
+    subset : bool, default False
+        Read a layout with a label file as a subset of it: the images the label file lists but
+        ``root`` lacks are left out (:class:`Subset`) instead of being samples that the image
+        check refuses. Refused for a layout without a label file.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` does not exist, holds no class folder and no image, a class folder holds no
+        image, or a flat folder has no label file (the message names the files looked for).
+    uqmetrics.InputError
+        A label file that does not apply or is malformed, a compressed, truncated or
+        unreadable archive, a folder or archive with images both directly in it and in class
+        folders, a class folder whose name is not UTF-8, ``subset`` without a label file.
+    """
+    root = Path(root)
+    labels = None if labels is None else Path(labels)
+    if labels is not None and not labels.exists():
+        raise FileNotFoundError(f"label file {str(labels)!r} does not exist")
+    for layout in LAYOUTS.values():
+        if layout.claims(root):
+            scan = layout.scan(root, labels)
+            return _as_subset(scan) if subset else scan
+    if not root.exists():
+        raise FileNotFoundError(f"image folder {str(root)!r} does not exist")
+    if root.is_file():
+        raise FileNotFoundError(f"{str(root)!r} is a file, neither an image folder nor a .tar "
+                                "archive")
+    raise FileNotFoundError(f"image folder {str(root)!r} has no class sub-folder and no image")

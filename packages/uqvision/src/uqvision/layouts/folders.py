@@ -1,0 +1,97 @@
+"""The layouts of a folder: class folders (``class_folders``: ``root/<class>/.../<image>``) and
+a flat folder of images labelled by a label file (``flat``), registered in
+:data:`~uqvision.layouts.LAYOUTS` in this order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from .base import LAYOUTS, Layout, Scan, _mixed, _refuse_labels
+from .labels import _label_flat, _labels_for
+from .names import (
+    IMG_EXTENSIONS,
+    _is_image,
+    _not_utf8,
+    _refuse_class_name,
+    _shown,
+    _utf8,
+    list_classes,
+)
+from .sources import FileSource
+
+__all__: list[str] = []
+
+
+# -- class folders ----------------------------------------------------------------------------
+
+def _scan_class_folders(root: Path, labels: Path | None) -> Scan:
+    """Class folders; an image file that is a dangling symbolic link is a sample (the image
+    check finds it unreadable), one whose name is not UTF-8 a problem; images directly in
+    ``root`` beside the class folders are refused (:func:`_mixed`)."""
+    _refuse_labels(root, labels, "class-folder")
+    classes = list_classes(root)
+    for c in classes:
+        _refuse_class_name(root, c)
+    samples: list[tuple[str, int]] = []
+    problems: dict[str, str] = {}
+    empty = []
+    for i, c in enumerate(classes):
+        files = sorted(
+            p.relative_to(root).as_posix()
+            for p in (root / c).rglob("*")
+            if p.suffix.lower() in IMG_EXTENSIONS and (p.is_file() or p.is_symlink())
+        )
+        if not files:
+            empty.append(c)
+        samples.extend((f, i) for f in files if _utf8(f))
+        problems.update({_shown(f): _not_utf8(f) for f in files if not _utf8(f)})
+    flat = _flat_names(root)
+    if flat:
+        raise _mixed(root, "image folder", flat, classes, len(samples) + len(problems))
+    if empty:
+        raise FileNotFoundError(
+            f"image folder {str(root)!r}: class folder(s) {empty[:5]} contain no image "
+            f"({', '.join(IMG_EXTENSIONS)})")
+    return Scan(root, "class_folders", classes, samples, FileSource(root), problems=problems)
+
+
+LAYOUTS.add("class_folders", Layout(
+    "class_folders", "a folder with one sub-folder per class: root/<class>/.../<image>",
+    lambda p: p.is_dir() and bool(list_classes(p)), _scan_class_folders))
+
+
+# -- flat folder --------------------------------------------------------------------------------
+
+def _image_entry(e: os.DirEntry) -> bool:
+    """An image file, or a symbolic link named as one (dangling ones included: the image check
+    reports them, they are not dropped)."""
+    return not e.name.startswith(".") and _is_image(e.name) and (e.is_file() or e.is_symlink())
+
+
+def _flat_names(root: Path) -> list[str]:
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if _image_entry(e))
+
+
+def _scan_flat(root: Path, labels: Path | None) -> Scan:
+    names = _flat_names(root)
+    label_file, others = _labels_for(root, labels, "image folder")
+    scan = _label_flat(root, "flat", [n for n in names if _utf8(n)], FileSource(root),
+                       label_file, "folder")
+    return replace(scan, problems={_shown(n): _not_utf8(n) for n in names if not _utf8(n)},
+                   label_others=others, label_found=labels is None)
+
+
+def _holds_images(root: Path) -> bool:
+    with os.scandir(root) as entries:  # stops at the first image
+        return any(_image_entry(e) for e in entries)
+
+
+LAYOUTS.add("flat", Layout(
+    "flat", "a folder of images (no class sub-folder) with a label file: the devkit's ground "
+            "truth or LOC_val_solution.csv",
+    lambda p: p.is_dir() and not list_classes(p) and _holds_images(p), _scan_flat))
+

@@ -1,0 +1,293 @@
+"""Checkpoint files and their JSON sidecars, shared by every model source.
+
+A checkpoint is a weight file (``.safetensors``, or a ``torch.save`` file: ``.pth``/``.bin``)
+with its classification head; ``uqvision train`` writes one with a sidecar, ``<checkpoint>.json``
+(:func:`sidecar_path`), holding the preprocessing it was trained with (``pretrained_cfg``), its
+classes and, for a trained run, its method and hyperparameters. Here:
+
+- writing them (:func:`write_checkpoint`, atomically, the sidecar first);
+- the cheap checks before a load (:func:`existing_checkpoint`, :func:`check_checkpoint_file`:
+  the file's header and size, no tensors read) and the reading of a sidecar
+  (:func:`read_sidecar`, :func:`recorded_class_names`);
+- what the sources use while loading one: its tensors (whole, or shape-only from a safetensors
+  header), the class count of its head checked against the data's, the names of its outputs,
+  and one-line errors naming the file when it does not fit the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import safetensors.torch  # its functions looked up at call time (tests patch them)
+import torch
+from safetensors import SafetensorError
+from timm.data import ImageNetInfo
+from timm.models import load_state_dict
+from torch import nn
+from uqmetrics import InputError
+from uqmetrics.io import temporary_beside
+
+from ..exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from .spec import ModelSpec
+
+__all__ = [
+    "check_checkpoint_file",
+    "existing_checkpoint",
+    "read_sidecar",
+    "recorded_class_names",
+    "sidecar_path",
+    "write_checkpoint",
+]
+
+
+def sidecar_path(checkpoint: str | os.PathLike) -> Path:
+    """``model.safetensors`` -> ``model.json`` (written by ``uqvision train``).
+
+    Examples
+    --------
+    >>> sidecar_path("runs/model.safetensors").as_posix()
+    'runs/model.json'
+    """
+    return Path(checkpoint).with_suffix(".json")
+
+
+def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[str, Any]) -> Path:
+    """Write ``model``'s state dict to ``path`` (``.safetensors``) and ``sidecar`` (JSON) beside
+    it, each atomically (the sidecar first: a checkpoint never exists without it)."""
+    path = Path(path)
+    side = sidecar_path(path)
+    with temporary_beside(side) as tmp:
+        tmp.write_text(json.dumps(sidecar, indent=1))
+        os.replace(tmp, side)
+    with temporary_beside(path) as tmp:
+        safetensors.torch.save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
+        os.replace(tmp, path)
+    return path
+
+
+def existing_checkpoint(spec: ModelSpec) -> str:
+    """``spec.checkpoint`` as a string, checked by :func:`check_checkpoint_file`;
+    ``FileNotFoundError`` when the file does not exist."""
+    ckpt = str(spec.checkpoint)
+    if not Path(ckpt).is_file():
+        raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    check_checkpoint_file(ckpt)
+    return ckpt
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a ``.safetensors`` file's layout (its header and size), or None."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"not a safetensors file ({size} bytes, shorter than its header)"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return "not a safetensors file (no header of the length its first 8 bytes give)"
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "not a safetensors file (its header is not a safetensors JSON header)"
+    need = 8 + n + max(ends, default=0)
+    if size < need:
+        return f"truncated ({size} bytes; its header lists tensors up to byte {need})"
+    return None
+
+
+def check_checkpoint_file(path: str | os.PathLike) -> None:
+    """Check that a weight file is what its suffix says, without loading its tensors.
+
+    A ``.safetensors`` file must have a safetensors header and be as long as the tensors its
+    header lists (a truncated copy is not); any other file must be a PyTorch file (``torch.save``:
+    a zip archive, whose directory is at its end, or a legacy pickle).
+
+    Raises
+    ------
+    uqvision.exceptions.CheckpointError
+        The message names the file and what is wrong with it.
+    """
+    p = Path(path)
+    if p.suffix == ".safetensors":
+        why = _safetensors_problem(p)
+    else:
+        with open(p, "rb") as f:
+            first = f.read(2)
+        why = None if zipfile.is_zipfile(p) or first[:1] == b"\x80" else (
+            "empty file" if not first else
+            "not a PyTorch weight file (neither a zip archive of torch.save nor a pickle; a "
+            "truncated copy?)")
+    if why:
+        raise CheckpointError(f"checkpoint {str(p)!r}: {why}")
+
+
+#: Sidecar keys a run trained by ``uqvision train`` (a sidecar with a ``method``) needs, and
+#: their JSON types.
+_RUN_KEYS = {"architecture": str, "num_classes": int, "pretrained_cfg": dict, "hparams": dict,
+             "state_meta": dict}
+
+
+def read_sidecar(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """The sidecar of a checkpoint, or ``{}`` when it has none.
+
+    Raises
+    ------
+    uqvision.exceptions.CheckpointError
+        The sidecar is not a JSON object, or the sidecar of a trained run lacks a field it
+        needs (the message names the file).
+    """
+    p = sidecar_path(checkpoint)
+    if not p.is_file():
+        return {}
+    try:
+        side = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} is not "
+                              f"valid JSON ({err})") from None
+    if not isinstance(side, dict):
+        raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} holds a "
+                              f"JSON {type(side).__name__}, not an object")
+    if "method" in side:
+        bad = [k for k, kind in _RUN_KEYS.items() if not isinstance(side.get(k), kind)]
+        if bad:
+            raise CheckpointError(f"sidecar {str(p)!r} of checkpoint {str(checkpoint)!r} names a "
+                                  f"training method but lacks valid {bad} (damaged?)")
+    return side
+
+
+def recorded_class_names(checkpoint: str | os.PathLike | None) -> tuple[str, ...] | None:
+    """The class names a checkpoint's sidecar records (``"classes"``, in the order of the
+    model's outputs), or ``None`` when it has no sidecar or the sidecar names none.
+
+    Cheap (reads the JSON sidecar only): call it before a model is built. A sidecar may be
+    written by hand for a checkpoint uqvision did not train: ``{"classes": ["n01440764",
+    ...]}``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``"classes"`` is not a list of distinct strings, or its length differs from the
+        sidecar's ``"num_classes"``.
+    """
+    if checkpoint is None:
+        return None
+    side = read_sidecar(checkpoint)
+    names = side.get("classes")
+    if names is None:
+        return None
+    where = f"sidecar {str(sidecar_path(checkpoint))!r}"
+    if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
+        raise InputError(f"{where}: 'classes' must be a list of class names, got "
+                         f"{type(names).__name__}")
+    if len(set(names)) != len(names):
+        raise InputError(f"{where}: 'classes' names a class more than once")
+    if "num_classes" in side and int(side["num_classes"]) != len(names):
+        raise InputError(f"{where}: 'classes' names {len(names)} classes but 'num_classes' is "
+                         f"{side['num_classes']}")
+    return tuple(names)
+
+
+def _imagenet_names(n: int, in1k: bool) -> tuple[str, ...] | None:
+    """The ImageNet-1k WordNet ids in timm's order (sorted, the folder order every ImageNet-1k
+    checkpoint uses) for a 1,000-class head of a model whose weights say ImageNet-1k; else
+    ``None``."""
+    if n != 1000 or not in1k:
+        return None
+
+    return tuple(ImageNetInfo("imagenet-1k").label_names())
+
+
+def _class_names(ckpt: str, n: int, in1k: bool) -> tuple[tuple[str, ...] | None, str]:
+    """``(class names, where they come from)`` of a loaded checkpoint with an ``n``-class head:
+    its sidecar's (``"sidecar"``), else ImageNet-1k's (``"imagenet-1k"``, :func:`_imagenet_names`),
+    else ``(None, "")``."""
+    names = recorded_class_names(ckpt)
+    if names is not None:
+        if len(names) != n:
+            raise InputError(f"sidecar {str(sidecar_path(ckpt))!r} names {len(names)} classes but "
+                             f"checkpoint {ckpt!r} has a {n}-class head")
+        return names, "sidecar"
+    names = _imagenet_names(n, in1k)
+    return names, ("imagenet-1k" if names else "")
+
+
+#: Classifier modules looked for when the architecture names none.
+_COMMON_HEADS = ("fc", "head", "head.fc", "classifier", "last_linear")
+
+
+def _classifier_keys(classifier: Any) -> list[str]:
+    """State-dict keys of a classifier weight: ``["<name>.weight", ...]`` of a module name or
+    names (timm's ``pretrained_cfg.classifier``), else of :data:`_COMMON_HEADS`."""
+    names = [classifier] if isinstance(classifier, str) else list(classifier or _COMMON_HEADS)
+    return [f"{n}.weight" for n in names]
+
+
+def _check_head(state_dict: dict, keys: list[str], num_classes: int | None, ckpt: str) -> int:
+    """Class count of a checkpoint's head (the first of ``keys`` in ``state_dict``, shape
+    (n_classes, dim)); raise ``ValueError`` if it differs from ``num_classes`` or is missing."""
+    found = [k for k in keys if k in state_dict]
+    if not found:
+        raise ValueError(f"checkpoint {ckpt!r} has no classifier weight {keys}; "
+                         "uqvision needs checkpoints with their classification head")
+    n = int(state_dict[found[0]].shape[0])
+    if num_classes is not None and n != num_classes:
+        raise ValueError(
+            f"checkpoint {ckpt!r} has a {n}-class head ({found[0]} of shape "
+            f"{tuple(state_dict[found[0]].shape)}) but the dataset has {num_classes} classes")
+    return n
+
+
+def _other_architecture(ckpt: str, name: str, expected: Any, got: Any) -> str | None:
+    """A message when the state dict ``got`` is not one of the model ``name`` (whose state dict
+    keys are ``expected``), else None."""
+    expected, got = set(expected), set(got)
+    missing, foreign = sorted(expected - got), sorted(got - expected)
+    if not missing and not foreign:
+        return None
+    return (f"checkpoint {ckpt!r} does not hold {name!r} weights: {len(missing)} of the model's "
+            f"{len(expected)} tensors are missing" + (f" (e.g. {missing[0]!r})" if missing else "")
+            + f" and {len(foreign)} are not the model's"
+            + (f" (e.g. {foreign[0]!r})" if foreign else "")
+            + "; was it trained with another architecture? Give that one as NAME")
+
+
+def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
+    """timm's ``load_state_dict`` of a weight file; a file that does not load is a
+    :class:`~uqvision.exceptions.CheckpointError` naming it."""
+    try:
+        return load_state_dict(ckpt)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile, SafetensorError) as err:
+        text = " ".join(str(err).split())[:300] or type(err).__name__
+        raise CheckpointError(f"checkpoint {ckpt!r} does not load ({text})") from None
+
+
+def _tensor_shapes(ckpt: str) -> dict[str, torch.Tensor]:
+    """A weight file's tensors for the head and architecture checks: shape-only ``meta``
+    tensors from a safetensors file's header (its data are read once, by the load itself);
+    other formats read whole (:func:`_read_state`)."""
+    if not str(ckpt).endswith(".safetensors"):  # timm's own test of the format
+        return _read_state(ckpt)
+    try:
+        with safetensors.safe_open(ckpt, "pt") as f:
+            keys = f.keys()  # a safe_open is not iterable
+            return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in keys}
+    except (OSError, ValueError, SafetensorError) as err:
+        text = " ".join(str(err).split())[:300] or type(err).__name__
+        raise CheckpointError(f"checkpoint {ckpt!r} does not load ({text})") from None
+
+
+def _load_error(ckpt: str, name: str, err: RuntimeError) -> CheckpointError:
+    """torch's multi-line ``Error(s) in loading state_dict`` as one line naming the file."""
+    lines = [" ".join(line.split()) for line in str(err).splitlines() if line.strip()]
+    return CheckpointError(f"checkpoint {ckpt!r} does not fit model {name!r}: "
+                           + "; ".join(lines)[:400])

@@ -1,0 +1,68 @@
+"""Plugins: protocols, training methods, model sources, evaluation sets and OOD detectors from
+installed packages, through Python entry points.
+
+A package adds to a registry by declaring an entry point in that registry's group; the object
+it names is registered under the entry point's name when ``uqvision`` is imported
+(:func:`load_plugins`):
+
+==============================  ==========================================  ===================
+group                           registry                                    object
+==============================  ==========================================  ===================
+``uqvision.training_methods``   :data:`uqvision.training.TRAINING_METHODS`  ``TrainingMethod``
+``uqvision.model_sources``      :data:`uqvision.models.MODEL_SOURCES`       ``ModelSource``
+``uqvision.eval_sets``          :data:`uqvision.evalsets.EVAL_SETS`         ``EvalSet``
+``uqmetrics.detectors``         :data:`uqmetrics.detectors.DETECTORS`       ``Detector``
+``uqvision.protocols``          :data:`uqvision.protocols.VISION_PROTOCOLS` ``Protocol``
+==============================  ==========================================  ===================
+
+In the plugin's ``pyproject.toml``::
+
+    [project.entry-points."uqvision.protocols"]
+    toy = "my_package:PROTOCOL"
+
+Groups load in the order of the table (a plugin protocol may compare a plugin's training
+method). A plugin that cannot be loaded (its import fails, its object is of the wrong type, its
+name is taken) is reported in one line naming it and skipped; ``uqvision plugins`` lists what
+was loaded and what was not.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from uqmetrics.detectors import DETECTORS
+from uqmetrics.registry import Registry
+
+from .evalsets import EVAL_SETS
+from .models import MODEL_SOURCES
+from .protocols import VISION_PROTOCOLS
+from .training import TRAINING_METHODS
+
+__all__ = ["PLUGIN_REGISTRIES", "load_plugins", "plugin_report"]
+
+#: The registries plugins join, in loading order (each has its entry-point ``group``).
+PLUGIN_REGISTRIES: tuple[Registry, ...] = (TRAINING_METHODS, MODEL_SOURCES, EVAL_SETS, DETECTORS,
+                                           VISION_PROTOCOLS)
+
+
+def load_plugins() -> dict[str, dict[str, str]]:
+    """Register every installed plugin (:meth:`uqmetrics.registry.Registry.load_plugins` for
+    each of :data:`PLUGIN_REGISTRIES`); a later call loads only the plugins installed since.
+
+    Returns
+    -------
+    dict
+        Group -> {entry point name: why it was not loaded} (empty dicts when all loaded).
+    """
+    installed = metadata.entry_points()  # the installed packages, listed once
+    return {reg.group: reg.load_plugins(installed) for reg in PLUGIN_REGISTRIES}
+
+
+def plugin_report() -> str:
+    """One line per plugin entry point: its group, name, what it points at, and whether it
+    was loaded (``uqvision plugins``)."""
+    lines = []
+    for reg in PLUGIN_REGISTRIES:
+        lines += [f"{reg.group}: {name} = {value} (loaded)" for name, value in reg.plugins.items()]
+        lines += [f"{reg.group}: {name} NOT LOADED: {why}" for name, why in reg.broken.items()]
+    return "\n".join(lines) if lines else "no plugins installed"

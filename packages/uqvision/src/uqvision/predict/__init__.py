@@ -1,0 +1,85 @@
+"""Run a model over an image folder once and cache per-sample logits (one file per pass).
+
+Modes (:data:`PASS_MODES`):
+
+- ``plain``: the model's own evaluation preprocessing, one pass;
+- ``tta``: one random augmentation per pass (policy of :data:`uqvision.data.TTA_POLICIES`);
+  pass ``p`` of sample ``i`` is a pure function of ``(seed, p, i)``;
+- ``mc_dropout``: dropout masks drawn per sample (:class:`uqvision.training.dropout.PerSampleDropout`;
+  the rest of the model, BatchNorm included, in eval mode), ``passes`` forward passes per
+  batch sharing one data loading; one file with logits (pass, sample, class). Pass ``r`` of
+  sample ``i`` is a pure function of ``(seed, r, i)``;
+- and the modes a protocol registers (``crop``: URL's crop intervention,
+  :mod:`uqvision.protocols.url.crop`); a mode is a runner that calls :func:`run_loader`.
+
+A network that gives its own uncertainty declares it: ``model.predicts_uncertainty = True``
+(:data:`OWN_UNCERTAINTY`) and a method ``predict(x, ids, seed) -> (logits, u, embedding)``
+(the URL heads, :class:`uqvision.protocols.url.heads.URLModel`, V.4): its caches also hold ``uncertainty``
+(sample) and, with ``embeddings``, its embedding; the noise of its stochastic heads is drawn
+per sample from ``(seed, sample index)``. With ``logits=False`` a cache keeps no logits and
+the folder's classes need not be the model's (zero-shot embeddings of unseen classes).
+
+ONE path from a training method's prediction samples to caches: a checkpoint trained by
+:func:`uqvision.training.loop.train_model` is rebuilt through its method
+(:func:`uqvision.training.runs.load_run`), and each of its K samples — deep-ensemble member,
+snapshot, posterior draw or stochastic pass (noise drawn per sample, like the MC-dropout
+masks) — goes through the mode as one network, one cache per sample and pass (attrs
+``method``, ``run``, ``sample_index``). A network without a method is one sample.
+
+No mode reads or writes the global torch RNG: a cache does not depend on the batch size, the
+number of torchrun processes or DataLoader workers, nor on what the caller did with the RNG
+(up to the float rounding of batched kernels, the same as for ``plain``).
+
+Multi-process: under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) each rank runs a contiguous
+shard of the samples (``numpy.array_split``: exact, no padded duplicates) and the logits are
+gathered onto every rank in sample order before anything is written (rank 0 writes).
+
+One concern per module; every name is importable from ``uqvision.predict`` itself:
+
+- :mod:`~.config`: :class:`PredictConfig`, :data:`AMP_MODES` (:func:`amp_mode`),
+  :data:`DEFAULT_PASSES`, :data:`REFERENCE_EXECUTION`, :data:`PREDICT_CONFIG_OPTIONS`;
+- :mod:`~.variables`: the cache variables (:data:`CACHE_VARIABLES`, :class:`CacheVariable`);
+- :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`);
+- :mod:`~.modes`: the prediction modes (:data:`PASS_MODES`, :func:`head_only_dropout`,
+  :data:`MC_DROPOUT_PATHS`);
+- :mod:`~.plan`: a request's checks, its caches (:func:`cache_plan`, :func:`sample_label`) and
+  class space;
+- :mod:`~.core`: :func:`predict`;
+- :mod:`~.files`: caches on disk (:data:`IDENTITY_FIELDS`, :func:`cache_identity`,
+  :func:`check_caches`, :func:`predict_to_files`).
+"""
+
+from .config import (
+    AMP_MODES,
+    DEFAULT_PASSES,
+    PREDICT_CONFIG_OPTIONS,
+    REFERENCE_EXECUTION,
+    PredictConfig,
+    amp_mode,  # noqa: F401  (public but not in __all__, as before the split)
+)
+from .core import predict
+from .files import IDENTITY_FIELDS, cache_identity, check_caches, predict_to_files
+from .loop import OWN_UNCERTAINTY, run_loader
+from .modes import MC_DROPOUT_PATHS, PASS_MODES, head_only_dropout
+from .plan import cache_plan, sample_label  # noqa: F401  (not in __all__; uqvision.sweep uses them)
+from .variables import CACHE_VARIABLES, CacheVariable
+
+__all__ = [
+    "AMP_MODES",
+    "CACHE_VARIABLES",
+    "DEFAULT_PASSES",
+    "IDENTITY_FIELDS",
+    "MC_DROPOUT_PATHS",
+    "OWN_UNCERTAINTY",
+    "PASS_MODES",
+    "PREDICT_CONFIG_OPTIONS",
+    "REFERENCE_EXECUTION",
+    "CacheVariable",
+    "PredictConfig",
+    "cache_identity",
+    "check_caches",
+    "head_only_dropout",
+    "predict",
+    "predict_to_files",
+    "run_loader",
+]

@@ -1,0 +1,146 @@
+"""The options of a prediction: :class:`PredictConfig`, its autocast modes (:data:`AMP_MODES`,
+:func:`amp_mode`), the default passes of a mode (:data:`DEFAULT_PASSES`), the pinned execution
+of the reproduction drivers (:data:`REFERENCE_EXECUTION`) and the command-line options of its
+evaluation-set and cache-variable fields (:data:`PREDICT_CONFIG_OPTIONS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..evalsets import DEFAULT_EVAL_SET, EVAL_SETS
+from ..options import ConfigOption
+from .variables import CACHE_VARIABLES
+
+__all__ = [
+    "AMP_MODES",
+    "DEFAULT_PASSES",
+    "PREDICT_CONFIG_OPTIONS",
+    "REFERENCE_EXECUTION",
+    "PredictConfig",
+    "amp_mode",
+]
+
+
+@dataclass
+class PredictConfig:
+    """Options of :func:`predict` (recorded in every cache's ``config`` attr).
+
+    ``passes`` counts TTA augmentations or MC-dropout passes (ignored for ``plain``); ``None``
+    (the default) means :data:`DEFAULT_PASSES` of the mode (MC dropout: the Selective paper's
+    30); ``first_pass`` offsets the TTA pass indices (pass ``p`` uses seed ``derive_seed(seed, p)``),
+    so a member ``k`` of an ensemble can run its own pass ``k``; ``seed`` also seeds the
+    MC-dropout masks (sample ``i`` in pass ``r``: ``derive_seed(seed, r, i)``).
+
+    A checkpoint trained by :func:`uqvision.training.loop.train_model` yields its method's prediction
+    samples (snapshots, posterior draws, stochastic passes; one network for a deep-ensemble
+    member): ``samples`` of them from ``first_sample`` on (``None``: every snapshot, 10
+    posterior draws or passes, the network itself), one cache per sample and pass. Sample
+    ``k`` of a run trained with seed ``s`` draws its weights / noise from
+    ``derive_seed(seed, s)`` and its TTA pass ``p`` from ``derive_seed(derive_seed(seed, s,
+    k), p)``, so members and samples never share an augmentation. ``train_data`` is the
+    folder the BatchNorm statistics of sampled weights are recomputed on (SWAG, K-FAC
+    Laplace; default: the run's training folder). ``logits=False`` (with ``embeddings``): no
+    logits are kept and the folder may have other classes than the model (zero-shot, V.4).
+    The folder's images are checked before the model is built
+    (:func:`uqvision.data.readable_images`): an unreadable one is an error naming it, or with
+    ``skip_bad_images`` is left out and recorded in the caches' attrs (``skipped_images``,
+    JSON relative path -> why, and ``n_skipped_images``).
+
+    How the network runs (docs/conventions.md#v-predict-speed): ``channels_last`` runs it on
+    NHWC tensors and weights (faster for most convolutional networks on CPU and with AMP on
+    GPU; logits equal to float rounding, within 1e-7 on the networks measured); ``amp`` is
+    autocast (:data:`AMP_MODES`: ``"off"``, ``"fp16"`` on CUDA only, ``"bf16"``; ``True`` and
+    ``False`` of earlier versions mean fp16 on CUDA / bf16 on CPU, and off). Both are part of
+    a cache's identity. ``num_workers`` ``None`` picks the DataLoader workers from the machine
+    (:func:`uqvision.runtime.loader_workers`); the logits do not depend on it.
+
+    ``eval_set`` names what the folder is (:data:`uqvision.evalsets.EVAL_SETS`: its role and
+    class map; default the generic ``folder`` set, classes matched by name): ``imagenet-v2``
+    labels folders ``0`` ... ``999`` by class index, ``imagenet-o`` (OOD) every sample -1. For
+    an expanded set (``imagenet-c``) the folder is one member's (``<corruption>/<severity>``)
+    and ``eval_member`` names it (``None``: told from the folder's path). Both are part of a
+    cache's identity, recorded in its attrs (``eval_set``, ``role``, ``eval_member``,
+    ``corruption``, ``severity``). ``extra_variables`` are further variables each cache
+    records (:data:`CACHE_VARIABLES`, e.g. ``head_weight``); a cache lacking one is not reused.
+    """
+
+    mode: str = "plain"
+    passes: int | None = None
+    first_pass: int = 0
+    tta_policy: str = "imagenet"
+    seed: int = 0
+    batch_size: int = 64
+    num_workers: int | None = None
+    device: str = "cpu"
+    amp: str = "off"
+    channels_last: bool = False
+    embeddings: bool = False
+    allow_random_init: bool = False
+    samples: int | None = None
+    first_sample: int = 0
+    train_data: str | None = None
+    logits: bool = True
+    skip_bad_images: bool = False
+    eval_set: str = DEFAULT_EVAL_SET
+    eval_member: str | None = None
+    extra_variables: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.passes is None:
+            self.passes = DEFAULT_PASSES.get(self.mode, 1)
+        if isinstance(self.extra_variables, str):
+            self.extra_variables = (self.extra_variables,)
+        self.extra_variables = tuple(dict.fromkeys(self.extra_variables or ()))
+        self.amp = amp_mode(self.amp, self.device)
+        if not self.logits and not self.embeddings:
+            raise ValueError("logits=False needs embeddings=True (a cache without logits "
+                             "holds embeddings)")
+
+
+#: Passes of a mode when ``PredictConfig.passes`` is not given (1 for the others).
+DEFAULT_PASSES: dict[str, int] = {"mc_dropout": 30}
+
+
+#: How the reproduction drivers (:mod:`uqvision.protocols`) and ``uqvision demo`` run their
+#: networks, pinned whatever the defaults of :class:`PredictConfig`: contiguous tensors, no
+#: autocast, images decoded in the main process, as when their published numbers were
+#: computed (``PredictConfig(..., **REFERENCE_EXECUTION)``).
+REFERENCE_EXECUTION: dict[str, Any] = {"channels_last": False, "amp": "off", "num_workers": 0}
+
+
+#: Autocast modes of ``PredictConfig.amp``: name -> dtype (``None``: full precision).
+AMP_MODES: dict[str, torch.dtype | None] = {"off": None, "fp16": torch.float16,
+                                            "bf16": torch.bfloat16}
+
+
+def amp_mode(value: Any, device: Any = "cpu") -> str:
+    """``PredictConfig.amp`` as a name of :data:`AMP_MODES`: the booleans of earlier versions
+    (and of old caches' ``config``) mean ``"off"`` and autocast's dtype on ``device`` (fp16 on
+    CUDA, bf16 on CPU); ``None`` (a cache from before the option) is ``"off"``; other values
+    are returned as they are (checked by :func:`predict`)."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "fp16" if str(device).startswith("cuda") else "bf16"
+    return value
+
+
+#: Command-line options of the :class:`PredictConfig` fields of evaluation sets and cache
+#: variables (``--eval-set``, ``--eval-member``, ``--cache-variables``), for the ``uqvision
+#: predict`` / ``sweep`` option list (defaults from the fields).
+PREDICT_CONFIG_OPTIONS = (
+    ConfigOption("eval_set", choices=EVAL_SETS.names, metavar="NAME",
+                 help="what --data is (its role and how its labels are made; part of a "
+                      "cache's identity; default: {default}):\n" + EVAL_SETS.describe()),
+    ConfigOption("eval_member", metavar="MEMBER",
+                 help="the member of an expanded --eval-set that --data is (e.g. fog-3 of "
+                      "imagenet-c, folder <root>/fog/3; default: told from --data's path)"),
+    ConfigOption("extra_variables", flag="--cache-variables", nargs="+",
+                 choices=CACHE_VARIABLES.names, metavar="NAME",
+                 help="also record these variables in every cache (a cache without them is "
+                      "not reused):\n" + CACHE_VARIABLES.describe()),
+)

@@ -1,0 +1,181 @@
+"""The one prediction path: :func:`predict` runs a model (each prediction sample of a training
+method's run) over an image folder through its mode and returns one cache Dataset per sample
+and pass, with its attrs (provenance, identity, evaluation set); sharded over torchrun's ranks
+and gathered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+from uqmetrics import provenance_attrs
+
+from ..cache import cache_dataset
+from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
+from ..evalsets import eval_set_attrs
+from ..models import ModelSpec, recorded_class_names
+from ..runtime import distributed_context, gather, shard_indices
+from ..training.runs import load_run
+from .config import PredictConfig
+from .modes import PASS_MODES
+from .plan import (
+    _check_config,
+    _class_space,
+    _dataset_name,
+    _eval_member,
+    _fingerprint,
+    _folder,
+    _n_samples,
+    _resolved,
+    _sidecar_sha256,
+    cache_plan,
+    sample_label,
+)
+from .variables import _cache_variables
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+__all__ = ["predict"]
+
+
+def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
+            config: PredictConfig | None = None, *, dataset_name: str | None = None,
+            only: set[tuple[int, int]] | None = None,
+            attrs: dict | None = None) -> list[xr.Dataset]:
+    """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
+
+    Classes are matched BY NAME (the class map of the default evaluation set,
+    ``config.eval_set``; :mod:`uqvision.evalsets` for the others: by class index, or none for
+    an OOD set): the folder's class names are looked up among the model's (its sidecar's
+    ``classes``; the WordNet ids of an ImageNet-1k checkpoint without one), and the labels are
+    indices of the model's classes. A folder may hold a subset of the model's
+    classes; a class the model lacks is an error naming it. A model that records no class
+    names takes the folder's sorted classes as its own, which needs as many of them
+    (``class_mapping = "folder_order"`` in the cache).
+
+    Parameters
+    ----------
+    spec : ModelSpec or str
+        ``NAME`` or ``NAME=CHECKPOINT`` (see :class:`uqvision.models.ModelSpec`); a checkpoint
+        of :func:`uqvision.training.loop.train_model` is rebuilt through its method
+        (:func:`uqvision.training.runs.load_run`).
+    data : path or ImageFolderDataset
+        Image folder (or the folder already scanned).
+    config : PredictConfig
+    dataset_name : str, optional
+        Name recorded in the cache (default: the folder name, e.g. ``val`` or ``test``).
+    only : set of (sample, pass), optional
+        Compute just these (resume).
+    attrs : dict, optional
+        Extra attrs recorded in every cache (a protocol's bookkeeping, e.g. URL's run seed).
+
+    Returns
+    -------
+    list of xarray.Dataset
+        ``logits`` (sample, class) — (pass, sample, class) for ``mc_dropout`` — float32 (none
+        with ``logits=False``), ``label`` (sample), optional ``embedding`` (sample, feature),
+        ``uncertainty`` (sample) for a network with its own u, ``crop_fraction`` (sample); the
+        ``class`` coordinate holds the model's classes, ``in_folder`` (class) marks those the
+        folder has; see :mod:`uqvision.cache` for the attrs (``method``, ``run``,
+        ``sample_index`` name the training method, the run and the prediction sample;
+        ``class_mapping``, ``folder_classes`` how the labels were made). Every rank of a
+        torchrun job returns the gathered full result.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The folder's classes do not fit the model's (checked before the model is built when
+        the checkpoint's sidecar names its classes, else right after, before any image is read).
+    """
+    config = _resolved(config or PredictConfig())
+    _check_config(config)
+    run_mode = PASS_MODES.lookup(config.mode)
+    spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    folder = _folder(data)  # validates the folder before the model is built
+    member = _eval_member(folder, config)
+    name = _dataset_name(dataset_name, folder, member, config)
+    names = recorded_class_names(spec.checkpoint) if config.logits else None
+    if names is not None:  # a name the model lacks fails before the model is built
+        _class_space(folder, names, "sidecar", None, config, spec)
+    head = (None if not config.logits or (names is None and (
+        spec.checkpoint or not config.allow_random_init))  # the weights' head, their classes
+            else len(names) if names is not None else len(folder.classes))
+    plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
+            if only is None or (k, p) in only]
+    wanted = sorted({k for k, _ in plan})
+    fingerprint = _fingerprint(folder)
+    side_sha = _sidecar_sha256(spec)
+    folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
+    t0 = time.perf_counter()
+    results = []
+    with flush_denormal(), distributed_context(config.device) as (world, rank, device):
+        run = load_run(spec, num_classes=head, device=device,
+                       train_data=config.train_data, allow_random_init=config.allow_random_init,
+                       seed=config.seed)
+        space = _class_space(folder, names or run.loaded.class_names,
+                             "sidecar" if names else run.loaded.class_names_source,
+                             run.loaded.num_classes, config, spec)
+        labelled = folder if space.index is None else folder.relabelled(space.index)
+        local = shard_indices(len(folder), world, rank)
+        _, multi = _n_samples(run.sidecar, config)
+        noise_seed = config.seed if run.seed is None else derive_seed(config.seed, run.seed)
+        nets = (run.samples(wanted[-1] + 1, noise_seed) if multi and wanted
+                else iter([run.loaded.model] if wanted else []))
+        for k, net in enumerate(nets):
+            if k not in wanted:
+                continue
+            seed_k = config.seed if run.seed is None else derive_seed(config.seed, run.seed, k)
+            loaded = dataclasses.replace(run.loaded, model=net)
+            variables = _cache_variables(net, config)  # before the images are read
+            for p in sorted(p for kk, p in plan if kk == k):
+                cfg = dataclasses.replace(config, seed=seed_k, first_pass=p, passes=1) \
+                    if config.mode == "tta" else dataclasses.replace(config, seed=seed_k)
+                results += [(k, pp, seed_k, gather(arrays, world), variables)
+                            for pp, arrays in run_mode(loaded, labelled, cfg, local, device)]
+    wall = time.perf_counter() - t0
+    n_samples = _n_samples(run.sidecar, config)[0]
+    out = []
+    for k, p, seed_k, arrays, variables in results:
+        if not np.array_equal(arrays["index"], np.arange(len(folder))):
+            raise RuntimeError("gathered predictions do not cover every sample exactly once")
+        mc_path = arrays.pop("mc_dropout_path", None)  # one entry per rank, all alike
+        logits = arrays["logits"] if config.mode == "mc_dropout" else arrays["logits"][0]
+        recorded = {**asdict(config), "first_sample": k, "samples": 1}
+        if config.mode == "tta":
+            recorded.update(first_pass=p, passes=1)
+        extra = {**run.loaded.provenance(), "model": sample_label(spec.row, k, multi),
+                 "run": spec.row, "method": "mc_dropout" if config.mode == "mc_dropout"
+                 else run.method, "sample_index": int(k), "n_samples": int(n_samples),
+                 "sample_seed": int(seed_k), "train_seed": -1 if run.seed is None else run.seed,
+                 "sidecar_sha256": side_sha, "dataset": str(folder.root.resolve()),
+                 "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
+                 "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
+                 else 1, "tta_policy": config.tta_policy if config.mode == "tta"
+                 else "", "class_mapping": space.mapping, "class_names_source": space.source,
+                 "folder_classes": json.dumps(list(folder.classes)), "device": device,
+                 "world_size": world, "wall_time_s": wall, "amp": config.amp,
+                 "channels_last": int(config.channels_last),
+                 **eval_set_attrs(config.eval_set, member), **dict(attrs or {})}
+        if mc_path is not None:
+            extra["mc_dropout_path"] = str(mc_path[0])
+        if folder.skipped:  # unreadable images left out (skip_bad_images)
+            extra.update(skipped_images=json.dumps(dict(folder.skipped)),
+                         n_skipped_images=len(folder.skipped))
+        extra.update(folder.labelling_attrs())  # label file (path, sha256), subset counts
+        ds = cache_dataset(logits if config.logits else None, arrays["label"],
+                           samples=folder.sample_ids, classes=space.classes,
+                           in_folder=space.in_folder(),
+                           embedding=arrays.get("embedding"),
+                           uncertainty=arrays.get("uncertainty"),
+                           crop_fraction=arrays.get("crop_fraction"),
+                           attrs=provenance_attrs(config=recorded, seed=config.seed, extra=extra),
+                           extra=variables)
+        out.append(ds)
+    return out

@@ -1,0 +1,123 @@
+"""The batch loop of every prediction mode: :func:`run_loader` runs a network over the samples
+of a folder (the DataLoader, autocast, ``channels_last``, several passes per batch) and the
+forward pass of each kind of network (:data:`OWN_UNCERTAINTY`, stochastic passes, embeddings).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from ..models import LoadedModel
+from ..runtime import loader_workers
+from ..training.dropout import PerSampleDropout
+from ..training.method import StochasticPass
+from .config import AMP_MODES, PredictConfig
+
+__all__ = ["OWN_UNCERTAINTY", "run_loader"]
+
+
+def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
+    # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
+    # nothing random happens in the workers: augmentations carry their own generators
+    workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size), cfg.device)
+    loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
+                        shuffle=False, num_workers=workers,
+                        pin_memory=cfg.device.startswith("cuda"),
+                        generator=torch.Generator().manual_seed(cfg.seed))
+    yield from loader
+
+
+def _autocast(cfg: PredictConfig, device: str):
+    dtype = AMP_MODES[cfg.amp]
+    return torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None)
+
+
+def _to_input(x: torch.Tensor, cfg: PredictConfig, device: str) -> torch.Tensor:
+    """A batch on ``device``, NHWC when ``cfg.channels_last`` (a 4-D image batch)."""
+    x = x.to(device, non_blocking=True)
+    if cfg.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _set_memory_format(model: torch.nn.Module, cfg: PredictConfig) -> None:
+    """The network's 4-D weights in NHWC with ``cfg.channels_last`` (in place; a no-op for
+    weights already so); without it the network is left as it is."""
+    if cfg.channels_last:
+        model.to(memory_format=torch.channels_last)
+
+
+#: The capability attribute of a network that gives its own uncertainty: when true,
+#: ``model.predict(x, ids, seed)`` returns ``(logits, u, embedding)`` of a batch (``ids``: the
+#: samples' data-set indices, for per-sample noise), and its caches hold ``uncertainty``.
+OWN_UNCERTAINTY = "predicts_uncertainty"
+
+
+def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None,
+             seed: int = 0):
+    """``(logits, embedding or None, u or None)`` of a batch; ``ids`` are the samples' data-set
+    indices (per-sample noise)."""
+    if isinstance(model, StochasticPass):  # noise drawn per sample: (seed, pass, sample id)
+        if embeddings:
+            raise ValueError("embeddings of stochastic passes are not supported")
+        return model(x, ids), None, None
+    if getattr(model, OWN_UNCERTAINTY, False):  # the network gives (logits, u, embedding)
+        ids = range(len(x)) if ids is None else ids
+        z, u, emb = model.predict(x, ids, seed)
+        return z, (emb if embeddings else None), u
+    if not embeddings:
+        return model(x), None, None
+    if not hasattr(model, "forward_head"):
+        raise ValueError("embeddings need a timm model (forward_features/forward_head)")
+    emb = model.forward_head(model.forward_features(x), pre_logits=True)
+    return model.get_classifier()(emb), emb, None
+
+
+def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig,
+               device: str, passes: int = 1, dropout: PerSampleDropout | None = None, *,
+               features_once: bool = False) -> dict[str, np.ndarray]:
+    """Logits (passes, n_local, C), labels, sample indices, embeddings and the network's own
+    u (of the first pass) of one loader pass.
+
+    With ``dropout``, every pass ``r`` of a batch starts ``dropout.start_pass(r, indices)``.
+    With ``features_once`` (every dropout module in the head: :func:`head_only_dropout`), a
+    batch's ``forward_features`` runs once and ``forward_head`` once per pass: the same masks,
+    the same logits, the backbone not recomputed.
+    """
+    logits, labels, idx, embs, us = [], [], [], [], []
+    model = loaded.model
+    _set_memory_format(model, cfg)
+    with torch.inference_mode():
+        for x, y, i in _batches(dataset, indices, cfg):
+            x = _to_input(x, cfg, device)
+            outs, feats = [], None
+            for r in range(passes):
+                if dropout is not None:
+                    dropout.start_pass(r, i.tolist())
+                with _autocast(cfg, device):
+                    if features_once:
+                        feats = model.forward_features(x) if feats is None else feats
+                        z, e, u = model.forward_head(feats), None, None
+                    else:
+                        z, e, u = _forward(model, x, cfg.embeddings and r == 0, i.tolist(),
+                                           cfg.seed)
+                outs.append(z.float().cpu().numpy())
+                if e is not None:
+                    embs.append(e.float().cpu().numpy())
+                if u is not None and r == 0:
+                    us.append(u.float().cpu().numpy())
+            logits.append(np.stack(outs))
+            labels.append(y.numpy())
+            idx.append(i.numpy())
+    c = loaded.num_classes
+    out = {"logits": np.concatenate(logits, axis=1) if logits else np.empty((passes, 0, c),
+                                                                             np.float32),
+           "label": np.concatenate(labels) if labels else np.empty(0, np.int64),
+           "index": np.concatenate(idx) if idx else np.empty(0, np.int64)}
+    if cfg.embeddings:
+        out["embedding"] = np.concatenate(embs) if embs else np.empty((0, 0), np.float32)
+    if us or getattr(loaded.model, OWN_UNCERTAINTY, False):
+        out["uncertainty"] = np.concatenate(us) if us else np.empty(0, np.float32)
+    return out

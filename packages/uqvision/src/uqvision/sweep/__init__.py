@@ -1,0 +1,84 @@
+"""Zoo sweeps: many models × one image folder, one cache file per cell, on Dask.
+
+Cells are (model × dataset × mode × pass), and for a checkpoint of a training method with
+several prediction samples (snapshots, posterior draws) also × sample — an MC-dropout cell
+holds all its passes, which share one data loading — run by ``uqmetrics.sweep.run_sweep``: a
+``LocalCluster`` by default or any scheduler by address; each cell writes its cache atomically,
+a rerun skips complete files of the same identity (a model whose caches there were computed from
+other inputs is refused and its files kept, unless ``overwrite``), and a model that raises is
+reported while the others go on. Model names are checked against the registries (with
+suggestions) before anything runs.
+
+Before the first cell is submitted, every model's weights are looked up in one pass, with no
+network (:func:`check_weights`): a local file, random weights, or the hub / torch.hub caches
+(:func:`uqvision.models.locate_pretrained`). Offline, a model whose weights are not cached
+fails there, one record and no cell; online, one short request (:func:`probe_hub`) decides
+whether the missing ones can be downloaded, and when the hub cannot be reached they all fail
+at once, instead of each cell spending huggingface_hub's retries (docs/conventions.md#v-1-zoos).
+
+Models come from patterns and from named zoos (:data:`uqvision.zoo.ZOOS`, e.g.
+``selective-paper``, ``timm-in1k``); a zoo member the installed timm does not know is a failed
+model, not an error. Failed models are recorded in a failures file (``sweep_failures.json``,
+written atomically as they fail, read by the next run, which retries them by default; a file
+that cannot be written is reported in one line and the sweep goes on), each with its kind
+(:data:`FAILURE_KINDS`): what to do about it differs. Full tracebacks go to a log file
+(``log_file``; ``uqvision sweep`` writes ``sweep.log``), never to the console. Progress counts
+cells and models done and left, with an ETA. :func:`dry_run_sweep` says what a sweep would do
+without doing it.
+
+One concern per module; every name is importable from ``uqvision.sweep`` itself:
+
+- :mod:`~.plan`: the models (:func:`expand_models`), the cells (:func:`plan_sweep`,
+  :class:`SweepPlan`) and the checks before the first cell;
+- :mod:`~.weights`: the weights lookup (:func:`find_weights`, :func:`check_weights`,
+  :func:`weights_status`, :func:`probe_hub`, :class:`WeightsStatus`);
+- :mod:`~.failures`: failure kinds, the failures file and log (:data:`FAILURE_KINDS`,
+  :data:`FAILURES_FILE`, :data:`LOG_FILE`), :class:`ModelSweepReport`;
+- :mod:`~.run`: :func:`sweep_predictions` and its cell, :func:`predict_cell`;
+- :mod:`~.dry_run`: :func:`dry_run_sweep`, :class:`SweepDryRun`;
+- :mod:`~.figures`: :func:`sweep_figures`.
+"""
+
+from .dry_run import SweepDryRun, dry_run_sweep
+from .failures import (
+    FAILURE_KINDS,
+    FAILURES_FILE,
+    LOG_FILE,
+    ModelSweepReport,
+    _FailureLog,  # noqa: F401  (private, imported by tests/test_zoo.py)
+)
+from .figures import RISK_COVERAGE_MAX_MODELS, sweep_figures
+from .plan import SweepPlan, expand_models, plan_sweep
+from .run import predict_cell, sweep_predictions
+from .weights import (
+    PROBE_TIMEOUT,
+    WEIGHT_SUFFIXES,
+    WeightsStatus,
+    check_weights,
+    find_weights,
+    probe_hub,
+    weights_status,
+)
+
+__all__ = [
+    "FAILURES_FILE",
+    "FAILURE_KINDS",
+    "LOG_FILE",
+    "PROBE_TIMEOUT",
+    "RISK_COVERAGE_MAX_MODELS",
+    "WEIGHT_SUFFIXES",
+    "ModelSweepReport",
+    "SweepDryRun",
+    "SweepPlan",
+    "WeightsStatus",
+    "check_weights",
+    "dry_run_sweep",
+    "expand_models",
+    "find_weights",
+    "plan_sweep",
+    "predict_cell",
+    "probe_hub",
+    "sweep_figures",
+    "sweep_predictions",
+    "weights_status",
+]

@@ -1,0 +1,211 @@
+"""A sweep planned and checked before anything runs: the models of patterns and zoos
+(:func:`expand_models`), their cells (:func:`plan_sweep`, :class:`SweepPlan`) and everything
+:func:`_prepare` checks before the first cell (failures file, images, weights, the caches
+already there), which :func:`uqvision.sweep.sweep_predictions` and
+:func:`uqvision.sweep.dry_run_sweep` share.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import timm
+import torchvision
+from uqmetrics.sweep import Cell, read_failures
+
+from ..data import ImageFolderDataset, readable_images
+from ..models import MODEL_SOURCES, ModelSpec, check_model_name
+from ..predict import PredictConfig, cache_plan, check_caches
+from ..zoo import zoo_models
+from .failures import FAILURES_FILE
+from .weights import WeightsStatus, _line, check_weights, find_weights
+
+__all__ = ["SweepPlan", "expand_models", "plan_sweep"]
+
+
+def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
+    """Names, ``NAME=CHECKPOINT`` and wildcards (``resnet*``, ``vit_*.augreg*``) -> specs.
+
+    A wildcard with a ``.`` matches pretrained tags (``timm.list_pretrained``), otherwise
+    architectures (``timm.list_models``); ``tv/<pattern>`` matches torchvision names. Exact names
+    are validated (``ValueError`` with close names); a wildcard that matches nothing raises.
+    """
+    out: list[ModelSpec] = []
+    for pat in patterns:
+        if "=" in pat:
+            spec = ModelSpec.parse(pat)
+            check_model_name(spec.name)
+            out.append(spec)
+        elif any(ch in pat for ch in "*?["):
+            if pat.startswith("tv/"):
+                names = ["tv/" + n for n in fnmatch.filter(torchvision.models.list_models(),
+                                                           pat[3:])]
+            elif "." in pat:
+                names = timm.list_pretrained(pat)
+            else:
+                names = timm.list_models(pat)
+            if not names:
+                raise ValueError(f"pattern {pat!r} matches no model")
+            out.extend(ModelSpec(n) for n in names)
+        else:
+            check_model_name(pat)
+            out.append(ModelSpec(pat))
+    rows = [s.row for s in out]
+    dup = sorted({r for r in rows if rows.count(r) > 1})
+    if dup:
+        raise ValueError(f"models listed twice: {dup}")
+    return out
+
+
+@dataclass
+class SweepPlan:
+    """Cells to run, and models refused before running (name -> reason)."""
+
+    cells: list[Cell] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolderDataset,
+               config: PredictConfig, *, weights_dir: str | os.PathLike | None = None,
+               dataset_name: str | None = None, threads: int | None = None) -> SweepPlan:
+    """The cells of a sweep; unreadable images are refused up front unless
+    ``config.skip_bad_images`` (:func:`uqvision.data.readable_images`). ``data``: the folder,
+    or its scan.
+
+    Each model's weights are, first that applies, its ``NAME=FILE``, the file
+    ``weights_dir`` holds for it (:func:`find_weights`), random ones with
+    ``config.allow_random_init``, else its pretrained weights from the Hugging Face hub /
+    torch.hub caches, loaded (and downloaded when allowed) by its cells
+    (:func:`uqvision.models.load_model`). The plan does not look them up:
+    :func:`sweep_predictions` does, for every model at once, before submitting a cell
+    (:func:`check_weights`)."""
+    folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+    data = folder.root
+    # folder and image errors before anything is submitted
+    readable_images(folder, skip_bad=config.skip_bad_images)
+    name = dataset_name or Path(data).resolve().name
+    plan = SweepPlan()
+    for spec in specs:
+        spec = find_weights(spec, weights_dir)  # a local file first; else the hub cache
+        if spec.source not in MODEL_SOURCES:
+            plan.refused[spec.row] = f"unknown model source {spec.source!r}"
+            continue
+        for k, p, key in cache_plan(spec, config, name):  # a run of a training method:
+            cfg = asdict(config)                           # one cell per sample and pass
+            cfg.update(first_sample=k, samples=1)
+            if config.mode == "tta":
+                cfg.update(first_pass=p, passes=1)
+            plan.cells.append(Cell(key, {
+                "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
+                "data": str(Path(data).resolve()), "dataset_name": name, "config": cfg,
+                "threads": threads, "labels": None if folder.label_file is None
+                else str(Path(folder.label_file.path).resolve()),
+                "subset": folder.subset is not None}))
+    return plan
+
+
+def _models_of(cells: Iterable[Cell]) -> dict[str, tuple[ModelSpec, list[Cell]]]:
+    """Model row -> (its spec, its cells), in plan order."""
+    models: dict[str, tuple[ModelSpec, list[Cell]]] = {}
+    for cell in cells:
+        spec = ModelSpec(cell.params["name"], cell.params["checkpoint"], cell.params["label"])
+        models.setdefault(spec.row, (spec, []))[1].append(cell)
+    return models
+
+
+def _refuse_other_caches(plan: SweepPlan, folder: ImageFolderDataset, out_dir: str | os.PathLike,
+                         config: PredictConfig, *, skip: Iterable[str] = ()) -> dict[str, str]:
+    """Resume only what matches: a model with caches already in ``out_dir`` has them checked
+    as ``predict`` checks them (:func:`uqvision.predict.check_caches`: full identity, not a
+    cache, corrupt); a model whose caches differ is refused (its cells leave the plan, its files
+    are kept, the report says why), before any cell runs. Models with no cache there, and the
+    rows in ``skip``, are left to their cells. Returns the refused rows -> why."""
+    refused, skip = {}, set(skip)
+    for row, (spec, cells) in _models_of(plan.cells).items():
+        if row in skip or not any((Path(out_dir) / f"{c.key}.nc").exists() for c in cells):
+            continue
+        try:
+            check_caches(spec, folder, out_dir, config, dataset_name=cells[0].params["dataset_name"])
+        except (ValueError, OSError) as exc:
+            refused[row] = _line(exc)
+            plan.cells = [c for c in plan.cells if c not in cells]
+    return refused
+
+
+def _zoo_specs(zoos: Iterable[str], seen: set[str]
+               ) -> tuple[list[ModelSpec], dict[str, tuple[ModelSpec, str]]]:
+    """The models of ``zoos`` not in ``seen``; names the installed timm/torchvision do not
+    know are returned as refusals (row -> (spec, reason)), not raised."""
+    specs, refused = [], {}
+    for entry in zoo_models(zoos):
+        spec = ModelSpec.parse(entry)  # a zoo may list local weights as NAME=CHECKPOINT
+        if spec.row in seen or (spec.checkpoint is None and spec.name in seen):
+            continue
+        seen.add(spec.row)
+        try:
+            check_model_name(spec.name)
+        except ValueError as exc:
+            why = (f"{' '.join(str(exc).split())} (timm {timm.__version__}, torchvision "
+                   f"{torchvision.__version__})")
+            refused[spec.row] = (spec, why)
+            continue
+        specs.append(spec)
+    return specs, refused
+
+
+@dataclass
+class _Prepared:
+    """A sweep planned and checked, nothing run or written yet (:func:`_prepare`)."""
+
+    specs: list[ModelSpec]
+    unknown: dict[str, tuple[ModelSpec, str]]
+    plan: SweepPlan
+    model_specs: dict[str, ModelSpec]
+    weights: dict[str, WeightsStatus]
+    refused: dict[str, str]
+    previous: list[dict]
+    failures_path: Path
+    folder: ImageFolderDataset
+    dataset_name: str
+
+
+def _prepare(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,
+             out_dir: str | os.PathLike, config: PredictConfig, *, zoos: Iterable[str],
+             weights_dir: str | os.PathLike | None, dataset_name: str | None,
+             threads: int | None, overwrite: bool, failures_file: str | os.PathLike | None,
+             probe: bool, dry_run: bool = False) -> _Prepared:
+    """Everything before the first cell: models expanded (unknown zoo members set aside),
+    the failures file read, images checked, the cells planned, every model's weights looked up
+    (:func:`check_weights`: the unavailable ones leave the plan) and, unless ``overwrite``, the
+    caches already there checked (other inputs: the model leaves the plan). Writes nothing;
+    ``dry_run`` also downloads nothing (models whose weights are not cached are not
+    identity-checked: that hashes the weights)."""
+    patterns, zoos = list(patterns), list(zoos)
+    if not patterns and not zoos:
+        raise ValueError("sweep_predictions: give models (patterns) and/or zoos, got neither")
+    specs = expand_models(patterns) if patterns else []
+    zoo_specs, unknown = _zoo_specs(zoos, {s.row for s in specs} | {s.name for s in specs})
+    specs += zoo_specs
+    failures_path = Path(failures_file) if failures_file is not None else \
+        Path(out_dir) / FAILURES_FILE
+    previous = read_failures(failures_path)  # a damaged file stops the sweep before any work
+    # scanned once for the plan and the cache checks (or given scanned: a label file, uqvision.
+    # layouts)
+    folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+    plan = plan_sweep(specs, folder, config, weights_dir=weights_dir, dataset_name=dataset_name,
+                      threads=threads)
+    models = _models_of(plan.cells)
+    weights = check_weights([spec for spec, _ in models.values()], config, probe=probe)
+    gone = {row for row, w in weights.items() if w.kind == "unavailable"}
+    plan.cells = [c for c in plan.cells if ModelSpec(c.params["name"], c.params["checkpoint"],
+                                                     c.params["label"]).row not in gone]
+    refused = {} if overwrite else _refuse_other_caches(
+        plan, folder, out_dir, config,
+        skip=[r for r, w in weights.items() if w.kind == "download"] if dry_run else ())
+    name = dataset_name or Path(folder.root).resolve().name
+    return _Prepared(specs, unknown, plan, {row: spec for row, (spec, _) in models.items()},
+                     weights, refused, previous, failures_path, folder, name)

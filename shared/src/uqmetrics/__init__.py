@@ -28,7 +28,7 @@ except PackageNotFoundError:  # pragma: no cover - source checkout without insta
 #: ``uqvision train``) never loads them. :func:`uqmetrics.registry.get_metric` and
 #: :func:`~uqmetrics.registry.list_metrics` load them too.
 _METRIC_MODULES = ("classification", "calibration", "confidence", "selective", "scoring",
-                   "ensembles", "ood", "retrieval", "regression")
+                   "ensembles", "ood", "retrieval", "regression", "shift")
 _LOADED = False
 
 

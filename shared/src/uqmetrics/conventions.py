@@ -76,4 +76,15 @@ CONVENTIONS: dict[str, str] = {
     "coverage": "S.6/R.4: fraction of repetitions with |prediction - truth| < z * uncertainty, "
     f"strict <, z = {COVERAGE_Z!r} (the 0.975 normal quantile)",
     "coverage_interval": "S.6/R.4: Wilson (default) or Clopper-Pearson, plus sqrt(p(1-p)/k) bars",
+    # distribution shift (aggregates and label-space accuracies, not registered), S.7
+    "corruption_error": "S.7: CE_c = sum_s E_sc / sum_s E^base_sc over the severities, a "
+    "fraction (not x100); baseline sum > 0 (Hendrycks and Dietterich 2019)",
+    "mean_corruption_error": "S.7: mCE = mean over corruptions of CE_c, each normalised by the "
+    "baseline before averaging; a fraction (not x100)",
+    "relative_mean_corruption_error": "S.7: mean over corruptions of sum_s (E_sc - E_clean) / "
+    "sum_s (E^base_sc - E^base_clean); a fraction, may be negative; denominators > 0",
+    "real_accuracy": "S.7: top-1 (first maximum on ties) in the image's ReaL label set; images "
+    "with an empty set left out; NaN with a warning if none has a label (Beyer 2020)",
+    "masked_accuracy": "S.7: argmax over the masked classes only (logits or probs; ties to the "
+    "lowest class index), labels in the full class space and inside the mask (ImageNet-A/R)",
 }

@@ -24,6 +24,7 @@ One concern per module; every name is importable from ``uqvision.data`` itself:
 
 from ..layouts import IMG_EXTENSIONS, LAYOUTS, list_classes
 from ._util import derive_seed, flush_denormal, read_format_json, write_format_json
+from .corruptions import make_corrupted_folder
 from .folders import (
     ImageFolderDataset,
     check_output_outside,
@@ -88,6 +89,7 @@ __all__ = [
     "label_problems_message",
     "list_classes",
     "load_image",
+    "make_corrupted_folder",
     "make_digits_folder",
     "make_synthetic_folder",
     "match_classes",

@@ -18,6 +18,7 @@ from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
 from ..hierarchy import make_hierarchy
+from .corruptions import make_imagenet_c_folder
 
 __all__ = ["DATASET_MAKERS", "make_digits_folder", "make_synthetic_folder"]
 
@@ -110,3 +111,4 @@ DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
 DATASET_MAKERS.add("digits", make_digits_folder)
 DATASET_MAKERS.add("synthetic", make_synthetic_folder)
 DATASET_MAKERS.add("hierarchy", make_hierarchy)  # docs/conventions.md#v-0 (uqvision.hierarchy)
+DATASET_MAKERS.add("imagenet-c", make_imagenet_c_folder)  # --src DIR (.corruptions)

@@ -1,0 +1,429 @@
+"""ImageNet-C made locally: the reference corruptions of ``imagecorruptions`` applied to a clean
+image folder (:func:`make_corrupted_folder`; ``uqvision data imagenet-c --src DIR --out DIR``).
+
+The convention follows ImageNet-C's own ``make_imagenet_c.py`` (Hendrycks & Dietterich 2019):
+each image is resized (short side ``resize``, bilinear) and centre-cropped (``crop``) as
+torchvision's ``Resize(256)`` + ``CenterCrop(224)``, corrupted by the reference function of
+the PyPI package ``imagecorruptions`` (bethgelab, which ships ImageNet-C's code and frost
+images), and saved as JPEG with PIL at ``quality=85, optimize=True`` (the original's exact
+call). The output is ImageNet-C's layout, ``<out>/<corruption>/<severity>/<class>/<stem>.JPEG``
+(the ``imagenet-c`` evaluation set of :mod:`uqvision.evalsets` expands it), with a metadata
+file ``<out>/imagenet-c.json``.
+
+Every (image, corruption, severity) is deterministic: numpy's global RNG (the one the reference
+functions draw from) is seeded with ``derive_seed(seed, corruption index, severity,
+crc32(relative path)) % 2**32`` around the call, where the corruption index is the position in
+:data:`CORRUPTIONS` and the relative path is the sample id of
+:class:`~uqvision.data.ImageFolderDataset` (POSIX, UTF-8). Files are written once, under a
+temporary name then renamed, so a killed run leaves no partial image and a rerun resumes.
+
+``imagecorruptions`` 1.1.2 predates numpy 2, scikit-image 0.19 and setuptools 81; it is
+loaded by :func:`reference_corruptions`, which supplies, to that package's module only, the
+three names it needs (``np.float_``, ``gaussian(..., multichannel=True)`` as
+``channel_axis=-1``, ``pkg_resources.resource_filename`` for its frost images) and makes its
+impulse noise follow numpy's global seed (scikit-image >= 0.19's ``random_noise`` otherwise
+draws from an unseeded generator); the corruption code itself is the package's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import types
+import warnings
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ._util import derive_seed
+
+__all__ = ["BENCHMARK_CORRUPTIONS", "CORRUPTIONS", "JPEG_QUALITY", "METADATA_FILE",
+           "make_corrupted_folder", "make_imagenet_c_folder", "reference_corruptions"]
+
+#: The 15 ImageNet-C benchmark corruptions, in ``imagecorruptions.get_corruption_names()``
+#: order.
+BENCHMARK_CORRUPTIONS = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
+    "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
+    "elastic_transform", "pixelate", "jpeg_compression")
+#: All 19 corruptions (the benchmark's and the 4 held-out extras), in
+#: ``get_corruption_names("all")`` order; a corruption's index here enters its seed.
+CORRUPTIONS = BENCHMARK_CORRUPTIONS + ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+#: JPEG quality of ImageNet-C's ``make_imagenet_c.py`` (``save(path, quality=85,
+#: optimize=True)``).
+JPEG_QUALITY = 85
+#: Smallest crop (px): ``imagecorruptions.corrupt`` refuses images under 32 px a side.
+MIN_CROP = 32
+#: Metadata file written in ``out``.
+METADATA_FILE = "imagenet-c.json"
+_FORMAT = "uqvision-imagenet-c/1"
+_TMP = ".partial-"
+
+_LOCK = threading.Lock()  # numpy's global RNG: one seeded call at a time per process
+_REF: types.ModuleType | None = None
+
+
+class _NumpyCompat(types.ModuleType):
+    """numpy, plus the ``np.float_`` alias that numpy 2 removed (for imagecorruptions only)."""
+
+    float_ = np.float64
+
+    def __getattr__(self, name: str):
+        return getattr(np, name)
+
+
+class _Proxy(types.ModuleType):
+    """A module whose attributes are ``target``'s, except those given."""
+
+    def __init__(self, target: types.ModuleType, **override):
+        super().__init__(target.__name__)
+        self._target = target
+        self.__dict__.update(override)
+
+    def __getattr__(self, name: str):
+        return getattr(self._target, name)
+
+
+def _seeded_random_noise(random_noise):
+    """``skimage.util.random_noise`` drawing its generator's seed from numpy's global RNG.
+
+    Since scikit-image 0.19 it draws from a fresh, unseeded ``default_rng()`` unless given
+    ``rng``: impulse noise would differ on every run whatever ``np.random.seed`` says.
+    """
+    def _random_noise(image, mode="gaussian", rng=None, **kwargs):
+        if rng is None:
+            rng = int(np.random.randint(2**31))
+        return random_noise(image, mode=mode, rng=rng, **kwargs)
+    return _random_noise
+
+
+def reference_corruptions() -> types.ModuleType:
+    """The ``imagecorruptions`` package (imported on first use), runnable with numpy 2,
+    scikit-image >= 0.19 and setuptools >= 81.
+
+    Only names the package looks up are supplied, in its own module (nothing global is
+    changed): ``pkg_resources.resource_filename`` while it is imported (when setuptools no
+    longer ships it), ``np.float_`` and ``gaussian(..., multichannel=True)``; and
+    ``sk.util.random_noise`` (impulse noise) is given a seed drawn from numpy's global RNG,
+    so that ``np.random.seed`` determines every corruption.
+
+    Returns
+    -------
+    module
+        ``imagecorruptions`` (``corrupt``, ``get_corruption_names``).
+    """
+    global _REF
+    if _REF is not None:
+        return _REF
+    shim = None
+    try:
+        import pkg_resources  # noqa: F401  (setuptools < 81)
+    except ImportError:
+        shim = types.ModuleType("pkg_resources")
+        shim.resource_filename = lambda pkg, name: os.path.join(  # type: ignore[attr-defined]
+            os.path.dirname(importlib.import_module(pkg).__file__), name)
+        sys.modules["pkg_resources"] = shim
+    try:
+        with warnings.catch_warnings():  # scipy.ndimage.interpolation is deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import imagecorruptions
+            import imagecorruptions.corruptions as mod
+    finally:
+        if shim is not None and sys.modules.get("pkg_resources") is shim:
+            del sys.modules["pkg_resources"]
+    if not hasattr(np, "float_"):
+        mod.np = _NumpyCompat("numpy")
+    gaussian = mod.gaussian
+    if "multichannel" not in inspect.signature(gaussian).parameters:
+        def _gaussian(image, *args, multichannel=None, **kwargs):
+            if multichannel:
+                kwargs.setdefault("channel_axis", -1)
+            return gaussian(image, *args, **kwargs)
+        mod.gaussian = _gaussian
+    if "rng" in inspect.signature(mod.sk.util.random_noise).parameters:
+        util = _Proxy(mod.sk.util, random_noise=_seeded_random_noise(mod.sk.util.random_noise))
+        mod.sk = _Proxy(mod.sk, util=util)
+    _REF = imagecorruptions
+    return _REF
+
+
+def _seed(seed: int, corruption: str, severity: int, rel: str) -> int:
+    """The numpy seed of one (image, corruption, severity) (module docstring)."""
+    crc = zlib.crc32(rel.replace(os.sep, "/").encode("utf-8"))
+    return derive_seed(seed, CORRUPTIONS.index(corruption), severity, crc) % 2**32
+
+
+def _prepare(img, resize: int, crop: int) -> np.ndarray:
+    """``Resize(resize)`` + ``CenterCrop(crop)`` (torchvision, as ImageNet-C) -> uint8 HxWx3."""
+    from torchvision.transforms import functional as tf  # heavy: imported on first use
+    img = tf.center_crop(tf.resize(img.convert("RGB"), resize), crop)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def _corrupt(arr: np.ndarray, corruption: str, severity: int, seed: int) -> np.ndarray:
+    """The reference corruption of ``arr`` under numpy seed ``seed`` (uint8 HxWx3)."""
+    ref = reference_corruptions()
+    with _LOCK:
+        state = np.random.get_state()
+        np.random.seed(seed)
+        try:
+            return ref.corrupt(arr, corruption_name=corruption, severity=severity)
+        finally:
+            np.random.set_state(state)
+
+
+def _save_jpeg(arr: np.ndarray, dest: Path, quality: int) -> None:
+    """Write ``arr`` as JPEG to ``dest`` atomically (temporary name, then rename)."""
+    from PIL import Image
+    tmp = dest.with_name(f"{_TMP}{os.getpid()}-{dest.name}")
+    Image.fromarray(np.uint8(arr)).save(tmp, format="JPEG", quality=quality, optimize=True)
+    os.replace(tmp, dest)
+
+
+_STATE: dict = {}
+
+
+def _init_worker(dataset, options: dict) -> None:
+    _STATE["dataset"], _STATE["options"] = dataset, options
+
+
+def _work(index: int, jobs: list[tuple[str, int, str]]) -> int:
+    """Corrupt sample ``index`` for ``jobs`` [(corruption, severity, destination)]."""
+    ds, o = _STATE["dataset"], _STATE["options"]
+    rel = ds.samples[index][0]
+    arr = _prepare(ds[index][0], o["resize"], o["crop"])
+    for corruption, severity, dest in jobs:
+        out = _corrupt(arr, corruption, severity, _seed(o["seed"], corruption, severity, rel))
+        _save_jpeg(out, Path(dest), o["quality"])
+    return len(jobs)
+
+
+def _check_options(corruptions, severities, resize, crop, quality, workers
+                   ) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    if corruptions is None:
+        corruptions = BENCHMARK_CORRUPTIONS
+    if isinstance(corruptions, str):
+        corruptions = (corruptions,)
+    corruptions = tuple(corruptions)
+    for c in corruptions:
+        if c not in CORRUPTIONS:
+            raise ValueError(f"corruptions: unknown corruption {c!r}; known: "
+                             f"{', '.join(CORRUPTIONS)}")
+    if not corruptions or len(set(corruptions)) != len(corruptions):
+        raise ValueError(f"corruptions must be distinct and not empty, got {list(corruptions)}")
+    severities = tuple(severities)
+    for s in severities:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 1 <= s <= 5:
+            raise ValueError(f"severities: {s!r} is not a severity 1..5")
+    if not severities or len(set(severities)) != len(severities):
+        raise ValueError(f"severities must be distinct and not empty, got {list(severities)}")
+    for name, v in (("resize", resize), ("crop", crop), ("quality", quality),
+                    ("workers", workers)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if crop > resize:
+        raise ValueError(f"crop {crop} is larger than resize {resize} (the short side after "
+                         "resizing); give crop <= resize")
+    if crop < MIN_CROP:
+        raise ValueError(f"crop {crop} is below {MIN_CROP} px, the smallest size every "
+                         "reference corruption accepts")
+    if quality > 95:
+        raise ValueError(f"quality must be 1..95 (PIL's JPEG qualities), got {quality}")
+    return corruptions, tuple(int(s) for s in severities)
+
+
+def _progress_printer(progress) -> Callable[[str], None] | None:
+    if progress is True:
+        return lambda line: print(line, file=sys.stderr, flush=True)
+    return progress or None
+
+
+def _eta(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
+                          corruptions: Sequence[str] | str | None = None,
+                          severities: Iterable[int] = (1, 2, 3, 4, 5), resize: int = 256,
+                          crop: int = 224, quality: int = JPEG_QUALITY, seed: int = 0,
+                          workers: int = 1, progress: bool | Callable[[str], None] = True,
+                          overwrite: bool = False) -> Path:
+    """Write ImageNet-C for the clean images of ``src`` into ``out`` (module docstring).
+
+    Parameters
+    ----------
+    src : path
+        A clean image folder in any layout :class:`~uqvision.data.ImageFolderDataset` reads
+        (class folders; flat with a label file; an archive).
+    out : path
+        Output folder: ``out/<corruption>/<severity>/<class>/<image stem>.JPEG`` and
+        ``out/imagenet-c.json``. An ``out`` from an interrupted run with the same options is
+        resumed (existing images are kept; they are written whole or not at all).
+    corruptions : sequence of str, optional
+        Names from :data:`CORRUPTIONS`; default the 15 benchmark ones
+        (:data:`BENCHMARK_CORRUPTIONS`).
+    severities : iterable of int, default (1, 2, 3, 4, 5)
+    resize, crop : int, default 256, 224
+        Short side after resizing, then side of the centre crop (``crop <= resize``,
+        ``crop >= 32``: :data:`MIN_CROP`).
+    quality : int, default 85
+        JPEG quality (ImageNet-C's, :data:`JPEG_QUALITY`).
+    seed : int, default 0
+        Enters every image's seed (module docstring).
+    workers : int, default 1
+        Processes corrupting images in parallel (the output does not depend on it).
+    progress : bool or callable, default True
+        Progress lines (images done, images/s, ETA) to stderr, or to this function.
+    overwrite : bool, default False
+        Replace an ``out`` written with other options.
+
+    Returns
+    -------
+    Path
+        ``out``.
+
+    Raises
+    ------
+    ValueError
+        An unknown corruption, a severity outside 1..5, ``crop > resize``, a bad size,
+        quality or worker count; two images of one class with the same file stem.
+    FileExistsError
+        ``out`` holds other files or a run with other options (without ``overwrite``).
+    """
+    from .folders import ImageFolderDataset
+
+    corruptions, severities = _check_options(corruptions, severities, resize, crop, quality,
+                                             workers)
+    from importlib.metadata import version
+    reference_corruptions()  # refuse a missing or broken package before any work
+    meta = {"format": _FORMAT, "corruptions": list(corruptions), "severities": list(severities),
+            "resize": int(resize), "crop": int(crop), "jpeg_quality": int(quality),
+            "jpeg_optimize": True, "seed": int(seed),
+            "seed_rule": "numpy.random.seed(uqvision.data.derive_seed(seed, CORRUPTIONS.index("
+                         "corruption), severity, zlib.crc32(relative_path.encode())) % 2**32)",
+            "corruption_order": list(CORRUPTIONS),
+            "package": f"imagecorruptions {version('imagecorruptions')}",
+            "source": str(Path(src).resolve())}
+    out = Path(out)
+    meta_path = out / METADATA_FILE
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        old.pop("complete", None)
+        if old != meta:
+            if not overwrite:
+                raise FileExistsError(f"out {str(out)!r} holds ImageNet-C made with other "
+                                      "options; pass overwrite=True to replace it")
+            for c in old.get("corruptions", []):
+                shutil.rmtree(out / c, ignore_errors=True)
+            meta_path.unlink()
+    elif out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"out {str(out)!r} exists and is not a uqvision ImageNet-C "
+                              f"folder (no {METADATA_FILE})")
+    ds = ImageFolderDataset(src)
+    dests: dict[tuple[str, str], str] = {}
+    for rel, label in ds.samples:
+        key = (ds.classes[label], Path(rel).stem)
+        if key in dests:
+            raise ValueError(f"src: images {dests[key]!r} and {rel!r} of class {key[0]!r} would "
+                             f"both be written as {key[1]}.JPEG")
+        dests[key] = rel
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path.write_text(json.dumps({**meta, "complete": False}, indent=1))
+    for tmp in out.glob(f"*/*/*/{_TMP}*"):  # left by a killed run
+        tmp.unlink()
+    tasks = []
+    for i, (rel, label) in enumerate(ds.samples):
+        jobs = []
+        for c in corruptions:
+            for s in severities:
+                dest = out / c / str(s) / ds.classes[label] / f"{Path(rel).stem}.JPEG"
+                if not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    jobs.append((c, s, str(dest)))
+        if jobs:
+            tasks.append((i, jobs))
+    say = _progress_printer(progress)
+    options = {"resize": int(resize), "crop": int(crop), "quality": int(quality),
+               "seed": int(seed)}
+    n, done, t0, last = len(tasks), 0, time.monotonic(), 0.0
+
+    def tick() -> None:
+        nonlocal last
+        now = time.monotonic()
+        if say is None or (now - last < 2.0 and done < n):
+            return
+        last = now
+        rate = done / max(now - t0, 1e-9)
+        eta = _eta((n - done) / rate) if rate > 0 else "?"
+        say(f"imagenet-c: {done}/{n} images ({len(ds) - n} done before), "
+            f"{rate:.2f} images/s, ETA {eta}")
+
+    if n:
+        if workers == 1:
+            _init_worker(ds, options)
+            for i, jobs in tasks:
+                _work(i, jobs)
+                done += 1
+                tick()
+        else:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            with ProcessPoolExecutor(min(workers, n), initializer=_init_worker,
+                                     initargs=(ds, options)) as pool:
+                futures = [pool.submit(_work, i, jobs) for i, jobs in tasks]
+                for fut in as_completed(futures):
+                    fut.result()
+                    done += 1
+                    tick()
+    meta_path.write_text(json.dumps({**meta, "complete": True}, indent=1))
+    return out
+
+
+def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
+                           corruptions: str | None = None, severities: str | None = None,
+                           resize: int = 256, crop: int = 224, quality: int = JPEG_QUALITY,
+                           workers: int = 1, seed: int = 0, overwrite: bool = False) -> Path:
+    """``uqvision data imagenet-c --src DIR --out DIR``: :func:`make_corrupted_folder` with
+    comma-separated ``corruptions`` (``all``: the 19) and ``severities``.
+
+    Parameters
+    ----------
+    root : path
+        Output folder (``--out``).
+    src : str
+        The clean image folder (required).
+    corruptions, severities : str, optional
+        E.g. ``"fog,snow"``, ``"1,3,5"``; default the 15 benchmark corruptions, severities
+        1..5.
+    resize, crop, quality, workers, seed, overwrite
+        As :func:`make_corrupted_folder`.
+
+    Returns
+    -------
+    Path
+        ``root``.
+    """
+    if src is None:
+        raise ValueError("src (--src): give the clean image folder to corrupt")
+    names = None
+    if corruptions is not None:
+        names = (CORRUPTIONS if corruptions.strip() == "all"
+                 else tuple(c.strip() for c in corruptions.split(",")))
+    levels: tuple[int, ...] = (1, 2, 3, 4, 5)
+    if severities is not None:
+        try:
+            levels = tuple(int(s) for s in severities.split(","))
+        except ValueError:
+            raise ValueError(f"severities: {severities!r} is not a comma-separated list of "
+                             "1..5") from None
+    return make_corrupted_folder(src, root, corruptions=names, severities=levels,
+                                 resize=resize, crop=crop, quality=quality, seed=seed,
+                                 workers=workers, overwrite=overwrite)

@@ -1,0 +1,177 @@
+"""ImageNet-C made locally (uqvision.data.corruptions): reference equality, severity order,
+resume after a kill, refused inputs."""
+
+import io
+import json
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+from torchvision.transforms import functional as tf
+
+from uqvision.data import ImageFolderDataset, derive_seed, make_digits_folder
+from uqvision.data.corruptions import (
+    BENCHMARK_CORRUPTIONS,
+    CORRUPTIONS,
+    JPEG_QUALITY,
+    METADATA_FILE,
+    _corrupt,
+    _prepare,
+    _seed,
+    make_corrupted_folder,
+    reference_corruptions,
+)
+from uqvision.data.makers import DATASET_MAKERS
+
+# Non-monotone by the reference parameters, at any size: glass blur (severity 2 shuffles once,
+# severity 1 twice; 4 vs 3 likewise), frost (the frost texture differs per severity; weights
+# 0.65/0.7 vs 0.6/0.75), saturate (severities 1-3 only rescale saturation: no change on grey
+# images, 0.3 vs 0.1 vs 2 on colour ones). Only severity 5 < severity 1 is asserted for them.
+NOT_MONOTONE = {"glass_blur", "frost", "saturate"}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """10 real digit images (one per class), the source folder of the tests."""
+    return make_digits_folder(tmp_path_factory.mktemp("digits"), max_per_class=2) / "test"
+
+
+def _jpeg(arr):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=JPEG_QUALITY, optimize=True)
+    return buf.getvalue()
+
+
+def test_names_match_the_package():
+    ref = reference_corruptions()
+    assert tuple(ref.get_corruption_names("all")) == CORRUPTIONS
+    assert tuple(ref.get_corruption_names()) == BENCHMARK_CORRUPTIONS
+
+
+def test_every_corruption_equals_the_reference(clean, tmp_path):
+    out = make_corrupted_folder(clean, tmp_path / "c", corruptions=CORRUPTIONS, resize=32,
+                                crop=32, seed=3, progress=False)
+    ds = ImageFolderDataset(clean)
+    ref = reference_corruptions()
+    for rel, label in ds.samples[:2]:
+        img = Image.open(clean / rel).convert("RGB")
+        arr = np.asarray(tf.center_crop(tf.resize(img, 32), 32))
+        for i, c in enumerate(CORRUPTIONS):
+            for s in range(1, 6):
+                np.random.seed(derive_seed(3, i, s, zlib.crc32(rel.encode())) % 2**32)
+                want = ref.corrupt(arr, corruption_name=c, severity=s)
+                f = out / c / str(s) / ds.classes[label] / (rel.split("/")[-1][:-4] + ".JPEG")
+                assert f.read_bytes() == _jpeg(want), (c, s, rel)
+    meta = json.loads((out / METADATA_FILE).read_text())
+    assert meta["complete"] and meta["jpeg_quality"] == 85 and meta["crop"] == 32
+    assert meta["package"].startswith("imagecorruptions 1.")
+    # the output is the layout of the imagenet-c evaluation set: one readable folder per member
+    member = ImageFolderDataset(out / "fog" / "3")
+    assert member.classes == ds.classes and len(member) == len(ds)
+
+
+def test_severity_lowers_psnr(clean):
+    ds = ImageFolderDataset(clean)
+    imgs = [(_prepare(ds[i][0], 64, 64), ds.samples[i][0]) for i in range(0, len(ds), 2)]
+    for c in CORRUPTIONS:
+        psnr = []
+        for s in range(1, 6):
+            v = []
+            for a, rel in imgs:
+                o = _corrupt(a, c, s, _seed(0, c, s, rel)).astype(float)
+                mse = np.mean((o - a.astype(float)) ** 2)
+                v.append(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+            psnr.append(np.mean(v))
+        if c in NOT_MONOTONE:
+            assert psnr[4] < psnr[0], (c, psnr)
+        else:
+            assert (np.diff(psnr) < 0).all(), (c, psnr)
+
+
+def test_resume_after_an_interruption_is_byte_identical(clean, tmp_path):
+    kw = {"corruptions": ("gaussian_noise", "glass_blur", "frost"), "severities": (1, 5),
+              "resize": 40, "crop": 32, "progress": False}
+    full = make_corrupted_folder(clean, tmp_path / "full", **kw)
+    want = {p.relative_to(full): p.read_bytes() for p in full.rglob("*.JPEG")}
+    assert len(want) == 3 * 2 * 10
+    part = make_corrupted_folder(clean, tmp_path / "part", **kw)
+    files = sorted(part.rglob("*.JPEG"))
+    for p in files[::3]:  # a killed run: images missing, a temporary file left, not complete
+        p.unlink()
+    (files[1].parent / f".partial-999-{files[1].name}").write_bytes(b"\xff\xd8half")
+    meta = json.loads((part / METADATA_FILE).read_text())
+    (part / METADATA_FILE).write_text(json.dumps({**meta, "complete": False}))
+    lines = []
+    make_corrupted_folder(clean, part, **{**kw, "progress": lines.append}, workers=2)
+    got = {p.relative_to(part): p.read_bytes() for p in part.rglob("*.JPEG")}
+    assert got == want
+    assert not list(part.rglob(".partial-*"))
+    assert json.loads((part / METADATA_FILE).read_text())["complete"]
+    assert "images/s" in lines[-1] and "ETA" in lines[-1]
+
+
+@pytest.mark.slow
+def test_killed_process_resumes(clean, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    kw = {"corruptions": ("glass_blur",), "resize": 64, "crop": 64, "progress": False}
+    full = make_corrupted_folder(clean, tmp_path / "full", **kw)
+    out = tmp_path / "killed"
+    code = (f"from uqvision.data import make_corrupted_folder as m; "
+            f"m({str(clean)!r}, {str(out)!r}, **{kw!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.rglob("*.JPEG"))) < 5:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(list(out.rglob("*.JPEG"))) < 50
+    make_corrupted_folder(clean, out, **kw)
+    for p in full.rglob("*.JPEG"):
+        assert (out / p.relative_to(full)).read_bytes() == p.read_bytes()
+    assert not list(out.rglob(".partial-*"))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"corruptions": ["fogg"]}, "corruptions: unknown corruption 'fogg'"),
+    ({"severities": (0, 1)}, "severities: 0 is not a severity 1..5"),
+    ({"severities": (6,)}, "severities: 6 is not a severity 1..5"),
+    ({"resize": 32, "crop": 40}, "crop 40 is larger than resize 32"),
+    ({"resize": 16, "crop": 16}, "crop 16 is below 32 px"),
+    ({"quality": 0}, "quality must be a positive integer, got 0"),
+    ({"workers": 0}, "workers must be a positive integer, got 0"),
+])
+def test_bad_options_refused(clean, tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_corrupted_folder(clean, tmp_path / "o", progress=False, **kw)
+    assert not (tmp_path / "o").exists()
+
+
+def test_other_options_or_foreign_folder_refused(clean, tmp_path):
+    kw = {"corruptions": "brightness", "severities": (1,), "resize": 32, "crop": 32, "progress": False}
+    out = make_corrupted_folder(clean, tmp_path / "o", **kw)
+    with pytest.raises(FileExistsError, match="other options; pass overwrite=True"):
+        make_corrupted_folder(clean, out, **{**kw, "quality": 90})
+    make_corrupted_folder(clean, out, **{**kw, "quality": 90}, overwrite=True)
+    assert json.loads((out / METADATA_FILE).read_text())["jpeg_quality"] == 90
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a uqvision ImageNet-C folder"):
+        make_corrupted_folder(clean, tmp_path / "x", **kw)
+
+
+def test_dataset_maker(clean, tmp_path):
+    maker = DATASET_MAKERS.lookup("imagenet-c")
+    out = maker(tmp_path / "o", src=str(clean), corruptions="contrast,fog", severities="2,4",
+                resize=32, crop=32, seed=0, overwrite=False)
+    assert sorted(p.name for p in out.iterdir()) == ["contrast", "fog", METADATA_FILE]
+    assert sorted(p.name for p in (out / "fog").iterdir()) == ["2", "4"]
+    with pytest.raises(ValueError, match="src"):
+        maker(tmp_path / "p", seed=0, overwrite=False)
+    with pytest.raises(ValueError, match="severities: '1,x'"):
+        maker(tmp_path / "p", src=str(clean), severities="1,x", seed=0, overwrite=False)

@@ -69,6 +69,7 @@ VISION_PROTOCOLS.register(_folder("selective"))
 VISION_PROTOCOLS.register(_folder("pitfalls"))
 VISION_PROTOCOLS.register(_folder("uimnet"))
 VISION_PROTOCOLS.register(_folder("url"))
+VISION_PROTOCOLS.register(_folder("shift"))
 
 
 def score_protocol(name: str) -> Protocol:

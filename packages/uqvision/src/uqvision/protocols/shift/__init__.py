@@ -1,0 +1,64 @@
+"""V.5 — Predictive uncertainty under dataset shift (Ovadia et al. 2019;
+docs/conventions.md#v-5).
+
+- :mod:`~.score`: accuracy, NLL, Brier, ECE, AURC and AUROC of every model per corruption and
+  severity and on the clean set, un-scaled and with the temperature fitted on clean
+  validation data, and the mean corruption errors against a baseline model
+  (:func:`~.score.score_shift`, ``uqvision score shift``);
+- :mod:`~.reproduce`: ``uqvision reproduce shift``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ...options import ConfigOption, add_config_options, config_kwargs
+from ..base import LazyReproduction, Protocol
+
+__all__ = ["DESCRIPTION", "PROTOCOL", "SHIFT_OPTIONS"]
+
+#: One line: the protocol and its driver (``uqvision reproduce shift``).
+DESCRIPTION = ("V.5 (Shift): accuracy, NLL, Brier, ECE, AURC, AUROC per corruption and "
+               "severity, un-scaled and temperature-scaled on clean validation data, and mCE")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
+    return value
+
+
+#: The options of ``uqvision score shift`` generated from :class:`~.score.ShiftConfig`.
+SHIFT_OPTIONS = (
+    ConfigOption("calibration_size", type=_fraction,
+                 help="shift: fraction of the clean calibration caches' samples the "
+                      "temperature is fitted on (default {default})"),
+    ConfigOption("calibration_dataset",
+                 help="shift: dataset_name of the clean caches the temperature is fitted on "
+                      "(default: val, else the model's only clean dataset)"),
+    ConfigOption("baseline",
+                 help="shift: the model the corruption errors (mCE, relative mCE) are "
+                      "normalised by (default: none computed)"),
+)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    from .score import ShiftConfig  # imported on use
+
+    add_config_options(p, ShiftConfig, SHIFT_OPTIONS)
+
+
+def _score(a: argparse.Namespace):
+    """metrics per corruption and severity, clean and temperature-scaled, and mCE (V.5)"""
+    from .score import ShiftConfig, score_shift  # imported on use
+
+    kw = config_kwargs(a, SHIFT_OPTIONS)
+    return score_shift(a.caches, ShiftConfig(**kw, clean_dataset=a.dataset, seed=a.seed))
+
+
+#: The Shift protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
+                    add_options=_add_options,
+                    reproduce=LazyReproduction("shift", DESCRIPTION, f"{__name__}.reproduce"),
+                    methods=("deep_ensemble",), section="v-5")

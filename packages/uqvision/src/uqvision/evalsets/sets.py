@@ -35,6 +35,7 @@ from uqmetrics.io import decode_attr
 from uqmetrics.registry import Registry
 
 from ..data import match_classes
+from ..data.corruptions import BENCHMARK_CORRUPTIONS
 
 __all__ = [
     "CLASS_MAPS",
@@ -159,12 +160,9 @@ class EvalSet:
 EVAL_SETS: Registry[EvalSet] = Registry("eval set", group="uqvision.eval_sets", item_type=EvalSet)
 
 #: ImageNet-C's 15 standard corruptions (Hendrycks & Dietterich, ICLR 2019), in its order:
-#: noise, blur, weather, digital (the 4 extra corruptions are not part of the benchmark).
-IMAGENET_C_CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise",
-    "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-    "snow", "frost", "fog", "brightness",
-    "contrast", "elastic_transform", "pixelate", "jpeg_compression")
+#: noise, blur, weather, digital (the 4 extra corruptions are not part of the benchmark); the
+#: list the local generator (:mod:`uqvision.data.corruptions`) writes by default.
+IMAGENET_C_CORRUPTIONS = BENCHMARK_CORRUPTIONS
 
 for _set in (
     EvalSet(DEFAULT_EVAL_SET, "clean", "by_name",

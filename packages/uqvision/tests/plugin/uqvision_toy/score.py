@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 import xarray as xr
 from uqmetrics import input_checksum, score_metrics, stamp_result
+from uqmetrics.calibration import softmax
 
 from uqvision.cache import find_caches, read_cache
 
@@ -23,9 +24,7 @@ def score_toy(caches: Iterable[str | os.PathLike], *, fraction: float = 1.0) -> 
     names, rows, sums = [], [], []
     for path in find_caches(caches):
         c = read_cache(path)
-        z = c["logits"].values.astype(np.float64)
-        p = np.exp(z - z.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
+        p = softmax(c["logits"].values)
         if p.ndim == 3:  # (pass, sample, class)
             p = p.mean(axis=0)
         y = c["label"].values

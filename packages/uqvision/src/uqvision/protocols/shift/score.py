@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError, UndefinedMetricWarning, input_checksum, stamp_result
-from uqmetrics.calibration import fit_temperature
+from uqmetrics.calibration import fit_temperature, softmax
 from uqmetrics.scoring import score_metrics
 from uqmetrics.shift import mean_corruption_error, relative_mean_corruption_error
 
@@ -79,11 +79,8 @@ def _probs(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
     check_aligned(caches)
     total, count = None, 0
     for c in caches:
-        z = np.asarray(c["logits"].values, np.float64)
-        z = z[None] if z.ndim == 2 else z
-        z = z - z.max(axis=-1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=-1, keepdims=True)
+        p = softmax(c["logits"].values)
+        p = p[None] if p.ndim == 2 else p
         s = p.sum(axis=0)
         total = s if total is None else total + s
         count += p.shape[0]
@@ -95,10 +92,7 @@ def _log(p: np.ndarray) -> np.ndarray:
 
 
 def _scaled(p: np.ndarray, t: float) -> np.ndarray:
-    z = _log(p) / t
-    z -= z.max(axis=1, keepdims=True)
-    q = np.exp(z)
-    return q / q.sum(axis=1, keepdims=True)
+    return softmax(_log(p), temperature=t)
 
 
 def _scores(labels: np.ndarray, p: np.ndarray, t: float) -> np.ndarray:
@@ -210,10 +204,10 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         cal = _pick("calibration", config.calibration_dataset, clean, "val", model)
         labels, p = _probs(groups[model, cal])
         n = labels.shape[0]
-        k = min(max(1, round(config.calibration_size * n)), n - 1)
         if n < 2:
             raise InputError(f"model {model!r}: calibration dataset {cal!r} has {n} sample(s), "
                              "need at least 2")
+        k = min(max(1, round(config.calibration_size * n)), n - 1)
         perm = rng.permutation(n)
         fit, rest = np.sort(perm[:k]), np.sort(perm[k:])
         temps[i] = fit_temperature(_log(p[fit]), labels[fit])

@@ -51,7 +51,7 @@ from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
 from uqvision.data import make_synthetic_folder
-from uqvision.predict import PredictConfig, predict
+from uqvision.predict import AMP_MODES, PredictConfig, predict
 from uqvision.runtime import loader_workers
 
 
@@ -68,19 +68,24 @@ def _net(arch: str, n_classes: int, ckpt: Path) -> torch.nn.Module:
 
 
 def plain_loop(arch: str, ckpt: Path, folder: Path, n_classes: int, batch_size: int,
-               workers: int, passes: int = 1) -> tuple[float, np.ndarray]:
-    """The loop a user writes; ``passes > 1``: MC dropout, every pass a full forward."""
+               workers: int, passes: int = 1, device: str = "cpu",
+               amp: torch.dtype | None = None) -> tuple[float, np.ndarray]:
+    """The loop a user writes; ``passes > 1``: MC dropout, every pass a full forward; ``amp``:
+    the forward under ``torch.autocast`` of that dtype."""
     t0 = time.perf_counter()
-    net = _net(arch, n_classes, ckpt)
+    net = _net(arch, n_classes, ckpt).to(device)
     ds = ImageFolder(str(folder), transform=create_transform(**resolve_data_config({}, model=net)))
     if passes > 1:
         for m in net.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.train()
     out = []
-    with torch.inference_mode():
-        for x, _ in DataLoader(ds, batch_size=batch_size, num_workers=workers):
-            out.append(torch.stack([net(x) for _ in range(passes)]).numpy())
+    cuda = device.startswith("cuda")
+    with torch.inference_mode(), torch.autocast(device.split(":")[0], dtype=amp,
+                                                enabled=amp is not None):
+        for x, _ in DataLoader(ds, batch_size=batch_size, num_workers=workers, pin_memory=cuda):
+            x = x.to(device, non_blocking=True)
+            out.append(torch.stack([net(x).float() for _ in range(passes)]).cpu().numpy())
     return time.perf_counter() - t0, np.concatenate(out, axis=1)
 
 
@@ -111,7 +116,15 @@ def main(argv: list[str] | None = None) -> int:
                          "torch's; 1 on a machine other jobs load, where threads that wait for "
                          "each other make every timing erratic)")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (every side)")
+    ap.add_argument("--amp", default="bf16", choices=("fp16", "bf16"),
+                    help="autocast dtype of the AMP comparison (predict_amp_vs_plain_amp)")
     a = ap.parse_args(argv)
+    dev = a.device
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        print("bench_predict: no CUDA device; nothing to measure")
+        return 0
+    amp_dtype = AMP_MODES[a.amp]
     if a.threads:
         torch.set_num_threads(a.threads)
     n_classes = 4
@@ -130,12 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                                                      "model_kwargs": {"drop_rate": 0.2}}))
     spec = f"{a.arch}={ckpt}"
     bs = a.batch_size
-    workers = loader_workers(None, -(-a.images // bs), "cpu")
-    mc_workers = loader_workers(None, -(-a.mc_images // bs), "cpu")
-    base = PredictConfig(batch_size=bs)
-    mc = PredictConfig(mode="mc_dropout", passes=30, batch_size=bs)
+    workers = loader_workers(None, -(-a.images // bs), dev)
+    mc_workers = loader_workers(None, -(-a.mc_images // bs), dev)
+    base = PredictConfig(batch_size=bs, device=dev)
+    mc = PredictConfig(mode="mc_dropout", passes=30, batch_size=bs, device=dev)
     print(f"bench_predict: {a.arch} (random init, drop_rate=0.2), {a.images} + {a.mc_images} "
-          f"images at 224 px, batch {bs}, workers {workers}/{mc_workers}, "
+          f"images at 224 px, batch {bs}, device {dev}, workers {workers}/{mc_workers}, "
           f"{torch.get_num_threads()} torch threads, {os.cpu_count()} cores, load {_load()}",
           flush=True)
     uqvision_predict(spec, folder, base)  # the images are checked once per process (as a
@@ -143,27 +156,35 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for r in range(a.rounds):
         t = {}
-        t["plain"], z_plain = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers)
+        t["plain"], z_plain = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers,
+                                         device=dev)
         t["uq"], z_uq = uqvision_predict(spec, folder, base)
-        t["uq_cl"], z_cl = uqvision_predict(spec, folder, PredictConfig(batch_size=bs,
-                                                                        channels_last=True))
-        t["plain1_mc"], _ = plain_loop(a.arch, ckpt, mc_folder, n_classes, bs, mc_workers)
+        t["uq_cl"], z_cl = uqvision_predict(spec, folder, PredictConfig(
+            batch_size=bs, channels_last=True, device=dev))
+        t["plain_amp"], z_plain_amp = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers,
+                                                 device=dev, amp=amp_dtype)
+        t["uq_amp"], z_amp = uqvision_predict(spec, folder, PredictConfig(
+            batch_size=bs, amp=a.amp, device=dev))
+        t["plain1_mc"], _ = plain_loop(a.arch, ckpt, mc_folder, n_classes, bs, mc_workers,
+                                       device=dev)
         t["plain30"], _ = plain_loop(a.arch, ckpt, mc_folder, n_classes, bs, mc_workers,
-                                     passes=30)
+                                     passes=30, device=dev)
         t["uq_mc30"], _ = uqvision_predict(spec, mc_folder, mc)
         t["uq_small"], _ = uqvision_predict(spec, mc_folder, base)
         t["import"] = wall([sys.executable, "-c", "import torch, timm"])
         threads = ["--threads", str(a.threads)] if a.threads else []
         t["command"] = wall([sys.executable, "-m", "uqvision", *threads, "predict", "--model", spec,
                              "--data", str(mc_folder), "--out", str(work / f"caches{r}"),
-                             "--batch-size", str(bs)])
+                             "--batch-size", str(bs), "--device", dev])
         row = {"predict_vs_plain": t["plain"] / t["uq"],
                "predict_cl_vs_plain": t["plain"] / t["uq_cl"],
+               "predict_amp_vs_plain_amp": t["plain_amp"] / t["uq_amp"],
                "mc30_vs_plain30": t["plain30"] / t["uq_mc30"],
                "mc30_vs_one_pass": t["uq_mc30"] / t["plain1_mc"],
                "command_overhead_s": t["command"] - t["import"] - t["uq_small"],
                "logits_uq_vs_plain": float(np.abs(z_uq - z_plain[0]).max()),
-               "logits_cl_vs_contiguous": float(np.abs(z_cl - z_uq).max())}
+               "logits_cl_vs_contiguous": float(np.abs(z_cl - z_uq).max()),
+               "logits_amp_vs_plain_amp": float(np.abs(z_amp - z_plain_amp[0]).max())}
         rows.append(row)
         print(f"round {r}: " + " ".join(f"{k}={v:.2f}s" for k, v in t.items())
               + f"  load {_load()}", flush=True)
@@ -171,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"DETAIL predict_channels_last_vs_plain={med['predict_cl_vs_plain']:.2f} "
           f"max_logit_diff_vs_plain={max(r['logits_uq_vs_plain'] for r in rows):.2e} "
           f"max_logit_diff_channels_last={max(r['logits_cl_vs_contiguous'] for r in rows):.2e} "
+          f"max_logit_diff_amp_vs_plain_amp={max(r['logits_amp_vs_plain_amp'] for r in rows):.2e} "
           f"workers={workers} load={_load().replace(' ', '/')}")
     print(f"RESULT predict_vs_plain={med['predict_vs_plain']:.2f} "
+          f"predict_amp_vs_plain_amp={med['predict_amp_vs_plain_amp']:.2f} "
+          f"predict_channels_last_vs_plain={med['predict_cl_vs_plain']:.2f} "
           f"mc30_vs_plain30={med['mc30_vs_plain30']:.2f} "
           f"mc30_vs_one_pass={med['mc30_vs_one_pass']:.2f} "
           f"command_overhead_s={med['command_overhead_s']:.2f}", flush=True)

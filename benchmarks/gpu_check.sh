@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
-# The GPU items of the issues (uqreg's CUDA equality test, engine GFLOP/s and paper-e1 sweep;
-# the vision reproductions at `cpu` scale with CUDA), as one prepared script for the device
-# tool: a session is lent about 15 minutes of device time, so each item runs under its own
-# time budget, and a reproduction cut by its budget still reports how far it got (every driver
-# resumes, so a second call continues where the first stopped).
+# Every CUDA path of the project, checked and timed in one script of at most 8 minutes on one GPU:
+# the first thing to run on a GPU machine (docs/gpu.md holds its last output).
 #
-# Run on the device machine, at the repository root, after benchmarks/device/fetch_wheels.sh here:
-#     run(command="bash benchmarks/device/gpu_items.sh", carry=[".whl"], timeout_s=590)
-# Items and budgets (seconds) are chosen with ITEMS, e.g. ITEMS="cuda_test:60 pitfalls:400".
-# DEVICE=cpu runs the same items on the CPU (the script's own check, on tiny budgets).
-# Writes $OUT/summary.txt (one line per item: exit status, wall time, progress) and
-# $OUT/logs.txt (the end of each item's log); work files stay in $WORK.
+#   bash benchmarks/gpu_check.sh                 # default items, about 7 minutes on one H100
+#   ITEMS="env:20 predict:120" bash benchmarks/gpu_check.sh
+#
+# Default items (name:budget in seconds; each runs under `timeout` and reports how far it got):
+#   env           nvidia-smi and the versions of torch, timm, xarray, dask
+#   uqreg_cuda    uqreg's float32 study on CUDA equals the CPU one (its tests marked `cuda`)
+#   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop
+#                 (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap, roofline fraction)
+#   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
+#                 channels_last (bench_predict.py --device cuda)
+#   vision_cuda   one training epoch, a one-process torchrun (train and predict), and the
+#                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
+#                 (benchmarks/device/cuda_checks.py)
+# Optional items (longer; each driver resumes, so a cut item continues on the next call):
+#   paper_e1 (uqreg sweep --preset paper-e1), pitfalls, uimnet, url (uqvision reproduce NAME
+#   --scale cpu --device cuda).
+#
+# Without CUDA it says so and exits 0; DEVICE=cpu runs the same items on the CPU (the script's
+# own check). Packages come from the source tree (PYTHONPATH); the wheels the device image lacks
+# (netCDF4, dask, ...) are installed from .whl/ when present (benchmarks/device/fetch_wheels.sh).
+# On the project's device tool: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"]).
+# Writes $OUT/summary.txt (one line per item: exit status, wall time, progress), $OUT/results.txt
+# (every RESULT line) and $OUT/logs.txt (the end of each item's log); work files stay in $WORK.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/gpu_items_out}"
-WORK="${WORK:-/tmp/gpu_items_work}"
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/gpu_check_out}"
+WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:20 cuda_test:90 bench:100 paper_e1:150 pitfalls:60 uimnet:60 url:60}"
+ITEMS="${ITEMS:-env:20 uqreg_cuda:80 uqreg_engine:100 predict:110 vision_cuda:150}"
 mkdir -p "$OUT" "$WORK"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -28,6 +42,10 @@ else
 fi
 export PYTHONPATH="${SITE}$PWD/shared/src:$PWD/packages/uqreg/src:$PWD/packages/uqvision/src"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
+    exit 0
+fi
 
 count() {  # files named $2 under $1
     find "$1" -name "$2" 2>/dev/null | wc -l
@@ -55,12 +73,19 @@ run_item() {  # name budget
             { nvidia-smi || true; "$PY" -c 'import sys, torch, timm, xarray, netCDF4, dask
 print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
       "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__)'; } ;;
-        cuda_test)  # the float32 CUDA study equals the CPU one (uqreg tests, marker cuda)
+        uqreg_cuda)  # the float32 CUDA study equals the CPU one (uqreg tests, marker cuda)
             (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py -m cuda \
                 -q -p no:cacheprovider -rs) ;;
-        bench)  # engine GFLOP/s and fraction of the GEMM roofline on one 6,000-network cell
+        uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline
             timeout "$budget" "$PY" packages/uqreg/benchmarks/bench_engine.py --device "$DEVICE" \
                 --loop-members 4 --epochs 20 --repeats 2 --no-profile ;;
+        predict)
+            timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
+                --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
+        vision_cuda)
+            timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
+                --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \
+                --arch test_resnet --image-size 64") ;;
         paper_e1)  # the paper's E.1 study (goal: under 10 minutes on one H100)
             timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
                 --workers 1 --out "$WORK/e1" --no-plots --quiet ;;
@@ -80,6 +105,7 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         $(( ($(date +%s%N) - start) / 1000000 )) "$budget" "$DEVICE" "$(progress "$name")" \
         | tee -a "$OUT/summary.txt"
     { echo "== $name (exit $rc)"; tail -n 25 "$WORK/$name.log"; } >> "$OUT/logs.txt"
+    grep -h '^RESULT\|^DETAIL' "$WORK/$name.log" | sed "s/^/$name: /" >> "$OUT/results.txt"
 }
 
 for item in $ITEMS; do

@@ -61,9 +61,8 @@ def _logits(caches) -> np.ndarray:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("PYTHONPATH", "")
-    return env
+    """This process's environment (its PYTHONPATH reaches the source tree)."""
+    return dict(os.environ)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     p = subprocess.run(run + ["-m", "uqvision", "train", "--arch", a.arch, "--data", str(folder),
                               "--out", str(ckpt["torchrun"]), "--epochs", "1", "--batch-size",
-                              "64", "--input-size", str(a.image_size), "--augment", "none", "--overwrite", "--device",
-                              dev], capture_output=True, text=True, env=_env())
+                              "64", "--input-size", str(a.image_size), "--augment", "none",
+                              "--overwrite", "--device", dev],
+                       check=False, capture_output=True, text=True, env=_env())
     torchrun_s = time.perf_counter() - t0
     if p.returncode:
         print(f"RESULT train_torchrun=failed rc={p.returncode}\n{p.stderr[-1500:]}", flush=True)
@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     out = work / "torchrun_caches"
     p = subprocess.run(run + ["-m", "uqvision", "predict", "--model", spec, "--data", str(folder),
                               "--out", str(out), "--batch-size", "64", "--device", dev,
-                              "--overwrite"], capture_output=True, text=True, env=_env())
+                              "--overwrite"],
+                       check=False, capture_output=True, text=True, env=_env())
     if p.returncode:
         print(f"RESULT predict_torchrun=failed rc={p.returncode}\n{p.stderr[-1500:]}", flush=True)
     else:

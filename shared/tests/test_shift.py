@@ -66,6 +66,28 @@ def test_relative_mean_corruption_error_hand_case():
     assert relative_mean_corruption_error([[0.1]], 0.2, [[0.5]], 0.3) == pytest.approx(-0.5)
 
 
+@pytest.mark.parametrize("baseline_errors", [
+    [[0.6] * 5, [0.5] * 5],  # corruption 1 adds nothing to the baseline's clean error 0.5
+    [[0.6] * 5, [0.4, 0.4, 0.6, 0.5, 0.5]],  # nor on the sum: -0.1 -0.1 +0.1 0 0 = -0.1
+])
+def test_relative_mce_is_nan_with_a_warning_when_the_baseline_is_not_degraded(
+        baseline_errors):
+    with pytest.warns(UndefinedMetricWarning, match=r"relative mCE is undefined: "
+                                                     r"baseline_errors of corruption 1 do not "
+                                                     r"exceed baseline_clean_error 0.5"):
+        value = relative_mean_corruption_error(ERR, 0.1, baseline_errors, 0.5)
+    assert np.isnan(value)
+    # the plain mCE of the same errors is still defined
+    assert np.isfinite(mean_corruption_error(ERR, baseline_errors))
+
+
+def test_relative_mce_is_defined_when_every_denominator_is_positive():
+    # corruption 1 of the case above with one more error at one severity: (0.6 - 0.5) > 0
+    # model: corruption 0 (1.5 - 0.5) / (3.0 - 2.5) = 2.0, corruption 1 (1.0 - 0.5) / 0.1 = 5.0
+    base = [[0.6] * 5, [0.5, 0.5, 0.5, 0.5, 0.6]]
+    assert relative_mean_corruption_error(ERR, 0.1, base, 0.5) == pytest.approx(3.5)
+
+
 def test_corruption_errors_accept_torch_like_inputs():
     assert mean_corruption_error(ERR.tolist(), BASE.astype(np.float32)) == pytest.approx(0.5)
 
@@ -131,8 +153,6 @@ def test_relative_mce_with_zero_clean_errors_is_mce(tables):
      r"clean_error must lie in \[0.0, 1.0\]"),
     (lambda: relative_mean_corruption_error(ERR, 0.1, BASE, None),
      r"baseline_clean_error must be a number"),
-    (lambda: relative_mean_corruption_error(ERR, 0.1, [[0.6] * 5, [0.5] * 5], 0.5),
-     r"baseline_errors of corruption 1 must exceed baseline_clean_error"),
     (lambda: relative_mean_corruption_error(ERR, 0.1, BASE[:1], 0.3),
      r"baseline_errors must have the same shape as errors"),
     (lambda: relative_mean_corruption_error(-ERR, 0.1, BASE, 0.3),

@@ -181,13 +181,17 @@ def relative_mean_corruption_error(errors: Any, clean_error: Any, baseline_error
         The baseline model's corrupted error rates (AlexNet in the paper).
     baseline_clean_error : float
         The baseline model's clean error rate in ``[0, 1]``. For every corruption,
-        ``sum_s (E^base_{s,c} - E^base_clean)`` must be > 0.
+        ``sum_s (E^base_{s,c} - E^base_clean)`` must be > 0 for the relative mCE to be
+        defined.
 
     Returns
     -------
     float
         Relative mCE as a fraction, lower is better (it may be negative when the model gets
-        better under corruption); the paper prints ``100 *`` this.
+        better under corruption); the paper prints ``100 *`` this. NaN with an
+        :class:`~uqmetrics.UndefinedMetricWarning` when the baseline's errors under some
+        corruption do not exceed its clean error (a denominator <= 0: the baseline is not
+        degraded by that corruption, so no degradation can be measured relative to it).
 
     Notes
     -----
@@ -211,14 +215,16 @@ def relative_mean_corruption_error(errors: Any, clean_error: Any, baseline_error
     check_same_shape(errors=e, baseline_errors=b)
     e0 = check_fraction(clean_error, "clean_error")
     b0 = check_fraction(baseline_clean_error, "baseline_clean_error")
-    bad = (b - b0).sum(axis=1) <= 0
+    den = (b - b0).sum(axis=1)
+    bad = den <= 0
     if bad.any():
         c = int(np.argmax(bad))
-        raise ValueError(
-            f"baseline_errors of corruption {c} must exceed baseline_clean_error on the sum over "
-            f"severities (the relative CE denominator), got sum_s (E_base - {b0!r}) = "
-            f"{float((b[c] - b0).sum())!r}")
-    return float(np.mean((e - e0).sum(axis=1) / (b - b0).sum(axis=1)))
+        return _warn_undefined(
+            f"relative mCE is undefined: baseline_errors of corruption {c} do not exceed "
+            f"baseline_clean_error {b0!r} on the sum over severities (the relative CE "
+            f"denominator sum_s (E_base - E_base_clean) = {float(den[c])!r}, "
+            f"{int(bad.sum())} such corruption(s)); returning nan")
+    return float(np.mean((e - e0).sum(axis=1) / den))
 
 
 # --------------------------------------------------------------------------------------------

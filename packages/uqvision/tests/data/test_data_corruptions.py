@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 from torchvision.transforms import functional as tf
 
+from uqvision.cli import main
 from uqvision.data import ImageFolderDataset, derive_seed, make_digits_folder
 from uqvision.data.corruptions import (
     BENCHMARK_CORRUPTIONS,
@@ -137,6 +138,115 @@ def test_killed_process_resumes(clean, tmp_path):
     assert not list(out.rglob(".partial-*"))
 
 
+@pytest.fixture
+def dask_scheduler():
+    """``dask_scheduler() -> address``: a thread-based Dask cluster of one worker, started in
+    the test (closed at its end, or earlier by closing the context it returns); dask's global
+    ``scheduler`` setting is put back as it was."""
+    import contextlib
+
+    import dask
+    from dask.distributed import LocalCluster
+
+    before = dask.config.get("scheduler", None)
+
+    @contextlib.contextmanager
+    def start():
+        with LocalCluster(processes=False, n_workers=1, threads_per_worker=2,
+                          dashboard_address=":0") as cluster:
+            yield cluster.scheduler_address
+
+    yield start
+    if before is None:
+        dask.config.config.pop("scheduler", None)
+    else:
+        dask.config.set(scheduler=before)
+
+
+def _files(root) -> dict:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*.JPEG")}
+
+
+def test_generation_on_a_dask_cluster_is_byte_identical(clean, tmp_path, dask_scheduler,
+                                                        capsys):
+    """``scheduler`` (``uqvision data imagenet-c --scheduler``): the same work units on a Dask
+    cluster (the one ``uqvision sweep --scheduler`` uses), the same files byte for byte,
+    progress with images/s and an ETA."""
+    kw = {"corruptions": ("gaussian_noise", "impulse_noise", "contrast"), "severities": (1, 5),
+          "resize": 40, "crop": 32, "seed": 2}
+    local = make_corrupted_folder(clean, tmp_path / "local", **kw, progress=False, workers=1)
+    lines = []
+    with dask_scheduler() as address:
+        out = make_corrupted_folder(clean, tmp_path / "dask", **kw, progress=lines.append,
+                                    scheduler=address)
+        assert main(["data", "imagenet-c", "--src", str(clean), "--out",
+                     str(tmp_path / "cli"), "--corruptions", ",".join(kw["corruptions"]),
+                     "--severities", "1,5", "--resize", "40", "--crop", "32", "--seed", "2",
+                     "--scheduler", address]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("imagenet-c: 10 images to corrupt on the Dask cluster at ")
+    assert "images/s" in err[-1] and "ETA" in err[-1]
+    assert _files(out) == _files(local) == _files(tmp_path / "cli")
+    assert len(_files(out)) == 3 * 2 * 10
+    assert json.loads((out / METADATA_FILE).read_text()) == json.loads(
+        (local / METADATA_FILE).read_text())
+    assert lines[0] == (f"imagenet-c: 10 images to corrupt on the Dask cluster at {address} "
+                        "(1 worker(s))")
+    assert lines[-1].startswith("imagenet-c: 10/10 images (0 done before), ")
+    assert "images/s" in lines[-1] and "ETA" in lines[-1]
+    assert not list(out.rglob(".partial-*"))
+
+
+def test_a_dask_generation_interrupted_by_ctrl_c_resumes_byte_identical(clean, tmp_path,
+                                                                        dask_scheduler):
+    """Ctrl-C (SIGINT) while the cluster writes: the images not started are cancelled, no
+    partial file stays, the folder is not marked complete, and a rerun writes the missing
+    images only: the folder equals an uninterrupted run's."""
+    import os
+    import signal
+    import threading
+    import time
+
+    kw = {"corruptions": ("glass_blur",), "severities": (1, 2), "resize": 64, "crop": 64,
+          "progress": False}
+    full = make_corrupted_folder(clean, tmp_path / "full", **kw)
+    out = tmp_path / "part"
+    stop = threading.Event()
+
+    def interrupt_after(n: int) -> None:
+        while not stop.is_set():
+            if len(list(out.rglob("*.JPEG"))) >= n:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=interrupt_after, args=(2,), daemon=True)
+    with dask_scheduler() as address:
+        watcher.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                make_corrupted_folder(clean, out, **kw, scheduler=address)
+        finally:
+            stop.set()
+            watcher.join()
+    # the cluster is closed: what its worker had started is written whole or not at all
+    kept = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*.JPEG")}
+    assert 2 <= len(kept) < 20, len(kept)
+    assert not list(out.rglob(".partial-*"))
+    assert json.loads((out / METADATA_FILE).read_text())["complete"] is False
+    lines = []
+    with dask_scheduler() as address:
+        make_corrupted_folder(clean, out, **{**kw, "progress": lines.append},
+                              scheduler=address)
+    assert _files(out) == _files(full)
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in kept} == kept
+    stems = [p.relative_to(out).parts[2:] for p in kept]  # (class, file) per severity
+    before = sum(stems.count(stem) == 2 for stem in set(stems))  # both severities written
+    assert f"imagenet-c: {10 - before}/{10 - before} images ({before} done before), " \
+        in lines[-1]
+    assert json.loads((out / METADATA_FILE).read_text())["complete"]
+
+
 @pytest.mark.parametrize(("kw", "match"), [
     ({"corruptions": ["fogg"]}, "corruptions: unknown corruption 'fogg'"),
     ({"severities": (0, 1)}, "severities: 0 is not a severity 1..5"),
@@ -145,6 +255,10 @@ def test_killed_process_resumes(clean, tmp_path):
     ({"resize": 16, "crop": 16}, "crop 16 is below 32 px"),
     ({"quality": 0}, "quality must be a positive integer, got 0"),
     ({"workers": 0}, "workers must be a positive integer, got 0"),
+    ({"workers": 2, "scheduler": "tcp://127.0.0.1:8786"},
+     ("workers 2 and scheduler 'tcp://127.0.0.1:8786': the images run on the cluster's "
+     "workers; give one of the two")),
+    ({"scheduler": ""}, "scheduler: give a Dask scheduler address"),
 ])
 def test_bad_options_refused(clean, tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):

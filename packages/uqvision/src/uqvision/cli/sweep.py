@@ -1,5 +1,6 @@
 """``uqvision sweep``: a model zoo predicted and scored on Dask (:mod:`uqvision.sweep`, imported
-when the command runs). Its options (the models and zoos, ``--list-zoos``, the prediction
+when the command runs). Its options (the models and zoos, ``--list-zoos``, the extra
+evaluation sets ``--sets EVALSET=PATH ...``, predicted but not scored here, the prediction
 options, each scoring protocol's own), the checks of everything the arguments, the folder and
 the caches can tell before the first model runs, and the report of the models that failed.
 """
@@ -86,11 +87,13 @@ def _sweep_scorers() -> list[SweepScoring]:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import read_failures
 
+    from ..data import readable_images
     from ..sweep import (  # Dask, xarray: imported on use
         FAILURES_FILE,
         LOG_FILE,
         dry_run_sweep,
         sweep_predictions,
+        sweep_targets,
     )
     from ..zoo import ZOOS
 
@@ -113,13 +116,17 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     data = _data(a)
     _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name
+    # --sets: each EVALSET=PATH checked and every member folder found and scanned, once
+    sets = sweep_targets(data, config, a.sets or (), dataset_name=a.dataset_name)[1:]
+    for target in sets:
+        readable_images(target.folder, skip_bad=a.skip_bad_images)
     # each scoring protocol checks its options and its score file before any model runs
     plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
              for scorer in _sweep_scorers()]
     sweep_args = {"zoos": a.zoo or (), "weights_dir": a.weights_dir,
                   "dataset_name": a.dataset_name, "threads": a.cell_threads or a.threads,
                   "overwrite": a.overwrite, "failures_file": failures,
-                  "retry_failed": not a.skip_failed}
+                  "retry_failed": not a.skip_failed, "sets": sets}
     if a.dry_run:
         dry = dry_run_sweep(a.models or [], data, out / "caches", config,
                             n_workers=a.n_workers, **sweep_args)
@@ -150,11 +157,12 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                   else "")
         print(f"uqvision sweep: {len(failed)} model(s) failed, {where}{logged}; "
               f"{_failure_advice(failed)}", file=sys.stderr, flush=True)
+    scored = report.of_dataset(dataset)  # the protocols score the --data's caches only
     for plan in plans:
         if plan.target is None:
             _print(plan.line)
-        elif report.paths:
-            plan.finish(report, _print)
+        elif scored.paths:
+            plan.finish(scored, _print)
     # exit 1 when a model failed (as uqreg sweep does for failed cells): the others are computed,
     # scored and kept, and a rerun resumes them
     return 1 if report.failed or not report.paths else 0
@@ -187,6 +195,7 @@ class _ListZoos(argparse.Action):
 
 
 def _args_sweep(p: argparse.ArgumentParser) -> None:
+    from ..evalsets import EVAL_SETS
     from ..zoo import ZOOS
 
     p.add_argument("--models", nargs="+", default=None,
@@ -206,6 +215,17 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "disk, and the cost (cells x images; a time when earlier caches there "
                         "record theirs); nothing is computed, downloaded or written")
     p.add_argument("--data", required=True)
+    p.add_argument("--sets", nargs="+", action="extend", default=None,
+                   metavar="EVALSET=PATH",
+                   help="extra evaluation sets every model also predicts, once each, into "
+                        "caches/ (as uqvision predict --eval-set EVALSET; repeatable): "
+                        "EVALSET one of " + ", ".join(EVAL_SETS.names()) + "; an expanded set "
+                        "(imagenet-c) stands for every member folder below PATH "
+                        "(<corruption>/<severity>/), one cache per model and member, named "
+                        "<set>-<member> (imagenet-c-fog-3; a set of one folder: by the "
+                        "folder's name). Resumed and listed by --dry-run as the --data cells "
+                        "are; only predicted here, not scored: a protocol that reads such sets "
+                        "scores them from OUT/caches (uqvision score NAME)")
     p.add_argument("--out", required=True, help="sweep directory: " + ", ".join(
         ["caches/", *(s.outputs for s in _sweep_scorers() if s.outputs), "sweep_failures.json",
          "sweep.log (full tracebacks)"]))

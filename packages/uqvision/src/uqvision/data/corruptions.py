@@ -17,6 +17,12 @@ crc32(relative path)) % 2**32`` around the call, where the corruption index is t
 :class:`~uqvision.data.ImageFolderDataset` (POSIX, UTF-8). Files are written once, under a
 temporary name then renamed, so a killed run leaves no partial image and a rerun resumes.
 
+The work units (one clean image, prepared once and written under every corruption and
+severity) run in this process, on a pool of ``workers`` processes, or on a Dask cluster by its
+scheduler's address (``scheduler``: the cluster of ``uqvision sweep --scheduler``; ``uqvision
+data imagenet-c --scheduler ADDRESS``), with the same progress lines (images done, images/s,
+ETA) and the same files, byte for byte.
+
 ``imagecorruptions`` 1.1.2 predates numpy 2, scikit-image 0.19 and setuptools 81; it is
 loaded by :func:`reference_corruptions`, which supplies, to that package's module only, the
 three names it needs (``np.float_``, ``gaussian(..., multichannel=True)`` as
@@ -38,10 +44,11 @@ import time
 import types
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+from uqmetrics import InputError
 
 from ._util import derive_seed
 
@@ -196,14 +203,64 @@ def _init_worker(dataset, options: dict) -> None:
 
 
 def _work(index: int, jobs: list[tuple[str, int, str]]) -> int:
-    """Corrupt sample ``index`` for ``jobs`` [(corruption, severity, destination)]."""
-    ds, o = _STATE["dataset"], _STATE["options"]
+    """Corrupt sample ``index`` for ``jobs`` [(corruption, severity, destination)] (the
+    dataset and options of :func:`_init_worker`)."""
+    return _corrupt_sample(_STATE["dataset"], _STATE["options"], index, jobs)
+
+
+def _corrupt_sample(ds, o: dict, index: int, jobs: list[tuple[str, int, str]]) -> int:
+    """One work unit, in any process (a pool's or a Dask worker's): sample ``index`` of
+    ``ds`` prepared once and written under every (corruption, severity, destination) of
+    ``jobs``; returns how many images it wrote."""
     rel = ds.samples[index][0]
     arr = _prepare(ds[index][0], o["resize"], o["crop"])
     for corruption, severity, dest in jobs:
         out = _corrupt(arr, corruption, severity, _seed(o["seed"], corruption, severity, rel))
         _save_jpeg(out, Path(dest), o["quality"])
     return len(jobs)
+
+
+def _done_local(tasks: list, ds, options: dict, workers: int) -> Iterator[int]:
+    """Run the work units here (``workers == 1``) or on a process pool; yields as each one
+    finishes."""
+    if workers == 1:
+        _init_worker(ds, options)
+        for i, jobs in tasks:
+            yield _work(i, jobs)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(min(workers, len(tasks)), initializer=_init_worker,
+                             initargs=(ds, options)) as pool:
+        futures = [pool.submit(_work, i, jobs) for i, jobs in tasks]
+        try:
+            for fut in as_completed(futures):
+                yield fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
+def _done_on_dask(tasks: list, ds, options: dict, scheduler: str,
+                  say: Callable[[str], None] | None) -> Iterator[int]:
+    """Run the work units on the Dask cluster at ``scheduler`` (the same units as the local
+    path: :func:`_corrupt_sample`); yields as each one finishes. The scanned folder is sent to
+    the workers once; they read the images and write the files by their paths (a file system
+    the workers share). On an error or an interrupt the units not started are cancelled."""
+    from dask.distributed import Client, as_completed
+
+    with Client(scheduler) as client:
+        if say is not None:
+            n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+            say(f"imagenet-c: {len(tasks)} images to corrupt on the Dask cluster at "
+                f"{scheduler} ({n} worker(s))")
+        shared = client.scatter(ds, broadcast=True)
+        futures = [client.submit(_corrupt_sample, shared, options, i, jobs, pure=False)
+                   for i, jobs in tasks]
+        try:
+            for fut in as_completed(futures):
+                yield fut.result()
+        finally:
+            client.cancel(futures)
 
 
 def _check_options(corruptions, severities, resize, crop, quality, workers
@@ -256,7 +313,7 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
                           severities: Iterable[int] = (1, 2, 3, 4, 5), resize: int = 256,
                           crop: int = 224, quality: int = JPEG_QUALITY, seed: int = 0,
                           workers: int = 1, progress: bool | Callable[[str], None] = True,
-                          overwrite: bool = False) -> Path:
+                          overwrite: bool = False, scheduler: str | None = None) -> Path:
     """Write ImageNet-C for the clean images of ``src`` into ``out`` (module docstring).
 
     Parameters
@@ -285,6 +342,13 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         Progress lines (images done, images/s, ETA) to stderr, or to this function.
     overwrite : bool, default False
         Replace an ``out`` written with other options.
+    scheduler : str, optional
+        Address of a Dask scheduler (``tcp://host:8786``, as ``uqvision sweep
+        --scheduler``): the work units (one clean image, written under every corruption and
+        severity) run on that cluster's workers instead of local processes, with the same
+        progress, resume and output (byte-identical: each image is a function of its seed).
+        The workers must read ``src`` and write ``out`` by the same paths (a shared file
+        system). Not with ``workers`` > 1.
 
     Returns
     -------
@@ -295,7 +359,8 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     ------
     ValueError
         An unknown corruption, a severity outside 1..5, ``crop > resize``, a bad size,
-        quality or worker count; two images of one class with the same file stem.
+        quality or worker count, ``workers`` > 1 with a ``scheduler``; two images of one
+        class with the same file stem.
     FileExistsError
         ``out`` holds other files or a run with other options (without ``overwrite``).
     """
@@ -303,6 +368,12 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
 
     corruptions, severities = _check_options(corruptions, severities, resize, crop, quality,
                                              workers)
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise InputError(f"scheduler: give a Dask scheduler address (tcp://host:8786), got "
+                         f"{scheduler!r}")
+    if scheduler is not None and workers > 1:
+        raise InputError(f"workers {workers} and scheduler {scheduler!r}: the images run on "
+                         "the cluster's workers; give one of the two")
     from importlib.metadata import version
     reference_corruptions()  # refuse a missing or broken package before any work
     meta = {"format": _FORMAT, "corruptions": list(corruptions), "severities": list(severities),
@@ -368,21 +439,11 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
             f"{rate:.2f} images/s, ETA {eta}")
 
     if n:
-        if workers == 1:
-            _init_worker(ds, options)
-            for i, jobs in tasks:
-                _work(i, jobs)
-                done += 1
-                tick()
-        else:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-            with ProcessPoolExecutor(min(workers, n), initializer=_init_worker,
-                                     initargs=(ds, options)) as pool:
-                futures = [pool.submit(_work, i, jobs) for i, jobs in tasks]
-                for fut in as_completed(futures):
-                    fut.result()
-                    done += 1
-                    tick()
+        finished = (_done_on_dask(tasks, ds, options, scheduler, say) if scheduler is not None
+                    else _done_local(tasks, ds, options, workers))
+        for _ in finished:  # one progress loop, whichever runs the units
+            done += 1
+            tick()
     meta_path.write_text(json.dumps({**meta, "complete": True}, indent=1))
     return out
 
@@ -390,9 +451,11 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
 def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
                            corruptions: str | None = None, severities: str | None = None,
                            resize: int = 256, crop: int = 224, quality: int = JPEG_QUALITY,
-                           workers: int = 1, seed: int = 0, overwrite: bool = False) -> Path:
+                           workers: int = 1, seed: int = 0, overwrite: bool = False,
+                           scheduler: str | None = None) -> Path:
     """``uqvision data imagenet-c --src DIR --out DIR``: :func:`make_corrupted_folder` with
-    comma-separated ``corruptions`` (``all``: the 19) and ``severities``.
+    comma-separated ``corruptions`` (``all``: the 19) and ``severities``; ``--scheduler
+    ADDRESS`` runs it on a Dask cluster (the one of ``uqvision sweep --scheduler``).
 
     Parameters
     ----------
@@ -403,7 +466,7 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
     corruptions, severities : str, optional
         E.g. ``"fog,snow"``, ``"1,3,5"``; default the 15 benchmark corruptions, severities
         1..5.
-    resize, crop, quality, workers, seed, overwrite
+    resize, crop, quality, workers, seed, overwrite, scheduler
         As :func:`make_corrupted_folder`.
 
     Returns
@@ -426,4 +489,4 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
                              "1..5") from None
     return make_corrupted_folder(src, root, corruptions=names, severities=levels,
                                  resize=resize, crop=crop, quality=quality, seed=seed,
-                                 workers=workers, overwrite=overwrite)
+                                 workers=workers, overwrite=overwrite, scheduler=scheduler)

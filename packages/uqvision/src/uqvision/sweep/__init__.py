@@ -1,4 +1,5 @@
-"""Zoo sweeps: many models × one image folder, one cache file per cell, on Dask.
+"""Zoo sweeps: many models × one image folder (and extra evaluation sets), one cache file per
+cell, on Dask.
 
 Cells are (model × dataset × mode × pass), and for a checkpoint of a training method with
 several prediction samples (snapshots, posterior draws) also × sample — an MC-dropout cell
@@ -26,10 +27,24 @@ that cannot be written is reported in one line and the sweep goes on), each with
 cells and models done and left, with an ETA. :func:`dry_run_sweep` says what a sweep would do
 without doing it.
 
+Extra evaluation sets (``sets``; ``uqvision sweep --sets EVALSET=PATH ...``, e.g.
+``imagenet-c=/data/imagenet-c imagenet-r=/data/imagenet-r``): ``EVALSET`` is a name of
+:data:`uqvision.evalsets.EVAL_SETS` and an expanded set (``imagenet-c``) stands for every
+member folder found below ``PATH`` (``<corruption>/<severity>/``). Every model predicts each
+set, each member, once into the same caches folder, as ``uqvision predict --eval-set EVALSET
+[--eval-member M]`` would (the caches record ``eval_set``, ``eval_member``, ``corruption``,
+``severity``; they are named by :func:`uqvision.evalsets.member_dataset_name`, e.g.
+``imagenet-c-fog-3``). Each (model, member, sample, pass) is one cell: resumed, reported,
+listed by the dry run and counted by the progress as the ``--data``'s are. The sets are only
+predicted: the sweep's protocols score the ``--data``'s caches (V.1's selective scores are as
+without sets); ``uqvision score shift CACHES`` scores the sets' later.
+
 One concern per module; every name is importable from ``uqvision.sweep`` itself:
 
 - :mod:`~.plan`: the models (:func:`expand_models`), the cells (:func:`plan_sweep`,
   :class:`SweepPlan`) and the checks before the first cell;
+- :mod:`~.sets`: the extra evaluation sets (:func:`parse_set`, :func:`sweep_targets`,
+  :class:`SweepTarget`);
 - :mod:`~.weights`: the weights lookup (:func:`find_weights`, :func:`check_weights`,
   :func:`weights_status`, :func:`probe_hub`, :class:`WeightsStatus`);
 - :mod:`~.failures`: failure kinds, the failures file and log (:data:`FAILURE_KINDS`,
@@ -50,6 +65,7 @@ from .failures import (
 from .figures import RISK_COVERAGE_MAX_MODELS, sweep_figures
 from .plan import SweepPlan, expand_models, plan_sweep
 from .run import predict_cell, sweep_predictions
+from .sets import SweepTarget, parse_set, sweep_targets
 from .weights import (
     PROBE_TIMEOUT,
     WEIGHT_SUFFIXES,
@@ -70,15 +86,18 @@ __all__ = [
     "ModelSweepReport",
     "SweepDryRun",
     "SweepPlan",
+    "SweepTarget",
     "WeightsStatus",
     "check_weights",
     "dry_run_sweep",
     "expand_models",
     "find_weights",
+    "parse_set",
     "plan_sweep",
     "predict_cell",
     "probe_hub",
     "sweep_figures",
     "sweep_predictions",
+    "sweep_targets",
     "weights_status",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,11 @@ class SweepDryRun:
     timed_caches : int
         How many caches that mean comes from.
     out_dir : str
+    sets : list of dict
+        One per folder of the extra evaluation sets (``sets``; the members of an expanded
+        set each): ``set`` (its ``EVALSET=PATH``), ``eval_set``, ``member`` (or ``None``),
+        ``dataset_name``, ``data`` (the folder), ``n_images``, ``compute`` and ``complete``
+        (how many of its cells, over the models).
     """
 
     models: list[dict]
@@ -60,10 +65,18 @@ class SweepDryRun:
     seconds_per_image: float | None
     timed_caches: int
     out_dir: str
+    sets: list[dict] = field(default_factory=list)
 
     @property
     def cells_to_compute(self) -> int:
         return sum(len(m["compute"]) for m in self.models)
+
+    @property
+    def image_cells(self) -> int:
+        """Images the cells to compute predict, summed over cells (a set's folder has its own
+        image count)."""
+        return (self.n_images * (self.cells_to_compute - sum(s["compute"] for s in self.sets))
+                + sum(s["n_images"] * s["compute"] for s in self.sets))
 
     @property
     def cells_complete(self) -> int:
@@ -73,7 +86,7 @@ class SweepDryRun:
         """Seconds of cell time the cells to compute would take (None: unknown)."""
         if self.seconds_per_image is None:
             return None
-        return self.seconds_per_image * self.n_images * self.cells_to_compute
+        return self.seconds_per_image * self.image_cells
 
     def lines(self) -> list[str]:
         """The listing ``uqvision sweep --dry-run`` prints."""
@@ -93,12 +106,30 @@ class SweepDryRun:
             out.append(f"  {m['model']}: weights {m['weights'].describe()}; "
                        f"{len(m['compute'])} cell(s) to compute, {len(m['complete'])} "
                        "complete (skipped)")
+        by_set: dict[str, list[dict]] = {}
+        for t in self.sets:
+            by_set.setdefault(t["set"], []).append(t)
+        for value, members in by_set.items():
+            n = {t["n_images"] for t in members}
+            images = (f"{n.pop()} images" if len(n) == 1 else
+                      f"{min(n)}-{max(n)} images") + (" each" if len(members) > 1 else "")
+            what = (f"{len(members)} member(s) ({', '.join(t['member'] for t in members[:4])}"
+                    + (", ..." if len(members) > 4 else "") + f"), {images}"
+                    if members[0]["member"] is not None else images)
+            out.append(f"  set {value}: {what}; {sum(t['compute'] for t in members)} cell(s) "
+                       f"to compute, {sum(t['complete'] for t in members)} complete (skipped)")
         failing = sum(m["fails"] is not None for m in self.models)
         out.append(f"cells: {self.cells_to_compute} to compute, {self.cells_complete} complete "
                    f"on disk (skipped); {failing} model(s) would fail before any cell runs")
         per_cell = f" (each cell {self.passes} passes)" if self.passes > 1 else ""
-        cost = (f"cost: {self.cells_to_compute} cell(s) × {self.n_images} images = "
-                f"{self.cells_to_compute * self.n_images} image-cells{per_cell}; ")
+        if self.sets:
+            of_sets = sum(t["compute"] for t in self.sets)
+            cost = (f"cost: {self.cells_to_compute} cell(s) = {self.image_cells} image-cells "
+                    f"({self.cells_to_compute - of_sets} × {self.n_images} images of the data, "
+                    f"{of_sets} of the sets){per_cell}; ")
+        else:
+            cost = (f"cost: {self.cells_to_compute} cell(s) × {self.n_images} images = "
+                    f"{self.image_cells} image-cells{per_cell}; ")
         est = self.estimate_s()
         if est is None:
             cost += (f"time unknown: no cache of mode {self.mode} in {self.out_dir!r} records "
@@ -139,10 +170,12 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
                   dataset_name: str | None = None, n_workers: int = 2,
                   threads: int | None = None, overwrite: bool = False,
                   failures_file: str | os.PathLike | None = None, retry_failed: bool = True,
-                  probe: bool = True) -> SweepDryRun:
+                  probe: bool = True,
+                  sets: Iterable[str | tuple[str, str | os.PathLike]] = ()) -> SweepDryRun:
     """What :func:`sweep_predictions` with the same arguments would do, without doing it.
 
-    The same checks run (models, images, failures file, weights, the identity of the caches
+    The same checks run (models, images, the extra ``sets``, failures file, weights, the
+    identity of the caches
     already there, except for models whose weights are not cached: comparing needs their
     hash), and nothing is computed, downloaded or written; the one request of
     :func:`check_weights` is made when some weights are not cached (``probe=False``: none).
@@ -150,13 +183,13 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
     Returns
     -------
     SweepDryRun
-        The models with their weights and cells to compute or skip, and the cost: cells ×
-        images, and a time when caches of earlier runs in ``out_dir`` record their wall time.
+        The models with their weights and cells to compute or skip (those of the extra sets'
+        members included, and listed by set), and the cost: cells × images, and a time when caches of earlier runs in ``out_dir`` record their wall time.
     """
     config = config or PredictConfig()
     prep = _prepare(patterns, data, out_dir, config, zoos=zoos, weights_dir=weights_dir,
                     dataset_name=dataset_name, threads=threads, overwrite=overwrite,
-                    failures_file=failures_file, probe=probe, dry_run=True)
+                    failures_file=failures_file, probe=probe, dry_run=True, sets=sets)
     models = _models_of(prep.plan.cells)
     recorded = {r["model"]: r for r in prep.previous if isinstance(r.get("model"), str)}
     rows = []
@@ -182,6 +215,16 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
         rows.append(entry)
     n_images = len(readable_images(prep.folder, skip_bad=config.skip_bad_images))
     rate, timed = _recorded_seconds_per_image(out_dir, config.mode)
+    state = {key: kind for m in rows for kind in ("compute", "complete") for key in m[kind]}
+    sets = []
+    for t in prep.targets[1:]:
+        keys = [c.key for c in prep.plan.cells if c.params["dataset_name"] == t.dataset_name]
+        sets.append({"set": t.source, "eval_set": t.config.eval_set, "member": t.member,
+                     "dataset_name": t.dataset_name, "data": str(t.folder.root),
+                     "n_images": len(readable_images(t.folder,
+                                                     skip_bad=config.skip_bad_images)),
+                     "compute": sum(state.get(k) == "compute" for k in keys),
+                     "complete": sum(state.get(k) == "complete" for k in keys)})
     return SweepDryRun(rows, str(prep.folder.root), n_images, prep.dataset_name, config.mode,
                        int(config.passes) if config.mode == "mc_dropout" else 1, n_workers,
-                       rate, timed, str(out_dir))
+                       rate, timed, str(out_dir), sets)

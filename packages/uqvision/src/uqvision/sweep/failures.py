@@ -5,6 +5,7 @@ their tracebacks (:data:`LOG_FILE`) and the report by model (:class:`ModelSweepR
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from collections.abc import Iterable
@@ -68,6 +69,9 @@ class ModelSweepReport(SweepReport):
         Model row -> :class:`WeightsStatus`, as looked up before the cells ran.
     log_file : pathlib.Path or None
         Where the full tracebacks went (``log_file`` of :func:`sweep_predictions`).
+    datasets : dict
+        Cache file stem (cell key) -> the dataset name of its folder, for every planned cell:
+        the ``--data``'s and those of the extra sets' members (``sets``).
     """
 
     failed_models: dict[str, dict] = field(default_factory=dict)
@@ -75,6 +79,15 @@ class ModelSweepReport(SweepReport):
     failures_error: str | None = None
     weights: dict[str, WeightsStatus] = field(default_factory=dict)
     log_file: Path | None = None
+    datasets: dict[str, str] = field(default_factory=dict)
+
+    def of_dataset(self, name: str) -> ModelSweepReport:
+        """A copy whose ``computed`` and ``skipped`` are the caches of dataset ``name`` only
+        (the ``--data``'s, which the sweep's protocols score); the failures are all kept."""
+        def mine(paths: list[Path]) -> list[Path]:
+            return [p for p in paths if self.datasets.get(Path(p).stem, name) == name]
+        return dataclasses.replace(self, computed=mine(self.computed),
+                                   skipped=mine(self.skipped))
 
 
 def _now() -> str:

@@ -22,6 +22,7 @@ from ..models import MODEL_SOURCES, ModelSpec, check_model_name
 from ..predict import PredictConfig, cache_plan, check_caches
 from ..zoo import zoo_models
 from .failures import FAILURES_FILE
+from .sets import SweepTarget, sweep_targets
 from .weights import WeightsStatus, _line, check_weights, find_weights
 
 __all__ = ["SweepPlan", "expand_models", "plan_sweep"]
@@ -63,18 +64,43 @@ def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
 
 @dataclass
 class SweepPlan:
-    """Cells to run, and models refused before running (name -> reason)."""
+    """Cells to run, models refused before running (name -> reason), and the folders the cells
+    predict (the ``--data`` first, then every member of the extra sets)."""
 
     cells: list[Cell] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
+    targets: list[SweepTarget] = field(default_factory=list)
+
+
+def _target_cells(spec: ModelSpec, target: SweepTarget, threads: int | None) -> list[Cell]:
+    """The cells of one model on one target: one per prediction sample and pass (a run of a
+    training method has several; :func:`uqvision.predict.cache_plan`)."""
+    folder, config = target.folder, target.config
+    cells = []
+    for k, p, key in cache_plan(spec, config, target.dataset_name):
+        cfg = asdict(config)
+        cfg.update(first_sample=k, samples=1)
+        if config.mode == "tta":
+            cfg.update(first_pass=p, passes=1)
+        cells.append(Cell(key, {
+            "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
+            "data": str(Path(folder.root).resolve()), "dataset_name": target.dataset_name,
+            "config": cfg, "threads": threads, "labels": None if folder.label_file is None
+            else str(Path(folder.label_file.path).resolve()),
+            "subset": folder.subset is not None}))
+    return cells
 
 
 def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolderDataset,
                config: PredictConfig, *, weights_dir: str | os.PathLike | None = None,
-               dataset_name: str | None = None, threads: int | None = None) -> SweepPlan:
+               dataset_name: str | None = None, threads: int | None = None,
+               sets: Iterable[str | tuple[str, str | os.PathLike]] = ()) -> SweepPlan:
     """The cells of a sweep; unreadable images are refused up front unless
     ``config.skip_bad_images`` (:func:`uqvision.data.readable_images`). ``data``: the folder,
-    or its scan.
+    or its scan; ``sets``: extra evaluation sets, ``EVALSET=PATH`` each
+    (:func:`~.sets.sweep_targets`: every member of an expanded set), each model predicting
+    every one of them once, as ``uqvision predict --eval-set EVALSET [--eval-member M]``
+    would (one cell per model, member, sample and pass, after the model's cells of ``data``).
 
     Each model's weights are, first that applies, its ``NAME=FILE``, the file
     ``weights_dir`` holds for it (:func:`find_weights`), random ones with
@@ -84,27 +110,18 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolder
     :func:`sweep_predictions` does, for every model at once, before submitting a cell
     (:func:`check_weights`)."""
     folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
-    data = folder.root
+    targets = sweep_targets(folder, config, sets, dataset_name=dataset_name)
     # folder and image errors before anything is submitted
-    readable_images(folder, skip_bad=config.skip_bad_images)
-    name = dataset_name or Path(data).resolve().name
-    plan = SweepPlan()
+    for target in targets:
+        readable_images(target.folder, skip_bad=config.skip_bad_images)
+    plan = SweepPlan(targets=targets)
     for spec in specs:
         spec = find_weights(spec, weights_dir)  # a local file first; else the hub cache
         if spec.source not in MODEL_SOURCES:
             plan.refused[spec.row] = f"unknown model source {spec.source!r}"
             continue
-        for k, p, key in cache_plan(spec, config, name):  # a run of a training method:
-            cfg = asdict(config)                           # one cell per sample and pass
-            cfg.update(first_sample=k, samples=1)
-            if config.mode == "tta":
-                cfg.update(first_pass=p, passes=1)
-            plan.cells.append(Cell(key, {
-                "name": spec.name, "checkpoint": spec.checkpoint, "label": spec.label,
-                "data": str(Path(data).resolve()), "dataset_name": name, "config": cfg,
-                "threads": threads, "labels": None if folder.label_file is None
-                else str(Path(folder.label_file.path).resolve()),
-                "subset": folder.subset is not None}))
+        for target in targets:
+            plan.cells.extend(_target_cells(spec, target, threads))
     return plan
 
 
@@ -117,19 +134,25 @@ def _models_of(cells: Iterable[Cell]) -> dict[str, tuple[ModelSpec, list[Cell]]]
     return models
 
 
-def _refuse_other_caches(plan: SweepPlan, folder: ImageFolderDataset, out_dir: str | os.PathLike,
-                         config: PredictConfig, *, skip: Iterable[str] = ()) -> dict[str, str]:
-    """Resume only what matches: a model with caches already in ``out_dir`` has them checked
-    as ``predict`` checks them (:func:`uqvision.predict.check_caches`: full identity, not a
-    cache, corrupt); a model whose caches differ is refused (its cells leave the plan, its files
-    are kept, the report says why), before any cell runs. Models with no cache there, and the
-    rows in ``skip``, are left to their cells. Returns the refused rows -> why."""
+def _refuse_other_caches(plan: SweepPlan, out_dir: str | os.PathLike, *,
+                         skip: Iterable[str] = ()) -> dict[str, str]:
+    """Resume only what matches: a model with caches already in ``out_dir`` has them checked,
+    target by target (the ``--data`` and each member of the extra sets), as ``predict`` checks
+    them (:func:`uqvision.predict.check_caches`: full identity, not a cache, corrupt); a model
+    whose caches differ is refused (its cells leave the plan, its files are kept, the report
+    says why), before any cell runs. Models with no cache there, and the rows in ``skip``, are
+    left to their cells. Returns the refused rows -> why."""
     refused, skip = {}, set(skip)
+    by_name = {t.dataset_name: t for t in plan.targets}
     for row, (spec, cells) in _models_of(plan.cells).items():
-        if row in skip or not any((Path(out_dir) / f"{c.key}.nc").exists() for c in cells):
+        if row in skip:
             continue
+        on_disk = {c.params["dataset_name"] for c in cells
+                   if (Path(out_dir) / f"{c.key}.nc").exists()}
         try:
-            check_caches(spec, folder, out_dir, config, dataset_name=cells[0].params["dataset_name"])
+            for name in on_disk:
+                target = by_name[name]
+                check_caches(spec, target.folder, out_dir, target.config, dataset_name=name)
         except (ValueError, OSError) as exc:
             refused[row] = _line(exc)
             plan.cells = [c for c in plan.cells if c not in cells]
@@ -171,13 +194,15 @@ class _Prepared:
     failures_path: Path
     folder: ImageFolderDataset
     dataset_name: str
+    targets: list[SweepTarget]
 
 
 def _prepare(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,
              out_dir: str | os.PathLike, config: PredictConfig, *, zoos: Iterable[str],
              weights_dir: str | os.PathLike | None, dataset_name: str | None,
              threads: int | None, overwrite: bool, failures_file: str | os.PathLike | None,
-             probe: bool, dry_run: bool = False) -> _Prepared:
+             probe: bool, dry_run: bool = False,
+             sets: Iterable[str | tuple[str, str | os.PathLike]] = ()) -> _Prepared:
     """Everything before the first cell: models expanded (unknown zoo members set aside),
     the failures file read, images checked, the cells planned, every model's weights looked up
     (:func:`check_weights`: the unavailable ones leave the plan) and, unless ``overwrite``, the
@@ -197,15 +222,15 @@ def _prepare(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDatas
     # layouts)
     folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
     plan = plan_sweep(specs, folder, config, weights_dir=weights_dir, dataset_name=dataset_name,
-                      threads=threads)
+                      threads=threads, sets=sets)
     models = _models_of(plan.cells)
     weights = check_weights([spec for spec, _ in models.values()], config, probe=probe)
     gone = {row for row, w in weights.items() if w.kind == "unavailable"}
     plan.cells = [c for c in plan.cells if ModelSpec(c.params["name"], c.params["checkpoint"],
                                                      c.params["label"]).row not in gone]
     refused = {} if overwrite else _refuse_other_caches(
-        plan, folder, out_dir, config,
+        plan, out_dir,
         skip=[r for r, w in weights.items() if w.kind == "download"] if dry_run else ())
-    name = dataset_name or Path(folder.root).resolve().name
     return _Prepared(specs, unknown, plan, {row: spec for row, (spec, _) in models.items()},
-                     weights, refused, previous, failures_path, folder, name)
+                     weights, refused, previous, failures_path, folder,
+                     plan.targets[0].dataset_name, plan.targets)

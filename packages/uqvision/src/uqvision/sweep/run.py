@@ -49,9 +49,11 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                       retry_failed: bool = True,
                       progress_interval: float = LOG_PROGRESS_INTERVAL,
                       log_file: str | os.PathLike | None = None,
-                      probe: bool = True) -> ModelSweepReport:
-    """Cache predictions of every model in ``patterns`` and ``zoos`` on ``data`` into ``out_dir``,
-    on Dask.
+                      probe: bool = True,
+                      sets: Iterable[str | tuple[str, str | os.PathLike]] = ()
+                      ) -> ModelSweepReport:
+    """Cache predictions of every model in ``patterns`` and ``zoos`` on ``data``, and on every
+    member of the evaluation sets ``sets``, into ``out_dir``, on Dask.
 
     Parameters
     ----------
@@ -61,6 +63,17 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
     data : path or ImageFolderDataset
         The evaluation folder or archive, or its scan (a flat layout scanned with its label
         file, :mod:`uqvision.layouts`: the cells read the same label file).
+    sets : iterable of str or (str, path) or SweepTarget
+        Extra evaluation sets (``uqvision sweep --sets``), ``EVALSET=PATH`` each: ``EVALSET``
+        a name of :data:`uqvision.evalsets.EVAL_SETS`, ``PATH`` its folder; an expanded set
+        (``imagenet-c``) stands for every member folder below ``PATH``
+        (``<corruption>/<severity>/``). Every model predicts every one of them once, as
+        ``uqvision predict --eval-set EVALSET [--eval-member M]`` (one cell per model,
+        member, sample and pass; caches named ``<model>.<set>-<member>.<mode>-<pass>.nc``, or
+        by the folder's name for a set of one folder); they are resumed and reported as the
+        ``data`` cells are. A bad value, a set with no member folder, or two folders with
+        one dataset name raise :class:`uqmetrics.InputError` naming the value, before any
+        cell runs. (Targets of :func:`~.sets.sweep_targets` are taken as they are.)
     zoos : iterable of str
         Names of :data:`uqvision.zoo.ZOOS` (an unknown zoo raises ``ValueError`` naming the
         known ones). Their models join ``patterns``' (union, each model once); a zoo member
@@ -110,7 +123,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
         remove_stale_temporaries(out_dir)
         prep = _prepare(patterns, data, out_dir, config, zoos=zoos, weights_dir=weights_dir,
                         dataset_name=dataset_name, threads=threads, overwrite=overwrite,
-                        failures_file=failures_file, probe=probe)
+                        failures_file=failures_file, probe=probe, sets=sets)
         plan, unknown = prep.plan, prep.unknown
         row_of = {c.key: ModelSpec(c.params["name"], c.params["checkpoint"], c.params["label"])
                   for c in plan.cells}
@@ -147,7 +160,8 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                 log.finished(spec.row)
 
         out = ModelSweepReport(failures_file=prep.failures_path, weights=dict(prep.weights),
-                               log_file=None if log_file is None else Path(log_file))
+                               log_file=None if log_file is None else Path(log_file),
+                               datasets={c.key: c.params["dataset_name"] for c in plan.cells})
         if plan.cells:
             report = run_sweep(plan.cells, predict_cell, out_dir, scheduler=scheduler,
                                n_workers=n_workers, overwrite=overwrite, progress=progress,

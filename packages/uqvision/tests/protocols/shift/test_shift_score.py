@@ -3,6 +3,8 @@ values checked by hand, and its smoke run's result file."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import uqmetrics
@@ -27,9 +29,9 @@ def _logits(n_right: int, margin: float = 2.0) -> np.ndarray:
 
 
 def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder",
-           corruption="", severity=0, mode="plain", pass_index=0):
+           corruption="", severity=0, mode="plain", pass_index=0, **extra_attrs):
     attrs = {"model": model, "dataset_name": dataset, "mode": mode, "pass_index": pass_index,
-             "eval_set": eval_set, "role": role}
+             "eval_set": eval_set, "role": role, **extra_attrs}
     if corruption:
         attrs.update(eval_member=f"{corruption}-{severity}", corruption=corruption,
                      severity=severity)
@@ -76,11 +78,10 @@ def test_temperature_one_equals_unscaled_and_fitted_on_clean_val(tmp_path, monke
 
     caches = _caches(tmp_path / "c")
     fitted = score_shift(caches)
-    # the temperature is the one fitted on the model's held-out val half
-    rng = np.random.default_rng(0)
+    # the temperature is the one fitted on the model's held-out val half: the same half for
+    # every model (a function of the seed and the sample count only)
+    fit = np.sort(np.random.default_rng(0).permutation(N)[:N // 2])
     for m in ("m1", "m2"):
-        perm = rng.permutation(N)
-        fit = np.sort(perm[:N // 2])
         z = _logits(RIGHT[m][0])
         logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         assert fitted["temperature"].sel(model=m) == pytest.approx(
@@ -132,6 +133,122 @@ def test_several_passes_average_the_softmax(tmp_path):
                                    ds[v].sel(model="m1", calibration="none"), rtol=1e-5)
 
 
+def test_relative_mce_is_nan_with_a_warning_when_the_baseline_is_not_degraded(tmp_path):
+    folder = _caches(tmp_path / "c")
+    # baseline m0: 8 of 10 right on clean test, 9 under every corruption (error 0.1 < 0.2)
+    _write(folder, "m0", "val", _logits(8))
+    _write(folder, "m0", "test", _logits(8))
+    for (c, s) in RIGHT["m1"][2]:
+        _write(folder, "m0", f"imagenet-c-{c}-{s}", _logits(9), role="shifted",
+               eval_set="imagenet-c", corruption=c, severity=s)
+    with pytest.warns(uqmetrics.UndefinedMetricWarning, match="relative mCE is undefined"):
+        ds = score_shift(folder, ShiftConfig(baseline="m0"))
+    assert np.isnan(ds["relative_mean_corruption_error"].values).all()
+    # mCE is still defined: m0's errors are 0.1 everywhere, m1's fog 0.3 + 0.5, noise 0.4 + 0.6
+    assert ds["mean_corruption_error"].sel(model="m1") == pytest.approx(
+        ((0.8 / 0.2) + (1.0 / 0.2)) / 2)
+
+
+# ------------------------------------------------------------------------ UQ methods' rows
+
+#: Each member's probability of the true class on the 10 samples (2 classes), the same on the
+#: val, test and fog-1 caches. Right where > 0.5 (a tie [0.5, 0.5] predicts class 0):
+#:   A: 0.9 0.8 . 0.6 . 0.7 . 0.55 0.9 .      6 of 10
+#:   B: 0.6 . 0.8 . 0.7 . 0.9 . . 0.65        5 of 10 (sample 7: a tie, label 1 -> wrong)
+PA = np.array([0.9, 0.8, 0.3, 0.6, 0.4, 0.7, 0.2, 0.55, 0.9, 0.45])
+PB = np.array([0.6, 0.1, 0.8, 0.3, 0.7, 0.2, 0.9, 0.5, 0.3, 0.65])
+#: the ensemble's mean, by hand: right on samples 0, 2, 4, 6, 7, 8, 9 -> 7 of 10
+ENS = np.array([0.75, 0.45, 0.55, 0.45, 0.55, 0.45, 0.55, 0.525, 0.6, 0.55])
+
+
+def _probs_of_true(q: np.ndarray) -> np.ndarray:
+    """(N, 2) probabilities with ``q`` on each sample's label."""
+    p = np.empty((N, 2))
+    p[np.arange(N), LABELS] = q
+    p[np.arange(N), 1 - LABELS] = 1 - q
+    return p
+
+
+def _member(folder, model, q, **attrs):
+    z = np.log(_probs_of_true(q))
+    for dataset, extra in (("val", {}), ("test", {}),
+                           ("imagenet-c-fog-1", {"role": "shifted", "eval_set": "imagenet-c",
+                                                 "corruption": "fog", "severity": 1})):
+        _write(folder, model, dataset, z, **extra, **attrs)
+
+
+def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    _member(folder, "de_s0", PA, method="deep_ensemble", run="de_s0")
+    _member(folder, "de_s1", PB, method="deep_ensemble", run="de_s1")
+    _member(folder, "single", PA)  # no method: a model only
+    # a member under TTA is another predictor: alone in its mode, no ensemble row of its own
+    _member(folder, "de_s2", PB, method="deep_ensemble", run="de_s2", mode="tta")
+    ds = score_shift(folder)
+    assert ds["model"].values.tolist() == ["de_s0", "de_s1", "de_s2", "single",
+                                           "deep_ensemble[2]"]
+    assert ds["kind"].values.tolist() == ["single"] * 4 + ["ensemble"]
+    assert ds["members"].values.tolist() == [1, 1, 1, 1, 2]
+    assert ds["mode"].values.tolist() == ["plain", "plain", "tta", "plain", "plain"]
+    assert json.loads(ds.attrs["ensemble_members"]) == {"deep_ensemble[2]": ["de_s0", "de_s1"]}
+    row = ds.sel(model="deep_ensemble[2]", calibration="none")
+    for v in ("clean_accuracy", "accuracy"):
+        assert float(row[v].squeeze()) == pytest.approx(0.7)
+    assert float(ds["accuracy"].sel(model="de_s0", calibration="none").squeeze()) == 0.6
+    assert float(ds["accuracy"].sel(model="de_s1", calibration="none").squeeze()) == 0.5
+    assert float(row["clean_nll"]) == pytest.approx(-np.mean(np.log(ENS)))
+    assert float(row["brier"].squeeze()) == pytest.approx(np.mean(2 * (1 - ENS) ** 2))
+    # its temperature: fitted on the ensemble's own val probabilities, on the same half as
+    # its members'
+    fit = np.sort(np.random.default_rng(0).permutation(N)[:N // 2])
+    logp = np.log(_probs_of_true(ENS))
+    assert float(ds["temperature"].sel(model="deep_ensemble[2]")) == pytest.approx(
+        fit_temperature(logp[fit], LABELS[fit]), rel=1e-6)
+    assert float(ds["temperature"].sel(model="de_s0")) == pytest.approx(
+        float(ds["temperature"].sel(model="single")), rel=1e-9)
+    # an ensemble row can be the mCE baseline (its fog error equals its clean error: the
+    # relative mCE is undefined); with ensembles=() there is no ensemble row
+    with pytest.warns(uqmetrics.UndefinedMetricWarning, match="relative mCE is undefined"):
+        base = score_shift(folder, ShiftConfig(baseline="deep_ensemble[2]"))
+    assert float(base["mean_corruption_error"].sel(model="de_s0")) == pytest.approx(0.4 / 0.3)
+    assert "deep_ensemble[2]" not in score_shift(folder, ShiftConfig(ensembles=()))["model"]
+
+
+def test_an_ensemble_row_named_like_a_model_is_refused(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    _member(folder, "de_s0", PA, method="deep_ensemble")
+    _member(folder, "de_s1", PB, method="deep_ensemble")
+    _member(folder, "deep_ensemble[2]", PA)
+    with pytest.raises(InputError, match=r"ensemble row 'deep_ensemble\[2\]' .* has the name "
+                                         r"of a model"):
+        score_shift(folder)
+    with pytest.raises(InputError, match=r"ensembles must be training-method names, got \[''\]"):
+        ShiftConfig(ensembles=("",))
+
+
+def test_mc_dropout_caches_are_scored_on_their_mean_softmax_by_hand(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    for dataset, extra in (("val", {}), ("test", {}),
+                           ("imagenet-c-fog-1", {"role": "shifted", "eval_set": "imagenet-c",
+                                                 "corruption": "fog", "severity": 1})):
+        # one file, logits (pass, sample, class): two dropout passes, the true class's
+        # probability PA + 0.05 and PA - 0.05 (mean PA)
+        p = _probs_of_true(PA)
+        shift = np.where(np.arange(2)[None, :] == LABELS[:, None], 0.05, -0.05)
+        passes = np.stack([np.log(p + shift), np.log(p - shift)])
+        _write(folder, "mc", dataset, passes, mode="mc_dropout", method="mc_dropout",
+               **extra)
+    ds = score_shift(folder)
+    assert ds["model"].values.tolist() == ["mc"] and ds["mode"].values.tolist() == ["mc_dropout"]
+    row = ds.sel(model="mc", calibration="none")
+    assert float(row["accuracy"].squeeze()) == 0.6
+    assert float(row["nll"].squeeze()) == pytest.approx(-np.mean(np.log(PA)), rel=1e-6)
+    assert float(row["clean_brier"]) == pytest.approx(np.mean(2 * (1 - PA) ** 2), rel=1e-6)
+
+
 def test_a_model_without_clean_caches_is_named(tmp_path):
     folder = _caches(tmp_path / "c", models=("m1",))
     _caches(folder, models=("m2",), clean=False)
@@ -148,14 +265,29 @@ def test_bad_inputs(tmp_path):
     clean_only = tmp_path / "clean"
     clean_only.mkdir()
     _write(clean_only, "m1", "val", _logits(8))
-    with pytest.raises(InputError, match="no caches of a corrupted"):
+    with pytest.raises(InputError, match="no caches of a shifted or relabelled evaluation set"):
         score_shift(clean_only)
 
 
 def test_the_smoke_run_writes_a_shift_result(smoke_run):
-    _out, path = smoke_run("shift")
+    out, path = smoke_run("shift")
     ds = uqmetrics.read_result(path, protocol="shift")
     assert set(ds["calibration"].values) == {"none", "temperature"}
-    assert ds.sizes["model"] == 2 and ds.sizes["severity"] == 3 and ds.sizes["corruption"] == 3
+    assert ds.sizes["severity"] == 3 and ds.sizes["corruption"] == 3
+    # the two deep-ensemble members, the MC-dropout network, then the ensemble of both members
+    # as one predictor
+    assert ds.sizes["model"] == 4 and ds["model"].values[-1] == "deep_ensemble[2]"
+    assert ds["kind"].values.tolist() == ["single", "single", "single", "ensemble"]
+    assert ds["mode"].values.tolist() == ["plain", "plain", "mc_dropout", "plain"]
+    assert ds["members"].values.tolist() == [1, 1, 1, 2]
+    assert json.loads(ds.attrs["ensemble_members"]) == {
+        "deep_ensemble[2]": ds["model"].values[:2].tolist()}
+    # the figures and findings of the vanilla member, MC dropout and the ensemble
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "shift_acc_vs_ece.png", "shift_boxes.png", "shift_heatmap.png"]
+    findings = (out / "findings.md").read_text()
+    assert findings.count("| calibration worsens with severity |") == 6  # 3 rows x 2 calibrations
+    assert findings.count("| ensemble beats ") == 8  # vs vanilla and MC dropout, 2 metrics x 2
+    assert ds.sizes["shift_set"] == 0 and "real_accuracy" not in ds  # neither in the smoke run
     assert np.isfinite(ds["accuracy"].values).all()
     assert np.isfinite(ds["mean_corruption_error"].values).all()

@@ -11,9 +11,11 @@ docs/conventions.md#v-5).
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Protocol
+from ..base import LazyReproduction, Plots, Protocol
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SHIFT_OPTIONS"]
 
@@ -40,6 +42,13 @@ SHIFT_OPTIONS = (
     ConfigOption("baseline",
                  help="shift: the model the corruption errors (mCE, relative mCE) are "
                       "normalised by (default: none computed)"),
+    ConfigOption("ensembles", nargs="*", metavar="METHOD",
+                 help="shift: training methods (caches' method attr) whose models are also "
+                      "scored together as one ensemble row, <method>[k] (default: "
+                      "deep_ensemble; give the flag alone for none)"),
+    ConfigOption("overlay", metavar="FILE",
+                 help="shift: the label sets of the relabelled caches (ImageNet ReaL): ReaL's "
+                      "real.json or a label-overlay file"),
 )
 
 
@@ -57,8 +66,18 @@ def _score(a: argparse.Namespace):
     return score_shift(a.caches, ShiftConfig(**kw, clean_dataset=a.dataset, seed=a.seed))
 
 
+def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """``uqvision plot --shift FILE``: boxes per severity, heat maps, accuracy vs ECE."""
+    from .figures import draw_figures  # figures: imported on use
+
+    return draw_figures(scores, out)
+
+
 #: The Shift protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                     add_options=_add_options,
                     reproduce=LazyReproduction("shift", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=("deep_ensemble",), section="v-5")
+                    methods=("deep_ensemble",), section="v-5",
+                    plots=Plots(_draw, "shift score file: metrics per severity (boxes over "
+                                       "corruptions), corruption x severity heat maps, "
+                                       "accuracy vs ECE"))

@@ -1,12 +1,20 @@
 """``uqvision reproduce shift``: predictive uncertainty under dataset shift (Ovadia et al.
-2019; docs/conventions.md#v-5), first version: smoke scale only.
+2019; docs/conventions.md#v-5).
 
-A small deep ensemble's members are trained on the generated ``hierarchy`` stand-in (or a real
-image folder, ``--data ROOT --arch NAME``: ``ROOT/train``, ``ROOT/val``, ``ROOT/test``), its
-test split is corrupted as ImageNet-C is (:func:`uqvision.data.corruptions.make_corrupted_folder`,
-a few cheap corruptions at severities 1, 3, 5), and every member predicts the clean
-validation and test folders and every corrupted member folder (eval set ``imagenet-c``); the
-caches are scored by :func:`~.score.score_shift` with the first member as the mCE baseline.
+A deep ensemble's members and one MC-dropout network are trained on the generated
+``hierarchy`` stand-in (or a real image folder, ``--data ROOT --arch NAME``: ``ROOT/train``,
+``ROOT/val``, ``ROOT/test``), its test split is corrupted as ImageNet-C is
+(:func:`uqvision.data.corruptions.make_corrupted_folder`), and every network predicts the
+clean validation and test folders and every corrupted member folder (eval set
+``imagenet-c``; the MC-dropout network in ``mc_dropout`` mode, its passes in one cache). The
+caches are scored by :func:`~.score.score_shift`: every network, the deep ensemble as one
+predictor (``deep_ensemble[k]``), un-scaled and temperature-scaled on clean validation data,
+with the first member (Ovadia's *vanilla* network) as the mCE baseline. The figures
+(:func:`~.figures.draw_figures`) show the vanilla network, the MC-dropout network and the
+ensemble; the findings (:func:`~.findings.shift_findings`) test the paper's claims on them.
+
+Scales (:data:`SHIFT_SCALES`): ``smoke`` (tests, about 15 s) and ``cpu`` (the cpu hierarchy,
+the 15 benchmark corruptions at severities 1-5, five members; about half an hour on 2 cores).
 
 Steps, each skipped when its output is already complete (a rerun resumes)::
 
@@ -15,9 +23,12 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
     OUT/models/<run>.*        uqvision.training.loop.train_model
     OUT/caches/*.nc           uqvision.predict: val, test and every corrupted member
     OUT/shift.nc              uqvision.protocols.shift.score.score_shift
+    OUT/figures/*.png         uqvision.protocols.shift.figures.draw_figures
+    OUT/findings.md           uqvision.protocols.shift.findings.shift_findings
 
 ``--set`` options: ``epochs``, ``members``, ``corruptions`` (comma-separated),
-``severities`` (comma-separated), ``calibration_size``.
+``severities`` (comma-separated), ``calibration_size``, ``dropout_passes`` (0: no MC-dropout
+network), ``workers`` (corruption processes).
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ from uqmetrics import InputError, write_dataset
 
 from ...cache import index_caches
 from ...data import check_split_classes
-from ...data.corruptions import make_corrupted_folder
+from ...data.corruptions import BENCHMARK_CORRUPTIONS, make_corrupted_folder
 from ...evalsets import iter_member_folders
 from ...hierarchy import make_hierarchy
 from ...models import read_sidecar
@@ -42,19 +53,34 @@ from ..base import Reproduction
 from . import DESCRIPTION
 from .score import ShiftConfig, score_shift
 
-__all__ = ["REPRODUCTION", "SMOKE", "run"]
+__all__ = ["REPRODUCTION", "SHIFT_SCALES", "SMOKE", "run"]
 
-#: The smoke scale: the hierarchy set, a half-width timm test_resnet, two members of three epochs,
-#: three cheap corruptions at severities 1, 3, 5 (well under a minute on 2 cores).
-SMOKE = {"hierarchy": "smoke", "arch": "test_resnet", "epochs": 3.0, "members": 2,
-         "batch_size": 32, "input_size": 32, "model_kwargs": {"channels": [16, 24, 24, 48]},
-         "corruptions": ("gaussian_noise", "contrast", "pixelate"), "severities": (1, 3, 5),
-         "calibration_size": 0.5}
-_KEYS = ("epochs", "members", "corruptions", "severities", "calibration_size")
+_BASE = {"arch": "test_resnet", "input_size": 32, "calibration_size": 0.5, "dropout_p": 0.3,
+         "workers": 1}
+#: Scales: name -> settings. ``smoke``: the hierarchy smoke set, a half-width timm test_resnet,
+#: two members and an MC-dropout network of three epochs, three cheap corruptions at severities
+#: 1, 3, 5 (about 15 s on 2 cores). ``cpu``: the cpu hierarchy (48 classes; 1,920 test
+#: images), the full-width test_resnet, five members and an MC-dropout network of 15 epochs,
+#: the 15 benchmark corruptions at every severity (144,000 corrupted images).
+SHIFT_SCALES = {
+    "smoke": {**_BASE, "hierarchy": "smoke", "epochs": 3.0, "members": 2, "batch_size": 32,
+              "model_kwargs": {"channels": [16, 24, 24, 48]},
+              "corruptions": ("gaussian_noise", "contrast", "pixelate"), "severities": (1, 3, 5),
+              "dropout_passes": 3},
+    "cpu": {**_BASE, "hierarchy": "cpu", "epochs": 15.0, "members": 5, "batch_size": 128,
+            "model_kwargs": {}, "corruptions": BENCHMARK_CORRUPTIONS,
+            "severities": (1, 2, 3, 4, 5), "dropout_passes": 10, "workers": 2},
+}
+#: The smoke scale (``SHIFT_SCALES["smoke"]``).
+SMOKE = SHIFT_SCALES["smoke"]
+_KEYS = ("epochs", "members", "corruptions", "severities", "calibration_size",
+         "dropout_passes", "workers")
 
 
-def _settings(arch: str | None, data: str | None, options: dict[str, str]) -> dict:
-    s = dict(SMOKE)
+def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
+    if scale not in SHIFT_SCALES:
+        raise InputError(f"reproduce shift: unknown scale {scale!r}; known: {list(SHIFT_SCALES)}")
+    s = dict(SHIFT_SCALES[scale])
     unknown = sorted(set(options) - set(_KEYS))
     if unknown:
         raise InputError(f"--set: unknown option(s) {unknown} of reproduce shift; known: "
@@ -65,7 +91,7 @@ def _settings(arch: str | None, data: str | None, options: dict[str, str]) -> di
                 s[k] = tuple(x.strip() for x in str(v).split(",") if x.strip())
             elif k == "severities":
                 s[k] = tuple(int(x) for x in str(v).split(","))
-            elif k == "members":
+            elif k in ("members", "dropout_passes", "workers"):
                 s[k] = int(v)
             else:
                 s[k] = float(v)
@@ -83,14 +109,33 @@ def _done(ckpt: Path, config: ImageTrainConfig) -> bool:
         json.dumps(asdict(config)))
 
 
+def _runs(s: dict, seed: int, device: str) -> list[tuple[str, ImageTrainConfig, dict]]:
+    """``(name, train config, predict options)`` of every network: the ensemble's members, then
+    the MC-dropout network (unless ``dropout_passes`` is 0)."""
+    common = {"arch": s["arch"], "epochs": s["epochs"], "batch_size": s["batch_size"],
+              "input_size": s["input_size"], "augment": "crop",
+              "model_kwargs": dict(s["model_kwargs"]), "device": device}
+    runs = []
+    for j in range(s["members"]):
+        member_seed = seed * 1000 + j
+        name = f"deep_ensemble_s{member_seed}"
+        runs.append((name, ImageTrainConfig(method="deep_ensemble", seed=member_seed,
+                                            tag=f"shift_{name}", **common), {"mode": "plain"}))
+    if s["dropout_passes"]:
+        dropout_seed = seed * 1000 + 100
+        name = f"mc_dropout_s{dropout_seed}"
+        runs.append((name, ImageTrainConfig(method="mc_dropout", hparams={"p": s["dropout_p"]},
+                                            seed=dropout_seed, tag=f"shift_{name}", **common),
+                     {"mode": "mc_dropout", "passes": s["dropout_passes"]}))
+    return runs
+
+
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
         seed: int = 0, overwrite: bool = False, options: dict | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """Run the shift protocol at ``scale`` into ``out``; returns ``out/shift.nc``."""
-    if scale != "smoke":
-        raise InputError(f"reproduce shift knows scale 'smoke' only, got {scale!r}")
     t0 = time.perf_counter()
-    s = _settings(arch, data, dict(options or {}))
+    s = _settings(scale, arch, data, dict(options or {}))
     out = Path(out)
     if data is None:
         root = out / "data"
@@ -106,48 +151,56 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     check_split_classes(train, {"val": val, "test": test}, same=("val",))
     corrupted = make_corrupted_folder(
         test, out / "data-c", corruptions=s["corruptions"], severities=s["severities"],
-        resize=s["input_size"], crop=s["input_size"], seed=seed, progress=False,
-        overwrite=overwrite)
-    log(f"corrupted test split: {corrupted}")
+        resize=s["input_size"], crop=s["input_size"], seed=seed, workers=s["workers"],
+        progress=log if scale != "smoke" else False, overwrite=overwrite)
+    log(f"corrupted test split: {corrupted} ({time.perf_counter() - t0:.0f} s)")
 
     models, caches = out / "models", out / "caches"
     models.mkdir(parents=True, exist_ok=True)
     base = {"batch_size": 256, "device": device, "seed": seed, **REFERENCE_EXECUTION}
-    names = []
-    for j in range(s["members"]):
-        member_seed = seed * 1000 + j
-        name = f"deep_ensemble_s{member_seed}"
-        config = ImageTrainConfig(
-            arch=s["arch"], method="deep_ensemble", epochs=s["epochs"],
-            batch_size=s["batch_size"], input_size=s["input_size"], augment="crop",
-            model_kwargs=dict(s["model_kwargs"]), seed=member_seed, device=device,
-            tag=f"shift_{name}")
+    members = [(m, f) for m, f in iter_member_folders(corrupted, "imagenet-c")
+               if m.corruption in s["corruptions"] and m.severity in s["severities"]]
+    for name, config, how in _runs(s, seed, device):
+        t1 = time.perf_counter()
         ckpt = models / f"{name}.safetensors"
         trained = overwrite or not _done(ckpt, config)
         if trained:
             train_model(train, ckpt, config)
-        spec = f"{s['arch']}={ckpt}"
+        t2 = time.perf_counter()
+        spec = f"{config.arch}={ckpt}"
         n = 0
         for folder in (val, test):
-            n += len(predict_to_files(spec, folder, caches, PredictConfig(**base),
+            n += len(predict_to_files(spec, folder, caches, PredictConfig(**how, **base),
                                       overwrite=trained))
-        for member, folder in iter_member_folders(corrupted, "imagenet-c"):
-            if member.corruption in s["corruptions"] and member.severity in s["severities"]:
-                n += len(predict_to_files(
-                    spec, folder, caches,
-                    PredictConfig(eval_set="imagenet-c", eval_member=member.name, **base),
-                    overwrite=trained))
-        names.append(name)
-        log(f"  {name}: {'trained' if trained else 'reused'}, {n} caches")
+        for member, folder in members:
+            n += len(predict_to_files(
+                spec, folder, caches,
+                PredictConfig(eval_set="imagenet-c", eval_member=member.name, **how, **base),
+                overwrite=trained))
+        log(f"  {name}: {'trained' if trained else 'reused'} ({t2 - t1:.0f} s), {n} caches "
+            f"({time.perf_counter() - t2:.0f} s)")
 
-    # the mCE baseline: the first member (its model name as the caches record it)
-    baseline = min({i.model for i in index_caches([caches])})
+    # the mCE baseline: the first member, Ovadia's vanilla network (its name as caches record it)
+    infos = index_caches([caches])
+    vanilla = min(i.model for i in infos if i.model.endswith(f"deep_ensemble_s{seed * 1000}"))
     scores = score_shift(caches, ShiftConfig(calibration_size=s["calibration_size"],
-                                             baseline=baseline, seed=seed))
+                                             baseline=vanilla, seed=seed))
     path = write_dataset(scores, out / "shift.nc", overwrite=True)
+    # the figures and findings: vanilla, MC dropout and the ensemble (the other members are
+    # in shift.nc)
+    shown = [m for m in scores["model"].values.tolist()
+             if m == vanilla or str(scores["kind"].sel(model=m).item()) == "ensemble"
+             or "mc_dropout" in m]
+    from .figures import draw_figures  # matplotlib: imported on use
+    from .findings import format_findings, shift_findings
+
+    figures = draw_figures(scores.sel(model=shown), out / "figures")
+    findings = shift_findings(scores, vanilla=vanilla)
+    (out / "findings.md").write_text(format_findings(findings), encoding="utf-8")
+    log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
     log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
     return Path(path)
 
 
 #: The driver of ``uqvision reproduce shift``.
-REPRODUCTION = Reproduction("shift", DESCRIPTION, run, scales=("smoke",))
+REPRODUCTION = Reproduction("shift", DESCRIPTION, run, scales=tuple(SHIFT_SCALES))

@@ -1,19 +1,29 @@
 """Scores of the distribution-shift protocol (Ovadia et al. 2019; docs/conventions.md#v-5).
 
 :func:`score_shift` reads the prediction caches of one or more models on their clean test
-distribution (caches of role ``clean``) and on corrupted copies of it (members of an
-expanded evaluation set such as ``imagenet-c``: attrs ``corruption`` and ``severity``), and
-scores every (model, corruption, severity) and the clean set, each un-scaled and after
-temperature scaling with the temperature fitted on a held-out fraction of the model's clean
-calibration caches (Ovadia's protocol: the temperature comes from clean validation data and is
-never refitted under shift). With a ``baseline`` model it adds the mean corruption error and
-the relative mean corruption error of every model (:mod:`uqmetrics.shift`).
+distribution (caches of role ``clean``), on corrupted copies of it (members of an expanded
+evaluation set such as ``imagenet-c``: attrs ``corruption`` and ``severity``), on natural shift
+sets (role ``shifted`` without a corruption: ImageNet-V2, -Sketch, -A, -R) and on relabelled
+clean images (role ``relabelled``: ImageNet ReaL, an overlay of label sets), and scores every
+predictor on each, un-scaled and after temperature scaling with the temperature fitted on a
+held-out fraction of the predictor's clean calibration caches (Ovadia's protocol: the
+temperature comes from clean validation data and is never refitted under shift).
+
+The predictors (the ``model`` dimension) are every model (the caches' ``model`` attr; its TTA
+passes and MC-dropout samples are averaged into one softmax) and, next to them, one *ensemble*
+row per training method of :attr:`ShiftConfig.ensembles` with two or more models in one
+prediction mode: the models whose caches record that ``method`` (a deep ensemble's members,
+one run per seed), scored as ONE predictor on the mean of the members' softmaxes and named
+``<method>[<k>]`` (``deep_ensemble[5]``; ``<method>_<mode>[<k>]`` for a mode other than
+``plain``, e.g. ``deep_ensemble_tta[5]``). With a ``baseline`` model it adds the mean
+corruption error and the relative mean corruption error of every predictor
+(:mod:`uqmetrics.shift`).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import warnings
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -21,21 +31,30 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, UndefinedMetricWarning, input_checksum, stamp_result
+from uqmetrics import InputError, input_checksum, stamp_result
 from uqmetrics.calibration import fit_temperature, softmax
 from uqmetrics.scoring import score_metrics
-from uqmetrics.shift import mean_corruption_error, relative_mean_corruption_error
+from uqmetrics.shift import (
+    masked_accuracy,
+    mean_corruption_error,
+    real_accuracy,
+    relative_mean_corruption_error,
+)
 
 from ...cache import check_aligned, index_caches, read_cache
-from ...evalsets import cache_eval_set
+from ...evalsets import Overlay, apply_overlay, cache_eval_set, read_overlay, real_overlay
 
-__all__ = ["CALIBRATIONS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
+__all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
-#: The metrics scored per (model, corruption, severity) and on the clean set (registered in
-#: :data:`uqmetrics.registry.METRICS`).
+#: The metrics scored per (model, corruption, severity), per natural shift set and on the
+#: clean set (registered in :data:`uqmetrics.registry.METRICS`).
 SHIFT_METRICS = ("accuracy", "nll", "brier", "ece", "aurc", "auroc")
 #: The ``calibration`` coordinate: un-scaled probabilities, then temperature-scaled ones.
 CALIBRATIONS = ("none", "temperature")
+#: Natural shift sets of a subset of the model's classes, also scored by
+#: :func:`uqmetrics.shift.masked_accuracy` over the classes the set has (ImageNet-A and -R:
+#: 200 of the 1,000; Hendrycks et al. 2021).
+MASKED_EVAL_SETS = ("imagenet-a", "imagenet-r")
 
 
 @dataclass(frozen=True)
@@ -46,8 +65,8 @@ class ShiftConfig:
     ----------
     calibration_size : float
         Fraction (0, 1) of the calibration caches' samples the temperature is fitted on (drawn
-        with ``seed``); where the calibration set is also the clean evaluation set, the clean
-        row is scored on the rest.
+        with ``seed``, the same samples for every predictor); where the calibration set is
+        also the clean evaluation set, the clean row is scored on the rest.
     calibration_dataset : str or None
         The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
         where a model has clean caches of that name, else its only clean dataset.
@@ -55,10 +74,18 @@ class ShiftConfig:
         The ``dataset_name`` of the clean caches of the clean row; default the clean dataset
         other than the calibration one (``test``), else the calibration set's held-out rest.
     baseline : str or None
-        The model (``model`` attr) the corruption errors are normalised by (mCE, relative
-        mCE); ``None``: no corruption errors.
+        The predictor (a ``model`` attr, or an ensemble row's name) the corruption errors are
+        normalised by (mCE, relative mCE); ``None``: no corruption errors.
     seed : int
         Seed of the calibration split.
+    ensembles : tuple of str
+        Training methods (the caches' ``method`` attr) whose models are also scored together
+        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    overlay : str or None
+        The label sets of the caches of role ``relabelled``: ReaL's ``real.json`` (a JSON
+        list, :func:`uqvision.evalsets.real_overlay`) or a label-overlay file
+        (:func:`uqvision.evalsets.read_overlay`); not needed for caches that hold a
+        ``label_set`` already (:func:`uqvision.evalsets.apply_overlay`).
     """
 
     calibration_size: float = 0.5
@@ -66,16 +93,37 @@ class ShiftConfig:
     clean_dataset: str | None = None
     baseline: str | None = None
     seed: int = 0
+    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    overlay: str | None = None
 
     def __post_init__(self):
         if not 0.0 < float(self.calibration_size) < 1.0:
             raise InputError(f"calibration_size must be a fraction in (0, 1), got "
                              f"{self.calibration_size!r}")
+        ensembles = ((self.ensembles,) if isinstance(self.ensembles, str)
+                     else tuple(self.ensembles or ()))
+        bad = [m for m in ensembles if not isinstance(m, str) or not m]
+        if bad:
+            raise InputError(f"ensembles must be training-method names, got {bad!r} in "
+                             f"{self.ensembles!r}")
+        object.__setattr__(self, "ensembles", ensembles)
+        if self.overlay is not None:
+            object.__setattr__(self, "overlay", os.fspath(self.overlay))
+
+
+@dataclass(frozen=True)
+class _Predictor:
+    """One row of the ``model`` dimension: a model, or an ensemble of ``members`` (models)."""
+
+    name: str
+    kind: str  # "single" or "ensemble"
+    mode: str
+    members: tuple[str, ...]
 
 
 def _probs(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
     """``(labels, probs)`` of one model on one dataset: the softmax averaged over every cache
-    (TTA passes, samples) and the pass dim of each."""
+    (TTA passes, samples) and the pass dim of each (MC dropout)."""
     check_aligned(caches)
     total, count = None, 0
     for c in caches:
@@ -85,6 +133,30 @@ def _probs(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
         total = s if total is None else total + s
         count += p.shape[0]
     return np.asarray(caches[0]["label"].values, np.int64), total / count
+
+
+class _Probs:
+    """The probabilities of the predictors on one dataset, each member's computed once."""
+
+    def __init__(self, groups: dict[tuple[str, str], list[xr.Dataset]], name: str):
+        self.groups, self.name, self._member = groups, name, {}
+
+    def has(self, pred: _Predictor) -> bool:
+        return all((m, self.name) in self.groups for m in pred.members)
+
+    def first(self, pred: _Predictor) -> xr.Dataset:
+        return self.groups[pred.members[0], self.name][0]
+
+    def __call__(self, pred: _Predictor) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels, probs)``: a model's :func:`_probs`, an ensemble's mean over its members
+        (each member weighted equally, whatever its number of passes)."""
+        for m in pred.members:
+            if m not in self._member:
+                self._member[m] = _probs(self.groups[m, self.name])
+        if len(pred.members) > 1:
+            check_aligned([self.groups[m, self.name][0] for m in pred.members])
+        labels = self._member[pred.members[0]][0]
+        return labels, sum(self._member[m][1] for m in pred.members) / len(pred.members)
 
 
 def _log(p: np.ndarray) -> np.ndarray:
@@ -104,18 +176,6 @@ def _scores(labels: np.ndarray, p: np.ndarray, t: float) -> np.ndarray:
     return out
 
 
-def _relative_mce(err, clean_err, base_err, base_clean_err, baseline: str) -> float:
-    """:func:`uqmetrics.shift.relative_mean_corruption_error`; NaN with an
-    :class:`~uqmetrics.UndefinedMetricWarning` where the baseline's errors under some
-    corruption do not exceed its clean error (the denominator)."""
-    try:
-        return relative_mean_corruption_error(err, clean_err, base_err, base_clean_err)
-    except ValueError as exc:
-        warnings.warn(f"relative mCE against baseline {baseline!r} is undefined ({exc}); "
-                      "returning nan", UndefinedMetricWarning, stacklevel=3)
-        return float("nan")
-
-
 def _pick(kind: str, given: str | None, names: list[str], default: str | None,
           model: str) -> str:
     if given is not None:
@@ -131,9 +191,62 @@ def _pick(kind: str, given: str | None, names: list[str], default: str | None,
                      f"the {kind} dataset (--{kind}-dataset)")
 
 
+def _split(n: int, config: ShiftConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit, rest)`` sample indices of a calibration set of ``n`` samples: a function of
+    ``(seed, n)`` only, so every predictor on the same calibration folder (an ensemble and its
+    members) is fitted on the same samples, whatever the other predictors."""
+    k = min(max(1, round(config.calibration_size * n)), n - 1)
+    perm = np.random.default_rng(config.seed).permutation(n)
+    return np.sort(perm[:k]), np.sort(perm[k:])
+
+
+def _predictors(models: list[str], modes: dict[str, str], methods: dict[str, str],
+                config: ShiftConfig) -> list[_Predictor]:
+    """The models, then one ensemble per (method of ``config.ensembles``, mode) with >= 2."""
+    out = [_Predictor(m, "single", modes[m], (m,)) for m in models]
+    for method in config.ensembles:
+        by_mode: dict[str, list[str]] = defaultdict(list)
+        for m in models:
+            if methods[m] == method:
+                by_mode[modes[m]].append(m)
+        for mode, members in sorted(by_mode.items()):
+            if len(members) < 2:
+                continue
+            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
+            if name in models:
+                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
+                                 f"{method!r}) has the name of a model: rename that model's "
+                                 "caches or leave the method out of ensembles")
+            out.append(_Predictor(name, "ensemble", mode, tuple(members)))
+    return out
+
+
+def _load_overlay(path: str, sample_ids: list[str]) -> Overlay:
+    """ReaL's ``real.json`` (a JSON list) or a label-overlay file (a JSON object)."""
+    try:
+        head = Path(path).read_text(encoding="utf-8").lstrip()[:1]
+    except FileNotFoundError:
+        raise InputError(f"overlay file {path!r} does not exist (overlay: ReaL's real.json or "
+                         "a label-overlay file)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"overlay file {path!r} cannot be read: {exc}") from None
+    return real_overlay(path, sample_ids) if head == "[" else read_overlay(path)
+
+
+def _class_mask(cache: xr.Dataset) -> np.ndarray:
+    """The classes of a natural shift set: the cache's ``in_folder`` (the classes with an image
+    folder, written by ``uqvision predict``), else the classes among its labels."""
+    if "in_folder" in cache.coords or "in_folder" in cache:
+        return np.asarray(cache["in_folder"].values).astype(bool)
+    mask = np.zeros(cache.sizes["class"], bool)
+    labels = np.asarray(cache["label"].values, np.int64)
+    mask[labels[labels >= 0]] = True
+    return mask
+
+
 def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                 config: ShiftConfig | None = None) -> xr.Dataset:
-    """Score models under distribution shift (module docstring).
+    """Score models, and ensembles of them, under distribution shift (module docstring).
 
     Parameters
     ----------
@@ -144,17 +257,49 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     Returns
     -------
     xarray.Dataset
-        ``<metric>`` (model, corruption, severity, calibration) for each of
-        :data:`SHIFT_METRICS` (NaN where a member is missing), ``clean_<metric>`` (model,
-        calibration), ``temperature`` and ``n_calibration`` (model); with a baseline
-        ``mean_corruption_error`` and ``relative_mean_corruption_error`` (model, over the
-        corruptions with every severity for all models). A result file of protocol ``shift``.
+        A result file of protocol ``shift``. Dimensions: ``model`` (every model, then the
+        ensemble rows), ``corruption``, ``severity`` (of the corrupted caches; empty without
+        any), ``shift_set`` (the ``dataset_name`` of every natural shift set; empty without
+        any), ``calibration`` (:data:`CALIBRATIONS`). Coordinates on ``model``: ``kind``
+        (``single`` or ``ensemble``), ``mode`` (the prediction mode) and ``members`` (int, 1
+        for a model); on ``shift_set``: ``shift_eval_set`` (its evaluation set). Variables:
+
+        ``<metric>`` (model, corruption, severity, calibration)
+            Each of :data:`SHIFT_METRICS`; NaN where a member is missing.
+        ``clean_<metric>`` (model, calibration)
+            On the clean set.
+        ``set_<metric>`` (model, shift_set, calibration)
+            On each natural shift set (all the model's classes: ``set_accuracy`` is the
+            1000-class accuracy); NaN where the predictor has no caches of the set.
+        ``masked_accuracy`` (model, shift_set)
+            :func:`uqmetrics.shift.masked_accuracy`, the arg-max over the set's classes only,
+            for the sets of :data:`MASKED_EVAL_SETS` (NaN for the others); the mask is the
+            cache's ``in_folder`` (the classes with an image folder: ImageNet-A/R's 200),
+            else the classes among its labels. No calibration dim: a temperature never moves
+            the arg-max.
+        ``n_masked_classes`` (model, shift_set)
+            The size of that mask (0 where no masked accuracy).
+        ``real_accuracy`` (model)
+            With caches of role ``relabelled`` (one dataset): :func:`uqmetrics.shift.
+            real_accuracy` under the overlay's label sets (ReaL), images without a label left
+            out; NaN where the predictor has no such caches.
+        ``n_real_labelled`` (model)
+            The images with at least one valid label (ReaL accuracy's denominator).
+        ``temperature``, ``n_calibration`` (model)
+            The fitted temperature and the samples it was fitted on.
+        ``mean_corruption_error``, ``relative_mean_corruption_error`` (model)
+            With a baseline: over the corruptions with every severity for all predictors; the
+            relative one is NaN with an ``UndefinedMetricWarning`` where the baseline's errors
+            under a corruption do not exceed its clean error.
+
+        Attr ``ensemble_members``: JSON object, ensemble row -> its member models.
 
     Raises
     ------
     uqmetrics.InputError
         No caches, a model without clean caches (named), caches of several modes for one
-        model, an unknown baseline, no corrupted caches.
+        model, an unknown baseline, no shifted or relabelled caches, caches of several
+        relabelled datasets, relabelled caches without label sets and no ``overlay``.
     """
     config = config or ShiftConfig()
     # complete caches only (index_caches skips the others with a SkippedCacheWarning)
@@ -166,6 +311,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
     sets: dict[str, dict] = {}
     modes: dict[str, set] = defaultdict(set)
+    methods: dict[str, set] = defaultdict(set)
     checksums = []
     for path in paths:
         ds = read_cache(path)
@@ -175,66 +321,124 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         groups[model, name].append(ds)
         sets[name] = cache_eval_set(ds.attrs)
         modes[model].add(str(ds.attrs["mode"]))
+        methods[model].add(str(ds.attrs.get("method", "")))
         checksums.append(input_checksum(ds))
     for model, m in modes.items():
         if len(m) > 1:
             raise InputError(f"model {model!r} has caches of several prediction modes "
                              f"{sorted(m)}: score the caches of one mode")
     models = sorted(modes)
-    shifted = {n: s for n, s in sets.items() if s["corruption"]}
-    if not shifted:
-        raise InputError("no caches of a corrupted evaluation set (attrs corruption and "
-                         "severity, e.g. uqvision predict --eval-set imagenet-c)")
-    corruptions = sorted({s["corruption"] for s in shifted.values()})
-    severities = sorted({s["severity"] for s in shifted.values()})
-    if config.baseline is not None and config.baseline not in models:
-        raise InputError(f"baseline model {config.baseline!r} has no caches; models: {models}")
+    preds = _predictors(models, {m: next(iter(v)) for m, v in modes.items()},
+                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
+                        config)
+    names = [p.name for p in preds]
+    corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
+    natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
+    relabelled = sorted(n for n, s in sets.items() if s["role"] == "relabelled")
+    if not (corrupted or natural or relabelled):
+        raise InputError("no caches of a shifted or relabelled evaluation set: corrupted "
+                         "members (attrs corruption and severity, e.g. uqvision predict "
+                         "--eval-set imagenet-c), natural shift sets (role shifted, e.g. "
+                         "--eval-set imagenet-v2) or relabelled ones (--eval-set imagenet-real)")
+    if len(relabelled) > 1:
+        raise InputError(f"caches of several relabelled datasets {relabelled}: score one at a "
+                         "time (one overlay)")
+    corruptions = sorted({s["corruption"] for s in corrupted.values()})
+    severities = sorted({s["severity"] for s in corrupted.values()})
+    if config.baseline is not None and config.baseline not in names:
+        raise InputError(f"baseline model {config.baseline!r} has no caches; models: {names}")
 
-    rng = np.random.default_rng(config.seed)
-    shape = (len(models), len(corruptions), len(severities), len(CALIBRATIONS))
-    shift_vals = np.full((len(SHIFT_METRICS),) + shape, np.nan)
-    clean_vals = np.full((len(SHIFT_METRICS), len(models), len(CALIBRATIONS)), np.nan)
-    temps, n_cal = np.empty(len(models)), np.empty(len(models), np.int64)
-    for i, model in enumerate(models):
-        clean = sorted(n for (m, n) in groups if m == model and sets[n]["role"] == "clean")
+    n_pred, n_cal_dim = len(preds), len(CALIBRATIONS)
+    shift_vals = np.full((len(SHIFT_METRICS), n_pred, len(corruptions), len(severities),
+                          n_cal_dim), np.nan)
+    clean_vals = np.full((len(SHIFT_METRICS), n_pred, n_cal_dim), np.nan)
+    set_vals = np.full((len(SHIFT_METRICS), n_pred, len(natural), n_cal_dim), np.nan)
+    masked = np.full((n_pred, len(natural)), np.nan)
+    n_masked = np.zeros((n_pred, len(natural)), np.int64)
+    real = np.full(n_pred, np.nan)
+    n_real = np.zeros(n_pred, np.int64)
+    temps, n_cal = np.empty(n_pred), np.empty(n_pred, np.int64)
+
+    # clean data: every predictor's temperature and clean row
+    for i, pred in enumerate(preds):
+        clean = sorted(set.intersection(*(
+            {n for (m, n) in groups if m == member and sets[n]["role"] == "clean"}
+            for member in pred.members)))
         if not clean:
-            raise InputError(f"model {model!r} has no clean caches (role 'clean', e.g. its "
-                             "validation and test folders): its temperature is fitted on clean "
-                             "data, predict them first")
-        cal = _pick("calibration", config.calibration_dataset, clean, "val", model)
-        labels, p = _probs(groups[model, cal])
+            raise InputError(f"model {pred.name!r} has no clean caches (role 'clean', e.g. its "
+                             "validation and test folders; an ensemble: of every member): its "
+                             "temperature is fitted on clean data, predict them first")
+        cal = _pick("calibration", config.calibration_dataset, clean, "val", pred.name)
+        labels, p = _Probs(groups, cal)(pred)
         n = labels.shape[0]
         if n < 2:
-            raise InputError(f"model {model!r}: calibration dataset {cal!r} has {n} sample(s), "
-                             "need at least 2")
-        k = min(max(1, round(config.calibration_size * n)), n - 1)
-        perm = rng.permutation(n)
-        fit, rest = np.sort(perm[:k]), np.sort(perm[k:])
+            raise InputError(f"model {pred.name!r}: calibration dataset {cal!r} has {n} "
+                             "sample(s), need at least 2")
+        fit, rest = _split(n, config)
         temps[i] = fit_temperature(_log(p[fit]), labels[fit])
-        n_cal[i] = k
+        n_cal[i] = fit.size
         others = [c for c in clean if c != cal]
         if config.clean_dataset is not None or others:
-            ev = _pick("clean", config.clean_dataset, others or clean, None, model)
+            ev = _pick("clean", config.clean_dataset, others or clean, None, pred.name)
         else:
             ev = cal
         if ev == cal:
             clean_vals[:, i] = _scores(labels[rest], p[rest], temps[i])
         else:
-            clean_vals[:, i] = _scores(*_probs(groups[model, ev]), temps[i])
-        for name, s in shifted.items():
-            if (model, name) not in groups:
+            clean_vals[:, i] = _scores(*_Probs(groups, ev)(pred), temps[i])
+
+    # shifted and relabelled data, one dataset at a time (its member probabilities shared)
+    overlay = None
+    for name in sorted(corrupted) + natural + relabelled:
+        s, probs = sets[name], _Probs(groups, name)
+        for i, pred in enumerate(preds):
+            if not probs.has(pred):
                 continue
-            c, v = corruptions.index(s["corruption"]), severities.index(s["severity"])
-            shift_vals[:, i, c, v] = _scores(*_probs(groups[model, name]), temps[i])
+            labels, p = probs(pred)
+            if name in corrupted:
+                c, v = corruptions.index(s["corruption"]), severities.index(s["severity"])
+                shift_vals[:, i, c, v] = _scores(labels, p, temps[i])
+            elif name in natural:
+                j = natural.index(name)
+                set_vals[:, i, j] = _scores(labels, p, temps[i])
+                if s["eval_set"] in MASKED_EVAL_SETS:
+                    mask = _class_mask(probs.first(pred))
+                    masked[i, j] = masked_accuracy(labels, p, mask)
+                    n_masked[i, j] = int(mask.sum())
+            else:
+                cache = probs.first(pred)
+                if "label_set" not in cache:
+                    if config.overlay is None:
+                        raise InputError(
+                            f"caches of relabelled dataset {name!r} (eval set "
+                            f"{s['eval_set']!r}) hold no label sets: give their labels "
+                            "(overlay: ReaL's real.json or a label-overlay file)")
+                    if overlay is None:
+                        overlay = _load_overlay(config.overlay,
+                                                [str(x) for x in cache["sample"].values])
+                    cache = apply_overlay(cache, overlay)
+                label_sets = np.asarray(cache["label_set"].values, bool)
+                real[i] = real_accuracy(p, label_sets)
+                n_real[i] = int(label_sets.any(axis=1).sum())
 
     dims = ("model", "corruption", "severity", "calibration")
     data = {m: (dims, shift_vals[j]) for j, m in enumerate(SHIFT_METRICS)}
     data.update({f"clean_{m}": (("model", "calibration"), clean_vals[j])
                  for j, m in enumerate(SHIFT_METRICS)})
+    data.update({f"set_{m}": (("model", "shift_set", "calibration"), set_vals[j])
+                 for j, m in enumerate(SHIFT_METRICS)})
+    data["masked_accuracy"] = (("model", "shift_set"), masked)
+    data["n_masked_classes"] = (("model", "shift_set"), n_masked)
     data["temperature"] = ("model", temps)
     data["n_calibration"] = ("model", n_cal)
     metrics: dict = {m: m for m in SHIFT_METRICS}
     metrics.update({f"clean_{m}": m for m in SHIFT_METRICS})
+    metrics.update({f"set_{m}": m for m in SHIFT_METRICS})
+    metrics["masked_accuracy"] = ("masked_accuracy", True)
+    if relabelled:
+        data["real_accuracy"] = ("model", real)
+        data["n_real_labelled"] = ("model", n_real)
+        metrics["real_accuracy"] = ("real_accuracy", True)
     if config.baseline is not None:
         acc = shift_vals[SHIFT_METRICS.index("accuracy"), ..., 0]  # (model, corr, sev)
         complete = ~np.isnan(acc).any(axis=(0, 2))
@@ -243,16 +447,23 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                              "the corruption errors are undefined")
         err = 1.0 - acc[:, complete]
         clean_err = 1.0 - clean_vals[SHIFT_METRICS.index("accuracy"), :, 0]
-        b = models.index(config.baseline)
+        b = names.index(config.baseline)
         data["mean_corruption_error"] = ("model", np.array(
-            [mean_corruption_error(err[i], err[b]) for i in range(len(models))]))
+            [mean_corruption_error(err[i], err[b]) for i in range(n_pred)]))
         data["relative_mean_corruption_error"] = ("model", np.array(
-            [_relative_mce(err[i], clean_err[i], err[b], clean_err[b], config.baseline)
-             for i in range(len(models))]))
+            [relative_mean_corruption_error(err[i], clean_err[i], err[b], clean_err[b])
+             for i in range(n_pred)]))
         metrics["mean_corruption_error"] = ("mean_corruption_error", False)
         metrics["relative_mean_corruption_error"] = ("relative_mean_corruption_error", False)
-    ds = xr.Dataset(data, coords={"model": models, "corruption": corruptions,
-                                  "severity": np.array(severities, np.int64),
-                                  "calibration": list(CALIBRATIONS)})
+    ds = xr.Dataset(data, coords={
+        "model": names, "kind": ("model", [p.kind for p in preds]),
+        "mode": ("model", [p.mode for p in preds]),
+        "members": ("model", np.array([len(p.members) for p in preds], np.int64)),
+        "corruption": corruptions, "severity": np.array(severities, np.int64),
+        "shift_set": natural,
+        "shift_eval_set": ("shift_set", [sets[n]["eval_set"] for n in natural]),
+        "calibration": list(CALIBRATIONS)})
+    ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
     return stamp_result(ds, "shift", input_checksums=sorted(set(checksums)), metrics=metrics,
-                        config=asdict(config), seed=config.seed)
+                        config=asdict(config), seed=config.seed,
+                        extra={"ensemble_members": json.dumps(ensembles)})

@@ -54,16 +54,21 @@ def _models(spec) -> list[str]:
 CONFIG = PredictConfig(batch_size=32, allow_random_init=True, num_workers=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _dask_scheduler_config_kept():
-    """dask's global ``scheduler`` setting as it was before this module: a thread-based
-    cluster closed while one of its tasks runs (the Ctrl-C test) can leave its worker's
-    client as the global one, whose close sets ``scheduler="dask.distributed"`` again (and
-    xarray then asks for a client in the modules after this one)."""
+@pytest.fixture(autouse=True)
+def _dask_globals_kept():
+    """dask's global ``scheduler`` setting and default clients as they were before each test:
+    a thread-based cluster closed while one of its tasks runs (the Ctrl-C test) can leave its
+    closed client registered as the default one, which xarray's netCDF writes then ask for
+    (``ConnectionPool is closed``) in the tests after that one. Test hygiene only: a sweep's
+    own cluster runs in processes."""
     import dask
+    import distributed.client as dc
 
     before = dask.config.get("scheduler", None)
     yield
+    for c in list(dc._global_clients.values()):
+        if c.status != "running":  # closed, or still "connecting" to a cluster now gone
+            dc._del_global_client(c)
     if before is None:
         dask.config.config.pop("scheduler", None)
     else:
@@ -235,6 +240,8 @@ def test_dry_run_lists_the_set_predictions(spec, folders, swept, tmp_path, capsy
                           "eval set 'imagenet-c'")),
     ("imagenet-r={data}", ("--sets 'imagenet-r={data}': its dataset name 'test' (the caches' "
                           "file names) is --data's too")),
+    ("imagenet-c:c={c}", ("--sets 'imagenet-c:c={c}': a dataset name is for a set of one "
+                         "folder")),
 ])
 def test_a_bad_set_is_one_line_naming_it_before_any_model_runs(folders, tmp_path, capsys,
                                                                value, message):
@@ -281,3 +288,16 @@ def _table(out: Path) -> list[dict]:
     with open(out / "scores" / "results-test.csv", newline="") as f:
         return [{k: v for k, v in row.items() if k not in ("images_per_s", "wall_time_s")}
                 for row in csv.DictReader(f)]
+
+
+def test_a_set_of_the_data_folder_takes_a_dataset_name(folders):
+    """ReaL relabels the --data folder itself: ``imagenet-real:real=PATH`` names its caches."""
+    from uqvision.data import ImageFolderDataset
+    from uqvision.predict import PredictConfig
+    from uqvision.sweep import sweep_targets
+
+    data = ImageFolderDataset(folders["data"])
+    targets = sweep_targets(data, PredictConfig(), [f"imagenet-real:real={folders['data']}"])
+    assert [(t.dataset_name, t.config.eval_set) for t in targets] == [
+        ("test", "folder"), ("real", "imagenet-real")]
+    assert targets[1].folder.root == targets[0].folder.root

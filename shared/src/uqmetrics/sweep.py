@@ -661,7 +661,8 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
                                interval=progress_interval, initial=len(report.skipped))
             if group is not None:
                 bar.set_postfix_str(groups_text())
-            for fut in as_completed(futures):
+            # the client's own loop: it need not be the process's default client
+            for fut in as_completed(futures, loop=client.loop):
                 cell = futures[fut]
                 error = text = None
                 try:

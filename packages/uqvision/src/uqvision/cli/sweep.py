@@ -216,14 +216,14 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "record theirs); nothing is computed, downloaded or written")
     p.add_argument("--data", required=True)
     p.add_argument("--sets", nargs="+", action="extend", default=None,
-                   metavar="EVALSET=PATH",
+                   metavar="EVALSET[:NAME]=PATH",
                    help="extra evaluation sets every model also predicts, once each, into "
                         "caches/ (as uqvision predict --eval-set EVALSET; repeatable): "
                         "EVALSET one of " + ", ".join(EVAL_SETS.names()) + "; an expanded set "
                         "(imagenet-c) stands for every member folder below PATH "
                         "(<corruption>/<severity>/), one cache per model and member, named "
                         "<set>-<member> (imagenet-c-fog-3; a set of one folder: by the "
-                        "folder's name). Resumed and listed by --dry-run as the --data cells "
+                        "folder's name, or NAME: imagenet-real:real=/data/imagenet/val). Resumed and listed by --dry-run as the --data cells "
                         "are; only predicted here, not scored: a protocol that reads such sets "
                         "scores them from OUT/caches (uqvision score NAME)")
     p.add_argument("--out", required=True, help="sweep directory: " + ", ".join(

@@ -257,7 +257,7 @@ def _done_on_dask(tasks: list, ds, options: dict, scheduler: str,
         futures = [client.submit(_corrupt_sample, shared, options, i, jobs, pure=False)
                    for i, jobs in tasks]
         try:
-            for fut in as_completed(futures):
+            for fut in as_completed(futures, loop=client.loop):
                 yield fut.result()
         finally:
             client.cancel(futures)

@@ -1,5 +1,5 @@
 """The evaluation sets a sweep predicts besides its ``--data`` (``uqvision sweep --sets
-EVALSET=PATH ...``): each ``EVALSET=PATH`` parsed and checked (:func:`parse_set`), and expanded
+EVALSET[:DATASET_NAME]=PATH ...``): each ``EVALSET=PATH`` parsed and checked (:func:`parse_set`), and expanded
 into the folders every model predicts (:func:`sweep_targets`, :class:`SweepTarget`): one per
 set, or one per member found below ``PATH`` for an expanded set (``imagenet-c``: every
 ``<corruption>/<severity>/`` folder there).
@@ -8,7 +8,7 @@ A target is predicted as ``uqvision predict --eval-set EVALSET [--eval-member ME
 it: its cells carry the :class:`~uqvision.predict.PredictConfig` with ``eval_set`` and
 ``eval_member`` set, and its caches are named by
 :func:`uqvision.evalsets.member_dataset_name` (``imagenet-c-fog-3``; a set of one folder: the
-folder's name).
+folder's name, or the ``DATASET_NAME`` given).
 """
 
 from __future__ import annotations
@@ -55,22 +55,24 @@ class SweepTarget:
 
 
 def parse_set(value: str | tuple[str, str | os.PathLike], *,
-              option: str = "--sets") -> tuple[str, Path]:
-    """``EVALSET=PATH`` -> (set name, path), checked.
+              option: str = "--sets") -> tuple[str, Path, str | None]:
+    """``EVALSET[:DATASET_NAME]=PATH`` -> (set name, path, dataset name or None), checked.
 
     Parameters
     ----------
     value : str or (str, path)
         ``EVALSET=PATH`` (``EVALSET`` a name of :data:`uqvision.evalsets.EVAL_SETS`), or the
-        pair.
+        pair; ``EVALSET:DATASET_NAME=PATH`` names the caches of a set of one folder (default
+        the folder's name), e.g. ``imagenet-real:real=/data/imagenet/val``, where the folder
+        is the ``--data`` folder too.
     option : str
         How errors name the option.
 
     Raises
     ------
     uqmetrics.InputError
-        Not ``NAME=PATH``, an unknown evaluation set, or a path that does not exist; the
-        message names the value.
+        Not ``NAME=PATH``, an unknown evaluation set, a dataset name for an expanded set, or a
+        path that does not exist; the message names the value.
     """
     if isinstance(value, str):
         name, sep, path = value.partition("=")
@@ -80,13 +82,17 @@ def parse_set(value: str | tuple[str, str | os.PathLike], *,
     else:
         name, path = value
         value = f"{name}={path}"
-    name = name.strip()
+    name, _, dataset_name = name.strip().partition(":")
+    dataset_name = dataset_name.strip() or None
     if name not in EVAL_SETS:
         raise InputError(f"{option} {value!r}: unknown evaluation set {name!r}; known: "
                          f"{', '.join(EVAL_SETS.names())}")
+    if dataset_name is not None and EVAL_SETS.lookup(name).members():
+        raise InputError(f"{option} {value!r}: a dataset name is for a set of one folder; the "
+                         f"caches of {name!r}'s members are named <set>-<member>")
     if not Path(path).exists():
         raise InputError(f"{option} {value!r}: {str(path)!r} does not exist")
-    return name, Path(path)
+    return name, Path(path), dataset_name
 
 
 def _members(name: str, root: Path, value: str, option: str
@@ -153,17 +159,18 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
             targets.append(dataclasses.replace(value, config=dataclasses.replace(
                 config, eval_set=value.config.eval_set, eval_member=value.member)))
             continue
-        name, root = parse_set(value, option=option)
+        name, root, given = parse_set(value, option=option)
         text = value if isinstance(value, str) else f"{name}={root}"
         for member, folder in _members(name, root, text, option):
             cfg = dataclasses.replace(config, eval_set=name, eval_member=member)
             ds = ImageFolderDataset(folder)
-            label = member_dataset_name(name, None if member is None
-                                        else EVAL_SETS.lookup(name).member(member), folder)
+            label = given or member_dataset_name(
+                name, None if member is None else EVAL_SETS.lookup(name).member(member), folder)
             if label in seen:
                 raise InputError(
                     f"{option} {text!r}: its dataset name {label!r} (the caches' file names) is "
-                    f"{seen[label]}'s too; give the folders other names"
+                    f"{seen[label]}'s too; give the folders other names (or "
+                    f"{name}:NAME={root})"
                     + (" or --data another --dataset-name" if seen[label] == "--data" else ""))
             seen[label] = f"{option} {text!r}"
             targets.append(SweepTarget(ds, cfg, label, text))

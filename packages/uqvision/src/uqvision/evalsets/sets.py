@@ -12,8 +12,8 @@ An :class:`EvalSet` (registry :data:`EVAL_SETS`) names a kind of evaluation fold
   the model's class index, ImageNet-V2's layout) or ``none`` (an OOD set: every label -1);
 - an optional **expansion** (:class:`Expansion`): one registered set standing for several
   folders, e.g. ImageNet-C's 15 corruptions x 5 severities, each a member
-  (:class:`EvalMember`) in ``<corruption>/<severity>/`` below the set's root
-  (:func:`resolve_member`, :func:`iter_member_folders`).
+  (:class:`EvalMember`) in ``<corruption>/<severity>/`` below the set's root, extracted or in
+  the archives the set ships as (:func:`resolve_member`, :func:`iter_member_folders`).
 
 ``uqvision predict --eval-set NAME`` labels the folder with the set's class map and records
 the set in every cache (attrs ``eval_set``, ``role``, and ``eval_member``, ``corruption``,
@@ -36,6 +36,7 @@ from uqmetrics.registry import Registry
 
 from ..data import match_classes
 from ..data.corruptions import BENCHMARK_CORRUPTIONS
+from ..layouts import is_folder
 
 __all__ = [
     "CLASS_MAPS",
@@ -371,6 +372,32 @@ def cache_eval_set(attrs: Mapping[str, Any]) -> dict[str, Any]:
 def iter_member_folders(root: str | os.PathLike,
                         eval_set: EvalSet | str) -> Iterator[tuple[EvalMember, Path]]:
     """``(member, folder)`` of every member of an expanded set below its root (a set of one
-    folder: nothing)."""
+    folder: nothing).
+
+    A member's folder is ``root/<corruption>/<severity>`` where that is a folder (extracted,
+    or inside ``root`` when ``root`` is an archive); else, as ImageNet-C ships (``blur.tar``,
+    ``noise.tar``, ...), the path to it through the first archive ``root/*.tar`` (by name)
+    that holds it, ``root/blur.tar/defocus_blur/3``, read in place (:mod:`uqvision.layouts`:
+    each archive is listed once); else ``root/<corruption>/<severity>``, which does not exist
+    (:func:`uqvision.layouts.is_folder` tells).
+
+    Parameters
+    ----------
+    root : path
+        The set's root: a folder, or an archive.
+    eval_set : EvalSet or str
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An archive of ``root`` looked into that is compressed, truncated or unreadable.
+    """
+    root = Path(root)
+    archives: list[Path] | None = None
     for m in _lookup(eval_set).members():
-        yield m, Path(root) / m.folder
+        folder = root / m.folder
+        if not is_folder(folder):
+            if archives is None:  # looked for once, and only when a member is not extracted
+                archives = sorted(p for p in root.glob("*.tar") if p.is_file())
+            folder = next((a / m.folder for a in archives if is_folder(a / m.folder)), folder)
+        yield m, folder

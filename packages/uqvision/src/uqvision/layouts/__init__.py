@@ -12,7 +12,11 @@ A ``--data`` path is read in the first layout of :data:`LAYOUTS` that claims it:
 - ``tar``: an uncompressed ``.tar`` archive, read in place (nothing is extracted): class folders
   inside it, one ``<class>.tar`` per class inside it (``ILSVRC2012_img_train.tar``), or flat
   images with a label file (``ILSVRC2012_img_val.tar``). A tar whose every member sits in one
-  top folder (``imagenet-r.tar`` holds ``imagenet-r/<wnid>/...``) is read as that folder.
+  top folder (``imagenet-r.tar`` holds ``imagenet-r/<wnid>/...``) is read as that folder;
+- ``tar_folder``: a folder inside such an archive, given as a path through it,
+  ``ARCHIVE.tar/<inner>/<dir>`` (ImageNet-C as shipped: ``blur.tar/defocus_blur/3``), read in
+  place as the archive would be (its sub-folders are the classes); the archive is listed once
+  however many of its folders are read (:func:`is_folder`: a folder on disk or in an archive).
 
 Whatever the layout, a scan (:class:`Scan`) gives the classes (sorted), the samples sorted by
 class and then by sample id (the relative path of the image: in the folder, or in the archive,
@@ -33,8 +37,8 @@ The code, one concern per module (this package re-exports their names):
   labelling flat images;
 - :mod:`~uqvision.layouts.base`: :class:`Scan`, :data:`LAYOUTS`, :func:`scan_layout`;
 - the layouts, registered in this order: :mod:`~uqvision.layouts.folders` (``class_folders``,
-  ``flat``) and :mod:`~uqvision.layouts.tars` (``tar``; why timm's tar readers are not used
-  is in its docstring).
+  ``flat``) and :mod:`~uqvision.layouts.tars` (``tar``, ``tar_folder``; why timm's tar readers
+  are not used is in its docstring).
 
 What is refused or reported rather than dropped (docs/conventions.md#v-data): images both
 directly in a folder and in class folders (a mixed layout), dangling symbolic links and file
@@ -60,7 +64,7 @@ from .labels import (
 )
 from .base import LAYOUTS, Layout, Scan, Subset, scan_layout
 from . import folders  # noqa: F401  (registers class_folders, flat: the order a path is tried)
-from . import tars  # noqa: F401  (registers tar)
+from .tars import is_folder  # registers tar, tar_folder
 # isort: on
 
 __all__ = [
@@ -79,6 +83,7 @@ __all__ = [
     "UnreadableFileError",
     "find_label_file",
     "find_label_files",
+    "is_folder",
     "list_classes",
     "read_label_file",
     "scan_layout",

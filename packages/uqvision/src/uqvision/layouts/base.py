@@ -40,7 +40,8 @@ class Scan:
         The folder or archive given.
     layout : str
         The layout, with the arrangement inside an archive: ``class_folders``, ``flat``,
-        ``tar/class_folders``, ``tar/class_tars``, ``tar/flat``.
+        ``tar/class_folders``, ``tar/class_tars``, ``tar/flat``; for a folder inside an
+        archive, followed by ``:`` and the folder (``tar/class_folders:defocus_blur/3``).
     classes : list of str, shape (n_classes,)
         Sorted class names (folder names, per-class tar names or WordNet ids of a label file).
     samples : list of (str, int), shape (n_samples,)
@@ -179,7 +180,7 @@ def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None
     Parameters
     ----------
     root : path
-        A folder or a ``.tar`` archive.
+        A folder, a ``.tar`` archive or a folder inside one (``ARCHIVE.tar/<inner>/<dir>``).
     labels : path, optional
         The label file of a flat folder or archive (default: looked for, see
         :mod:`uqvision.layouts`); refused for class folders.
@@ -191,8 +192,9 @@ def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None
     Raises
     ------
     FileNotFoundError
-        ``root`` does not exist, holds no class folder and no image, a class folder holds no
-        image, or a flat folder has no label file (the message names the files looked for).
+        ``root`` does not exist (nor, for a path through an archive, its folder in the
+        archive), holds no class folder and no image, a class folder holds no image, or a flat
+        folder has no label file (the message names the files looked for).
     uqmetrics.InputError
         A label file that does not apply or is malformed, a compressed, truncated or
         unreadable archive, a folder or archive with images both directly in it and in class

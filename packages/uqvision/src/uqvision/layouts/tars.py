@@ -15,12 +15,22 @@ and order classes by timm's natural key (``class_10`` after ``class_9``), and re
 bytes against ``ReaderImageInTar``'s. Unlike ``tarfile`` (and timm's readers), a listing requires
 the end-of-archive marker (a truncated copy is refused, not read as a smaller archive) and
 resolves link members as extraction would.
+
+A folder inside an archive is a path through it, ``ARCHIVE.tar/<inner>/<dir>`` (ImageNet-C's
+``blur.tar/defocus_blur/3``): the ``tar_folder`` layout, registered after ``tar``, reads it as
+the ``tar`` layout reads a whole archive (its sub-folders are the classes), from the same
+listing: an archive is listed once whichever of its folders are read, and a folder's images
+are found in the sorted listing by bisection. Its layout records the inner folder
+(``tar/class_folders:defocus_blur/3``), so the fingerprints of two folders of one archive
+differ. :func:`is_folder` says whether a path is a folder, on disk or in an archive.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +50,7 @@ from .names import (
 )
 from .sources import TarSource
 
-__all__: list[str] = []
+__all__ = ["is_folder"]
 
 
 # -- tar archive ----------------------------------------------------------------------------------
@@ -208,19 +218,29 @@ def _unwrap(ids: list[str]) -> str:
     return ""
 
 
-def _scan_tar(path: Path, labels: Path | None) -> Scan:
-    listing = _tar_listing(path)
+def _scan_tar(path: Path, labels: Path | None, archive: Path | None = None,
+              inner: str = "") -> Scan:
+    """Scan an archive, or its folder ``inner`` (``path`` then being ``archive/inner``): class
+    folders, class tars or flat images with a label file; a whole archive whose every image
+    sits in one top folder is read as that folder (a folder inside it never is: its
+    sub-folders are the classes, however many)."""
+    archive = path if archive is None else archive
+    everything = _tar_listing(archive)
+    listing = _below(everything, inner + "/") if inner else everything
+    if inner and not listing:
+        raise _no_folder(path, archive, inner, everything)
     if not listing:
         raise FileNotFoundError(f"archive {str(path)!r} holds no image "
                                 f"({', '.join(IMG_EXTENSIONS)})")
-    prefix = _unwrap([rel for rel, *_ in listing])
+    prefix = inner + "/" if inner else _unwrap([rel for rel, *_ in listing])
     entries = [(rel[len(prefix):], *rest) for rel, *rest in listing]
     problems = {_shown(rel): _not_utf8(rel) for rel, *_ in entries if not _utf8(rel)}
     members = {rel: (member, offset, size) for rel, member, offset, size, _, why in entries
                if not why and _utf8(rel)}
     broken = {rel: (member, why) for rel, member, _, _, _, why in entries
               if why and _utf8(rel)}
-    source = TarSource(path, members, broken)
+    source = TarSource(archive, members, broken)
+    within = f":{inner}" if inner else ""  # the layout of a folder in an archive names it
     ids = [rel for rel, *_ in entries if not rel.startswith(".")]
     nested = [rel for rel in ids if "/" in rel]
     if nested:
@@ -232,14 +252,89 @@ def _scan_tar(path: Path, labels: Path | None) -> Scan:
         if flat:
             raise _mixed(path, "archive", flat, classes, len(nested))
         tars = any(in_tar for *_, in_tar, _ in entries)
-        layout = "tar/class_tars" if tars else "tar/class_folders"
+        layout = ("tar/class_tars" if tars else "tar/class_folders") + within
         scan = _ordered(path, layout, [(rel, rel.split("/", 1)[0]) for rel in nested
                                        if _utf8(rel)], source)
         return replace(scan, problems=problems)
     label_file, others = _labels_for(path, labels, "archive")
-    scan = _label_flat(path, "tar/flat", sorted(rel for rel in ids if _utf8(rel)), source,
-                       label_file, "archive")
+    scan = _label_flat(path, "tar/flat" + within, sorted(rel for rel in ids if _utf8(rel)),
+                       source, label_file, "archive")
     return replace(scan, problems=problems, label_others=others, label_found=labels is None)
+
+
+# -- a folder inside a tar archive --------------------------------------------------------------
+
+def _in_tar(path: Path) -> tuple[Path, str] | None:
+    """``(archive, inner folder)`` of a path through an archive (``d/blur.tar/fog/3`` ->
+    ``(d/blur.tar, "fog/3")``): the nearest existing path above ``path`` is a file named as an
+    archive; ``None`` otherwise (``path`` exists, or its nearest existing parent is a
+    folder)."""
+    if os.path.lexists(path):
+        return None
+    for above in path.parents:
+        if os.path.lexists(above):
+            if above.is_file() and _tar_names(above):
+                return above, _norm(path.relative_to(above).as_posix())
+            return None
+    return None
+
+
+def _below(listing: Sequence[tuple], prefix: str) -> Sequence[tuple]:
+    """The entries of a sorted listing whose id starts with ``prefix`` (``""`` or a folder and
+    ``/``), found by bisection: ids below ``fog/3/`` sort before ``fog/30``."""
+    if not prefix:
+        return listing
+    lo = bisect.bisect_left(listing, (prefix,))
+    return listing[lo:bisect.bisect_left(listing, (prefix[:-1] + "0",), lo)]
+
+
+def _no_folder(path: Path, archive: Path, inner: str,
+               listing: Sequence[tuple]) -> FileNotFoundError:
+    """The error of a path through an archive to a folder it lacks, naming the folders the
+    archive's ``listing`` has in the nearest folder above it that it has."""
+    parent = posixpath.dirname(inner)
+    while parent and not _below(listing, parent + "/"):
+        parent = posixpath.dirname(parent)
+    prefix = parent + "/" if parent else ""
+    there = sorted({rel[len(prefix):].split("/", 1)[0] for rel, *_ in _below(listing, prefix)
+                    if "/" in rel[len(prefix):]})
+    shown = ", ".join(repr(_shown(prefix + f)) for f in there[:8]) + (", ..." if len(there) > 8
+                                                                      else "")
+    where = f"in {parent!r}" if parent else "at its top"
+    return FileNotFoundError(
+        f"image folder {str(path)!r}: archive {str(archive)!r} has no folder {inner!r} (no image "
+        f"below it); its folders {where} are [{shown}]")
+
+
+def _scan_tar_folder(path: Path, labels: Path | None) -> Scan:
+    archive, inner = _in_tar(path)
+    return _scan_tar(path, labels, archive, inner)
+
+
+def is_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an image folder: a folder on disk, or one inside an uncompressed tar
+    archive, ``ARCHIVE.tar/<inner>/<dir>``, that holds an image below it (the archive is
+    listed from its headers, once: :mod:`uqvision.layouts.tars`).
+
+    Parameters
+    ----------
+    path : path
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The path runs through an archive that is compressed, truncated or unreadable.
+
+    Examples
+    --------
+    >>> is_folder("/nonexistent/blur.tar/defocus_blur/3")
+    False
+    """
+    path = Path(path)
+    if path.is_dir():
+        return True
+    found = _in_tar(path)
+    return found is not None and bool(_below(_tar_listing(found[0]), found[1] + "/"))
 
 
 LAYOUTS.add("tar", Layout(
@@ -248,3 +343,9 @@ LAYOUTS.add("tar", Layout(
            "(ILSVRC2012_img_val.tar); one top folder holding everything is read as the root",
     lambda p: p.is_file() and _tar_names(p), _scan_tar))
 
+
+LAYOUTS.add("tar_folder", Layout(
+    "tar_folder", "a folder inside an uncompressed .tar, given as ARCHIVE.tar/<inner>/<dir> "
+                  "(ImageNet-C's blur.tar/defocus_blur/3), read in place as the tar layout "
+                  "reads an archive: its sub-folders are the classes",
+    lambda p: _in_tar(p) is not None, _scan_tar_folder))

@@ -23,6 +23,7 @@ from uqmetrics import InputError
 
 from ..data import ImageFolderDataset
 from ..evalsets import EVAL_SETS, iter_member_folders, member_dataset_name, resolve_member
+from ..layouts import is_folder
 from ..predict import PredictConfig
 
 __all__ = ["SweepTarget", "parse_set", "sweep_targets"]
@@ -90,7 +91,7 @@ def parse_set(value: str | tuple[str, str | os.PathLike], *,
     if dataset_name is not None and EVAL_SETS.lookup(name).members():
         raise InputError(f"{option} {value!r}: a dataset name is for a set of one folder; the "
                          f"caches of {name!r}'s members are named <set>-<member>")
-    if not Path(path).exists():
+    if not (Path(path).exists() or is_folder(path)):  # a folder inside a tar too
         raise InputError(f"{option} {value!r}: {str(path)!r} does not exist")
     return name, Path(path), dataset_name
 
@@ -102,7 +103,7 @@ def _members(name: str, root: Path, value: str, option: str
     if not EVAL_SETS.lookup(name).members():
         return [(None, root)]
     found = [(m.name, folder) for m, folder in iter_member_folders(root, name)
-             if folder.is_dir()]
+             if is_folder(folder)]  # extracted, or in an archive (blur.tar/defocus_blur/3)
     if found:
         return found
     try:  # the folder of one member (.../fog/3)

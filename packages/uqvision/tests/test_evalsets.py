@@ -129,11 +129,12 @@ def test_cache_attrs_of_an_eval_set_and_a_cache_from_before_them():
     attrs = eval_set_attrs("imagenet-c", m)
     assert attrs == {"eval_set": "imagenet-c", "role": "shifted", "eval_member": "snow-2",
                      "corruption": "snow", "severity": 2}
-    assert cache_eval_set(attrs) == {**attrs}
-    assert eval_set_attrs("imagenet-o", None) == {"eval_set": "imagenet-o", "role": "ood"}
+    assert cache_eval_set(attrs) == {**attrs, "ood_split": ""}
+    assert eval_set_attrs("imagenet-o", None) == {"eval_set": "imagenet-o", "role": "ood",
+                                                  "ood_split": "far"}
     assert cache_eval_set({"model": "m"}) == {"eval_set": "folder", "role": "clean",
-                                              "eval_member": "", "corruption": "",
-                                              "severity": 0}
+                                              "ood_split": "", "eval_member": "",
+                                              "corruption": "", "severity": 0}
 
 
 def _cache(samples, logits, classes=("a", "b", "c")):

@@ -26,6 +26,7 @@ import xarray as xr
 import uqvision.protocols
 from uqvision import cli
 from uqvision.cli import COMMANDS, build_parser, main
+from uqvision.evalsets import ROLES
 from uqvision.methods import GENERAL_METHODS
 from uqvision.protocols import (
     VISION_PROTOCOLS,
@@ -151,13 +152,19 @@ def _choices_top() -> list[str]:
 
 def test_the_command_line_names_no_protocol():
     """The command line (every module of the ``uqvision.cli`` package) holds no protocol's
-    code: no protocol's name or alias appears in it (but as an attribute of another module's
-    object: the demo's result has a ``selective`` file)."""
+    code: it imports no protocol's module, and no protocol's name or alias appears in it (but
+    as an attribute of another module's object: the demo's result has a ``selective`` file).
+    A name that is also an evaluation-set role is data vocabulary, not a protocol: ``ood``
+    (``uqvision sweep --ood-sets``, sets of role ``ood``) is the OOD protocol's name too."""
     sources = sorted(Path(inspect.getsourcefile(cli)).parent.rglob("*.py"))
     assert {f"{m.name}.py" for m in pkgutil.iter_modules(cli.__path__)} < {p.name for p in sources}
-    aliases = {a for p in VISION_PROTOCOLS.values() for a in p.score_names}
+    aliases = {a for p in VISION_PROTOCOLS.values() for a in p.score_names} - set(ROLES)
+    assert "selective" in aliases and "ood" in VISION_PROTOCOLS.names()
     for source in sources:
         text = source.read_text(encoding="utf-8")
+        for name in VISION_PROTOCOLS.names():  # no import of a protocol's package
+            assert not re.search(rf"^\s*(from|import)\s+[\w.]*protocols\.{name}\b", text,
+                                 re.MULTILINE), (source.name, name)
         for alias in aliases:
             assert not re.search(rf"(?<![.\w]){alias}\b", text), (source.name, alias)
 

@@ -64,6 +64,14 @@ CONVENTIONS: dict[str, str] = {
     # OOD (u_in, u_out), S.4
     "ood": "S.4: out-domain positive; theta = 95% quantile of in-domain validation u",
     "ood_auroc": "S.4: P(u_out > u_in) + 1/2 P(tie), the tie-aware AUROC with out-domain positive",
+    "fpr_at_95_tpr": "S.4: OpenOOD v1.5/pytorch-ood: out-domain positive scored by u; fraction of "
+    "in-domain u >= t at the first threshold t (distinct u, descending, ties entering together) "
+    "with #{u_out >= t}/n_out >= 0.95 (float division); no interpolation, no dropped ROC points; "
+    "positive='in' is the in-domain-positive variant (OOD accepted at 95% in-domain TPR)",
+    "aupr_in": "S.4: average precision (step-wise, sklearn average_precision_score, ties grouped) "
+    "of the in-domain samples ranked by -u; curve='trapezoid' is OpenOOD's auc(recall, precision)",
+    "aupr_out": "S.4: average precision (step-wise, sklearn average_precision_score, ties grouped) "
+    "of the out-domain samples ranked by u; curve='trapezoid' is OpenOOD's auc(recall, precision)",
     # retrieval (embeddings, labels, uncertainty), S.5
     "retrieval": "S.5: cosine similarity, query excluded from its own neighbours",
     "recall_at_1": "S.5: mean 1[y_nn(i) = y_i], cosine nearest neighbour, query excluded, ties to "

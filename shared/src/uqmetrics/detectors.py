@@ -7,6 +7,31 @@ protocol can check the caches before any work and score any zoo from stored outp
 that must fit (class means, a covariance, a threshold) fits on in-distribution data only; no
 detector is tuned on out-of-distribution samples.
 
+Registered (docs/conventions.md#s-4; each :attr:`Detector.reference` names its paper):
+
+========================  ==================================  =========================
+name                      u (higher = more OOD)               reads (``fit`` keys)
+========================  ==================================  =========================
+``msp``                   -max softmax                        logits
+``maxlogit``              -max logit                          logits
+``energy``                -T logsumexp(z / T), T = 1          logits
+``entropy``               entropy of the softmax              logits
+``gen``                   sum_top-M p^g (1 - p)^g             logits
+``mahalanobis``           min_c squared Mahalanobis distance  embedding (embedding, labels)
+``knn``                   distance to the k-th neighbour      embedding (embedding)
+``vim``                   alpha ||residual|| - logsumexp(z)   embedding, head (embedding, head)
+``react``                 energy of the clipped features      embedding, head (embedding)
+``ensemble_entropy``      entropy of the mean softmax         members
+``mutual_information``    H(mean p) - mean H(p)               members
+``disagreement``          members off the ensemble's argmax   members
+========================  ==================================  =========================
+
+Fitting is separate from scoring: :meth:`Detector.fitted` fits once and returns a scorer for any
+number of sets (``scorer = get_detector("knn").fitted(fit); scorer(inputs_a); scorer(inputs_b)``);
+:meth:`Detector.score` fits and scores in one call. Hyper-parameters have the defaults of the
+papers and OpenOOD v1.5 (:attr:`Detector.params`); :meth:`Detector.with_params` gives a copy with
+others (``get_detector("knn").with_params(k=200)``).
+
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.
@@ -17,27 +42,78 @@ Examples
 >>> u = get_detector("msp").score({"logits": np.array([[4.0, 0.0], [0.0, 0.0]])})
 >>> bool(u[0] < u[1])
 True
+>>> rng = np.random.default_rng(0)
+>>> fit = {"embedding": rng.normal(size=(100, 8)), "labels": rng.integers(0, 3, 100)}
+>>> scorer = get_detector("mahalanobis").fitted(fit)
+>>> scorer({"embedding": rng.normal(size=(5, 8))}).shape
+(5,)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .registry import Registry
 
-__all__ = ["DETECTORS", "NEEDS", "Detector", "get_detector", "list_detectors"]
+__all__ = [
+    "DETECTORS",
+    "FIT_KEYS",
+    "NEEDS",
+    "NEED_KEYS",
+    "Detector",
+    "get_detector",
+    "list_detectors",
+    "vim_dimension",
+]
 
 #: What a detector may read, each an array of a cache (or of the in-distribution fit set):
 #: ``logits`` (sample, class) of one network or pass; ``members`` (member, sample, class), the
 #: logits of several members, passes or posterior samples; ``embedding`` (sample, feature), the
-#: features before the classifier; ``head`` the classifier's ``head_weight`` (class, feature) and
-#: ``head_bias`` (class,); ``fit`` the same inputs on in-distribution training or validation
-#: data, for detectors that fit.
+#: features before the classifier (penultimate layer, after pooling); ``head`` the classifier's
+#: ``head_weight`` (class, feature) and ``head_bias`` (class,), as the cache variables of those
+#: names (logits = embedding @ head_weight.T + head_bias); ``fit`` the in-distribution fit data
+#: (:data:`FIT_KEYS`), for detectors that fit.
 NEEDS = ("logits", "members", "embedding", "head", "fit")
+
+#: The keys of the ``inputs`` mapping that each need (but ``fit``) stands for.
+NEED_KEYS: dict[str, tuple[str, ...]] = {
+    "logits": ("logits",),
+    "members": ("members",),
+    "embedding": ("embedding",),
+    "head": ("head_weight", "head_bias"),
+}
+
+#: The keys a ``fit`` mapping may hold (a detector reads those in :attr:`Detector.fit_keys`):
+#: ``embedding`` (n_fit, feature) features of in-distribution training (or validation) images;
+#: ``labels`` (n_fit,) their integer classes; ``head_weight``, ``head_bias`` the classifier (the
+#: same as the scored network's; :meth:`Detector.score` copies them from ``inputs`` when the fit
+#: mapping lacks them).
+FIT_KEYS = ("embedding", "labels", "head_weight", "head_bias")
+
+# numpy only, no scipy: uqvision imports this module (its plugins) on every command, and its
+# train and predict commands import no scipy (packages/uqvision/tests/test_import.py).
+
+
+def _logsumexp(z: np.ndarray, axis: int) -> np.ndarray:
+    m = np.max(z, axis=axis, keepdims=True)
+    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(z - m), axis=axis))
+
+
+def _log_softmax(z: np.ndarray, axis: int) -> np.ndarray:
+    return z - np.expand_dims(_logsumexp(z, axis), axis)
+
+
+def _softmax(z: np.ndarray, axis: int) -> np.ndarray:
+    return np.exp(_log_softmax(z, axis))
+
+
+#: Rows per block where a detector computes (rows x fit size) or (rows x classes) arrays.
+_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -49,21 +125,34 @@ class Detector:
     name, description : str
         Registered name and one line (CLI help).
     needs : frozenset of str
-        A subset of :data:`NEEDS`: the inputs :meth:`score` reads.
+        A subset of :data:`NEEDS`: the inputs :meth:`score` reads (:data:`NEED_KEYS` names the
+        keys of each).
     func : callable
-        ``func(inputs, fit) -> u``: ``inputs`` maps each need (but ``fit``) to its array of
-        the scored samples; ``fit`` is the same mapping on in-distribution data, or None for a
-        detector that does not fit. Returns ``u``, shape (sample,), higher = more likely out of
-        distribution.
+        ``func(inputs, state, **params) -> u``: ``inputs`` maps the keys of each need (but
+        ``fit``) to its array for the scored samples (float64); ``state`` is what
+        :attr:`fit_func` returned, or, without one, the ``fit`` mapping itself (None for a
+        detector that does not fit). Returns ``u``, shape (sample,), higher = more likely out
+        of distribution.
     reference : str
         The paper that defines it (authors, year, title).
+    fit_func : callable, optional
+        ``fit_func(fit, **params) -> state``: fits on the in-distribution ``fit`` mapping
+        (numpy arrays, keys :attr:`fit_keys`), once per :meth:`fitted`.
+    fit_keys : frozenset of str
+        The keys of the ``fit`` mapping it reads (a subset of :data:`FIT_KEYS`); needs ``fit``.
+    params : mapping
+        Hyper-parameter name -> value, passed to :attr:`fit_func` and :attr:`func` as keywords
+        (:meth:`with_params` changes them).
     """
 
     name: str
     description: str
     needs: frozenset[str]
-    func: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray] | None], np.ndarray]
+    func: Callable[..., np.ndarray]
     reference: str = ""
+    fit_func: Callable[..., Any] | None = None
+    fit_keys: frozenset[str] = frozenset()
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = set(self.needs) - set(NEEDS)
@@ -73,37 +162,109 @@ class Detector:
         if not set(self.needs) - {"fit", "head"}:
             raise ValueError(f"detector {self.name!r} must read the scored samples: needs one "
                              f"of logits, members, embedding; got {sorted(self.needs)}")
+        unknown = set(self.fit_keys) - set(FIT_KEYS)
+        if unknown:
+            raise ValueError(f"detector {self.name!r}: unknown fit keys {sorted(unknown)}; "
+                             f"valid: {', '.join(FIT_KEYS)}")
+        if (self.fit_keys or self.fit_func is not None) and "fit" not in self.needs:
+            raise ValueError(f"detector {self.name!r} fits: add 'fit' to its needs")
         object.__setattr__(self, "needs", frozenset(self.needs))
+        object.__setattr__(self, "fit_keys", frozenset(self.fit_keys))
+        object.__setattr__(self, "params", dict(self.params))
+
+    def with_params(self, **params: Any) -> Detector:
+        """A copy with other hyper-parameters (only names of :attr:`params`).
+
+        >>> get_detector("knn").with_params(k=5).params
+        {'k': 5}
+        """
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise ValueError(f"detector {self.name!r} has no parameters {sorted(unknown)}; "
+                             f"its parameters: {sorted(self.params) or 'none'}")
+        return dataclasses.replace(self, params={**self.params, **params})
+
+    def fitted(self, fit: Mapping[str, Any] | None = None
+               ) -> Callable[[Mapping[str, Any]], np.ndarray]:
+        """Fit once on in-distribution data; the returned ``scorer(inputs) -> u`` scores any
+        number of sets without fitting again.
+
+        Parameters
+        ----------
+        fit : mapping, optional
+            Required when ``"fit"`` is a need: at least the keys :attr:`fit_keys`
+            (:data:`FIT_KEYS`). Ignored otherwise.
+
+        Raises
+        ------
+        ValueError
+            Naming the missing fit keys.
+        """
+        if "fit" not in self.needs:
+            state = None
+        else:
+            if fit is None:
+                raise ValueError(f"detector {self.name!r} fits on in-distribution data: pass "
+                                 f"fit= with keys {sorted(self.fit_keys)}")
+            missing = sorted(self.fit_keys - set(fit))
+            if missing:
+                raise ValueError(f"detector {self.name!r}: fit lacks {missing}; got "
+                                 f"{sorted(fit)}")
+            if self.fit_func is None:
+                state = fit
+            else:
+                state = self.fit_func({k: np.asarray(fit[k]) for k in self.fit_keys},
+                                      **self.params)
+        return lambda inputs: self._score(inputs, state)
+
+    def _score(self, inputs: Mapping[str, Any], state: Any) -> np.ndarray:
+        keys = [k for need in sorted(self.needs - {"fit"}) for k in NEED_KEYS[need]]
+        missing = sorted({need for need in self.needs - {"fit"}
+                          if any(k not in inputs for k in NEED_KEYS[need])})
+        if missing:
+            lacking = sorted(k for need in missing for k in NEED_KEYS[need] if k not in inputs)
+            raise ValueError(f"detector {self.name!r} needs {missing} (keys {lacking}); got "
+                             f"{sorted(inputs)}")
+        arrays = {k: np.asarray(inputs[k], dtype=np.float64) for k in keys}
+        u = np.asarray(self.func(arrays, state, **self.params), dtype=np.float64)
+        if "members" in arrays:
+            n = arrays["members"].shape[1]
+        else:
+            n = next(arrays[k] for k in ("logits", "embedding") if k in arrays).shape[0]
+        if u.shape != (n,) or np.isnan(u).any():
+            raise ValueError(f"detector {self.name!r} returned shape {u.shape} "
+                             f"{'with NaN ' if np.isnan(u).any() else ''}for {n} samples")
+        return u
 
     def score(self, inputs: Mapping[str, Any], fit: Mapping[str, Any] | None = None
               ) -> np.ndarray:
-        """The uncertainty of each sample, shape (sample,).
+        """The uncertainty of each sample, shape (sample,): :meth:`fitted` then the scorer.
 
         Parameters
         ----------
         inputs : mapping
-            Each need of the detector (but ``fit``) -> its array for the scored samples.
+            The keys of each need of the detector (but ``fit``, :data:`NEED_KEYS`) -> its array
+            for the scored samples.
         fit : mapping, optional
-            The same on in-distribution data (required when ``"fit"`` is a need).
+            In-distribution fit data (required when ``"fit"`` is a need), keys
+            :attr:`fit_keys`; ``head_weight`` and ``head_bias`` are taken from ``inputs`` when
+            it lacks them. To score several sets, fit once with :meth:`fitted`.
 
         Raises
         ------
         ValueError
             Naming the missing inputs, or a result of the wrong shape or with NaN.
         """
-        missing = sorted((self.needs - {"fit"}) - set(inputs))
+        missing = sorted((self.needs - {"fit"}) - {
+            need for need in NEED_KEYS if all(k in inputs for k in NEED_KEYS[need])})
         if missing:
-            raise ValueError(f"detector {self.name!r} needs {missing}; got {sorted(inputs)}")
-        if "fit" in self.needs and fit is None:
-            raise ValueError(f"detector {self.name!r} fits on in-distribution data: pass fit=")
-        arrays = {k: np.asarray(v) for k, v in inputs.items()}
-        u = np.asarray(self.func(arrays, fit), dtype=np.float64)
-        n = arrays["members"].shape[1] if "members" in arrays else \
-            next(iter(arrays.values())).shape[0]
-        if u.shape != (n,) or np.isnan(u).any():
-            raise ValueError(f"detector {self.name!r} returned shape {u.shape} "
-                             f"{'with NaN ' if np.isnan(u).any() else ''}for {n} samples")
-        return u
+            lacking = sorted(k for need in missing for k in NEED_KEYS[need] if k not in inputs)
+            raise ValueError(f"detector {self.name!r} needs {missing} (keys {lacking}); got "
+                             f"{sorted(inputs)}")
+        if fit is not None and "fit" in self.needs:
+            fit = {**{k: inputs[k] for k in NEED_KEYS["head"]
+                      if k in self.fit_keys and k in inputs}, **fit}
+        return self.fitted(fit)(inputs)
 
 
 #: Registered detectors, name -> :class:`Detector` (plugins: entry-point group
@@ -112,17 +273,279 @@ DETECTORS: Registry[Detector] = Registry("detector", group="uqmetrics.detectors"
                                          item_type=Detector)
 
 
-def _msp(inputs: Mapping[str, np.ndarray], fit: Mapping[str, np.ndarray] | None) -> np.ndarray:
-    z = inputs["logits"].astype(np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return -(p.max(axis=1) / p.sum(axis=1))
+# ----------------------------------------------------------------------------- from logits
 
 
-DETECTORS.register(Detector(
-    "msp", "maximum softmax probability, negated (the baseline)", frozenset({"logits"}), _msp,
-    reference="Hendrycks & Gimpel (2017), A baseline for detecting misclassified and "
-              "out-of-distribution examples in neural networks"))
+def _msp(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    return -_softmax(inputs["logits"], axis=1).max(axis=1)
+
+
+def _maxlogit(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    return -inputs["logits"].max(axis=1)
+
+
+def _energy(inputs: Mapping[str, np.ndarray], fit: Any, *, temperature: float = 1.0
+            ) -> np.ndarray:
+    t = float(temperature)
+    return -t * _logsumexp(inputs["logits"] / t, axis=1)
+
+
+def _entropy_of_logits(z: np.ndarray) -> np.ndarray:
+    """Entropy of softmax(z) along the last axis, 0 log 0 = 0, computed from log-probabilities."""
+    logp = _log_softmax(z, axis=-1)
+    return -np.sum(np.exp(logp) * logp, axis=-1)
+
+
+def _entropy(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    return _entropy_of_logits(inputs["logits"])
+
+
+def _gen(inputs: Mapping[str, np.ndarray], fit: Any, *, gamma: float = 0.1, M: int = 100
+         ) -> np.ndarray:
+    p = _softmax(inputs["logits"], axis=1)
+    m = min(int(M), p.shape[1])
+    top = -np.partition(-p, m - 1, axis=1)[:, :m]
+    return np.sum(top**gamma * (1.0 - top)**gamma, axis=1)
+
+
+def _register(name: str, description: str, needs: set[str], func: Callable, reference: str,
+              **kwargs: Any) -> None:
+    DETECTORS.register(Detector(name, description, frozenset(needs), func, reference=reference,
+                                **kwargs))
+
+
+_register("msp", "maximum softmax probability, negated (the baseline)", {"logits"}, _msp,
+          "Hendrycks & Gimpel (2017), A baseline for detecting misclassified and "
+          "out-of-distribution examples in neural networks")
+_register("maxlogit", "maximum logit, negated", {"logits"}, _maxlogit,
+          "Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song (2022), Scaling "
+          "out-of-distribution detection for real-world settings")
+_register("energy", "free energy -T logsumexp(z/T), T = 1", {"logits"}, _energy,
+          "Liu, Wang, Owens & Li (2020), Energy-based out-of-distribution detection",
+          params={"temperature": 1.0})
+_register("entropy", "entropy of the softmax", {"logits"}, _entropy,
+          "Hendrycks & Gimpel (2017), A baseline for detecting misclassified and "
+          "out-of-distribution examples in neural networks (the softmax entropy as a score)")
+_register("gen", "generalized entropy of the top-M softmax probabilities (gamma 0.1, M 100)",
+          {"logits"}, _gen,
+          "Liu, Lochman & Zach (2023), GEN: pushing the limits of softmax-based "
+          "out-of-distribution detection", params={"gamma": 0.1, "M": 100})
+
+
+# --------------------------------------------------------------------------- from features
+
+
+def _features(x: np.ndarray, d: int, what: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != d:
+        raise ValueError(f"{what} must have shape (sample, {d}) like the fit embedding, got "
+                         f"{x.shape}")
+    return x
+
+
+def _fit_embedding(fit: Mapping[str, np.ndarray]) -> np.ndarray:
+    x = np.asarray(fit["embedding"], dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"fit embedding must have shape (n_fit >= 1, feature), got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("fit embedding must be finite")
+    return x
+
+
+def _mahalanobis_fit(fit: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    x = _fit_embedding(fit)
+    y = np.asarray(fit["labels"])
+    if y.shape != (x.shape[0],) or y.dtype.kind not in "iub":
+        raise ValueError(f"fit labels must be integers of shape ({x.shape[0]},), got "
+                         f"{y.dtype} {y.shape}")
+    classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+    means = np.zeros((classes.size, x.shape[1]))
+    np.add.at(means, inverse, x)
+    means /= counts[:, None]
+    cov = np.zeros((x.shape[1], x.shape[1]))
+    for i in range(0, x.shape[0], _CHUNK):
+        r = x[i:i + _CHUNK] - means[inverse[i:i + _CHUNK]]
+        cov += r.T @ r
+    cov /= x.shape[0]
+    precision = np.linalg.pinv(cov, hermitian=True)
+    return {"means": means, "precision": precision,
+            "mpm": np.einsum("cd,de,ce->c", means, precision, means)}
+
+
+def _mahalanobis(inputs: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray]
+                 ) -> np.ndarray:
+    means, precision = state["means"], state["precision"]
+    x = _features(inputs["embedding"], means.shape[1], "embedding")
+    u = np.empty(x.shape[0])
+    for i in range(0, x.shape[0], _CHUNK):
+        xp = x[i:i + _CHUNK] @ precision
+        d2 = (np.sum(xp * x[i:i + _CHUNK], axis=1)[:, None] - 2 * xp @ means.T
+              + state["mpm"][None, :])
+        u[i:i + _CHUNK] = np.maximum(d2.min(axis=1), 0.0)
+    return u
+
+
+def _unit(x: np.ndarray, what: str) -> np.ndarray:
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    if (norm == 0).any():
+        raise ValueError(f"{what}: a feature vector is all zero, it has no direction (knn "
+                         "normalises every feature)")
+    return x / norm
+
+
+def _knn_fit(fit: Mapping[str, np.ndarray], *, k: int = 50) -> np.ndarray:
+    return _unit(_fit_embedding(fit), "fit embedding")
+
+
+def _knn(inputs: Mapping[str, np.ndarray], bank: np.ndarray, *, k: int = 50) -> np.ndarray:
+    if int(k) < 1:
+        raise ValueError(f"knn: k must be >= 1, got {k}")
+    kk = min(int(k), bank.shape[0])
+    z = _unit(_features(inputs["embedding"], bank.shape[1], "embedding"), "embedding")
+    u = np.empty(z.shape[0])
+    rows = max(1, (1 << 24) // bank.shape[0])  # at most 2^24 similarities (128 MiB) at once
+    for i in range(0, z.shape[0], rows):
+        sim = z[i:i + rows] @ bank.T
+        kth = -np.partition(-sim, kk - 1, axis=1)[:, kk - 1]  # the k-th largest similarity
+        u[i:i + rows] = np.sqrt(np.maximum(2.0 - 2.0 * kth, 0.0))
+    return u
+
+
+def vim_dimension(n_features: int) -> int:
+    """ViM's principal-space dimension D for a feature dimension N, as the ViM reference code
+    (haoqiwang/vim): 1000 if N >= 2048, 512 if N >= 768, else N // 2.
+
+    >>> vim_dimension(2048), vim_dimension(768), vim_dimension(512), vim_dimension(3)
+    (1000, 512, 256, 1)
+    """
+    n = int(n_features)
+    return 1000 if n >= 2048 else 512 if n >= 768 else n // 2
+
+
+def _head(w: Any, b: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+    w, b = np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if w.ndim != 2 or b.shape != (w.shape[0],):
+        raise ValueError(f"{what}: head_weight must be (class, feature) and head_bias (class,), "
+                         f"got {w.shape} and {b.shape}")
+    return w, b
+
+
+def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[str, Any]:
+    x = _fit_embedding(fit)
+    w, b = _head(fit["head_weight"], fit["head_bias"], "vim fit")
+    n_feat = x.shape[1]
+    if w.shape[1] != n_feat:
+        raise ValueError(f"vim: head_weight has {w.shape[1]} features, the fit embedding "
+                         f"{n_feat}")
+    d = vim_dimension(n_feat) if dim is None else int(dim)
+    if not 0 <= d < n_feat:
+        raise ValueError(f"vim: the principal dimension must lie in [0, {n_feat}) for "
+                         f"{n_feat} features, got {d}")
+    origin = -np.linalg.pinv(w) @ b
+    cov = np.zeros((n_feat, n_feat))
+    for i in range(0, x.shape[0], _CHUNK):
+        c = x[i:i + _CHUNK] - origin
+        cov += c.T @ c
+    _, vectors = np.linalg.eigh(cov / x.shape[0])  # ascending eigenvalues
+    residual_space = np.ascontiguousarray(vectors[:, :n_feat - d])
+    max_logit = np.concatenate([(x[i:i + _CHUNK] @ w.T + b).max(axis=1)
+                                for i in range(0, x.shape[0], _CHUNK)])
+    residual = np.linalg.norm((x - origin) @ residual_space, axis=1)
+    if residual.sum() <= 0:
+        raise ValueError("vim: the fit features have no residual outside the principal space; "
+                         "alpha is undefined (lower dim)")
+    return {"origin": origin, "residual_space": residual_space,
+            "alpha": float(max_logit.sum() / residual.sum()), "dim": d}
+
+
+def _vim(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
+         dim: int | None = None) -> np.ndarray:
+    w, b = _head(inputs["head_weight"], inputs["head_bias"], "vim")
+    x = _features(inputs["embedding"], state["origin"].size, "embedding")
+    vlogit = state["alpha"] * np.linalg.norm((x - state["origin"]) @ state["residual_space"],
+                                             axis=1)
+    return vlogit - _logsumexp(x @ w.T + b, axis=1)
+
+
+def _react_fit(fit: Mapping[str, np.ndarray], *, percentile: float = 90.0) -> dict[str, Any]:
+    x = _fit_embedding(fit)
+    p = float(percentile)
+    if not 0 <= p <= 100:
+        raise ValueError(f"react: percentile must lie in [0, 100], got {percentile!r}")
+    return {"threshold": float(np.percentile(x, p)), "n_features": x.shape[1]}
+
+
+def _react(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
+           percentile: float = 90.0) -> np.ndarray:
+    w, b = _head(inputs["head_weight"], inputs["head_bias"], "react")
+    x = _features(inputs["embedding"], state["n_features"], "embedding")
+    return -_logsumexp(np.minimum(x, state["threshold"]) @ w.T + b, axis=1)
+
+
+_register("mahalanobis", "minimum squared Mahalanobis distance to the class means, one shared "
+          "covariance (no input preprocessing)", {"embedding", "fit"},
+          _mahalanobis,
+          "Lee, Lee, Lee & Shin (2018), A simple unified framework for detecting "
+          "out-of-distribution samples and adversarial attacks",
+          fit_func=_mahalanobis_fit, fit_keys=frozenset({"embedding", "labels"}))
+_register("knn", "distance to the k-th nearest fit feature, L2-normalised features (k = 50)",
+          {"embedding", "fit"}, _knn,
+          "Sun, Ming, Zhu & Li (2022), Out-of-distribution detection with deep nearest "
+          "neighbors", fit_func=_knn_fit, fit_keys=frozenset({"embedding"}), params={"k": 50})
+_register("vim", "virtual logit (alpha x residual norm) minus energy", {"embedding", "head", "fit"},
+          _vim, "Wang, Li, Feng & Zhang (2022), ViM: out-of-distribution with virtual-logit "
+          "matching", fit_func=_vim_fit,
+          fit_keys=frozenset({"embedding", "head_weight", "head_bias"}), params={"dim": None})
+_register("react", "energy of the logits of features clipped at their 90th fit percentile",
+          {"embedding", "head", "fit"}, _react,
+          "Sun, Guo & Li (2021), ReAct: out-of-distribution detection with rectified "
+          "activations", fit_func=_react_fit, fit_keys=frozenset({"embedding"}),
+          params={"percentile": 90.0})
+
+
+# ---------------------------------------------------------------------------- from members
+
+
+def _members(inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(log p (member, sample, class), log mean p (sample, class))``."""
+    z = inputs["members"]
+    if z.ndim != 3:
+        raise ValueError(f"members must be (member, sample, class) logits, got shape {z.shape}")
+    logp = _log_softmax(z, axis=2)
+    return logp, _logsumexp(logp, axis=0) - np.log(z.shape[0])
+
+
+def _entropy_of_log(logp: np.ndarray) -> np.ndarray:
+    return -np.sum(np.exp(logp) * logp, axis=-1)
+
+
+def _ensemble_entropy(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    return _entropy_of_log(_members(inputs)[1])
+
+
+def _mutual_information(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    logp, logbar = _members(inputs)
+    return np.maximum(_entropy_of_log(logbar) - _entropy_of_log(logp).mean(axis=0), 0.0)
+
+
+def _disagreement(inputs: Mapping[str, np.ndarray], fit: Any) -> np.ndarray:
+    logp, logbar = _members(inputs)
+    return np.mean(logp.argmax(axis=2) != logbar.argmax(axis=1)[None, :], axis=0)
+
+
+_register("ensemble_entropy", "entropy of the mean softmax of the members (total uncertainty)",
+          {"members"}, _ensemble_entropy,
+          "Lakshminarayanan, Pritzel & Blundell (2017), Simple and scalable predictive "
+          "uncertainty estimation using deep ensembles")
+_register("mutual_information", "entropy of the mean softmax minus the mean member entropy "
+          "(epistemic)", {"members"}, _mutual_information,
+          "Houlsby, Huszar, Ghahramani & Lengyel (2011), Bayesian active learning for "
+          "classification and preference learning; Depeweg et al. (2018), Decomposition of "
+          "uncertainty in Bayesian deep learning")
+_register("disagreement", "fraction of members whose arg-max differs from the ensemble's",
+          {"members"}, _disagreement,
+          "Lakshminarayanan, Pritzel & Blundell (2017), Simple and scalable predictive "
+          "uncertainty estimation using deep ensembles (agreement of members)")
 
 
 def get_detector(name: str) -> Detector:

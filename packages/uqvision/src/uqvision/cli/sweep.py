@@ -1,7 +1,7 @@
 """``uqvision sweep``: a model zoo predicted and scored on Dask (:mod:`uqvision.sweep`, imported
 when the command runs). Its options (the models and zoos, ``--list-zoos``, the extra
-evaluation sets ``--sets EVALSET=PATH ...``, predicted but not scored here, the prediction
-options, each scoring protocol's own), the checks of everything the arguments, the folder and
+evaluation sets ``--sets EVALSET=PATH ...`` and OOD sets ``--ood-sets OODSET=PATH ...``,
+predicted but not scored here, the prediction options, each scoring protocol's own), the checks of everything the arguments, the folder and
 the caches can tell before the first model runs, and the report of the models that failed.
 """
 
@@ -79,6 +79,11 @@ def _failure_advice(failed: dict[str, dict]) -> str:
                      for k in FAILURE_KINDS if counts.get(k))
 
 
+#: Where a sweep keeps the content hashes of its folders (below --out): the check that no
+#: image of --data is in an OOD set reads them back while the folders are unchanged.
+HASHES_DIR = "content_hashes"
+
+
 def _sweep_scorers() -> list[SweepScoring]:
     """The protocols' scoring of a sweep's caches (:attr:`Protocol.sweep`), in registry order."""
     return [p.sweep for p in VISION_PROTOCOLS.values() if p.sweep is not None]
@@ -88,9 +93,11 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import read_failures
 
     from ..data import readable_images
+    from ..evalsets import EVAL_SETS
     from ..sweep import (  # Dask, xarray: imported on use
         FAILURES_FILE,
         LOG_FILE,
+        check_ood_targets,
         dry_run_sweep,
         sweep_predictions,
         sweep_targets,
@@ -116,10 +123,15 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     data = _data(a)
     _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name
-    # --sets: each EVALSET=PATH checked and every member folder found and scanned, once
-    sets = sweep_targets(data, config, a.sets or (), dataset_name=a.dataset_name)[1:]
+    # --sets, --ood-sets: each EVALSET=PATH checked and every member folder found and scanned,
+    # once; the OOD sets predicted with the --data's options (--embeddings, --cache-variables)
+    sets = sweep_targets(data, config, a.sets or (), dataset_name=a.dataset_name,
+                         ood_sets=a.ood_sets or ())[1:]
     for target in sets:
         readable_images(target.folder, skip_bad=a.skip_bad_images)
+    ood = [t for t in sets if EVAL_SETS.lookup(t.config.eval_set).role == "ood"]
+    if ood and not a.dry_run:  # an ID image in an OOD set is an error: by content hash
+        check_ood_targets(data, ood, cache_dir=out / HASHES_DIR)
     # each scoring protocol checks its options and its score file before any model runs
     plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
              for scorer in _sweep_scorers()]
@@ -132,6 +144,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                             n_workers=a.n_workers, **sweep_args)
         for line in dry.lines():
             _print(line)
+        if ood:
+            _print(f"{len(ood)} OOD set(s): checked disjoint from --data by content hash when "
+                   "the sweep runs (reads every image; not by --dry-run)")
         for plan in plans:
             _print(plan.line)
         return 0
@@ -226,6 +241,20 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "folder's name, or NAME: imagenet-real:real=/data/imagenet/val). Resumed and listed by --dry-run as the --data cells "
                         "are; only predicted here, not scored: a protocol that reads such sets "
                         "scores them from OUT/caches (uqvision score NAME)")
+    ood = [n for n in EVAL_SETS.names() if EVAL_SETS[n].role == "ood"]
+    p.add_argument("--ood-sets", nargs="+", action="extend", default=None,
+                   metavar="OODSET[:NAME]=PATH",
+                   help="OOD sets every model also predicts, once each, into caches/ (as "
+                        "--sets, restricted to the sets of role ood; repeatable): OODSET one of "
+                        + ", ".join(f"{n} ({EVAL_SETS[n].ood_split})" for n in ood)
+                        + " (ood-near, ood-far: any other folder); PATH a folder, a .tar or an "
+                        "image list (OpenOOD's benchmark_imglist/imagenet/test_ninco.txt, read "
+                        "under its images_largescale/); caches named by the set, or NAME "
+                        "(ood-near:mine=/data/x), recording eval_set, role ood and ood_split. "
+                        "Each set is checked disjoint from --data by content hash (SHA-256 of "
+                        "every image, kept in OUT/" + HASHES_DIR + "/) before any model runs. "
+                        "Predicted with the --data's options: pass --embeddings / "
+                        "--cache-variables when the detectors need them")
     p.add_argument("--out", required=True, help="sweep directory: " + ", ".join(
         ["caches/", *(s.outputs for s in _sweep_scorers() if s.outputs), "sweep_failures.json",
          "sweep.log (full tracebacks)"]))

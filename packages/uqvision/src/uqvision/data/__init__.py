@@ -16,6 +16,8 @@ One concern per module; every name is importable from ``uqvision.data`` itself:
   ``check_split_classes``), ``describe_labels``, fingerprints, ``check_output_outside``;
 - :mod:`~.transforms`: ``DataConfig``, ``eval_transform``, the seeded augmentations and
   ``TTA_POLICIES``;
+- :mod:`~.overlap`: whether two image sets share images, by content hash
+  (``content_hashes``, ``check_disjoint``: an ID image in an OOD set is refused);
 - :mod:`~.makers`: the development datasets (``DATASET_MAKERS``: digits, synthetic, hierarchy);
 - :mod:`~.views`: ``ClassSubset``, ``image_view`` and the index files' format and reader (their
   writer, UIMNET's 90/10 split, is :func:`uqvision.protocols.uimnet.index.make_index_files`);
@@ -43,6 +45,7 @@ from .images import (
     readable_images,
 )
 from .makers import DATASET_MAKERS, make_digits_folder, make_synthetic_folder
+from .overlap import HASHES_FORMAT, check_disjoint, content_hashes
 from .transforms import (
     TTA_POLICIES,
     DataConfig,
@@ -60,6 +63,7 @@ from .views import INDEX_FORMAT, ClassSubset, image_view, read_index_file
 
 __all__ = [
     "DATASET_MAKERS",
+    "HASHES_FORMAT",
     "IMG_EXTENSIONS",
     "INDEX_FORMAT",
     "LAYOUTS",
@@ -72,11 +76,13 @@ __all__ = [
     "RandomResizedCrop",
     "SeededAugmentation",
     "bad_images_message",
+    "check_disjoint",
     "check_image",
     "check_images",
     "check_output_outside",
     "check_split_classes",
     "cifar_augmentation",
+    "content_hashes",
     "crop_augmentation",
     "dataset_fingerprint",
     "derive_seed",

@@ -6,6 +6,10 @@ An :class:`EvalSet` (registry :data:`EVAL_SETS`) names a kind of evaluation fold
   same classes under a distribution shift), ``ood`` (images of none of the model's classes) or
   ``relabelled`` (clean images scored against other labels, an overlay:
   :mod:`uqvision.evalsets.overlays`);
+- for an OOD set, its **OOD split** (:data:`OOD_SPLITS`, OpenOOD v1.5's grouping, Zhang et
+  al. 2023): ``near`` (semantic shift only: SSB-hard, NINCO), ``far`` (semantic and covariate
+  shift: iNaturalist, Textures, OpenImage-O; ImageNet-O, which OpenOOD v1.5 does not use,
+  is grouped with them), or ``""`` for a set of another role;
 - its **class map** (:data:`CLASS_MAPS`), how the folder's classes become the model's class
   indices (:func:`map_classes`): ``by_name`` (class folders matched to the model's class
   names, :func:`uqvision.data.match_classes`), ``by_index`` (folders ``0`` ... ``N-1`` named by
@@ -16,9 +20,15 @@ An :class:`EvalSet` (registry :data:`EVAL_SETS`) names a kind of evaluation fold
   the archives the set ships as (:func:`resolve_member`, :func:`iter_member_folders`).
 
 ``uqvision predict --eval-set NAME`` labels the folder with the set's class map and records
-the set in every cache (attrs ``eval_set``, ``role``, and ``eval_member``, ``corruption``,
-``severity`` for a member: :func:`eval_set_attrs`; :func:`cache_eval_set` reads them, a cache
-written before them as the generic ``folder`` set).
+the set in every cache (attrs ``eval_set``, ``role``, ``ood_split`` for an OOD set, and
+``eval_member``, ``corruption``, ``severity`` for a member: :func:`eval_set_attrs`;
+:func:`cache_eval_set` reads them, a cache written before them as the generic ``folder`` set,
+an OOD cache written before ``ood_split`` with its registered set's split).
+
+The OOD sets are read as they ship: class folders or flat folders whose names are not labels
+(ImageNet-O, NINCO, Textures), or OpenOOD's image lists
+(``benchmark_imglist/imagenet/test_*.txt``, the ``image_list`` layout of
+:mod:`uqvision.layouts`); ``ood-near`` and ``ood-far`` label any other folder near or far.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ __all__ = [
     "DEFAULT_EVAL_SET",
     "EVAL_SETS",
     "IMAGENET_C_CORRUPTIONS",
+    "OOD_SPLITS",
     "ROLES",
     "EvalMember",
     "EvalSet",
@@ -59,6 +70,11 @@ __all__ = [
 #: classes under a distribution shift), ``ood`` (none of its classes), ``relabelled`` (clean
 #: images scored against other labels, an :class:`~.overlays.Overlay`).
 ROLES = ("clean", "shifted", "ood", "relabelled")
+
+#: OOD splits (OpenOOD v1.5's grouping of its OOD sets): ``near`` (semantic shift only, images
+#: close to the in-distribution ones), ``far`` (semantic and covariate shift); ``""``: not an
+#: OOD set (an OOD set has one of the two).
+OOD_SPLITS = ("near", "far", "")
 
 #: Class maps: ``by_name`` (class folders matched to the model's class names), ``by_index``
 #: (folders named ``0`` ... ``N-1``, the model's class index), ``none`` (every label -1).
@@ -125,6 +141,9 @@ class EvalSet:
         One line (CLI help): what the set is and its folder layout.
     expansion : Expansion or None
         The folders the set stands for (``None``: the set is one folder).
+    ood_split : str
+        One of :data:`OOD_SPLITS`: ``near`` or ``far`` for a set of role ``ood`` (required),
+        ``""`` for the others.
     """
 
     name: str
@@ -132,10 +151,15 @@ class EvalSet:
     class_map: str
     description: str
     expansion: Expansion | None = None
+    ood_split: str = ""
 
     def __post_init__(self):
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {list(ROLES)}, got {self.role!r}")
+        if self.ood_split not in OOD_SPLITS or (self.role == "ood") != bool(self.ood_split):
+            raise ValueError(f"ood_split must be 'near' or 'far' for a set of role 'ood' and "
+                             f"'' for the others; eval set {self.name!r} (role {self.role!r}) "
+                             f"got {self.ood_split!r}")
         if self.class_map not in CLASS_MAPS:
             raise ValueError(f"class_map must be one of {list(CLASS_MAPS)}, got "
                              f"{self.class_map!r}")
@@ -196,7 +220,35 @@ for _set in (
     EvalSet("imagenet-o", "ood", "none",
             "ImageNet-O (Hendrycks et al. 2021): 2,000 images of classes outside ImageNet-1k "
             "that fool ResNet-50s; its 200 WordNet-id folders are not labels (every label "
-            "-1)"),
+            "-1); far-OOD (not in OpenOOD v1.5)", ood_split="far"),
+    EvalSet("ssb-hard", "ood", "none",
+            "SSB-hard (Vaze et al. 2022; OpenOOD v1.5 near-OOD): 49,000 ImageNet-21k images "
+            "of classes semantically close to ImageNet-1k's; class folders, or OpenOOD's "
+            "list test_ssb_hard.txt (every label -1)", ood_split="near"),
+    EvalSet("ninco", "ood", "none",
+            "NINCO (Bitterwolf et al. 2023; OpenOOD v1.5 near-OOD): 5,879 images of 64 "
+            "classes checked free of ImageNet-1k objects; class folders, or OpenOOD's list "
+            "test_ninco.txt (every label -1)", ood_split="near"),
+    EvalSet("inaturalist", "ood", "none",
+            "iNaturalist OOD subset (Huang & Li 2021, MOS; OpenOOD v1.5 far-OOD): 10,000 "
+            "plant images of 110 classes not in ImageNet-1k; a folder, or OpenOOD's list "
+            "test_inaturalist.txt (every label -1)", ood_split="far"),
+    EvalSet("textures", "ood", "none",
+            "Textures / DTD (Cimpoi et al. 2014; OpenOOD v1.5 far-OOD): 5,640 texture images "
+            "in 47 class folders, or OpenOOD's list test_textures.txt (every label -1)",
+            ood_split="far"),
+    EvalSet("openimage-o", "ood", "none",
+            "OpenImage-O (Wang et al. 2022, ViM; OpenOOD v1.5 far-OOD): 17,632 Open Images "
+            "test images of no ImageNet-1k class; a folder, or OpenOOD's list "
+            "test_openimage_o.txt (every label -1)", ood_split="far"),
+    EvalSet("ood-near", "ood", "none",
+            "any near-OOD image folder or image list (images of other classes close to the "
+            "model's; every label -1): class folders, flat, a .tar or a .txt image list",
+            ood_split="near"),
+    EvalSet("ood-far", "ood", "none",
+            "any far-OOD image folder or image list (images of other classes unlike the "
+            "model's; every label -1): class folders, flat, a .tar or a .txt image list",
+            ood_split="far"),
 ):
     EVAL_SETS.register(_set)
 del _set
@@ -338,17 +390,28 @@ def member_dataset_name(eval_set: EvalSet | str, member: EvalMember | None,
                         root: str | os.PathLike) -> str:
     """The default ``dataset_name`` of a folder: its own name, or ``<set>-<member>`` for a
     member of an expanded set (``imagenet-c-fog-3``: a member folder's own name, its severity,
-    would be the same for every corruption)."""
+    would be the same for every corruption; an image list ``test_ninco.txt``: ``test_ninco``)."""
     if member is None:
-        return Path(root).resolve().name
+        path = Path(root).resolve()
+        # an image list (OpenOOD's test_ninco.txt) is named without its extension
+        return path.stem if path.suffix.lower() == ".txt" and path.is_file() else path.name
     return f"{_lookup(eval_set).name}-{member.name}"
 
 
 def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None) -> dict[str, Any]:
-    """The attrs a cache records of its evaluation set: ``eval_set``, ``role``, and for a
-    member ``eval_member`` and, where it has them, ``corruption`` and ``severity``."""
+    """The attrs a cache records of its evaluation set: ``eval_set``, ``role``, for an OOD set
+    ``ood_split`` (``near`` or ``far``), and for a member ``eval_member`` and, where it has
+    them, ``corruption`` and ``severity``.
+
+    Examples
+    --------
+    >>> eval_set_attrs("ninco", None)
+    {'eval_set': 'ninco', 'role': 'ood', 'ood_split': 'near'}
+    """
     es = _lookup(eval_set)
     out: dict[str, Any] = {"eval_set": es.name, "role": es.role}
+    if es.ood_split:
+        out["ood_split"] = es.ood_split
     if member is not None:
         out["eval_member"] = member.name
         if member.corruption:
@@ -357,15 +420,23 @@ def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None) -> dict[s
 
 
 def cache_eval_set(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """A cache's evaluation set from its attrs: ``eval_set``, ``role``, ``eval_member``
-    (``""`` for none), ``corruption`` (``""``) and ``severity`` (0). A cache written before
-    evaluation sets were recorded reads as the generic ``folder`` set, role ``clean``."""
+    """A cache's evaluation set from its attrs: ``eval_set``, ``role``, ``ood_split``
+    (``""`` for none), ``eval_member`` (``""`` for none), ``corruption`` (``""``) and
+    ``severity`` (0). A cache written before evaluation sets were recorded reads as the generic
+    ``folder`` set, role ``clean``; an OOD cache written before ``ood_split`` was recorded
+    reads with its registered set's split (``""`` for a set not registered here), so a scorer
+    can group caches into near and far OOD from their attrs alone."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
     name = str(a.get("eval_set", DEFAULT_EVAL_SET))
+    known = EVAL_SETS.get(name)
     role = a.get("role")
     if role is None:
-        role = EVAL_SETS[name].role if name in EVAL_SETS else "clean"
-    return {"eval_set": name, "role": str(role), "eval_member": str(a.get("eval_member", "")),
+        role = known.role if known is not None else "clean"
+    split = a.get("ood_split")
+    if split is None:
+        split = known.ood_split if known is not None and str(role) == "ood" else ""
+    return {"eval_set": name, "role": str(role), "ood_split": str(split),
+            "eval_member": str(a.get("eval_member", "")),
             "corruption": str(a.get("corruption", "")), "severity": int(a.get("severity", 0))}
 
 

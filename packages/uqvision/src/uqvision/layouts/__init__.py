@@ -16,7 +16,12 @@ A ``--data`` path is read in the first layout of :data:`LAYOUTS` that claims it:
 - ``tar_folder``: a folder inside such an archive, given as a path through it,
   ``ARCHIVE.tar/<inner>/<dir>`` (ImageNet-C as shipped: ``blur.tar/defocus_blur/3``), read in
   place as the archive would be (its sub-folders are the classes); the archive is listed once
-  however many of its folders are read (:func:`is_folder`: a folder on disk or in an archive).
+  however many of its folders are read (:func:`is_folder`: a folder on disk or in an archive);
+- ``image_list``: a ``.txt`` image list, ``<relative path> <label>`` per line, as OpenOOD ships
+  its benchmarks (``benchmark_imglist/imagenet/test_ninco.txt``: label -1 for OOD, a class
+  index for ID), its paths under its data root: ``--labels DIR``, else OpenOOD's
+  ``<list folder>/../../images_largescale`` where it exists, else the list's folder
+  (:mod:`~uqvision.layouts.lists`).
 
 Whatever the layout, a scan (:class:`Scan`) gives the classes (sorted), the samples sorted by
 class and then by sample id (the relative path of the image: in the folder, or in the archive,
@@ -37,8 +42,8 @@ The code, one concern per module (this package re-exports their names):
   labelling flat images;
 - :mod:`~uqvision.layouts.base`: :class:`Scan`, :data:`LAYOUTS`, :func:`scan_layout`;
 - the layouts, registered in this order: :mod:`~uqvision.layouts.folders` (``class_folders``,
-  ``flat``) and :mod:`~uqvision.layouts.tars` (``tar``, ``tar_folder``; why timm's tar readers
-  are not used is in its docstring).
+  ``flat``), :mod:`~uqvision.layouts.tars` (``tar``, ``tar_folder``; why timm's tar readers
+  are not used is in its docstring) and :mod:`~uqvision.layouts.lists` (``image_list``).
 
 What is refused or reported rather than dropped (docs/conventions.md#v-data): images both
 directly in a folder and in class folders (a mixed layout), dangling symbolic links and file
@@ -65,11 +70,13 @@ from .labels import (
 from .base import LAYOUTS, Layout, Scan, Subset, scan_layout
 from . import folders  # noqa: F401  (registers class_folders, flat: the order a path is tried)
 from .tars import is_folder  # registers tar, tar_folder
+from .lists import IMAGE_LIST_ROOT, image_list_root  # registers image_list
 # isort: on
 
 __all__ = [
     "DEVKIT_GROUND_TRUTH",
     "DEVKIT_META",
+    "IMAGE_LIST_ROOT",
     "IMG_EXTENSIONS",
     "LABEL_FILES",
     "LABEL_SEARCH",
@@ -83,6 +90,7 @@ __all__ = [
     "UnreadableFileError",
     "find_label_file",
     "find_label_files",
+    "image_list_root",
     "is_folder",
     "list_classes",
     "read_label_file",

@@ -70,6 +70,7 @@ VISION_PROTOCOLS.register(_folder("pitfalls"))
 VISION_PROTOCOLS.register(_folder("uimnet"))
 VISION_PROTOCOLS.register(_folder("url"))
 VISION_PROTOCOLS.register(_folder("shift"))
+VISION_PROTOCOLS.register(_folder("ood"))
 
 
 def score_protocol(name: str) -> Protocol:

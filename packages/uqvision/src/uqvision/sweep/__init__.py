@@ -39,12 +39,18 @@ listed by the dry run and counted by the progress as the ``--data``'s are. The s
 predicted: the sweep's protocols score the ``--data``'s caches (V.1's selective scores are as
 without sets); ``uqvision score shift CACHES`` scores the sets' later.
 
+OOD sets (``ood_sets`` of :func:`sweep_targets`; ``uqvision sweep --ood-sets
+OODSET[:NAME]=PATH ...``, e.g. OpenOOD v1.5's ImageNet lists ``ssb-hard=.../test_ssb_hard.txt
+ninco=.../test_ninco.txt``) are such sets restricted to role ``ood``, their caches named by the
+set (``ninco``) and recording its ``ood_split`` (``near``/``far``); each is checked disjoint
+from ``--data`` by content hash before any model runs (:func:`check_ood_targets`).
+
 One concern per module; every name is importable from ``uqvision.sweep`` itself:
 
 - :mod:`~.plan`: the models (:func:`expand_models`), the cells (:func:`plan_sweep`,
   :class:`SweepPlan`) and the checks before the first cell;
-- :mod:`~.sets`: the extra evaluation sets (:func:`parse_set`, :func:`sweep_targets`,
-  :class:`SweepTarget`);
+- :mod:`~.sets`: the extra evaluation sets and OOD sets (:func:`parse_set`,
+  :func:`sweep_targets`, :class:`SweepTarget`, :func:`check_ood_targets`);
 - :mod:`~.weights`: the weights lookup (:func:`find_weights`, :func:`check_weights`,
   :func:`weights_status`, :func:`probe_hub`, :class:`WeightsStatus`);
 - :mod:`~.failures`: failure kinds, the failures file and log (:data:`FAILURE_KINDS`,
@@ -65,7 +71,7 @@ from .failures import (
 from .figures import RISK_COVERAGE_MAX_MODELS, sweep_figures
 from .plan import SweepPlan, expand_models, plan_sweep
 from .run import predict_cell, sweep_predictions
-from .sets import SweepTarget, parse_set, sweep_targets
+from .sets import OOD_OPTION, SweepTarget, check_ood_targets, parse_set, sweep_targets
 from .weights import (
     PROBE_TIMEOUT,
     WEIGHT_SUFFIXES,
@@ -80,6 +86,7 @@ __all__ = [
     "FAILURES_FILE",
     "FAILURE_KINDS",
     "LOG_FILE",
+    "OOD_OPTION",
     "PROBE_TIMEOUT",
     "RISK_COVERAGE_MAX_MODELS",
     "WEIGHT_SUFFIXES",
@@ -88,6 +95,7 @@ __all__ = [
     "SweepPlan",
     "SweepTarget",
     "WeightsStatus",
+    "check_ood_targets",
     "check_weights",
     "dry_run_sweep",
     "expand_models",

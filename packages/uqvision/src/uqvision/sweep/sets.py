@@ -9,6 +9,14 @@ it: its cells carry the :class:`~uqvision.predict.PredictConfig` with ``eval_set
 ``eval_member`` set, and its caches are named by
 :func:`uqvision.evalsets.member_dataset_name` (``imagenet-c-fog-3``; a set of one folder: the
 folder's name, or the ``DATASET_NAME`` given).
+
+OOD sets (``uqvision sweep --ood-sets OODSET[:DATASET_NAME]=PATH ...``) are the same targets,
+restricted to the evaluation sets of role ``ood`` (``ssb-hard``, ``ninco``, ``inaturalist``,
+``textures``, ``openimage-o``, ``imagenet-o``, and ``ood-near``/``ood-far`` for any other
+folder), and their caches are named by the set (``ninco``; ``DATASET_NAME`` given: by it). PATH
+is a folder, an archive or an image list (OpenOOD's ``test_ninco.txt``: the ``image_list``
+layout of :mod:`uqvision.layouts`). Every OOD target is checked disjoint from ``--data`` by
+content hash before any model runs (:func:`check_ood_targets`).
 """
 
 from __future__ import annotations
@@ -21,12 +29,15 @@ from pathlib import Path
 
 from uqmetrics import InputError
 
-from ..data import ImageFolderDataset
+from ..data import ImageFolderDataset, check_disjoint
 from ..evalsets import EVAL_SETS, iter_member_folders, member_dataset_name, resolve_member
 from ..layouts import is_folder
 from ..predict import PredictConfig
 
-__all__ = ["SweepTarget", "parse_set", "sweep_targets"]
+__all__ = ["OOD_OPTION", "SweepTarget", "check_ood_targets", "parse_set", "sweep_targets"]
+
+#: The option of the OOD sets (how their errors name them).
+OOD_OPTION = "--ood-sets"
 
 
 @dataclass(frozen=True)
@@ -43,20 +54,23 @@ class SweepTarget:
         The ``dataset_name`` of its caches (part of their file names).
     source : str or None
         The ``EVALSET=PATH`` it comes from (``None``: the sweep's ``--data``).
+    option : str
+        The option it was given to (``--sets``, ``--ood-sets``; how errors name it).
     """
 
     folder: ImageFolderDataset
     config: PredictConfig
     dataset_name: str
     source: str | None = None
+    option: str = "--sets"
 
     @property
     def member(self) -> str | None:
         return self.config.eval_member
 
 
-def parse_set(value: str | tuple[str, str | os.PathLike], *,
-              option: str = "--sets") -> tuple[str, Path, str | None]:
+def parse_set(value: str | tuple[str, str | os.PathLike], *, option: str = "--sets",
+              role: str | None = None) -> tuple[str, Path, str | None]:
     """``EVALSET[:DATASET_NAME]=PATH`` -> (set name, path, dataset name or None), checked.
 
     Parameters
@@ -68,26 +82,32 @@ def parse_set(value: str | tuple[str, str | os.PathLike], *,
         is the ``--data`` folder too.
     option : str
         How errors name the option.
+    role : str, optional
+        Accept only the sets of this role (``ood`` for ``--ood-sets``).
 
     Raises
     ------
     uqmetrics.InputError
-        Not ``NAME=PATH``, an unknown evaluation set, a dataset name for an expanded set, or a
-        path that does not exist; the message names the value.
+        Not ``NAME=PATH``, an unknown evaluation set (or one of another role than ``role``), a
+        dataset name for an expanded set, or a path that does not exist; the message names the
+        value.
     """
+    known = [n for n in EVAL_SETS.names() if role is None or EVAL_SETS[n].role == role]
     if isinstance(value, str):
         name, sep, path = value.partition("=")
         if not sep or not name.strip() or not path.strip():
-            raise InputError(f"{option} {value!r}: not EVALSET=PATH (e.g. imagenet-c=/data/"
-                             f"imagenet-c; sets: {', '.join(EVAL_SETS.names())})")
+            example = "ninco=/data/ninco" if role == "ood" else "imagenet-c=/data/imagenet-c"
+            raise InputError(f"{option} {value!r}: not EVALSET=PATH (e.g. {example}; sets: "
+                             f"{', '.join(known)})")
     else:
         name, path = value
         value = f"{name}={path}"
     name, _, dataset_name = name.strip().partition(":")
     dataset_name = dataset_name.strip() or None
-    if name not in EVAL_SETS:
-        raise InputError(f"{option} {value!r}: unknown evaluation set {name!r}; known: "
-                         f"{', '.join(EVAL_SETS.names())}")
+    if name not in known:
+        what = "unknown evaluation set" if name not in EVAL_SETS else \
+            f"evaluation set of role {EVAL_SETS[name].role!r}, not {role!r},"
+        raise InputError(f"{option} {value!r}: {what} {name!r}; known: {', '.join(known)}")
     if dataset_name is not None and EVAL_SETS.lookup(name).members():
         raise InputError(f"{option} {value!r}: a dataset name is for a set of one folder; the "
                          f"caches of {name!r}'s members are named <set>-<member>")
@@ -119,9 +139,11 @@ def _members(name: str, root: Path, value: str, option: str
 
 def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
                   sets: Iterable[str | tuple[str, str | os.PathLike] | SweepTarget] = (), *,
-                  dataset_name: str | None = None, option: str = "--sets"
+                  dataset_name: str | None = None, option: str = "--sets",
+                  ood_sets: Iterable[str | tuple[str, str | os.PathLike]] = ()
                   ) -> list[SweepTarget]:
-    """The folders a sweep predicts: ``data`` (first) and every member of ``sets``.
+    """The folders a sweep predicts: ``data`` (first), every member of ``sets``, then every
+    OOD set of ``ood_sets``.
 
     Parameters
     ----------
@@ -135,7 +157,12 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
     dataset_name : str, optional
         The dataset name of ``data`` (default the folder's name).
     option : str
-        How errors name the option.
+        How errors name the option of ``sets``.
+    ood_sets : iterable of str or (str, path)
+        ``OODSET[:DATASET_NAME]=PATH`` each (:data:`OOD_OPTION`): as ``sets``, restricted to
+        the sets of role ``ood``, their caches named by the set unless ``DATASET_NAME`` is
+        given. Predicted with ``config`` as the others (``embeddings``, ``extra_variables``:
+        what the OOD detectors read must be asked of every target alike).
 
     Returns
     -------
@@ -156,24 +183,69 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
             if value.dataset_name in seen:
                 raise InputError(f"{option} {value.source!r}: its dataset name "
                                  f"{value.dataset_name!r} is {seen[value.dataset_name]}'s too")
-            seen[value.dataset_name] = f"{option} {value.source!r}"
+            seen[value.dataset_name] = f"{value.option} {value.source!r}"
             targets.append(dataclasses.replace(value, config=dataclasses.replace(
                 config, eval_set=value.config.eval_set, eval_member=value.member)))
             continue
-        name, root, given = parse_set(value, option=option)
-        text = value if isinstance(value, str) else f"{name}={root}"
-        for member, folder in _members(name, root, text, option):
-            cfg = dataclasses.replace(config, eval_set=name, eval_member=member)
-            ds = ImageFolderDataset(folder)
-            label = given or member_dataset_name(
-                name, None if member is None else EVAL_SETS.lookup(name).member(member), folder)
-            if label in seen:
-                raise InputError(
-                    f"{option} {text!r}: its dataset name {label!r} (the caches' file names) is "
-                    f"{seen[label]}'s too; give the folders other names (or "
-                    f"{name}:NAME={root})"
-                    + (" or --data another --dataset-name" if seen[label] == "--data" else ""))
-            seen[label] = f"{option} {text!r}"
-            targets.append(SweepTarget(ds, cfg, label, text))
+        targets.extend(_targets_of(value, config, option, seen, role=None))
+    for value in ood_sets:
+        targets.extend(_targets_of(value, config, OOD_OPTION, seen, role="ood"))
     return targets
+
+
+def _targets_of(value: str | tuple[str, str | os.PathLike], config: PredictConfig,
+                option: str, seen: dict[str, str], *, role: str | None) -> list[SweepTarget]:
+    """The targets of one ``EVALSET=PATH`` (each member of an expanded set), their dataset
+    names recorded in ``seen`` (name -> who has it); an OOD set (``role="ood"``) is named by
+    its set by default."""
+    name, root, given = parse_set(value, option=option, role=role)
+    text = value if isinstance(value, str) else f"{name}={root}"
+    out = []
+    for member, folder in _members(name, root, text, option):
+        cfg = dataclasses.replace(config, eval_set=name, eval_member=member)
+        ds = ImageFolderDataset(folder)
+        label = given or (name if role == "ood" and member is None else member_dataset_name(
+            name, None if member is None else EVAL_SETS.lookup(name).member(member), folder))
+        if label in seen:
+            raise InputError(
+                f"{option} {text!r}: its dataset name {label!r} (the caches' file names) is "
+                f"{seen[label]}'s too; give the folders other names (or "
+                f"{name}:NAME={root})"
+                + (" or --data another --dataset-name" if seen[label] == "--data" else ""))
+        seen[label] = f"{option} {text!r}"
+        out.append(SweepTarget(ds, cfg, label, text, option))
+    return out
+
+
+def check_ood_targets(data: ImageFolderDataset, targets: Iterable[SweepTarget], *,
+                      cache_dir: str | os.PathLike | None = None) -> int:
+    """Check every target of role ``ood`` disjoint from ``data`` by content hash
+    (:func:`uqvision.data.check_disjoint`), before any model runs.
+
+    Parameters
+    ----------
+    data : ImageFolderDataset
+        The sweep's ``--data`` (hashed once for all the OOD sets).
+    targets : iterable of SweepTarget
+        :func:`sweep_targets`'s (``--data``'s own target, of its own set, included or not).
+    cache_dir : path, optional
+        Where the content hashes are kept (:func:`uqvision.data.content_hashes`).
+
+    Returns
+    -------
+    int
+        The number of OOD images checked.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An OOD set holding an image of ``data``: one line naming the set (its option and
+        value), the count and the first (ID, OOD) pairs.
+    """
+    n = 0
+    for t in targets:
+        if t.source is not None and EVAL_SETS.lookup(t.config.eval_set).role == "ood":
+            n += check_disjoint(data, t.folder, name=f"{t.option} {t.source!r}",
+                                cache_dir=cache_dir)
+    return n
 

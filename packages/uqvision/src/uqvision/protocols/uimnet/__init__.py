@@ -6,7 +6,7 @@
   :data:`~uqvision.training.method.TRAINING_METHODS`;
 - :mod:`~.measures`: the seven uncertainty measures (and ``jacobian_softmax``);
 - :mod:`~.augment`: the ``tta`` measure's augmentation policies;
-- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score uimnet``, alias ``ood``);
+- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score uimnet``; ``uqvision plot --uimnet FILE``);
 - :mod:`~.reproduce`: ``uqvision reproduce uimnet``.
 """
 
@@ -69,7 +69,7 @@ def _args_split(p: argparse.ArgumentParser) -> None:
 
 #: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol(
-    "uimnet", DESCRIPTION, score=_score, score_name="ood", add_options=_add_options,
+    "uimnet", DESCRIPTION, score=_score, score_name="uimnet", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
     methods=UIMNET_ALGORITHMS, section="v-3",
     commands={"split": Command(_cmd_split, _args_split,

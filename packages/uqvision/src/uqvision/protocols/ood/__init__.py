@@ -1,0 +1,87 @@
+"""V.6 — OOD detection (OpenOOD v1.5, Zhang et al. 2023, "OpenOOD v1.5: enhanced benchmark
+for out-of-distribution detection"; docs/conventions.md#v-6).
+
+- :mod:`~.score`: FPR@95TPR, AUROC, AUPR-In and AUPR-Out of every detector of
+  :data:`uqmetrics.detectors.DETECTORS` on every model, deep ensemble and MC-dropout network,
+  per OOD set and averaged over the near and far sets, with each predictor's ID accuracy and
+  cost (:func:`~.score.score_ood`, ``uqvision score ood``);
+- :mod:`~.figures`: bars per detector (near vs far), the detector x model heat map, score
+  histograms and AUROC against forward passes (``uqvision plot --ood FILE``);
+- :mod:`~.findings`: OpenOOD v1.5's findings as sign tests;
+- :mod:`~.reproduce`: ``uqvision reproduce ood``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ...options import ConfigOption, add_config_options, config_kwargs
+from ..base import LazyReproduction, Plots, Protocol
+
+__all__ = ["DESCRIPTION", "OOD_OPTIONS", "PROTOCOL"]
+
+#: One line: the protocol and its driver (``uqvision reproduce ood``).
+DESCRIPTION = ("V.6 (OpenOOD v1.5): FPR@95TPR, AUROC, AUPR-In/Out of post-hoc detectors and UQ "
+               "methods on near- and far-OOD sets, with ID accuracy and cost")
+
+
+def _detector_names() -> list[str]:
+    from uqmetrics.detectors import list_detectors  # numpy only
+
+    return list_detectors()
+
+
+#: The options of ``uqvision score ood`` generated from :class:`~.score.OodConfig`.
+OOD_OPTIONS = (
+    ConfigOption("detectors", nargs="+", metavar="DETECTOR", choices=_detector_names,
+                 help="ood: the detectors scored, each refused where the caches lack its "
+                      "inputs (default: every default detector the caches allow)"),
+    ConfigOption("id_dataset",
+                 help="ood: dataset_name of the ID test caches (default: test, else the only "
+                      "clean dataset but the fit data; else --dataset)"),
+    ConfigOption("fit_data", metavar="DATASET_NAME",
+                 help="ood: dataset_name of the clean caches of the ID training subset the "
+                      "feature detectors fit on (mahalanobis, knn, vim, react)"),
+    ConfigOption("ensembles", nargs="*", metavar="METHOD",
+                 help="ood: training methods (caches' method attr) whose models are also "
+                      "scored together as one ensemble row, <method>[k] (default: "
+                      "deep_ensemble; give the flag alone for none)"),
+    ConfigOption("keep_scores",
+                 help="ood: also keep every image's u (u_id, u_ood) for the score histograms"),
+)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    from .score import OodConfig  # imported on use
+
+    add_config_options(p, OodConfig, OOD_OPTIONS)
+
+
+def _score(a: argparse.Namespace):
+    """FPR@95, AUROC, AUPR-In/Out per detector, model and OOD set; near/far means (V.6)"""
+    from .score import OodConfig, score_ood  # imported on use
+
+    kw = config_kwargs(a, OOD_OPTIONS)
+    if kw.get("id_dataset") is None:
+        kw["id_dataset"] = a.dataset
+    return score_ood(a.caches, OodConfig(**kw, seed=a.seed))
+
+
+def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """``uqvision plot --ood FILE``: bars, heat map, histograms, AUROC vs cost."""
+    from .figures import draw_figures  # figures: imported on use
+
+    return draw_figures(scores, out)
+
+
+#: The OOD-detection protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
+                    add_options=_add_options,
+                    reproduce=LazyReproduction("ood", DESCRIPTION, f"{__name__}.reproduce"),
+                    methods=("deep_ensemble", "mc_dropout"), section="v-6",
+                    smoke_options={},
+                    plots=Plots(_draw, "ood score file: AUROC/FPR@95 bars per detector (near "
+                                       "vs far), detector x model heat map, ID vs OOD score "
+                                       "histograms, AUROC vs forward passes"))

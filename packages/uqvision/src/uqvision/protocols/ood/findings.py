@@ -1,0 +1,178 @@
+"""OpenOOD v1.5's qualitative findings (Zhang et al. 2023), tested on an ``ood`` result.
+
+:func:`ood_findings` turns a result of :func:`~.score.score_ood` into one row per claim (and
+detector or predictor), each with its statistic and a one-sided sign test
+(:func:`scipy.stats.binomtest` at probability 1/2):
+
+- **feature-based detectors help far-OOD more than near-OOD** (per feature detector of
+  :data:`~.score.FEATURE_DETECTORS` present): over the predictors, the detector's far-AUROC
+  gain over MSP exceeds its near-AUROC gain over MSP
+  (``far_auroc[d] - far_auroc[msp] > near_auroc[d] - near_auroc[msp]``), ``k`` of ``n``;
+- **MSP is a strong baseline on near-OOD**: over the (predictor, other detector) pairs, MSP's
+  near AUROC is at least the other detector's; ``before``/``after`` are the other detectors'
+  and MSP's mean near AUROC, and the statistic gives MSP's mean rank;
+- **UQ methods vs post-hoc detectors at equal cost** (per predictor of several forward passes:
+  the deep ensemble, the MC-dropout network): over the OOD sets, the predictor's best member
+  detector (:data:`~.score.MEMBER_DETECTORS`) has a higher AUROC than the best post-hoc
+  detector (logits or features) of one member network (the ensemble's first member: one
+  forward pass per image; for the MC-dropout network itself, whose post-hoc detectors read
+  its pass-mean logits: equal cost); the statistic names both costs.
+
+Predictors share their images, so the cells are not independent draws: the p-values are a
+guide, not exact error rates (docs/conventions.md#v-6). :func:`format_findings` writes the rows
+as a markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+from uqmetrics import InputError
+
+from .score import FEATURE_DETECTORS, MEMBER_DETECTORS
+
+__all__ = ["ALPHA", "OodFinding", "format_findings", "ood_findings"]
+
+#: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class OodFinding:
+    """One claim tested on one detector or predictor.
+
+    Attributes
+    ----------
+    claim : str
+        The claim, in words.
+    subject : str
+        The detector or predictor it is about.
+    statistic : str
+        What was counted, in words.
+    before, after : float
+        The two means compared (the baseline's, then the subject's).
+    k, n : int
+        Cells where the claim's inequality holds, out of those with both values.
+    p_value : float
+        One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
+    verdict : str
+        ``reproduced`` (``p < ALPHA``) or ``not reproduced``.
+    """
+
+    claim: str
+    subject: str
+    statistic: str
+    before: float
+    after: float
+    k: int
+    n: int
+    p_value: float
+    verdict: str
+
+
+def _sign_test(k: int, n: int) -> float:
+    from scipy.stats import binomtest  # imported on use
+
+    return float(binomtest(k, n, 0.5, alternative="greater").pvalue) if n else float("nan")
+
+
+def _finding(claim, subject, statistic, before, after, wins) -> OodFinding:
+    wins = np.asarray(wins, bool)
+    k, n = int(wins.sum()), int(wins.size)
+    p = _sign_test(k, n)
+    return OodFinding(claim, subject, statistic, float(before), float(after), k, n, p,
+                      "reproduced" if p < ALPHA else "not reproduced")
+
+
+def _mean(x: np.ndarray) -> float:
+    x = np.asarray(x, float)
+    return float(x.mean()) if x.size else float("nan")
+
+
+def ood_findings(result: xr.Dataset) -> list[OodFinding]:
+    """Test OpenOOD v1.5's findings on an ``ood`` result (module docstring).
+
+    Parameters
+    ----------
+    result : xarray.Dataset
+        A result of :func:`~.score.score_ood` with ``near_auroc``, ``far_auroc`` (model,
+        detector) and ``auroc`` (model, detector, ood_set), and an ``msp`` detector.
+
+    Returns
+    -------
+    list of OodFinding
+        The feature-detector rows, the MSP row, then the UQ-vs-post-hoc rows; a claim whose
+        detectors or predictors are absent has no row.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A result without the variables above or without the ``msp`` detector.
+    """
+    for var in ("near_auroc", "far_auroc", "auroc"):
+        if var not in result:
+            raise InputError(f"result has no variable {var!r}: not an ood result "
+                             "(uqvision score ood)")
+    dets = [str(d) for d in result["detector"].values]
+    if "msp" not in dets:
+        raise InputError(f"result has no msp detector (the baseline); detectors: {dets}")
+    near, far = result["near_auroc"], result["far_auroc"]
+    rows = []
+    for d in [d for d in FEATURE_DETECTORS if d in dets]:
+        gn = (near.sel(detector=d) - near.sel(detector="msp")).values
+        gf = (far.sel(detector=d) - far.sel(detector="msp")).values
+        ok = ~(np.isnan(gn) | np.isnan(gf))
+        rows.append(_finding("feature-based detectors help far-OOD more than near-OOD", d,
+                             "predictors whose far-AUROC gain over MSP exceeds the near gain",
+                             _mean(gn[ok]), _mean(gf[ok]), gf[ok] > gn[ok]))
+    others = [d for d in dets if d != "msp"]
+    if others:
+        msp = near.sel(detector="msp").values[:, None]
+        rest = near.sel(detector=others).values
+        ok = ~(np.isnan(rest) | np.isnan(msp))
+        full = near.values
+        ranks = [1 + int(np.sum(row[~np.isnan(row)] > m)) for row, m in
+                 zip(full, msp[:, 0], strict=True) if not np.isnan(m)]
+        rows.append(_finding(
+            "MSP is a strong baseline on near-OOD", "msp",
+            f"(predictor, detector) pairs with MSP's near AUROC >= the other's; MSP's mean "
+            f"rank {_mean(np.asarray(ranks)):.1f} of {len(dets)}",
+            _mean(rest[ok]), _mean(np.broadcast_to(msp, rest.shape)[ok]),
+            np.broadcast_to(msp, rest.shape)[ok] >= rest[ok]))
+    members_of = json.loads(result.attrs.get("ensemble_members", "{}"))
+    uq = [d for d in MEMBER_DETECTORS if d in dets]
+    posthoc = [d for d in dets if d not in MEMBER_DETECTORS]
+    passes = result.get("forward_passes")
+    models = [str(m) for m in result["model"].values]
+    if uq and posthoc and passes is not None:
+        auroc = result["auroc"]
+        for m in models:
+            cost = int(passes.sel(model=m))
+            if cost < 2:
+                continue
+            single = members_of.get(m, [m])[0]
+            a = auroc.sel(model=m, detector=uq).max("detector", skipna=True).values
+            b = auroc.sel(model=single, detector=posthoc).max("detector", skipna=True).values
+            ok = ~(np.isnan(a) | np.isnan(b))
+            single_cost = int(passes.sel(model=single))
+            rows.append(_finding(
+                "UQ methods vs post-hoc detectors at equal cost", m,
+                f"OOD sets where its best member detector ({cost} forward passes) beats the "
+                f"best post-hoc detector of {single} ({single_cost} forward passes)",
+                _mean(b[ok]), _mean(a[ok]), a[ok] > b[ok]))
+    return rows
+
+
+def format_findings(findings: list[OodFinding]) -> str:
+    """The findings as a markdown table (one row each), with the test's level."""
+    head = "| claim | subject | statistic | before | after | k / n | p | verdict |"
+    note = (f"One-sided sign tests at level {ALPHA} (the cells share their images: a guide, "
+            "not an exact error rate).")
+    lines = [note, "", head, "|---" * 8 + "|"]
+    for f in findings:
+        lines.append(f"| {f.claim} | {f.subject} | {f.statistic} | {f.before:.4f} | "
+                     f"{f.after:.4f} | {f.k} / {f.n} | {f.p_value:.2g} | {f.verdict} |")
+    return "\n".join(lines) + "\n"

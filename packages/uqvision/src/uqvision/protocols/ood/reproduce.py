@@ -1,0 +1,265 @@
+"""``uqvision reproduce ood``: OOD detection as OpenOOD v1.5 benchmarks it (Zhang et al. 2023;
+docs/conventions.md#v-6), on the generated ``hierarchy`` stand-in.
+
+The split of the classes (:func:`ood_split_classes`): the ID classes are the first classes of
+each of the first half of the superclasses; **near-OOD** are the held-out classes of those
+same superclasses (same pattern family and palette, another parameter: semantically close);
+**far-OOD** are every class of the other superclasses (other families). The folders the
+networks predict are symlink views of the generated folders (no image copied): the ID test
+classes, the near and far test classes, and the fit subset: ``per_class`` images of each ID
+class of the training split, drawn with ``seed``.
+
+A deep ensemble's ``members`` and one MC-dropout network are trained on the ID classes of the
+training split (``ImageTrainConfig(classes=...)``) and predict, with their penultimate
+features and linear head (``PredictConfig(embeddings=True, extra_variables=("head_weight",
+"head_bias"))``), the ID test view (``test``), the fit view (``fit``) and the near and far
+views (eval sets ``ood-near`` / ``ood-far`` where registered, else ``imagenet-o`` with the
+cache attr ``ood_split``). :func:`~.score.score_ood` scores every registered default detector;
+the figures and findings follow.
+
+Scales (:data:`OOD_SCALES`): ``smoke`` (tests, about 20 s on 2 cores) and ``cpu`` (the cpu
+hierarchy, full-width test_resnet, 15 epochs, 5 members + MC dropout; about 15 min).
+
+Steps, each skipped when its output is already complete (a rerun resumes)::
+
+    OUT/data/                 make_hierarchy
+    OUT/views/<set>/<class>   symlink views: test (ID), fit, near, far
+    OUT/models/<run>.*        uqvision.training.loop.train_model on the ID classes
+    OUT/caches/*.nc           uqvision.predict: test, fit, near, far
+    OUT/ood.nc                uqvision.protocols.ood.score.score_ood
+    OUT/figures/*.png         uqvision.protocols.ood.figures.draw_figures
+    OUT/findings.md           uqvision.protocols.ood.findings.ood_findings
+
+``--set`` options: ``epochs``, ``members``, ``dropout_passes`` (0: no MC-dropout network),
+``per_class`` (fit images per ID class), ``near_per_superclass`` (held-out classes per ID
+superclass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from uqmetrics import InputError, write_dataset
+
+from ...evalsets import EVAL_SETS
+from ...hierarchy import make_hierarchy, read_hierarchy
+from ...models import read_sidecar
+from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
+from ...training.loop import ImageTrainConfig, train_model
+from ..base import Reproduction
+from . import DESCRIPTION
+from .score import OodConfig, score_ood
+
+__all__ = ["OOD_SCALES", "REPRODUCTION", "SMOKE", "ood_split_classes", "run"]
+
+_BASE = {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "near_per_superclass": 1}
+#: Scales: name -> settings. ``smoke``: the hierarchy smoke set (6 superclasses x 3 classes: 6
+#: ID, 3 near, 9 far classes), a half-width timm test_resnet, two members and an MC-dropout
+#: network of three epochs, 10 fit images per class. ``cpu``: the cpu hierarchy (8 x 6: 16 ID,
+#: 8 near, 24 far classes), the full-width test_resnet, five members and an MC-dropout network
+#: of 15 epochs, 50 fit images per class.
+OOD_SCALES = {
+    "smoke": {**_BASE, "hierarchy": "smoke", "epochs": 3.0, "members": 2, "batch_size": 32,
+              "model_kwargs": {"channels": [16, 24, 24, 48]}, "dropout_passes": 3,
+              "per_class": 10},
+    "cpu": {**_BASE, "hierarchy": "cpu", "epochs": 15.0, "members": 5, "batch_size": 128,
+            "model_kwargs": {}, "dropout_passes": 10, "per_class": 50,
+            "near_per_superclass": 2},
+}
+#: The smoke scale (``OOD_SCALES["smoke"]``).
+SMOKE = OOD_SCALES["smoke"]
+_KEYS = ("epochs", "members", "dropout_passes", "per_class", "near_per_superclass")
+
+
+def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
+    if scale not in OOD_SCALES:
+        raise InputError(f"reproduce ood: unknown scale {scale!r}; known: {list(OOD_SCALES)}")
+    if data is not None:
+        raise InputError("reproduce ood: --data is not supported (the near/far split is the "
+                         "hierarchy's superclasses); predict a real ID set and OOD sets with "
+                         "uqvision predict and score them with uqvision score ood")
+    s = dict(OOD_SCALES[scale])
+    unknown = sorted(set(options) - set(_KEYS))
+    if unknown:
+        raise InputError(f"--set: unknown option(s) {unknown} of reproduce ood; known: "
+                         f"{list(_KEYS)}")
+    try:
+        for k, v in options.items():
+            s[k] = float(v) if k == "epochs" else int(v)
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+    if arch is not None:
+        s["arch"] = arch
+    return s
+
+
+def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1
+                      ) -> dict[str, list[str]]:
+    """The ID, near-OOD and far-OOD classes of a generated hierarchy (module docstring).
+
+    Parameters
+    ----------
+    root : path
+        A folder written by :func:`uqvision.hierarchy.make_hierarchy`.
+    near_per_superclass : int, default 1
+        Classes held out of each ID superclass as near-OOD (its last ones).
+
+    Returns
+    -------
+    dict
+        ``{"id": [...], "near": [...], "far": [...]}``, class folder names, sorted.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``near_per_superclass`` leaves an ID superclass without ID classes.
+    """
+    info = read_hierarchy(root)
+    ids = list(info.superclasses[:max(1, len(info.superclasses) // 2)])
+    out: dict[str, list[str]] = {"id": [], "near": [], "far": []}
+    for sup in info.superclasses:
+        members = sorted(c for c in info.classes if info.superclass_of[c] == sup)
+        if sup not in ids:
+            out["far"] += members
+            continue
+        if not 1 <= near_per_superclass < len(members):
+            raise InputError(f"near_per_superclass must be in [1, {len(members) - 1}] (a "
+                             f"superclass has {len(members)} classes), got "
+                             f"{near_per_superclass}")
+        out["id"] += members[:-near_per_superclass]
+        out["near"] += members[-near_per_superclass:]
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _link(target: Path, link: Path) -> None:
+    """A symbolic link ``link`` -> ``target`` (kept when it already points there)."""
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(target, link, target_is_directory=target.is_dir())
+
+
+def _views(root: Path, views: Path, split: dict[str, list[str]], per_class: int,
+           seed: int) -> dict[str, Path]:
+    """The symlink views: ``test`` (ID test classes), ``fit`` (``per_class`` seeded training
+    images of each ID class), ``near``, ``far`` (test classes)."""
+    out = {}
+    for name, key in (("test", "id"), ("near", "near"), ("far", "far")):
+        folder = views / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for c in split[key]:
+            _link((root / "test" / c).resolve(), folder / c)
+        out[name] = folder
+    fit = views / "fit"
+    rng = np.random.default_rng([seed, 0x0F17])
+    for c in split["id"]:
+        files = sorted(p.name for p in (root / "train" / c).iterdir())
+        if per_class > len(files):
+            raise InputError(f"per_class {per_class} exceeds the {len(files)} training images "
+                             f"of class {c!r}")
+        (fit / c).mkdir(parents=True, exist_ok=True)
+        for f in sorted(rng.choice(files, size=per_class, replace=False)):
+            _link((root / "train" / c / f).resolve(), fit / c / f)
+    out["fit"] = fit
+    return out
+
+
+def _ood_eval_set(split: str) -> tuple[str, dict]:
+    """The eval set of a near or far folder and the attrs its caches add: ``ood-<split>``
+    where registered, else ``imagenet-o`` (role ood, no labels) with attr ``ood_split``."""
+    name = f"ood-{split}"
+    if name in EVAL_SETS.names():
+        return name, {}
+    return "imagenet-o", {"ood_split": split}
+
+
+def _done(ckpt: Path, config: ImageTrainConfig) -> bool:
+    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
+        json.dumps(asdict(config)))
+
+
+def _runs(s: dict, seed: int, device: str, classes: list[str]
+          ) -> list[tuple[str, ImageTrainConfig, dict]]:
+    """``(name, train config, predict options)`` of every network: the ensemble's members, then
+    the MC-dropout network (unless ``dropout_passes`` is 0)."""
+    common = {"arch": s["arch"], "epochs": s["epochs"], "batch_size": s["batch_size"],
+              "input_size": s["input_size"], "augment": "crop", "classes": tuple(classes),
+              "model_kwargs": dict(s["model_kwargs"]), "device": device}
+    runs = []
+    for j in range(s["members"]):
+        member_seed = seed * 1000 + j
+        name = f"deep_ensemble_s{member_seed}"
+        runs.append((name, ImageTrainConfig(method="deep_ensemble", seed=member_seed,
+                                            tag=f"ood_{name}", **common), {"mode": "plain"}))
+    if s["dropout_passes"]:
+        dropout_seed = seed * 1000 + 100
+        name = f"mc_dropout_s{dropout_seed}"
+        runs.append((name, ImageTrainConfig(method="mc_dropout", hparams={"p": s["dropout_p"]},
+                                            seed=dropout_seed, tag=f"ood_{name}", **common),
+                     {"mode": "mc_dropout", "passes": s["dropout_passes"]}))
+    return runs
+
+
+def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
+        seed: int = 0, overwrite: bool = False, options: dict | None = None,
+        log: Callable[[str], None] = print, device: str = "cpu") -> Path:
+    """Run the OOD protocol at ``scale`` into ``out``; returns ``out/ood.nc``."""
+    t0 = time.perf_counter()
+    s = _settings(scale, arch, data, dict(options or {}))
+    out = Path(out)
+    root = out / "data"
+    if not (root / "classes.json").is_file():
+        make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
+    split = ood_split_classes(root, s["near_per_superclass"])
+    views = _views(root, out / "views", split, s["per_class"], seed)
+    log(f"classes: {len(split['id'])} ID, {len(split['near'])} near, {len(split['far'])} far")
+
+    models, caches = out / "models", out / "caches"
+    models.mkdir(parents=True, exist_ok=True)
+    base = {"batch_size": 256, "device": device, "seed": seed, "embeddings": True,
+            "extra_variables": ("head_weight", "head_bias"), **REFERENCE_EXECUTION}
+    for name, config, how in _runs(s, seed, device, split["id"]):
+        t1 = time.perf_counter()
+        ckpt = models / f"{name}.safetensors"
+        trained = overwrite or not _done(ckpt, config)
+        if trained:
+            train_model(root / "train", ckpt, config)
+        t2 = time.perf_counter()
+        spec = f"{config.arch}={ckpt}"
+        n = 0
+        for dataset in ("test", "fit"):
+            n += len(predict_to_files(spec, views[dataset], caches,
+                                      PredictConfig(**how, **base), dataset_name=dataset,
+                                      overwrite=trained))
+        for dataset in ("near", "far"):
+            eval_set, attrs = _ood_eval_set(dataset)
+            n += len(predict_to_files(spec, views[dataset], caches,
+                                      PredictConfig(eval_set=eval_set, **how, **base),
+                                      dataset_name=dataset, attrs=attrs, overwrite=trained))
+        log(f"  {name}: {'trained' if trained else 'reused'} ({t2 - t1:.0f} s), {n} caches "
+            f"({time.perf_counter() - t2:.0f} s)")
+
+    scores = score_ood(caches, OodConfig(
+        id_dataset="test", fit_data="fit", keep_scores=True, seed=seed,
+        fit_info={"per_class": s["per_class"], "seed": seed, "split": "train",
+                  "classes": len(split["id"])}))
+    path = write_dataset(scores, out / "ood.nc", overwrite=True)
+    from .figures import draw_figures  # matplotlib: imported on use
+    from .findings import format_findings, ood_findings
+
+    figures = draw_figures(scores, out / "figures")
+    (out / "findings.md").write_text(format_findings(ood_findings(scores)), encoding="utf-8")
+    log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
+    log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    return Path(path)
+
+
+#: The driver of ``uqvision reproduce ood``.
+REPRODUCTION = Reproduction("ood", DESCRIPTION, run, scales=tuple(OOD_SCALES))

@@ -1,0 +1,524 @@
+"""Scores of the OOD-detection protocol (OpenOOD v1.5, Zhang et al. 2023;
+docs/conventions.md#v-6).
+
+:func:`score_ood` reads the prediction caches of one or more models on their in-distribution
+(ID) test set (caches of role ``clean``, ``id_dataset``), on out-of-distribution (OOD) sets
+(caches of role ``ood``, each a ``near`` or ``far`` set by its ``ood_split``) and, for the
+detectors that fit (:class:`uqmetrics.detectors.Detector` with the ``fit`` need), on an ID
+training subset (clean caches of ``fit_data``). Every detector of :data:`uqmetrics.detectors.
+DETECTORS` turns what a predictor left in its caches into an uncertainty ``u`` per image, and
+the OpenOOD v1.5 metrics of :mod:`uqmetrics.ood` score ``u`` of the ID test images against
+``u`` of each OOD set (OOD positive): FPR@95TPR, AUROC, AUPR-In, AUPR-Out.
+
+The predictors (the ``model`` dimension) are every model (the caches' ``model`` attr) and one
+*ensemble* row per training method of :attr:`OodConfig.ensembles` with two or more models in
+one prediction mode, named ``<method>[<k>]`` as the shift protocol names them. What a
+detector reads of a predictor:
+
+- ``logits``: a model's logits, the mean over its passes (MC-dropout passes, TTA passes);
+- ``members``: the logits of every pass of every member model, stacked (member, sample,
+  class): the deep ensemble's members, the MC-dropout passes;
+- ``embedding``, ``head_weight``, ``head_bias``: a model's penultimate features and linear head
+  (``uqvision predict --embeddings --cache-variables head_weight head_bias``);
+- ``fit``: the same model's ``embedding`` and ``labels`` on ``fit_data`` (and its head).
+
+A detector that reads no ``members`` scores an ensemble row as the mean of its members' ``u``
+(each member fitted on its own features); a detector that reads ``members`` is not defined
+for a predictor of one forward pass (NaN there, said in the attr ``notes``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from uqmetrics import InputError, input_checksum, stamp_result
+from uqmetrics.calibration import softmax
+from uqmetrics.classification import accuracy_score
+from uqmetrics.detectors import NEED_KEYS, get_detector, list_detectors
+from uqmetrics.registry import get_metric
+
+from ...cache import check_aligned, index_caches, read_cache
+from ...evalsets import cache_eval_set
+from ...models import read_sidecar
+from ...models.checkpoints import sidecar_path
+
+__all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_METRICS",
+           "OOD_SPLITS", "OodConfig", "score_ood"]
+
+#: The result variable of each OpenOOD v1.5 metric -> its name in
+#: :data:`uqmetrics.registry.METRICS` (a metric not registered is left out of the result).
+OOD_METRICS = {"fpr_at_95_tpr": "fpr_at_95_tpr", "auroc": "ood_auroc", "aupr_in": "aupr_in",
+               "aupr_out": "aupr_out"}
+#: The OOD splits of OpenOOD v1.5 (an OOD set's ``ood_split``), each averaged into
+#: ``<split>_<metric>``.
+OOD_SPLITS = ("near", "far")
+#: The detectors scored by default (those registered; detectors whose inputs the caches lack are
+#: then skipped, said in the attr ``skipped_detectors``), in OpenOOD's order: post-hoc on
+#: logits, on features, then the UQ measures of several members.
+DEFAULT_DETECTORS = ("msp", "maxlogit", "energy", "entropy", "gen", "react", "mahalanobis",
+                     "knn", "vim", "ensemble_entropy", "mutual_information", "disagreement")
+#: Detectors that read the features (the findings' "feature-based" group).
+FEATURE_DETECTORS = ("mahalanobis", "knn", "vim")
+#: Detectors that read several members or passes (the findings' "UQ" group).
+MEMBER_DETECTORS = ("ensemble_entropy", "mutual_information", "disagreement")
+#: How to get each input a detector may need, for the refusals.
+_HOW = {"embedding": "uqvision predict --embeddings",
+        "head_weight": "uqvision predict --cache-variables head_weight head_bias",
+        "head_bias": "uqvision predict --cache-variables head_weight head_bias"}
+
+
+@dataclass(frozen=True)
+class OodConfig:
+    """Options of :func:`score_ood`.
+
+    Attributes
+    ----------
+    detectors : tuple of str or None
+        Registered detectors (:func:`uqmetrics.detectors.list_detectors`) to score; each must
+        find its inputs in every model's caches (else refused, naming what is missing and how
+        to get it). ``None``: :data:`DEFAULT_DETECTORS` that are registered, those whose
+        inputs the caches lack skipped (attr ``skipped_detectors``).
+    id_dataset : str or None
+        The ``dataset_name`` of the ID test caches (role ``clean``); default ``test`` where
+        there are caches of that name, else the only clean dataset other than ``fit_data``.
+    fit_data : str or None
+        The ``dataset_name`` of the clean caches of the ID training subset the detectors that
+        fit are fitted on (embedding and labels); ``None``: no such detector can be scored.
+    ensembles : tuple of str
+        Training methods (the caches' ``method`` attr) whose models are also scored together
+        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    keep_scores : bool
+        Also keep every predictor's ``u`` per image (variables ``u_id``, ``u_ood``; float32),
+        for the score histograms of :mod:`~.figures`.
+    fit_info : dict
+        How the fit subset was drawn (e.g. ``{"per_class": 10, "seed": 0, "split":
+        "train"}``), recorded in the result's attr ``fit_data``.
+    seed : int
+        Recorded (no step of the scoring is random).
+    """
+
+    detectors: tuple[str, ...] | None = None
+    id_dataset: str | None = None
+    fit_data: str | None = None
+    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    keep_scores: bool = False
+    fit_info: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("detectors", "ensembles"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = (value,) if isinstance(value, str) else tuple(value)
+            bad = [v for v in value if not isinstance(v, str) or not v]
+            if bad:
+                raise InputError(f"{name} must be names, got {bad!r} in {value!r}")
+            object.__setattr__(self, name, value)
+        if self.detectors is not None and not self.detectors:
+            raise InputError("detectors is empty: name at least one detector (or None for the "
+                             "defaults)")
+        object.__setattr__(self, "fit_info", dict(self.fit_info or {}))
+
+
+@dataclass(frozen=True)
+class _Predictor:
+    """One row of the ``model`` dimension: a model, or an ensemble of ``members`` (models)."""
+
+    name: str
+    kind: str  # "single" or "ensemble"
+    mode: str
+    members: tuple[str, ...]
+
+
+class _Arrays:
+    """One model's arrays on one dataset (its caches merged: passes stacked)."""
+
+    def __init__(self, caches: list[xr.Dataset]):
+        check_aligned(caches)
+        first = caches[0]
+        passes = [c["logits"].values if c["logits"].ndim == 3 else c["logits"].values[None]
+                  for c in caches]
+        self.passes = np.concatenate(passes).astype(np.float64)  # (pass, sample, class)
+        self.labels = np.asarray(first["label"].values, np.int64)
+        self.samples = [str(s) for s in first["sample"].values]
+        self.extra = {k: np.asarray(first[k].values, np.float64)
+                      for k in ("embedding", "head_weight", "head_bias") if k in first}
+
+    @property
+    def logits(self) -> np.ndarray:
+        return self.passes.mean(axis=0)
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The detector inputs (:data:`uqmetrics.detectors.NEED_KEYS`), ``members`` aside."""
+        return {"logits": self.logits, **self.extra}
+
+    def fit(self) -> dict[str, np.ndarray]:
+        """The ``fit`` mapping (:data:`uqmetrics.detectors.FIT_KEYS`)."""
+        return {"labels": self.labels, **self.extra}
+
+
+def _predictors(models: list[str], modes: dict[str, str], methods: dict[str, str],
+                ensembles: tuple[str, ...]) -> list[_Predictor]:
+    """The models, then one ensemble per (method of ``ensembles``, mode) with >= 2 models."""
+    out = [_Predictor(m, "single", modes[m], (m,)) for m in models]
+    for method in ensembles:
+        by_mode: dict[str, list[str]] = defaultdict(list)
+        for m in models:
+            if methods[m] == method:
+                by_mode[modes[m]].append(m)
+        for mode, members in sorted(by_mode.items()):
+            if len(members) < 2:
+                continue
+            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
+            if name in models:
+                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
+                                 f"{method!r}) has the name of a model: rename that model's "
+                                 "caches or leave the method out of ensembles")
+            out.append(_Predictor(name, "ensemble", mode, tuple(members)))
+    return out
+
+
+def _ood_split(record: dict, attrs: dict) -> str:
+    """An OOD set's split: its evaluation set's ``ood_split``, else the cache's own attr."""
+    split = record.get("ood_split", "") or attrs.get("ood_split", "")
+    return str(split)
+
+
+def _pick_id(given: str | None, clean: list[str], fit: str | None) -> str:
+    names = [n for n in clean if n != fit]
+    if given is not None:
+        if given not in clean:
+            raise InputError(f"id_dataset {given!r} has no clean caches; clean datasets: "
+                             f"{clean}")
+        return given
+    if "test" in names:
+        return "test"
+    if len(names) == 1:
+        return names[0]
+    raise InputError(f"caches of several clean datasets {names} besides the fit data: choose "
+                     "the ID test set (--id-dataset)")
+
+
+def _missing(arrays: _Arrays | None, keys: Iterable[str]) -> list[str]:
+    return ["caches" if arrays is None else k for k in keys
+            if arrays is None or (k not in arrays.extra and k != "logits")]
+
+
+def _fit_keys(det) -> set[str]:
+    """The fit keys a detector reads from the fit caches (``labels`` come with every cache)."""
+    return set(det.fit_keys) - {"labels"} - (
+        set(NEED_KEYS["head"]) if "head" in det.needs else set())
+
+
+def _problem(det, model: str, data: dict[str, _Arrays | None], scored: list[str],
+             fit_name: str | None) -> str:
+    """What model ``model``'s caches (``data``: dataset -> arrays) lack for detector ``det`` on
+    the datasets ``scored`` and the fit data ("" for nothing)."""
+    keys = [k for need in sorted(det.needs - {"fit", "members"}) for k in NEED_KEYS[need]]
+    for name in scored:
+        lack = _missing(data[name], keys)
+        if lack:
+            return _lack_text(det.name, model, name, lack)
+    if "fit" in det.needs:
+        if fit_name is None:
+            return (f"detector {det.name!r} fits on ID training data: give the dataset_name of "
+                    f"the clean caches of an ID training subset (fit_data, --fit-data)")
+        lack = _missing(data.get(fit_name), sorted(_fit_keys(det)))
+        if data.get(fit_name) is None:
+            return (f"detector {det.name!r} fits on fit_data {fit_name!r}, but model {model!r} "
+                    f"has no caches of it (uqvision predict the ID training subset)")
+        if lack:
+            return _lack_text(det.name, model, fit_name, lack)
+    return ""
+
+
+def _lack_text(detector: str, model: str, dataset: str, lack: list[str]) -> str:
+    if lack == ["caches"]:
+        return f"detector {detector!r}: model {model!r} has no caches of dataset {dataset!r}"
+    how = sorted({_HOW.get(k, "uqvision predict") for k in lack})
+    return (f"detector {detector!r} needs {lack}, which the caches of model {model!r} on "
+            f"dataset {dataset!r} lack: predict them with {' and '.join(how)}")
+
+
+def _train_wall(attrs: dict) -> float:
+    """The training wall time of a cache's checkpoint (its sidecar's ``cost``), NaN where
+    none is recorded."""
+    ckpt = str(attrs.get("checkpoint", ""))
+    if not ckpt or not sidecar_path(ckpt).is_file():
+        return math.nan
+    try:
+        cost = read_sidecar(ckpt).get("cost", {})
+    except Exception:  # noqa: BLE001 - an unreadable sidecar records no cost
+        return math.nan
+    return float(cost.get("total_wall_time_s", cost.get("wall_time_s", math.nan)))
+
+
+def _detectors(config: OodConfig) -> tuple[list[str], bool]:
+    """``(names, explicit)``: the detectors to score, and whether they were named."""
+    known = list_detectors()
+    if config.detectors is None:
+        return [d for d in DEFAULT_DETECTORS if d in known], False
+    unknown = [d for d in config.detectors if d not in known]
+    if unknown:
+        raise InputError(f"detectors: unknown {unknown}; registered: {known}")
+    return list(dict.fromkeys(config.detectors)), True
+
+
+def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
+              config: OodConfig | None = None) -> xr.Dataset:
+    """Score OOD detectors on models and ensembles of them (module docstring).
+
+    Parameters
+    ----------
+    caches : path or iterable of paths
+        Cache files or folders of them (:func:`uqvision.cache.index_caches`).
+    config : OodConfig, optional
+
+    Returns
+    -------
+    xarray.Dataset
+        A result file of protocol ``ood``. Dimensions: ``model`` (every model, then the
+        ensemble rows), ``detector``, ``ood_set`` (the ``dataset_name`` of every OOD set,
+        near sets first). Coordinates: on ``model`` ``kind`` (``single``/``ensemble``),
+        ``mode``; on ``ood_set`` ``ood_split`` (``near``, ``far`` or "") and ``ood_eval_set``.
+        Variables:
+
+        ``<metric>`` (model, detector, ood_set)
+            Each registered metric of :data:`OOD_METRICS`: ``fpr_at_95_tpr``, ``auroc``,
+            ``aupr_in``, ``aupr_out``; NaN where the detector is not defined for the
+            predictor or a member lacks the set.
+        ``near_<metric>``, ``far_<metric>`` (model, detector)
+            The mean over the sets of that split (NaN where a set is NaN or none is of it).
+        ``id_accuracy`` (model)
+            Accuracy on the ID test set (arg-max of the mean softmax over passes and members).
+        ``forward_passes`` (model)
+            Forward passes per image at test time (every pass of every member).
+        ``members``, ``training_runs`` (model)
+            Networks, and training runs (distinct ``run`` attrs: an MC-dropout network is
+            one run).
+        ``train_wall_s`` (model)
+            The summed training wall time of the member checkpoints (their sidecars' cost),
+            NaN where one is not recorded.
+        ``predict_wall_s`` (model)
+            The summed prediction wall time on the ID test set (the caches' ``wall_time_s``),
+            NaN where one is not recorded.
+        ``u_id`` (model, detector, id_sample), ``u_ood`` (model, detector, ood_sample)
+            With ``keep_scores``: each image's ``u`` (float32); coordinate ``ood_sample_set``
+            on ``ood_sample`` names its OOD set.
+
+        Attrs (JSON): ``ensemble_members`` (row -> its models), ``fit_data`` (dataset name
+        and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset``, ``notes``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        No caches; caches of several modes for one model; no OOD caches; no ID test caches
+        (or several clean datasets without ``id_dataset``); an unknown detector; a named
+        detector whose inputs a model's caches lack (naming the model, the dataset, what is
+        missing and the ``uqvision predict`` options that record it), or that fits without
+        ``fit_data``; a member detector with no predictor of several passes or members.
+    """
+    config = config or OodConfig()
+    paths = [i.path for i in index_caches(
+        [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
+    if not paths:
+        raise InputError("no complete prediction cache found")
+    groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
+    sets: dict[str, dict] = {}
+    modes: dict[str, set] = defaultdict(set)
+    methods: dict[str, set] = defaultdict(set)
+    checksums = []
+    for path in paths:
+        ds = read_cache(path)
+        if "logits" not in ds:
+            raise InputError(f"cache {Path(path).name!r} has no logits")
+        model, name = str(ds.attrs["model"]), str(ds.attrs["dataset_name"])
+        groups[model, name].append(ds)
+        record = dict(cache_eval_set(ds.attrs))
+        record["ood_split"] = _ood_split(record, ds.attrs)
+        sets[name] = record
+        modes[model].add(str(ds.attrs["mode"]))
+        methods[model].add(str(ds.attrs.get("method", "")))
+        checksums.append(input_checksum(ds))
+    for model, m in modes.items():
+        if len(m) > 1:
+            raise InputError(f"model {model!r} has caches of several prediction modes "
+                             f"{sorted(m)}: score the caches of one mode")
+    models = sorted(modes)
+    clean = sorted(n for n, s in sets.items() if s["role"] == "clean")
+    if config.fit_data is not None and config.fit_data not in clean:
+        raise InputError(f"fit_data {config.fit_data!r} has no clean caches; clean datasets: "
+                         f"{clean}")
+    id_name = _pick_id(config.id_dataset, clean, config.fit_data)
+    if id_name == config.fit_data:
+        raise InputError(f"id_dataset and fit_data are both {id_name!r}: fit the detectors on "
+                         "ID training images, not on the test set")
+    order = {s: i for i, s in enumerate(OOD_SPLITS)}
+    ood = sorted((n for n, s in sets.items() if s["role"] == "ood"),
+                 key=lambda n: (order.get(sets[n]["ood_split"], len(order)), n))
+    if not ood:
+        raise InputError("no caches of an OOD set (role ood, e.g. uqvision predict --eval-set "
+                         "ood-near / ood-far / imagenet-o)")
+    preds = _predictors(models, {m: next(iter(v)) for m, v in modes.items()},
+                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
+                        config.ensembles)
+    names, explicit = _detectors(config)
+
+    # every model's arrays (None: no caches of that dataset)
+    wanted = [id_name, *ood] + ([config.fit_data] if config.fit_data else [])
+    data = {m: {n: _Arrays(groups[m, n]) if (m, n) in groups else None for n in wanted}
+            for m in models}
+    for m in models:
+        if data[m][id_name] is None:
+            raise InputError(f"model {m!r} has no caches of the ID test set {id_name!r}")
+    n_passes = {p.name: sum(data[m][id_name].passes.shape[0] for m in p.members) for p in preds}
+
+    # the detectors each predictor can be scored by
+    skipped: dict[str, str] = {}
+    notes: list[str] = []
+    dets = []
+    for d in names:
+        det = get_detector(d)
+        problems = [p for p in (_problem(det, m, data[m], [id_name, *ood], config.fit_data)
+                                for m in models) if p]
+        if "members" in det.needs and not any(v > 1 for v in n_passes.values()):
+            problems.append(f"detector {d!r} reads several members or passes, but every "
+                            "predictor has one forward pass (score a deep ensemble's members, "
+                            "or MC-dropout caches: uqvision predict --mode mc_dropout)")
+        if problems:
+            if explicit:
+                raise InputError(problems[0])
+            skipped[d] = problems[0]
+            continue
+        dets.append(det)
+    if not dets:
+        raise InputError(f"no detector can be scored on these caches: {skipped}")
+
+    # u per (model, detector, dataset); the member detectors per predictor
+    u: dict[tuple[str, str, str], np.ndarray] = {}
+    for det in dets:
+        if "members" in det.needs:
+            continue
+        for m in models:
+            fit = data[m][config.fit_data].fit() if "fit" in det.needs else None
+            scorer = det.fitted(fit if fit is None else {**{
+                k: v for k, v in data[m][id_name].extra.items() if k in NEED_KEYS["head"]},
+                **fit})
+            for n in [id_name, *ood]:
+                if data[m][n] is not None:
+                    u[m, det.name, n] = scorer(data[m][n].inputs())
+
+    def pred_u(p: _Predictor, det, name: str) -> np.ndarray | None:
+        if any(data[m][name] is None for m in p.members):
+            return None
+        if "members" in det.needs:
+            if n_passes[p.name] < 2:
+                return None
+            if len(p.members) > 1:
+                check_aligned([groups[m, name][0] for m in p.members])
+            stack = np.concatenate([data[m][name].passes for m in p.members])
+            return det.fitted(None)({"members": stack})
+        return np.mean([u[m, det.name, name] for m in p.members], axis=0)
+
+    metrics = {v: get_metric(k).func for v, k in OOD_METRICS.items() if _registered(k)}
+    shape = (len(preds), len(dets), len(ood))
+    values = {v: np.full(shape, np.nan) for v in metrics}
+    u_id = np.full((len(preds), len(dets), len(data[models[0]][id_name].labels)), np.nan)
+    ood_sizes = [_size(data, n) for n in ood]
+    u_ood = np.full((len(preds), len(dets), sum(ood_sizes)), np.nan)
+    offsets = np.concatenate([[0], np.cumsum(ood_sizes)])
+    for i, p in enumerate(preds):
+        for j, det in enumerate(dets):
+            ui = pred_u(p, det, id_name)
+            if ui is None:
+                notes.append(f"{det.name} on {p.name}: one forward pass, no members (NaN)")
+                continue
+            u_id[i, j, :ui.size] = ui
+            for k, n in enumerate(ood):
+                uo = pred_u(p, det, n)
+                if uo is None:
+                    continue
+                u_ood[i, j, offsets[k]:offsets[k] + uo.size] = uo
+                for v, func in metrics.items():
+                    values[v][i, j, k] = func(ui, uo)
+
+    # accuracy and cost per predictor
+    acc = np.empty(len(preds))
+    cost = {k: np.empty(len(preds)) for k in ("train_wall_s", "predict_wall_s")}
+    runs = np.empty(len(preds), np.int64)
+    for i, p in enumerate(preds):
+        probs = np.mean([softmax(data[m][id_name].passes, temperature=1.0).mean(axis=0)
+                         if data[m][id_name].passes.shape[0] > 1 else
+                         softmax(data[m][id_name].logits) for m in p.members], axis=0)
+        acc[i] = accuracy_score(data[p.members[0]][id_name].labels, probs)
+        attrs = [c.attrs for m in p.members for c in groups[m, id_name]]
+        run_ids = {str(a.get("run", a["model"])) for a in attrs}
+        runs[i] = len(run_ids)
+        by_run = {str(a.get("run", a["model"])): a for a in attrs}
+        cost["train_wall_s"][i] = sum(_train_wall(a) for a in by_run.values())
+        cost["predict_wall_s"][i] = sum(
+            max(float(c.attrs.get("wall_time_s", math.nan)) for c in groups[m, id_name])
+            for m in p.members)
+
+    ood_names = ood
+    data_vars: dict = {v: (("model", "detector", "ood_set"), values[v]) for v in metrics}
+    tags: dict = {v: OOD_METRICS[v] for v in metrics}
+    splits = np.array([sets[n]["ood_split"] for n in ood_names], dtype=object)
+    for split in OOD_SPLITS:
+        sel = splits == split
+        for v in metrics:
+            mean = values[v][..., sel].mean(axis=-1) if sel.any() else \
+                np.full(shape[:2], np.nan)
+            data_vars[f"{split}_{v}"] = (("model", "detector"), mean)
+            tags[f"{split}_{v}"] = OOD_METRICS[v]
+    data_vars["id_accuracy"] = ("model", acc)
+    tags["id_accuracy"] = "accuracy"
+    data_vars["forward_passes"] = ("model", np.array([n_passes[p.name] for p in preds],
+                                                     np.int64))
+    data_vars["members"] = ("model", np.array([len(p.members) for p in preds], np.int64))
+    data_vars["training_runs"] = ("model", runs)
+    data_vars.update({k: ("model", v) for k, v in cost.items()})
+    coords = {"model": [p.name for p in preds], "kind": ("model", [p.kind for p in preds]),
+              "mode": ("model", [p.mode for p in preds]), "detector": [d.name for d in dets],
+              "ood_set": ood_names, "ood_split": ("ood_set", [str(s) for s in splits]),
+              "ood_eval_set": ("ood_set", [sets[n]["eval_set"] for n in ood_names])}
+    if config.keep_scores:
+        data_vars["u_id"] = (("model", "detector", "id_sample"), u_id.astype(np.float32))
+        data_vars["u_ood"] = (("model", "detector", "ood_sample"), u_ood.astype(np.float32))
+        coords["id_sample"] = data[models[0]][id_name].samples
+        coords["ood_sample"] = np.arange(sum(ood_sizes))
+        coords["ood_sample_set"] = ("ood_sample", [n for n, s in zip(ood, ood_sizes,
+                                                                    strict=True)
+                                                   for _ in range(s)])
+    ds = xr.Dataset(data_vars, coords=coords)
+    ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
+    fit_record = {"dataset_name": config.fit_data, **config.fit_info}
+    return stamp_result(
+        ds, "ood", input_checksums=sorted(set(checksums)), metrics=tags, config=asdict(config),
+        seed=config.seed, notes="; ".join(dict.fromkeys(notes)) or None,
+        extra={"ensemble_members": json.dumps(ensembles), "fit_data": json.dumps(fit_record),
+               "skipped_detectors": json.dumps(skipped), "id_dataset": id_name})
+
+
+def _registered(name: str) -> bool:
+    """Whether ``name`` is a registered metric (the metric modules imported)."""
+    try:
+        get_metric(name)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+def _size(data: dict, name: str) -> int:
+    """The number of images of dataset ``name`` (its first model with caches of it)."""
+    return next(len(d[name].labels) for d in data.values() if d[name] is not None)
+

@@ -45,3 +45,45 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         make_synthetic_folder(tmp_path / "fake", n_classes=2, n_per_class=1, image_size=8)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_subset_folder_copies_a_seeded_choice_per_class(tmp_path):
+    """``uqvision data subset``: n images of every class, chosen by the class's own seeded
+    stream (adding a class changes no other class's choice), bytes copied unchanged, the
+    choice recorded; a rerun keeps the folder, other options are refused."""
+    import json
+
+    from uqmetrics import InputError
+
+    from uqvision.data import (
+        ImageFolderDataset,
+        make_digits_folder,
+        make_subset_folder,
+        subset_choice,
+    )
+
+    src = make_digits_folder(tmp_path / "d", max_per_class=20) / "train"
+    ds = ImageFolderDataset(src)
+    out = make_subset_folder(tmp_path / "fit", src=src, n_per_class=3, seed=7)
+    fit = ImageFolderDataset(out)
+    assert fit.classes == ds.classes and len(fit) == 3 * len(ds.classes)
+    recorded = json.loads((out / "subset.json").read_text())
+    assert (recorded["per_class"], recorded["seed"]) == (3, 7)
+    for rel in recorded["samples"]:
+        assert (out / rel).read_bytes() == (src / rel).read_bytes()
+    # the class's own stream: the choice of class "3" without classes 0-2 is the same
+    rows = [(rel, y) for rel, y in ds.samples if ds.classes[y] == "3"]
+    alone = subset_choice(["3"], [(rel, 0) for rel, _ in rows], 3, seed=7)
+    assert sorted(rows[i][0] for i in alone) == sorted(
+        r for r in recorded["samples"] if r.startswith("3/"))
+    assert subset_choice(ds.classes, ds.samples, 3, seed=8) != subset_choice(
+        ds.classes, ds.samples, 3, seed=7)
+    mtime = (out / "subset.json").stat().st_mtime_ns
+    assert make_subset_folder(tmp_path / "fit", src=src, n_per_class=3, seed=7) == out
+    assert (out / "subset.json").stat().st_mtime_ns == mtime  # kept, not rewritten
+    with pytest.raises(FileExistsError, match="different dataset"):
+        make_subset_folder(tmp_path / "fit", src=src, n_per_class=4, seed=7)
+    with pytest.raises(InputError, match="per_class 11 exceeds the 10 images of class '0'"):
+        make_subset_folder(tmp_path / "fit2", src=src, n_per_class=11)
+    with pytest.raises(InputError, match="per_class must be at least 1"):
+        subset_choice(ds.classes, ds.samples, 0)

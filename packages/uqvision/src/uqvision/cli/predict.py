@@ -41,10 +41,11 @@ from .base import _print
 
 
 def _predict_config(a: argparse.Namespace) -> PredictConfig:
-    zero_shot = getattr(a, "zero_shot", False)
-    return PredictConfig(**config_kwargs(a, _PREDICT_OPTIONS),
-                         embeddings=getattr(a, "embeddings", False) or zero_shot,
-                         logits=not zero_shot)
+    zero_shot = getattr(a, "zero_shot", False)  # predict only
+    kw = config_kwargs(a, _PREDICT_OPTIONS)
+    if zero_shot:
+        kw["embeddings"] = True
+    return PredictConfig(**kw, logits=not zero_shot)
 
 
 def _data(a: argparse.Namespace) -> ImageFolderDataset:
@@ -133,6 +134,9 @@ _PREDICT_OPTIONS = (
                  help="run the network on NHWC tensors (faster for most CNNs on CPU and with "
                       "--amp on GPU; logits equal to float rounding; part of a cache's "
                       "identity; default: {default})"),
+    ConfigOption("embeddings",
+                 help="also cache pre-logit features (what the feature-based OOD detectors "
+                      "and URL's zero-shot measures read)"),
     ConfigOption("allow_random_init", flag="--random-init",
                  help="models without a checkpoint get random weights (code-path checks only)"),
     ConfigOption("skip_bad_images",
@@ -164,7 +168,6 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
                         "repeatable")
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True, help="cache directory")
-    p.add_argument("--embeddings", action="store_true", help="also cache pre-logit features")
     p.add_argument("--zero-shot", action="store_true",
                    help="embeddings (and u) only, no logits: a folder of classes the model "
                         "never saw (URL's downstream sets)")

@@ -44,7 +44,13 @@ from .images import (
     load_image,
     readable_images,
 )
-from .makers import DATASET_MAKERS, make_digits_folder, make_synthetic_folder
+from .makers import (
+    DATASET_MAKERS,
+    make_digits_folder,
+    make_subset_folder,
+    make_synthetic_folder,
+    subset_choice,
+)
 from .overlap import HASHES_FORMAT, check_disjoint, content_hashes
 from .transforms import (
     TTA_POLICIES,
@@ -97,11 +103,13 @@ __all__ = [
     "load_image",
     "make_corrupted_folder",
     "make_digits_folder",
+    "make_subset_folder",
     "make_synthetic_folder",
     "match_classes",
     "read_format_json",
     "read_index_file",
     "readable_images",
+    "subset_choice",
     "tta_transform",
     "write_format_json",
 ]

@@ -1,13 +1,16 @@
 """Development datasets written as image folders: scikit-learn's digits
 (:func:`make_digits_folder`), torchvision's ``FakeData`` at full resolution
 (:func:`make_synthetic_folder`) and the hierarchy stand-in (:func:`uqvision.hierarchy.
-make_hierarchy`), registered in :data:`DATASET_MAKERS` (``uqvision data NAME``).
+make_hierarchy`), and a seeded per-class subset of any image folder (:func:`make_subset_folder`:
+the fit data of the feature-based OOD detectors), registered in :data:`DATASET_MAKERS`
+(``uqvision data NAME``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from uqmetrics.registry import Registry
 from ..hierarchy import make_hierarchy
 from .corruptions import make_imagenet_c_folder
 
-__all__ = ["DATASET_MAKERS", "make_digits_folder", "make_synthetic_folder"]
+__all__ = ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder", "make_synthetic_folder"]
 
 #: Marks a folder written completely by a maker (its content: the maker's options, JSON).
 _COMPLETE = ".uqvision-complete"
@@ -107,8 +110,102 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
 
 #: Development dataset makers: name -> function(root, *, seed, overwrite, **options) -> root
 #: (``uqvision data NAME``; the CLI passes the options the function's signature names).
+def subset_choice(classes: list[str], samples: list[tuple[str, int]], per_class: int,
+                  seed: int = 0) -> list[int]:
+    """The sample indices of a seeded subset of ``per_class`` samples of every class.
+
+    Each class draws from its own stream, ``numpy.random.default_rng([seed,
+    crc32(class name)])``, without replacement, over its samples in folder order, so a class's
+    choice depends on nothing but ``(seed, class, its samples)``.
+
+    Parameters
+    ----------
+    classes : list of str, shape (n_classes,)
+    samples : list of (str, int), shape (n_samples,)
+        ``(sample id, class index)`` (:attr:`uqvision.data.ImageFolderDataset.samples`).
+    per_class : int
+    seed : int
+
+    Returns
+    -------
+    list of int
+        Indices into ``samples``, in folder order.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``per_class`` below 1 or above a class's sample count (naming the class).
+    """
+    from uqmetrics import InputError
+
+    if int(per_class) < 1:
+        raise InputError(f"per_class must be at least 1, got {per_class!r}")
+    by_class: dict[int, list[int]] = {}
+    for i, (_, y) in enumerate(samples):
+        by_class.setdefault(int(y), []).append(i)
+    chosen = []
+    for c, name in enumerate(classes):
+        rows = by_class.get(c, [])
+        if per_class > len(rows):
+            raise InputError(f"per_class {per_class} exceeds the {len(rows)} images of class "
+                             f"{name!r}")
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+        chosen += [rows[j] for j in rng.choice(len(rows), size=per_class, replace=False)]
+    return sorted(chosen)
+
+
+def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per_class: int = 10,
+                       seed: int = 0, overwrite: bool = False) -> Path:
+    """Write ``n_per_class`` seeded images of every class of the image folder ``src`` (any layout
+    uqvision reads: class folders, a flat folder with its label file, a tar, an image list) as
+    class folders ``root/<class>/<file>``, their bytes copied unchanged.
+
+    The choice is :func:`subset_choice`; ``root/subset.json`` records the source, ``n_per_class``,
+    ``seed`` and every chosen sample id. The folder is written atomically; a complete one of
+    the same options is kept (a rerun does nothing), one of other options is refused without
+    ``overwrite``. The feature-based OOD detectors fit on such a subset of the training set
+    (``uqvision score ood --fit-data``; docs/conventions.md#v-6).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Bad ``n_per_class`` (:func:`subset_choice`); two chosen images of one class with the
+        same file name.
+    FileExistsError
+        ``root`` holds another dataset and ``overwrite`` is False.
+    """
+    from uqmetrics import InputError
+
+    from .folders import ImageFolderDataset
+
+    ds = ImageFolderDataset(src)
+    chosen = subset_choice(list(ds.classes), list(ds.samples), n_per_class, seed)
+    meta = {"maker": "subset", "src": str(Path(src).resolve()), "per_class": int(n_per_class),
+            "seed": int(seed), "samples": [ds.samples[i][0] for i in chosen]}
+    root = Path(root)
+    if (root / _COMPLETE).exists() and not overwrite:
+        if json.loads((root / _COMPLETE).read_text()) == meta:
+            return root
+        raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
+    if root.exists() and any(root.iterdir()) and not overwrite:
+        raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
+    with folder_replaced(root) as tmp:
+        for i in chosen:
+            rel, y = ds.samples[i]
+            target = Path(tmp) / ds.classes[y] / Path(rel).name
+            if target.exists():
+                raise InputError(f"two chosen images of class {ds.classes[y]!r} are named "
+                                 f"{target.name!r}: {src!r} cannot be written as class folders")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(ds.source.read(rel))
+        (Path(tmp) / "subset.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (Path(tmp) / _COMPLETE).write_text(json.dumps(meta))
+    return root
+
+
 DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")
 DATASET_MAKERS.add("digits", make_digits_folder)
 DATASET_MAKERS.add("synthetic", make_synthetic_folder)
 DATASET_MAKERS.add("hierarchy", make_hierarchy)  # docs/conventions.md#v-0 (uqvision.hierarchy)
 DATASET_MAKERS.add("imagenet-c", make_imagenet_c_folder)  # --src DIR (.corruptions)
+DATASET_MAKERS.add("subset", make_subset_folder)  # --src DIR --per-class N --seed S

@@ -11,7 +11,7 @@ matplotlib); use ``from uqmetrics import plotting``.
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from .conventions import COVERAGE_Z
 from .io import temporary_beside
 
 __all__ = [
+    "figure_grid",
     "plot_coverage_vs_complexity",
     "plot_heatmap",
     "plot_metric_vs_size",
@@ -33,9 +34,31 @@ __all__ = [
     "plot_reliability_diagram",
     "plot_risk_coverage",
     "save_figure",
+    "save_figures",
 ]
 
 _FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+
+
+def figure_grid(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    """A Figure on an Agg canvas with ``nrows x ncols`` axes of ``panel`` inches each.
+
+    Parameters
+    ----------
+    nrows, ncols : int
+    panel : tuple of float
+        ``(width, height)`` of one panel in inches; the figure is ``ncols`` panels wide and
+        ``nrows`` high (constrained layout).
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+    axes : numpy.ndarray
+        (nrows, ncols) of :class:`matplotlib.axes.Axes`, always 2-d.
+    """
+    fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, np.asarray(fig.subplots(nrows, ncols, squeeze=False))
 
 
 def _figure_axes(ax: Axes | None, figsize: tuple[float, float] = (5.0, 4.0)) -> tuple[Figure, Axes]:
@@ -541,3 +564,25 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     return path
+
+
+def save_figures(figures: Iterable[tuple[str, Callable[[], Figure]]], out_dir: str | os.PathLike,
+                 *, dpi: int = 150) -> list[Path]:
+    """Draw figures one at a time and save each into a folder (:func:`save_figure`).
+
+    Parameters
+    ----------
+    figures : iterable of (str, callable)
+        ``(file name, draw)`` pairs, ``draw()`` returning the Figure; each is drawn and saved
+        before the next is drawn.
+    out_dir : str or path-like
+        The folder (created).
+    dpi : int, default 150
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written, in order.
+    """
+    out = Path(out_dir)
+    return [save_figure(draw(), out / name, dpi=dpi) for name, draw in figures]

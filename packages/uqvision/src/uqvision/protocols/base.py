@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from ..options import Command
 
 __all__ = ["Command", "LazyReproduction", "Plots", "Protocol", "ReproduceFlags",
            "ReproduceOptions", "Reproduction", "ScoreTable", "SweepPlan", "SweepScoring",
-           "incomplete_caches"]
+           "ensemble_runs", "findings_table", "incomplete_caches", "sign_verdict",
+           "train_and_predict"]
 
 
 @dataclass(frozen=True)
@@ -311,3 +313,158 @@ class Protocol:
         return (self.name,) + ((self.score_name,) if self.score_name not in ("", self.name)
                                else ())
 
+
+
+# ---------------------------------------------------------------------------------------------
+# what several drivers do: train a deep ensemble and an MC-dropout network, then predict
+
+
+def ensemble_runs(settings: Mapping[str, Any], seed: int, device: str, *, tag: str,
+                  **config: Any) -> list[tuple[str, Any, dict]]:
+    """The networks of a driver that compares a deep ensemble with MC dropout.
+
+    Parameters
+    ----------
+    settings : mapping
+        The driver's scale settings: ``arch``, ``epochs``, ``batch_size``, ``input_size``,
+        ``model_kwargs``, ``members`` (the ensemble's size), ``dropout_passes`` (0: no
+        MC-dropout network) and ``dropout_p``.
+    seed : int
+        The driver's seed: member ``j`` trains with seed ``1000 * seed + j``, the MC-dropout
+        network with ``1000 * seed + 100``.
+    device : str
+        Where every network trains.
+    tag : str
+        The prefix of each run's training tag (``<tag>_<name>``), the protocol's name.
+    **config
+        Further fields of every :class:`~uqvision.training.loop.ImageTrainConfig` (e.g.
+        ``classes``).
+
+    Returns
+    -------
+    list of tuple
+        ``(name, train config, predict options)`` of every network: the members
+        ``deep_ensemble_s<seed>`` (mode ``plain``), then ``mc_dropout_s<seed>`` (mode
+        ``mc_dropout`` with ``dropout_passes`` passes).
+    """
+    from ..training.loop import ImageTrainConfig  # torch: imported on use
+
+    s = settings
+    common = {"arch": s["arch"], "epochs": s["epochs"], "batch_size": s["batch_size"],
+              "input_size": s["input_size"], "augment": "crop",
+              "model_kwargs": dict(s["model_kwargs"]), "device": device, **config}
+    runs = []
+    for j in range(s["members"]):
+        member_seed = seed * 1000 + j
+        name = f"deep_ensemble_s{member_seed}"
+        runs.append((name, ImageTrainConfig(method="deep_ensemble", seed=member_seed,
+                                            tag=f"{tag}_{name}", **common), {"mode": "plain"}))
+    if s["dropout_passes"]:
+        dropout_seed = seed * 1000 + 100
+        name = f"mc_dropout_s{dropout_seed}"
+        runs.append((name, ImageTrainConfig(method="mc_dropout", hparams={"p": s["dropout_p"]},
+                                            seed=dropout_seed, tag=f"{tag}_{name}", **common),
+                     {"mode": "mc_dropout", "passes": s["dropout_passes"]}))
+    return runs
+
+
+def train_and_predict(runs: Sequence[tuple[str, Any, dict]], models: Path, train: Path,
+                      predict: Callable[[str, dict, bool], int], *, overwrite: bool = False,
+                      log: Callable[[str], None] = print) -> None:
+    """Train every run unless its checkpoint is current, then let it predict.
+
+    Parameters
+    ----------
+    runs : sequence of tuple
+        ``(name, train config, predict options)`` (:func:`ensemble_runs`).
+    models : pathlib.Path
+        The folder of the checkpoints, ``<name>.safetensors`` (exists).
+    train : pathlib.Path
+        The training image folder.
+    predict : callable
+        ``predict(spec, options, trained) -> n``: writes the run's caches and returns how
+        many; ``spec`` is ``<arch>=<checkpoint>``, ``options`` the run's predict options,
+        ``trained`` whether the run was (re)trained now (its caches are then overwritten).
+    overwrite : bool, default False
+        Retrain every run; else a run is retrained only where its checkpoint's sidecar does not
+        record its config (:func:`uqvision.training.runs.run_matches`).
+    log : callable, default print
+        Receives one line per run (trained or reused, the caches, the times).
+    """
+    from ..training.loop import train_model  # torch: imported on use
+    from ..training.runs import run_matches
+
+    for name, config, how in runs:
+        t1 = time.perf_counter()
+        ckpt = models / f"{name}.safetensors"
+        trained = overwrite or not run_matches(ckpt, config)
+        if trained:
+            train_model(train, ckpt, config)
+        t2 = time.perf_counter()
+        n = predict(f"{config.arch}={ckpt}", how, trained)
+        log(f"  {name}: {'trained' if trained else 'reused'} ({t2 - t1:.0f} s), {n} caches "
+            f"({time.perf_counter() - t2:.0f} s)")
+
+
+# ---------------------------------------------------------------------------------------------
+# findings: a paper's claims, each a one-sided sign test over cells
+
+
+def sign_verdict(wins: Any, alpha: float) -> tuple[int, int, float, str]:
+    """The sign test of a claim over cells (:func:`uqmetrics.stats.sign_test`).
+
+    Parameters
+    ----------
+    wins : array-like of bool
+        One entry per cell with both values compared: whether the claim's inequality holds.
+    alpha : float
+        The test's level.
+
+    Returns
+    -------
+    k, n : int
+        The cells where the claim holds, out of all.
+    p_value : float
+        The one-sided sign test's p-value (NaN for no cell).
+    verdict : str
+        ``reproduced`` where ``p_value < alpha``, else ``not reproduced``.
+    """
+    import numpy as np
+    from uqmetrics.stats import sign_test  # scipy: imported on use
+
+    wins = np.asarray(wins, bool)
+    k, n = int(wins.sum()), int(wins.size)
+    p = sign_test(k, n)
+    return k, n, p, "reproduced" if p < alpha else "not reproduced"
+
+
+def findings_table(findings: Sequence[Any], columns: Sequence[str], alpha: float) -> str:
+    """Findings as a markdown table (one row each), after a line naming the test's level.
+
+    Parameters
+    ----------
+    findings : sequence
+        Rows with the attributes ``columns`` and ``before``, ``after``, ``k``, ``n``,
+        ``p_value``, ``verdict`` (a protocol's finding dataclass; :func:`sign_verdict`).
+    columns : sequence of str
+        The leading columns, each an attribute written as is (e.g. ``claim``, ``subject``,
+        ``statistic``); then ``before``, ``after`` (4 decimals), ``k / n``, ``p`` (2
+        significant digits) and ``verdict``.
+    alpha : float
+        The sign tests' level.
+
+    Returns
+    -------
+    str
+        The note, a blank line, the table; ends with a newline.
+    """
+    head = "| " + " | ".join([*columns, "before", "after", "k / n", "p", "verdict"]) + " |"
+    note = (f"One-sided sign tests at level {alpha} (the cells share their images: a guide, "
+            "not an exact error rate).")
+    lines = [note, "", head, "|---" * (len(columns) + 5) + "|"]
+    for f in findings:
+        cells = [f"{getattr(f, c)}" for c in columns]
+        cells += [f"{f.before:.4f}", f"{f.after:.4f}", f"{f.k} / {f.n}", f"{f.p_value:.2g}",
+                  f"{f.verdict}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

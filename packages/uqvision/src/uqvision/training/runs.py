@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..models.spectral import spectral_normalize
 from .loop import build_model, shuffled_loader
 from .method import TRAINING_METHODS, TrainState, has_batchnorm
 
-__all__ = ["LoadedRun", "load_run"]
+__all__ = ["LoadedRun", "load_run", "run_matches"]
 
 
 @dataclass
@@ -138,6 +139,32 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                          side["architecture"], side.get("tag", ""),
                          weights_sha256(spec))  # hashed once per process (the checks too)
     return LoadedRun(loaded, state, side)
+
+
+def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
+    """Whether ``checkpoint`` is the run ``config`` trains: its sidecar records that config.
+
+    A reproduction driver retrains a run unless this holds (a rerun resumes; a changed
+    setting retrains).
+
+    Parameters
+    ----------
+    checkpoint : path
+        The run's checkpoint (``OUT.safetensors``) written by
+        :func:`uqvision.training.loop.train_model`.
+    config : dataclass
+        The training config (:class:`uqvision.training.loop.ImageTrainConfig`), compared as its
+        sidecar records it (``asdict`` through JSON).
+
+    Returns
+    -------
+    bool
+        ``False`` where the checkpoint does not exist or its sidecar's ``train_config``
+        differs.
+    """
+    ckpt = Path(checkpoint)
+    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
+        json.dumps(asdict(config)))
 
 
 def _hparams_values(recorded: dict[str, Any]) -> dict[str, Any]:

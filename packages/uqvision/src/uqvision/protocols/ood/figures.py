@@ -51,19 +51,11 @@ def _result(result: xr.Dataset | str | os.PathLike) -> xr.Dataset:
     return ds
 
 
-def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: imported on use
-    from matplotlib.figure import Figure
+def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    """A Figure on an Agg canvas with ``nrows x ncols`` axes of ``panel`` inches each."""
+    from uqmetrics.plotting import figure_grid  # matplotlib: imported on use
 
-    fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, np.asarray(fig.subplots(nrows, ncols, squeeze=False))
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    from uqmetrics.plotting import save_figure  # matplotlib: imported on use
-
-    return save_figure(fig, path)
+    return figure_grid(nrows, ncols, panel=panel)
 
 
 def _model(ds: xr.Dataset, model: str | None) -> str:
@@ -218,17 +210,18 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     list of pathlib.Path
         The figures written.
     """
+    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
+
     ds = _result(result)
-    out = Path(out_dir)
-    paths = []
+    figures = []
     metrics = tuple(m for m in ("auroc", "fpr_at_95_tpr") if f"near_{m}" in ds)
     if metrics:
-        paths.append(_save(plot_ood_bars(ds, metrics=metrics), out / "ood_bars.png"))
+        figures.append(("ood_bars.png", lambda: plot_ood_bars(ds, metrics=metrics)))
     if "near_auroc" in ds:
-        paths.append(_save(plot_ood_heatmap(ds), out / "ood_heatmap.png"))
+        figures.append(("ood_heatmap.png", lambda: plot_ood_heatmap(ds)))
     if "u_id" in ds and "msp" in ds["detector"].values:
-        paths.append(_save(plot_ood_histograms(ds), out / "ood_histograms.png"))
+        figures.append(("ood_histograms.png", lambda: plot_ood_histograms(ds)))
     if "near_auroc" in ds and "forward_passes" in ds:
-        for split in OOD_SPLITS:
-            paths.append(_save(plot_ood_cost(ds, split=split), out / f"ood_cost_{split}.png"))
-    return paths
+        figures += [(f"ood_cost_{split}.png", lambda split=split: plot_ood_cost(ds, split=split))
+                    for split in OOD_SPLITS]
+    return save_figures(figures, out_dir)

@@ -32,6 +32,7 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
+from ..base import findings_table, sign_verdict
 from .score import FEATURE_DETECTORS, MEMBER_DETECTORS
 
 __all__ = ["ALPHA", "OodFinding", "format_findings", "ood_findings"]
@@ -73,18 +74,9 @@ class OodFinding:
     verdict: str
 
 
-def _sign_test(k: int, n: int) -> float:
-    from scipy.stats import binomtest  # imported on use
-
-    return float(binomtest(k, n, 0.5, alternative="greater").pvalue) if n else float("nan")
-
-
 def _finding(claim, subject, statistic, before, after, wins) -> OodFinding:
-    wins = np.asarray(wins, bool)
-    k, n = int(wins.sum()), int(wins.size)
-    p = _sign_test(k, n)
-    return OodFinding(claim, subject, statistic, float(before), float(after), k, n, p,
-                      "reproduced" if p < ALPHA else "not reproduced")
+    k, n, p, verdict = sign_verdict(wins, ALPHA)
+    return OodFinding(claim, subject, statistic, float(before), float(after), k, n, p, verdict)
 
 
 def _mean(x: np.ndarray) -> float:
@@ -168,11 +160,4 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
 
 def format_findings(findings: list[OodFinding]) -> str:
     """The findings as a markdown table (one row each), with the test's level."""
-    head = "| claim | subject | statistic | before | after | k / n | p | verdict |"
-    note = (f"One-sided sign tests at level {ALPHA} (the cells share their images: a guide, "
-            "not an exact error rate).")
-    lines = [note, "", head, "|---" * 8 + "|"]
-    for f in findings:
-        lines.append(f"| {f.claim} | {f.subject} | {f.statistic} | {f.before:.4f} | "
-                     f"{f.after:.4f} | {f.k} / {f.n} | {f.p_value:.2g} | {f.verdict} |")
-    return "\n".join(lines) + "\n"
+    return findings_table(findings, ("claim", "subject", "statistic"), ALPHA)

@@ -37,11 +37,9 @@ superclass).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +47,8 @@ from uqmetrics import InputError, write_dataset
 
 from ...evalsets import EVAL_SETS
 from ...hierarchy import make_hierarchy, read_hierarchy
-from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ...training.loop import ImageTrainConfig, train_model
-from ..base import Reproduction
+from ..base import Reproduction, ensemble_runs, train_and_predict
 from . import DESCRIPTION
 from .score import OodConfig, score_ood
 
@@ -180,33 +176,6 @@ def _ood_eval_set(split: str) -> tuple[str, dict]:
     return "imagenet-o", {"ood_split": split}
 
 
-def _done(ckpt: Path, config: ImageTrainConfig) -> bool:
-    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
-        json.dumps(asdict(config)))
-
-
-def _runs(s: dict, seed: int, device: str, classes: list[str]
-          ) -> list[tuple[str, ImageTrainConfig, dict]]:
-    """``(name, train config, predict options)`` of every network: the ensemble's members, then
-    the MC-dropout network (unless ``dropout_passes`` is 0)."""
-    common = {"arch": s["arch"], "epochs": s["epochs"], "batch_size": s["batch_size"],
-              "input_size": s["input_size"], "augment": "crop", "classes": tuple(classes),
-              "model_kwargs": dict(s["model_kwargs"]), "device": device}
-    runs = []
-    for j in range(s["members"]):
-        member_seed = seed * 1000 + j
-        name = f"deep_ensemble_s{member_seed}"
-        runs.append((name, ImageTrainConfig(method="deep_ensemble", seed=member_seed,
-                                            tag=f"ood_{name}", **common), {"mode": "plain"}))
-    if s["dropout_passes"]:
-        dropout_seed = seed * 1000 + 100
-        name = f"mc_dropout_s{dropout_seed}"
-        runs.append((name, ImageTrainConfig(method="mc_dropout", hparams={"p": s["dropout_p"]},
-                                            seed=dropout_seed, tag=f"ood_{name}", **common),
-                     {"mode": "mc_dropout", "passes": s["dropout_passes"]}))
-    return runs
-
-
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
         seed: int = 0, overwrite: bool = False, options: dict | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
@@ -225,14 +194,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     models.mkdir(parents=True, exist_ok=True)
     base = {"batch_size": 256, "device": device, "seed": seed, "embeddings": True,
             "extra_variables": ("head_weight", "head_bias"), **REFERENCE_EXECUTION}
-    for name, config, how in _runs(s, seed, device, split["id"]):
-        t1 = time.perf_counter()
-        ckpt = models / f"{name}.safetensors"
-        trained = overwrite or not _done(ckpt, config)
-        if trained:
-            train_model(root / "train", ckpt, config)
-        t2 = time.perf_counter()
-        spec = f"{config.arch}={ckpt}"
+
+    def predict(spec: str, how: dict, trained: bool) -> int:
         n = 0
         for dataset in ("test", "fit"):
             n += len(predict_to_files(spec, views[dataset], caches,
@@ -243,8 +206,10 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
             n += len(predict_to_files(spec, views[dataset], caches,
                                       PredictConfig(eval_set=eval_set, **how, **base),
                                       dataset_name=dataset, attrs=attrs, overwrite=trained))
-        log(f"  {name}: {'trained' if trained else 'reused'} ({t2 - t1:.0f} s), {n} caches "
-            f"({time.perf_counter() - t2:.0f} s)")
+        return n
+
+    train_and_predict(ensemble_runs(s, seed, device, tag="ood", classes=tuple(split["id"])),
+                      models, root / "train", predict, overwrite=overwrite, log=log)
 
     scores = score_ood(caches, OodConfig(
         id_dataset="test", fit_data="fit", keep_scores=True, seed=seed,

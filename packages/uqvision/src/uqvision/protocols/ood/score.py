@@ -32,23 +32,22 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, input_checksum, stamp_result
+from uqmetrics import InputError, stamp_result
 from uqmetrics.calibration import softmax
 from uqmetrics.classification import accuracy_score
 from uqmetrics.detectors import NEED_KEYS, get_detector, list_detectors
 from uqmetrics.registry import get_metric
 
-from ...cache import check_aligned, index_caches, read_cache
+from ...cache import check_aligned
 from ...evalsets import cache_eval_set
 from ...models import read_sidecar
 from ...models.checkpoints import sidecar_path
+from ...predictors import Predictor, group_predictors, read_cache_groups
 
 __all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_METRICS",
            "OOD_SPLITS", "OodConfig", "score_ood"]
@@ -129,16 +128,6 @@ class OodConfig:
         object.__setattr__(self, "fit_info", dict(self.fit_info or {}))
 
 
-@dataclass(frozen=True)
-class _Predictor:
-    """One row of the ``model`` dimension: a model, or an ensemble of ``members`` (models)."""
-
-    name: str
-    kind: str  # "single" or "ensemble"
-    mode: str
-    members: tuple[str, ...]
-
-
 class _Arrays:
     """One model's arrays on one dataset (its caches merged: passes stacked)."""
 
@@ -166,31 +155,17 @@ class _Arrays:
         return {"labels": self.labels, **self.extra}
 
 
-def _predictors(models: list[str], modes: dict[str, str], methods: dict[str, str],
-                ensembles: tuple[str, ...]) -> list[_Predictor]:
-    """The models, then one ensemble per (method of ``ensembles``, mode) with >= 2 models."""
-    out = [_Predictor(m, "single", modes[m], (m,)) for m in models]
-    for method in ensembles:
-        by_mode: dict[str, list[str]] = defaultdict(list)
-        for m in models:
-            if methods[m] == method:
-                by_mode[modes[m]].append(m)
-        for mode, members in sorted(by_mode.items()):
-            if len(members) < 2:
-                continue
-            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
-            if name in models:
-                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
-                                 f"{method!r}) has the name of a model: rename that model's "
-                                 "caches or leave the method out of ensembles")
-            out.append(_Predictor(name, "ensemble", mode, tuple(members)))
-    return out
-
-
 def _ood_split(record: dict, attrs: dict) -> str:
     """An OOD set's split: its evaluation set's ``ood_split``, else the cache's own attr."""
     split = record.get("ood_split", "") or attrs.get("ood_split", "")
     return str(split)
+
+
+def _record(ds: xr.Dataset) -> dict:
+    """A cache's evaluation-set record, with its OOD set's split (:func:`_ood_split`)."""
+    record = dict(cache_eval_set(ds.attrs))
+    record["ood_split"] = _ood_split(record, ds.attrs)
+    return record
 
 
 def _pick_id(given: str | None, clean: list[str], fit: str | None) -> str:
@@ -328,32 +303,8 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         ``fit_data``; a member detector with no predictor of several passes or members.
     """
     config = config or OodConfig()
-    paths = [i.path for i in index_caches(
-        [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
-    if not paths:
-        raise InputError("no complete prediction cache found")
-    groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
-    sets: dict[str, dict] = {}
-    modes: dict[str, set] = defaultdict(set)
-    methods: dict[str, set] = defaultdict(set)
-    checksums = []
-    for path in paths:
-        ds = read_cache(path)
-        if "logits" not in ds:
-            raise InputError(f"cache {Path(path).name!r} has no logits")
-        model, name = str(ds.attrs["model"]), str(ds.attrs["dataset_name"])
-        groups[model, name].append(ds)
-        record = dict(cache_eval_set(ds.attrs))
-        record["ood_split"] = _ood_split(record, ds.attrs)
-        sets[name] = record
-        modes[model].add(str(ds.attrs["mode"]))
-        methods[model].add(str(ds.attrs.get("method", "")))
-        checksums.append(input_checksum(ds))
-    for model, m in modes.items():
-        if len(m) > 1:
-            raise InputError(f"model {model!r} has caches of several prediction modes "
-                             f"{sorted(m)}: score the caches of one mode")
-    models = sorted(modes)
+    read = read_cache_groups(caches, record=_record)
+    groups, sets, checksums, models = read.groups, read.sets, read.checksums, read.models
     clean = sorted(n for n, s in sets.items() if s["role"] == "clean")
     if config.fit_data is not None and config.fit_data not in clean:
         raise InputError(f"fit_data {config.fit_data!r} has no clean caches; clean datasets: "
@@ -368,9 +319,7 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     if not ood:
         raise InputError("no caches of an OOD set (role ood, e.g. uqvision predict --eval-set "
                          "ood-near / ood-far / imagenet-o)")
-    preds = _predictors(models, {m: next(iter(v)) for m, v in modes.items()},
-                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
-                        config.ensembles)
+    preds = group_predictors(models, read.modes, read.methods, config.ensembles)
     names, explicit = _detectors(config)
 
     # every model's arrays (None: no caches of that dataset)
@@ -417,7 +366,7 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                 if data[m][n] is not None:
                     u[m, det.name, n] = scorer(data[m][n].inputs())
 
-    def pred_u(p: _Predictor, det, name: str) -> np.ndarray | None:
+    def pred_u(p: Predictor, det, name: str) -> np.ndarray | None:
         if any(data[m][name] is None for m in p.members):
             return None
         if "members" in det.needs:

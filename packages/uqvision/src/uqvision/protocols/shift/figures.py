@@ -120,12 +120,9 @@ def _corrupted(ds: xr.Dataset) -> bool:
 
 def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
     """A Figure on an Agg canvas with ``nrows x ncols`` axes of ``panel`` inches each."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: imported on use
-    from matplotlib.figure import Figure
+    from uqmetrics.plotting import figure_grid  # matplotlib: imported on use
 
-    fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, np.asarray(fig.subplots(nrows, ncols, squeeze=False))
+    return figure_grid(nrows, ncols, panel=panel)
 
 
 def _colours(models: Sequence[str]) -> dict[str, tuple]:
@@ -133,12 +130,6 @@ def _colours(models: Sequence[str]) -> dict[str, tuple]:
 
     cmap = colormaps["tab10" if len(models) <= 10 else "tab20"]
     return {m: cmap(i % cmap.N) for i, m in enumerate(models)}
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    from uqmetrics.plotting import save_figure  # matplotlib: imported on use
-
-    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,13 +458,14 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     list of pathlib.Path
         The figures written.
     """
+    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
+
     ds = _result(result)
-    out = Path(out_dir)
-    paths = []
+    figures = []
     if _corrupted(ds) and any(m in ds for m in BOX_METRICS):
-        paths.append(_save(plot_shift_boxes(ds), out / "shift_boxes.png"))
+        figures.append(("shift_boxes.png", lambda: plot_shift_boxes(ds)))
     if _corrupted(ds) and any(_at(ds, m, c) is not None for m, c in HEATMAP_ROWS):
-        paths.append(_save(plot_shift_heatmap(ds), out / "shift_heatmap.png"))
+        figures.append(("shift_heatmap.png", lambda: plot_shift_heatmap(ds)))
     if "accuracy" in ds and "ece" in ds:
-        paths.append(_save(plot_shift_acc_vs_ece(ds), out / "shift_acc_vs_ece.png"))
-    return paths
+        figures.append(("shift_acc_vs_ece.png", lambda: plot_shift_acc_vs_ece(ds)))
+    return save_figures(figures, out_dir)

@@ -24,6 +24,8 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
+from ..base import findings_table, sign_verdict
+
 __all__ = ["ALPHA", "ShiftFinding", "format_findings", "shift_findings"]
 
 #: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
@@ -67,18 +69,10 @@ class ShiftFinding:
     verdict: str
 
 
-def _sign_test(k: int, n: int) -> float:
-    from scipy.stats import binomtest  # imported on use
-
-    return float(binomtest(k, n, 0.5, alternative="greater").pvalue) if n else float("nan")
-
-
 def _finding(claim, predictor, calibration, statistic, before, after, wins) -> ShiftFinding:
-    wins = np.asarray(wins)
-    k, n = int(wins.sum()), int(wins.size)
-    p = _sign_test(k, n)
+    k, n, p, verdict = sign_verdict(wins, ALPHA)
     return ShiftFinding(claim, predictor, calibration, statistic, float(before), float(after),
-                        k, n, p, "reproduced" if p < ALPHA else "not reproduced")
+                        k, n, p, verdict)
 
 
 def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
@@ -154,13 +148,4 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
 
 def format_findings(findings: list[ShiftFinding]) -> str:
     """The findings as a markdown table (one row each), with the test's level."""
-    head = ("| claim | predictor | calibration | statistic | before | after | k / n | p | "
-            "verdict |")
-    note = (f"One-sided sign tests at level {ALPHA} (the cells share their images: a guide, "
-            "not an exact error rate).")
-    lines = [note, "", head, "|---" * 9 + "|"]
-    for f in findings:
-        lines.append(f"| {f.claim} | {f.predictor} | {f.calibration} | {f.statistic} | "
-                     f"{f.before:.4f} | {f.after:.4f} | {f.k} / {f.n} | {f.p_value:.2g} | "
-                     f"{f.verdict} |")
-    return "\n".join(lines) + "\n"
+    return findings_table(findings, ("claim", "predictor", "calibration", "statistic"), ALPHA)

@@ -33,10 +33,8 @@ network), ``workers`` (corruption processes).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
@@ -46,10 +44,8 @@ from ...data import check_split_classes
 from ...data.corruptions import BENCHMARK_CORRUPTIONS, make_corrupted_folder
 from ...evalsets import iter_member_folders
 from ...hierarchy import make_hierarchy
-from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ...training.loop import ImageTrainConfig, train_model
-from ..base import Reproduction
+from ..base import Reproduction, ensemble_runs, train_and_predict
 from . import DESCRIPTION
 from .score import ShiftConfig, score_shift
 
@@ -104,32 +100,6 @@ def _settings(scale: str, arch: str | None, data: str | None, options: dict[str,
     return s
 
 
-def _done(ckpt: Path, config: ImageTrainConfig) -> bool:
-    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
-        json.dumps(asdict(config)))
-
-
-def _runs(s: dict, seed: int, device: str) -> list[tuple[str, ImageTrainConfig, dict]]:
-    """``(name, train config, predict options)`` of every network: the ensemble's members, then
-    the MC-dropout network (unless ``dropout_passes`` is 0)."""
-    common = {"arch": s["arch"], "epochs": s["epochs"], "batch_size": s["batch_size"],
-              "input_size": s["input_size"], "augment": "crop",
-              "model_kwargs": dict(s["model_kwargs"]), "device": device}
-    runs = []
-    for j in range(s["members"]):
-        member_seed = seed * 1000 + j
-        name = f"deep_ensemble_s{member_seed}"
-        runs.append((name, ImageTrainConfig(method="deep_ensemble", seed=member_seed,
-                                            tag=f"shift_{name}", **common), {"mode": "plain"}))
-    if s["dropout_passes"]:
-        dropout_seed = seed * 1000 + 100
-        name = f"mc_dropout_s{dropout_seed}"
-        runs.append((name, ImageTrainConfig(method="mc_dropout", hparams={"p": s["dropout_p"]},
-                                            seed=dropout_seed, tag=f"shift_{name}", **common),
-                     {"mode": "mc_dropout", "passes": s["dropout_passes"]}))
-    return runs
-
-
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
         seed: int = 0, overwrite: bool = False, options: dict | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
@@ -160,14 +130,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     base = {"batch_size": 256, "device": device, "seed": seed, **REFERENCE_EXECUTION}
     members = [(m, f) for m, f in iter_member_folders(corrupted, "imagenet-c")
                if m.corruption in s["corruptions"] and m.severity in s["severities"]]
-    for name, config, how in _runs(s, seed, device):
-        t1 = time.perf_counter()
-        ckpt = models / f"{name}.safetensors"
-        trained = overwrite or not _done(ckpt, config)
-        if trained:
-            train_model(train, ckpt, config)
-        t2 = time.perf_counter()
-        spec = f"{config.arch}={ckpt}"
+
+    def predict(spec: str, how: dict, trained: bool) -> int:
         n = 0
         for folder in (val, test):
             n += len(predict_to_files(spec, folder, caches, PredictConfig(**how, **base),
@@ -177,8 +141,10 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
                 spec, folder, caches,
                 PredictConfig(eval_set="imagenet-c", eval_member=member.name, **how, **base),
                 overwrite=trained))
-        log(f"  {name}: {'trained' if trained else 'reused'} ({t2 - t1:.0f} s), {n} caches "
-            f"({time.perf_counter() - t2:.0f} s)")
+        return n
+
+    train_and_predict(ensemble_runs(s, seed, device, tag="shift"), models, train, predict,
+                      overwrite=overwrite, log=log)
 
     # the mCE baseline: the first member, Ovadia's vanilla network (its name as caches record it)
     infos = index_caches([caches])

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, input_checksum, stamp_result
+from uqmetrics import InputError, stamp_result
 from uqmetrics.calibration import fit_temperature, softmax
 from uqmetrics.scoring import score_metrics
 from uqmetrics.shift import (
@@ -41,8 +40,9 @@ from uqmetrics.shift import (
     relative_mean_corruption_error,
 )
 
-from ...cache import check_aligned, index_caches, read_cache
-from ...evalsets import Overlay, apply_overlay, cache_eval_set, read_overlay, real_overlay
+from ...cache import check_aligned
+from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
+from ...predictors import Predictor, group_predictors, mean_softmax, read_cache_groups
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
@@ -111,48 +111,25 @@ class ShiftConfig:
             object.__setattr__(self, "overlay", os.fspath(self.overlay))
 
 
-@dataclass(frozen=True)
-class _Predictor:
-    """One row of the ``model`` dimension: a model, or an ensemble of ``members`` (models)."""
-
-    name: str
-    kind: str  # "single" or "ensemble"
-    mode: str
-    members: tuple[str, ...]
-
-
-def _probs(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
-    """``(labels, probs)`` of one model on one dataset: the softmax averaged over every cache
-    (TTA passes, samples) and the pass dim of each (MC dropout)."""
-    check_aligned(caches)
-    total, count = None, 0
-    for c in caches:
-        p = softmax(c["logits"].values)
-        p = p[None] if p.ndim == 2 else p
-        s = p.sum(axis=0)
-        total = s if total is None else total + s
-        count += p.shape[0]
-    return np.asarray(caches[0]["label"].values, np.int64), total / count
-
-
 class _Probs:
     """The probabilities of the predictors on one dataset, each member's computed once."""
 
     def __init__(self, groups: dict[tuple[str, str], list[xr.Dataset]], name: str):
         self.groups, self.name, self._member = groups, name, {}
 
-    def has(self, pred: _Predictor) -> bool:
+    def has(self, pred: Predictor) -> bool:
         return all((m, self.name) in self.groups for m in pred.members)
 
-    def first(self, pred: _Predictor) -> xr.Dataset:
+    def first(self, pred: Predictor) -> xr.Dataset:
         return self.groups[pred.members[0], self.name][0]
 
-    def __call__(self, pred: _Predictor) -> tuple[np.ndarray, np.ndarray]:
-        """``(labels, probs)``: a model's :func:`_probs`, an ensemble's mean over its members
-        (each member weighted equally, whatever its number of passes)."""
+    def __call__(self, pred: Predictor) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels, probs)``: a model's :func:`~uqvision.predictors.mean_softmax`, an
+        ensemble's mean over its members (each member weighted equally, whatever its number of
+        passes)."""
         for m in pred.members:
             if m not in self._member:
-                self._member[m] = _probs(self.groups[m, self.name])
+                self._member[m] = mean_softmax(self.groups[m, self.name])
         if len(pred.members) > 1:
             check_aligned([self.groups[m, self.name][0] for m in pred.members])
         labels = self._member[pred.members[0]][0]
@@ -198,27 +175,6 @@ def _split(n: int, config: ShiftConfig) -> tuple[np.ndarray, np.ndarray]:
     k = min(max(1, round(config.calibration_size * n)), n - 1)
     perm = np.random.default_rng(config.seed).permutation(n)
     return np.sort(perm[:k]), np.sort(perm[k:])
-
-
-def _predictors(models: list[str], modes: dict[str, str], methods: dict[str, str],
-                config: ShiftConfig) -> list[_Predictor]:
-    """The models, then one ensemble per (method of ``config.ensembles``, mode) with >= 2."""
-    out = [_Predictor(m, "single", modes[m], (m,)) for m in models]
-    for method in config.ensembles:
-        by_mode: dict[str, list[str]] = defaultdict(list)
-        for m in models:
-            if methods[m] == method:
-                by_mode[modes[m]].append(m)
-        for mode, members in sorted(by_mode.items()):
-            if len(members) < 2:
-                continue
-            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
-            if name in models:
-                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
-                                 f"{method!r}) has the name of a model: rename that model's "
-                                 "caches or leave the method out of ensembles")
-            out.append(_Predictor(name, "ensemble", mode, tuple(members)))
-    return out
 
 
 def _load_overlay(path: str, sample_ids: list[str]) -> Overlay:
@@ -302,35 +258,11 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         relabelled datasets, relabelled caches without label sets and no ``overlay``.
     """
     config = config or ShiftConfig()
-    # complete caches only (index_caches skips the others with a SkippedCacheWarning)
-    paths = [i.path for i in index_caches(
-        [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
-    if not paths:
-        raise InputError("no complete prediction cache found")
+    # complete caches only (index_caches skips the others with a SkippedCacheWarning):
     # (model, dataset_name) -> caches; dataset_name -> eval-set record
-    groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
-    sets: dict[str, dict] = {}
-    modes: dict[str, set] = defaultdict(set)
-    methods: dict[str, set] = defaultdict(set)
-    checksums = []
-    for path in paths:
-        ds = read_cache(path)
-        if "logits" not in ds:
-            raise InputError(f"cache {Path(path).name!r} has no logits")
-        model, name = str(ds.attrs["model"]), str(ds.attrs["dataset_name"])
-        groups[model, name].append(ds)
-        sets[name] = cache_eval_set(ds.attrs)
-        modes[model].add(str(ds.attrs["mode"]))
-        methods[model].add(str(ds.attrs.get("method", "")))
-        checksums.append(input_checksum(ds))
-    for model, m in modes.items():
-        if len(m) > 1:
-            raise InputError(f"model {model!r} has caches of several prediction modes "
-                             f"{sorted(m)}: score the caches of one mode")
-    models = sorted(modes)
-    preds = _predictors(models, {m: next(iter(v)) for m, v in modes.items()},
-                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
-                        config)
+    read = read_cache_groups(caches)
+    groups, sets, checksums = read.groups, read.sets, read.checksums
+    preds = group_predictors(read.models, read.modes, read.methods, config.ensembles)
     names = [p.name for p in preds]
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
     natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])

@@ -1,0 +1,219 @@
+"""The predictors a protocol scores, read from prediction caches: every model and its ensembles.
+
+A protocol that scores models and ensembles of them (the ``model`` dimension of its result:
+:mod:`uqvision.protocols.shift`, :mod:`uqvision.protocols.ood`) reads its caches with
+:func:`read_cache_groups` (the caches grouped by ``(model, dataset_name)``, each dataset's
+evaluation set, each model's one prediction mode and training method, the input checksums)
+and builds its rows with :func:`group_predictors`: every model, then one *ensemble* row per
+training method of its ``ensembles`` with two or more models in one prediction mode, named
+``<method>[<k>]`` (``<method>_<mode>[<k>]`` for a mode other than ``plain``, e.g.
+``deep_ensemble_tta[5]``). :func:`mean_softmax` is a model's predictive distribution on one
+dataset: the softmax averaged over its caches and passes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from uqmetrics import InputError, input_checksum
+
+from .cache import check_aligned, index_caches, read_cache
+from .evalsets import cache_eval_set
+
+if TYPE_CHECKING:  # xarray is imported on use (by read_cache)
+    import xarray as xr
+
+__all__ = ["CacheGroups", "Predictor", "group_predictors", "mean_softmax", "read_cache_groups"]
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """One row of a result's ``model`` dimension: a model, or an ensemble of models.
+
+    Attributes
+    ----------
+    name : str
+        The row's name: the model's (its caches' ``model`` attr), or the ensemble's
+        ``<method>[<k>]`` / ``<method>_<mode>[<k>]``.
+    kind : str
+        ``single`` (a model) or ``ensemble``.
+    mode : str
+        The prediction mode of its caches (every member's).
+    members : tuple of str
+        The models it averages: ``(name,)`` for a model.
+    """
+
+    name: str
+    kind: str  # "single" or "ensemble"
+    mode: str
+    members: tuple[str, ...]
+
+
+@dataclass
+class CacheGroups:
+    """Prediction caches grouped by model and dataset (:func:`read_cache_groups`).
+
+    Attributes
+    ----------
+    groups : dict
+        ``(model, dataset_name) -> [xarray.Dataset, ...]``: every cache of that model on that
+        dataset (TTA passes, MC-dropout caches), in the order read.
+    sets : dict
+        ``dataset_name -> record``: the dataset's evaluation set (the ``record`` function of
+        :func:`read_cache_groups`, by default :func:`uqvision.evalsets.cache_eval_set`; the
+        last cache read of the dataset).
+    modes : dict
+        ``model -> mode``: its one prediction mode.
+    methods : dict
+        ``model -> method``: its caches' training ``method`` attr (``""`` where none is
+        recorded or its caches record several).
+    checksums : list of str
+        The input checksum of every cache (:func:`uqmetrics.input_checksum`), in the order
+        read, repeats kept.
+    """
+
+    groups: dict[tuple[str, str], list[xr.Dataset]]
+    sets: dict[str, dict]
+    modes: dict[str, str]
+    methods: dict[str, str]
+    checksums: list[str]
+
+    @property
+    def models(self) -> list[str]:
+        """Every model, sorted."""
+        return sorted(self.modes)
+
+
+def _eval_set(ds: xr.Dataset) -> dict:
+    return cache_eval_set(ds.attrs)
+
+
+def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                      record: Callable[[xr.Dataset], dict] = _eval_set) -> CacheGroups:
+    """Read prediction caches and group them by ``(model, dataset_name)``.
+
+    Parameters
+    ----------
+    caches : path or iterable of paths
+        Cache files or folders of them (:func:`uqvision.cache.index_caches`: complete caches
+        only, the others skipped with a ``SkippedCacheWarning``).
+    record : callable, optional
+        ``record(cache) -> dict``: the evaluation-set record of a cache's dataset; default
+        :func:`uqvision.evalsets.cache_eval_set` of its attrs.
+
+    Returns
+    -------
+    CacheGroups
+
+    Raises
+    ------
+    uqmetrics.InputError
+        No complete cache, a cache without ``logits``, caches of several prediction modes for
+        one model.
+    """
+    paths = [i.path for i in index_caches(
+        [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
+    if not paths:
+        raise InputError("no complete prediction cache found")
+    groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
+    sets: dict[str, dict] = {}
+    modes: dict[str, set] = defaultdict(set)
+    methods: dict[str, set] = defaultdict(set)
+    checksums = []
+    for path in paths:
+        ds = read_cache(path)
+        if "logits" not in ds:
+            raise InputError(f"cache {Path(path).name!r} has no logits")
+        model, name = str(ds.attrs["model"]), str(ds.attrs["dataset_name"])
+        groups[model, name].append(ds)
+        sets[name] = record(ds)
+        modes[model].add(str(ds.attrs["mode"]))
+        methods[model].add(str(ds.attrs.get("method", "")))
+        checksums.append(input_checksum(ds))
+    for model, m in modes.items():
+        if len(m) > 1:
+            raise InputError(f"model {model!r} has caches of several prediction modes "
+                             f"{sorted(m)}: score the caches of one mode")
+    return CacheGroups(groups, sets, {m: next(iter(v)) for m, v in modes.items()},
+                       {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
+                       checksums)
+
+
+def group_predictors(models: list[str], modes: Mapping[str, str], methods: Mapping[str, str],
+                     ensembles: Iterable[str]) -> list[Predictor]:
+    """The models, then one ensemble row per (method of ``ensembles``, mode) with >= 2 models.
+
+    Parameters
+    ----------
+    models : list of str
+        The models, in row order.
+    modes, methods : mapping
+        Each model's prediction mode and training method (:class:`CacheGroups`).
+    ensembles : iterable of str
+        Training methods whose models are also scored together, per prediction mode.
+
+    Returns
+    -------
+    list of Predictor
+        A ``single`` row per model, then the ``ensemble`` rows (per method in the given order,
+        per mode sorted), named ``<method>[<k>]``, or ``<method>_<mode>[<k>]`` for a mode other
+        than ``plain``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An ensemble row's name is a model's.
+    """
+    out = [Predictor(m, "single", modes[m], (m,)) for m in models]
+    for method in ensembles:
+        by_mode: dict[str, list[str]] = defaultdict(list)
+        for m in models:
+            if methods[m] == method:
+                by_mode[modes[m]].append(m)
+        for mode, members in sorted(by_mode.items()):
+            if len(members) < 2:
+                continue
+            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
+            if name in models:
+                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
+                                 f"{method!r}) has the name of a model: rename that model's "
+                                 "caches or leave the method out of ensembles")
+            out.append(Predictor(name, "ensemble", mode, tuple(members)))
+    return out
+
+
+def mean_softmax(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
+    """One model's predictive distribution on one dataset.
+
+    Parameters
+    ----------
+    caches : list of xarray.Dataset
+        The model's caches of the dataset (aligned: :func:`uqvision.cache.check_aligned`),
+        each with ``logits`` (sample, class) or (pass, sample, class) and ``label``.
+
+    Returns
+    -------
+    labels : numpy.ndarray
+        (n_samples,) int64, the first cache's.
+    probs : numpy.ndarray
+        (n_samples, n_classes): the softmax averaged over every pass of every cache (TTA
+        passes, MC-dropout samples), each pass weighted equally.
+    """
+    from uqmetrics.calibration import softmax  # scipy: imported on use
+
+    check_aligned(caches)
+    total: Any = None
+    count = 0
+    for c in caches:
+        p = softmax(c["logits"].values)
+        p = p[None] if p.ndim == 2 else p
+        s = p.sum(axis=0)
+        total = s if total is None else total + s
+        count += p.shape[0]
+    return np.asarray(caches[0]["label"].values, np.int64), total / count

@@ -200,3 +200,22 @@ def test_smoke_run_writes_an_ood_result(smoke_run):
     assert sorted(p.name for p in (out / "figures").iterdir())
     fit = json.loads(ds.attrs["fit_data"])
     assert {"dataset_name", "per_class", "seed"} <= set(fit)
+
+
+def test_the_stand_in_split_holds_out_interior_or_end_classes(tmp_path):
+    """Of each ID superclass's classes (in parameter order), near-OOD holds out the middle
+    one (interior) or the last one (end); far-OOD is every class of the other superclasses."""
+    from uqvision.hierarchy import make_hierarchy, read_hierarchy
+    from uqvision.protocols.ood.reproduce import ood_split_classes
+
+    root = make_hierarchy(tmp_path / "h", scale="smoke")
+    info = read_hierarchy(root)
+    ids = info.superclasses[: len(info.superclasses) // 2]
+    by_sup = {s: sorted(c for c in info.classes if info.superclass_of[c] == s)
+              for s in info.superclasses}
+    for position, pick in (("interior", 1), ("end", 2)):  # 3 classes per superclass
+        split = ood_split_classes(root, 1, position)
+        assert split["near"] == sorted(by_sup[s][pick] for s in ids)
+        assert split["id"] == sorted(c for s in ids for c in by_sup[s] if c not in split["near"])
+        assert split["far"] == sorted(c for s in info.superclasses if s not in ids
+                                      for c in by_sup[s])

@@ -1,10 +1,14 @@
 """``uqvision reproduce ood``: OOD detection as OpenOOD v1.5 benchmarks it (Zhang et al. 2023;
 docs/conventions.md#v-6), on the generated ``hierarchy`` stand-in.
 
-The split of the classes (:func:`ood_split_classes`): the ID classes are the first classes of
-each of the first half of the superclasses; **near-OOD** are the held-out classes of those
-same superclasses (same pattern family and palette, another parameter: semantically close);
-**far-OOD** are every class of the other superclasses (other families). The folders the
+The split of the classes (:func:`ood_split_classes`): the ID classes are most classes of each
+of the first half of the superclasses; **near-OOD** are the classes held out of those same
+superclasses (same pattern family and palette, another parameter setting: semantically
+close); **far-OOD** are every class of the other superclasses (other families). The held-out
+classes are spread inside each family's parameter range (``near_position="interior"``, the
+default: each lies between two ID settings, as a near-OOD class lies between known classes),
+or are its last settings (``"end"``: the network must extrapolate, and ReLU networks are then
+over-confident; docs/reproduction-vision.md, V.6). The folders the
 networks predict are symlink views of the generated folders (no image copied): the ID test
 classes, the near and far test classes, and the fit subset: ``per_class`` images of each ID
 class of the training split, drawn with ``seed``.
@@ -13,8 +17,7 @@ A deep ensemble's ``members`` and one MC-dropout network are trained on the ID c
 training split (``ImageTrainConfig(classes=...)``) and predict, with their penultimate
 features and linear head (``PredictConfig(embeddings=True, extra_variables=("head_weight",
 "head_bias"))``), the ID test view (``test``), the fit view (``fit``) and the near and far
-views (eval sets ``ood-near`` / ``ood-far`` where registered, else ``imagenet-o`` with the
-cache attr ``ood_split``). :func:`~.score.score_ood` scores every registered default detector;
+views (eval sets ``ood-near`` / ``ood-far``). :func:`~.score.score_ood` scores every registered default detector;
 the figures and findings follow.
 
 Scales (:data:`OOD_SCALES`): ``smoke`` (tests, about 20 s on 2 cores) and ``cpu`` (the cpu
@@ -31,8 +34,9 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
     OUT/findings.md           uqvision.protocols.ood.findings.ood_findings
 
 ``--set`` options: ``epochs``, ``members``, ``dropout_passes`` (0: no MC-dropout network),
-``per_class`` (fit images per ID class), ``near_per_superclass`` (held-out classes per ID
-superclass).
+``per_class`` (fit images per ID class, drawn by :func:`uqvision.data.subset_choice`, as
+``uqvision data subset`` draws them), ``near_per_superclass`` (held-out classes per ID
+superclass), ``near_position`` (``interior`` or ``end``).
 """
 
 from __future__ import annotations
@@ -42,10 +46,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from uqmetrics import InputError, write_dataset
 
-from ...evalsets import EVAL_SETS
+from ...data import subset_choice
 from ...hierarchy import make_hierarchy, read_hierarchy
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ..base import Reproduction, ensemble_runs, train_and_predict
@@ -54,7 +57,10 @@ from .score import OodConfig, score_ood
 
 __all__ = ["OOD_SCALES", "REPRODUCTION", "SMOKE", "ood_split_classes", "run"]
 
-_BASE = {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "near_per_superclass": 1}
+_BASE = {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "near_per_superclass": 1,
+         "near_position": "interior"}
+#: Where the near-OOD classes sit in each ID superclass's parameter range.
+NEAR_POSITIONS = ("interior", "end")
 #: Scales: name -> settings. ``smoke``: the hierarchy smoke set (6 superclasses x 3 classes: 6
 #: ID, 3 near, 9 far classes), a half-width timm test_resnet, two members and an MC-dropout
 #: network of three epochs, 10 fit images per class. ``cpu``: the cpu hierarchy (8 x 6: 16 ID,
@@ -70,7 +76,8 @@ OOD_SCALES = {
 }
 #: The smoke scale (``OOD_SCALES["smoke"]``).
 SMOKE = OOD_SCALES["smoke"]
-_KEYS = ("epochs", "members", "dropout_passes", "per_class", "near_per_superclass")
+_KEYS = ("epochs", "members", "dropout_passes", "per_class", "near_per_superclass",
+         "near_position")
 
 
 def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
@@ -87,16 +94,19 @@ def _settings(scale: str, arch: str | None, data: str | None, options: dict[str,
                          f"{list(_KEYS)}")
     try:
         for k, v in options.items():
-            s[k] = float(v) if k == "epochs" else int(v)
+            s[k] = float(v) if k == "epochs" else str(v) if k == "near_position" else int(v)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
+    if s["near_position"] not in NEAR_POSITIONS:
+        raise InputError(f"--set near_position must be one of {list(NEAR_POSITIONS)}, got "
+                         f"{s['near_position']!r}")
     if arch is not None:
         s["arch"] = arch
     return s
 
 
-def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1
-                      ) -> dict[str, list[str]]:
+def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1,
+                      near_position: str = "interior") -> dict[str, list[str]]:
     """The ID, near-OOD and far-OOD classes of a generated hierarchy (module docstring).
 
     Parameters
@@ -104,7 +114,11 @@ def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1
     root : path
         A folder written by :func:`uqvision.hierarchy.make_hierarchy`.
     near_per_superclass : int, default 1
-        Classes held out of each ID superclass as near-OOD (its last ones).
+        Classes held out of each ID superclass as near-OOD.
+    near_position : {"interior", "end"}
+        ``interior``: of a superclass's ``n`` classes (in their parameter order), those at
+        positions ``floor((j + 1/2) n / k)``, ``j < k``, spread inside the range; ``end``:
+        the last ``k``.
 
     Returns
     -------
@@ -128,8 +142,11 @@ def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1
             raise InputError(f"near_per_superclass must be in [1, {len(members) - 1}] (a "
                              f"superclass has {len(members)} classes), got "
                              f"{near_per_superclass}")
-        out["id"] += members[:-near_per_superclass]
-        out["near"] += members[-near_per_superclass:]
+        k = near_per_superclass
+        held = (members[-k:] if near_position == "end" else
+                [members[int((j + 0.5) * len(members) / k)] for j in range(k)])
+        out["id"] += [m for m in members if m not in held]
+        out["near"] += held
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -154,26 +171,13 @@ def _views(root: Path, views: Path, split: dict[str, list[str]], per_class: int,
             _link((root / "test" / c).resolve(), folder / c)
         out[name] = folder
     fit = views / "fit"
-    rng = np.random.default_rng([seed, 0x0F17])
     for c in split["id"]:
         files = sorted(p.name for p in (root / "train" / c).iterdir())
-        if per_class > len(files):
-            raise InputError(f"per_class {per_class} exceeds the {len(files)} training images "
-                             f"of class {c!r}")
         (fit / c).mkdir(parents=True, exist_ok=True)
-        for f in sorted(rng.choice(files, size=per_class, replace=False)):
-            _link((root / "train" / c / f).resolve(), fit / c / f)
+        for i in subset_choice([c], [(f, 0) for f in files], per_class, seed):
+            _link((root / "train" / c / files[i]).resolve(), fit / c / files[i])
     out["fit"] = fit
     return out
-
-
-def _ood_eval_set(split: str) -> tuple[str, dict]:
-    """The eval set of a near or far folder and the attrs its caches add: ``ood-<split>``
-    where registered, else ``imagenet-o`` (role ood, no labels) with attr ``ood_split``."""
-    name = f"ood-{split}"
-    if name in EVAL_SETS.names():
-        return name, {}
-    return "imagenet-o", {"ood_split": split}
 
 
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
@@ -186,7 +190,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     root = out / "data"
     if not (root / "classes.json").is_file():
         make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
-    split = ood_split_classes(root, s["near_per_superclass"])
+    split = ood_split_classes(root, s["near_per_superclass"], s["near_position"])
     views = _views(root, out / "views", split, s["per_class"], seed)
     log(f"classes: {len(split['id'])} ID, {len(split['near'])} near, {len(split['far'])} far")
 
@@ -202,10 +206,9 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
                                       PredictConfig(**how, **base), dataset_name=dataset,
                                       overwrite=trained))
         for dataset in ("near", "far"):
-            eval_set, attrs = _ood_eval_set(dataset)
             n += len(predict_to_files(spec, views[dataset], caches,
-                                      PredictConfig(eval_set=eval_set, **how, **base),
-                                      dataset_name=dataset, attrs=attrs, overwrite=trained))
+                                      PredictConfig(eval_set=f"ood-{dataset}", **how, **base),
+                                      dataset_name=dataset, overwrite=trained))
         return n
 
     train_and_predict(ensemble_runs(s, seed, device, tag="ood", classes=tuple(split["id"])),
@@ -214,7 +217,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     scores = score_ood(caches, OodConfig(
         id_dataset="test", fit_data="fit", keep_scores=True, seed=seed,
         fit_info={"per_class": s["per_class"], "seed": seed, "split": "train",
-                  "classes": len(split["id"])}))
+                  "classes": len(split["id"]), "near_position": s["near_position"]}))
     path = write_dataset(scores, out / "ood.nc", overwrite=True)
     from .figures import draw_figures  # matplotlib: imported on use
     from .findings import format_findings, ood_findings

@@ -75,6 +75,28 @@ def _predict_in_process(monkeypatch):
                         0 if requested is None else requested)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _dask_globals_kept_per_module():
+    """dask's global ``scheduler`` setting and default clients as they were before each test
+    module. A thread-based test cluster (``LocalCluster(processes=False)``) runs its tasks in
+    this process: a task's ``get_client()`` registers a client as the process's default and
+    sets ``scheduler="dask.distributed"``, and a cluster closed under a task leaves that client
+    registered. xarray's netCDF writes in later modules then ask dask for that scheduler
+    ("no Client active", "ConnectionPool is closed"). Test hygiene only: a sweep's own
+    cluster runs its workers in processes."""
+    import dask
+    import distributed.client as dc
+
+    before = dask.config.get("scheduler", None)
+    yield
+    for c in list(dc._global_clients.values()):
+        dc._del_global_client(c)
+    if before is None:
+        dask.config.config.pop("scheduler", None)
+    else:
+        dask.config.set(scheduler=before)
+
+
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory):
     """13 images per class: 65 train / 65 test images (an odd count, for uneven shards)."""

@@ -95,4 +95,33 @@ CONVENTIONS: dict[str, str] = {
     "with an empty set left out; NaN with a warning if none has a label (Beyer 2020)",
     "masked_accuracy": "S.7: argmax over the masked classes only (logits or probs; ties to the "
     "lowest class index), labels in the full class space and inside the mask (ImageNet-A/R)",
+    # conformal prediction sets (uqmetrics.conformal, functions of (sets, labels); not registered
+    # metrics: the metric kinds have no (sets, labels) signature), S.8
+    "conformal_scores": "S.8: higher = less conforming; thr = 1 - p_y; aps = mass of the classes "
+    "ranked above y + U p_y; raps = aps + lam max(0, o(x,y) - k_reg), o the 1-based rank; classes "
+    "ranked by decreasing p, ties by class index (lower first); ONE uniform U per sample (not per "
+    "class, U = 1 unless randomized; never on the penalty), the same U for the sample's "
+    "calibration score and all its class scores",
+    "conformal_quantile": "S.8: qhat = the ceil((n+1)(1-alpha))-th smallest of the n calibration "
+    "scores (np.quantile at ceil((n+1)(1-alpha))/n, method='lower', as MAPIE); +inf when "
+    "ceil((n+1)(1-alpha)) > n; Mondrian: the same within each class's calibration samples",
+    "conformal_sets": "S.8: {y: s(x,y) <= qhat} (non-strict; empty sets allowed, no top-1 "
+    "forced); Mondrian: s(x,y) <= qhat_y",
+    "raps_tuning": "S.8: on a tuning split (default the first ceil(0.3 n_cal) of the calibration "
+    "samples, which then do not calibrate): k_reg = 1 + quantile(0-based true-label ranks, "
+    "1 - alpha, method='higher'); lam = argmin over (0, 1e-3, 1e-2, 0.1, 0.2, 0.5) of the mean "
+    "set size when calibrated and evaluated on the tuning split, first on ties (official "
+    "pick_kreg/pick_lamda_size, plus lam = 0)",
+    "conformal_coverage": "S.8: marginal coverage, fraction of test samples with y in the set",
+    "mean_set_size": "S.8: mean number of classes in the test sets (empty sets count 0)",
+    "median_set_size": "S.8: numpy median of the test set sizes (mean of the middle two)",
+    "empty_fraction": "S.8: fraction of test sets that are empty",
+    "sscv": "S.8: size-stratified coverage violation, max over non-empty strata of |coverage - "
+    "(1 - alpha)|, strata 0-1, 2-3, 4-6, 7-10, 11-100, 101-1000 inclusive (official RAPS code); "
+    "sizes in no stratum ignored; NaN if all strata are empty",
+    "covgap": "S.8: mean over the classes present in the test labels of |class coverage - "
+    "(1 - alpha)|, a fraction, not x100 (Ding et al. 2023)",
+    "conformal_trials": "S.8: trials random permutations (default_rng(seed)), then uniforms "
+    "(trials, n) from the same generator; per trial [tune | calibrate] = first n_cal, test = "
+    "the rest; metrics per trial, not averaged",
 }

@@ -64,7 +64,8 @@ def test_study_writes_file_and_plots(study_dir):
     cfg = ds.attrs["config"]
     assert cfg["task"] == "sinusoid" and cfg["train"]["members"] == 2 and cfg["train"]["epochs"] == 3
     pngs = sorted(p.name for p in (study_dir / "plots").iterdir())
-    assert pngs == ["bands_c1.png", "bands_c2.png", "probes_vs_complexity.png"]
+    assert pngs == ["bands_c1.png", "bands_c2.png", "conditional_coverage_c1.png", "conditional_coverage_c2.png",
+                    "conditional_vs_complexity.png", "probes_vs_complexity.png"]
     assert all(_is_png(study_dir / "plots" / p) for p in pngs)
     assert not [p for p in study_dir.iterdir() if p.name.endswith(".tmp")]
 
@@ -84,9 +85,10 @@ def test_plot_redraws_from_the_file(study_dir, tmp_path, capsys):
     """``plot DIR`` finds DIR/study.nc and draws every figure from the file alone."""
     assert cli.main(["plot", str(study_dir), "--out", str(tmp_path / "again")]) == 0
     names = sorted(p.name for p in (tmp_path / "again").iterdir())
-    assert names == ["bands_c1.png", "bands_c2.png", "probes_vs_complexity.png"]
+    assert names == ["bands_c1.png", "bands_c2.png", "conditional_coverage_c1.png", "conditional_coverage_c2.png",
+                     "conditional_vs_complexity.png", "probes_vs_complexity.png"]
     assert all(_is_png(tmp_path / "again" / n) for n in names)
-    assert capsys.readouterr().out.count("wrote") == 3
+    assert capsys.readouterr().out.count("wrote") == 6
 
 
 def test_overwrite_replaces_the_file(tmp_path):

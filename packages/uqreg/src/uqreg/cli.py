@@ -24,6 +24,7 @@ import xarray as xr
 from uqmetrics import InputError, run_command
 from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs
 
+from .conformal import SCORES
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
 from .engine.config import DTYPES, ConfigError
@@ -143,7 +144,8 @@ STUDY_OPTIONS = (
     ConfigOption("complexities", type=_ints, default=None,
                  help="levels, e.g. 1,2,3 or 1-10 (default: the task's)"),
     ConfigOption("methods", type=_strs, default=None,
-                 help=f"comma-separated ({', '.join(METHODS.names())}; default all)"),
+                 help=f"comma-separated ({', '.join(METHODS.names())}; default all); <method>+<score> is the "
+                 f"method's split-conformal version, score {' or '.join(SCORES.names())} (e.g. ens+cp_abs)"),
     ConfigOption("recipes", type=_strs, default=None,
                  help="comma-separated training recipes, run side by side (default paper): "
                  + "; ".join(RECIPES.describe().splitlines())),
@@ -151,6 +153,10 @@ STUDY_OPTIONS = (
     ConfigOption("seed", type=int, default=None, help="task seed, 0 to 2**63 - 1 (default {default})"),
     ConfigOption("n_train", type=int, default=None, help="training-set size override"),
     ConfigOption("sigma", type=float, default=None, help="noise std override"),
+    ConfigOption("n_cal", type=int, default=None,
+                 help="calibration points per repetition of the conformal methods (default {default})"),
+    ConfigOption("alpha", type=float, default=None,
+                 help="miscoverage of every method's interval for a new observation (default {default})"),
 )
 TRAIN_OPTIONS = (
     ConfigOption("members", type=int, default=None, help="ensemble members (default {default})"),
@@ -296,7 +302,8 @@ _FIT_LABELS = {"noise": ("R² < 0", FIT_VERDICTS["noise"]),
 
 def _deep_methods(ds: xr.Dataset) -> list[str]:
     """The study's trained methods (not the closed-form reference)."""
-    return [str(m) for m in ds.method.values if str(m) not in METHODS or METHODS.lookup(str(m)).closed_form is None]
+    base = [str(m).split("+", 1)[0] for m in ds.method.values]  # a conformal version trains its base's networks
+    return [str(m) for m, b in zip(ds.method.values, base) if b not in METHODS or METHODS.lookup(b).closed_form is None]
 
 
 def _fit_per_level(ds: xr.Dataset, recipe, method) -> tuple[np.ndarray, list[str]]:
@@ -492,6 +499,9 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 def cmd_methods(a: argparse.Namespace) -> int:
     for name, m in METHODS.items_ordered():
         print(f"{name:<8} {m.description}")
+    print("split-conformal versions, <method>+<score> (e.g. ens+cp_abs):")
+    for name, sc in SCORES.items_ordered():
+        print(f"+{name:<7} {sc.description}")
     return 0
 
 

@@ -9,6 +9,12 @@ Register a new method with::
 
     register_method(Method("ens_wide", "ensemble of wider nets", head="deterministic",
                            ensemble=True, overrides={"hidden": (256, 128, 64)}))
+
+Every method also has a split-conformal version per registered conformal score
+(:data:`uqreg.conformal.SCORES`), named ``<method>+<score>`` (``ens+cp_abs``, ``bd+cp_std``):
+:func:`get_method` builds it as a :class:`ConformalMethod`, which trains exactly the networks of
+its base method (same configuration, same random streams) and calibrates their predictions on
+the study's calibration points (docs/conventions.md#r-6).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from uqmetrics.exceptions import InputError
 from uqmetrics.registry import Registry
 
+from . import conformal
 from .diagnostics import collapsed, constant_loss, half_mse
 from .engine import HEADS, SAMPLERS, NetworkBatch, TrainConfig, TrainJob, execute, make_plan
 from .reference import fit_reference
@@ -38,19 +46,34 @@ class MethodResult:
         averaged).
     collapsed_fraction : ndarray, shape (R,)
         Fraction of the repetition's networks that are collapsed (:mod:`uqreg.diagnostics`).
+    cal_prediction, cal_uncertainty : ndarray, shape (R, C), optional
+        Mean and epistemic std at each repetition's calibration points (None without them).
+    interval_low, interval_high : ndarray, shape (R, T), optional
+        The method's 1 − α interval for a new observation at the test inputs: the
+        split-conformal interval of a :class:`ConformalMethod`, else the Gaussian predictive
+        interval ``prediction ± z_{1−α/2}·sqrt(uncertainty² + σ²)`` (:meth:`Method.intervals`).
+    conformal_quantile : ndarray, shape (R,), optional
+        The conformal quantile q of each repetition (NaN for a method that is not conformal).
     """
 
     prediction: np.ndarray
     uncertainty: np.ndarray
     train_loss: np.ndarray
     collapsed_fraction: np.ndarray
+    cal_prediction: np.ndarray | None = None
+    cal_uncertainty: np.ndarray | None = None
+    interval_low: np.ndarray | None = None
+    interval_high: np.ndarray | None = None
+    conformal_quantile: np.ndarray | None = None
 
     @classmethod
-    def from_networks(cls, prediction, uncertainty, fit: np.ndarray, y: np.ndarray) -> MethodResult:
-        """Diagnostics from the networks' fits ``fit (R, M, N)`` to the targets ``y (R, N)``."""
+    def from_networks(cls, prediction, uncertainty, fit: np.ndarray, y: np.ndarray, **cal) -> MethodResult:
+        """Diagnostics from the networks' fits ``fit (R, M, N)`` to the targets ``y (R, N)``;
+        ``cal`` holds ``cal_prediction`` and ``cal_uncertainty`` (R, C) where there are
+        calibration points."""
         loss = half_mse(fit, y[:, None, :])  # (R, M)
         bad = collapsed(loss, constant_loss(y)[:, None])
-        return cls(prediction, uncertainty, loss.mean(axis=1), bad.mean(axis=1))
+        return cls(prediction, uncertainty, loss.mean(axis=1), bad.mean(axis=1), **cal)
 
 
 @dataclass(frozen=True)
@@ -70,8 +93,10 @@ class Method:
     adversarial : bool
         Add FGSM inputs to the loss.
     closed_form : callable, optional
-        ``(instance, y (R, N), cfg) -> (mean (R, T), std (R, T), fit (R, N))`` for methods that
-        need no training (the reference); ``fit`` is the prediction at the training inputs.
+        ``(instance, y (R, N), cfg, x_cal=None) -> (mean (R, T), std (R, T), fit (R, N), cal_mean,
+        cal_std)`` for methods that need no training (the reference); ``fit`` is the prediction at
+        the training inputs, ``cal_mean``/``cal_std`` (R, C) those at the calibration inputs
+        ``x_cal (R, C, d)`` (None when ``x_cal`` is None).
     overrides : dict
         TrainConfig fields this method changes.
     """
@@ -96,7 +121,7 @@ class Method:
         return NetworkBatch(np.repeat(reps, m), np.tile(np.arange(m, dtype=np.int64), len(reps)))
 
     def job(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-            epochs: int | None = None) -> TrainJob:
+            epochs: int | None = None, x_cal: np.ndarray | None = None) -> TrainJob:
         """What this method trains on ``instance`` (the engine's plan decides how).
 
         Parameters
@@ -109,33 +134,73 @@ class Method:
             Before this method's overrides.
         epochs : int, optional
             Defaults to ``cfg.epochs`` or 300·c.
+        x_cal : ndarray, shape (R, C, d), optional
+            Calibration inputs of the repetitions (row i ↔ repetitions[i]), predicted as well.
         """
         cfg = replace(cfg, **self.overrides)
         reps = np.asarray(repetitions, dtype=np.int64)
         y_full = np.zeros((int(reps.max()) + 1, y.shape[1]))  # rows indexed by repetition number
         y_full[reps] = y
+        cal_full = None
+        if x_cal is not None:
+            cal_full = np.zeros((int(reps.max()) + 1, *np.shape(x_cal)[1:]))
+            cal_full[reps] = x_cal
         return TrainJob(x_train=instance.x_train, y=y_full, x_test=instance.x_test, nets=self.networks(reps, cfg),
                         seed=instance.seed, sigma=instance.sigma, head=self.head, sampler=self.sampler,
-                        adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs)
+                        adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs,
+                        x_cal=cal_full)
 
     def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-            epochs: int | None = None, progress=None) -> MethodResult:
+            epochs: int | None = None, progress=None, calibration=None, alpha: float = 0.05) -> MethodResult:
         """Train on every repetition and predict at ``instance.x_test``.
 
-        Parameters are those of :meth:`job`; ``progress`` receives finished epochs.
+        Parameters are those of :meth:`job`; ``progress`` receives finished epochs;
+        ``calibration`` is ``(x_cal (R, C, d), y_cal (R, C))`` (:meth:`TaskInstance.calibration`)
+        or None, and ``alpha`` the miscoverage level of the intervals (:meth:`intervals`).
         """
+        return self.intervals(self.train_predict(instance, y, repetitions, cfg, epochs=epochs, progress=progress,
+                                                 x_cal=None if calibration is None else calibration[0]),
+                              instance.sigma, calibration, alpha)
+
+    def train_predict(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
+                      epochs: int | None = None, progress=None, x_cal: np.ndarray | None = None) -> MethodResult:
+        """Train and predict at the test (and calibration) inputs, without intervals: what a
+        method and its conformal versions share (a study computes it once for all of them)."""
         y = np.asarray(y, dtype=np.float64)
         r = y.shape[0]
         if self.closed_form is not None:
-            mean, std, fit = self.closed_form(instance, y, replace(cfg, **self.overrides))
-            return MethodResult.from_networks(mean, std, fit[:, None, :], y)
-        job = self.job(instance, y, repetitions, cfg, epochs=epochs)
+            mean, std, fit, cal_mean, cal_std = self.closed_form(instance, y, replace(cfg, **self.overrides),
+                                                                 x_cal=x_cal)
+            return MethodResult.from_networks(mean, std, fit[:, None, :], y, cal_prediction=cal_mean,
+                                              cal_uncertainty=cal_std)
+        job = self.job(instance, y, repetitions, cfg, epochs=epochs, x_cal=x_cal)
         result = execute(job, progress=progress)
         fit = result.fit.reshape(r, -1, result.fit.shape[1])  # (R, M, N), M = 1 without an ensemble
         if not self.ensemble:
-            return MethodResult.from_networks(result.mean, result.std, fit, y)
+            return MethodResult.from_networks(result.mean, result.std, fit, y, cal_prediction=result.cal_mean,
+                                              cal_uncertainty=result.cal_std)
+        ddof = job.cfg.std_ddof
         members = result.mean.reshape(r, job.cfg.members, -1)  # (R, M, T)
-        return MethodResult.from_networks(members.mean(axis=1), members.std(axis=1, ddof=job.cfg.std_ddof), fit, y)
+        cal = {}
+        if result.cal_mean is not None:
+            cal_m = result.cal_mean.reshape(r, job.cfg.members, -1)  # (R, M, C)
+            cal = {"cal_prediction": cal_m.mean(axis=1), "cal_uncertainty": cal_m.std(axis=1, ddof=ddof)}
+        return MethodResult.from_networks(members.mean(axis=1), members.std(axis=1, ddof=ddof), fit, y, **cal)
+
+    def intervals(self, result: MethodResult, sigma: float, calibration=None, alpha: float = 0.05) -> MethodResult:
+        """``result`` with its 1 − α intervals for a new observation: the Gaussian predictive
+        interval ``mean ± z_{1−α/2}·sqrt(std² + σ²)`` (for ``blr`` the exact posterior
+        predictive one); :class:`ConformalMethod` overrides it with its split-conformal interval.
+        ``calibration`` is unused here."""
+        low, high = conformal.gaussian_interval(result.prediction, result.uncertainty, sigma, alpha)
+        return replace(result, interval_low=low, interval_high=high,
+                       conformal_quantile=np.full(result.prediction.shape[0], np.nan))
+
+    @property
+    def trains_as(self) -> str:
+        """The name of the method whose networks this one trains (itself; a conformal version's
+        base), so a study trains them once."""
+        return self.name
 
     def n_epochs_total(self, instance: TaskInstance, cfg: TrainConfig, n_reps: int,
                        epochs: int | None = None) -> int:
@@ -146,16 +211,88 @@ class Method:
         return job.epochs * make_plan(job).n_chunks
 
 
-def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig):
+@dataclass(frozen=True)
+class ConformalMethod(Method):
+    """The split-conformal version ``<base>+<score>`` of a registered method (R.6).
+
+    It trains exactly the networks of ``base`` (its head, sampler, FGSM flag, ensemble flag,
+    closed form and overrides are copied from it) and replaces the base's interval by the
+    split-conformal interval of the score ``score`` (:data:`uqreg.conformal.SCORES`) calibrated
+    on the repetition's calibration points. Its ``prediction`` is the base's mean and its
+    ``uncertainty`` the interval's half-width divided by ``z_{1−α/2}`` (the std of the Gaussian
+    with the same central interval), so the coverage summary of R.4 reads the conformal interval.
+    Build it with :func:`get_method` (``get_method("ens+cp_abs")``).
+    """
+
+    base: str = ""
+    score: str = ""
+
+    def __post_init__(self):
+        b = METHODS.lookup(self.base)
+        conformal.get_score(self.score)
+        for f in ("head", "ensemble", "sampler", "adversarial", "closed_form", "overrides"):
+            object.__setattr__(self, f, getattr(b, f))
+        super().__post_init__()
+
+    @property
+    def trains_as(self) -> str:
+        return self.base
+
+    def intervals(self, result: MethodResult, sigma: float, calibration=None, alpha: float = 0.05) -> MethodResult:
+        """``result`` (the base's predictions, with those at the calibration points) with the
+        split-conformal interval calibrated on ``calibration = (x_cal, y_cal (R, C))``.
+
+        Raises
+        ------
+        InputError
+            Without calibration points (``calibration`` None or ``n_cal`` 0).
+        """
+        if calibration is None or result.cal_prediction is None:
+            raise InputError(f"method {self.name!r} needs calibration points (n_cal >= 1), got none")
+        cal_std = result.cal_uncertainty
+        if cal_std is None:
+            cal_std = np.zeros_like(result.cal_prediction)
+        low, high, q = conformal.calibrate(conformal.get_score(self.score), calibration[1], result.cal_prediction,
+                                           cal_std, result.prediction, result.uncertainty, alpha)
+        with np.errstate(invalid="ignore"):
+            unc = (high - low) / (2 * conformal.interval_z(alpha))
+        return replace(result, uncertainty=unc, interval_low=low, interval_high=high, conformal_quantile=q)
+
+
+def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig, x_cal: np.ndarray | None = None):
     post = fit_reference(instance.features(instance.x_train), y, instance.sigma)
     mean, std = post.predict(instance.features(instance.x_test))
-    return mean, np.broadcast_to(std, mean.shape).copy(), post.predict(instance.features(instance.x_train))[0]
+    cal_mean = cal_std = None
+    if x_cal is not None:  # each repetition's posterior at its own calibration inputs
+        pairs = [post.predict(instance.features(x))
+                 for x in np.asarray(x_cal, dtype=np.float64)]
+        cal_mean = np.stack([m[r] for r, (m, _) in enumerate(pairs)])
+        cal_std = np.stack([sd for _, sd in pairs])
+    return (mean, np.broadcast_to(std, mean.shape).copy(), post.predict(instance.features(instance.x_train))[0],
+            cal_mean, cal_std)
 
 
 METHODS: Registry[Method] = Registry("method")
 register_method = METHODS.register
-get_method = METHODS.lookup
 list_methods = METHODS.names
+
+
+def get_method(name: str) -> Method:
+    """The registered method ``name``, or the split-conformal version ``<method>+<score>`` of one
+    (:class:`ConformalMethod`); ``ValueError`` naming the valid methods and scores otherwise."""
+    if isinstance(name, str) and "+" in name:
+        base, score = name.split("+", 1)
+        if base not in METHODS or score not in conformal.SCORES:
+            raise InputError(f"unknown method {name!r}: a conformal version is <method>+<score> with a method of "
+                             f"{', '.join(list_methods())} and a score of {', '.join(conformal.SCORES.names())}")
+        sc = conformal.SCORES[score]
+        return ConformalMethod(name, f"{sc.description}, around {base}", base=base, score=score)
+    return METHODS.lookup(name)
+
+
+def conformal_method_names() -> list[str]:
+    """Every ``<method>+<score>`` name (methods in registration order, then scores)."""
+    return [f"{m}+{s}" for m in list_methods() for s in conformal.SCORES.names()]
 
 
 for _m in (

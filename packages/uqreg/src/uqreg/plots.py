@@ -7,7 +7,12 @@
   points (Figs. 3, 6, and 4, 5), with a last row of collapse diagnostics (collapsed fraction,
   R² of the fit, training loss relative to the best constant's);
 * :func:`plot_coverage_map` — log10 deviation, log10 uncertainty and coverage over the 2-D test
-  grid per method (Fig. 7).
+  grid per method (Fig. 7);
+* :func:`plot_conditional_coverage` — the exact conditional coverage of each method's 1 − α
+  interval against x, in and out of the training range, the mean over noise draws with the band of
+  their central 80 %, beside the reference's (R.6); on a 2-D grid a map per method;
+* :func:`plot_conditional_vs_complexity` — the same per region against complexity, with the
+  interval width relative to the reference's.
 
 A study with several recipes gets each figure once per recipe (``recipe=``).
 """
@@ -255,6 +260,111 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
     return fig
 
 
+#: The central share of the noise draws the conditional-coverage bands span (10th to 90th percentile).
+BAND_QUANTILES = (0.1, 0.9)
+
+
+def _band(ax, x, da: xr.DataArray, *, color=None, label=None, linestyle="-"):
+    """Mean over ``repetition`` as a line and the 10th–90th percentile over it as a band."""
+    lo, hi = (da.quantile(q, dim="repetition").values for q in BAND_QUANTILES)
+    (line,) = ax.plot(x, da.mean("repetition").values, color=color, label=label, linestyle=linestyle, linewidth=1.2)
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    return line
+
+
+def _nominal(ds: xr.Dataset) -> float:
+    return 1 - float(ds.attrs.get("alpha", 0.05))
+
+
+def plot_conditional_coverage(ds: xr.Dataset, complexity, *, methods=None, recipe=None):
+    """Exact conditional coverage ``P(y ∈ interval | x)`` against x, a panel per method (R.6).
+
+    Each panel shows the method's mean over noise draws and the band of their central 80 %, the
+    reference's posterior predictive interval in grey, the nominal 1 − α (dashed) and the
+    out-of-distribution test points shaded. On a 2-D grid task: a map of the mean per method.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    ds, rname = _recipe(ds, recipe)
+    methods = list(methods or ds.method.values)
+    sub = ds.sel(complexity=complexity)
+    nominal = _nominal(ds)
+    title = (f"{ds.attrs.get('task')}: conditional coverage of the {nominal:.0%} intervals, "
+             f"{ds.attrs.get('complexity_name', 'complexity')} = {complexity}" + (f", recipe {rname}" if rname else ""))
+    if {"x1", "x2"} <= set(ds.coords):
+        grid = sub.set_index(point=["x1", "x2"]).unstack("point")
+        panels = [("reference (blr predictive)", grid.reference_conditional_coverage)]
+        panels += [(str(m), grid.conditional_coverage.sel({"method": m})) for m in methods]
+        ncol = min(4, len(panels))
+        nrow = -(-len(panels) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.4 * nrow), squeeze=False)
+        box = (*ds.attrs["train_box"], *ds.attrs["train_box"]) if "train_box" in ds.attrs else None
+        for ax, (name, da) in zip(axes.flat, panels):
+            plot_heatmap(da.mean("repetition"), x="x1", y="x2", ax=ax, vmin=0, vmax=1, box=box, title=name)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        fig.suptitle(title)
+        fig.tight_layout(rect=(0, 0, 1, 0.96))
+        return fig
+    xname = _axis_coord(ds)
+    x = sub[xname].values
+    out = ~sub.in_distribution.values.astype(bool)
+    ncol = min(4, len(methods))
+    nrow = -(-len(methods) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3 * nrow), squeeze=False, sharey=True)
+    for ax, m in zip(axes.flat, methods):
+        _band(ax, x, sub.reference_conditional_coverage, color="0.5", label="reference", linestyle="--")
+        _band(ax, x, sub.conditional_coverage.sel({"method": m}), color="C0", label=str(m))
+        ax.axhline(nominal, color="k", linestyle=":", linewidth=1, label=f"1 − α = {nominal:g}")
+        ax.fill_between(x, 0, 1, where=out, color="0.9", zorder=0, linewidth=0, label="out of distribution")
+        ratio = float(sub.width_ratio.sel({"method": m}).where(~out).mean())
+        ax.set_title(f"{m}\nwidth / reference's in distribution: {ratio:.2f}", fontsize=9)
+        ax.set_xlabel(xname)
+        ax.set_ylim(0, 1.02)
+    axes[0, 0].set_ylabel("P(y ∈ interval | x)")
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def plot_conditional_vs_complexity(ds: xr.Dataset, *, methods=None, recipe=None):
+    """Conditional coverage (mean over the region's points) and interval width relative to the
+    reference's, in and out of distribution, against complexity: a line per method with the band
+    of the central 80 % of noise draws, the reference dashed grey, 1 − α dotted (R.6)."""
+    ds, rname = _recipe(ds, recipe)
+    methods = list(methods or ds.method.values)
+    c = ds.complexity.values
+    inside = ds.in_distribution.astype(bool)
+    width = {"in": ds.width_ratio.where(inside).mean("point"), "out": ds.width_ratio.where(~inside).mean("point")}
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False, sharex=True)
+    for j, region in enumerate(("in", "out")):
+        ax = axes[0, j]
+        _band(ax, c, ds.region_reference_conditional_coverage.sel(region=region), color="0.5", label="reference",
+              linestyle="--")
+        for i, m in enumerate(methods):
+            _band(ax, c, ds.region_conditional_coverage.sel({"region": region, "method": m}), color=f"C{i % 10}",
+                  label=str(m))
+            _band(axes[1, j], c, width[region].sel({"method": m}), color=f"C{i % 10}", label=str(m))
+        ax.axhline(_nominal(ds), color="k", linestyle=":", linewidth=1)
+        ax.set_title(f"{'in' if region == 'in' else 'out of'} distribution")
+        axes[1, j].axhline(1.0, color="0.5", linestyle="--", linewidth=1)
+        axes[1, j].set_yscale("log")
+        axes[1, j].set_xlabel(ds.attrs.get("complexity_name", "complexity"))
+        axes[1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("conditional coverage\n(mean over points)")
+    axes[1, 0].set_ylabel("interval width / reference's")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{ds.attrs.get('task')}: conditional coverage of the {_nominal(ds):.0%} intervals "
+                 f"(k={ds.sizes['repetition']})" + (f", recipe {rname}" if rname else ""))
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
 def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
     """Draw every figure a study supports into ``out_dir``; returns the PNG paths. With several
     recipes every file name gets a ``_<recipe>`` suffix. A dataset that is not a study is refused
@@ -281,6 +391,14 @@ def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
         if len(ds.complexity) > 1 or not drawn:
             fig = plot_probes(ds, recipe=r)
             drawn.append(save_figure(fig, out / f"probes_vs_complexity{tag}.png"))
+            plt.close(fig)
+        if "conditional_coverage" in ds.data_vars:  # R.6; files written before it have none
+            for c in comps:
+                fig = plot_conditional_coverage(ds, c, recipe=r)
+                drawn.append(save_figure(fig, out / f"conditional_coverage_c{c}{tag}.png"))
+                plt.close(fig)
+            fig = plot_conditional_vs_complexity(ds, recipe=r)
+            drawn.append(save_figure(fig, out / f"conditional_vs_complexity{tag}.png"))
             plt.close(fig)
         paths.extend(drawn)
     return paths

@@ -27,6 +27,8 @@ PURPOSES = {
     "dropout": 4,
     "bootstrap": 5,
     "mc": 6,
+    "calibration": 7,
+    "mc_calibration": 8,
 }
 
 _MASK64 = (1 << 64) - 1

@@ -15,8 +15,13 @@
   :func:`uqmetrics.coverage_summary` (coverage with Wilson/Clopper–Pearson bounds and the
   paper's bars, mean deviation and uncertainty with standard errors, the ratio to the reference,
   in-/out-of-distribution summaries);
+* every method's 1 − α interval for a new observation, ``interval_low``/``interval_high``
+  (recipe, method, complexity, repetition, point), with ``conformal_quantile`` per repetition for
+  the split-conformal methods ``<method>+<score>`` (their calibration points are drawn per
+  repetition, ``n_cal`` of them), and the exact conditional coverage of those intervals and of
+  the reference's, :func:`conditional_diagnostics` (docs/conventions.md#r-6);
 * provenance attrs (config, seeds, versions, device, wall time per method, and each recipe's
-  definition).
+  definition; ``n_cal``, ``alpha``).
 
 Arrays whose size changes with the complexity (test inputs of growing dimension, training sets
 of growing size) are NaN-padded along ``input_dim`` / ``train_point``; ``n_train`` and
@@ -44,7 +49,10 @@ from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TaskInstance, get_task
 
 #: The variables a study (or a sweep cell) computes; everything else is task data or derived.
-RAW_VARS = ("prediction", "uncertainty", "train_loss", "collapsed_fraction")
+RAW_VARS = ("prediction", "uncertainty", "train_loss", "collapsed_fraction", "interval_low", "interval_high",
+            "conformal_quantile")
+#: The raw variables over (..., repetition, point); the others are over (..., repetition).
+_POINT_VARS = ("prediction", "uncertainty", "interval_low", "interval_high")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,13 @@ class StudyConfig:
         Task seed (γ, training inputs, noise, initialisations ... all derive from it).
     n_train, sigma : optional
         Overrides of the task's training-set size and noise level.
+    n_cal : int
+        Calibration points per repetition of the split-conformal methods (``<method>+<score>``),
+        drawn like the training points from the repetition's own stream (R.6); 0: none (then
+        no conformal method can run).
+    alpha : float
+        Miscoverage level of every method's interval for a new observation (R.6); the
+        intervals have nominal coverage 1 − alpha.
     train : TrainConfig
         Network/optimiser/method hyper-parameters.
     """
@@ -83,6 +98,8 @@ class StudyConfig:
     seed: int = 0
     n_train: int | None = None
     sigma: float | None = None
+    n_cal: int = 100
+    alpha: float = 0.05
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def resolved(self) -> StudyConfig:
@@ -120,6 +137,13 @@ class StudyConfig:
             raise ConfigError("n_train", "must be an integer >= 1", self.n_train)
         if self.sigma is not None and not (is_finite(self.sigma) and self.sigma > 0):
             raise ConfigError("sigma", "must be a positive number", self.sigma)
+        if not is_int(self.n_cal) or self.n_cal < 0:
+            raise ConfigError("n_cal", "must be an integer >= 0", self.n_cal)
+        if not (is_finite(self.alpha) and 0 < self.alpha < 1):
+            raise ConfigError("alpha", "must be a number in (0, 1)", self.alpha)
+        conformal = [m for m in methods if get_method(m).trains_as != m]
+        if conformal and self.n_cal < 1:
+            raise ConfigError("n_cal", f"must be >= 1 for the conformal methods {', '.join(conformal)}", self.n_cal)
         ensembles = [m for m in methods if get_method(m).ensemble]
         if ensembles and self.train.members < 2:
             raise ConfigError("members", f"must be >= 2 (an ensemble of one network has no spread; ensemble "
@@ -246,20 +270,22 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     if len(n_points) != 1:
         raise ValueError(f"task {cfg.task!r} has a varying number of test points across complexities: {n_points}")
     methods = [get_method(m) for m in cfg.methods]
-    trained = [m for m in methods if m.closed_form is None]
+    trained = list({m.trains_as: m for m in methods if m.closed_form is None}.values())  # each base once
+    calibrated = {m.trains_as for m in methods if m.trains_as != m.name}  # bases predicted at calibration points
     total = sum(m.n_epochs_total(inst, cfg.train_config(r), len(reps))
                 for r in cfg.recipes for inst in instances for m in trained)
     bar = progress_bar(total, f"{cfg.task} study", enabled=progress)
     wall = {m.name: 0.0 for m in methods}
     shape = (len(cfg.recipes), len(methods), len(instances), len(reps))
     n_test = n_points.pop()
-    out = {name: np.full((*shape, n_test) if name in ("prediction", "uncertainty") else shape, np.nan)
-           for name in RAW_VARS}
+    out = {name: np.full((*shape, n_test) if name in _POINT_VARS else shape, np.nan) for name in RAW_VARS}
     ys = []
     for j, inst in enumerate(instances):
         y = inst.targets(reps)
         ys.append(y)
+        calibration = inst.calibration(reps, cfg.n_cal) if cfg.n_cal else None
         for k, recipe in enumerate(cfg.recipes):
+            shared = {}  # trains_as -> predictions: a method and its conformal versions train once
             for i, method in enumerate(methods):
                 if method.closed_form is not None and k > 0:  # the reference has no recipe
                     for name in RAW_VARS:
@@ -267,7 +293,11 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
                     continue
                 bar.set_postfix_str(f"{inst.task.complexity_name}={inst.complexity} {recipe} {method.name}")
                 t0 = time.perf_counter()
-                res = method.run(inst, y, reps, cfg.train_config(recipe), progress=bar.update)
+                if method.trains_as not in shared:  # the base method's run: its predictions, and its own interval
+                    shared[method.trains_as] = get_method(method.trains_as).run(
+                        inst, y, reps, cfg.train_config(recipe), progress=bar.update, alpha=cfg.alpha,
+                        calibration=calibration if method.trains_as in calibrated else None)
+                res = method.intervals(shared[method.trains_as], inst.sigma, calibration, cfg.alpha)
                 wall[method.name] += time.perf_counter() - t0
                 for name in RAW_VARS:
                     out[name][k, i, j] = getattr(res, name)
@@ -304,6 +334,9 @@ def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
         {
             "prediction": ((*per_rep, "point"), pred),
             "uncertainty": ((*per_rep, "point"), out["uncertainty"]),
+            "interval_low": ((*per_rep, "point"), out["interval_low"]),
+            "interval_high": ((*per_rep, "point"), out["interval_high"]),
+            "conformal_quantile": (per_rep, out["conformal_quantile"]),
             "train_loss": (per_rep, out["train_loss"]),
             "collapsed_fraction": (per_rep, out["collapsed_fraction"]),
             "truth": (("complexity", "point"), np.stack([i.f_test for i in instances])),
@@ -328,6 +361,9 @@ def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
             "uncertainty_convention": "epistemic std only (no sigma added); ensembles: std over members, "
                                       f"dropout: std over MC passes, ddof={cfg.train.std_ddof}",
             "reference_convention": "R.2: flat prior, known sigma, pivoted QR; epistemic std",
+            "n_cal": int(cfg.n_cal),
+            "alpha": float(cfg.alpha),
+            "interval_convention": CONFORMAL_CONVENTION,
             "wall_time_s": json.dumps(wall),
             "device": cfg.train.device,
             "recipes": json.dumps({r: RECIPES.lookup(r).to_dict() for r in cfg.recipes}),
@@ -342,7 +378,79 @@ def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
     ds["truth"].attrs["long_name"] = "noise-free ground truth G(x)ᵀγ"
     ds["train_loss"].attrs["long_name"] = "final 1/2 MSE on the training set (ensemble members averaged)"
     ds["collapsed_fraction"].attrs["long_name"] = "fraction of the repetition's networks that are collapsed (R.3b)"
+    ds["interval_low"].attrs["long_name"] = "lower end of the method's 1 - alpha interval for a new observation"
+    ds["interval_high"].attrs["long_name"] = "upper end of the method's 1 - alpha interval for a new observation"
+    ds["conformal_quantile"].attrs["long_name"] = "split-conformal quantile q of the repetition (NaN: not conformal)"
     return ds
+
+
+#: What the intervals and the conditional coverage of a study are (attr ``interval_convention``).
+CONFORMAL_CONVENTION = (
+    "R.6: interval_low/high = a method's 1 - alpha interval for a new observation y ~ N(f(x), sigma^2): "
+    "<method>+cp_abs: mean +- q, q the ceil((n_cal+1)(1-alpha))-th smallest |y - mean| on the repetition's "
+    "n_cal calibration points (+inf beyond n_cal); <method>+cp_std: mean +- q*std, q from |y - mean|/std; "
+    "other methods: mean +- z_(1-alpha/2)*sqrt(std^2 + sigma^2) (blr: the exact posterior predictive "
+    "interval). A conformal method's uncertainty is its half-width / z_(1-alpha/2). conditional_coverage = "
+    "Phi((high - f)/sigma) - Phi((low - f)/sigma), exact given the interval")
+
+
+def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
+    """The exact conditional coverage of every interval of a study and of the reference's (R.6).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``conditional_coverage`` and ``interval_width`` (recipe, method, complexity, repetition,
+        point); ``reference_conditional_coverage`` (complexity, repetition, point) of the
+        Bayesian posterior predictive interval ``mean ± z_{1−α/2}·sqrt(std² + σ²)`` recomputed
+        from the file's data (:func:`recompute_reference`); ``reference_interval_width``
+        (complexity, point); ``width_ratio`` = width / reference width; and the region means
+        over points per repetition, ``region_conditional_coverage`` (recipe, method,
+        complexity, repetition, region) and ``region_reference_conditional_coverage``
+        (complexity, repetition, region), region ``in``/``out`` of the training box.
+    """
+    from .conformal import conditional_coverage, gaussian_interval
+
+    sigma, alpha = float(raw.attrs["sigma"]), float(raw.attrs.get("alpha", 0.05))
+    truth = raw["truth"]
+    cov = xr.apply_ufunc(conditional_coverage, raw["interval_low"], raw["interval_high"], truth,
+                         kwargs={"sigma": sigma})
+    ref_cov, ref_width = [], []
+    for c in raw.complexity.values:
+        mean, std = recompute_reference(raw, c)
+        low, high = gaussian_interval(mean, std[None, :], sigma, alpha)
+        ref_cov.append(conditional_coverage(low, high, raw["truth"].sel(complexity=c).values[None, :], sigma))
+        ref_width.append((high - low)[0])
+    ref_cov_da = xr.DataArray(np.stack(ref_cov), dims=("complexity", "repetition", "point"),
+                              coords={d: raw[d] for d in ("complexity", "repetition", "point")})
+    ref_width_da = xr.DataArray(np.stack(ref_width), dims=("complexity", "point"),
+                                coords={d: raw[d] for d in ("complexity", "point")})
+    width = raw["interval_high"] - raw["interval_low"]
+    inside = raw["in_distribution"].astype(bool)
+
+    def regions(da):
+        parts = [da.where(inside).mean("point"), da.where(~inside).mean("point")]
+        return xr.concat(parts, dim=xr.DataArray(["in", "out"], dims="region", name="region")).transpose(..., "region")
+
+    out = xr.Dataset({
+        "conditional_coverage": cov,
+        "interval_width": width,
+        "reference_conditional_coverage": ref_cov_da,
+        "reference_interval_width": ref_width_da,
+        "width_ratio": width / ref_width_da,
+        "region_conditional_coverage": regions(cov),
+        "region_reference_conditional_coverage": regions(ref_cov_da),
+    })
+    out["conditional_coverage"].attrs["long_name"] = "exact P(y in interval | x), y ~ N(f(x), sigma^2) (R.6)"
+    out["interval_width"].attrs["long_name"] = "width of the method's 1 - alpha interval"
+    out["reference_conditional_coverage"].attrs["long_name"] = (
+        "exact P(y in interval | x) of the reference's posterior predictive interval")
+    out["reference_interval_width"].attrs["long_name"] = "width of the reference's posterior predictive interval"
+    out["width_ratio"].attrs["long_name"] = "interval width / the reference's width"
+    out["region_conditional_coverage"].attrs["long_name"] = "conditional coverage, mean over the region's points"
+    out["region_reference_conditional_coverage"].attrs["long_name"] = (
+        "the reference's conditional coverage, mean over the region's points")
+    return out
 
 
 def collapse_diagnostics(raw: xr.Dataset) -> xr.Dataset:
@@ -378,6 +486,9 @@ def summarize(raw: xr.Dataset) -> xr.Dataset:
     )
     derived = {k: v for k, v in summary.data_vars.items() if k not in raw.data_vars}
     derived.update(collapse_diagnostics(raw).data_vars)
+    if "interval_low" in raw.data_vars:  # files written before R.6 have no intervals
+        cond = conditional_diagnostics(raw)
+        derived.update({k: v for k, v in cond.data_vars.items() if k not in raw.data_vars})
     out = raw.assign(derived)
     out.attrs.update({k: v for k, v in summary.attrs.items() if k not in raw.attrs})
     return out

@@ -208,6 +208,37 @@ class TaskInstance:
         noise = np.stack([numpy_stream(self.seed, "noise", int(r), self.complexity).standard_normal(f.shape[0]) for r in reps])
         return f[None, :] + self.sigma * noise
 
+    def calibration(self, repetitions, n_cal: int) -> tuple[np.ndarray, np.ndarray]:
+        """Calibration points of split-conformal methods, drawn like the training points.
+
+        Repetition ``r`` draws ``n_cal`` inputs from the task's training-input distribution and
+        their noise from its own stream ``(seed, "calibration", r, complexity)``, so its points
+        do not depend on which other repetitions are drawn with it (batch size, sweep cells).
+
+        Parameters
+        ----------
+        repetitions : array_like of int, shape (R,)
+        n_cal : int
+            Calibration points per repetition (>= 1).
+
+        Returns
+        -------
+        x_cal : ndarray, shape (R, n_cal, d)
+        y_cal : ndarray, shape (R, n_cal)
+            ``G(x_cal)ᵀγ + σ·ε``, ε standard normal.
+        """
+        reps = np.atleast_1d(np.asarray(repetitions, dtype=np.int64))
+        if isinstance(n_cal, bool) or not isinstance(n_cal, (int, np.integer)) or n_cal < 1:
+            raise ValueError(f"n_cal must be an integer >= 1, got {n_cal!r}")
+        d = self.x_train.shape[1]
+        xs, ys = [], []
+        for r in reps:
+            rng = numpy_stream(self.seed, "calibration", int(r), self.complexity)
+            x = np.asarray(self.task.train_inputs(rng, int(n_cal), d, self.complexity), dtype=np.float64)
+            xs.append(x)
+            ys.append(self.truth(x) + self.sigma * rng.standard_normal(int(n_cal)))
+        return np.stack(xs).reshape(len(reps), int(n_cal), d), np.stack(ys).reshape(len(reps), int(n_cal))
+
 
 TASKS: Registry[LinearTask] = Registry("task", sort=True)
 register_task = TASKS.register

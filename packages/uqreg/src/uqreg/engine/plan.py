@@ -65,6 +65,9 @@ class TrainJob:
     adversarial : bool
     cfg : TrainConfig
     epochs : int
+    x_cal : ndarray, shape (R, C, d), optional
+        Calibration inputs indexed by repetition number (network i predicts at
+        ``x_cal[nets.repetition[i]]``), for split-conformal methods; None: no calibration.
     """
 
     x_train: np.ndarray
@@ -78,6 +81,7 @@ class TrainJob:
     adversarial: bool
     cfg: TrainConfig
     epochs: int
+    x_cal: np.ndarray | None = None
 
 
 def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig, *, adversarial: bool,
@@ -235,11 +239,15 @@ class JobResult:
         Std over the MC passes (stochastic heads).
     fit : ndarray, shape (B, N)
         The same mean prediction at the training inputs.
+    cal_mean, cal_std : ndarray, shape (B, C), optional
+        Mean (and MC std) at each network's calibration inputs (``job.x_cal``); None without.
     """
 
     mean: np.ndarray
     std: np.ndarray | None
     fit: np.ndarray
+    cal_mean: np.ndarray | None = None
+    cal_std: np.ndarray | None = None
 
 
 def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
@@ -256,7 +264,12 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
                               progress=progress)
         mean, std = predict_batched(model, job.x_test, nets, seed=job.seed, cfg=job.cfg)
         fit = predict_batched(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)[0]
-        return mean[:n], None if std is None else std[:n], fit[:n]
+        cal_mean = cal_std = None
+        if job.x_cal is not None:
+            cal_mean, cal_std = predict_batched(model, job.x_cal[nets.repetition], nets, seed=job.seed, cfg=job.cfg,
+                                                purpose="mc_calibration")
+            cal_mean, cal_std = cal_mean[:n], None if cal_std is None else cal_std[:n]
+        return mean[:n], None if std is None else std[:n], fit[:n], cal_mean, cal_std
 
     chunks = plan.chunks(job.nets)
     with single_threaded():
@@ -266,8 +279,10 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
                 results = list(pool.map(run, chunks))
         else:
             results = [run(c) for c in chunks]
-    std = None if results[0][1] is None else np.concatenate([r[1] for r in results])
-    return JobResult(np.concatenate([r[0] for r in results]), std, np.concatenate([r[2] for r in results]))
+    def cat(i):
+        return None if results[0][i] is None else np.concatenate([r[i] for r in results])
+
+    return JobResult(cat(0), cat(1), cat(2), cat(3), cat(4))
 
 
 __all__ = [

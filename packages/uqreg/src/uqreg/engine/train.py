@@ -118,8 +118,17 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
 
 @torch.no_grad()
 def predict_batched(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch, *, seed: int,
-                    cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray | None]:
+                    cfg: TrainConfig, purpose: str = "mc") -> tuple[np.ndarray, np.ndarray | None]:
     """Predict at test inputs.
+
+    Parameters
+    ----------
+    x_test : ndarray, shape (T, d) or (B, T, d)
+        Inputs shared by every network, or one set per network (the calibration points of the
+        network's repetition).
+    purpose : str
+        Random stream of the MC passes (:data:`uqreg.rng.PURPOSES`): ``"mc"`` at the test inputs,
+        ``"mc_calibration"`` at the calibration inputs, so the two draws are independent.
 
     Returns
     -------
@@ -129,11 +138,12 @@ def predict_batched(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch, *
         Std over MC passes for stochastic heads; None for deterministic heads.
     """
     dev = cfg.torch_device()
-    xt = torch.as_tensor(x_test, dtype=cfg.torch_dtype, device=dev)[None].expand(model.n_networks, -1, -1)
+    xt = torch.as_tensor(x_test, dtype=cfg.torch_dtype, device=dev)
+    xt = xt[None].expand(model.n_networks, -1, -1) if xt.ndim == 2 else xt
     h = model.hidden_aligned(xt)
     if not model.head.stochastic:
         return model.output(h).double().cpu().numpy(), None
-    mc_keys = rng.network_keys(seed, "mc", nets.repetition, nets.member).to(dev)
+    mc_keys = rng.network_keys(seed, purpose, nets.repetition, nets.member).to(dev)
     passes = torch.stack([model.output(h, s, mc_keys) for s in range(cfg.mc_samples)], dim=1)  # (B, S, T)
     passes = passes.double()
     return passes.mean(dim=1).cpu().numpy(), passes.std(dim=1, correction=cfg.std_ddof).cpu().numpy()

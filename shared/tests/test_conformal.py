@@ -15,6 +15,7 @@ from uqmetrics.conformal import (
     SSCV_SIZE_BINS,
     aps_scores,
     choose_raps_params,
+    conformal_calibrations,
     conformal_quantile,
     conformal_quantile_by_class,
     conformal_trials,
@@ -196,6 +197,56 @@ def test_conformal_trials_matches_the_public_functions(score, mondrian):
         assert out["sscv"][t] == sscv(sets, y[test], 0.2)
         assert out["covgap"][t] == pytest.approx(covgap(sets, y[test], 0.2, 5), abs=1e-15)
         assert out["empty_fraction"][t] == empty_fraction(sets)
+
+
+@pytest.mark.parametrize(("score", "mondrian", "randomized"), [
+    ("thr", False, True), ("aps", False, True), ("aps", False, False), ("raps", False, True),
+    ("aps", True, True)])
+def test_conformal_calibrations_are_those_of_conformal_trials(score, mondrian, randomized):
+    """The splits, uniforms, RAPS parameters and thresholds conformal_trials evaluates, by the
+    public functions; its test sets reproduce conformal_trials' coverage and sizes."""
+    p, y = _dirichlet(300, 5, 3)
+    n_cal, trials, seed = 120, 4, 7
+    cal = conformal_calibrations(p, y, score=score, alpha=0.1, n_cal=n_cal, trials=trials,
+                                 seed=seed, mondrian=mondrian, randomized=randomized)
+    out = conformal_trials(p, y, score=score, alpha=0.1, n_cal=n_cal, trials=trials, seed=seed,
+                           mondrian=mondrian, randomized=randomized)
+    rng = np.random.default_rng(seed)
+    perms = random_splits(300, n_cal, trials, rng)
+    u = (rng.uniform(size=(trials, 300)) if randomized and score != "thr"
+         else np.ones((trials, 300)))
+    n_tune = math.ceil(0.3 * n_cal) if score == "raps" else 0
+    np.testing.assert_array_equal(cal.perms, perms)
+    np.testing.assert_array_equal(cal.u, u)
+    assert (cal.score, cal.mondrian, cal.n_cal, cal.n_tune) == (score, mondrian, n_cal, n_tune)
+    np.testing.assert_array_equal(cal.tune, perms[:, :n_tune])
+    np.testing.assert_array_equal(cal.calibration, perms[:, n_tune:n_cal])
+    np.testing.assert_array_equal(cal.test, perms[:, n_cal:])
+    np.testing.assert_array_equal(cal.qhat, out["qhat"])
+    assert cal.qhat.shape == ((trials, 5) if mondrian else (trials,))
+    if score == "raps":
+        np.testing.assert_array_equal(cal.k_reg, out["k_reg"])
+        np.testing.assert_array_equal(cal.lam, out["lam"])
+    else:
+        assert not cal.k_reg.any() and not cal.lam.any()
+    f = CONFORMAL_SCORES.lookup(score)
+    for t in range(trials):
+        kw = {"k_reg": int(cal.k_reg[t]), "lam": float(cal.lam[t])} if score == "raps" else {}
+        if score == "raps":
+            assert (cal.k_reg[t], cal.lam[t]) == choose_raps_params(
+                p[cal.tune[t]], y[cal.tune[t]], 0.1, u=u[t, cal.tune[t]])
+        c_idx, t_idx = cal.calibration[t], cal.test[t]
+        s_cal = f(p[c_idx], y[c_idx], u=u[t, c_idx], **kw)
+        q = (conformal_quantile_by_class(s_cal, y[c_idx], 0.1, 5) if mondrian
+             else conformal_quantile(s_cal, 0.1))
+        np.testing.assert_array_equal(cal.qhat[t], q)
+        sets = prediction_sets(f(p[t_idx], u=u[t, t_idx], **kw), cal.qhat[t])
+        assert out["coverage"][t] == coverage(sets, y[t_idx])
+        assert out["mean_set_size"][t] == mean_set_size(sets)
+    with pytest.raises(InputError, match="n_tune must be < n_cal = 50"):
+        conformal_calibrations(p, y, score="raps", n_cal=50, trials=3, seed=0, n_tune=50)
+    with pytest.raises(InputError, match="raps_params is only for score='raps'"):
+        conformal_calibrations(p, y, score="aps", n_cal=50, trials=3, seed=0, raps_params=(1, 0.1))
 
 
 def test_conformal_trials_fixed_raps_params_and_errors():

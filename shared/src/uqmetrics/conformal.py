@@ -3,7 +3,9 @@
 Conformity scores (higher = less conforming), the finite-sample conformal quantile, prediction
 sets, the RAPS parameter choice, Mondrian (class-conditional) calibration, and the set metrics
 (coverage, size, SSCV, CovGap, empty sets), all vectorised over a leading axis of repeated
-random splits (``trials``). :func:`conformal_trials` runs the whole protocol in one call.
+random splits (``trials``). :func:`conformal_trials` runs the whole protocol in one call;
+:func:`conformal_calibrations` is its calibration half (each trial's split, uniforms, RAPS
+parameters and thresholds), for sets evaluated on other data.
 
 Conventions (also in :data:`uqmetrics.CONVENTIONS`, the ``conformal_*`` entries):
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,8 +44,10 @@ from .registry import Registry
 __all__ = [
     "CONFORMAL_SCORES",
     "SSCV_SIZE_BINS",
+    "ConformalCalibrations",
     "aps_scores",
     "choose_raps_params",
+    "conformal_calibrations",
     "conformal_quantile",
     "conformal_quantile_by_class",
     "conformal_trials",
@@ -756,63 +761,66 @@ def covgap(sets: Any, labels: Any, alpha: float, n_classes: int) -> float | np.n
 # driver
 
 
-def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: float = 0.1,
-                     n_cal: int, trials: int, seed: int, mondrian: bool = False,
-                     randomized: bool = True, n_tune: int | None = None,
-                     raps_params: tuple[int, float] | None = None,
-                     size_bins: Sequence[tuple[int, int]] = SSCV_SIZE_BINS) -> dict[str, np.ndarray]:
-    """Split conformal prediction over ``trials`` random calibration/test splits.
+@dataclass(frozen=True, eq=False)
+class ConformalCalibrations:
+    """Split-conformal thresholds of ``trials`` random splits (:func:`conformal_calibrations`).
 
-    Per trial (``random_splits(n, n_cal, trials, default_rng(seed))``): the first ``n_tune``
-    of the ``n_cal`` calibration samples tune RAPS (:func:`choose_raps_params`, as the
-    official code's ``pick_parameters`` tunes on a split of the calibration data), the other
-    ``n_cal - n_tune`` calibrate (:func:`conformal_quantile`, or
-    :func:`conformal_quantile_by_class` when ``mondrian``), and the ``n - n_cal`` test samples
-    are evaluated. One uniform per sample and trial (``default_rng(seed)`` after the splits,
-    shape (trials, n)) serves the sample's calibration, tuning or all-class test scores.
-
-    Parameters
+    Attributes
     ----------
-    probs : array_like of float, shape (n, C)
-        Class probabilities.
-    labels : array_like of int, shape (n,)
-        True labels.
-    score : {"thr", "aps", "raps"}
-        Conformity score (:data:`CONFORMAL_SCORES`).
-    alpha : float
-        Miscoverage level in (0, 1).
-    n_cal : int
-        Calibration samples per trial, tuning samples included (``1 <= n_cal < n``).
-    trials : int
-        Number of random splits.
-    seed : int
-        Seed of :func:`numpy.random.default_rng` (splits, then uniforms).
+    score : str
+        The conformity score (:data:`CONFORMAL_SCORES`).
     mondrian : bool
-        Class-conditional thresholds (Mondrian conformal prediction by label).
-    randomized : bool
-        Randomized APS/RAPS (THR ignores it).
-    n_tune : int, optional
-        Tuning samples held out of the calibration part. Default: ``ceil(0.3 n_cal)`` (the
-        official ``pct_paramtune = 0.3``) for RAPS without ``raps_params``, else 0. With another
-        score (or given ``raps_params``) the tuning samples are held out but unused, so that
-        every score calibrates on the same ``n_cal - n_tune`` samples.
-    raps_params : (int, float), optional
-        Fixed ``(k_reg, lam)`` for RAPS (no tuning).
-    size_bins : sequence of (int, int)
-        SSCV strata (:func:`sscv`).
-
-    Returns
-    -------
-    dict of numpy.ndarray
-        ``coverage``, ``mean_set_size``, ``median_set_size``, ``sscv``, ``covgap``,
-        ``empty_fraction``: shape (trials,); ``qhat``: (trials,), or (trials, C) when
-        ``mondrian``; for RAPS also ``k_reg`` (int) and ``lam`` (float), shape (trials,).
-
-    Raises
-    ------
-    InputError
-        If an input is invalid (names the argument and the value).
+        Class-conditional thresholds.
+    n_cal : int
+        Calibration samples per trial, tuning samples included.
+    n_tune : int
+        The first ``n_tune`` of them tune RAPS (held out of the calibration for every score).
+    perms : numpy.ndarray of int64, shape (trials, n)
+        Each trial's permutation (:func:`random_splits`): ``[:n_tune]`` tune, ``[n_tune:n_cal]``
+        calibrate, ``[n_cal:]`` test.
+    u : numpy.ndarray of float, shape (trials, n)
+        Each trial's uniform per sample (ones unless randomized APS/RAPS).
+    k_reg : numpy.ndarray of int64, shape (trials,)
+        RAPS ``k_reg`` per trial (0 for the other scores).
+    lam : numpy.ndarray of float, shape (trials,)
+        RAPS ``lam`` per trial (0 for the other scores).
+    qhat : numpy.ndarray of float, shape (trials,) or (trials, C)
+        The thresholds (per class when ``mondrian``).
     """
+
+    score: str
+    mondrian: bool
+    n_cal: int
+    n_tune: int
+    perms: np.ndarray
+    u: np.ndarray
+    k_reg: np.ndarray
+    lam: np.ndarray
+    qhat: np.ndarray
+
+    @property
+    def tune(self) -> np.ndarray:
+        """(trials, n_tune): each trial's RAPS tuning samples."""
+        return self.perms[:, :self.n_tune]
+
+    @property
+    def calibration(self) -> np.ndarray:
+        """(trials, n_cal - n_tune): each trial's calibration samples."""
+        return self.perms[:, self.n_tune:self.n_cal]
+
+    @property
+    def test(self) -> np.ndarray:
+        """(trials, n - n_cal): each trial's test samples."""
+        return self.perms[:, self.n_cal:]
+
+
+def _calibrate(probs: Any, labels: Any, *, score: str, alpha: float, n_cal: int, trials: int,
+               seed: int, mondrian: bool, randomized: bool, n_tune: int | None,
+               raps_params: tuple[int, float] | None) -> tuple[ConformalCalibrations, Callable,
+                                                               np.ndarray, np.ndarray, float]:
+    """The calibrations of :func:`conformal_calibrations`, with the validated ``probs``,
+    ``labels``, ``alpha`` and ``scores_of(idx, tt, cls)``: the scores of samples ``idx``
+    (T, m) under trials ``tt`` (T,), of class ``cls`` (T, m) or of every class (T, m, C)."""
     p = _probs(probs)
     y = _labels(labels, p.shape[1])
     _wrap(check_same_length, labels=y, probs=p)
@@ -877,14 +885,118 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
             s = s + lam[tt, None] * np.maximum(0, rank[idx, cls] - k_reg[tt, None])
         return s
 
-    all_t = np.arange(trials)
     cal = perms[:, n_tune:n_cal]
-    s_cal = scores_of(cal, all_t, y[cal])
+    s_cal = scores_of(cal, np.arange(trials), y[cal])
     qhat = (conformal_quantile_by_class(s_cal, y[cal], a, c) if mondrian
             else np.asarray(conformal_quantile(s_cal, a)).reshape(trials))
+    return (ConformalCalibrations(score, bool(mondrian), int(n_cal), n_tune, perms, u_all, k_reg,
+                                  lam, qhat), scores_of, p, y, a)
+
+
+def conformal_calibrations(probs: Any, labels: Any, *, score: str = "aps", alpha: float = 0.1,
+                           n_cal: int, trials: int, seed: int, mondrian: bool = False,
+                           randomized: bool = True, n_tune: int | None = None,
+                           raps_params: tuple[int, float] | None = None) -> ConformalCalibrations:
+    """The per-trial calibrations of :func:`conformal_trials`, without evaluating them.
+
+    The same splits, uniforms, RAPS parameters and thresholds as :func:`conformal_trials` with
+    the same arguments (which calls this), for sets evaluated on other samples (e.g. shifted
+    copies of the test samples).
+
+    Parameters
+    ----------
+    probs, labels, score, alpha, n_cal, trials, seed, mondrian, randomized, n_tune, raps_params
+        As :func:`conformal_trials`.
+
+    Returns
+    -------
+    ConformalCalibrations
+        Per trial: the split (``perms``; ``tune``, ``calibration`` and ``test`` indices), the
+        uniforms ``u``, ``k_reg`` and ``lam`` (RAPS; zeros otherwise) and ``qhat``.
+
+    Raises
+    ------
+    InputError
+        If an input is invalid (names the argument and the value).
+
+    Examples
+    --------
+    >>> p = np.array([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.5, 0.4, 0.1]])
+    >>> cal = conformal_calibrations(p, [0, 1, 2, 1], score="thr", alpha=0.5, n_cal=2,
+    ...                              trials=3, seed=0)
+    >>> cal.qhat.shape, cal.calibration.shape, cal.test.shape
+    ((3,), (3, 2), (3, 2))
+    """
+    return _calibrate(probs, labels, score=score, alpha=alpha, n_cal=n_cal, trials=trials,
+                      seed=seed, mondrian=mondrian, randomized=randomized, n_tune=n_tune,
+                      raps_params=raps_params)[0]
+
+
+def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: float = 0.1,
+                     n_cal: int, trials: int, seed: int, mondrian: bool = False,
+                     randomized: bool = True, n_tune: int | None = None,
+                     raps_params: tuple[int, float] | None = None,
+                     size_bins: Sequence[tuple[int, int]] = SSCV_SIZE_BINS) -> dict[str, np.ndarray]:
+    """Split conformal prediction over ``trials`` random calibration/test splits.
+
+    Per trial (``random_splits(n, n_cal, trials, default_rng(seed))``): the first ``n_tune``
+    of the ``n_cal`` calibration samples tune RAPS (:func:`choose_raps_params`, as the
+    official code's ``pick_parameters`` tunes on a split of the calibration data), the other
+    ``n_cal - n_tune`` calibrate (:func:`conformal_quantile`, or
+    :func:`conformal_quantile_by_class` when ``mondrian``), and the ``n - n_cal`` test samples
+    are evaluated. One uniform per sample and trial (``default_rng(seed)`` after the splits,
+    shape (trials, n)) serves the sample's calibration, tuning or all-class test scores.
+
+    Parameters
+    ----------
+    probs : array_like of float, shape (n, C)
+        Class probabilities.
+    labels : array_like of int, shape (n,)
+        True labels.
+    score : {"thr", "aps", "raps"}
+        Conformity score (:data:`CONFORMAL_SCORES`).
+    alpha : float
+        Miscoverage level in (0, 1).
+    n_cal : int
+        Calibration samples per trial, tuning samples included (``1 <= n_cal < n``).
+    trials : int
+        Number of random splits.
+    seed : int
+        Seed of :func:`numpy.random.default_rng` (splits, then uniforms).
+    mondrian : bool
+        Class-conditional thresholds (Mondrian conformal prediction by label).
+    randomized : bool
+        Randomized APS/RAPS (THR ignores it).
+    n_tune : int, optional
+        Tuning samples held out of the calibration part. Default: ``ceil(0.3 n_cal)`` (the
+        official ``pct_paramtune = 0.3``) for RAPS without ``raps_params``, else 0. With another
+        score (or given ``raps_params``) the tuning samples are held out but unused, so that
+        every score calibrates on the same ``n_cal - n_tune`` samples.
+    raps_params : (int, float), optional
+        Fixed ``(k_reg, lam)`` for RAPS (no tuning).
+    size_bins : sequence of (int, int)
+        SSCV strata (:func:`sscv`).
+
+    Returns
+    -------
+    dict of numpy.ndarray
+        ``coverage``, ``mean_set_size``, ``median_set_size``, ``sscv``, ``covgap``,
+        ``empty_fraction``: shape (trials,); ``qhat``: (trials,), or (trials, C) when
+        ``mondrian``; for RAPS also ``k_reg`` (int) and ``lam`` (float), shape (trials,).
+
+    Raises
+    ------
+    InputError
+        If an input is invalid (names the argument and the value).
+    """
+    cals, scores_of, p, y, a = _calibrate(
+        probs, labels, score=score, alpha=alpha, n_cal=n_cal, trials=trials, seed=seed,
+        mondrian=mondrian, randomized=randomized, n_tune=n_tune, raps_params=raps_params)
+    c, qhat = p.shape[1], cals.qhat
+    all_t = np.arange(trials)
     names = ("coverage", "mean_set_size", "median_set_size", "sscv", "covgap", "empty_fraction")
     out = {k: np.empty(trials) for k in names}
-    test = perms[:, n_cal:]
+    test = cals.test
     chunk = max(1, _CHUNK_ELEMENTS // (test.shape[1] * c))
     for t0 in range(0, trials, chunk):
         tt = all_t[t0:t0 + chunk]
@@ -898,5 +1010,5 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
         out["empty_fraction"][tt] = empty_fraction(sets)
     out["qhat"] = qhat
     if score == "raps":
-        out["k_reg"], out["lam"] = k_reg, lam
+        out["k_reg"], out["lam"] = cals.k_reg, cals.lam
     return out

@@ -8,7 +8,9 @@ and builds its rows with :func:`group_predictors`: every model, then one *ensemb
 training method of its ``ensembles`` with two or more models in one prediction mode, named
 ``<method>[<k>]`` (``<method>_<mode>[<k>]`` for a mode other than ``plain``, e.g.
 ``deep_ensemble_tta[5]``). :func:`mean_softmax` is a model's predictive distribution on one
-dataset: the softmax averaged over its caches and passes.
+dataset: the softmax averaged over its caches and passes; :class:`PredictorProbs` that of every
+predictor on one dataset (an ensemble's: the mean of its members'), and :func:`pick_dataset`
+chooses a predictor's clean calibration or evaluation dataset.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from .evalsets import cache_eval_set
 if TYPE_CHECKING:  # xarray is imported on use (by read_cache)
     import xarray as xr
 
-__all__ = ["CacheGroups", "Predictor", "group_predictors", "mean_softmax", "read_cache_groups"]
+__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "group_predictors", "mean_softmax",
+           "pick_dataset", "read_cache_groups"]
 
 
 @dataclass(frozen=True)
@@ -217,3 +220,111 @@ def mean_softmax(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
         total = s if total is None else total + s
         count += p.shape[0]
     return np.asarray(caches[0]["label"].values, np.int64), total / count
+
+
+class PredictorProbs:
+    """The probabilities of the predictors on one dataset, each member's computed once.
+
+    Parameters
+    ----------
+    groups : dict
+        ``(model, dataset_name) -> [xarray.Dataset, ...]`` (:attr:`CacheGroups.groups`).
+    name : str
+        The ``dataset_name``.
+
+    Examples
+    --------
+    A predictor's ``(labels, probs)`` on the dataset, where every member has caches of it:
+
+    >>> probs = PredictorProbs(read.groups, "test")  # doctest: +SKIP
+    >>> labels, p = probs(pred) if probs.has(pred) else (None, None)  # doctest: +SKIP
+    """
+
+    def __init__(self, groups: dict[tuple[str, str], list[xr.Dataset]], name: str):
+        self.groups, self.name = groups, name
+        self._member: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def has(self, pred: Predictor) -> bool:
+        """Whether every member of ``pred`` has caches of the dataset."""
+        return all((m, self.name) in self.groups for m in pred.members)
+
+    def first(self, pred: Predictor) -> xr.Dataset:
+        """The first cache of ``pred``'s first member on the dataset."""
+        return self.groups[pred.members[0], self.name][0]
+
+    def __call__(self, pred: Predictor) -> tuple[np.ndarray, np.ndarray]:
+        """``pred``'s labels and probabilities on the dataset.
+
+        Parameters
+        ----------
+        pred : Predictor
+
+        Returns
+        -------
+        labels : numpy.ndarray
+            (n_samples,) int64, the first member's.
+        probs : numpy.ndarray
+            (n_samples, n_classes): a model's :func:`mean_softmax`, an ensemble's mean over its
+            members (each member weighted equally, whatever its number of passes).
+
+        Raises
+        ------
+        uqmetrics.InputError
+            An ensemble's members' caches are not aligned (:func:`uqvision.cache.
+            check_aligned`).
+        """
+        for m in pred.members:
+            if m not in self._member:
+                self._member[m] = mean_softmax(self.groups[m, self.name])
+        if len(pred.members) > 1:
+            check_aligned([self.groups[m, self.name][0] for m in pred.members])
+        labels = self._member[pred.members[0]][0]
+        return labels, sum(self._member[m][1] for m in pred.members) / len(pred.members)
+
+
+def pick_dataset(kind: str, given: str | None, names: list[str], default: str | None,
+                 model: str) -> str:
+    """Choose one of a predictor's clean datasets.
+
+    Parameters
+    ----------
+    kind : str
+        What the dataset is for (``calibration``, ``clean``): named in the errors, with its
+        option ``--<kind>-dataset``.
+    given : str or None
+        The dataset asked for; ``None``: the default.
+    names : list of str
+        The predictor's clean datasets to choose from.
+    default : str or None
+        The dataset chosen without ``given`` where it is among ``names``.
+    model : str
+        The predictor's name (for the errors).
+
+    Returns
+    -------
+    str
+        ``given``; else ``default`` where it is among ``names``; else the only one of ``names``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``given`` is not among ``names``; no ``given`` and no default among several names.
+
+    Examples
+    --------
+    >>> pick_dataset("calibration", None, ["test", "val"], "val", "m")
+    'val'
+    >>> pick_dataset("clean", None, ["test"], None, "m")
+    'test'
+    """
+    if given is not None:
+        if given not in names:
+            raise InputError(f"model {model!r} has no clean caches of {kind} dataset {given!r}; "
+                             f"its clean datasets: {names}")
+        return given
+    if default is not None and default in names:
+        return default
+    if len(names) == 1:
+        return names[0]
+    raise InputError(f"model {model!r} has clean caches of several datasets {names}: choose "
+                     f"the {kind} dataset (--{kind}-dataset)")

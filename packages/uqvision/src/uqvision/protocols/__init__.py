@@ -71,6 +71,7 @@ VISION_PROTOCOLS.register(_folder("uimnet"))
 VISION_PROTOCOLS.register(_folder("url"))
 VISION_PROTOCOLS.register(_folder("shift"))
 VISION_PROTOCOLS.register(_folder("ood"))
+VISION_PROTOCOLS.register(_folder("conformal"))
 
 
 def score_protocol(name: str) -> Protocol:

@@ -40,9 +40,8 @@ from uqmetrics.shift import (
     relative_mean_corruption_error,
 )
 
-from ...cache import check_aligned
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
-from ...predictors import Predictor, group_predictors, mean_softmax, read_cache_groups
+from ...predictors import PredictorProbs, group_predictors, pick_dataset, read_cache_groups
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
@@ -111,31 +110,6 @@ class ShiftConfig:
             object.__setattr__(self, "overlay", os.fspath(self.overlay))
 
 
-class _Probs:
-    """The probabilities of the predictors on one dataset, each member's computed once."""
-
-    def __init__(self, groups: dict[tuple[str, str], list[xr.Dataset]], name: str):
-        self.groups, self.name, self._member = groups, name, {}
-
-    def has(self, pred: Predictor) -> bool:
-        return all((m, self.name) in self.groups for m in pred.members)
-
-    def first(self, pred: Predictor) -> xr.Dataset:
-        return self.groups[pred.members[0], self.name][0]
-
-    def __call__(self, pred: Predictor) -> tuple[np.ndarray, np.ndarray]:
-        """``(labels, probs)``: a model's :func:`~uqvision.predictors.mean_softmax`, an
-        ensemble's mean over its members (each member weighted equally, whatever its number of
-        passes)."""
-        for m in pred.members:
-            if m not in self._member:
-                self._member[m] = mean_softmax(self.groups[m, self.name])
-        if len(pred.members) > 1:
-            check_aligned([self.groups[m, self.name][0] for m in pred.members])
-        labels = self._member[pred.members[0]][0]
-        return labels, sum(self._member[m][1] for m in pred.members) / len(pred.members)
-
-
 def _log(p: np.ndarray) -> np.ndarray:
     return np.log(np.clip(p, 1e-300, None))
 
@@ -151,21 +125,6 @@ def _scores(labels: np.ndarray, p: np.ndarray, t: float) -> np.ndarray:
         vals = score_metrics(labels, q, metrics=SHIFT_METRICS)
         out[:, j] = [vals[m] for m in SHIFT_METRICS]
     return out
-
-
-def _pick(kind: str, given: str | None, names: list[str], default: str | None,
-          model: str) -> str:
-    if given is not None:
-        if given not in names:
-            raise InputError(f"model {model!r} has no clean caches of {kind} dataset {given!r}; "
-                             f"its clean datasets: {names}")
-        return given
-    if default is not None and default in names:
-        return default
-    if len(names) == 1:
-        return names[0]
-    raise InputError(f"model {model!r} has clean caches of several datasets {names}: choose "
-                     f"the {kind} dataset (--{kind}-dataset)")
 
 
 def _split(n: int, config: ShiftConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -300,8 +259,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             raise InputError(f"model {pred.name!r} has no clean caches (role 'clean', e.g. its "
                              "validation and test folders; an ensemble: of every member): its "
                              "temperature is fitted on clean data, predict them first")
-        cal = _pick("calibration", config.calibration_dataset, clean, "val", pred.name)
-        labels, p = _Probs(groups, cal)(pred)
+        cal = pick_dataset("calibration", config.calibration_dataset, clean, "val", pred.name)
+        labels, p = PredictorProbs(groups, cal)(pred)
         n = labels.shape[0]
         if n < 2:
             raise InputError(f"model {pred.name!r}: calibration dataset {cal!r} has {n} "
@@ -311,18 +270,18 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         n_cal[i] = fit.size
         others = [c for c in clean if c != cal]
         if config.clean_dataset is not None or others:
-            ev = _pick("clean", config.clean_dataset, others or clean, None, pred.name)
+            ev = pick_dataset("clean", config.clean_dataset, others or clean, None, pred.name)
         else:
             ev = cal
         if ev == cal:
             clean_vals[:, i] = _scores(labels[rest], p[rest], temps[i])
         else:
-            clean_vals[:, i] = _scores(*_Probs(groups, ev)(pred), temps[i])
+            clean_vals[:, i] = _scores(*PredictorProbs(groups, ev)(pred), temps[i])
 
     # shifted and relabelled data, one dataset at a time (its member probabilities shared)
     overlay = None
     for name in sorted(corrupted) + natural + relabelled:
-        s, probs = sets[name], _Probs(groups, name)
+        s, probs = sets[name], PredictorProbs(groups, name)
         for i, pred in enumerate(preds):
             if not probs.has(pred):
                 continue

@@ -1,0 +1,91 @@
+"""V.7 — Conformal prediction sets (Angelopoulos, Bates, Malik, Jordan 2021, "Uncertainty sets
+for image classifiers using conformal prediction"; docs/conventions.md#v-7).
+
+- :mod:`~.score`: coverage and set size of the Naive, THR, APS, RAPS and class-conditional
+  (Mondrian) APS sets of every model, deep ensemble and MC-dropout network at each miscoverage
+  level, un-scaled and temperature-scaled, over random calibration/evaluation splits of clean
+  data, and the coverage left when the sets calibrated on clean data meet corrupted or
+  naturally shifted images (:func:`~.score.score_conformal`, ``uqvision score conformal``);
+- :mod:`~.figures`: set size against accuracy, coverage and size against the level, coverage
+  per class, coverage against severity (``uqvision plot --conformal FILE``);
+- :mod:`~.findings`: the paper's claims as sign tests;
+- :mod:`~.reproduce`: ``uqvision reproduce conformal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
+from ..base import LazyReproduction, Plots, Protocol
+
+__all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "PROTOCOL"]
+
+#: One line: the protocol and its driver (``uqvision reproduce conformal``).
+DESCRIPTION = ("V.7 (Conformal): coverage and set size of Naive, THR, APS, RAPS and Mondrian "
+               "APS sets per model and level, un-scaled and temperature-scaled, and under shift")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
+    return value
+
+
+#: The options of ``uqvision score conformal`` generated from :class:`~.score.ConformalConfig`.
+CONFORMAL_OPTIONS = (
+    ConfigOption("alphas", nargs="+", type=_fraction, metavar="ALPHA",
+                 help="conformal: the miscoverage levels (default {default})"),
+    ConfigOption("n_cal", type=COUNT,
+                 help="conformal: calibration images per trial (default: half the conformal "
+                      "pool)"),
+    ConfigOption("trials", type=COUNT,
+                 help="conformal: random calibration/evaluation splits (default {default})"),
+    ConfigOption("temperature_size", type=_fraction,
+                 help="conformal: fraction of the clean calibration caches the temperature is "
+                      "fitted on, never in a conformal split (default {default})"),
+    ConfigOption("calibration_dataset",
+                 help="conformal: dataset_name of the clean caches the temperature is fitted "
+                      "on (default: val, else the model's only clean dataset)"),
+    ConfigOption("ensembles", nargs="*", metavar="METHOD",
+                 help="conformal: training methods (caches' method attr) whose models are "
+                      "also scored together as one ensemble row, <method>[k] (default: "
+                      "deep_ensemble; give the flag alone for none)"),
+)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    from .score import ConformalConfig  # imported on use
+
+    add_config_options(p, ConformalConfig, CONFORMAL_OPTIONS)
+
+
+def _score(a: argparse.Namespace):
+    """coverage and set size of Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)"""
+    from .score import ConformalConfig, score_conformal  # imported on use
+
+    kw = config_kwargs(a, CONFORMAL_OPTIONS)
+    return score_conformal(a.caches, ConformalConfig(**kw, clean_dataset=a.dataset,
+                                                     seed=a.seed))
+
+
+def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """``uqvision plot --conformal FILE``: size vs accuracy, vs level, per class, vs severity."""
+    from .figures import draw_figures  # figures: imported on use
+
+    return draw_figures(scores, out)
+
+
+#: The conformal-prediction protocol (registered in
+#: :data:`uqvision.protocols.VISION_PROTOCOLS`).
+PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conformal",
+                    add_options=_add_options,
+                    reproduce=LazyReproduction("conformal", DESCRIPTION,
+                                               f"{__name__}.reproduce"),
+                    methods=("deep_ensemble", "mc_dropout"), section="v-7",
+                    plots=Plots(_draw, "conformal score file: set size vs accuracy, coverage "
+                                       "and size vs level, coverage per class, coverage vs "
+                                       "severity"))

@@ -1,0 +1,172 @@
+"""Angelopoulos et al. (2021)'s claims about conformal sets, tested on a ``conformal`` result.
+
+:func:`conformal_findings` turns a result of :func:`~.score.score_conformal` into one row per
+claim and calibration (and per severity under shift), each a one-sided sign test over cells
+(:func:`~uqvision.protocols.base.sign_verdict`):
+
+- **RAPS sets smaller than APS at equal coverage** (cells: model x alpha): RAPS's mean set
+  size is below APS's, both coverages at least ``1 - alpha - 2 SE`` (SE: the standard error of
+  the mean over the trials, ``<std> / sqrt(trials)``). A cell where either set under-covers
+  counts against the claim.
+- **Naive under-covers** (cells: model x alpha): the Naive sets' coverage is below
+  ``1 - alpha``. The paper's Naive sets under-cover because the softmax of a large network is
+  over-confident; small networks on few classes may be under-confident, and then Naive
+  over-covers: the verdict says which.
+- **coverage falls under shift** (per severity; cells: model x conformal method x corruption x
+  alpha): the coverage on the corrupted images, the sets calibrated on clean images, is below
+  ``1 - alpha``; and the same per natural shift set.
+
+The cells share their images, so the p-values are a guide, not exact error rates
+(docs/conventions.md#v-7). :func:`format_findings` writes the rows as a markdown table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+from uqmetrics import InputError
+
+from ..base import findings_table, sign_verdict
+
+__all__ = ["ALPHA", "SHIFT_METHODS", "ConformalFinding", "conformal_findings",
+           "format_findings"]
+
+#: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
+ALPHA = 0.05
+#: The methods whose coverage under shift is tested (the calibrated ones; Naive has no
+#: guarantee to lose).
+SHIFT_METHODS = ("thr", "aps", "raps", "aps_mondrian")
+
+
+@dataclass(frozen=True)
+class ConformalFinding:
+    """One claim tested over cells.
+
+    Attributes
+    ----------
+    claim : str
+        ``RAPS smaller than APS at equal coverage``, ``Naive under-covers`` or ``coverage falls
+        under shift``.
+    subject : str
+        What the cells are: ``all models``, ``severity <s>`` or ``shift set <name>``.
+    calibration : str
+        ``none`` or ``temperature``.
+    statistic : str
+        What was counted, in words.
+    before, after : float
+        The two means compared: APS's and RAPS's set size; the target ``1 - alpha`` and the
+        coverage (Naive's, or under shift), each averaged over the cells.
+    k, n : int
+        Cells where the claim's inequality holds, out of those with both values.
+    p_value : float
+        One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
+    verdict : str
+        ``reproduced`` (``p < ALPHA``) or ``not reproduced``.
+    """
+
+    claim: str
+    subject: str
+    calibration: str
+    statistic: str
+    before: float
+    after: float
+    k: int
+    n: int
+    p_value: float
+    verdict: str
+
+
+def _finding(claim, subject, calibration, statistic, before, after, wins) -> ConformalFinding:
+    k, n, p, verdict = sign_verdict(wins, ALPHA)
+    return ConformalFinding(claim, subject, calibration, statistic, float(before), float(after),
+                            k, n, p, verdict)
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x)) if x.size else np.nan
+
+
+def _target(result: xr.DataArray) -> xr.DataArray:
+    """``1 - alpha`` broadcast like ``result``."""
+    return (1.0 - result["alpha"]).broadcast_like(result)
+
+
+def conformal_findings(result: xr.Dataset) -> list[ConformalFinding]:
+    """Test the paper's claims on a ``conformal`` result (module docstring).
+
+    Parameters
+    ----------
+    result : xarray.Dataset
+        A result of :func:`~.score.score_conformal`: ``coverage``, ``coverage_std``,
+        ``mean_set_size`` (model, method, alpha, calibration), attr ``trials``; with corrupted
+        members ``shift_coverage`` (model, method, alpha, corruption, severity, calibration),
+        with natural shift sets ``set_coverage``.
+
+    Returns
+    -------
+    list of ConformalFinding
+        Per calibration: the RAPS claim, the Naive claim, then the shift claim per severity
+        and per natural shift set (none without shifted data).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A result without the variables above, or without the methods they compare.
+    """
+    for var in ("coverage", "coverage_std", "mean_set_size"):
+        if var not in result:
+            raise InputError(f"result has no variable {var!r}: not a conformal result "
+                             "(uqvision score conformal)")
+    methods = [str(m) for m in result["method"].values]
+    lack = [m for m in ("naive", "aps", "raps") if m not in methods]
+    if lack:
+        raise InputError(f"result has no method(s) {lack}; its methods: {methods}")
+    trials = int(result.attrs.get("trials", 1))
+    rows = []
+    for cal in [str(c) for c in result["calibration"].values]:
+        at = result.sel(calibration=cal)
+        cov, size = at["coverage"], at["mean_set_size"]
+        floor = _target(cov) - 2.0 * at["coverage_std"] / np.sqrt(trials)
+        covered = (cov >= floor).sel({"method": "aps"}) & (cov >= floor).sel({"method": "raps"})
+        smaller = size.sel({"method": "raps"}) < size.sel({"method": "aps"})
+        ok = ~(np.isnan(size.sel({"method": "raps"})) | np.isnan(size.sel({"method": "aps"})))
+        rows.append(_finding(
+            "RAPS smaller than APS at equal coverage", "all models", cal,
+            "model x alpha cells with RAPS mean size < APS's, both covering 1-alpha-2SE",
+            _mean(size.sel({"method": "aps"}).values[ok.values]),
+            _mean(size.sel({"method": "raps"}).values[ok.values]),
+            (smaller & covered).values[ok.values]))
+        naive = cov.sel({"method": "naive"})
+        target = _target(naive)
+        ok = ~np.isnan(naive.values)
+        rows.append(_finding(
+            "Naive under-covers", "all models", cal,
+            "model x alpha cells with Naive coverage < 1-alpha", _mean(target.values[ok]),
+            _mean(naive.values[ok]), (naive < target).values[ok]))
+        shifted = [m for m in SHIFT_METHODS if m in methods]
+        if "shift_coverage" in result and result.sizes.get("severity", 0):
+            shift = at["shift_coverage"].sel({"method": shifted})
+            for sev in result["severity"].values.tolist():
+                c = shift.sel(severity=sev)
+                target, ok = _target(c).values, ~np.isnan(c.values)
+                rows.append(_finding(
+                    "coverage falls under shift", f"severity {sev}", cal,
+                    "model x method x corruption x alpha cells with coverage < 1-alpha",
+                    _mean(target[ok]), _mean(c.values[ok]), (c.values < target)[ok]))
+        if "set_coverage" in result and result.sizes.get("shift_set", 0):
+            sets = at["set_coverage"].sel({"method": shifted})
+            for name in result["shift_set"].values.tolist():
+                c = sets.sel(shift_set=name)
+                target, ok = _target(c).values, ~np.isnan(c.values)
+                rows.append(_finding(
+                    "coverage falls under shift", f"shift set {name}", cal,
+                    "model x method x alpha cells with coverage < 1-alpha",
+                    _mean(target[ok]), _mean(c.values[ok]), (c.values < target)[ok]))
+    return rows
+
+
+def format_findings(findings: list[ConformalFinding]) -> str:
+    """The findings as a markdown table (one row each), with the test's level."""
+    return findings_table(findings, ("claim", "subject", "calibration", "statistic"), ALPHA)

@@ -1,0 +1,547 @@
+"""Scores of the conformal-prediction protocol (Angelopoulos et al. 2021; docs/conventions.md#v-7).
+
+:func:`score_conformal` reads the prediction caches of one or more models on clean data (caches
+of role ``clean``: a validation and a test folder), and optionally on corrupted copies of the
+test images (members of an expanded evaluation set such as ``imagenet-c``: attrs
+``corruption`` and ``severity``) and on natural shift sets (role ``shifted`` without a
+corruption), and scores the prediction sets of every predictor (Angelopoulos et al. 2021,
+Table 1):
+
+- ``naive``: the non-conformal baseline, the classes in descending softmax probability until
+  their cumulative mass reaches ``1 - alpha`` (:func:`naive_sets`; no calibration);
+- ``thr``, ``aps``, ``raps``: split-conformal sets of the score functions of
+  :mod:`uqmetrics.conformal` (LAC/THR, adaptive prediction sets, regularised APS), calibrated
+  on ``n_cal`` images drawn at random from the conformal pool and evaluated on the rest of it,
+  over ``trials`` draws (:func:`uqmetrics.conformal.conformal_trials`);
+- ``aps_mondrian``: class-conditional (Mondrian) APS, one quantile per class.
+
+Each at every level of :attr:`ConformalConfig.alphas`, un-scaled and after temperature
+scaling, the temperature fitted on a held-out fraction (:attr:`ConformalConfig.
+temperature_size`) of the predictor's clean calibration caches: those images never enter a
+conformal split. The conformal pool is the clean evaluation dataset (``test``) where there is
+one besides the calibration dataset, else the calibration dataset's rest.
+
+Under shift, every trial's sets are calibrated on the trial's clean calibration draw and
+evaluated on each corrupted member and each natural shift set: the coverage lost under shift.
+Where the pool is a clean dataset of its own (``test``) and the corrupted images are copies of
+its images (their sample ids are the pool's but for the suffix, as
+:func:`uqvision.data.corruptions.make_corrupted_folder` names them, with the same labels), the
+copies of the trial's calibration images are left out of its evaluation; otherwise (a natural
+shift set, a pool that is the calibration dataset's rest) every shifted image is evaluated.
+
+The predictors (the ``model`` dimension) are every model and one ensemble row per training
+method of :attr:`ConformalConfig.ensembles` (:func:`uqvision.predictors.group_predictors`), as
+the shift protocol builds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+
+import numpy as np
+import xarray as xr
+from uqmetrics import InputError, stamp_result
+from uqmetrics import conformal as cp
+from uqmetrics.calibration import fit_temperature, softmax
+
+from ...predictors import (
+    Predictor,
+    PredictorProbs,
+    group_predictors,
+    pick_dataset,
+    read_cache_groups,
+)
+
+__all__ = ["CALIBRATIONS", "CLASS_ALPHA", "CLASS_METHOD", "CONFORMAL_METHODS", "CURVE_ALPHAS",
+           "CURVE_METHODS", "TRIAL_STATS", "ConformalConfig", "naive_sets", "score_conformal"]
+
+#: The ``method`` coordinate: the Naive baseline, then the conformal sets (Angelopoulos et al.
+#: 2021, Table 1, with THR and class-conditional APS).
+CONFORMAL_METHODS = ("naive", "thr", "aps", "raps", "aps_mondrian")
+#: The ``calibration`` coordinate: un-scaled probabilities, then temperature-scaled ones.
+CALIBRATIONS = ("none", "temperature")
+#: The per-trial statistics of :func:`uqmetrics.conformal.conformal_trials` kept (mean over the
+#: trials as ``<stat>``, their standard deviation as ``<stat>_std``).
+TRIAL_STATS = ("coverage", "mean_set_size", "median_set_size", "sscv", "covgap",
+               "empty_fraction")
+#: The levels of the coverage-and-size curve (variables ``curve_<stat>``), and its methods.
+CURVE_ALPHAS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
+CURVE_METHODS = ("naive", "aps", "raps")
+#: The method and level of the per-class coverage (``class_coverage``).
+CLASS_METHOD, CLASS_ALPHA = "aps", 0.1
+#: Metric tags of the variables with a direction: (name, greater_is_better). Coverage has none
+#: (its target is ``1 - alpha``), nor has the fraction of empty sets.
+_METRIC_TAGS = {"mean_set_size": ("mean_set_size", False),
+                "median_set_size": ("median_set_size", False), "sscv": ("sscv", False),
+                "covgap": ("covgap", False)}
+
+
+@dataclass(frozen=True)
+class ConformalConfig:
+    """Options of :func:`score_conformal`.
+
+    Attributes
+    ----------
+    alphas : tuple of float
+        The miscoverage levels (each in (0, 1)); the sets target coverage ``1 - alpha``.
+    n_cal : int or None
+        Calibration images per trial, drawn from the conformal pool (the rest evaluate);
+        ``None``: half the pool (rounded down).
+    trials : int
+        Random calibration/evaluation splits (those of
+        :func:`uqmetrics.conformal.conformal_trials`).
+    temperature_size : float
+        Fraction (0, 1) of the calibration dataset's images the temperature is fitted on (drawn
+        with ``seed``, the same for every predictor); they never enter a conformal split.
+    calibration_dataset : str or None
+        The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
+        where there are clean caches of that name, else the only clean dataset.
+    clean_dataset : str or None
+        The ``dataset_name`` of the conformal pool; default the clean dataset other than the
+        calibration one (``test``), else the calibration dataset's rest.
+    ensembles : tuple of str
+        Training methods (the caches' ``method`` attr) whose models are also scored together
+        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    randomized : bool
+        Randomised APS/RAPS sets (the paper's; :func:`uqmetrics.conformal.conformal_trials`).
+    seed : int
+        Seed of the temperature split and of the trials.
+    """
+
+    alphas: tuple[float, ...] = (0.1, 0.05)
+    n_cal: int | None = None
+    trials: int = 100
+    temperature_size: float = 0.2
+    calibration_dataset: str | None = None
+    clean_dataset: str | None = None
+    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    randomized: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        alphas = (self.alphas,) if isinstance(self.alphas, (int, float)) else tuple(self.alphas)
+        if not alphas or any(not 0.0 < float(a) < 1.0 for a in alphas):
+            raise InputError(f"alphas must be levels in (0, 1), got {self.alphas!r}")
+        if len(set(alphas)) != len(alphas):
+            raise InputError(f"alphas must be distinct, got {self.alphas!r}")
+        object.__setattr__(self, "alphas", tuple(float(a) for a in alphas))
+        if self.n_cal is not None and (isinstance(self.n_cal, bool) or int(self.n_cal) < 1):
+            raise InputError(f"n_cal must be a positive number of images, got {self.n_cal!r}")
+        if isinstance(self.trials, bool) or int(self.trials) < 1:
+            raise InputError(f"trials must be a positive count, got {self.trials!r}")
+        if not 0.0 < float(self.temperature_size) < 1.0:
+            raise InputError(f"temperature_size must be a fraction in (0, 1), got "
+                             f"{self.temperature_size!r}")
+        ensembles = ((self.ensembles,) if isinstance(self.ensembles, str)
+                     else tuple(self.ensembles or ()))
+        bad = [m for m in ensembles if not isinstance(m, str) or not m]
+        if bad:
+            raise InputError(f"ensembles must be training-method names, got {bad!r} in "
+                             f"{self.ensembles!r}")
+        object.__setattr__(self, "ensembles", ensembles)
+
+
+# ---------------------------------------------------------------------------------------------
+# the sets
+
+
+def naive_sets(probs: np.ndarray, alpha: float) -> np.ndarray:
+    """The Naive sets of Angelopoulos et al. 2021: the classes in descending probability until
+    their cumulative mass reaches ``1 - alpha`` (the class that reaches it included).
+
+    Parameters
+    ----------
+    probs : numpy.ndarray
+        (n, C) probabilities, rows summing to 1.
+    alpha : float
+        The level in (0, 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, C) bool: class ``c`` is in image ``i``'s set. Never empty; not calibrated, so with
+        no coverage guarantee (over-confident probabilities under-cover).
+
+    Examples
+    --------
+    >>> naive_sets(np.array([[0.5, 0.3, 0.2], [0.95, 0.03, 0.02]]), 0.1).astype(int)
+    array([[1, 1, 1],
+           [1, 0, 0]])
+    """
+    probs = np.asarray(probs, np.float64)
+    if probs.ndim != 2:
+        raise InputError(f"probs must be (n, C), got shape {probs.shape}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise InputError(f"alpha must be a level in (0, 1), got {alpha!r}")
+    order = np.argsort(-probs, axis=1, kind="stable")
+    cum = np.cumsum(np.take_along_axis(probs, order, axis=1), axis=1)
+    # classes before the one that reaches 1 - alpha, plus that one (1e-12: rounding of sums)
+    k = np.minimum((cum < 1.0 - alpha - 1e-12).sum(axis=1) + 1, probs.shape[1])
+    sets = np.zeros(probs.shape, bool)
+    np.put_along_axis(sets, order, np.arange(probs.shape[1]) < k[:, None], axis=1)
+    return sets
+
+
+def _trial_args(method: str, alpha: float, n_cal: int, config: ConformalConfig) -> dict:
+    """The keyword arguments of :func:`uqmetrics.conformal.conformal_trials` (and
+    :func:`uqmetrics.conformal.conformal_calibrations`) for a conformal method."""
+    kw = ({"score": "aps", "mondrian": True} if method == "aps_mondrian"
+          else {"score": method, "mondrian": False})
+    return {"alpha": alpha, "n_cal": n_cal, "trials": config.trials, "seed": config.seed,
+            "randomized": config.randomized, **kw}
+
+
+def _set_stats(sets: np.ndarray, labels: np.ndarray, alpha: float) -> np.ndarray:
+    """(stat, ...): the :data:`TRIAL_STATS` of sets (..., n, C) for labels (..., n)."""
+    c = sets.shape[-1]
+    return np.stack([np.asarray(v, np.float64) for v in (
+        cp.coverage(sets, labels), cp.mean_set_size(sets), cp.median_set_size(sets),
+        cp.sscv(sets, labels, alpha), cp.covgap(sets, labels, alpha, c),
+        cp.empty_fraction(sets))])
+
+
+class _Scorer:
+    """The all-class conformity scores of one probability array (n, C), per trial: the mass
+    ranked above each class and its rank computed once (by :mod:`uqmetrics.conformal`'s
+    functions, so with its ranking and ties), the trial's uniforms and RAPS penalty added."""
+
+    def __init__(self, probs: np.ndarray):
+        self.p = probs
+        zero = np.zeros(probs.shape[0])
+        self.above = cp.aps_scores(probs, u=zero)
+        # the 1-based rank of every class: RAPS at k_reg 0, lam 1 less APS (integers)
+        self.rank = np.rint(cp.raps_scores(probs, k_reg=0, lam=1.0, u=zero) - self.above)
+
+    def scores(self, score: str, idx: np.ndarray, u: np.ndarray, k_reg: np.ndarray,
+               lam: np.ndarray) -> np.ndarray:
+        """(T, m, C) scores of images ``idx`` (T, m) with uniforms ``u`` (T, m) and RAPS
+        parameters ``k_reg``, ``lam`` (T,), as :func:`uqmetrics.conformal.conformal_trials`
+        computes them."""
+        if score == "thr":
+            return 1.0 - self.p[idx]
+        s = self.above[idx] + u[..., None] * self.p[idx]
+        if score == "raps":
+            s = s + lam[:, None, None] * np.maximum(0, self.rank[idx] - k_reg[:, None, None])
+        return s
+
+
+def _sets(cal: cp.ConformalCalibrations, scorer: _Scorer, idx: np.ndarray,
+          u: np.ndarray) -> np.ndarray:
+    """(T, m, C) bool: each trial's sets of images ``idx`` (T, m) of ``scorer``, uniforms
+    ``u`` (T, m)."""
+    return cp.prediction_sets(scorer.scores(cal.score, idx, u, cal.k_reg, cal.lam), cal.qhat)
+
+
+# ---------------------------------------------------------------------------------------------
+# the data
+
+
+@dataclass
+class _Data:
+    """A predictor's arrays on one dataset: labels (n,), probs (n, C), and each image's sample
+    id without its suffix (n,): a corrupted copy's is its source image's."""
+
+    labels: np.ndarray
+    probs: np.ndarray
+    keys: list[str]
+
+    def take(self, index: np.ndarray) -> _Data:
+        return _Data(self.labels[index], self.probs[index], [self.keys[i] for i in index])
+
+
+def _data(probs: PredictorProbs, pred: Predictor) -> _Data:
+    """``pred``'s labels and probabilities on dataset ``probs.name``
+    (:class:`~uqvision.predictors.PredictorProbs`), with its images' sample ids."""
+    labels, p = probs(pred)
+    return _Data(labels, p, [str(PurePosixPath(str(s)).with_suffix(""))
+                             for s in probs.first(pred)["sample"].values])
+
+
+def _scaled(p: np.ndarray, t: float) -> np.ndarray:
+    return softmax(np.log(np.clip(p, 1e-300, None)), temperature=t)
+
+
+def _temperature_split(n: int, config: ConformalConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit, rest)`` indices of a calibration dataset of ``n`` images (a function of
+    ``(seed, n)``: every predictor fits on the same images)."""
+    k = min(max(1, round(config.temperature_size * n)), n - 1)
+    perm = np.random.default_rng(config.seed).permutation(n)
+    return np.sort(perm[:k]), np.sort(perm[k:])
+
+
+def _twins(pool: _Data, shifted: _Data) -> np.ndarray | None:
+    """For each shifted image, the pool image it is a copy of (the same sample id but for its
+    suffix, and the same label), or None where the shifted set is not made of the pool's
+    images."""
+    where = {s: i for i, s in enumerate(pool.keys)}
+    if len(where) != len(pool.keys):
+        return None
+    idx = np.array([where.get(s, -1) for s in shifted.keys], np.int64)
+    if (idx < 0).any() or (pool.labels[idx] != shifted.labels).any():
+        return None
+    return idx
+
+
+# ---------------------------------------------------------------------------------------------
+# the scores
+
+
+def _splits(n: int, n_cal: int, config: ConformalConfig) -> np.ndarray:
+    """(T, n): the trials' permutations of the pool, as every method of
+    :func:`uqmetrics.conformal.conformal_trials` draws them (the first ``n_cal`` calibrate)."""
+    return cp.random_splits(n, n_cal, config.trials, np.random.default_rng(config.seed))
+
+
+def _clean_stats(pool: _Data, p: np.ndarray, config: ConformalConfig, n_cal: int,
+                 method: str, alpha: float) -> np.ndarray:
+    """(stat, trial) of ``method`` at ``alpha`` on the pool (probabilities ``p``): the
+    conformal methods by :func:`uqmetrics.conformal.conformal_trials`, Naive on the same
+    trials' evaluation images."""
+    if method == "naive":
+        ev = _splits(len(pool.labels), n_cal, config)[:, n_cal:]
+        return _set_stats(naive_sets(p, alpha)[ev], pool.labels[ev], alpha)
+    res = cp.conformal_trials(p, pool.labels, **_trial_args(method, alpha, n_cal, config))
+    return np.stack([np.asarray(res[s], np.float64) for s in TRIAL_STATS])
+
+
+def _shift_stats(cal: cp.ConformalCalibrations | None, alpha: float, labels: np.ndarray, scorer: _Scorer,
+                 keep: np.ndarray, config: ConformalConfig, j: int) -> np.ndarray:
+    """(2, trial): coverage and mean set size on a shifted set (``labels`` (m,), ``scorer``:
+    its probabilities) of each trial's sets calibrated on the trial's clean draw (``cal``;
+    None: Naive), over the images ``keep`` (T, m) of each trial. The shifted images'
+    uniforms come from ``default_rng((seed, 1 + j))`` (set ``j``)."""
+    trials, m = config.trials, labels.size
+    if cal is None:
+        sets = np.broadcast_to(naive_sets(scorer.p, alpha), (trials, m, scorer.p.shape[1]))
+    else:
+        u = (np.random.default_rng((config.seed, 1 + j)).uniform(size=(trials, m))
+             if config.randomized else np.ones((trials, m)))
+        sets = _sets(cal, scorer, np.broadcast_to(np.arange(m), (trials, m)), u)
+    covered = sets[:, np.arange(m), labels]
+    n_kept = keep.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.stack([(covered & keep).sum(axis=1) / n_kept,
+                         np.where(keep, sets.sum(axis=-1), 0).sum(axis=1) / n_kept])
+
+
+def _keep(pool: _Data, shifted: _Data, perms: np.ndarray, n_cal: int) -> np.ndarray:
+    """(T, m) bool: the shifted images each trial evaluates, all but the copies of the trial's
+    calibration images (:func:`_twins`)."""
+    trials, m = perms.shape[0], len(shifted.labels)
+    twins = _twins(pool, shifted)
+    if twins is None:
+        return np.ones((trials, m), bool)
+    drawn = np.zeros(perms.shape, bool)
+    np.put_along_axis(drawn, perms[:, :n_cal], True, axis=1)
+    return ~drawn[:, twins]
+
+
+def _class_coverage(scorer: _Scorer, labels: np.ndarray, n_cal: int,
+                    config: ConformalConfig) -> np.ndarray:
+    """(C,): the coverage of each true class of :data:`CLASS_METHOD` sets at
+    :data:`CLASS_ALPHA` over every trial's evaluation images (the trials of
+    :func:`uqmetrics.conformal.conformal_trials`); NaN for a class never evaluated."""
+    c = scorer.p.shape[1]
+    cal = cp.conformal_calibrations(scorer.p, labels,
+                                    **_trial_args(CLASS_METHOD, CLASS_ALPHA, n_cal, config))
+    ev = cal.test
+    sets = _sets(cal, scorer, ev, np.take_along_axis(cal.u, ev, axis=1))
+    y = labels[ev]
+    covered = np.take_along_axis(sets, y[..., None], axis=-1)[..., 0]
+    counts = np.bincount(y.ravel(), minlength=c)
+    hits = np.bincount(y.ravel(), weights=covered.ravel().astype(np.float64), minlength=c)
+    return np.where(counts > 0, hits / np.maximum(counts, 1), np.nan)
+
+
+def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
+                    config: ConformalConfig | None = None) -> xr.Dataset:
+    """Score conformal prediction sets of models, and ensembles of them (module docstring).
+
+    Parameters
+    ----------
+    caches : path or iterable of paths
+        Cache files or folders of them (:func:`uqvision.cache.index_caches`): every model's
+        clean caches, optionally its corrupted members and natural shift sets.
+    config : ConformalConfig, optional
+
+    Returns
+    -------
+    xarray.Dataset
+        A result file of protocol ``conformal``. Dimensions: ``model`` (every model, then the
+        ensemble rows), ``method`` (:data:`CONFORMAL_METHODS`), ``alpha``
+        (:attr:`ConformalConfig.alphas`), ``calibration`` (:data:`CALIBRATIONS`),
+        ``corruption``, ``severity`` (of the corrupted caches; empty without any),
+        ``shift_set`` (natural shift sets; empty without any), ``curve_method``
+        (:data:`CURVE_METHODS`), ``curve_alpha`` (:data:`CURVE_ALPHAS`), ``class``.
+        Coordinates on ``model``: ``kind``, ``mode``, ``members``. Variables:
+
+        ``<stat>``, ``<stat>_std`` (model, method, alpha, calibration)
+            Each of :data:`TRIAL_STATS` on the clean pool: the mean over the trials and the
+            trials' standard deviation (ddof 0).
+        ``shift_<stat>``, ``shift_<stat>_std`` (model, method, alpha, corruption, severity,
+        calibration)
+            ``coverage`` and ``mean_set_size`` on each corrupted member, the sets calibrated
+            on the clean draw of each trial; NaN where a member is missing.
+        ``set_<stat>``, ``set_<stat>_std`` (model, method, alpha, shift_set, calibration)
+            The same on each natural shift set.
+        ``curve_coverage``, ``curve_mean_set_size`` (model, curve_method, curve_alpha)
+            Un-scaled, mean over the trials.
+        ``class_coverage`` (model, class)
+            Un-scaled :data:`CLASS_METHOD` sets at :data:`CLASS_ALPHA`: the coverage of each
+            true class over the trials' evaluation images (NaN for a class never evaluated).
+        ``accuracy`` (model)
+            Top-1 accuracy on the pool.
+        ``temperature``, ``n_temperature`` (model)
+            The fitted temperature and the images it was fitted on.
+        ``n_pool``, ``n_cal`` (model)
+            The conformal pool's images and the calibration images per trial.
+
+        Attrs: ``trials``, ``seed``, ``pool_dataset`` (JSON: model -> dataset), the config,
+        ``ensemble_members`` (JSON).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        No caches; a model without clean caches (named); caches of several modes for one model;
+        several clean datasets without a choice; a pool too small for ``n_cal``.
+    """
+    config = config or ConformalConfig()
+    read = read_cache_groups(caches)
+    groups, sets = read.groups, read.sets
+    preds = group_predictors(read.models, read.modes, read.methods, config.ensembles)
+    corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
+    natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
+    shift_names = sorted(corrupted) + natural
+    corruptions = sorted({s["corruption"] for s in corrupted.values()})
+    severities = sorted({s["severity"] for s in corrupted.values()})
+    n_classes = next(iter(groups.values()))[0].sizes["class"]
+    classes = [str(c) for c in next(iter(groups.values()))[0]["class"].values]
+
+    n_pred, methods, alphas = len(preds), CONFORMAL_METHODS, config.alphas
+    n_stats, shape = len(TRIAL_STATS), (len(preds), len(methods), len(alphas),
+                                        len(CALIBRATIONS))
+    mean, std = np.full((n_stats, *shape), np.nan), np.full((n_stats, *shape), np.nan)
+    sstat = ("coverage", "mean_set_size")
+    grid = (len(sstat), n_pred, len(methods), len(alphas))
+    shift_mean = np.full((*grid, len(corruptions), len(severities), len(CALIBRATIONS)), np.nan)
+    shift_std = shift_mean.copy()
+    set_mean = np.full((*grid, len(natural), len(CALIBRATIONS)), np.nan)
+    set_std = set_mean.copy()
+    curve = np.full((2, n_pred, len(CURVE_METHODS), len(CURVE_ALPHAS)), np.nan)
+    class_cov = np.full((n_pred, n_classes), np.nan)
+    accuracy, temps = np.empty(n_pred), np.empty(n_pred)
+    n_temp, n_pool, n_cals = (np.empty(n_pred, np.int64) for _ in range(3))
+    pools: dict[str, str] = {}
+    probs = {name: PredictorProbs(groups, name) for name in sets}
+    pick = [TRIAL_STATS.index(s) for s in sstat]
+
+    for i, pred in enumerate(preds):
+        clean = sorted(set.intersection(*(
+            {n for (m, n) in groups if m == mem and sets[n]["role"] == "clean"}
+            for mem in pred.members)))
+        if not clean:
+            raise InputError(f"model {pred.name!r} has no clean caches (role 'clean', e.g. its "
+                             "validation and test folders; an ensemble: of every member): its "
+                             "sets are calibrated on clean data, predict them first")
+        cal_name = pick_dataset("calibration", config.calibration_dataset, clean, "val", pred.name)
+        cal = _data(probs[cal_name], pred)
+        if len(cal.labels) < 2:
+            raise InputError(f"model {pred.name!r}: calibration dataset {cal_name!r} has "
+                             f"{len(cal.labels)} image(s), need at least 2")
+        fit, rest = _temperature_split(len(cal.labels), config)
+        temps[i] = fit_temperature(np.log(np.clip(cal.probs[fit], 1e-300, None)),
+                                   cal.labels[fit])
+        n_temp[i] = fit.size
+        others = [c for c in clean if c != cal_name]
+        pool_name = (pick_dataset("clean", config.clean_dataset, others or clean, None, pred.name)
+                     if config.clean_dataset is not None or others else cal_name)
+        pool = (cal.take(rest) if pool_name == cal_name
+                else _data(probs[pool_name], pred))
+        pools[pred.name] = pool_name
+        n = len(pool.labels)
+        n_cal = n // 2 if config.n_cal is None else int(config.n_cal)
+        if not 0 < n_cal < n:
+            raise InputError(f"n_cal must leave images to evaluate: model {pred.name!r} has a "
+                             f"conformal pool of {n} images (dataset {pool_name!r}), n_cal is "
+                             f"{n_cal}")
+        n_pool[i], n_cals[i] = n, n_cal
+        accuracy[i] = float(np.mean(pool.probs.argmax(axis=1) == pool.labels))
+        shifted = [(name, _data(probs[name], pred)) for name in shift_names
+                   if probs[name].has(pred)]
+        perms = _splits(n, n_cal, config)
+        # copies of the pool's images: corrupted members, where the pool is its own clean
+        # dataset (test; val and test share sample ids, the caches do not name the source)
+        keeps = [_keep(pool, d, perms, n_cal) if name in corrupted and pool_name != cal_name
+                 else np.ones((config.trials, len(d.labels)), bool) for name, d in shifted]
+        for c, cal_kind in enumerate(CALIBRATIONS):
+            t = None if cal_kind == "none" else temps[i]
+            p = pool.probs if t is None else _scaled(pool.probs, t)
+            scorer = _Scorer(p)
+            moved = [_Scorer(d.probs if t is None else _scaled(d.probs, t)) for _, d in shifted]
+            for a, alpha in enumerate(alphas):
+                for k, method in enumerate(methods):
+                    trials = _clean_stats(pool, p, config, n_cal, method, alpha)
+                    mean[:, i, k, a, c], std[:, i, k, a, c] = trials.mean(1), trials.std(1)
+                    calib = (None if method == "naive" or not shifted
+                             else cp.conformal_calibrations(
+                                 p, pool.labels, **_trial_args(method, alpha, n_cal, config)))
+                    for j, (name, d) in enumerate(shifted):
+                        out = _shift_stats(calib, alpha, d.labels, moved[j], keeps[j], config,
+                                           shift_names.index(name))
+                        if name in corrupted:
+                            at = (i, k, a, corruptions.index(corrupted[name]["corruption"]),
+                                  severities.index(corrupted[name]["severity"]), c)
+                            shift_mean[(slice(None), *at)] = out.mean(axis=1)
+                            shift_std[(slice(None), *at)] = out.std(axis=1)
+                        else:
+                            at = (i, k, a, natural.index(name), c)
+                            set_mean[(slice(None), *at)] = out.mean(axis=1)
+                            set_std[(slice(None), *at)] = out.std(axis=1)
+            if cal_kind == "none":
+                for k, method in enumerate(CURVE_METHODS):
+                    for a, alpha in enumerate(CURVE_ALPHAS):
+                        trials = _clean_stats(pool, p, config, n_cal, method, alpha)
+                        curve[:, i, k, a] = trials[pick].mean(axis=1)
+                class_cov[i] = _class_coverage(scorer, pool.labels, n_cal, config)
+
+    dims = ("model", "method", "alpha", "calibration")
+    data: dict = {}
+    for j, s in enumerate(TRIAL_STATS):
+        data[s] = (dims, mean[j])
+        data[f"{s}_std"] = (dims, std[j])
+    sdims = ("model", "method", "alpha", "corruption", "severity", "calibration")
+    ndims = ("model", "method", "alpha", "shift_set", "calibration")
+    for j, s in enumerate(sstat):
+        data[f"shift_{s}"] = (sdims, shift_mean[j])
+        data[f"shift_{s}_std"] = (sdims, shift_std[j])
+        data[f"set_{s}"] = (ndims, set_mean[j])
+        data[f"set_{s}_std"] = (ndims, set_std[j])
+        data[f"curve_{s}"] = (("model", "curve_method", "curve_alpha"), curve[j])
+    data["class_coverage"] = (("model", "class"), class_cov)
+    data["accuracy"] = ("model", accuracy)
+    data["temperature"] = ("model", temps)
+    data["n_temperature"] = ("model", n_temp)
+    data["n_pool"] = ("model", n_pool)
+    data["n_cal"] = ("model", n_cals)
+    metrics: dict = {"accuracy": "accuracy"}
+    for var in list(data):
+        base = var.removeprefix("shift_").removeprefix("set_").removeprefix("curve_")
+        if base in _METRIC_TAGS:
+            metrics[var] = _METRIC_TAGS[base]
+    ds = xr.Dataset(data, coords={
+        "model": [p.name for p in preds], "kind": ("model", [p.kind for p in preds]),
+        "mode": ("model", [p.mode for p in preds]),
+        "members": ("model", np.array([len(p.members) for p in preds], np.int64)),
+        "method": list(methods), "alpha": np.array(alphas), "calibration": list(CALIBRATIONS),
+        "corruption": corruptions, "severity": np.array(severities, np.int64),
+        "shift_set": np.array(natural, dtype=str), "curve_method": list(CURVE_METHODS),
+        "curve_alpha": np.array(CURVE_ALPHAS), "class": classes})
+    ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
+    return stamp_result(ds, "conformal", input_checksums=sorted(set(read.checksums)),
+                        metrics=metrics, config=asdict(config), seed=config.seed,
+                        extra={"ensemble_members": json.dumps(ensembles),
+                               "pool_dataset": json.dumps(pools), "trials": config.trials})

@@ -1,0 +1,264 @@
+"""The conformal protocol's scores (uqvision.protocols.conformal.score) on synthetic caches,
+checked against direct uqmetrics.conformal calls on the same arrays and by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from uqmetrics import InputError, write_dataset
+from uqmetrics import conformal as cp
+from uqmetrics.calibration import softmax
+
+from uqvision.cache import cache_dataset, cache_key
+from uqvision.protocols.conformal import score
+from uqvision.protocols.conformal.score import (
+    CONFORMAL_METHODS,
+    TRIAL_STATS,
+    ConformalConfig,
+    naive_sets,
+    score_conformal,
+)
+
+CLASSES = ["a", "b", "c", "d"]
+N_VAL, N_TEST = 60, 80
+
+
+def _labels(n: int) -> np.ndarray:
+    return np.arange(n) % len(CLASSES)
+
+
+def _logits(n: int, seed: int, signal: float = 1.5) -> np.ndarray:
+    """Logits of ``n`` images: every row distinct, the label's logit raised by ``signal``."""
+    z = np.random.default_rng(seed).normal(size=(n, len(CLASSES)))
+    z[np.arange(n), _labels(n)] += signal
+    return z
+
+
+def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder", corruption="",
+           severity=0, suffix=".png", mode="plain", **attrs):
+    n = logits.shape[0]
+    attrs = {"model": model, "dataset_name": dataset, "mode": mode, "pass_index": 0,
+             "eval_set": eval_set, "role": role, **attrs}
+    if corruption:
+        attrs.update(eval_member=f"{corruption}-{severity}", corruption=corruption,
+                     severity=severity)
+    samples = [f"{CLASSES[y]}/img{i}{suffix}" for i, y in enumerate(_labels(n))]
+    ds = cache_dataset(logits, _labels(n), samples=samples, classes=CLASSES, attrs=attrs)
+    write_dataset(ds, folder / f"{cache_key(model, dataset, mode, 0)}.nc")
+
+
+#: (corruption, severity) -> the signal of the corrupted copies of the test images
+SHIFTS = {("noise", 1): 1.0, ("noise", 3): 0.2}
+
+
+def _caches(folder, models=("m1", "m2"), *, test=True, shifted=False, natural=False,
+            method=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    for j, m in enumerate(models):
+        extra = {"method": method} if method else {}
+        _write(folder, m, "val", _logits(N_VAL, 10 + j), **extra)
+        if test:
+            _write(folder, m, "test", _logits(N_TEST, 20 + j), **extra)
+        if shifted:
+            for (c, s), signal in SHIFTS.items():
+                _write(folder, m, f"imagenet-c-{c}-{s}", _logits(N_TEST, 30 + s + j, signal),
+                       role="shifted", eval_set="imagenet-c", corruption=c, severity=s,
+                       suffix=".JPEG", **extra)
+        if natural:
+            _write(folder, m, "v2", _logits(40, 50 + j, 0.5), role="shifted",
+                   eval_set="imagenet-v2", **extra)
+    return folder
+
+
+CONFIG = ConformalConfig(trials=7, seed=3)
+
+
+def _kw(method):
+    return ({"score": "aps", "mondrian": True} if method == "aps_mondrian"
+            else {"score": method})
+
+
+def test_clean_values_are_those_of_conformal_trials_on_the_same_arrays(tmp_path):
+    ds = score_conformal(_caches(tmp_path / "c"), CONFIG)
+    assert list(ds["method"].values) == list(CONFORMAL_METHODS)
+    assert ds["alpha"].values.tolist() == [0.1, 0.05]
+    assert ds.attrs["protocol"] == "conformal" and int(ds.attrs["trials"]) == 7
+    for j, m in enumerate(("m1", "m2")):
+        p = softmax(_logits(N_TEST, 20 + j))  # the pool: the test caches
+        n_cal = N_TEST // 2
+        assert int(ds["n_cal"].sel(model=m)) == n_cal and int(ds["n_pool"].sel(model=m)) == N_TEST
+        t = float(ds["temperature"].sel(model=m))
+        for cal, q in (("none", p), ("temperature", softmax(np.log(p), temperature=t))):
+            for method in ("thr", "aps", "raps", "aps_mondrian"):
+                for alpha in (0.1, 0.05):
+                    res = cp.conformal_trials(q, _labels(N_TEST), alpha=alpha, n_cal=n_cal,
+                                              trials=7, seed=3, **_kw(method))
+                    at = {"model": m, "method": method, "alpha": alpha, "calibration": cal}
+                    for stat in TRIAL_STATS:
+                        assert float(ds[stat].sel(at)) == pytest.approx(res[stat].mean(),
+                                                                        rel=1e-6, abs=1e-12)
+                        assert float(ds[f"{stat}_std"].sel(at)) == pytest.approx(
+                            res[stat].std(), rel=1e-6, abs=1e-12)
+        assert float(ds["accuracy"].sel(model=m)) == pytest.approx(
+            np.mean(p.argmax(1) == _labels(N_TEST)))
+
+
+def test_naive_sets_by_hand():
+    p = np.array([[0.5, 0.3, 0.15, 0.05], [0.96, 0.02, 0.01, 0.01], [0.1, 0.2, 0.3, 0.4]])
+    assert naive_sets(p, 0.1).astype(int).tolist() == [[1, 1, 1, 0], [1, 0, 0, 0],
+                                                        [0, 1, 1, 1]]
+    assert naive_sets(p, 0.5).astype(int).tolist() == [[1, 0, 0, 0], [1, 0, 0, 0],
+                                                        [0, 0, 1, 1]]
+    with pytest.raises(InputError, match="alpha"):
+        naive_sets(p, 1.0)
+
+
+def test_naive_row_on_the_trials_evaluation_images(tmp_path):
+    ds = score_conformal(_caches(tmp_path / "c", models=("m1",)), CONFIG)
+    p, y = softmax(_logits(N_TEST, 20)), _labels(N_TEST)
+    perms = cp.random_splits(N_TEST, N_TEST // 2, 7, np.random.default_rng(3))
+    for alpha in (0.1, 0.05):
+        cov = [np.mean([y[i] in np.flatnonzero(naive_sets(p[i:i + 1], alpha)[0])
+                        for i in row[N_TEST // 2:]]) for row in perms]
+        size = [naive_sets(p[row[N_TEST // 2:]], alpha).sum(1).mean() for row in perms]
+        at = {"model": "m1", "method": "naive", "alpha": alpha, "calibration": "none"}
+        assert float(ds["coverage"].sel(at)) == pytest.approx(np.mean(cov))
+        assert float(ds["mean_set_size"].sel(at)) == pytest.approx(np.mean(size))
+        assert float(ds["empty_fraction"].sel(at)) == 0.0  # Naive sets are never empty
+
+
+def test_the_temperature_images_never_enter_a_conformal_split(tmp_path, monkeypatch):
+    """With val caches only, the temperature is fitted on a fraction of val and the conformal
+    pool is the rest: no image in both (rows identified by their distinct probabilities)."""
+    fitted, pooled = [], []
+    real_fit, real_trials = score.fit_temperature, cp.conformal_trials
+    monkeypatch.setattr(score, "fit_temperature",
+                        lambda z, y: fitted.append(np.exp(z)) or real_fit(z, y))
+    monkeypatch.setattr(cp, "conformal_trials",
+                        lambda probs, labels, **kw: pooled.append(probs) or real_trials(
+                            probs, labels, **kw))
+    config = ConformalConfig(trials=3, temperature_size=0.25, alphas=(0.1,))
+    ds = score_conformal(_caches(tmp_path / "c", models=("m1",), test=False), config)
+    p = softmax(_logits(N_VAL, 10))
+
+    def rows(arr):
+        return {int(np.flatnonzero(np.isclose(p, r, rtol=1e-4).all(1))[0]) for r in arr}
+
+    fit = rows(fitted[0])
+    pool = rows(pooled[0])  # the un-scaled pool (the first call)
+    assert len(fit) == 15 and len(pool) == N_VAL - 15 and not fit & pool
+    assert fit | pool == set(range(N_VAL))
+    assert int(ds["n_temperature"].sel(model="m1")) == 15
+    assert int(ds["n_pool"].sel(model="m1")) == N_VAL - 15
+    assert ds.attrs["pool_dataset"] == '{"m1": "val"}'
+    fit_idx, rest = score._temperature_split(N_VAL, config)
+    assert set(fit_idx) == fit and set(rest) == pool
+
+
+def test_shift_rows_by_hand(tmp_path):
+    """THR (not randomised) on the corrupted copies: each trial's threshold of the clean
+    calibration draw (conformal_trials' qhat), evaluated on the copies of the other images."""
+    ds = score_conformal(_caches(tmp_path / "c", models=("m1",), shifted=True, natural=True),
+                         CONFIG)
+    assert list(ds["corruption"].values) == ["noise"]
+    assert ds["severity"].values.tolist() == [1, 3]
+    assert list(ds["shift_set"].values) == ["v2"]
+    p, y, n_cal = softmax(_logits(N_TEST, 20)), _labels(N_TEST), N_TEST // 2
+    perms = cp.random_splits(N_TEST, n_cal, 7, np.random.default_rng(3))
+    for alpha in (0.1, 0.05):
+        qhat = cp.conformal_trials(p, y, score="thr", alpha=alpha, n_cal=n_cal, trials=7,
+                                   seed=3)["qhat"]
+        for (c, s), signal in SHIFTS.items():
+            q = softmax(_logits(N_TEST, 30 + s, signal))
+            cov, size = [], []
+            for t in range(7):
+                ev = np.sort(perms[t, n_cal:])  # the copies of the draw's images left out
+                sets = (1.0 - q[ev]) <= qhat[t]
+                cov.append(sets[np.arange(ev.size), y[ev]].mean())
+                size.append(sets.sum(1).mean())
+            at = {"model": "m1", "method": "thr", "alpha": alpha, "corruption": c,
+                  "severity": s, "calibration": "none"}
+            assert float(ds["shift_coverage"].sel(at)) == pytest.approx(np.mean(cov))
+            assert float(ds["shift_coverage_std"].sel(at)) == pytest.approx(np.std(cov))
+            assert float(ds["shift_mean_set_size"].sel(at)) == pytest.approx(np.mean(size))
+        q, yv = softmax(_logits(40, 50, 0.5)), _labels(40)  # v2: new images, all evaluated
+        cov = [((1.0 - q[np.arange(40), yv]) <= qhat[t]).mean() for t in range(7)]
+        at = {"model": "m1", "method": "thr", "alpha": alpha, "shift_set": "v2",
+              "calibration": "none"}
+        assert float(ds["set_coverage"].sel(at)) == pytest.approx(np.mean(cov))
+    # every method has its rows; coverage at the strongest shift falls below the clean one
+    assert not np.isnan(ds["shift_coverage"].values).any()
+    clean = ds["coverage"].sel({"method": "aps", "calibration": "none"})
+    assert (ds["shift_coverage"].sel({"method": "aps", "severity": 3, "calibration": "none"})
+            .isel(corruption=0) < clean).all()
+
+
+def test_the_shift_calibration_is_that_of_conformal_trials(tmp_path):
+    """The per-trial calibration the shifted sets use reproduces conformal_trials' coverage
+    and sizes on the clean evaluation images (randomised APS, RAPS, Mondrian APS)."""
+    p, y = softmax(_logits(N_TEST, 20)), _labels(N_TEST)
+    scorer, n_cal = score._Scorer(p), 30
+    for method in ("thr", "aps", "raps", "aps_mondrian"):
+        cal = cp.conformal_calibrations(p, y, **score._trial_args(method, 0.1, n_cal, CONFIG))
+        ev = cal.test
+        sets = score._sets(cal, scorer, ev, np.take_along_axis(cal.u, ev, axis=1))
+        res = cp.conformal_trials(p, y, alpha=0.1, n_cal=n_cal, trials=7, seed=3, **_kw(method))
+        np.testing.assert_allclose(cp.coverage(sets, y[ev]), res["coverage"])
+        np.testing.assert_allclose(cp.mean_set_size(sets), res["mean_set_size"])
+        np.testing.assert_allclose(cal.qhat, res["qhat"])
+
+
+def test_ensemble_rows_curve_and_class_coverage(tmp_path):
+    ds = score_conformal(_caches(tmp_path / "c", method="deep_ensemble"), CONFIG)
+    assert list(ds["model"].values) == ["m1", "m2", "deep_ensemble[2]"]
+    p = (softmax(_logits(N_TEST, 20)) + softmax(_logits(N_TEST, 21))) / 2
+    res = cp.conformal_trials(p, _labels(N_TEST), score="aps", alpha=0.1, n_cal=N_TEST // 2,
+                              trials=7, seed=3)
+    assert float(ds["coverage"].sel({"model": "deep_ensemble[2]", "method": "aps",
+                                     "alpha": 0.1, "calibration": "none"})) == pytest.approx(res["coverage"].mean())
+    curve = ds["curve_coverage"].sel(model="m1", curve_method="aps")
+    assert float(curve.sel(curve_alpha=0.1)) == pytest.approx(float(
+        ds["coverage"].sel({"model": "m1", "method": "aps", "alpha": 0.1,
+                            "calibration": "none"})))
+    cov = ds["class_coverage"].sel(model="m1").values
+    assert cov.shape == (4,) and ((cov >= 0) & (cov <= 1)).all()
+    # the class coverages, weighted by the classes' evaluation counts, are the mean coverage
+    # (equal counts here: 20 images per class in the pool)
+    perms = cp.random_splits(N_TEST, N_TEST // 2, 7, np.random.default_rng(3))
+    counts = np.bincount(_labels(N_TEST)[perms[:, N_TEST // 2:]].ravel(), minlength=4)
+    cov_m1 = cp.conformal_trials(softmax(_logits(N_TEST, 20)), _labels(N_TEST), score="aps",
+                                 alpha=0.1, n_cal=N_TEST // 2, trials=7, seed=3)["coverage"]
+    assert np.sum(cov * counts) / counts.sum() == pytest.approx(cov_m1.mean())
+
+
+def test_bad_input_is_refused_naming_it(tmp_path):
+    with pytest.raises(InputError, match="alphas"):
+        ConformalConfig(alphas=(0.1, 1.5))
+    with pytest.raises(InputError, match="trials"):
+        ConformalConfig(trials=0)
+    with pytest.raises(InputError, match="temperature_size"):
+        ConformalConfig(temperature_size=1.0)
+    with pytest.raises(InputError, match="n_cal"):
+        score_conformal(_caches(tmp_path / "c", models=("m1",)), ConformalConfig(n_cal=N_TEST))
+    with pytest.raises(InputError, match="clean caches"):
+        folder = tmp_path / "only_shifted"
+        folder.mkdir()
+        _write(folder, "m1", "v2", _logits(40, 1), role="shifted", eval_set="imagenet-v2")
+        score_conformal(folder, CONFIG)
+
+
+def test_without_a_test_set_every_corrupted_image_is_evaluated(tmp_path):
+    """The pool is val's rest: val and test share sample ids, so no corrupted image (a copy of
+    a test image) is taken for a copy of a pool image."""
+    config = ConformalConfig(trials=5, alphas=(0.1,))
+    ds = score_conformal(_caches(tmp_path / "c", models=("m1",), test=False, shifted=True),
+                         config)
+    _, rest = score._temperature_split(N_VAL, config)
+    p, y = softmax(_logits(N_VAL, 10))[rest], _labels(N_VAL)[rest]
+    qhat = cp.conformal_trials(p, y, score="thr", alpha=0.1, n_cal=rest.size // 2, trials=5,
+                               seed=0)["qhat"]
+    q, yt = softmax(_logits(N_TEST, 31, SHIFTS["noise", 1])), _labels(N_TEST)
+    cov = [((1.0 - q[np.arange(N_TEST), yt]) <= qh).mean() for qh in qhat]
+    at = {"model": "m1", "method": "thr", "alpha": 0.1, "corruption": "noise", "severity": 1,
+          "calibration": "none"}
+    assert float(ds["shift_coverage"].sel(at)) == pytest.approx(np.mean(cov))

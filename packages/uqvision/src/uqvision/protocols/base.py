@@ -30,7 +30,7 @@ from ..options import Command
 
 __all__ = ["Command", "LazyReproduction", "Plots", "Protocol", "ReproduceFlags",
            "ReproduceOptions", "Reproduction", "ScoreTable", "SweepPlan", "SweepScoring",
-           "ensemble_runs", "findings_table", "incomplete_caches", "sign_verdict",
+           "corrupted_study", "ensemble_runs", "findings_table", "incomplete_caches", "sign_verdict",
            "train_and_predict"]
 
 
@@ -468,3 +468,86 @@ def findings_table(findings: Sequence[Any], columns: Sequence[str], alpha: float
                   f"{f.verdict}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | None, seed: int,
+                    scale: str, overwrite: bool, log: Callable[[str], None],
+                    device: str) -> Path:
+    """The networks and caches of a study under corruption (the shift and conformal drivers).
+
+    The ``hierarchy`` stand-in (``OUT/data``, unless ``data`` names a folder with ``train``,
+    ``val`` and ``test``) has its test split corrupted as ImageNet-C is made
+    (:func:`uqvision.data.corruptions.make_corrupted_folder` into ``OUT/data-c``, the
+    ``corruptions`` and ``severities`` of ``s``). The deep ensemble's members and the
+    MC-dropout network (:func:`ensemble_runs`) are trained on ``train`` and predict ``val``,
+    ``test`` and every corrupted member (eval set ``imagenet-c``) with the pinned
+    :data:`uqvision.predict.REFERENCE_EXECUTION` (:func:`train_and_predict`), into
+    ``OUT/caches``.
+
+    Parameters
+    ----------
+    out : Path
+    s : mapping
+        The scale's settings: ``hierarchy``, ``corruptions``, ``severities``, ``input_size``,
+        ``workers`` and those of :func:`ensemble_runs`.
+    tag : str
+        The runs' tag prefix (the protocol's name).
+    data, seed, scale, overwrite, log, device
+        The driver's options (``scale == "smoke"``: no progress lines of the corruption).
+
+    Returns
+    -------
+    Path
+        ``OUT/caches``.
+
+    Raises
+    ------
+    FileNotFoundError
+        A split folder of ``data`` missing.
+    """
+    from ..data import check_split_classes
+    from ..data.corruptions import make_corrupted_folder
+    from ..evalsets import iter_member_folders
+    from ..hierarchy import make_hierarchy
+    from ..predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
+
+    t0 = time.perf_counter()
+    if data is None:
+        root = out / "data"
+        if not (root / "classes.json").is_file():
+            make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
+    else:
+        root = Path(data)
+    train, val, test = root / "train", root / "val", root / "test"
+    for p in (train, val, test):
+        if not p.is_dir():
+            raise FileNotFoundError(f"{str(p)!r} does not exist (need ROOT/train, ROOT/val and "
+                                    "ROOT/test)")
+    check_split_classes(train, {"val": val, "test": test}, same=("val",))
+    corrupted = make_corrupted_folder(
+        test, out / "data-c", corruptions=s["corruptions"], severities=s["severities"],
+        resize=s["input_size"], crop=s["input_size"], seed=seed, workers=s["workers"],
+        progress=log if scale != "smoke" else False, overwrite=overwrite)
+    log(f"corrupted test split: {corrupted} ({time.perf_counter() - t0:.0f} s)")
+
+    models, caches = out / "models", out / "caches"
+    models.mkdir(parents=True, exist_ok=True)
+    base = {"batch_size": 256, "device": device, "seed": seed, **REFERENCE_EXECUTION}
+    members = [(m, f) for m, f in iter_member_folders(corrupted, "imagenet-c")
+               if m.corruption in s["corruptions"] and m.severity in s["severities"]]
+
+    def predict(spec: str, how: dict, trained: bool) -> int:
+        n = 0
+        for folder in (val, test):
+            n += len(predict_to_files(spec, folder, caches, PredictConfig(**how, **base),
+                                      overwrite=trained))
+        for member, folder in members:
+            n += len(predict_to_files(
+                spec, folder, caches,
+                PredictConfig(eval_set="imagenet-c", eval_member=member.name, **how, **base),
+                overwrite=trained))
+        return n
+
+    train_and_predict(ensemble_runs(s, seed, device, tag=tag), models, train, predict,
+                      overwrite=overwrite, log=log)
+    return caches

@@ -39,12 +39,7 @@ from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
 
-from ...data import check_split_classes
-from ...data.corruptions import make_corrupted_folder
-from ...evalsets import iter_member_folders
-from ...hierarchy import make_hierarchy
-from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ..base import Reproduction, ensemble_runs, train_and_predict
+from ..base import Reproduction, corrupted_study
 from . import DESCRIPTION
 from .score import ConformalConfig, score_conformal
 
@@ -110,44 +105,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     t0 = time.perf_counter()
     s = _settings(scale, arch, data, dict(options or {}))
     out = Path(out)
-    if data is None:
-        root = out / "data"
-        if not (root / "classes.json").is_file():
-            make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
-    else:
-        root = Path(data)
-    train, val, test = root / "train", root / "val", root / "test"
-    for p in (train, val, test):
-        if not p.is_dir():
-            raise FileNotFoundError(f"{str(p)!r} does not exist (need ROOT/train, ROOT/val and "
-                                    "ROOT/test)")
-    check_split_classes(train, {"val": val, "test": test}, same=("val",))
-    corrupted = make_corrupted_folder(
-        test, out / "data-c", corruptions=s["corruptions"], severities=s["severities"],
-        resize=s["input_size"], crop=s["input_size"], seed=seed, workers=s["workers"],
-        progress=log if scale != "smoke" else False, overwrite=overwrite)
-    log(f"corrupted test split: {corrupted} ({time.perf_counter() - t0:.0f} s)")
-
-    models, caches = out / "models", out / "caches"
-    models.mkdir(parents=True, exist_ok=True)
-    base = {"batch_size": 256, "device": device, "seed": seed, **REFERENCE_EXECUTION}
-    members = [(m, f) for m, f in iter_member_folders(corrupted, "imagenet-c")
-               if m.corruption in s["corruptions"] and m.severity in s["severities"]]
-
-    def predict(spec: str, how: dict, trained: bool) -> int:
-        n = 0
-        for folder in (val, test):
-            n += len(predict_to_files(spec, folder, caches, PredictConfig(**how, **base),
-                                      overwrite=trained))
-        for member, folder in members:
-            n += len(predict_to_files(
-                spec, folder, caches,
-                PredictConfig(eval_set="imagenet-c", eval_member=member.name, **how, **base),
-                overwrite=trained))
-        return n
-
-    train_and_predict(ensemble_runs(s, seed, device, tag="conformal"), models, train, predict,
-                      overwrite=overwrite, log=log)
+    caches = corrupted_study(out, s, tag="conformal", data=data, seed=seed, scale=scale,
+                             overwrite=overwrite, log=log, device=device)
 
     t1 = time.perf_counter()
     scores = score_conformal(caches, ConformalConfig(

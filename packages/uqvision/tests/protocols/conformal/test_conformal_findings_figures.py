@@ -28,8 +28,11 @@ def _result() -> xr.Dataset:
     cov = np.full(shape, 0.92)
     cov[:, :, 1] = 0.96  # every set covers 1 - alpha at 0.05 too
     cov[:, 0, :, 0] = [[0.85, 0.93], [0.80, 0.90], [0.96, 0.97]]  # Naive: 4 of 6 below 1-a
-    cov[2, 3, 0, 0] = 0.80  # m3's RAPS under-covers at 0.1: that cell counts against
-    std = np.full(shape, 0.02)  # 2 SE = 0.02
+    cov[2, 3, 0, 0] = 0.80  # m3's RAPS covers far less than APS at 0.1: counts against
+    cov[0, 2:4, 0, 0] = 0.85  # m1's APS and RAPS both under 1-alpha at 0.1 (a shared split
+    #                           dip): equal coverage, so RAPS's smaller size counts for
+    cov[0, 3, 1, 0] = 0.94  # m1's RAPS 0.02 below APS at 0.05: within 2 SE of the difference
+    std = np.full(shape, 0.02)  # SE of a difference: sqrt(2) * 0.02 / 2; 2 SE = 0.028
     size = np.full(shape, 3.0)
     size[:, 3, :, 0] = 2.0  # RAPS smaller everywhere...
     size[1, 3, 1, 0] = 4.0  # ...but m2 at 0.05
@@ -48,10 +51,12 @@ def _result() -> xr.Dataset:
 
 def test_findings_by_hand():
     rows = {(f.claim, f.subject): f for f in conformal_findings(_result())}
-    raps = rows["RAPS smaller than APS at equal coverage", "all models"]
-    # 6 cells; m2 at 0.05 larger, m3 at 0.1 under-covers (0.80 < 0.9 - 0.02)
-    assert (raps.k, raps.n) == (4, 6) and raps.p_value == pytest.approx(sign_test(4, 6))
-    assert raps.before == pytest.approx(3.0) and raps.after == pytest.approx(14 / 6)
+    # per alpha, 3 models: at 0.1 m3 covers less than APS (0.80 < 0.92 - 0.028), m1's shared
+    # dip counts for; at 0.05 m2's RAPS is larger, m1's 0.02 coverage gap is within 2 SE
+    for alpha, size_raps in (("0.1", 2.0), ("0.05", 8 / 3)):
+        raps = rows["RAPS smaller than APS at equal coverage", f"alpha {alpha}"]
+        assert (raps.k, raps.n) == (2, 3) and raps.p_value == pytest.approx(sign_test(2, 3))
+        assert raps.before == pytest.approx(3.0) and raps.after == pytest.approx(size_raps)
     naive = rows["Naive under-covers", "all models"]
     assert (naive.k, naive.n) == (4, 6)  # m1 and m2 below 1 - alpha at both levels, m3 not
     assert naive.after == pytest.approx(np.mean([0.85, 0.93, 0.80, 0.90, 0.96, 0.97]))
@@ -61,7 +66,7 @@ def test_findings_by_hand():
     assert (sev1.k, sev1.n) == (0, 24) and sev1.verdict == "not reproduced"
     assert (sev5.k, sev5.n) == (24, 24) and sev5.verdict == "reproduced"
     text = format_findings(list(rows.values()))
-    assert "| RAPS smaller than APS at equal coverage | all models | none |" in text
+    assert "| RAPS smaller than APS at equal coverage | alpha 0.1 | none |" in text
 
 
 def test_findings_refuse_a_result_of_another_protocol():
@@ -80,7 +85,7 @@ def test_figures_draw_the_result(tmp_path):
     assert pts["size:naive"][:, 0].tolist() == [0.7, 0.8, 0.9]
     fig = plot_shift_coverage(ds)
     lines = {ln.get_gid(): ln.get_ydata() for ln in fig.axes[0].lines if ln.get_gid()}
-    assert list(lines["shift:0.1:m1"]) == [0.92, 0.97, 0.5]  # clean, severity 1, severity 5
+    assert list(lines["shift:0.1:m1"]) == [0.85, 0.97, 0.5]  # clean, severity 1, severity 5
     with pytest.raises(InputError, match="curve"):
         plot_alpha_curve(ds)
     with pytest.raises(InputError, match="alpha"):

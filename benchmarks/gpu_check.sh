@@ -12,6 +12,9 @@
 #                 (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap, roofline fraction)
 #   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
 #                 channels_last (bench_predict.py --device cuda)
+#   sweep         a sweep of 8 models sharing one preprocessing against 8 separate predict runs,
+#                 each image decoded once per group (bench_sweep.py: zoo_vs_separate,
+#                 decodes_per_image)
 #   vision_cuda   one training epoch, a one-process torchrun (train and predict), and the
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
@@ -31,7 +34,7 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:20 uqreg_cuda:80 uqreg_engine:100 predict:110 vision_cuda:150}"
+ITEMS="${ITEMS:-env:20 uqreg_cuda:80 uqreg_engine:90 predict:110 sweep:50 vision_cuda:130}"
 mkdir -p "$OUT" "$WORK"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -82,6 +85,10 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         predict)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
                 --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
+        sweep)
+            timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_sweep.py \
+                --device "$DEVICE" --rounds 1 --work "$WORK/sweep" \
+                --images $([ "$DEVICE" = cpu ] && echo 64 || echo 512) ;;
         vision_cuda)
             timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
                 --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \

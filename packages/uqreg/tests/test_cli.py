@@ -101,7 +101,7 @@ def test_overwrite_replaces_the_file(tmp_path):
     second = uqmetrics.read_dataset(out / "study.nc")
     assert int(first.attrs["seed"]) == 1 and int(second.attrs["seed"]) == 2
     assert not (out / "plots").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["study.nc"]
+    assert sorted(p.name for p in out.iterdir()) == ["study.config.toml", "study.nc"]
 
 
 def test_reference_tasks_methods_print(tmp_path, capsys):
@@ -236,7 +236,7 @@ def test_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path, monkey
     before = _digest(out / "study.nc")
     monkeypatch.setattr(xr.Dataset, "to_netcdf", to_netcdf)
     assert cli.main([*args, "--seed", "2", "--overwrite"]) == 130
-    assert sorted(p.name for p in out.iterdir()) == ["study.nc"]
+    assert sorted(p.name for p in out.iterdir()) == ["study.config.toml", "study.nc"]
     assert _digest(out / "study.nc") == before
 
 

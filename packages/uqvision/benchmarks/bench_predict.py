@@ -14,8 +14,10 @@ randomly initialised timm network (``drop_rate=0.2``: its only dropout module is
 written as a checkpoint uqvision loads. Each round times every quantity once, in the same
 order; ratios are taken within a round and the medians over rounds are printed:
 
-- ``predict_vs_plain``: plain loop / :func:`uqvision.predict.predict` (steady state: model
-  built, weights loaded, the folder read, a cache Dataset made; the import excluded);
+- ``predict_vs_plain``: plain loop / :func:`uqvision.predict.predict` with its defaults
+  (steady state: model built, weights loaded, the folder read, a cache Dataset made; the
+  import excluded; ``channels_last`` chosen by architecture and device,
+  :func:`uqvision.predict.resolve_channels_last`: on for GENet-S on a CPU, off on CUDA);
 - ``mc30_vs_plain30``: 30 plain MC-dropout passes (dropout modules in train mode, 30 full
   forwards of each batch) / uqvision's 30 MC-dropout passes (its backbone once per batch);
 - ``mc30_vs_one_pass``: uqvision's 30 passes / one plain pass, on the same (smaller) folder;
@@ -25,8 +27,9 @@ order; ratios are taken within a round and the medians over rounds are printed:
 
 The issue's targets: ``predict_vs_plain >= 1.0``, ``mc30_vs_one_pass <= 2``,
 ``command_overhead_s <= 1``. Also printed: ``DETAIL`` (the same ratio with
-``channels_last``, the largest logit differences uqvision vs plain and channels_last vs
-contiguous, the workers, the load average). Timings on a shared machine move with its load:
+``channels_last`` given on and off, the default's choice, the largest logit differences
+uqvision vs plain, contiguous uqvision vs plain (0: the same computation) and
+channels_last vs contiguous, the workers, the load average). Timings on a shared machine move with its load:
 compare numbers of one run only.
 """
 
@@ -51,7 +54,7 @@ from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
 from uqvision.data import make_synthetic_folder
-from uqvision.predict import AMP_MODES, PredictConfig, predict
+from uqvision.predict import AMP_MODES, PredictConfig, predict, resolve_channels_last
 from uqvision.runtime import loader_workers
 
 
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         t["plain"], z_plain = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers,
                                          device=dev)
         t["uq"], z_uq = uqvision_predict(spec, folder, base)
+        t["uq_contig"], z_contig = uqvision_predict(spec, folder, PredictConfig(
+            batch_size=bs, channels_last=False, device=dev))
         t["uq_cl"], z_cl = uqvision_predict(spec, folder, PredictConfig(
             batch_size=bs, channels_last=True, device=dev))
         t["plain_amp"], z_plain_amp = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers,
@@ -178,18 +183,24 @@ def main(argv: list[str] | None = None) -> int:
                              "--batch-size", str(bs), "--device", dev])
         row = {"predict_vs_plain": t["plain"] / t["uq"],
                "predict_cl_vs_plain": t["plain"] / t["uq_cl"],
+               "predict_contiguous_vs_plain": t["plain"] / t["uq_contig"],
+               "logits_contiguous_vs_plain": float(np.abs(z_contig - z_plain[0]).max()),
                "predict_amp_vs_plain_amp": t["plain_amp"] / t["uq_amp"],
                "mc30_vs_plain30": t["plain30"] / t["uq_mc30"],
                "mc30_vs_one_pass": t["uq_mc30"] / t["plain1_mc"],
                "command_overhead_s": t["command"] - t["import"] - t["uq_small"],
                "logits_uq_vs_plain": float(np.abs(z_uq - z_plain[0]).max()),
-               "logits_cl_vs_contiguous": float(np.abs(z_cl - z_uq).max()),
+               "logits_cl_vs_contiguous": float(np.abs(z_cl - z_contig).max()),
                "logits_amp_vs_plain_amp": float(np.abs(z_amp - z_plain_amp[0]).max())}
         rows.append(row)
         print(f"round {r}: " + " ".join(f"{k}={v:.2f}s" for k, v in t.items())
               + f"  load {_load()}", flush=True)
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     print(f"DETAIL predict_channels_last_vs_plain={med['predict_cl_vs_plain']:.2f} "
+          f"predict_contiguous_vs_plain={med['predict_contiguous_vs_plain']:.2f} "
+          f"default_channels_last={int(resolve_channels_last(_net(a.arch, n_classes, ckpt), base))} "
+          f"max_logit_diff_contiguous_vs_plain="
+          f"{max(r['logits_contiguous_vs_plain'] for r in rows):.2e} "
           f"max_logit_diff_vs_plain={max(r['logits_uq_vs_plain'] for r in rows):.2e} "
           f"max_logit_diff_channels_last={max(r['logits_cl_vs_contiguous'] for r in rows):.2e} "
           f"max_logit_diff_amp_vs_plain_amp={max(r['logits_amp_vs_plain_amp'] for r in rows):.2e} "

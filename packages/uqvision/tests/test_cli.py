@@ -26,8 +26,8 @@ def _choices(parser, dest):
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names()
-    general = ["data", "train", "predict", "score", "sweep", "plot", "reproduce", "plugins",
-               "demo"]
+    general = ["data", "train", "predict", "score", "sweep", "plot", "reproduce", "rerun",
+               "verify", "report", "plugins", "demo"]
     brought = [c for p in VISION_PROTOCOLS.values() for c in p.commands]  # metadata, split, ...
     assert COMMANDS.names() == general + brought
 

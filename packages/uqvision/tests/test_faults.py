@@ -251,7 +251,7 @@ def test_two_predict_runs_into_one_folder_never_replace_each_others_cache(digits
     those of the run that exited 0."""
     out = tmp_path / "caches"
     extra = ["--mode", "tta", "--passes", "6", "--tta-policy", "crop"]  # a few seconds' work
-    runs = {False: _predict_process(digits, out, *extra),
+    runs = {False: _predict_process(digits, out, *extra, "--no-channels-last"),
             True: _predict_process(digits, out, *extra, "--channels-last")}
     results = {cl: p.communicate(timeout=600) for cl, p in runs.items()}
     codes = {cl: p.returncode for cl, p in runs.items()}

@@ -22,11 +22,14 @@ from uqvision.protocols import VISION_PROTOCOLS
 #: register its training methods and prediction modes are loaded by ``import uqvision``).
 PROTOCOL_SCORING = ("score", "reproduce", "plots", "analysis", "metadata", "measures", "split")
 
-#: Modules a training or prediction command must not import (prefixes).
+#: Modules a training or prediction command must not import (prefixes). (uqmetrics.sweep is
+#: not among them: the command line builds every subcommand's parser, and the sweep options,
+#: defined once there, come with it; that module imports no Dask: "dask" and "distributed"
+#: below keep it so.)
 SCORING = (
     *(f"uqmetrics.{m}" for m in ("calibration", "classification", "confidence", "selective",
                                  "scoring", "ensembles", "ood", "retrieval", "regression",
-                                 "plotting", "sweep")),
+                                 "plotting")),
     *(f"uqvision.protocols.{name}.{m}" for name in VISION_PROTOCOLS.names()
       for m in PROTOCOL_SCORING),
     "uqvision.demo", "uqvision.plots", "uqvision.sweep", "uqvision.zoo",

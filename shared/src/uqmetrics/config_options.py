@@ -8,19 +8,21 @@ The parsed command line also says which options were given (:func:`given_options
 equal to the default included: each option records itself when it is parsed. This is what
 layering other sources under the command line needs (a preset, a configuration file): the
 options given override them, the others leave them alone
-(``config_kwargs(args, options, given_only=True)``).
+(``config_kwargs(args, options, given_only=True)``). The values of a ``--config`` file
+(:mod:`uqmetrics.run_config`) count as given (:func:`mark_given`), under those of the command
+line.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["FROM_CONFIG", "ConfigOption", "add_config_options", "config_defaults", "config_kwargs",
-           "given_options"]
+           "given_options", "mark_given", "records_given"]
 
 #: Marks a :class:`ConfigOption` whose default is the config field's.
 FROM_CONFIG: Any = object()
@@ -180,13 +182,27 @@ def given_options(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(getattr(args, _GIVEN, frozenset()))
 
 
+def records_given(action: argparse.Action) -> bool:
+    """Whether ``action`` is an option of :func:`add_config_options` (one that records itself
+    as given)."""
+    return isinstance(action, (_GivenStore, _GivenConst, _GivenBooleanOptional))
+
+
+def mark_given(args: argparse.Namespace, fields: Iterable[str]) -> None:
+    """Record ``fields`` as given (:func:`given_options`), as if on the command line: the values
+    of a configuration file laid under it (:mod:`uqmetrics.run_config`) override a preset as
+    the options given do."""
+    for field in fields:
+        _record_given(args, field)
+
+
 def config_kwargs(args: argparse.Namespace, options: Sequence[ConfigOption], *,
                   given_only: bool = False) -> dict[str, Any]:
     """The config fields of parsed ``args`` (``config(**config_kwargs(args, options))``): the
     value given, else the default (the field's, or the option's ``default``).
 
     ``given_only``: only the options given on the command line (:func:`given_options`), to
-    override a base config (a preset, and later a configuration file) with them.
+    override a base config (a preset, a configuration file's values) with them.
     """
     given = given_options(args)
     return {opt.field: getattr(args, opt.field) for opt in options

@@ -428,7 +428,9 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
         the package's source, or the commit pip recorded for a git install; ``"unknown"`` and
         null otherwise, e.g. for a package installed from a folder, and never the commit of
         the current directory's repository); ``hostname``;
-        ``created_utc`` (ISO 8601); ``config``; ``seed``; ``conventions`` (JSON).
+        ``created_utc`` (ISO 8601); ``config``; ``seed``; ``conventions`` (JSON); and, while a
+        command runs, ``run_config``: its fully resolved configuration (JSON,
+        :func:`uqmetrics.run_config.current_run_config`), what ``rerun`` reads back.
 
     Examples
     --------
@@ -454,6 +456,10 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     attrs["seed"] = seed if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) \
         else _to_json(seed, "seed")
     attrs["conventions"] = _to_json(dict(conventions), "conventions")
+    from .run_config import RUN_CONFIG_ATTR, current_run_config
+
+    if (run := current_run_config()) is not None:
+        attrs[RUN_CONFIG_ATTR] = _to_json(run, RUN_CONFIG_ATTR)
     if extra:
         attrs.update(extra)
     return _netcdf_attrs(attrs, "")

@@ -11,7 +11,9 @@ matplotlib); use ``from uqmetrics import plotting``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from .conventions import COVERAGE_Z
 from .io import temporary_beside
 
 __all__ = [
+    "figure_format",
     "figure_grid",
     "plot_coverage_vs_complexity",
     "plot_heatmap",
@@ -38,6 +41,39 @@ __all__ = [
 ]
 
 _FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+#: The format :func:`figure_format` imposes on every :func:`save_figure` (None: the suffix's).
+_FORMAT_OVERRIDE: ContextVar[str | None] = ContextVar("uqmetrics_figure_format", default=None)
+
+
+@contextmanager
+def figure_format(fmt: str) -> Iterator[None]:
+    """Within the block, :func:`save_figure` (hence :func:`save_figures` and every plotting
+    function of the packages, which all save through it) writes ``fmt``: the path's suffix is
+    replaced by ``.<fmt>`` (``out/risk.png`` -> ``out/risk.svg``) and the returned path says so.
+
+    The one switch from PNG (the default everywhere) to vector output, e.g. for the inline
+    figures of :func:`uqmetrics.report.build_site`. Context-local (:mod:`contextvars`): other
+    threads and tasks keep their own format.
+
+    Parameters
+    ----------
+    fmt : {"png", "pdf", "svg"}
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> fig, _ = figure_grid(1, 1, panel=(2, 2))
+    >>> with tempfile.TemporaryDirectory() as d, figure_format("svg"):
+    ...     save_figure(fig, Path(d) / "a.png").name
+    'a.svg'
+    """
+    if fmt not in _FORMATS.values():
+        raise ValueError(f"fmt must be one of {sorted(_FORMATS.values())}, got {fmt!r}")
+    token = _FORMAT_OVERRIDE.set(fmt)
+    try:
+        yield
+    finally:
+        _FORMAT_OVERRIDE.reset(token)
 
 
 def figure_grid(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
@@ -539,13 +575,16 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
     ----------
     fig : matplotlib.figure.Figure
     path : str or path-like
-        Target; the format follows the suffix (``.png`` default, ``.pdf``, ``.svg``). Parent
-        directories are created; an existing file is replaced.
+        Target; the format follows the suffix (``.png`` default, ``.pdf``, ``.svg``), unless
+        inside :func:`figure_format`, whose format replaces the suffix. Parent directories are
+        created; an existing file is replaced.
     dpi : int, default 150
 
     Returns
     -------
     pathlib.Path
+        The file written (its suffix the format's under :func:`figure_format`). An SVG records
+        no creation date (the same figure gives the same bytes).
     """
     if not isinstance(fig, Figure):
         raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
@@ -555,11 +594,16 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
         raise ValueError(f"path must end in one of {sorted(_FORMATS)} (or have no suffix), "
                          f"got {str(path)!r}")
     fmt = _FORMATS.get(suffix, "png")
+    override = _FORMAT_OVERRIDE.get()
+    if override is not None and override != fmt:
+        fmt = override
+        path = path.with_suffix(f".{fmt}") if suffix else path.with_name(f"{path.name}.{fmt}")
     if fig.canvas is None or not hasattr(fig.canvas, "print_figure"):
         FigureCanvasAgg(fig)
     with temporary_beside(path) as tmp:
         with open(tmp, "wb") as fh:
-            fig.savefig(fh, format=fmt, dpi=dpi)
+            fig.savefig(fh, format=fmt, dpi=dpi,
+                        **({"metadata": {"Date": None}} if fmt == "svg" else {}))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

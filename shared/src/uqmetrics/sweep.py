@@ -2,7 +2,8 @@
 
 A sweep is a list of :class:`Cell` s, each a JSON-serialisable parameter mapping with a unique
 key. :func:`run_sweep` sends every cell whose result file is not already on disk to a Dask
-cluster (a ``LocalCluster`` by default, any cluster by its scheduler address); each worker
+cluster (a ``LocalCluster`` by default, any cluster by its scheduler address, or workers in
+jobs of a queue); each worker
 computes its cell's :class:`xarray.Dataset` and writes it atomically with
 :func:`uqmetrics.io.write_dataset`. A rerun skips the complete files, so an interrupted sweep
 resumes without redoing finished cells and never leaves a half-written file. A cell that raises
@@ -27,7 +28,21 @@ reaches the whole process group) and, with a ``log_file``, write their standard 
 the caller gets the ``KeyboardInterrupt`` alone and shuts the cluster down without the workers'
 tracebacks or distributed's warnings on the console.
 
-``dask.distributed`` and ``tqdm`` are imported lazily: the rest of uqmetrics needs neither.
+Where the cells run (:class:`ClusterSpec`, the options of :func:`add_cluster_options` that every
+sweep command shares): a ``LocalCluster`` of this machine (default), the scheduler of a running
+cluster (``--scheduler``), or Dask workers started inside jobs of an HPC queue by dask-jobqueue
+(``--cluster slurm|pbs|lsf|sge``, ``--cluster-option KEY=VALUE``, ``--cluster-config FILE``,
+``--jobs N``; ``jobqueue-local`` runs the same job scripts as local processes). Jobs survive
+preemption through the resume: a cell file is written atomically, so it is there whole or not
+at all; the cells of a job that ended are run again by the other workers, on a job submitted in
+its place (:data:`WORKER_CHECK_INTERVAL`), or by a rerun. ``--gpus-per-job 1`` gives each job's
+worker the Dask resource ``GPU=1`` and, for cells on cuda, each cell asks for it: one model per
+GPU at a time. The dashboard of a cluster started here listens on 127.0.0.1 unless
+``--dashboard`` says otherwise (a queue's scheduler itself binds where dask-jobqueue puts it, an
+interface the workers of other nodes reach); its link is printed once.
+
+``dask.distributed``, ``tqdm`` and ``dask_jobqueue`` (the optional extra ``uqmetrics[hpc]``) are
+imported lazily: the rest of uqmetrics needs none of them.
 """
 
 from __future__ import annotations
@@ -50,10 +65,11 @@ from typing import Any
 
 from .io import IncompleteResultError, read_dataset, temporary_beside, write_dataset
 
-__all__ = ["FAILURES_FORMAT", "LOG_PROGRESS_INTERVAL", "Cell", "CellFailure", "LogProgress",
-           "SweepReport",
-           "cell_path", "format_duration", "is_complete", "progress_bar", "read_failures",
-           "run_sweep", "write_failures"]
+__all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "HPC_EXTRA",
+           "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
+           "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
+           "cell_path", "format_duration", "is_complete", "open_client", "parse_cluster_options",
+           "progress_bar", "read_cluster_config", "read_failures", "run_sweep", "write_failures"]
 
 _KEY = re.compile(r"^[A-Za-z0-9._=+-]+$")
 
@@ -439,10 +455,573 @@ def _stderr_to(path: Path | None):
         os.close(saved)
 
 
-def _connect(scheduler: str | None, n_workers: int, threads_per_worker: int,
-             log_file: Path | None = None) -> tuple[Any, Any]:
-    """(client, cluster or None): a client of ``scheduler``, or of a ``LocalCluster`` started
-    here.
+#: ``--cluster`` kinds that start the workers inside jobs of a queue, each by its dask-jobqueue
+#: class (module attribute path); ``jobqueue-local`` runs the same job scripts as local processes
+#: (``dask_jobqueue.local.LocalCluster``): a queue setup tried without a queue.
+QUEUE_CLUSTERS = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "lsf": "LSFCluster",
+                  "sge": "SGECluster", "jobqueue-local": "local.LocalCluster"}
+#: Every ``--cluster`` kind; ``local`` (the default) is a ``LocalCluster`` of this machine.
+CLUSTER_KINDS = ("local", *QUEUE_CLUSTERS)
+#: Where a dashboard started here listens unless ``--dashboard`` says otherwise: this machine
+#: only (loopback), a free port.
+DEFAULT_DASHBOARD = "127.0.0.1:0"
+#: The optional dependency that brings dask-jobqueue.
+HPC_EXTRA = "uqmetrics[hpc]"
+#: Seconds between two checks that a cluster started here still has all its workers (jobs): a
+#: job that ended (preempted, past its walltime, killed) is submitted again.
+WORKER_CHECK_INTERVAL = 10.0
+
+#: ``--cluster-option`` keys every queue kind takes (dask-jobqueue's job keywords), by type;
+#: ``list`` keys add one entry per ``--cluster-option``.
+_JOB_OPTIONS: dict[str, type] = {
+    "cores": int, "processes": int, "memory": str, "python": str, "job_name": str,
+    "interface": str, "death_timeout": int, "local_directory": str, "log_directory": str,
+    "shared_temp_directory": str, "shebang": str, "nanny": bool, "worker_command": str,
+    "job_extra_directives": list, "worker_extra_args": list, "job_script_prologue": list,
+    "job_directives_skip": list}
+#: The keys of one queue kind only.
+_KIND_OPTIONS: dict[str, dict[str, type]] = {
+    "slurm": {"queue": str, "account": str, "walltime": str, "job_cpu": int, "job_mem": str},
+    "pbs": {"queue": str, "account": str, "walltime": str, "resource_spec": str},
+    "lsf": {"queue": str, "project": str, "walltime": str, "ncpus": int, "mem": int,
+            "lsf_units": str, "use_stdin": bool},
+    "sge": {"queue": str, "project": str, "walltime": str, "resource_spec": str},
+    "jobqueue-local": {}}
+#: The job directive asking the queue for ``n`` GPUs (``--gpus-per-job``), where one spelling
+#: is standard; elsewhere the user gives it (``--cluster-option job_extra_directives=...``).
+_GPU_DIRECTIVES = {"slurm": "--gres=gpu:{n}", "lsf": '-gpu "num={n}"'}
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_DASHBOARD = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(?P<port>\d{1,5})$")
+
+
+def _cluster_option_value(kind: str, name: str, value: Any, item: str) -> Any:
+    """One ``--cluster-option`` value checked (and, from a string, converted) by its key."""
+    allowed = {**_JOB_OPTIONS, **_KIND_OPTIONS[kind]}
+    if name not in allowed:
+        raise ValueError(f"--cluster-option {item!r}: {name!r} is not an option of --cluster "
+                         f"{kind}; known: {', '.join(sorted(allowed))}")
+    typ = allowed[name]
+    if typ is list:
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"--cluster-option {item!r}: {name} takes strings (repeat the "
+                             f"option for several), got {value!r}")
+        return list(values)
+    if typ is int:
+        try:
+            number = int(value) if isinstance(value, (str, int)) and not isinstance(value, bool) \
+                else None
+        except ValueError:
+            number = None
+        if number is None or number < 1:
+            raise ValueError(f"--cluster-option {item!r}: {name} must be an integer >= 1, got "
+                             f"{value!r}")
+        return number
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).strip().lower() not in _BOOLS:
+            raise ValueError(f"--cluster-option {item!r}: {name} must be true or false, got "
+                             f"{value!r}")
+        return _BOOLS[str(value).strip().lower()]
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"--cluster-option {item!r}: {name} must be a non-empty string, got "
+                         f"{value!r}")
+    return value
+
+
+def parse_cluster_options(items: Iterable[str], kind: str) -> dict[str, Any]:
+    """``--cluster-option KEY=VALUE`` strings as keyword arguments of the cluster class.
+
+    Parameters
+    ----------
+    items : iterable of str
+        ``KEY=VALUE`` each; ``KEY`` a keyword of dask-jobqueue's cluster class (``cores``,
+        ``memory``, ``processes``, ``queue``, ``account``, ``walltime``,
+        ``job_extra_directives``, ``worker_extra_args``, ``local_directory``, ...; ``-`` and
+        ``_`` alike). Integers (``cores``, ``processes``, ...) are converted; a list keyword
+        (``job_extra_directives``, ``worker_extra_args``, ``job_script_prologue``,
+        ``job_directives_skip``) gets one entry per item; any other key given once.
+    kind : str
+        A queue kind of :data:`QUEUE_CLUSTERS`.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        Naming the item: not ``KEY=VALUE``, a key the kind does not take, a bad value, a key
+        given twice, or a ``kind`` that is not a queue.
+
+    Examples
+    --------
+    >>> parse_cluster_options(["cores=8", "job-extra-directives=--gres=gpu:1",
+    ...                        "job_extra_directives=--exclusive", "queue=gpu"], "slurm")
+    {'cores': 8, 'job_extra_directives': ['--gres=gpu:1', '--exclusive'], 'queue': 'gpu'}
+    """
+    items = list(items)
+    if items and kind not in QUEUE_CLUSTERS:
+        raise ValueError(f"--cluster-option {items[0]!r}: options apply to a job-queue cluster "
+                         f"(--cluster {'|'.join(QUEUE_CLUSTERS)}), not --cluster {kind}")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        name = key.strip().replace("-", "_")
+        if not sep or not name:
+            raise ValueError(f"--cluster-option {item!r}: give KEY=VALUE (e.g. queue=gpu, "
+                             "walltime=04:00:00)")
+        value = _cluster_option_value(kind, name, value, item)
+        if isinstance(value, list):
+            out.setdefault(name, []).extend(value)
+        elif name in out:
+            raise ValueError(f"--cluster-option {item!r}: {name} is given twice")
+        else:
+            out[name] = value
+    return out
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``{"jobqueue.slurm.cores": 8}``): what
+    ``dask.config.set`` merges key by key, leaving the other defaults in place."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def read_cluster_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A dask configuration file (YAML, as dask-jobqueue documents ``jobqueue.yaml``:
+    ``jobqueue: {slurm: {cores: 8, memory: 32GB, ...}}``) as dotted keys for
+    ``dask.config.set``.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not YAML, or is not a mapping (the message names it).
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--cluster-config {str(path)!r}: cannot read it "
+                         f"({err.strerror or err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"--cluster-config {str(path)!r} is not YAML ({err})") from None
+    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+        raise ValueError(f"--cluster-config {str(path)!r} must hold a mapping of dask "
+                         f"settings (e.g. 'jobqueue: {{slurm: {{cores: 8}}}}'), got "
+                         f"{type(data).__name__}")
+    return _flat(data)
+
+
+def _jobqueue():
+    """The ``dask_jobqueue`` module; a clear error naming the extra when it is missing."""
+    try:
+        import dask_jobqueue
+        import dask_jobqueue.local  # the jobqueue-local kind
+    except ImportError as err:
+        raise ImportError(f"a job-queue --cluster needs dask-jobqueue ({err}): install it with "
+                          f"pip install '{HPC_EXTRA}'") from None
+    return dask_jobqueue
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where a sweep's cells run: a ``LocalCluster`` of this machine, the scheduler of a
+    running cluster, or workers started in jobs of a queue by dask-jobqueue.
+
+    Built from the command-line options of :func:`add_cluster_options` by :meth:`from_args`, or
+    directly; checked on construction (``ValueError`` naming the option and the value).
+
+    Attributes
+    ----------
+    kind : str, default "local"
+        One of :data:`CLUSTER_KINDS` (``--cluster``).
+    address : str, optional
+        The scheduler of a running cluster (``--scheduler``, ``tcp://host:8786``); kind local.
+    options : mapping
+        Keyword arguments of the queue's cluster class (:func:`parse_cluster_options`,
+        ``--cluster-option``).
+    config_file : str, optional
+        A dask configuration file (YAML, ``jobqueue: {slurm: {...}}``; ``--cluster-config``)
+        in force while the cluster runs: its settings are the defaults ``options`` override.
+    jobs : int, default 1
+        Jobs to keep running (``--jobs``); a job that ends is submitted again.
+    gpus_per_job : int, default 0
+        GPUs each job asks for (``--gpus-per-job``, 0 or 1): its worker (one process) gets the
+        Dask resource ``GPU=1`` and, for slurm and lsf, the job its GPU directive.
+    dashboard : str, optional
+        ``--dashboard``: ``HOST:PORT`` of the scheduler's dashboard, ``none`` for none;
+        default :data:`DEFAULT_DASHBOARD` (loopback; a config file's
+        ``scheduler-options: {dashboard_address: ...}`` for a queue kind).
+    resources : mapping, optional
+        Dask resources every cell asks for (``{"GPU": 1}``: one cell per GPU at a time); set by
+        :meth:`from_args` with ``gpu_cells`` when jobs have GPUs.
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    config_file: str | None = None
+    jobs: int = 1
+    gpus_per_job: int = 0
+    dashboard: str | None = None
+    resources: Mapping[str, float] | None = None
+
+    def __post_init__(self):
+        if self.kind not in CLUSTER_KINDS:
+            raise ValueError(f"--cluster must be one of {', '.join(CLUSTER_KINDS)}, got "
+                             f"{self.kind!r}")
+        if self.address is not None:
+            if not isinstance(self.address, str) or not self.address.strip():
+                raise ValueError(f"--scheduler: give a Dask scheduler address "
+                                 f"(tcp://host:8786), got {self.address!r}")
+            if self.kind != "local":
+                raise ValueError(f"--scheduler {self.address!r} and --cluster {self.kind}: give "
+                                 "one (the scheduler of a running cluster, or a cluster to "
+                                 "start)")
+        queue_only = [f"{flag} {value!r}" for flag, value, unset in (
+            ("--cluster-option", dict(self.options), {}),
+            ("--cluster-config", self.config_file, None), ("--jobs", self.jobs, 1),
+            ("--gpus-per-job", self.gpus_per_job, 0)) if value != unset]
+        if queue_only and not self.queue:
+            raise ValueError(f"{queue_only[0]}: applies to a job-queue cluster (--cluster "
+                             f"{'|'.join(QUEUE_CLUSTERS)}), not "
+                             + (f"--scheduler {self.address!r}" if self.address
+                                else f"--cluster {self.kind}"))
+        if self.queue:
+            for name, value in self.options.items():
+                _cluster_option_value(self.kind, name, value, f"{name}={value}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ValueError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.gpus_per_job not in (0, 1) or isinstance(self.gpus_per_job, bool):
+            raise ValueError(f"--gpus-per-job must be 0 or 1, got {self.gpus_per_job!r}: a "
+                             "cell runs on its worker's first GPU, so a job of several GPUs "
+                             "would stack its cells on one; ask for more --jobs instead")
+        if self.gpus_per_job and self.options.get("processes", 1) != 1:
+            raise ValueError(f"--cluster-option processes={self.options['processes']} with "
+                             "--gpus-per-job: a GPU job runs one worker process "
+                             "(processes=1)")
+        if self.config_file is not None:
+            read_cluster_config(self.config_file)
+        if self.dashboard is not None and self.dashboard != "none":
+            m = _DASHBOARD.match(str(self.dashboard))
+            if m is None or int(m["port"]) > 65535:
+                raise ValueError(f"--dashboard must be HOST:PORT (127.0.0.1:8787, :0 for any "
+                                 f"interface and a free port) or none, got {self.dashboard!r}")
+        if self.resources is not None and (
+                not isinstance(self.resources, Mapping)
+                or not all(isinstance(k, str) and isinstance(v, (int, float))
+                           and not isinstance(v, bool) and v > 0
+                           for k, v in self.resources.items())):
+            raise ValueError(f"resources must map resource names to positive amounts, got "
+                             f"{self.resources!r}")
+
+    @property
+    def queue(self) -> bool:
+        """True for a job-queue kind (workers in jobs, dask-jobqueue)."""
+        return self.kind in QUEUE_CLUSTERS
+
+    @property
+    def local_default(self) -> bool:
+        """True when nothing but a ``LocalCluster`` of this machine was asked for."""
+        return self.kind == "local" and self.address is None
+
+    def describe(self) -> str:
+        """One phrase for messages: ``"the Dask scheduler at tcp://..."``, ``"4 slurm
+        job(s)"``, ``"a LocalCluster"``."""
+        if self.address is not None:
+            return f"the Dask scheduler at {self.address}"
+        if self.queue:
+            return f"{self.jobs} {self.kind} job(s)"
+        return "a LocalCluster"
+
+    @classmethod
+    def from_args(cls, args: Any, *, gpu_cells: bool = False) -> ClusterSpec:
+        """The spec of the options :func:`add_cluster_options` added, from parsed ``args``.
+
+        Parameters
+        ----------
+        args : argparse.Namespace
+        gpu_cells : bool, default False
+            The cells run on a GPU (``--device cuda``): with ``--gpus-per-job``, each asks for
+            the resource ``GPU=1`` (one model per GPU at a time).
+
+        Raises
+        ------
+        ValueError
+            A bad option value or combination, or a queue kind without dask-jobqueue installed
+            (naming the extra to install), before anything starts.
+        """
+        kind = getattr(args, "cluster", "local") or "local"
+        options = parse_cluster_options(getattr(args, "cluster_option", None) or (), kind)
+        gpus = getattr(args, "gpus_per_job", 0) or 0
+        spec = cls(kind=kind, address=getattr(args, "scheduler", None), options=options,
+                   config_file=getattr(args, "cluster_config", None),
+                   jobs=getattr(args, "jobs", 1) or 1, gpus_per_job=gpus,
+                   dashboard=getattr(args, "dashboard", None),
+                   resources={"GPU": 1} if gpu_cells and gpus else None)
+        if spec.queue:
+            try:
+                _jobqueue()
+            except ImportError as err:
+                raise ValueError(f"--cluster {kind}: {err}") from None
+        return spec
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
+                        workers_default: int = 2, local: str = "a LocalCluster here") -> Any:
+    """Add the options of where a sweep runs to an ``argparse`` parser (one group):
+    ``--scheduler``, ``--cluster``, ``--cluster-option``, ``--cluster-config``, ``--jobs``,
+    ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count. Read them
+    back with :meth:`ClusterSpec.from_args`.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    workers : str or None, default "--workers"
+        The flag of the ``LocalCluster``'s worker processes (destination: the flag without
+        dashes, ``-`` as ``_``); None: not added (the command has its own).
+    workers_default : int, default 2
+    local : str, default "a LocalCluster here"
+        What runs the cells when no cluster is asked for (the help's words).
+
+    Returns
+    -------
+    argparse._ArgumentGroup
+        The group.
+    """
+    g = parser.add_argument_group(
+        "cluster", f"where the cells run: {local} (default), a running scheduler "
+                   "(--scheduler), or Dask workers in jobs of a queue (--cluster slurm|pbs|"
+                   "lsf|sge, with dask-jobqueue: pip install '" + HPC_EXTRA + "')")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help=f"address of an existing Dask scheduler (default: {local})")
+    if workers is not None:
+        g.add_argument(workers, dest=workers.lstrip("-").replace("-", "_"), type=_positive_int,
+                       default=workers_default, metavar="N",
+                       help=f"LocalCluster worker processes (default {workers_default})")
+    g.add_argument("--cluster", choices=CLUSTER_KINDS, default="local",
+                   help=f"local: {local} (default); slurm, pbs, lsf, "
+                        "sge: Dask workers started in jobs of that queue (dask-jobqueue's "
+                        "job scripts); jobqueue-local: the same job scripts run as local "
+                        "processes, to try a queue setup without a queue")
+    g.add_argument("--cluster-option", dest="cluster_option", action="append", default=None,
+                   metavar="KEY=VALUE",
+                   help="a keyword of the queue's dask-jobqueue cluster (repeatable): cores=8, "
+                        "memory=32GB, processes=1, queue=gpu, account=proj, "
+                        "walltime=04:00:00, local_directory=/tmp, "
+                        "job_extra_directives=--exclusive (one entry per option), "
+                        "worker_extra_args=..., job_script_prologue='module load cuda', ...")
+    g.add_argument("--cluster-config", dest="cluster_config", default=None, metavar="FILE",
+                   help="a dask config file in force while the cluster runs (YAML, as "
+                        "dask-jobqueue's jobqueue.yaml: 'jobqueue: {slurm: {cores: 8, "
+                        "memory: 32GB}}'); --cluster-option overrides it")
+    g.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                   help="queue jobs to keep running (default 1; a job that ends is "
+                        "submitted again while the sweep runs)")
+    g.add_argument("--gpus-per-job", dest="gpus_per_job", type=int, choices=(0, 1), default=0,
+                   help="1: each job asks for a GPU (slurm --gres=gpu:1, lsf -gpu num=1; "
+                        "other queues: give the directive with --cluster-option "
+                        "job_extra_directives=...) and, with --device cuda, runs one cell on "
+                        "it at a time (Dask resource GPU=1)")
+    g.add_argument("--dashboard", default=None, metavar="ADDRESS",
+                   help="HOST:PORT of the scheduler's dashboard started here, or none "
+                        f"(default {DEFAULT_DASHBOARD}: this machine only, a free port; "
+                        "reach it from elsewhere through ssh -L); its link is printed once")
+    return g
+
+
+def _dashboard_option(spec: ClusterSpec, config_name: str | None = None) -> str | None:
+    """The dashboard address to bind (None: no dashboard): ``--dashboard``, else for a queue
+    kind the config's ``scheduler-options``, else :data:`DEFAULT_DASHBOARD`."""
+    if spec.dashboard == "none":
+        return None
+    if spec.dashboard is not None:
+        return spec.dashboard
+    if config_name is not None:
+        import dask
+
+        configured = (dask.config.get(f"jobqueue.{config_name}.scheduler-options", {}) or {}
+                      ).get("dashboard_address")
+        if configured:
+            return configured
+    return DEFAULT_DASHBOARD
+
+
+def _queue_cluster_args(spec: ClusterSpec) -> tuple[type, dict[str, Any]]:
+    """(dask-jobqueue's cluster class, its keyword arguments) for ``spec``, with its config
+    file already in force: the options, ``--gpus-per-job``'s worker resource and job directive,
+    and ``scheduler_options`` (the config file's, with the dashboard of
+    :func:`_dashboard_option`)."""
+    import dask
+
+    jq = _jobqueue()
+    cls = jq
+    for part in QUEUE_CLUSTERS[spec.kind].split("."):
+        cls = getattr(cls, part)
+    config_name = cls.job_cls.default_config_name()
+    kwargs = {k: list(v) if isinstance(v, list) else v for k, v in spec.options.items()}
+
+    def setting(name: str) -> list:  # a list keyword: the option's, else the config file's
+        key = name.replace("_", "-")
+        return list(kwargs.get(name, dask.config.get(f"jobqueue.{config_name}.{key}", None)
+                                or []))
+
+    if spec.gpus_per_job:
+        kwargs["processes"] = 1
+        kwargs["worker_extra_args"] = [*setting("worker_extra_args"), "--resources",
+                                       f"GPU={spec.gpus_per_job}"]
+        directive = _GPU_DIRECTIVES.get(spec.kind)
+        directives = setting("job_extra_directives")
+        if directive and not any("gpu" in d.lower() or "gres" in d.lower() for d in directives):
+            kwargs["job_extra_directives"] = [*directives,
+                                              directive.format(n=spec.gpus_per_job)]
+    scheduler_options = dict(dask.config.get(f"jobqueue.{config_name}.scheduler-options", {})
+                             or {})
+    dashboard = _dashboard_option(spec, config_name)
+    if dashboard is None:  # no dashboard; the HTTP server left (health routes) on loopback
+        scheduler_options.update(dashboard=False, dashboard_address=DEFAULT_DASHBOARD)
+    else:
+        scheduler_options["dashboard_address"] = dashboard
+    return cls, {**kwargs, "scheduler_options": scheduler_options}
+
+
+async def _submitted(cluster: Any) -> None:
+    """Wait until ``cluster`` (a dask-jobqueue cluster just scaled) has submitted its jobs. A
+    job whose submission failed is kept by the cluster as if it were running (its error only
+    logged) and never replaced: awaiting it again submits it again, and raises the queue's
+    error if the queue refuses it again; the jobs never submitted are then marked failed, for
+    the cluster to close."""
+    from distributed.core import Status
+
+    await cluster._correct_state()
+    try:
+        for job in list(cluster.workers.values()):
+            await job
+    except BaseException:
+        for job in cluster.workers.values():
+            if job.status == Status.created:
+                job.status = Status.failed
+        raise
+
+
+def _queue_cluster(spec: ClusterSpec, silence: int) -> Any:
+    """Start dask-jobqueue's cluster of ``spec`` (its config file already in force) and ask for
+    ``spec.jobs`` jobs. The scheduler binds as dask-jobqueue does (the interface the workers of
+    other nodes reach; ``scheduler-options: {host: ...}`` in the config file); its dashboard
+    binds to :func:`_dashboard_option` (loopback by default)."""
+    cls, kwargs = _queue_cluster_args(spec)
+    try:
+        cluster = cls(silence_logs=silence, **kwargs)
+    except ValueError as err:  # e.g. no cores or memory given
+        raise ValueError(f"--cluster {spec.kind}: {err} (--cluster-option KEY=VALUE or "
+                         "--cluster-config FILE)") from None
+    try:
+        cluster.scale(jobs=spec.jobs)
+        # wait for the submissions (not for the jobs to start): a queue that refuses a job (an
+        # unknown partition or account, a bad directive) says so here, not in a log while the
+        # sweep waits for ever for workers
+        cluster.sync(_submitted, cluster)
+    except Exception as err:  # noqa: BLE001  (sbatch's RuntimeError, OSError, a bare Exception)
+        cluster.close()
+        raise ValueError(f"--cluster {spec.kind}: the queue refused a job: "
+                         f"{' '.join(str(err).split())} (check --cluster-option and "
+                         "--cluster-config)") from None
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _keep_workers(cluster: Any, n: int, interval: float | None = None) -> None:
+    """Every ``interval`` seconds, scale ``cluster`` (started here) back to ``n`` jobs or
+    workers, on its event loop, until it closes: a worker whose job ended (preempted, killed,
+    past its walltime) is forgotten by the cluster after ``distributed.deploy.
+    lost-worker-timeout`` and submitted again here. Its cells were handed to the other workers
+    by the scheduler (or wait for the new one); one that killed its workers
+    ``distributed.scheduler.allowed-failures`` + 1 times fails (``KilledWorker``), reported as
+    any failed cell."""
+    from tornado.ioloop import PeriodicCallback
+
+    interval = WORKER_CHECK_INTERVAL if interval is None else interval
+    queue = hasattr(cluster, "job_cls")
+
+    async def rescale():
+        if cluster.status.name not in ("running", "created"):
+            return
+        if not queue:
+            cluster.scale(n)
+            return
+        # a job the queue refused stays in the cluster's list, never replaced: dropped here,
+        # the next check submits it again
+        for name, job in list(cluster.workers.items()):
+            if job.status.name == "failed":
+                del cluster.workers[name]
+        cluster.scale(jobs=n)
+        with contextlib.suppress(Exception):  # refused again: logged, tried at the next check
+            await _submitted(cluster)
+
+    pc = PeriodicCallback(rescale, interval * 1000)
+    cluster.periodic_callbacks["uqmetrics-keep-workers"] = pc  # stopped when it closes
+    cluster.loop.add_callback(pc.start)
+
+
+def _dashboard_link(client: Any, cluster: Any) -> str | None:
+    """The link of the dashboard of a cluster started here, by the address its HTTP server
+    really bound (``cluster.dashboard_link`` names the scheduler's host, which a dashboard on
+    loopback is not on); a running scheduler's link as the client gives it."""
+    from distributed.utils import format_dashboard_link
+
+    if cluster is None:
+        return getattr(client, "dashboard_link", None) or None
+    server = getattr(getattr(cluster, "scheduler", None), "http_server", None)
+    if server is None or getattr(server, "port", None) is None:
+        return None
+    host = server.address
+    if host in ("0.0.0.0", "::", ""):
+        import socket
+
+        host = socket.gethostname()
+    return format_dashboard_link(host, server.port)
+
+
+def _as_spec(scheduler: str | ClusterSpec | None) -> ClusterSpec:
+    if isinstance(scheduler, ClusterSpec):
+        return scheduler
+    if scheduler is None or isinstance(scheduler, str):
+        return ClusterSpec(address=scheduler)
+    raise ValueError(f"scheduler must be a scheduler address (str), a ClusterSpec or None, got "
+                     f"{type(scheduler).__name__}")
+
+
+def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
+             log_file: Path | None = None, resources: Mapping[str, float] | None = None
+             ) -> tuple[Any, Any]:
+    """(client, cluster or None): a client of ``spec``'s scheduler, or of a cluster started
+    here (a ``LocalCluster``, or a queue's, :func:`_queue_cluster`; its config file must be in
+    force, :func:`_cluster_config`).
 
     The local cluster's worker processes ignore ``SIGINT`` (:func:`_sigint_held`: they would
     each print a ``KeyboardInterrupt`` traceback while the caller shuts them down). With a
@@ -451,26 +1030,77 @@ def _connect(scheduler: str | None, n_workers: int, threads_per_worker: int,
     without, they print no log record below CRITICAL (``silence_logs``). A cell's error comes
     back as a value either way (:func:`_guarded_cell`). A Ctrl-C while the local cluster starts
     (seconds) is not seen; one while a client of ``scheduler`` connects is raised once it is
-    connected, and closed."""
+    connected, and closed. The local cluster's workers get ``resources`` (the cells ask for
+    them; without, they would wait for ever); its dashboard binds to :data:`DEFAULT_DASHBOARD`
+    unless ``spec.dashboard`` says otherwise. A cluster started here is kept at its size
+    (:func:`_keep_workers`)."""
     from dask.distributed import Client, LocalCluster
 
-    if scheduler:
+    if spec.address is not None:
         with _sigint_held(inherit=False) as caught:
-            client = Client(scheduler)
+            client = Client(spec.address)
         if caught:
             _close_quietly(client, None)
             raise KeyboardInterrupt
         return client, None
+    silence = logging.WARNING if log_file is not None else logging.CRITICAL
     with _sigint_held(inherit=True), _stderr_to(log_file):
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                               processes=True, dashboard_address=":0",
-                               silence_logs=logging.WARNING if log_file is not None
-                               else logging.CRITICAL)
+        if spec.queue:
+            cluster = _queue_cluster(spec, silence)
+            size = spec.jobs
+        else:
+            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                                   processes=True, dashboard_address=_dashboard_option(spec),
+                                   silence_logs=silence,
+                                   resources=dict(resources) if resources else None)
+            size = n_workers
         try:
+            _keep_workers(cluster, size)
             return Client(cluster), cluster
         except BaseException:
             cluster.close()
             raise
+
+
+@contextlib.contextmanager
+def _cluster_config(spec: ClusterSpec):
+    """``spec``'s config file in force for the block (the jobs submitted again while the
+    cluster runs read it too)."""
+    if spec.config_file is None:
+        yield
+        return
+    import dask
+
+    with dask.config.set(read_cluster_config(spec.config_file)):
+        yield
+
+
+@contextlib.contextmanager
+def open_client(scheduler: str | ClusterSpec, *, n_workers: int = 2,
+                threads_per_worker: int = 1, log_file: str | os.PathLike | None = None):
+    """A ``dask.distributed.Client`` of ``scheduler`` for the block: a running scheduler's
+    address, or a :class:`ClusterSpec` (a cluster started here, closed at the end).
+
+    Parameters
+    ----------
+    scheduler : str or ClusterSpec
+    n_workers, threads_per_worker : int
+        Of a ``LocalCluster`` started here.
+    log_file : path, optional
+        The standard error of the worker processes started here.
+
+    Yields
+    ------
+    dask.distributed.Client
+    """
+    spec = _as_spec(scheduler)
+    with _cluster_config(spec):
+        client, cluster = _connect(spec, n_workers, threads_per_worker,
+                                   None if log_file is None else Path(log_file), spec.resources)
+        try:
+            yield client
+        finally:
+            _close_quietly(client, cluster)
 
 
 def _close_quietly(client: Any, cluster: Any) -> None:
@@ -547,13 +1177,15 @@ def read_failures(path: str | os.PathLike) -> list[dict[str, Any]]:
     return data["failures"]
 
 
-def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, scheduler: str | None = None,
+def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
+              scheduler: str | ClusterSpec | None = None,
               n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
               progress: bool = True, client: Any = None,
               progress_interval: float = LOG_PROGRESS_INTERVAL,
               group: Callable[[Cell], str] | None = None, group_unit: str = "group",
               on_result: Callable[[Cell, str | None], None] | None = None,
-              log_file: str | os.PathLike | None = None) -> SweepReport:
+              log_file: str | os.PathLike | None = None,
+              resources: Mapping[str, float] | None = None) -> SweepReport:
     """Run every cell not already on disk, on Dask.
 
     Parameters
@@ -564,9 +1196,12 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         Top-level (picklable) function ``func(**cell.params) -> xarray.Dataset``.
     out_dir : path
         Directory of the cell files.
-    scheduler : str, optional
-        Address of an existing Dask scheduler (``tcp://host:8786``); default: start a
-        ``LocalCluster`` with ``n_workers`` processes of ``threads_per_worker`` threads.
+    scheduler : str or ClusterSpec, optional
+        Address of an existing Dask scheduler (``tcp://host:8786``), or a :class:`ClusterSpec`
+        (:func:`add_cluster_options`: a ``LocalCluster``, a running scheduler, or workers in
+        jobs of a queue through dask-jobqueue, started here and closed at the end); default:
+        start a ``LocalCluster`` with ``n_workers`` processes of ``threads_per_worker``
+        threads, its dashboard on :data:`DEFAULT_DASHBOARD` (loopback).
     overwrite : bool
         Recompute cells whose files exist.
     progress : bool
@@ -596,6 +1231,13 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         (their warnings, what they print when they are stopped). Without it the tracebacks are
         dropped (the one-line error is in the report), those records go where they went and
         the workers print no log record below CRITICAL.
+    resources : mapping, optional
+        Dask resources each cell asks for (``{"GPU": 1}``: one cell at a time on a worker that
+        has one GPU); default the :class:`ClusterSpec`'s (``--gpus-per-job`` with cells on
+        cuda). A ``LocalCluster`` started here gives each worker these resources; the workers
+        of a queue cluster started here must have them (``--gpus-per-job`` gives ``GPU``);
+        those of a running scheduler are the caller's business (a cell no worker can take
+        waits).
 
     Returns
     -------
@@ -608,6 +1250,15 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
     closed with distributed's records dropped (or sent to ``log_file``), the workers of such a
     cluster ignore ``SIGINT``, and the interrupt is raised again, for the caller to report in
     one line. The complete files stay; a rerun resumes.
+
+    With progress on, the link of the dashboard of a cluster started here (or of the running
+    scheduler) is printed once, on stderr. A worker that dies (its job preempted, killed, past
+    its walltime) hands its cells back to the scheduler, which runs them on the other workers;
+    a cluster started here submits a job (starts a worker) in its place
+    (:data:`WORKER_CHECK_INTERVAL`). A cell whose workers died
+    ``distributed.scheduler.allowed-failures`` + 1 times is reported failed (``KilledWorker``)
+    and a rerun computes it; a cell file is written atomically, so one a killed worker was
+    writing is not there, and is computed again.
     """
     from dask.distributed import as_completed
 
@@ -626,6 +1277,16 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
             report.skipped.append(path)
         else:
             todo.append(cell)
+    spec = _as_spec(scheduler)
+    if resources is None:
+        resources = spec.resources
+    if resources is not None:
+        resources = ClusterSpec(resources=resources).resources  # checked
+        if client is None and spec.queue and set(resources) - ({"GPU"} if spec.gpus_per_job
+                                                               else set()):
+            raise ValueError(f"resources {dict(resources)!r}: the workers of --cluster "
+                             f"{spec.kind} have none of them (GPU needs --gpus-per-job 1); the "
+                             "cells would wait for ever")
     if not todo:
         return report
     open_cells: dict[str, int] = {}  # group -> its cells not finished yet
@@ -648,15 +1309,24 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *, sched
         interrupted = False
         try:
             if own_client:
-                client, own_cluster = _connect(scheduler, n_workers, threads_per_worker,
-                                               None if log_file is None else Path(log_file))
+                stack.enter_context(_cluster_config(spec))
+                client, own_cluster = _connect(spec, n_workers, threads_per_worker,
+                                               None if log_file is None else Path(log_file),
+                                               resources)
+                link = (_dashboard_link(client, own_cluster)
+                        if progress and spec.dashboard != "none" else None)
+                if link:
+                    print(f"sweep: dashboard {link}"
+                          + (f" ({spec.describe()} asked for)" if spec.queue else ""),
+                          file=sys.stderr, flush=True)
             # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``,
             # ``client=``) still remembers the outcome of a key it ran, and would answer a
             # retry with it
             run = uuid.uuid4().hex[:8]
             futures = {client.submit(_guarded_cell, func, dict(c.params),
                                      str(cell_path(out, c)), key=f"cell-{c.key}-{run}",
-                                     pure=False): c for c in todo}
+                                     pure=False, resources=dict(resources) if resources else None
+                                     ): c for c in todo}
             bar = progress_bar(len(cells), "sweep", unit="cell", enabled=progress,
                                interval=progress_interval, initial=len(report.skipped))
             if group is not None:

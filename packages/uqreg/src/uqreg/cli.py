@@ -1,7 +1,15 @@
 """``uqreg`` command line: a thin layer over :mod:`uqreg.study` and :mod:`uqreg.plots`.
 
-Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``tasks``, ``methods``,
-``recipes``. Choices and help come from the registries (tasks, methods, recipes, presets).
+Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``rerun``, ``tasks``,
+``methods``, ``recipes``. Choices and help come from the registries (tasks, methods, recipes,
+presets).
+
+Runs from a configuration file (:mod:`uqmetrics.run_config`): ``study``, ``sweep`` and
+``reproduce`` take ``--config FILE`` (options on the command line override it) and write their
+fully resolved configuration beside their results (``OUT/study.config.toml``;
+``OUT/sweep.<digest>.config.toml`` and ``OUT/reproduce.<digest>.config.toml``, named by their
+options, as these commands resume a folder), also recorded in the study file's ``run_config``
+attr; ``uqreg rerun STUDY.nc --out OTHER`` runs that command again.
 
 Bad input (:func:`uqmetrics.run_command`): a user's mistake is ONE line on stderr naming the
 option or the file and the problem, exit code 2, found before anything is computed or written
@@ -23,6 +31,15 @@ import uqmetrics
 import xarray as xr
 from uqmetrics import InputError, run_command
 from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs
+from uqmetrics.run_config import (
+    add_config_option,
+    config_in,
+    config_in_by_digest,
+    finish_parse,
+    rerun_argv,
+    run_recorded,
+)
+from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
 from .conformal import SCORES
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
@@ -46,6 +63,10 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        return finish_parse(self, ns, args), extras  # a --config file under the command line
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
@@ -272,7 +293,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     done = []
     for (comp, cfg), target in zip(studies, targets):
         _announce(comp, target)
-        ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=a.scheduler,
+        cluster = ClusterSpec.from_args(a, gpu_cells=cfg.train.device.startswith("cuda"))
+        ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=cluster,
                                      n_workers=a.workers, threads_per_worker=a.threads_per_worker,
                                      overwrite=a.recompute, progress=not a.quiet,
                                      log_file=target.parent / "sweep.log")
@@ -435,6 +457,12 @@ def cmd_plot(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    from .report import cmd_report as run  # Jinja2 and the figures: imported on use
+
+    return run(a)
+
+
 def cmd_reference(a: argparse.Namespace) -> int:
     from .reference import reference_prediction
 
@@ -480,7 +508,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
     _writable("--out", Path(a.out))
     try:
-        paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=a.scheduler,
+        cluster = ClusterSpec.from_args(a, gpu_cells=a.device.startswith("cuda"))
+        paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=cluster,
                           n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
     except SweepFailed as exc:  # not a user's mistake: exit code 1, as uqreg sweep
         print(f"uqreg reproduce: error: {exc}", file=sys.stderr)
@@ -488,6 +517,23 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     for p in paths:
         print(f"wrote {p}")
     return 0
+
+
+def cmd_rerun(a: argparse.Namespace) -> int:
+    """``uqreg rerun FILE``: the recorded command, its options read back from ``FILE``
+    (``--config FILE``), ``--out`` and ``--overwrite`` given here overriding them."""
+    return main(rerun_argv(a.file, "uqreg", out=a.out, overwrite=a.overwrite))
+
+
+def _config_files(a: argparse.Namespace, config: dict) -> list[Path]:
+    """The configuration file a command writes (:func:`uqmetrics.run_config.run_recorded`), its
+    default ``--out`` resolved first (so that the configuration records it)."""
+    if a.command in ("study", "sweep") and a.out is None:
+        task = a.task or (PRESETS.lookup(a.preset).config.task if a.preset else "sinusoid")
+        a.out = f"results/{task if a.command == 'study' else a.preset or task}"
+    if a.command == "study":
+        return [config_in(a.out, "study")]
+    return [config_in_by_digest(a.out, a.command, config)]
 
 
 def cmd_tasks(a: argparse.Namespace) -> int:
@@ -503,6 +549,15 @@ def cmd_methods(a: argparse.Namespace) -> int:
     for name, sc in SCORES.items_ordered():
         print(f"+{name:<7} {sc.description}")
     return 0
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from uqmetrics.verify import verify
+
+    from .verify import PROTOCOL, rescorer
+
+    return verify(a.target, rescorer, rtol=a.rtol, atol=a.atol, protocol_of=lambda ds: PROTOCOL,
+                  out=lambda line: print(line, flush=True))
 
 
 def cmd_recipes(a: argparse.Namespace) -> int:
@@ -521,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_option(p)
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("sweep", help="run a study as a resumable Dask sweep of cells; combine into study.nc")
@@ -528,19 +584,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default results/<preset or task>); cells go to OUT/cells")
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=10,
                    help="repetitions per cell (default 10)")
-    p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
-    p.add_argument("--workers", type=_positive_int, default=2, help="LocalCluster worker processes (default 2)")
+    add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
     p.add_argument("--threads-per-worker", dest="threads_per_worker", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
     p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_option(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="draw the figures of a study file")
     p.add_argument("file", help="study.nc (or its directory)")
     p.add_argument("--out", help="directory for the PNGs (default: plots/ beside the file)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="a static leaderboard site of a study file (opens from disk)")
+    p.add_argument("file", help="study.nc (or its directory)")
+    p.add_argument("--out", required=True, help="the site folder; refused when not empty")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out whole")
+    p.add_argument("--no-figures", action="store_true", help="leave the figures out")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("reference", help="the exact posterior of a task")
     p.add_argument("--task", default="sinusoid")
@@ -563,11 +626,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiments", type=_experiments, default=",".join(EXPERIMENTS),
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a LocalCluster)")
-    p.add_argument("--workers", type=_positive_int, default=2)
+    add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=5)
     p.add_argument("--quiet", action="store_true")
+    add_config_option(p)
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("rerun", help="run again the command a study file records (its run_config)")
+    p.add_argument("file", help="a study file (.nc) written by uqreg study, sweep or reproduce")
+    p.add_argument("--out", help="output directory (default: the recorded one, refused unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results there")
+    p.set_defaults(func=cmd_rerun)
+
+    p = sub.add_parser("verify", help="recompute a study's entries (one per method) from its cells or raw "
+                                      "variables, or a report site's; agree/disagree per value (exit 1 on "
+                                      "any disagreement)")
+    p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
+                   help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")
+    from uqmetrics.verify import DEFAULT_ATOL, DEFAULT_RTOL
+
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+                   help="relative tolerance (default %(default)g: recomputation is the same code on the same "
+                        "inputs, so only float rounding may differ)")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help="absolute tolerance, for values near 0 (default %(default)g)")
+    p.set_defaults(func=cmd_verify)
 
     sub.add_parser("tasks", help="list registered tasks").set_defaults(func=cmd_tasks)
     sub.add_parser("methods", help="list registered methods").set_defaults(func=cmd_methods)
@@ -581,7 +664,8 @@ def main(argv=None) -> int:
     if unknown:  # said by the command's parser: "uqreg study: error: unrecognized arguments"
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    return run_command("uqreg", args.command, lambda: args.func(args))
+    return run_command("uqreg", args.command,
+                       lambda: run_recorded(args, lambda: args.func(args), _config_files))
 
 
 if __name__ == "__main__":  # pragma: no cover

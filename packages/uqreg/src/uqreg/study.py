@@ -494,13 +494,50 @@ def summarize(raw: xr.Dataset) -> xr.Dataset:
     return out
 
 
+def study_entries(ds: xr.Dataset, config: StudyConfig, caches: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The ``entries`` attr of a study (per-entry provenance, rows = methods; ``uqreg report``,
+    ``uqreg verify``).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The study (its attr ``wall_time_s``: method -> seconds).
+    config : StudyConfig
+        Its resolved configuration.
+    caches : dict, optional
+        Method -> the cell files its values were combined from (a swept study).
+
+    Returns
+    -------
+    dict
+        ``{"entries": JSON}``: ``{"dim": "method", "provenance": {method: {"seeds": {"seed",
+        "repetitions": [first, last]}, "recipes": {recipe: its training config, the method's
+        overrides applied}, "wall_time_s", "caches"}}, "conflicts": {}}``.
+    """
+    wall = json.loads(ds.attrs.get("wall_time_s", "{}"))
+    reps = config.repetition_index
+    prov = {}
+    for m in config.methods:
+        method = get_method(m)
+        training = {r: asdict(replace(config.train_config(r), **method.overrides)) for r in config.recipes}
+        row = {"seeds": {"seed": int(config.seed), "repetitions": [int(reps[0]), int(reps[-1])]},
+               "recipes": training if method.closed_form is None else {},
+               **({"wall_time_s": float(wall[m])} if m in wall else {})}
+        if caches is not None:
+            row["caches"] = sorted(caches.get(m, []))
+        prov[m] = row
+    return {"entries": json.dumps({"dim": "method", "provenance": prov, "conflicts": {}}, default=str)}
+
+
 def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
-    """Run a coverage study: :func:`run_raw` then :func:`summarize`, with provenance attrs."""
+    """Run a coverage study: :func:`run_raw` then :func:`summarize`, with provenance attrs (and
+    the per-method ``entries``, :func:`study_entries`)."""
     cfg = config.resolved()
     t0 = time.perf_counter()
     ds = summarize(run_raw(cfg, progress=progress))
     ds.attrs.update(uqmetrics.provenance_attrs(config=cfg.to_dict(), seed=cfg.seed,
-                                               extra={"study_wall_time_s": time.perf_counter() - t0}))
+                                               extra={"study_wall_time_s": time.perf_counter() - t0,
+                                                      **study_entries(ds, cfg)}))
     return ds
 
 

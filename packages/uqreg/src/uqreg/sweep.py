@@ -38,7 +38,7 @@ from uqmetrics.sweep import Cell, SweepReport, cell_path, run_sweep
 
 from .engine import RECIPES
 from .engine.config import is_int
-from .study import RAW_VARS, StudyConfig, run_raw, summarize
+from .study import RAW_VARS, StudyConfig, run_raw, study_entries, summarize
 
 
 def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
@@ -102,7 +102,8 @@ def _check_cells_agree(paths, parts: list[xr.Dataset], cfg: StudyConfig) -> None
 
 
 def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
-    """Join cell files into the raw dataset of the whole study, in the config's order.
+    """Join cell files into the raw dataset of the whole study, in the config's order; its attr
+    ``caches`` records every cell (``{absolute path: checksum}``, :func:`uqmetrics.input_checksum`).
 
     ``ValueError`` names a cell file that cannot be read intact, or whose coordinates cannot
     be its study's."""
@@ -133,6 +134,9 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
             wall[k] = wall.get(k, 0.0) + v
     out.attrs["wall_time_s"] = json.dumps(wall)
     out.attrs["recipes"] = json.dumps({r: RECIPES.lookup(r).to_dict() for r in cfg.recipes})
+    # the cells are the study's caches: {absolute path: checksum} (uqreg verify re-combines them)
+    out.attrs["caches"] = json.dumps({str(Path(p).resolve()): uqmetrics.input_checksum(part)
+                                      for p, part in zip(paths, parts, strict=True)})
     return out
 
 
@@ -195,8 +199,13 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
         if not report.ok:
             return None, report
         ds = summarize(combine_cells(report.paths, cfg))
+    by_method: dict[str, list[str]] = {}  # the cells of each method (its entry's caches)
+    for cell in cells:
+        by_method.setdefault(cell.params["config"]["methods"][0], []).append(
+            str(cell_path(cells_dir, cell).resolve()))
     ds.attrs.update(uqmetrics.provenance_attrs(
         config=cfg.to_dict(), seed=cfg.seed,
         extra={"sweep_cells": len(cells), "sweep_computed": len(report.computed), "sweep_skipped": len(report.skipped),
-               "sweep_wall_time_s": time.perf_counter() - t0, "chunk_repetitions": chunk_repetitions}))
+               "sweep_wall_time_s": time.perf_counter() - t0, "chunk_repetitions": chunk_repetitions,
+               **study_entries(ds, cfg, by_method)}))
     return ds, report

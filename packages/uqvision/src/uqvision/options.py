@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +80,18 @@ class Command:
         ``arguments(parser)``: adds the command's options (called when the command is parsed).
     description : str
         One line (the command's help).
+    config_files : callable or None
+        ``config_files(args, config) -> paths``: the files its fully resolved configuration
+        is written to, beside its results (:func:`uqmetrics.run_config.run_recorded`; the
+        command's ``arguments`` give it ``--config``,
+        :func:`uqmetrics.run_config.add_config_option`); ``None``: a command that writes no
+        results.
     """
 
     run: Callable[[argparse.Namespace], int]
     arguments: Callable[[argparse.ArgumentParser], None]
     description: str
+    config_files: Callable[[argparse.Namespace, Mapping], Sequence[Path]] | None = None
 
 
 #: argparse types: counts (>= 1) and indices and seeds (>= 0).

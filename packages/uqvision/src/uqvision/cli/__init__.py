@@ -7,7 +7,11 @@ dataset makers, prediction modes, augmentations, training methods, zoos. Every p
 comes from :data:`~uqvision.protocols.VISION_PROTOCOLS` (:class:`~uqvision.protocols.Protocol`:
 its ``score`` sub-command and options, its ``reproduce`` sub-command and options, its ``plot``
 option, its scoring of ``sweep``, its commands, the line ``predict`` prints): no module of
-this package names a protocol. ``predict`` runs under ``torchrun`` as is (``torchrun
+this package names a protocol. Every command that writes results (``data``, ``train``,
+``predict``, ``score NAME``, ``sweep``, ``reproduce NAME``) takes ``--config FILE`` and writes
+its fully resolved configuration beside them (:attr:`Command.config_files`;
+:mod:`uqmetrics.run_config`), also recorded in the result files' ``run_config`` attr, which
+``uqvision rerun RESULT.nc`` runs again. ``predict`` runs under ``torchrun`` as is (``torchrun
 --nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the logits
 gathered before rank 0 writes.
 
@@ -29,6 +33,7 @@ One concern per module (every name that tests and tools read is importable from
 - :mod:`~.score`: ``score``, ``plot`` and ``reproduce``, built from the protocol registry;
 - :mod:`~.sweep`: ``sweep`` and its report of the models that failed;
 - :mod:`~.demo`: ``demo``;
+- :mod:`~.report`: ``report`` (the static leaderboard site of score files);
 - here: ``plugins``, :data:`COMMANDS` (the protocols' commands included), :func:`build_parser`
   and :func:`main`.
 """
@@ -42,6 +47,7 @@ from collections.abc import Sequence
 import torch
 from uqmetrics import run_command
 from uqmetrics.registry import Registry
+from uqmetrics.run_config import rerun_argv, run_recorded
 
 from ..options import COUNT, Command
 from ..plugins import PLUGIN_REGISTRIES, plugin_report
@@ -52,7 +58,14 @@ from .demo import (
     _args_demo,
     _cmd_demo,
 )
-from .predict import _PREDICT_OPTIONS, _args_predict, _cmd_predict, _predict_config  # noqa: F401
+from .predict import (  # noqa: F401
+    _PREDICT_OPTIONS,
+    _args_predict,
+    _cmd_predict,
+    _config_files_predict,
+    _predict_config,
+)
+from .report import _args_report, _cmd_report
 from .score import (
     _REPRODUCE_OPTIONS,  # noqa: F401
     _args_plot,
@@ -61,17 +74,37 @@ from .score import (
     _cmd_plot,
     _cmd_reproduce,
     _cmd_score,
+    _config_files_reproduce,
+    _config_files_score,
 )
-from .sweep import _args_sweep, _cmd_sweep
+from .sweep import _args_sweep, _cmd_sweep, _config_files_sweep
 from .train import (
     _TRAIN_OPTIONS,  # noqa: F401
     _args_data,
     _args_train,
     _cmd_data,
     _cmd_train,
+    _config_files_data,
+    _config_files_train,
 )
+from .verify import _args_verify, _cmd_verify
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+
+def _cmd_rerun(a: argparse.Namespace) -> int:
+    """``uqvision rerun RESULT``: the recorded command, its options read back from ``RESULT``
+    (``--config RESULT``), ``--out`` and ``--overwrite`` given here overriding them."""
+    return main(rerun_argv(a.result, "uqvision", out=a.out, overwrite=a.overwrite))
+
+
+def _args_rerun(p: argparse.ArgumentParser) -> None:
+    p.add_argument("result", help="a result file (.nc: a score file, a cache) written by a "
+                                  "uqvision command")
+    p.add_argument("--out", default=None,
+                   help="where the run writes (the command's --out; default: the recorded "
+                        "one, refused unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results there")
 
 
 def _cmd_plugins(a: argparse.Namespace) -> int:
@@ -81,18 +114,32 @@ def _cmd_plugins(a: argparse.Namespace) -> int:
 
 #: ``uqvision NAME``: the subcommands, in help order.
 COMMANDS: Registry[Command] = Registry("command")
-COMMANDS.add("data", Command(_cmd_data, _args_data, "write a development image folder"))
+COMMANDS.add("data", Command(_cmd_data, _args_data, "write a development image folder",
+                             _config_files_data))
 COMMANDS.add("train", Command(_cmd_train, _args_train,
                               "train a timm architecture with a training method (also under "
-                              "torchrun); save a checkpoint"))
+                              "torchrun); save a checkpoint", _config_files_train))
 COMMANDS.add("predict", Command(_cmd_predict, _args_predict,
-                                "cache per-sample logits of models over a folder"))
-COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a protocol"))
-COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask"))
+                                "cache per-sample logits of models over a folder",
+                                _config_files_predict))
+COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a protocol",
+                              _config_files_score))
+COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask",
+                              _config_files_sweep))
 COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
                              "reliability, risk-coverage, metric-vs-size figures"))
 COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
-                                  "reproduce a paper's protocol on the stand-in or a real folder"))
+                                  "reproduce a paper's protocol on the stand-in or a real folder",
+                                  _config_files_reproduce))
+COMMANDS.add("rerun", Command(_cmd_rerun, _args_rerun,
+                              "run again the command a result file (.nc) records (its "
+                              "run_config), --out and --overwrite overriding it"))
+COMMANDS.add("verify", Command(_cmd_verify, _args_verify,
+                               "recompute a score file's (or a report site's) entries from "
+                               "the caches it names; agree/disagree per metric (exit 1 on "
+                               "any disagreement)"))
+COMMANDS.add("report", Command(_cmd_report, _args_report,
+                               "a static leaderboard site of score files (opens from disk)"))
 COMMANDS.add("plugins", Command(_cmd_plugins, lambda p: None,
                                 "list the installed plugins (entry points); exit status 1 when "
                                 "one did not load"))
@@ -136,4 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if args.threads:
         torch.set_num_threads(args.threads)
-    return run_command("uqvision", args.command, lambda: COMMANDS.lookup(args.command).run(args))
+    cmd = COMMANDS.lookup(args.command)  # its configuration recorded (uqmetrics.run_config)
+    return run_command("uqvision", args.command,
+                       lambda: run_recorded(args, lambda: cmd.run(args), cmd.config_files))

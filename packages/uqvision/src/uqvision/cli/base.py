@@ -12,6 +12,8 @@ import textwrap
 import typing
 from collections.abc import Callable, Iterable, Sequence
 
+from uqmetrics.run_config import finish_parse
+
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
@@ -24,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
     subcommand): ``--dataset`` must not be taken as ``--dataset-name``, which renames the
     caches. With ``lazy``, its subcommands get their arguments when parsed
     (:class:`_LazySubparsers`); an option of ``retired`` (:func:`_retire`) is refused, anywhere
-    on its line, with what to write instead."""
+    on its line, with what to write instead. A command's ``--config FILE`` is laid under its
+    command line when it is parsed (:func:`uqmetrics.run_config.finish_parse`)."""
 
     def __init__(self, *args, lazy: bool = False, **kwargs):
         kwargs["allow_abbrev"] = False
@@ -41,7 +44,8 @@ class _Parser(argparse.ArgumentParser):
             if flag in self.retired:
                 value = value if eq else args[i + 1] if i + 1 < len(args) else "..."
                 self.error(f"argument {flag}: {self.retired[flag].format(value=value)}")
-        return super().parse_known_args(args, namespace)
+        ns, extras = super().parse_known_args(args, namespace)
+        return finish_parse(self, ns, args), extras  # a --config file under the command line
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")

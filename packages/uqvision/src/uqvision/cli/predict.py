@@ -7,9 +7,12 @@ runs (:func:`_data`: the folder in its layout; :func:`_check_images`: its images
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
+
+from uqmetrics.run_config import add_config_option, config_in_by_digest
 
 from ..data import (
     TTA_POLICIES,
@@ -130,10 +133,12 @@ _PREDICT_OPTIONS = (
     ConfigOption("amp", choices=lambda: list(AMP_MODES),
                  help="autocast: fp16 (CUDA only) or bf16 (default: {default}; part of a "
                       "cache's identity)"),
-    ConfigOption("channels_last", negatable=True,
-                 help="run the network on NHWC tensors (faster for most CNNs on CPU and with "
-                      "--amp on GPU; logits equal to float rounding; part of a cache's "
-                      "identity; default: {default})"),
+    ConfigOption("channels_last", negatable=True, default=None,
+                 help="run the network on NHWC tensors, or not (faster for most CNNs on CPU "
+                      "and with --amp on GPU; logits equal to float rounding; part of a "
+                      "cache's identity; default: by architecture, on the CPU for the "
+                      "convolutional timm families of uqvision.predict."
+                      "CHANNELS_LAST_CPU_FAMILIES, recorded in the caches)"),
     ConfigOption("embeddings",
                  help="also cache pre-logit features (what the feature-based OOD detectors "
                       "and URL's zero-shot measures read)"),
@@ -147,8 +152,18 @@ _PREDICT_OPTIONS = (
 )
 
 
+@dataclasses.dataclass
+class _FlagOf:
+    """The flag form of ``PredictConfig.channels_last`` (its default ``None``, by
+    architecture, is the option's ``default``)."""
+
+    channels_last: bool = False
+
+
 def _add_predict_options(p: argparse.ArgumentParser) -> None:
-    add_config_options(p, PredictConfig, _PREDICT_OPTIONS)
+    add_config_options(p, PredictConfig, [o for o in _PREDICT_OPTIONS
+                                          if o.field != "channels_last"])
+    add_config_options(p, _FlagOf, [o for o in _PREDICT_OPTIONS if o.field == "channels_last"])
     p.add_argument("--labels", default=None, metavar="FILE",
                    help="label file of a flat --data folder or archive: the ILSVRC2012 devkit "
                         "(its folder, ground-truth .txt or .tar.gz) or LOC_val_solution.csv "
@@ -160,6 +175,13 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                         "in the caches as counts and a hash; without it they stop the command")
     p.add_argument("--dataset-name", default=None, help="default: the data folder's name")
     p.add_argument("--overwrite", action="store_true")
+    add_config_option(p)
+
+
+def _config_files_predict(a: argparse.Namespace, config) -> list[Path]:
+    """``OUT/predict.<digest>.config.toml``: runs add caches to a shared folder, each its own
+    file (named by its options; :func:`uqmetrics.run_config.config_in_by_digest`)."""
+    return [config_in_by_digest(a.out, "predict", config)]
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:

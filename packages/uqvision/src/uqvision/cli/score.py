@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
+from uqmetrics.run_config import add_config_option, config_beside, config_in_by_digest
 
 from ..exceptions import SkippedCacheWarning
 from ..options import (
@@ -96,6 +97,12 @@ def _args_score_protocol(proto: Protocol, p: argparse.ArgumentParser) -> None:
                    help="score the complete caches when some are unreadable or partial (named "
                         "in the summary line); without it they stop the command")
     p.add_argument("--overwrite", action="store_true")
+    add_config_option(p)
+
+
+def _config_files_score(a: argparse.Namespace, config) -> list[Path]:
+    """``<score file stem>.config.toml`` beside the score file."""
+    return [config_beside(a.out)]
 
 
 def _plotted() -> list[Protocol]:
@@ -176,3 +183,10 @@ def _args_reproduce_protocol(proto: Protocol, p: argparse.ArgumentParser) -> Non
         proto.reproduce_flags.add(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="driver option (repeatable)")
+    add_config_option(p)
+
+
+def _config_files_reproduce(a: argparse.Namespace, config) -> list[Path]:
+    """``OUT/reproduce-NAME.<digest>.config.toml``: a reproduction resumes its folder, each
+    run its own file (named by its options)."""
+    return [config_in_by_digest(a.out, f"reproduce-{a.name}", config)]

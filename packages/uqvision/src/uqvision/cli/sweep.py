@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from uqmetrics import InputError
+from uqmetrics.run_config import config_in_by_digest
+from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
 from ..options import COUNT, check_output_folder
 from ..protocols import VISION_PROTOCOLS, SweepScoring
@@ -120,6 +122,8 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     failures = out / FAILURES_FILE
     recorded = read_failures(failures)
     config = _predict_config(a)
+    # --scheduler/--cluster...: one GPU per cell on jobs with --gpus-per-job when on cuda
+    cluster = ClusterSpec.from_args(a, gpu_cells=str(config.device).startswith("cuda"))
     data = _data(a)
     _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name
@@ -157,8 +161,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
               + ("left out (--skip-failed)" if a.skip_failed else "retrying them"),
               file=sys.stderr, flush=True)
     report = sweep_predictions(a.models or [], data, out / "caches", config,
-                               scheduler=a.scheduler, n_workers=a.n_workers, progress=True,
-                               log_file=out / LOG_FILE, **sweep_args)
+                               scheduler=cluster, n_workers=a.n_workers, progress=True,
+                               log_file=out / LOG_FILE,
+                               share_decoding=not a.no_shared_decoding, **sweep_args)
     failed = report.failed_models
     _print(f"computed {len(report.computed)}, skipped {len(report.skipped)} (already complete), "
            f"failed {len(failed)} model(s)")
@@ -259,10 +264,20 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
         ["caches/", *(s.outputs for s in _sweep_scorers() if s.outputs), "sweep_failures.json",
          "sweep.log (full tracebacks)"]))
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
-    p.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
-    p.add_argument("--n-workers", type=COUNT, default=2)
+    add_cluster_options(p, workers="--n-workers")  # --scheduler, --cluster, --jobs, ...
     p.add_argument("--cell-threads", type=COUNT, default=None,
                    help="torch threads inside each Dask cell (default: --threads)")
+    p.add_argument("--no-shared-decoding", action="store_true",
+                   help="every model decodes the images itself (default: once per "
+                        "preprocessing group, the models of a folder that resize and crop "
+                        "alike, into caches/.decoded/, removed once the group is done)")
     for scorer in _sweep_scorers():  # the scoring protocols' options
         scorer.add_options(p)
-    _add_predict_options(p)
+    _add_predict_options(p)  # with --config
+
+
+def _config_files_sweep(a: argparse.Namespace, config) -> list[Path]:
+    """``OUT/sweep.<digest>.config.toml``: a sweep resumes its folder, each run its own file
+    (named by its options; :func:`uqmetrics.run_config.config_in_by_digest`); none for
+    ``--dry-run``, which writes nothing."""
+    return [] if a.dry_run else [config_in_by_digest(a.out, "sweep", config)]

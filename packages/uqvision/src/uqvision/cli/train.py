@@ -15,6 +15,8 @@ import typing
 from pathlib import Path
 
 from uqmetrics import InputError
+from uqmetrics.run_config import add_config_option, config_beside, config_in
+from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
 from ..data import DATASET_MAKERS, TTA_POLICIES, image_view, read_index_file
 from ..methods import TRAINING_METHODS
@@ -36,6 +38,9 @@ from .base import _print
 
 #: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
 _COMMON_MAKER_OPTIONS = ("root", "seed", "overwrite")
+#: The maker option given by the cluster options (uqmetrics.sweep.add_cluster_options:
+#: ``--scheduler``, ``--cluster``, ...), passed as a ClusterSpec.
+_CLUSTER_MAKER_OPTION = "scheduler"
 
 
 #: Earlier spellings of maker options, still accepted.
@@ -48,7 +53,8 @@ def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
     for maker_name, maker in DATASET_MAKERS.items_ordered():
         hints = typing.get_type_hints(maker)
         for name, param in inspect.signature(maker).parameters.items():
-            if param.kind is not param.KEYWORD_ONLY or name in _COMMON_MAKER_OPTIONS:
+            if param.kind is not param.KEYWORD_ONLY or name in (*_COMMON_MAKER_OPTIONS,
+                                                                 _CLUSTER_MAKER_OPTION):
                 continue
             hint = hints.get(name, str)
             kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
@@ -63,6 +69,9 @@ def _cmd_data(a: argparse.Namespace) -> int:
     maker = DATASET_MAKERS.lookup(a.kind)
     accepted = inspect.signature(maker).parameters
     given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
+    cluster = ClusterSpec.from_args(a)
+    if not cluster.local_default:  # --scheduler or --cluster: the maker's work on Dask
+        given[_CLUSTER_MAKER_OPTION] = cluster
     foreign = sorted(k for k in given if k not in accepted)
     if foreign:
         raise ValueError(f"options {['--' + k.replace('_', '-') for k in foreign]} do not apply "
@@ -83,6 +92,19 @@ def _args_data(p: argparse.ArgumentParser) -> None:
         p.add_argument(*flags, dest=name, type=kind, default=None,
                        help="option of " + ", ".join(f"{m} (default {d})"
                                                      for m, d in defaults.items()))
+    add_cluster_options(p, workers=None,  # imagenet-c: --scheduler, --cluster, --jobs, ...
+                        local="local processes (--workers)")
+    add_config_option(p)
+
+
+def _config_files_data(a: argparse.Namespace, config) -> list[Path]:
+    """``OUT/data.config.toml``, in the folder written."""
+    return [config_in(a.out, "data")]
+
+
+def _config_files_train(a: argparse.Namespace, config) -> list[Path]:
+    """``<checkpoint stem>.config.toml`` beside each seed's checkpoint."""
+    return [config_beside(a.out.format(seed=seed)) for seed in a.seeds or [0]]
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
@@ -193,3 +215,4 @@ def _args_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-kwargs", default="{}", help="JSON kwargs for timm.create_model")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing checkpoint (and its sidecar and state file)")
+    add_config_option(p)

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 from uqmetrics import InputError
+from uqmetrics.sweep import ClusterSpec
 
 from ._util import derive_seed
 
@@ -240,19 +241,23 @@ def _done_local(tasks: list, ds, options: dict, workers: int) -> Iterator[int]:
                 fut.cancel()
 
 
-def _done_on_dask(tasks: list, ds, options: dict, scheduler: str,
+def _done_on_dask(tasks: list, ds, options: dict, scheduler: str | ClusterSpec,
                   say: Callable[[str], None] | None) -> Iterator[int]:
-    """Run the work units on the Dask cluster at ``scheduler`` (the same units as the local
-    path: :func:`_corrupt_sample`); yields as each one finishes. The scanned folder is sent to
-    the workers once; they read the images and write the files by their paths (a file system
-    the workers share). On an error or an interrupt the units not started are cancelled."""
-    from dask.distributed import Client, as_completed
+    """Run the work units on the Dask cluster at ``scheduler``, or on the cluster a
+    :class:`~uqmetrics.sweep.ClusterSpec` starts for the run (jobs of a queue) and closes
+    after (the same units as the local path: :func:`_corrupt_sample`); yields as each one
+    finishes. The scanned folder is sent to the workers once; they read the images and write
+    the files by their paths (a file system the workers share). On an error or an interrupt
+    the units not started are cancelled."""
+    from dask.distributed import as_completed
+    from uqmetrics.sweep import open_client
 
-    with Client(scheduler) as client:
+    address = scheduler if isinstance(scheduler, str) else scheduler.address
+    where = f"the Dask cluster at {address}" if address else scheduler.describe()
+    with open_client(scheduler) as client:
         if say is not None:
             n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
-            say(f"imagenet-c: {len(tasks)} images to corrupt on the Dask cluster at "
-                f"{scheduler} ({n} worker(s))")
+            say(f"imagenet-c: {len(tasks)} images to corrupt on {where} ({n} worker(s))")
         shared = client.scatter(ds, broadcast=True)
         futures = [client.submit(_corrupt_sample, shared, options, i, jobs, pure=False)
                    for i, jobs in tasks]
@@ -313,7 +318,8 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
                           severities: Iterable[int] = (1, 2, 3, 4, 5), resize: int = 256,
                           crop: int = 224, quality: int = JPEG_QUALITY, seed: int = 0,
                           workers: int = 1, progress: bool | Callable[[str], None] = True,
-                          overwrite: bool = False, scheduler: str | None = None) -> Path:
+                          overwrite: bool = False, scheduler: str | ClusterSpec | None = None
+                          ) -> Path:
     """Write ImageNet-C for the clean images of ``src`` into ``out`` (module docstring).
 
     Parameters
@@ -342,10 +348,12 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         Progress lines (images done, images/s, ETA) to stderr, or to this function.
     overwrite : bool, default False
         Replace an ``out`` written with other options.
-    scheduler : str, optional
+    scheduler : str or uqmetrics.sweep.ClusterSpec, optional
         Address of a Dask scheduler (``tcp://host:8786``, as ``uqvision sweep
-        --scheduler``): the work units (one clean image, written under every corruption and
-        severity) run on that cluster's workers instead of local processes, with the same
+        --scheduler``), or the cluster to start for the run (``--cluster slurm ...``: workers
+        in jobs of a queue, :class:`~uqmetrics.sweep.ClusterSpec`): the work units (one
+        clean image, written under every corruption and severity) run on that cluster's
+        workers instead of local processes, with the same
         progress, resume and output (byte-identical: each image is a function of its seed).
         The workers must read ``src`` and write ``out`` by the same paths (a shared file
         system). Not with ``workers`` > 1.
@@ -368,7 +376,8 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
 
     corruptions, severities = _check_options(corruptions, severities, resize, crop, quality,
                                              workers)
-    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+    if scheduler is not None and not isinstance(scheduler, ClusterSpec) and (
+            not isinstance(scheduler, str) or not scheduler.strip()):
         raise InputError(f"scheduler: give a Dask scheduler address (tcp://host:8786), got "
                          f"{scheduler!r}")
     if scheduler is not None and workers > 1:
@@ -452,7 +461,7 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
                            corruptions: str | None = None, severities: str | None = None,
                            resize: int = 256, crop: int = 224, quality: int = JPEG_QUALITY,
                            workers: int = 1, seed: int = 0, overwrite: bool = False,
-                           scheduler: str | None = None) -> Path:
+                           scheduler: str | ClusterSpec | None = None) -> Path:
     """``uqvision data imagenet-c --src DIR --out DIR``: :func:`make_corrupted_folder` with
     comma-separated ``corruptions`` (``all``: the 19) and ``severities``; ``--scheduler
     ADDRESS`` runs it on a Dask cluster (the one of ``uqvision sweep --scheduler``).

@@ -37,6 +37,7 @@ gathered onto every rank in sample order before anything is written (rank 0 writ
 One concern per module; every name is importable from ``uqvision.predict`` itself:
 
 - :mod:`~.config`: :class:`PredictConfig`, :data:`AMP_MODES` (:func:`amp_mode`),
+  :func:`resolve_channels_last` and :data:`CHANNELS_LAST_CPU_FAMILIES`,
   :data:`DEFAULT_PASSES`, :data:`REFERENCE_EXECUTION`, :data:`PREDICT_CONFIG_OPTIONS`;
 - :mod:`~.variables`: the cache variables (:data:`CACHE_VARIABLES`, :class:`CacheVariable`);
 - :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`);
@@ -45,17 +46,21 @@ One concern per module; every name is importable from ``uqvision.predict`` itsel
 - :mod:`~.plan`: a request's checks, its caches (:func:`cache_plan`, :func:`sample_label`) and
   class space;
 - :mod:`~.core`: :func:`predict`;
+- :mod:`~.decoded`: images decoded once for several models (a sweep's preprocessing groups:
+  :func:`~.decoded.split_transform`, :func:`~.decoded.decode_images`);
 - :mod:`~.files`: caches on disk (:data:`IDENTITY_FIELDS`, :func:`cache_identity`,
   :func:`check_caches`, :func:`predict_to_files`).
 """
 
 from .config import (
     AMP_MODES,
+    CHANNELS_LAST_CPU_FAMILIES,
     DEFAULT_PASSES,
     PREDICT_CONFIG_OPTIONS,
     REFERENCE_EXECUTION,
     PredictConfig,
     amp_mode,  # noqa: F401  (public but not in __all__, as before the split)
+    resolve_channels_last,
 )
 from .core import predict
 from .files import IDENTITY_FIELDS, cache_identity, check_caches, predict_to_files
@@ -67,6 +72,7 @@ from .variables import CACHE_VARIABLES, CacheVariable
 __all__ = [
     "AMP_MODES",
     "CACHE_VARIABLES",
+    "CHANNELS_LAST_CPU_FAMILIES",
     "DEFAULT_PASSES",
     "IDENTITY_FIELDS",
     "MC_DROPOUT_PATHS",
@@ -81,5 +87,6 @@ __all__ = [
     "head_only_dropout",
     "predict",
     "predict_to_files",
+    "resolve_channels_last",
     "run_loader",
 ]

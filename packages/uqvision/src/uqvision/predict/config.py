@@ -17,11 +17,13 @@ from .variables import CACHE_VARIABLES
 
 __all__ = [
     "AMP_MODES",
+    "CHANNELS_LAST_CPU_FAMILIES",
     "DEFAULT_PASSES",
     "PREDICT_CONFIG_OPTIONS",
     "REFERENCE_EXECUTION",
     "PredictConfig",
     "amp_mode",
+    "resolve_channels_last",
 ]
 
 
@@ -52,7 +54,13 @@ class PredictConfig:
 
     How the network runs (docs/conventions.md#v-predict-speed): ``channels_last`` runs it on
     NHWC tensors and weights (faster for most convolutional networks on CPU and with AMP on
-    GPU; logits equal to float rounding, within 1e-7 on the networks measured); ``amp`` is
+    GPU; logits equal to float rounding, within 1e-7 on the networks measured, not bit for
+    bit); ``None`` (the default) chooses by architecture and device
+    (:func:`resolve_channels_last`: on the CPU for the convolutional timm families of
+    :data:`CHANNELS_LAST_CPU_FAMILIES`, else off), and a cache records the choice made
+    (``channels_last`` in its attrs and its ``config``; ``channels_last_source``: ``"auto"``,
+    chosen so, or ``"given"``, by the caller or, for a model resumed, by its caches already
+    there, :func:`uqvision.predict.predict_to_files`); ``amp`` is
     autocast (:data:`AMP_MODES`: ``"off"``, ``"fp16"`` on CUDA only, ``"bf16"``; ``True`` and
     ``False`` of earlier versions mean fp16 on CUDA / bf16 on CPU, and off). Both are part of
     a cache's identity. ``num_workers`` ``None`` picks the DataLoader workers from the machine
@@ -77,7 +85,7 @@ class PredictConfig:
     num_workers: int | None = None
     device: str = "cpu"
     amp: str = "off"
-    channels_last: bool = False
+    channels_last: bool | None = None
     embeddings: bool = False
     allow_random_init: bool = False
     samples: int | None = None
@@ -110,6 +118,37 @@ DEFAULT_PASSES: dict[str, int] = {"mc_dropout": 30}
 #: autocast, images decoded in the main process, as when their published numbers were
 #: computed (``PredictConfig(..., **REFERENCE_EXECUTION)``).
 REFERENCE_EXECUTION: dict[str, Any] = {"channels_last": False, "amp": "off", "num_workers": 0}
+
+
+#: timm families (the module of the network's class, ``timm.models.<family>``) whose networks
+#: ``PredictConfig(channels_last=None)`` runs NHWC on the CPU: measured 1.3-1.9x faster in
+#: fp32 on an AMD EPYC, one thread, batch 32 at 224 px (gernet_s, resnet18, test_resnet,
+#: test_byobnet, test_efficientnet, mobilenetv3_small_100, regnetx_002, densenet121,
+#: test_nfnet); convnext, vision_transformer and mambaout gained nothing (and ran bit for bit
+#: alike). On CUDA it stays off: with the images decoded on the CPU the loop waits for them,
+#: and NHWC made the fp32 run slower on an H100 (benchmarks/bench_predict.py).
+CHANNELS_LAST_CPU_FAMILIES = frozenset({"resnet", "byobnet", "efficientnet", "mobilenetv3",
+                                        "regnet", "densenet", "nfnet"})
+
+
+def resolve_channels_last(model: torch.nn.Module, config: PredictConfig) -> bool:
+    """``config.channels_last``, or for ``None`` the choice by architecture and device: True
+    on a CPU for a timm network of :data:`CHANNELS_LAST_CPU_FAMILIES`, else False.
+
+    Examples
+    --------
+    >>> import timm
+    >>> net = timm.create_model("test_resnet")
+    >>> resolve_channels_last(net, PredictConfig()), resolve_channels_last(
+    ...     net, PredictConfig(device="cuda")), resolve_channels_last(
+    ...     net, PredictConfig(channels_last=False))
+    (True, False, False)
+    """
+    if config.channels_last is not None:
+        return bool(config.channels_last)
+    module = type(model).__module__
+    family = module.rpartition(".")[2] if module.startswith("timm.models.") else ""
+    return torch.device(config.device).type == "cpu" and family in CHANNELS_LAST_CPU_FAMILIES
 
 
 #: Autocast modes of ``PredictConfig.amp``: name -> dtype (``None``: full precision).

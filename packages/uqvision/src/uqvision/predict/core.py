@@ -22,7 +22,8 @@ from ..evalsets import eval_set_attrs
 from ..models import ModelSpec, recorded_class_names
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
-from .config import PredictConfig
+from .config import PredictConfig, resolve_channels_last
+from .decoded import decoded_folder, decoded_key
 from .modes import PASS_MODES
 from .plan import (
     _check_config,
@@ -44,11 +45,16 @@ if TYPE_CHECKING:
 
 __all__ = ["predict"]
 
+#: Modes whose datasets are the model's own evaluation transform of the folder (they read a
+#: decoded file, :mod:`~.decoded`, when one is given).
+_DECODED_MODES = ("plain", "mc_dropout")
+
 
 def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             config: PredictConfig | None = None, *, dataset_name: str | None = None,
             only: set[tuple[int, int]] | None = None,
-            attrs: dict | None = None) -> list[xr.Dataset]:
+            attrs: dict | None = None,
+            decoded: str | os.PathLike | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Classes are matched BY NAME (the class map of the default evaluation set,
@@ -75,6 +81,13 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         Compute just these (resume).
     attrs : dict, optional
         Extra attrs recorded in every cache (a protocol's bookkeeping, e.g. URL's run seed).
+    decoded : path, optional
+        The folder's images decoded once for several models (a ``.npy`` of
+        :func:`uqvision.predict.decoded.decode_images`; what a sweep passes to the models of
+        one preprocessing group): read instead of the image files when the model's transform
+        has the file's geometry head and the file holds this folder (its fingerprint, every
+        sample), else ignored. The logits are the same bit for bit; a cache that read it
+        records the group's key in ``shared_decoding``.
 
     Returns
     -------
@@ -113,16 +126,23 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     fingerprint = _fingerprint(folder)
     side_sha = _sidecar_sha256(spec)
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
+    if decoded is not None:
+        folder = decoded_folder(folder, decoded, fingerprint)
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
         run = load_run(spec, num_classes=head, device=device,
                        train_data=config.train_data, allow_random_init=config.allow_random_init,
                        seed=config.seed)
+        cl_source = "auto" if config.channels_last is None else "given"
+        config = dataclasses.replace(  # None: by architecture and device, recorded as chosen
+            config, channels_last=resolve_channels_last(run.loaded.model, config))
         space = _class_space(folder, names or run.loaded.class_names,
                              "sidecar" if names else run.loaded.class_names_source,
                              run.loaded.num_classes, config, spec)
         labelled = folder if space.index is None else folder.relabelled(space.index)
+        shared = decoded_key(folder, run.loaded.transform) \
+            if config.mode in _DECODED_MODES else ""
         local = shard_indices(len(folder), world, rank)
         _, multi = _n_samples(run.sidecar, config)
         noise_seed = config.seed if run.seed is None else derive_seed(config.seed, run.seed)
@@ -162,9 +182,12 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  "folder_classes": json.dumps(list(folder.classes)), "device": device,
                  "world_size": world, "wall_time_s": wall, "amp": config.amp,
                  "channels_last": int(config.channels_last),
+                 "channels_last_source": cl_source,
                  **eval_set_attrs(config.eval_set, member), **dict(attrs or {})}
         if mc_path is not None:
             extra["mc_dropout_path"] = str(mc_path[0])
+        if shared:
+            extra["shared_decoding"] = shared
         if folder.skipped:  # unreadable images left out (skip_bad_images)
             extra.update(skipped_images=json.dumps(dict(folder.skipped)),
                          n_skipped_images=len(folder.skipped))

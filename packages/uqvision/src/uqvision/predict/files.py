@@ -6,6 +6,7 @@ checks before anything is computed (:func:`check_caches`: reuse, refusal, recomp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +47,10 @@ __all__ = ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_file
 #: What a cache's identity is made of: a complete cache is reused only when every field equals
 #: the request's (:func:`check_caches`). Batch size, workers and device are not part of it
 #: (they change the logits by float rounding only); ``amp`` and ``channels_last`` are (a
-#: cache recorded before them was computed without autocast, contiguous). ``skipped_images``
+#: cache recorded before them was computed without autocast, contiguous). A request whose
+#: ``channels_last`` is ``None`` (chosen by architecture) takes a cache of either memory
+#: format, and computes the missing caches of a model in the format of its caches already
+#: there (:func:`predict_to_files`), so that one model's caches never mix formats. ``skipped_images``
 #: (how many unreadable images a cache left out) must be 0 unless the request allows skipping
 #: them. ``eval_set`` and ``eval_member`` are the evaluation set (its class map made the
 #: labels; a cache recorded before them is of the generic ``folder`` set, no member). Beyond
@@ -160,6 +164,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                             f"{text}; it is left as it is (pass --overwrite to replace it)")
             continue
         have = cache_identity(cached.attrs)
+        _FORMATS[_stamp(path)] = have["channels_last"]
         want = {"model": sample_label(spec.row, k, multi), "model_name": spec.name,
                 "checkpoint_sha256": sha, "sidecar_sha256": _sidecar_sha256(spec),
                 "dataset": fingerprint, "mode": config.mode,
@@ -167,7 +172,8 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "seed": config.seed,
                 "passes": config.passes if config.mode == "mc_dropout" else 1,
                 "embeddings": config.embeddings, "logits": config.logits, "amp": config.amp,
-                "channels_last": config.channels_last,
+                "channels_last": have["channels_last"] if config.channels_last is None
+                else config.channels_last,
                 "train_data": config.train_data, "sample_index": k, "pass_index": p,
                 "skipped_images": have["skipped_images"] if config.skip_bad_images else 0,
                 "eval_set": config.eval_set,
@@ -188,6 +194,34 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
             else ""
         raise InputError(problems[0] + more)
     return paths, missing
+
+
+#: The memory format (``channels_last``) of each cache :func:`check_caches` read, by
+#: (path, size, modification time): what :func:`_pinned_memory_format` needs without reading
+#: the cache a second time.
+_FORMATS: dict[tuple, bool] = {}
+
+
+def _stamp(path: Path) -> tuple:
+    st = os.stat(path)
+    return str(Path(path).resolve()), st.st_size, st.st_mtime_ns
+
+
+def _pinned_memory_format(config: PredictConfig, complete: list[Path]) -> PredictConfig:
+    """``config`` with the ``channels_last`` of the first of a model's ``complete`` caches
+    when it is ``None`` (chosen by architecture): a resumed model's caches share one memory
+    format (a cache recorded before the option: contiguous)."""
+    if config.channels_last is not None:
+        return config
+    for path in complete:
+        try:
+            stamp = _stamp(path)
+            if stamp not in _FORMATS:
+                _FORMATS[stamp] = cache_identity(read_cache(path).attrs)["channels_last"]
+        except (OSError, CacheError):
+            continue
+        return dataclasses.replace(config, channels_last=_FORMATS[stamp])
+    return config
 
 
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
@@ -232,6 +266,8 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
             # written by another run since the check: its identity is checked again
             paths, missing = check_caches(spec, folder, out_dir, config, dataset_name=name)
         if missing:
+            config = _pinned_memory_format(config, [paths[kp] for kp in paths
+                                                    if kp not in missing])
             for ds in predict(spec, folder, config, dataset_name=name, only=missing,
                               attrs=attrs):
                 if writer:

@@ -5,23 +5,59 @@ forward pass of each kind of network (:data:`OWN_UNCERTAINTY`, stochastic passes
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from ..models import LoadedModel
 from ..runtime import loader_workers
 from ..training.dropout import PerSampleDropout
 from ..training.method import StochasticPass
-from .config import AMP_MODES, PredictConfig
+from .config import AMP_MODES, PredictConfig, resolve_channels_last
 
 __all__ = ["OWN_UNCERTAINTY", "run_loader"]
+
+
+class _OneThread(Dataset):
+    """``dataset`` whose batches are made on one torch thread (``__getitems__``), as a
+    DataLoader worker makes them: the per-image tensor steps (``ToTensor``, ``Normalize``)
+    are elementwise, so the pixels are the same, and on the intra-op threads of the network
+    they waited for each other (0.8 ms per 224-px image on one thread, 1.2 ms on two, up to
+    9 ms on two cores other jobs loaded). A dataset that makes a batch in whole-batch
+    operations (``whole_batches``: the decoded rows of :mod:`~.decoded`) keeps every thread."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices):
+        if getattr(self.dataset, "whole_batches", False):  # one op per batch: all threads
+            return self.dataset.__getitems__(indices)
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            if callable(getattr(self.dataset, "__getitems__", None)):
+                return self.dataset.__getitems__(indices)
+            return [self.dataset[i] for i in indices]
+        finally:
+            torch.set_num_threads(n)
 
 
 def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
     # the loader draws its workers' base seed from `generator` (the global RNG otherwise);
     # nothing random happens in the workers: augmentations carry their own generators
     workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size), cfg.device)
+    if cfg.num_workers is None and getattr(dataset, "whole_batches", False):
+        workers = 0  # decoded rows (:mod:`~.decoded`): nothing a worker would overlap
+    if workers == 0:  # batches made in this process, between the network's forwards
+        dataset = _OneThread(dataset)
     loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
                         shuffle=False, num_workers=workers,
                         pin_memory=cfg.device.startswith("cuda"),
@@ -40,6 +76,14 @@ def _to_input(x: torch.Tensor, cfg: PredictConfig, device: str) -> torch.Tensor:
     if cfg.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
+
+
+def _resolved_format(model: torch.nn.Module, cfg: PredictConfig) -> PredictConfig:
+    """``cfg`` with ``channels_last`` resolved (``None``: by architecture and device,
+    :func:`~.config.resolve_channels_last`, as :func:`~.core.predict` resolves it)."""
+    if cfg.channels_last is not None:
+        return cfg
+    return dataclasses.replace(cfg, channels_last=resolve_channels_last(model, cfg))
 
 
 def _set_memory_format(model: torch.nn.Module, cfg: PredictConfig) -> None:
@@ -81,13 +125,16 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
     """Logits (passes, n_local, C), labels, sample indices, embeddings and the network's own
     u (of the first pass) of one loader pass.
 
-    With ``dropout``, every pass ``r`` of a batch starts ``dropout.start_pass(r, indices)``.
+    ``cfg.channels_last`` ``None`` is resolved as :func:`~.core.predict` resolves it (by
+    architecture and device). With ``dropout``, every pass ``r`` of a batch starts
+    ``dropout.start_pass(r, indices)``.
     With ``features_once`` (every dropout module in the head: :func:`head_only_dropout`), a
     batch's ``forward_features`` runs once and ``forward_head`` once per pass: the same masks,
     the same logits, the backbone not recomputed.
     """
     logits, labels, idx, embs, us = [], [], [], [], []
     model = loaded.model
+    cfg = _resolved_format(model, cfg)
     _set_memory_format(model, cfg)
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):

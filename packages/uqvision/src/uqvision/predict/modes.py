@@ -17,7 +17,14 @@ from ..models import LoadedModel
 from ..training.dropout import PerSampleDropout
 from ..training.method import StochasticPass
 from .config import PredictConfig
-from .loop import OWN_UNCERTAINTY, _autocast, _set_memory_format, _to_input, run_loader
+from .loop import (
+    OWN_UNCERTAINTY,
+    _autocast,
+    _resolved_format,
+    _set_memory_format,
+    _to_input,
+    run_loader,
+)
 
 __all__ = ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"]
 
@@ -69,6 +76,7 @@ def head_only_dropout(loaded: LoadedModel, dataset, index: int, cfg: PredictConf
             or isinstance(model, StochasticPass)
             or not (hasattr(model, "forward_features") and hasattr(model, "forward_head"))):
         return False
+    cfg = _resolved_format(model, cfg)
     x = _to_input(dataset[int(index)][0][None], cfg, device)
     _set_memory_format(model, cfg)
     calls: list[int] = []

@@ -170,6 +170,22 @@ class Plots:
     draw: Callable[[str | os.PathLike, str | os.PathLike], list[Path]]
     help: str
 
+    def draw_as(self, score_file: str | os.PathLike, out: str | os.PathLike,
+                fmt: str = "svg") -> list[Path]:
+        """:attr:`draw` with every figure saved as ``fmt`` instead of PNG
+        (:func:`uqmetrics.plotting.figure_format`: the one save path of every figure), e.g. the
+        SVG figures ``uqvision report`` inlines.
+
+        Returns
+        -------
+        list of Path
+            The files written into ``out`` (suffix ``.<fmt>``).
+        """
+        from uqmetrics.plotting import figure_format  # matplotlib: imported on use
+
+        with figure_format(fmt):
+            return self.draw(score_file, out)
+
 
 @dataclass(frozen=True)
 class ScoreTable:
@@ -283,6 +299,11 @@ class Protocol:
     after_predict : str
         A line ``uqvision predict`` prints after the caches it wrote (``{caches}``: their
         folder), e.g. how to score them; empty: none.
+    rescore : callable or None
+        ``rescore(result, result_path) -> xarray.Dataset``: a score file of the protocol
+        recomputed by its own scorer from the caches (attr ``caches``) and with the
+        configuration (attr ``config``) it records (``uqvision verify``, :mod:`uqmetrics.verify`);
+        None: its score files cannot be verified (``verify`` says so, never agreement).
     """
 
     name: str
@@ -300,6 +321,7 @@ class Protocol:
     plots: Plots | None = None
     sweep: SweepScoring | None = None
     after_predict: str = ""
+    rescore: Callable[[Any, Path], Any] | None = None
 
     @property
     def scales(self) -> tuple[str, ...]:

@@ -8,7 +8,9 @@ holds all its passes, which share one data loading — run by ``uqmetrics.sweep.
 a rerun skips complete files of the same identity (a model whose caches there were computed from
 other inputs is refused and its files kept, unless ``overwrite``), and a model that raises is
 reported while the others go on. Model names are checked against the registries (with
-suggestions) before anything runs.
+suggestions) before anything runs. The models of a folder whose preprocessing resizes and
+crops alike (a preprocessing group, :mod:`~.decode`) decode each image once between them, not
+once each: the caches are the same bit for bit (``share_decoding``).
 
 Before the first cell is submitted, every model's weights are looked up in one pass, with no
 network (:func:`check_weights`): a local file, random weights, or the hub / torch.hub caches
@@ -55,6 +57,8 @@ One concern per module; every name is importable from ``uqvision.sweep`` itself:
   :func:`weights_status`, :func:`probe_hub`, :class:`WeightsStatus`);
 - :mod:`~.failures`: failure kinds, the failures file and log (:data:`FAILURE_KINDS`,
   :data:`FAILURES_FILE`, :data:`LOG_FILE`), :class:`ModelSweepReport`;
+- :mod:`~.decode`: the preprocessing groups (the models of a folder that resize and crop
+  alike), each image decoded once per group for their cells;
 - :mod:`~.run`: :func:`sweep_predictions` and its cell, :func:`predict_cell`;
 - :mod:`~.dry_run`: :func:`dry_run_sweep`, :class:`SweepDryRun`;
 - :mod:`~.figures`: :func:`sweep_figures`.

@@ -79,6 +79,15 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     return draw_figures(scores, out)
 
 
+def _rescore(result, path):
+    """The score file recomputed from the caches and with the configuration it records
+    (``uqvision verify``)."""
+    from ...provenance import rescore_caches
+    from .score import ConformalConfig, score_conformal  # imported on use
+
+    return rescore_caches(result, score_conformal, ConformalConfig)
+
+
 #: The conformal-prediction protocol (registered in
 #: :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conformal",
@@ -88,4 +97,5 @@ PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conforma
                     methods=("deep_ensemble", "mc_dropout"), section="v-7",
                     plots=Plots(_draw, "conformal score file: set size vs accuracy, coverage "
                                        "and size vs level, coverage per class, coverage vs "
-                                       "severity"))
+                                       "severity"),
+                    rescore=_rescore)

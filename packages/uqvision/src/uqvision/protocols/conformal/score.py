@@ -55,6 +55,7 @@ from ...predictors import (
     pick_dataset,
     read_cache_groups,
 )
+from ...provenance import entry_provenance, predictor_rows
 
 __all__ = ["CALIBRATIONS", "CLASS_ALPHA", "CLASS_METHOD", "CONFORMAL_METHODS", "CURVE_ALPHAS",
            "CURVE_METHODS", "TRIAL_STATS", "ConformalConfig", "naive_sets", "score_conformal"]
@@ -401,7 +402,8 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             The conformal pool's images and the calibration images per trial.
 
         Attrs: ``trials``, ``seed``, ``pool_dataset`` (JSON: model -> dataset), the config,
-        ``ensemble_members`` (JSON).
+        ``ensemble_members`` (JSON), ``caches`` and ``entries`` (each row's caches, an
+        ensemble's: its members', and their provenance: :mod:`uqvision.provenance`).
 
     Raises
     ------
@@ -544,4 +546,5 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     return stamp_result(ds, "conformal", input_checksums=sorted(set(read.checksums)),
                         metrics=metrics, config=asdict(config), seed=config.seed,
                         extra={"ensemble_members": json.dumps(ensembles),
-                               "pool_dataset": json.dumps(pools), "trials": config.trials})
+                               "pool_dataset": json.dumps(pools), "trials": config.trials,
+                               **entry_provenance(predictor_rows(preds, groups), "model")})

@@ -76,6 +76,15 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     return draw_figures(scores, out)
 
 
+def _rescore(result, path):
+    """The score file recomputed from the caches and with the configuration it records
+    (``uqvision verify``)."""
+    from ...provenance import rescore_caches
+    from .score import OodConfig, score_ood  # imported on use
+
+    return rescore_caches(result, score_ood, OodConfig)
+
+
 #: The OOD-detection protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
                     add_options=_add_options,
@@ -84,4 +93,5 @@ PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
                     smoke_options={},
                     plots=Plots(_draw, "ood score file: AUROC/FPR@95 bars per detector (near "
                                        "vs far), detector x model heat map, ID vs OOD score "
-                                       "histograms, AUROC vs forward passes"))
+                                       "histograms, AUROC vs forward passes"),
+                    rescore=_rescore)

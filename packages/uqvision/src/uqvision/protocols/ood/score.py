@@ -48,6 +48,7 @@ from ...evalsets import cache_eval_set
 from ...models import read_sidecar
 from ...models.checkpoints import sidecar_path
 from ...predictors import Predictor, group_predictors, read_cache_groups
+from ...provenance import entry_provenance, predictor_rows
 
 __all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_METRICS",
            "OOD_SPLITS", "OodConfig", "score_ood"]
@@ -291,7 +292,9 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             on ``ood_sample`` names its OOD set.
 
         Attrs (JSON): ``ensemble_members`` (row -> its models), ``fit_data`` (dataset name
-        and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset``, ``notes``.
+        and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset``, ``notes``,
+        ``caches`` and ``entries`` (each row's caches, an ensemble's: its members', and their
+        provenance: :mod:`uqvision.provenance`).
 
     Raises
     ------
@@ -455,7 +458,8 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         ds, "ood", input_checksums=sorted(set(checksums)), metrics=tags, config=asdict(config),
         seed=config.seed, notes="; ".join(dict.fromkeys(notes)) or None,
         extra={"ensemble_members": json.dumps(ensembles), "fit_data": json.dumps(fit_record),
-               "skipped_detectors": json.dumps(skipped), "id_dataset": id_name})
+               "skipped_detectors": json.dumps(skipped), "id_dataset": id_name,
+               **entry_provenance(predictor_rows(preds, groups), "model")})
 
 
 def _registered(name: str) -> bool:

@@ -72,10 +72,30 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     return plot_ensembles(scores, out)
 
 
+def _rescore(result, path):
+    """The score file recomputed from the caches and with the configuration it records
+    (``uqvision verify``): the caches of its own groups; those of ``extra_methods`` as
+    recorded there."""
+    from uqmetrics.io import decode_attr
+
+    from ...provenance import recorded_config
+    from .score import EnsembleConfig, Source, score_ensembles  # imported on use
+
+    cfg = recorded_config(result)
+    extra = {m: [Source(**s) for s in v] for m, v in (cfg.pop("extra_methods") or {}).items()}
+    sources = decode_attr(result.attrs["sources"])
+    caches = list(dict.fromkeys(s["path"] for name, members in sources.items()
+                                if name not in extra for m in members for s in m))
+    members = cfg.pop("members")
+    return score_ensembles(caches, EnsembleConfig(
+        **cfg, members=list(members) if members is not None else None, extra_methods=extra))
+
+
 #: The Pitfalls protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`); it
 #: compares the general methods (``reproduce.PITFALLS_METHODS``).
 PROTOCOL = Protocol("pitfalls", DESCRIPTION, score=_score, score_name="ensembles",
                     add_options=_add_options,
                     reproduce=LazyReproduction("pitfalls", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=tuple(GENERAL_METHODS), section="v-2",
-                    plots=Plots(_draw, "ensembles score file: metrics and DEE vs ensemble size"))
+                    plots=Plots(_draw, "ensembles score file: metrics and DEE vs ensemble size"),
+                    rescore=_rescore)

@@ -50,6 +50,7 @@ from uqmetrics.registry import Registry
 
 from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
 from ...methods import GENERAL_METHODS, TRAINING_METHODS
+from ...provenance import entry_provenance
 from ...training.method import snapshot_samples
 
 __all__ = [
@@ -310,8 +311,10 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
         ``greater_is_better``; :data:`DERIVED_METRICS`). Attrs: the schema's (``protocol =
         "pitfalls"``, ``conventions``, ``input_checksums``: the checksums of the scored caches;
         :func:`uqmetrics.stamp_result`), provenance, the sources of every method, the DEE caps
-        (``dee_cap``, ``dee_cap_tta``) and the bounds' convention. Select a method with
-        ``ds.sel({"method": "deep_ensemble"})`` (``method=`` is a keyword of ``sel`` itself).
+        (``dee_cap``, ``dee_cap_tta``), the bounds' convention, ``caches`` and ``entries``
+        (each method's caches and their provenance, :mod:`uqvision.provenance`). Select a
+        method with ``ds.sel({"method": "deep_ensemble"})`` (``method=`` is a keyword of
+        ``sel`` itself).
 
     Raises
     ------
@@ -360,7 +363,9 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
              "dataset_name": infos[0].dataset_name, "dee_bounds": DEE_BOUNDS_CONVENTION,
              "sources": json.dumps({n: [[asdict(s) for s in m] for m in groups[n].members]
                                     for n in order}),
-             **{k: v for k, v in ds.attrs.items() if k.startswith("dee_cap")}}
+             **{k: v for k, v in ds.attrs.items() if k.startswith("dee_cap")},
+             **entry_provenance({n: list(dict.fromkeys(s.path for m in groups[n].members
+                                                       for s in m)) for n in order}, "method")}
     metrics = {**{m: m for m in CURVE_METRICS + PREFIX_METRICS}, **DERIVED_METRICS}
     return stamp_result(ds, "pitfalls",
                         input_checksums=[c for _, _, cs in meta.values() for c in cs],

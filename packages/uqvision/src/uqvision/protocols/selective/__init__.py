@@ -98,6 +98,15 @@ def _score(a: argparse.Namespace):
     return score_selective(a.caches, selective_config(a, dataset=a.dataset, kinds=kinds))
 
 
+def _rescore(result, path):
+    """The score file recomputed from the caches and with the configuration it records
+    (``uqvision verify``)."""
+    from ...provenance import rescore_caches
+    from .score import SelectiveConfig, score_selective  # imported on use
+
+    return rescore_caches(result, score_selective, SelectiveConfig)
+
+
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol(
     "selective", DESCRIPTION, score=_score, score_name="selective", add_options=_add_options,
@@ -109,5 +118,5 @@ PROTOCOL = Protocol(
     score_table=ScoreTable(results_of),
     plots=Plots(draw_figures,
                 "selective score file: the Selective paper's scatter and paired figures"),
-    sweep=SWEEP_SCORING,
+    sweep=SWEEP_SCORING, rescore=_rescore,
     after_predict="auroc/ece/aurc: uqvision score selective --caches {caches} --out FILE.nc")

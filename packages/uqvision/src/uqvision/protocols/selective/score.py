@@ -49,6 +49,7 @@ from ...cache import (
     select_dataset,
 )
 from ...predict import DEFAULT_PASSES
+from ...provenance import entry_provenance
 from .metadata import attach_metadata, load_metadata, metadata_key
 
 __all__ = [
@@ -282,7 +283,8 @@ def score_selective(caches: Iterable[str | os.PathLike],
         protocol options, ``sac_rule``, ``mc_passes``,
         ``aurc_coverage`` ([0, c]), ``n_images``, ``n_calib``/``n_eval`` (the split),
         ``sample_set_rule`` (:data:`SAMPLE_SET_RULE`), the metadata tables used and
-        ``caches`` (JSON: path -> checksum of each scored cache).
+        ``caches`` (JSON: path -> checksum of each scored cache) and ``entries`` (each row's
+        provenance: :func:`uqvision.provenance.entry_provenance`).
 
     Raises
     ------
@@ -334,6 +336,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
                                                   "metadata_key")}
     passes, measured = np.ones(len(rows), dtype=np.int64), np.full((len(rows), 2), np.nan)
     checksums = {}
+    row_caches: dict[str, list] = {}  # row -> the cache it was scored from (entries attr)
     ref = None
     for r, (row, kname, info) in enumerate(rows):
         passes[r] = _passes(info, kname, config)
@@ -357,6 +360,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
                             else str(ds.attrs.get(k, "")))
         measured[r] = _measured(ds.attrs)
         checksums[str(info.path)] = ds.attrs["checksum"]
+        row_caches[row] = [ds]
     data = {name: (("model", "calibration"), values[:, :2, j])
             for j, name in enumerate(metrics)}
     data["temperature"] = (("model", "calibration"), temps)
@@ -385,7 +389,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
              "dataset_name": rows[0][2].dataset_name, "sac_rule": config.sac_rule,
              "mc_passes": config.mc_passes, "aurc_coverage": coverage,
              "confidence_functions": json.dumps({k: v.confidence for k, v in kinds.items()}),
-             "caches": json.dumps(checksums)}
+             **entry_provenance(row_caches, "model")}
     out = attach_metadata(out, tables, measured={"params": measured[:, 0],
                                                  "input_size": measured[:, 1]})
     return stamp_result(out, "selective", input_checksums=checksums.values(),

@@ -73,6 +73,15 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     return draw_figures(scores, out)
 
 
+def _rescore(result, path):
+    """The score file recomputed from the caches and with the configuration it records
+    (``uqvision verify``)."""
+    from ...provenance import rescore_caches
+    from .score import ShiftConfig, score_shift  # imported on use
+
+    return rescore_caches(result, score_shift, ShiftConfig)
+
+
 #: The Shift protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                     add_options=_add_options,
@@ -80,4 +89,5 @@ PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                     methods=("deep_ensemble",), section="v-5",
                     plots=Plots(_draw, "shift score file: metrics per severity (boxes over "
                                        "corruptions), corruption x severity heat maps, "
-                                       "accuracy vs ECE"))
+                                       "accuracy vs ECE"),
+                    rescore=_rescore)

@@ -42,6 +42,7 @@ from uqmetrics.shift import (
 
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
 from ...predictors import PredictorProbs, group_predictors, pick_dataset, read_cache_groups
+from ...provenance import entry_provenance, predictor_rows
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
@@ -207,7 +208,9 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             relative one is NaN with an ``UndefinedMetricWarning`` where the baseline's errors
             under a corruption do not exceed its clean error.
 
-        Attr ``ensemble_members``: JSON object, ensemble row -> its member models.
+        Attr ``ensemble_members``: JSON object, ensemble row -> its member models; ``caches``
+        and ``entries``: each row's caches (an ensemble's: its members') and their provenance
+        (:mod:`uqvision.provenance`).
 
     Raises
     ------
@@ -357,4 +360,5 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
     return stamp_result(ds, "shift", input_checksums=sorted(set(checksums)), metrics=metrics,
                         config=asdict(config), seed=config.seed,
-                        extra={"ensemble_members": json.dumps(ensembles)})
+                        extra={"ensemble_members": json.dumps(ensembles),
+                               **entry_provenance(predictor_rows(preds, groups), "model")})

@@ -68,10 +68,29 @@ def _args_split(p: argparse.ArgumentParser) -> None:
 
 
 #: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
+def _rescore(result, path):
+    """The score file recomputed from the caches folder of the ensemble cells it records
+    (its ``caches/``: ``ensembles/`` and ``runs/``), with its recorded configuration
+    (``uqvision verify``)."""
+    from pathlib import Path
+
+    from ...provenance import recorded_caches, recorded_config
+    from .score import score_ood  # imported on use
+
+    cfg = recorded_config(result)
+    folders = {Path(p).parent.parent for p in recorded_caches(result)
+               if Path(p).parent.name == "ensembles"}
+    if len(folders) != 1:
+        raise ValueError(f"the result's ensemble cells lie in {len(folders)} caches folders "
+                         f"({sorted(map(str, folders))}), not one")
+    return score_ood(folders.pop(), ks=tuple(cfg["ks"]), fit_fraction=cfg["fit_fraction"],
+                     split_seed=cfg["split_seed"], gmm_fit=cfg["gmm_fit"])
+
+
 PROTOCOL = Protocol(
     "uimnet", DESCRIPTION, score=_score, score_name="uimnet", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
-    methods=UIMNET_ALGORITHMS, section="v-3",
+    methods=UIMNET_ALGORITHMS, section="v-3", rescore=_rescore,
     commands={"split": Command(_cmd_split, _args_split,
                                "UIMNET in/out class split (Ward) and 90/10 index files")},
     smoke_options={"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1",

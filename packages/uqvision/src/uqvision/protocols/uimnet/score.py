@@ -44,6 +44,7 @@ from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
 from uqmetrics.io import read_dataset
 from uqmetrics.result_schema import input_checksum, stamp_result
 
+from ...provenance import entry_provenance
 from .measures import (
     DEFAULT_GMM_FIT,
     GMM_COVARIANCE,
@@ -198,7 +199,9 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         with the official GMM fit); attr ``gmm_fit`` the GMM fit, ``gmm_covariance`` its
         estimator (:data:`uqvision.protocols.uimnet.measures.GMM_COVARIANCE`); attr
         ``tta_policy`` the runs' TTA policy and augmentation count (JSON, from the run
-        caches; ``unknown`` for caches that do not record it).
+        caches; ``unknown`` for caches that do not record it); ``caches`` and ``entries``
+        (each algorithm's ensemble cells, run caches and the oracles, and their provenance:
+        :mod:`uqvision.provenance`).
 
     Notes
     -----
@@ -234,8 +237,10 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
     split_sizes = {}
     tta_policies = set()
     checksums: dict[str, str] = {}  # every input file: path -> checksum
+    row_files: dict[str, list] = defaultdict(list)  # algorithm -> its cells and run caches
     for (alg, k, sp, s), path in cells.items():
         ens = read_dataset(path)
+        row_files[alg] += [ens, *json.loads(ens.attrs["members"])]
         checksums[str(path)] = input_checksum(ens)
         i, j, q, r = algs.index(alg), kk.index(k), sps.index(sp), seeds.index(s)
         ind, outd, tau, sizes, policies = _score_ensemble(
@@ -265,6 +270,8 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         if path.exists():
             o = read_dataset(path)
             checksums[str(path)] = input_checksum(o)
+            for files in row_files.values():  # the oracle row of every algorithm's entry
+                files.append(o)
             sc = ood_scores(o["in_val_u"].values, o["in_test_u"].values, o["out_test_u"].values)
             oracle.append([float(sc[v]) for v in OUT_DOMAIN_METRICS.values()])
     for i, n in enumerate(OUT_DOMAIN_METRICS):
@@ -301,7 +308,8 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
                          "sizes_by_data_seed": split_sizes}),
                      "gmm_fit": gmm_fit,
                      "gmm_covariance": GMM_COVARIANCE[gmm_fit],
-                     "tta_policy": json.dumps(sorted(tta_policies))})
+                     "tta_policy": json.dumps(sorted(tta_policies)),
+                     **entry_provenance(row_files, "algorithm")})
     return out
 
 

@@ -52,9 +52,16 @@ def _reproduce_flags(a: argparse.Namespace) -> dict[str, str]:
     return options
 
 
+def _rescore(result, path):
+    """The score file recomputed from the runs' caches it records (``uqvision verify``)."""
+    from .score import rescore_transfer  # imported on use
+
+    return rescore_transfer(result)
+
+
 #: The URL protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
                     reproduce=LazyReproduction("url", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=REPRESENTATION_METHODS, section="v-4",
                     reproduce_flags=ReproduceFlags(_add_reproduce_flags, _reproduce_flags),
-                    smoke_options={"methods": "ce,losspred"})
+                    smoke_options={"methods": "ce,losspred"}, rescore=_rescore)

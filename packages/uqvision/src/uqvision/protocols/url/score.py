@@ -52,6 +52,7 @@ from uqmetrics.retrieval import human_alignment_score
 from ...cache import index_caches, read_cache
 from ...data import ImageFolderDataset, derive_seed
 from ...hierarchy import MIXED, read_hierarchy
+from ...provenance import cache_path, entry_provenance
 
 __all__ = [
     "CONSTANT_U",
@@ -61,6 +62,7 @@ __all__ = [
     "rank_correlation",
     "rank_correlations",
     "read_soft_labels",
+    "rescore_transfer",
     "score_transfer",
     "score_transfer_caches",
     "select_configs",
@@ -391,7 +393,10 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
         "url"``, ``conventions``, ``input_checksums``: of every cache scored;
         :func:`uqmetrics.stamp_result`) and ``notes``, the protocol's conventions in words;
         ``attrs`` are added (not the schema's). The attr ``class_split``
-        (JSON) records each dataset's validation and test classes as read from the caches.
+        (JSON) records each dataset's validation and test classes as read from the caches;
+        ``config`` the datasets, ``control_from`` and every run's caches (what ``uqvision
+        verify`` rescores from); ``caches`` and ``entries`` each method's caches and their
+        provenance (:mod:`uqvision.provenance`).
     """
     methods = list(dict.fromkeys(k[0] for k in runs))
     configs = sorted({k[1] for k in runs})
@@ -457,14 +462,26 @@ def score_transfer(runs: Mapping[tuple[str, int, int], Mapping], datasets: Seque
     out = out.merge(rank_correlations(full), combine_attrs="override")
     metrics = {f"{pre}{name}{post}": tag for name, tag in METRIC_TAGS.items()
                for pre, post in (("", ""), ("", "_mean"), ("all_", ""))}
-    return stamp_result(out, "url", input_checksums=checksums, metrics=metrics, notes=(
+    rows: dict[str, list] = {m: [] for m in methods}  # every run of a method, all configs
+    for (m, _, _), caches in loaded.items():
+        rows[m] += list(caches.values())
+    if control:
+        rows[CONSTANT_U] = [ds for k in control for ds in
+                            loaded[(control_from, configs[sel[ci]], seeds[k])].values()]
+    # what rescoring needs (uqvision verify): the runs' caches by key, the datasets, the control
+    config = {"datasets": list(datasets), "control_from": control_from,
+              "runs": [[m, c, s, [[d, sp, mode, cache_path(ds)] for (d, sp, mode), ds in
+                                  loaded[(m, c, s)].items()]] for (m, c, s) in loaded]}
+    return stamp_result(out, "url", input_checksums=checksums, metrics=metrics, config=config,
+                        notes=(
         "URL transfer (docs/conventions.md#v-4): S.5: cosine R@1 excluding the query; R-AUROC "
         "positives = wrong neighbour; crop consistency = mean(u_crop > u_full), crops in "
         "[0.1, 0.75] of the short side; OOD auroc = S.4 with downstream positive"), extra={
         "selection": f"per method: best mean validation r_auroc among configs with mean "
                      f"validation recall_at_1 >= {MIN_RECALL}; validation classes disjoint "
                      f"from the test classes",
-        "class_split": json.dumps(class_split, sort_keys=True), **dict(attrs or {})})
+        "class_split": json.dumps(class_split, sort_keys=True),
+        **entry_provenance(rows, "method"), **dict(attrs or {})})
 
 
 def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:
@@ -487,3 +504,26 @@ def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:
     datasets = sorted({k[0] for r in runs.values() for k in r} - {"upstream", "mixed"})
     soft = read_soft_labels(soft_root) if soft_root else None
     return score_transfer(runs, datasets, soft_labels=soft)
+
+
+def rescore_transfer(result: xr.Dataset) -> xr.Dataset:
+    """A ``transfer.nc`` recomputed by :func:`score_transfer` from the runs' caches, datasets
+    and control it records (attr ``config``), the soft labels read from the ``soft_labels_root``
+    of its ``mixed`` caches, as :func:`score_transfer_caches` reads them (``uqvision
+    verify``)."""
+    from uqmetrics.io import decode_attr
+
+    cfg = decode_attr(result.attrs.get("config"))
+    if not isinstance(cfg, dict) or "runs" not in cfg:
+        raise ValueError("the result records no runs (attr 'config'): it was scored before "
+                         "they were recorded; rescore it to verify it")
+    runs, soft_root = {}, None
+    for m, c, s, caches in cfg["runs"]:
+        runs[(m, int(c), int(s))] = {(d, sp, mode): path for d, sp, mode, path in caches}
+        for d, _, _, path in caches:
+            if d == "mixed":
+                with xr.open_dataset(path) as ds:
+                    soft_root = ds.attrs.get("soft_labels_root") or soft_root
+    soft = read_soft_labels(soft_root) if soft_root else None
+    return score_transfer(runs, cfg["datasets"], soft_labels=soft,
+                          control_from=cfg["control_from"])

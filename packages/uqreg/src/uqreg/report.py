@@ -1,0 +1,114 @@
+"""uqreg's part of the report site (``uqreg report STUDY.nc --out SITE``; docs/report.md): the
+``uqreg`` hook of :data:`uqmetrics.report.REPORT_HOOKS` (registered on import).
+
+A study file (:mod:`uqreg.study`) is not a result-schema file: it holds the raw per-repetition
+variables and their summary. Its leaderboard has one row per method and, as columns, summary
+variables the file holds (so that every value on the site is the file's, which ``verify``
+reads back): per recipe, complexity and region (``in``/``out`` of the training box),
+
+- ``region_coverage``: mean over repetitions of the fraction of the region's points covered
+  (the file's ``coverage_convention`` and ``region_convention``; nominal: the file's
+  ``1 - alpha``, neither higher nor lower is better);
+- ``region_deviation_mean``: mean over repetitions of the region-mean ``|prediction -
+  truth|`` (lower is better);
+- ``region_uncertainty_ratio``: mean over the region's points of the method's mean
+  uncertainty over the exact reference's (1 is the reference; neither direction is better).
+
+Its figures are :func:`uqreg.plots.plot_study`'s (coverage vs complexity with bands, ...), as
+SVG.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from uqmetrics.io import decode_attr
+from uqmetrics.report import REPORT_HOOKS, ReportHook
+
+__all__ = ["COLUMNS", "HOOK", "PROTOCOL", "cmd_report"]
+
+#: The protocol name of a study on the site and in its manifest.
+PROTOCOL = "uqreg"
+#: The leaderboard's variables: variable -> (metric name, greater_is_better or None).
+COLUMNS: dict[str, tuple[str, bool | None]] = {
+    "region_coverage": ("coverage", None),
+    "region_deviation_mean": ("deviation", False),
+    "region_uncertainty_ratio": ("uncertainty_ratio", None),
+}
+#: The file attrs that state each variable's convention.
+_CONVENTION_ATTRS = {
+    "region_coverage": ("coverage_convention", "region_convention"),
+    "region_deviation_mean": ("region_convention",),
+    "region_uncertainty_ratio": ("uncertainty_ratio_convention", "region_convention"),
+}
+
+
+def _read(path: Path):
+    from uqmetrics import read_dataset
+
+    from .plots import check_study
+
+    ds = read_dataset(path)
+    check_study(ds, path)
+    return ds
+
+
+def _metrics(ds) -> dict[str, tuple[str, bool | None]]:
+    return {v: m for v, m in COLUMNS.items() if v in ds.data_vars}
+
+
+def _conventions(ds) -> dict[str, str]:
+    out = {}
+    for var, attrs in _CONVENTION_ATTRS.items():
+        parts = [str(ds.attrs[a]) for a in attrs if a in ds.attrs]
+        if var in ds.data_vars and "description" in ds[var].attrs:
+            parts.append(str(ds[var].attrs["description"]))
+        out[var] = "; ".join(parts)
+    return out
+
+
+def _row_provenance(ds) -> dict[str, dict[str, Any]]:
+    """Per method: its wall time (the study's ``wall_time_s`` attr), the study's seed."""
+    wall = decode_attr(ds.attrs.get("wall_time_s"))
+    out: dict[str, dict[str, Any]] = {}
+    for m in map(str, ds.indexes["method"]):
+        fields: dict[str, Any] = {}
+        if isinstance(wall, dict) and m in wall:
+            fields["wall_time_s"] = wall[m]
+        if "seed" in ds.attrs:
+            fields["seeds"] = decode_attr(ds.attrs["seed"])
+        out[m] = fields
+    return out
+
+
+def _figures(path: Path, ds, out: Path) -> list[Path]:
+    from .plots import plot_study
+
+    return plot_study(ds, out)
+
+
+#: The hook of a study file.
+HOOK = ReportHook(
+    title="uqreg", row_dim="method", read=_read, metrics=_metrics, conventions=_conventions,
+    row_provenance=_row_provenance, figures=_figures,
+    description="Deep-regression UQ against the exact Bayesian reference: per method, the "
+                "coverage, deviation and uncertainty ratio in and out of the training box, per "
+                "recipe and complexity (the study's summary).")
+
+if PROTOCOL not in REPORT_HOOKS:
+    REPORT_HOOKS.add(PROTOCOL, HOOK)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    """``uqreg report FILE --out SITE [--overwrite] [--no-figures]``."""
+    from uqmetrics.report import build_site
+
+    path = Path(a.file)
+    if path.is_dir():
+        path = path / "study.nc"
+    report = build_site([path], a.out, protocol=PROTOCOL, overwrite=a.overwrite,
+                        figures=not a.no_figures, log=print)
+    print(report.out / "index.html")
+    return 0

@@ -1,0 +1,102 @@
+"""``uqreg verify``: a study made by ``uqreg sweep`` records its cells (``caches``) and one entry
+per method; verify re-combines the cells and agrees with the file; a cell rewritten with one
+prediction changed (self-consistent checksums, not the recorded one) makes its method's entry
+disagree, naming the cell; a summary value changed in a study without cells disagrees."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import uqmetrics
+from uqmetrics.io import decode_attr
+
+from uqreg import cli
+
+#: Two methods (the closed-form reference and a 2-member ensemble trained 2 epochs), two
+#: cells each (repetitions 0-1 and 2-3).
+SWEEP = ["sweep", "--task", "sinusoid", "--complexities", "1", "--methods", "blr,ens",
+         "--recipes", "paper", "--repetitions", "4", "--chunk-repetitions", "2", "--members", "2",
+         "--epochs", "2", "--quiet", "--no-plots"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from dask.distributed import LocalCluster
+
+    out = tmp_path_factory.mktemp("verify") / "sweep"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster:
+        assert cli.main([*SWEEP, "--out", str(out), "--scheduler",
+                         cluster.scheduler_address]) == 0
+    return out / "study.nc"
+
+
+def _verify(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli.main(["verify", *map(str, args)])
+    return code, capsys.readouterr().out
+
+
+def _blocks(text: str) -> dict[str, str]:
+    return {b.split()[0]: b for b in re.split(r"^entry ", text, flags=re.MULTILINE)[1:]}
+
+
+def test_sweep_records_cells_and_entries(study):
+    ds = uqmetrics.read_dataset(study)
+    cells = decode_attr(ds.attrs["caches"])
+    entries = decode_attr(ds.attrs["entries"])
+    assert len(cells) == 4 and all(uqmetrics.input_checksum(uqmetrics.read_dataset(p)) == c
+                                   for p, c in cells.items())
+    assert entries["dim"] == "method" and set(entries["provenance"]) == {"blr", "ens"}
+    for m, prov in entries["provenance"].items():
+        assert len(prov["caches"]) == 2 and all(f"_{m}_r" in p for p in prov["caches"])
+        assert prov["seeds"] == {"seed": 0, "repetitions": [0, 3]}
+        assert prov["wall_time_s"] >= 0
+    assert entries["provenance"]["ens"]["recipes"]["paper"]["members"] == 2
+
+
+def test_untouched_study_agrees(study, capsys):
+    code, text = _verify(capsys, study)
+    assert code == 0, text
+    assert "summary: 2 entries: 2 agree, 0 disagree" in text
+    assert "tolerance: rtol=1e-09, atol=1e-12" in text
+    assert "disagree  " not in text
+
+
+def test_altered_cell_disagrees_on_its_method(study, capsys):
+    entries = decode_attr(uqmetrics.read_dataset(study).attrs["entries"])
+    victim = entries["provenance"]["ens"]["caches"][1]
+    cell = uqmetrics.read_dataset(victim)
+    pred = cell["prediction"].values.copy()
+    pred.flat[0] += 0.5
+    cell["prediction"].values = pred
+    uqmetrics.write_dataset(cell, victim, overwrite=True)  # checksums of the new data
+    code, text = _verify(capsys, study)
+    assert code == 1
+    blocks = _blocks(text)
+    assert "DISAGREE" in blocks["uqreg:ens"] and "DISAGREE" not in blocks["uqreg:blr"]
+    assert f"cache disagree  {victim}: checksum" in blocks["uqreg:ens"]
+    assert re.search(r"^  disagree  prediction\[", blocks["uqreg:ens"], flags=re.MULTILINE)
+
+
+def test_altered_summary_of_a_study_without_cells_disagrees(study, tmp_path, capsys):
+    ds = uqmetrics.read_dataset(study)
+    entries = decode_attr(ds.attrs["entries"])
+    for prov in entries["provenance"].values():
+        del prov["caches"]
+    del ds.attrs["caches"]  # as a study of ``uqreg study``: rescored from its raw variables
+    ds.attrs["entries"] = json.dumps(entries)
+    plain = tmp_path / "plain.nc"
+    uqmetrics.write_dataset(ds, plain)
+    code, text = _verify(capsys, plain)
+    assert code == 0, text
+    summary = next(v for v in ds.data_vars if v.startswith("coverage") and "method" in ds[v].dims)
+    ds[summary].values = np.where(np.isnan(ds[summary].values), 0.0, ds[summary].values + 1e-6)
+    altered = tmp_path / "altered.nc"
+    uqmetrics.write_dataset(ds, altered)
+    code, text = _verify(capsys, altered)
+    assert code == 1
+    assert re.search(rf"^  disagree  {summary}\[", text, flags=re.MULTILINE), text

@@ -1,0 +1,322 @@
+"""Images decoded once for several models (a sweep's preprocessing groups).
+
+A model's evaluation transform (timm's ``create_transform``: ``Resize``, ``CenterCrop``,
+``MaybeToTensor``, ``Normalize``) splits into a *geometry* head, PIL image -> PIL image of a
+fixed size, and a *tensor* tail from the first ``ToTensor`` on (:func:`split_transform`).
+Models whose heads are equal (same operations, sizes, interpolation, antialiasing, under the
+same Pillow and torchvision versions: :attr:`TransformSplit.key`) see the same 8-bit pixels
+whatever their mean and std, so a sweep decodes and resizes each image once per such group
+(:func:`decode_images`: an (n, H, W, 3) uint8 array in a ``.npy`` file, written atomically,
+with a JSON record of what it holds) and every model of the group reads its rows
+(:func:`decoded_folder`) and applies its own tail to ``PIL.Image.fromarray(row)``: the same
+pixels through the same operations as a model that decodes them itself, so the logits are
+bit-identical (tests/test_sweep_decode.py). A model whose transform does not split, or
+whose head differs from the file's, or a folder whose samples the file lacks, is run from
+the image files as before: the file only ever saves work.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import PIL
+import torch
+import torchvision
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms as T
+from uqmetrics.io import temporary_beside
+
+from ..data import ImageFolderDataset
+from ..data.folders import _load_sample, load_image
+
+__all__ = ["DecodedImages", "TransformSplit", "decode_images", "decoded_folder",
+           "split_transform"]
+
+#: Geometry steps a head may hold (torchvision's ``Resize`` and ``CenterCrop``; their
+#: parameters in the key, :func:`_step`).
+_GEOMETRY = (T.Resize, T.CenterCrop)
+
+
+def _step(t) -> str:
+    """A geometry step as text: its class and every parameter that changes its output, sizes
+    as tuples (``[160, 160]`` and ``(160, 160)`` crop alike)."""
+    def size(v):
+        return tuple(v) if isinstance(v, list | tuple) else v
+    if isinstance(t, T.Resize):
+        params = (size(t.size), str(t.interpolation), t.max_size, t.antialias)
+    else:
+        params = (size(t.size),)
+    return f"{type(t).__module__}.{type(t).__qualname__}{params!r}"
+#: Names of the steps that turn a PIL image into a tensor (torchvision's, timm's).
+_TO_TENSOR = ("ToTensor", "MaybeToTensor")
+#: Version of the file format (:class:`DecodedImages`).
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TransformSplit:
+    """A transform as geometry head + tensor tail (:func:`split_transform`).
+
+    Attributes
+    ----------
+    key : str
+        SHA-256 of the head's steps (class and ``repr`` of each) and of the Pillow and
+        torchvision versions: equal keys give equal 8-bit pixels.
+    head : torchvision.transforms.Compose
+        PIL image -> PIL image (the resize and the crop).
+    tail : torchvision.transforms.Compose
+        PIL image -> tensor (3, H, W) float32 (``ToTensor``, ``Normalize``, ...).
+    """
+
+    key: str
+    head: T.Compose
+    tail: T.Compose
+
+
+def split_transform(transform) -> TransformSplit | None:
+    """``transform`` as geometry head + tensor tail, or ``None`` when it does not split so.
+
+    It splits when it is a ``torchvision.transforms.Compose`` whose steps before the first
+    ``ToTensor`` / timm ``MaybeToTensor`` are all ``Resize`` or ``CenterCrop`` (at least one)
+    and the last of them a ``CenterCrop`` (a fixed output size). A seeded augmentation
+    (:class:`uqvision.data.SeededAugmentation`) never does.
+    """
+    steps = getattr(transform, "transforms", None)
+    if type(transform) is not T.Compose or not steps:
+        return None
+    cut = next((j for j, t in enumerate(steps) if type(t).__name__ in _TO_TENSOR), None)
+    if not cut or not isinstance(steps[cut - 1], T.CenterCrop) or any(
+            type(t) not in _GEOMETRY for t in steps[:cut]):
+        return None
+    text = "\n".join(_step(t) for t in steps[:cut])
+    text += f"\nPillow {PIL.__version__} torchvision {torchvision.__version__}"
+    return TransformSplit(hashlib.sha256(text.encode()).hexdigest(), T.Compose(steps[:cut]),
+                          T.Compose(steps[cut:]))
+
+
+@dataclass(frozen=True)
+class DecodedImages:
+    """A folder's images decoded and resized once (:func:`decode_images`).
+
+    ``path`` is the ``.npy`` file, (n, H, W, 3) uint8 (rows in the order of ``sample_ids``);
+    ``path.with_suffix(".json")`` records ``key`` (:attr:`TransformSplit.key`), ``head`` (its
+    steps, readable), ``fingerprint`` (:func:`uqvision.data.folder_fingerprint` of the folder
+    decoded), ``sample_ids`` and ``shape``. The record is written last, so a file without
+    one is unfinished.
+    """
+
+    path: Path
+    key: str
+    fingerprint: str
+    sample_ids: tuple[str, ...]
+    shape: tuple[int, ...]
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> DecodedImages | None:
+        """The record of ``path`` (its ``.npy``), ``None`` when it is missing, unfinished or
+        not of this format."""
+        path = Path(path)
+        try:
+            rec = json.loads(path.with_suffix(".json").read_text())
+            if rec.get("format") != _FORMAT or not path.is_file():
+                return None
+            return cls(path, rec["key"], rec["fingerprint"], tuple(rec["sample_ids"]),
+                       tuple(rec["shape"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def rows(self) -> np.ndarray:
+        """The pixels, (n, H, W, 3) uint8, memory-mapped read-only."""
+        return np.load(self.path, mmap_mode="r")
+
+
+def _decode_one(folder: ImageFolderDataset, head: T.Compose, index: int) -> np.ndarray:
+    rel = folder.samples[index][0]
+    img = (load_image(folder.root / rel) if folder._folder_label is None
+           else _load_sample(folder.source, rel))
+    return np.asarray(head(img), dtype=np.uint8)
+
+
+def decode_images(folder: ImageFolderDataset, split: TransformSplit, path: str | os.PathLike,
+                  fingerprint: str, *, threads: int | None = None) -> DecodedImages:
+    """Decode every image of ``folder`` once through ``split.head`` into ``path`` (``.npy``).
+
+    Kept when ``path`` already holds this folder (same ``fingerprint``, samples and key):
+    a rerun does not decode again. Otherwise written atomically (a temporary file renamed,
+    then the JSON record), on ``threads`` threads (default: the usable cores; Pillow decodes
+    and resizes without the GIL), in sample order.
+
+    Parameters
+    ----------
+    folder : ImageFolderDataset
+        The folder as the models see it (unreadable images already left out).
+    split : TransformSplit
+    path : path
+        The ``.npy`` file; its ``.json`` record beside it.
+    fingerprint : str
+        :func:`uqvision.data.folder_fingerprint` of ``folder``.
+    threads : int, optional
+
+    Returns
+    -------
+    DecodedImages
+
+    Raises
+    ------
+    ValueError
+        The head gives images of different sizes (then no file is written).
+    uqvision.exceptions.BadImageError
+        An image that does not read.
+    """
+    from ..runtime import usable_cores
+
+    path = Path(path)
+    ids = tuple(folder.sample_ids)
+    have = DecodedImages.read(path)
+    if have is not None and (have.key, have.fingerprint, have.sample_ids) == (
+            split.key, fingerprint, ids):
+        return have
+    n = len(ids)
+    if n == 0:
+        raise ValueError(f"image folder {str(folder.root)!r} has no image left to decode")
+    first = _decode_one(folder, split.head, 0)
+    shape = (n, *first.shape)
+    if first.ndim != 3 or first.shape[2] != 3:
+        raise ValueError(f"the transform head {split.head!r} gives images of shape "
+                         f"{first.shape}, not (H, W, 3)")
+    workers = max(1, min(threads or usable_cores(), n))
+    with temporary_beside(path) as tmp:
+        _fill(tmp, folder, split.head, first, n, workers)
+        os.replace(tmp, path)
+    rec = {"format": _FORMAT, "key": split.key, "head": repr(split.head),
+           "fingerprint": fingerprint, "dataset": str(folder.root.resolve()),
+           "sample_ids": list(ids), "shape": list(shape)}
+    with temporary_beside(path.with_suffix(".json")) as tmp:
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, path.with_suffix(".json"))
+    return DecodedImages(path, split.key, fingerprint, ids, shape)
+
+
+def _fill(tmp: Path, folder: ImageFolderDataset, head: T.Compose, first: np.ndarray, n: int,
+          workers: int) -> None:
+    """Write the ``.npy`` of ``n`` images to ``tmp``: ``first`` (image 0), then the others on
+    ``workers`` threads."""
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, *first.shape))
+    out[0] = first
+
+    def put(i: int) -> None:
+        a = _decode_one(folder, head, i)
+        if a.shape != first.shape:
+            raise ValueError(f"the transform head {head!r} gives images of different sizes: "
+                             f"{a.shape} vs {first.shape}")
+        out[i] = a
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(put, range(1, n)))
+    out.flush()
+
+
+def _batched_tail(tail: T.Compose) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(mean, std)`` as (1, 3, 1, 1) float32 when ``tail`` is ``ToTensor`` (or timm's
+    ``MaybeToTensor``) then ``Normalize`` and nothing else (torchvision's ``normalize``: the
+    mean and std as float32 tensors, a zero std refused), else ``None``."""
+    steps = tail.transforms
+    if (len(steps) != 2 or type(steps[0]).__name__ not in _TO_TENSOR
+            or type(steps[1]) is not T.Normalize or torch.get_default_dtype() != torch.float32):
+        return None
+    mean = torch.as_tensor(steps[1].mean, dtype=torch.float32)
+    std = torch.as_tensor(steps[1].std, dtype=torch.float32)
+    if mean.shape != (3,) or std.shape != (3,) or bool((std == 0).any()):
+        return None
+    return mean.view(1, -1, 1, 1), std.view(1, -1, 1, 1)
+
+
+class _DecodedRows(Dataset):
+    """``(tail(rows[row of i]), label, i)`` of a folder's samples: its images decoded once
+    (:class:`DecodedImages`), each model's own tensor tail applied to the 8-bit pixels."""
+
+    def __init__(self, folder: ImageFolderDataset, decoded: DecodedImages, rows: np.ndarray,
+                 tail: T.Compose):
+        self.folder, self.decoded, self.row, self.tail = folder, decoded, rows, tail
+        self._pixels = None
+        self._normalize = _batched_tail(tail)
+        self.whole_batches = self._normalize is not None  # :class:`~.loop._OneThread`
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getstate__(self) -> dict:  # DataLoader workers open the memory map themselves
+        return {**self.__dict__, "_pixels": None}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        if self._pixels is None:
+            self._pixels = self.decoded.rows()
+        img = Image.fromarray(np.ascontiguousarray(self._pixels[self.row[index]]))
+        return self.tail(img), self.folder.samples[index][1], index
+
+    def __getitems__(self, indices) -> list:
+        """The samples of a batch; a tail of ``ToTensor`` and ``Normalize`` alone is applied to
+        the whole batch: the same elementwise float32 operations in the same order (to float,
+        / 255, - mean, / std), so the same numbers bit for bit, in one pass per operation."""
+        if self._normalize is None:
+            return [self[i] for i in indices]
+        if self._pixels is None:
+            self._pixels = self.decoded.rows()
+        mean, std = self._normalize
+        u8 = torch.from_numpy(np.stack([self._pixels[self.row[i]] for i in indices]))
+        x = u8.permute(0, 3, 1, 2).contiguous().to(torch.float32).div(255)
+        x = x.sub_(mean).div_(std)
+        return [(x[k], self.folder.samples[i][1], i) for k, i in enumerate(indices)]
+
+
+class _DecodedFolder(ImageFolderDataset):
+    """An :class:`ImageFolderDataset` whose ``with_transform`` reads the decoded pixels when
+    the transform's head is the file's (:func:`decoded_folder`)."""
+
+    decoded: DecodedImages
+    decoded_rows: np.ndarray
+
+    def with_transform(self, transform, augment_seed=None):
+        split = split_transform(transform) if augment_seed is None else None
+        plain = ImageFolderDataset.with_transform(self, transform, augment_seed)
+        if split is None or split.key != self.decoded.key:
+            plain.__class__ = ImageFolderDataset
+            return plain
+        return _DecodedRows(plain, self.decoded, self.decoded_rows, split.tail)
+
+
+def decoded_folder(folder: ImageFolderDataset, decoded: DecodedImages | str | os.PathLike,
+                   fingerprint: str) -> ImageFolderDataset:
+    """``folder`` reading its pixels from ``decoded`` for every transform whose head is the
+    file's (``with_transform``; labels, order and sample ids are ``folder``'s); ``folder``
+    itself when the file is unfinished, of another folder (``fingerprint``) or lacks one of
+    its samples."""
+    if not isinstance(decoded, DecodedImages):
+        decoded = DecodedImages.read(decoded)
+    if decoded is None or decoded.fingerprint != fingerprint:
+        return folder
+    where = {rel: i for i, rel in enumerate(decoded.sample_ids)}
+    rows = [where.get(rel, -1) for rel in folder.sample_ids]
+    if -1 in rows:
+        return folder
+    out = copy.copy(folder)
+    out.__class__ = _DecodedFolder
+    out.decoded, out.decoded_rows = decoded, np.asarray(rows, np.int64)
+    return out
+
+
+def decoded_key(folder: ImageFolderDataset, transform) -> str:
+    """The key of the decoded file ``folder`` reads for ``transform`` (:func:`decoded_folder`),
+    ``""`` when its images are decoded from the files."""
+    if not isinstance(folder, _DecodedFolder):
+        return ""
+    split = split_transform(transform)
+    return split.key if split is not None and split.key == folder.decoded.key else ""

@@ -1,0 +1,143 @@
+"""A sweep's preprocessing groups: the models of one folder whose evaluation transforms share
+their geometry (resize, crop, interpolation, size: :func:`uqvision.predict.decoded.
+split_transform`, the mean and std aside) decode each image once.
+
+Before its cells run, :func:`uqvision.sweep.sweep_predictions` groups the models left to
+compute on each folder by that key (:func:`preprocessing_groups`, from each model's data
+configuration, :func:`uqvision.models.data_config`: nothing is built), and for every group of
+two models or more decodes the folder once (:func:`uqvision.predict.decoded.decode_images`,
+threads of the sweep's own process, which has checked every image already) into
+``<out_dir>/.decoded/<dataset>.<key>.npy``; each cell of the group reads it (its ``decoded``
+parameter, :func:`uqvision.predict.predict`). The file is removed once every cell of its
+group has succeeded, and kept otherwise: a rerun reuses it (same folder fingerprint, samples
+and key) instead of decoding again. A group whose file cannot be made (not enough free disk:
+more than half of what is free; images the head leaves of different sizes) runs as before,
+each model decoding the files itself; so does a model of another source than timm.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from uqmetrics.sweep import Cell, cell_path, is_complete
+
+from ..data import eval_transform, readable_images
+from ..models import ModelSpec, data_config
+from ..predict.decoded import DecodedImages, TransformSplit, decode_images, split_transform
+from ..predict.plan import _fingerprint
+from .sets import SweepTarget
+
+__all__ = ["DECODED_DIR", "PreprocessingGroup", "decode_groups", "preprocessing_groups"]
+
+#: Folder of the decoded files, inside a sweep's caches folder.
+DECODED_DIR = ".decoded"
+
+#: Modes whose cells use the model's evaluation transform (they may share decoding).
+_SHARED_MODES = ("plain", "mc_dropout")
+
+
+@dataclass
+class PreprocessingGroup:
+    """The models of one target sharing a transform head, and their cells left to compute.
+
+    ``path`` is the decoded file once made (``None`` when the group decodes per model).
+    """
+
+    target: SweepTarget
+    split: TransformSplit
+    models: list[str] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    path: Path | None = None
+
+
+def _split_of(spec: ModelSpec) -> TransformSplit | None:
+    """The transform split of a timm model, from its data configuration (not built)."""
+    if spec.source != "timm":
+        return None
+    try:
+        return split_transform(eval_transform(data_config(spec)))
+    except (ValueError, OSError):
+        return None
+
+
+def preprocessing_groups(cells: Iterable[Cell], targets: Iterable[SweepTarget],
+                         out_dir: str | os.PathLike, *, overwrite: bool = False
+                         ) -> list[PreprocessingGroup]:
+    """The groups of two models or more with cells to compute (not complete in ``out_dir``,
+    or all of them with ``overwrite``), per target, in plan order; and a group of one model
+    whose decoded file an earlier run kept (its other models done)."""
+    by_name = {t.dataset_name: t for t in targets}
+    splits: dict[str, TransformSplit | None] = {}
+    groups: dict[tuple[str, str], PreprocessingGroup] = {}
+    for cell in cells:
+        target = by_name.get(cell.params["dataset_name"])
+        if target is None or target.config.mode not in _SHARED_MODES:
+            continue
+        if not overwrite and is_complete(cell_path(out_dir, cell)):
+            continue
+        spec = ModelSpec(cell.params["name"], cell.params["checkpoint"], cell.params["label"])
+        if spec.row not in splits:
+            splits[spec.row] = _split_of(spec)
+        split = splits[spec.row]
+        if split is None:
+            continue
+        g = groups.setdefault((target.dataset_name, split.key),
+                              PreprocessingGroup(target, split))
+        if spec.row not in g.models:
+            g.models.append(spec.row)
+        g.cells.append(cell)
+    return [g for g in groups.values() if len(g.models) > 1
+            or DecodedImages.read(_path(out_dir, g)) is not None]
+
+
+def _path(out_dir: str | os.PathLike, g: PreprocessingGroup) -> Path:
+    """Where a group's decoded file goes."""
+    return Path(out_dir) / DECODED_DIR / f"{g.target.dataset_name}.{g.split.key[:16]}.npy"
+
+
+def decode_groups(groups: list[PreprocessingGroup], out_dir: str | os.PathLike, *,
+                  threads: int | None = None) -> None:
+    """Decode each group's folder once and point its cells at the file (``decoded`` in their
+    params); a group whose file cannot be made is left to decode per model (one line on
+    stderr says why)."""
+    where = Path(out_dir) / DECODED_DIR
+    for g in groups:
+        folder = readable_images(g.target.folder, skip_bad=g.target.config.skip_bad_images)
+        h, w = g.split.head.transforms[-1].size
+        need = len(folder) * h * w * 3
+        path = _path(out_dir, g)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(where).free
+            if need > free // 2 and not path.exists():
+                raise OSError(f"{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free")
+            decode_images(folder, g.split, path, _fingerprint(folder), threads=threads)
+        except (OSError, ValueError) as exc:
+            print(f"uqvision sweep: the models {g.models} decode {g.target.dataset_name!r} "
+                  f"each (a shared decoding was not made: {' '.join(str(exc).split())})",
+                  file=sys.stderr, flush=True)
+            continue
+        g.path = path
+        for cell in g.cells:
+            cell.params["decoded"] = str(path)
+
+
+def remove_decoded(groups: list[PreprocessingGroup], failed: Iterable[str],
+                   out_dir: str | os.PathLike) -> None:
+    """Remove the decoded file of every group none of whose cells failed (``failed``: cell
+    keys), and the folder of the decoded files once empty; the others are kept for the
+    rerun."""
+    failed = set(failed)
+    for g in groups:
+        if g.path is not None and not any(c.key in failed for c in g.cells):
+            for p in (g.path, g.path.with_suffix(".json")):
+                p.unlink(missing_ok=True)
+    try:
+        (Path(out_dir) / DECODED_DIR).rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,240 @@
+"""A sweep decodes each image once per preprocessing group (:mod:`uqvision.sweep.decode`):
+counted decodes, caches bit-identical to separate ``predict`` runs, resume, a failed model
+that loses nothing of the others; and the ``channels_last`` choice by architecture, recorded
+in the caches, with the rule for caches made before it (contiguous)."""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.torch
+import timm
+import torch
+
+from uqvision.cache import read_cache
+from uqvision.predict import PredictConfig, check_caches, predict, predict_to_files
+from uqvision.predict.decoded import split_transform
+from uqvision.sweep import sweep_predictions
+
+#: Three models with one geometry (160 px, bicubic, crop 0.95; test_convnext with another mean
+#: and std) and one of another (test_resnet: bilinear).
+SHARED = ("test_byobnet", "test_efficientnet", "test_convnext")
+OTHER = "test_resnet"
+
+
+@pytest.fixture(scope="module")
+def client():
+    """An in-process Dask cluster: the cells run in this process, where decodes are counted."""
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """Full decodes of image files, by image: the loader's decode functions wrapped (the
+    folder's, used by predict, and the decoded module's, used by the sweep's shared decode)."""
+    counts: collections.Counter = collections.Counter()
+
+    def counted(fn):
+        def wrapper(*args, **kwargs):
+            counts[str(args[-1])] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name in ("uqvision.data.folders", "uqvision.predict.decoded"):
+        module = importlib.import_module(name)
+        for fn in ("load_image", "_load_sample"):
+            monkeypatch.setattr(module, fn, counted(getattr(module, fn)))
+    return counts
+
+
+def _logits(path: Path) -> np.ndarray:
+    return read_cache(path)["logits"].values
+
+
+def test_the_models_of_a_group_share_one_decode_and_their_logits_bit_for_bit(
+        digits, tmp_path, client, decodes):
+    data = digits / "test"
+    n = sum(1 for _ in data.rglob("*.png"))
+    keys = {m: split_transform(timm.data.create_transform(**timm.data.resolve_data_config(
+        {}, model=timm.create_model(m, pretrained=False)))).key for m in (*SHARED, OTHER)}
+    assert len({keys[m] for m in SHARED}) == 1 and keys[OTHER] != keys[SHARED[0]]
+    cfg = PredictConfig(batch_size=16, allow_random_init=True)
+    caches = tmp_path / "caches"
+    report = sweep_predictions([*SHARED, OTHER], data, caches, cfg, client=client)
+    assert report.failed == {} and len(report.computed) == 4
+    # two groups: each image decoded once for the three models, once for test_resnet
+    assert len(decodes) == n and set(decodes.values()) == {2}, collections.Counter(
+        decodes.values())
+    assert not (caches / ".decoded").exists()  # removed once every cell of its group is done
+    decodes.clear()
+    for m in (*SHARED, OTHER):
+        (ds,) = predict(m, data, cfg)
+        cached = read_cache(caches / f"{m}.test.plain-000.nc")
+        assert np.array_equal(cached["logits"].values, ds["logits"].values), m
+        assert np.array_equal(cached["label"].values, ds["label"].values), m
+        assert cached.attrs.get("shared_decoding", "") == (keys[m] if m in SHARED else "")
+        assert "shared_decoding" not in ds.attrs
+    assert set(decodes.values()) == {4}  # separate runs: once per model (the counter counts)
+    decodes.clear()
+    # a rerun resumes: nothing computed, nothing decoded
+    again = sweep_predictions([*SHARED, OTHER], data, caches, cfg, client=client)
+    assert again.computed == [] and len(again.skipped) == 4 and not decodes
+
+
+def test_without_shared_decoding_every_model_decodes(digits, tmp_path, client, decodes):
+    cfg = PredictConfig(batch_size=32, allow_random_init=True)
+    report = sweep_predictions(SHARED[:2], digits / "test", tmp_path, cfg, client=client,
+                               share_decoding=False)
+    assert report.failed == {} and set(decodes.values()) == {2}
+
+
+def test_a_failed_model_loses_nothing_of_its_group_and_its_rerun_reads_the_kept_file(
+        digits, tmp_path, client, decodes):
+    data = digits / "test"
+    broken = tmp_path / "w" / "test_efficientnet.safetensors"
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a checkpoint at all")
+    models = ["test_byobnet", "test_convnext", f"test_efficientnet={broken}"]
+    cfg = PredictConfig(batch_size=32, allow_random_init=True)
+    caches = tmp_path / "caches"
+    stale = caches / ".decoded" / f".test.npy.{'0' * 32}.tmp"  # as a killed decode leaves it
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"partial")
+    report = sweep_predictions(models, data, caches, cfg, client=client)
+    assert not stale.exists()
+    assert sorted(p.name for p in report.computed) == [
+        "test_byobnet.test.plain-000.nc", "test_convnext.test.plain-000.nc"]
+    assert list(report.failed) == ["test_efficientnet+test_efficientnet.test.plain-000"]
+    (record,) = report.failed_models.values()
+    assert record["kind"] == "failed" and record["model"] == "test_efficientnet@test_efficientnet"
+    (kept,) = (caches / ".decoded").glob("*.npy")  # the group has a cell left: kept
+    assert set(decodes.values()) == {1}
+    decodes.clear()
+    # the checkpoint repaired: the rerun computes that model alone, from the kept file
+    assert _checkpoint("test_efficientnet", broken.parent) == models[2]
+    again = sweep_predictions(models, data, caches, cfg, client=client)
+    assert [p.name for p in again.computed] == [
+        "test_efficientnet+test_efficientnet.test.plain-000.nc"]
+    assert again.failed == {} and not decodes and not kept.exists()
+    cached = read_cache(again.computed[0])
+    (ds,) = predict(models[2], data, cfg)
+    assert np.array_equal(cached["logits"].values, ds["logits"].values)
+    assert cached.attrs["shared_decoding"]
+
+
+def test_a_batch_of_decoded_rows_equals_each_image_through_its_transform(digits, tmp_path):
+    """The batched tail (ToTensor + Normalize on a whole batch of 8-bit rows) gives the tensors
+    of the model's own transform of each image bit for bit, for ImageNet's mean and std and
+    for 0.5; and a transform that does not split reads the image files."""
+    from uqvision.data import DataConfig, ImageFolderDataset, eval_transform
+    from uqvision.predict.decoded import decode_images, decoded_folder
+    from uqvision.predict.plan import _fingerprint
+
+    folder = ImageFolderDataset(digits / "test")
+    ids = list(range(0, len(folder), 3))
+    for mean, std in (((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), ((0.5,) * 3, (0.5,) * 3)):
+        transform = eval_transform(DataConfig((3, 48, 48), mean, std, crop_pct=0.9,
+                                              interpolation="bicubic"))
+        split = split_transform(transform)
+        path = tmp_path / f"{mean[0]}.npy"
+        decoded = decode_images(folder, split, path, _fingerprint(folder), threads=2)
+        assert decoded.shape == (len(folder), 48, 48, 3)
+        view = decoded_folder(folder, decoded, _fingerprint(folder))
+        rows = view.with_transform(transform).__getitems__(ids)
+        own = folder.with_transform(transform)
+        for (x, y, i), k in zip(rows, ids, strict=True):
+            x_own, y_own, _ = own[k]
+            assert i == k and y == y_own and torch.equal(x, x_own) and x.is_contiguous()
+    assert type(view.with_transform(None)).__name__ == "ImageFolderDataset"
+    # timm's non-square resize (ResizeKeepRatio) is not a step the key knows: no split
+    assert split_transform(eval_transform(DataConfig((3, 48, 40), mean, std))) is None
+    assert decoded_folder(folder, decoded, "another fingerprint") is folder
+
+
+def _checkpoint(arch: str, where: Path, **model_kwargs) -> str:
+    """``arch=FILE``: random weights (seed 0) of a 10-class ``arch`` with a sidecar."""
+    torch.manual_seed(0)
+    net = timm.create_model(arch, num_classes=10, **model_kwargs)
+    path = where / f"{arch}.safetensors"
+    safetensors.torch.save_file(net.state_dict(), str(path))
+    path.with_suffix(".json").write_text(json.dumps({
+        "classes": [str(d) for d in range(10)], "model_kwargs": model_kwargs}))
+    return f"{arch}={path}"
+
+
+def test_mc_dropout_cells_share_the_decode_too(digits, tmp_path, client, decodes):
+    data = digits / "test"
+    cfg = PredictConfig(mode="mc_dropout", passes=3, batch_size=32)
+    models = [_checkpoint(a, tmp_path, drop_rate=0.2)
+              for a in ("test_byobnet", "test_convnext")]
+    report = sweep_predictions(models, data, tmp_path / "caches", cfg, client=client)
+    assert report.failed == {} and set(decodes.values()) == {1}
+    for m, path in zip(models, report.computed, strict=True):
+        (ds,) = predict(m, data, cfg)
+        assert np.array_equal(_logits(path), ds["logits"].values)
+
+
+# --------------------------------------------------------------------------------------------
+# channels_last by architecture
+
+
+def test_channels_last_is_chosen_by_architecture_and_recorded(digits):
+    data = digits / "test"
+    cfg = {"batch_size": 32, "allow_random_init": True}
+    conv = predict("test_byobnet", data, PredictConfig(**cfg))[0]
+    vit = predict("test_vit", data, PredictConfig(**cfg))[0]
+    given = predict("test_byobnet", data, PredictConfig(**cfg, channels_last=False))[0]
+    for ds, on, source in ((conv, 1, "auto"), (vit, 0, "auto"), (given, 0, "given")):
+        assert int(ds.attrs["channels_last"]) == on and ds.attrs["channels_last_source"] == source
+        assert json.loads(ds.attrs["config"])["channels_last"] is bool(on)
+    # NHWC changes a conv net's logits by float rounding, not bit for bit
+    z, z_cl = given["logits"].values, conv["logits"].values
+    assert np.abs(z_cl - z).max() <= 1e-5 * max(1.0, np.abs(z).max())
+
+
+def _as_before_the_option(path: Path) -> None:
+    """Rewrite a cache as one written before ``channels_last`` was recorded."""
+    from uqmetrics import write_dataset
+    from uqmetrics.io import read_dataset
+
+    old = read_dataset(path)
+    config = json.loads(old.attrs["config"])
+    del config["channels_last"]
+    old.attrs["config"] = json.dumps(config)
+    del old.attrs["channels_last"], old.attrs["channels_last_source"]
+    write_dataset(old, path, overwrite=True)
+
+
+def test_a_cache_from_before_the_choice_is_contiguous_and_its_model_resumes_so(
+        digits, tmp_path, client):
+    """A model whose caches there predate the option resumes contiguous (what they were),
+    through predict_to_files and through a sweep: one model's caches never mix formats."""
+    data = digits / "test"
+    cfg = {"mode": "tta", "batch_size": 32, "allow_random_init": True}
+    for sweep in (False, True):
+        out = tmp_path / f"sweep{int(sweep)}"
+        (first,) = predict_to_files("test_byobnet", data, out, PredictConfig(
+            **cfg, passes=1, channels_last=False))
+        _as_before_the_option(first)
+        assert check_caches("test_byobnet", data, out, PredictConfig(**cfg, passes=1))[1] == set()
+        if sweep:
+            report = sweep_predictions(["test_byobnet"], data, out,
+                                       PredictConfig(**cfg, passes=2), client=client)
+            assert [p.name for p in report.skipped] == [first.name]
+            (second,) = report.computed
+        else:
+            second = predict_to_files("test_byobnet", data, out, PredictConfig(**cfg, passes=2))[1]
+        ds = read_cache(second)
+        assert int(ds.attrs["channels_last"]) == 0 and ds.attrs["channels_last_source"] == "given"
+    # with no cache there, the default chooses NHWC for this conv net
+    fresh = predict_to_files("test_byobnet", data, tmp_path / "fresh", PredictConfig(**cfg))
+    assert int(read_cache(fresh[0]).attrs["channels_last"]) == 1

@@ -1,0 +1,32 @@
+"""The static leaderboard site of result files (``uqvision report``, ``uqreg report``;
+docs/report.md).
+
+:func:`build_site` reads result files (any file that follows the result schema, or what a
+protocol's :class:`ReportHook` in :data:`REPORT_HOOKS` reads) and writes a folder that opens
+from disk with no network: ``index.html``, ``<protocol>.html`` per protocol (a sortable,
+filterable leaderboard, one row per model or method, every metric column linked to its
+convention; each row's provenance in an expandable panel, a row whose caches disagree flagged;
+the protocol's figures inlined as SVG), ``conventions.html``, ``data/<protocol>.csv`` and
+``.json`` (the tables) and ``manifest.json`` (every entry's metric values, the result file and
+its checksum: what ``verify`` checks).
+
+uqmetrics imports neither uqvision nor uqreg: they register their hooks here. Jinja2 renders
+the pages (imported on use); the script and the style sheet are package data, inlined.
+"""
+
+from .leaderboard import (
+    Leaderboard,
+    MetricColumn,
+    ReportHook,
+    column_name,
+    column_values,
+    exact_value,
+    format_value,
+    leaderboard,
+    parse_column,
+)
+from .site import GENERATOR, MANIFEST_VERSION, REPORT_HOOKS, SiteReport, build_site, read_manifest
+
+__all__ = ["GENERATOR", "MANIFEST_VERSION", "REPORT_HOOKS", "Leaderboard", "MetricColumn",
+           "ReportHook", "SiteReport", "build_site", "column_name", "column_values",
+           "exact_value", "format_value", "leaderboard", "parse_column", "read_manifest"]

@@ -1,0 +1,455 @@
+"""A result file as a leaderboard: one row per model or method, one column per metric value.
+
+:func:`leaderboard` reads one result file through its protocol's :class:`ReportHook` (a
+generic one for any file that follows the result schema) and returns a :class:`Leaderboard`:
+the rows (the values of the row dimension), their metadata (the result's coordinates along
+that dimension: architecture, regime, ...), the metric columns (exactly the file's values),
+the per-entry provenance of the file's ``entries`` attr and the file-level provenance.
+
+Column names (:func:`column_name`) are ``<variable>`` for a metric variable with only the row
+dimension, and ``<variable>[<dim>=<label>,...]`` for one with further dimensions, one column
+per combination of their labels (e.g. ``ece[calibration=temperature]``); :func:`column_values`
+reads a column back from a Dataset.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..io import dataset_checksum, decode_attr
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+__all__ = ["Leaderboard", "ReportHook", "column_name", "column_values", "format_value",
+           "leaderboard", "parse_column"]
+
+#: Row dims preferred, in order, when a hook names none and several dims qualify.
+_PREFERRED_DIMS = ("model", "method", "detector", "entry")
+#: Metadata columns with at most this many distinct values get a filter.
+MAX_FILTER_VALUES = 40
+#: File attrs shown as the file's provenance (besides every ``<dist>_version``).
+FILE_FIELDS = ("protocol", "git_commit", "git_dirty", "created_utc", "hostname", "seed",
+               "wall_time_s", "study_wall_time_s", "device", "dataset_name", "config")
+_COLUMN = re.compile(r"^(?P<var>[^\[\]]+)(?:\[(?P<sel>[^\[\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class ReportHook:
+    """What a protocol brings to the report (registered in
+    :data:`uqmetrics.report.REPORT_HOOKS` under the protocol's name; every field optional).
+
+    Attributes
+    ----------
+    title : str
+        The page's heading (default: the protocol's name).
+    row_dim : str or None
+        The dimension whose values are the rows (default: the dim most metric variables have,
+        ``model`` or ``method`` first).
+    metadata : sequence of str or None
+        The coordinates along the row dim shown as columns and filters, in order (default:
+        those that group rows: more than one distinct value, at most half the rows); the others
+        go to each row's provenance panel.
+    read : callable or None
+        ``read(path) -> xarray.Dataset`` (default :func:`uqmetrics.read_result`: a file that
+        does not follow the result schema is refused).
+    metrics : callable or None
+        ``metrics(ds) -> {variable: (metric, greater_is_better or None)}``: the variables
+        that become columns (default :func:`uqmetrics.result_schema.metric_variables`).
+    extra_columns : callable or None
+        ``extra_columns(ds, row_dim) -> {column: values (row,)}``: derived columns shown before
+        the metadata and written to the CSV/JSON (e.g. timm's ``top1``); never in the
+        manifest, whose metrics are the file's values.
+    figures : callable or None
+        ``figures(path, ds, out) -> list of Path``: writes the page's figures into folder
+        ``out`` (called inside :func:`uqmetrics.plotting.figure_format` ``("svg")``).
+    conventions : callable or None
+        ``conventions(ds) -> {variable: one line}``: the convention of each metric variable
+        (default: its ``convention`` attr, else the file's ``conventions`` entry of its metric,
+        else :data:`uqmetrics.CONVENTIONS`).
+    row_provenance : callable or None
+        ``row_provenance(ds) -> {row: {field: value}}``: provenance fields known without the
+        ``entries`` attr (e.g. a per-method wall time); ``entries`` wins where both say.
+    description : str
+        A line under the heading.
+    """
+
+    title: str = ""
+    row_dim: str | None = None
+    metadata: Sequence[str] | None = None
+    read: Callable[[Path], xr.Dataset] | None = None
+    metrics: Callable[[xr.Dataset], Mapping[str, tuple[str, bool | None]]] | None = None
+    extra_columns: Callable[[xr.Dataset, str], Mapping[str, Sequence[Any]]] | None = None
+    figures: Callable[[Path, xr.Dataset, Path], list[Path]] | None = None
+    conventions: Callable[[xr.Dataset], Mapping[str, str]] | None = None
+    row_provenance: Callable[[xr.Dataset], Mapping[str, Mapping[str, Any]]] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """One metric column: its name, the variable and labels it reads, the metric, the direction
+    (None: neither), the convention (one line) and its tag (``S.2``), and its values (row,)."""
+
+    name: str
+    variable: str
+    selection: dict[str, str]
+    metric: str
+    greater_is_better: bool | None
+    convention: str
+    tag: str
+    values: np.ndarray
+
+
+@dataclass
+class Leaderboard:
+    """A result file as a table (see the module's docstring).
+
+    Attributes
+    ----------
+    protocol : str
+    result : Path
+        The result file (absolute).
+    checksum : str
+        :func:`uqmetrics.dataset_checksum` of its Dataset.
+    dim : str
+        The row dimension.
+    rows : list of str
+        Its values, shape (row,).
+    metadata : dict
+        Column -> list of str (row,): coordinates shown as columns.
+    hidden_metadata : dict
+        Column -> list of str (row,): the other coordinates along ``dim`` (provenance panels).
+    extra : dict
+        Column -> list (row,): the hook's derived columns.
+    columns : list of MetricColumn
+    provenance, conflicts : dict
+        Row -> {field: value} and row -> {field: [distinct values]} (the ``entries`` attr,
+        completed by the hook's ``row_provenance``).
+    entries_recorded : bool
+        Whether the file has an ``entries`` attr.
+    file_provenance : dict
+        Field -> value (decoded): versions, git commit, created time, config, seed, ...
+    attrs : dict
+        Every file attr, decoded.
+    conventions : dict
+        The file's ``conventions`` attr (name -> one line).
+    skipped : list of str
+        Metric variables without the row dimension (not in the table).
+    title, description : str
+    """
+
+    protocol: str
+    result: Path
+    checksum: str
+    dim: str
+    rows: list[str]
+    metadata: dict[str, list[str]] = field(default_factory=dict)
+    hidden_metadata: dict[str, list[str]] = field(default_factory=dict)
+    extra: dict[str, list[Any]] = field(default_factory=dict)
+    columns: list[MetricColumn] = field(default_factory=list)
+    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conflicts: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    entries_recorded: bool = False
+    file_provenance: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    conventions: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    title: str = ""
+    description: str = ""
+
+    def entry_id(self, row: str) -> str:
+        """``<protocol>:<row>``, the manifest's id of a row."""
+        return f"{self.protocol}:{row}"
+
+    def table_columns(self) -> list[str]:
+        """The CSV/JSON columns: the row dim, the derived columns, the metadata, the metrics."""
+        return [self.dim, *self.extra, *self.metadata, *(c.name for c in self.columns)]
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """One dict per row, keys :meth:`table_columns`; a NaN float is None."""
+        out = []
+        for i, row in enumerate(self.rows):
+            rec: dict[str, Any] = {self.dim: row}
+            for name, values in self.extra.items():
+                rec[name] = _plain(values[i])
+            for name, values in self.metadata.items():
+                rec[name] = values[i]
+            for c in self.columns:
+                rec[c.name] = _plain(c.values[i])
+            out.append(rec)
+        return out
+
+    def metrics_of(self, i: int) -> dict[str, float | None]:
+        """Row ``i``'s metric columns: name -> the file's float64 value (None for NaN)."""
+        return {c.name: _plain(c.values[i]) for c in self.columns}
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready scalar: numpy scalars to Python, NaN and inf to None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def format_value(value: Any) -> str:
+    """A cell's shown text: 4 decimals, scientific notation outside [1e-3, 1e4), ``–`` for a
+    missing value (NaN, None); integers and strings as they are.
+
+    Examples
+    --------
+    >>> format_value(0.123456), format_value(2.5e-05), format_value(float("nan")), format_value(3)
+    ('0.1235', '2.500e-05', '–', '3')
+    """
+    if value is None:
+        return "–"
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, str)):
+        return str(value)
+    value = float(value)
+    if not math.isfinite(value):
+        return "–"
+    if value != 0 and not 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3e}"
+    return f"{value:.4f}"
+
+
+def exact_value(value: Any) -> str:
+    """A float as the shortest text that reads back to the same float64 (``repr``), ``NaN``
+    for a missing one: the ``data-value`` of a cell."""
+    if value is None:
+        return "NaN"
+    value = float(value)
+    return "NaN" if math.isnan(value) else repr(value)
+
+
+def column_name(variable: str, selection: Mapping[str, Any]) -> str:
+    """``variable`` or ``variable[dim=label,...]`` (labels as ``str``)."""
+    if not selection:
+        return variable
+    return f"{variable}[{','.join(f'{d}={v}' for d, v in selection.items())}]"
+
+
+def parse_column(name: str) -> tuple[str, dict[str, str]]:
+    """The variable and the ``{dim: label}`` selection of a column name (:func:`column_name`).
+
+    Examples
+    --------
+    >>> parse_column("ece[calibration=temperature]")
+    ('ece', {'calibration': 'temperature'})
+    """
+    m = _COLUMN.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise ValueError(f"column name must be 'variable' or 'variable[dim=label,...]', got "
+                         f"{name!r}")
+    selection = {}
+    for part in filter(None, (m["sel"] or "").split(",")):
+        dim, eq, label = part.partition("=")
+        if not eq or not dim:
+            raise ValueError(f"column name {name!r}: {part!r} is not dim=label")
+        selection[dim] = label
+    return m["var"], selection
+
+
+def _labels(ds: xr.Dataset, dim: str) -> list[str]:
+    """The labels of ``dim`` as text: its index's values, else positions."""
+    if dim in ds.indexes:
+        return [str(v) for v in ds.indexes[dim]]
+    return [str(i) for i in range(ds.sizes[dim])]
+
+
+def column_values(ds: xr.Dataset, name: str, dim: str) -> np.ndarray:
+    """A column's values, shape (row,) along ``dim``, float64, read from ``ds``.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+    name : str
+        A column name (:func:`column_name`).
+    dim : str
+        The row dimension.
+
+    Raises
+    ------
+    ValueError
+        The variable, a dim or a label is not in ``ds``, or dims other than ``dim`` remain.
+    """
+    variable, selection = parse_column(name)
+    if variable not in ds.data_vars:
+        raise ValueError(f"column {name!r}: no variable {variable!r} in the dataset")
+    da = ds[variable]
+    for d, label in selection.items():
+        if d not in da.dims:
+            raise ValueError(f"column {name!r}: {variable!r} has no dim {d!r} (dims "
+                             f"{list(da.dims)})")
+        labels = _labels(ds, d)
+        if label not in labels:
+            raise ValueError(f"column {name!r}: label {label!r} not among {d!r}'s {labels}")
+        da = da.isel({d: labels.index(label)})
+    if da.dims != (dim,):
+        raise ValueError(f"column {name!r}: dims {list(da.dims)} remain, expected ({dim!r},)")
+    return np.asarray(da.values, dtype=np.float64)
+
+
+def _row_dim(ds: xr.Dataset, variables: Sequence[str]) -> str:
+    counts: dict[str, int] = {}
+    for v in variables:
+        for d in ds[v].dims:
+            counts[str(d)] = counts.get(str(d), 0) + 1
+    if not counts:
+        raise ValueError("the result has no metric variable with a dimension (nothing to rank)")
+    best = max(counts.values())
+    tied = [d for d, n in counts.items() if n == best]
+    for d in _PREFERRED_DIMS:
+        if d in tied:
+            return d
+    return tied[0]
+
+
+def _convention_tag(text: str) -> str:
+    """``S.2`` of ``S.2: ...`` (the convention's section), else ``""``."""
+    head, sep, _ = text.partition(":")
+    return head.strip() if sep and len(head) <= 12 and " " not in head.strip() else ""
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    return str(value)
+
+
+def _groups(values: np.ndarray) -> bool:
+    """Whether a coordinate groups rows (default metadata columns): more than one distinct
+    value, at most half as many as the rows (identifiers and constants go to the provenance
+    panels)."""
+    n = len({_text(v) for v in values})
+    return 1 < n <= max(2, len(values) // 2)
+
+
+def _entries(attrs: Mapping[str, Any], dim: str, rows: Sequence[str]) -> tuple[
+        bool, dict[str, dict[str, Any]], dict[str, dict[str, list[Any]]]]:
+    """The ``entries`` attr (contract: ``{"dim", "provenance", "conflicts"}``), per row."""
+    entries = decode_attr(attrs.get("entries"))
+    if not isinstance(entries, Mapping):
+        return False, {}, {}
+    prov = entries.get("provenance") or {}
+    conf = entries.get("conflicts") or {}
+    if entries.get("dim") not in (None, dim):
+        raise ValueError(f"the result's entries attr is along {entries.get('dim')!r}, but the "
+                         f"report's rows are along {dim!r}")
+    provenance = {r: dict(prov.get(r) or {}) for r in rows}
+    conflicts = {r: {k: list(v) for k, v in (conf.get(r) or {}).items()} for r in rows}
+    return True, provenance, conflicts
+
+
+def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None = None,
+                ds: xr.Dataset | None = None) -> Leaderboard:
+    """The leaderboard of one result file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The result file.
+    protocol : str
+        Its protocol (the page's name, the manifest's ids).
+    hook : ReportHook, optional
+        The protocol's (default: the generic reading of a result-schema file).
+    ds : xarray.Dataset, optional
+        The file's Dataset when already read (else ``hook.read(path)``).
+
+    Returns
+    -------
+    Leaderboard
+        Without figures (:func:`uqmetrics.report.build_site` draws them).
+
+    Raises
+    ------
+    ValueError
+        The file has no metric variable along a dimension, or the hook's row dim or metadata
+        names a dimension or coordinate the file lacks.
+    """
+    from ..conventions import CONVENTIONS
+    from ..result_schema import metric_variables, read_result
+
+    hook = hook or ReportHook()
+    path = Path(path).resolve()
+    if ds is None:
+        ds = hook.read(path) if hook.read else read_result(path)
+    metrics = dict(hook.metrics(ds) if hook.metrics else metric_variables(ds))
+    if not metrics:
+        raise ValueError(f"{path}: no metric variable (variables with attrs 'metric' and "
+                         "'greater_is_better'); nothing to put on a leaderboard")
+    dim = hook.row_dim or _row_dim(ds, list(metrics))
+    if dim not in ds.dims:
+        raise ValueError(f"{path}: row dim {dim!r} is not a dimension of the result (dims "
+                         f"{list(ds.dims)})")
+    rows = _labels(ds, dim)
+    attrs = {k: decode_attr(v) for k, v in ds.attrs.items()}
+    conventions = attrs.get("conventions") if isinstance(attrs.get("conventions"), Mapping) \
+        else dict(CONVENTIONS)
+    own = dict(hook.conventions(ds)) if hook.conventions else {}
+
+    along = [str(n) for n, c in ds.coords.items() if c.dims == (dim,) and n != dim]
+    shown = list(hook.metadata) if hook.metadata is not None else \
+        [m for m in along if _groups(ds.coords[m].values)]
+    missing = [m for m in shown if m not in along]
+    if missing:
+        raise ValueError(f"{path}: metadata {missing} are not coordinates along {dim!r} "
+                         f"(those are {along})")
+    metadata = {m: [_text(v) for v in ds.coords[m].values] for m in shown}
+    hidden = {m: [_text(v) for v in ds.coords[m].values] for m in along if m not in shown}
+
+    columns, skipped = [], []
+    for var, (metric, better) in metrics.items():
+        da = ds[var]
+        if dim not in da.dims:
+            skipped.append(var)
+            continue
+        convention = own.get(var) or _text(decode_attr(da.attrs.get("convention", ""))) or \
+            str(conventions.get(metric, "") or CONVENTIONS.get(metric, ""))
+        others = [str(d) for d in da.dims if d != dim]
+        for combo in itertools.product(*(_labels(ds, d) for d in others)):
+            selection = dict(zip(others, combo, strict=True))
+            name = column_name(var, selection)
+            columns.append(MetricColumn(name, var, selection, metric, better, convention,
+                                        _convention_tag(convention),
+                                        column_values(ds, name, dim)))
+
+    extra = {k: list(v) for k, v in (hook.extra_columns(ds, dim) if hook.extra_columns
+                                      else {}).items()}
+    for k, v in extra.items():
+        if len(v) != len(rows):
+            raise ValueError(f"extra column {k!r} has {len(v)} values for {len(rows)} rows")
+    recorded, provenance, conflicts = _entries(attrs, dim, rows)
+    if hook.row_provenance:
+        for r, fields in hook.row_provenance(ds).items():
+            known = provenance.setdefault(str(r), {})
+            for k, v in fields.items():
+                if k not in conflicts.get(str(r), {}):
+                    known.setdefault(k, v)
+    file_provenance = {k: v for k, v in attrs.items() if k.endswith("_version")}
+    file_provenance.update({k: attrs[k] for k in FILE_FIELDS if k in attrs})
+    for k in ("caches", "input_checksums"):
+        if isinstance(attrs.get(k), (Mapping, list)):
+            file_provenance[f"{k} (count)"] = len(attrs[k])
+    return Leaderboard(
+        protocol=protocol, result=path, checksum=dataset_checksum(ds), dim=dim, rows=rows,
+        metadata=metadata, hidden_metadata=hidden, extra=extra, columns=columns,
+        provenance=provenance, conflicts={r: c for r, c in conflicts.items() if c},
+        entries_recorded=recorded, file_provenance=file_provenance, attrs=attrs,
+        conventions={str(k): str(v) for k, v in conventions.items()}, skipped=skipped,
+        title=hook.title or protocol, description=hook.description)

@@ -1,0 +1,69 @@
+// The leaderboard's sorting and filtering (uqmetrics.report): plain DOM, no library, no network.
+// A header click sorts the rows by that column (ascending, then descending; missing values
+// last, ties in their previous order); the search box and the metadata selects hide rows.
+(function () {
+  "use strict";
+  function cellValue(row, index, type) {
+    var cell = row.cells[index];
+    var text = cell.hasAttribute("data-value") ? cell.getAttribute("data-value")
+                                               : cell.textContent.trim();
+    if (type === "number") {
+      var x = parseFloat(text);
+      return isNaN(x) ? null : x;
+    }
+    return text === "" ? null : text;
+  }
+
+  function setUp(table) {
+    var headers = Array.prototype.slice.call(table.tHead.rows[0].cells);
+    var body = table.tBodies[0];
+    var root = table.closest("main") || document;
+    var search = root.querySelector(".row-search");
+    var selects = Array.prototype.slice.call(root.querySelectorAll(".row-filter"));
+    var counter = root.querySelector(".row-count");
+    var columnIndex = {};
+    headers.forEach(function (th, i) { columnIndex[th.getAttribute("data-column")] = i; });
+
+    headers.forEach(function (th, index) {
+      if (!th.classList.contains("sortable")) { return; }
+      th.addEventListener("click", function (event) {
+        if (event.target.closest("a")) { return; }
+        var order = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
+        headers.forEach(function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", order);
+        var type = th.getAttribute("data-type");
+        var sign = order === "ascending" ? 1 : -1;
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = cellValue(a, index, type), y = cellValue(b, index, type);
+          if (x === null || y === null) { return (x === null) - (y === null); }
+          var c = type === "number" ? (x < y ? -1 : x > y ? 1 : 0) : String(x).localeCompare(String(y));
+          return sign * c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+
+    function applyFilters() {
+      var query = search ? search.value.trim().toLowerCase() : "";
+      var shown = 0, rows = Array.prototype.slice.call(body.rows);
+      rows.forEach(function (row) {
+        var keep = !query || (row.getAttribute("data-search") || "").toLowerCase().indexOf(query) >= 0;
+        selects.forEach(function (sel) {
+          var index = columnIndex[sel.getAttribute("data-filter")];
+          if (sel.value !== "" && index !== undefined && row.cells[index].getAttribute("data-value") !== sel.value) {
+            keep = false;
+          }
+        });
+        row.hidden = !keep;
+        shown += keep ? 1 : 0;
+      });
+      if (counter) { counter.textContent = shown + " of " + rows.length + " rows"; }
+    }
+    if (search) { search.addEventListener("input", applyFilters); }
+    selects.forEach(function (sel) { sel.addEventListener("change", applyFilters); });
+    applyFilters();
+  }
+
+  document.querySelectorAll("table.leaderboard").forEach(setUp);
+}());

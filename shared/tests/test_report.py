@@ -1,0 +1,329 @@
+"""uqmetrics.report: the static leaderboard site of result files (no browser here; the browser
+test is tests/test_report_browser.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from html.parser import HTMLParser
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from uqmetrics import (
+    InputError,
+    ResultSchemaError,
+    dataset_checksum,
+    read_dataset,
+    stamp_result,
+    write_dataset,
+)
+from uqmetrics.report import (
+    ReportHook,
+    build_site,
+    column_name,
+    column_values,
+    format_value,
+    parse_column,
+    read_manifest,
+)
+
+MODELS = ["net_a", "net_b", "net_c", "net_d"]
+
+
+def _result(entries: dict | None = None, protocol: str = "toy") -> xr.Dataset:
+    """A schema-stamped result: auroc per model, ece per model and calibration (a NaN in it),
+    metadata coordinates, a non-metric variable."""
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset(
+        {"auroc": ("model", rng.uniform(0.5, 1.0, 4)),
+         "ece": (("model", "calibration"), rng.uniform(0.0, 0.2, (4, 2))),
+         "temperature": ("model", rng.uniform(0.5, 2.0, 4))},
+        coords={"model": MODELS, "calibration": ["none", "temperature"],
+                "architecture": ("model", ["resnet", "resnet", "vit", "vit"]),
+                "tag": ("model", ["t0", "t1", "t2", "t3"])})
+    ds["ece"][2, 1] = np.nan
+    extra = {"entries": json.dumps(entries)} if entries is not None else None
+    return stamp_result(ds, protocol, input_checksums=["ab" * 32],
+                        metrics={"auroc": "auroc", "ece": "ece"}, extra=extra)
+
+
+def _write(tmp_path: Path, name: str = "toy.nc", **kw) -> Path:
+    return write_dataset(_result(**kw), tmp_path / name)
+
+
+class _Table(HTMLParser):
+    """The leaderboard of a page: header columns, and per row its id, class and cells
+    (data-value, text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.columns, self.rows = [], []
+        self._cell = None
+        self._depth = 0  # inside <details>: not the cell's shown text
+        self._tables = []  # open tables: whether each is the leaderboard
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._tables.append(a.get("id") == "leaderboard")
+        if not (self._tables and self._tables[-1]):
+            return
+        if tag == "th" and "data-column" in a:
+            self.columns.append(a["data-column"])
+        elif tag == "tr" and "data-row" in a:
+            self.rows.append({"row": a["data-row"], "class": a.get("class", ""), "cells": [],
+                              "badge": ""})
+        elif tag == "td" and self.rows:
+            self._cell = [a.get("data-value"), ""]
+            self.rows[-1]["cells"].append(self._cell)
+        elif tag == "details":
+            self._depth += 1
+        elif tag == "span" and "badge" in a.get("class", "") and self.rows:
+            self.rows[-1]["badge"] = a.get("class")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._tables.pop()
+        elif tag == "details":
+            self._depth -= 1
+        elif tag == "td" and self._tables and self._tables[-1]:
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None and not self._depth:
+            self._cell[1] += data
+
+
+def _table(page: Path) -> _Table:
+    t = _Table()
+    t.feed(page.read_text(encoding="utf-8"))
+    return t
+
+
+def test_site_files_manifest_and_cells_equal_the_result(tmp_path):
+    path = _write(tmp_path)
+    report = build_site([path], tmp_path / "site")
+    site = tmp_path / "site"
+    assert sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()) == [
+        "conventions.html", "data/toy.csv", "data/toy.json", "index.html", "manifest.json",
+        "toy.html"]
+    assert report.n_entries == 4
+    ds = read_dataset(path)
+    manifest = read_manifest(site)
+    assert [e["id"] for e in manifest["entries"]] == [f"toy:{m}" for m in MODELS]
+    expected_cols = ["auroc", "ece[calibration=none]", "ece[calibration=temperature]"]
+    for i, e in enumerate(manifest["entries"]):
+        assert (e["protocol"], e["dim"], e["row"]) == ("toy", "model", MODELS[i])
+        assert e["result"] == str(path.resolve())
+        assert e["result_checksum"] == dataset_checksum(ds)
+        assert list(e["metrics"]) == expected_cols
+        for col, value in e["metrics"].items():
+            var, sel = parse_column(col)
+            want = float(ds[var].sel(sel).values[i]) if sel else float(ds[var].values[i])
+            assert (value is None and math.isnan(want)) or value == want  # exact, NaN as null
+    assert manifest["entries"][2]["metrics"]["ece[calibration=temperature]"] is None
+
+    table = _table(site / "toy.html")
+    assert table.columns == ["model", "architecture", *expected_cols]  # tag: an identifier
+    assert [r["row"] for r in table.rows] == MODELS
+    for i, r in enumerate(table.rows):
+        assert r["cells"][1][0] == str(ds["architecture"].values[i])
+        for (exact, shown), col in zip(r["cells"][2:], expected_cols, strict=True):
+            want = column_values(ds, col, "model")[i]
+            if math.isnan(want):
+                assert (exact, shown.strip()) == ("NaN", "–")
+            else:
+                assert float(exact) == want and shown.strip() == format_value(want)
+
+
+def test_csv_and_json_hold_the_same_table(tmp_path):
+    path = _write(tmp_path)
+    build_site([path], tmp_path / "site")
+    data = json.loads((tmp_path / "site/data/toy.json").read_text())
+    with open(tmp_path / "site/data/toy.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == data["columns"] == ["model", "architecture", "auroc",
+                                                "ece[calibration=none]",
+                                                "ece[calibration=temperature]"]
+    assert len(rows) == len(data["rows"]) == 4
+    for c, j in zip(rows, data["rows"], strict=True):
+        for col in data["columns"]:
+            if col in data["metric_columns"]:
+                assert (c[col] == "" and j[col] is None) or float(c[col]) == j[col]
+            else:
+                assert c[col] == j[col]
+    assert data["metric_columns"]["ece[calibration=none]"]["greater_is_better"] is False
+    assert data["result_checksum"] == dataset_checksum(read_dataset(path))
+
+
+def test_site_fetches_nothing(tmp_path):
+    """Every asset is inline: no src/href to another host, no external script or style."""
+    from uqmetrics.plotting import plot_risk_coverage
+
+    def figures(path, ds, out):
+        from uqmetrics.plotting import save_figure
+
+        fig = plot_risk_coverage({"a": ([0.5, 1.0], [0.1, 0.2])})
+        return [save_figure(fig, out / "risk.png")]  # saved as SVG under figure_format
+
+    path = _write(tmp_path)
+    report = build_site([path], tmp_path / "site", hooks={"toy": ReportHook(figures=figures)})
+    assert report.notes == []
+    for page in (tmp_path / "site").glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", text), page
+        assert not re.search(r"<script[^>]*\bsrc=|<link[^>]*stylesheet", text), page
+        assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "https://" not in text
+    text = (tmp_path / "site/toy.html").read_text(encoding="utf-8")
+    assert text.count('src="data:image/svg+xml;base64,') == 1
+    assert "function cellValue" in text  # the script, inlined
+    assert (tmp_path / "site/figures/toy/risk.svg").is_file()
+    assert not (tmp_path / "site/figures/toy/risk.png").exists()
+
+
+def test_a_figure_that_fails_is_said_and_the_table_stands(tmp_path):
+    def figures(path, ds, out):
+        raise RuntimeError("no axes today")
+
+    report = build_site([_write(tmp_path)], tmp_path / "site",
+                        hooks={"toy": ReportHook(figures=figures)})
+    assert report.notes == ["toy: figures not drawn: RuntimeError: no axes today"]
+    assert "no axes today" in (tmp_path / "site/toy.html").read_text(encoding="utf-8")
+    assert len(_table(tmp_path / "site/toy.html").rows) == 4
+
+
+def test_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(tmp_path):
+    path = _write(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "stale.txt").write_text("old")
+    with pytest.raises(InputError, match="not empty"):
+        build_site([path], site)
+    assert sorted(p.name for p in site.iterdir()) == ["stale.txt"]  # untouched
+    build_site([path], site, overwrite=True)
+    assert not (site / "stale.txt").exists() and (site / "index.html").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    (tmp_path / "empty").mkdir()
+    build_site([path], tmp_path / "empty")  # an empty folder is no loss
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a folder"):
+        build_site([path], tmp_path / "file", overwrite=True)
+
+
+def test_conflicts_are_flagged_and_provenance_shown(tmp_path):
+    entries = {"dim": "model",
+               "provenance": {"net_a": {"checkpoint_sha256": "aa" * 32, "seeds": [0],
+                                        "caches": ["/c/a.nc"]},
+                              "net_c": {"wall_time_s": 1.5}},
+               "conflicts": {"net_b": {"checkpoint_sha256": ["bb" * 32, "cc" * 32]}}}
+    build_site([_write(tmp_path, entries=entries)], tmp_path / "site")
+    page = tmp_path / "site/toy.html"
+    table = _table(page)
+    flagged = {r["row"]: ("conflict" in r["class"], bool(r["badge"])) for r in table.rows}
+    assert flagged == {"net_a": (False, False), "net_b": (True, True), "net_c": (False, False),
+                       "net_d": (False, False)}
+    text = page.read_text(encoding="utf-8")
+    assert "caches disagree on checkpoint_sha256" in text
+    assert "bb" * 32 in text and "cc" * 32 in text and "aa" * 32 in text and "/c/a.nc" in text
+    assert "per-entry provenance not recorded" not in text
+
+    build_site([_write(tmp_path, "plain.nc")], tmp_path / "site2")
+    text = (tmp_path / "site2/toy.html").read_text(encoding="utf-8")
+    assert text.count("per-entry provenance not recorded") == len(MODELS)
+    assert "caches disagree" not in text
+
+
+def test_entries_along_another_dim_are_refused(tmp_path):
+    path = _write(tmp_path, entries={"dim": "method", "provenance": {}, "conflicts": {}})
+    with pytest.raises(ValueError, match="entries attr is along 'method'"):
+        build_site([path], tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
+def test_bad_inputs_are_refused_before_anything_is_written(tmp_path):
+    path = _write(tmp_path)
+    with pytest.raises(InputError, match="does not exist"):
+        build_site([tmp_path / "missing.nc"], tmp_path / "site")
+    with pytest.raises(InputError, match="non-empty list"):
+        build_site([], tmp_path / "site")
+    with pytest.raises(InputError, match="non-empty list"):
+        build_site(str(path), tmp_path / "site")
+    other = write_dataset(_result(), tmp_path / "other.nc")
+    with pytest.raises(InputError, match="two result files of protocol 'toy'"):
+        build_site([path, other], tmp_path / "site")
+    plain = write_dataset(xr.Dataset({"x": ("model", [1.0])}), tmp_path / "plain.nc")
+    with pytest.raises(ResultSchemaError):
+        build_site([plain], tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
+def test_two_protocols_one_site(tmp_path):
+    a = _write(tmp_path)
+    b = write_dataset(_result(protocol="other"), tmp_path / "other.nc")
+    build_site([a, b], tmp_path / "site")
+    ids = [e["id"] for e in read_manifest(tmp_path / "site")["entries"]]
+    assert ids == [f"toy:{m}" for m in MODELS] + [f"other:{m}" for m in MODELS]
+    index = (tmp_path / "site/index.html").read_text(encoding="utf-8")
+    assert 'href="toy.html"' in index and 'href="other.html"' in index
+
+
+def test_conventions_page_links_every_metric_column(tmp_path):
+    build_site([_write(tmp_path)], tmp_path / "site")
+    conventions = (tmp_path / "site/conventions.html").read_text(encoding="utf-8")
+    page = (tmp_path / "site/toy.html").read_text(encoding="utf-8")
+    for var in ("auroc", "ece"):
+        assert f'href="conventions.html#toy-{var}"' in page
+        assert f'id="toy-{var}"' in conventions
+    from uqmetrics import CONVENTIONS
+
+    assert CONVENTIONS["auroc"].split(":")[0] in page  # the column's tag, e.g. S.2
+    assert 'id="c-ece"' in conventions
+
+
+def test_column_names_round_trip():
+    ds = _result()
+    assert column_name("ece", {"calibration": "none"}) == "ece[calibration=none]"
+    assert parse_column("auroc") == ("auroc", {})
+    np.testing.assert_array_equal(column_values(ds, "ece[calibration=temperature]", "model"),
+                                  ds["ece"].values[:, 1])
+    with pytest.raises(ValueError, match="dims \\['model', 'calibration'\\] remain"):
+        column_values(ds, "ece", "model")
+    with pytest.raises(ValueError, match="label 'platt'"):
+        column_values(ds, "ece[calibration=platt]", "model")
+    with pytest.raises(ValueError, match="is not dim=label"):
+        parse_column("ece[calibration]")
+
+
+def test_format_value():
+    assert [format_value(v) for v in (0.98765, 12345.0, 1e-5, 0.0, None, "x", 7)] == [
+        "0.9877", "1.234e+04", "1.000e-05", "0.0000", "–", "x", "7"]
+
+
+def test_templates_and_assets_are_package_data():
+    root = resources.files("uqmetrics.report")
+    for name in ("templates/base.html.j2", "templates/index.html.j2",
+                 "templates/protocol.html.j2", "templates/conventions.html.j2",
+                 "static/report.js", "static/report.css"):
+        assert root.joinpath(name).is_file(), name
+
+
+def test_figure_format_switches_the_one_save_path(tmp_path):
+    from uqmetrics.plotting import figure_format, figure_grid, save_figure
+
+    fig, _ = figure_grid(1, 1, panel=(2, 2))
+    assert save_figure(fig, tmp_path / "a.png").name == "a.png"
+    with figure_format("svg"):
+        p = save_figure(fig, tmp_path / "b.png")
+        q = save_figure(fig, tmp_path / "c")
+    assert (p.name, q.name) == ("b.svg", "c.svg")
+    assert p.read_text().lstrip().startswith("<?xml") and not (tmp_path / "b.png").exists()
+    assert save_figure(fig, tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"  # reset after
+    with pytest.raises(ValueError, match="fmt must be one of"), figure_format("gif"):
+        pass

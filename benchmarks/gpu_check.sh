@@ -34,7 +34,7 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:20 uqreg_cuda:80 uqreg_engine:90 predict:110 sweep:50 vision_cuda:130}"
+ITEMS="${ITEMS:-env:20 uqreg_cuda:70 uqreg_engine:80 predict:100 sweep:90 vision_cuda:120}"
 mkdir -p "$OUT" "$WORK"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -21,6 +21,7 @@ import pytest
 import uqmetrics
 import xarray as xr
 from uqmetrics.run_config import read_config
+from uqmetrics.testing import steady_attrs
 
 from uqreg import cli
 
@@ -58,16 +59,7 @@ def _assert_same_study(a, b) -> None:
 
 def _steady(value):
     """Attrs (JSON ones decoded) without the :data:`_VOLATILE` keys, at any depth."""
-    if isinstance(value, str) and value[:1] in "{[":
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return value
-    if isinstance(value, dict):
-        return {k: _steady(v) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_steady(v) for v in value]
-    return value.tolist() if hasattr(value, "tolist") else value
+    return steady_attrs(value, _VOLATILE)
 
 
 def _recorded(path) -> dict:

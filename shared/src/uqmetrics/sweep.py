@@ -68,7 +68,7 @@ from .io import IncompleteResultError, read_dataset, temporary_beside, write_dat
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "HPC_EXTRA",
            "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
-           "cell_path", "format_duration", "is_complete", "open_client", "parse_cluster_options",
+           "cell_path", "format_duration", "is_complete", "open_client", "parse_cluster_options", "positive_int",
            "progress_bar", "read_cluster_config", "read_failures", "run_sweep", "write_failures"]
 
 _KEY = re.compile(r"^[A-Za-z0-9._=+-]+$")
@@ -778,7 +778,9 @@ class ClusterSpec:
         return spec
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (worker, job and chunk counts: none of them would
+    wait for ever); ``argparse.ArgumentTypeError`` naming the value otherwise."""
     import argparse
 
     try:
@@ -819,7 +821,7 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
     g.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help=f"address of an existing Dask scheduler (default: {local})")
     if workers is not None:
-        g.add_argument(workers, dest=workers.lstrip("-").replace("-", "_"), type=_positive_int,
+        g.add_argument(workers, dest=workers.lstrip("-").replace("-", "_"), type=positive_int,
                        default=workers_default, metavar="N",
                        help=f"LocalCluster worker processes (default {workers_default})")
     g.add_argument("--cluster", choices=CLUSTER_KINDS, default="local",
@@ -838,7 +840,7 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
                    help="a dask config file in force while the cluster runs (YAML, as "
                         "dask-jobqueue's jobqueue.yaml: 'jobqueue: {slurm: {cores: 8, "
                         "memory: 32GB}}'); --cluster-option overrides it")
-    g.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+    g.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                    help="queue jobs to keep running (default 1; a job that ends is "
                         "submitted again while the sweep runs)")
     g.add_argument("--gpus-per-job", dest="gpus_per_job", type=int, choices=(0, 1), default=0,

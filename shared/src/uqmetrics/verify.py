@@ -46,6 +46,7 @@ import numpy as np
 
 from .exceptions import InputError
 from .io import IncompleteResultError, decode_attr, read_dataset
+from .report.leaderboard import column_name  # the site's column names: one definition
 from .result_schema import dataset_checksum, input_checksum, metric_variables
 
 if TYPE_CHECKING:
@@ -173,20 +174,6 @@ def _row_dim(ds: xr.Dataset, entries: dict, manifest: dict | None) -> str:
 def _row_index(ds: xr.Dataset, dim: str, row: str) -> int | None:
     values = [str(v) for v in (ds[dim].values if dim in ds.coords else range(ds.sizes[dim]))]
     return values.index(row) if row in values else None
-
-
-def column_name(variable: str, labels: Mapping[str, Any]) -> str:
-    """A value's column name: ``variable``, or ``variable[dim=value,…]`` for a variable with
-    dims besides the row dimension.
-
-    Examples
-    --------
-    >>> column_name("ece", {"calibration": "temperature"}), column_name("auroc", {})
-    ('ece[calibration=temperature]', 'auroc')
-    """
-    if not labels:
-        return variable
-    return f"{variable}[{','.join(f'{d}={v}' for d, v in labels.items())}]"
 
 
 def _labels(da: xr.DataArray) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from uqmetrics.run_config import (
     rerun_argv,
     run_recorded,
 )
-from uqmetrics.sweep import ClusterSpec, add_cluster_options
+from uqmetrics.sweep import ClusterSpec, add_cluster_options, positive_int
 
 from .conformal import SCORES
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
@@ -100,17 +100,6 @@ def _experiments(s: str) -> tuple[str, ...]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)} (choose among {', '.join(EXPERIMENTS)})")
     return names
-
-
-def _positive_int(s: str) -> int:
-    """An integer >= 1 (worker and chunk counts: none of them would wait for ever)."""
-    try:
-        value = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def _strs(s: str) -> tuple[str, ...]:
@@ -582,10 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a study as a resumable Dask sweep of cells; combine into study.nc")
     _add_study_args(p)
     p.add_argument("--out", help="output directory (default results/<preset or task>); cells go to OUT/cells")
-    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=10,
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=10,
                    help="repetitions per cell (default 10)")
     add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
-    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=_positive_int, default=1)
+    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=positive_int, default=1)
     p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
     p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
     p.add_argument("--no-plots", action="store_true")
@@ -627,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
     add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
-    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=_positive_int, default=5)
+    p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=5)
     p.add_argument("--quiet", action="store_true")
     add_config_option(p)
     p.set_defaults(func=cmd_reproduce)

@@ -5,8 +5,11 @@ chromium (through its chromedriver and Selenium, headless) opens them from disk 
 Checked in the rendered DOM: no console error; every metric cell's exact value (its
 ``data-value``) equals the netCDF value and its text is that value's rounding; a click on a
 column header orders the rows as the sorted netCDF values (again: reversed); a metadata filter
-keeps exactly the rows with that value; a provenance panel opens on a click. A screenshot of
-each page goes to the test's folder.
+keeps exactly the rows with that value; a provenance panel opens on a click. Only the headline
+metric columns are displayed at first (every column's cells are in the DOM, checked above by
+their data-value); ticking a hidden column in the column chooser displays it, and it sorts;
+"headline only" hides it again. A screenshot of each page (the headline view, sorted, the
+first metric columns in view) goes to the test's folder.
 
 Where no browser is installed the tests skip, saying so, except under ``CI=true`` (.ci/run
 installs chromium and chromium-driver): there they fail.
@@ -26,7 +29,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uqmetrics
-from uqmetrics.report import column_name, column_values, format_value, read_manifest
+from uqmetrics.report import (
+    column_name,
+    column_values,
+    format_value,
+    headline_columns,
+    leaderboard,
+    read_manifest,
+)
 from uqmetrics.result_schema import metric_variables
 
 BROWSER, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -47,6 +57,17 @@ return Array.from(document.querySelectorAll('#leaderboard > tbody > tr')).map(tr
 _COLUMNS_JS = """
 return Array.from(document.querySelectorAll('#leaderboard > thead > tr > th')).map(th => [
     th.getAttribute('data-column'), th.classList.contains('metric')]);
+"""
+
+#: Scroll to the page's top and the table sideways to its first metric column, which then sits
+#: right of the (sticky) row names: the screenshot's view.
+_FIRST_METRICS_JS = """
+window.scrollTo(0, 0);
+const wrap = document.querySelector('.table-wrap');
+wrap.scrollLeft = 0;
+const names = document.querySelector('#leaderboard th.rowname').getBoundingClientRect();
+const metric = document.querySelector('#leaderboard th.metric').getBoundingClientRect();
+wrap.scrollLeft = metric.left - names.right;
 """
 
 
@@ -135,9 +156,38 @@ def _click_header(driver, column: str) -> None:
         th, -size["width"] // 2 + 2, -size["height"] // 2 + 2).click().perform()
 
 
+def _displayed(driver) -> dict[str, bool]:
+    """Metric column -> whether its header and every cell of its column are displayed (they
+    must agree)."""
+    from selenium.webdriver.common.by import By
+
+    out = {}
+    first = driver.find_element(By.CSS_SELECTOR, "#leaderboard > tbody > tr")
+    cells = first.find_elements(By.CSS_SELECTOR, ":scope > td")
+    ths = driver.find_elements(By.CSS_SELECTOR, "#leaderboard > thead > tr > th")
+    for th, td in zip(ths, cells, strict=True):
+        if "metric" in th.get_attribute("class").split():
+            out[th.get_attribute("data-column")] = th.is_displayed()
+            assert td.is_displayed() == out[th.get_attribute("data-column")]
+    return out
+
+
+def _tick(driver, column: str) -> None:
+    """Open the column chooser and click a column's checkbox."""
+    from selenium.webdriver.common.by import By
+
+    chooser = driver.find_element(By.CSS_SELECTOR, "details.column-chooser")
+    if chooser.get_attribute("open") is None:
+        chooser.find_element(By.CSS_SELECTOR, "summary").click()
+    box = chooser.find_element(By.CSS_SELECTOR, f'input.column-toggle[value="{column}"]')
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+    box.click()
+
+
 def _check_leaderboard(driver, page: Path, ds, dim: str, variables, sort_column: str,
-                       shot: Path) -> list[dict]:
-    """The DOM checks shared by both sites; returns the rows as first rendered."""
+                       shot: Path, headline: list[str]) -> list[dict]:
+    """The DOM checks shared by both sites; returns the rows as first rendered. ``headline``:
+    the metric columns displayed at first."""
     from selenium.webdriver.common.by import By
 
     _open(driver, page)
@@ -161,6 +211,14 @@ def _check_leaderboard(driver, page: Path, ds, dim: str, variables, sort_column:
             n_checked += 1
     assert n_checked == len(metric_cols) * len(labels)
 
+    # the headline columns are displayed, the others hidden (their cells checked above)
+    displayed = _displayed(driver)
+    assert [c for c in metric_cols if displayed[c]] == headline
+    hidden = [c for c in metric_cols if not displayed[c]]
+    choosers = driver.find_elements(By.CSS_SELECTOR, "details.column-chooser")
+    assert len(choosers) == (1 if hidden else 0)  # a chooser where a column is hidden
+    assert sort_column in headline  # the screenshot's view: sorted by a headline column
+
     # sorting: the rows follow the netCDF values of the clicked column
     values = dict(zip(labels, column_values(ds, sort_column, dim), strict=True))
     _click_header(driver, sort_column)
@@ -170,9 +228,30 @@ def _check_leaderboard(driver, page: Path, ds, dim: str, variables, sort_column:
     _click_header(driver, sort_column)
     descending = [r["row"] for r in driver.execute_script(_ROWS_JS)]
     assert descending == _sorted_order(order, values, descending=True)
-    driver.save_screenshot(str(shot))  # sorted, the column in view
-    assert shot.read_bytes()[:4] == b"\x89PNG"
     assert descending != order or len(set(values.values())) <= 1
+    driver.execute_script(_FIRST_METRICS_JS)
+    driver.save_screenshot(str(shot))  # sorted, the first metric columns in view
+    assert shot.read_bytes()[:4] == b"\x89PNG"
+
+    # ticking a hidden column displays it, and it sorts; "show all" shows every column,
+    # "headline only" hides the others again
+    if hidden:
+        extra = hidden[0]
+        count = driver.find_element(By.CSS_SELECTOR, ".column-count")
+        assert count.text == f"{len(headline)} of {len(metric_cols)} metric columns shown"
+        _tick(driver, extra)
+        assert _displayed(driver) == {c: c in headline or c == extra for c in metric_cols}
+        assert count.text == f"{len(headline) + 1} of {len(metric_cols)} metric columns shown"
+        extra_values = dict(zip(labels, column_values(ds, extra, dim), strict=True))
+        _click_header(driver, extra)
+        by_extra = [r["row"] for r in driver.execute_script(_ROWS_JS)]
+        assert by_extra == _sorted_order(descending, extra_values, descending=False)
+        driver.find_element(By.CSS_SELECTOR, "button.show-all").click()
+        assert all(_displayed(driver).values())
+        driver.find_element(By.CSS_SELECTOR, "button.show-headline").click()
+        assert [c for c, on in _displayed(driver).items() if on] == headline
+        assert count.text == f"{len(headline)} of {len(metric_cols)} metric columns shown"
+        assert [r["row"] for r in driver.execute_script(_ROWS_JS)] == by_extra  # order kept
 
     # a provenance panel opens
     first = driver.find_element(By.CSS_SELECTOR, "#leaderboard > tbody > tr")
@@ -200,8 +279,14 @@ def test_selective_smoke_site_in_browser(browser, tmp_path):
     link = browser.find_element(By.CSS_SELECTOR, 'a[href="selective.html"]')
     assert link.is_displayed()
     browser.save_screenshot(str(tmp_path / "index.png"))
-    _check_leaderboard(browser, site / "selective.html", ds, "model", list(metric_variables(ds)),
-                       "auroc[calibration=none]", tmp_path / "selective.png")
+    variables = list(metric_variables(ds))
+    # the generic headline: 11 variables along calibration (2) would be 22 columns, more than
+    # 16: every variable at calibration=none
+    headline = [f"{v}[calibration=none]" for v in variables]
+    assert headline == headline_columns(leaderboard(result, "selective", ds=ds).columns)
+    assert len(headline) < len(_expected_columns(ds, variables, "model"))  # a chooser to use
+    _check_leaderboard(browser, site / "selective.html", ds, "model", variables,
+                       "auroc[calibration=none]", tmp_path / "selective.png", headline)
     if os.environ.get("UQ_REPORT_SCREENSHOT"):  # docs/figures/report.png (docs/report.md)
         shutil.copyfile(tmp_path / "selective.png", os.environ["UQ_REPORT_SCREENSHOT"])
 
@@ -241,7 +326,7 @@ def test_selective_smoke_site_in_browser(browser, tmp_path):
 
 
 def test_uqreg_study_site_in_browser(browser, tmp_path):
-    from uqreg.report import COLUMNS
+    from uqreg.report import COLUMNS, HOOK
 
     out, site = tmp_path / "study", tmp_path / "site"
     _run("uqreg", "study", "--task", "sinusoid", "--complexities", "1,2", "--methods",
@@ -249,9 +334,11 @@ def test_uqreg_study_site_in_browser(browser, tmp_path):
          "--mc-samples", "10", "--out", str(out), "--no-plots", "--quiet")
     _run("uqreg", "report", str(out / "study.nc"), "--out", str(site))
     ds = uqmetrics.read_dataset(out / "study.nc")
+    headline = leaderboard(out / "study.nc", "uqreg", HOOK, ds=ds).headline
+    assert headline  # the rule's, or the hook's where it sets one
     _check_leaderboard(browser, site / "uqreg.html", ds, "method", list(COLUMNS),
                        "region_coverage[recipe=paper,complexity=2,region=in]",
-                       tmp_path / "uqreg.png")
+                       tmp_path / "uqreg.png", headline)
     entries = read_manifest(site)["entries"]
     assert [e["id"] for e in entries] == ["uqreg:blr", "uqreg:bd", "uqreg:ens"]
     for e in entries:

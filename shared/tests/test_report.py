@@ -29,6 +29,7 @@ from uqmetrics.report import (
     column_name,
     column_values,
     format_value,
+    headline_columns,
     parse_column,
     read_manifest,
 )
@@ -63,7 +64,7 @@ class _Table(HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.columns, self.rows = [], []
+        self.columns, self.rows, self.off, self.toggles = [], [], [], {}
         self._cell = None
         self._depth = 0  # inside <details>: not the cell's shown text
         self._tables = []  # open tables: whether each is the leaderboard
@@ -72,15 +73,21 @@ class _Table(HTMLParser):
         a = dict(attrs)
         if tag == "table":
             self._tables.append(a.get("id") == "leaderboard")
+        if tag == "input" and "column-toggle" in (a.get("class") or ""):
+            self.toggles[a["value"]] = "checked" in a
         if not (self._tables and self._tables[-1]):
             return
         if tag == "th" and "data-column" in a:
             self.columns.append(a["data-column"])
+            if "col-off" in (a.get("class") or "").split():
+                self.off.append(a["data-column"])
         elif tag == "tr" and "data-row" in a:
             self.rows.append({"row": a["data-row"], "class": a.get("class", ""), "cells": [],
-                              "badge": ""})
+                              "badge": "", "off": []})
         elif tag == "td" and self.rows:
             self._cell = [a.get("data-value"), ""]
+            if "col-off" in (a.get("class") or "").split():
+                self.rows[-1]["off"].append(len(self.rows[-1]["cells"]))
             self.rows[-1]["cells"].append(self._cell)
         elif tag == "details":
             self._depth += 1
@@ -285,6 +292,93 @@ def test_conventions_page_links_every_metric_column(tmp_path):
 
     assert CONVENTIONS["auroc"].split(":")[0] in page  # the column's tag, e.g. S.2
     assert 'id="c-ece"' in conventions
+
+
+def _wide_result() -> xr.Dataset:
+    """A result with 57 metric columns: auroc per model; ece and nll per model, calibration (2)
+    and shift (8); brier per model, shift (8) and severity (3)."""
+    rng = np.random.default_rng(1)
+    shifts = [f"s{k}" for k in range(8)]
+    ds = xr.Dataset(
+        {"auroc": ("model", rng.uniform(0.5, 1.0, 4)),
+         "ece": (("model", "calibration", "shift"), rng.uniform(0, 0.2, (4, 2, 8))),
+         "nll": (("model", "calibration", "shift"), rng.uniform(0, 2, (4, 2, 8))),
+         "brier": (("model", "shift", "severity"), rng.uniform(0, 1, (4, 8, 3)))},
+        coords={"model": MODELS, "calibration": ["none", "temperature"], "shift": shifts,
+                "severity": [1, 2, 3], "architecture": ("model", ["r", "r", "v", "v"])})
+    return stamp_result(ds, "wide", input_checksums=["ab" * 32],
+                        metrics={"auroc": "auroc", "ece": "ece", "nll": "nll", "brier": "brier"})
+
+
+#: The headline of :func:`_wide_result` under the rule of ``headline_columns`` (limit 16):
+#: one column per variable (4), calibration expanded (+2: 6), severity expanded (+2: 8),
+#: shift not (every variable along it times 8 would pass 16).
+WIDE_HEADLINE = ["auroc", "ece[calibration=none,shift=s0]",
+                 "ece[calibration=temperature,shift=s0]", "nll[calibration=none,shift=s0]",
+                 "nll[calibration=temperature,shift=s0]", "brier[shift=s0,severity=1]",
+                 "brier[shift=s0,severity=2]", "brier[shift=s0,severity=3]"]
+
+
+def test_headline_columns_shown_the_rest_hidden_but_in_the_page(tmp_path):
+    ds = _wide_result()
+    path = write_dataset(ds, tmp_path / "wide.nc")
+    report = build_site([path], tmp_path / "site")
+    board = report.boards[0]
+    names = [c.name for c in board.columns]
+    assert len(names) == 1 + 2 * 16 + 24 == 57
+    assert board.headline == WIDE_HEADLINE == headline_columns(board.columns)
+    table = _table(tmp_path / "site/wide.html")
+    assert table.columns == ["model", "architecture", *names]  # every column in the page
+    assert [c for c in table.columns if c not in table.off] == ["model", "architecture",
+                                                                 *WIDE_HEADLINE]
+    hidden = [table.columns.index(c) for c in table.off]
+    for i, r in enumerate(table.rows):
+        assert r["off"] == hidden  # a hidden column's cells are hidden too, and still there
+        for col, (exact, _) in zip(names, r["cells"][2:], strict=True):
+            assert float(exact) == column_values(ds, col, "model")[i]
+    assert table.toggles == {n: n in WIDE_HEADLINE for n in names}  # one checkbox per column
+
+    # the headline changes the page only: the downloads and the manifest are the same bytes
+    build_site([path], tmp_path / "all", hooks={"wide": ReportHook(headline=names)})
+    shown_all = _table(tmp_path / "all/wide.html")
+    assert shown_all.off == [] and shown_all.toggles == {}  # nothing hidden: no chooser
+    for f in ("data/wide.csv", "data/wide.json", "manifest.json"):
+        assert (tmp_path / "site" / f).read_bytes() == (tmp_path / "all" / f).read_bytes(), f
+    assert list(read_manifest(tmp_path / "site")["entries"][0]["metrics"]) == names
+    with open(tmp_path / "site/data/wide.csv", newline="") as fh:
+        assert next(csv.reader(fh)) == ["model", "architecture", *names]
+
+
+def test_headline_rule_and_hook_override(tmp_path):
+    ds = _wide_result()
+    path = write_dataset(ds, tmp_path / "wide.nc")
+    board = build_site([path], tmp_path / "a").boards[0]
+    cols = board.columns
+    assert headline_columns(cols, limit=4) == ["auroc", "ece[calibration=none,shift=s0]",
+                                               "nll[calibration=none,shift=s0]",
+                                               "brier[shift=s0,severity=1]"]
+    assert headline_columns(cols, limit=2) == ["auroc", "ece[calibration=none,shift=s0]"]
+    assert len(headline_columns(cols, limit=57)) == 57 == len(cols)
+    # 6 columns: calibration expands (6), severity would make 8, shift 36: both stay
+    assert headline_columns(cols, limit=7) == [c for c in WIDE_HEADLINE if "severity=1" in c
+                                               or "severity" not in c]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="limit must be a positive integer"):
+            headline_columns(cols, limit=bad)
+
+    pick = ["brier[shift=s3,severity=2]", "auroc"]  # given out of order: shown in column order
+    for headline in (pick, lambda d: pick):
+        out = tmp_path / f"h{id(headline)}"
+        b = build_site([path], out, hooks={"wide": ReportHook(headline=headline)}).boards[0]
+        assert b.headline == ["auroc", "brier[shift=s3,severity=2]"]
+        table = _table(out / "wide.html")
+        assert [c for c in table.columns if c not in table.off] == ["model", "architecture",
+                                                                     *b.headline]
+    with pytest.raises(ValueError, match=r"headline names \['ece'\], which are not"):
+        build_site([path], tmp_path / "bad", hooks={"wide": ReportHook(headline=["ece"])})
+    with pytest.raises(ValueError, match="must be a list of column names"):
+        build_site([path], tmp_path / "bad", hooks={"wide": ReportHook(headline="auroc")})
+    assert not (tmp_path / "bad").exists()
 
 
 def test_column_names_round_trip():

@@ -5,7 +5,7 @@ docs/report.md).
 protocol's :class:`ReportHook` in :data:`REPORT_HOOKS` reads) and writes a folder that opens
 from disk with no network: ``index.html``, ``<protocol>.html`` per protocol (a sortable,
 filterable leaderboard, one row per model or method, every metric column linked to its
-convention; each row's provenance in an expandable panel, a row whose caches disagree flagged;
+convention, the headline columns shown and the others behind a column chooser; each row's provenance in an expandable panel, a row whose caches disagree flagged;
 the protocol's figures inlined as SVG), ``conventions.html``, ``data/<protocol>.csv`` and
 ``.json`` (the tables) and ``manifest.json`` (every entry's metric values, the result file and
 its checksum: what ``verify`` checks).
@@ -15,6 +15,7 @@ the pages (imported on use); the script and the style sheet are package data, in
 """
 
 from .leaderboard import (
+    HEADLINE_COLUMNS,
     Leaderboard,
     MetricColumn,
     ReportHook,
@@ -22,11 +23,13 @@ from .leaderboard import (
     column_values,
     exact_value,
     format_value,
+    headline_columns,
     leaderboard,
     parse_column,
 )
 from .site import GENERATOR, MANIFEST_VERSION, REPORT_HOOKS, SiteReport, build_site, read_manifest
 
-__all__ = ["GENERATOR", "MANIFEST_VERSION", "REPORT_HOOKS", "Leaderboard", "MetricColumn",
-           "ReportHook", "SiteReport", "build_site", "column_name", "column_values",
-           "exact_value", "format_value", "leaderboard", "parse_column", "read_manifest"]
+__all__ = ["GENERATOR", "HEADLINE_COLUMNS", "MANIFEST_VERSION", "REPORT_HOOKS", "Leaderboard",
+           "MetricColumn", "ReportHook", "SiteReport", "build_site", "column_name",
+           "column_values", "exact_value", "format_value", "headline_columns", "leaderboard",
+           "parse_column", "read_manifest"]

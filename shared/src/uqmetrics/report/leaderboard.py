@@ -10,6 +10,10 @@ Column names (:func:`column_name`) are ``<variable>`` for a metric variable with
 dimension, and ``<variable>[<dim>=<label>,...]`` for one with further dimensions, one column
 per combination of their labels (e.g. ``ece[calibration=temperature]``); :func:`column_values`
 reads a column back from a Dataset.
+
+The page shows the *headline* columns (:func:`headline_columns`, or the hook's ``headline``)
+and hides the others behind its column chooser; every column stays in the page, the CSV/JSON
+and the manifest.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from ..io import dataset_checksum, decode_attr
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["Leaderboard", "ReportHook", "column_name", "column_values", "format_value",
-           "leaderboard", "parse_column"]
+__all__ = ["HEADLINE_COLUMNS", "Leaderboard", "ReportHook", "column_name", "column_values",
+           "format_value", "headline_columns", "leaderboard", "parse_column"]
 
 #: Row dims preferred, in order, when a hook names none and several dims qualify.
 _PREFERRED_DIMS = ("model", "method", "detector", "entry")
@@ -40,6 +44,8 @@ MAX_FILTER_VALUES = 40
 #: File attrs shown as the file's provenance (besides every ``<dist>_version``).
 FILE_FIELDS = ("protocol", "git_commit", "git_dirty", "created_utc", "hostname", "seed",
                "wall_time_s", "study_wall_time_s", "device", "dataset_name", "config")
+#: At most this many metric columns are shown by default (:func:`headline_columns`).
+HEADLINE_COLUMNS = 16
 _COLUMN = re.compile(r"^(?P<var>[^\[\]]+)(?:\[(?P<sel>[^\[\]]*)\])?$")
 
 
@@ -79,6 +85,11 @@ class ReportHook:
     row_provenance : callable or None
         ``row_provenance(ds) -> {row: {field: value}}``: provenance fields known without the
         ``entries`` attr (e.g. a per-method wall time); ``entries`` wins where both say.
+    headline : callable, sequence of str or None
+        The metric columns shown by default (the others are hidden behind the page's column
+        chooser, still in the page, the CSV/JSON and the manifest): column names
+        (:func:`column_name`), or ``headline(ds) -> list of str`` (default
+        :func:`headline_columns`). A name that is not a column is refused.
     description : str
         A line under the heading.
     """
@@ -93,6 +104,7 @@ class ReportHook:
     conventions: Callable[[xr.Dataset], Mapping[str, str]] | None = None
     row_provenance: Callable[[xr.Dataset], Mapping[str, Mapping[str, Any]]] | None = None
     description: str = ""
+    headline: Callable[[xr.Dataset], Sequence[str]] | Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,9 @@ class Leaderboard:
     extra : dict
         Column -> list (row,): the hook's derived columns.
     columns : list of MetricColumn
+    headline : list of str
+        The names of the columns shown by default, in column order (the others are hidden
+        behind the page's column chooser).
     provenance, conflicts : dict
         Row -> {field: value} and row -> {field: [distinct values]} (the ``entries`` attr,
         completed by the hook's ``row_provenance``).
@@ -157,6 +172,7 @@ class Leaderboard:
     hidden_metadata: dict[str, list[str]] = field(default_factory=dict)
     extra: dict[str, list[Any]] = field(default_factory=dict)
     columns: list[MetricColumn] = field(default_factory=list)
+    headline: list[str] = field(default_factory=list)
     provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     conflicts: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     entries_recorded: bool = False
@@ -301,6 +317,74 @@ def column_values(ds: xr.Dataset, name: str, dim: str) -> np.ndarray:
     if da.dims != (dim,):
         raise ValueError(f"column {name!r}: dims {list(da.dims)} remain, expected ({dim!r},)")
     return np.asarray(da.values, dtype=np.float64)
+
+
+def headline_columns(columns: Sequence[MetricColumn],
+                     limit: int = HEADLINE_COLUMNS) -> list[str]:
+    """The metric columns a leaderboard shows by default: at most ``limit``, every metric
+    variable at the first label of each of its other dims, then dims expanded greedily.
+
+    Start from one column per variable (the first label of each of its other dims; the first
+    ``limit`` variables if there are more). Then take the other dims in order of their number
+    of labels (fewest first, ties in order of appearance) and show every label of a dim,
+    for every variable that has it, where the total stays at most ``limit`` (else the dim
+    stays at its first label). E.g. 7 variables along ``calibration`` (``none``,
+    ``temperature``) give 14 columns; a variable along 15 corruptions and 5 severities gives
+    its 5 severities at the first corruption.
+
+    Parameters
+    ----------
+    columns : sequence of MetricColumn
+        The leaderboard's metric columns, shape (column,).
+    limit : int, default HEADLINE_COLUMNS
+        At most this many columns (at least 1).
+
+    Returns
+    -------
+    list of str
+        Column names, in the order of ``columns``.
+
+    Raises
+    ------
+    ValueError
+        ``limit`` is not a positive integer.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    first: dict[str, dict[str, str]] = {}  # variable -> {dim: its first label}
+    labels: dict[str, list[str]] = {}  # dim -> its labels, in order
+    for c in columns:
+        first.setdefault(c.variable, dict(c.selection))
+        for d, v in c.selection.items():
+            if v not in labels.setdefault(d, []):
+                labels[d].append(v)
+    variables = list(first)[:limit]
+
+    def shown(expanded: set[str]) -> list[str]:
+        return [c.name for c in columns if c.variable in variables and all(
+            d in expanded or v == first[c.variable][d] for d, v in c.selection.items())]
+
+    expanded: set[str] = set()
+    for d in sorted(labels, key=lambda d: len(labels[d])):  # stable: ties in order of appearance
+        if len(shown(expanded | {d})) <= limit:
+            expanded.add(d)
+    return shown(expanded)
+
+
+def _headline(hook: ReportHook, ds: xr.Dataset, columns: Sequence[MetricColumn]) -> list[str]:
+    """The hook's headline (checked), else :func:`headline_columns`; in column order."""
+    if hook.headline is None:
+        return headline_columns(columns)
+    chosen = hook.headline(ds) if callable(hook.headline) else hook.headline
+    if isinstance(chosen, str) or not all(isinstance(n, str) for n in chosen):
+        raise ValueError(f"the report hook's headline must be a list of column names, got "
+                         f"{chosen!r}")
+    names = [c.name for c in columns]
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise ValueError(f"the report hook's headline names {unknown}, which are not metric "
+                         f"columns (those are {names})")
+    return [n for n in names if n in set(chosen)]
 
 
 def _row_dim(ds: xr.Dataset, variables: Sequence[str]) -> str:
@@ -449,6 +533,7 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
     return Leaderboard(
         protocol=protocol, result=path, checksum=dataset_checksum(ds), dim=dim, rows=rows,
         metadata=metadata, hidden_metadata=hidden, extra=extra, columns=columns,
+        headline=_headline(hook, ds, columns),
         provenance=provenance, conflicts={r: c for r, c in conflicts.items() if c},
         entries_recorded=recorded, file_provenance=file_provenance, attrs=attrs,
         conventions={str(k): str(v) for k, v in conventions.items()}, skipped=skipped,

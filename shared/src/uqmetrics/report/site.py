@@ -182,6 +182,14 @@ def _filters(board: Leaderboard) -> dict[str, list[str]]:
     return out
 
 
+def _column_groups(board: Leaderboard) -> dict[str, list[Any]]:
+    """Variable -> its metric columns, in column order (the column chooser's groups)."""
+    out: dict[str, list[Any]] = {}
+    for c in board.columns:
+        out.setdefault(c.variable, []).append(c)
+    return out
+
+
 def _numeric(values: Iterable[Any]) -> bool:
     return all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
                for v in values)
@@ -277,6 +285,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                 if figures else []
             html = env.get_template("protocol.html.j2").render(
                 board=board, figures=figs, filters=_filters(board), pages=pages,
+                column_groups=_column_groups(board), headline=set(board.headline),
                 numeric_extra={k: _numeric(v) for k, v in board.extra.items()},
                 notes=[n for n in report.notes if n.startswith(f"{board.protocol}:")],
                 **assets)

@@ -1,6 +1,8 @@
 // The leaderboard's sorting and filtering (uqmetrics.report): plain DOM, no library, no network.
 // A header click sorts the rows by that column (ascending, then descending; missing values
 // last, ties in their previous order); the search box and the metadata selects hide rows.
+// The column chooser shows or hides metric columns (class col-off): a hidden column's cells
+// stay in the table, so sorting and filtering see every column. No state is kept.
 (function () {
   "use strict";
   function cellValue(row, index, type) {
@@ -63,6 +65,40 @@
     if (search) { search.addEventListener("input", applyFilters); }
     selects.forEach(function (sel) { sel.addEventListener("change", applyFilters); });
     applyFilters();
+
+    var toggles = Array.prototype.slice.call(root.querySelectorAll("input.column-toggle"));
+    var columnCount = root.querySelector(".column-count");
+    function showColumn(name, on) {
+      var index = columnIndex[name];
+      if (index === undefined) { return; }
+      headers[index].classList.toggle("col-off", !on);
+      Array.prototype.forEach.call(body.rows, function (row) {
+        row.cells[index].classList.toggle("col-off", !on);
+      });
+    }
+    function countShown() {
+      if (!columnCount) { return; }
+      var on = toggles.filter(function (box) { return box.checked; }).length;
+      columnCount.textContent = on + " of " + toggles.length + " metric columns shown";
+    }
+    function setAll(which) {
+      toggles.forEach(function (box) {
+        box.checked = which(box);
+        showColumn(box.value, box.checked);
+      });
+      countShown();
+    }
+    toggles.forEach(function (box) {
+      box.addEventListener("change", function () { showColumn(box.value, box.checked); countShown(); });
+    });
+    var all = root.querySelector("button.show-all");
+    var headline = root.querySelector("button.show-headline");
+    if (all) { all.addEventListener("click", function () { setAll(function () { return true; }); }); }
+    if (headline) {
+      headline.addEventListener("click", function () {
+        setAll(function (box) { return box.hasAttribute("data-headline"); });
+      });
+    }
   }
 
   document.querySelectorAll("table.leaderboard").forEach(setUp);

@@ -450,7 +450,7 @@ def test_a_sweep_draws_its_figures_and_writes_its_results_table(digits, tmp_path
     lines = capsys.readouterr().out.splitlines()
     plots = out / "plots" / "test"
     names = sorted(p.name for p in plots.glob("*.png"))
-    assert {"risk_coverage.png", "selective_aurc_vs_accuracy.png",
+    assert {"selective_risk_coverage.png", "selective_aurc_vs_accuracy.png",
             "selective_auroc_vs_ece_none.png"} <= set(names)
     assert f"figures: {plots} ({len(names)} files)" in lines
     assert str(out / "scores" / "selective-test.nc") in lines

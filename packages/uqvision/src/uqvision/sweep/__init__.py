@@ -60,8 +60,10 @@ One concern per module; every name is importable from ``uqvision.sweep`` itself:
 - :mod:`~.decode`: the preprocessing groups (the models of a folder that resize and crop
   alike), each image decoded once per group for their cells;
 - :mod:`~.run`: :func:`sweep_predictions` and its cell, :func:`predict_cell`;
-- :mod:`~.dry_run`: :func:`dry_run_sweep`, :class:`SweepDryRun`;
-- :mod:`~.figures`: :func:`sweep_figures`.
+- :mod:`~.dry_run`: :func:`dry_run_sweep`, :class:`SweepDryRun`.
+
+A sweep's figures are its score file's, drawn by the protocol that scores it (the selective
+protocol's: the paper's figures, AURC vs accuracy, the risk-coverage curves).
 """
 
 from .dry_run import SweepDryRun, dry_run_sweep
@@ -72,7 +74,6 @@ from .failures import (
     ModelSweepReport,
     _FailureLog,  # noqa: F401  (private, imported by tests/test_zoo.py)
 )
-from .figures import RISK_COVERAGE_MAX_MODELS, sweep_figures
 from .plan import SweepPlan, expand_models, plan_sweep
 from .run import predict_cell, sweep_predictions
 from .sets import OOD_OPTION, SweepTarget, check_ood_targets, parse_set, sweep_targets
@@ -92,7 +93,6 @@ __all__ = [
     "LOG_FILE",
     "OOD_OPTION",
     "PROBE_TIMEOUT",
-    "RISK_COVERAGE_MAX_MODELS",
     "WEIGHT_SUFFIXES",
     "ModelSweepReport",
     "SweepDryRun",
@@ -108,7 +108,6 @@ __all__ = [
     "plan_sweep",
     "predict_cell",
     "probe_hub",
-    "sweep_figures",
     "sweep_predictions",
     "sweep_targets",
     "weights_status",

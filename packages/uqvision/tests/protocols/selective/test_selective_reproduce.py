@@ -8,10 +8,14 @@ import json
 import numpy as np
 import pytest
 import torch
+import uqmetrics
 import xarray as xr
+from uqmetrics.io import decode_attr
 
+from uqvision.cache import index_caches, read_cache
 from uqvision.cli import main
 from uqvision.protocols import VISION_PROTOCOLS
+from uqvision.protocols.selective.plots import _risk_coverage_curves, plot_selective
 from uqvision.protocols.selective.reproduce import ZOO_SCALES, plan_zoo
 
 
@@ -70,8 +74,29 @@ def test_smoke_run_scores_every_model_with_metadata(run_dir):
     assert len(analysis["students_vs_teacher"]) == len(ZOO_SCALES["smoke"].students)
     figures = {p.name for p in (run_dir / "figures").glob("*.png")}
     assert {"selective_auroc_vs_ece_none.png", "selective_improvement_auroc.png",
-            "selective_temperature_effect.png"} <= figures
+            "selective_temperature_effect.png", "selective_aurc_vs_accuracy.png",
+            "selective_risk_coverage.png"} <= figures
     assert "| distillation |" in (run_dir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_risk_coverage_curves_come_from_the_named_plain_caches(run_dir, tmp_path):
+    """The risk-coverage figure's curves are those of the plain caches the score file names,
+    recomputed here from one cache; away from its caches the file draws no such figure."""
+    ds = uqmetrics.read_dataset(run_dir / "scores" / "selective.nc")
+    curves = _risk_coverage_curves(ds)
+    plain = [i for i in index_caches(decode_attr(ds.attrs["caches"])) if i.mode == "plain"]
+    assert sorted(curves) == sorted(i.model for i in plain) and len(curves) >= 10
+    one = read_cache(plain[0].path)
+    p = uqmetrics.softmax(one["logits"].values)
+    want = uqmetrics.risk_coverage_curve(p.argmax(1) == one["label"].values,
+                                         uqmetrics.softmax_response(p))
+    for got, expected in zip(curves[plain[0].model], want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    elsewhere = ds.assign_attrs(caches=json.dumps({str(tmp_path / "gone.nc"): "0" * 64}))
+    assert _risk_coverage_curves(elsewhere) == {}
+    assert "selective_risk_coverage.png" not in {
+        p.name for p in plot_selective(elsewhere, tmp_path / "figures")}
 
 
 @pytest.mark.slow

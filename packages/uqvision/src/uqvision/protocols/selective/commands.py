@@ -201,20 +201,19 @@ def plan_sweep(a: argparse.Namespace, *, out: Path, data, dataset: str, config) 
 
 def _finish_sweep(a: argparse.Namespace, report, log, *, out: Path, dataset: str,
                   target: Path) -> None:
-    """After the sweep: the scores, the paper's figures and the sweep's, the results table."""
+    """After the sweep: the scores, their figures (the paper's, AURC vs accuracy, risk-coverage
+    curves), the results table."""
     from ...cache import safe_name
     from ...results import results_table  # the results table (docs/conventions.md#v-1-table)
-    from ...sweep import RISK_COVERAGE_MAX_MODELS, sweep_figures
     from . import selective_config
-    from .plots import plot_selective  # figures: imported on use
+    from .plots import RISK_COVERAGE_MAX_MODELS, plot_selective  # figures: imported on use
     from .score import score_selective
 
     ds = score_selective([out / "caches"], selective_config(a, dataset=dataset))
     log(str(write_dataset(ds, target, overwrite=True)))
     figures = out / "plots" / safe_name(dataset)
     models = int((ds["method"].values == "softmax").sum())  # the paper's figures' rows
-    drawn = ((plot_selective(ds, figures) if models else [])
-             + sweep_figures(ds, report.paths, figures))
+    drawn = plot_selective(ds, figures) if models else []
     note = (f"; no risk-coverage figure for {models} models (more than "
             f"{RISK_COVERAGE_MAX_MODELS}: uqvision plot --caches FILES draws a subset)"
             if models > RISK_COVERAGE_MAX_MODELS else "")

@@ -3,7 +3,9 @@ numbers from :mod:`uqvision.protocols.selective.analysis`): AUROC vs -log ECE pe
 and with temperature scaling (Figures 1, 8, 13; marker area ~ log parameters, distilled models
 ringed, teachers marked), the improvement of every paired comparison by technique (Figure 4),
 the change of AUROC and ECE under temperature scaling vs the fitted T (Figures 6, 14), SAC@95 vs
-accuracy (Figure 7) and AUROC vs parameters (Figure 9)."""
+accuracy (Figure 7) and AUROC vs parameters (Figure 9); and AURC vs accuracy and the
+risk–coverage curves (softmax response) of the single models whose plain caches the file names
+(attr ``caches``), where those caches are still on disk."""
 
 from __future__ import annotations
 
@@ -13,12 +15,19 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-from uqmetrics import read_dataset
-from uqmetrics.plotting import save_figure
+from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response
+from uqmetrics.io import decode_attr
+from uqmetrics.plotting import plot_risk_coverage, save_figure
 
+from ...cache import index_caches, read_cache
 from .analysis import improvements, temperature_effect
 
-__all__ = ["plot_selective"]
+__all__ = ["RISK_COVERAGE_MAX_MODELS", "plot_selective"]
+
+#: The risk-coverage figure draws one curve per model up to this many models (more would be
+#: unreadable, and each curve reads a whole cache): ``uqvision plot --caches FILES`` draws a
+#: chosen subset.
+RISK_COVERAGE_MAX_MODELS = 30
 
 
 def _softmax_rows(ds: xr.Dataset) -> xr.Dataset:
@@ -133,7 +142,8 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
     plt.close(fig)
     for x, y, xl, yl, name in (
             ("accuracy", "sac_95", "accuracy", "coverage at SAC 95 %", "sac95_vs_accuracy"),
-            ("params", "auroc", "parameters", "AUROC", "auroc_vs_params")):
+            ("params", "auroc", "parameters", "AUROC", "auroc_vs_params"),
+            ("accuracy", "aurc", "accuracy", "AURC (lower is better)", "aurc_vs_accuracy")):
         if x not in soft.variables or y not in soft.variables:
             continue
         xv = soft[x].sel(calibration="none").values if "calibration" in soft[x].dims \
@@ -147,4 +157,28 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
         fig.tight_layout()
         paths.append(save_figure(fig, out_dir / f"selective_{name}.png"))
         plt.close(fig)
+    curves = _risk_coverage_curves(ds)
+    if curves:
+        fig = plot_risk_coverage(curves, title="Risk-coverage (softmax response)")
+        paths.append(save_figure(fig, out_dir / "selective_risk_coverage.png"))
+        plt.close(fig)
     return paths
+
+
+def _risk_coverage_curves(ds: xr.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Risk–coverage curves (:func:`uqmetrics.risk_coverage_curve`, softmax response) of the
+    single models whose plain caches of the scored dataset the file names (attr ``caches``)
+    and are still on disk, by model; ``{}`` when none is (a file read away from its caches)
+    or when they are of more than :data:`RISK_COVERAGE_MAX_MODELS` models."""
+    named = [Path(p) for p in (decode_attr(ds.attrs.get("caches")) or {})]
+    dataset = ds.attrs.get("dataset_name")
+    infos = [i for i in index_caches([p for p in named if p.is_file()])
+             if i.mode == "plain" and not (dataset and i.dataset_name != dataset)]
+    if len({i.model for i in infos}) > RISK_COVERAGE_MAX_MODELS:
+        return {}
+    curves = {}
+    for info in sorted(infos, key=lambda i: i.model):
+        cache = read_cache(info.path)
+        y, p = cache["label"].values, softmax(cache["logits"].values)
+        curves[info.model] = risk_coverage_curve(p.argmax(1) == y, softmax_response(p))
+    return curves

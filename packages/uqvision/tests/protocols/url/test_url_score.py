@@ -13,6 +13,7 @@ from uqvision.cache import cache_dataset, read_cache
 from uqvision.cli import main
 from uqvision.data import ImageFolderDataset, make_synthetic_folder
 from uqvision.predict import PredictConfig, predict
+from uqvision.protocols import VISION_PROTOCOLS
 from uqvision.protocols.url.crop import CROP_RANGE, crop_fractions, crop_transform
 from uqvision.protocols.url.score import (
     CONSTANT_U,
@@ -263,12 +264,19 @@ def test_reproduce_url_smoke_and_cli_score(url_run, tmp_path):
         "fig4_upstream_vs_downstream.png"]
     assert main(["score", "url", "--caches", str(out / "caches"),
                  "--out", str(tmp_path / "t.nc")]) == 0
-    again = xr.open_dataset(tmp_path / "t.nc")
+    again = xr.load_dataset(tmp_path / "t.nc")  # read and closed: the file is read again below
     xr.testing.assert_allclose(again["r_auroc"], ds["r_auroc"])
     xr.testing.assert_allclose(again["human_alignment"], ds["human_alignment"])
     xr.testing.assert_allclose(again["upstream_crop_consistency"],
                                ds["upstream_crop_consistency"])
     assert again.attrs["class_split"] == ds.attrs["class_split"]
+    # the figures from the score file: uqvision plot --transfer, and as SVG for the report
+    assert main(["plot", "--transfer", str(tmp_path / "t.nc"), "--out",
+                 str(tmp_path / "figs")]) == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(
+        p.name for p in (out / "figures").iterdir())
+    svg = VISION_PROTOCOLS.lookup("url").plots.draw_as(tmp_path / "t.nc", tmp_path / "svg")
+    assert sorted(p.suffix for p in svg) == [".svg"] * 4
 
 
 def test_real_folders_end_to_end_through_the_cli(url_run, tmp_path):

@@ -10,6 +10,7 @@
   :data:`~uqvision.training.method.TRAINING_METHODS`;
 - :mod:`~.score`: R@1, R-AUROC, crop consistency, human alignment, OOD AUROC
   (``uqvision score url``, alias ``transfer``);
+- :mod:`~.plots`: the paper's Figures 1, 2 and 4 (``uqvision plot --transfer``);
 - :mod:`~.reproduce`: ``uqvision reproduce url``.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..base import LazyReproduction, Protocol, ReproduceFlags
+from ..base import LazyReproduction, Plots, Protocol, ReproduceFlags
 from . import crop  # noqa: F401  (registers the "crop" prediction mode)
 from .methods import REPRESENTATION_METHODS
 
@@ -52,6 +53,13 @@ def _reproduce_flags(a: argparse.Namespace) -> dict[str, str]:
     return options
 
 
+def _draw(scores, out):
+    """``uqvision plot --transfer FILE``: the paper's Figures 1, 2 and 4."""
+    from .plots import draw_figures  # figures: imported on use
+
+    return draw_figures(scores, out)
+
+
 def _rescore(result, path):
     """The score file recomputed from the runs' caches it records (``uqvision verify``)."""
     from .score import rescore_transfer  # imported on use
@@ -64,4 +72,6 @@ PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
                     reproduce=LazyReproduction("url", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=REPRESENTATION_METHODS, section="v-4",
                     reproduce_flags=ReproduceFlags(_add_reproduce_flags, _reproduce_flags),
-                    smoke_options={"methods": "ce,losspred"}, rescore=_rescore)
+                    smoke_options={"methods": "ce,losspred"}, rescore=_rescore,
+                    plots=Plots(_draw, "transfer score file: R-AUROC per method, against R@1, "
+                                "and upstream against downstream (Figures 1, 2, 4)"))

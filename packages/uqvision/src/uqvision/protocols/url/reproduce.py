@@ -45,6 +45,7 @@ from ...training.loop import ImageTrainConfig, train_model
 from ..base import Reproduction
 from . import DESCRIPTION
 from .methods import REPRESENTATION_METHODS
+from .plots import draw_figures
 from .score import TransferLayout, hierarchy_layout, score_transfer, split_downstream
 
 __all__ = ["REPRODUCTION", "URL_SCALES", "URLScale", "reproduce_url"]
@@ -219,61 +220,6 @@ def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, s
                       device=device, init_checkpoint=str(ckpt), tag=name,
                       input_size=int(options.get("input_size", 32)))
     return train_model(layout.upstream / "train", path, cfg).checkpoint
-
-
-def draw_figures(ds, folder: Path) -> list[Path]:
-    """Fig. 1 (R-AUROC per method), Fig. 2 (R-AUROC vs R@1), Fig. 4 left (upstream vs
-    downstream R-AUROC) and right (upstream crop consistency vs downstream R-AUROC) from a
-    ``transfer.nc`` Dataset."""
-    import matplotlib  # heavy: imported on first use (start-up time)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
-
-    folder.mkdir(parents=True, exist_ok=True)
-    methods = [str(m) for m in ds["method"].values]
-    paths = []
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    r = ds["r_auroc"].mean("dataset")
-    ax.bar(methods, ds["r_auroc_mean"].values, color="0.7")
-    for k in range(r.sizes["seed"]):
-        ax.plot(methods, r.isel(seed=k).values, "k.", ms=4)
-    ax.axhline(0.5, ls=":", c="k")
-    ax.set_ylabel("downstream R-AUROC")
-    ax.tick_params(axis="x", rotation=60)
-    paths.append(_save(fig, folder / "fig1_r_auroc.png"))
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    for m in methods[:-1]:
-        ax.scatter(ds["recall_at_1"].sel({"method": m}).mean("dataset"),
-                   ds["r_auroc"].sel({"method": m}).mean("dataset"), label=m, s=12)
-    ax.set_xlabel("downstream R@1")
-    ax.set_ylabel("downstream R-AUROC")
-    ax.legend(fontsize=6, ncol=2)
-    paths.append(_save(fig, folder / "fig2_r_auroc_vs_recall.png"))
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    ax.scatter(ds["all_upstream_r_auroc"].values.ravel(),
-               ds["all_r_auroc"].mean("dataset").values.ravel(), s=10)
-    ax.set_xlabel("upstream R-AUROC (all runs)")
-    ax.set_ylabel("downstream R-AUROC")
-    paths.append(_save(fig, folder / "fig4_upstream_vs_downstream.png"))
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    ax.scatter(ds["all_upstream_crop_consistency"].values.ravel(),
-               ds["all_r_auroc"].mean("dataset").values.ravel(), s=10)
-    rho = float(ds["rank_correlation"].sel({"quantity": "upstream_crop_consistency"}))
-    ax.set_title(f"Spearman rho = {rho:.2f}", fontsize=9)
-    ax.set_xlabel("upstream crop consistency (all runs)")
-    ax.set_ylabel("downstream R-AUROC")
-    paths.append(_save(fig, folder / "fig4_crop_vs_downstream.png"))
-    return paths
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
-
-    plt.close(fig)
-    return path
 
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,

@@ -6,7 +6,8 @@
   :data:`~uqvision.training.method.TRAINING_METHODS`;
 - :mod:`~.measures`: the seven uncertainty measures (and ``jacobian_softmax``);
 - :mod:`~.augment`: the ``tta`` measure's augmentation policies;
-- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score uimnet``; ``uqvision plot --uimnet FILE``);
+- :mod:`~.score`: in/out-domain metrics over measures (``uqvision score uimnet``);
+- :mod:`~.plots`: heat maps and in/out-domain histograms (``uqvision plot --uimnet FILE``);
 - :mod:`~.reproduce`: ``uqvision reproduce uimnet``.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from ...options import INDEX, check_output_file, check_output_folder
-from ..base import Command, LazyReproduction, Protocol
+from ..base import Command, LazyReproduction, Plots, Protocol
 from .index import make_index_files
 from .methods import UIMNET_ALGORITHMS
 
@@ -39,6 +40,13 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gmm-fit", choices=GMM_FITS.names(), default=None,
                    help=f"ood: the fit of the gmm measure (default {DEFAULT_GMM_FIT}; "
                         "docs/conventions.md#v-3)")
+
+
+def _draw(scores, out):
+    """``uqvision plot --uimnet FILE``: the out-domain heat maps and in/out histograms."""
+    from .plots import draw_figures  # figures: imported on use
+
+    return draw_figures(scores, out)
 
 
 def _cmd_split(a: argparse.Namespace) -> int:
@@ -91,6 +99,8 @@ PROTOCOL = Protocol(
     "uimnet", DESCRIPTION, score=_score, score_name="uimnet", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
     methods=UIMNET_ALGORITHMS, section="v-3", rescore=_rescore,
+    plots=Plots(_draw, "uimnet score file: AUC, InAsIn, OutAsOut per algorithm x measure "
+                       "(heat maps) and u histograms in- vs out-domain (from its caches)"),
     commands={"split": Command(_cmd_split, _args_split,
                                "UIMNET in/out class split (Ward) and 90/10 index files")},
     smoke_options={"algorithms": "erm,mc_dropout", "mc_passes": "2", "tta": "1",

@@ -31,8 +31,24 @@ from .evalsets import cache_eval_set
 if TYPE_CHECKING:  # xarray is imported on use (by read_cache)
     import xarray as xr
 
-__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "group_predictors", "mean_softmax",
-           "pick_dataset", "read_cache_groups"]
+__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "ensemble_methods", "group_predictors",
+           "mean_softmax", "pick_dataset", "read_cache_groups"]
+
+
+def ensemble_methods(value: Any) -> tuple[str, ...]:
+    """A config's ``ensembles`` (the training methods whose runs are scored as one ensemble
+    predictor, :func:`group_predictors`) as a tuple: one name, a sequence of them or None.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A name that is not a non-empty string, naming it.
+    """
+    ensembles = (value,) if isinstance(value, str) else tuple(value or ())
+    bad = [m for m in ensembles if not isinstance(m, str) or not m]
+    if bad:
+        raise InputError(f"ensembles must be training-method names, got {bad!r} in {value!r}")
+    return ensembles
 
 
 @dataclass(frozen=True)

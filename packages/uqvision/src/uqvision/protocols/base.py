@@ -25,13 +25,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uqmetrics.exceptions import InputError
+from uqmetrics.io import read_dataset
+
 from ..cache import incomplete_caches
 from ..options import Command
 
-__all__ = ["Command", "LazyReproduction", "Plots", "Protocol", "ReproduceFlags",
-           "ReproduceOptions", "Reproduction", "ScoreTable", "SweepPlan", "SweepScoring",
-           "corrupted_study", "ensemble_runs", "findings_table", "incomplete_caches", "sign_verdict",
-           "train_and_predict"]
+__all__ = [
+    "Command",
+    "LazyReproduction",
+    "Plots",
+    "Protocol",
+    "ReproduceFlags",
+    "ReproduceOptions",
+    "Reproduction",
+    "ScoreTable",
+    "SweepPlan",
+    "SweepScoring",
+    "corrupted_study",
+    "corrupted_study_settings",
+    "ensemble_runs",
+    "findings_table",
+    "incomplete_caches",
+    "protocol_result",
+    "sign_verdict",
+    "train_and_predict",
+]
 
 
 @dataclass(frozen=True)
@@ -490,6 +509,72 @@ def findings_table(findings: Sequence[Any], columns: Sequence[str], alpha: float
                   f"{f.verdict}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def protocol_result(result: Any, protocol: str, dims: Sequence[str] = ("model",)) -> Any:
+    """``result`` (an ``xarray.Dataset`` or the path of a result file) checked to be a result
+    of ``protocol`` with the dimensions ``dims``: what a protocol's figures and findings read.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A result of another protocol (attr ``protocol``), or one without a dim of ``dims``.
+    """
+    import xarray as xr  # results: imported on use (start-up time of train and predict)
+
+    ds = result if isinstance(result, xr.Dataset) else read_dataset(result)
+    found = ds.attrs.get("protocol")
+    if found is not None and found != protocol:
+        raise InputError(f"result must be a result of protocol {protocol!r}, got one of protocol "
+                         f"{found!r}")
+    article = "an" if protocol[:1] in "aeiou" else "a"
+    for dim in dims:
+        if dim not in ds.dims:
+            raise InputError(f"result must have a {dim} dim ({article} {protocol} result), got "
+                             f"dims {list(ds.dims)}")
+    return ds
+
+
+def corrupted_study_settings(protocol: str, scales: Mapping[str, Mapping[str, Any]],
+                             keys: Sequence[str], ints: Sequence[str], *, scale: str,
+                             arch: str | None, data: str | None,
+                             options: Mapping[str, str]) -> dict[str, Any]:
+    """The settings of a :func:`corrupted_study` driver (shift, conformal): the scale's, with
+    the ``--set`` ``options`` (``keys``: those allowed) parsed over them — ``corruptions`` a
+    comma list of names, ``severities`` of integers, ``ints`` integers, any other a float —
+    ``arch`` replacing the scale's network and a ``data`` folder dropping the stand-in's
+    ``model_kwargs``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An unknown scale or option, or a value of the wrong type, each named.
+    """
+    if scale not in scales:
+        raise InputError(f"reproduce {protocol}: unknown scale {scale!r}; known: "
+                         f"{list(scales)}")
+    s = dict(scales[scale])
+    unknown = sorted(set(options) - set(keys))
+    if unknown:
+        raise InputError(f"--set: unknown option(s) {unknown} of reproduce {protocol}; known: "
+                         f"{list(keys)}")
+    try:
+        for k, v in options.items():
+            if k == "corruptions":
+                s[k] = tuple(x.strip() for x in str(v).split(",") if x.strip())
+            elif k == "severities":
+                s[k] = tuple(int(x) for x in str(v).split(","))
+            elif k in ints:
+                s[k] = int(v)
+            else:
+                s[k] = float(v)
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+    if arch is not None:
+        s["arch"] = arch
+    if data is not None:
+        s["model_kwargs"] = {}
+    return s
 
 
 def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | None, seed: int,

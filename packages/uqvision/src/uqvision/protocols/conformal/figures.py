@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, read_dataset
+from uqmetrics import InputError
 
+from ..base import protocol_result
 from .score import CALIBRATIONS, CLASS_ALPHA, CLASS_METHOD
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -41,15 +42,8 @@ _LABELS = {"coverage": "coverage", "mean_set_size": "mean set size"}
 
 
 def _result(result: xr.Dataset | str | os.PathLike) -> xr.Dataset:
-    ds = result if isinstance(result, xr.Dataset) else read_dataset(result)
-    protocol = ds.attrs.get("protocol")
-    if protocol is not None and protocol != "conformal":
-        raise InputError(f"result must be a result of protocol 'conformal', got one of protocol "
-                         f"{protocol!r}")
-    if "model" not in ds.dims:
-        raise InputError(f"result must have a model dim (a conformal result), got dims "
-                         f"{list(ds.dims)}")
-    return ds
+    """The conformal result ``result`` (a Dataset or a ``conformal.nc``), checked to be one."""
+    return protocol_result(result, "conformal", ("model",))
 
 
 def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:

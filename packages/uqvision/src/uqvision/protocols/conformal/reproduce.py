@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from uqmetrics import InputError, write_dataset
+from uqmetrics import write_dataset
 
-from ..base import Reproduction, corrupted_study
+from ..base import Reproduction, corrupted_study, corrupted_study_settings
 from . import DESCRIPTION
 from .score import ConformalConfig, score_conformal
 
@@ -70,40 +70,13 @@ _KEYS = ("epochs", "members", "corruptions", "severities", "trials", "temperatur
          "dropout_passes", "workers")
 
 
-def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
-    if scale not in CONFORMAL_SCALES:
-        raise InputError(f"reproduce conformal: unknown scale {scale!r}; known: "
-                         f"{list(CONFORMAL_SCALES)}")
-    s = dict(CONFORMAL_SCALES[scale])
-    unknown = sorted(set(options) - set(_KEYS))
-    if unknown:
-        raise InputError(f"--set: unknown option(s) {unknown} of reproduce conformal; known: "
-                         f"{list(_KEYS)}")
-    try:
-        for k, v in options.items():
-            if k == "corruptions":
-                s[k] = tuple(x.strip() for x in str(v).split(",") if x.strip())
-            elif k == "severities":
-                s[k] = tuple(int(x) for x in str(v).split(","))
-            elif k in ("members", "dropout_passes", "workers", "trials"):
-                s[k] = int(v)
-            else:
-                s[k] = float(v)
-    except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
-    if arch is not None:
-        s["arch"] = arch
-    if data is not None:
-        s["model_kwargs"] = {}
-    return s
-
-
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
         seed: int = 0, overwrite: bool = False, options: dict | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """Run the conformal protocol at ``scale`` into ``out``; returns ``out/conformal.nc``."""
     t0 = time.perf_counter()
-    s = _settings(scale, arch, data, dict(options or {}))
+    s = corrupted_study_settings("conformal", CONFORMAL_SCALES, _KEYS, ("members", "dropout_passes", "workers", "trials"), scale=scale,
+                                 arch=arch, data=data, options=dict(options or {}))
     out = Path(out)
     caches = corrupted_study(out, s, tag="conformal", data=data, seed=seed, scale=scale,
                              overwrite=overwrite, log=log, device=device)

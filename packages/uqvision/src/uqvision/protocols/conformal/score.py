@@ -51,6 +51,7 @@ from uqmetrics.calibration import fit_temperature, softmax
 from ...predictors import (
     Predictor,
     PredictorProbs,
+    ensemble_methods,
     group_predictors,
     pick_dataset,
     read_cache_groups,
@@ -137,13 +138,7 @@ class ConformalConfig:
         if not 0.0 < float(self.temperature_size) < 1.0:
             raise InputError(f"temperature_size must be a fraction in (0, 1), got "
                              f"{self.temperature_size!r}")
-        ensembles = ((self.ensembles,) if isinstance(self.ensembles, str)
-                     else tuple(self.ensembles or ()))
-        bad = [m for m in ensembles if not isinstance(m, str) or not m]
-        if bad:
-            raise InputError(f"ensembles must be training-method names, got {bad!r} in "
-                             f"{self.ensembles!r}")
-        object.__setattr__(self, "ensembles", ensembles)
+        object.__setattr__(self, "ensembles", ensemble_methods(self.ensembles))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, read_dataset
+from uqmetrics import InputError
 
+from ..base import protocol_result
 from .score import MEMBER_DETECTORS, OOD_SPLITS
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -39,16 +40,8 @@ _LABELS = {"auroc": "AUROC", "fpr_at_95_tpr": "FPR@95TPR", "aupr_in": "AUPR-In",
 
 
 def _result(result: xr.Dataset | str | os.PathLike) -> xr.Dataset:
-    ds = result if isinstance(result, xr.Dataset) else read_dataset(result)
-    protocol = ds.attrs.get("protocol")
-    if protocol is not None and protocol != "ood":
-        raise InputError(f"result must be a result of protocol 'ood', got one of protocol "
-                         f"{protocol!r}")
-    for dim in ("model", "detector"):
-        if dim not in ds.dims:
-            raise InputError(f"result must have a {dim} dim (an ood result), got dims "
-                             f"{list(ds.dims)}")
-    return ds
+    """The ood result ``result`` (a Dataset or a ``ood.nc``), checked to be one."""
+    return protocol_result(result, "ood", ("model", "detector"))
 
 
 def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
-from uqmetrics import InputError, read_dataset
+from uqmetrics import InputError
 
+from ..base import protocol_result
 from .score import CALIBRATIONS
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -56,15 +57,7 @@ _CALIBRATION_LABELS = {"none": "un-scaled", "temperature": "temperature-scaled"}
 
 def _result(result: xr.Dataset | str | os.PathLike) -> xr.Dataset:
     """The shift result ``result`` (a Dataset or a ``shift.nc``), checked to be one."""
-    ds = result if isinstance(result, xr.Dataset) else read_dataset(result)
-    protocol = ds.attrs.get("protocol")
-    if protocol is not None and protocol != "shift":
-        raise InputError(f"result must be a result of protocol 'shift', got one of protocol "
-                         f"{protocol!r}")
-    if "model" not in ds.dims:
-        raise InputError(f"result must have a model dim (a shift result), got dims "
-                         f"{list(ds.dims)}")
-    return ds
+    return protocol_result(result, "shift", ("model",))
 
 
 def _models(ds: xr.Dataset) -> list[str]:

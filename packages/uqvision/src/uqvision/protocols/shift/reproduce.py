@@ -37,11 +37,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from uqmetrics import InputError, write_dataset
+from uqmetrics import write_dataset
 
 from ...cache import index_caches
 from ...data.corruptions import BENCHMARK_CORRUPTIONS
-from ..base import Reproduction, corrupted_study
+from ..base import Reproduction, corrupted_study, corrupted_study_settings
 from . import DESCRIPTION
 from .score import ShiftConfig, score_shift
 
@@ -69,39 +69,13 @@ _KEYS = ("epochs", "members", "corruptions", "severities", "calibration_size",
          "dropout_passes", "workers")
 
 
-def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
-    if scale not in SHIFT_SCALES:
-        raise InputError(f"reproduce shift: unknown scale {scale!r}; known: {list(SHIFT_SCALES)}")
-    s = dict(SHIFT_SCALES[scale])
-    unknown = sorted(set(options) - set(_KEYS))
-    if unknown:
-        raise InputError(f"--set: unknown option(s) {unknown} of reproduce shift; known: "
-                         f"{list(_KEYS)}")
-    try:
-        for k, v in options.items():
-            if k in ("corruptions",):
-                s[k] = tuple(x.strip() for x in str(v).split(",") if x.strip())
-            elif k == "severities":
-                s[k] = tuple(int(x) for x in str(v).split(","))
-            elif k in ("members", "dropout_passes", "workers"):
-                s[k] = int(v)
-            else:
-                s[k] = float(v)
-    except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
-    if arch is not None:
-        s["arch"] = arch
-    if data is not None:
-        s["model_kwargs"] = {}
-    return s
-
-
 def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
         seed: int = 0, overwrite: bool = False, options: dict | None = None,
         log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """Run the shift protocol at ``scale`` into ``out``; returns ``out/shift.nc``."""
     t0 = time.perf_counter()
-    s = _settings(scale, arch, data, dict(options or {}))
+    s = corrupted_study_settings("shift", SHIFT_SCALES, _KEYS, ("members", "dropout_passes", "workers"), scale=scale,
+                                 arch=arch, data=data, options=dict(options or {}))
     out = Path(out)
     caches = corrupted_study(out, s, tag="shift", data=data, seed=seed, scale=scale,
                              overwrite=overwrite, log=log, device=device)

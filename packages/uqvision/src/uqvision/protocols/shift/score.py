@@ -41,7 +41,13 @@ from uqmetrics.shift import (
 )
 
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
-from ...predictors import PredictorProbs, group_predictors, pick_dataset, read_cache_groups
+from ...predictors import (
+    PredictorProbs,
+    ensemble_methods,
+    group_predictors,
+    pick_dataset,
+    read_cache_groups,
+)
 from ...provenance import entry_provenance, predictor_rows
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
@@ -100,13 +106,7 @@ class ShiftConfig:
         if not 0.0 < float(self.calibration_size) < 1.0:
             raise InputError(f"calibration_size must be a fraction in (0, 1), got "
                              f"{self.calibration_size!r}")
-        ensembles = ((self.ensembles,) if isinstance(self.ensembles, str)
-                     else tuple(self.ensembles or ()))
-        bad = [m for m in ensembles if not isinstance(m, str) or not m]
-        if bad:
-            raise InputError(f"ensembles must be training-method names, got {bad!r} in "
-                             f"{self.ensembles!r}")
-        object.__setattr__(self, "ensembles", ensembles)
+        object.__setattr__(self, "ensembles", ensemble_methods(self.ensembles))
         if self.overlay is not None:
             object.__setattr__(self, "overlay", os.fspath(self.overlay))
 

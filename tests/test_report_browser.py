@@ -9,7 +9,9 @@ keeps exactly the rows with that value; a provenance panel opens on a click. Onl
 metric columns are displayed at first (every column's cells are in the DOM, checked above by
 their data-value); ticking a hidden column in the column chooser displays it, and it sorts;
 "headline only" hides it again. A screenshot of each page (the headline view, sorted, the
-first metric columns in view) goes to the test's folder.
+first metric columns in view) goes to the test's folder. The OOD page's default table is
+OpenOOD's: a row per model and detector, near/far FPR@95 and AUROC and ID accuracy; each page's
+subtitle is the run's (its models), not the paper's.
 
 Where no browser is installed the tests skip, saying so, except under ``CI=true`` (.ci/run
 installs chromium and chromium-driver): there they fail.
@@ -279,6 +281,11 @@ def test_selective_smoke_site_in_browser(browser, tmp_path):
     link = browser.find_element(By.CSS_SELECTOR, 'a[href="selective.html"]')
     assert link.is_displayed()
     browser.save_screenshot(str(tmp_path / "index.png"))
+    _open(browser, site / "selective.html")
+    subtitle = browser.find_element(By.CSS_SELECTOR, "p.subtitle").text
+    assert subtitle.startswith(f"{ds.sizes['model']} models;") and "523" not in subtitle
+    images = browser.find_element(By.CSS_SELECTOR, "p.images").text
+    assert f"n_images = {ds.attrs['n_images']}" in images
     variables = list(metric_variables(ds))
     # the generic headline: 11 variables along calibration (2) would be 22 columns, more than
     # 16: every variable at calibration=none
@@ -345,3 +352,47 @@ def test_uqreg_study_site_in_browser(browser, tmp_path):
         for col, v in e["metrics"].items():
             want = column_values(ds, col, "method")[list(ds.indexes["method"]).index(e["row"])]
             assert (v is None and np.isnan(want)) or v == want
+
+
+#: OpenOOD v1.5's table: near- and far-OOD FPR@95 and AUROC, and ID accuracy.
+OPENOOD_COLUMNS = ["near_fpr_at_95_tpr", "near_auroc", "far_fpr_at_95_tpr", "far_auroc",
+                   "id_accuracy"]
+
+
+def test_ood_site_default_table_is_openoods(browser, tmp_path):
+    """Issue 37 §5: the OOD page's default table has a row per model and detector and shows
+    OpenOOD's columns, each cell the netCDF value; a click on near AUROC sorts the rows."""
+    from selenium.webdriver.common.by import By
+
+    out, site = tmp_path / "repro", tmp_path / "site"
+    _run("uqvision", "reproduce", "ood", "--scale", "smoke", "--out", str(out))
+    result = out / "ood.nc"
+    _run("uqvision", "report", str(result), "--out", str(site))
+    ds = uqmetrics.read_result(result)
+    page = site / "ood.html"
+    _open(browser, page)
+    header = browser.execute_script(_COLUMNS_JS)
+    assert [c for c, _ in header[:2]] == ["model", "detector"]
+    displayed = _displayed(browser)
+    assert [c for c, on in displayed.items() if on] == OPENOOD_COLUMNS
+    pairs = [(str(m), str(d)) for m in ds.indexes["model"] for d in ds.indexes["detector"]]
+    rows = browser.execute_script(_ROWS_JS)
+    assert [r["row"] for r in rows] == [f"{m}/{d}" for m, d in pairs]
+    index = {c: i for i, (c, _) in enumerate(header)}
+    for r, (m, d) in zip(rows, pairs, strict=True):
+        assert r["cells"][index["detector"]][0] == d
+        for col in OPENOOD_COLUMNS:
+            want = float(ds[col].sel(model=m, **({"detector": d} if "detector" in ds[col].dims
+                                                  else {})))
+            exact = r["cells"][index[col]][0]
+            assert (exact == "NaN") if math.isnan(want) else (float(exact) == want), (col, m, d)
+    subtitle = browser.find_element(By.CSS_SELECTOR, "p.subtitle").text
+    assert subtitle.startswith(f"{ds.sizes['model']} models (")
+    assert f"× {ds.sizes['detector']} detectors" in subtitle
+    values = {f"{m}/{d}": float(ds["near_auroc"].sel(model=m, detector=d)) for m, d in pairs}
+    _click_header(browser, "near_auroc")
+    order = [r["row"] for r in browser.execute_script(_ROWS_JS)]
+    assert order == _sorted_order(list(values), values, descending=False)
+    ids = [e["id"] for e in read_manifest(site)["entries"]]
+    assert ids == [f"ood:{m}/{d}" for m, d in pairs]
+    assert _errors(browser) == []

@@ -70,3 +70,39 @@ def test_uqreg_verify_a_site_entry(tmp_path):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "summary: 1 entry: 1 agree, 0 disagree" in res.stdout
     assert res.stdout.count("cache ok  ") == 2
+    # a study is uqreg's to verify: uqvision says so, in one line
+    res = _run("uqvision", "verify", f"{site}#uqreg:blr")
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stderr.strip().endswith("is a result of uqreg, not of uqvision: verify it with "
+                                       "uqreg verify")
+
+
+def test_each_verify_refuses_what_is_not_its_own_in_one_line(tmp_path):
+    """A file that is not netCDF is bad input (exit 2) for both CLIs; a uqvision site entry
+    given to ``uqreg verify`` names the CLI that verifies it, with no internal error."""
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for tool in ("uqvision", "uqreg"):
+        res = _run(tool, "verify", str(text))
+        assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+        assert res.stderr == (f"{tool} verify: error: target {str(text)!r} is not a netCDF file "
+                              "(a result .nc, a report site folder, or SITE#ENTRY_ID)\n")
+
+    digits, caches, site = tmp_path / "digits", tmp_path / "caches", tmp_path / "site"
+    scores = tmp_path / "sel.nc"
+    for args in (("data", "digits", "--out", str(digits), "--max-per-class", "2"),
+                 ("--threads", "1", "predict", "--model", "test_vit", "--random-init",
+                  "--data", str(digits / "test"), "--out", str(caches)),
+                 ("score", "selective", "--caches", str(caches), "--out", str(scores),
+                  "--calibration-size", "0.5"),
+                 ("report", str(scores), "--out", str(site), "--no-figures")):
+        res = _run("uqvision", *args)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    entry = json.loads((site / "manifest.json").read_text())["entries"][0]["id"]
+    for target in (f"{site}#{entry}", str(site), str(scores)):
+        res = _run("uqreg", "verify", target)
+        assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+        (line,) = res.stderr.splitlines()
+        assert line.endswith("is a result of uqvision, not of uqreg: verify it with uqvision "
+                             "verify")
+        assert "TypeError" not in res.stdout + res.stderr

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import softmax as scipy_softmax
 
-from uqmetrics import calibration
+from uqmetrics import InputError, calibration
 from uqmetrics.calibration import (
     CALIBRATION_PROTOCOLS,
     calibrated_log_likelihood,
@@ -341,3 +341,35 @@ def test_cll_improves_on_miscalibrated_logits():
 def test_doctests_pass():
     result = doctest.testmod(calibration, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# --------------------------------------------------------------------------------------------
+# issue 36, row 18: a temperature on too few samples or on the search's bound
+
+
+def test_a_fit_whose_nll_rounds_to_zero_inside_the_interval_is_on_the_bound():
+    """Every sample right with a margin of 9: the NLL rounds to 0 at T = 0.012, short of the
+    lower bound, where the search stopped and called the fit converged."""
+    z, y = 9.0 * np.eye(4)[np.arange(20) % 4], np.arange(20) % 4
+    fit = fit_temperature_result(z, y)
+    assert fit.temperature < 0.02 and not fit.converged
+    assert fit_temperature_result([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]], [0, 1, 1]).converged
+
+
+def test_a_strict_fit_refuses_too_few_samples_and_the_bounds():
+    right = [[2.0, 0.0]] * 5
+    assert calibration.MIN_TEMPERATURE_SAMPLES == 5
+    with pytest.raises(InputError, match=r"^a temperature is fitted on at least 5 samples, "
+                                         r"got 4$"):
+        fit_temperature(right[:4], [0, 0, 1, 0], strict=True)
+    with pytest.raises(InputError, match=(
+            r"^the temperature fitted on 5 samples runs to the search's lower bound T = 0.01 "
+            r"\(bounds \(0.01, 100\)\): the NLL has no minimum inside them \(every sample "
+            r"classified right, with a margin\)")):
+        fit_temperature(right, [0] * 5, strict=True)
+    with pytest.raises(InputError, match=r"runs to the search's upper bound T = 100 "):
+        fit_temperature(right, [1] * 5, strict=True)
+    # an interior optimum is returned as without strict; without strict the bound is returned
+    mixed = [0, 0, 0, 0, 1]
+    assert fit_temperature(right, mixed, strict=True) == fit_temperature(right, mixed)
+    assert fit_temperature(right, [0] * 5) == pytest.approx(0.01, rel=1e-5)

@@ -24,6 +24,7 @@ from uqmetrics.conformal import (
     empty_fraction,
     mean_set_size,
     median_set_size,
+    min_calibration_size,
     prediction_sets,
     random_splits,
     raps_scores,
@@ -457,3 +458,25 @@ def test_aps_agrees_with_mapie(seed, alpha):
     ours = prediction_sets(aps_scores(p[test]), q)
     ours[np.arange(300), p[test].argmax(axis=1)] = True
     np.testing.assert_array_equal(ours, msets[:, :, 0])
+
+
+# --------------------------------------------------------------------------------------------
+# issue 36, row 19: the fewest calibration samples that reach a level
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.3, 0.2, 0.15, 0.1, 0.05, 0.02, 0.01, 0.001, 1 / 3])
+def test_min_calibration_size_is_the_fewest_samples_with_a_finite_threshold(alpha):
+    n = min_calibration_size(alpha)
+    assert np.isfinite(conformal_quantile(np.linspace(0, 1, n), alpha))
+    if n > 1:
+        assert conformal_quantile(np.linspace(0, 1, n - 1), alpha) == np.inf
+    # Mondrian: per class
+    q = conformal_quantile_by_class(np.linspace(0, 1, 2 * n - 1), np.repeat([0, 1], [n, n - 1]),
+                                    alpha, 2)
+    assert np.isfinite(q[0]) and (n == 1 or q[1] == np.inf)
+
+
+def test_min_calibration_size_by_hand():
+    assert [min_calibration_size(a) for a in (0.1, 0.05, 0.01)] == [9, 19, 99]
+    with pytest.raises(InputError, match="alpha"):
+        min_calibration_size(1.0)

@@ -427,7 +427,7 @@ def test_inherited_string_encoding_does_not_truncate_labels(tmp_path):
 
 
 def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
-    from uqmetrics.io import folder_replaced
+    from uqmetrics.io import WRITTEN_RECORD, folder_replaced
 
     out = tmp_path / "data"
     with folder_replaced(out) as tmp:
@@ -436,10 +436,10 @@ def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
         (tmp / "v2.txt").write_text("2")
         raise KeyboardInterrupt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary left
-    assert sorted(p.name for p in out.iterdir()) == ["v1.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [WRITTEN_RECORD, "v1.txt"]
     with folder_replaced(out) as tmp:
         (tmp / "v3.txt").write_text("3")
-    assert sorted(p.name for p in out.iterdir()) == ["v3.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [WRITTEN_RECORD, "v3.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 

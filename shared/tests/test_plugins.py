@@ -62,6 +62,34 @@ def test_an_entry_point_registers_its_object_and_a_broken_one_is_one_line(plugin
     assert Registry("plain").load_plugins() == {}
 
 
+def test_a_plugin_that_calls_sys_exit_is_one_line_and_an_interrupt_propagates(plugin_path,
+                                                                              caplog):
+    """Issue 36, row 17: a plugin whose import calls ``sys.exit(0)`` used to end the program
+    (every command quit silently with exit 0); it is a broken plugin like any other. A
+    KeyboardInterrupt while a plugin loads (Ctrl-C) still stops the program."""
+    _install(plugin_path, "exitplug", {"test.exits": {"quits": "exitplug_mod:QUITS"}},
+             "import sys\nsys.exit(0)\nQUITS = 'never reached'\n")
+    _install(plugin_path, "msgplug", {"test.exits": {"says": "msgplug_mod:SAYS"}},
+             "raise SystemExit('no GPU here')\n")
+    _install(plugin_path, "goodexit", {"test.exits": {"stays": "goodexit_mod:STAYS"}},
+             "STAYS = 'stays'\n")
+    reg: Registry[str] = Registry("exit", group="test.exits", item_type=str)
+    with caplog.at_level(logging.WARNING, logger="uqmetrics.plugins"):
+        broken = reg.load_plugins()
+    assert reg.plugins == {"stays": "goodexit_mod:STAYS"} and reg.lookup("stays") == "stays"
+    assert broken == {"quits": "SystemExit: loading it called sys.exit(0)",
+                      "says": "SystemExit: loading it called sys.exit('no GPU here')"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("\n" not in m for m in lines)
+    quits = next(m for m in lines if "'quits'" in m)
+    assert "exitplug_mod:QUITS" in quits and "package exitplug" in quits and "sys.exit(0)" in quits
+
+    _install(plugin_path, "ctrlcplug", {"test.ctrlc": {"waits": "ctrlcplug_mod:WAITS"}},
+             "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        Registry("ctrl-c", group="test.ctrlc", item_type=str).load_plugins()
+
+
 def test_a_detector_plugin_joins_the_registry(plugin_path):
     _install(plugin_path, "detplug", {"uqmetrics.detectors": {"neg_max_logit":
                                                               "detplug_mod:DETECTOR"}},

@@ -118,8 +118,8 @@ def test_site_files_manifest_and_cells_equal_the_result(tmp_path):
     report = build_site([path], tmp_path / "site")
     site = tmp_path / "site"
     assert sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()) == [
-        "conventions.html", "data/toy.csv", "data/toy.json", "index.html", "manifest.json",
-        "toy.html"]
+        ".uqmetrics-written.json", "conventions.html", "data/toy.csv", "data/toy.json",
+        "index.html", "manifest.json", "toy.html"]
     assert report.n_entries == 4
     ds = read_dataset(path)
     manifest = read_manifest(site)
@@ -127,7 +127,7 @@ def test_site_files_manifest_and_cells_equal_the_result(tmp_path):
     expected_cols = ["auroc", "ece[calibration=none]", "ece[calibration=temperature]"]
     for i, e in enumerate(manifest["entries"]):
         assert (e["protocol"], e["dim"], e["row"]) == ("toy", "model", MODELS[i])
-        assert e["result"] == str(path.resolve())
+        assert e["result"] == "../toy.nc"  # relative to the site (--paths relative)
         assert e["result_checksum"] == dataset_checksum(ds)
         assert list(e["metrics"]) == expected_cols
         for col, value in e["metrics"].items():
@@ -206,24 +206,60 @@ def test_a_figure_that_fails_is_said_and_the_table_stands(tmp_path):
     assert len(_table(tmp_path / "site/toy.html").rows) == 4
 
 
-def test_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(tmp_path):
+def test_refuses_a_non_empty_out_and_overwrite_replaces_only_its_own_site(tmp_path):
+    """--overwrite replaces a site the report wrote, and nothing else: a folder it did not
+    write (no record of its files) and a site holding a file added since are refused, left
+    as they were (docs/conventions.md#overwrite-rules)."""
+    import os
+
     path = _write(tmp_path)
     site = tmp_path / "site"
     site.mkdir()
     (site / "stale.txt").write_text("old")
     with pytest.raises(InputError, match="not empty"):
         build_site([path], site)
+    with pytest.raises(InputError, match=r"is not a folder uqmetrics report wrote .*'stale.txt'"):
+        build_site([path], site, overwrite=True)
     assert sorted(p.name for p in site.iterdir()) == ["stale.txt"]  # untouched
-    build_site([path], site, overwrite=True)
-    assert not (site / "stale.txt").exists() and (site / "index.html").is_file()
+    (site / "stale.txt").unlink()
+    build_site([path], site)
+    build_site([path], site, overwrite=True)  # its own site: replaced
+    assert (site / "index.html").is_file()
+    (site / "data" / "notes.md").write_text("mine")
+    with pytest.raises(InputError, match=r"holds files uqmetrics report did not write "
+                                         r"\('data/notes.md'\)"):
+        build_site([path], site, overwrite=True)
+    assert (site / "data" / "notes.md").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
     (tmp_path / "empty").mkdir()
     build_site([path], tmp_path / "empty")  # an empty folder is no loss
+    assert oct((tmp_path / "empty").stat().st_mode & 0o777) == oct(0o777 & ~_umask())
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="not a folder"):
         build_site([path], tmp_path / "file", overwrite=True)
+    assert os.path.isfile(tmp_path / "file")
 
 
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_result_file_inside_out_is_refused_even_with_overwrite(tmp_path):
+    """Row 3 of issue 36: ``report RESULT --out DIR --overwrite`` with DIR holding RESULT
+    deleted the input; it is refused, and the file stays as it was."""
+    site = tmp_path / "site"
+    build_site([_write(tmp_path)], site)
+    inside = _write(site, "inside.nc")
+    before = inside.read_bytes()
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match=r"--out .*site' holds the input result file "
+                                             r".*inside.nc'"):
+            build_site([inside], site, overwrite=overwrite)
+    assert inside.read_bytes() == before
 def test_conflicts_are_flagged_and_provenance_shown(tmp_path):
     entries = {"dim": "model",
                "provenance": {"net_a": {"checkpoint_sha256": "aa" * 32, "seeds": [0],
@@ -238,7 +274,8 @@ def test_conflicts_are_flagged_and_provenance_shown(tmp_path):
                        "net_d": (False, False)}
     text = page.read_text(encoding="utf-8")
     assert "caches disagree on checkpoint_sha256" in text
-    assert "bb" * 32 in text and "cc" * 32 in text and "aa" * 32 in text and "/c/a.nc" in text
+    assert "bb" * 32 in text and "cc" * 32 in text and "aa" * 32 in text
+    assert "…/a.nc" in text and "/c/a.nc" not in text  # outside the result's folder: its name
     assert "per-entry provenance not recorded" not in text
 
     build_site([_write(tmp_path, "plain.nc")], tmp_path / "site2")
@@ -262,9 +299,10 @@ def test_bad_inputs_are_refused_before_anything_is_written(tmp_path):
         build_site([], tmp_path / "site")
     with pytest.raises(InputError, match="non-empty list"):
         build_site(str(path), tmp_path / "site")
-    other = write_dataset(_result(), tmp_path / "other.nc")
-    with pytest.raises(InputError, match="two result files of protocol 'toy'"):
-        build_site([path, other], tmp_path / "site")
+    with pytest.raises(InputError, match="toy.nc' is given twice"):
+        build_site([path, tmp_path / "." / "toy.nc"], tmp_path / "site")
+    with pytest.raises(InputError, match="--paths must be one of relative, absolute, got 'abs'"):
+        build_site([path], tmp_path / "site", paths="abs")
     plain = write_dataset(xr.Dataset({"x": ("model", [1.0])}), tmp_path / "plain.nc")
     with pytest.raises(ResultSchemaError):
         build_site([plain], tmp_path / "site")
@@ -421,3 +459,180 @@ def test_figure_format_switches_the_one_save_path(tmp_path):
     assert save_figure(fig, tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"  # reset after
     with pytest.raises(ValueError, match="fmt must be one of"), figure_format("gif"):
         pass
+
+
+DETECTORS = ["msp", "energy", "knn"]
+
+
+def _ood_result(dataset: str = "val") -> xr.Dataset:
+    """A result along (model, detector, ood_set), near/far means along (model, detector), an
+    id_accuracy per model, an accuracy along (model, corruption, calibration)."""
+    rng = np.random.default_rng(2)
+    ds = xr.Dataset(
+        {"auroc": (("model", "detector", "ood_set"), rng.uniform(0.5, 1, (4, 3, 2))),
+         "near_auroc": (("model", "detector"), rng.uniform(0.5, 1, (4, 3))),
+         "far_auroc": (("model", "detector"), rng.uniform(0.5, 1, (4, 3))),
+         "id_accuracy": ("model", rng.uniform(0.2, 0.9, 4)),
+         "accuracy": (("model", "corruption", "calibration"), rng.uniform(0, 1, (4, 3, 2)))},
+        coords={"model": MODELS, "detector": DETECTORS, "ood_set": ["near", "far"],
+                "corruption": ["blur", "noise", "fog"], "calibration": ["none", "temperature"]})
+    return stamp_result(ds, "toy", input_checksums=["ab" * 32],
+                        metrics={"auroc": "ood_auroc", "near_auroc": "ood_auroc",
+                                 "far_auroc": "ood_auroc", "id_accuracy": "accuracy",
+                                 "accuracy": "accuracy"},
+                        extra={"dataset_name": dataset})
+
+
+def test_declared_rows_and_headline_are_honoured(tmp_path):
+    """Issue 37 §5: a hook's ``rows`` stack dims into one row (model x detector, OpenOOD's
+    table) and its ``headline`` is the default view (a name the file lacks left out, ``*`` any
+    label), never the generic rule; a mean column is derived; the manifest names every value
+    with all its labels, so that verify reads each back from the file."""
+    from uqmetrics.verify import verify
+
+    ds = _ood_result()
+    path = write_dataset(ds, tmp_path / "ood.nc")
+    hook = ReportHook(rows=("model", "detector"),
+                      headline=("near_auroc", "far_auroc", "id_accuracy", "mce_if_any",
+                                "accuracy[corruption=*,calibration=none]"),
+                      means=("accuracy[calibration=none]",))
+    report = build_site([path], tmp_path / "site", hooks={"toy": hook})
+    board = report.boards[0]
+    pairs = [(m, d) for m in MODELS for d in DETECTORS]
+    assert [(board.rows[i], board.keys["detector"][i]) for i in range(len(pairs))] == pairs
+    assert board.headline == ["near_auroc", "far_auroc", "id_accuracy",
+                              "accuracy[corruption=blur,calibration=none]",
+                              "accuracy[corruption=noise,calibration=none]",
+                              "accuracy[corruption=fog,calibration=none]"]
+    assert board.headline != headline_columns(board.columns)  # not the generic rule
+
+    table = _table(tmp_path / "site/toy.html")
+    mean = "accuracy[calibration=none,corruption=mean]"
+    assert table.columns[:3] == ["model", "detector", mean]
+    assert [c for c in table.columns if c not in table.off] == ["model", "detector", mean,
+                                                                 *board.headline]
+    assert [r["row"] for r in table.rows] == [f"{m}/{d}" for m, d in pairs]
+    col = {c: k for k, c in enumerate(table.columns)}
+    for r, (m, d) in zip(table.rows, pairs, strict=True):
+        cells = r["cells"]
+        assert cells[col["detector"]][0] == d
+        assert float(cells[col["near_auroc"]][0]) == ds["near_auroc"].sel(model=m, detector=d)
+        assert float(cells[col["id_accuracy"]][0]) == ds["id_accuracy"].sel(model=m)
+        assert float(cells[col["auroc[ood_set=far]"]][0]) == ds["auroc"].sel(
+            model=m, detector=d, ood_set="far")
+        assert float(cells[col[mean]][0]) == float(
+            ds["accuracy"].sel(model=m, calibration="none").mean())
+
+    entries = read_manifest(tmp_path / "site")["entries"]
+    assert [e["id"] for e in entries] == [f"toy:{m}/{d}" for m, d in pairs]
+    first = entries[0]
+    assert (first["dim"], first["row"], first["keys"]) == ("model", "net_a", {"detector": "msp"})
+    assert first["metrics"]["auroc[detector=msp,ood_set=near]"] == ds["auroc"].sel(
+        model="net_a", detector="msp", ood_set="near")
+    assert first["metrics"]["id_accuracy"] == ds["id_accuracy"].sel(model="net_a")
+    assert mean not in first["metrics"]  # derived: never in the manifest
+    lines = []
+    verify(f"{tmp_path / 'site'}#toy:net_c/knn", lambda protocol: None, out=lines.append)
+    assert f"  agree     manifest metrics: {len(first['metrics'])} values equal the file's" \
+        in lines
+    with pytest.raises(ValueError, match=r"rows \['detector'\] must .* begin with its row_dim "
+                                         r"'model'"):
+        build_site([path], tmp_path / "bad", hooks={"toy": ReportHook(rows=("detector",),
+                                                                     row_dim="model")})
+
+
+def test_several_files_of_one_protocol_share_a_site(tmp_path):
+    """Issue 37 §5: two files of one protocol (a set each) go into one site, a page each named
+    after its dataset, with distinct entry ids, data files and manifest entries; ``verify``
+    finds each entry's own file."""
+    from uqmetrics.verify import resolve_target
+
+    (tmp_path / "val").mkdir()
+    (tmp_path / "v2").mkdir()
+    val = write_dataset(_ood_result("val"), tmp_path / "val" / "scores.nc")
+    v2 = write_dataset(_ood_result("imagenet-v2"), tmp_path / "v2" / "scores.nc")
+    site = tmp_path / "site"
+    report = build_site([val, v2], site)
+    assert [b.page for b in report.boards] == ["toy-val", "toy-imagenet-v2"]
+    files = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())
+    for page in ("toy-val", "toy-imagenet-v2"):
+        assert {f"{page}.html", f"data/{page}.csv", f"data/{page}.json"} <= set(files)
+    entries = read_manifest(site)["entries"]
+    ids = [e["id"] for e in entries]
+    assert len(ids) == len(set(ids)) == 8
+    assert ids[:4] == [f"toy-val:{m}" for m in MODELS]
+    assert ids[4:] == [f"toy-imagenet-v2:{m}" for m in MODELS]
+    assert {e["result"] for e in entries} == {"../val/scores.nc", "../v2/scores.nc"}
+    (entry,) = resolve_target(f"{site}#toy-imagenet-v2:net_b")
+    assert entry.result.samefile(v2) and entry.row == "net_b"
+    page = (site / "toy-imagenet-v2.html").read_text(encoding="utf-8")
+    assert "<h1>toy (imagenet-v2)</h1>" in page and "on dataset imagenet-v2" in page
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="toy-val.html"' in index and 'href="toy-imagenet-v2.html"' in index
+
+
+def test_subtitle_and_images_describe_the_run(tmp_path):
+    """Issue 37 §5: the line under the heading is the run the file records (its rows, its
+    dataset), or the hook's; the hook's images line and the units of its columns are said."""
+    path = write_dataset(_ood_result("val"), tmp_path / "ood.nc")
+    build_site([path], tmp_path / "site", hooks={"toy": ReportHook(
+        description="V.6 (523 classifiers)")})
+    page = (tmp_path / "site/toy.html").read_text(encoding="utf-8")
+    subtitle = re.search(r'<p class="subtitle">([^<]*)</p>', page)[1]
+    assert subtitle == "4 models on dataset val"
+    assert "Protocol: V.6 (523 classifiers)" in page  # labelled, not the subtitle
+
+    hook = ReportHook(subtitle=lambda ds: f"{ds.sizes['model']} nets of the run",
+                      images=lambda ds: f"all {ds.attrs['dataset_name']} images",
+                      extra_columns=lambda ds, dim: {"top1": list(100 * ds["id_accuracy"].values)},
+                      units={"top1": "%"})
+    build_site([path], tmp_path / "site2", hooks={"toy": hook})
+    page = (tmp_path / "site2/toy.html").read_text(encoding="utf-8")
+    assert '<p class="subtitle">4 nets of the run</p>' in page
+    assert '<p class="images">Images: all val images</p>' in page
+    assert 'data-column="top1" data-type="number" scope="col">top1 (%)</th>' in page
+    assert "in the unit their header shows: <code>top1</code> (%)" in page
+
+
+def test_site_holds_no_absolute_path_unless_asked(tmp_path):
+    """Issue 37 §5: every file of the site is free of the building machine's folders (the
+    test's temporary folder, $HOME): the result is named relative to the site, caches and
+    weights relative to the result's folder or by name. ``verify`` still finds the result
+    and the caches (it reads those from the result). ``paths="absolute"`` shows them."""
+    import os
+
+    from uqmetrics.verify import resolve_target
+
+    home = os.path.expanduser("~")
+    run = tmp_path / "run"
+    (run / "scores").mkdir(parents=True)
+    cache = run / "caches" / "net_a.val.nc"
+    entries = {"dim": "model",
+               "provenance": {"net_a": {"caches": [str(cache)],
+                                        "weights_file": f"{home}/models/net_a.safetensors"}},
+               "conflicts": {"net_b": {"weights_file": [f"{tmp_path}/x.pt", "/elsewhere/y.pt"]}}}
+    ds = _result(entries=entries)
+    ds.attrs["caches"] = json.dumps({str(cache): "ab" * 32})
+    ds.attrs["run_config"] = json.dumps({"cwd": str(tmp_path), "options": {"out": str(run)}})
+    ds.attrs["notes"] = f"wrote {cache}. and {home}/a b"
+    path = write_dataset(ds, run / "scores" / "toy.nc")
+    site = tmp_path / "site"
+
+    def leaks(folder: Path, needle: str) -> list[str]:
+        return [p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                if p.is_file() and needle in p.read_text(encoding="utf-8", errors="replace")]
+
+    build_site([path], site)
+    for needle in (str(tmp_path), *([home] if len(home) > 1 else [])):
+        assert leaks(site, needle) == [], needle
+    page = (site / "toy.html").read_text(encoding="utf-8")
+    assert "../caches/net_a.val.nc" in page  # the cache, relative to the result's folder
+    assert "…/net_a.safetensors" in page and "…/y.pt" in page  # elsewhere: the name
+    (entry, *_) = resolve_target(site)
+    assert entry.result == Path(os.path.normpath(site / "../run/scores/toy.nc"))
+    assert entry.result.samefile(path)
+
+    build_site([path], tmp_path / "abs", paths="absolute")
+    assert sorted(leaks(tmp_path / "abs", str(tmp_path))) == [
+        "data/toy.json", "index.html", "manifest.json", "toy.html"]
+    assert read_manifest(tmp_path / "abs")["entries"][0]["result"] == str(path.resolve())

@@ -9,7 +9,9 @@ refused by rerun with a clear message.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import socket
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,31 +88,40 @@ _LINE = ["run", "b", "--out", "o", "--caches", "c1", "c2", "--model", "m1", "--m
          "--no-channels-last", "--amp"]
 
 
-def test_the_resolved_configuration_reads_back_to_the_same_values(tmp_path):
+def test_the_resolved_configuration_reads_back_to_the_same_values(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c1").write_text("a cache")
     args = _parser().parse_args(_LINE)
     config = resolved_config(args)
     assert config["command"] == "tool run"
+    # where it ran; its paths absolute (out, and what names an existing path: c1, not c2)
+    assert (config["host"], config["user"], config["cwd"]) == \
+        (socket.gethostname(), getpass.getuser(), str(tmp_path))
     assert config["options"] == {
-        "kind": "b", "out": "o", "caches": ["c1", "c2"], "model": ["m1", "m2"],
-        "levels": [1, 3, 5], "rate": 0.25, "mode": "y", "overwrite": False, "batch-size": 8,
-        "channels-last": False, "amp": True, "seed": None}
+        "kind": "b", "out": str(tmp_path / "o"), "caches": [str(tmp_path / "c1"), "c2"],
+        "model": ["m1", "m2"], "levels": [1, 3, 5], "rate": 0.25, "mode": "y",
+        "overwrite": False, "batch-size": 8, "channels-last": False, "amp": True, "seed": None}
     path = write_config_file(tmp_path / "run.config.toml", config)
     assert not list(tmp_path.glob(".*.tmp"))  # written through a temporary file
     assert read_config(path, command="tool run") == {
         k: v for k, v in config["options"].items() if v is not None}  # none: left out
     again = _parser().parse_args(["run", "--config", str(path)])
     assert {k: getattr(again, k) for k in vars(args) if not k.startswith("_")} == \
-        {k: getattr(args, k) for k in vars(args) if not k.startswith("_")}
+        {k: getattr(args, k) for k in vars(args) if not k.startswith("_") and
+         k not in ("out", "caches")} | {"out": str(tmp_path / "o"),
+                                        "caches": [str(tmp_path / "c1"), "c2"]}
     assert resolved_config(again)["options"] == config["options"]
 
 
-def test_the_command_line_overrides_the_file(tmp_path):
+def test_the_command_line_overrides_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path = write_config_file(tmp_path / "f.toml", resolved_config(_parser().parse_args(_LINE)))
     args = _parser().parse_args(["run", "a", "--model", "m9", "--caches", "z",
                                  "--config", str(path), "--batch-size=16", "--channels-last"])
     assert (args.kind, args.model, args.caches, args.batch_size, args.channels_last) == \
         ("a", ["m9"], ["z"], 16, True)  # a list given replaces the file's, whatever the order
-    assert (args.out, args.levels, args.rate, args.amp) == ("o", (1, 3, 5), 0.25, True)
+    assert (args.out, args.levels, args.rate, args.amp) == \
+        (str(tmp_path / "o"), (1, 3, 5), 0.25, True)
     # the file's values count as given: they override a base configuration (a preset)
     assert {"batch_size", "channels_last", "amp"} <= given_options(args)
 
@@ -156,7 +167,9 @@ def test_a_missing_file_and_a_result_without_a_recorded_run_are_refused(tmp_path
         rerun_argv(result, "tool", out="elsewhere")
 
 
-def test_results_written_while_a_command_runs_record_it_and_rerun_reads_it(tmp_path):
+def test_results_written_while_a_command_runs_record_it_and_rerun_reads_it(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
     args = _parser().parse_args(_LINE[:1] + ["a", "--out", str(tmp_path / "o"), "--caches", "c"])
     written = []
 
@@ -185,7 +198,8 @@ def test_results_written_while_a_command_runs_record_it_and_rerun_reads_it(tmp_p
         rerun_argv(written[0], "other", out="new")
 
 
-def test_the_file_is_written_only_by_a_run_that_wrote_its_results(tmp_path):
+def test_the_file_is_written_only_by_a_run_that_wrote_its_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     target = tmp_path / "run.config.toml"
     files = lambda a, config: [target]
     line = ["run", "a", "--out", "o", "--caches", "c"]

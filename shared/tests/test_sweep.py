@@ -20,6 +20,7 @@ from dask import distributed
 
 from uqmetrics import sweep
 from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
+from uqmetrics.testing.signals import interruptible
 
 
 class FakeClock:
@@ -337,7 +338,8 @@ def test_ctrl_c_stops_a_local_cluster_without_a_line_from_dask(tmp_path):
     script = tmp_path / "sweep_script.py"
     script.write_text(_INTERRUPTED)
     out, log = tmp_path / "out", tmp_path / "sweep.log"
-    proc = subprocess.Popen([sys.executable, str(script), str(out), str(log)],
+    # SIGINT at its default in the script, even where this test runs with it ignored (nohup)
+    proc = subprocess.Popen(interruptible([sys.executable, str(script), str(out), str(log)]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     lines: list[tuple[float, str]] = []

@@ -29,6 +29,7 @@ import xarray as xr
 from uqmetrics import sweep
 from uqmetrics.io import read_dataset
 from uqmetrics.sweep import Cell, ClusterSpec, add_cluster_options, run_sweep
+from uqmetrics.testing.signals import sigint_raises
 
 dask_jobqueue = pytest.importorskip("dask_jobqueue")
 
@@ -270,8 +271,9 @@ def test_the_only_job_killed_is_replaced_and_the_sweep_finishes(tmp_path, monkey
                                                                    signal.SIGINT))
     watchdog.start()
     try:
-        report = run_sweep(cells, _slow_square, tmp_path / "out", scheduler=spec,
-                           progress=False, on_result=kill_the_job)
+        with sigint_raises():  # the watchdog's SIGINT stops a hung sweep even under nohup
+            report = run_sweep(cells, _slow_square, tmp_path / "out", scheduler=spec,
+                               progress=False, on_result=kill_the_job)
     finally:
         done.set()
         watchdog.cancel()
@@ -496,3 +498,23 @@ def test_a_queue_clusters_dashboard_is_on_loopback_and_printed_once(tmp_path, ca
     port = _link_port(err)
     assert port is not None and "(1 jobqueue-local job(s) asked for)" in err
     assert {addr for addr, p in seen if p == port} == {"127.0.0.1"}
+
+
+def test_a_job_whose_worker_cannot_start_is_one_line_with_the_reason(tmp_path, capfd):
+    """``--cluster-option python=/nonexistent``: the job's command cannot start. The sweep
+    stops with one line naming the queue's reason (dask-jobqueue, closing the cluster, would
+    raise its own TypeError over it: a job never started has no job id to cancel), and leaves
+    no process behind."""
+    spec = ClusterSpec.from_args(_parse("--cluster", "jobqueue-local", "--cluster-config",
+                                        str(_config(tmp_path)), "--cluster-option",
+                                        "python=/nonexistent"))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ValueError) as exc:
+        run_sweep([Cell("c0", {"i": 1})], _square, tmp_path / "out", scheduler=spec,
+                  progress=False)
+    message = str(exc.value)
+    assert message == ("--cluster jobqueue-local: the queue refused a job: [Errno 2] No such "
+                       "file or directory: '/nonexistent' (check --cluster-option and "
+                       "--cluster-config)")
+    assert "Traceback" not in capfd.readouterr().err
+    assert not {p.pid for p in psutil.Process().children(recursive=True)} - before

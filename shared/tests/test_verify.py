@@ -217,3 +217,23 @@ def test_bad_targets_are_input_errors(result, tmp_path):
     with pytest.raises(InputError, match="rtol must be a finite number >= 0"):
         verify(result, _rescorer, rtol=-1.0, out=lambda line: None)
 
+
+
+def test_a_target_that_is_not_netcdf_is_an_input_error(tmp_path):
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(InputError, match=r"target '.*passwd' is not a netCDF file"):
+        verify(text, _rescorer, out=lambda line: None)
+
+
+def test_a_result_of_another_tool_is_refused_naming_the_tool_that_verifies_it(result, tmp_path):
+    ds = read_dataset(result)
+    ds.attrs["run_config"] = json.dumps({"command": "uqvision score toy", "options": {}})
+    other = write_dataset(ds, tmp_path / "vision.nc")
+    with pytest.raises(InputError, match=r"is a result of uqvision, not of uqreg: verify it with "
+                                         r"uqvision verify"):
+        verify(other, _rescorer, tool="uqreg", out=lambda line: None)
+    site = _site(tmp_path, other)
+    with pytest.raises(InputError, match=r"^toy:b: .* verify it with uqvision verify"):
+        verify(f"{site}#toy:b", _rescorer, tool="uqreg", out=lambda line: None)
+    assert verify(other, _rescorer, tool="uqvision", out=lambda line: None) == 0

@@ -122,6 +122,8 @@ def test_options_on_the_command_line_override_the_file(first, tmp_path):
     ('[options]\nquiet = "yes"\n', "key 'quiet' = \"yes\": expected true or false"),
     ('[options]\nmethods = ["blr", true]\n', "key 'methods' = [\"blr\", true]: expected a list"),
     ('[options\nrepetitions = 2\n', "is not a TOML file"),
+    ('[options]\nn-cal = 50\nn_cal = 60\n',
+     "keys 'n-cal' and 'n_cal' are one option (--n-cal): give it once"),
 ])
 def test_a_bad_configuration_file_exits_2_naming_it(tmp_path, capsys, text, said):
     path = tmp_path / "bad.toml"

@@ -123,6 +123,23 @@ def test_a_bad_configuration_file_exits_2_naming_it(tmp_path, capsys, text, said
     assert not (tmp_path / "s.nc").exists()
 
 
+@pytest.mark.parametrize(("text", "said"), [
+    ('[options]\nn-cal = 50\nn_cal = 60\n',
+     "keys 'n-cal' and 'n_cal' are one option (--n-cal): give it once"),
+    ('[options]\ntrials = 1e21\n', "key 'trials' = 1e+21: "),
+])
+def test_a_key_given_twice_or_out_of_range_is_one_line(tmp_path, capsys, text, said):
+    path = tmp_path / "conformal.toml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["score", "conformal", "--config", str(path), "--caches", str(tmp_path),
+              "--out", str(tmp_path / "c.nc")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("uqvision score conformal: error: argument --config: ")
+    assert str(path) in err and said in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_configuration_of_another_command_is_refused(chain, capsys, tmp_path):
     (predict,) = (chain / "caches").glob("predict.*.config.toml")
     with pytest.raises(SystemExit):

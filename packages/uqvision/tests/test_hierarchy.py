@@ -78,8 +78,10 @@ def test_every_class_has_exactly_the_scale_counts_of_32px_rgb_images(smoke, info
             == [n] * len(info.classes)
     with Image.open(info.splits["test"] / info.classes[0] / "00000.png") as im:
         assert (im.mode, im.size) == ("RGB", (SMOKE.image_size, SMOKE.image_size))
-    # nothing but the documented files, no temporary folder left beside the output
-    assert sorted(p.name for p in smoke.iterdir()) == sorted(["classes.json", *SPLITS, MIXED])
+    # nothing but the documented files (and the record of them, uqmetrics.io.folder_replaced),
+    # no temporary folder left beside the output
+    assert sorted(p.name for p in smoke.iterdir()) == sorted(
+        [".uqmetrics-written.json", "classes.json", *SPLITS, MIXED])
     assert [p.name for p in smoke.parent.iterdir()] == [smoke.name]
 
 
@@ -242,8 +244,13 @@ def test_existing_output_is_refused_unless_overwrite(smoke, tmp_path):
     with pytest.raises(ValueError, match=str(out)):
         make_hierarchy(out, scale="smoke")
     assert (out / "keep.txt").read_text() == "mine"
+    # --overwrite replaces only a folder the dataset makers wrote (issue 36)
+    with pytest.raises(ValueError, match="is not a folder uqvision data wrote"):
+        make_hierarchy(out, scale="smoke", overwrite=True)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    make_hierarchy(out, scale="smoke", seed=1)
     make_hierarchy(out, scale="smoke", overwrite=True)
-    assert not (out / "keep.txt").exists()
     assert _digests(out) == _digests(smoke)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h"]
     # an existing empty folder holds nothing to overwrite

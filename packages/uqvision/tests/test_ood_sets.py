@@ -1,5 +1,7 @@
 """OpenOOD v1.5's ImageNet OOD sets: registered with their near/far split, recorded in the
-caches; the ID/OOD overlap check by content hash (folders, archives, image lists); and
+caches; the ID/OOD overlap check by the decoded pixels (folders, archives, image lists: an ID
+image re-saved as PNG is refused, one re-encoded or resized reported as a near duplicate by its
+perceptual hash, and the kept hashes never trusted for a file changed in place); and
 ``uqvision sweep --ood-sets``, which predicts each OOD set once per model (resumed) after
 checking it disjoint from ``--data``.
 
@@ -9,8 +11,10 @@ The sweeps run in process on a thread-based Dask cluster, as tests/test_sweep_se
 
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +24,14 @@ from test_sweep_sets import RANDOM, _dask_globals_kept, client  # noqa: F401  (f
 from uqmetrics import InputError
 
 from uqvision.cli import main
-from uqvision.data import ImageFolderDataset, check_disjoint, content_hashes, make_digits_folder
+from uqvision.data import (
+    NEAR_DUPLICATE_DISTANCE,
+    ImageFolderDataset,
+    NearDuplicateWarning,
+    check_disjoint,
+    content_hashes,
+    make_digits_folder,
+)
 from uqvision.evalsets import EVAL_SETS, OOD_SPLITS, EvalSet, cache_eval_set, eval_set_attrs
 from uqvision.predict import PredictConfig
 from uqvision.sweep import check_ood_targets, sweep_targets
@@ -82,12 +93,13 @@ def test_the_caches_record_the_split_and_older_caches_read_with_their_sets():
     assert cache_eval_set({"eval_set": "imagenet-v2"})["ood_split"] == ""
 
 
-def test_an_id_image_copied_under_another_name_is_found_by_its_bytes(tree, tmp_path):
+def test_an_id_image_copied_under_another_name_is_found_by_its_pixels(tree, tmp_path):
     n = check_disjoint(tree["data"], tree["list"], name="ninco")  # disjoint: passes
     assert n == 4
     with pytest.raises(InputError, match=(
-            r"^leaky: 1 of its 3 images are images of --data '.*test' \(the same bytes, "
-            rf"SHA-256\): \(ID '{tree['first']}', OOD 'x/copy_under_another_name.png'\); an ID "
+            r"^leaky: 1 of its 3 images are images of --data '.*test' \(the same pixels, "
+            r"SHA-256 of the decoded RGB, whatever the file format\): "
+            rf"\(ID '{tree['first']}', OOD 'x/copy_under_another_name.png'\); an ID "
             r"image in an OOD set is an error, not a silent overlap")):
         check_disjoint(tree["data"], tree["leaky"], name="leaky")
     # through an archive too, and the hashes kept on disk are read back
@@ -163,3 +175,110 @@ def test_ood_targets_take_the_sweeps_prediction_options(tree):
     assert check_ood_targets(data, targets) == 4
     with pytest.raises(InputError, match="its dataset name 'ninco' .* is --ood-sets "):
         sweep_targets(data, config, ood_sets=[f"ninco={tree['list']}", f"ninco={tree['leaky']}"])
+
+
+# -- the same image in another file format, re-encoded or resized -------------------------------
+
+def _photo(seed: int, size=(64, 48)) -> Image.Image:
+    """A photograph-like image: a smooth random field and a little grain."""
+    rng = np.random.default_rng(seed)
+    low = Image.fromarray(rng.integers(0, 255, (4, 5, 3), dtype=np.uint8)).resize(size,
+                                                                                  Image.BICUBIC)
+    grain = rng.normal(0, 6, (size[1], size[0], 3))
+    return Image.fromarray(np.clip(np.asarray(low) + grain, 0, 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """--data: 6 JPEG photographs in 2 classes; an OOD folder of 3 other photographs."""
+    base = tmp_path_factory.mktemp("photos")
+    for i in range(6):
+        (base / "id" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        _photo(i).save(base / "id" / f"c{i % 2}" / f"p{i}.jpg", quality=90)
+    (base / "ood" / "x").mkdir(parents=True)
+    for i in range(3):
+        _photo(50 + i).save(base / "ood" / "x" / f"o{i}.jpg", quality=90)
+    return base
+
+
+def _ood_with(photos, tmp_path, name: str, image: Image.Image, **save) -> Path:
+    ood = tmp_path / "ood"
+    shutil.copytree(photos / "ood", ood)
+    image.save(ood / "x" / name, **save)
+    return ood
+
+
+def test_an_id_jpeg_resaved_as_png_is_refused_by_its_pixels(photos, tmp_path):
+    """Before, the overlap check compared the files' bytes: a PNG of an ID JPEG's pixels was
+    scored as OOD."""
+    check_disjoint(photos / "id", photos / "ood", name="ood")  # disjoint, nothing near: passes
+    pixels = Image.open(photos / "id" / "c1" / "p3.jpg").convert("RGB")
+    ood = _ood_with(photos, tmp_path, "resaved.png", pixels)
+    with pytest.raises(InputError, match=r"^ood: 1 of its 4 images are images of --data "
+                                         r"'.*id' \(the same pixels, SHA-256 of the decoded "
+                                         r"RGB, whatever the file format\): \(ID 'c1/p3.jpg', "
+                                         r"OOD 'x/resaved.png'\)"):
+        check_disjoint(photos / "id", ood, name="ood")
+    # the same pixels in grey levels stored as RGB: the models see the same image too
+    grey = Image.open(photos / "id" / "c0" / "p0.jpg").convert("L")
+    (photos / "grey" / "g").mkdir(parents=True)
+    grey.save(photos / "grey" / "g" / "a.png")
+    grey.convert("RGB").save(ood / "x" / "grey_as_rgb.png")
+    assert content_hashes(ood)["x/grey_as_rgb.png"] == content_hashes(photos / "grey")["g/a.png"]
+
+
+@pytest.mark.parametrize("how, save", [
+    ("jpeg q75", {"quality": 75}),
+    ("jpeg q30", {"quality": 30}),
+    ("half size", {"quality": 90}),
+])
+def test_an_id_image_reencoded_or_resized_is_reported_as_a_near_duplicate(photos, tmp_path, how,
+                                                                          save):
+    image = Image.open(photos / "id" / "c0" / "p2.jpg").convert("RGB")
+    if how == "half size":
+        image = image.resize((image.width // 2, image.height // 2), Image.BILINEAR)
+    ood = _ood_with(photos, tmp_path, "again.jpg", image, **save)
+    with pytest.warns(NearDuplicateWarning) as caught:
+        assert check_disjoint(photos / "id", ood, name="ood") == 4  # reported, not refused
+    (w,) = caught
+    msg = str(w.message)
+    assert msg.startswith(f"ood: 1 of its 4 images are near duplicates of images of --data "
+                          f"{str(photos / 'id')!r} (perceptual hash within "
+                          f"{NEAR_DUPLICATE_DISTANCE} of 64 bits"), msg
+    assert "(ID 'c0/p2.jpg', OOD 'x/again.jpg', " in msg and "\n" not in msg
+    check_disjoint(photos / "id", ood, name="ood", near_distance=None)  # not looked for
+
+
+def test_kept_hashes_are_keyed_by_content_not_by_size_and_time(photos, tmp_path):
+    """An OOD file overwritten in place with an ID image's pixels, its size and modification
+    time kept: the kept hashes of the earlier check are never taken for it (before, they were
+    keyed by path, size and time, and the copy passed)."""
+    ood, kept = tmp_path / "ood", tmp_path / "kept"
+    (ood / "x").mkdir(parents=True)
+    _photo(70).save(ood / "x" / "a.png", compress_level=0)  # stored: the size is the pixels'
+    _photo(71).save(ood / "x" / "b.png", compress_level=0)
+    assert check_disjoint(photos / "id", ood, name="ood", cache_dir=kept) == 2
+    target = ood / "x" / "a.png"
+    st = target.stat()
+    Image.open(photos / "id" / "c0" / "p4.jpg").convert("RGB").save(target, compress_level=0)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (target.stat().st_size, target.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    with pytest.raises(InputError, match=r"\(ID 'c0/p4.jpg', OOD 'x/a.png'\)"):
+        check_disjoint(photos / "id", ood, name="ood", cache_dir=kept)
+
+
+def test_the_sweep_reports_near_duplicates_in_one_line_and_goes_on(photos, tmp_path, client,  # noqa: F811
+                                                                   capsys):
+    image = Image.open(photos / "id" / "c1" / "p1.jpg").convert("RGB")
+    ood = _ood_with(photos, tmp_path, "again.jpg", image, quality=60)
+    out = tmp_path / "s"
+    assert main(["--threads", "1", "sweep", "--models", RANDOM, "--random-init", "--data",
+                 str(photos / "id"), "--calibration-size", "0.5", "--scheduler",
+                 client.scheduler.address, "--out", str(out), "--ood-sets",
+                 f"ood-far={ood}"]) == 0
+    err = capsys.readouterr().err
+    (line,) = [t for t in err.splitlines() if "near duplicates" in t]
+    assert line.startswith(f"uqvision sweep: note: --ood-sets 'ood-far={ood}': 1 of its 4 "
+                           "images are near duplicates of images of --data "), line
+    assert "(ID 'c1/p1.jpg', OOD 'x/again.jpg', " in line
+    assert len(list((out / "caches").glob("*.nc"))) == 2

@@ -130,6 +130,27 @@ def test_a_broken_plugin_is_one_line_naming_it_and_nothing_stops(tmp_path):
     assert "uqvision.protocols: toy = uqvision_toy:PROTOCOL (loaded)" in r.stdout
 
 
+def test_a_plugin_that_calls_sys_exit_is_one_line_and_the_command_runs(tmp_path):
+    """Issue 36, row 17: a plugin whose import calls ``sys.exit(0)`` made every command quit
+    silently with exit 0; now it is one line naming it, and the command runs."""
+    (tmp_path / "exitplug.py").write_text("import sys\nsys.exit(0)\n")
+    info = tmp_path / "exitplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exitplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[uqvision.protocols]\nquits = exitplug:PROTOCOL\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])}
+    r = _uqvision("reproduce", "-h", env=env)
+    assert r.returncode == 0 and "toy" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "'quits'" in lines[0], r.stderr
+    assert "package exitplug" in lines[0] and "sys.exit(0)" in lines[0], lines[0]
+    r = _uqvision("plugins", env=env)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "uqvision.protocols: quits NOT LOADED: SystemExit: loading it called sys.exit(0)" \
+        in r.stdout.splitlines()
+    assert "uqvision.protocols: toy = uqvision_toy:PROTOCOL (loaded)" in r.stdout
+
+
 @pytest.mark.slow
 def test_a_protocol_added_in_the_package_is_its_folder_and_one_line(tmp_path, digits):
     """A copy of the installed uqvision gains a protocol folder (the toy protocol under another

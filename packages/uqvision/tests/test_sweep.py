@@ -13,6 +13,7 @@ import pytest
 import timm
 import torch
 import xarray as xr
+from uqmetrics.testing.signals import interruptible
 
 from uqvision.cli import main
 from uqvision.predict import PredictConfig
@@ -557,8 +558,9 @@ def test_ctrl_c_on_a_sweep_prints_one_line(digits, tmp_path):
            "resnet34", "resnet50", "resnet101", "--random-init", "--data",
            str(digits / "test"), "--out", str(out), "--calibration-size", "0.3",
            "--n-workers", "2", "--batch-size", "16"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+    # SIGINT at its default in the sweep, even where this test runs with it ignored (nohup)
+    proc = subprocess.Popen(interruptible(cmd), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: lines.extend(
         (time.monotonic(), ln.rstrip("\n")) for ln in proc.stderr), daemon=True)

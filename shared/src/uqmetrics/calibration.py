@@ -37,10 +37,12 @@ from ._validation import (
     numeric_array,
 )
 from .conventions import CONVENTIONS
+from .exceptions import InputError
 from .scoring import Confidence, Scorer
 
 __all__ = [
     "CALIBRATION_PROTOCOLS",
+    "MIN_TEMPERATURE_SAMPLES",
     "TemperatureFit",
     "calibrated_log_likelihood",
     "calibration_splits",
@@ -53,6 +55,9 @@ __all__ = [
 
 #: Default search interval for the temperature: ``log T`` in ``[log 0.01, log 100]``.
 DEFAULT_BOUNDS = (0.01, 100.0)
+#: The fewest samples :func:`fit_temperature` fits on with ``strict=True`` (the protocols that
+#: hold out a calibration split: shift, conformal). Below it a few images decide the fit.
+MIN_TEMPERATURE_SAMPLES = 5
 #: Absolute tolerance of the bounded search on ``log T``.
 _XATOL = 1e-6
 #: An optimum closer than this (in ``log T``) to a bound counts as hitting the bound.
@@ -203,7 +208,10 @@ def _fit(z: np.ndarray, y: np.ndarray, bounds: tuple[float, float]) -> Temperatu
     lo, hi = np.log(bounds[0]), np.log(bounds[1])
     res = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": _XATOL})
     log_t = float(res.x)
-    interior = lo + _BOUND_TOL < log_t < hi - _BOUND_TOL
+    # on a bound also where the NLL is no lower inside than there: every sample right with a
+    # wide margin rounds the NLL to 0 short of the lower bound, and the search stops inside
+    interior = (lo + _BOUND_TOL < log_t < hi - _BOUND_TOL
+                and nll(lo) > res.fun and nll(hi) > res.fun)
     return TemperatureFit(
         temperature=float(np.exp(log_t)),
         converged=bool(res.success and interior),
@@ -238,8 +246,10 @@ def fit_temperature_result(
     search (``scipy.optimize.minimize_scalar(method="bounded")``, ``xatol=1e-6``) over
     ``log T``. The NLL is convex in ``1/T``, hence unimodal in ``log T``, so the 1-D search
     finds the global optimum in the interval. ``converged`` is False when the search stopped
-    within ``1e-5`` (in ``log T``) of a bound, i.e. the unconstrained optimum is outside the
-    interval, or when the optimiser reports failure.
+    within ``1e-5`` (in ``log T``) of a bound, or the NLL at a bound is no higher than at the
+    ``T`` found (it rounds to a constant there, e.g. 0 for samples all right with a wide
+    margin), i.e. the unconstrained optimum is outside the interval, or when the optimiser
+    reports failure.
 
     References
     ----------
@@ -256,7 +266,7 @@ def fit_temperature_result(
     return _fit(z, y, lo_hi)
 
 
-def fit_temperature(logits: Any, labels: Any) -> float:
+def fit_temperature(logits: Any, labels: Any, *, strict: bool = False) -> float:
     """Fit the temperature ``T > 0`` minimising the NLL of ``softmax(logits / T)``.
 
     Parameters
@@ -265,18 +275,48 @@ def fit_temperature(logits: Any, labels: Any) -> float:
         Calibration-set logits.
     labels : array_like of int, shape (n,)
         Calibration-set labels in ``[0, C)``.
+    strict : bool, default False
+        Refuse a fit on fewer than :data:`MIN_TEMPERATURE_SAMPLES` samples, and a fitted ``T``
+        on a bound of the search (:data:`DEFAULT_BOUNDS`: the NLL has no minimum inside it,
+        e.g. every sample right drives ``T`` to 0.01, every sample wrong to 100), instead of
+        returning that bound.
 
     Returns
     -------
     float
         The fitted temperature (see :func:`fit_temperature_result` for convergence details).
 
+    Raises
+    ------
+    InputError
+        With ``strict``: too few samples, or ``T`` on a bound (the message names the bound
+        and the number of samples).
+
     Examples
     --------
     >>> round(fit_temperature([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]], [0, 1, 1]), 3)
     2.885
+    >>> fit_temperature([[2.0, 0.0]] * 5, [0] * 5, strict=True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    uqmetrics.exceptions.InputError: the temperature fitted on 5 samples runs to the search's...
     """
-    return fit_temperature_result(logits, labels).temperature
+    if strict:
+        n = len(labels)
+        if n < MIN_TEMPERATURE_SAMPLES:
+            raise InputError(f"a temperature is fitted on at least {MIN_TEMPERATURE_SAMPLES} "
+                             f"samples, got {n}")
+    fit = fit_temperature_result(logits, labels)
+    if strict and not fit.converged:
+        lo, hi = DEFAULT_BOUNDS
+        low = fit.temperature < 1.0  # the interval holds 1: the side the optimum is on
+        why = ("every sample classified right, with a margin" if low else
+               "the samples are classified wrong with confidence")
+        raise InputError(f"the temperature fitted on {n} samples runs to the search's "
+                         f"{'lower' if low else 'upper'} bound T = {lo if low else hi:g} "
+                         f"(bounds ({lo:g}, {hi:g})): the NLL has no minimum inside them ({why}); "
+                         "fit it on more samples")
+    return fit.temperature
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,14 @@ options given override them, the others leave them alone
 (``config_kwargs(args, options, given_only=True)``). The values of a ``--config`` file
 (:mod:`uqmetrics.run_config`) count as given (:func:`mark_given`), under those of the command
 line.
+
+A *launcher option* says where and how a command's work runs, not what it computes: a cluster
+and its job script, a scheduler to connect to, a dashboard, worker and thread counts. Such an
+option is marked where it is defined (:func:`mark_launcher`, which
+:func:`uqmetrics.sweep.add_cluster_options` applies to all of its own;
+``ConfigOption(..., launcher=True)``), and :func:`is_launcher` is the one test of it: a result
+file never gives one to a run (:mod:`uqmetrics.run_config`), so that a file received from
+someone else cannot start a job or connect anywhere.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["FROM_CONFIG", "ConfigOption", "add_config_options", "config_defaults", "config_kwargs",
-           "given_options", "mark_given", "records_given"]
+           "given_options", "is_launcher", "launcher_keys", "mark_given", "mark_launcher",
+           "records_given"]
 
 #: Marks a :class:`ConfigOption` whose default is the config field's.
 FROM_CONFIG: Any = object()
@@ -31,6 +40,8 @@ FROM_CONFIG: Any = object()
 #: argparse keeps its unrecognized arguments in ``_unrecognized_args``); read it with
 #: :func:`given_options`.
 _GIVEN = "_given_options"
+#: The attribute of an argparse action that marks a launcher option (:func:`mark_launcher`).
+_LAUNCHER = "uqmetrics_launcher"
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,9 @@ class ConfigOption:
     negatable : bool
         A ``bool`` field's flag also has its ``--no-`` form (``--channels-last`` and
         ``--no-channels-last``; ``argparse.BooleanOptionalAction``).
+    launcher : bool
+        A launcher option (:func:`mark_launcher`): how the work runs (e.g. a worker count),
+        never taken from a result file.
     """
 
     field: str
@@ -75,6 +89,7 @@ class ConfigOption:
     default: Any = FROM_CONFIG
     shown: Callable[[Any], str] | None = None
     negatable: bool = False
+    launcher: bool = False
 
 
 def config_defaults(config: type) -> dict[str, Any]:
@@ -136,7 +151,49 @@ def add_config_options(parser: argparse.ArgumentParser, config: type,
                 kwargs["metavar"] = opt.metavar
             if opt.nargs is not None:
                 kwargs["nargs"] = opt.nargs
-        parser.add_argument(opt.flag or "--" + opt.field.replace("_", "-"), **kwargs)
+        action = parser.add_argument(opt.flag or "--" + opt.field.replace("_", "-"), **kwargs)
+        if opt.launcher:
+            mark_launcher(action)
+
+
+def mark_launcher(*actions: argparse.Action | argparse._ArgumentGroup,
+                  keys: Sequence[str] | None = None) -> None:
+    """Mark options (argparse actions, or every action of an argument group) as launcher
+    options: where and how the work runs (a cluster, a queue's job script or interpreter, a
+    scheduler, a dashboard, worker and thread counts), not what is computed.
+    :mod:`uqmetrics.run_config` never takes them from a result file (``rerun``, ``--config
+    FILE.nc``); the command line and a TOML configuration may give them.
+
+    Examples
+    --------
+    >>> p = argparse.ArgumentParser()
+    >>> mark_launcher(p.add_argument("--workers", type=int, default=2))
+    >>> [a.dest for a in p._actions if is_launcher(a)]
+    ['workers']
+
+    ``keys`` marks the launcher keys of a ``KEY=VALUE`` option (``uqvision reproduce --set
+    workers=4``): only those pairs are launcher options (:func:`launcher_keys`).
+
+    >>> s = p.add_argument("--set", action="append")
+    >>> mark_launcher(s, keys=("workers",))
+    >>> is_launcher(s), launcher_keys(s)
+    (False, frozenset({'workers'}))
+    """
+    for item in actions:
+        for action in getattr(item, "_group_actions", [item]):
+            setattr(action, _LAUNCHER, True if keys is None else frozenset(keys))
+
+
+def is_launcher(action: argparse.Action) -> bool:
+    """Whether ``action`` is a launcher option as a whole (:func:`mark_launcher`)."""
+    return getattr(action, _LAUNCHER, False) is True
+
+
+def launcher_keys(action: argparse.Action) -> frozenset[str]:
+    """The launcher keys of a ``KEY=VALUE`` option (:func:`mark_launcher` with ``keys``);
+    empty for any other option."""
+    marked = getattr(action, _LAUNCHER, False)
+    return marked if isinstance(marked, frozenset) else frozenset()
 
 
 def _record_given(namespace: argparse.Namespace, dest: str) -> None:

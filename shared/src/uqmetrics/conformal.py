@@ -21,7 +21,9 @@ Conventions (also in :data:`uqmetrics.CONVENTIONS`, the ``conformal_*`` entries)
   Non-randomized scores use ``U = 1`` (the cumulative mass up to and including ``y``).
 - **Quantile.** ``qhat`` = the ``k = ceil((n + 1)(1 - alpha))``-th smallest of the ``n``
   calibration scores (+inf when ``k > n``); sets are ``{y: s(x, y) <= qhat}`` (non-strict,
-  empty sets allowed).
+  empty sets allowed). ``k <= n`` needs ``n >= 1/alpha - 1`` calibration samples
+  (:func:`min_calibration_size`: 9 at ``alpha = 0.1``, 19 at 0.05); with fewer every set
+  holds every class and the coverage is 1 whatever the model.
 - **RAPS tuning** (:func:`choose_raps_params`, after ``pick_kreg``/``pick_lamda_size`` of the
   official code): on a tuning split, ``k_reg`` = 1 + the ``1 - alpha`` quantile (numpy
   ``method="higher"``) of the 0-based true-label ranks, then the ``lam`` of the grid with the
@@ -43,6 +45,7 @@ from .registry import Registry
 
 __all__ = [
     "CONFORMAL_SCORES",
+    "RAPS_TUNE_FRACTION",
     "SSCV_SIZE_BINS",
     "ConformalCalibrations",
     "aps_scores",
@@ -56,6 +59,7 @@ __all__ = [
     "empty_fraction",
     "mean_set_size",
     "median_set_size",
+    "min_calibration_size",
     "prediction_sets",
     "random_splits",
     "raps_scores",
@@ -72,6 +76,10 @@ SSCV_SIZE_BINS: tuple[tuple[int, int], ...] = ((0, 1), (2, 3), (4, 6), (7, 10), 
 
 #: The lam grid of :func:`choose_raps_params` (the official grid plus 0, plain APS).
 RAPS_LAM_GRID: tuple[float, ...] = (0.0, 1e-3, 1e-2, 1e-1, 0.2, 0.5)
+
+#: The fraction of each trial's calibration samples that tune RAPS by default (the official
+#: ``pct_paramtune``): ``n_tune = ceil(RAPS_TUNE_FRACTION * n_cal)``.
+RAPS_TUNE_FRACTION = 0.3
 
 #: Elements of the all-class score array one chunk of trials of :func:`conformal_trials` may hold.
 _CHUNK_ELEMENTS = 2 ** 24
@@ -340,6 +348,39 @@ def _quantile_rank(n: np.ndarray | int, alpha: float) -> np.ndarray:
     """``k = ceil((n + 1)(1 - alpha))`` (rounded to 10 decimals first so that a float product
     such as ``100 * 0.9 = 90.00000000000001`` is not pushed to the next integer)."""
     return np.ceil(np.round((np.asarray(n) + 1) * (1.0 - alpha), 10)).astype(np.int64)
+
+
+def min_calibration_size(alpha: float) -> int:
+    """The fewest calibration samples whose conformal threshold is finite at level ``alpha``.
+
+    Parameters
+    ----------
+    alpha : float
+        Miscoverage level in (0, 1).
+
+    Returns
+    -------
+    int
+        The smallest ``n`` with ``ceil((n + 1)(1 - alpha)) <= n`` (:func:`conformal_quantile`),
+        i.e. ``n >= 1/alpha - 1``. With fewer samples (of a class, for
+        :func:`conformal_quantile_by_class`) ``qhat`` is ``+inf``: every set holds every class
+        (that class), a coverage of 1 that says nothing about the model.
+
+    Raises
+    ------
+    InputError
+        If ``alpha`` is not in (0, 1).
+
+    Examples
+    --------
+    >>> min_calibration_size(0.1), min_calibration_size(0.05), min_calibration_size(0.01)
+    (9, 19, 99)
+    """
+    a = _alpha(alpha)
+    n = max(1, math.ceil(1.0 / a) - 2)  # never above the answer: ceil(1/a) < 1/a + 1
+    while int(_quantile_rank(n, a)) > n:
+        n += 1
+    return n
 
 
 def conformal_quantile(scores: Any, alpha: float) -> float | np.ndarray:
@@ -834,7 +875,7 @@ def _calibrate(probs: Any, labels: Any, *, score: str, alpha: float, n_cal: int,
     u_all = rng.uniform(size=(trials, n)) if randomized and score != "thr" else np.ones((trials, n))
     tune_needed = score == "raps" and raps_params is None
     if n_tune is None:
-        n_tune = math.ceil(0.3 * n_cal) if tune_needed else 0
+        n_tune = math.ceil(RAPS_TUNE_FRACTION * n_cal) if tune_needed else 0
     n_tune = _int(n_tune, "n_tune", 1 if tune_needed else 0)
     if n_tune >= n_cal:
         raise InputError(f"n_tune must be < n_cal = {n_cal} (calibration samples are needed), "

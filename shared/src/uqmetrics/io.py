@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,19 +57,27 @@ __all__ = [
     "CHECKSUM_ATTR",
     "COMPLETE_ATTR",
     "READ_ERRORS",
+    "WRITTEN_RECORD",
     "CorruptResultError",
     "IncompleteResultError",
     "LockedError",
+    "check_apart",
+    "check_replaceable",
     "check_writable",
     "dataset_checksum",
     "decode_attr",
     "exclusive_lock",
     "folder_replaced",
+    "named_write_error",
     "provenance_attrs",
     "read_dataset",
+    "record_written",
+    "remove_files",
     "remove_stale_temporaries",
+    "remove_written",
     "source_revision",
     "write_dataset",
+    "written_files",
 ]
 
 #: Name of the attr marking a fully written file.
@@ -692,33 +700,309 @@ def exclusive_lock(path: str | os.PathLike, *, advice: str = "wait for it to fin
         os.close(fd)
 
 
+# --------------------------------------------------------------------------------------------
+# what --overwrite may delete (docs/conventions.md#overwrite-rules)
+
+#: The record a command keeps in a folder of the files it wrote there (:func:`record_written`,
+#: :func:`folder_replaced`): ``--overwrite`` deletes only the files it lists.
+WRITTEN_RECORD = ".uqmetrics-written.json"
+_WRITTEN_FORMAT = {"format": "uqmetrics.written", "version": 1}
+
+
+def _from_inside(folder: Path, name: Any, where: str) -> str:
+    """``name`` (read from a file: ``where``) as a relative POSIX path that stays inside
+    ``folder``; :class:`~uqmetrics.exceptions.InputError` for anything else (an absolute path,
+    ``..``, an empty or non-string name)."""
+    from .exceptions import InputError
+
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise InputError(f"{where}: {name!r} is not a file name inside {str(folder)!r} (a "
+                         "relative path without '..'); the record was not written by this "
+                         "project")
+    return "/".join(parts)
+
+
+def _read_written(folder: Path) -> tuple[str, list[str]] | None:
+    """``(writer, files)`` of ``folder``'s :data:`WRITTEN_RECORD`, every name checked to lie
+    inside ``folder``; None without a record."""
+    from .exceptions import InputError
+
+    path = folder / WRITTEN_RECORD
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        ok = (isinstance(rec, dict) and all(rec.get(k) == v for k, v in _WRITTEN_FORMAT.items())
+              and isinstance(rec.get("writer"), str) and isinstance(rec.get("files"), list))
+    except (OSError, UnicodeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"{path}: not a record of written files ({_WRITTEN_FORMAT})")
+    return rec["writer"], [_from_inside(folder, f, str(path)) for f in rec["files"]]
+
+
+def _write_record(folder: Path, writer: str, files: Sequence[str]) -> None:
+    """Write ``folder``'s record atomically (sorted names: the same files, the same bytes)."""
+    text = json.dumps({**_WRITTEN_FORMAT, "writer": writer, "files": sorted(set(files))},
+                      indent=1) + "\n"
+    with temporary_beside(folder / WRITTEN_RECORD) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, folder / WRITTEN_RECORD)
+
+
+def _entries(folder: Path) -> list[str]:
+    """Every entry of ``folder`` that is not a folder (files, links, a link to a folder too),
+    relative POSIX, without following links."""
+    out = []
+    for top, dirs, files in os.walk(folder):
+        rel = Path(top).relative_to(folder)
+        for d in [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            dirs.remove(d)
+            files.append(d)
+        out += [(rel / f).as_posix() for f in files]
+    return sorted(out)
+
+
+def written_files(folder: str | os.PathLike, writer: str) -> list[str]:
+    """The files ``folder``'s record says ``writer`` wrote there (relative POSIX paths, each
+    checked to lie inside ``folder``); ``[]`` without a record.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A damaged record, a name in it that leaves the folder, or a record of another writer.
+    """
+    from .exceptions import InputError
+
+    folder = Path(folder)
+    rec = _read_written(folder)
+    if rec is None:
+        return []
+    if rec[0] != writer:
+        raise InputError(f"{folder / WRITTEN_RECORD}: {str(folder)!r} was written by "
+                         f"{rec[0] or 'another command'!r}, not {writer!r}; choose another "
+                         "folder")
+    return rec[1]
+
+
+def record_written(folder: str | os.PathLike, writer: str,
+                   paths: Sequence[str | os.PathLike]) -> None:
+    """Add ``paths`` (files ``writer`` wrote inside ``folder``) to ``folder``'s record, which
+    :func:`remove_written` (a later ``--overwrite``) deletes and nothing else.
+
+    Raises
+    ------
+    ValueError
+        A path outside ``folder``.
+    uqmetrics.InputError
+        ``folder`` holds another writer's record (:func:`written_files`).
+    """
+    folder = Path(folder)
+    base = folder.absolute()
+    rels = []
+    for p in paths:
+        try:
+            rels.append(Path(p).absolute().relative_to(base).as_posix())
+        except ValueError:
+            raise ValueError(f"{str(p)!r} is not inside {str(folder)!r}") from None
+    _write_record(folder, writer, [*written_files(folder, writer), *rels])
+
+
+def _lstat_inside(folder: Path, rel: str) -> os.stat_result | None:
+    """``lstat`` of ``folder/rel`` when every folder on the way is a real folder (no link
+    followed); None when something is missing or a link is on the way."""
+    import stat
+
+    at = folder
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        at = at / part
+        try:
+            if not stat.S_ISDIR(os.lstat(at).st_mode):
+                return None
+        except OSError:
+            return None
+    try:
+        return os.lstat(at / parts[-1])
+    except OSError:
+        return None
+
+
+def remove_files(folder: str | os.PathLike, files: Sequence[str]) -> list[Path]:
+    """Delete the files ``files`` names in ``folder`` (relative POSIX paths, e.g. read from a
+    record), then the folders they leave empty (never ``folder`` itself).
+
+    Every name is checked to lie inside ``folder`` before any path is built from it
+    (:class:`~uqmetrics.InputError` otherwise, with nothing deleted). A file is reached
+    without following a link: one behind a linked folder is left, and a link is removed, not
+    its target. A folder is removed only once empty (a file of someone else's keeps it). A
+    name that is missing or a folder is passed over.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files removed.
+    """
+    import stat
+
+    folder = Path(folder)
+    names = [_from_inside(folder, f, "files") for f in files]
+    removed, parents = [], set()
+    for rel in names:
+        st = _lstat_inside(folder, rel)
+        if st is None or stat.S_ISDIR(st.st_mode):
+            continue
+        (folder / rel).unlink()
+        removed.append(folder / rel)
+        parents.update(list(PurePosixPath(rel).parents)[:-1])
+    for rel in sorted(parents, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty (someone else's file): kept
+            os.rmdir(folder / rel)
+    return removed
+
+
+def remove_written(folder: str | os.PathLike, writer: str) -> list[Path]:
+    """Delete what ``writer`` wrote in ``folder`` and nothing else: the files of ``folder``'s
+    record (:func:`record_written`, :func:`remove_files`), then the record.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files removed.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A damaged record, a name in it that leaves ``folder``, or another writer's record
+        (nothing is deleted).
+    """
+    folder = Path(folder)
+    removed = remove_files(folder, written_files(folder, writer))
+    (folder / WRITTEN_RECORD).unlink(missing_ok=True)
+    return removed
+
+
+def check_replaceable(path: str | os.PathLike, writer: str, *, also: Sequence[str] = ()
+                      ) -> None:
+    """Refuse to replace ``path`` unless it is missing, an empty folder, or a folder
+    :func:`folder_replaced` wrote for ``writer`` that holds nothing else than the files its
+    record lists and ``also`` (names the command adds after, e.g. its ``data.config.toml``).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``path`` is a file or a link, holds no record (not written by ``writer``), another
+        writer's record, or files its record does not list (naming a few and their count).
+    """
+    from .exceptions import InputError
+
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_symlink() or not path.is_dir():
+        raise InputError(f"{str(path)!r} is not a folder: --overwrite replaces only a folder "
+                         f"{writer or 'this command'} wrote")
+    entries = _entries(path)
+    if not entries:
+        return
+    who = writer or "this command"
+    if _read_written(path) is None:
+        raise InputError(f"{str(path)!r} is not a folder {who} wrote (it has no "
+                         f"{WRITTEN_RECORD}; it holds {_some(entries)}): --overwrite replaces "
+                         "only such a folder; choose another folder, or empty this one")
+    own = {*written_files(path, writer), *also, WRITTEN_RECORD}
+    foreign = [e for e in entries if e not in own]
+    if foreign:
+        raise InputError(f"{str(path)!r} holds files {who} did not write ({_some(foreign)}): "
+                         "--overwrite deletes only what the command wrote; move them, or "
+                         "choose another folder")
+
+
+def _some(names: Sequence[str], k: int = 3) -> str:
+    """``'a', 'b', 'c' and 4 more``."""
+    head = ", ".join(repr(n) for n in names[:k])
+    return head + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def check_apart(out: str | os.PathLike, inputs: Mapping[str, Any], *,
+                option: str = "--out") -> None:
+    """Refuse an output that holds an input, is one, or lies inside an input folder: the
+    command would delete or replace what it reads, or read what it writes.
+
+    Parameters
+    ----------
+    out : path
+        The output folder (or file).
+    inputs : mapping
+        How an error names each input (``"--src"``) -> its path or a list of paths.
+    option : str
+        How an error names ``out``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Naming both options and paths.
+
+    Examples
+    --------
+    >>> check_apart("/data/run", {"--src": "/data/clean"})
+    >>> try:
+    ...     check_apart("/data/clean/run", {"--src": "/data/clean"})
+    ... except ValueError as exc:
+    ...     print(exc)
+    --out '/data/clean/run' lies inside the input --src '/data/clean': choose an --out outside it
+    """
+    from .exceptions import InputError
+
+    target = Path(os.path.realpath(out))
+    for name, value in inputs.items():
+        for p in [value] if isinstance(value, (str, os.PathLike)) else value:
+            real = Path(os.path.realpath(p))
+            if real == target or target in real.parents:
+                raise InputError(f"{option} {str(out)!r} holds the input {name} {str(p)!r}: "
+                                 f"choose an {option} that does not hold it")
+            if real in target.parents:
+                raise InputError(f"{option} {str(out)!r} lies inside the input {name} "
+                                 f"{str(p)!r}: choose an {option} outside it")
+
+
 @contextmanager
-def folder_replaced(path: str | os.PathLike):
+def folder_replaced(path: str | os.PathLike, *, writer: str = "", also: Sequence[str] = ()):
     """Write a whole folder atomically: yield a fresh temporary folder beside ``path``; when the
     block succeeds it takes ``path``'s place (an existing folder there is removed only after the
     new one is complete), and when it raises (interrupts too) it is removed and ``path`` is left
     as it was.
 
+    The new folder records the files written in it (:data:`WRITTEN_RECORD`, with ``writer``),
+    and an existing ``path`` is replaced only when it is missing, empty, or such a folder of
+    the same ``writer`` holding nothing but its recorded files and ``also``
+    (:func:`check_replaceable`: checked on entry and again before the swap). The folders are
+    made with the process's umask (as ``mkdir`` makes them).
+
     Examples
     --------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     with folder_replaced(Path(d) / "out") as tmp:
+    ...     with folder_replaced(Path(d) / "out", writer="doc") as tmp:
     ...         _ = (tmp / "a.txt").write_text("x")
-    ...     sorted(p.name for p in Path(d).iterdir()), (Path(d) / "out" / "a.txt").read_text()
-    (['out'], 'x')
+    ...     written_files(Path(d) / "out", "doc"), (Path(d) / "out" / "a.txt").read_text()
+    (['a.txt'], 'x')
     """
     import shutil
-    import tempfile
 
     path = Path(path)
+    check_replaceable(path, writer, also=also)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp.mkdir()  # not tempfile.mkdtemp: its folder is private (0700) whatever the umask
     try:
         yield tmp
+        _write_record(tmp, writer, [e for e in _entries(tmp) if e != WRITTEN_RECORD])
         if path.exists() or path.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / "x")
+            check_replaceable(path, writer, also=also)  # nothing was added meanwhile
+            old = path.parent / f".{path.name}.{uuid.uuid4().hex}.old"
+            os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old)
         else:
@@ -894,6 +1178,22 @@ def _no_space(exc: BaseException, folder: Path, nbytes: int | None) -> str | Non
     if not writable or (free >= nbytes + 2**20 and st.f_favail != 0):
         return None  # a real permission error, or space enough: another cause
     return f"no space left on the device ({_size(free)} free, the data take up to {_size(nbytes)})"
+
+
+def named_write_error(exc: OSError, path: str | os.PathLike) -> OSError:
+    """The error to raise for a failed write of ``path``: ``exc``'s ``errno``, why the write
+    failed (a full disk or quota said as such, as :func:`write_dataset` says it) and ``path``
+    as its ``filename``, so that the one-line message of the command-line tools names the file
+    being written (not a temporary name, not none: the OS names no file when a write fails).
+
+    Examples
+    --------
+    >>> err = named_write_error(OSError(errno.ENOSPC, "No space left on device"), "/o/a.JPEG")
+    >>> err.filename, err.strerror
+    ('/o/a.JPEG', 'no space left on the device')
+    """
+    why = _no_space(exc, Path(path).parent, None) or exc.strerror or str(exc)
+    return OSError(exc.errno, why, str(path))
 
 
 def _size(nbytes: float) -> str:

@@ -14,9 +14,9 @@ Plugins: a registry with an entry-point ``group`` also takes items from installe
     toy = "my_package.toy:PROTOCOL"
 
 and the object the entry point names is registered under the entry point's name. A plugin that
-fails to load (an import error, an object of the wrong type, a name already taken) is reported in
-one line naming it (the ``uqmetrics.plugins`` logger) and recorded in
-:attr:`Registry.broken`; it never stops the program.
+fails to load (an import error, an object of the wrong type, a name already taken, a
+``sys.exit`` while it loads) is reported in one line naming it (the ``uqmetrics.plugins``
+logger) and recorded in :attr:`Registry.broken`; it never stops the program.
 
 Like scikit-learn's ``test_common.py``, the generic property tests iterate this registry, so a
 new metric is tested for every property it declares by registering it once::
@@ -142,8 +142,9 @@ class Registry(dict, Generic[T]):
 
         Each entry point ``name = "module:attr"`` is loaded and its object registered under
         ``name``. One that cannot be (its import or attribute fails, the object is not an
-        :attr:`item_type`, the name is taken) is logged in one line naming it and the reason,
-        recorded in :attr:`broken`, and skipped; nothing is raised. Entry points already
+        :attr:`item_type`, the name is taken, it calls ``sys.exit``) is logged in one line
+        naming it and the reason, recorded in :attr:`broken`, and skipped; nothing is raised
+        (a ``KeyboardInterrupt`` while loading still propagates). Entry points already
         registered (or already found broken) are not loaded again, so calling this twice is
         harmless.
 
@@ -173,8 +174,10 @@ class Registry(dict, Generic[T]):
                 if ep.name in self:
                     raise ValueError(f"{self.kind} {ep.name!r} is already registered")
                 self.add(ep.name, item)
-            except Exception as err:  # noqa: BLE001  (a plugin must never stop the program)
-                why = " ".join(f"{type(err).__name__}: {err}".split())
+            except (Exception, SystemExit) as err:  # noqa: BLE001  (a plugin never stops it)
+                why = (f"SystemExit: loading it called sys.exit({err.code!r})"
+                       if isinstance(err, SystemExit) else
+                       " ".join(f"{type(err).__name__}: {err}".split()))
                 self.broken[ep.name] = why
                 dist = getattr(ep.dist, "name", None)
                 PLUGIN_LOG.warning("%s plugin %r (%s = %s%s) not loaded: %s", self.kind,

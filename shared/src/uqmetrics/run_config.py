@@ -20,13 +20,32 @@ later included) is covered without being listed here:
   provenance attrs carries it, as :data:`RUN_CONFIG_ATTR`, JSON), then writes the configuration
   files atomically beside the results, which the command refuses to replace without
   ``--overwrite``: a configuration file is replaced only with the results it describes.
-- :func:`rerun_argv` is the command line that re-runs a result file's recorded command.
+- :func:`rerun_argv` is the command line that re-runs a result file's recorded command;
+  :func:`rerun` prints it, checks it and runs it.
+
+A result file is data, never code (docs/conventions.md#rerun-rules). Its recorded options are
+read back as any file's, with these differences:
+
+- *launcher options* (:func:`uqmetrics.config_options.is_launcher`: a cluster, its options,
+  config and job count, a scheduler, a dashboard, worker and thread counts) are never taken
+  from a result file: the user gives them on the command line (a TOML file, the user's own,
+  may give them; ``--config`` then says, in one line on stderr, which it took);
+- ``overwrite`` is never taken from any file: only the command line replaces results;
+- the run records where it ran (``host``, ``user``, ``cwd``) and its path options absolute (a
+  relative path that names an existing file or folder, and ``out``); a relative path a result
+  file still holds is resolved against its recorded ``cwd``, and one that would name something
+  else here is refused;
+- before anything runs, every input the file records (its ``caches`` attr, ``{path:
+  checksum}``) that the run would read again (inside a path option taken from the file) must
+  still have its recorded checksum: a changed or missing input is refused, naming it;
+- :func:`rerun` prints the command it runs, and runs a command recorded by another user or on
+  another host (or a file that records neither) only with ``yes`` (``--yes``).
 
 The keys of a configuration file are the options' long names without the leading dashes
-(``batch-size``, ``workers``; ``batch_size`` is read as ``batch-size``), and a positional
-argument's name (``kind``); an option whose value is none (not set: the command decides) is
-left out of the TOML file. Options of the tool itself, before the command (``uqvision
---threads``), are not part of a command's configuration.
+(``batch-size``, ``workers``; ``batch_size`` is read as ``batch-size``, and a file giving both
+spellings is refused), and a positional argument's name (``kind``); an option whose value is
+none (not set: the command decides) is left out of the TOML file. Options of the tool itself,
+before the command (``uqvision --threads``), are not part of a command's configuration.
 
 Examples
 --------
@@ -38,10 +57,13 @@ A configuration file as written by ``uqreg study --preset smoke --out results/s`
     version = "0.1.0"
     git_commit = "a730825..."
     git_dirty = false
+    host = "node17"
+    user = "alice"
+    cwd = "/home/alice/project"
 
     [options]
     preset = "smoke"
-    out = "results/s"
+    out = "/home/alice/project/results/s"
     overwrite = false
     ...
 """
@@ -50,10 +72,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import hashlib
 import json
 import math
 import os
+import shlex
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,7 +86,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .config_options import given_options, mark_given, records_given
+from .config_options import (
+    given_options,
+    is_launcher,
+    launcher_keys,
+    mark_given,
+    records_given,
+)
 from .exceptions import InputError
 
 if sys.version_info >= (3, 11):
@@ -81,6 +112,7 @@ __all__ = [
     "read_config",
     "recorded_config",
     "recording",
+    "rerun",
     "rerun_argv",
     "resolved_config",
     "run_recorded",
@@ -94,8 +126,13 @@ RUN_CONFIG_ATTR = "run_config"
 #: ``<result stem>.config.toml`` beside a single result file.
 CONFIG_SUFFIX = ".config.toml"
 
-#: The keys of a configuration file beside its ``[options]`` table (written, never required).
-_META_KEYS = ("command", "version", "git_commit", "git_dirty")
+#: The keys of a configuration file beside its ``[options]`` table (written, never required):
+#: the command, the code that ran it, and where it ran (host, user, working folder).
+_META_KEYS = ("command", "version", "git_commit", "git_dirty", "host", "user", "cwd")
+#: Options that are paths whatever their value (the others: when they name an existing path).
+_PATH_KEYS = ("out",)
+#: An option no file gives: only the command line replaces results.
+_LINE_ONLY = ("overwrite",)
 
 #: Namespace attributes: the values read from ``--config`` (until :func:`finish_parse` lays
 #: them under the command line), and the options of the command parsed (:class:`_Options`).
@@ -106,19 +143,30 @@ _OPTIONS = "_run_options"
 @dataclass(frozen=True)
 class _Options:
     """The options of the command a namespace was parsed for: its name (the parser's ``prog``,
-    e.g. ``uqvision score selective``) and, in order, each option's key and ``dest``."""
+    e.g. ``uqvision score selective``), in order each option's key and ``dest``, and the keys
+    whose values may be paths (:func:`_may_be_path`)."""
 
     command: str
     keys: tuple[tuple[str, str], ...]
+    paths: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class _Layer:
     """The values of a ``--config`` file, converted (``{dest: value}``), and where they came
-    from."""
+    from: ``launcher``, the launcher options a TOML file gives (``{dest: (key, value)}``);
+    ``left``, what a file gave that was not taken (``(dest, "--key value")`` each); for a
+    result file, ``paths`` (``{dest: (key, value as read)}``) and the inputs it records
+    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives."""
 
     values: dict[str, Any]
     source: str
+    launcher: dict[str, tuple[str, Any]]
+    left: tuple[tuple[str, str], ...] = ()
+    result: bool = False
+    paths: dict[str, tuple[str, Any]] | None = None
+    cwd: str | None = None
+    inputs: dict[str, str] | None = None
 
 
 def _option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -141,6 +189,11 @@ def _key(name: str) -> str:
     return name.replace("_", "-")
 
 
+def _may_be_path(action: argparse.Action) -> bool:
+    """Whether ``action``'s values may be paths: strings of any text (no type, no choices)."""
+    return action.type in (None, str) and action.choices is None and action.nargs != 0
+
+
 class _ConfigFile(argparse.Action):
     """``--config FILE``: read ``FILE`` (:func:`read_config`), convert each value with its
     option's type and choices, and keep them for :func:`finish_parse`; the options the file
@@ -149,8 +202,7 @@ class _ConfigFile(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         try:
-            options = read_config(values, command=parser.prog)
-            layer = _Layer(_converted(parser, options, str(values)), str(values))
+            layer = _layer(parser, values)
         except InputError as exc:
             parser.error(f"argument {option_string}: {exc}")
         for action in parser._actions:
@@ -184,14 +236,109 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
     if layer is not None:
         given = _given_on_line(parser, actions, namespace, arg_strings or ())
         taken = {dest: value for dest, value in layer.values.items() if dest not in given}
+        if layer.result:
+            try:
+                _check_result(layer, given)
+            except InputError as exc:
+                parser.error(f"argument --config: {exc}")
         for dest, value in taken.items():
             setattr(namespace, dest, value)
         mark_given(namespace, {a.dest for a in actions.values()
                                if a.dest in taken and records_given(a)})
+        _say_taken(parser, layer, taken, given)
     if any(isinstance(a, _ConfigFile) for a in parser._actions):
         setattr(namespace, _OPTIONS, _Options(parser.prog, tuple(
-            (key, action.dest) for key, action in actions.items())))
+            (key, action.dest) for key, action in actions.items()), frozenset(
+            key for key, action in actions.items() if _may_be_path(action))))
     return namespace
+
+
+def _say_taken(parser: argparse.ArgumentParser, layer: _Layer, taken: Mapping[str, Any],
+               given: set[str]) -> None:
+    """One line on stderr naming the launcher options a TOML file gave (those not at their
+    default), and one naming what a file gave that was not taken (launcher options of a
+    result file, ``overwrite``), leaving out what the command line gives."""
+    defaults = {a.dest: a.default for a in parser._actions}
+    took = [f"--{key} {_shown(value)}" for dest, (key, value) in layer.launcher.items()
+            if dest in taken and taken[dest] != defaults.get(dest)]
+    if took:
+        print(f"{parser.prog}: --config {layer.source}: launcher options taken from the file: "
+              f"{', '.join(took)}", file=sys.stderr, flush=True)
+    left = [(dest, text) for dest, text in layer.left if dest not in given]
+    if left:
+        why = [*(["a result file gives no launcher option"]
+                 if any(dest not in _LINE_ONLY for dest, _ in left) else []),
+               *(["--overwrite comes from the command line only"]
+                 if any(dest in _LINE_ONLY for dest, _ in left) else [])]
+        print(f"{parser.prog}: --config {layer.source}: not taken from the file: "
+              f"{', '.join(text for _, text in left)} ({'; '.join(why)})", file=sys.stderr,
+              flush=True)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """The strings of a value as a file holds it (a list's items), and the PATH of each
+    ``NAME=PATH``."""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str) and item:
+            yield item
+            name, eq, path = item.rpartition("=")
+            if eq and name and path:
+                yield path
+
+
+def _check_result(layer: _Layer, given: set[str]) -> None:
+    """Before anything runs, the paths a result file gives (those the command line does not):
+    a relative one that names something here is refused (it was relative to another folder,
+    or to one the file does not record: the run would read other files), and every input the
+    file records inside one of them must still have its recorded checksum.
+
+    Raises
+    ------
+    InputError
+        Naming the option and its value, or the input, its recorded and its present checksum.
+    """
+    roots = []
+    for dest, (key, value) in (layer.paths or {}).items():
+        if dest in given:
+            continue
+        for text in _strings(value):
+            if not os.path.isabs(text):
+                if os.path.lexists(text) and key not in _PATH_KEYS:
+                    where = (f"relative to {layer.cwd!r}, where it names nothing"
+                             if layer.cwd else "relative to a folder the file does not record")
+                    raise InputError(
+                        f"{layer.source!r} records --{key} {text!r}, a path {where}; here it "
+                        f"names {os.path.abspath(text)!r}, which may be other files: give "
+                        f"--{key} on the command line")
+                continue
+            roots.append(Path(os.path.realpath(text)))
+    for path, recorded in (layer.inputs or {}).items():
+        p = Path(path)
+        if not any(p == root or root in p.parents for root in roots):
+            continue  # not read by this run (its option is given on the command line)
+        now = _checksum_now(p)
+        if now != recorded:
+            state = "no longer exists or cannot be read" if now is None else \
+                f"now has checksum {now[:12]}..."
+            raise InputError(
+                f"{layer.source!r} was computed from {path!r} (checksum {str(recorded)[:12]}...), "
+                f"which {state}: the run would read other inputs (restore them, or give the "
+                "option that names them on the command line)")
+
+
+def _checksum_now(path: Path) -> str | None:
+    """The checksum a result records for an input (:func:`uqmetrics.input_checksum`: a
+    cache's ``checksum`` attr, read from its header, else its data's), or None when it is
+    missing or unreadable."""
+    from .io import READ_ERRORS, IncompleteResultError, read_dataset, xarray_module
+    from .result_schema import input_checksum
+
+    try:
+        with xarray_module().open_dataset(path) as ds:
+            own = ds.attrs.get("checksum")
+        return own if isinstance(own, str) else input_checksum(read_dataset(path))
+    except (*READ_ERRORS, IncompleteResultError, ValueError):
+        return None
 
 
 def _given_on_line(parser: argparse.ArgumentParser, actions: Mapping[str, argparse.Action],
@@ -237,9 +384,17 @@ def read_config(path: str | os.PathLike, *, command: str | None = None) -> dict[
         The file cannot be read, is not TOML, has a key other than those above, a result file
         records no run, or it records another command; the message names the file.
     """
+    return dict(_read(path, command=command)[0].get("options", {}))
+
+
+def _read(path: str | os.PathLike, *, command: str | None = None
+          ) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """(what :func:`read_config`'s file holds, its meta keys included; the inputs a result
+    file records, ``{path: checksum}``, None for a TOML file)."""
     p = Path(path)
+    inputs = None
     if p.suffix == ".nc":
-        data = recorded_config(p)
+        data, inputs = _recorded(p)
     else:
         try:
             text = p.read_text(encoding="utf-8")
@@ -261,7 +416,7 @@ def read_config(path: str | os.PathLike, *, command: str | None = None) -> dict[
     recorded = data.get("command")
     if command is not None and recorded is not None and recorded != command:
         raise InputError(f"{str(p)!r} records a run of {recorded!r}, not of {command!r}")
-    return dict(options)
+    return data, inputs
 
 
 def recorded_config(path: str | os.PathLike) -> dict[str, Any]:
@@ -274,12 +429,19 @@ def recorded_config(path: str | os.PathLike) -> dict[str, Any]:
         The file cannot be read, or it records no run (written by an earlier version, or by
         the library rather than a command).
     """
-    from .io import READ_ERRORS, xarray_module
+    return _recorded(path)[0]
+
+
+def _recorded(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
+    """(:func:`recorded_config`, the inputs the file records: its ``caches`` attr, ``{path:
+    checksum}``, empty when it records none)."""
+    from .io import READ_ERRORS, decode_attr, xarray_module
 
     p = Path(path)
     try:
         with xarray_module().open_dataset(p) as ds:
             raw = ds.attrs.get(RUN_CONFIG_ATTR)
+            caches = decode_attr(ds.attrs.get("caches"))
     except READ_ERRORS as exc:
         raise InputError(f"cannot read {str(p)!r}: {getattr(exc, 'strerror', None) or exc}") \
             from None
@@ -295,32 +457,96 @@ def recorded_config(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
         raise InputError(f"{str(p)!r}: its {RUN_CONFIG_ATTR!r} attr is damaged (not a JSON "
                          "object with options)")
-    return data
+    inputs = {str(k): str(v) for k, v in caches.items()} if isinstance(caches, dict) else {}
+    return data, inputs
 
 
 def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (str, bool, list, dict)) else repr(value)
 
 
-def _converted(parser: argparse.ArgumentParser, options: Mapping[str, Any],
-               source: str) -> dict[str, Any]:
-    """``{dest: value}`` of a file's ``{key: value}``, each value checked and converted by its
+def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
+    """The values of ``--config path`` for ``parser``: each checked and converted by its
     option's action (type, choices, nargs) as the command line's would be; ``None`` (a JSON
-    null: not set) leaves the option at its default."""
+    null: not set) leaves the option at its default. ``overwrite`` is never taken; from a
+    result file (``.nc``) no launcher option is taken either, and a relative path is resolved
+    against the folder the run records (``cwd``), where it names something there.
+
+    Raises
+    ------
+    InputError
+        :func:`read_config`'s, an unknown key, a key given twice (``n-cal`` and ``n_cal``), a
+        value its option refuses (any error of its type: one line naming the file, the key and
+        the value).
+    """
+    source = str(path)
+    data, inputs = _read(path, command=parser.prog)
+    result = inputs is not None
+    cwd = data.get("cwd") if result else None
+    cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
     actions = _option_actions(parser)
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        action = actions.get(_key(str(key)))
+    values: dict[str, Any] = {}
+    launcher: dict[str, tuple[str, Any]] = {}
+    paths: dict[str, tuple[str, Any]] = {}
+    left: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for key, value in data.get("options", {}).items():
+        name = _key(str(key))
+        action = actions.get(name)
         if action is None:
             raise InputError(f"{source!r}: unknown key {key!r} = {_shown(value)} (not an "
                              f"option of {parser.prog}; its options: {', '.join(actions)})")
+        if name in seen:
+            raise InputError(f"{source!r}: keys {seen[name]!r} and {key!r} are one option "
+                             f"(--{name}): give it once")
+        seen[name] = str(key)
         if value is None:
             continue
+        if result and is_launcher(action):  # never from a result file
+            if value != _plain(action.default):
+                left.append((action.dest, f"--{name} {_shown(value)}"))
+            continue
+        if result and launcher_keys(action) and isinstance(value, list):  # --set workers=4
+            dropped = [v for v in value if str(v).split("=", 1)[0] in launcher_keys(action)]
+            left += [(action.dest, f"--{name} {_shown(v)}") for v in dropped]
+            value = [v for v in value if v not in dropped] or None
+            if value is None:
+                continue
+        if cwd is not None and _may_be_path(action):
+            value = _anchored(value, cwd, name)
         try:
-            out[action.dest] = _value(action, value)
-        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-            raise InputError(f"{source!r}: key {key!r} = {_shown(value)}: {exc}") from None
-    return out
+            converted = _value(action, value)
+        except (TypeError, ValueError, ArithmeticError, argparse.ArgumentTypeError) as exc:
+            raise InputError(f"{source!r}: key {key!r} = {_shown(value)}: "
+                             f"{' '.join(str(exc).split())}") from None
+        if name in _LINE_ONLY:
+            if converted != action.default:
+                left.append((action.dest, f"--{name}" if converted is True
+                             else f"--{name} {_shown(value)}"))
+            continue
+        values[action.dest] = converted
+        if is_launcher(action):
+            launcher[action.dest] = (name, value)
+        if result and _may_be_path(action):
+            paths[action.dest] = (name, value)
+    return _Layer(values, source, launcher, tuple(left), result, paths, cwd, inputs)
+
+
+def _anchored(value: Any, base: str, key: str) -> Any:
+    """``value`` (as a file holds it) with each relative path made absolute against the folder
+    ``base``: a string that names an existing path there (or any, for an option of
+    :data:`_PATH_KEYS`), or the PATH of ``NAME=PATH`` that does; a list item by item."""
+    if isinstance(value, list):
+        return [_anchored(v, base, key) for v in value]
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return value
+    if key in _PATH_KEYS or os.path.lexists(os.path.join(base, value)):
+        return os.path.normpath(os.path.join(base, value))
+    name, eq, path = value.rpartition("=")
+    if eq and name and path and not os.path.isabs(path) \
+            and os.path.lexists(os.path.join(base, path)):
+        return f"{name}={os.path.normpath(os.path.join(base, path))}"
+    return value
 
 
 def _value(action: argparse.Action, value: Any) -> Any:
@@ -356,7 +582,7 @@ def _one(action: argparse.Action, value: Any) -> Any:
             converted = action.type(text)
         except argparse.ArgumentTypeError:
             raise
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, ArithmeticError):
             name = getattr(action.type, "__name__", repr(action.type))
             raise ValueError(f"invalid {name} value: {text!r}") from None
     if action.choices is not None and converted not in action.choices:
@@ -375,8 +601,10 @@ def _text(number: float) -> str:
 def resolved_config(args: argparse.Namespace) -> dict[str, Any] | None:
     """The fully resolved configuration of the command ``args`` was parsed for (``None`` for a
     command without ``--config``): ``command`` (``"uqreg study"``), the tool's ``version``,
-    ``git_commit`` and ``git_dirty`` (:func:`uqmetrics.io.source_revision`), and ``options``:
-    every option's value (defaults included; ``None``: not set), JSON-safe."""
+    ``git_commit`` and ``git_dirty`` (:func:`uqmetrics.io.source_revision`), where it runs
+    (``host``, ``user``, and ``cwd``, the working folder), and ``options``: every option's value
+    (defaults included; ``None``: not set), JSON-safe, its paths absolute (:func:`_anchored`:
+    ``out``, and a relative path that names an existing file or folder)."""
     from .io import source_revision
 
     options: _Options | None = getattr(args, _OPTIONS, None)
@@ -389,13 +617,24 @@ def resolved_config(args: argparse.Namespace) -> dict[str, Any] | None:
         tool_version = "unknown"
     commit, dirty = source_revision(tool)
     return {"command": options.command, "version": tool_version,
-            "git_commit": commit or "unknown", "git_dirty": dirty,
-            "options": _resolved_options(args)}
+            "git_commit": commit or "unknown", "git_dirty": dirty, "host": socket.gethostname(),
+            "user": _user(), "cwd": os.getcwd(), "options": _resolved_options(args)}
+
+
+def _user() -> str:
+    """The name of the user running this process (its uid where it has none)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
 
 
 def _resolved_options(args: argparse.Namespace) -> dict[str, Any]:
     options: _Options = getattr(args, _OPTIONS)
-    return {key: _plain(getattr(args, dest, None)) for key, dest in options.keys}
+    here = os.getcwd()
+    return {key: _anchored(_plain(getattr(args, dest, None)), here, key)
+            if key in options.paths else _plain(getattr(args, dest, None))
+            for key, dest in options.keys}
 
 
 def _plain(value: Any) -> Any:
@@ -545,12 +784,13 @@ def config_in_by_digest(folder: str | os.PathLike, command: str,
 
 
 def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
-               overwrite: bool = False) -> list[str]:
+               overwrite: bool = False, options: Sequence[str] = ()) -> list[str]:
     """The command line (after ``tool``) that runs again the command a result file records:
-    ``<command> --config RESULT [--out OUT] [--overwrite]``.
+    ``<command> --config RESULT [--out OUT] [--overwrite] [OPTIONS...]``.
 
     Without ``out`` the run writes where the recorded one did, which is refused unless
-    ``overwrite``.
+    ``overwrite``. ``options``: further options of the command, given by the user (launcher
+    options among them: a result file gives none).
 
     Raises
     ------
@@ -571,4 +811,50 @@ def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
         argv += ["--out", out]
     if overwrite and "overwrite" in config["options"]:
         argv.append("--overwrite")
-    return argv
+    return [*argv, *options]
+
+
+def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int], *,
+          out: str | None = None, overwrite: bool = False, options: Sequence[str] = (),
+          yes: bool = False) -> int:
+    """``TOOL rerun RESULT``: print the command that runs again what ``result`` records
+    (:func:`rerun_argv`) on stderr and run it (``run(argv)``, the tool's ``main``), its options
+    read back from the file as ``--config RESULT`` reads them (no launcher option, no
+    ``overwrite``; its inputs checked first: module docstring).
+
+    Parameters
+    ----------
+    result : path-like
+        A result file (``.nc``) that records its run.
+    tool : str
+        ``"uqvision"`` or ``"uqreg"``: the file must record a command of this tool.
+    run : callable
+        ``run(argv) -> int``: the tool's entry point.
+    out, overwrite, options
+        As :func:`rerun_argv`: given on the command line.
+    yes : bool
+        Run a command recorded by another user or on another host, or by a file that records
+        neither (``--yes``).
+
+    Returns
+    -------
+    int
+        The command's exit status.
+
+    Raises
+    ------
+    InputError
+        :func:`rerun_argv`'s, or a command recorded elsewhere without ``yes``.
+    """
+    argv = rerun_argv(result, tool, out=out, overwrite=overwrite, options=options)
+    print(f"{tool} rerun: running: {shlex.join([tool, *argv])}", file=sys.stderr, flush=True)
+    config = recorded_config(result)
+    host, user = config.get("host"), config.get("user")
+    here = (socket.gethostname(), _user())
+    if (host, user) != here and not yes:
+        what = (f"records a command run by {user!r} on host {host!r}"
+                if isinstance(host, str) and isinstance(user, str)
+                else "does not record who ran its command, nor where")
+        raise InputError(f"{str(result)!r} {what} (this is {here[1]!r} on {here[0]!r}): check "
+                         "the command above and pass --yes to run it")
+    return run(argv)

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_options import mark_launcher
 from .io import IncompleteResultError, read_dataset, temporary_beside, write_dataset
 
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "HPC_EXTRA",
@@ -797,7 +798,8 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
     """Add the options of where a sweep runs to an ``argparse`` parser (one group):
     ``--scheduler``, ``--cluster``, ``--cluster-option``, ``--cluster-config``, ``--jobs``,
     ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count. Read them
-    back with :meth:`ClusterSpec.from_args`.
+    back with :meth:`ClusterSpec.from_args`. All are launcher options
+    (:func:`uqmetrics.config_options.mark_launcher`): a result file never gives them.
 
     Parameters
     ----------
@@ -852,6 +854,7 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
                    help="HOST:PORT of the scheduler's dashboard started here, or none "
                         f"(default {DEFAULT_DASHBOARD}: this machine only, a free port; "
                         "reach it from elsewhere through ssh -L); its link is printed once")
+    mark_launcher(g)  # never taken from a result file (uqmetrics.run_config)
     return g
 
 
@@ -947,14 +950,27 @@ def _queue_cluster(spec: ClusterSpec, silence: int) -> Any:
         # sweep waits for ever for workers
         cluster.sync(_submitted, cluster)
     except Exception as err:  # noqa: BLE001  (sbatch's RuntimeError, OSError, a bare Exception)
-        cluster.close()
+        _close_refused(cluster)
         raise ValueError(f"--cluster {spec.kind}: the queue refused a job: "
-                         f"{' '.join(str(err).split())} (check --cluster-option and "
-                         "--cluster-config)") from None
+                         f"{' '.join(str(err).split()) or type(err).__name__} (check "
+                         "--cluster-option and --cluster-config)") from None
     except BaseException:
-        cluster.close()
+        _close_refused(cluster)
         raise
     return cluster
+
+
+def _close_refused(cluster: Any) -> None:
+    """Close a queue cluster whose jobs were not all submitted: a job without a job id (its
+    submission failed: the queue refused it, or its command could not start) is dropped
+    first, as dask-jobqueue would try to cancel it by an id it never had (``kill None``,
+    ``scancel None``) and raise while closing; what closing still raises is dropped, the
+    submission's error being the one to report."""
+    for name, job in list(getattr(cluster, "workers", {}).items()):
+        if getattr(job, "job_id", None) is None:
+            del cluster.workers[name]
+    with contextlib.suppress(Exception):
+        cluster.close()
 
 
 def _keep_workers(cluster: Any, n: int, interval: float | None = None) -> None:

@@ -52,7 +52,7 @@ from .result_schema import dataset_checksum, input_checksum, metric_variables
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "MANIFEST", "Entry", "Rescorer", "check_cache",
+__all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "MANIFEST", "TOOLS", "Entry", "Rescorer", "check_cache",
            "column_name", "entries_of", "resolve_target", "verify"]
 
 #: Default relative tolerance: recomputation runs the same code on the same caches, so only float
@@ -64,6 +64,10 @@ DEFAULT_ATOL = 1e-12
 MANIFEST = "manifest.json"
 #: A variable with more values than this per row is reported in one line (its worst value).
 _MAX_LINES = 24
+#: How a netCDF file begins: classic (``CDF\x01``, ``\x02``, ``\x05``) or netCDF-4 (HDF5).
+_NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
+#: The command-line tools that verify results, each its own (``verify(..., tool=...)``).
+TOOLS = ("uqreg", "uqvision")
 
 #: ``rescore(result, result_path) -> recomputed result``.
 Rescorer = Callable[["xr.Dataset", Path], "xr.Dataset"]
@@ -124,8 +128,8 @@ def resolve_target(target: str | os.PathLike) -> list[Entry]:
     Raises
     ------
     uqmetrics.InputError
-        A path that does not exist, a folder that is not a site, a damaged manifest, an entry
-        id the manifest lacks (the message lists some it has).
+        A path that does not exist, a file that is not netCDF, a folder that is not a site, a
+        damaged manifest, an entry id the manifest lacks (the message lists some it has).
     """
     text = os.fspath(target)
     path = Path(text)
@@ -139,6 +143,9 @@ def resolve_target(target: str | os.PathLike) -> list[Entry]:
     if path.is_file():
         if entry_id is not None:
             raise InputError(f"target {text!r}: #ENTRY_ID needs a site folder, not a file")
+        if not _is_netcdf(path):
+            raise InputError(f"target {text!r} is not a netCDF file (a result .nc, a report "
+                             "site folder, or SITE#ENTRY_ID)")
         return [Entry(path.resolve())]
     entries = _read_manifest(path)
     picked = [e for e in entries if entry_id is None or e.get("id") == entry_id]
@@ -151,8 +158,35 @@ def resolve_target(target: str | os.PathLike) -> list[Entry]:
     for e in picked:
         if not isinstance(e, dict) or "result" not in e or "row" not in e:
             raise InputError(f"{path / MANIFEST}: entry {e!r} lacks 'result' or 'row'")
-        out.append(Entry(Path(e["result"]), str(e["row"]), e))
+        # a site names its result files relative to itself (absolute: --paths absolute)
+        out.append(Entry(Path(os.path.normpath(path / e["result"])), str(e["row"]), e))
     return out
+
+
+def _is_netcdf(path: Path) -> bool:
+    """Whether ``path`` begins as a netCDF file does (a damaged one still does)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return any(head.startswith(magic) for magic in _NETCDF_MAGIC)
+
+
+def _writer(path: Path) -> str | None:
+    """The tool (of :data:`TOOLS`) whose command wrote the result file ``path``, by the run it
+    records (``run_config``); None when it records none, or cannot be read."""
+    from .io import READ_ERRORS, xarray_module
+    from .run_config import RUN_CONFIG_ATTR
+
+    try:
+        with xarray_module().open_dataset(path) as ds:
+            raw = ds.attrs.get(RUN_CONFIG_ATTR)
+        command = json.loads(raw)["command"]
+    except (*READ_ERRORS, TypeError, ValueError, KeyError):
+        return None
+    tool = str(command).split()[0] if str(command).split() else None
+    return tool if tool in TOOLS else None
 
 
 def entries_of(ds: xr.Dataset) -> dict:
@@ -425,7 +459,7 @@ def _row_caches(recorded: Mapping[str, str], entries: dict, row: str | None) -> 
 def verify(target: str | os.PathLike | Iterable[Entry],
            rescorer: Callable[[str], Rescorer | None], *, rtol: float = DEFAULT_RTOL,
            atol: float = DEFAULT_ATOL, protocol_of: Callable[[xr.Dataset], str] | None = None,
-           out: Callable[[str], None] = print) -> int:
+           out: Callable[[str], None] = print, tool: str | None = None) -> int:
     """Verify a target's entries (see the module docstring); print the report.
 
     Parameters
@@ -443,6 +477,9 @@ def verify(target: str | os.PathLike | Iterable[Entry],
         ``protocol`` first).
     out : callable, default print
         Receives each line.
+    tool : str, optional
+        The command-line tool verifying (one of :data:`TOOLS`): an entry whose result file
+        records a run of another tool is refused, naming the tool that verifies it.
 
     Returns
     -------
@@ -453,7 +490,7 @@ def verify(target: str | os.PathLike | Iterable[Entry],
     ------
     uqmetrics.InputError
         A bad target (:func:`resolve_target`), a negative or non-finite tolerance, a result
-        file that does not exist.
+        file that does not exist, a result of another tool than ``tool``.
     """
     for name, value in (("rtol", rtol), ("atol", atol)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -462,6 +499,11 @@ def verify(target: str | os.PathLike | Iterable[Entry],
     by_file: dict[Path, list[Entry]] = {}
     for e in entries:
         by_file.setdefault(Path(e.result), []).append(e)
+    for path, group in by_file.items():
+        writer = _writer(path) if tool is not None else None
+        if writer is not None and writer != tool:
+            raise InputError(f"{group[0].label}: {str(path)!r} is a result of {writer}, not of "
+                             f"{tool}: verify it with {writer} verify")
     verdicts: list[tuple[str, bool]] = []
     for path, group in by_file.items():
         if not path.is_file() and len(by_file) == 1 and group[0].manifest is None:

@@ -30,13 +30,13 @@ import numpy as np
 import uqmetrics
 import xarray as xr
 from uqmetrics import InputError, run_command
-from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs
+from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs, mark_launcher
 from uqmetrics.run_config import (
     add_config_option,
     config_in,
     config_in_by_digest,
     finish_parse,
-    rerun_argv,
+    rerun,
     run_recorded,
 )
 from uqmetrics.sweep import ClusterSpec, add_cluster_options, positive_int
@@ -509,9 +509,12 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
 
 def cmd_rerun(a: argparse.Namespace) -> int:
-    """``uqreg rerun FILE``: the recorded command, its options read back from ``FILE``
-    (``--config FILE``), ``--out`` and ``--overwrite`` given here overriding them."""
-    return main(rerun_argv(a.file, "uqreg", out=a.out, overwrite=a.overwrite))
+    """``uqreg rerun FILE``: the recorded command, printed, its options read back from ``FILE``
+    (``--config FILE``: no launcher option, no ``--overwrite``), ``--out``, ``--overwrite`` and
+    the options after ``FILE`` given here overriding them
+    (:func:`uqmetrics.run_config.rerun`)."""
+    return rerun(a.file, "uqreg", main, out=a.out, overwrite=a.overwrite, options=a.options,
+                 yes=a.yes)
 
 
 def _config_files(a: argparse.Namespace, config: dict) -> list[Path]:
@@ -546,7 +549,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
     from .verify import PROTOCOL, rescorer
 
     return verify(a.target, rescorer, rtol=a.rtol, atol=a.atol, protocol_of=lambda ds: PROTOCOL,
-                  out=lambda line: print(line, flush=True))
+                  out=lambda line: print(line, flush=True), tool="uqreg")
 
 
 def cmd_recipes(a: argparse.Namespace) -> int:
@@ -574,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=10,
                    help="repetitions per cell (default 10)")
     add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
-    p.add_argument("--threads-per-worker", dest="threads_per_worker", type=positive_int, default=1)
+    mark_launcher(p.add_argument("--threads-per-worker", dest="threads_per_worker", type=positive_int, default=1))
     p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
     p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
     p.add_argument("--no-plots", action="store_true")
@@ -590,8 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="a static leaderboard site of a study file (opens from disk)")
     p.add_argument("file", help="study.nc (or its directory)")
     p.add_argument("--out", required=True, help="the site folder; refused when not empty")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out whole")
+    p.add_argument("--overwrite", action="store_true", help="replace a site this command wrote (nothing else in it)")
     p.add_argument("--no-figures", action="store_true", help="leave the figures out")
+    p.add_argument("--paths", choices=("relative", "absolute"), default="relative",
+                   help="how the site names files of this machine: relative (default; the study "
+                   "relative to the site, other paths relative to it or by name) or absolute")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("reference", help="the exact posterior of a task")
@@ -621,11 +627,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_option(p)
     p.set_defaults(func=cmd_reproduce)
 
-    p = sub.add_parser("rerun", help="run again the command a study file records (its run_config)")
-    p.add_argument("file", help="a study file (.nc) written by uqreg study, sweep or reproduce")
+    p = sub.add_parser("rerun", help="run again the command a study file records (its run_config; printed first)")
+    p.add_argument("file", help="a study file (.nc) written by uqreg study, sweep or reproduce; any other option "
+                                "after it is the command's (e.g. --cluster slurm --jobs 4: a result file never "
+                                "gives launcher options)")
     p.add_argument("--out", help="output directory (default: the recorded one, refused unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace the results there")
-    p.set_defaults(func=cmd_rerun)
+    p.add_argument("--yes", action="store_true", help="run a command recorded by another user or on another host "
+                                                      "(or by a file that records neither): read the command printed first")
+    p.set_defaults(func=cmd_rerun, options=[])
 
     p = sub.add_parser("verify", help="recompute a study's entries (one per method) from its cells or raw "
                                       "variables, or a report site's; agree/disagree per value (exit 1 on "
@@ -650,7 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said by the command's parser: "uqreg study: error: unrecognized arguments"
+    if unknown and args.command == "rerun":  # the options of the command it runs
+        args.options = unknown
+    elif unknown:  # said by the command's parser: "uqreg study: error: unrecognized arguments"
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command("uqreg", args.command,

@@ -102,13 +102,14 @@ if PROTOCOL not in REPORT_HOOKS:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    """``uqreg report FILE --out SITE [--overwrite] [--no-figures]``."""
+    """``uqreg report FILE --out SITE [--overwrite] [--no-figures] [--paths absolute]``."""
     from uqmetrics.report import build_site
 
     path = Path(a.file)
     if path.is_dir():
         path = path / "study.nc"
     report = build_site([path], a.out, protocol=PROTOCOL, overwrite=a.overwrite,
-                        figures=not a.no_figures, log=print)
+                        figures=not a.no_figures, paths=getattr(a, "paths", "relative"),
+                        log=print)
     print(report.out / "index.html")
     return 0

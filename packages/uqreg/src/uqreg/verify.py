@@ -76,5 +76,7 @@ def rescore_study(study: xr.Dataset, path: Path | None = None) -> xr.Dataset:
 
 
 def rescorer(protocol: str):
-    """``uqreg verify``'s rescoring: :func:`rescore_study` for every study."""
-    return rescore_study
+    """``uqreg verify``'s rescoring: :func:`rescore_study` for a study (protocol
+    :data:`PROTOCOL`); None for another protocol's entry of a site (uqvision's: ``uqvision
+    verify`` verifies it)."""
+    return rescore_study if protocol == PROTOCOL else None

@@ -27,13 +27,18 @@ File contract (readable with plain ``xarray.open_dataset``):
   ``"name"`` (folder classes matched to the model's class names), ``"folder_order"`` (the model
   records no class names: the folder's sorted classes, as many as its outputs, are taken as
   its classes) or ``"folder"`` (no logits: the folder's own classes) — and
-  ``class_names_source`` (``"sidecar"``, ``"imagenet-1k"`` or ""); ``class_mapping`` is
+  ``class_names_source`` (``"sidecar"``, ``"imagenet-1k"``, ``"model_classes"``: those of its
+  in-distribution folder, given with the prediction options, or ""); ``class_mapping`` is
   ``"index"`` for a folder whose classes are the model's class indices and ``"none"`` for an
   OOD folder (every label -1), by the evaluation set's class map;
 - the evaluation set (:mod:`uqvision.evalsets`): ``eval_set`` (its registry name), ``role``
   (clean/shifted/ood/relabelled) and, for a member of an expanded set, ``eval_member`` and
   ``corruption``/``severity`` where it has them; a cache without them is of the generic
   ``folder`` set, role ``clean`` (:func:`uqvision.evalsets.cache_eval_set`);
+- one class space per model: every cache of a model holds the same ``class`` coordinate (a
+  model that records no class names takes them from its in-distribution folder, never from an
+  OOD folder); scorers refuse a model's caches in two class spaces, naming both files
+  (:func:`uqvision.predictors.read_cache_groups`);
 - extra variables (``cache_dataset(extra=...)``, e.g. ``head_weight`` (class, feature)): data
   variables like the others, covered by the checksum and listed in the attr
   ``extra_variables`` (JSON list; absent: none). A run that needs one does not reuse a cache
@@ -59,7 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from uqmetrics import IncompleteResultError, dataset_checksum, read_dataset
+from uqmetrics import IncompleteResultError, InputError, dataset_checksum, read_dataset
 from uqmetrics.io import READ_ERRORS, xarray_module  # xarray imported on use
 
 if TYPE_CHECKING:
@@ -76,6 +81,7 @@ __all__ = [
     "cache_dataset",
     "cache_key",
     "check_aligned",
+    "check_finite_logits",
     "extra_variables",
     "find_caches",
     "incomplete_caches",
@@ -285,6 +291,33 @@ def read_cache(path: str | os.PathLike) -> xr.Dataset:
     return ds
 
 
+def check_finite_logits(cache: xr.Dataset, path: str | os.PathLike) -> None:
+    """Refuse a cache whose logits hold NaN or infinity (a diverged or damaged network).
+
+    Parameters
+    ----------
+    cache : xarray.Dataset
+        A cache with ``logits`` (sample, class) or (pass, sample, class).
+    path : path
+        Its file, named in the error.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Naming the file and counting the samples that hold one (a sample counts once, whatever
+        its passes and classes), with the first of them.
+    """
+    z = cache["logits"].values
+    bad = ~np.isfinite(z)
+    if not bad.any():
+        return
+    rows = bad.any(axis=tuple(i for i, d in enumerate(cache["logits"].dims) if d != "sample"))
+    first = str(cache["sample"].values[int(np.argmax(rows))])
+    raise InputError(f"cache {str(path)!r}: the logits of {int(rows.sum())} of {rows.size} "
+                     f"samples hold NaN or infinity (the first: {first!r}); predict that "
+                     "cache again (a diverged or damaged network is never scored)")
+
+
 @dataclass(frozen=True)
 class CacheInfo:
     """What an index knows about a cache without loading its arrays."""
@@ -354,12 +387,13 @@ def check_aligned(caches: Sequence[xr.Dataset], names: Sequence[str] | None = No
     caches : sequence of xarray.Dataset
         Loaded caches (e.g. ensemble members).
     names : sequence of str, optional
-        How to call them in the error (default: their ``model`` attr).
+        How to call them in the error (default: the file each was read from, its
+        ``encoding["source"]``; a cache made in memory: its ``model`` attr).
     """
     if not caches:
         raise CacheError("no caches given")
-    names = list(names) if names is not None else [str(c.attrs.get("model", i))
-                                                   for i, c in enumerate(caches)]
+    names = list(names) if names is not None else [
+        str(c.encoding.get("source") or c.attrs.get("model", i)) for i, c in enumerate(caches)]
     ref, ref_name = caches[0], names[0]
     for c, name in zip(caches[1:], names[1:], strict=True):
         if c.sizes["class"] != ref.sizes["class"] or not np.array_equal(c["class"].values,

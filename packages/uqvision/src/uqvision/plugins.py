@@ -21,9 +21,9 @@ In the plugin's ``pyproject.toml``::
     toy = "my_package:PROTOCOL"
 
 Groups load in the order of the table (a plugin protocol may compare a plugin's training
-method). A plugin that cannot be loaded (its import fails, its object is of the wrong type, its
-name is taken) is reported in one line naming it and skipped; ``uqvision plugins`` lists what
-was loaded and what was not.
+method). A plugin that cannot be loaded (its import fails or calls ``sys.exit``, its object is of
+the wrong type, its name is taken) is reported in one line naming it and skipped;
+``uqvision plugins`` lists what was loaded and what was not.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ training method of its ``ensembles`` with two or more models in one prediction m
 ``<method>[<k>]`` (``<method>_<mode>[<k>]`` for a mode other than ``plain``, e.g.
 ``deep_ensemble_tta[5]``). :func:`mean_softmax` is a model's predictive distribution on one
 dataset: the softmax averaged over its caches and passes; :class:`PredictorProbs` that of every
-predictor on one dataset (an ensemble's: the mean of its members'), and :func:`pick_dataset`
-chooses a predictor's clean calibration or evaluation dataset.
+predictor on one dataset (an ensemble's: the mean of its members'), :func:`pick_dataset`
+chooses a predictor's clean calibration or evaluation dataset and
+:func:`fit_predictor_temperature` fits its temperature there (refused on too few images or at
+a bound of the search).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from uqmetrics import InputError, input_checksum
 
-from .cache import check_aligned, index_caches, read_cache
+from .cache import check_aligned, check_finite_logits, index_caches, read_cache
 from .evalsets import cache_eval_set
 
 if TYPE_CHECKING:  # xarray is imported on use (by read_cache)
     import xarray as xr
 
-__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "ensemble_methods", "group_predictors",
-           "mean_softmax", "pick_dataset", "read_cache_groups"]
+__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "ensemble_methods",
+           "fit_predictor_temperature", "group_predictors", "mean_softmax", "pick_dataset",
+           "read_cache_groups"]
 
 
 def ensemble_methods(value: Any) -> tuple[str, ...]:
@@ -94,7 +97,7 @@ class CacheGroups:
         recorded or its caches record several).
     checksums : list of str
         The input checksum of every cache (:func:`uqmetrics.input_checksum`), in the order
-        read, repeats kept.
+        read (a file given twice, or a copy of one, is read once).
     """
 
     groups: dict[tuple[str, str], list[xr.Dataset]]
@@ -107,6 +110,19 @@ class CacheGroups:
     def models(self) -> list[str]:
         """Every model, sorted."""
         return sorted(self.modes)
+
+    def check_one_class_space(self) -> None:
+        """Refuse caches of several class spaces among all the models (a result with a
+        ``class`` dimension needs one), naming two files of different ones.
+
+        Raises
+        ------
+        uqmetrics.InputError
+        """
+        caches = [c for group in self.groups.values() for c in group]
+        for c in caches[1:]:
+            _check_class_space(caches[0], c, "the caches are",
+                               "score the models of one class space together")
 
 
 def _eval_set(ds: xr.Dataset) -> dict:
@@ -133,8 +149,13 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
     Raises
     ------
     uqmetrics.InputError
-        No complete cache, a cache without ``logits``, caches of several prediction modes for
-        one model.
+        No complete cache, a cache without ``logits`` or with NaN or infinite logits (naming
+        the file and counting the samples that hold one), caches of several prediction modes
+        for one model, two caches of one model that are in different class spaces (another
+        ``class`` coordinate: e.g. a model without recorded class names whose OOD cache took
+        its classes from the OOD folder) or that are the same cache with other logits (the
+        same model, dataset, mode, pass and sample; identical files are read once), naming
+        both files.
     """
     paths = [i.path for i in index_caches(
         [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
@@ -145,16 +166,38 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
     modes: dict[str, set] = defaultdict(set)
     methods: dict[str, set] = defaultdict(set)
     checksums = []
+    seen: dict[tuple, tuple[Path, str]] = {}  # one cache's identity -> (its file, checksum)
+    spaces: dict[str, xr.Dataset] = {}  # model -> its first cache
     for path in paths:
         ds = read_cache(path)
         if "logits" not in ds:
             raise InputError(f"cache {Path(path).name!r} has no logits")
         model, name = str(ds.attrs["model"]), str(ds.attrs["dataset_name"])
+        key = (model, name, str(ds.attrs["mode"]), int(ds.attrs.get("pass_index", 0)),
+               int(ds.attrs.get("sample_index", 0)))
+        checksum = input_checksum(ds)
+        if key in seen:
+            if seen[key][1] == checksum:  # the same file given twice, or a copy of it
+                continue
+            raise InputError(
+                f"caches {str(seen[key][0])!r} and {str(path)!r} are both model {model!r} on "
+                f"dataset {name!r} (mode {key[2]!r}, pass {key[3]}, sample {key[4]}) with "
+                "other logits: score one of them (two predictions of one model under one name "
+                "are never averaged)")
+        seen[key] = (Path(path), checksum)
+        check_finite_logits(ds, path)
+        if model in spaces:
+            _check_class_space(spaces[model], ds, f"model {model!r} has caches",
+                               "a model's caches share its classes (a model that records no "
+                               "class names takes them from its in-distribution folder, never "
+                               "from an OOD folder)")
+        else:
+            spaces[model] = ds
         groups[model, name].append(ds)
         sets[name] = record(ds)
         modes[model].add(str(ds.attrs["mode"]))
         methods[model].add(str(ds.attrs.get("method", "")))
-        checksums.append(input_checksum(ds))
+        checksums.append(checksum)
     for model, m in modes.items():
         if len(m) > 1:
             raise InputError(f"model {model!r} has caches of several prediction modes "
@@ -162,6 +205,24 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
     return CacheGroups(groups, sets, {m: next(iter(v)) for m, v in modes.items()},
                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
                        checksums)
+
+
+def _source(ds: xr.Dataset) -> str:
+    """The file a cache was read from (its ``encoding["source"]``), or its model's name."""
+    return str(ds.encoding.get("source") or f"<model {ds.attrs.get('model')!r}>")
+
+
+def _check_class_space(first: xr.Dataset, ds: xr.Dataset, subject: str, rule: str) -> None:
+    """Refuse two caches in different class spaces (their ``class`` coordinates), naming
+    both files; ``subject`` starts the message and ``rule`` ends it."""
+    a, b = first["class"].values, ds["class"].values
+    if a.shape == b.shape and np.array_equal(a, b):
+        return
+    raise InputError(
+        f"{subject} in two class spaces: {_source(first)!r} "
+        f"({first.attrs.get('dataset_name')!r}) has {a.size} classes, {_source(ds)!r} "
+        f"({ds.attrs.get('dataset_name')!r}) has {b.size}"
+        + (" in another order" if a.size == b.size else "") + f"; {rule}")
 
 
 def group_predictors(models: list[str], modes: Mapping[str, str], methods: Mapping[str, str],
@@ -296,6 +357,54 @@ class PredictorProbs:
             check_aligned([self.groups[m, self.name][0] for m in pred.members])
         labels = self._member[pred.members[0]][0]
         return labels, sum(self._member[m][1] for m in pred.members) / len(pred.members)
+
+
+def fit_predictor_temperature(model: str, dataset: str, logp: np.ndarray, labels: np.ndarray,
+                              option: str, size: float, n: int) -> float:
+    """A predictor's temperature on its calibration dataset, refused where it means nothing.
+
+    Parameters
+    ----------
+    model : str
+        The predictor's name (for the errors).
+    dataset : str
+        Its calibration dataset's ``dataset_name``.
+    logp : numpy.ndarray
+        (k, C) log-probabilities of the ``k`` images the temperature is fitted on.
+    labels : numpy.ndarray
+        (k,) their labels.
+    option, size : str, float
+        The config field that chose them (``calibration_size``, ``temperature_size``: the
+        errors name it and its ``--`` option) and its value.
+    n : int
+        The images of the calibration dataset (``k`` of them fit).
+
+    Returns
+    -------
+    float
+        :func:`uqmetrics.calibration.fit_temperature` with ``strict``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Fewer than :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images, or a
+        temperature on a bound of the search (the NLL has no minimum inside it), naming the
+        model, the option and the bound.
+    """
+    from uqmetrics.calibration import MIN_TEMPERATURE_SAMPLES, fit_temperature  # scipy
+
+    k, flag = labels.size, "--" + option.replace("_", "-")
+    if k < MIN_TEMPERATURE_SAMPLES:
+        raise InputError(
+            f"{option} {size:g} ({flag}): model {model!r} would fit its temperature on {k} of "
+            f"the {n} images of calibration dataset {dataset!r}; the minimum is "
+            f"{MIN_TEMPERATURE_SAMPLES} images (give a fraction of at least "
+            f"{MIN_TEMPERATURE_SAMPLES / n:.2g}, or more calibration images)")
+    try:
+        return fit_temperature(logp, labels, strict=True)
+    except InputError as exc:
+        raise InputError(f"model {model!r}, calibration dataset {dataset!r} ({k} images, "
+                         f"{flag} {size:g}): {exc}") from None
 
 
 def pick_dataset(kind: str, given: str | None, names: list[str], default: str | None,

@@ -94,6 +94,34 @@ def test_a_bad_line_is_refused_naming_the_list_and_the_line(tmp_path, lines, mes
         ImageFolderDataset(lst)
 
 
+def test_one_image_written_three_ways_is_one_sample_and_listing_it_again_is_refused(tmp_path):
+    """``far/f1.png``, ``./far/f1.png`` and ``far//f1.png`` are one file: before, three samples
+    (the image scored three times); now the paths are normalised, and a second line naming the
+    same image is refused, naming the list, both lines and how each writes it."""
+    f1, f2 = "far/f1.png", "far/f2.png"
+    lst = _openood(tmp_path, "test_far.txt", [f"./{f1} -1", f"{f2} -1"], images=[f1, f2])
+    ds = ImageFolderDataset(lst)
+    assert ds.sample_ids == [f1, f2]  # ids normalised: the cache's samples
+    assert ds.source.read(f1) == (image_list_root(lst) / f1).read_bytes()
+    for again, shown in ((f"./{f1}", f"'./{f1}' (that is '{f1}')"),
+                         ("far//f1.png", f"'far//f1.png' (that is '{f1}')"),
+                         ("far/./f1.png/", f"'far/./f1.png/' (that is '{f1}')"),
+                         (f1, f"'{f1}'")):
+        lst.write_text(f"{f1} -1\n{f2} -1\n{again} -1\n")
+        with pytest.raises(InputError) as err:
+            ImageFolderDataset(lst)
+        msg = str(err.value)
+        assert msg.startswith(f"image list {str(lst)!r} line 3: {shown} is listed again (first "
+                              "on line 1); each image once"), msg
+    lst.write_text(f"./{f1} -1\n{f2} -1\nfar//f1.png -1\n")
+    with pytest.raises(InputError, match=r"line 3: 'far//f1.png' \(that is 'far/f1.png'\) is "
+                                         r"listed again \(first on line 1 as './far/f1.png'\)"):
+        ImageFolderDataset(lst)
+    lst.write_text("far/x/../f1.png -1\n")  # through .., even when it comes back
+    with pytest.raises(InputError, match=r"line 1: 'far/x/../f1.png' is not a path inside"):
+        ImageFolderDataset(lst)
+
+
 def test_a_list_that_is_not_utf8_is_named_with_its_line(tmp_path):
     lst = _openood(tmp_path)
     lst.write_bytes(f"{NINCO[0]} -1\n".encode() + b"ninco/\xff.jpg -1\n")

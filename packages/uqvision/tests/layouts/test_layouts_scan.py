@@ -25,6 +25,7 @@ from uqvision.data import (
     ImageFolderDataset,
     check_images,
     dataset_fingerprint,
+    earlier_fingerprint,
     folder_fingerprint,
     readable_images,
 )
@@ -95,7 +96,7 @@ def test_a_tar_dataset_pickles_and_reads_in_dataloader_workers(sets):
 # -- identity: the layout and the label file's content ---------------------------------------
 
 def _old_fingerprint(root: Path) -> str:
-    """The class-folder fingerprint as it was before the layouts (caches must stay valid)."""
+    """The class-folder fingerprint as it was before it covered content (``size:``)."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     h = hashlib.sha256(json.dumps(classes).encode())
     for i, c in enumerate(classes):
@@ -105,7 +106,10 @@ def _old_fingerprint(root: Path) -> str:
 
 
 def test_fingerprints_capture_layout_and_labelling(sets, tmp_path):
-    assert dataset_fingerprint(sets["folders"]) == _old_fingerprint(sets["folders"])
+    # the earlier scheme's (names, labels, sizes) is never today's: its caches are refused
+    assert dataset_fingerprint(sets["folders"]) != _old_fingerprint(sets["folders"])
+    assert earlier_fingerprint(_old_fingerprint(sets["folders"])).startswith("names, labels")
+    assert earlier_fingerprint(dataset_fingerprint(sets["folders"])) is None
     prints = {
         "folders": dataset_fingerprint(sets["folders"]),
         "devkit": dataset_fingerprint(sets["flat"]),

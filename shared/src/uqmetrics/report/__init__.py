@@ -4,8 +4,8 @@ docs/report.md).
 :func:`build_site` reads result files (any file that follows the result schema, or what a
 protocol's :class:`ReportHook` in :data:`REPORT_HOOKS` reads) and writes a folder that opens
 from disk with no network: ``index.html``, ``<protocol>.html`` per protocol (a sortable,
-filterable leaderboard, one row per model or method, every metric column linked to its
-convention, the headline columns shown and the others behind a column chooser; each row's provenance in an expandable panel, a row whose caches disagree flagged;
+filterable leaderboard, one row per model or method (or per model and detector, ..., where
+the protocol stacks dims into its rows), every metric column linked to its convention, the headline columns shown and the others behind a column chooser; each row's provenance in an expandable panel, a row whose caches disagree flagged;
 the protocol's figures inlined as SVG), ``conventions.html``, ``data/<protocol>.csv`` and
 ``.json`` (the tables) and ``manifest.json`` (every entry's metric values, the result file and
 its checksum: what ``verify`` checks).
@@ -27,9 +27,18 @@ from .leaderboard import (
     leaderboard,
     parse_column,
 )
-from .site import GENERATOR, MANIFEST_VERSION, REPORT_HOOKS, SiteReport, build_site, read_manifest
+from .site import (
+    GENERATOR,
+    MANIFEST_VERSION,
+    PATHS,
+    REPORT_HOOKS,
+    SiteReport,
+    build_site,
+    read_manifest,
+    shown_path,
+)
 
-__all__ = ["GENERATOR", "HEADLINE_COLUMNS", "MANIFEST_VERSION", "REPORT_HOOKS", "Leaderboard",
-           "MetricColumn", "ReportHook", "SiteReport", "build_site", "column_name",
-           "column_values", "exact_value", "format_value", "headline_columns", "leaderboard",
-           "parse_column", "read_manifest"]
+__all__ = ["GENERATOR", "HEADLINE_COLUMNS", "MANIFEST_VERSION", "PATHS", "REPORT_HOOKS",
+           "Leaderboard", "MetricColumn", "ReportHook", "SiteReport", "build_site",
+           "column_name", "column_values", "exact_value", "format_value", "headline_columns",
+           "leaderboard", "parse_column", "read_manifest", "shown_path"]

@@ -11,9 +11,17 @@ dimension, and ``<variable>[<dim>=<label>,...]`` for one with further dimensions
 per combination of their labels (e.g. ``ece[calibration=temperature]``); :func:`column_values`
 reads a column back from a Dataset.
 
-The page shows the *headline* columns (:func:`headline_columns`, or the hook's ``headline``)
-and hides the others behind its column chooser; every column stays in the page, the CSV/JSON
-and the manifest.
+A hook may stack several dimensions into one row key (``rows``, e.g. ``("model",
+"detector")``: one row per model and detector, OpenOOD's table): the first is the *primary*
+dimension (the result's ``entries``, provenance and ``verify`` go by its labels), the others
+become key columns beside it; a variable that lacks a key dimension repeats its value along it.
+Column names then leave the row dimensions out (``auroc[ood_set=near]``); the manifest names a
+value with every label (:meth:`Leaderboard.manifest_metrics`, ``auroc[detector=msp,ood_set=near]``)
+so that it reads back from the file along the primary dimension alone.
+
+The page shows the *headline* columns (the hook's ``headline``, else :func:`headline_columns`:
+the generic rule, for a protocol that declares none) and hides the others behind its column
+chooser; every column stays in the page, the CSV/JSON and the manifest.
 """
 
 from __future__ import annotations
@@ -59,8 +67,13 @@ class ReportHook:
     title : str
         The page's heading (default: the protocol's name).
     row_dim : str or None
-        The dimension whose values are the rows (default: the dim most metric variables have,
-        ``model`` or ``method`` first).
+        The dimension whose values are the rows (default: the dim of the file's ``entries``
+        attr, else the dim most metric variables have, ``model`` or ``method`` first);
+        ``rows=(row_dim,)``.
+    rows : sequence of str or None
+        Dimensions stacked into one row key, the primary one first (e.g. ``("model",
+        "detector")``: a row per model and detector); overrides ``row_dim`` (which, when also
+        given, must be its first).
     metadata : sequence of str or None
         The coordinates along the row dim shown as columns and filters, in order (default:
         those that group rows: more than one distinct value, at most half the rows); the others
@@ -89,9 +102,26 @@ class ReportHook:
         The metric columns shown by default (the others are hidden behind the page's column
         chooser, still in the page, the CSV/JSON and the manifest): column names
         (:func:`column_name`), or ``headline(ds) -> list of str`` (default
-        :func:`headline_columns`). A name that is not a column is refused.
+        :func:`headline_columns`). A label ``*`` stands for every label of its dim
+        (``coverage[alpha=*,calibration=none]``). A name the file lacks is left out (one
+        protocol's files differ: mCE only where a baseline was given); a headline none of
+        whose names is a column is refused.
+    means : sequence of str
+        Derived columns: the mean of a variable at the given labels over the dims the name
+        leaves free (row dims aside), e.g. ``accuracy[calibration=none]`` of a variable along
+        ``corruption`` and ``severity`` gives the column
+        ``accuracy[calibration=none,corruption=mean,severity=mean]`` (NaN where any value is;
+        shown after the hook's ``extra_columns``, written to the CSV/JSON, never in the
+        manifest).
+    units : mapping
+        Column -> its unit, shown in the column's header (e.g. ``{"top1": "%"}``).
+    subtitle : callable or None
+        ``subtitle(ds) -> str``: the run the file records, one line under the heading (default:
+        its rows and the ``dataset_name`` attr, where it has one).
+    images : callable, str or None
+        Which images (samples) each number covers: a line, or ``images(ds) -> str``.
     description : str
-        A line under the heading.
+        What the protocol is (a line, shown below the run's).
     """
 
     title: str = ""
@@ -105,12 +135,18 @@ class ReportHook:
     row_provenance: Callable[[xr.Dataset], Mapping[str, Mapping[str, Any]]] | None = None
     description: str = ""
     headline: Callable[[xr.Dataset], Sequence[str]] | Sequence[str] | None = None
+    rows: Sequence[str] | None = None
+    means: Sequence[str] = ()
+    units: Mapping[str, str] = field(default_factory=dict)
+    subtitle: Callable[[xr.Dataset], str] | None = None
+    images: Callable[[xr.Dataset], str] | str | None = None
 
 
 @dataclass(frozen=True)
 class MetricColumn:
     """One metric column: its name, the variable and labels it reads, the metric, the direction
-    (None: neither), the convention (one line) and its tag (``S.2``), and its values (row,)."""
+    (None: neither), the convention (one line) and its tag (``S.2``), its values (row,) and
+    the variable's dims other than the primary row dim, in its order (``dims``)."""
 
     name: str
     variable: str
@@ -120,6 +156,7 @@ class MetricColumn:
     convention: str
     tag: str
     values: np.ndarray
+    dims: tuple[str, ...] = ()
 
 
 @dataclass
@@ -134,9 +171,11 @@ class Leaderboard:
     checksum : str
         :func:`uqmetrics.dataset_checksum` of its Dataset.
     dim : str
-        The row dimension.
+        The (primary) row dimension.
     rows : list of str
-        Its values, shape (row,).
+        Its label on each row, shape (row,) (repeated where further dims are stacked).
+    keys : dict
+        Each further stacked row dim -> its label on each row (row,) (hook's ``rows``).
     metadata : dict
         Column -> list of str (row,): coordinates shown as columns.
     hidden_metadata : dict
@@ -160,7 +199,16 @@ class Leaderboard:
         The file's ``conventions`` attr (name -> one line).
     skipped : list of str
         Metric variables without the row dimension (not in the table).
-    title, description : str
+    title, description, subtitle, images : str
+    units : dict
+        Column -> unit shown in its header.
+    page : str
+        The page's name on the site (``<page>.html``, ``data/<page>.csv``, entry ids): the
+        protocol, or ``<protocol>-<dataset>`` where a site holds several files of it
+        (:func:`uqmetrics.report.build_site` sets it).
+    source : str
+        How the site names the result file (relative to the site unless ``--paths absolute``;
+        set by :func:`uqmetrics.report.build_site`; default the absolute path).
     """
 
     protocol: str
@@ -182,20 +230,33 @@ class Leaderboard:
     skipped: list[str] = field(default_factory=list)
     title: str = ""
     description: str = ""
+    keys: dict[str, list[str]] = field(default_factory=dict)
+    subtitle: str = ""
+    images: str = ""
+    units: dict[str, str] = field(default_factory=dict)
+    page: str = ""
+    source: str = ""
 
-    def entry_id(self, row: str) -> str:
-        """``<protocol>:<row>``, the manifest's id of a row."""
-        return f"{self.protocol}:{row}"
+    def label(self, i: int) -> str:
+        """Row ``i``'s name: its primary label, then each stacked key's, joined by ``/``."""
+        return "/".join([self.rows[i], *(v[i] for v in self.keys.values())])
+
+    def entry_id(self, i: int) -> str:
+        """``<page>:<label>``, the manifest's id of row ``i``."""
+        return f"{self.page or self.protocol}:{self.label(i)}"
 
     def table_columns(self) -> list[str]:
-        """The CSV/JSON columns: the row dim, the derived columns, the metadata, the metrics."""
-        return [self.dim, *self.extra, *self.metadata, *(c.name for c in self.columns)]
+        """The CSV/JSON columns: the row dims, the derived columns, the metadata, the
+        metrics."""
+        return [self.dim, *self.keys, *self.extra, *self.metadata,
+                *(c.name for c in self.columns)]
 
     def table_rows(self) -> list[dict[str, Any]]:
         """One dict per row, keys :meth:`table_columns`; a NaN float is None."""
         out = []
         for i, row in enumerate(self.rows):
             rec: dict[str, Any] = {self.dim: row}
+            rec.update({d: v[i] for d, v in self.keys.items()})
             for name, values in self.extra.items():
                 rec[name] = _plain(values[i])
             for name, values in self.metadata.items():
@@ -208,6 +269,18 @@ class Leaderboard:
     def metrics_of(self, i: int) -> dict[str, float | None]:
         """Row ``i``'s metric columns: name -> the file's float64 value (None for NaN)."""
         return {c.name: _plain(c.values[i]) for c in self.columns}
+
+    def manifest_metrics(self, i: int) -> dict[str, float | None]:
+        """Row ``i``'s metric values keyed by their full names: every label of the
+        variable's dims but the primary row dim, in the variable's order (the stacked keys'
+        too: ``auroc[detector=msp,ood_set=near]``), so that each reads back from the file at
+        the row's primary label (:func:`column_values`); the column names where nothing is
+        stacked."""
+        out = {}
+        for c in self.columns:
+            labels = {d: self.keys[d][i] if d in self.keys else c.selection[d] for d in c.dims}
+            out[column_name(c.variable, labels)] = _plain(c.values[i])
+        return out
 
 
 def _plain(value: Any) -> Any:
@@ -371,6 +444,13 @@ def headline_columns(columns: Sequence[MetricColumn],
     return shown(expanded)
 
 
+def _matches(pattern: str, column: MetricColumn) -> bool:
+    """Whether a headline name (``*``: any label of its dim) names ``column``."""
+    variable, selection = parse_column(pattern)
+    return variable == column.variable and set(selection) == set(column.selection) and all(
+        v in ("*", column.selection[d]) for d, v in selection.items())
+
+
 def _headline(hook: ReportHook, ds: xr.Dataset, columns: Sequence[MetricColumn]) -> list[str]:
     """The hook's headline (checked), else :func:`headline_columns`; in column order."""
     if hook.headline is None:
@@ -380,11 +460,11 @@ def _headline(hook: ReportHook, ds: xr.Dataset, columns: Sequence[MetricColumn])
         raise ValueError(f"the report hook's headline must be a list of column names, got "
                          f"{chosen!r}")
     names = [c.name for c in columns]
-    unknown = [n for n in chosen if n not in names]
-    if unknown:
-        raise ValueError(f"the report hook's headline names {unknown}, which are not metric "
-                         f"columns (those are {names})")
-    return [n for n in names if n in set(chosen)]
+    shown = [c.name for c in columns if any(_matches(n, c) for n in chosen)]
+    if not shown:
+        raise ValueError(f"the report hook's headline names {list(chosen)}, which are not "
+                         f"metric columns (those are {names})")
+    return shown
 
 
 def _row_dim(ds: xr.Dataset, variables: Sequence[str]) -> str:
@@ -440,6 +520,55 @@ def _entries(attrs: Mapping[str, Any], dim: str, rows: Sequence[str]) -> tuple[
     return True, provenance, conflicts
 
 
+def _row_dims(hook: ReportHook, ds: xr.Dataset, metrics: Sequence[str], path: Path) -> list[str]:
+    """The row dims: the hook's ``rows`` (or ``row_dim``), else the generic choice."""
+    if hook.rows is not None:
+        dims = [hook.rows] if isinstance(hook.rows, str) else list(hook.rows)
+        if not dims or (hook.row_dim is not None and hook.row_dim != dims[0]):
+            raise ValueError(f"the report hook's rows {dims!r} must be non-empty and begin with "
+                             f"its row_dim {hook.row_dim!r}")
+    else:
+        entries = decode_attr(ds.attrs.get("entries"))
+        recorded = entries.get("dim") if isinstance(entries, Mapping) else None
+        dims = [hook.row_dim or (recorded if recorded in ds.dims else _row_dim(ds, metrics))]
+    missing = [d for d in dims if d not in ds.dims]
+    if missing or len(set(dims)) != len(dims):
+        raise ValueError(f"{path}: row dims {dims} are not distinct dimensions of the result "
+                         f"(dims {list(ds.dims)})")
+    return dims
+
+
+def _cells(da: xr.DataArray, dims: Sequence[str], index: np.ndarray) -> np.ndarray:
+    """``da`` (along a subset of the row dims, nothing else) at every row: shape (row,),
+    float64; ``index`` (row, len(dims)) the rows' positions along ``dims``."""
+    have = [d for d in dims if d in da.dims]
+    values = np.asarray(da.transpose(*have).values, dtype=np.float64)
+    return values[tuple(index[:, dims.index(d)] for d in have)] if have else \
+        np.full(len(index), float(values))
+
+
+def _means(hook: ReportHook, ds: xr.Dataset, dims: Sequence[str],
+           index: np.ndarray) -> dict[str, list[float]]:
+    """The hook's derived mean columns (:class:`ReportHook` ``means``)."""
+    out = {}
+    for spec in hook.means:
+        variable, selection = parse_column(spec)
+        if variable not in ds.data_vars or dims[0] not in ds[variable].dims:
+            raise ValueError(f"the report hook's mean {spec!r}: no variable {variable!r} along "
+                             f"{dims[0]!r}")
+        da = ds[variable]
+        for d, label in selection.items():
+            labels = _labels(ds, d) if d in da.dims else []
+            if label not in labels:
+                raise ValueError(f"the report hook's mean {spec!r}: {variable!r} has no "
+                                 f"{d}={label}")
+            da = da.isel({d: labels.index(label)})
+        free = [str(d) for d in da.dims if d not in dims]
+        name = column_name(variable, {**selection, **{d: "mean" for d in free}})
+        out[name] = list(_cells(da.mean(free, skipna=False) if free else da, dims, index))
+    return out
+
+
 def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None = None,
                 ds: xr.Dataset | None = None) -> Leaderboard:
     """The leaderboard of one result file.
@@ -463,8 +592,8 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
     Raises
     ------
     ValueError
-        The file has no metric variable along a dimension, or the hook's row dim or metadata
-        names a dimension or coordinate the file lacks.
+        The file has no metric variable along a dimension, or the hook's row dims, metadata,
+        headline or means name a dimension, coordinate or column the file lacks.
     """
     from ..conventions import CONVENTIONS
     from ..result_schema import metric_variables, read_result
@@ -477,15 +606,20 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
     if not metrics:
         raise ValueError(f"{path}: no metric variable (variables with attrs 'metric' and "
                          "'greater_is_better'); nothing to put on a leaderboard")
-    dim = hook.row_dim or _row_dim(ds, list(metrics))
-    if dim not in ds.dims:
-        raise ValueError(f"{path}: row dim {dim!r} is not a dimension of the result (dims "
-                         f"{list(ds.dims)})")
-    rows = _labels(ds, dim)
+    dims = _row_dims(hook, ds, list(metrics), path)
+    dim = dims[0]
+    primary = _labels(ds, dim)
+    index = np.array(list(itertools.product(*(range(ds.sizes[d]) for d in dims))),
+                     dtype=np.int64).reshape(-1, len(dims))
+    rows = [primary[k] for k in index[:, 0]]
+    keys = {d: [_labels(ds, d)[k] for k in index[:, j]] for j, d in enumerate(dims) if j}
     attrs = {k: decode_attr(v) for k, v in ds.attrs.items()}
     conventions = attrs.get("conventions") if isinstance(attrs.get("conventions"), Mapping) \
         else dict(CONVENTIONS)
     own = dict(hook.conventions(ds)) if hook.conventions else {}
+
+    def per_row(values: Sequence[Any]) -> list[Any]:  # per primary label -> per row
+        return [values[k] for k in index[:, 0]]
 
     along = [str(n) for n, c in ds.coords.items() if c.dims == (dim,) and n != dim]
     shown = list(hook.metadata) if hook.metadata is not None else \
@@ -494,8 +628,9 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
     if missing:
         raise ValueError(f"{path}: metadata {missing} are not coordinates along {dim!r} "
                          f"(those are {along})")
-    metadata = {m: [_text(v) for v in ds.coords[m].values] for m in shown}
-    hidden = {m: [_text(v) for v in ds.coords[m].values] for m in along if m not in shown}
+    metadata = {m: per_row([_text(v) for v in ds.coords[m].values]) for m in shown}
+    hidden = {m: per_row([_text(v) for v in ds.coords[m].values]) for m in along
+              if m not in shown}
 
     columns, skipped = [], []
     for var, (metric, better) in metrics.items():
@@ -505,20 +640,24 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
             continue
         convention = own.get(var) or _text(decode_attr(da.attrs.get("convention", ""))) or \
             str(conventions.get(metric, "") or CONVENTIONS.get(metric, ""))
-        others = [str(d) for d in da.dims if d != dim]
+        others = [str(d) for d in da.dims if d not in dims]
         for combo in itertools.product(*(_labels(ds, d) for d in others)):
             selection = dict(zip(others, combo, strict=True))
-            name = column_name(var, selection)
-            columns.append(MetricColumn(name, var, selection, metric, better, convention,
-                                        _convention_tag(convention),
-                                        column_values(ds, name, dim)))
+            cell = da.isel({d: _labels(ds, d).index(v) for d, v in selection.items()})
+            columns.append(MetricColumn(column_name(var, selection), var, selection, metric,
+                                        better, convention, _convention_tag(convention),
+                                        _cells(cell, dims, index),
+                                        tuple(str(d) for d in da.dims if d != dim)))
 
     extra = {k: list(v) for k, v in (hook.extra_columns(ds, dim) if hook.extra_columns
                                       else {}).items()}
     for k, v in extra.items():
-        if len(v) != len(rows):
-            raise ValueError(f"extra column {k!r} has {len(v)} values for {len(rows)} rows")
-    recorded, provenance, conflicts = _entries(attrs, dim, rows)
+        if len(v) != len(primary):
+            raise ValueError(f"extra column {k!r} has {len(v)} values for {len(primary)} "
+                             f"labels of {dim!r}")
+        extra[k] = per_row(v)
+    extra.update(_means(hook, ds, dims, index))
+    recorded, provenance, conflicts = _entries(attrs, dim, primary)
     if hook.row_provenance:
         for r, fields in hook.row_provenance(ds).items():
             known = provenance.setdefault(str(r), {})
@@ -530,11 +669,27 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
     for k in ("caches", "input_checksums"):
         if isinstance(attrs.get(k), (Mapping, list)):
             file_provenance[f"{k} (count)"] = len(attrs[k])
-    return Leaderboard(
+    images = hook.images(ds) if callable(hook.images) else hook.images
+    board = Leaderboard(
         protocol=protocol, result=path, checksum=dataset_checksum(ds), dim=dim, rows=rows,
-        metadata=metadata, hidden_metadata=hidden, extra=extra, columns=columns,
+        keys=keys, metadata=metadata, hidden_metadata=hidden, extra=extra, columns=columns,
         headline=_headline(hook, ds, columns),
         provenance=provenance, conflicts={r: c for r, c in conflicts.items() if c},
         entries_recorded=recorded, file_provenance=file_provenance, attrs=attrs,
         conventions={str(k): str(v) for k, v in conventions.items()}, skipped=skipped,
-        title=hook.title or protocol, description=hook.description)
+        title=hook.title or protocol, description=hook.description,
+        subtitle=hook.subtitle(ds) if hook.subtitle else _subtitle(ds, dims, attrs),
+        images=str(images or ""), units=dict(hook.units), source=str(path))
+    labels = [board.label(i) for i in range(len(rows))]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{path}: the rows' names (labels of {dims} joined by '/') are not "
+                         "distinct")
+    return board
+
+
+def _subtitle(ds: xr.Dataset, dims: Sequence[str], attrs: Mapping[str, Any]) -> str:
+    """The generic line on the run: its rows along each row dim, and its ``dataset_name``."""
+    line = " × ".join(f"{ds.sizes[d]} {d}" + ("s" if ds.sizes[d] != 1 and not d.endswith("s")
+                                               else "") for d in dims)
+    name = attrs.get("dataset_name")
+    return line + (f" on dataset {name}" if isinstance(name, str) and name else "")

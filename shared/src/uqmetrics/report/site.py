@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import itertools
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import InputError
-from ..io import decode_attr, folder_replaced
+from ..io import check_apart, check_replaceable, decode_attr, folder_replaced
 from ..registry import Registry
 from .leaderboard import (
     MAX_FILTER_VALUES,
@@ -29,7 +31,8 @@ from .leaderboard import (
     leaderboard,
 )
 
-__all__ = ["MANIFEST_VERSION", "REPORT_HOOKS", "SiteReport", "build_site", "read_manifest"]
+__all__ = ["MANIFEST_VERSION", "PATHS", "REPORT_HOOKS", "SiteReport", "build_site",
+           "read_manifest", "shown_path"]
 
 #: The version of ``manifest.json``'s format (its ``manifest_version``).
 MANIFEST_VERSION = 1
@@ -112,7 +115,7 @@ def _csv_text(board: Leaderboard) -> str:
 
 
 def _json_text(board: Leaderboard) -> str:
-    data = {"protocol": board.protocol, "result": str(board.result),
+    data = {"protocol": board.protocol, "page": board.page, "result": board.source,
             "result_checksum": board.checksum, "dim": board.dim,
             "columns": board.table_columns(),
             "metric_columns": {c.name: {"variable": c.variable, "selection": c.selection,
@@ -127,9 +130,12 @@ def _manifest(boards: Sequence[Leaderboard]) -> dict[str, Any]:
     entries = []
     for b in boards:
         for i, row in enumerate(b.rows):
-            entries.append({"id": b.entry_id(row), "protocol": b.protocol,
-                            "result": str(b.result), "result_checksum": b.checksum,
-                            "dim": b.dim, "row": row, "metrics": b.metrics_of(i)})
+            entry = {"id": b.entry_id(i), "protocol": b.protocol, "page": b.page,
+                     "result": b.source, "result_checksum": b.checksum, "dim": b.dim,
+                     "row": row, "metrics": b.manifest_metrics(i)}
+            if b.keys:
+                entry["keys"] = {d: v[i] for d, v in b.keys.items()}
+            entries.append(entry)
     return {"generator": GENERATOR, "manifest_version": MANIFEST_VERSION, "entries": entries}
 
 
@@ -168,14 +174,14 @@ def _figures(board: Leaderboard, hook: ReportHook, ds: Any, folder: Path,
         with figure_format("svg"):
             paths = hook.figures(board.result, ds, folder)
     except Exception as exc:  # noqa: BLE001  (a figure illustrates: the table still stands)
-        notes.append(f"{board.protocol}: figures not drawn: {type(exc).__name__}: {exc}")
+        notes.append(f"{board.page}: figures not drawn: {type(exc).__name__}: {exc}")
         return []
     return [(p.stem, _svg_uri(p)) for p in map(Path, paths) if p.suffix == ".svg"]
 
 
 def _filters(board: Leaderboard) -> dict[str, list[str]]:
     out = {}
-    for name, values in board.metadata.items():
+    for name, values in {**board.keys, **board.metadata}.items():
         distinct = sorted(set(values))
         if 1 < len(distinct) <= MAX_FILTER_VALUES:
             out[name] = distinct
@@ -195,23 +201,101 @@ def _numeric(values: Iterable[Any]) -> bool:
                for v in values)
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+#: ``--paths``: how the site names the files of the machine that built it.
+PATHS = ("relative", "absolute")
+#: An absolute path inside a text (a word beginning with ``/``).
+_ABSOLUTE = re.compile(r"(?<![\w.~:/\\-])/[^\s\"'<>,;()]+")
+
+
+def shown_path(path: str, base: Path) -> str:
+    """How the site shows an absolute path of the machine that built it (``--paths
+    relative``): relative to ``base`` (the result file's folder) where it lies under the
+    folder above it (``caches/a.nc``, ``../caches/a.nc``), else its name alone (``…/a.nc``).
+
+    Examples
+    --------
+    >>> shown_path("/runs/zoo/caches/a.nc", Path("/runs/zoo/scores"))
+    '../caches/a.nc'
+    >>> shown_path("/home/me/models/w.safetensors", Path("/runs/zoo"))
+    '…/w.safetensors'
+    """
+    rel = os.path.relpath(os.path.normpath(path), base)
+    ups = sum(1 for _ in itertools.takewhile(lambda part: part == "..", Path(rel).parts))
+    return rel if ups <= 1 else "…/" + Path(path).name
+
+
+def _relative(value: Any, base: Path) -> Any:
+    """``value`` (strings, lists, dicts: keys too) with every absolute path shown by
+    :func:`shown_path`."""
+    if isinstance(value, str):
+        if os.path.isabs(value) and "\n" not in value:
+            return shown_path(value, base)
+        return _ABSOLUTE.sub(lambda m: shown_path(m[0].rstrip(".:"), base)
+                             + m[0][len(m[0].rstrip(".:")):], value)
+    if isinstance(value, Mapping):
+        return {_relative(k, base): _relative(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_relative(v, base) for v in value]
+    return value
+
+
+def _hide_paths(board: Leaderboard, site: Path) -> None:
+    """``--paths relative``: the board's result named relative to the site, every other
+    absolute path of its provenance, metadata and attrs by :func:`shown_path`."""
+    base = board.result.parent
+    board.source = os.path.relpath(board.result, site)
+    for name in ("provenance", "conflicts", "metadata", "hidden_metadata", "file_provenance",
+                 "attrs"):
+        setattr(board, name, _relative(getattr(board, name), base))
+
+
+def _page_names(boards: Sequence[Leaderboard]) -> None:
+    """Each board's page: its protocol, or, where the site holds several files of one
+    protocol, ``<protocol>-<dataset>`` (the file's ``dataset_name`` attr, else its name),
+    made distinct."""
+    taken: set[str] = set()
+    for b in boards:
+        if sum(o.protocol == b.protocol for o in boards) == 1:
+            name = b.protocol
+        else:
+            tag = b.attrs.get("dataset_name") or b.result.stem
+            name = f"{b.protocol}-{re.sub(r'[^A-Za-z0-9._-]+', '_', str(tag))}"
+        page, k = name, 1
+        while page in taken:
+            k += 1
+            page = f"{name}-{k}"
+        taken.add(page)
+        b.page = page
+        if name != b.protocol:
+            b.title = f"{b.title} ({tag})"
+
+
+#: The writer a site folder's record names (:func:`uqmetrics.io.folder_replaced`).
+WRITER = "uqmetrics report"
+
+
+def _check_out(out: Path, results: Sequence[str | os.PathLike], overwrite: bool) -> None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise InputError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise InputError(f"--out {out} exists and is not empty (--overwrite replaces it whole)")
+    check_apart(out, {"result file": results})
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise InputError(f"--out {out} exists and is not empty (--overwrite replaces a site "
+                             "this command wrote)")
+        check_replaceable(out, WRITER)
 
 
 def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                protocol: str | None = None, hooks: Mapping[str, ReportHook] | None = None,
-               overwrite: bool = False, figures: bool = True,
+               overwrite: bool = False, figures: bool = True, paths: str = "relative",
                log: Callable[[str], None] | None = None) -> SiteReport:
     """Write the static leaderboard site of result files into folder ``out``.
 
     Parameters
     ----------
     results : sequence of path-like
-        Result files, at most one per protocol.
+        Result files. Each has its page (``<protocol>.html``; several files of one protocol:
+        ``<protocol>-<dataset>.html``, the file's ``dataset_name`` attr, else its name).
     out : path-like
         The site folder: written whole into a temporary folder beside it, which then takes its
         place (:func:`uqmetrics.io.folder_replaced`); nothing is left half-written.
@@ -222,9 +306,16 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         Protocol -> :class:`ReportHook` (default :data:`REPORT_HOOKS`); a protocol without
         one is read generically.
     overwrite : bool, default False
-        Replace an existing non-empty ``out`` (else refused).
+        Replace an existing non-empty ``out`` (else refused): only a site this function wrote
+        (its record of files, :func:`uqmetrics.io.folder_replaced`) holding nothing else.
     figures : bool, default True
         Draw the hooks' figures (inlined as SVG).
+    paths : {"relative", "absolute"}, default "relative"
+        ``relative``: the site holds no absolute path of this machine. The manifest and the
+        pages name each result file relative to ``out`` (``verify`` finds it from there);
+        every other absolute path (caches, weights, folders in the provenance and attrs) is
+        shown relative to the result file's folder where it lies under the folder above it,
+        else by its name alone (:func:`shown_path`). ``absolute``: as the files record them.
     log : callable, optional
         Receives a line per page written (default: none).
 
@@ -235,8 +326,9 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     Raises
     ------
     InputError
-        ``results`` empty, a file missing, two files of one protocol, or ``out`` not empty
-        without ``overwrite`` (all before anything is written).
+        ``results`` empty, a file missing or given twice, a bad ``paths``, a result file
+        inside ``out``, ``out`` not empty without ``overwrite``, or, with it, not a site written here
+        or holding other files (all before anything is written).
     ResultSchemaError
         A file without a hook that does not follow the result schema.
     """
@@ -246,8 +338,10 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     log = log or (lambda line: None)
     if isinstance(results, (str, os.PathLike)) or not results:
         raise InputError(f"results must be a non-empty list of result files, got {results!r}")
+    if paths not in PATHS:
+        raise InputError(f"--paths must be one of {', '.join(PATHS)}, got {paths!r}")
     out = Path(out)
-    _check_out(out, overwrite)
+    _check_out(out, results, overwrite)
     read: list[tuple[str, Path, Any, ReportHook]] = []
     for r in results:
         path = Path(r)
@@ -263,10 +357,9 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
             hook = hooks.get(name) or ReportHook()
             if hook.read:
                 ds = hook.read(path.resolve())
-        clash = [p for n, p, _, _ in read if n == name]
+        clash = [p for _, p, _, _ in read if p.resolve() == path.resolve()]
         if clash:
-            raise InputError(f"two result files of protocol {name!r}: {clash[0]} and {path} "
-                             "(one site shows one file per protocol)")
+            raise InputError(f"result file {str(path)!r} is given twice")
         read.append((name, path, ds, hook))
 
     report = SiteReport(out=out)
@@ -274,27 +367,27 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     assets = {"css": _asset("report.css"), "js": _asset("report.js")}
     boards = [(leaderboard(path, name, hook, ds), hook, ds) for name, path, ds, hook in read]
     report.boards = [b for b, _, _ in boards]
-    pages = [(b.protocol, b.title) for b in report.boards]
-    mask = os.umask(0)
-    os.umask(mask)
-    with folder_replaced(out) as tmp:
-        tmp.chmod(0o777 & ~mask)  # a site folder as mkdir makes it (mkdtemp's is private)
+    _page_names(report.boards)
+    pages = [(b.page, b.title) for b in report.boards]
+    with folder_replaced(out, writer=WRITER) as tmp:
         (tmp / "data").mkdir()
         for board, hook, ds in boards:
-            figs = _figures(board, hook, ds, tmp / "figures" / board.protocol, report.notes) \
+            figs = _figures(board, hook, ds, tmp / "figures" / board.page, report.notes) \
                 if figures else []
+            if paths == "relative":
+                _hide_paths(board, out.resolve())
+                report.notes = [_relative(n, board.result.parent) for n in report.notes]
             html = env.get_template("protocol.html.j2").render(
                 board=board, figures=figs, filters=_filters(board), pages=pages,
                 column_groups=_column_groups(board), headline=set(board.headline),
                 numeric_extra={k: _numeric(v) for k, v in board.extra.items()},
-                notes=[n for n in report.notes if n.startswith(f"{board.protocol}:")],
+                notes=[n for n in report.notes if n.startswith(f"{board.page}:")],
                 **assets)
-            page = tmp / f"{board.protocol}.html"
+            page = tmp / f"{board.page}.html"
             page.write_text(html, encoding="utf-8")
-            (tmp / "data" / f"{board.protocol}.csv").write_text(_csv_text(board),
-                                                                 encoding="utf-8")
-            (tmp / "data" / f"{board.protocol}.json").write_text(_json_text(board),
-                                                                  encoding="utf-8")
+            (tmp / "data" / f"{board.page}.csv").write_text(_csv_text(board), encoding="utf-8")
+            (tmp / "data" / f"{board.page}.json").write_text(_json_text(board),
+                                                              encoding="utf-8")
             report.pages.append(out / page.name)
             log(f"wrote {out / page.name} ({len(board.rows)} rows, {len(board.columns)} metric "
                 f"columns, {len(figs)} figures)")

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import torch
 from uqmetrics import run_command
 from uqmetrics.registry import Registry
-from uqmetrics.run_config import rerun_argv, run_recorded
+from uqmetrics.run_config import rerun, run_recorded
 
 from ..options import COUNT, Command
 from ..plugins import PLUGIN_REGISTRIES, plugin_report
@@ -93,18 +93,27 @@ __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 
 def _cmd_rerun(a: argparse.Namespace) -> int:
-    """``uqvision rerun RESULT``: the recorded command, its options read back from ``RESULT``
-    (``--config RESULT``), ``--out`` and ``--overwrite`` given here overriding them."""
-    return main(rerun_argv(a.result, "uqvision", out=a.out, overwrite=a.overwrite))
+    """``uqvision rerun RESULT``: the recorded command, printed, its options read back from
+    ``RESULT`` (``--config RESULT``: no launcher option, no ``--overwrite``), ``--out``,
+    ``--overwrite`` and the options after ``RESULT`` given here overriding them
+    (:func:`uqmetrics.run_config.rerun`)."""
+    return rerun(a.result, "uqvision", main, out=a.out, overwrite=a.overwrite,
+                 options=a.options, yes=a.yes)
 
 
 def _args_rerun(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", help="a result file (.nc: a score file, a cache) written by a "
-                                  "uqvision command")
+                                  "uqvision command; any other option after it is the "
+                                  "command's (e.g. --cluster slurm --jobs 4: a result file "
+                                  "never gives launcher options)")
     p.add_argument("--out", default=None,
                    help="where the run writes (the command's --out; default: the recorded "
                         "one, refused unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace the results there")
+    p.add_argument("--yes", action="store_true",
+                   help="run a command recorded by another user or on another host (or by a "
+                        "file that records neither): read the command printed first")
+    p.set_defaults(options=[])
 
 
 def _cmd_plugins(a: argparse.Namespace) -> int:
@@ -133,7 +142,9 @@ COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
                                   _config_files_reproduce))
 COMMANDS.add("rerun", Command(_cmd_rerun, _args_rerun,
                               "run again the command a result file (.nc) records (its "
-                              "run_config), --out and --overwrite overriding it"))
+                              "run_config; printed first; --yes for one recorded by another "
+                              "user or host), --out, --overwrite and launcher options given "
+                              "here"))
 COMMANDS.add("verify", Command(_cmd_verify, _args_verify,
                                "recompute a score file's (or a report site's) entries from "
                                "the caches it names; agree/disagree per metric (exit 1 on "
@@ -177,10 +188,15 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``uqvision`` console script."""
     try:  # a command's options import what it runs: a Ctrl-C may come during the imports
-        args = build_parser(lazy=True).parse_args(argv)
+        parser = build_parser(lazy=True)
+        args, extras = parser.parse_known_args(argv)
     except KeyboardInterrupt:
         print("uqvision: interrupted", file=sys.stderr)
         return 130
+    if extras and args.command != "rerun":  # rerun passes them to the command it runs
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    if extras:
+        args.options = extras
     if args.threads:
         torch.set_num_threads(args.threads)
     cmd = COMMANDS.lookup(args.command)  # its configuration recorded (uqmetrics.run_config)

@@ -125,7 +125,7 @@ _PREDICT_OPTIONS = (
                  help="augmentation of --mode tta:\n" + TTA_POLICIES.describe()),
     ConfigOption("seed", type=INDEX),
     ConfigOption("batch_size", type=COUNT),
-    ConfigOption("num_workers", flag="--workers", type=INDEX,
+    ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True,
                  help="DataLoader workers (default: the cores the network leaves idle, at "
                       "most 4: on CUDA all but one, at least 1; on the CPU the cores beyond "
                       "--threads; 0 for a single batch or inside a Dask worker)"),

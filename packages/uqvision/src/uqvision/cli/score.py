@@ -14,6 +14,8 @@ from functools import partial
 from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
+from uqmetrics.config_options import mark_launcher
+from uqmetrics.io import check_apart
 from uqmetrics.run_config import add_config_option, config_beside, config_in_by_digest
 
 from ..exceptions import SkippedCacheWarning
@@ -39,11 +41,12 @@ from .base import _add_subcommands, _print, _retire
 
 def _cmd_score(a: argparse.Namespace) -> int:
     protocol = score_protocol(a.protocol)
-    check_output_file("--out", a.out, a.overwrite)
     out = Path(a.out)
-    if protocol.score_table is not None:  # the table beside the score file
-        for suffix in protocol.score_table.suffixes:
-            check_output_file("--out", out.with_name(out.stem + suffix), a.overwrite)
+    outputs = [out] + ([out.with_name(out.stem + suffix) for suffix in
+                        protocol.score_table.suffixes] if protocol.score_table else [])
+    for path in outputs:  # the score file and the table beside it
+        check_apart(path, {"--caches": a.caches})  # --overwrite never replaces an input
+        check_output_file("--out", path, a.overwrite)
     files, skipped = incomplete_caches(a.caches)
     listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
     if skipped and not a.skip_incomplete:
@@ -181,8 +184,8 @@ def _args_reproduce_protocol(proto: Protocol, p: argparse.ArgumentParser) -> Non
     add_config_options(p, ReproduceOptions, _REPRODUCE_OPTIONS)
     if proto.reproduce_flags is not None:
         proto.reproduce_flags.add(p)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="driver option (repeatable)")
+    mark_launcher(p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                                 help="driver option (repeatable)"), keys=("workers",))
     add_config_option(p)
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from uqmetrics import InputError
+from uqmetrics.config_options import mark_launcher
 from uqmetrics.run_config import config_in_by_digest
 from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
@@ -134,8 +136,17 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     for target in sets:
         readable_images(target.folder, skip_bad=a.skip_bad_images)
     ood = [t for t in sets if EVAL_SETS.lookup(t.config.eval_set).role == "ood"]
-    if ood and not a.dry_run:  # an ID image in an OOD set is an error: by content hash
-        check_ood_targets(data, ood, cache_dir=out / HASHES_DIR)
+    if ood and not a.dry_run:  # an ID image in an OOD set is an error: by its pixels
+        from ..data import NearDuplicateWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NearDuplicateWarning)
+            check_ood_targets(data, ood, cache_dir=out / HASHES_DIR)
+        for w in caught:  # near duplicates: one line each, and the sweep goes on
+            if issubclass(w.category, NearDuplicateWarning):
+                print(f"uqvision sweep: note: {w.message}", file=sys.stderr, flush=True)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     # each scoring protocol checks its options and its score file before any model runs
     plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
              for scorer in _sweep_scorers()]
@@ -256,8 +267,9 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "image list (OpenOOD's benchmark_imglist/imagenet/test_ninco.txt, read "
                         "under its images_largescale/); caches named by the set, or NAME "
                         "(ood-near:mine=/data/x), recording eval_set, role ood and ood_split. "
-                        "Each set is checked disjoint from --data by content hash (SHA-256 of "
-                        "every image, kept in OUT/" + HASHES_DIR + "/) before any model runs. "
+                        "Each set is checked disjoint from --data by its pixels (SHA-256 of "
+                        "every decoded image, kept in OUT/" + HASHES_DIR + "/) before any model "
+                        "runs; near duplicates (a perceptual hash) are reported. "
                         "Predicted with the --data's options: pass --embeddings / "
                         "--cache-variables when the detectors need them")
     p.add_argument("--out", required=True, help="sweep directory: " + ", ".join(
@@ -265,8 +277,8 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
          "sweep.log (full tracebacks)"]))
     p.add_argument("--weights-dir", default=None, help="folder of <name>.safetensors/.pth files")
     add_cluster_options(p, workers="--n-workers")  # --scheduler, --cluster, --jobs, ...
-    p.add_argument("--cell-threads", type=COUNT, default=None,
-                   help="torch threads inside each Dask cell (default: --threads)")
+    mark_launcher(p.add_argument("--cell-threads", type=COUNT, default=None,
+                                 help="torch threads inside each Dask cell (default: --threads)"))
     p.add_argument("--no-shared-decoding", action="store_true",
                    help="every model decodes the images itself (default: once per "
                         "preprocessing group, the models of a folder that resize and crop "

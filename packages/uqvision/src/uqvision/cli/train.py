@@ -2,7 +2,10 @@
 writes a development image folder with a registered dataset maker (its options read from the
 makers' signatures); ``train`` trains a timm architecture with a training method, one run per
 seed (its options generated from :class:`~uqvision.training.loop.ImageTrainConfig`, every
-output and the method's hyper-parameters checked before the first run).
+output and the method's hyper-parameters checked before the first run). The runs of one
+``train`` command are recorded as one group (:class:`~uqvision.training.loop.EnsembleMember`):
+one run of the default method is a ``single`` model, the K runs of ``--members K`` (or of K
+``--seeds``) the members of one deep ensemble.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import typing
 from pathlib import Path
 
 from uqmetrics import InputError
+from uqmetrics.config_options import mark_launcher
 from uqmetrics.run_config import add_config_option, config_beside, config_in
 from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
@@ -33,7 +37,15 @@ from ..options import (
     positive_float,
     set_pairs,
 )
-from ..training.loop import ImageTrainConfig, checkpoint_files, epoch_batches, train_model
+from ..training.loop import (
+    EnsembleMember,
+    ImageTrainConfig,
+    checkpoint_files,
+    epoch_batches,
+    new_ensemble_id,
+    train_model,
+)
+from ..training.runs import SINGLE
 from .base import _print
 
 #: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
@@ -89,9 +101,11 @@ def _args_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true")
     for name, (kind, _makers, defaults) in _maker_options().items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
-        p.add_argument(*flags, dest=name, type=kind, default=None,
-                       help="option of " + ", ".join(f"{m} (default {d})"
-                                                     for m, d in defaults.items()))
+        action = p.add_argument(*flags, dest=name, type=kind, default=None,
+                                help="option of " + ", ".join(f"{m} (default {d})"
+                                                              for m, d in defaults.items()))
+        if name == "workers":  # a maker's local processes: a launcher option
+            mark_launcher(action)
     add_cluster_options(p, workers=None,  # imagenet-c: --scheduler, --cluster, --jobs, ...
                         local="local processes (--workers)")
     add_config_option(p)
@@ -104,13 +118,24 @@ def _config_files_data(a: argparse.Namespace, config) -> list[Path]:
 
 def _config_files_train(a: argparse.Namespace, config) -> list[Path]:
     """``<checkpoint stem>.config.toml`` beside each seed's checkpoint."""
-    return [config_beside(a.out.format(seed=seed)) for seed in a.seeds or [0]]
+    return [config_beside(a.out.format(seed=seed)) for seed in _train_seeds(a)]
+
+
+def _train_seeds(a: argparse.Namespace) -> list[int]:
+    """The seed of each run: ``--seeds``, else 0 to K - 1 for ``--members K`` (default: one
+    run, seed 0)."""
+    return list(a.seeds) if a.seeds else list(range(a.members or 1))
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
-    seeds = a.seeds or [0]
+    seeds = _train_seeds(a)
+    if a.members is not None and a.seeds and len(a.seeds) != a.members:
+        raise InputError(f"--members {a.members} but --seeds lists {len(a.seeds)} seed(s) "
+                         f"{a.seeds}: give one seed per member, or --members alone (seeds 0 to "
+                         f"{a.members - 1})")
     if len(seeds) > 1 and "{seed}" not in a.out:
-        raise InputError("--out: with several --seeds, it must contain '{seed}'")
+        raise InputError(f"--out {a.out!r}: with several runs (--members, --seeds), it must "
+                         "contain '{seed}'")
     if len(set(seeds)) != len(seeds):
         raise InputError(f"--seeds lists a seed twice: {seeds}")
     for seed in seeds:  # every output, before the first run trains
@@ -135,10 +160,16 @@ def _cmd_train(a: argparse.Namespace) -> int:
         raise InputError(f"--epochs/--set: method {a.method!r} would take no gradient step "
                          f"(epochs={getattr(hp, 'epochs', '?')}) and starts from no checkpoint "
                          "(--init): the saved network would be untrained")
-    for seed, cfg in zip(seeds, cfgs, strict=True):
-        r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite)
+    # the runs of this command, one group: a single model, or the members of one ensemble
+    group, k = new_ensemble_id(), len(seeds)
+    shown = SINGLE if a.method == "deep_ensemble" and k == 1 else a.method
+    for i, (seed, cfg) in enumerate(zip(seeds, cfgs, strict=True)):
+        r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite,
+                        ensemble=EnsembleMember(group, k, i))
         if int(os.environ.get("RANK", "0")) == 0:
-            _print(f"{r.checkpoint}  {a.method}  loss={r.losses[-1] if r.losses else float('nan'):.4f}"
+            member = f"  member {i + 1}/{k} of {group}" if k > 1 else ""
+            _print(f"{r.checkpoint}  {shown}{member}  "
+                   f"loss={r.losses[-1] if r.losses else float('nan'):.4f}"
                    f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
     return 0
 
@@ -194,7 +225,7 @@ _TRAIN_OPTIONS = (
                       + "\nnone: no augmentation"),
     ConfigOption("drop_rate", type=float),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
-    ConfigOption("num_workers", flag="--workers", type=INDEX),
+    ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True),
 )
 
 
@@ -206,7 +237,13 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                    help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
                         "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
                         "lr_init=3e-3 weight_decay=0.05")
-    p.add_argument("--seeds", type=INDEX, nargs="+", help="one run per seed (default 0)")
+    p.add_argument("--seeds", type=INDEX, nargs="+",
+                   help="one run per seed (default 0); several: the members of one ensemble")
+    p.add_argument("--members", type=COUNT, metavar="K",
+                   help="train K runs (seeds 0 to K-1, or the K --seeds) as one group: with "
+                        "--method deep_ensemble, one deep ensemble (their caches record method "
+                        "deep_ensemble and this command's ensemble id); default 1: one "
+                        "network (method single)")
     p.add_argument("--classes", default=None, metavar="A,B,C | FILE.json",
                    help="train on these folder classes only, the head's classes in this order; "
                         "a JSON file holds a list, or an object folder class -> label to group "

@@ -1,7 +1,9 @@
 """``uqvision verify TARGET``: recompute a score file's entries from the caches it names, with
 each protocol's own scorer (:attr:`uqvision.protocols.Protocol.rescore`), check every cache's
 hashes and identity, and print agree/disagree per metric with the tolerance used
-(:mod:`uqmetrics.verify`). Exit status 0 when everything agrees, 1 otherwise, 2 for bad input.
+(:mod:`uqmetrics.verify`). Exit status 0 when everything agrees, 1 otherwise, 2 for bad input
+(a target that is not a result file or a site, a result of ``uqreg``: ``uqreg verify`` verifies
+it).
 """
 
 from __future__ import annotations
@@ -40,4 +42,4 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 def _cmd_verify(a: argparse.Namespace) -> int:
     from uqmetrics.verify import verify  # imported on use
 
-    return verify(a.target, _rescorer, rtol=a.rtol, atol=a.atol, out=_print)
+    return verify(a.target, _rescorer, rtol=a.rtol, atol=a.atol, out=_print, tool="uqvision")

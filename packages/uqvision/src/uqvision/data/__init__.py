@@ -13,11 +13,13 @@ One concern per module; every name is importable from ``uqvision.data`` itself:
 - :mod:`~.images`: reading and checking image files (``load_image``, ``check_image``,
   ``check_images``, ``readable_images`` and the bad-image messages);
 - :mod:`~.folders`: ``ImageFolderDataset``, class matching (``match_classes``,
-  ``check_split_classes``), ``describe_labels``, fingerprints, ``check_output_outside``;
+  ``check_split_classes``), ``describe_labels``, fingerprints by content
+  (``sample_digests``), ``check_output_outside``;
 - :mod:`~.transforms`: ``DataConfig``, ``eval_transform``, the seeded augmentations and
   ``TTA_POLICIES``;
-- :mod:`~.overlap`: whether two image sets share images, by content hash
-  (``content_hashes``, ``check_disjoint``: an ID image in an OOD set is refused);
+- :mod:`~.overlap`: whether two image sets share images, by their decoded pixels
+  (``image_hashes``, ``content_hashes``, ``check_disjoint``: an ID image in an OOD set is
+  refused, a near duplicate reported by a perceptual hash);
 - :mod:`~.makers`: the development datasets (``DATASET_MAKERS``: digits, synthetic, hierarchy);
 - :mod:`~.views`: ``ClassSubset``, ``image_view`` and the index files' format and reader (their
   writer, UIMNET's 90/10 split, is :func:`uqvision.protocols.uimnet.index.make_index_files`);
@@ -28,13 +30,17 @@ from ..layouts import IMG_EXTENSIONS, LAYOUTS, list_classes
 from ._util import derive_seed, flush_denormal, read_format_json, write_format_json
 from .corruptions import make_corrupted_folder
 from .folders import (
+    EARLIER_FINGERPRINTS,
+    FINGERPRINT_PREFIX,
     ImageFolderDataset,
     check_output_outside,
     check_split_classes,
     dataset_fingerprint,
     describe_labels,
+    earlier_fingerprint,
     folder_fingerprint,
     match_classes,
+    sample_digests,
 )
 from .images import (
     bad_images_message,
@@ -51,7 +57,14 @@ from .makers import (
     make_synthetic_folder,
     subset_choice,
 )
-from .overlap import HASHES_FORMAT, check_disjoint, content_hashes
+from .overlap import (
+    HASHES_FORMAT,
+    NEAR_DUPLICATE_DISTANCE,
+    NearDuplicateWarning,
+    check_disjoint,
+    content_hashes,
+    image_hashes,
+)
 from .transforms import (
     TTA_POLICIES,
     DataConfig,
@@ -69,14 +82,18 @@ from .views import INDEX_FORMAT, ClassSubset, image_view, read_index_file
 
 __all__ = [
     "DATASET_MAKERS",
+    "EARLIER_FINGERPRINTS",
+    "FINGERPRINT_PREFIX",
     "HASHES_FORMAT",
     "IMG_EXTENSIONS",
     "INDEX_FORMAT",
     "LAYOUTS",
+    "NEAR_DUPLICATE_DISTANCE",
     "TTA_POLICIES",
     "ClassSubset",
     "DataConfig",
     "ImageFolderDataset",
+    "NearDuplicateWarning",
     "RandomCrop",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
@@ -93,9 +110,11 @@ __all__ = [
     "dataset_fingerprint",
     "derive_seed",
     "describe_labels",
+    "earlier_fingerprint",
     "eval_transform",
     "flush_denormal",
     "folder_fingerprint",
+    "image_hashes",
     "image_view",
     "imagenet_augmentation",
     "label_problems_message",
@@ -109,6 +128,7 @@ __all__ = [
     "read_format_json",
     "read_index_file",
     "readable_images",
+    "sample_digests",
     "subset_choice",
     "tta_transform",
     "write_format_json",

@@ -33,11 +33,12 @@ draws from an unseeded generator); the corruption code itself is the package's.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
 import os
-import shutil
+import re
 import sys
 import threading
 import time
@@ -49,12 +50,14 @@ from pathlib import Path
 
 import numpy as np
 from uqmetrics import InputError
+from uqmetrics.io import check_apart, named_write_error, remove_files
 from uqmetrics.sweep import ClusterSpec
 
 from ._util import derive_seed
 
 __all__ = ["BENCHMARK_CORRUPTIONS", "CORRUPTIONS", "JPEG_QUALITY", "METADATA_FILE",
-           "make_corrupted_folder", "make_imagenet_c_folder", "reference_corruptions"]
+           "check_complete", "make_corrupted_folder", "make_imagenet_c_folder",
+           "reference_corruptions"]
 
 #: The 15 ImageNet-C benchmark corruptions, in ``imagecorruptions.get_corruption_names()``
 #: order.
@@ -72,8 +75,12 @@ JPEG_QUALITY = 85
 MIN_CROP = 32
 #: Metadata file written in ``out``.
 METADATA_FILE = "imagenet-c.json"
-_FORMAT = "uqvision-imagenet-c/1"
+#: Version 2 records every source image (its output file and the SHA-256 of its bytes);
+#: version 1 did not: its folders are resumed only after ``--overwrite``.
+_FORMAT = "uqvision-imagenet-c/2"
 _TMP = ".partial-"
+#: An image's output file below ``<corruption>/<severity>/``: ``<class>/<stem>.JPEG``.
+_IMAGE_FILE = re.compile(r"^(?!\.\.?/)[^/\\\0]+/[^/\\\0]+\.JPEG$")
 
 _LOCK = threading.Lock()  # numpy's global RNG: one seeded call at a time per process
 _REF: types.ModuleType | None = None
@@ -189,11 +196,141 @@ def _corrupt(arr: np.ndarray, corruption: str, severity: int, seed: int) -> np.n
 
 
 def _save_jpeg(arr: np.ndarray, dest: Path, quality: int) -> None:
-    """Write ``arr`` as JPEG to ``dest`` atomically (temporary name, then rename)."""
+    """Write ``arr`` as JPEG to ``dest`` atomically (temporary name, then rename); a failed
+    write removes its temporary file and raises an ``OSError`` naming ``dest`` (a full disk
+    said as such: :func:`uqmetrics.io.named_write_error`)."""
     from PIL import Image
     tmp = dest.with_name(f"{_TMP}{os.getpid()}-{dest.name}")
-    Image.fromarray(np.uint8(arr)).save(tmp, format="JPEG", quality=quality, optimize=True)
-    os.replace(tmp, dest)
+    try:
+        Image.fromarray(np.uint8(arr)).save(tmp, format="JPEG", quality=quality, optimize=True)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise named_write_error(exc, dest) from None
+
+
+def _write_metadata(path: Path, meta: dict) -> None:
+    """Write the metadata file atomically; a failed write names ``path``."""
+    tmp = path.with_name(f"{_TMP}{os.getpid()}-{path.name}")
+    try:
+        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise named_write_error(exc, path) from None
+
+
+def _read_metadata(path: Path) -> dict:
+    """The metadata file ``path``, every name a path is built from checked against the known
+    set first: corruptions in :data:`CORRUPTIONS`, severities 1..5, image files
+    ``<class>/<stem>.JPEG`` (one folder, no ``..``); :class:`~uqmetrics.InputError` naming the
+    file and the value otherwise."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise InputError(f"{path}: not the metadata of uqvision data imagenet-c "
+                         f"({' '.join(str(exc).split())})") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: not the metadata of uqvision data imagenet-c (a JSON object)")
+    names, levels = meta.get("corruptions"), meta.get("severities")
+    bad = ([names] if not isinstance(names, list) else
+           [c for c in names if not isinstance(c, str) or c not in CORRUPTIONS])
+    if bad:
+        raise InputError(f"{path}: corruptions: {bad[0]!r} is not a corruption of "
+                         f"imagecorruptions (known: {', '.join(CORRUPTIONS)}); the file was not "
+                         "written by uqvision data imagenet-c")
+    bad = ([levels] if not isinstance(levels, list) else
+           [v for v in levels if type(v) is not int or not 1 <= v <= 5])
+    if bad:
+        raise InputError(f"{path}: severities: {bad[0]!r} is not a severity 1..5; the file was "
+                         "not written by uqvision data imagenet-c")
+    images = meta.get("images", {})
+    if not isinstance(images, dict):
+        raise InputError(f"{path}: images: not a mapping of source images")
+    for rel, entry in images.items():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and _IMAGE_FILE.match(entry[0]) and isinstance(entry[1], str)):
+            raise InputError(f"{path}: images: {rel!r} -> {entry!r} is not [<class>/<stem>.JPEG, "
+                             "sha256]; the file was not written by uqvision data imagenet-c")
+    return meta
+
+
+def _member_files(out: Path, corruption: str, severity: int, *, images: bool = True,
+                  partial: bool = True) -> list[str]:
+    """The images (``*.JPEG``) and temporary files of one member folder found on disk, relative
+    to ``out`` (real class folders only, no link followed)."""
+    member = out / corruption / str(severity)
+    found = []
+    if member.is_symlink() or not member.is_dir():
+        return found
+    for cls in sorted(os.scandir(member), key=lambda e: e.name):
+        if not cls.is_dir(follow_symlinks=False):
+            continue
+        for f in os.scandir(cls.path):
+            if (images and f.name.endswith(".JPEG") and not f.name.startswith(_TMP)) or (
+                    partial and f.name.startswith(_TMP)):
+                found.append(f"{corruption}/{severity}/{cls.name}/{f.name}")
+    return found
+
+
+def _written(out: Path, meta: dict) -> list[str]:
+    """The files a run of ``meta`` (read by :func:`_read_metadata`) wrote below ``out``: its
+    images' files under each of its corruptions and severities (a version-1 folder, which
+    recorded no images: the ``*.JPEG`` of its member folders), and its temporary files."""
+    images = meta.get("images")
+    files = []
+    for c in meta["corruptions"]:
+        for v in meta["severities"]:
+            if images is None:
+                files += _member_files(out, c, v)
+            else:
+                files += [f"{c}/{v}/{f}" for f, _ in images.values()]
+                files += _member_files(out, c, v, images=False)
+    return files
+
+
+def check_complete(root: str | os.PathLike,
+                   members: Iterable[tuple[str, int]] | None = None) -> None:
+    """Refuse an ImageNet-C folder of :func:`make_corrupted_folder` that is unfinished or has
+    lost images; any other folder (ImageNet-C as shipped: no :data:`METADATA_FILE`) passes.
+
+    Parameters
+    ----------
+    root : path
+        The folder's root (``--out`` of ``uqvision data imagenet-c``).
+    members : iterable of (str, int), optional
+        The (corruption, severity) members to count; default all of the folder's.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The metadata says ``"complete": false`` (a generation interrupted, or running), or a
+        member holds another number of images than the source images recorded; the message
+        names the members and their counts.
+    """
+    root = Path(root)
+    path = root / METADATA_FILE
+    if not path.is_file():
+        return
+    meta = _read_metadata(path)
+    n = len(meta["images"]) if "images" in meta else None
+    todo = [(c, int(v)) for c, v in (members if members is not None else
+                                     ((c, v) for c in meta["corruptions"]
+                                      for v in meta["severities"]))
+            if c in meta["corruptions"] and v in meta["severities"]]
+    counts = [(f"{c}-{v}", len(_member_files(root, c, v, partial=False))) for c, v in todo]
+    short = [f"{m} has {k} of {n} images" for m, k in counts if n is not None and k != n]
+    if meta.get("complete") is True and not short:
+        return
+    what = ("was not finished (its metadata says \"complete\": false: a generation "
+            "interrupted or still running)" if meta.get("complete") is not True
+            else "has lost images since it was made")
+    detail = "; ".join(short[:5]) + (f" and {len(short) - 5} more members" if len(short) > 5
+                                     else "")
+    raise InputError(f"ImageNet-C folder {str(root)!r} {what}{': ' + detail if detail else ''}; "
+                     "run uqvision data imagenet-c again with the same options to complete it")
 
 
 _STATE: dict = {}
@@ -330,7 +467,9 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     out : path
         Output folder: ``out/<corruption>/<severity>/<class>/<image stem>.JPEG`` and
         ``out/imagenet-c.json``. An ``out`` from an interrupted run with the same options is
-        resumed (existing images are kept; they are written whole or not at all).
+        resumed (existing images are kept; they are written whole or not at all), except
+        those of a source image whose bytes changed since (the metadata records each source
+        image's SHA-256): they are recomputed. Neither inside ``src`` nor holding it.
     corruptions : sequence of str, optional
         Names from :data:`CORRUPTIONS`; default the 15 benchmark ones
         (:data:`BENCHMARK_CORRUPTIONS`).
@@ -347,7 +486,10 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     progress : bool or callable, default True
         Progress lines (images done, images/s, ETA) to stderr, or to this function.
     overwrite : bool, default False
-        Replace an ``out`` written with other options.
+        Replace an ``out`` written with other options: the files that run wrote (its
+        metadata's images under its corruptions and severities, and its temporary files) are
+        deleted, nothing else; a name in the metadata outside the known corruptions,
+        severities and ``<class>/<stem>.JPEG`` is refused before any path is built from it.
     scheduler : str or uqmetrics.sweep.ClusterSpec, optional
         Address of a Dask scheduler (``tcp://host:8786``, as ``uqvision sweep
         --scheduler``), or the cluster to start for the run (``--cluster slurm ...``: workers
@@ -371,8 +513,13 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         class with the same file stem.
     FileExistsError
         ``out`` holds other files or a run with other options (without ``overwrite``).
+    uqmetrics.InputError
+        ``out`` inside ``src`` or holding it; a metadata file not written here (a name
+        outside the known sets).
+    OSError
+        A write failed: the error names the file being written (a full disk said as such).
     """
-    from .folders import ImageFolderDataset
+    from .folders import ImageFolderDataset, sample_digests
 
     corruptions, severities = _check_options(corruptions, severities, resize, crop, quality,
                                              workers)
@@ -381,8 +528,14 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         raise InputError(f"scheduler: give a Dask scheduler address (tcp://host:8786), got "
                          f"{scheduler!r}")
     if scheduler is not None and workers > 1:
-        raise InputError(f"workers {workers} and scheduler {scheduler!r}: the images run on "
-                         "the cluster's workers; give one of the two")
+        where = scheduler.describe() if isinstance(scheduler, ClusterSpec) \
+            else f"scheduler {scheduler!r}"  # never a ClusterSpec's repr
+        raise InputError(f"workers {workers} and {where}: the images run on the cluster's "
+                         "workers; give one of the two")
+    out = Path(out)
+    # an out inside src would be scanned as a class of src by the next run; a src inside out
+    # could be deleted by --overwrite
+    check_apart(out, {"--src": src})
     from importlib.metadata import version
     reference_corruptions()  # refuse a missing or broken package before any work
     meta = {"format": _FORMAT, "corruptions": list(corruptions), "severities": list(severities),
@@ -393,18 +546,20 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
             "corruption_order": list(CORRUPTIONS),
             "package": f"imagecorruptions {version('imagecorruptions')}",
             "source": str(Path(src).resolve())}
-    out = Path(out)
     meta_path = out / METADATA_FILE
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        old.pop("complete", None)
-        if old != meta:
-            if not overwrite:
-                raise FileExistsError(f"out {str(out)!r} holds ImageNet-C made with other "
-                                      "options; pass overwrite=True to replace it")
-            for c in old.get("corruptions", []):
-                shutil.rmtree(out / c, ignore_errors=True)
-            meta_path.unlink()
+    old: dict = {}
+    replaced = False
+    if meta_path.exists() or meta_path.is_symlink():
+        old = _read_metadata(meta_path)  # every name checked before a path is built from it
+        replaced = {k: v for k, v in old.items() if k not in ("complete", "images")} != meta
+        if replaced and not overwrite:
+            if old.get("format") != _FORMAT:
+                raise FileExistsError(f"out {str(out)!r} holds ImageNet-C of an earlier "
+                                      f"uqvision ({old.get('format')!r}, which recorded no "
+                                      "source images to resume against); pass overwrite=True "
+                                      "(--overwrite) to make it again")
+            raise FileExistsError(f"out {str(out)!r} holds ImageNet-C made with other "
+                                  "options; pass overwrite=True to replace it")
     elif out.exists() and any(out.iterdir()):
         raise FileExistsError(f"out {str(out)!r} exists and is not a uqvision ImageNet-C "
                               f"folder (no {METADATA_FILE})")
@@ -416,10 +571,28 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
             raise ValueError(f"src: images {dests[key]!r} and {rel!r} of class {key[0]!r} would "
                              f"both be written as {key[1]}.JPEG")
         dests[key] = rel
+    # the sources by content: an image changed (or gone) since the last run is recomputed
+    digests = sample_digests(ds)
+    images = {rel: [f"{ds.classes[label]}/{Path(rel).stem}.JPEG", digests[rel] or ""]
+              for rel, label in ds.samples}
+    if replaced:  # --overwrite: what the earlier run wrote, nothing else
+        remove_files(out, _written(out, old))
+        meta_path.unlink()
+        old = {}
+    stale = [f for rel, (f, sha) in old.get("images", {}).items()
+             if images.get(rel) != [f, sha] or not sha]
+    if stale:
+        remove_files(out, [f"{c}/{v}/{f}" for c in corruptions for v in severities
+                           for f in stale])
     out.mkdir(parents=True, exist_ok=True)
-    meta_path.write_text(json.dumps({**meta, "complete": False}, indent=1))
-    for tmp in out.glob(f"*/*/*/{_TMP}*"):  # left by a killed run
-        tmp.unlink()
+    _write_metadata(meta_path, {**meta, "complete": False, "images": images})
+    remove_files(out, [f for c in corruptions for v in severities  # left by a killed run
+                       for f in _member_files(out, c, v, images=False)]
+                 + [p.name for p in out.glob(f"{_TMP}*-{METADATA_FILE}")])
+    say = _progress_printer(progress)
+    if stale and say is not None:
+        say(f"imagenet-c: {len(stale)} source image(s) changed or gone since the last run: "
+            "their files are recomputed")
     tasks = []
     for i, (rel, label) in enumerate(ds.samples):
         jobs = []
@@ -431,7 +604,6 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
                     jobs.append((c, s, str(dest)))
         if jobs:
             tasks.append((i, jobs))
-    say = _progress_printer(progress)
     options = {"resize": int(resize), "crop": int(crop), "quality": int(quality),
                "seed": int(seed)}
     n, done, t0, last = len(tasks), 0, time.monotonic(), 0.0
@@ -453,7 +625,7 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         for _ in finished:  # one progress loop, whichever runs the units
             done += 1
             tick()
-    meta_path.write_text(json.dumps({**meta, "complete": True}, indent=1))
+    _write_metadata(meta_path, {**meta, "complete": True, "images": images})
     return out
 
 

@@ -1,9 +1,9 @@
 """Image folders: :class:`ImageFolderDataset` (the ImageNet folder convention of timm and
 torchvision, or ImageNet's other layouts scanned by :mod:`uqvision.layouts`), how a folder is
 labelled (:func:`describe_labels`), its classes matched to a model's or to the training split's
-(:func:`match_classes`, :func:`check_split_classes`), its fingerprints
-(:func:`dataset_fingerprint`, :func:`folder_fingerprint`) and the refusal of an output folder
-inside it (:func:`check_output_outside`).
+(:func:`match_classes`, :func:`check_split_classes`), its fingerprints by content
+(:func:`dataset_fingerprint`, :func:`folder_fingerprint`, over :func:`sample_digests`) and the
+refusal of an output folder inside it (:func:`check_output_outside`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import copy
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -28,13 +30,17 @@ from .images import _load_sample, load_image
 from .transforms import SeededAugmentation
 
 __all__ = [
+    "EARLIER_FINGERPRINTS",
+    "FINGERPRINT_PREFIX",
     "ImageFolderDataset",
     "check_output_outside",
     "check_split_classes",
     "dataset_fingerprint",
     "describe_labels",
+    "earlier_fingerprint",
     "folder_fingerprint",
     "match_classes",
+    "sample_digests",
 ]
 
 
@@ -423,61 +429,139 @@ def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.
     return classes
 
 
-def dataset_fingerprint(root: str | os.PathLike, *, content: bool = False,
-                        labels: str | os.PathLike | None = None, subset: bool = False) -> str:
-    """SHA-256 over the class list, the sample ids and file sizes (or file contents); for a
-    layout other than class folders also over the layout and the label file's content hash.
+#: The prefix of a dataset fingerprint (:func:`folder_fingerprint`): its scheme. ``content2``
+#: hashes every sample's bytes; the values of an earlier scheme (:data:`EARLIER_FINGERPRINTS`)
+#: never equal one of this scheme, so a cache that records one is refused on resume.
+FINGERPRINT_PREFIX = "content2:"
+#: The schemes of earlier dataset fingerprints (prefix -> what they covered): ``size:`` (the
+#: default before uqvision fingerprinted content: the names, labels and byte sizes only, so an
+#: image whose pixels changed but not its size kept its fingerprint) and ``content:`` (an
+#: opt-in hash of content in another arrangement).
+EARLIER_FINGERPRINTS = {
+    "size:": "names, labels and file sizes only, not the images' content",
+    "content:": "an earlier arrangement of the content hash",
+}
+#: The SHA-256 of every sample's bytes, per image source read in this process (source ->
+#: sample id -> hex digest, ``None`` when it cannot be read): a scan is a snapshot, so its
+#: fingerprint, the caches' checks and the ID/OOD overlap check read each file once.
+_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _digest(source, rel: str) -> str | None:
+    """The SHA-256 (hex) of sample ``rel``'s bytes; ``None`` when it cannot be read (a dangling
+    link, an absent or broken archive member, a file it may not read: the image check reports
+    those)."""
+    try:
+        return hashlib.sha256(source.read(rel)).hexdigest()
+    except OSError:
+        return None
+
+
+def sample_digests(ds: ImageFolderDataset, *, threads: int | None = None
+                   ) -> dict[str, str | None]:
+    """The SHA-256 of every sample's bytes, read through the folder's source (a file, an
+    archive member read in place, a file an image list names), on ``threads`` threads
+    (``hashlib`` and the reads release the GIL; default ``min(8, os.cpu_count())``).
+
+    Every byte is read at the first call for a scan; the copies of a scan
+    (:meth:`ImageFolderDataset.without`, :meth:`~ImageFolderDataset.relabelled`) share its
+    digests for the process. Nothing is kept on disk: a file rewritten in place with its size
+    and modification time restored is read again, never taken for the old one.
+
+    Parameters
+    ----------
+    ds : ImageFolderDataset
+    threads : int, optional
+
+    Returns
+    -------
+    dict str -> str or None, shape (n_samples,)
+        Sample id -> hex digest (``None``: the sample cannot be read), in sample order.
+    """
+    have = _DIGESTS.setdefault(ds.source, {})
+    todo = [rel for rel in ds.sample_ids if rel not in have]
+    workers = max(1, min(threads or 8, os.cpu_count() or 1, len(todo)))
+    if workers == 1:
+        have.update((rel, _digest(ds.source, rel)) for rel in todo)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            have.update(zip(todo, pool.map(lambda r: _digest(ds.source, r), todo),
+                            strict=True))
+    return {rel: have[rel] for rel in ds.sample_ids}
+
+
+def earlier_fingerprint(value: object) -> str | None:
+    """What an earlier scheme's fingerprint covered (:data:`EARLIER_FINGERPRINTS`), ``None``
+    for a fingerprint of this scheme or a value that is none.
+
+    Examples
+    --------
+    >>> earlier_fingerprint("size:0123")
+    "names, labels and file sizes only, not the images' content"
+    >>> earlier_fingerprint(FINGERPRINT_PREFIX + "0123") is None
+    True
+    """
+    text = str(value)
+    return next((what for prefix, what in EARLIER_FINGERPRINTS.items()
+                 if text.startswith(prefix)), None)
+
+
+def dataset_fingerprint(root: str | os.PathLike, *, labels: str | os.PathLike | None = None,
+                        subset: bool = False, threads: int | None = None) -> str:
+    """:func:`folder_fingerprint` of the folder or archive ``root`` (scanned here).
 
     Parameters
     ----------
     root : path
         An image folder or archive (see :class:`ImageFolderDataset`).
-    content : bool, default False
-        Hash file contents too (slow on ImageNet; sizes already catch truncated copies).
     labels : path, optional
         The label file of a flat layout (as for :class:`ImageFolderDataset`).
     subset : bool, default False
         Read the folder as a subset of its label file (as for :class:`ImageFolderDataset`).
+    threads : int, optional
+        Threads reading and hashing (:func:`sample_digests`).
     """
     return folder_fingerprint(ImageFolderDataset(root, labels=labels, subset=subset),
-                              content=content)
+                              threads=threads)
 
 
-def folder_fingerprint(ds: ImageFolderDataset, *, content: bool = False) -> str:
-    """:func:`dataset_fingerprint` of an already scanned folder (its folder labels, whatever
-    a :meth:`ImageFolderDataset.relabelled` copy carries).
+def folder_fingerprint(ds: ImageFolderDataset, *, threads: int | None = None) -> str:
+    """The identity of a scanned folder's data: ``content2:`` and the SHA-256 over its class
+    list, its layout (``class_folders``, ``flat``, ``tar/class_tars``, ``image_list``, ...),
+    its label file's kind and content hash, its subset (:attr:`ImageFolderDataset.subset`:
+    counts and hash), and every sample's id, folder label, size and the SHA-256 of its bytes
+    (:func:`sample_digests`: every byte is read, once per scan and process).
 
-    The class-folder layout's fingerprint is what it always was (caches stay valid). Another
-    layout's starts from its name (``flat``, ``tar/class_tars``, ...) and its label file's
-    content hash, so a cache of another layout or labelling is refused on resume; a sample
-    listed in the label file but absent, or a dangling symbolic link, enters with size -1.
-    A subset (:attr:`ImageFolderDataset.subset`) adds its counts and hash, so its caches are
-    never taken for those of the whole label file.
+    Any change of an image's content changes it, whatever its size and modification time; so
+    does another layout, labelling or subset of the same images. A sample listed in the label
+    file but absent, or a dangling symbolic link, enters with size -1 and no digest. A
+    fingerprint of an earlier scheme (:data:`EARLIER_FINGERPRINTS`: ``size:`` covered names,
+    labels and sizes only) never equals one of this scheme.
 
     Parameters
     ----------
     ds : ImageFolderDataset
-    content : bool, default False
+        Its folder labels count (whatever a :meth:`ImageFolderDataset.relabelled` copy
+        carries).
+    threads : int, optional
+        Threads reading and hashing (:func:`sample_digests`).
+
+    Returns
+    -------
+    str
+        ``content2:`` and 64 hex digits.
     """
+    digests = sample_digests(ds, threads=threads)
+    label_file = ds.label_file
+    head = {"layout": ds.layout, "label_file": None if label_file is None
+            else {"kind": label_file.kind, "sha256": label_file.sha256}}
+    if getattr(ds, "subset", None) is not None:
+        head["subset"] = ds.subset.attrs()
     h = hashlib.sha256(json.dumps(ds.classes).encode())
-    if ds._folder_label is not None:
-        label_file = ds.label_file
-        head = {"layout": ds.layout, "label_file": None if label_file is None
-                else {"kind": label_file.kind, "sha256": label_file.sha256}}
-        if getattr(ds, "subset", None) is not None:  # only then: earlier caches stay valid
-            head["subset"] = ds.subset.attrs()
-        h.update(json.dumps(head, sort_keys=True).encode())
-        for rel, _ in ds.samples:
-            h.update(f"{rel}\0{ds._folder_label[rel]}\0{ds.source.size(rel)}\n".encode())
-            if content and ds.source.size(rel) >= 0:
-                h.update(hashlib.sha256(ds.source.read(rel)).digest())
-        return ("content:" if content else "size:") + h.hexdigest()
-    folder_label = {c: i for i, c in enumerate(ds.classes)}
+    h.update(json.dumps(head, sort_keys=True).encode())
+    by_folder = {c: i for i, c in enumerate(ds.classes)}
     for rel, _ in ds.samples:
-        p = ds.root / rel
-        label = folder_label[rel.split("/", 1)[0]]
-        size = ds.source.size(rel)
-        h.update(f"{rel}\0{label}\0{size}\n".encode())
-        if content and size >= 0:
-            h.update(hashlib.sha256(p.read_bytes()).digest())
-    return ("content:" if content else "size:") + h.hexdigest()
+        label = (by_folder[rel.split("/", 1)[0]] if ds._folder_label is None
+                 else ds._folder_label[rel])
+        h.update(f"{rel}\0{label}\0{ds.source.size(rel)}\0{digests[rel] or '-'}\n".encode())
+    return FINGERPRINT_PREFIX + h.hexdigest()

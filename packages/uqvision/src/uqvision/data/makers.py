@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from torchvision.datasets import FakeData
-from uqmetrics.io import folder_replaced
+from uqmetrics.io import check_apart, folder_replaced
 from uqmetrics.registry import Registry
+from uqmetrics.run_config import CONFIG_SUFFIX
 
 from ..hierarchy import make_hierarchy
 from .corruptions import make_imagenet_c_folder
@@ -27,19 +28,39 @@ __all__ = ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder", "make_s
 
 #: Marks a folder written completely by a maker (its content: the maker's options, JSON).
 _COMPLETE = ".uqvision-complete"
+#: The writer the makers' folders record (:func:`uqmetrics.io.folder_replaced`): ``--overwrite``
+#: replaces only a folder of theirs, holding nothing but what they wrote and ``uqvision data``'s
+#: own configuration file (:data:`_ALSO`).
+WRITER = "uqvision data"
+_ALSO = (f"data{CONFIG_SUFFIX}",)
+
+
+def _kept(root: Path, meta: dict, overwrite: bool) -> bool:
+    """Whether ``root`` already holds the dataset ``meta`` describes (a rerun keeps it);
+    ``FileExistsError`` for a folder that is another dataset (without ``overwrite``) or no
+    dataset of the makers at all (even with ``overwrite``: nothing of someone else's is
+    replaced)."""
+    if (root / _COMPLETE).is_file() and not root.is_symlink():
+        if overwrite:
+            return False
+        if json.loads((root / _COMPLETE).read_text()) == meta:
+            return True
+        raise FileExistsError(f"--out {str(root)!r} holds a different dataset; pass "
+                              "overwrite=True (--overwrite) to replace it")
+    if root.is_symlink() or (root.exists() and (not root.is_dir() or any(root.iterdir()))):
+        raise FileExistsError(f"--out {str(root)!r} exists and is not a uqvision dataset folder "
+                              f"(no {_COMPLETE}); --overwrite replaces only a dataset folder "
+                              "uqvision wrote: choose another --out")
+    return False
 
 
 def _write_folder(root: Path, splits: dict[str, list[tuple[np.ndarray, str, str]]],
                   meta: dict, overwrite: bool) -> Path:
     """Write ``{split: [(uint8 image HxW[x3], class name, file stem)]}`` atomically."""
     root = Path(root)
-    if (root / _COMPLETE).exists() and not overwrite:
-        if json.loads((root / _COMPLETE).read_text()) == meta:
-            return root
-        raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
-    if root.exists() and any(root.iterdir()) and not overwrite and not (root / _COMPLETE).exists():
-        raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
-    with folder_replaced(root) as tmp:
+    if _kept(root, meta, overwrite):
+        return root
+    with folder_replaced(root, writer=WRITER, also=_ALSO) as tmp:
         for split, items in splits.items():
             for arr, cls, stem in items:
                 d = tmp / split / cls
@@ -65,6 +86,8 @@ def make_digits_folder(root: str | os.PathLike, *, test_fraction: float = 0.5, s
     max_per_class : int, optional
         Keep only the first images of each class (before the split): small sets for tests.
     overwrite : bool, default False
+        Replace a dataset folder of the makers (one of other options); a folder that is not
+        one, or that holds files they did not write, is refused.
 
     Returns
     -------
@@ -170,26 +193,25 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     ------
     uqmetrics.InputError
         Bad ``n_per_class`` (:func:`subset_choice`); two chosen images of one class with the
-        same file name.
+        same file name; ``root`` holds ``src`` or lies inside it; with ``overwrite``, ``root``
+        holds files the makers did not write (:func:`uqmetrics.io.folder_replaced`).
     FileExistsError
-        ``root`` holds another dataset and ``overwrite`` is False.
+        ``root`` holds another dataset and ``overwrite`` is False, or is not a dataset folder
+        of the makers.
     """
     from uqmetrics import InputError
 
     from .folders import ImageFolderDataset
 
+    root = Path(root)
+    check_apart(root, {"--src": src})  # replacing root would delete the source images
     ds = ImageFolderDataset(src)
     chosen = subset_choice(list(ds.classes), list(ds.samples), n_per_class, seed)
     meta = {"maker": "subset", "src": str(Path(src).resolve()), "per_class": int(n_per_class),
             "seed": int(seed), "samples": [ds.samples[i][0] for i in chosen]}
-    root = Path(root)
-    if (root / _COMPLETE).exists() and not overwrite:
-        if json.loads((root / _COMPLETE).read_text()) == meta:
-            return root
-        raise FileExistsError(f"{str(root)!r} holds a different dataset; pass overwrite=True")
-    if root.exists() and any(root.iterdir()) and not overwrite:
-        raise FileExistsError(f"{str(root)!r} exists and is not a uqvision dataset folder")
-    with folder_replaced(root) as tmp:
+    if _kept(root, meta, overwrite):
+        return root
+    with folder_replaced(root, writer=WRITER, also=_ALSO) as tmp:
         for i in chosen:
             rel, y = ds.samples[i]
             target = Path(tmp) / ds.classes[y] / Path(rel).name

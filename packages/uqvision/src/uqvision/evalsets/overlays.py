@@ -93,18 +93,30 @@ def read_overlay(path: str | os.PathLike) -> Overlay:
         Not JSON, another kind, or a malformed entry (the message names the file and it).
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"overlay file {str(p)!r} is not JSON: {exc}") from None
+    data = _json(p, "overlay file")
     if not isinstance(data, dict) or data.get("kind") != OVERLAY_KIND:
         got = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"overlay file {str(p)!r} is not a label overlay (kind must be "
                          f"{OVERLAY_KIND!r}, got {got!r})")
+    name = data.get("name", p.stem)
+    if not isinstance(name, str) or not name:
+        raise InputError(f"overlay file {str(p)!r}: name must be a non-empty string, got "
+                         f"{name!r}")
     try:
-        return Overlay(str(data.get("name", p.stem)), data.get("labels"), data.get("classes"))
+        return Overlay(name, data.get("labels"), data.get("classes"))
     except (TypeError, ValueError) as exc:
         raise InputError(f"overlay file {str(p)!r}: {exc}") from None
+
+
+def _json(path: Path, what: str) -> Any:
+    """The JSON value of file ``path``; :class:`uqmetrics.InputError` naming ``what`` and the
+    file for anything else (not UTF-8, malformed or nested too deep to decode)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError
+        why = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(
+            str(exc).split())
+        raise InputError(f"{what} {str(path)!r} is not JSON: {why}") from None
 
 
 def write_overlay(overlay: Overlay, path: str | os.PathLike) -> Path:
@@ -138,13 +150,11 @@ def real_overlay(path: str | os.PathLike, sample_ids: Sequence[str], *,
     Raises
     ------
     uqmetrics.InputError
-        A file that is not a JSON list of lists of class indices.
+        A file that is not a JSON list of lists of class indices, or that labels none of
+        ``sample_ids`` (the message names the file).
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"ReaL file {str(p)!r} is not JSON: {exc}") from None
+    data = _json(p, "ReaL file")
     if not isinstance(data, list):
         raise InputError(f"ReaL file {str(p)!r} must hold a list of label lists, got "
                          f"{type(data).__name__}")
@@ -161,6 +171,11 @@ def real_overlay(path: str | os.PathLike, sample_ids: Sequence[str], *,
                 labels[str(sid)] = _label_tuple(data[i], f"entry {i} of {str(p)!r}")
             except (TypeError, ValueError) as exc:
                 raise InputError(f"ReaL file: {exc}") from None
+    if sample_ids and not labels:
+        raise InputError(f"ReaL file {str(p)!r} ({len(data)} entries) labels none of the "
+                         f"{len(sample_ids)} samples (ImageNet validation images are named "
+                         f"ILSVRC2012_val_<8 digits>; e.g. {str(sample_ids[0])!r}): it is not "
+                         "their ReaL labels")
     return Overlay(name, labels)
 
 

@@ -45,7 +45,7 @@ from uqmetrics.io import decode_attr
 from uqmetrics.registry import Registry
 
 from ..data import match_classes
-from ..data.corruptions import BENCHMARK_CORRUPTIONS
+from ..data.corruptions import BENCHMARK_CORRUPTIONS, check_complete
 from ..layouts import is_folder
 
 __all__ = [
@@ -354,7 +354,9 @@ def resolve_member(eval_set: EvalSet | str, member: str | None,
     ------
     uqmetrics.InputError
         A member of a set that has none; an expanded set whose member is not given and cannot
-        be told from ``root``; a member whose relative folder ``root`` does not end in.
+        be told from ``root``; a member whose relative folder ``root`` does not end in; a
+        member of an ImageNet-C made by ``uqvision data imagenet-c`` that is unfinished or
+        lacks images of it (:func:`uqvision.data.corruptions.check_complete`).
     """
     es = _lookup(eval_set)
     if not es.members():
@@ -375,7 +377,7 @@ def resolve_member(eval_set: EvalSet | str, member: str | None,
                 f"image folder {str(root)!r} is not a member folder of eval set {es.name!r} "
                 f"(<corruption>/<severity>, e.g. {es.members()[0].folder!r}): give the member "
                 f"(--eval-member), one of {_some([m.name for m in es.members()])}")
-        return found[0]
+        return _complete(found[0], root)
     try:
         m = es.member(member)
     except ValueError as exc:
@@ -383,6 +385,16 @@ def resolve_member(eval_set: EvalSet | str, member: str | None,
     if not ends_in(m):
         raise InputError(f"image folder {str(root)!r} is not the folder of eval set "
                          f"{es.name!r}'s member {m.name!r}: it must end in {m.folder!r}")
+    return _complete(m, root)
+
+
+def _complete(m: EvalMember, root: str | os.PathLike) -> EvalMember:
+    """``m``, unless ``root`` is its folder in an ImageNet-C made by ``uqvision data
+    imagenet-c`` that is unfinished or lacks images of it (:func:`uqvision.data.corruptions.
+    check_complete`: :class:`uqmetrics.InputError` naming the member and its counts)."""
+    if m.corruption:
+        check_complete(Path(root).absolute().parents[len(PurePosixPath(m.folder).parts) - 1],
+                       [(m.corruption, m.severity)])
     return m
 
 
@@ -461,9 +473,12 @@ def iter_member_folders(root: str | os.PathLike,
     Raises
     ------
     uqmetrics.InputError
-        An archive of ``root`` looked into that is compressed, truncated or unreadable.
+        An archive of ``root`` looked into that is compressed, truncated or unreadable; an
+        ImageNet-C made by ``uqvision data imagenet-c`` that is unfinished or has lost images
+        (:func:`uqvision.data.corruptions.check_complete`: naming the members and counts).
     """
     root = Path(root)
+    check_complete(root)
     archives: list[Path] | None = None
     for m in _lookup(eval_set).members():
         folder = root / m.folder

@@ -229,7 +229,9 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     seed : int, default 0
         Every byte written is a function of ``(scale, seed)``.
     overwrite : bool, default False
-        Replace an existing non-empty ``out``; otherwise that raises ``ValueError``.
+        Replace an existing non-empty ``out``; otherwise that raises ``ValueError``. Only a
+        folder the dataset makers wrote, holding nothing else, is replaced
+        (:func:`uqmetrics.io.folder_replaced`; else :class:`uqmetrics.InputError`).
 
     Returns
     -------
@@ -256,8 +258,8 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     if (out.exists() or out.is_symlink()) and not overwrite \
             and not (out.is_dir() and not any(out.iterdir())):
         raise ValueError(f"out {str(out)!r} already exists; pass overwrite=True to replace it")
-    with folder_replaced(out) as tmp:
-        _write(tmp, sc, seed)
+    with folder_replaced(out, writer="uqvision data", also=("data.config.toml",)) as tmp:
+        _write(tmp, sc, seed)  # --overwrite: only a folder of the makers (uqvision.data.makers)
     return out
 
 

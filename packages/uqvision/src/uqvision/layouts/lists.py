@@ -10,7 +10,9 @@ named ``-1``; an OOD evaluation set's class map ``none`` labels it -1), or a cla
 in-distribution list (its classes are the indices, named ``0``, ``1``, ..., ordered by value,
 mapped to the model's classes by index as ``by_index`` does). A list mixing both, a line with
 no label or one that is not an integer, an absolute path or one through ``..``, a path listed
-twice, a file that is not UTF-8: refused, naming the line. Every listed image must exist (a
+twice, a file that is not UTF-8: refused, naming the line. Paths are normalised before they are
+compared (``./far/f1.png`` and ``far//f1.png`` are ``far/f1.png``, the sample's id): an image
+listed twice however it is written would be scored twice. Every listed image must exist (a
 dangling symbolic link is a sample that the image check finds unreadable): one that does not is
 refused naming its line. Blank lines are skipped.
 
@@ -19,8 +21,8 @@ The data root (:func:`image_list_root`) is, in this order: the folder given as `
 OpenOOD's, ``<list folder>/../../images_largescale`` (its repository's
 ``data/benchmark_imglist/imagenet/test_ninco.txt`` lists paths under
 ``data/images_largescale/``, the ``data_dir`` of its configs), where that folder exists; else
-the list's own folder. A sample's id is its listed path; it is read as a file under the root
-(:class:`~uqvision.layouts.FileSource`).
+the list's own folder. A sample's id is its listed path, normalised; it is read as a file
+under the root (:class:`~uqvision.layouts.FileSource`).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def _read_lines(path: Path) -> dict[str, tuple[int, int]]:
         line_no = path.read_bytes()[:err.start].count(b"\n") + 1
         raise _bad_line(path, line_no, f"not valid UTF-8 ({err.reason})") from None
     listed: dict[str, tuple[int, int]] = {}
+    written: dict[str, str] = {}  # normalised path -> as its first line writes it
     for line_no, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
@@ -102,12 +105,16 @@ def _read_lines(path: Path) -> dict[str, tuple[int, int]]:
         if value < -1:
             raise _bad_line(path, line_no, f"label {label!r} of {rel!r} is neither -1 nor a "
                                            "class index")
-        if rel.startswith("/") or ".." in posixpath.normpath(rel).split("/"):
+        norm = posixpath.normpath(rel)  # ./far/f1.png, far//f1.png: far/f1.png
+        if rel.startswith("/") or ".." in rel.split("/") or norm == ".":
             raise _bad_line(path, line_no, f"{rel!r} is not a path inside the data root")
-        if rel in listed:
-            raise _bad_line(path, line_no, f"{rel!r} is listed again (first on line "
-                                           f"{listed[rel][1]}); each image once")
-        listed[rel] = (value, line_no)
+        if norm in listed:
+            shown = repr(rel) if rel == norm else f"{rel!r} (that is {norm!r})"
+            first = written[norm]
+            raise _bad_line(path, line_no, f"{shown} is listed again (first on line "
+                            f"{listed[norm][1]}" + ("" if first == norm else f" as {first!r}")
+                            + "); each image once (it would be scored once per line)")
+        listed[norm], written[norm] = (value, line_no), rel
     if not listed:
         raise InputError(f"image list {str(path)!r} lists no image")
     return listed

@@ -74,6 +74,14 @@ class PredictConfig:
     cache's identity, recorded in its attrs (``eval_set``, ``role``, ``eval_member``,
     ``corruption``, ``severity``). ``extra_variables`` are further variables each cache
     records (:data:`CACHE_VARIABLES`, e.g. ``head_weight``); a cache lacking one is not reused.
+
+    ``model_classes`` are the class names, in the order of its outputs, of a model that
+    records none (random weights, a checkpoint without names in its sidecar): its
+    in-distribution folder's sorted classes, which ``uqvision sweep`` gives to every other
+    folder it predicts (an OOD set, a subset of the classes), so that all of a model's caches
+    share one class space. ``None``: the folder's own classes, as many as the model's outputs
+    (a random network gets that many); refused for an OOD folder, which has none of the
+    model's classes (docs/conventions.md#v-6).
     """
 
     mode: str = "plain"
@@ -96,6 +104,7 @@ class PredictConfig:
     eval_set: str = DEFAULT_EVAL_SET
     eval_member: str | None = None
     extra_variables: tuple[str, ...] = ()
+    model_classes: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.passes is None:
@@ -103,6 +112,8 @@ class PredictConfig:
         if isinstance(self.extra_variables, str):
             self.extra_variables = (self.extra_variables,)
         self.extra_variables = tuple(dict.fromkeys(self.extra_variables or ()))
+        if self.model_classes is not None:
+            self.model_classes = tuple(str(c) for c in self.model_classes)
         self.amp = amp_mode(self.amp, self.device)
         if not self.logits and not self.embeddings:
             raise ValueError("logits=False needs embeddings=True (a cache without logits "

@@ -14,11 +14,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import numpy as np
-from uqmetrics import provenance_attrs
+from uqmetrics import InputError, provenance_attrs
 
 from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
-from ..evalsets import eval_set_attrs
+from ..evalsets import EVAL_SETS, eval_set_attrs
 from ..models import ModelSpec, recorded_class_names
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
@@ -64,7 +64,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     indices of the model's classes. A folder may hold a subset of the model's
     classes; a class the model lacks is an error naming it. A model that records no class
     names takes the folder's sorted classes as its own, which needs as many of them
-    (``class_mapping = "folder_order"`` in the cache).
+    (``class_mapping = "folder_order"`` in the cache), unless ``config.model_classes`` names
+    them (its in-distribution folder's; a random network then gets as many outputs): a
+    model's class space never comes from an OOD folder (refused).
 
     Parameters
     ----------
@@ -115,11 +117,23 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     member = _eval_member(folder, config)
     name = _dataset_name(dataset_name, folder, member, config)
     names = recorded_class_names(spec.checkpoint) if config.logits else None
+    given = config.model_classes if config.logits else None  # its ID folder's, for a model
     if names is not None:  # a name the model lacks fails before the model is built
         _class_space(folder, names, "sidecar", None, config, spec)
-    head = (None if not config.logits or (names is None and (
-        spec.checkpoint or not config.allow_random_init))  # the weights' head, their classes
-            else len(names) if names is not None else len(folder.classes))
+    elif given is not None:
+        _class_space(folder, given, "model_classes", None, config, spec)
+    random_head = config.logits and names is None and not spec.checkpoint \
+        and config.allow_random_init  # a random network: a head of its classes' count
+    if random_head and given is None and EVAL_SETS.lookup(config.eval_set).class_map == "none":
+        raise InputError(
+            f"model {spec.row!r} records no class names and gets random weights: its classes "
+            f"would be those of OOD folder {str(folder.root)!r} (eval set {config.eval_set!r}),"
+            " which holds none of them; predict it with the classes of its in-distribution "
+            "folder (PredictConfig.model_classes; uqvision sweep --ood-sets gives them its "
+            "--data's), or give it a checkpoint whose sidecar names its classes")
+    head = (None if not random_head and names is None  # the weights' head, their classes
+            else len(names) if names is not None else len(given) if given is not None
+            else len(folder.classes))
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
     wanted = sorted({k for k, _ in plan})
@@ -137,8 +151,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         cl_source = "auto" if config.channels_last is None else "given"
         config = dataclasses.replace(  # None: by architecture and device, recorded as chosen
             config, channels_last=resolve_channels_last(run.loaded.model, config))
-        space = _class_space(folder, names or run.loaded.class_names,
-                             "sidecar" if names else run.loaded.class_names_source,
+        space = _class_space(folder, names or run.loaded.class_names or given,
+                             "sidecar" if names else run.loaded.class_names_source
+                             if run.loaded.class_names else "model_classes",
                              run.loaded.num_classes, config, spec)
         labelled = folder if space.index is None else folder.relabelled(space.index)
         shared = decoded_key(folder, run.loaded.transform) \
@@ -172,7 +187,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             recorded.update(first_pass=p, passes=1)
         extra = {**run.loaded.provenance(), "model": sample_label(spec.row, k, multi),
                  "run": spec.row, "method": "mc_dropout" if config.mode == "mc_dropout"
-                 else run.method, "sample_index": int(k), "n_samples": int(n_samples),
+                 else run.method, "ensemble": run.ensemble,  # training.runs.run_ensemble
+                 "ensemble_size": run.ensemble_size, "sample_index": int(k),
+                 "n_samples": int(n_samples),
                  "sample_seed": int(seed_k), "train_seed": -1 if run.seed is None else run.seed,
                  "sidecar_sha256": side_sha, "dataset": str(folder.root.resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,

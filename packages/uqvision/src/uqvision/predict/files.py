@@ -16,7 +16,7 @@ from uqmetrics import IncompleteResultError, InputError, write_dataset
 from uqmetrics.io import CorruptResultError, decode_attr, exclusive_lock
 
 from ..cache import CacheError, missing_variables, read_cache
-from ..data import ImageFolderDataset
+from ..data import ImageFolderDataset, earlier_fingerprint
 from ..evalsets import cache_eval_set
 from ..models import (
     ModelSpec,
@@ -64,7 +64,7 @@ IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256",
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The identity (:data:`IDENTITY_FIELDS`) a cache records in its attrs; ``None`` for a
     field it does not record. ``dataset`` is the dataset fingerprint (relative paths, class
-    folders and file sizes; :func:`uqvision.data.dataset_fingerprint`); ``eval_set`` and
+    folders, file sizes and contents; :func:`uqvision.data.dataset_fingerprint`); ``eval_set`` and
     ``eval_member`` are ``"folder"`` and ``""`` for a cache recorded before evaluation sets
     (:func:`uqvision.evalsets.cache_eval_set`)."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
@@ -89,7 +89,9 @@ def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) 
         return "(not recorded)"
     if field == "dataset":
         where = decode_attr(attrs.get("dataset", "?")) if attrs is not None else folder
-        return f"{where!r} ({str(value)[:17]}...)"
+        earlier = earlier_fingerprint(value)  # an earlier identity: never equal to today's
+        return f"{where!r} ({str(value)[:17]}..." + (
+            f", an earlier fingerprint, of {earlier})" if earlier else ")")
     if field in ("checkpoint_sha256", "sidecar_sha256"):
         return repr(str(value)[:12] + "..." if value else "")
     return repr(value)

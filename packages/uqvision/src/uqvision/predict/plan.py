@@ -175,7 +175,9 @@ _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _fingerprint(folder: ImageFolderDataset) -> str:
-    """The dataset fingerprint of a scanned folder (a stat of each file), once per object."""
+    """The dataset fingerprint of a scanned folder, once per object: of its content (every
+    sample's bytes hashed, read once per scan and process), so a cache of images that changed
+    is refused on resume whatever their sizes (docs/conventions.md#fingerprint-rules)."""
     if folder not in _FINGERPRINTS:
         _FINGERPRINTS[folder] = folder_fingerprint(folder)
     return _FINGERPRINTS[folder]

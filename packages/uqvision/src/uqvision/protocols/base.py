@@ -36,6 +36,7 @@ __all__ = [
     "LazyReproduction",
     "Plots",
     "Protocol",
+    "ReportTable",
     "ReproduceFlags",
     "ReproduceOptions",
     "Reproduction",
@@ -170,6 +171,39 @@ class ReproduceFlags:
 
     add: Callable[[argparse.ArgumentParser], None]
     options: Callable[[argparse.Namespace], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """The leaderboard a protocol's readers look for: the report site's default view of its
+    score files (``uqvision report``, :class:`uqmetrics.report.ReportHook`; docs/report.md).
+
+    Attributes
+    ----------
+    rows : tuple of str
+        The dims stacked into one row, the score file's ``entries`` dim first (e.g.
+        ``("model", "detector")``: a row per model and detector).
+    headline : tuple of str or callable
+        The metric columns shown by default, in uqmetrics.report's names (``near_auroc``,
+        ``coverage[alpha=*,calibration=none]``; ``*``: every label of that dim), or
+        ``headline(ds) -> list of str``; empty: the generic rule.
+    metrics : mapping
+        Variables shown as metric columns although the file tags no metric on them (e.g.
+        conformal ``coverage``, where neither direction is better): variable -> (metric,
+        greater_is_better or None).
+    means : tuple of str
+        Derived columns, the mean of a variable at the named labels over its other dims
+        (``accuracy[calibration=none]`` over corruption and severity).
+    images : str
+        Which images each number covers, in words; the page adds the datasets and the counts
+        the file and its caches record.
+    """
+
+    rows: tuple[str, ...] = ("model",)
+    headline: tuple[str, ...] | Callable[[Any], Sequence[str]] = ()
+    metrics: Mapping[str, tuple[str, bool | None]] = field(default_factory=dict)
+    means: tuple[str, ...] = ()
+    images: str = ""
 
 
 @dataclass(frozen=True)
@@ -323,6 +357,9 @@ class Protocol:
         recomputed by its own scorer from the caches (attr ``caches``) and with the
         configuration (attr ``config``) it records (``uqvision verify``, :mod:`uqmetrics.verify`);
         None: its score files cannot be verified (``verify`` says so, never agreement).
+    report : ReportTable or None
+        Its leaderboard on the report site (rows, headline columns, ...); None: the generic
+        reading (the row dim most metric variables have, the generic headline rule).
     """
 
     name: str
@@ -341,6 +378,7 @@ class Protocol:
     sweep: SweepScoring | None = None
     after_predict: str = ""
     rescore: Callable[[Any, Path], Any] | None = None
+    report: ReportTable | None = None
 
     @property
     def scales(self) -> tuple[str, ...]:

@@ -90,6 +90,19 @@ def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:
             c.params["config"]["channels_last"] = pinned
 
 
+def _id_classes(cells: list[Cell], folder: ImageFolderDataset, dataset_name: str) -> None:
+    """A model that gets random weights and records no class names takes the ``--data``
+    folder's sorted classes as its own: its cells of every other folder (an OOD set, a subset
+    of the classes) are given them (``PredictConfig.model_classes``), so that its class space
+    never comes from that folder (docs/conventions.md#v-6)."""
+    classes = list(folder.classes)
+    for c in cells:
+        cfg = c.params["config"]
+        if (c.params["dataset_name"] != dataset_name and cfg.get("allow_random_init")
+                and not c.params["checkpoint"] and cfg.get("logits", True)):
+            cfg["model_classes"] = classes
+
+
 def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,
                       out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
                       zoos: Iterable[str] = (),
@@ -182,6 +195,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                         dataset_name=dataset_name, threads=threads, overwrite=overwrite,
                         failures_file=failures_file, probe=probe, sets=sets)
         plan, unknown = prep.plan, prep.unknown
+        _id_classes(plan.cells, prep.folder, prep.dataset_name)
         row_of = {c.key: ModelSpec(c.params["name"], c.params["checkpoint"], c.params["label"])
                   for c in plan.cells}
         log = _FailureLog(prep.failures_path, prep.previous,

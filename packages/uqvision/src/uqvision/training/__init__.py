@@ -4,7 +4,9 @@
   :data:`TRAINING_METHODS` registry (filled by :mod:`uqvision.methods` and by the protocols
   that bring their own learners; ``import uqvision`` fills it);
 - :mod:`~uqvision.training.loop`: the one training loop, :func:`train_model`;
-- :mod:`~uqvision.training.runs`: :func:`load_run`, a trained run rebuilt for prediction;
+- :mod:`~uqvision.training.runs`: :func:`load_run`, a trained run rebuilt for prediction, and
+  the ``method`` (:func:`run_method`: ``single`` for a network trained alone) and ensemble
+  (:func:`run_ensemble`) its caches record;
 - :mod:`~uqvision.training.schedules`: learning-rate schedules (:data:`SCHEDULES`);
 - :mod:`~uqvision.training.dropout`: per-sample dropout masks (MC dropout).
 """
@@ -12,10 +14,12 @@
 from .loop import (
     ADAMW_RECIPE,
     CHECKPOINT_FORMAT,
+    EnsembleMember,
     ImageTrainConfig,
     TrainConfig,
     TrainResult,
     checkpoint_files,
+    new_ensemble_id,
     train_model,
 )
 from .method import (
@@ -28,7 +32,7 @@ from .method import (
     TrainState,
     export_state,
 )
-from .runs import LoadedRun, load_run
+from .runs import SINGLE, LoadedRun, load_run, run_ensemble, run_method
 from .schedules import SCHEDULES
 
 __all__ = [
@@ -36,7 +40,9 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "OPTIMIZERS",
     "SCHEDULES",
+    "SINGLE",
     "TRAINING_METHODS",
+    "EnsembleMember",
     "HParams",
     "ImageTrainConfig",
     "LoadedRun",
@@ -49,5 +55,8 @@ __all__ = [
     "checkpoint_files",
     "export_state",
     "load_run",
+    "new_ensemble_id",
+    "run_ensemble",
+    "run_method",
     "train_model",
 ]

@@ -23,8 +23,9 @@ statistics are per rank on CPU (gloo has no ``SyncBatchNorm``); on CUDA BatchNor
 Files. ``OUT.safetensors`` holds the trained network's state dict (head included; for a
 method that wraps the model, e.g. VI's ``log_sigma``, the wrapped one); ``OUT.json`` (sidecar)
 the preprocessing (``pretrained_cfg``), the timm kwargs, the classes, the full config, the
-method and its hyper-parameters, and the cost: epochs, gradient steps and wall time, of this
-run and cumulated over the checkpoint it started from (``init_checkpoint``). What a method
+method and its hyper-parameters, the cost: epochs, gradient steps and wall time, of this
+run and cumulated over the checkpoint it started from (``init_checkpoint``), and, for a run
+trained as part of a declared group, its :class:`EnsembleMember` (``ensemble``). What a method
 fitted besides the weights (snapshots, SWAG moments, K-FAC factors; ``export_state``) goes to
 ``OUT.state.safetensors``. A checkpoint of a method that keeps the model's keys reloads
 through timm's own pretrained-file mechanism (``timm.create_model(arch, pretrained=True,
@@ -39,6 +40,7 @@ import dataclasses
 import functools
 import math
 import os
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,12 +85,14 @@ from .method import TRAINING_METHODS, TrainState, export_state
 __all__ = [
     "ADAMW_RECIPE",
     "CHECKPOINT_FORMAT",
+    "EnsembleMember",
     "ImageTrainConfig",
     "TrainConfig",
     "TrainResult",
     "build_model",
     "checkpoint_files",
     "epoch_batches",
+    "new_ensemble_id",
     "shuffled_loader",
     "state_path",
     "train_model",
@@ -191,6 +195,36 @@ class ImageTrainConfig:
                                  f"learning rates by name ({', '.join(sorted(names))})")
             over[lr_field] = self.lr
         return method.hparams_from(over)
+
+
+@dataclass(frozen=True)
+class EnsembleMember:
+    """A run's place among the runs of one ``uqvision train`` command (the sidecar's
+    ``ensemble``).
+
+    ``id`` names the command's runs: the same on each of them, another for every command
+    (:func:`new_ensemble_id`), so that only networks trained together are averaged. ``size``
+    is their number: 1 is a single model, and a run of the ``deep_ensemble`` method with
+    ``size >= 2`` is a member of a deep ensemble. ``member`` is this run's position among them
+    (0-based, in the order of the seeds).
+    """
+
+    id: str
+    size: int
+    member: int
+
+    def __post_init__(self):
+        if not (isinstance(self.id, str) and self.id and isinstance(self.size, int)
+                and isinstance(self.member, int) and 0 <= self.member < self.size):
+            raise ValueError(f"an ensemble member needs an id, size >= 1 and 0 <= member < "
+                             f"size, got id={self.id!r}, size={self.size!r}, "
+                             f"member={self.member!r}")
+
+
+def new_ensemble_id() -> str:
+    """A new ensemble id: the UTC time and 8 random hex digits (``20250102T030405-1a2b3c4d``),
+    unique to one ``uqvision train`` command."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
 
 
 #: The earlier name of :class:`ImageTrainConfig` (the README and docs/reproduction-vision.md
@@ -342,7 +376,8 @@ def checkpoint_files(out: str | os.PathLike) -> tuple[Path, Path, Path]:
 
 
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
-                config: ImageTrainConfig | None = None, *, overwrite: bool = True) -> TrainResult:
+                config: ImageTrainConfig | None = None, *, overwrite: bool = True,
+                ensemble: EnsembleMember | None = None) -> TrainResult:
     """Train ``config.arch`` with ``config.method`` on the image folder ``data``; save to ``out``.
 
     Parameters
@@ -356,6 +391,13 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     overwrite : bool, default True
         ``False``: an existing checkpoint, sidecar or state file (:func:`checkpoint_files`) is
         refused before anything is trained (``uqvision train`` without ``--overwrite``).
+    ensemble : EnsembleMember, optional
+        The run's place among the runs trained together (``uqvision train`` gives it to every
+        run: ``size`` 1 for one run, which its caches then mark ``method = "single"``),
+        recorded in the sidecar as ``ensemble``. ``None`` records ``null``: the run is read as
+        its training method's, with no ensemble id (a caller that trains several runs groups
+        them itself), as a sidecar written before this record existed is (which
+        :func:`uqvision.training.runs.load_run` notes).
 
     Returns
     -------
@@ -429,6 +471,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     wall = time.perf_counter() - t0
     sidecar = _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, world,
                        init_side)
+    sidecar["ensemble"] = asdict(ensemble) if ensemble is not None else None
     state_file = None
     if rank == 0:
         tensors, _ = export_state(state)

@@ -1,13 +1,15 @@
 """Reading a trained run back: :func:`load_run` rebuilds any method's state from a checkpoint
 (``OUT.safetensors``), its sidecar (``OUT.json``) and its state file
 (``OUT.state.safetensors``) written by :func:`uqvision.training.loop.train_model`, so that
-:func:`uqvision.predict.predict` draws the method's prediction samples.
+:func:`uqvision.predict.predict` draws the method's prediction samples; :func:`run_method` and
+:func:`run_ensemble` are the ``method`` and ``ensemble`` its caches record.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from torch import nn
 from uqmetrics import InputError
 
 from ..data import DataConfig, eval_transform, image_view, tta_transform
+from ..exceptions import UqvisionWarning
 from ..models import (
     LoadedModel,
     ModelSpec,
@@ -26,13 +29,64 @@ from ..models import (
     check_model_spec,
     load_model,
     read_sidecar,
+    sidecar_path,
     weights_sha256,
 )
 from ..models.spectral import spectral_normalize
-from .loop import build_model, shuffled_loader
+from .loop import EnsembleMember, build_model, shuffled_loader
 from .method import TRAINING_METHODS, TrainState, has_batchnorm
 
-__all__ = ["LoadedRun", "load_run", "run_matches"]
+__all__ = ["SINGLE", "LoadedRun", "UndeclaredEnsembleWarning", "load_run", "run_ensemble",
+           "run_matches", "run_method"]
+
+#: The ``method`` a single network's caches record: a run of the ``deep_ensemble`` training
+#: method (the conventional recipe) that ``uqvision train`` trained alone.
+SINGLE = "single"
+
+
+class UndeclaredEnsembleWarning(UqvisionWarning):
+    """A ``deep_ensemble`` run whose sidecar predates the ``ensemble`` record: read as a
+    deep-ensemble member with no ensemble id (which runs were trained together is unknown)."""
+
+
+def run_ensemble(side: dict[str, Any], where: str = "sidecar") -> EnsembleMember | None:
+    """The run's place among the runs trained with it (the sidecar's ``ensemble``), ``None``
+    when the sidecar records none (``null``, or absent: written before the record existed).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The record is not ``{"id": str, "size": int, "member": int}`` with
+        ``0 <= member < size`` (the message names ``where``, the sidecar).
+    """
+    rec = side.get("ensemble")
+    if rec is None:
+        return None
+    try:
+        if not isinstance(rec, dict) or set(rec) != {"id", "size", "member"}:
+            raise TypeError(f"keys {sorted(rec) if isinstance(rec, dict) else rec!r}")
+        return EnsembleMember(**rec)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{where}: its 'ensemble' must be null or an object with 'id' (text), "
+                         f"'size' and 'member' (0 <= member < size), got {rec!r} "
+                         f"({err})") from None
+
+
+def run_method(side: dict[str, Any]) -> str:
+    """The ``method`` a run's caches record, from its sidecar.
+
+    - ``""`` for a checkpoint uqvision did not train (no sidecar, or one that names no
+      training method, e.g. ``{"classes": [...]}`` written by hand): it joins no group;
+    - :data:`SINGLE` (``"single"``) for a ``deep_ensemble`` run trained alone (an ``ensemble``
+      record of size 1: ``uqvision train`` without ``--members``, or with one seed);
+    - otherwise the training method's name: ``deep_ensemble`` for a member of ``uqvision train
+      --members K`` (K >= 2), and for a run that records no ensemble (trained by a library call
+      that declared none, or before the record existed: :func:`load_run` says so with an
+      :class:`UndeclaredEnsembleWarning`).
+    """
+    method = str(side.get("method", ""))
+    ens = run_ensemble(side)
+    return SINGLE if method == "deep_ensemble" and ens is not None and ens.size == 1 else method
 
 
 @dataclass
@@ -46,8 +100,24 @@ class LoadedRun:
 
     @property
     def method(self) -> str:
-        """The training method ("" for a checkpoint uqvision did not train)."""
-        return str(self.sidecar.get("method", "deep_ensemble" if self.sidecar else ""))
+        """The method its caches record (:func:`run_method`): the training method, ``single``
+        for a deep-ensemble run trained alone, ``""`` for a checkpoint uqvision did not
+        train."""
+        return run_method(self.sidecar)
+
+    @property
+    def ensemble(self) -> str:
+        """The id of the runs it was trained with (``uqvision train --members K``, K >= 2;
+        :func:`run_ensemble`), ``""`` for a run trained alone or that records none."""
+        ens = run_ensemble(self.sidecar)
+        return ens.id if ens is not None and ens.size > 1 else ""
+
+    @property
+    def ensemble_size(self) -> int:
+        """How many runs were trained with it, itself included (1: alone); 0 where the sidecar
+        records none."""
+        ens = run_ensemble(self.sidecar)
+        return ens.size if ens is not None else 0
 
     @property
     def seed(self) -> int | None:
@@ -87,9 +157,21 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     folder and ``--train-data``): its samples would silently keep the final iterate's
     statistics. Anything else goes through :func:`uqvision.models.load_model` and is one
     network.
+
+    A ``deep_ensemble`` sidecar without an ``ensemble`` entry (written before runs recorded
+    one) is read as a deep-ensemble member with no ensemble id, with an
+    :class:`UndeclaredEnsembleWarning`; a malformed ``ensemble`` is refused
+    (``uqmetrics.InputError`` naming the sidecar).
     """
     spec = check_model_spec(spec)
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
+    run_ensemble(side, f"sidecar {str(sidecar_path(spec.checkpoint))!r}" if side else "")
+    if side.get("method") == "deep_ensemble" and "ensemble" not in side:
+        warnings.warn(f"checkpoint {str(spec.checkpoint)!r} was trained before runs recorded "
+                      "their ensemble: read as method 'deep_ensemble' with no ensemble id, so "
+                      "which networks were trained with it is unknown (a run of uqvision "
+                      "train now records it: single alone, deep_ensemble with --members K)",
+                      UndeclaredEnsembleWarning, stacklevel=2)
     if "method" not in side:
         loaded = load_model(spec, num_classes=num_classes, device=device,
                             allow_random_init=allow_random_init, seed=seed)

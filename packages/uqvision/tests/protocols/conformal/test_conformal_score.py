@@ -15,9 +15,10 @@ from uqvision.protocols.conformal.score import (
     CONFORMAL_METHODS,
     TRIAL_STATS,
     ConformalConfig,
+    ShortCalibrationWarning,
     naive_sets,
-    score_conformal,
 )
+from uqvision.protocols.conformal.score import score_conformal as _score_conformal
 
 CLASSES = ["a", "b", "c", "d"]
 N_VAL, N_TEST = 60, 80
@@ -71,6 +72,15 @@ def _caches(folder, models=("m1", "m2"), *, test=True, shifted=False, natural=Fa
 
 
 CONFIG = ConformalConfig(trials=7, seed=3)
+
+
+def score_conformal(caches, config=None):
+    """``score_conformal`` on this module's small pools: a trial's draw of 30 to 40 images
+    holds about 10 of each of the 4 classes, too few for some Mondrian thresholds at 0.1 and
+    every one at 0.05 (9 and 19 needed), which it says (tests of the rule: test_wrong_scores_
+    conformal.py)."""
+    with pytest.warns(ShortCalibrationWarning, match="aps_mondrian at alpha"):
+        return _score_conformal(caches, config)
 
 
 def _kw(method):
@@ -130,10 +140,12 @@ def test_naive_row_on_the_trials_evaluation_images(tmp_path):
 def test_the_temperature_images_never_enter_a_conformal_split(tmp_path, monkeypatch):
     """With val caches only, the temperature is fitted on a fraction of val and the conformal
     pool is the rest: no image in both (rows identified by their distinct probabilities)."""
+    from uqmetrics import calibration
+
     fitted, pooled = [], []
-    real_fit, real_trials = score.fit_temperature, cp.conformal_trials
-    monkeypatch.setattr(score, "fit_temperature",
-                        lambda z, y: fitted.append(np.exp(z)) or real_fit(z, y))
+    real_fit, real_trials = calibration.fit_temperature, cp.conformal_trials
+    monkeypatch.setattr(calibration, "fit_temperature",
+                        lambda z, y, **kw: fitted.append(np.exp(z)) or real_fit(z, y, **kw))
     monkeypatch.setattr(cp, "conformal_trials",
                         lambda probs, labels, **kw: pooled.append(probs) or real_trials(
                             probs, labels, **kw))
@@ -239,12 +251,12 @@ def test_bad_input_is_refused_naming_it(tmp_path):
     with pytest.raises(InputError, match="temperature_size"):
         ConformalConfig(temperature_size=1.0)
     with pytest.raises(InputError, match="n_cal"):
-        score_conformal(_caches(tmp_path / "c", models=("m1",)), ConformalConfig(n_cal=N_TEST))
+        _score_conformal(_caches(tmp_path / "c", models=("m1",)), ConformalConfig(n_cal=N_TEST))
     with pytest.raises(InputError, match="clean caches"):
         folder = tmp_path / "only_shifted"
         folder.mkdir()
         _write(folder, "m1", "v2", _logits(40, 1), role="shifted", eval_set="imagenet-v2")
-        score_conformal(folder, CONFIG)
+        _score_conformal(folder, CONFIG)
 
 
 def test_without_a_test_set_every_corrupted_image_is_evaluated(tmp_path):

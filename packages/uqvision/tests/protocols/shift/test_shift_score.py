@@ -40,9 +40,11 @@ def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder",
     write_dataset(ds, folder / f"{cache_key(model, dataset, mode, pass_index)}.nc")
 
 
-#: model -> (right on val, right on test, {(corruption, severity): right})
-RIGHT = {"m1": (8, 9, {("fog", 1): 7, ("fog", 2): 5, ("noise", 1): 6, ("noise", 2): 4}),
-         "m2": (9, 9, {("fog", 1): 9, ("fog", 2): 8, ("noise", 1): 8, ("noise", 2): 6})}
+#: model -> (right on val, right on test, {(corruption, severity): right}); the temperature
+#: is fitted on val samples 2 3 4 6 7 (seed 0), of which each model gets one or two wrong (all
+#: right would put it on the search's bound 0.01, which is refused)
+RIGHT = {"m1": (6, 9, {("fog", 1): 7, ("fog", 2): 5, ("noise", 1): 6, ("noise", 2): 4}),
+         "m2": (7, 9, {("fog", 1): 9, ("fog", 2): 8, ("noise", 1): 8, ("noise", 2): 6})}
 
 
 def _caches(folder, models=("m1", "m2"), clean=True):
@@ -86,7 +88,7 @@ def test_temperature_one_equals_unscaled_and_fitted_on_clean_val(tmp_path, monke
         logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         assert fitted["temperature"].sel(model=m) == pytest.approx(
             fit_temperature(logp[fit], LABELS[fit]), rel=1e-6)
-    monkeypatch.setattr(score, "fit_temperature", lambda z, y: 1.0)
+    monkeypatch.setattr(score, "fit_predictor_temperature", lambda *args: 1.0)
     ds = score_shift(caches)
     for name in SHIFT_METRICS:
         for v in (name, f"clean_{name}"):
@@ -136,7 +138,7 @@ def test_several_passes_average_the_softmax(tmp_path):
 def test_relative_mce_is_nan_with_a_warning_when_the_baseline_is_not_degraded(tmp_path):
     folder = _caches(tmp_path / "c")
     # baseline m0: 8 of 10 right on clean test, 9 under every corruption (error 0.1 < 0.2)
-    _write(folder, "m0", "val", _logits(8))
+    _write(folder, "m0", "val", _logits(7))
     _write(folder, "m0", "test", _logits(8))
     for (c, s) in RIGHT["m1"][2]:
         _write(folder, "m0", f"imagenet-c-{c}-{s}", _logits(9), role="shifted",
@@ -159,6 +161,10 @@ PA = np.array([0.9, 0.8, 0.3, 0.6, 0.4, 0.7, 0.2, 0.55, 0.9, 0.45])
 PB = np.array([0.6, 0.1, 0.8, 0.3, 0.7, 0.2, 0.9, 0.5, 0.3, 0.65])
 #: the ensemble's mean, by hand: right on samples 0, 2, 4, 6, 7, 8, 9 -> 7 of 10
 ENS = np.array([0.75, 0.45, 0.55, 0.45, 0.55, 0.45, 0.55, 0.525, 0.6, 0.55])
+#: seed 3 fits the temperatures on samples 0 1 2 6 9, where A, B and the ensemble are each
+#: right and wrong (seed 0's 2 3 4 6 7 leave A and its MC-dropout twin below chance: T on the
+#: search's bound 100, refused)
+SEED3 = ShiftConfig(seed=3)
 
 
 def _probs_of_true(q: np.ndarray) -> np.ndarray:
@@ -185,7 +191,7 @@ def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
     _member(folder, "single", PA)  # no method: a model only
     # a member under TTA is another predictor: alone in its mode, no ensemble row of its own
     _member(folder, "de_s2", PB, method="deep_ensemble", run="de_s2", mode="tta")
-    ds = score_shift(folder)
+    ds = score_shift(folder, SEED3)
     assert ds["model"].values.tolist() == ["de_s0", "de_s1", "de_s2", "single",
                                            "deep_ensemble[2]"]
     assert ds["kind"].values.tolist() == ["single"] * 4 + ["ensemble"]
@@ -201,7 +207,7 @@ def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
     assert float(row["brier"].squeeze()) == pytest.approx(np.mean(2 * (1 - ENS) ** 2))
     # its temperature: fitted on the ensemble's own val probabilities, on the same half as
     # its members'
-    fit = np.sort(np.random.default_rng(0).permutation(N)[:N // 2])
+    fit = np.sort(np.random.default_rng(3).permutation(N)[:N // 2])
     logp = np.log(_probs_of_true(ENS))
     assert float(ds["temperature"].sel(model="deep_ensemble[2]")) == pytest.approx(
         fit_temperature(logp[fit], LABELS[fit]), rel=1e-6)
@@ -210,9 +216,9 @@ def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
     # an ensemble row can be the mCE baseline (its fog error equals its clean error: the
     # relative mCE is undefined); with ensembles=() there is no ensemble row
     with pytest.warns(uqmetrics.UndefinedMetricWarning, match="relative mCE is undefined"):
-        base = score_shift(folder, ShiftConfig(baseline="deep_ensemble[2]"))
+        base = score_shift(folder, ShiftConfig(baseline="deep_ensemble[2]", seed=3))
     assert float(base["mean_corruption_error"].sel(model="de_s0")) == pytest.approx(0.4 / 0.3)
-    assert "deep_ensemble[2]" not in score_shift(folder, ShiftConfig(ensembles=()))["model"]
+    assert "deep_ensemble[2]" not in score_shift(folder, ShiftConfig(ensembles=(), seed=3))["model"]
 
 
 def test_an_ensemble_row_named_like_a_model_is_refused(tmp_path):
@@ -241,7 +247,7 @@ def test_mc_dropout_caches_are_scored_on_their_mean_softmax_by_hand(tmp_path):
         passes = np.stack([np.log(p + shift), np.log(p - shift)])
         _write(folder, "mc", dataset, passes, mode="mc_dropout", method="mc_dropout",
                **extra)
-    ds = score_shift(folder)
+    ds = score_shift(folder, SEED3)
     assert ds["model"].values.tolist() == ["mc"] and ds["mode"].values.tolist() == ["mc_dropout"]
     row = ds.sel(model="mc", calibration="none")
     assert float(row["accuracy"].squeeze()) == 0.6

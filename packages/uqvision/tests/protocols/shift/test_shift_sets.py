@@ -31,12 +31,17 @@ def _write(folder, model, dataset, logits, labels, *, role="clean", eval_set="fo
 
 
 def _clean(folder, model, n, samples=None):
-    """val and test caches, labels i mod 4, every sample but the first right."""
+    """A test cache of ``n`` samples, labels i mod 4, every sample but the first right, and a
+    val cache of 20 (the temperature's: 10 fitted, at least the 5 the protocol needs) with
+    every third sample wrong (a temperature fitted on samples all right is the search's bound,
+    refused)."""
     labels = np.arange(n) % 4
     z = 3.0 * np.eye(4)[labels]
     z[0] = z[1]
-    for name in ("val", "test"):
-        _write(folder, model, name, z, labels, samples=samples)
+    _write(folder, model, "test", z, labels, samples=samples)
+    labels = np.arange(20) % 4
+    _write(folder, model, "val", 3.0 * np.eye(4)[np.where(np.arange(20) % 3, labels,
+                                                          (labels + 1) % 4)], labels)
 
 
 # ImageNet-A style set: the folder has classes b and d (in_folder 0 1 0 1), labels b/d.

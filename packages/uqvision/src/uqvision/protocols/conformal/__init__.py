@@ -19,13 +19,28 @@ import os
 from pathlib import Path
 
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Plots, Protocol
+from ..base import LazyReproduction, Plots, Protocol, ReportTable
 
-__all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "PROTOCOL"]
+__all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "MAX_TRIALS", "PROTOCOL"]
 
 #: One line: the protocol and its driver (``uqvision reproduce conformal``).
 DESCRIPTION = ("V.7 (Conformal): coverage and set size of Naive, THR, APS, RAPS and Mondrian "
                "APS sets per model and level, un-scaled and temperature-scaled, and under shift")
+
+
+#: The most random splits a conformal run may draw (``--trials``; the paper draws 100): each
+#: trial holds a permutation of the conformal pool and its sets.
+MAX_TRIALS = 10_000
+
+
+def _trials(text: str) -> int:
+    """argparse type of ``--trials`` (and of its key in a ``--config`` file): a count in
+    [1, :data:`MAX_TRIALS`]."""
+    value = COUNT(text)
+    if value > MAX_TRIALS:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_TRIALS} (each trial holds a "
+                                         f"permutation of the conformal pool), got {value}")
+    return value
 
 
 def _fraction(text: str) -> float:
@@ -42,7 +57,7 @@ CONFORMAL_OPTIONS = (
     ConfigOption("n_cal", type=COUNT,
                  help="conformal: calibration images per trial (default: half the conformal "
                       "pool)"),
-    ConfigOption("trials", type=COUNT,
+    ConfigOption("trials", type=_trials,
                  help="conformal: random calibration/evaluation splits (default {default})"),
     ConfigOption("temperature_size", type=_fraction,
                  help="conformal: fraction of the clean calibration caches the temperature is "
@@ -81,11 +96,16 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
 
 def _rescore(result, path):
     """The score file recomputed from the caches and with the configuration it records
-    (``uqvision verify``)."""
-    from ...provenance import rescore_caches
-    from .score import ConformalConfig, score_conformal  # imported on use
+    (``uqvision verify``; a too small ``n_cal`` was said when it was scored, and is in its
+    ``notes``, compared as the rest)."""
+    import warnings
 
-    return rescore_caches(result, score_conformal, ConformalConfig)
+    from ...provenance import rescore_caches
+    from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShortCalibrationWarning)
+        return rescore_caches(result, score_conformal, ConformalConfig)
 
 
 #: The conformal-prediction protocol (registered in
@@ -98,4 +118,13 @@ PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conforma
                     plots=Plots(_draw, "conformal score file: set size vs accuracy, coverage "
                                        "and size vs level, coverage per class, coverage vs "
                                        "severity"),
-                    rescore=_rescore)
+                    rescore=_rescore,
+                    report=ReportTable(  # RAPS Table 1, un-scaled (the figures' default)
+                        rows=("model", "method"), metrics={"coverage": ("coverage", None)},
+                        headline=("coverage[alpha=*,calibration=none]",
+                                  "mean_set_size[alpha=*,calibration=none]"),
+                        images="coverage and set sizes: the mean over the trials' random "
+                               "splits of the pool (attr pool_dataset), n_cal images "
+                               "calibrating, the pool's others evaluated; top1: every pool "
+                               "image; the temperature: n_temperature images of the "
+                               "calibration set, never in the pool"))

@@ -34,6 +34,7 @@ MC-dropout network), ``workers`` (corruption processes).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from uqmetrics import write_dataset
 
 from ..base import Reproduction, corrupted_study, corrupted_study_settings
 from . import DESCRIPTION
-from .score import ConformalConfig, score_conformal
+from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
 
 __all__ = ["CONFORMAL_SCALES", "REPRODUCTION", "SMOKE", "run"]
 
@@ -82,8 +83,12 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
                              overwrite=overwrite, log=log, device=device)
 
     t1 = time.perf_counter()
-    scores = score_conformal(caches, ConformalConfig(
-        trials=s["trials"], temperature_size=s["temperature_size"], seed=seed))
+    with warnings.catch_warnings():  # logged below, from the result's notes
+        warnings.simplefilter("ignore", ShortCalibrationWarning)
+        scores = score_conformal(caches, ConformalConfig(
+            trials=s["trials"], temperature_size=s["temperature_size"], seed=seed))
+    if scores.attrs.get("notes"):
+        log(f"note: {scores.attrs['notes']}")
     path = write_dataset(scores, out / "conformal.nc", overwrite=True)
     log(f"scored: {path} ({time.perf_counter() - t1:.0f} s)")
     from .figures import draw_figures  # matplotlib: imported on use

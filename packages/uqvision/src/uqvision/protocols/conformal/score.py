@@ -37,7 +37,9 @@ the shift protocol builds them.
 from __future__ import annotations
 
 import json
+import math
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
@@ -46,20 +48,24 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError, stamp_result
 from uqmetrics import conformal as cp
-from uqmetrics.calibration import fit_temperature, softmax
+from uqmetrics.calibration import softmax
 
+from ...exceptions import UqvisionWarning
 from ...predictors import (
     Predictor,
     PredictorProbs,
     ensemble_methods,
+    fit_predictor_temperature,
     group_predictors,
     pick_dataset,
     read_cache_groups,
 )
 from ...provenance import entry_provenance, predictor_rows
+from . import MAX_TRIALS
 
 __all__ = ["CALIBRATIONS", "CLASS_ALPHA", "CLASS_METHOD", "CONFORMAL_METHODS", "CURVE_ALPHAS",
-           "CURVE_METHODS", "TRIAL_STATS", "ConformalConfig", "naive_sets", "score_conformal"]
+           "CURVE_METHODS", "TRIAL_STATS", "ConformalConfig", "ShortCalibrationWarning",
+           "min_n_cal", "naive_sets", "score_conformal"]
 
 #: The ``method`` coordinate: the Naive baseline, then the conformal sets (Angelopoulos et al.
 #: 2021, Table 1, with THR and class-conditional APS).
@@ -82,6 +88,14 @@ _METRIC_TAGS = {"mean_set_size": ("mean_set_size", False),
                 "covgap": ("covgap", False)}
 
 
+class ShortCalibrationWarning(UqvisionWarning):
+    """Too few calibration images for a level: the conformal threshold is infinite and every
+    set holds every class (coverage 1 whatever the model), for every trial at that ``n_cal``
+    or, Mondrian, for the classes with too few images in a trial's draw
+    (:func:`min_n_cal`). Said once per :func:`score_conformal`, and recorded in its result
+    (``min_n_cal``, ``short_calibration``, the attr ``notes``)."""
+
+
 @dataclass(frozen=True)
 class ConformalConfig:
     """Options of :func:`score_conformal`.
@@ -95,10 +109,14 @@ class ConformalConfig:
         ``None``: half the pool (rounded down).
     trials : int
         Random calibration/evaluation splits (those of
-        :func:`uqmetrics.conformal.conformal_trials`).
+        :func:`uqmetrics.conformal.conformal_trials`), at most :data:`~uqvision.protocols.
+        conformal.MAX_TRIALS`.
     temperature_size : float
         Fraction (0, 1) of the calibration dataset's images the temperature is fitted on (drawn
-        with ``seed``, the same for every predictor); they never enter a conformal split.
+        with ``seed``, the same for every predictor); they never enter a conformal split. At
+        least :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images, and a temperature
+        on a bound of the search is refused (:func:`uqvision.predictors.
+        fit_predictor_temperature`).
     calibration_dataset : str or None
         The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
         where there are clean caches of that name, else the only clean dataset.
@@ -133,8 +151,9 @@ class ConformalConfig:
         object.__setattr__(self, "alphas", tuple(float(a) for a in alphas))
         if self.n_cal is not None and (isinstance(self.n_cal, bool) or int(self.n_cal) < 1):
             raise InputError(f"n_cal must be a positive number of images, got {self.n_cal!r}")
-        if isinstance(self.trials, bool) or int(self.trials) < 1:
-            raise InputError(f"trials must be a positive count, got {self.trials!r}")
+        if isinstance(self.trials, bool) or not 1 <= int(self.trials) <= MAX_TRIALS:
+            raise InputError(f"trials must be a count in [1, {MAX_TRIALS}] (each trial holds a "
+                             f"permutation of the conformal pool), got {self.trials!r}")
         if not 0.0 < float(self.temperature_size) < 1.0:
             raise InputError(f"temperature_size must be a fraction in (0, 1), got "
                              f"{self.temperature_size!r}")
@@ -189,6 +208,85 @@ def _trial_args(method: str, alpha: float, n_cal: int, config: ConformalConfig) 
           else {"score": method, "mondrian": False})
     return {"alpha": alpha, "n_cal": n_cal, "trials": config.trials, "seed": config.seed,
             "randomized": config.randomized, **kw}
+
+
+def min_n_cal(method: str, alpha: float) -> int:
+    """The smallest ``n_cal`` at which ``method``'s threshold at level ``alpha`` is finite.
+
+    Parameters
+    ----------
+    method : str
+        One of :data:`CONFORMAL_METHODS`.
+    alpha : float
+        The level in (0, 1).
+
+    Returns
+    -------
+    int
+        :func:`uqmetrics.conformal.min_calibration_size` of ``alpha``: the calibration images
+        THR and APS need (``ceil((n + 1)(1 - alpha)) <= n``); RAPS's ``n_cal`` also holds its
+        ``ceil(0.3 n_cal)`` tuning images (:data:`uqmetrics.conformal.RAPS_TUNE_FRACTION`);
+        for ``aps_mondrian`` the images of each class a trial's draw needs; 0 for ``naive``
+        (not calibrated). Below it every set holds every class (every such class, Mondrian).
+
+    Examples
+    --------
+    >>> [min_n_cal(m, 0.1) for m in CONFORMAL_METHODS]
+    [0, 9, 9, 13, 9]
+    """
+    if method == "naive":
+        return 0
+    need = cp.min_calibration_size(alpha)
+    if method != "raps":
+        return need
+    n = need
+    while n - math.ceil(cp.RAPS_TUNE_FRACTION * n) < need:
+        n += 1
+    return n
+
+
+def _short_calibration(labels: np.ndarray, perms: np.ndarray, n_cal: int, method: str,
+                       alpha: float) -> float:
+    """The fraction of ``method``'s thresholds at ``alpha`` that are infinite for too few
+    calibration images (:func:`min_n_cal`): 0 or 1 for a marginal method, for
+    ``aps_mondrian`` the fraction of (trial, class) pairs, over the classes of the pool
+    ``labels``, whose draw ``perms[:, :n_cal]`` holds too few images of the class."""
+    need = min_n_cal(method, alpha)
+    if method != "aps_mondrian":
+        return float(n_cal < need)
+    classes, y = np.unique(labels, return_inverse=True)
+    drawn = y.reshape(labels.shape)[perms[:, :n_cal]]  # (trial, n_cal) class positions
+    counts = np.stack([np.bincount(row, minlength=classes.size) for row in drawn])
+    return float((counts < need).mean())
+
+
+def _short_note(short: np.ndarray, preds: list[Predictor], n_cals: np.ndarray,
+                alphas: tuple[float, ...]) -> str:
+    """One line on the (method, level) pairs whose thresholds are infinite for too few
+    calibration images (``short`` (model, method, alpha)), "" for none."""
+    parts = []
+    for k, method in enumerate(CONFORMAL_METHODS):
+        for a, alpha in enumerate(alphas):
+            hit = short[:, k, a] > 0
+            if not hit.any():
+                continue
+            need = min_n_cal(method, alpha)
+            if method == "aps_mondrian":
+                parts.append(f"aps_mondrian at alpha {alpha:g}: up to "
+                             f"{100 * short[hit, k, a].max():.0f}% of the classes' draws hold "
+                             f"fewer than {need} images of their class (those classes are in "
+                             "every set)")
+            else:
+                parts.append(f"{method} at alpha {alpha:g} needs n_cal >= {need}")
+    if not parts:
+        return ""
+    models = [f"{p.name!r} (n_cal {n})" for p, n, s in zip(preds, n_cals, short, strict=True)
+              if (s > 0).any()]
+    return ("conformal: too few calibration images for some levels (the threshold, the "
+            "ceil((n + 1)(1 - alpha))-th of n calibration scores, needs n >= 1/alpha - 1; "
+            "below it every set holds every class and the coverage is 1 whatever the model): "
+            + "; ".join(parts) + f"; models {', '.join(models)}. Give a larger --n-cal (or "
+            "pool) or a larger alpha; recorded in the result (min_n_cal, short_calibration)")
 
 
 def _set_stats(sets: np.ndarray, labels: np.ndarray, alpha: float) -> np.ndarray:
@@ -395,6 +493,15 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             The fitted temperature and the images it was fitted on.
         ``n_pool``, ``n_cal`` (model)
             The conformal pool's images and the calibration images per trial.
+        ``min_n_cal`` (method, alpha)
+            :func:`min_n_cal`: the smallest ``n_cal`` at which the method's threshold is
+            finite (for ``aps_mondrian``: the images of each class a trial's draw needs).
+        ``short_calibration`` (model, method, alpha)
+            The fraction of the trials' thresholds (``aps_mondrian``: of the (trial, class)
+            pairs, over the pool's classes) that are infinite for fewer calibration images
+            than ``min_n_cal``: their sets hold every class (those classes), a coverage of 1
+            that says nothing of the model. Any above 0 is also said in a
+            :class:`ShortCalibrationWarning` and the attr ``notes``.
 
         Attrs: ``trials``, ``seed``, ``pool_dataset`` (JSON: model -> dataset), the config,
         ``ensemble_members`` (JSON), ``caches`` and ``entries`` (each row's caches, an
@@ -404,10 +511,19 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     ------
     uqmetrics.InputError
         No caches; a model without clean caches (named); caches of several modes for one model;
-        several clean datasets without a choice; a pool too small for ``n_cal``.
+        caches in two class spaces (naming both files); several clean datasets without a
+        choice; a pool too small for ``n_cal``.
+
+    Warns
+    -----
+    ShortCalibrationWarning
+        ``n_cal`` below :func:`min_n_cal` of a method and level of ``alphas`` (or Mondrian
+        classes with too few images in a draw): naming the smallest ``n_cal`` that reaches
+        the level.
     """
     config = config or ConformalConfig()
     read = read_cache_groups(caches)
+    read.check_one_class_space()  # the result's class dim: one class space for every model
     groups, sets = read.groups, read.sets
     preds = group_predictors(read.models, read.modes, read.methods, config.ensembles)
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
@@ -432,6 +548,7 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     class_cov = np.full((n_pred, n_classes), np.nan)
     accuracy, temps = np.empty(n_pred), np.empty(n_pred)
     n_temp, n_pool, n_cals = (np.empty(n_pred, np.int64) for _ in range(3))
+    short = np.zeros((n_pred, len(methods), len(alphas)))
     pools: dict[str, str] = {}
     probs = {name: PredictorProbs(groups, name) for name in sets}
     pick = [TRIAL_STATS.index(s) for s in sstat]
@@ -450,8 +567,9 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             raise InputError(f"model {pred.name!r}: calibration dataset {cal_name!r} has "
                              f"{len(cal.labels)} image(s), need at least 2")
         fit, rest = _temperature_split(len(cal.labels), config)
-        temps[i] = fit_temperature(np.log(np.clip(cal.probs[fit], 1e-300, None)),
-                                   cal.labels[fit])
+        temps[i] = fit_predictor_temperature(
+            pred.name, cal_name, np.log(np.clip(cal.probs[fit], 1e-300, None)),
+            cal.labels[fit], "temperature_size", config.temperature_size, len(cal.labels))
         n_temp[i] = fit.size
         others = [c for c in clean if c != cal_name]
         pool_name = (pick_dataset("clean", config.clean_dataset, others or clean, None, pred.name)
@@ -470,6 +588,9 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         shifted = [(name, _data(probs[name], pred)) for name in shift_names
                    if probs[name].has(pred)]
         perms = _splits(n, n_cal, config)
+        for k, method in enumerate(methods):
+            for a, alpha in enumerate(alphas):
+                short[i, k, a] = _short_calibration(pool.labels, perms, n_cal, method, alpha)
         # copies of the pool's images: corrupted members, where the pool is its own clean
         # dataset (test; val and test share sample ids, the caches do not name the source)
         keeps = [_keep(pool, d, perms, n_cal) if name in corrupted and pool_name != cal_name
@@ -524,6 +645,12 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     data["n_temperature"] = ("model", n_temp)
     data["n_pool"] = ("model", n_pool)
     data["n_cal"] = ("model", n_cals)
+    data["min_n_cal"] = (("method", "alpha"), np.array(
+        [[min_n_cal(m, alpha) for alpha in alphas] for m in methods], np.int64))
+    data["short_calibration"] = (("model", "method", "alpha"), short)
+    note = _short_note(short, preds, n_cals, alphas)
+    if note:
+        warnings.warn(note, ShortCalibrationWarning, stacklevel=2)
     metrics: dict = {"accuracy": "accuracy"}
     for var in list(data):
         base = var.removeprefix("shift_").removeprefix("set_").removeprefix("curve_")
@@ -540,6 +667,7 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
     return stamp_result(ds, "conformal", input_checksums=sorted(set(read.checksums)),
                         metrics=metrics, config=asdict(config), seed=config.seed,
+                        notes=note or None,
                         extra={"ensemble_members": json.dumps(ensembles),
                                "pool_dataset": json.dumps(pools), "trials": config.trials,
                                **entry_provenance(predictor_rows(preds, groups), "model")})

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Plots, Protocol
+from ..base import LazyReproduction, Plots, Protocol, ReportTable
 
 __all__ = ["DESCRIPTION", "OOD_OPTIONS", "PROTOCOL"]
 
@@ -94,4 +94,12 @@ PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
                     plots=Plots(_draw, "ood score file: AUROC/FPR@95 bars per detector (near "
                                        "vs far), detector x model heat map, ID vs OOD score "
                                        "histograms, AUROC vs forward passes"),
-                    rescore=_rescore)
+                    rescore=_rescore,
+                    report=ReportTable(  # OpenOOD v1.5's table
+                        rows=("model", "detector"),
+                        headline=("near_fpr_at_95_tpr", "near_auroc", "far_fpr_at_95_tpr",
+                                  "far_auroc", "id_accuracy"),
+                        images="id_accuracy and the in-distribution side of every AUROC and "
+                               "FPR@95: every image of the ID set (attr id_dataset); near_*, "
+                               "far_*: the mean over the near or far OOD sets, each with all "
+                               "its images; feature detectors are fitted on the fit set"))

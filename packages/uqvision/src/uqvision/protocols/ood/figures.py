@@ -109,7 +109,8 @@ def plot_ood_heatmap(result: xr.Dataset | str | os.PathLike, *,
         ax.set_title(f"{split}-OOD AUROC", fontsize=9)
         for (i, j), v in np.ndenumerate(vals):
             if not np.isnan(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=5, color="w")
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                        color="k" if v > 0.8 else "w")  # dark on the light end of viridis
         fig.colorbar(im, ax=ax)
     return fig
 

@@ -151,11 +151,15 @@ def ood_split_classes(root: str | os.PathLike, near_per_superclass: int = 1,
 
 
 def _link(target: Path, link: Path) -> None:
-    """A symbolic link ``link`` -> ``target`` (kept when it already points there)."""
+    """A symbolic link ``link`` -> ``target`` (kept when it already points there; a link of
+    an earlier run replaced; anything else there, not written here, refused)."""
     if link.is_symlink() and Path(os.readlink(link)) == target:
         return
-    if link.is_symlink() or link.exists():
+    if link.is_symlink():
         link.unlink()
+    elif link.exists():
+        raise InputError(f"{str(link)!r} is not a link this command wrote (its views are links "
+                         "to the data): move it, or choose another --out")
     os.symlink(target, link, target_is_directory=target.is_dir())
 
 

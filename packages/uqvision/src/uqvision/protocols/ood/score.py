@@ -225,6 +225,21 @@ def _lack_text(detector: str, model: str, dataset: str, lack: list[str]) -> str:
             f"dataset {dataset!r} lack: predict them with {' and '.join(how)}")
 
 
+def _check_same_images(name: str, caches: list[xr.Dataset]) -> None:
+    """Refuse caches of dataset ``name`` of several models that hold other images (other
+    sample ids, in order): every predictor is scored on the same ID and OOD images (a cache of
+    another folder under that name, e.g. a shifted set's, is named with the first model's)."""
+    first = caches[0]
+    for c in caches[1:]:
+        if not np.array_equal(c["sample"].values, first["sample"].values):
+            raise InputError(
+                f"caches {str(first.encoding.get('source', first.attrs['model']))!r} and "
+                f"{str(c.encoding.get('source', c.attrs['model']))!r} of dataset {name!r} hold "
+                f"other images ({first.sizes['sample']} and {c.sizes['sample']} samples, or "
+                "another order): every model is scored on the same ID and OOD images (is one "
+                "of them a cache of another folder, e.g. a shifted set's?)")
+
+
 def _train_wall(attrs: dict) -> float:
     """The training wall time of a cache's checkpoint (its sidecar's ``cost``), NaN where
     none is recorded."""
@@ -300,7 +315,8 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     ------
     uqmetrics.InputError
         No caches; caches of several modes for one model; no OOD caches; no ID test caches
-        (or several clean datasets without ``id_dataset``); an unknown detector; a named
+        (or several clean datasets without ``id_dataset``); caches of one dataset that hold
+        other images for two models (naming both files); an unknown detector; a named
         detector whose inputs a model's caches lack (naming the model, the dataset, what is
         missing and the ``uqvision predict`` options that record it), or that fits without
         ``fit_data``; a member detector with no predictor of several passes or members.
@@ -332,6 +348,8 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     for m in models:
         if data[m][id_name] is None:
             raise InputError(f"model {m!r} has no caches of the ID test set {id_name!r}")
+    for name in wanted:
+        _check_same_images(name, [groups[m, name][0] for m in models if data[m][name]])
     n_passes = {p.name: sum(data[m][id_name].passes.shape[0] for m in p.members) for p in preds}
 
     # the detectors each predictor can be scored by

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...methods import GENERAL_METHODS
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Plots, Protocol
+from ..base import LazyReproduction, Plots, Protocol, ReportTable
 
 __all__ = ["DESCRIPTION", "ENSEMBLE_OPTIONS", "PROTOCOL"]
 
@@ -98,4 +98,7 @@ PROTOCOL = Protocol("pitfalls", DESCRIPTION, score=_score, score_name="ensembles
                     reproduce=LazyReproduction("pitfalls", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=tuple(GENERAL_METHODS), section="v-2",
                     plots=Plots(_draw, "ensembles score file: metrics and DEE vs ensemble size"),
-                    rescore=_rescore)
+                    rescore=_rescore,
+                    report=ReportTable(rows=("method",),  # headline: the generic rule
+                                       images="every image of the scored dataset, per method, "
+                                              "member order and ensemble size"))

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import xarray as xr
 from uqmetrics import read_dataset, write_dataset
+from uqmetrics.io import record_written, remove_written
 from uqmetrics.plotting import save_figure
 from uqmetrics.registry import Registry
 
@@ -51,7 +52,7 @@ from ...hierarchy import make_hierarchy
 from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ...training.loop import ImageTrainConfig, train_model
+from ...training.loop import ImageTrainConfig, checkpoint_files, train_model
 from ..base import Reproduction
 from . import DESCRIPTION
 from .score import EnsembleConfig, score_ensembles
@@ -200,13 +201,18 @@ def _done(ckpt: Path, config) -> bool:
         json.dumps(asdict(config)))
 
 
+#: The writer of the study's record of its files (``--overwrite`` deletes those only).
+WRITER = "uqvision reproduce pitfalls"
+
+
 def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws: int,
-             predict_seed: int, threads: int) -> dict[str, Any]:
-    """Train (unless complete) and predict one run (top level: runs in a worker process)."""
+             predict_seed: int, threads: int, redo: bool = False) -> dict[str, Any]:
+    """Train (unless complete and not ``redo``) and predict one run (top level: runs in a
+    worker process); returns what it did and the files it wrote (``files``)."""
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
     t0 = time.perf_counter()
-    trained = not _done(ckpt, job.config)
+    trained = redo or not _done(ckpt, job.config)
     if trained:
         train_model(train, ckpt, job.config)
     t1 = time.perf_counter()
@@ -217,19 +223,23 @@ def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws
             "samples": job.samples, "tta_policy": job.config.augment or "crop",
             **REFERENCE_EXECUTION}
     # a run trained now replaces the caches of the checkpoint it replaced
-    n = len(predict_to_files(spec, test, caches, PredictConfig(mode="plain", **base),
-                             overwrite=trained))
-    n += len(predict_to_files(spec, test, caches, PredictConfig(mode="tta", passes=draws,
-                                                                **base), overwrite=trained))
+    written = predict_to_files(spec, test, caches, PredictConfig(mode="plain", **base),
+                               overwrite=trained)
+    written += predict_to_files(spec, test, caches, PredictConfig(mode="tta", passes=draws,
+                                                                  **base), overwrite=trained)
     return {"run": job.name, "trained": trained, "train_s": t1 - t0,
-            "predict_s": time.perf_counter() - t1, "caches": n}
+            "predict_s": time.perf_counter() - t1, "caches": len(written),
+            "files": [str(p) for p in (*checkpoint_files(ckpt), *written)]}
 
 
-def _execute(jobs: list[RunJob], args: tuple, workers: int, log) -> None:
-    """Run the jobs, ``workers`` at a time; a job starts after the run it starts from."""
+def _execute(jobs: list[RunJob], args: tuple, workers: int, log,
+             record: Callable[[list[str]], None] = lambda files: None) -> None:
+    """Run the jobs, ``workers`` at a time; a job starts after the run it starts from;
+    ``record`` receives the files of each job done."""
     done: set[str] = set()
 
     def report(r):
+        record(r["files"])
         done.add(r["run"])
         log(f"  {r['run']}: {'trained' if r['trained'] else 'reused'} "
             f"({r['train_s']:.0f} s), {r['caches']} caches ({r['predict_s']:.0f} s)")
@@ -278,7 +288,9 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
         ``epochs``, ``members``, ``batch_size``, ``input_size``, ``augment``, ``draws``,
         ``n_orders`` (strings, the CLI's ``--set``).
     overwrite : bool
-        Retrain and repredict everything (otherwise complete outputs are reused).
+        Retrain and repredict everything (otherwise complete outputs are reused); the files
+        earlier runs recorded (``out/.uqmetrics-written.json``: checkpoints, caches, scores,
+        figures, summary) are deleted first, and nothing else.
     """
     t0 = time.perf_counter()
     sc = _scale(scale, arch, data, overrides or {})
@@ -302,16 +314,14 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
         raise ValueError(f"{str(root)!r} has no val/ folder for K-FAC Laplace's noise scale; "
                          "add one, or fix the scale with --set laplace_scale=S")
     models, caches = out / "models", out / "caches"
+    if overwrite:  # the files earlier runs recorded, nothing else (docs/conventions.md)
+        remove_written(out, WRITER)
     models.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        for d in (models, caches):
-            for f in d.glob("*"):
-                f.unlink()
     jobs = plan_runs(sc, seed=seed, models=models, train=train, val=val, device=device)
     log(f"pitfalls {sc.name}: {len(jobs)} runs of {sc.arch} on {root} ({workers} worker(s), "
         f"{threads} thread(s) each)")
-    _execute(jobs, (str(train), str(test), str(models), str(caches), sc.draws, seed, threads),
-             workers, log)
+    _execute(jobs, (str(train), str(test), str(models), str(caches), sc.draws, seed, threads,
+                    overwrite), workers, log, lambda files: record_written(out, WRITER, files))
     names = [m + t for m in PITFALLS_METHODS for t in ("", "_tta")] + ["single_tta"]
     config = EnsembleConfig(methods=tuple(names), n_orders=sc.n_orders, n_repeats=sc.n_repeats,
                             seed=seed)
@@ -327,6 +337,7 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     figures = plot_pitfalls(ds, out / "figures")
     summary = out / "summary.md"
     summary.write_text(summary_table(ds))
+    record_written(out, WRITER, [path, summary, *figures])
     log(f"ensembles: {path}; figures: {len(figures)}; summary: {summary}")
     return PitfallsResult(out, path, summary, figures, time.perf_counter() - t0)
 

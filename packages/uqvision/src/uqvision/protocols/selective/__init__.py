@@ -22,7 +22,7 @@ from ...options import (
     config_kwargs,
     positive_float,
 )
-from ..base import LazyReproduction, Plots, Protocol, ScoreTable
+from ..base import LazyReproduction, Plots, Protocol, ReportTable, ScoreTable
 from .commands import SWEEP_SCORING, draw_figures, metadata_arguments, results_of, run_metadata
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SELECTIVE_OPTIONS", "add_selective_options",
@@ -119,4 +119,12 @@ PROTOCOL = Protocol(
     plots=Plots(draw_figures,
                 "selective score file: the Selective paper's scatter and paired figures"),
     sweep=SWEEP_SCORING, rescore=_rescore,
+    report=ReportTable(
+        rows=("model",),
+        headline=tuple(f"{v}[calibration=none]" for v in (
+            "accuracy", "auroc", "aurc", "eaurc", "aurc_c", "eaurc_c", "sac_99", "sac_95", "ece",
+            "nll", "brier")),
+        images="calibration=none and top1/top5: every image of the dataset (n_scored of "
+               "none); calibration=temperature: the n_eval images outside the n_calib the "
+               "temperature is fitted on"),
     after_predict="auroc/ece/aurc: uqvision score selective --caches {caches} --out FILE.nc")

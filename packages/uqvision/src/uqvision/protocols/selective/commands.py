@@ -210,6 +210,12 @@ def _finish_sweep(a: argparse.Namespace, report, log, *, out: Path, dataset: str
     from .score import score_selective
 
     ds = score_selective([out / "caches"], selective_config(a, dataset=dataset))
+    # the table of every row of the scores (the caches of earlier runs too, not only this
+    # run's), and neither file replaces one that holds rows it lacks
+    table = results_table([out / "caches"], scores=ds)
+    stem = f"results-{safe_name(dataset)}"
+    target, stem = _beside_if_rows_lost(target, stem, [str(m) for m in ds["model"].values],
+                                        table.column("model"), log)
     log(str(write_dataset(ds, target, overwrite=True)))
     figures = out / "plots" / safe_name(dataset)
     models = int((ds["method"].values == "softmax").sum())  # the paper's figures' rows
@@ -218,10 +224,50 @@ def _finish_sweep(a: argparse.Namespace, report, log, *, out: Path, dataset: str
             f"{RISK_COVERAGE_MAX_MODELS}: uqvision plot --caches FILES draws a subset)"
             if models > RISK_COVERAGE_MAX_MODELS else "")
     log(f"figures: {figures} ({len(drawn)} files{note})")
-    table = results_table(report.paths, scores=ds)
     log(table.format())
-    for path in table.write(out / "scores", f"results-{safe_name(dataset)}", overwrite=True):
+    for path in table.write(target.parent, stem, overwrite=True):
         log(str(path))
+
+
+def _rows_of(path: Path, table: bool) -> set[str]:
+    """The ``model`` rows of an existing score file (or results table ``.json``); none for a
+    file that is not there or cannot be read (a foreign one was refused before the sweep)."""
+    try:
+        if table:
+            from ...results import ResultsTable
+
+            return set(ResultsTable.read(path).column("model"))
+        import xarray as xr  # imported on use
+
+        with xr.open_dataset(path, engine="netcdf4") as ds:
+            return {str(m) for m in ds["model"].values}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def _beside_if_rows_lost(target: Path, stem: str, scored: list[str], tabled: list[str],
+                         log) -> tuple[Path, str]:
+    """Where a sweep writes its score file and results table: ``target`` and ``stem``, unless
+    the files there hold rows (models) these lack (their caches in ``caches/`` are gone or
+    cannot be read: another user's files, a deleted model); then those files are kept and the
+    new ones go beside them, ``<name>.<k>`` for the first free ``k``, said in one line. A
+    results table or score file never loses rows (docs/conventions.md#v-1-table)."""
+    folder = target.parent
+    lost = sorted((_rows_of(target, False) - set(scored))
+                  | (_rows_of(folder / f"{stem}.json", True) - set(tabled)))
+    if not lost:
+        return target, stem
+    k = 1
+    while any((folder / name).exists() for name in (
+            f"{target.stem}.{k}.nc", f"{stem}.{k}.csv", f"{stem}.{k}.json")):
+        k += 1
+    new_target, new_stem = folder / f"{target.stem}.{k}.nc", f"{stem}.{k}"
+    shown = ", ".join(lost[:5]) + (f", ... (+{len(lost) - 5} more)" if len(lost) > 5 else "")
+    log(f"note: {str(target)!r} and {stem}.csv/.json hold {len(lost)} model(s) this run did "
+        f"not score ({shown}: their caches in caches/ are gone or cannot be read); they are "
+        f"kept as they are, and this run's scores and table go beside them: {new_target.name}, "
+        f"{new_stem}.csv/.json")
+    return new_target, new_stem
 
 
 def _sweep_options(p: argparse.ArgumentParser) -> None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -47,12 +46,13 @@ import numpy as np
 import torch
 from PIL import Image
 from uqmetrics import ensemble_log_probs, log_softmax, read_dataset, write_dataset
+from uqmetrics.io import record_written, remove_written
 from uqmetrics.registry import Registry
 
 from ...cache import cache_dataset, check_aligned, read_cache
 from ...data import ImageFolderDataset
 from ...hierarchy import class_prototypes, make_hierarchy, read_hierarchy
-from ...models import load_model, read_sidecar
+from ...models import load_model, read_sidecar, sidecar_path
 from ...models.prototype import (
     CosineHead,
     PrototypeClassifier,
@@ -61,7 +61,7 @@ from ...models.prototype import (
     save_prototype_classifier,
 )
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
+from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, checkpoint_files, train_model
 from ..base import Reproduction
 from . import DESCRIPTION
 from .analysis import (
@@ -267,9 +267,9 @@ def _done(ckpt: Path, config) -> bool:
 
 
 def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: int,
-               log) -> dict[str, Path]:
+               log, redo: bool = False) -> dict[str, Path]:
     todo = [(j, c) for j, c in zip(jobs, configs, strict=True)
-            if not _done(models / f"{j.tag}.safetensors", c)]
+            if redo or not _done(models / f"{j.tag}.safetensors", c)]
     log(f"training {len(todo)} of {len(jobs)} networks ({workers} worker(s))")
     args = [(str(data / "train"), str(models / f"{j.tag}.safetensors"), c, threads)
             for j, c in todo]
@@ -370,9 +370,11 @@ def _metadata_rows(teachers, jobs, ens_key: str, proto_key: str, sc: ZooScale) -
     return out
 
 
-#: What a run writes under its folder (removed first by ``overwrite=True``).
+#: What a run writes under its folder.
 OUTPUTS = ("data", "models", "caches", "scores", "figures", "metadata.csv", "analysis.json",
            "summary.md")
+#: The writer of a run's record of the files it wrote (``overwrite=True`` deletes those only).
+WRITER = "uqvision reproduce selective"
 
 
 def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
@@ -393,8 +395,11 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
     threads : int
         torch threads per training process and for prediction.
     overwrite : bool
-        Remove the run's previous outputs (:data:`OUTPUTS`) first; otherwise complete
-        checkpoints and caches are reused (an interrupted run resumes).
+        Retrain, repredict and rescore everything, first deleting the files earlier runs
+        recorded (``out/.uqmetrics-written.json``: their checkpoints, caches, scores, figures
+        and tables) and nothing else; a stand-in data set of other options in ``out/data``
+        is replaced when the dataset makers wrote it. Otherwise complete checkpoints and
+        caches are reused (an interrupted run resumes).
     log : callable, optional
         Receives one line per step.
     device : str
@@ -406,20 +411,23 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
     out = Path(out)
     if workers < 1 or threads < 1:
         raise ValueError(f"workers and threads must be >= 1, got {workers!r}, {threads!r}")
-    if overwrite:
-        for name in OUTPUTS:
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+    if overwrite:  # the files earlier runs recorded, nothing else (docs/conventions.md)
+        remove_written(out, WRITER)
+
+    def record(*paths) -> None:
+        record_written(out, WRITER, [p for p in paths if p is not None])
+
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         data = out / "data"
-        if not (data / "classes.json").is_file():
-            make_hierarchy(data, scale=sc.hierarchy, seed=seed)
+        if not (data / "classes.json").is_file():  # replaced only when the makers wrote it
+            make_hierarchy(data, scale=sc.hierarchy, seed=seed,
+                           overwrite=overwrite and data.exists())
         info = read_hierarchy(data)
+        if overwrite and (info.scale, info.seed) != (sc.hierarchy, seed):
+            info = read_hierarchy(make_hierarchy(data, scale=sc.hierarchy, seed=seed,
+                                                 overwrite=True))
         if (info.scale, info.seed) != (sc.hierarchy, seed):
             raise ValueError(f"{str(data)!r} holds the {info.scale!r} hierarchy of seed "
                              f"{info.seed}; this run needs {sc.hierarchy!r}, seed {seed} "
@@ -436,8 +444,10 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         for stage in (first, second):
             configs = [_train_config(j, sc, teacher_specs, device) for j in stage]
             fresh |= {j.tag for j, c in zip(stage, configs, strict=True)
-                      if not _done(models / f"{j.tag}.safetensors", c)}
-            ckpts |= _train_all(stage, configs, data, models, workers, threads, log)
+                      if overwrite or not _done(models / f"{j.tag}.safetensors", c)}
+            record(*(f for j in stage for f in checkpoint_files(models / f"{j.tag}.safetensors")))
+            ckpts |= _train_all(stage, configs, data, models, workers, threads, log,
+                                redo=overwrite)
 
         caches = out / "caches"
         test = info.splits["test"]
@@ -449,15 +459,17 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
             (paths[j.key],) = predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}",
                                                test, caches, pred, dataset_name="test",
                                                overwrite=j.tag in fresh)
+            record(paths[j.key])
             if j.arch.mc_dropout and j.regime == "plain" and not j.teacher_member:
-                predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,
-                                 PredictConfig(mode="mc_dropout", passes=sc.mc_passes,
-                                               batch_size=256, seed=seed, device=device,
-                                               **REFERENCE_EXECUTION),
-                                 dataset_name="test", overwrite=j.tag in fresh)
+                record(*predict_to_files(f"{j.arch.arch}={ckpts[j.tag]}", test, caches,
+                                         PredictConfig(mode="mc_dropout", passes=sc.mc_passes,
+                                                       batch_size=256, seed=seed,
+                                                       device=device, **REFERENCE_EXECUTION),
+                                         dataset_name="test", overwrite=j.tag in fresh))
         t_arch = ZOO_ARCHS[sc.teacher]
         ens_name = f"ens/{t_arch.arch}.hier_{t_arch.name}_ensemble"
         ens_path = caches / "teacher_ensemble.test.plain-000.nc"
+        record(ens_path)
         if ensure_ensemble_cache([paths[j.key] for j in teachers], ens_path, ens_name, t_arch.arch,
                                  f"hier_{t_arch.name}_ensemble"):
             log(f"teacher ensemble: {ens_path}")
@@ -470,9 +482,12 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         proto_name = f"proto/{enc_job.arch.arch}"
         (paths[proto_name],) = predict_to_files(f"{proto_name}={proto_ckpt}", test, caches, pred,
                                                 dataset_name="test", overwrite=retrained)
+        record(proto_ckpt, sidecar_path(proto_ckpt), paths[proto_name])
         log(f"caches: {caches}")
 
         proto_key = metadata_key("proto", enc_job.arch.arch, proto_ckpt.stem)
+        record(out / "metadata.csv", out / "scores" / "selective.nc", out / "analysis.json",
+               out / "summary.md")
         table = write_metadata(_metadata_rows(teachers, jobs, ens_name, proto_key, sc),
                                out / "metadata.csv")
         ds = score_selective([caches], SelectiveConfig(
@@ -497,6 +512,7 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         analysis_path = out / "analysis.json"
         analysis_path.write_text(json.dumps(analysis, indent=1, default=_json_default) + "\n")
         figures = plot_selective(ds, out / "figures")
+        record(*figures)
         wall = time.perf_counter() - t0
         summary = out / "summary.md"
         summary.write_text(render_summary(ds, analysis, sc, wall))

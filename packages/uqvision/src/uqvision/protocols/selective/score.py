@@ -28,6 +28,7 @@ import xarray as xr
 from uqmetrics import (
     CONVENTIONS,
     SAC_RULES,
+    InputError,
     aurc_c_loss,
     calibration_splits,
     eaurc_c_loss,
@@ -43,6 +44,7 @@ from uqmetrics.registry import Registry
 
 from ...cache import (
     check_aligned,
+    check_finite_logits,
     incomplete_caches,
     index_caches,
     read_cache,
@@ -244,6 +246,21 @@ def _measured(attrs: dict) -> tuple[float, float]:
     return params, side
 
 
+def _one_cache(hits: list) -> None:
+    """Refuse several cache files of one row (model, mode, pass 0) with other logits, naming
+    two of them (a copy of a file is the same cache: the first is scored)."""
+    files: dict[str, str] = {}
+    for info in hits:
+        with xr.open_dataset(info.path, engine="netcdf4") as ds:  # the header only
+            files.setdefault(str(ds.attrs.get("checksum")), str(info.path))
+    if len(files) > 1:
+        a, b = list(files.values())[:2]
+        raise InputError(f"caches {a!r} and {b!r} are both model {hits[0].model!r} on dataset "
+                         f"{hits[0].dataset_name!r} (mode {hits[0].mode!r}) with other logits: "
+                         "score one of them (two predictions of one model under one name are "
+                         "never scored as one)")
+
+
 def score_selective(caches: Iterable[str | os.PathLike],
                     config: SelectiveConfig | None = None) -> xr.Dataset:
     """Score every model's cache: dims (model, calibration), one variable per metric.
@@ -290,7 +307,9 @@ def score_selective(caches: Iterable[str | os.PathLike],
     ------
     ValueError
         An unknown SAC rule, ``mc_passes < 1``, ``aurc_coverage`` outside (0, 1] or below one
-        held-out sample, a calibration size that leaves no sample on either side, no cache.
+        held-out sample, a calibration size that leaves no sample on either side, no cache;
+        two cache files of one row with other logits (:class:`uqmetrics.InputError`, naming
+        both).
 
     Notes
     -----
@@ -326,6 +345,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
         for kname, kind in kinds.items():
             hits = [i for i in infos if i.model == m and i.mode == kind.mode and i.pass_index == 0]
             if hits:
+                _one_cache(hits)
                 rows.append((m + kind.suffix, kname, hits[0]))
     if not rows:
         raise ValueError("no plain or MC-dropout cache to score")
@@ -351,6 +371,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
                 raise ValueError(f"aurc_coverage {config.aurc_coverage:g} covers no sample of "
                                  f"the {held.size} held-out samples (option --aurc-coverage)")
         check_aligned([ref, ds], [rows[0][0], row])
+        check_finite_logits(ds, info.path)
         logits = ds["logits"].values
         z = predictive_log_probs(logits[:passes[r]] if logits.ndim == 3 else logits)
         values[r], res = _row(z, y, held, n_calib, kinds[kname], metrics, config)

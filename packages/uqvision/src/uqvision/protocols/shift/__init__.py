@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
-from ..base import LazyReproduction, Plots, Protocol
+from ..base import LazyReproduction, Plots, Protocol, ReportTable
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SHIFT_OPTIONS"]
 
@@ -90,4 +90,16 @@ PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                     plots=Plots(_draw, "shift score file: metrics per severity (boxes over "
                                        "corruptions), corruption x severity heat maps, "
                                        "accuracy vs ECE"),
-                    rescore=_rescore)
+                    rescore=_rescore,
+                    report=ReportTable(  # Ovadia's and ImageNet-C's tables
+                        rows=("model",),
+                        headline=("clean_accuracy[calibration=none]",
+                                  "clean_ece[calibration=none]",
+                                  "clean_ece[calibration=temperature]", "mean_corruption_error",
+                                  "relative_mean_corruption_error"),
+                        means=("accuracy[calibration=none]", "ece[calibration=none]"),
+                        images="clean_*: the clean test set's images (those the temperature is "
+                               "not fitted on); per corruption and severity, and their means: "
+                               "that corrupted copy's images; the temperature: n_calibration "
+                               "images of the calibration set; mCE: every corruption and "
+                               "severity"))

@@ -300,7 +300,7 @@ def plot_shift_heatmap(result: xr.Dataset | str | os.PathLike, *,
                             color="w" if v < (lo + hi) / 2 else "k")
             ax.set_xticks(range(len(severities)), severities)
             ax.set_yticks(range(len(corruptions)), corruptions if i == 0 else [])
-            title = f"{model}: {_LABELS.get(metric, metric)} ({_CALIBRATION_LABELS[cal]})"
+            title = f"{model}:\n{_LABELS.get(metric, metric)} ({_CALIBRATION_LABELS[cal]})"
             if clean is not None and np.isfinite(float(clean.sel(model=model))):
                 title += f"\nclean {float(clean.sel(model=model)):.3f}"
             ax.set(xlabel="severity", title=title)

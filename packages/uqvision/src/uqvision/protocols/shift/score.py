@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError, stamp_result
-from uqmetrics.calibration import fit_temperature, softmax
+from uqmetrics.calibration import softmax
 from uqmetrics.scoring import score_metrics
 from uqmetrics.shift import (
     masked_accuracy,
@@ -44,6 +44,7 @@ from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
 from ...predictors import (
     PredictorProbs,
     ensemble_methods,
+    fit_predictor_temperature,
     group_predictors,
     pick_dataset,
     read_cache_groups,
@@ -72,7 +73,10 @@ class ShiftConfig:
     calibration_size : float
         Fraction (0, 1) of the calibration caches' samples the temperature is fitted on (drawn
         with ``seed``, the same samples for every predictor); where the calibration set is
-        also the clean evaluation set, the clean row is scored on the rest.
+        also the clean evaluation set, the clean row is scored on the rest. At least
+        :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` samples (5), else refused; a
+        temperature fitted on a bound of the search (0.01 or 100) is refused too
+        (:func:`uqvision.predictors.fit_predictor_temperature`).
     calibration_dataset : str or None
         The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
         where a model has clean caches of that name, else its only clean dataset.
@@ -216,7 +220,9 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     ------
     uqmetrics.InputError
         No caches, a model without clean caches (named), caches of several modes for one
-        model, an unknown baseline, no shifted or relabelled caches, caches of several
+        model, a temperature fitted on fewer than
+        :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images or on a bound of the
+        search (naming the model and the bound), an unknown baseline, no shifted or relabelled caches, caches of several
         relabelled datasets, relabelled caches without label sets and no ``overlay``.
     """
     config = config or ShiftConfig()
@@ -269,7 +275,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             raise InputError(f"model {pred.name!r}: calibration dataset {cal!r} has {n} "
                              "sample(s), need at least 2")
         fit, rest = _split(n, config)
-        temps[i] = fit_temperature(_log(p[fit]), labels[fit])
+        temps[i] = fit_predictor_temperature(pred.name, cal, _log(p[fit]), labels[fit],
+                                             "calibration_size", config.calibration_size, n)
         n_cal[i] = fit.size
         others = [c for c in clean if c != cal]
         if config.clean_dataset is not None or others:

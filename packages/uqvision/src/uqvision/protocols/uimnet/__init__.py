@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from ...options import INDEX, check_output_file, check_output_folder
-from ..base import Command, LazyReproduction, Plots, Protocol
+from ..base import Command, LazyReproduction, Plots, Protocol, ReportTable
 from .index import make_index_files
 from .methods import UIMNET_ALGORITHMS
 
@@ -99,6 +99,11 @@ PROTOCOL = Protocol(
     "uimnet", DESCRIPTION, score=_score, score_name="uimnet", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
     methods=UIMNET_ALGORITHMS, section="v-3", rescore=_rescore,
+    report=ReportTable(rows=("algorithm",),  # headline: the generic rule
+                       images="acc1, acc5, nll, ece: the in-domain test images (the "
+                              "temperature fitted on in-domain validation); auc, in_as_in, "
+                              "out_as_out: those against the out-domain images; mean and std "
+                              "over the data seeds"),
     plots=Plots(_draw, "uimnet score file: AUC, InAsIn, OutAsOut per algorithm x measure "
                        "(heat maps) and u histograms in- vs out-domain (from its caches)"),
     commands={"split": Command(_cmd_split, _args_split,

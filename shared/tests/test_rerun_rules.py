@@ -1,0 +1,286 @@
+"""What a file may carry into a run (uqmetrics.run_config; docs/conventions.md#rerun-rules), on
+a small tool whose command has the cluster options every sweep command has
+(uqmetrics.sweep.add_cluster_options) and a worker count of its own:
+
+- a result file (.nc) never gives a launcher option (cluster, cluster options, job count,
+  scheduler, dashboard, worker and thread counts) nor ``overwrite``; the options it did not give
+  are named in one line; a TOML file (the user's own) gives launcher options, named in one line,
+  but never ``overwrite``;
+- a key given in its two spellings, and any error of an option's type, are one line naming the
+  file, the key and the value;
+- a run records where it ran (host, user, folder) and its paths absolute; a result file's
+  relative path that would name other files here is refused, and so is an input the file
+  records whose checksum changed;
+- ``rerun`` prints the command it runs, and runs one recorded by another user or on another
+  host (or a file that records neither) only with ``yes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from uqmetrics import InputError, input_checksum, provenance_attrs, read_dataset, write_dataset
+from uqmetrics.config_options import is_launcher, mark_launcher
+from uqmetrics.run_config import (
+    RUN_CONFIG_ATTR,
+    add_config_option,
+    finish_parse,
+    recorded_config,
+    rerun,
+    run_recorded,
+)
+from uqmetrics.sweep import add_cluster_options
+
+
+class _Parser(argparse.ArgumentParser):
+    """As the tools' parsers: one-line errors, no abbreviations, finish_parse at the end."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        return finish_parse(self, ns, args), extras
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="tool")
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("sweep")
+    p.add_argument("--out", required=True)
+    p.add_argument("--caches", nargs="+", default=None)
+    p.add_argument("--rate", type=float, default=0.5)
+    p.add_argument("--count", type=lambda text: int(float(text)), default=1)
+    p.add_argument("--overwrite", action="store_true")
+    add_cluster_options(p)
+    mark_launcher(p.add_argument("--threads-per-worker", type=int, default=1))
+    add_config_option(p)
+    return top
+
+
+#: The cluster options of a hostile result file: a queue job whose script runs a command.
+_HOSTILE = {"cluster": "jobqueue-local", "cluster-option": ["cores=1", "memory=1GB",
+                                                            "job_script_prologue=touch /x"],
+            "jobs": 3, "scheduler": None, "workers": 7, "dashboard": ":8787",
+            "threads-per-worker": 5}
+
+
+def _result(path, options: dict, caches: dict | None = None, **meta) -> str:
+    """A result file whose ``run_config`` attr records ``tool sweep`` with ``options`` (and
+    ``meta``: host, user, cwd), written by the project's write path."""
+    record = {"command": "tool sweep", "version": "0", "git_commit": "unknown",
+              "git_dirty": None, **meta, "options": options}
+    attrs = {RUN_CONFIG_ATTR: json.dumps(record)}
+    if caches is not None:
+        attrs["caches"] = json.dumps(caches)
+    write_dataset(xr.Dataset({"x": ("i", np.arange(3.0))}), path, attrs=attrs, overwrite=True)
+    return str(path)
+
+
+def test_the_cluster_options_are_launcher_options():
+    p = _parser()
+    sweep = p._subparsers._group_actions[0].choices["sweep"]
+    assert sorted(a.dest for a in sweep._actions if is_launcher(a)) == sorted(
+        ["scheduler", "workers", "cluster", "cluster_option", "cluster_config", "jobs",
+         "gpus_per_job", "dashboard", "threads_per_worker"])
+
+
+def test_a_result_file_gives_no_launcher_option_and_never_overwrite(tmp_path, capsys):
+    result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"), "rate": 0.25,
+                                         "overwrite": True, **_HOSTILE})
+    args = _parser().parse_args(["sweep", "--config", result])
+    assert args.rate == 0.25  # what is computed: taken
+    assert (args.cluster, args.cluster_option, args.jobs, args.workers, args.dashboard,
+            args.threads_per_worker, args.overwrite) == ("local", None, 1, 2, None, 1, False)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"tool sweep: --config {result}: not taken from the file: ")
+    assert '--cluster "jobqueue-local"' in line and "job_script_prologue=touch /x" in line
+    assert "--jobs 3" in line and "--workers 7" in line and "--overwrite" in line
+    # the command line gives them
+    args = _parser().parse_args(["sweep", "--config", result, "--workers", "3", "--overwrite"])
+    assert (args.workers, args.overwrite) == (3, True)
+    assert "--workers" not in capsys.readouterr().err
+
+
+def test_a_result_file_gives_no_launcher_key_of_a_key_value_option(tmp_path, capsys):
+    """``uqvision reproduce --set workers=8`` holds a worker count among what is computed:
+    only the launcher keys' pairs are left out of a result file's options, and named."""
+    top = _parser()
+    sweep = top._subparsers._group_actions[0].choices["sweep"]
+    mark_launcher(sweep.add_argument("--set", action="append"), keys=("workers",))
+    result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"),
+                                         "set": ["members=3", "workers=8"]})
+    assert top.parse_args(["sweep", "--config", result]).set == ["members=3"]
+    assert '--set "workers=8"' in capsys.readouterr().err
+    only = _result(tmp_path / "w.nc", {"out": str(tmp_path / "o"), "set": ["workers=8"]})
+    assert top.parse_args(["sweep", "--config", only]).set is None
+    path = tmp_path / "mine.toml"  # the user's own file gives it
+    path.write_text('[options]\nout = "o"\nset = ["workers=8"]\n')
+    assert top.parse_args(["sweep", "--config", str(path)]).set == ["workers=8"]
+
+
+def test_a_toml_file_gives_launcher_options_said_in_one_line_but_never_overwrite(tmp_path,
+                                                                                 capsys):
+    path = tmp_path / "mine.toml"
+    path.write_text('[options]\nout = "o"\ncluster = "jobqueue-local"\ncluster-option = '
+                    '["cores=1"]\njobs = 2\nworkers = 2\noverwrite = true\n')
+    args = _parser().parse_args(["sweep", "--config", str(path)])
+    assert (args.cluster, args.cluster_option, args.jobs, args.overwrite) == \
+        ("jobqueue-local", ["cores=1"], 2, False)
+    took, left = capsys.readouterr().err.strip().splitlines()
+    # workers = 2 is the default: nothing taken there
+    assert took == (f'tool sweep: --config {path}: launcher options taken from the file: '
+                    '--cluster "jobqueue-local", --cluster-option ["cores=1"], --jobs 2')
+    assert left.startswith(f"tool sweep: --config {path}: not taken from the file: --overwrite")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('[options]\nrate = 0.1\nrate = 0.2\n', "is not a TOML file"),  # TOML's own rule
+    ('[options]\nthreads-per-worker = 2\nthreads_per_worker = 3\n',
+     ("keys 'threads-per-worker' and 'threads_per_worker' are one option "
+      "(--threads-per-worker): give it once")),
+    ('[options]\ncount = inf\n', "key 'count' = inf: invalid <lambda> value: 'inf'"),
+    ('[options]\ncount = 1e400\n', "key 'count' = inf: invalid <lambda> value: 'inf'"),
+])
+def test_two_spellings_of_a_key_and_any_error_of_a_type_are_one_line(tmp_path, capsys, text,
+                                                                     said):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["sweep", "--out", "o", "--config", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tool sweep: error: argument --config: ") and str(path) in err
+    assert said in err and len(err.strip().splitlines()) == 1
+
+
+def _cache(path, value: float) -> tuple[str, str]:
+    """A cache (a file with a ``checksum`` attr, as uqvision's) and its checksum."""
+    ds = xr.Dataset({"logits": ("i", np.full(3, value))})
+    ds.attrs["checksum"] = input_checksum(ds)
+    write_dataset(ds, path, overwrite=True)
+    return str(path.resolve()), input_checksum(read_dataset(path))
+
+
+def _scored_in(folder, monkeypatch) -> str:
+    """``tool sweep --caches caches --out o`` run in ``folder`` (relative paths), writing a
+    result that records its caches and their checksums, as the scoring commands do."""
+    monkeypatch.chdir(folder)
+    (folder / "caches").mkdir()
+    path, checksum = _cache(folder / "caches" / "m.nc", 1.0)
+    args = _parser().parse_args(["sweep", "--caches", "caches", "--out", "o"])
+
+    def command() -> int:
+        attrs = provenance_attrs(seed=0)
+        attrs["caches"] = json.dumps({path: checksum})
+        write_dataset(xr.Dataset({"x": ("i", np.arange(3.0))}), folder / "r.nc", attrs=attrs)
+        return 0
+
+    assert run_recorded(args, command) == 0
+    return str(folder / "r.nc")
+
+
+def test_paths_are_recorded_absolute_and_a_rerun_elsewhere_reads_the_same_inputs(tmp_path,
+                                                                                monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    result = _scored_in(a, monkeypatch)
+    recorded = recorded_config(result)
+    assert recorded["cwd"] == str(a)
+    assert recorded["options"]["caches"] == [str(a / "caches")]
+    assert recorded["options"]["out"] == str(a / "o")
+    monkeypatch.chdir(b)
+    (b / "caches").mkdir()
+    _cache(b / "caches" / "m.nc", 2.0)  # other caches, where "caches" names them here
+    args = _parser().parse_args(["sweep", "--config", result])
+    assert args.caches == [str(a / "caches")]
+
+
+def test_a_relative_path_of_a_file_that_records_no_folder_is_refused_elsewhere(tmp_path,
+                                                                              monkeypatch,
+                                                                              capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    result = _scored_in(a, monkeypatch)
+    # as an earlier version recorded it: relative paths, no folder, no host or user
+    with xr.open_dataset(result) as ds:
+        caches = json.loads(ds.attrs["caches"])
+    _result(result, {"out": "o", "caches": ["caches"]}, caches)
+    monkeypatch.chdir(b)
+    (b / "caches").mkdir()
+    _cache(b / "caches" / "m.nc", 2.0)
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["sweep", "--config", result])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{result!r} records --caches 'caches', a path relative to a folder the file does " \
+           f"not record; here it names {str(b / 'caches')!r}" in err
+    assert len(err.strip().splitlines()) == 1
+    # given on the command line: the user's choice
+    assert _parser().parse_args(["sweep", "--config", result, "--caches", "caches"]).caches == \
+        ["caches"]
+
+
+def test_an_input_whose_checksum_changed_is_refused_before_anything_runs(tmp_path,
+                                                                        monkeypatch, capsys):
+    result = _scored_in(tmp_path, monkeypatch)
+    assert _parser().parse_args(["sweep", "--config", result]).caches == \
+        [str(tmp_path / "caches")]
+    _cache(tmp_path / "caches" / "m.nc", 3.0)  # another model's cache in its place
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["sweep", "--config", result])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"was computed from {str(tmp_path / 'caches' / 'm.nc')!r} (checksum " in err
+    assert "now has checksum" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "caches" / "m.nc").unlink()
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["sweep", "--config", result])
+    assert "no longer exists" in capsys.readouterr().err
+    # not read by this run: its caches given on the command line
+    assert _parser().parse_args(["sweep", "--config", result, "--caches", "x"]).caches == ["x"]
+
+
+def test_rerun_prints_the_command_and_needs_yes_for_one_recorded_elsewhere(tmp_path,
+                                                                          monkeypatch, capsys):
+    result = _scored_in(tmp_path, monkeypatch)
+    ran = []
+
+    def run(argv):
+        ran.append(_parser().parse_args(argv))
+        return 0
+
+    assert rerun(result, "tool", run, out="new", options=["--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"tool rerun: running: tool sweep --config {result} --out new --workers 1" in err
+    assert (ran[-1].out, ran[-1].workers) == ("new", 1)
+    recorded = recorded_config(result)
+    for meta in ({**recorded, "host": "elsewhere"}, {**recorded, "user": "someone-else"},
+                 {k: v for k, v in recorded.items() if k not in ("host", "user")}):
+        with xr.open_dataset(result) as ds:
+            caches = json.loads(ds.attrs["caches"])
+        _result(result, meta["options"], caches,
+                **{k: v for k, v in meta.items() if k in ("host", "user", "cwd")})
+        with pytest.raises(InputError, match="pass --yes to run it"):
+            rerun(result, "tool", run, out="new")
+        assert "tool rerun: running: tool sweep" in capsys.readouterr().err  # printed first
+        assert rerun(result, "tool", run, out="new", yes=True) == 0
+
+
+def test_a_toml_written_by_a_run_records_where_it_ran(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = _parser().parse_args(["sweep", "--out", "o", "--workers", "3"])
+    assert run_recorded(args, lambda: 0, lambda a, c: [tmp_path / "s.toml"]) == 0
+    text = (tmp_path / "s.toml").read_text()
+    assert f'cwd = "{tmp_path}"' in text and "host = " in text and "user = " in text
+    assert f'out = "{tmp_path / "o"}"' in text

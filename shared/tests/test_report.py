@@ -580,11 +580,12 @@ def test_subtitle_and_images_describe_the_run(tmp_path):
     page = (tmp_path / "site/toy.html").read_text(encoding="utf-8")
     subtitle = re.search(r'<p class="subtitle">([^<]*)</p>', page)[1]
     assert subtitle == "4 models on dataset val"
-    assert "Protocol: V.6 (523 classifiers)" in page  # labelled, not the subtitle
+    assert "The paper's protocol: V.6 (523 classifiers)" in page  # labelled as the paper's
 
     hook = ReportHook(subtitle=lambda ds: f"{ds.sizes['model']} nets of the run",
                       images=lambda ds: f"all {ds.attrs['dataset_name']} images",
-                      extra_columns=lambda ds, dim: {"top1": list(100 * ds["id_accuracy"].values)},
+                      extra_columns=lambda ds, dim: {
+                          "top1": list(100 * ds["id_accuracy"].values)},
                       units={"top1": "%"})
     build_site([path], tmp_path / "site2", hooks={"toy": hook})
     page = (tmp_path / "site2/toy.html").read_text(encoding="utf-8")

@@ -150,7 +150,7 @@ def _conformal_caches(folder, n_test=80):
     return folder
 
 
-def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path):
+def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path, capsys):
     """Row 19: --n-cal 5 at alpha 0.1 gave coverage 1.0 and full sets without a word; now a
     warning names the smallest n_cal that reaches each level (9 at 0.1, 13 for RAPS, which
     holds out its tuning images), and the result records it."""
@@ -174,6 +174,13 @@ def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path):
     # written and read back: the record survives the file
     back = read_dataset(write_dataset(ds, tmp_path / "conformal.nc"))
     assert int(back["min_n_cal"].sel({"method": "raps", "alpha": 0.1})) == 13
+    # the command line says it in one line, and writes the result
+    assert main(["score", "conformal", "--caches", str(folder), "--n-cal", "5", "--alphas",
+                 "0.1", "--trials", "5", "--out", str(tmp_path / "cli.nc")]) == 0
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln]
+    assert line.startswith("uqvision score conformal: note: conformal: too few calibration "
+                           "images") and "thr at alpha 0.1 needs n_cal >= 9" in line
+    assert read_dataset(tmp_path / "cli.nc").attrs["notes"] == line.split("note: ", 1)[1]
     # n_cal 13 reaches the level for every marginal method: no warning about them
     with pytest.warns(ShortCalibrationWarning) as caught:
         ds = score_conformal(folder, ConformalConfig(n_cal=13, alphas=(0.1,), trials=5))
@@ -287,3 +294,26 @@ def test_a_trial_count_out_of_range_is_a_range_check(tmp_path, capsys):
     assert not out.exists()
     with pytest.raises(InputError, match=rf"trials must be a count in \[1, {MAX_TRIALS}\]"):
         ConformalConfig(trials=MAX_TRIALS + 1)
+
+
+def test_an_overlay_that_is_malformed_or_not_an_overlay_is_refused_naming_it(tmp_path,
+                                                                             capsys):
+    """Messages: --overlay with JSON nested too deeply (a RecursionError traceback), a list
+    that labels none of the images (refused without the file's name), a name that is not a
+    string, or a JSON file that is no overlay: one line naming the file, exit 2."""
+    folder = _shift_caches(tmp_path / "c")
+    _write(folder, "m1", "real", _logits(40, 5), role="relabelled", eval_set="imagenet-real")
+    cases = {"deep.json": ("[" * 100_000 + "]" * 100_000, "is not JSON: nested too deeply"),
+             # ReaL's list, but the images are not named as ImageNet's validation images
+             "other.json": ("[[0], [1]]", "labels none of the 40 samples"),
+             "named.json": (json.dumps({"kind": "uqvision.label_overlay", "name": 7,
+                                        "labels": {}}), "name must be a non-empty string"),
+             "table.json": (json.dumps({"columns": ["model"], "rows": []}),
+                            "is not a label overlay")}
+    for name, (text, why) in cases.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        assert main(["score", "shift", "--caches", str(folder), "--overlay", str(path),
+                     "--out", str(tmp_path / f"{name}.nc")]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and why in err, err

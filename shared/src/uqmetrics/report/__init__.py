@@ -5,10 +5,13 @@ docs/report.md).
 protocol's :class:`ReportHook` in :data:`REPORT_HOOKS` reads) and writes a folder that opens
 from disk with no network: ``index.html``, ``<protocol>.html`` per protocol (a sortable,
 filterable leaderboard, one row per model or method (or per model and detector, ..., where
-the protocol stacks dims into its rows), every metric column linked to its convention, the headline columns shown and the others behind a column chooser; each row's provenance in an expandable panel, a row whose caches disagree flagged;
-the protocol's figures inlined as SVG), ``conventions.html``, ``data/<protocol>.csv`` and
-``.json`` (the tables) and ``manifest.json`` (every entry's metric values, the result file and
-its checksum: what ``verify`` checks).
+the protocol stacks dims into its rows), every metric column linked to its convention, the
+headline columns shown and the others behind a column chooser; each row's provenance in an
+expandable panel, a row whose caches disagree flagged; the protocol's figures inlined as SVG;
+several files of one protocol get a page each, ``<protocol>-<dataset>.html``),
+``conventions.html``, ``data/<page>.csv`` and ``.json`` (the tables) and ``manifest.json``
+(every entry's metric values, the result file and its checksum: what ``verify`` checks). The
+site names no folder of the machine that built it unless ``paths="absolute"``.
 
 uqmetrics imports neither uqvision nor uqreg: they register their hooks here. Jinja2 renders
 the pages (imported on use); the script and the style sheet are package data, inlined.

@@ -29,6 +29,7 @@ from .leaderboard import (
     exact_value,
     format_value,
     leaderboard,
+    parse_column,
 )
 
 __all__ = ["MANIFEST_VERSION", "PATHS", "REPORT_HOOKS", "SiteReport", "build_site",
@@ -85,7 +86,17 @@ def _environment():
     env.filters["exact"] = exact_value
     env.filters["pretty"] = _pretty
     env.filters["compact"] = lambda value: _pretty(value, None)
+    env.filters["split_column"] = _split_column
     return env
+
+
+def _split_column(name: str) -> tuple[str, str]:
+    """A header's two lines: the variable, and its labels (``dim=label, ...``) or ``""``."""
+    try:
+        variable, selection = parse_column(name)
+    except ValueError:
+        return name, ""
+    return variable, ", ".join(f"{d}={v}" for d, v in selection.items())
 
 
 def _pretty(value: Any, indent: int | None = 1) -> str:
@@ -327,8 +338,8 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     ------
     InputError
         ``results`` empty, a file missing or given twice, a bad ``paths``, a result file
-        inside ``out``, ``out`` not empty without ``overwrite``, or, with it, not a site written here
-        or holding other files (all before anything is written).
+        inside ``out``, ``out`` not empty without ``overwrite``, or, with it, not a site
+        written here or holding other files (all before anything is written).
     ResultSchemaError
         A file without a hook that does not follow the result schema.
     """

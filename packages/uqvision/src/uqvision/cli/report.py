@@ -105,8 +105,8 @@ def describe_run(ds: Any, rows: tuple[str, ...] = ()) -> str:
     Returns
     -------
     str
-        E.g. ``4 models (3 single, 1 ensemble) × 12 detectors; datasets far, fit, near,
-        test (16 caches); created 2026-...``.
+        E.g. ``4 models (3 single, 1 ensemble) × 12 detectors; 4 datasets far, fit, near,
+        test (12 caches); created 2026-...``.
     """
     rows = rows or (("model",) if "model" in ds.dims else ())
     parts = []
@@ -133,7 +133,9 @@ def describe_run(ds: Any, rows: tuple[str, ...] = ()) -> str:
 
 
 def _some(names: list[str], most: int = 4) -> str:
-    """``a, b, c, d and 5 more``."""
+    """``a, b, c, d and 5 more``, the shortest names first (``test`` before its corrupted
+    copies ``imagenet-c-...``)."""
+    names = sorted(names, key=lambda n: (len(n), n))
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most
                                        else "")
 
@@ -178,7 +180,8 @@ def images_covered(ds: Any, text: str = "", rows: tuple[str, ...] = ("model",)) 
         by_size.setdefault(n, []).append(name)
     if by_size:
         parts.append("images per dataset (its caches): " + "; ".join(
-            f"{n if n is not None else 'no cache on disk'}: {_some(names)}"
+            (f"{names[0]} {n}" if len(names) == 1 else f"{n} each: {_some(names)}")
+            if n is not None else f"no cache on disk: {_some(names)}"
             for n, names in by_size.items()))
     recorded = [f"{k} = {int(v)}" for k, v in ds.attrs.items()
                 if str(k).startswith("n_") and isinstance(v, (int, np.integer))]
@@ -186,10 +189,10 @@ def images_covered(ds: Any, text: str = "", rows: tuple[str, ...] = ("model",)) 
         name = str(name)
         if not name.startswith("n_") or da.ndim > 1:
             continue
-        try:
-            values = np.asarray(da.values).astype(np.int64)
-        except (TypeError, ValueError):
-            continue
+        values = np.asarray(da.values)
+        if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)):
+            continue  # not a count (or not one for every label)
+        values = values.astype(np.int64)
         dim = da.dims[0] if da.ndim else None
         if dim is not None and dim not in rows and dim in ds.indexes:
             recorded.append(f"{name}: " + ", ".join(

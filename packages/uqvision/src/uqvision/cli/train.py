@@ -141,19 +141,9 @@ def _cmd_train(a: argparse.Namespace) -> int:
     for seed in seeds:  # every output, before the first run trains
         for path in checkpoint_files(a.out.format(seed=seed)):
             check_output_file("--out", path, a.overwrite)
-    classes = _classes_option(a.classes)
-    if a.index_file is not None and classes is None:  # the classes the index file records
-        classes = tuple(read_index_file(a.index_file)["classes"])
-    try:
-        model_kwargs = json.loads(a.model_kwargs)
-    except json.JSONDecodeError as err:
-        raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
-    cfgs = [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
-                                "augment": None if a.augment == "none" else a.augment},
-                             arch=a.arch, hparams=set_pairs(a.set), seed=seed,
-                             model_kwargs=model_kwargs, classes=classes) for seed in seeds]
+    cfgs = train_configs(a)
     hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
-    n = len(image_view(a.data, classes=classes, index_file=a.index_file))
+    n = len(image_view(a.data, classes=cfgs[0].classes, index_file=a.index_file))
     steps = TRAINING_METHODS.lookup(a.method).total_steps(
         hp, len(epoch_batches(n, hp.batch_size, 0, 0)))
     if steps == 0 and a.init_checkpoint is None:
@@ -172,6 +162,30 @@ def _cmd_train(a: argparse.Namespace) -> int:
                    f"loss={r.losses[-1] if r.losses else float('nan'):.4f}"
                    f"  epochs={r.epochs:g}  steps={r.steps}  {r.wall_time_s:.1f}s")
     return 0
+
+
+def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
+    """The training config of each run (seed) of a parsed ``uqvision train`` command line.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``--model-kwargs`` is not JSON.
+    ValueError
+        ``--classes`` names no classes, or a JSON file that holds none.
+    """
+    classes = _classes_option(a.classes)
+    if a.index_file is not None and classes is None:  # the classes the index file records
+        classes = tuple(read_index_file(a.index_file)["classes"])
+    try:
+        model_kwargs = json.loads(a.model_kwargs)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
+    return [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
+                                "augment": None if a.augment == "none" else a.augment},
+                             arch=a.arch, hparams=set_pairs(a.set), seed=seed,
+                             model_kwargs=model_kwargs, classes=classes)
+            for seed in _train_seeds(a)]
 
 
 def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | None:

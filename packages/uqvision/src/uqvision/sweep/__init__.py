@@ -45,7 +45,10 @@ OOD sets (``ood_sets`` of :func:`sweep_targets`; ``uqvision sweep --ood-sets
 OODSET[:NAME]=PATH ...``, e.g. OpenOOD v1.5's ImageNet lists ``ssb-hard=.../test_ssb_hard.txt
 ninco=.../test_ninco.txt``) are such sets restricted to role ``ood``, their caches named by the
 set (``ninco``) and recording its ``ood_split`` (``near``/``far``); each is checked disjoint
-from ``--data`` by content hash before any model runs (:func:`check_ood_targets`).
+from ``--data`` by content hash before any model runs (:func:`check_ood_targets`). A model
+with random weights that records no class names predicts every folder but ``--data`` in the
+``--data``'s classes (``PredictConfig.model_classes``): a model's class space never comes from
+an OOD folder or a subset of the classes.
 
 One concern per module; every name is importable from ``uqvision.sweep`` itself:
 

@@ -80,11 +80,20 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 def _score(a: argparse.Namespace):
     """coverage and set size of Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)"""
-    from .score import ConformalConfig, score_conformal  # imported on use
+    import sys
+    import warnings
+
+    from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
 
     kw = config_kwargs(a, CONFORMAL_OPTIONS)
-    return score_conformal(a.caches, ConformalConfig(**kw, clean_dataset=a.dataset,
-                                                     seed=a.seed))
+    with warnings.catch_warnings():  # said in one line below, from the result's notes
+        warnings.simplefilter("ignore", ShortCalibrationWarning)
+        ds = score_conformal(a.caches, ConformalConfig(**kw, clean_dataset=a.dataset,
+                                                       seed=a.seed))
+    if ds.attrs.get("notes"):
+        print(f"uqvision score conformal: note: {ds.attrs['notes']}", file=sys.stderr,
+              flush=True)
+    return ds
 
 
 def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:

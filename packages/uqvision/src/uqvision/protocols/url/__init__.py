@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..base import LazyReproduction, Plots, Protocol, ReproduceFlags
+from ..base import LazyReproduction, Plots, Protocol, ReportTable, ReproduceFlags
 from . import crop  # noqa: F401  (registers the "crop" prediction mode)
 from .methods import REPRESENTATION_METHODS
 
@@ -74,4 +74,10 @@ PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
                     reproduce_flags=ReproduceFlags(_add_reproduce_flags, _reproduce_flags),
                     smoke_options={"methods": "ce,losspred"}, rescore=_rescore,
                     plots=Plots(_draw, "transfer score file: R-AUROC per method, against R@1, "
-                                "and upstream against downstream (Figures 1, 2, 4)"))
+                                "and upstream against downstream (Figures 1, 2, 4)"),
+                    report=ReportTable(rows=("method",),  # headline: the generic rule
+                                       images="per downstream dataset and seed: its test "
+                                              "classes' images (zero-shot); val_*: its "
+                                              "validation classes' images; upstream_*: the "
+                                              "upstream test set's images; *_mean: the mean "
+                                              "over datasets and seeds"))

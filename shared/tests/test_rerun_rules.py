@@ -284,3 +284,18 @@ def test_a_toml_written_by_a_run_records_where_it_ran(tmp_path, monkeypatch):
     text = (tmp_path / "s.toml").read_text()
     assert f'cwd = "{tmp_path}"' in text and "host = " in text and "user = " in text
     assert f'out = "{tmp_path / "o"}"' in text
+
+
+def test_rerun_refuses_options_smuggled_into_the_recorded_command(tmp_path):
+    """The recorded ``command`` is the tool and its sub-command names; a file whose command
+    carries options (``tool sweep --cluster jobqueue-local ...``) would hand them to the parser
+    beside what the file may give: refused before anything runs."""
+    path = tmp_path / "r.nc"
+    record = {"command": "tool sweep --cluster jobqueue-local --cluster-option "
+                         "job_script_prologue=touch", "options": {"out": str(tmp_path)}}
+    write_dataset(xr.Dataset({"x": ("i", np.arange(3.0))}), path,
+                  attrs={RUN_CONFIG_ATTR: json.dumps(record)})
+    ran = []
+    with pytest.raises(InputError, match="is not a tool command"):
+        rerun(path, "tool", ran.append, out=str(tmp_path / "o"), yes=True)
+    assert ran == []

@@ -77,6 +77,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import socket
 import sys
@@ -125,6 +126,10 @@ RUN_CONFIG_ATTR = "run_config"
 #: How a configuration file's name ends: ``<out>/<command>.config.toml`` or
 #: ``<result stem>.config.toml`` beside a single result file.
 CONFIG_SUFFIX = ".config.toml"
+
+#: A word of a recorded command after the tool: a sub-command's name (``sweep``, ``score``,
+#: ``imagenet-c``), never an option or a value.
+_COMMAND_WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
 #: The keys of a configuration file beside its ``[options]`` table (written, never required):
 #: the command, the code that ran it, and where it ran (host, user, working folder).
@@ -802,6 +807,11 @@ def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
     if not command or command[0] != tool:
         raise InputError(f"{str(result)!r} records a run of {' '.join(command)!r}; re-run it "
                          f"with {command[0] if command else 'its tool'} rerun")
+    if not all(_COMMAND_WORD.fullmatch(word) for word in command[1:]):
+        # a command is the tool and its sub-command names: an option smuggled into it
+        # (``uqvision sweep --cluster ...``) would bypass what a result file may give
+        raise InputError(f"{str(result)!r}: its recorded command {' '.join(command)!r} is not "
+                         f"a {tool} command (the tool and its sub-command names only)")
     if out is None and not overwrite:
         recorded = config["options"].get("out")
         raise InputError(f"re-running {str(result)!r} would write where its run did "

@@ -122,8 +122,12 @@ def _errors(driver) -> list[dict]:
 
 
 def _open(driver, page: Path) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver.get(page.resolve().as_uri())
-    assert driver.execute_script("return document.readyState") == "complete"
+    # a large page (inline figures) can still be parsing when get() returns on a loaded machine
+    WebDriverWait(driver, 60).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
     assert _errors(driver) == [], page
 
 

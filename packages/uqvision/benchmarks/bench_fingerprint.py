@@ -2,8 +2,9 @@
 sizes: one ``stat`` per file) against today's (:func:`uqvision.data.folder_fingerprint`: every
 byte read and hashed with SHA-256, on threads), side by side in one run; and the cost of the
 ID/OOD overlap check's pixel and perceptual hashes (:func:`uqvision.data.image_hashes`), in
-images per second, decoded and read back from its kept hashes; and the distances of the
-perceptual hash that set its near-duplicate threshold.
+images per second, decoded and read back from its kept hashes; what a sweep cell's check of
+each image against the plan's digests adds to reading and decoding it; and the distances of
+the perceptual hash that set its near-duplicate threshold.
 
 Usage: ``python benchmarks/bench_fingerprint.py [--images 50000] [--kb 110] [--dir DIR]``.
 Writes an ImageNet-like class folder (1,000 classes, ``--images`` JPEGs of 500 x 375 px, about
@@ -101,6 +102,21 @@ def _timed(fn, ds: ImageFolderDataset, *, cold: bool) -> tuple[float, str]:
     return time.perf_counter() - t, out
 
 
+def check_overhead(part: ImageFolderDataset) -> tuple[float, float]:
+    """Seconds to read and decode every image of ``part`` (warm, one thread) as a cell does
+    without the plan's digests, and with them (each image's bytes hashed and compared as
+    they are read, :meth:`uqvision.data.ImageFolderDataset.expecting`): a sweep cell's cost
+    of checking instead of fingerprinting the folder up front."""
+    checked = part.expecting(_folders.sample_digests(part))
+    times = []
+    for ds in (part, checked, part, checked):  # twice each, the second counted (warm)
+        t = time.perf_counter()
+        for i in range(len(ds)):
+            ds[i]
+        times.append(time.perf_counter() - t)
+    return times[2], times[3]
+
+
 def phash_distances() -> None:
     """How far ``imagehash.phash`` moves under the copies an OOD set may hold, and how far apart
     different photographs are: scikit-image's sample photographs (a dependency of
@@ -186,6 +202,11 @@ def main() -> None:
             print(f"{'cold' if cold else 'warm':6} {t_old:17.2f}s {t_new:13.2f}s "
                   f"{t_new / t_old:8.1f} {total / t_new / 1e6:9.0f}")
         assert old.startswith("size:") and new.startswith(_folders.FINGERPRINT_PREFIX)
+        part = ds.without(ds.sample_ids[a.decode:])
+        plain, checked = check_overhead(part)
+        print(f"a sweep cell's check, {len(part)} images read and decoded (warm, 1 thread): "
+              f"{plain:.2f} s plain, {checked:.2f} s with each image's SHA-256 checked "
+              f"(x{checked / plain:.3f}, +{(checked - plain) / len(part) * 1e3:.2f} ms/image)")
         # the overlap check's hashes: a full decode of each image, then read back from disk
         part = ds.without(ds.sample_ids[a.decode:])
         kept = Path(tempfile.mkdtemp(prefix="bench_hashes_"))

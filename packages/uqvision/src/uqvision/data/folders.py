@@ -8,6 +8,7 @@ refusal of an output folder inside it (:func:`check_output_outside`).
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import json
@@ -32,6 +33,7 @@ from .transforms import SeededAugmentation
 __all__ = [
     "EARLIER_FINGERPRINTS",
     "FINGERPRINT_PREFIX",
+    "ChangedImageError",
     "ImageFolderDataset",
     "check_output_outside",
     "check_split_classes",
@@ -42,6 +44,12 @@ __all__ = [
     "match_classes",
     "sample_digests",
 ]
+
+
+class ChangedImageError(InputError):
+    """An image whose bytes are not those a sweep fingerprinted when it planned (its SHA-256
+    differs from the plan's, :meth:`ImageFolderDataset.expecting`), or a folder whose scan
+    differs from the plan's: the cell fails, nothing of it is written."""
 
 
 def check_output_outside(data: str | os.PathLike, out: str | os.PathLike | None,
@@ -273,6 +281,45 @@ class ImageFolderDataset(Dataset):
 
     #: Samples left out of the folder (relative path -> why; :meth:`without`).
     skipped: Mapping[str, str] = MappingProxyType({})
+    #: The SHA-256 each sample's bytes must have when read (:meth:`expecting`), ``None``: any.
+    expected_digests: Mapping[str, str | None] | None = None
+
+    def expecting(self, digests: Mapping[str, str | None]) -> ImageFolderDataset:
+        """A copy (the folder is not scanned again) that checks every image's bytes as it
+        reads them (``__getitem__``, a shared decode) against ``digests`` (sample id -> hex
+        SHA-256, :func:`sample_digests` of the sweep's plan) and raises
+        :class:`ChangedImageError` naming the image on a mismatch: a sweep cell hashes what
+        it decodes instead of reading the folder twice (docs/conventions.md#fingerprint-rules).
+        """
+        ds = copy.copy(self)
+        ds.expected_digests = digests
+        return ds
+
+    def read_checked(self, rel: str) -> bytes | None:
+        """The bytes of sample ``rel`` checked against :attr:`expected_digests` (``None`` when
+        there are none, or the sample was and is unreadable: the loader reads the file itself
+        and says why).
+
+        Raises
+        ------
+        ChangedImageError
+            The bytes' SHA-256 is not the expected one, or the file cannot be read any more.
+        """
+        if self.expected_digests is None:
+            return None
+        want = self.expected_digests.get(rel)
+        try:
+            data = self.source.read(rel)
+        except OSError:
+            data = None
+        HASH_READS[self.source.where(rel)] += 1
+        got = None if data is None else hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise ChangedImageError(
+                f"image {self.source.where(rel)!r} changed since the sweep planned (SHA-256 "
+                f"{(got or 'none: unreadable')[:12]}, planned {(want or 'none: unreadable')[:12]}"
+                "); nothing of this cell was written: run the sweep again")
+        return data  # None: unreadable then and now, the loader says why
 
     def without(self, rel_paths: Collection[str] | Mapping[str, str]) -> ImageFolderDataset:
         """A copy without the samples ``rel_paths`` (relative paths, e.g. the bad images
@@ -309,8 +356,9 @@ class ImageFolderDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
         """Return ``(image, label, index)``; ``image`` is transformed when a transform is set."""
         rel, label = self.samples[index]
-        img = (load_image(self.root / rel) if self._folder_label is None
-               else _load_sample(self.source, rel))
+        content = self.read_checked(rel)
+        img = (load_image(self.root / rel, content=content) if self._folder_label is None
+               else _load_sample(self.source, rel, content=content))
         if self.augment_seed is not None:
             gen = torch.Generator().manual_seed(derive_seed(self.augment_seed, index))
             img = self.transform(img, generator=gen)
@@ -445,12 +493,17 @@ EARLIER_FINGERPRINTS = {
 #: sample id -> hex digest, ``None`` when it cannot be read): a scan is a snapshot, so its
 #: fingerprint, the caches' checks and the ID/OOD overlap check read each file once.
 _DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: How many times this process read each sample's bytes to hash them (``source.where(rel)``
+#: -> count: the fingerprint's reads, :func:`sample_digests`, and the checks of
+#: :meth:`ImageFolderDataset.read_checked`); what tells a sweep's reads per image.
+HASH_READS: collections.Counter = collections.Counter()
 
 
 def _digest(source, rel: str) -> str | None:
     """The SHA-256 (hex) of sample ``rel``'s bytes; ``None`` when it cannot be read (a dangling
     link, an absent or broken archive member, a file it may not read: the image check reports
     those)."""
+    HASH_READS[source.where(rel)] += 1
     try:
         return hashlib.sha256(source.read(rel)).hexdigest()
     except OSError:
@@ -525,7 +578,8 @@ def dataset_fingerprint(root: str | os.PathLike, *, labels: str | os.PathLike | 
                               threads=threads)
 
 
-def folder_fingerprint(ds: ImageFolderDataset, *, threads: int | None = None) -> str:
+def folder_fingerprint(ds: ImageFolderDataset, *, threads: int | None = None,
+                       digests: Mapping[str, str | None] | None = None) -> str:
     """The identity of a scanned folder's data: ``content2:`` and the SHA-256 over its class
     list, its layout (``class_folders``, ``flat``, ``tar/class_tars``, ``image_list``, ...),
     its label file's kind and content hash, its subset (:attr:`ImageFolderDataset.subset`:
@@ -545,13 +599,29 @@ def folder_fingerprint(ds: ImageFolderDataset, *, threads: int | None = None) ->
         carries).
     threads : int, optional
         Threads reading and hashing (:func:`sample_digests`).
+    digests : mapping str -> str or None, optional
+        The samples' digests as a sweep's plan read them (nothing is read here: a sweep
+        cell, whose reads are checked against them, :meth:`ImageFolderDataset.expecting`).
 
     Returns
     -------
     str
         ``content2:`` and 64 hex digits.
+
+    Raises
+    ------
+    ChangedImageError
+        A sample of ``ds`` that ``digests`` lacks (the folder gained it since).
     """
-    digests = sample_digests(ds, threads=threads)
+    if digests is None:
+        digests = sample_digests(ds, threads=threads)
+    else:
+        new = [rel for rel in ds.sample_ids if rel not in digests]
+        if new:
+            raise ChangedImageError(
+                f"image folder {str(ds.root)!r} changed since the sweep planned: "
+                f"{len(new)} image(s) appeared (e.g. {ds.source.where(new[0])!r}); nothing "
+                "was written: run the sweep again")
     label_file = ds.label_file
     head = {"layout": ds.layout, "label_file": None if label_file is None
             else {"kind": label_file.kind, "sha256": label_file.sha256}}

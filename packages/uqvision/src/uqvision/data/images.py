@@ -76,8 +76,10 @@ def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
 _PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
 
 
-def load_image(path: str | os.PathLike) -> Image.Image:
-    """Read an image file as 8-bit RGB (the loader of :class:`ImageFolderDataset`).
+def load_image(path: str | os.PathLike, *, content: bytes | None = None) -> Image.Image:
+    """Read an image file as 8-bit RGB (the loader of :class:`ImageFolderDataset`); with
+    ``content``, the file's bytes already read (and checked: a sweep's cell), decoded from
+    memory and named ``path``.
 
     16-bit grey images (PNG mode ``I;16``) are scaled, 65535 -> 255 rounded, where PIL's
     ``convert("RGB")`` saturates every value above 255; floating-point images are refused.
@@ -87,7 +89,7 @@ def load_image(path: str | os.PathLike) -> Image.Image:
     uqvision.exceptions.BadImageError
         The file is missing, empty, not an image, truncated or corrupt; the message names it.
     """
-    return _load(path, path)
+    return _load(path if content is None else io.BytesIO(content), path)
 
 
 def _load(src: str | os.PathLike | io.BytesIO, where: str | os.PathLike) -> Image.Image:
@@ -102,8 +104,11 @@ def _load(src: str | os.PathLike | io.BytesIO, where: str | os.PathLike) -> Imag
         raise BadImageError(f"image {str(where)!r}: {_problem(src, err)}", where) from None
 
 
-def _load_sample(source, rel: str) -> Image.Image:
-    """Sample ``rel`` of an image source (:mod:`uqvision.layouts`) as 8-bit RGB."""
+def _load_sample(source, rel: str, *, content: bytes | None = None) -> Image.Image:
+    """Sample ``rel`` of an image source (:mod:`uqvision.layouts`) as 8-bit RGB; ``content``:
+    its bytes already read."""
+    if content is not None:
+        return _load(io.BytesIO(content), source.where(rel))
     try:
         src = source.open(rel)
     except OSError as err:

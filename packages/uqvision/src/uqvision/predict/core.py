@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from uqmetrics import InputError, provenance_attrs
 
 from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
+from ..data.folders import ChangedImageError, folder_fingerprint
 from ..evalsets import EVAL_SETS, eval_set_attrs
 from ..models import ModelSpec, recorded_class_names
 from ..runtime import distributed_context, gather, shard_indices
@@ -54,7 +56,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             config: PredictConfig | None = None, *, dataset_name: str | None = None,
             only: set[tuple[int, int]] | None = None,
             attrs: dict | None = None,
-            decoded: str | os.PathLike | None = None) -> list[xr.Dataset]:
+            decoded: str | os.PathLike | None = None,
+            planned: tuple[str, Mapping[str, str | None]] | None = None) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Classes are matched BY NAME (the class map of the default evaluation set,
@@ -90,6 +93,14 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         has the file's geometry head and the file holds this folder (its fingerprint, every
         sample), else ignored. The logits are the same bit for bit; a cache that read it
         records the group's key in ``shared_decoding``.
+    planned : (str, mapping str -> str or None), optional
+        The folder's fingerprint and per-sample SHA-256 digests as a sweep's plan computed
+        them (:func:`uqvision.data.folder_fingerprint`, :func:`uqvision.data.sample_digests`):
+        the folder is not hashed up front; its scan is fingerprinted with these digests and
+        must give the plan's fingerprint, and every image's bytes are checked against its
+        digest as they are read for decoding (a decoded file of that fingerprint is trusted:
+        its images were checked when it was made). Without it the folder is fingerprinted
+        here, every byte read (docs/conventions.md#fingerprint-rules).
 
     Returns
     -------
@@ -108,6 +119,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     uqmetrics.InputError
         The folder's classes do not fit the model's (checked before the model is built when
         the checkpoint's sidecar names its classes, else right after, before any image is read).
+    uqvision.data.folders.ChangedImageError
+        With ``planned``: an image (named) or the folder changed since the plan; nothing is
+        returned.
     """
     config = _resolved(config or PredictConfig())
     _check_config(config)
@@ -137,7 +151,18 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
     wanted = sorted({k for k, _ in plan})
-    fingerprint = _fingerprint(folder)
+    if planned is None:
+        fingerprint = _fingerprint(folder)
+    else:  # a sweep's cell: the plan hashed the folder, the reads below are checked
+        folder = folder.expecting(planned[1])
+        fingerprint = folder_fingerprint(folder, digests=planned[1])
+        if fingerprint != planned[0]:  # name the image that changed, when one did
+            for rel in folder.sample_ids:
+                folder.read_checked(rel)
+            raise ChangedImageError(
+                f"image folder {str(folder.root)!r} changed since the sweep planned (its "
+                "images' names, labels or sizes differ from the plan's); nothing was "
+                "written: run the sweep again")
     side_sha = _sidecar_sha256(spec)
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
     if decoded is not None:

@@ -140,8 +140,9 @@ class DecodedImages:
 
 def _decode_one(folder: ImageFolderDataset, head: T.Compose, index: int) -> np.ndarray:
     rel = folder.samples[index][0]
-    img = (load_image(folder.root / rel) if folder._folder_label is None
-           else _load_sample(folder.source, rel))
+    content = folder.read_checked(rel)  # a sweep's plan digests: checked as read
+    img = (load_image(folder.root / rel, content=content) if folder._folder_label is None
+           else _load_sample(folder.source, rel, content=content))
     return np.asarray(head(img), dtype=np.uint8)
 
 
@@ -157,7 +158,9 @@ def decode_images(folder: ImageFolderDataset, split: TransformSplit, path: str |
     Parameters
     ----------
     folder : ImageFolderDataset
-        The folder as the models see it (unreadable images already left out).
+        The folder as the models see it (unreadable images already left out); one
+        :meth:`~uqvision.data.ImageFolderDataset.expecting` the plan's digests has every image
+        checked as it is read (the models reading the file trust its ``fingerprint``).
     split : TransformSplit
     path : path
         The ``.npy`` file; its ``.json`` record beside it.
@@ -175,6 +178,8 @@ def decode_images(folder: ImageFolderDataset, split: TransformSplit, path: str |
         The head gives images of different sizes (then no file is written).
     uqvision.exceptions.BadImageError
         An image that does not read.
+    uqvision.data.folders.ChangedImageError
+        An image whose bytes are not the expected ones (then no file is written).
     """
     from ..runtime import usable_cores
 

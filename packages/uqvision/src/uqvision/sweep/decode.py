@@ -13,26 +13,37 @@ group has succeeded, and kept otherwise: a rerun reuses it (same folder fingerpr
 and key) instead of decoding again. A group whose file cannot be made (not enough free disk:
 more than half of what is free; images the head leaves of different sizes) runs as before,
 each model decoding the files itself; so does a model of another source than timm.
+
+The planning process also fingerprints each folder once (:func:`plan_fingerprints`: every
+image's bytes hashed, :func:`uqvision.data.sample_digests`) and writes the digests beside the
+decoded files (``<dataset>.<fingerprint>.digests.json``); each cell is given the fingerprint
+and that file, and checks every image's bytes as it reads them instead of hashing the folder
+again (:func:`uqvision.predict.predict`'s ``planned``). A decode checks the images it reads
+the same way (docs/conventions.md#fingerprint-rules).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from uqmetrics.io import temporary_beside
 from uqmetrics.sweep import Cell, cell_path, is_complete
 
-from ..data import eval_transform, readable_images
+from ..data import eval_transform, readable_images, sample_digests
 from ..models import ModelSpec, data_config
 from ..predict.decoded import DecodedImages, TransformSplit, decode_images, split_transform
 from ..predict.plan import _fingerprint
 from .sets import SweepTarget
 
-__all__ = ["DECODED_DIR", "PreprocessingGroup", "decode_groups", "preprocessing_groups"]
+__all__ = ["DECODED_DIR", "PreprocessingGroup", "decode_groups", "plan_fingerprints",
+           "planned_content", "preprocessing_groups", "remove_fingerprints"]
 
 #: Folder of the decoded files, inside a sweep's caches folder.
 DECODED_DIR = ".decoded"
@@ -116,7 +127,9 @@ def decode_groups(groups: list[PreprocessingGroup], out_dir: str | os.PathLike, 
             free = shutil.disk_usage(where).free
             if need > free // 2 and not path.exists():
                 raise OSError(f"{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free")
-            decode_images(folder, g.split, path, _fingerprint(folder), threads=threads)
+            fingerprint = _fingerprint(folder)  # hashed by the plan: nothing read again
+            decode_images(folder.expecting(sample_digests(folder)), g.split, path,
+                          fingerprint, threads=threads)
         except (OSError, ValueError) as exc:
             print(f"uqvision sweep: the models {g.models} decode {g.target.dataset_name!r} "
                   f"each (a shared decoding was not made: {' '.join(str(exc).split())})",
@@ -141,3 +154,63 @@ def remove_decoded(groups: list[PreprocessingGroup], failed: Iterable[str],
         (Path(out_dir) / DECODED_DIR).rmdir()
     except OSError:
         pass
+
+
+#: Suffix of a folder's digests file (:func:`plan_fingerprints`).
+_DIGESTS_SUFFIX = ".digests.json"
+
+
+def plan_fingerprints(cells: Iterable[Cell], targets: Iterable[SweepTarget],
+                      out_dir: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
+    """Fingerprint, once in the planning process, every target that has cells to run (not
+    complete in ``out_dir``, or all with ``overwrite``; :func:`uqvision.data.
+    folder_fingerprint`, its digests shared with the checks of the plan); write each target's per-sample digests to ``<out_dir>/.decoded/<dataset>.<first
+    16 hex digits of the fingerprint>.digests.json`` (atomically) and give its cells
+    ``fingerprint`` and ``digests`` (that file's path). Returns the files written."""
+    cells = [c for c in cells if overwrite or not is_complete(cell_path(out_dir, c))]
+    names = {c.params["dataset_name"] for c in cells}
+    written = []
+    for target in targets:
+        if target.dataset_name not in names:
+            continue
+        fingerprint = _fingerprint(target.folder)
+        digests = sample_digests(target.folder)
+        path = (Path(out_dir) / DECODED_DIR / f"{target.dataset_name}."
+                f"{fingerprint.rpartition(':')[2][:16]}{_DIGESTS_SUFFIX}")
+        with temporary_beside(path) as tmp:
+            tmp.write_text(json.dumps({"fingerprint": fingerprint, "digests": digests}))
+            os.replace(tmp, path)
+        written.append(path)
+        for cell in cells:
+            if cell.params["dataset_name"] == target.dataset_name:
+                cell.params.update(fingerprint=fingerprint, digests=str(path))
+    return written
+
+
+@functools.lru_cache(maxsize=2)
+def _read_digests(path: str, fingerprint: str) -> Mapping[str, str | None] | None:
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("fingerprint") != fingerprint \
+            or not isinstance(rec.get("digests"), dict):
+        return None
+    return rec["digests"]
+
+
+def planned_content(fingerprint: str | None, digests: str | None
+                    ) -> tuple[str, Mapping[str, str | None]] | None:
+    """A cell's ``(fingerprint, digests)`` from the plan (:func:`plan_fingerprints`; read once
+    per worker process), ``None`` when it has none or its file cannot be read or records
+    another fingerprint: the cell then fingerprints the folder itself."""
+    if fingerprint is None or digests is None:
+        return None
+    got = _read_digests(str(digests), fingerprint)
+    return None if got is None else (fingerprint, got)
+
+
+def remove_fingerprints(paths: Iterable[Path]) -> None:
+    """Remove the digests files of :func:`plan_fingerprints` (a rerun plans again)."""
+    for p in paths:
+        p.unlink(missing_ok=True)

@@ -20,7 +20,15 @@ from ..data import ImageFolderDataset
 from ..models import ModelSpec
 from ..predict import PredictConfig, predict
 from ..predict.files import _pinned_memory_format
-from .decode import DECODED_DIR, decode_groups, preprocessing_groups, remove_decoded
+from .decode import (
+    DECODED_DIR,
+    decode_groups,
+    plan_fingerprints,
+    planned_content,
+    preprocessing_groups,
+    remove_decoded,
+    remove_fingerprints,
+)
 from .failures import ModelSweepReport, _FailureLog
 from .plan import _prepare
 
@@ -57,18 +65,22 @@ def _heap_for_tensors() -> None:
 def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str,
                  dataset_name: str, config: dict, threads: int | None = None,
                  labels: str | None = None, subset: bool = False,
-                 decoded: str | None = None) -> xr.Dataset:
+                 decoded: str | None = None, fingerprint: str | None = None,
+                 digests: str | None = None) -> xr.Dataset:
     """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass;
     ``labels``: the label file of a flat ``data``, ``subset``: read as a subset of it
     (:mod:`uqvision.layouts`); ``decoded``: the images of its preprocessing group decoded once
-    (:mod:`~.decode`)."""
+    (:mod:`~.decode`); ``fingerprint`` and ``digests``: the folder's fingerprint and the file
+    of its per-sample digests, as the plan computed them (:func:`~.decode.plan_fingerprints`):
+    the cell checks each image as it reads it instead of hashing the folder again."""
     _heap_for_tensors()
     if threads:
         torch.set_num_threads(threads)
     folder = ImageFolderDataset(data, labels=labels, subset=subset) if labels or subset \
         else data
     (ds,) = predict(ModelSpec(name, checkpoint, label), folder, PredictConfig(**config),
-                    dataset_name=dataset_name, decoded=decoded)
+                    dataset_name=dataset_name, decoded=decoded,
+                    planned=planned_content(fingerprint, digests))
     return ds
 
 
@@ -235,6 +247,9 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                                datasets={c.key: c.params["dataset_name"] for c in plan.cells})
         if not overwrite:
             _pin_memory_formats(plan.cells, out_dir)
+        # every folder hashed once, here: the cells check the bytes they read against it
+        digest_files = plan_fingerprints(plan.cells, plan.targets, out_dir,
+                                         overwrite=overwrite)
         groups = preprocessing_groups(plan.cells, plan.targets, out_dir,
                                       overwrite=overwrite) if share_decoding else []
         decode_groups(groups, out_dir)
@@ -245,6 +260,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                                on_result=on_result, progress_interval=progress_interval,
                                log_file=log_file)
             out.computed, out.skipped, out.failed = report.computed, report.skipped, report.failed
+        remove_fingerprints(digest_files)
         remove_decoded(groups, out.failed, out_dir)
         for row in list(log.pending):  # complete on disk from an earlier run: not failed any more
             log.finished(row)

@@ -29,26 +29,14 @@ from uqmetrics.config_options import is_launcher, mark_launcher
 from uqmetrics.run_config import (
     RUN_CONFIG_ATTR,
     add_config_option,
-    finish_parse,
     recorded_config,
     rerun,
     run_recorded,
 )
 from uqmetrics.sweep import add_cluster_options
+from uqmetrics.testing.parsers import ToolParser
 
-
-class _Parser(argparse.ArgumentParser):
-    """As the tools' parsers: one-line errors, no abbreviations, finish_parse at the end."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-
-    def parse_known_args(self, args=None, namespace=None):
-        ns, extras = super().parse_known_args(args, namespace)
-        return finish_parse(self, ns, args), extras
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+_Parser = ToolParser
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -24,7 +24,6 @@ from uqmetrics.run_config import (
     RUN_CONFIG_ATTR,
     add_config_option,
     config_in_by_digest,
-    finish_parse,
     read_config,
     recorded_config,
     recording,
@@ -33,20 +32,9 @@ from uqmetrics.run_config import (
     run_recorded,
     write_config_file,
 )
+from uqmetrics.testing.parsers import ToolParser
 
-
-class _Parser(argparse.ArgumentParser):
-    """As the tools' parsers: one-line errors, no abbreviations, finish_parse at the end."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-
-    def parse_known_args(self, args=None, namespace=None):
-        ns, extras = super().parse_known_args(args, namespace)
-        return finish_parse(self, ns, args), extras
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+_Parser = ToolParser
 
 
 @dataclass

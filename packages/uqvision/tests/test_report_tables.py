@@ -41,7 +41,11 @@ BUILT_IN = [n for n in VISION_PROTOCOLS.names() if n not in getattr(VISION_PROTO
 def test_declared_leaderboard_holds_on_the_smoke_file(name, smoke_run):
     proto = VISION_PROTOCOLS.lookup(name)
     assert proto.report is not None, f"{name} declares no leaderboard"
-    _, path = smoke_run(name)
+    out, path = smoke_run(name)
+    if path.suffix != ".nc":  # a driver that returns its summary: the score file it wrote
+        path = next(p for p in sorted(out.rglob("*.nc"))
+                    if "caches" not in p.relative_to(out).parts and not p.name.startswith(".")
+                    and read_result(p).attrs.get("protocol") == name)
     board = leaderboard(path, name, _hook(proto))
     table = proto.report
     ds = read_result(path)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ..headline import headline_score_table
 
 __all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "MAX_TRIALS", "PROTOCOL"]
 
@@ -117,6 +118,19 @@ def _rescore(result, path):
         return rescore_caches(result, score_conformal, ConformalConfig)
 
 
+#: Its leaderboard (RAPS Table 1, un-scaled: the figures' default): the report site's default
+#: view and the table ``uqvision score conformal`` prints (which adds SSCV), a row per model and
+#: method (models in the file's order, methods in RAPS's: naive, thr, aps, raps, aps_mondrian).
+REPORT = ReportTable(
+    rows=("model", "method"), metrics={"coverage": ("coverage", None)},
+    headline=("coverage[alpha=*,calibration=none]",
+              "mean_set_size[alpha=*,calibration=none]"),
+    images="coverage and set sizes: the mean over the trials' random splits of the pool (attr "
+           "pool_dataset), n_cal images calibrating, the pool's others evaluated; top1: every "
+           "pool image; the temperature: n_temperature images of the calibration set, never in "
+           "the pool")
+
+
 #: The conformal-prediction protocol (registered in
 #: :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conformal",
@@ -128,12 +142,7 @@ PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conforma
                                        "and size vs level, coverage per class, coverage vs "
                                        "severity"),
                     rescore=_rescore,
-                    report=ReportTable(  # RAPS Table 1, un-scaled (the figures' default)
-                        rows=("model", "method"), metrics={"coverage": ("coverage", None)},
-                        headline=("coverage[alpha=*,calibration=none]",
-                                  "mean_set_size[alpha=*,calibration=none]"),
-                        images="coverage and set sizes: the mean over the trials' random "
-                               "splits of the pool (attr pool_dataset), n_cal images "
-                               "calibrating, the pool's others evaluated; top1: every pool "
-                               "image; the temperature: n_temperature images of the "
-                               "calibration set, never in the pool"))
+                    score_table=headline_score_table(
+                        REPORT, sort=(("model", None), ("method", None)),
+                        columns=("sscv[alpha=*,calibration=none]",)),
+                    report=REPORT)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ..headline import headline_score_table
 
 __all__ = ["DESCRIPTION", "OOD_OPTIONS", "PROTOCOL"]
 
@@ -37,7 +38,10 @@ def _detector_names() -> list[str]:
 OOD_OPTIONS = (
     ConfigOption("detectors", nargs="+", metavar="DETECTOR", choices=_detector_names,
                  help="ood: the detectors scored, each refused where the caches lack its "
-                      "inputs (default: every default detector the caches allow)"),
+                      "inputs; registered (plugins of the entry-point group "
+                      "uqmetrics.detectors included): %(choices)s (default: the built-in "
+                      "default set the caches allow; a plugin detector is scored only when "
+                      "named here)"),
     ConfigOption("id_dataset",
                  help="ood: dataset_name of the ID test caches (default: test, else the only "
                       "clean dataset but the fit data; else --dataset)"),
@@ -85,6 +89,18 @@ def _rescore(result, path):
     return rescore_caches(result, score_ood, OodConfig)
 
 
+#: Its leaderboard (OpenOOD v1.5's table): the report site's default view and the table
+#: ``uqvision score ood`` prints, a row per model and detector ranked by near-OOD AUROC (as
+#: OpenOOD's leaderboard), then far-OOD AUROC.
+REPORT = ReportTable(
+    rows=("model", "detector"),
+    headline=("near_fpr_at_95_tpr", "near_auroc", "far_fpr_at_95_tpr", "far_auroc",
+              "id_accuracy"),
+    images="id_accuracy and the in-distribution side of every AUROC and FPR@95: every image "
+           "of the ID set (attr id_dataset); near_*, far_*: the mean over the near or far OOD "
+           "sets, each with all its images; feature detectors are fitted on the fit set")
+
+
 #: The OOD-detection protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
                     add_options=_add_options,
@@ -95,11 +111,6 @@ PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
                                        "vs far), detector x model heat map, ID vs OOD score "
                                        "histograms, AUROC vs forward passes"),
                     rescore=_rescore,
-                    report=ReportTable(  # OpenOOD v1.5's table
-                        rows=("model", "detector"),
-                        headline=("near_fpr_at_95_tpr", "near_auroc", "far_fpr_at_95_tpr",
-                                  "far_auroc", "id_accuracy"),
-                        images="id_accuracy and the in-distribution side of every AUROC and "
-                               "FPR@95: every image of the ID set (attr id_dataset); near_*, "
-                               "far_*: the mean over the near or far OOD sets, each with all "
-                               "its images; feature detectors are fitted on the fit set"))
+                    score_table=headline_score_table(
+                        REPORT, sort=(("near_auroc", True), ("far_auroc", True))),
+                    report=REPORT)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ..headline import headline_score_table
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SHIFT_OPTIONS"]
 
@@ -82,6 +83,23 @@ def _rescore(result, path):
     return rescore_caches(result, score_shift, ShiftConfig)
 
 
+#: Its leaderboard (Ovadia's and ImageNet-C's tables): the report site's default view and the
+#: table ``uqvision score shift`` prints (with ECE at severity 5, un-scaled; sorted by clean
+#: top-1).
+REPORT = ReportTable(
+    rows=("model",),
+    headline=("clean_accuracy[calibration=none]",
+              "clean_ece[calibration=none]",
+              "clean_ece[calibration=temperature]", "mean_corruption_error",
+              "relative_mean_corruption_error"),
+    means=("accuracy[calibration=none]", "ece[calibration=none]"),
+    images="clean_*: the clean test set's images (those the temperature is "
+           "not fitted on); per corruption and severity, and their means: "
+           "that corrupted copy's images; the temperature: n_calibration "
+           "images of the calibration set; mCE: every corruption and "
+           "severity")
+
+
 #: The Shift protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                     add_options=_add_options,
@@ -91,15 +109,7 @@ PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
                                        "corruptions), corruption x severity heat maps, "
                                        "accuracy vs ECE"),
                     rescore=_rescore,
-                    report=ReportTable(  # Ovadia's and ImageNet-C's tables
-                        rows=("model",),
-                        headline=("clean_accuracy[calibration=none]",
-                                  "clean_ece[calibration=none]",
-                                  "clean_ece[calibration=temperature]", "mean_corruption_error",
-                                  "relative_mean_corruption_error"),
-                        means=("accuracy[calibration=none]", "ece[calibration=none]"),
-                        images="clean_*: the clean test set's images (those the temperature is "
-                               "not fitted on); per corruption and severity, and their means: "
-                               "that corrupted copy's images; the temperature: n_calibration "
-                               "images of the calibration set; mCE: every corruption and "
-                               "severity"))
+                    score_table=headline_score_table(
+                        REPORT, sort=(("clean_accuracy[calibration=none]", True),),
+                        means=("ece[calibration=none,severity=5]",)),
+                    report=REPORT)

@@ -77,6 +77,7 @@ __all__ = [
     "remove_written",
     "source_revision",
     "write_dataset",
+    "write_text_file",
     "written_files",
 ]
 
@@ -566,6 +567,53 @@ def temporary_beside(path: Path):
 
 #: Names of :func:`temporary_beside`'s files: ``.<name>.<32 hex digits>.tmp``.
 _TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+
+
+def write_text_file(path: str | os.PathLike, text: str, *, overwrite: bool = False) -> Path:
+    """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically: a temporary file
+    beside it, synced, then put in place. Without ``overwrite`` an existing file is never
+    replaced, even one another process created meanwhile (a hard link, where the file system
+    has them, claims the name atomically).
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists and ``overwrite`` is false.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     p = write_text_file(Path(d) / "t.csv", "a,b")
+    ...     try:
+    ...         write_text_file(p, "c")
+    ...     except FileExistsError:
+    ...         print(p.read_text())
+    a,b
+    """
+    import errno
+
+    path = Path(path)
+    with temporary_beside(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+            return path
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+        except OSError:  # a file system without hard links
+            if path.exists():
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                      str(path)) from None
+            os.replace(tmp, path)
+            return path
+        os.unlink(tmp)
+    return path
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uqmetrics.io import temporary_beside, xarray_module
+from uqmetrics.io import write_text_file, xarray_module
 
 from .cache import index_caches, read_cache, select_dataset
 
@@ -197,30 +197,8 @@ class ResultsTable:
                 if p.exists() or p.is_symlink():
                     raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(p))
         for p, text in zip(paths, (self.to_csv(), self.to_json()), strict=True):
-            _write_text(p, text, overwrite)
+            write_text_file(p, text, overwrite=overwrite)
         return paths
-
-
-def _write_text(path: Path, text: str, overwrite: bool) -> None:
-    with temporary_beside(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-            return
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
-        except OSError:  # a file system without hard links
-            if path.exists():
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
-                                      str(path)) from None
-            os.replace(tmp, path)
-            return
-        os.unlink(tmp)
 
 
 def _cell(column: str, value: Any) -> str:

@@ -91,7 +91,7 @@ class HeadlineTable:
 
     def write(self, folder: str | os.PathLike, stem: str, *,
               overwrite: bool = False) -> tuple[Path]:
-        """Write ``folder/<stem>.csv`` atomically (as :meth:`uqvision.results.ResultsTable.write`:
+        """Write ``folder/<stem>.csv`` atomically (:func:`uqmetrics.io.write_text_file`:
         ``FileExistsError`` where it exists and ``overwrite`` is false).
 
         Returns
@@ -99,11 +99,11 @@ class HeadlineTable:
         (Path,)
             The CSV file.
         """
-        from ..results import _write_text  # the atomic write of the selective table
+        from uqmetrics.io import write_text_file
 
         path = Path(folder) / f"{stem}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_text(path, self.to_csv(), overwrite)
+        write_text_file(path, self.to_csv(), overwrite=overwrite)
         return (path,)
 
 

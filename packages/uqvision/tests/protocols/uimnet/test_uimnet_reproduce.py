@@ -184,7 +184,7 @@ def test_a_real_image_folder_with_a_timm_architecture(tmp_path):
     assert main(["reproduce", "uimnet", "--scale", "smoke", "--out", str(out), "--data",
                  str(root), "--arch", "test_byobnet", "--set", "algorithms=erm,due",
                  "--set", "trials=1", "--set", "ks=1", "--set", "tta=1", "--set",
-                 "jacobian_max=4", "--set", "extractor_epochs=1"]) == 0
+                 "jacobian_max=4", "--set", "extractor_epochs=1", "--set", "data_seeds=1"]) == 0
     split = read_split(out / "split.json")
     assert len(split["in_classes"]) == len(split["out_classes"]) > 0
     assert set(split["in_classes"]) | set(split["out_classes"]) <= {
@@ -193,14 +193,14 @@ def test_a_real_image_folder_with_a_timm_architecture(tmp_path):
     assert sorted(ds.algorithm.values.tolist()) == ["due", "erm"]
     assert np.isfinite(ds["acc1"].sel(stat="mean")).all()
     checkpoints = sorted((out / "checkpoints").glob("*.safetensors"))
-    assert len(checkpoints) == 1 + 2 * 2 + 2  # extractor, 2 algorithms x 2 seeds, 2 oracles
+    assert len(checkpoints) == 1 + 2 * 1 + 1  # extractor, 2 algorithms x 1 data seed, 1 oracle
     for ckpt in checkpoints:
         side = read_sidecar(ckpt)
         assert side["architecture"] == "test_byobnet"
         assert side["dataset"] == str((root / "train").resolve())
-    run = read_sidecar(out / "checkpoints" / "due.sn0.t0.s1.safetensors")
+    run = read_sidecar(out / "checkpoints" / "due.sn0.t0.s0.safetensors")
     assert run["classes"] == split["in_classes"]
-    assert run["train_config"]["index_file"].endswith("seed1.train.json")
+    assert run["train_config"]["index_file"].endswith("seed0.train.json")
 
 
 def test_the_split_does_not_depend_on_the_thread_count(tmp_path):

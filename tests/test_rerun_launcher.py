@@ -65,7 +65,8 @@ def _assert_not_taken(res, marker, out_file) -> None:
     (line,) = [x for x in res.stderr.splitlines() if "not taken from the file: " in x]
     assert '--cluster "jobqueue-local"' in line and "job_script_prologue=" in line
     assert line.endswith("(a result file gives no launcher option)")
-    run = _recorded(out_file)["options"]
+    run = _recorded(out_file)
+    run = run.get("part_of", run)["options"]  # a sweep's score file: the sweep, its part_of
     assert (run["cluster"], run["cluster-option"]) == ("local", None)
 
 

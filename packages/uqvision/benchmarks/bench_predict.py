@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if dev.startswith("cuda") and not torch.cuda.is_available():
         print("bench_predict: no CUDA device; nothing to measure")
         return 0
-    amp_dtype = AMP_MODES[a.amp]
+    amp_dtype = getattr(torch, AMP_MODES[a.amp])
     if a.threads:
         torch.set_num_threads(a.threads)
     n_classes = 4

@@ -26,8 +26,8 @@ def _choices(parser, dest):
 def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names()
-    general = ["data", "train", "predict", "score", "sweep", "plot", "reproduce", "rerun",
-               "verify", "report", "plugins", "demo"]
+    general = ["data", "train", "predict", "score", "sweep", "evaluate", "plot", "reproduce",
+               "rerun", "verify", "report", "plugins", "demo"]
     brought = [c for p in VISION_PROTOCOLS.values() for c in p.commands]  # metadata, split, ...
     assert COMMANDS.names() == general + brought
 
@@ -115,12 +115,17 @@ def test_a_registered_dataset_maker_is_a_data_command_with_its_options(tmp_path,
         return root
 
     monkeypatch.setitem(DATASET_MAKERS, "tiles", make_tiles)
-    assert "tiles: Tiles" in _subparser("data").format_help()
+    tiles = _subparser("data")._subparsers._group_actions[0].choices["tiles"]
+    assert tiles.description == "Tiles (a maker registered by a test)."
+    assert "--n-tiles" in tiles.format_help() and "--image-size" not in tiles.format_help()
     assert main(["data", "tiles", "--out", str(tmp_path), "--n-tiles", "5", "--seed", "2"]) == 0
     assert calls == [(str(tmp_path), 5, 2, False)]
     capsys.readouterr()
-    assert main(["data", "tiles", "--out", str(tmp_path), "--image-size", "8"]) == 2
-    assert "do not apply to dataset maker 'tiles'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # another maker's option: not one of its own
+        main(["data", "tiles", "--out", str(tmp_path), "--image-size", "8"])
+    assert stop.value.code == 2
+    assert "uqvision data tiles: error: unrecognized arguments: --image-size 8" in \
+        capsys.readouterr().err
 
 
 def test_data_command_writes_a_synthetic_folder(tmp_path):
@@ -229,9 +234,13 @@ def test_data_hierarchy_command(tmp_path, capsys):
     info = read_hierarchy(out)
     assert len(info.classes) == 18 and len(info.downstream_groups) >= 2
     capsys.readouterr()
-    for extra, message in ((["--image-size", "8"], "--image-size"), ([], "overwrite")):
-        assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(out), *extra]) != 0
-        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # an option of another maker: not one of its own
+        main(["data", "hierarchy", "--scale", "smoke", "--out", str(out), "--image-size", "8"])
+    assert stop.value.code == 2
+    assert "uqvision data hierarchy: error: unrecognized arguments: --image-size 8" in \
+        capsys.readouterr().err
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(out)]) != 0
+    assert "overwrite" in capsys.readouterr().err
 
 
 def test_reproduce_passes_one_device_to_every_driver(tmp_path, capsys):

@@ -159,8 +159,8 @@ def test_data_writes_its_configuration_and_runs_again_from_it(tmp_path):
     assert main(["data", "synthetic", "--out", str(tmp_path / "s"), "--classes", "2",
                  "--n-per-class", "1", "--image-size", "8"]) == 0
     config = tmp_path / "s" / "data.config.toml"
-    assert read_config(config, command="uqvision data")["n-classes"] == 2
-    assert main(["data", "--config", str(config), "--out", str(tmp_path / "t")]) == 0
+    assert read_config(config, command="uqvision data synthetic")["n-classes"] == 2
+    assert main(["data", "synthetic", "--config", str(config), "--out", str(tmp_path / "t")]) == 0
     files = sorted(p.relative_to(tmp_path / "s") for p in (tmp_path / "s").rglob("*.png"))
     assert files and files == sorted(p.relative_to(tmp_path / "t")
                                      for p in (tmp_path / "t").rglob("*.png"))

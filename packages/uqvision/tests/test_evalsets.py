@@ -127,14 +127,15 @@ def test_a_member_is_told_from_its_folder_or_checked_against_it(tmp_path):
 def test_cache_attrs_of_an_eval_set_and_a_cache_from_before_them():
     m = EVAL_SETS["imagenet-c"].member("snow-2")
     attrs = eval_set_attrs("imagenet-c", m)
-    assert attrs == {"eval_set": "imagenet-c", "role": "shifted", "eval_member": "snow-2",
-                     "corruption": "snow", "severity": 2}
+    assert attrs == {"eval_set": "imagenet-c", "role": "shifted", "set_role": "shift",
+                     "eval_member": "snow-2", "corruption": "snow", "severity": 2}
     assert cache_eval_set(attrs) == {**attrs, "ood_split": ""}
     assert eval_set_attrs("imagenet-o", None) == {"eval_set": "imagenet-o", "role": "ood",
-                                                  "ood_split": "far"}
+                                                  "set_role": "ood-far", "ood_split": "far"}
+    # a cache from before evaluation sets (and roles): the generic folder, a test set
     assert cache_eval_set({"model": "m"}) == {"eval_set": "folder", "role": "clean",
-                                              "ood_split": "", "eval_member": "",
-                                              "corruption": "", "severity": 0}
+                                              "ood_split": "", "set_role": "test",
+                                              "eval_member": "", "corruption": "", "severity": 0}
 
 
 def _cache(samples, logits, classes=("a", "b", "c")):

@@ -81,7 +81,7 @@ def test_score_on_a_full_disk_is_one_line_no_space_naming_the_score_file(synthet
     out = disk_full() / "scores" / "selective.nc"
     code = main(["score", "selective", "--caches", str(synthetic_caches),
                  "--out", str(out), "--calibration-size", "0.3"])
-    err = _one_line(capsys.readouterr().err, "score")
+    err = _one_line(capsys.readouterr().err, "score selective")
     assert code == 2
     assert f"{out}: cannot be written: no space left on the device" in err
     assert sorted(p.name for p in out.parent.iterdir()) == []
@@ -112,7 +112,7 @@ def test_score_refuses_a_cache_whose_attributes_cannot_be_opened(synthetic_cache
     args = ["score", "selective", "--caches", str(synthetic_caches),
             "--calibration-size", "0.3"]
     code = main([*args, "--out", str(tmp_path / "s.nc")])
-    err = _one_line(capsys.readouterr().err, "score")
+    err = _one_line(capsys.readouterr().err, "score selective")
     assert code == 2 and f"{bad.name} (unreadable" in err and "--skip-incomplete" in err
     assert main([*args, "--out", str(tmp_path / "s.nc"), "--skip-incomplete"]) == 0
     assert list(read_dataset(tmp_path / "s.nc")["model"].values) == ["m0"]
@@ -169,7 +169,7 @@ def test_a_cache_whose_data_changed_is_refused_saying_how_to_recompute_it(
             nc.delncattr("data_checksums")  # as a cache written before they were recorded
     code = main(["score", "selective", "--caches", str(synthetic_caches),
                  "--out", str(tmp_path / "s.nc"), "--calibration-size", "0.3"])
-    err = _one_line(capsys.readouterr().err, "score")
+    err = _one_line(capsys.readouterr().err, "score selective")
     assert code == 2 and str(bad) in err and "checksum" in err
     assert "delete the file" in err and "--overwrite" in err
 

@@ -85,7 +85,8 @@ def test_the_ood_sets_are_registered_with_their_openood_split():
 
 def test_the_caches_record_the_split_and_older_caches_read_with_their_sets():
     attrs = eval_set_attrs("ssb-hard", None)
-    assert attrs == {"eval_set": "ssb-hard", "role": "ood", "ood_split": "near"}
+    assert attrs == {"eval_set": "ssb-hard", "role": "ood", "set_role": "ood-near",
+                     "ood_split": "near"}
     assert cache_eval_set(attrs)["ood_split"] == "near"
     # written before ood_split: the registered set's; an unknown set's or a clean one's: ""
     assert cache_eval_set({"eval_set": "imagenet-o", "role": "ood"})["ood_split"] == "far"

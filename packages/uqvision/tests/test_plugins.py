@@ -115,8 +115,12 @@ def _broken_plugins(root: Path) -> None:
 def test_a_broken_plugin_is_one_line_naming_it_and_nothing_stops(tmp_path):
     _broken_plugins(tmp_path)
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])}
-    r = _uqvision("reproduce", "-h", env=env)
+    r = _uqvision("reproduce", "-h", env=env)  # a help loads the protocols' plugins alone
     assert r.returncode == 0 and "toy" in r.stdout  # the good plugin still loads
+    assert [line for line in r.stderr.splitlines() if line.strip() and "'broken'" not in line] \
+        == [], r.stderr
+    r = _uqvision("plugins", env=env)  # a command loads every plugin
+    assert r.returncode == 1 and r.stdout.count("NOT LOADED") == 3
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 3, r.stderr
     expect = {"'broken'": "ModuleNotFoundError: No module named 'not_installed_library_xyz'",
@@ -125,8 +129,6 @@ def test_a_broken_plugin_is_one_line_naming_it_and_nothing_stops(tmp_path):
     for name, why in expect.items():
         line = next(x for x in lines if name in x)
         assert "package brokenplug" in line and why in line, line
-    r = _uqvision("plugins", env=env)
-    assert r.returncode == 1 and r.stdout.count("NOT LOADED") == 3
     assert "uqvision.protocols: toy = uqvision_toy:PROTOCOL (loaded)" in r.stdout
 
 

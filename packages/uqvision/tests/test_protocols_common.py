@@ -39,6 +39,7 @@ from uqvision.protocols import (
     SweepScoring,
     score_protocol,
 )
+from uqvision.roles import SET_ROLES
 from uqvision.training.method import TRAINING_METHODS
 
 NAMES = VISION_PROTOCOLS.names()
@@ -157,10 +158,12 @@ def test_the_command_line_names_no_protocol():
     code: it imports no protocol's module, and no protocol's name or alias appears in it (but
     as an attribute of another module's object: the demo's result has a ``selective`` file).
     A name that is also an evaluation-set role is data vocabulary, not a protocol: ``ood``
-    (``uqvision sweep --ood-sets``, sets of role ``ood``) is the OOD protocol's name too."""
+    (``uqvision sweep --ood-sets``, sets of role ``ood``) is the OOD protocol's name too, and
+    ``shift`` the role a shifted set plays (``--sets shift:...``, uqvision.roles.SET_ROLES)."""
     sources = sorted(Path(inspect.getsourcefile(cli)).parent.rglob("*.py"))
     assert {f"{m.name}.py" for m in pkgutil.iter_modules(cli.__path__)} < {p.name for p in sources}
-    aliases = {a for p in VISION_PROTOCOLS.values() for a in p.score_names} - set(ROLES)
+    aliases = {a for p in VISION_PROTOCOLS.values() for a in p.score_names} - set(ROLES) \
+        - set(SET_ROLES)
     assert "selective" in aliases and "ood" in VISION_PROTOCOLS.names()
     for source in sources:
         text = source.read_text(encoding="utf-8")

@@ -40,6 +40,7 @@ selective metric from ``(labels, probs, confidence)``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ class Registry(dict, Generic[T]):
     item_type : type or tuple of types, optional
         What a plugin's item must be an instance of (checked by :meth:`load_plugins`; built-in
         items are the registering module's responsibility).
+    fill : str, optional
+        ``"module:function"``: what registers the entries that other modules bring (a
+        package's registries, filled when it is used rather than when it is imported), called
+        once, the first time a name the registry does not hold is asked for (:meth:`lookup`,
+        ``in``, ``get``).
 
     Attributes
     ----------
@@ -90,12 +96,13 @@ class Registry(dict, Generic[T]):
     """
 
     def __init__(self, kind: str, *, sort: bool = False, group: str | None = None,
-                 item_type: type | tuple[type, ...] | None = None):
+                 item_type: type | tuple[type, ...] | None = None, fill: str | None = None):
         super().__init__()
         self.kind = kind
         self.sort = sort
         self.group = group
         self.item_type = item_type
+        self.fill = fill
         self.plugins: dict[str, str] = {}
         self.broken: dict[str, str] = {}
 
@@ -103,10 +110,27 @@ class Registry(dict, Generic[T]):
         """Register ``item`` under ``name`` (returns it, so it can be used inline)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
-        if name in self:
+        if dict.__contains__(self, name):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self[name] = item
         return item
+
+    def _fill_for(self, name: object) -> None:
+        """Call :attr:`fill` (once) if ``name`` is not registered."""
+        if self.fill is not None and isinstance(name, str) and not dict.__contains__(self, name):
+            module, _, function = self.fill.partition(":")
+            self.fill = None  # once
+            getattr(importlib.import_module(module), function)()
+
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is registered (after :attr:`fill`, once, for a name not held)."""
+        self._fill_for(name)
+        return dict.__contains__(self, name)
+
+    def get(self, name, default=None):
+        """The item called ``name``, else ``default`` (after :attr:`fill`, as ``in``)."""
+        self._fill_for(name)
+        return dict.get(self, name, default)
 
     def register(self, item: T | None = None, *, name: str | None = None):
         """Register ``item`` under ``name`` or ``item.name``; without ``item``, a decorator.
@@ -123,6 +147,7 @@ class Registry(dict, Generic[T]):
     def lookup(self, name: str) -> T:
         """The item called ``name``; ``ValueError`` listing the valid names otherwise."""
         try:
+            self._fill_for(name)
             return self[name]
         except (KeyError, TypeError):
             raise ValueError(
@@ -171,7 +196,7 @@ class Registry(dict, Generic[T]):
                 if self.item_type is not None and not isinstance(item, self.item_type):
                     raise TypeError(f"{ep.value} is of type {type(item).__name__}, not "
                                     f"{_type_names(self.item_type)}")
-                if ep.name in self:
+                if dict.__contains__(self, ep.name):
                     raise ValueError(f"{self.kind} {ep.name!r} is already registered")
                 self.add(ep.name, item)
             except (Exception, SystemExit) as err:  # noqa: BLE001  (a plugin never stops it)

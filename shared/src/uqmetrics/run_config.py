@@ -21,7 +21,15 @@ later included) is covered without being listed here:
   files atomically beside the results, which the command refuses to replace without
   ``--overwrite``: a configuration file is replaced only with the results it describes.
 - :func:`rerun_argv` is the command line that re-runs a result file's recorded command;
-  :func:`rerun` prints it, checks it and runs it.
+  :func:`rerun` prints it, checks it and runs it. A command that writes a result as a part of
+  a larger one (``uqvision sweep`` scoring its caches) records the command that makes that
+  result alone (``uqvision score selective`` on those caches, :func:`derived_config`) and,
+  under ``part_of``, the larger one: a rerun makes the result again, and ``whole`` (``uqvision
+  rerun --with-sweep``) reruns the larger command instead, whose ``--config RESULT`` reads the
+  record of the command that parses it;
+- ``--out`` of a rerun means what the recorded command's ``--out`` means: a file where it
+  wrote a file (a score file, ``.nc``), a folder where it wrote a folder (caches, a sweep, a
+  reproduction); the other kind is refused before anything runs.
 
 A result file is data, never code (docs/conventions.md#rerun-rules). Its recorded options are
 read back as any file's, with these differences:
@@ -109,6 +117,7 @@ __all__ = [
     "config_in",
     "config_in_by_digest",
     "current_run_config",
+    "derived_config",
     "finish_parse",
     "read_config",
     "recorded_config",
@@ -134,6 +143,12 @@ _COMMAND_WORD = re.compile(r"[a-z][a-z0-9_-]*")
 #: The keys of a configuration file beside its ``[options]`` table (written, never required):
 #: the command, the code that ran it, and where it ran (host, user, working folder).
 _META_KEYS = ("command", "version", "git_commit", "git_dirty", "host", "user", "cwd")
+#: The key of a result's record under which the larger command it was made by, as a part, is
+#: recorded (:func:`derived_config`).
+_PART_OF = "part_of"
+#: The suffix of the files a command's ``--out`` names when that command writes one file
+#: (a score file); any other ``--out`` is a folder (:func:`rerun_argv`).
+_FILE_SUFFIX = ".nc"
 #: Options that are paths whatever their value (the others: when they name an existing path).
 _PATH_KEYS = ("out",)
 #: An option no file gives: only the command line replaces results.
@@ -419,7 +434,11 @@ def _read(path: str | os.PathLike, *, command: str | None = None
     if not isinstance(options, Mapping):
         raise InputError(f"{str(p)!r}: 'options' must be a table, got {_shown(options)}")
     recorded = data.get("command")
+    part_of = data.get(_PART_OF)
     if command is not None and recorded is not None and recorded != command:
+        if isinstance(part_of, Mapping) and part_of.get("command") == command \
+                and isinstance(part_of.get("options"), Mapping):
+            return dict(part_of), inputs  # a sweep's score file read by the sweep
         raise InputError(f"{str(p)!r} records a run of {recorded!r}, not of {command!r}")
     return data, inputs
 
@@ -626,6 +645,41 @@ def resolved_config(args: argparse.Namespace) -> dict[str, Any] | None:
             "user": _user(), "cwd": os.getcwd(), "options": _resolved_options(args)}
 
 
+def derived_config(parser: argparse.ArgumentParser, values: Mapping[str, Any], *,
+                   part_of: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration of the command ``parser`` parses, as :func:`resolved_config` gives it
+    for a run here with ``values`` (``{dest: value}``; the other options at their defaults):
+    what a larger command records in a result it makes as one of its parts, so that a rerun
+    of that result runs this command alone (``uqvision sweep`` writing its scores records
+    ``uqvision score selective`` on the sweep's caches).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The parser of the command (its ``prog``: the command, ``"uqvision score selective"``),
+        built complete.
+    values : mapping
+        Option destinations -> values, as a parse would give them.
+    part_of : mapping, optional
+        The configuration of the larger command (:func:`current_run_config`), recorded under
+        ``part_of``: ``rerun(..., whole=True)`` runs it, and its ``--config RESULT`` reads it.
+
+    Returns
+    -------
+    dict
+        As :func:`resolved_config`'s, with ``part_of``.
+    """
+    actions = _option_actions(parser)
+    args = argparse.Namespace(**{a.dest: values.get(a.dest, a.default) for a in actions.values()})
+    setattr(args, _OPTIONS, _Options(parser.prog, tuple(
+        (key, action.dest) for key, action in actions.items()), frozenset(
+        key for key, action in actions.items() if _may_be_path(action))))
+    config = resolved_config(args)
+    if part_of is not None:
+        config[_PART_OF] = {k: v for k, v in part_of.items() if k != _PART_OF}
+    return config
+
+
 def _user() -> str:
     """The name of the user running this process (its uid where it has none)."""
     try:
@@ -788,21 +842,56 @@ def config_in_by_digest(folder: str | os.PathLike, command: str,
     return Path(folder) / f"{command}.{_digest(config)}{CONFIG_SUFFIX}"
 
 
+def _rerun_record(result: str | os.PathLike, whole: bool) -> dict[str, Any]:
+    """The record a rerun of ``result`` runs: its own run's, or with ``whole`` the larger
+    command's it was part of (:func:`derived_config`); ``InputError`` when it has none."""
+    config = recorded_config(result)
+    if not whole:
+        return config
+    part_of = config.get(_PART_OF)
+    if not (isinstance(part_of, Mapping) and isinstance(part_of.get("options"), Mapping)):
+        raise InputError(f"{str(result)!r} records a run of {config.get('command')!r}, part "
+                         "of no larger command: rerun it without --with-sweep")
+    return dict(part_of)
+
+
+def _check_out_kind(out: str, config: Mapping[str, Any]) -> None:
+    """Refuse an ``out`` of the other kind than the recorded command's ``--out``: a file
+    (``.nc``) where it wrote a file, a folder where it wrote a folder."""
+    recorded = config["options"].get("out")
+    if not isinstance(recorded, str) or not recorded:
+        return
+    command = config.get("command")
+    if recorded.endswith(_FILE_SUFFIX) and not (out.endswith(_FILE_SUFFIX)
+                                                and not os.path.isdir(out)):
+        raise InputError(f"--out {out!r}: {command} writes a file, {recorded!r} in the run "
+                         f"recorded; give a file name ending in {_FILE_SUFFIX}")
+    if not recorded.endswith(_FILE_SUFFIX) and (out.endswith(_FILE_SUFFIX)
+                                                or os.path.isfile(out)):
+        raise InputError(f"--out {out!r}: {command} writes a folder, {recorded!r} in the run "
+                         "recorded; give a folder")
+
+
 def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
-               overwrite: bool = False, options: Sequence[str] = ()) -> list[str]:
+               overwrite: bool = False, options: Sequence[str] = (),
+               whole: bool = False) -> list[str]:
     """The command line (after ``tool``) that runs again the command a result file records:
     ``<command> --config RESULT [--out OUT] [--overwrite] [OPTIONS...]``.
 
     Without ``out`` the run writes where the recorded one did, which is refused unless
-    ``overwrite``. ``options``: further options of the command, given by the user (launcher
-    options among them: a result file gives none).
+    ``overwrite``; ``out`` is of the recorded ``--out``'s kind, a file (``.nc``) or a folder.
+    ``options``: further options of the command, given by the user (launcher options among
+    them: a result file gives none). ``whole``: the larger command the result was made by as a
+    part, when it records one (``uqvision sweep``, which wrote a score file: ``uqvision rerun
+    --with-sweep``), instead of the command that makes that result alone.
 
     Raises
     ------
     InputError
-        The file records no run, or a run of another tool.
+        The file records no run, or a run of another tool; ``whole`` for a file that records
+        no larger command; an ``out`` of the other kind.
     """
-    config = recorded_config(result)
+    config = _rerun_record(result, whole)
     command = str(config.get("command", "")).split()
     if not command or command[0] != tool:
         raise InputError(f"{str(result)!r} records a run of {' '.join(command)!r}; re-run it "
@@ -818,6 +907,7 @@ def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
                          f"({recorded!r}); pass --out OTHER, or --overwrite to replace it")
     argv = [*command[1:], "--config", os.fspath(result)]
     if out is not None:
+        _check_out_kind(out, config)
         argv += ["--out", out]
     if overwrite and "overwrite" in config["options"]:
         argv.append("--overwrite")
@@ -826,7 +916,7 @@ def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
 
 def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int], *,
           out: str | None = None, overwrite: bool = False, options: Sequence[str] = (),
-          yes: bool = False) -> int:
+          yes: bool = False, whole: bool = False) -> int:
     """``TOOL rerun RESULT``: print the command that runs again what ``result`` records
     (:func:`rerun_argv`) on stderr and run it (``run(argv)``, the tool's ``main``), its options
     read back from the file as ``--config RESULT`` reads them (no launcher option, no
@@ -840,7 +930,7 @@ def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int],
         ``"uqvision"`` or ``"uqreg"``: the file must record a command of this tool.
     run : callable
         ``run(argv) -> int``: the tool's entry point.
-    out, overwrite, options
+    out, overwrite, options, whole
         As :func:`rerun_argv`: given on the command line.
     yes : bool
         Run a command recorded by another user or on another host, or by a file that records
@@ -856,9 +946,9 @@ def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int],
     InputError
         :func:`rerun_argv`'s, or a command recorded elsewhere without ``yes``.
     """
-    argv = rerun_argv(result, tool, out=out, overwrite=overwrite, options=options)
+    argv = rerun_argv(result, tool, out=out, overwrite=overwrite, options=options, whole=whole)
     print(f"{tool} rerun: running: {shlex.join([tool, *argv])}", file=sys.stderr, flush=True)
-    config = recorded_config(result)
+    config = _rerun_record(result, whole)
     host, user = config.get("host"), config.get("user")
     here = (socket.gethostname(), _user())
     if (host, user) != here and not yes:

@@ -5,11 +5,16 @@ The data path: :class:`~uqreg.tasks.LinearTask` ─instance→ :class:`~uqreg.ta
 (repetition, point) ─:func:`~uqreg.study.run_study`→ one xarray.Dataset scored by uqmetrics.
 """
 
-from .engine import TrainConfig
-from .methods import METHODS, Method, get_method, list_methods, register_method
-from .reference import ReferencePosterior, fit_reference, reference_prediction
-from .study import StudyConfig, recompute_reference, run_raw, run_study, summarize
-from .tasks import TASKS, LinearTask, TaskInstance, get_task, list_tasks, register_task
+from uqmetrics.lazy import attach
+
+# every name imported on first use (docs/conventions.md#fast-help)
+__getattr__, __dir__ = attach(__name__, {
+    ".engine": ["TrainConfig"],
+    ".methods": ["METHODS", "Method", "get_method", "list_methods", "register_method"],
+    ".reference": ["ReferencePosterior", "fit_reference", "reference_prediction"],
+    ".study": ["StudyConfig", "recompute_reference", "run_raw", "run_study", "summarize"],
+    ".tasks": ["TASKS", "LinearTask", "TaskInstance", "get_task", "list_tasks", "register_task"],
+})
 
 __version__ = "0.1.0"
 

@@ -25,12 +25,13 @@ import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import uqmetrics
-import xarray as xr
 from uqmetrics import InputError, run_command
 from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs, mark_launcher
+from uqmetrics.lazy import LazySubParsers
 from uqmetrics.run_config import (
     add_config_option,
     config_in,
@@ -41,15 +42,18 @@ from uqmetrics.run_config import (
 )
 from uqmetrics.sweep import ClusterSpec, add_cluster_options, positive_int
 
-from .conformal import SCORES
+from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
 from .engine.config import DTYPES, ConfigError
-from .methods import METHODS
-from .presets import PRESETS, TASK_FIELDS, Companion
 from .rng import SEED_REQUIREMENT, valid_seed
-from .study import StudyConfig, run_study
 from .tasks import TASKS, get_task
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from .presets import Companion
+    from .study import StudyConfig
 
 STUDY_FILE = "study.nc"
 
@@ -154,8 +158,8 @@ STUDY_OPTIONS = (
     ConfigOption("complexities", type=_ints, default=None,
                  help="levels, e.g. 1,2,3 or 1-10 (default: the task's)"),
     ConfigOption("methods", type=_strs, default=None,
-                 help=f"comma-separated ({', '.join(METHODS.names())}; default all); <method>+<score> is the "
-                 f"method's split-conformal version, score {' or '.join(SCORES.names())} (e.g. ens+cp_abs)"),
+                 help=f"comma-separated ({', '.join(catalog.names('method'))}; default all); <method>+<score> is the "
+                 f"method's split-conformal version, score {' or '.join(catalog.names('conformal score'))} (e.g. ens+cp_abs)"),
     ConfigOption("recipes", type=_strs, default=None,
                  help="comma-separated training recipes, run side by side (default paper): "
                  + "; ".join(RECIPES.describe().splitlines())),
@@ -187,6 +191,9 @@ def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, St
     """The studies the options ask for: the main one (``None``), then the preset's companions,
     each with the options applied (a companion takes every option but those of
     :data:`~uqreg.presets.TASK_FIELDS`)."""
+    from .presets import PRESETS, TASK_FIELDS  # xarray: imported on use (uqreg -h needs none)
+    from .study import StudyConfig
+
     preset = PRESETS.lookup(a.preset) if a.preset else None
     base = preset.config if preset else StudyConfig(task=a.task or "sinusoid")
     study = config_kwargs(a, STUDY_OPTIONS, given_only=True)
@@ -202,6 +209,9 @@ def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, St
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
+    from .presets import PRESETS  # xarray: imported on use (uqreg -h needs none)
+    from .study import StudyConfig
+
     p.add_argument("--preset", choices=PRESETS.names(), help="start from a named configuration (a preset's "
                    "companion studies go to OUT/<folder> and take every option but --task, --complexities, "
                    "--n-train and --sigma): " + "; ".join(PRESETS.describe().splitlines()))
@@ -261,6 +271,8 @@ def _announce(comp: Companion | None, target: Path) -> None:
 
 
 def cmd_study(a: argparse.Namespace) -> int:
+    from .study import run_study  # torch: imported on use (the options import none)
+
     studies = _resolved_studies(a)
     targets = _targets(a, studies, Path(a.out or f"results/{studies[0][1].task}"))
     done = []
@@ -313,6 +325,8 @@ _FIT_LABELS = {"noise": ("R² < 0", FIT_VERDICTS["noise"]),
 
 def _deep_methods(ds: xr.Dataset) -> list[str]:
     """The study's trained methods (not the closed-form reference)."""
+    from .methods import METHODS  # torch: imported on use
+
     base = [str(m).split("+", 1)[0] for m in ds.method.values]  # a conformal version trains its base's networks
     return [str(m) for m, b in zip(ds.method.values, base) if b not in METHODS or METHODS.lookup(b).closed_form is None]
 
@@ -453,6 +467,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_reference(a: argparse.Namespace) -> int:
+    import xarray as xr  # imported on use (the options need none)
+
     from .reference import reference_prediction
 
     if a.complexity < 1:
@@ -521,6 +537,8 @@ def _config_files(a: argparse.Namespace, config: dict) -> list[Path]:
     """The configuration file a command writes (:func:`uqmetrics.run_config.run_recorded`), its
     default ``--out`` resolved first (so that the configuration records it)."""
     if a.command in ("study", "sweep") and a.out is None:
+        from .presets import PRESETS
+
         task = a.task or (PRESETS.lookup(a.preset).config.task if a.preset else "sinusoid")
         a.out = f"results/{task if a.command == 'study' else a.preset or task}"
     if a.command == "study":
@@ -535,6 +553,9 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 
 
 def cmd_methods(a: argparse.Namespace) -> int:
+    from .conformal import SCORES
+    from .methods import METHODS  # torch: imported on use
+
     for name, m in METHODS.items_ordered():
         print(f"{name:<8} {m.description}")
     print("split-conformal versions, <method>+<score> (e.g. ens+cp_abs):")
@@ -558,11 +579,7 @@ def cmd_recipes(a: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="uqreg", description="Deep-regression UQ against an exact Bayesian reference.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("study", help="run a coverage-vs-complexity study; write study.nc and plots")
+def _args_study(p: argparse.ArgumentParser) -> None:
     _add_study_args(p)
     p.add_argument("--out", help="output directory (default results/<task>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
@@ -571,7 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_option(p)
     p.set_defaults(func=cmd_study)
 
-    p = sub.add_parser("sweep", help="run a study as a resumable Dask sweep of cells; combine into study.nc")
+
+def _args_sweep(p: argparse.ArgumentParser) -> None:
     _add_study_args(p)
     p.add_argument("--out", help="output directory (default results/<preset or task>); cells go to OUT/cells")
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=10,
@@ -585,12 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_option(p)
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("plot", help="draw the figures of a study file")
+
+def _args_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="study.nc (or its directory)")
     p.add_argument("--out", help="directory for the PNGs (default: plots/ beside the file)")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("report", help="a static leaderboard site of a study file (opens from disk)")
+
+def _args_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="study.nc (or its directory)")
     p.add_argument("--out", required=True, help="the site folder; refused when not empty")
     p.add_argument("--overwrite", action="store_true", help="replace a site this command wrote (nothing else in it)")
@@ -600,7 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "relative to the site, other paths relative to it or by name) or absolute")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("reference", help="the exact posterior of a task")
+
+def _args_reference(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="sinusoid")
     p.add_argument("--complexity", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="task seed, 0 to 2**63 - 1 (default 0)")
@@ -611,10 +632,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_reference)
 
+
+def _args_reproduce(p: argparse.ArgumentParser) -> None:
     from .reproduce import EXPERIMENTS, SCALES
 
-    p = sub.add_parser("reproduce", help="run the paper's experiments and the recipe-sensitivity studies as sweeps; "
-                                         "draw Figures 1-7 and the recipe figures; write findings.md")
     p.add_argument("--out", default="results/reproduction")
     p.add_argument("--scale", default="cpu", choices=SCALES.names(),
                    help="; ".join(SCALES.describe().splitlines()) + " (default cpu)")
@@ -627,7 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_option(p)
     p.set_defaults(func=cmd_reproduce)
 
-    p = sub.add_parser("rerun", help="run again the command a study file records (its run_config; printed first)")
+
+def _args_rerun(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a study file (.nc) written by uqreg study, sweep or reproduce; any other option "
                                 "after it is the command's (e.g. --cluster slurm --jobs 4: a result file never "
                                 "gives launcher options)")
@@ -637,13 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "(or by a file that records neither): read the command printed first")
     p.set_defaults(func=cmd_rerun, options=[])
 
-    p = sub.add_parser("verify", help="recompute a study's entries (one per method) from its cells or raw "
-                                      "variables, or a report site's; agree/disagree per value (exit 1 on "
-                                      "any disagreement)")
-    p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
-                   help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")
+
+def _args_verify(p: argparse.ArgumentParser) -> None:
     from uqmetrics.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
+    p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
+                   help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
                    help="relative tolerance (default %(default)g: recomputation is the same code on the same "
                         "inputs, so only float rounding may differ)")
@@ -651,20 +672,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="absolute tolerance, for values near 0 (default %(default)g)")
     p.set_defaults(func=cmd_verify)
 
-    sub.add_parser("tasks", help="list registered tasks").set_defaults(func=cmd_tasks)
-    sub.add_parser("methods", help="list registered methods").set_defaults(func=cmd_methods)
-    sub.add_parser("recipes", help="list registered training recipes").set_defaults(func=cmd_recipes)
+
+#: The sub-commands, in help order: name -> (help, arguments(parser)).
+COMMANDS = {
+    "study": ("run a coverage-vs-complexity study; write study.nc and plots", _args_study),
+    "sweep": ("run a study as a resumable Dask sweep of cells; combine into study.nc", _args_sweep),
+    "plot": ("draw the figures of a study file", _args_plot),
+    "report": ("a static leaderboard site of a study file (opens from disk)", _args_report),
+    "reference": ("the exact posterior of a task", _args_reference),
+    "reproduce": (("run the paper's experiments and the recipe-sensitivity studies as sweeps; draw Figures "
+                   "1-7 and the recipe figures; write findings.md"), _args_reproduce),
+    "rerun": ("run again the command a study file records (its run_config; printed first)", _args_rerun),
+    "verify": (("recompute a study's entries (one per method) from its cells or raw variables, or a report "
+                "site's; agree/disagree per value (exit 1 on any disagreement)"), _args_verify),
+    "tasks": ("list registered tasks", lambda p: p.set_defaults(func=cmd_tasks)),
+    "methods": ("list registered methods", lambda p: p.set_defaults(func=cmd_methods)),
+    "recipes": ("list registered training recipes", lambda p: p.set_defaults(func=cmd_recipes)),
+}
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The parser of ``uqreg``: one sub-parser per entry of :data:`COMMANDS`. With ``lazy``, a
+    sub-command's options are added when it is parsed (what :func:`main` does: ``uqreg -h``
+    and ``uqreg COMMAND -h`` import one command's modules, and no torch;
+    docs/conventions.md#fast-help); without, every sub-parser is complete."""
+    parser = _Parser(prog="uqreg", description="Deep-regression UQ against an exact Bayesian reference.")
+    parser.register("action", "parsers", LazySubParsers)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (text, arguments) in COMMANDS.items():
+        sub.add_parser(name, help=text, arguments=arguments)
+    if not lazy:
+        sub.complete()
     return parser
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    parser = build_parser(lazy=True)
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command == "rerun":  # the options of the command it runs
         args.options = unknown
     elif unknown:  # said by the command's parser: "uqreg study: error: unrecognized arguments"
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command("uqreg", args.command,
                        lambda: run_recorded(args, lambda: args.func(args), _config_files))
 

@@ -28,18 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import uqmetrics
-from uqmetrics.plotting import save_figure
 from uqmetrics.registry import Registry
 
 from .engine import RECIPES, TrainConfig
 from .engine.config import is_int
-from .plots import plot_bands, plot_coverage_map, plot_probes
 from .presets import PRESETS
 from .study import StudyConfig
-from .sweep import run_study_sweep
 
 BAND_METHODS = ("blr", "bd", "vd", "ens_bs")
 MAP_METHODS = ("blr", "bd", "ens_bs")
@@ -117,6 +113,11 @@ def _nearest(values, target):
 
 def draw_figures(e1, e2, e3, out_dir) -> list[Path]:
     """Figures 1–7 from the three study datasets (any may be None: its figures are skipped)."""
+    import matplotlib.pyplot as plt  # figures: imported on use (uqreg reproduce -h needs none)
+    from uqmetrics.plotting import save_figure
+
+    from .plots import plot_bands, plot_coverage_map, plot_probes
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs = {}
@@ -291,6 +292,9 @@ def findings_table(e1=None, e3=None) -> str:
 
 def draw_recipe_figures(studies: dict, out_dir) -> list[Path]:
     """One recipe-comparison figure per sensitivity study (:func:`uqreg.plots.plot_recipes`)."""
+    import matplotlib.pyplot as plt  # figures: imported on use (uqreg reproduce -h needs none)
+    from uqmetrics.plotting import save_figure
+
     from .plots import plot_recipes
 
     out = Path(out_dir)
@@ -322,6 +326,8 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
     SweepFailed
         When cells of an experiment failed (the finished cells are kept; rerun to retry).
     """
+    from .sweep import run_study_sweep  # Dask: imported on use (uqreg reproduce -h needs none)
+
     studies = SCALES.lookup(scale).studies
     experiments = tuple(experiments)
     unknown = set(experiments) - set(EXPERIMENTS)

@@ -15,8 +15,12 @@ numbers a per-network loop would draw:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 #: Purposes of the random streams; the integer is part of the spawn key.
 PURPOSES = {
@@ -88,6 +92,8 @@ def network_keys(seed: int, purpose: str, repetitions, members) -> torch.Tensor:
         for r, m in zip(reps, mems)
     ]
     as_u64 = np.array([(int(k[0]) << 32) | int(k[1]) for k in keys], dtype=np.uint64)
+    import torch  # the engine's streams (the seeds and numpy streams above import none)
+
     return torch.from_numpy(as_u64.view(np.int64).copy())
 
 
@@ -114,7 +120,7 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _srl(z, 31)
 
 
-def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=torch.float32,
+def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=None,
             device=None) -> torch.Tensor:
     """Counter-based uniform numbers in [0, 1), one independent stream per network.
 
@@ -127,11 +133,16 @@ def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=t
         numbers.
     shape : tuple of int
         Shape of the draw per network.
+    dtype : torch.dtype, optional
+        Default ``torch.float32``.
 
     Returns
     -------
     torch.Tensor, shape (B, *shape), values in [0, 1)
     """
+    import torch  # the engine's streams (the seeds and numpy streams above import none)
+
+    dtype = torch.float32 if dtype is None else dtype
     device = keys.device if device is None else device
     n = int(np.prod(shape)) if shape else 1
     idx = torch.arange(n, device=device, dtype=torch.int64)
@@ -141,9 +152,13 @@ def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=t
     return bits.to(dtype).reshape((keys.shape[0], *shape)).clamp_(max=1.0 - torch.finfo(dtype).eps)
 
 
-def normal(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=torch.float32,
+def normal(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=None,
            device=None) -> torch.Tensor:
-    """Counter-based standard normal numbers (Box–Muller), shape (B, *shape)."""
+    """Counter-based standard normal numbers (Box–Muller), shape (B, *shape); ``dtype``
+    default ``torch.float32``."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     u1 = uniform(keys, 2 * counter, shape, dtype=torch.float64, device=device)
     u2 = uniform(keys, 2 * counter + 1, shape, dtype=torch.float64, device=device)
     z = torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2 * np.pi * u2)

@@ -33,20 +33,20 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import uqmetrics
-import xarray as xr
 from uqmetrics.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
 from .engine.config import ConfigError, is_finite, is_int
-from .engine.plan import MIN_BATCH, job_bytes_per_network, physical_memory
-from .methods import get_method, list_methods
-from .reference import reference_prediction
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TaskInstance, get_task
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: The variables a study (or a sweep cell) computes; everything else is task data or derived.
 RAW_VARS = ("prediction", "uncertainty", "train_loss", "collapsed_fraction", "interval_low", "interval_high",
@@ -112,6 +112,8 @@ class StudyConfig:
             take (a repeated complexity, a seed out of range, an ensemble of one member...); the
             registries' errors for unknown names; and the task's or the memory check's errors.
         """
+        from .methods import get_method, list_methods  # torch: imported on use
+
         task = get_task(self.task)
         levels = task.default_complexities if self.complexities is None else self.complexities
         comps = tuple(levels)
@@ -171,6 +173,9 @@ class StudyConfig:
         reference's design and its QR factor, the results), ``network`` (the largest bytes one
         network of a trained method needs) and ``training`` (the networks trained at once, at
         most ``train.max_memory``), with the sizes used."""
+        from .engine.plan import MIN_BATCH, job_bytes_per_network  # torch: imported on use
+        from .methods import get_method, list_methods
+
         task = get_task(self.task)
         z = task.sizes(complexity, n_train=self.n_train)
         n, d, t, p = z["n_train"], z["input_dim"], z["n_test"], z["n_params"]
@@ -193,7 +198,7 @@ class StudyConfig:
         network above the ``max_memory`` budget, or data plus training above ``available``
         bytes (default: this machine's physical memory). The message names the size and the
         options."""
-        from .engine.plan import chunk_size
+        from .engine.plan import chunk_size, physical_memory  # torch: imported on use
 
         available = physical_memory() if available is None else available
         task = get_task(self.task)
@@ -263,6 +268,8 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
         ``train_loss``, ``collapsed_fraction`` (recipe, method, complexity, repetition) and the
         task data (see the module docstring). Attr ``wall_time_s`` maps method to seconds.
     """
+    from .methods import get_method  # torch: imported on use
+
     cfg = config.resolved()
     reps = cfg.repetition_index
     instances = [cfg.instance(c) for c in cfg.complexities]
@@ -306,6 +313,10 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
 
 
 def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
+    import xarray as xr  # imported on use (a configuration needs none)
+
+    from .reference import reference_prediction
+
     task = get_task(cfg.task)
     reps = cfg.repetition_index
     first = instances[0]
@@ -409,6 +420,8 @@ def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
         complexity, repetition, region) and ``region_reference_conditional_coverage``
         (complexity, repetition, region), region ``in``/``out`` of the training box.
     """
+    import xarray as xr  # imported on use (a configuration needs none)
+
     from .conformal import conditional_coverage, gaussian_interval
 
     sigma, alpha = float(raw.attrs["sigma"]), float(raw.attrs.get("alpha", 0.05))
@@ -456,6 +469,8 @@ def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
 def collapse_diagnostics(raw: xr.Dataset) -> xr.Dataset:
     """``constant_loss`` and ``fit_r2`` over (recipe, method, complexity, repetition), derived
     from the raw variables and the task data of a study (:mod:`uqreg.diagnostics`)."""
+    import xarray as xr  # imported on use (a configuration needs none)
+
     dims = raw["train_loss"].dims
     const, r2 = [], []
     for c in raw.complexity.values:
@@ -514,6 +529,8 @@ def study_entries(ds: xr.Dataset, config: StudyConfig, caches: dict[str, list[st
         "repetitions": [first, last]}, "recipes": {recipe: its training config, the method's
         overrides applied}, "wall_time_s", "caches"}}, "conflicts": {}}``.
     """
+    from .methods import get_method  # torch: imported on use
+
     wall = json.loads(ds.attrs.get("wall_time_s", "{}"))
     reps = config.repetition_index
     prov = {}

@@ -1,9 +1,16 @@
 """uqvision: image-classification uncertainty protocols on timm models.
 
-Importing the package fills every registry: model sources (``timm``, ``tv``, ``proto``),
-training methods (the general ones of :mod:`uqvision.methods` and the protocols' own
-learners), prediction modes (``crop`` included), evaluation sets and :data:`VISION_PROTOCOLS`,
-then adds the installed plugins' entries (:mod:`uqvision.plugins`: Python entry points).
+Importing the package imports nothing else: its names are imported on first use, and the
+first use of one (``uqvision.predict``, ``from uqvision import VISION_PROTOCOLS``,
+``dir(uqvision)``) or :func:`load_registries` fills every registry: model sources (``timm``,
+``tv``, ``proto``), training methods (the general ones of :mod:`uqvision.methods` and the
+protocols' own learners), prediction modes (``crop`` included), evaluation sets and
+:data:`VISION_PROTOCOLS`, then adds the installed plugins' entries (:mod:`uqvision.plugins`:
+Python entry points). So does every ``uqvision`` command before it runs, and the first lookup
+of a name these registries do not hold (a Dask worker that imported only the module of its
+task finds ``crop`` or a plugin's model source there too). Until then a module imports only
+what it needs: the command line builds its parsers without torch, timm or Dask
+(docs/conventions.md#fast-help).
 
 Public API
 ----------
@@ -14,7 +21,9 @@ Public API
   caches of per-sample outputs (:mod:`uqvision.predict`);
 - :data:`EVAL_SETS` — evaluation sets, their roles and class maps (:mod:`uqvision.evalsets`);
 - :data:`VISION_PROTOCOLS` — the protocols (:mod:`uqvision.protocols`);
-- :func:`load_plugins` — the plugins' entries (done on import; :mod:`uqvision.plugins`).
+- :func:`load_plugins` — the plugins' entries (done by :func:`load_registries`;
+  :mod:`uqvision.plugins`);
+- :func:`load_registries` — every registry filled (once).
 
 Layers (each imports only the ones below it; ``.importlinter`` at the repository root):
 ``cli`` > ``demo``/``plugins`` > ``protocols`` > ``sweep`` > ``predict`` > ``methods`` >
@@ -24,18 +33,50 @@ Layers (each imports only the ones below it; ``.importlinter`` at the repository
 
 __version__ = "0.1.0"
 
-# isort: off  (the order fills the registries: methods before the protocols' learners)
-from . import methods  # noqa: F401  (registers the general training methods)
-from .evalsets import EVAL_SETS
-from .models import ModelSpec, load_model
-from .plugins import load_plugins
-from .predict import PASS_MODES, PredictConfig, predict, predict_to_files
-from .protocols import VISION_PROTOCOLS
-from .training import TRAINING_METHODS, ImageTrainConfig, load_run, train_model
+import importlib
 
-# isort: on
+from uqmetrics.lazy import attach
 
-load_plugins()  # the installed packages' protocols, methods, sources, sets, detectors
+#: The packages whose modules fill the registries, in this order (the general training methods
+#: before the protocols' learners); then what each protocol registers (:attr:`uqvision.
+#: protocols.Protocol.registers`) and the plugins.
+_REGISTERING = ("methods", "data", "evalsets", "models", "predict", "training", "protocols")
+_LOADED = False
+
+
+def load_registries() -> None:
+    """Fill every registry of the package, once: import the modules that register the
+    built-in entries (training methods, prediction modes, model sources, evaluation sets,
+    protocols, and what each protocol registers), then the installed plugins'
+    (:func:`load_plugins`). Called by the first use of a name of the package, by every
+    ``uqvision`` command before it runs, and by the first lookup of an unknown name in these
+    registries."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for name in _REGISTERING:  # every module of the package (its names, imported on use)
+        package = importlib.import_module(f"{__name__}.{name}")
+        for attr in getattr(package, "__all__", ()):
+            getattr(package, attr)
+    for proto in importlib.import_module(f"{__name__}.protocols").VISION_PROTOCOLS.values():
+        for module in proto.registers:
+            importlib.import_module(module)
+    importlib.import_module(f"{__name__}.plugins").load_plugins()
+    for module, names in _EXPORTS.items():  # ``uqvision.predict``: the function, not the module
+        globals().update({n: getattr(importlib.import_module(module, __name__), n)
+                          for n in names})
+
+
+_EXPORTS = {
+    ".evalsets": ["EVAL_SETS"],
+    ".models": ["ModelSpec", "load_model"],
+    ".plugins": ["load_plugins"],
+    ".predict": ["PASS_MODES", "PredictConfig", "predict", "predict_to_files"],
+    ".protocols": ["VISION_PROTOCOLS"],
+    ".training": ["TRAINING_METHODS", "ImageTrainConfig", "load_run", "train_model"],
+}
+__getattr__, __dir__ = attach(__name__, _EXPORTS, first=load_registries)
 
 __all__ = [
     "EVAL_SETS",
@@ -48,6 +89,7 @@ __all__ = [
     "__version__",
     "load_model",
     "load_plugins",
+    "load_registries",
     "load_run",
     "predict",
     "predict_to_files",

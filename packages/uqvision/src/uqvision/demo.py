@@ -5,7 +5,8 @@
 recipe) → ``OUT/caches/*.nc`` (plain,
 TTA with member ``k`` on its own augmentation ``k`` and member 0 on all, MC dropout of member
 0) → ``OUT/scores/selective.nc`` and ``OUT/scores/ensembles.nc`` → ``OUT/figures/*.png``.
-Every step skips what is already complete, so a rerun resumes.
+Every step skips what is already complete, so a rerun resumes. The chain is imported when it
+runs: :class:`DemoConfig` (``uqvision demo``'s options) imports no torch.
 """
 
 from __future__ import annotations
@@ -15,17 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from uqmetrics import read_dataset, write_dataset
-
-from .data import make_digits_folder
-from .models import ModelSpec, read_sidecar
-from .plots import plot_caches
-from .predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from .protocols.pitfalls.plots import plot_ensembles
-from .protocols.pitfalls.score import EnsembleConfig, score_ensembles
-from .protocols.selective.score import SelectiveConfig, score_selective
-from .training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo", "summary"]
 
@@ -74,6 +65,8 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
     log : callable, optional
         Called with one progress line per step (the CLI passes ``print``).
     """
+    import torch
+
     config = config or DemoConfig()
     previous = torch.get_num_threads()
     if config.threads:
@@ -85,6 +78,15 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
 
 
 def _run(out: Path, config: DemoConfig, say) -> DemoResult:
+    from .data import make_digits_folder  # the whole chain: imported when it runs
+    from .models import ModelSpec, read_sidecar
+    from .plots import plot_caches
+    from .predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
+    from .protocols.pitfalls.plots import plot_ensembles
+    from .protocols.pitfalls.score import EnsembleConfig, score_ensembles
+    from .protocols.selective.score import SelectiveConfig, score_selective
+    from .training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
+
     t0 = time.perf_counter()
     res = DemoResult(out)
     root = make_digits_folder(out / "data" / "digits", max_per_class=config.max_per_class,

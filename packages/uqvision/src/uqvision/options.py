@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from uqmetrics import InputError, check_writable
 from uqmetrics.config_options import (
     FROM_CONFIG,
@@ -143,6 +142,8 @@ def check_output_file(option: str, path: str | os.PathLike, overwrite: bool | No
 
 def device_type(value: str) -> str:
     """``--device``: ``cpu``, ``cuda`` or ``cuda:N``, refused unless that device is here."""
+    import torch  # when a --device is given, not when the parsers are built
+
     try:
         device = torch.device(value)
     except RuntimeError:

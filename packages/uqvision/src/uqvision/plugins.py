@@ -2,8 +2,10 @@
 installed packages, through Python entry points.
 
 A package adds to a registry by declaring an entry point in that registry's group; the object
-it names is registered under the entry point's name when ``uqvision`` is imported
-(:func:`load_plugins`):
+it names is registered under the entry point's name when the registries are filled
+(:func:`uqvision.load_registries`, :func:`load_plugins`); the names alone are read from the
+installed packages' metadata without importing anything
+(:func:`uqvision.catalog.plugin_names`):
 
 ==============================  ==========================================  ===================
 group                           registry                                    object
@@ -30,19 +32,33 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from uqmetrics.detectors import DETECTORS
-from uqmetrics.registry import Registry
+from .catalog import plugin_names
 
-from .evalsets import EVAL_SETS
-from .models import MODEL_SOURCES
-from .protocols import VISION_PROTOCOLS
-from .training import TRAINING_METHODS
+__all__ = [
+    "PLUGIN_GROUPS",
+    "PLUGIN_REGISTRIES",  # noqa: F822  (module __getattr__: its registries, imported on use)
+    "load_plugins",
+    "plugin_names",
+    "plugin_report",
+]
 
-__all__ = ["PLUGIN_REGISTRIES", "load_plugins", "plugin_report"]
+#: The entry-point groups, in loading order, and the registry of each (``module:name``).
+PLUGIN_GROUPS: dict[str, str] = {
+    "uqvision.training_methods": "uqvision.training.method:TRAINING_METHODS",
+    "uqvision.model_sources": "uqvision.models.spec:MODEL_SOURCES",
+    "uqvision.eval_sets": "uqvision.evalsets.sets:EVAL_SETS",
+    "uqmetrics.detectors": "uqmetrics.detectors:DETECTORS",
+    "uqvision.protocols": "uqvision.protocols:VISION_PROTOCOLS",
+}
 
-#: The registries plugins join, in loading order (each has its entry-point ``group``).
-PLUGIN_REGISTRIES: tuple[Registry, ...] = (TRAINING_METHODS, MODEL_SOURCES, EVAL_SETS, DETECTORS,
-                                           VISION_PROTOCOLS)
+
+def __getattr__(name: str):
+    if name == "PLUGIN_REGISTRIES":  # the registries plugins join (imported on first use)
+        import importlib
+
+        return tuple(getattr(importlib.import_module(module), attr) for module, _, attr in
+                     (target.partition(":") for target in PLUGIN_GROUPS.values()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_plugins() -> dict[str, dict[str, str]]:
@@ -55,14 +71,14 @@ def load_plugins() -> dict[str, dict[str, str]]:
         Group -> {entry point name: why it was not loaded} (empty dicts when all loaded).
     """
     installed = metadata.entry_points()  # the installed packages, listed once
-    return {reg.group: reg.load_plugins(installed) for reg in PLUGIN_REGISTRIES}
+    return {reg.group: reg.load_plugins(installed) for reg in __getattr__("PLUGIN_REGISTRIES")}
 
 
 def plugin_report() -> str:
     """One line per plugin entry point: its group, name, what it points at, and whether it
     was loaded (``uqvision plugins``)."""
     lines = []
-    for reg in PLUGIN_REGISTRIES:
+    for reg in __getattr__("PLUGIN_REGISTRIES"):
         lines += [f"{reg.group}: {name} = {value} (loaded)" for name, value in reg.plugins.items()]
         lines += [f"{reg.group}: {name} NOT LOADED: {why}" for name, why in reg.broken.items()]
     return "\n".join(lines) if lines else "no plugins installed"

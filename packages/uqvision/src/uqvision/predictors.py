@@ -1,23 +1,37 @@
-"""The predictors a protocol scores, read from prediction caches: every model and its ensembles.
+"""The predictors a protocol scores, read from prediction caches: every model and its ensembles,
+and the sets each one is scored on, chosen by their roles.
 
 A protocol that scores models and ensembles of them (the ``model`` dimension of its result:
-:mod:`uqvision.protocols.shift`, :mod:`uqvision.protocols.ood`) reads its caches with
-:func:`read_cache_groups` (the caches grouped by ``(model, dataset_name)``, each dataset's
-evaluation set, each model's one prediction mode and training method, the input checksums)
-and builds its rows with :func:`group_predictors`: every model, then one *ensemble* row per
-training method of its ``ensembles`` with two or more models in one prediction mode, named
-``<method>[<k>]`` (``<method>_<mode>[<k>]`` for a mode other than ``plain``, e.g.
-``deep_ensemble_tta[5]``). :func:`mean_softmax` is a model's predictive distribution on one
-dataset: the softmax averaged over its caches and passes; :class:`PredictorProbs` that of every
-predictor on one dataset (an ensemble's: the mean of its members'), :func:`pick_dataset`
-chooses a predictor's clean calibration or evaluation dataset and
-:func:`fit_predictor_temperature` fits its temperature there (refused on too few images or at
-a bound of the search).
+:mod:`uqvision.protocols.shift`, :mod:`uqvision.protocols.ood`,
+:mod:`uqvision.protocols.conformal`) reads its caches with :func:`read_cache_groups` (the
+caches grouped by ``(model, dataset_name)``, each dataset's evaluation set and role, each
+model's one prediction mode, training method, training run and architecture, the input
+checksums), takes its sets by role and name with :func:`pick_set` (``--test val``,
+``--calibration val``, ``--fit fit``: without one, the only set of that role; never a set of
+role ``fit`` as a test or calibration set; two candidates are refused, naming them and the
+option) and builds its rows with :func:`group_predictors`: every model, then one *ensemble*
+row per group of models **declared together**, and only those:
+
+- the members of one ``uqvision train --members K`` run (the caches' ``ensemble`` id, with
+  ``ensemble_size`` >= 2), per prediction mode, named ``<method>[<k>]``
+  (``<method>_<mode>[<k>]`` for a mode other than ``plain``, e.g. ``deep_ensemble_tta[5]``);
+- each ensemble of the config's ``ensembles`` (``--ensemble NAME=M1,M2,...``), named NAME.
+
+Models trained alone (``method`` ``single``), or whose caches record no run they were trained
+with, never form an ensemble of themselves. An ensemble of models of different architectures
+is scored, with a :class:`MixedEnsembleWarning` and a note in the result.
+
+:func:`mean_softmax` is a model's predictive distribution on one dataset: the softmax averaged
+over its caches and passes; :class:`PredictorProbs` that of every predictor on one dataset (an
+ensemble's: the mean of its members'), and :func:`fit_predictor_temperature` fits a
+predictor's temperature on its calibration set (refused on too few images or at a bound of the
+search).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -25,33 +39,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from uqmetrics import InputError, input_checksum
+from uqmetrics import InputError, UqmetricsWarning, input_checksum
 
 from .cache import check_aligned, check_finite_logits, index_caches, read_cache
 from .evalsets import cache_eval_set
+from .exceptions import UqvisionWarning
+from .roles import LABELLED_ROLES, declared_ensembles
 
 if TYPE_CHECKING:  # xarray is imported on use (by read_cache)
     import xarray as xr
 
-__all__ = ["CacheGroups", "Predictor", "PredictorProbs", "ensemble_methods",
-           "fit_predictor_temperature", "group_predictors", "mean_softmax", "pick_dataset",
-           "read_cache_groups"]
+__all__ = ["CacheGroups", "MixedEnsembleWarning", "Predictor", "PredictorProbs",
+           "check_members", "declared_ensembles", "fit_predictor_temperature",
+           "group_predictors", "mean_softmax", "pick_set", "pick_test_and_calibration",
+           "read_cache_groups", "set_roles"]
 
 
-def ensemble_methods(value: Any) -> tuple[str, ...]:
-    """A config's ``ensembles`` (the training methods whose runs are scored as one ensemble
-    predictor, :func:`group_predictors`) as a tuple: one name, a sequence of them or None.
-
-    Raises
-    ------
-    uqmetrics.InputError
-        A name that is not a non-empty string, naming it.
-    """
-    ensembles = (value,) if isinstance(value, str) else tuple(value or ())
-    bad = [m for m in ensembles if not isinstance(m, str) or not m]
-    if bad:
-        raise InputError(f"ensembles must be training-method names, got {bad!r} in {value!r}")
-    return ensembles
+class MixedEnsembleWarning(UqvisionWarning, UqmetricsWarning):
+    """An ensemble row averages models of different architectures (a declared ``--ensemble``
+    of a ResNet and a ViT, say): it is scored, and the result's ``notes`` say so."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,13 @@ class CacheGroups:
     checksums : list of str
         The input checksum of every cache (:func:`uqmetrics.input_checksum`), in the order
         read (a file given twice, or a copy of one, is read once).
+    runs : dict
+        ``model -> (ensemble id, ensemble size)``: the ``uqvision train`` run it was trained
+        in (its caches' ``ensemble`` and ``ensemble_size`` attrs; ``("", 0)`` where none is
+        recorded or its caches record several).
+    architectures : dict
+        ``model -> architecture``: its caches' ``architecture`` attr (else ``model_name``;
+        ``""`` where none is recorded).
     """
 
     groups: dict[tuple[str, str], list[xr.Dataset]]
@@ -105,6 +118,8 @@ class CacheGroups:
     modes: dict[str, str]
     methods: dict[str, str]
     checksums: list[str]
+    runs: dict[str, tuple[str, int]]
+    architectures: dict[str, str]
 
     @property
     def models(self) -> list[str]:
@@ -139,8 +154,8 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
         Cache files or folders of them (:func:`uqvision.cache.index_caches`: complete caches
         only, the others skipped with a ``SkippedCacheWarning``).
     record : callable, optional
-        ``record(cache) -> dict``: the evaluation-set record of a cache's dataset; default
-        :func:`uqvision.evalsets.cache_eval_set` of its attrs.
+        ``record(cache) -> dict``: the evaluation-set record of a cache's dataset (with its
+        ``set_role``); default :func:`uqvision.evalsets.cache_eval_set` of its attrs.
 
     Returns
     -------
@@ -155,7 +170,7 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
         ``class`` coordinate: e.g. a model without recorded class names whose OOD cache took
         its classes from the OOD folder) or that are the same cache with other logits (the
         same model, dataset, mode, pass and sample; identical files are read once), naming
-        both files.
+        both files; caches of one dataset that record two roles (naming both files).
     """
     paths = [i.path for i in index_caches(
         [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
@@ -165,6 +180,9 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
     sets: dict[str, dict] = {}
     modes: dict[str, set] = defaultdict(set)
     methods: dict[str, set] = defaultdict(set)
+    runs: dict[str, set] = defaultdict(set)
+    archs: dict[str, set] = defaultdict(set)
+    roles: dict[str, tuple[str, Path]] = {}  # dataset_name -> (its role, the first file)
     checksums = []
     seen: dict[tuple, tuple[Path, str]] = {}  # one cache's identity -> (its file, checksum)
     spaces: dict[str, xr.Dataset] = {}  # model -> its first cache
@@ -195,8 +213,14 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
             spaces[model] = ds
         groups[model, name].append(ds)
         sets[name] = record(ds)
+        role = sets[name].get("set_role", "")
+        if roles.setdefault(name, (role, Path(path)))[0] != role:
+            _two_roles(name, *roles[name], role, Path(path))
         modes[model].add(str(ds.attrs["mode"]))
         methods[model].add(str(ds.attrs.get("method", "")))
+        runs[model].add((str(ds.attrs.get("ensemble", "")),
+                         int(ds.attrs.get("ensemble_size", 0) or 0)))
+        archs[model].add(str(ds.attrs.get("architecture") or ds.attrs.get("model_name") or ""))
         checksums.append(checksum)
     for model, m in modes.items():
         if len(m) > 1:
@@ -204,7 +228,17 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
                              f"{sorted(m)}: score the caches of one mode")
     return CacheGroups(groups, sets, {m: next(iter(v)) for m, v in modes.items()},
                        {m: next(iter(v)) if len(v) == 1 else "" for m, v in methods.items()},
-                       checksums)
+                       checksums,
+                       {m: next(iter(v)) if len(v) == 1 else ("", 0) for m, v in runs.items()},
+                       {m: next(iter(v)) if len(v) == 1 else "" for m, v in archs.items()})
+
+
+def _two_roles(name: str, role: str, path: Path, other: str, other_path: Path) -> None:
+    """Refuse two caches of dataset ``name`` that record two roles, naming both files."""
+    raise InputError(f"caches {str(path)!r} and {str(other_path)!r} of dataset {name!r} record "
+                     f"two roles, {role!r} and {other!r} (attr set_role): a set plays one role; "
+                     "predict it again under another name (uqvision sweep --sets "
+                     "ROLE:NAME=PATH) or remove the caches of the other role")
 
 
 def _source(ds: xr.Dataset) -> str:
@@ -225,46 +259,224 @@ def _check_class_space(first: xr.Dataset, ds: xr.Dataset, subject: str, rule: st
         + (" in another order" if a.size == b.size else "") + f"; {rule}")
 
 
-def group_predictors(models: list[str], modes: Mapping[str, str], methods: Mapping[str, str],
-                     ensembles: Iterable[str]) -> list[Predictor]:
-    """The models, then one ensemble row per (method of ``ensembles``, mode) with >= 2 models.
+def group_predictors(read: CacheGroups, ensembles: Any = None, *,
+                     models: list[str] | None = None) -> tuple[list[Predictor], list[str]]:
+    """The models, then one ensemble row per group of models declared together.
 
     Parameters
     ----------
-    models : list of str
-        The models, in row order.
-    modes, methods : mapping
-        Each model's prediction mode and training method (:class:`CacheGroups`).
-    ensembles : iterable of str
-        Training methods whose models are also scored together, per prediction mode.
+    read : CacheGroups
+        The caches (:func:`read_cache_groups`): each model's mode, method, training run and
+        architecture.
+    ensembles : mapping or iterable of str, optional
+        The declared ensembles (:func:`uqvision.roles.declared_ensembles`: ``{name:
+        members}`` or ``NAME=M1,M2,...`` strings; ``--ensemble``).
+    models : list of str, optional
+        The models, in row order (default every model, sorted).
 
     Returns
     -------
-    list of Predictor
-        A ``single`` row per model, then the ``ensemble`` rows (per method in the given order,
-        per mode sorted), named ``<method>[<k>]``, or ``<method>_<mode>[<k>]`` for a mode other
-        than ``plain``.
+    predictors : list of Predictor
+        A ``single`` row per model; then an ``ensemble`` row per training run with two or more
+        of its members among the models, per prediction mode (its caches' ``ensemble`` id,
+        from ``uqvision train --members K``), named ``<method>[<k>]``, or
+        ``<method>_<mode>[<k>]`` for a mode other than ``plain`` (``ensemble`` for members
+        that record no method; with the run's id, ``<name>@<id>``, where two runs would share a
+        name); then each declared ensemble, named as declared. Models trained alone, or
+        recording no run, are never grouped of themselves.
+    notes : list of str
+        One line per ensemble of models of different architectures (each also a
+        :class:`MixedEnsembleWarning`), and per run with members missing from the caches.
 
     Raises
     ------
     uqmetrics.InputError
-        An ensemble row's name is a model's.
+        A declared ensemble with a member that has no caches (naming the models) or members
+        of several prediction modes; a row whose name is a model's or another row's.
     """
-    out = [Predictor(m, "single", modes[m], (m,)) for m in models]
-    for method in ensembles:
-        by_mode: dict[str, list[str]] = defaultdict(list)
-        for m in models:
-            if methods[m] == method:
-                by_mode[modes[m]].append(m)
-        for mode, members in sorted(by_mode.items()):
-            if len(members) < 2:
-                continue
-            name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
-            if name in models:
-                raise InputError(f"ensemble row {name!r} (the {len(members)} models of method "
-                                 f"{method!r}) has the name of a model: rename that model's "
-                                 "caches or leave the method out of ensembles")
-            out.append(Predictor(name, "ensemble", mode, tuple(members)))
+    models = read.models if models is None else list(models)
+    out = [Predictor(m, "single", read.modes[m], (m,)) for m in models]
+    notes: list[str] = []
+    runs: dict[tuple[str, str], list[str]] = defaultdict(list)  # (run id, mode) -> members
+    for m in models:
+        run, size = read.runs.get(m, ("", 0))
+        if run and size >= 2:
+            runs[run, read.modes[m]].append(m)
+    trained = []
+    for (run, mode), members in sorted(runs.items()):
+        if len(members) < 2:
+            continue
+        methods = {read.methods[m] for m in members}
+        method = methods.pop() if len(methods) == 1 and "" not in methods else "ensemble"
+        name = f"{method}{'' if mode == 'plain' else '_' + mode}[{len(members)}]"
+        size = read.runs[members[0]][1]
+        if len(members) < size:
+            notes.append(f"ensemble {name} (uqvision train run {run}): {len(members)} of its "
+                         f"{size} members have caches")
+        trained.append((name, run, mode, members))
+    counts: dict[str, int] = defaultdict(int)
+    for name, *_ in trained:
+        counts[name] += 1
+    for name, run, mode, members in trained:
+        out.append(Predictor(name if counts[name] == 1 else f"{name}@{run}", "ensemble", mode,
+                             tuple(members)))
+    for name, members in declared_ensembles(ensembles).items():
+        missing = [m for m in members if m not in read.modes]
+        if missing:
+            raise InputError(f"ensembles (--ensemble) {name}={','.join(members)}: no caches of "
+                             f"model(s) {missing}; the models: {sorted(read.modes)}")
+        mode = {read.modes[m] for m in members}
+        if len(mode) > 1:
+            raise InputError(f"ensembles (--ensemble) {name}={','.join(members)}: its members "
+                             f"have caches of several prediction modes {sorted(mode)}: declare "
+                             "an ensemble of one mode")
+        out.append(Predictor(name, "ensemble", mode.pop(), tuple(members)))
+    seen: set[str] = set()
+    for pred in out:
+        if pred.name in seen:
+            raise InputError(f"ensemble row {pred.name!r} (of models {list(pred.members)}) has "
+                             "the name of a model or another row: declare it under another "
+                             "name (--ensemble NAME=...)")
+        seen.add(pred.name)
+    for pred in out[len(models):]:
+        archs = {m: read.architectures.get(m, "") for m in pred.members}
+        if len(set(archs.values()) - {""}) > 1:
+            note = (f"ensemble {pred.name} averages models of different architectures: "
+                    + ", ".join(f"{m} ({a or '?'})" for m, a in archs.items()))
+            warnings.warn(note, MixedEnsembleWarning, stacklevel=2)
+            notes.append(note)
+    return out, notes
+
+
+def pick_set(role: str, given: str | None, sets: Mapping[str, Mapping[str, Any]], *,
+             option: str, accept: Iterable[str] = LABELLED_ROLES,
+             exclude: Iterable[str | None] = ()) -> str | None:
+    """The set of a role a protocol scores: the one named, else the only set of that role.
+
+    Parameters
+    ----------
+    role : str
+        The role wanted (``test``, ``calibration``, ``fit``): named in the errors.
+    given : str or None
+        The ``dataset_name`` asked for (``--test val``); ``None``: the only set whose caches
+        record role ``role``.
+    sets : mapping
+        ``dataset_name -> record`` with its ``set_role`` (:attr:`CacheGroups.sets`,
+        :func:`set_roles`).
+    option : str
+        The option that names the set (``--test``), in the errors.
+    accept : iterable of str
+        The roles a set named for ``role`` may record (default ``test`` and
+        ``calibration``: never ``fit``, an OOD set or a shifted one).
+    exclude : iterable of str
+        Sets that are not candidates without ``given`` (the set chosen for another role).
+
+    Returns
+    -------
+    str or None
+        ``given``; else the only set of role ``role`` but ``exclude``; ``None`` where there
+        is none.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``given`` has no caches, or records a role not in ``accept`` (a ``fit`` set: training
+        images); several sets of role ``role`` without ``given``: one line naming them and
+        ``option``.
+
+    Examples
+    --------
+    >>> sets = {"val": {"set_role": "test"}, "fit": {"set_role": "fit"}}
+    >>> pick_set("test", None, sets, option="--test"), pick_set("fit", None, sets, option="--fit")
+    ('val', 'fit')
+    >>> pick_set("calibration", None, sets, option="--calibration") is None
+    True
+    """
+    accept = tuple(accept)
+    listed = ", ".join(f"{n} ({sets[n].get('set_role') or '?'})" for n in sorted(sets))
+    if given is not None:
+        if given not in sets:
+            raise InputError(f"{option} {given!r}: no caches of dataset {given!r}; the caches' "
+                             f"sets (role): {listed}")
+        got = sets[given].get("set_role", "")
+        if got not in accept:
+            why = " (an ID training subset: training images are never scored)" \
+                if got == "fit" else ""
+            raise InputError(f"{option} {given!r}: dataset {given!r} has role {got!r}{why}, "
+                             f"never a {role} set (a {role} set has role "
+                             f"{' or '.join(map(repr, accept))}); the caches' sets (role): "
+                             f"{listed}")
+        return given
+    skip = {e for e in exclude if e is not None}
+    found = sorted(n for n, r in sets.items() if r.get("set_role") == role and n not in skip)
+    if len(found) > 1:
+        raise InputError(f"the caches hold {len(found)} sets of role {role!r}: "
+                         f"{', '.join(map(repr, found))}; name the {role} set ({option} NAME)")
+    return found[0] if found else None
+
+
+def pick_test_and_calibration(sets: Mapping[str, Mapping[str, Any]], test: str | None,
+                              calibration: str | None) -> tuple[str, str]:
+    """The test and calibration sets of a protocol that calibrates on clean data (shift,
+    conformal): each the one named (``--test``, ``--calibration``), else the only set of
+    its role (:func:`pick_set`; the named one of the other role is not a candidate); a missing
+    calibration set is the test set (the protocol splits it), a missing test set the
+    calibration set (its held-out rest).
+
+    Returns
+    -------
+    (test, calibration) : (str, str)
+        Dataset names; the same one where the protocol splits it.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        As :func:`pick_set`; neither set found (naming the caches' sets and ``--test``).
+    """
+    cal = pick_set("calibration", calibration, sets, option="--calibration", exclude=(test,))
+    chosen = pick_set("test", test, sets, option="--test", exclude=(calibration,))
+    if cal is None and chosen is None:
+        listed = ", ".join(f"{n} ({sets[n].get('set_role') or '?'})" for n in sorted(sets))
+        raise InputError(f"no set of role 'test' or 'calibration' among the caches' sets (role): "
+                         f"{listed}; predict the clean test set (a clean folder's default role "
+                         "is test; uqvision sweep --sets test:NAME=PATH) or name it (--test NAME)")
+    return chosen or cal, cal or chosen  # type: ignore[return-value]
+
+
+def check_members(pred: Predictor, groups: Mapping[tuple[str, str], Any], name: str, role: str,
+                  option: str) -> None:
+    """Refuse a predictor a member of which has no caches of the ``role`` set ``name``
+    (naming the model, the set and its option)."""
+    lacking = [m for m in pred.members if (m, name) not in groups]
+    if lacking:
+        whose = "" if pred.kind == "single" else f" (a member of {pred.name!r})"
+        raise InputError(f"model {lacking[0]!r}{whose} has no caches of the {role} set {name!r} "
+                         f"({option}): predict it on that set, or score the caches of the "
+                         "models that have")
+
+
+def set_roles(infos: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """``dataset_name -> {"set_role": role}`` of indexed caches (:class:`uqvision.cache.
+    CacheInfo`, their headers read again): what :func:`pick_set` chooses among for a protocol
+    that reads caches one dataset at a time (``score selective``).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Caches of one dataset that record two roles, naming both files.
+    """
+    import xarray as xr  # imported on use
+
+    out: dict[str, dict[str, Any]] = {}
+    first: dict[str, Path] = {}
+    for info in infos:
+        with xr.open_dataset(info.path, engine="netcdf4") as ds:  # the header only
+            role = cache_eval_set(ds.attrs)["set_role"]
+        name = info.dataset_name
+        if name in out and out[name]["set_role"] != role:
+            _two_roles(name, out[name]["set_role"], first[name], role, Path(info.path))
+        out.setdefault(name, {"set_role": role})
+        first.setdefault(name, Path(info.path))
     return out
 
 
@@ -405,51 +617,3 @@ def fit_predictor_temperature(model: str, dataset: str, logp: np.ndarray, labels
     except InputError as exc:
         raise InputError(f"model {model!r}, calibration dataset {dataset!r} ({k} images, "
                          f"{flag} {size:g}): {exc}") from None
-
-
-def pick_dataset(kind: str, given: str | None, names: list[str], default: str | None,
-                 model: str) -> str:
-    """Choose one of a predictor's clean datasets.
-
-    Parameters
-    ----------
-    kind : str
-        What the dataset is for (``calibration``, ``clean``): named in the errors, with its
-        option ``--<kind>-dataset``.
-    given : str or None
-        The dataset asked for; ``None``: the default.
-    names : list of str
-        The predictor's clean datasets to choose from.
-    default : str or None
-        The dataset chosen without ``given`` where it is among ``names``.
-    model : str
-        The predictor's name (for the errors).
-
-    Returns
-    -------
-    str
-        ``given``; else ``default`` where it is among ``names``; else the only one of ``names``.
-
-    Raises
-    ------
-    uqmetrics.InputError
-        ``given`` is not among ``names``; no ``given`` and no default among several names.
-
-    Examples
-    --------
-    >>> pick_dataset("calibration", None, ["test", "val"], "val", "m")
-    'val'
-    >>> pick_dataset("clean", None, ["test"], None, "m")
-    'test'
-    """
-    if given is not None:
-        if given not in names:
-            raise InputError(f"model {model!r} has no clean caches of {kind} dataset {given!r}; "
-                             f"its clean datasets: {names}")
-        return given
-    if default is not None and default in names:
-        return default
-    if len(names) == 1:
-        return names[0]
-    raise InputError(f"model {model!r} has clean caches of several datasets {names}: choose "
-                     f"the {kind} dataset (--{kind}-dataset)")

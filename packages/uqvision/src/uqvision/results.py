@@ -339,7 +339,7 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
     )
 
     config = config or SelectiveConfig()
-    dataset = config.dataset if scores is None else str(scores.attrs["dataset_name"])
+    dataset = config.test if scores is None else str(scores.attrs["dataset_name"])
     infos = select_dataset(index_caches(caches), dataset)
 
     def cache_of(model: str, mode: str):

@@ -86,7 +86,7 @@ def test_a_tampered_metadata_deletes_nothing_outside_out(clean, tmp_path, name, 
         make_corrupted_folder(clean, out, **{**KW, "seed": 1}, overwrite=True)
     assert main(["data", "imagenet-c", "--src", str(clean), "--out", str(out), *CLI,
                  "--seed", "1", "--overwrite"]) == 2
-    err = _one_line_error(capsys, "data")
+    err = _one_line_error(capsys, "data imagenet-c")
     assert str(out / METADATA_FILE) in err and "is not a corruption of imagecorruptions" in err
     assert _files(victim) == {"thesis.tex": b"mine"}
     assert {k: v for k, v in _files(out).items() if k != METADATA_FILE} == {
@@ -155,7 +155,7 @@ def test_out_inside_src_or_holding_it_is_refused_up_front(clean, tmp_path, capsy
     for _ in range(2):
         assert main(["data", "imagenet-c", "--src", str(src), "--out", str(src / "c"),
                      *CLI]) == 2
-        err = _one_line_error(capsys, "data")
+        err = _one_line_error(capsys, "data imagenet-c")
         assert f"--out '{src / 'c'}' lies inside the input --src '{src}'" in err
     assert _files(src) == before
     with pytest.raises(InputError, match="holds the input --src"):
@@ -239,7 +239,7 @@ def test_a_full_disk_names_the_image_being_written(clean, tmp_path, capsys):
         folder = make(12288)
         out = folder / "c"
         assert main(["data", "imagenet-c", "--src", str(clean), "--out", str(out), *CLI]) == 2
-        err = _one_line_error(capsys, "data")
+        err = _one_line_error(capsys, "data imagenet-c")
         named = err.split("error: ", 1)[1].split(": ", 1)[0]
         assert named.startswith(f"{out}/") and named.endswith(".JPEG"), err
         assert Path(named).relative_to(out).parts[0] in ("brightness", "contrast")
@@ -259,7 +259,7 @@ def test_digits_overwrite_refuses_a_folder_that_is_not_a_dataset(tmp_path, capsy
     (out / "thesis.tex").write_text("mine")
     assert main(["data", "digits", "--out", str(out), "--overwrite",
                  "--max-per-class", "2"]) == 2
-    err = _one_line_error(capsys, "data")
+    err = _one_line_error(capsys, "data digits")
     assert f"--out '{out}' exists and is not a uqvision dataset folder" in err
     assert _files(out) == {"thesis.tex": b"mine"}
 
@@ -269,7 +269,7 @@ def test_digits_overwrite_refuses_a_folder_that_is_not_a_dataset(tmp_path, capsy
     assert main(["data", "digits", "--out", str(data), "--overwrite",
                  "--max-per-class", "3"]) == 2
     assert "holds files uqvision data did not write ('train/notes.md')" in _one_line_error(
-        capsys, "data")
+        capsys, "data digits")
     (data / "train" / "notes.md").unlink()
     assert main(["data", "digits", "--out", str(data), "--overwrite",
                  "--max-per-class", "3"]) == 0  # its data.config.toml is its own
@@ -284,7 +284,7 @@ def test_subset_with_out_as_src_is_refused(tmp_path, capsys):
     for out in (src, src / "fit", src.parent):
         assert main(["data", "subset", "--src", str(src), "--out", str(out), "--overwrite",
                      "--per-class", "1"]) == 2
-        err = _one_line_error(capsys, "data")
+        err = _one_line_error(capsys, "data subset")
         assert "the input --src" in err and str(src) in err
     assert _files(src.parent) == before
 

@@ -54,6 +54,8 @@ def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder", n
     n, c = logits.shape[-2:]
     attrs = {"model": model, "dataset_name": dataset, "mode": "plain", "pass_index": 0,
              "eval_set": eval_set, "role": role, **attrs}
+    if dataset == "val":  # declared the calibration set (test: a clean set's default, test)
+        attrs.setdefault("set_role", "calibration")
     ds = cache_dataset(logits, _labels(n) if labels is None else labels,
                        samples=samples or [f"k{i % c}/img{i}.png" for i in range(n)],
                        classes=classes or [f"c{j}" for j in range(c)], attrs=attrs)
@@ -226,6 +228,7 @@ def test_nan_logits_name_the_file_and_count_the_samples(tmp_path):
             r"'k3/img3.png'\)")):
         score_ood(folder, OodConfig(detectors=("msp",)))
     # the selective protocol's too (it said "logits contains non-finite values", no file)
+    bad = _write(tmp_path / "selective", "m1", "test", z)
     with pytest.raises(InputError, match=rf"^cache '{bad}': the logits of 2 of 30 samples"):
         score_selective([bad], SelectiveConfig(calibration_size=0.5))
 

@@ -17,21 +17,18 @@ leading *network* axis ``B``; randomness is counter based (:mod:`uqreg.rng`), so
 trains exactly the networks a per-network loop would, whatever chunk they fall in.
 """
 
-from .config import L2_MODES, RECIPES, Recipe, TrainConfig
-from .heads import HEADS, Head
-from .network import BatchedMLP, NetworkBatch, xavier_uniform
-from .plan import (
-    ExecutionPlan,
-    JobResult,
-    TrainJob,
-    bytes_per_network,
-    chunk_size,
-    execute,
-    make_plan,
-    single_threaded,
-)
-from .samplers import SAMPLERS, Sampler
-from .train import half_mse, objective, predict_batched, train_batched
+from uqmetrics.lazy import attach
+
+# every name imported on first use (docs/conventions.md#fast-help)
+__getattr__, __dir__ = attach(__name__, {
+    ".config": ["L2_MODES", "RECIPES", "Recipe", "TrainConfig"],
+    ".heads": ["HEADS", "Head"],
+    ".network": ["BatchedMLP", "NetworkBatch", "xavier_uniform"],
+    ".plan": ["ExecutionPlan", "JobResult", "TrainJob", "bytes_per_network", "chunk_size",
+              "execute", "make_plan", "single_threaded"],
+    ".samplers": ["SAMPLERS", "Sampler"],
+    ".train": ["half_mse", "objective", "predict_batched", "train_batched"],
+})
 
 __all__ = [
     "HEADS",

@@ -5,12 +5,16 @@ docs/conventions.md#r-3b)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from uqmetrics import InputError
 from uqmetrics.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 #: How a recipe applies its L2 penalty λ to the weights (biases are never penalised):
 #: ``coupled``: gradient += λ·w (PyTorch Adam ``weight_decay``); ``sum``: gradient += (λ/N)·w, the
@@ -238,17 +242,15 @@ class TrainConfig:
         for name, ok, requirement in checks:
             if not ok(getattr(self, name)):
                 raise ConfigError(name, requirement, getattr(self, name))
-        try:
-            kind = torch.device(self.device).type
-        except (RuntimeError, TypeError):
-            kind = None
-        if kind not in ("cpu", "cuda"):
+        if not (isinstance(self.device, str) and re.fullmatch(r"(cpu|cuda)(:\d+)?", self.device)):
             raise ConfigError("device", "must be cpu, cuda or cuda:N", self.device)
         RECIPES.lookup(self.recipe)
 
     def torch_device(self) -> torch.device:
         """``device`` where the networks are placed; ``ValueError`` if it is not on this machine
         (checked where the work runs: a config may be written for a cluster's GPU workers)."""
+        import torch  # where the work runs (a configuration imports no torch)
+
         device = torch.device(self.device)
         if device.type == "cuda":
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -263,4 +265,6 @@ class TrainConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        import torch  # where the work runs (a configuration imports no torch)
+
         return getattr(torch, self.dtype)

@@ -15,19 +15,22 @@ its fully resolved configuration beside them (:attr:`Command.config_files`;
 --nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the logits
 gathered before rank 0 writes.
 
-A command imports what it runs and no more: this package imports the registries and the
-prediction and training layers (``import uqvision`` fills every registry, scoring code
-excluded); scoring, plotting, metadata, sweeps and the demo are imported by the commands that
-use them, and :func:`main` adds only the arguments of the command it runs, down to the
-protocol of ``score`` and ``reproduce`` (``uqvision predict`` and ``uqvision train`` load no
-scoring module, no scipy, matplotlib or Dask).
+A command imports what it runs and no more (docs/conventions.md#fast-help): the parsers are
+built from light modules (no torch, timm or Dask: ``uqvision -h`` and every ``COMMAND -h``),
+the names of the registries whose modules import torch from :mod:`uqvision.catalog`, and
+:func:`main` adds only the arguments of the command it runs, down to the protocol of
+``score`` and ``reproduce`` and the maker of ``data``; then it fills the registries
+(:func:`uqvision.load_registries`) and runs the command, which imports what it uses (scoring,
+plotting, metadata, sweeps and the demo only where used: ``uqvision predict`` and ``uqvision
+train`` load no scoring module, no scipy, matplotlib or Dask). Errors name the sub-command
+that failed (``uqvision data digits: error: ...``).
 
 One concern per module (every name that tests and tools read is importable from
 ``uqvision.cli`` itself):
 
 - :mod:`~.base`: the parser (one-line errors, no abbreviated options, retired options, lazy
   sub-commands), the help formatter, the building of sub-commands, the result line;
-- :mod:`~.train`: ``data`` and ``train``;
+- :mod:`~.train`: ``data MAKER`` and ``train``;
 - :mod:`~.predict`: ``predict``, its options and the reading of ``--data`` (both shared with
   ``sweep``);
 - :mod:`~.score`: ``score``, ``plot`` and ``reproduce``, built from the protocol registry;
@@ -44,13 +47,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import torch
 from uqmetrics import run_command
 from uqmetrics.registry import Registry
 from uqmetrics.run_config import rerun, run_recorded
 
+from .. import load_registries
 from ..options import COUNT, Command
-from ..plugins import PLUGIN_REGISTRIES, plugin_report
 from ..protocols import VISION_PROTOCOLS
 from .base import _add_subcommands, _HelpFormatter, _Parser, _print
 from .demo import (
@@ -58,6 +60,7 @@ from .demo import (
     _args_demo,
     _cmd_demo,
 )
+from .evaluate import _args_evaluate, _cmd_evaluate
 from .predict import (  # noqa: F401
     _PREDICT_OPTIONS,
     _args_predict,
@@ -96,9 +99,10 @@ def _cmd_rerun(a: argparse.Namespace) -> int:
     """``uqvision rerun RESULT``: the recorded command, printed, its options read back from
     ``RESULT`` (``--config RESULT``: no launcher option, no ``--overwrite``), ``--out``,
     ``--overwrite`` and the options after ``RESULT`` given here overriding them
-    (:func:`uqmetrics.run_config.rerun`)."""
+    (:func:`uqmetrics.run_config.rerun`). A score file a sweep wrote records the score command
+    on the sweep's caches (rerun: the score alone) and the sweep (``--with-sweep``)."""
     return rerun(a.result, "uqvision", main, out=a.out, overwrite=a.overwrite,
-                 options=a.options, yes=a.yes)
+                 options=a.options, yes=a.yes, whole=a.with_sweep)
 
 
 def _args_rerun(p: argparse.ArgumentParser) -> None:
@@ -107,8 +111,13 @@ def _args_rerun(p: argparse.ArgumentParser) -> None:
                                   "command's (e.g. --cluster slurm --jobs 4: a result file "
                                   "never gives launcher options)")
     p.add_argument("--out", default=None,
-                   help="where the run writes (the command's --out; default: the recorded "
-                        "one, refused unless --overwrite)")
+                   help="where the run writes, as the recorded command's --out: a file (.nc) "
+                        "for a score file, a folder for caches, a sweep, a reproduction "
+                        "(default: the recorded one, refused unless --overwrite)")
+    p.add_argument("--with-sweep", action="store_true",
+                   help="a score file written by uqvision sweep: run that sweep again (its "
+                        "caches, then its scores; --out: its folder) instead of the score "
+                        "alone")
     p.add_argument("--overwrite", action="store_true", help="replace the results there")
     p.add_argument("--yes", action="store_true",
                    help="run a command recorded by another user or on another host (or by a "
@@ -117,6 +126,8 @@ def _args_rerun(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_plugins(a: argparse.Namespace) -> int:
+    from ..plugins import PLUGIN_REGISTRIES, plugin_report
+
     _print(plugin_report())
     return 1 if any(reg.broken for reg in PLUGIN_REGISTRIES) else 0
 
@@ -135,6 +146,8 @@ COMMANDS.add("score", Command(_cmd_score, _args_score, "score caches with a prot
                               _config_files_score))
 COMMANDS.add("sweep", Command(_cmd_sweep, _args_sweep, "cache and score a model zoo on Dask",
                               _config_files_sweep))
+COMMANDS.add("evaluate", Command(_cmd_evaluate, _args_evaluate, "the whole evaluation of a zoo "
+                                 "from a TOML file: sweep, scores, figures, site (resumable)"))
 COMMANDS.add("plot", Command(_cmd_plot, _args_plot,
                              "reliability, risk-coverage, metric-vs-size figures"))
 COMMANDS.add("reproduce", Command(_cmd_reproduce, _args_reproduce,
@@ -160,7 +173,10 @@ COMMANDS.add("demo", Command(_cmd_demo, _args_demo,
 
 
 def _add_protocol_commands() -> None:
-    """The commands the protocols bring (``metadata``, ``split``), after the general ones."""
+    """The commands the protocols bring (``metadata``, ``split``), after the general ones,
+    plugins' protocols included (their entries are loaded here: a protocol's entry imports
+    no torch, its scorer and driver are imported on use)."""
+    VISION_PROTOCOLS.load_plugins()
     for proto in VISION_PROTOCOLS.values():
         for name, cmd in proto.commands.items():
             COMMANDS.add(name, cmd)
@@ -193,12 +209,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("uqvision: interrupted", file=sys.stderr)
         return 130
+    command = parser.innermost()  # its errors name it: "uqvision score NAME: error: ..."
     if extras and args.command != "rerun":  # rerun passes them to the command it runs
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
     if extras:
         args.options = extras
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
-    cmd = COMMANDS.lookup(args.command)  # its configuration recorded (uqmetrics.run_config)
-    return run_command("uqvision", args.command,
+    cmd = COMMANDS.lookup(args.command)
+    load_registries()  # the parsers were built from light modules; the command runs on all
+    # its configuration recorded (uqmetrics.run_config), its errors naming the sub-command
+    return run_command("uqvision", command.prog.partition(" ")[2],
                        lambda: run_recorded(args, lambda: cmd.run(args), cmd.config_files))

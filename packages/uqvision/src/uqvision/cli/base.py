@@ -1,22 +1,87 @@
 """The machinery every ``uqvision`` command shares: the argument parser (one-line errors, no
 abbreviated options, retired options refused with what to write instead, sub-commands whose
 arguments are added when they are parsed), the help formatter, the building of sub-commands
-(``uqvision COMMAND``, ``uqvision score PROTOCOL``, ``uqvision reproduce NAME``) and the
-printing of a result line.
+(``uqvision COMMAND``, ``uqvision score PROTOCOL``, ``uqvision reproduce NAME``,
+``uqvision data MAKER``), help read from a function's numpydoc docstring as plain text
+(:func:`summary`, :func:`parameter_help`) and the printing of a result line.
+
+This module and every module a parser is built from import no torch, timm or Dask: the
+commands import what they run (docs/conventions.md#fast-help).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import textwrap
 import typing
 from collections.abc import Callable, Iterable, Sequence
 
+from uqmetrics.lazy import LazySubParsers
 from uqmetrics.run_config import finish_parse
 
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
+
+
+#: A Sphinx role (``:func:`~a.b``` -> ``b``, ``:data:`X``` -> ``X``).
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`]+)`")
+#: A parameter documented as another function's (``As :func:`make_corrupted_folder`.``).
+_AS = re.compile(r"As :[a-z]+:`~?([\w.]+)`\.?")
+
+
+def plain_text(text: str) -> str:
+    """Docstring text as the help shows it: Sphinx roles and literals unmarked
+    (``:func:`~a.b``` -> ``b``, ````x```` -> ``x``), on one line, ``%`` escaped for argparse.
+
+    Examples
+    --------
+    >>> plain_text("As :func:`~uqvision.data.make_corrupted_folder`; ``--out`` 5%")
+    'As make_corrupted_folder; --out 5%%'
+    """
+    text = _ROLE.sub(lambda m: m.group(2).rpartition(".")[2] if m.group(1) else m.group(2),
+                     text)
+    return " ".join(text.replace("``", "").split()).replace("%", "%%")
+
+
+def summary(func: typing.Callable) -> str:
+    """The first paragraph of ``func``'s docstring, whole, as plain text (:func:`plain_text`)."""
+    return plain_text((inspect.getdoc(func) or "").split("\n\n")[0])
+
+
+def parameter_help(func: typing.Callable) -> dict[str, str]:
+    """Each parameter's description in ``func``'s numpydoc ``Parameters`` section, whole, as
+    plain text (:func:`plain_text`); ``a, b : int`` documents both; a description that reads
+    ``As :func:`other`.`` is ``other``'s description of that parameter (a function of
+    ``func``'s module)."""
+    lines = (inspect.getdoc(func) or "").splitlines()
+    heads = [i for i in range(len(lines) - 1)
+             if lines[i].strip() and not lines[i].startswith(" ")
+             and lines[i + 1].strip() and set(lines[i + 1].strip()) == {"-"}]
+    start = next((i for i in heads if lines[i].strip() == "Parameters"), None)
+    if start is None:
+        return {}
+    end = next((i for i in heads if i > start), len(lines))
+    found: dict[str, list[str]] = {}
+    names: list[str] = []
+    for line in lines[start + 2:end]:
+        if line.strip() and not line.startswith(" "):  # "name, other : type, default x"
+            names = [n.strip() for n in line.partition(" : ")[0].split(",")]
+            for n in names:
+                found[n] = []
+        elif line.strip():
+            for n in names:
+                found[n].append(line.strip())
+    out = {}
+    for name, words in found.items():
+        text = " ".join(words)
+        other = _AS.fullmatch(text)
+        target = func.__globals__.get(other.group(1).rpartition(".")[2]) if other else None
+        out[name] = (parameter_help(target).get(name, plain_text(text)) if callable(target)
+                     else plain_text(text))
+    return out
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +99,16 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.lazy = lazy
         self.retired: dict[str, str] = {}
+        self.chosen: argparse.ArgumentParser | None = None  # the sub-command parsed (lazy)
         self.register("action", "parsers", _LazySubparsers)
+
+    def innermost(self) -> argparse.ArgumentParser:
+        """The parser of the sub-command parsed last (``uqvision score NAME``'s), whose
+        ``prog`` names the command in its errors; this parser before any parse."""
+        parser = self
+        while getattr(parser, "chosen", None) is not None:
+            parser = parser.chosen
+        return parser
 
     def parse_known_args(self, args=None, namespace=None):
         for i, arg in enumerate(args if self.retired and args is not None else ()):
@@ -65,24 +139,13 @@ class _HelpFormatter(argparse.HelpFormatter):
         return [w for line in text.splitlines() for w in (textwrap.wrap(line, width) or [""])]
 
 
-class _LazySubparsers(argparse._SubParsersAction):
-    """Subcommands whose arguments are added when their command is parsed: building every
-    command's options would import what every command needs (the scorers, the demo, the
-    metadata tables), and ``uqvision predict`` needs none of it; ``uqvision score PROTOCOL``
-    builds only that protocol's options. ``uqvision -h`` lists every command; ``uqvision
-    COMMAND -h`` shows all of that command's options (or its sub-commands)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pending: dict[argparse.ArgumentParser,
-                           Callable[[argparse.ArgumentParser], None]] = {}
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        chosen = self._name_parser_map.get(values[0])  # a name or an alias
-        arguments = self.pending.pop(chosen, None) if chosen is not None else None
-        if arguments is not None:
-            arguments(chosen)
-        super().__call__(parser, namespace, values, option_string)
+class _LazySubparsers(LazySubParsers):
+    """Subcommands whose arguments are added when their command is parsed
+    (:class:`uqmetrics.lazy.LazySubParsers`): building every command's options would import
+    what every command needs (the scorers, the demo, the metadata tables), and ``uqvision
+    predict`` needs none of it; ``uqvision score PROTOCOL`` builds only that protocol's
+    options. ``uqvision -h`` lists every command; ``uqvision COMMAND -h`` shows all of that
+    command's options (or its sub-commands)."""
 
 
 def _add_subcommands(p: argparse.ArgumentParser, dest: str, metavar: str | None,

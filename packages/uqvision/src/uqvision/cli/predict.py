@@ -11,17 +11,11 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from uqmetrics.run_config import add_config_option, config_in_by_digest
 
-from ..data import (
-    TTA_POLICIES,
-    ImageFolderDataset,
-    check_output_outside,
-    describe_labels,
-    readable_images,
-)
-from ..models import check_model_spec
+from .. import catalog
 from ..options import (
     COUNT,
     INDEX,
@@ -31,16 +25,12 @@ from ..options import (
     config_kwargs,
     device_type,
 )
-from ..predict import (
-    AMP_MODES,
-    PASS_MODES,
-    PREDICT_CONFIG_OPTIONS,
-    PredictConfig,
-    check_caches,
-    predict_to_files,
-)
+from ..predict.config import AMP_MODES, PREDICT_CONFIG_OPTIONS, PredictConfig
 from ..protocols import VISION_PROTOCOLS
 from .base import _print
+
+if TYPE_CHECKING:
+    from ..data import ImageFolderDataset
 
 
 def _predict_config(a: argparse.Namespace) -> PredictConfig:
@@ -53,11 +43,17 @@ def _predict_config(a: argparse.Namespace) -> PredictConfig:
 
 def _data(a: argparse.Namespace) -> ImageFolderDataset:
     """``--data`` scanned once, in its layout (class folders, flat with ``--labels`` or a label
-    file found beside it, a tar; :mod:`uqvision.layouts`), ``--subset`` applied; an ``--out``
+    file found beside it, or without one for an OOD set, a tar; :mod:`uqvision.layouts`),
+    ``--subset`` applied; an ``--out``
     inside it is refused first. How it is labelled (the label file read, those passed over,
     the subset) is said on stderr in one line (:func:`uqvision.data.describe_labels`)."""
+    from ..data import ImageFolderDataset, check_output_outside, describe_labels
+    from ..evalsets import EVAL_SETS
+
     check_output_outside(a.data, getattr(a, "out", None))
-    folder = ImageFolderDataset(a.data, labels=a.labels, subset=a.subset)
+    # an evaluation set whose class map labels nothing (an OOD set) needs no class folders
+    unlabelled = EVAL_SETS.lookup(_predict_config(a).eval_set).class_map == "none"
+    folder = ImageFolderDataset(a.data, labels=a.labels, subset=a.subset, unlabelled=unlabelled)
     line = describe_labels(folder)
     if line and int(os.environ.get("RANK", "0")) == 0:
         print(f"uqvision {a.command}: {line}", file=sys.stderr, flush=True)
@@ -67,6 +63,8 @@ def _data(a: argparse.Namespace) -> ImageFolderDataset:
 def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None) -> None:
     """The images of ``--data``, checked before anything runs (:func:`uqvision.data.
     readable_images`); with ``--skip-bad-images`` the log says which are left out."""
+    from ..data import readable_images
+
     folder = readable_images(data or _data(a), skip_bad=a.skip_bad_images)
     if folder.skipped and int(os.environ.get("RANK", "0")) == 0:
         shown = "; ".join(f"{rel}: {why}" for rel, why in list(folder.skipped.items())[:5])
@@ -76,6 +74,9 @@ def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
+    from ..models import check_model_spec
+    from ..predict import check_caches, predict_to_files
+
     check_output_folder("--out", a.out)
     for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
         check_model_spec(spec)
@@ -108,8 +109,8 @@ def _cmd_predict(a: argparse.Namespace) -> int:
 #: ``uqvision predict`` / ``sweep`` options generated from :class:`PredictConfig` (defaults
 #: from its fields).
 _PREDICT_OPTIONS = (
-    ConfigOption("mode", choices=PASS_MODES.names,
-                 help="prediction mode:\n" + PASS_MODES.describe()),
+    ConfigOption("mode", choices=lambda: catalog.names("prediction mode"),
+                 help="prediction mode:\n" + catalog.describe("prediction mode")),
     ConfigOption("passes", type=COUNT,
                  help="TTA augmentations or MC-dropout passes (default: 30 for mc_dropout, the "
                       "Selective paper's count; 1 otherwise)"),
@@ -121,8 +122,8 @@ _PREDICT_OPTIONS = (
     ConfigOption("train_data",
                  help="training folder for BatchNorm updates of sampled weights (SWAG, "
                       "Laplace; default: the one the checkpoint's sidecar records)"),
-    ConfigOption("tta_policy", choices=TTA_POLICIES.names,
-                 help="augmentation of --mode tta:\n" + TTA_POLICIES.describe()),
+    ConfigOption("tta_policy", choices=lambda: catalog.names("augmentation"),
+                 help="augmentation of --mode tta:\n" + catalog.describe("augmentation")),
     ConfigOption("seed", type=INDEX),
     ConfigOption("batch_size", type=COUNT),
     ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True,

@@ -9,6 +9,7 @@ protocol's shorthands of ``--set`` pairs).
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 from functools import partial
 from pathlib import Path
@@ -16,7 +17,13 @@ from pathlib import Path
 from uqmetrics import InputError, write_dataset
 from uqmetrics.config_options import mark_launcher
 from uqmetrics.io import check_apart
-from uqmetrics.run_config import add_config_option, config_beside, config_in_by_digest
+from uqmetrics.run_config import (
+    add_config_option,
+    config_beside,
+    config_in_by_digest,
+    current_run_config,
+    derived_config,
+)
 
 from ..exceptions import SkippedCacheWarning
 from ..options import (
@@ -36,7 +43,8 @@ from ..protocols import (
     incomplete_caches,
     score_protocol,
 )
-from .base import _add_subcommands, _print, _retire
+from ..roles import RETIRED_ROLE_OPTIONS, ROLE_ALIASES
+from .base import _add_subcommands, _Parser, _print, _retire
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
@@ -53,12 +61,21 @@ def _cmd_score(a: argparse.Namespace) -> int:
         raise InputError(f"--caches: {len(skipped)} of {len(files)} cache files would not be "
                          f"scored: {listed}; recompute them, or pass --skip-incomplete to score "
                          "the others")
+    from ..predictors import MixedEnsembleWarning  # imported on use
+
     table = None
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
+        warnings.simplefilter("always", MixedEnsembleWarning)  # one line each, below
         ds = protocol.score(a)
         if protocol.score_table is not None:
             table = protocol.score_table.make(a, ds)
+    for w in caught:
+        if issubclass(w.category, MixedEnsembleWarning):
+            print(f"uqvision score {a.protocol}: warning: {w.message}", file=sys.stderr,
+                  flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     line = str(write_dataset(ds, a.out, overwrite=a.overwrite))
     if skipped:
         line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
@@ -87,20 +104,42 @@ def _first_line(text: str | None) -> str:
 
 
 def _args_score_protocol(proto: Protocol, p: argparse.ArgumentParser) -> None:
-    """The options of ``uqvision score NAME``: the common ones and the protocol's own."""
+    """The options of ``uqvision score NAME``: the common ones and the protocol's own (a
+    protocol that takes its sets by role has ``--test`` etc., and the options they replace as
+    hidden aliases; the others ``--dataset``)."""
     p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
     table = proto.score_table
     p.add_argument("--out", required=True, help="score file (.nc)" + (
         f"; the table beside it: STEM{'/'.join(table.suffixes)}" if table else ""))
-    p.add_argument("--dataset", default=None)
     p.add_argument("--seed", type=INDEX, default=0)
     if proto.add_options is not None:
         proto.add_options(p)
+    options = p._option_string_actions
+    if "--test" not in options:
+        p.add_argument("--dataset", default=None)
+    for old, new in ROLE_ALIASES.items():  # the options of before roles: hidden aliases
+        if new in options and old not in options:
+            action = options[new]
+            p.add_argument(old, dest=action.dest, action=type(action), metavar=action.metavar,
+                           default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for old, (new, message) in RETIRED_ROLE_OPTIONS.items():
+        if new in options:
+            _retire(p, old, message)
     p.add_argument("--skip-incomplete", action="store_true",
                    help="score the complete caches when some are unreadable or partial (named "
                         "in the summary line); without it they stop the command")
     p.add_argument("--overwrite", action="store_true")
     add_config_option(p)
+
+
+def score_run_config(proto: Protocol, values: dict) -> dict:
+    """The run configuration of ``uqvision score NAME`` with ``values`` (option destinations;
+    the others at their defaults), as part of the command running: what a sweep records in
+    the score file it writes, so that ``uqvision rerun`` scores again (``--with-sweep``: the
+    sweep; :func:`uqmetrics.run_config.derived_config`)."""
+    p = _Parser(prog=f"uqvision score {proto.name}")
+    _args_score_protocol(proto, p)
+    return derived_config(p, values, part_of=current_run_config())
 
 
 def _config_files_score(a: argparse.Namespace, config) -> list[Path]:

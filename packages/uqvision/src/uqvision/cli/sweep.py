@@ -1,6 +1,7 @@
 """``uqvision sweep``: a model zoo predicted and scored on Dask (:mod:`uqvision.sweep`, imported
 when the command runs). Its options (the models and zoos, ``--list-zoos``, the extra
-evaluation sets ``--sets EVALSET=PATH ...`` and OOD sets ``--ood-sets OODSET=PATH ...``,
+evaluation sets ``--sets [ROLE:]EVALSET=PATH ...`` (each set's role recorded in its caches) and
+OOD sets ``--ood-sets OODSET=PATH ...``,
 predicted but not scored here, the prediction options, each scoring protocol's own), the checks of everything the arguments, the folder and
 the caches can tell before the first model runs, and the report of the models that failed.
 """
@@ -16,13 +17,14 @@ from pathlib import Path
 
 from uqmetrics import InputError
 from uqmetrics.config_options import mark_launcher
-from uqmetrics.run_config import config_in_by_digest
+from uqmetrics.run_config import config_in_by_digest, recording
 from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
 from ..options import COUNT, check_output_folder
 from ..protocols import VISION_PROTOCOLS, SweepScoring
 from .base import _print
 from .predict import _add_predict_options, _check_images, _data, _predict_config
+from .score import score_run_config
 
 
 def _one_line(text: str) -> str:
@@ -189,11 +191,15 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         print(f"uqvision sweep: {len(failed)} model(s) failed, {where}{logged}; "
               f"{_failure_advice(failed)}", file=sys.stderr, flush=True)
     scored = report.of_dataset(dataset)  # the protocols score the --data's caches only
-    for plan in plans:
+    scoring = [p for p in VISION_PROTOCOLS.values() if p.sweep is not None]
+    for proto, plan in zip(scoring, plans, strict=True):
         if plan.target is None:
             _print(plan.line)
-        elif scored.paths:
-            plan.finish(scored, _print)
+        elif scored.paths:  # the score file records its score alone, part of this sweep
+            with recording(score_run_config(proto, {
+                    **vars(a), "dataset": dataset, "test": dataset, "out": str(plan.target),
+                    "caches": [str(out / "caches")]})):
+                plan.finish(scored, _print)
     # exit 1 when a model failed (as uqreg sweep does for failed cells): the others are computed,
     # scored and kept, and a rerun resumes them
     return 1 if report.failed or not report.paths else 0
@@ -227,6 +233,7 @@ class _ListZoos(argparse.Action):
 
 def _args_sweep(p: argparse.ArgumentParser) -> None:
     from ..evalsets import EVAL_SETS
+    from ..roles import SET_ROLES
     from ..zoo import ZOOS
 
     p.add_argument("--models", nargs="+", default=None,
@@ -247,14 +254,20 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
                         "record theirs); nothing is computed, downloaded or written")
     p.add_argument("--data", required=True)
     p.add_argument("--sets", nargs="+", action="extend", default=None,
-                   metavar="EVALSET[:NAME]=PATH",
+                   metavar="[ROLE:]EVALSET[:NAME]=PATH",
                    help="extra evaluation sets every model also predicts, once each, into "
                         "caches/ (as uqvision predict --eval-set EVALSET; repeatable): "
                         "EVALSET one of " + ", ".join(EVAL_SETS.names()) + "; an expanded set "
                         "(imagenet-c) stands for every member folder below PATH "
                         "(<corruption>/<severity>/), one cache per model and member, named "
                         "<set>-<member> (imagenet-c-fog-3; a set of one folder: by the "
-                        "folder's name, or NAME: imagenet-real:real=/data/imagenet/val). Resumed and listed by --dry-run as the --data cells "
+                        "folder's name, or NAME: imagenet-real:real=/data/imagenet/val). "
+                        "ROLE (" + ", ".join(SET_ROLES) + ") declares the role the set plays, "
+                        "recorded in its caches for the score commands: ROLE:NAME=PATH is a "
+                        "folder of the model's classes (fit:fit=/data/imagenet-fit, "
+                        "calibration:val=...); without one a set plays its default role (test "
+                        "for a clean folder, shift for a shifted one, ood-near/ood-far). "
+                        "Resumed and listed by --dry-run as the --data cells "
                         "are; only predicted here, not scored: a protocol that reads such sets "
                         "scores them from OUT/caches (uqvision score NAME)")
     ood = [n for n in EVAL_SETS.names() if EVAL_SETS[n].role == "ood"]

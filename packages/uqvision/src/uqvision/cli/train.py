@@ -1,11 +1,13 @@
-"""``uqvision data`` and ``uqvision train``: what a model is trained on and its training. ``data``
-writes a development image folder with a registered dataset maker (its options read from the
-makers' signatures); ``train`` trains a timm architecture with a training method, one run per
-seed (its options generated from :class:`~uqvision.training.loop.ImageTrainConfig`, every
-output and the method's hyper-parameters checked before the first run). The runs of one
-``train`` command are recorded as one group (:class:`~uqvision.training.loop.EnsembleMember`):
-one run of the default method is a ``single`` model, the K runs of ``--members K`` (or of K
-``--seeds``) the members of one deep ensemble.
+"""``uqvision data MAKER`` and ``uqvision train``: what a model is trained on and its training.
+``data`` writes a development image folder with a registered dataset maker, one sub-command
+per maker, whose options and help are read from the maker's signature and docstring;
+``train`` trains a timm architecture with a training method, one run per seed (its options
+generated from :class:`~uqvision.training.config.ImageTrainConfig`, every output and the
+method's hyper-parameters checked before the first run). The runs of one ``train`` command are
+recorded as one group (:class:`~uqvision.training.loop.EnsembleMember`): one run of the default
+method is a ``single`` model, the K runs of ``--members K`` (or of K ``--seeds``) the members
+of one deep ensemble. The parsers import no torch (the makers' module, the training config and
+the names of :mod:`uqvision.catalog`); the commands import what they run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import inspect
 import json
 import os
 import typing
+from functools import partial
 from pathlib import Path
 
 from uqmetrics import InputError
@@ -22,8 +25,8 @@ from uqmetrics.config_options import mark_launcher
 from uqmetrics.run_config import add_config_option, config_beside, config_in
 from uqmetrics.sweep import ClusterSpec, add_cluster_options
 
-from ..data import DATASET_MAKERS, TTA_POLICIES, image_view, read_index_file
-from ..methods import TRAINING_METHODS
+from .. import catalog
+from ..data.makers import DATASET_MAKERS
 from ..options import (
     COUNT,
     INDEX,
@@ -37,77 +40,80 @@ from ..options import (
     positive_float,
     set_pairs,
 )
-from ..training.loop import (
-    EnsembleMember,
-    ImageTrainConfig,
-    checkpoint_files,
-    epoch_batches,
-    new_ensemble_id,
-    train_model,
-)
-from ..training.runs import SINGLE
-from .base import _print
+from ..training.config import ImageTrainConfig
+from .base import _add_subcommands, _print, parameter_help, summary
 
-#: Options of ``uqvision data`` that every maker takes (the others come from the signatures).
-_COMMON_MAKER_OPTIONS = ("root", "seed", "overwrite")
-#: The maker option given by the cluster options (uqmetrics.sweep.add_cluster_options:
-#: ``--scheduler``, ``--cluster``, ...), passed as a ClusterSpec.
+#: Parameters of every maker that are not its own options: the folder written (``--out``,
+#: its first parameter), ``--seed`` and ``--overwrite`` (added first), and the cluster the
+#: maker's work runs on (``scheduler``: given by the cluster options,
+#: :func:`uqmetrics.sweep.add_cluster_options`, as a :class:`~uqmetrics.sweep.ClusterSpec`).
+_COMMON_MAKER_OPTIONS = ("seed", "overwrite")
 _CLUSTER_MAKER_OPTION = "scheduler"
-
 
 #: Earlier spellings of maker options, still accepted.
 _MAKER_ALIASES = {"n_classes": ["--classes"], "n_per_class": ["--per-class"]}
 
 
-def _maker_options() -> dict[str, tuple[type, list[str], dict[str, object]]]:
-    """Keyword options of the registered dataset makers: name -> (type, makers, defaults)."""
-    out: dict[str, tuple[type, list[str], dict[str, object]]] = {}
-    for maker_name, maker in DATASET_MAKERS.items_ordered():
-        hints = typing.get_type_hints(maker)
-        for name, param in inspect.signature(maker).parameters.items():
-            if param.kind is not param.KEYWORD_ONLY or name in (*_COMMON_MAKER_OPTIONS,
-                                                                 _CLUSTER_MAKER_OPTION):
-                continue
-            hint = hints.get(name, str)
-            kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-            entry = out.setdefault(name, (kind, [], {}))
-            entry[1].append(maker_name)
-            entry[2][maker_name] = param.default
+def _maker_options(maker: typing.Callable) -> dict[str, tuple[type, object]]:
+    """A maker's own options, from its signature: keyword -> (argparse type, default;
+    :data:`inspect.Parameter.empty`: required)."""
+    hints = typing.get_type_hints(maker)
+    out = {}
+    for name, param in inspect.signature(maker).parameters.items():
+        if param.kind is not param.KEYWORD_ONLY or name in (*_COMMON_MAKER_OPTIONS,
+                                                            _CLUSTER_MAKER_OPTION):
+            continue
+        hint = hints.get(name, str)
+        out[name] = (next((t for t in (*typing.get_args(hint), hint)
+                           if t in (int, float, str)), str), param.default)
     return out
 
 
 def _cmd_data(a: argparse.Namespace) -> int:
     check_output_folder("--out", a.out)
     maker = DATASET_MAKERS.lookup(a.kind)
-    accepted = inspect.signature(maker).parameters
-    given = {k: getattr(a, k) for k in _maker_options() if getattr(a, k) is not None}
-    cluster = ClusterSpec.from_args(a)
-    if not cluster.local_default:  # --scheduler or --cluster: the maker's work on Dask
-        given[_CLUSTER_MAKER_OPTION] = cluster
-    foreign = sorted(k for k in given if k not in accepted)
-    if foreign:
-        raise ValueError(f"options {['--' + k.replace('_', '-') for k in foreign]} do not apply "
-                         f"to dataset maker {a.kind!r}")
+    given = {k: getattr(a, k) for k in _maker_options(maker)}
+    if _CLUSTER_MAKER_OPTION in inspect.signature(maker).parameters:
+        cluster = ClusterSpec.from_args(a)
+        if not cluster.local_default:  # --scheduler or --cluster: the maker's work on Dask
+            given[_CLUSTER_MAKER_OPTION] = cluster
     root = maker(a.out, seed=a.seed, overwrite=a.overwrite, **given)
     _print(str(root))
     return 0
 
 
 def _args_data(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=DATASET_MAKERS.names(),
-                   help="dataset maker:\n" + DATASET_MAKERS.describe())
-    p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=INDEX, default=0)
-    p.add_argument("--overwrite", action="store_true")
-    for name, (kind, _makers, defaults) in _maker_options().items():
+    _add_subcommands(p, "kind", "MAKER", "dataset makers (uqvision data MAKER -h for its "
+                     "options)", [(name, (), summary(maker), partial(_args_maker, maker))
+                                  for name, maker in DATASET_MAKERS.items_ordered()])
+
+
+def _args_maker(maker: typing.Callable, p: argparse.ArgumentParser) -> None:
+    """The options of ``uqvision data MAKER``: ``--out`` (the maker's first parameter),
+    ``--seed``, ``--overwrite``, its keyword parameters (their help from its docstring), and
+    the cluster options for a maker that runs on one."""
+    params = inspect.signature(maker).parameters
+    docs = parameter_help(maker)
+
+    def text(name: str, default: object = None) -> str | None:
+        shown = "" if default in (None, inspect.Parameter.empty) else f" (default: {default})"
+        return (docs.get(name, "") + shown).strip() or None
+
+    p.add_argument("--out", required=True, metavar="FOLDER",
+                   help=docs.get(next(iter(params)), "") or "the folder written")
+    seed = params["seed"].default if "seed" in params else 0  # every maker takes seed=
+    p.add_argument("--seed", type=INDEX, default=seed, help=text("seed", seed))
+    p.add_argument("--overwrite", action="store_true", help=text("overwrite"))
+    for name, (kind, default) in _maker_options(maker).items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
-        action = p.add_argument(*flags, dest=name, type=kind, default=None,
-                                help="option of " + ", ".join(f"{m} (default {d})"
-                                                              for m, d in defaults.items()))
+        required = default is inspect.Parameter.empty
+        action = p.add_argument(*flags, dest=name, type=kind, required=required,
+                                default=None if required else default,
+                                help=text(name, default))
         if name == "workers":  # a maker's local processes: a launcher option
             mark_launcher(action)
-    add_cluster_options(p, workers=None,  # imagenet-c: --scheduler, --cluster, --jobs, ...
-                        local="local processes (--workers)")
+    if _CLUSTER_MAKER_OPTION in params:  # imagenet-c: --scheduler, --cluster, --jobs, ...
+        add_cluster_options(p, workers=None, local="local processes (--workers)")
     add_config_option(p)
 
 
@@ -128,6 +134,17 @@ def _train_seeds(a: argparse.Namespace) -> list[int]:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
+    from ..data import image_view
+    from ..training.loop import (
+        EnsembleMember,
+        checkpoint_files,
+        epoch_batches,
+        new_ensemble_id,
+        train_model,
+    )
+    from ..training.method import TRAINING_METHODS
+    from ..training.runs import SINGLE
+
     seeds = _train_seeds(a)
     if a.members is not None and a.seeds and len(a.seeds) != a.members:
         raise InputError(f"--members {a.members} but --seeds lists {len(a.seeds)} seed(s) "
@@ -174,6 +191,8 @@ def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
     ValueError
         ``--classes`` names no classes, or a JSON file that holds none.
     """
+    from ..data import read_index_file
+
     classes = _classes_option(a.classes)
     if a.index_file is not None and classes is None:  # the classes the index file records
         classes = tuple(read_index_file(a.index_file)["classes"])
@@ -214,8 +233,8 @@ def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | Non
 #: ``uqvision train`` options generated from :class:`ImageTrainConfig` (defaults from its
 #: fields; ``--augment none`` is ``augment=None``).
 _TRAIN_OPTIONS = (
-    ConfigOption("method", choices=TRAINING_METHODS.names,
-                 help="training method:\n" + TRAINING_METHODS.describe()),
+    ConfigOption("method", choices=lambda: catalog.names("training method"),
+                 help="training method:\n" + catalog.describe("training method")),
     ConfigOption("epochs", type=non_negative_float,
                  help="shorthand for --set epochs= (0 only with --init)"),
     ConfigOption("batch_size", type=COUNT, help="shorthand for --set batch_size="),
@@ -234,8 +253,8 @@ _TRAIN_OPTIONS = (
                  help="one-sided spectral normalisation of the featurizer (conv/linear sigma "
                       "and BatchNorm Lipschitz constant at most 5; UIMNET)"),
     ConfigOption("input_size", type=COUNT),
-    ConfigOption("augment", choices=lambda: [*TTA_POLICIES.names(), "none"],
-                 help="training augmentation:\n" + TTA_POLICIES.describe()
+    ConfigOption("augment", choices=lambda: [*catalog.names("augmentation"), "none"],
+                 help="training augmentation:\n" + catalog.describe("augmentation")
                       + "\nnone: no augmentation"),
     ConfigOption("drop_rate", type=float),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),

@@ -26,59 +26,29 @@ One concern per module; every name is importable from ``uqvision.data`` itself:
 - :mod:`~._util`: ``derive_seed``, ``flush_denormal``, versioned JSON files.
 """
 
-from ..layouts import IMG_EXTENSIONS, LAYOUTS, list_classes
-from ._util import derive_seed, flush_denormal, read_format_json, write_format_json
-from .corruptions import make_corrupted_folder
-from .folders import (
-    EARLIER_FINGERPRINTS,
-    FINGERPRINT_PREFIX,
-    ImageFolderDataset,
-    check_output_outside,
-    check_split_classes,
-    dataset_fingerprint,
-    describe_labels,
-    earlier_fingerprint,
-    folder_fingerprint,
-    match_classes,
-    sample_digests,
-)
-from .images import (
-    bad_images_message,
-    check_image,
-    check_images,
-    label_problems_message,
-    load_image,
-    readable_images,
-)
-from .makers import (
-    DATASET_MAKERS,
-    make_digits_folder,
-    make_subset_folder,
-    make_synthetic_folder,
-    subset_choice,
-)
-from .overlap import (
-    HASHES_FORMAT,
-    NEAR_DUPLICATE_DISTANCE,
-    NearDuplicateWarning,
-    check_disjoint,
-    content_hashes,
-    image_hashes,
-)
-from .transforms import (
-    TTA_POLICIES,
-    DataConfig,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    SeededAugmentation,
-    cifar_augmentation,
-    crop_augmentation,
-    eval_transform,
-    imagenet_augmentation,
-    tta_transform,
-)
-from .views import INDEX_FORMAT, ClassSubset, image_view, read_index_file
+from uqmetrics.lazy import attach
+
+# every name imported on first use (docs/conventions.md#fast-help)
+__getattr__, __dir__ = attach(__name__, {
+    "..layouts": ["IMG_EXTENSIONS", "LAYOUTS", "list_classes"],
+    "._util": ["derive_seed", "flush_denormal", "read_format_json", "write_format_json"],
+    ".corruptions": ["make_corrupted_folder"],
+    ".folders": ["EARLIER_FINGERPRINTS", "FINGERPRINT_PREFIX", "ImageFolderDataset",
+                 "check_output_outside", "check_split_classes", "dataset_fingerprint",
+                 "describe_labels", "earlier_fingerprint", "folder_fingerprint", "match_classes",
+                 "sample_digests"],
+    ".images": ["bad_images_message", "check_image", "check_images", "label_problems_message",
+                "load_image", "readable_images"],
+    ".makers": ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder",
+                "make_synthetic_folder", "subset_choice"],
+    ".overlap": ["HASHES_FORMAT", "NEAR_DUPLICATE_DISTANCE", "NearDuplicateWarning",
+                 "check_disjoint", "content_hashes", "image_hashes"],
+    ".transforms": ["TTA_POLICIES", "DataConfig", "RandomCrop", "RandomHorizontalFlip",
+                    "RandomResizedCrop", "SeededAugmentation", "cifar_augmentation",
+                    "crop_augmentation", "eval_transform", "imagenet_augmentation",
+                    "tta_transform"],
+    ".views": ["INDEX_FORMAT", "ClassSubset", "image_view", "read_index_file"],
+})
 
 __all__ = [
     "DATASET_MAKERS",

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 __all__ = ["derive_seed", "flush_denormal", "read_format_json", "write_format_json"]
 
@@ -40,6 +39,8 @@ def flush_denormal():
     Small grey-level images (zero padding, near-constant inputs) produce subnormal activations
     and gradients that slow CPU convolutions and BatchNorm several-fold.
     """
+    import torch  # around a network's work: torch is there (this module needs none)
+
     torch.set_flush_denormal(True)
     try:
         yield

@@ -163,6 +163,10 @@ class ImageFolderDataset(Dataset):
         images the label file lists but ``root`` lacks are left out, recorded as counts and a
         hash (:attr:`subset`); without it they are refused (:func:`readable_images`).
         Refused for class folders.
+    unlabelled : bool, default False
+        The images need no labels (an OOD set's): a flat folder with no label file is read as
+        its images, one class ``-1`` (:data:`uqvision.layouts.UNLABELLED`), which an
+        evaluation set of class map ``none`` labels -1; without it, such a folder is refused.
 
     Attributes
     ----------
@@ -194,7 +198,8 @@ class ImageFolderDataset(Dataset):
     ------
     FileNotFoundError
         ``root`` does not exist, has no class folder (nor images), a class folder has no image,
-        or a flat folder has no label file (the message names the files looked for).
+        or a flat folder has no label file (the message names the files looked for) and
+        ``unlabelled`` is False.
     uqmetrics.InputError
         A label file given for class folders, a malformed label file, a compressed or
         truncated archive, images both directly in ``root`` and in class folders.
@@ -202,8 +207,8 @@ class ImageFolderDataset(Dataset):
 
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
                  augment_seed: int | None = None, labels: str | os.PathLike | None = None,
-                 subset: bool = False):
-        scan = scan_layout(root, labels, subset=subset)
+                 subset: bool = False, unlabelled: bool = False):
+        scan = scan_layout(root, labels, subset=subset, unlabelled=unlabelled)
         if augment_seed is not None and not isinstance(transform, SeededAugmentation):
             raise ValueError("augment_seed needs a SeededAugmentation transform (see "
                              f"tta_transform), got transform={transform!r}")

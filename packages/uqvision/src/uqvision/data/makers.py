@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from torchvision.datasets import FakeData
 from uqmetrics.io import check_apart, folder_replaced
 from uqmetrics.registry import Registry
 from uqmetrics.run_config import CONFIG_SUFFIX
@@ -80,7 +79,9 @@ def make_digits_folder(root: str | os.PathLike, *, test_fraction: float = 0.5, s
     Parameters
     ----------
     root : path
+        The folder written: ``root/train/<digit>/*.png`` and ``root/test/<digit>/*.png``.
     test_fraction : float, default 0.5
+        The fraction of the images in ``test`` (the split is stratified by class).
     seed : int, default 0
         Seed of the stratified split.
     max_per_class : int, optional
@@ -118,7 +119,30 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
 
     For exercising the full-resolution (224 px, resize 256 + centre crop) input path; the labels
     carry no signal.
+
+    Parameters
+    ----------
+    root : path
+        The folder written: ``root/test/class_<k>/*.png``.
+    n_classes : int, default 4
+        Classes (folders ``class_000`` ...).
+    n_per_class : int, default 8
+        Images of each class.
+    image_size : int, default 224
+        The side of the square images, in pixels.
+    seed : int, default 0
+        Where FakeData's random images start (its ``random_offset``).
+    overwrite : bool, default False
+        Replace a dataset folder of the makers (one of other options); a folder that is not
+        one, or that holds files they did not write, is refused.
+
+    Returns
+    -------
+    Path
+        ``root``.
     """
+    from torchvision.datasets import FakeData  # torch: imported on use (uqvision data -h)
+
     n = n_classes * n_per_class
     fake = FakeData(size=n, image_size=(3, image_size, image_size), num_classes=n_classes,
                     random_offset=seed)
@@ -188,6 +212,24 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     the same options is kept (a rerun does nothing), one of other options is refused without
     ``overwrite``. The feature-based OOD detectors fit on such a subset of the training set
     (``uqvision score ood --fit-data``; docs/conventions.md#v-6).
+
+    Parameters
+    ----------
+    root : path
+        The folder written: ``root/<class>/<file>``, ``root/subset.json``.
+    src : path
+        The image folder the images are drawn from (required).
+    n_per_class : int, default 10
+        Images drawn from every class.
+    seed : int, default 0
+        Seed of the draw (each class draws from its own stream: :func:`subset_choice`).
+    overwrite : bool, default False
+        Replace a subset folder of other options.
+
+    Returns
+    -------
+    Path
+        ``root``.
 
     Raises
     ------

@@ -8,7 +8,8 @@ id, applied to a cache when it is scored.
 One concern per module; every name is importable from ``uqvision.evalsets`` itself:
 
 - :mod:`~.sets`: the evaluation sets (:class:`EvalSet`, :data:`EVAL_SETS`, roles, class maps,
-  expansions and members, what a cache records of its set);
+  expansions and members, what a cache records of its set and the role it plays:
+  :func:`default_role`, :func:`check_role`);
 - :mod:`~.overlays`: the label overlays applied at scoring time (:class:`Overlay`, its files,
   ReaL's labels, :func:`apply_overlay`, :func:`overlay_correct`).
 """
@@ -33,6 +34,8 @@ from .sets import (
     EvalSet,
     Expansion,
     cache_eval_set,
+    check_role,
+    default_role,
     eval_set_attrs,
     iter_member_folders,
     map_classes,
@@ -54,6 +57,8 @@ __all__ = [
     "Overlay",
     "apply_overlay",
     "cache_eval_set",
+    "check_role",
+    "default_role",
     "eval_set_attrs",
     "iter_member_folders",
     "map_classes",

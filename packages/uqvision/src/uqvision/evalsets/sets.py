@@ -25,6 +25,15 @@ the set in every cache (attrs ``eval_set``, ``role``, ``ood_split`` for an OOD s
 :func:`cache_eval_set` reads them, a cache written before them as the generic ``folder`` set,
 an OOD cache written before ``ood_split`` with its registered set's split).
 
+Besides its kind (``role``), a cache records the **role the set plays** in an evaluation
+(attr ``set_role``, one of :data:`uqvision.roles.SET_ROLES`: ``calibration``, ``test``,
+``fit``, ``ood-near``, ``ood-far``, ``shift``), declared by ``uqvision sweep --sets
+ROLE:NAME=PATH`` or ``uqvision predict --role``, else the set's default
+(:func:`default_role`): ``test`` for a clean set, ``shift`` for a shifted or relabelled one,
+``ood-near``/``ood-far`` for an OOD set by its split. A cache written before roles reads with
+that default (:func:`cache_eval_set`), so an old fit subset reads as a ``test`` set, and a
+score command then asks which one is the test set.
+
 The OOD sets are read as they ship: class folders or flat folders whose names are not labels
 (ImageNet-O, NINCO, Textures), or OpenOOD's image lists
 (``benchmark_imglist/imagenet/test_*.txt``, the ``image_list`` layout of
@@ -44,9 +53,9 @@ from uqmetrics import InputError
 from uqmetrics.io import decode_attr
 from uqmetrics.registry import Registry
 
-from ..data import match_classes
 from ..data.corruptions import BENCHMARK_CORRUPTIONS, check_complete
 from ..layouts import is_folder
+from ..roles import ROLE_ATTR, SET_ROLES
 
 __all__ = [
     "CLASS_MAPS",
@@ -59,6 +68,8 @@ __all__ = [
     "EvalSet",
     "Expansion",
     "cache_eval_set",
+    "check_role",
+    "default_role",
     "eval_set_attrs",
     "iter_member_folders",
     "map_classes",
@@ -182,7 +193,8 @@ class EvalSet:
 
 #: Evaluation sets: name -> :class:`EvalSet` (``uqvision predict --eval-set NAME``; plugins:
 #: entry-point group ``uqvision.eval_sets``).
-EVAL_SETS: Registry[EvalSet] = Registry("eval set", group="uqvision.eval_sets", item_type=EvalSet)
+EVAL_SETS: Registry[EvalSet] = Registry("eval set", group="uqvision.eval_sets", item_type=EvalSet,
+                                       fill="uqvision:load_registries")
 
 #: ImageNet-C's 15 standard corruptions (Hendrycks & Dietterich, ICLR 2019), in its order:
 #: noise, blur, weather, digital (the 4 extra corruptions are not part of the benchmark); the
@@ -318,6 +330,8 @@ def map_classes(eval_set: EvalSet | str, folder_classes: Sequence[str],
             raise ValueError(f"eval set {es.name!r} matches classes by name: model {model!r} "
                              "must record its class names (model_classes), got "
                              f"{model_classes!r}")
+        from ..data import match_classes  # torch: imported on use (the options need none)
+
         return match_classes(folder_classes, model_classes, folder=folder, model=model)
     n = (None if model_classes is None else int(model_classes)
          if isinstance(model_classes, (int, np.integer)) else len(model_classes))
@@ -410,18 +424,72 @@ def member_dataset_name(eval_set: EvalSet | str, member: EvalMember | None,
     return f"{_lookup(eval_set).name}-{member.name}"
 
 
-def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None) -> dict[str, Any]:
-    """The attrs a cache records of its evaluation set: ``eval_set``, ``role``, for an OOD set
-    ``ood_split`` (``near`` or ``far``), and for a member ``eval_member`` and, where it has
-    them, ``corruption`` and ``severity``.
+def default_role(eval_set: EvalSet | str) -> str:
+    """The role (:data:`uqvision.roles.SET_ROLES`) a set plays unless one is declared: ``test``
+    for a clean set, ``shift`` for a shifted or relabelled one (ImageNet-C's members, V2,
+    ReaL), ``ood-near`` or ``ood-far`` for an OOD set by its split.
+
+    Examples
+    --------
+    >>> [default_role(n) for n in ("folder", "imagenet-c", "imagenet-real", "textures")]
+    ['test', 'shift', 'shift', 'ood-far']
+    """
+    es = _lookup(eval_set)
+    return {"clean": "test", "ood": f"ood-{es.ood_split}"}.get(es.role, "shift")
+
+
+def _roles_of(es: EvalSet) -> tuple[str, ...]:
+    """The roles a set of ``es`` may be declared with."""
+    if es.role == "clean":
+        return ("calibration", "test", "fit")
+    return (default_role(es),)
+
+
+def check_role(eval_set: EvalSet | str, role: str | None, where: str = "role") -> str:
+    """``role``, or the set's default (:func:`default_role`) for ``None``, checked.
+
+    Parameters
+    ----------
+    eval_set : EvalSet or str
+    role : str or None
+        One of :data:`uqvision.roles.SET_ROLES`: ``calibration``, ``test`` or ``fit`` for a
+        clean set; a shifted, relabelled or OOD set plays only its default role.
+    where : str
+        How the error names the value (an option and its value).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An unknown role, or one the set cannot play (naming those it can).
+    """
+    es = _lookup(eval_set)
+    if role is None:
+        return default_role(es)
+    if role not in SET_ROLES:
+        raise InputError(f"{where}: unknown role {role!r}; roles: {', '.join(SET_ROLES)}")
+    if role not in _roles_of(es):
+        raise InputError(f"{where}: eval set {es.name!r} (of kind {es.role}) cannot have role "
+                         f"{role!r}; its roles: {', '.join(_roles_of(es))}")
+    return role
+
+
+def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None,
+                   role: str | None = None) -> dict[str, Any]:
+    """The attrs a cache records of its evaluation set: ``eval_set``, ``role`` (its kind),
+    ``set_role`` (the role it plays, ``role`` given or the set's default: :func:`check_role`),
+    for an OOD set ``ood_split`` (``near`` or ``far``), and for a member ``eval_member`` and,
+    where it has them, ``corruption`` and ``severity``.
 
     Examples
     --------
     >>> eval_set_attrs("ninco", None)
-    {'eval_set': 'ninco', 'role': 'ood', 'ood_split': 'near'}
+    {'eval_set': 'ninco', 'role': 'ood', 'set_role': 'ood-near', 'ood_split': 'near'}
+    >>> eval_set_attrs("folder", None, "fit")["set_role"]
+    'fit'
     """
     es = _lookup(eval_set)
-    out: dict[str, Any] = {"eval_set": es.name, "role": es.role}
+    out: dict[str, Any] = {"eval_set": es.name, "role": es.role,
+                           ROLE_ATTR: check_role(es, role)}
     if es.ood_split:
         out["ood_split"] = es.ood_split
     if member is not None:
@@ -433,11 +501,14 @@ def eval_set_attrs(eval_set: EvalSet | str, member: EvalMember | None) -> dict[s
 
 def cache_eval_set(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """A cache's evaluation set from its attrs: ``eval_set``, ``role``, ``ood_split``
-    (``""`` for none), ``eval_member`` (``""`` for none), ``corruption`` (``""``) and
-    ``severity`` (0). A cache written before evaluation sets were recorded reads as the generic
-    ``folder`` set, role ``clean``; an OOD cache written before ``ood_split`` was recorded
-    reads with its registered set's split (``""`` for a set not registered here), so a scorer
-    can group caches into near and far OOD from their attrs alone."""
+    (``""`` for none), ``set_role``, ``eval_member`` (``""`` for none), ``corruption``
+    (``""``) and ``severity`` (0). A cache written before evaluation sets were recorded reads
+    as the generic ``folder`` set, role ``clean``; an OOD cache written before ``ood_split``
+    was recorded reads with its registered set's split (``""`` for a set not registered here),
+    so a scorer can group caches into near and far OOD from their attrs alone. A cache written
+    before set roles reads with its set's default role (:func:`default_role`; by its kind and
+    split for a set not registered here): ``test`` for a clean set, ``shift`` for a shifted or
+    relabelled one, ``ood-near``/``ood-far``."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
     name = str(a.get("eval_set", DEFAULT_EVAL_SET))
     known = EVAL_SETS.get(name)
@@ -447,7 +518,12 @@ def cache_eval_set(attrs: Mapping[str, Any]) -> dict[str, Any]:
     split = a.get("ood_split")
     if split is None:
         split = known.ood_split if known is not None and str(role) == "ood" else ""
+    set_role = a.get(ROLE_ATTR)
+    if set_role is None:
+        set_role = {"clean": "test", "ood": f"ood-{split}" if split else ""}.get(
+            str(role), "shift")
     return {"eval_set": name, "role": str(role), "ood_split": str(split),
+            "set_role": str(set_role),
             "eval_member": str(a.get("eval_member", "")),
             "corruption": str(a.get("corruption", "")), "severity": int(a.get("severity", 0))}
 

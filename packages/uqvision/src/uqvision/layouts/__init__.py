@@ -8,7 +8,11 @@ A ``--data`` path is read in the first layout of :data:`LAYOUTS` that claims it:
 - ``flat``: a folder of images and no class sub-folder (``ILSVRC2012_val_00000001.JPEG``, ...)
   labelled by a label file (:data:`LABEL_FILES`): the devkit's ground truth
   (``ILSVRC2012_devkit_t12``: ``data/ILSVRC2012_validation_ground_truth.txt`` + ``data/meta.mat``,
-  or its ``.tar.gz``) or the Kaggle redistribution's ``LOC_val_solution.csv``;
+  or its ``.tar.gz``) or the Kaggle redistribution's ``LOC_val_solution.csv``. A set whose
+  images need no labels (an OOD set: ``scan_layout(..., unlabelled=True)``) may have none: with
+  no label file found, its images are one class :data:`UNLABELLED` (``-1``, as an OOD image
+  list's), which the set's class map ``none`` labels -1; a labelled set is refused there,
+  naming the label files looked for;
 - ``tar``: an uncompressed ``.tar`` archive, read in place (nothing is extracted): class folders
   inside it, one ``<class>.tar`` per class inside it (``ILSVRC2012_img_train.tar``), or flat
   images with a label file (``ILSVRC2012_img_val.tar``). A tar whose every member sits in one
@@ -67,7 +71,7 @@ from .labels import (
     find_label_files,
     read_label_file,
 )
-from .base import LAYOUTS, Layout, Scan, Subset, scan_layout
+from .base import LAYOUTS, UNLABELLED, Layout, Scan, Subset, scan_layout
 from . import folders  # noqa: F401  (registers class_folders, flat: the order a path is tried)
 from .tars import is_folder  # registers tar, tar_folder
 from .lists import IMAGE_LIST_ROOT, image_list_root  # registers image_list
@@ -81,6 +85,7 @@ __all__ = [
     "LABEL_FILES",
     "LABEL_SEARCH",
     "LAYOUTS",
+    "UNLABELLED",
     "FileSource",
     "LabelFile",
     "Layout",

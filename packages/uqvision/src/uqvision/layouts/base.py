@@ -23,11 +23,16 @@ if TYPE_CHECKING:  # labels imports this module (Scan, _ordered)
 
 __all__ = [
     "LAYOUTS",
+    "UNLABELLED",
     "Layout",
     "Scan",
     "Subset",
     "scan_layout",
 ]
+
+#: The one class of images read without labels (an OOD set's flat folder, an OOD image list):
+#: an evaluation set of class map ``none`` labels it -1.
+UNLABELLED = "-1"
 
 
 @dataclass(frozen=True)
@@ -108,12 +113,16 @@ class Subset:
 @dataclass(frozen=True)
 class Layout:
     """A data layout: ``claims(path)`` whether ``path`` is in it (:data:`LAYOUTS` asks each in
-    order), ``scan(path, labels)`` -> :class:`Scan`."""
+    order), ``scan(path, labels)`` -> :class:`Scan`; ``unlabelled(path)``, for a layout whose
+    labels come from a label file: the :class:`Scan` of ``path``'s images as one class
+    :data:`UNLABELLED` when no label file is found for it (``None`` when one is: ``scan``
+    reads it), what :func:`scan_layout` reads with ``unlabelled=True``."""
 
     name: str
     description: str
     claims: Callable[[Path], bool]
     scan: Callable[[Path, Path | None], Scan]
+    unlabelled: Callable[[Path], Scan | None] | None = None
 
 
 #: Data layouts: name -> :class:`Layout`; a path is read in the first that claims it.
@@ -174,7 +183,7 @@ def _refuse_labels(data: Path, labels: Path | None, layout: str) -> None:
 
 
 def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None, *,
-                subset: bool = False) -> Scan:
+                subset: bool = False, unlabelled: bool = False) -> Scan:
     """Scan ``root`` in the first layout of :data:`LAYOUTS` that claims it.
 
     Parameters
@@ -188,13 +197,19 @@ def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None
         Read a layout with a label file as a subset of it: the images the label file lists but
         ``root`` lacks are left out (:class:`Subset`) instead of being samples that the image
         check refuses. Refused for a layout without a label file.
+    unlabelled : bool, default False
+        The images need no labels (an OOD set's, every one labelled -1): a flat folder with no
+        label file (none given, none found) is read as its images, one class
+        :data:`UNLABELLED`; without it, such a folder is refused (a labelled set needs class
+        folders or a label file).
 
     Raises
     ------
     FileNotFoundError
         ``root`` does not exist (nor, for a path through an archive, its folder in the
         archive), holds no class folder and no image, a class folder holds no image, or a flat
-        folder has no label file (the message names the files looked for).
+        folder has no label file and ``unlabelled`` is False (the message names the files
+        looked for).
     uqmetrics.InputError
         A label file that does not apply or is malformed, a compressed, truncated or
         unreadable archive, a folder or archive with images both directly in it and in class
@@ -206,7 +221,8 @@ def scan_layout(root: str | os.PathLike, labels: str | os.PathLike | None = None
         raise FileNotFoundError(f"label file {str(labels)!r} does not exist")
     for layout in LAYOUTS.values():
         if layout.claims(root):
-            scan = layout.scan(root, labels)
+            scan = (layout.unlabelled(root) if unlabelled and labels is None
+                    and layout.unlabelled is not None else None) or layout.scan(root, labels)
             return _as_subset(scan) if subset else scan
     if not root.exists():
         raise FileNotFoundError(f"image folder {str(root)!r} does not exist")

@@ -1,6 +1,8 @@
 """The layouts of a folder: class folders (``class_folders``: ``root/<class>/.../<image>``) and
 a flat folder of images labelled by a label file (``flat``), registered in
-:data:`~uqvision.layouts.LAYOUTS` in this order.
+:data:`~uqvision.layouts.LAYOUTS` in this order. A flat folder with no label file is read as
+unlabelled images, one class :data:`~uqvision.layouts.UNLABELLED`, where its labels are not
+needed (an OOD set: ``scan_layout(..., unlabelled=True)``).
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from .base import LAYOUTS, Layout, Scan, _mixed, _refuse_labels
-from .labels import _label_flat, _labels_for
+from .base import LAYOUTS, UNLABELLED, Layout, Scan, _mixed, _refuse_labels
+from .labels import _label_flat, _labels_for, find_label_files
 from .names import (
     IMG_EXTENSIONS,
     _is_image,
@@ -85,6 +87,17 @@ def _scan_flat(root: Path, labels: Path | None) -> Scan:
                    label_others=others, label_found=labels is None)
 
 
+def _scan_flat_unlabelled(root: Path) -> Scan | None:
+    """A flat folder's images as one class :data:`~uqvision.layouts.UNLABELLED` (sorted by
+    name), when no label file is found for it; ``None`` when one is (it labels them)."""
+    if find_label_files(root):
+        return None
+    names = _flat_names(root)
+    return Scan(root, "flat", [UNLABELLED], [(n, 0) for n in names if _utf8(n)],
+                FileSource(root), problems={_shown(n): _not_utf8(n) for n in names
+                                            if not _utf8(n)})
+
+
 def _holds_images(root: Path) -> bool:
     with os.scandir(root) as entries:  # stops at the first image
         return any(_image_entry(e) for e in entries)
@@ -92,6 +105,7 @@ def _holds_images(root: Path) -> bool:
 
 LAYOUTS.add("flat", Layout(
     "flat", "a folder of images (no class sub-folder) with a label file: the devkit's ground "
-            "truth or LOC_val_solution.csv",
-    lambda p: p.is_dir() and not list_classes(p) and _holds_images(p), _scan_flat))
+            "truth or LOC_val_solution.csv; without one, unlabelled images (an OOD set)",
+    lambda p: p.is_dir() and not list_classes(p) and _holds_images(p), _scan_flat,
+    _scan_flat_unlabelled))
 

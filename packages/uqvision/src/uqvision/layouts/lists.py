@@ -33,7 +33,7 @@ from pathlib import Path
 
 from uqmetrics import InputError
 
-from .base import LAYOUTS, Layout, Scan
+from .base import LAYOUTS, UNLABELLED, Layout, Scan
 from .sources import FileSource
 
 __all__ = ["IMAGE_LIST_ROOT", "image_list_root"]
@@ -41,8 +41,6 @@ __all__ = ["IMAGE_LIST_ROOT", "image_list_root"]
 #: OpenOOD's data root relative to the folder of one of its image lists
 #: (``data/benchmark_imglist/imagenet/`` -> ``data/images_largescale/``).
 IMAGE_LIST_ROOT = "../../images_largescale"
-#: The class name of the samples of an OOD list (label -1).
-_OOD_LABEL = "-1"
 
 
 def image_list_root(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
@@ -144,7 +142,7 @@ def _scan_image_list(path: Path, labels: Path | None) -> Scan:
     index = {y: i for i, y in enumerate(values)}
     samples = sorted(((rel, index[y]) for rel, (y, _) in listed.items()),
                      key=lambda s: (s[1], s[0]))
-    classes = [_OOD_LABEL if y == -1 else str(y) for y in values]
+    classes = [UNLABELLED if y == -1 else str(y) for y in values]
     return Scan(path, "image_list", classes, samples, FileSource(root))
 
 

@@ -21,33 +21,32 @@ True
 3
 """
 
-# isort: off
-from . import ensembling  # noqa: F401  (registers first: the paper's order)
-from . import bayesian  # noqa: F401  (swag, csgld, vi, laplace, in this order)
-# isort: on
-from ..training.method import (
-    OPTIMIZERS,
-    TRAINING_METHODS,
-    HParams,
-    Snapshot,
-    TrainingMethod,
-    TrainRecipe,
-    TrainState,
-    export_state,
-)
-from ..training.schedules import SCHEDULES
-from .csgld import CSGLDHParams
-from .ensembling import DropoutHParams, FGEHParams, SSEHParams
-from .laplace import LaplaceHParams
-from .swag import SWAGHParams
-from .vi import VIHParams
+import importlib
+
+from uqmetrics.lazy import attach
 
 #: The methods of this package, in the Pitfalls paper's order (what V.2 ensembles and scores).
 GENERAL_METHODS: tuple[str, ...] = ("deep_ensemble", "mc_dropout", "sse", "fge", "swag", "csgld",
                                     "vi", "kfac_laplace")
-for _name in GENERAL_METHODS:
-    TRAINING_METHODS.lookup(_name)  # each one registered above
-del _name
+
+
+def _register() -> None:
+    """Import the modules that register the methods (first: the paper's order), once; the
+    package's other names are imported on first use (:mod:`uqmetrics.lazy`)."""
+    for module in ("ensembling", "bayesian"):  # swag, csgld, vi, laplace, in this order
+        importlib.import_module(f"{__name__}.{module}")
+
+
+__getattr__, __dir__ = attach(__name__, {
+    ".csgld": ["CSGLDHParams"],
+    ".ensembling": ["DropoutHParams", "FGEHParams", "SSEHParams"],
+    ".laplace": ["LaplaceHParams"],
+    ".swag": ["SWAGHParams"],
+    ".vi": ["VIHParams"],
+    "..training.method": ["OPTIMIZERS", "TRAINING_METHODS", "HParams", "Snapshot",
+                          "TrainRecipe", "TrainState", "TrainingMethod", "export_state"],
+    "..training.schedules": ["SCHEDULES"],
+}, first=_register)
 
 __all__ = [
     "GENERAL_METHODS",

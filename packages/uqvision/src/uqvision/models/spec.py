@@ -215,7 +215,8 @@ class PretrainedSource(ModelSource, Protocol):
 #: pretrained weights). A name without ``<prefix>/`` is a timm name. Plugins: entry-point group
 #: ``uqvision.model_sources``, each a class or object with the :class:`ModelSource` methods.
 MODEL_SOURCES: Registry[ModelSource] = Registry("model source", group="uqvision.model_sources",
-                                                item_type=ModelSource)
+                                                item_type=ModelSource,
+                                                fill="uqvision:load_registries")
 
 
 def _suggest(name: str, candidates: list[str]) -> str:

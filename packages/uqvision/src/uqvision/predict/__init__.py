@@ -52,22 +52,20 @@ One concern per module; every name is importable from ``uqvision.predict`` itsel
   :func:`check_caches`, :func:`predict_to_files`).
 """
 
-from .config import (
-    AMP_MODES,
-    CHANNELS_LAST_CPU_FAMILIES,
-    DEFAULT_PASSES,
-    PREDICT_CONFIG_OPTIONS,
-    REFERENCE_EXECUTION,
-    PredictConfig,
-    amp_mode,  # noqa: F401  (public but not in __all__, as before the split)
-    resolve_channels_last,
-)
-from .core import predict
-from .files import IDENTITY_FIELDS, cache_identity, check_caches, predict_to_files
-from .loop import OWN_UNCERTAINTY, run_loader
-from .modes import MC_DROPOUT_PATHS, PASS_MODES, head_only_dropout
-from .plan import cache_plan, sample_label  # noqa: F401  (not in __all__; uqvision.sweep uses them)
-from .variables import CACHE_VARIABLES, CacheVariable
+from uqmetrics.lazy import attach
+
+# every name imported on first use (docs/conventions.md#fast-help)
+__getattr__, __dir__ = attach(__name__, {
+    ".config": ["AMP_MODES", "CHANNELS_LAST_CPU_FAMILIES", "DEFAULT_PASSES",
+                "PREDICT_CONFIG_OPTIONS", "REFERENCE_EXECUTION", "PredictConfig", "amp_mode",
+                "resolve_channels_last"],
+    ".core": ["predict"],
+    ".files": ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_files"],
+    ".loop": ["OWN_UNCERTAINTY", "run_loader"],
+    ".modes": ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"],
+    ".plan": ["cache_plan", "sample_label"],
+    ".variables": ["CACHE_VARIABLES", "CacheVariable"],
+})
 
 __all__ = [
     "AMP_MODES",

@@ -7,13 +7,15 @@ evaluation-set and cache-variable fields (:data:`PREDICT_CONFIG_OPTIONS`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..evalsets import DEFAULT_EVAL_SET, EVAL_SETS
 from ..options import ConfigOption
+from ..roles import SET_ROLES
 from .variables import CACHE_VARIABLES
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "AMP_MODES",
@@ -72,7 +74,10 @@ class PredictConfig:
     an expanded set (``imagenet-c``) the folder is one member's (``<corruption>/<severity>``)
     and ``eval_member`` names it (``None``: told from the folder's path). Both are part of a
     cache's identity, recorded in its attrs (``eval_set``, ``role``, ``eval_member``,
-    ``corruption``, ``severity``). ``extra_variables`` are further variables each cache
+    ``corruption``, ``severity``). ``role`` is the role the folder plays
+    (:data:`uqvision.roles.SET_ROLES`; ``None``: its evaluation set's default, ``test`` for a
+    clean folder), recorded as the caches' ``set_role``: not part of their identity (it says
+    what the set is for, not how its logits were made). ``extra_variables`` are further variables each cache
     records (:data:`CACHE_VARIABLES`, e.g. ``head_weight``); a cache lacking one is not reused.
 
     ``model_classes`` are the class names, in the order of its outputs, of a model that
@@ -103,6 +108,7 @@ class PredictConfig:
     skip_bad_images: bool = False
     eval_set: str = DEFAULT_EVAL_SET
     eval_member: str | None = None
+    role: str | None = None
     extra_variables: tuple[str, ...] = ()
     model_classes: tuple[str, ...] | None = None
 
@@ -155,6 +161,8 @@ def resolve_channels_last(model: torch.nn.Module, config: PredictConfig) -> bool
     ...     net, PredictConfig(channels_last=False))
     (True, False, False)
     """
+    import torch  # a network's choice: torch is there (the options import no torch)
+
     if config.channels_last is not None:
         return bool(config.channels_last)
     module = type(model).__module__
@@ -162,9 +170,9 @@ def resolve_channels_last(model: torch.nn.Module, config: PredictConfig) -> bool
     return torch.device(config.device).type == "cpu" and family in CHANNELS_LAST_CPU_FAMILIES
 
 
-#: Autocast modes of ``PredictConfig.amp``: name -> dtype (``None``: full precision).
-AMP_MODES: dict[str, torch.dtype | None] = {"off": None, "fp16": torch.float16,
-                                            "bf16": torch.bfloat16}
+#: Autocast modes of ``PredictConfig.amp``: name -> the name of its torch dtype (``None``: full
+#: precision); names, so that the options need no torch.
+AMP_MODES: dict[str, str | None] = {"off": None, "fp16": "float16", "bf16": "bfloat16"}
 
 
 def amp_mode(value: Any, device: Any = "cpu") -> str:
@@ -186,6 +194,10 @@ PREDICT_CONFIG_OPTIONS = (
     ConfigOption("eval_set", choices=EVAL_SETS.names, metavar="NAME",
                  help="what --data is (its role and how its labels are made; part of a "
                       "cache's identity; default: {default}):\n" + EVAL_SETS.describe()),
+    ConfigOption("role", choices=SET_ROLES, metavar="ROLE",
+                 help="the role --data plays, recorded in its caches (set_role) for the score "
+                      "commands: " + ", ".join(SET_ROLES) + " (default: its --eval-set's: test "
+                      "for a clean folder, shift for a shifted one, ood-near/ood-far)"),
     ConfigOption("eval_member", metavar="MEMBER",
                  help="the member of an expanded --eval-set that --data is (e.g. fog-3 of "
                       "imagenet-c, folder <root>/fog/3; default: told from --data's path)"),

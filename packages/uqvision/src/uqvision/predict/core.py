@@ -20,7 +20,7 @@ from uqmetrics import InputError, provenance_attrs
 from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
 from ..data.folders import ChangedImageError, folder_fingerprint
-from ..evalsets import EVAL_SETS, eval_set_attrs
+from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
 from ..models import ModelSpec, recorded_class_names
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
@@ -125,9 +125,10 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     """
     config = _resolved(config or PredictConfig())
     _check_config(config)
+    check_role(config.eval_set, config.role, f"role {config.role!r} (--role)")
     run_mode = PASS_MODES.lookup(config.mode)
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
-    folder = _folder(data)  # validates the folder before the model is built
+    folder = _folder(data, config)  # validates the folder before the model is built
     member = _eval_member(folder, config)
     name = _dataset_name(dataset_name, folder, member, config)
     names = recorded_class_names(spec.checkpoint) if config.logits else None
@@ -225,7 +226,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  "world_size": world, "wall_time_s": wall, "amp": config.amp,
                  "channels_last": int(config.channels_last),
                  "channels_last_source": cl_source,
-                 **eval_set_attrs(config.eval_set, member), **dict(attrs or {})}
+                 **eval_set_attrs(config.eval_set, member, config.role),
+                 **dict(attrs or {})}
         if mc_path is not None:
             extra["mc_dropout_path"] = str(mc_path[0])
         if shared:

@@ -132,7 +132,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     config = _resolved(config or PredictConfig())
     _check_config(config)
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
-    folder = _folder(data)
+    folder = _folder(data, config)
     member = _eval_member(folder, config)
     name = _dataset_name(dataset_name, folder, member, config)
     names = recorded_class_names(spec.checkpoint) if config.logits else None
@@ -253,7 +253,7 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
     """
     config = _resolved(config or PredictConfig())
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
-    folder = _folder(data)
+    folder = _folder(data, config)
     name = _dataset_name(dataset_name, folder, _eval_member(folder, config), config)
     paths, missing = checked if checked is not None else check_caches(
         spec, folder, out_dir, config, dataset_name=name, overwrite=overwrite)

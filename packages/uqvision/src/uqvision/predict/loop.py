@@ -66,7 +66,7 @@ def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
 
 
 def _autocast(cfg: PredictConfig, device: str):
-    dtype = AMP_MODES[cfg.amp]
+    dtype = getattr(torch, AMP_MODES[cfg.amp]) if AMP_MODES[cfg.amp] else None
     return torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None)
 
 

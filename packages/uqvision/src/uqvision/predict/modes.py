@@ -33,7 +33,7 @@ __all__ = ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"]
 #: [(pass_index, arrays)] (``uqvision predict --mode NAME``); ``folder`` is the scanned
 #: :class:`~uqvision.data.ImageFolderDataset`, its labels already in the model's class space
 #: (set its transform with ``folder.with_transform``).
-PASS_MODES: Registry[Callable] = Registry("prediction mode")
+PASS_MODES: Registry[Callable] = Registry("prediction mode", fill="uqvision:load_registries")
 
 
 @PASS_MODES.register(name="plain")

@@ -152,8 +152,13 @@ def _resolved(config: PredictConfig) -> PredictConfig:
     return dataclasses.replace(config, train_data=str(Path(config.train_data).resolve()))
 
 
-def _folder(data) -> ImageFolderDataset:
-    return data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
+def _folder(data, config: PredictConfig) -> ImageFolderDataset:
+    """``data`` scanned (as it is when given scanned); a flat folder without a label file is
+    read unlabelled for an evaluation set whose class map labels nothing (an OOD set)."""
+    if isinstance(data, ImageFolderDataset):
+        return data
+    return ImageFolderDataset(data, unlabelled=EVAL_SETS.lookup(config.eval_set).class_map
+                              == "none")
 
 
 def _eval_member(folder: ImageFolderDataset, config: PredictConfig) -> EvalMember | None:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from uqmetrics.registry import Registry
 
 if TYPE_CHECKING:
+    import torch
+
     from .config import PredictConfig
 
 __all__ = ["CACHE_VARIABLES", "CacheVariable"]
@@ -42,6 +43,8 @@ class CacheVariable:
 
 def _linear_head(model: torch.nn.Module, name: str) -> torch.nn.Linear:
     """The network's classifier (timm's ``get_classifier()``), refused unless one Linear."""
+    import torch  # computed on a network: torch is there (the options import no torch)
+
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     if isinstance(head, torch.nn.Linear):
         return head

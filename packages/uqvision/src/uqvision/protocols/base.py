@@ -333,6 +333,11 @@ class Protocol:
         The driver of ``uqvision reproduce NAME`` (lazily imported: :class:`LazyReproduction`).
     methods : tuple of str
         The training methods (entries of ``TRAINING_METHODS``) the protocol compares.
+    registers : tuple of str
+        The modules that register its own training methods and prediction modes, imported
+        when the registries are filled (:func:`uqvision.load_registries`), not with the
+        protocol: its entry, which the command line reads to build its options, imports no
+        torch (docs/conventions.md#fast-help).
     commands : mapping
         Extra subcommands, name -> :class:`Command` (e.g. UIMNET's ``split``).
     smoke_options : mapping
@@ -369,6 +374,7 @@ class Protocol:
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
     reproduce: Reproduction | LazyReproduction | None = None
     methods: tuple[str, ...] = ()
+    registers: tuple[str, ...] = ()
     commands: Mapping[str, Command] = field(default_factory=dict)
     smoke_options: Mapping[str, str] = field(default_factory=dict)
     section: str = ""
@@ -683,8 +689,9 @@ def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | No
 
     def predict(spec: str, how: dict, trained: bool) -> int:
         n = 0
-        for folder in (val, test):
-            n += len(predict_to_files(spec, folder, caches, PredictConfig(**how, **base),
+        for folder, role in ((val, "calibration"), (test, "test")):  # their roles, declared
+            n += len(predict_to_files(spec, folder, caches,
+                                      PredictConfig(role=role, **how, **base),
                                       overwrite=trained))
         for member, folder in members:
             n += len(predict_to_files(

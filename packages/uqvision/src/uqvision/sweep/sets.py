@@ -4,6 +4,15 @@ into the folders every model predicts (:func:`sweep_targets`, :class:`SweepTarge
 set, or one per member found below ``PATH`` for an expanded set (``imagenet-c``: every
 ``<corruption>/<severity>/`` folder there).
 
+Each set plays a role (:data:`uqvision.roles.SET_ROLES`), recorded in its caches
+(``set_role``) for the score commands: declared as ``ROLE:DATASET_NAME=PATH`` (``fit:fit=
+/data/imagenet-fit``, ``calibration:val=...``, ``test:test=...``: an image folder of the
+model's classes, the generic ``folder`` set) or ``ROLE:EVALSET:DATASET_NAME=PATH``
+(``calibration:imagenet-val:val=...``), else the evaluation set's default
+(:func:`uqvision.evalsets.default_role`: ``test`` for a clean set, ``shift`` for a shifted or
+relabelled one, ``ood-near``/``ood-far`` for an OOD set). ``--data`` plays the role of
+``--role`` (default its evaluation set's).
+
 A target is predicted as ``uqvision predict --eval-set EVALSET [--eval-member MEMBER]`` predicts
 it: its cells carry the :class:`~uqvision.predict.PredictConfig` with ``eval_set`` and
 ``eval_member`` set, and its caches are named by
@@ -30,9 +39,17 @@ from pathlib import Path
 from uqmetrics import InputError
 
 from ..data import ImageFolderDataset, check_disjoint
-from ..evalsets import EVAL_SETS, iter_member_folders, member_dataset_name, resolve_member
+from ..evalsets import (
+    DEFAULT_EVAL_SET,
+    EVAL_SETS,
+    check_role,
+    iter_member_folders,
+    member_dataset_name,
+    resolve_member,
+)
 from ..layouts import is_folder
 from ..predict import PredictConfig
+from ..roles import SET_ROLES
 
 __all__ = ["OOD_OPTION", "SweepTarget", "check_ood_targets", "parse_set", "sweep_targets"]
 
@@ -70,8 +87,9 @@ class SweepTarget:
 
 
 def parse_set(value: str | tuple[str, str | os.PathLike], *, option: str = "--sets",
-              role: str | None = None) -> tuple[str, Path, str | None]:
-    """``EVALSET[:DATASET_NAME]=PATH`` -> (set name, path, dataset name or None), checked.
+              role: str | None = None) -> tuple[str, Path, str | None, str | None]:
+    """``[ROLE:]EVALSET[:DATASET_NAME]=PATH`` or ``ROLE:DATASET_NAME=PATH`` -> (set name,
+    path, dataset name or None, declared role or None), checked.
 
     Parameters
     ----------
@@ -79,18 +97,27 @@ def parse_set(value: str | tuple[str, str | os.PathLike], *, option: str = "--se
         ``EVALSET=PATH`` (``EVALSET`` a name of :data:`uqvision.evalsets.EVAL_SETS`), or the
         pair; ``EVALSET:DATASET_NAME=PATH`` names the caches of a set of one folder (default
         the folder's name), e.g. ``imagenet-real:real=/data/imagenet/val``, where the folder
-        is the ``--data`` folder too.
+        is the ``--data`` folder too. A role (:data:`uqvision.roles.SET_ROLES`) first
+        declares the role the set plays: ``ROLE:DATASET_NAME=PATH`` for an image folder of the
+        model's classes (``fit:fit=/data/imagenet-fit``; the generic ``folder`` set), or
+        ``ROLE:EVALSET:DATASET_NAME=PATH``; without one, the set plays its default role
+        (:func:`uqvision.evalsets.default_role`).
     option : str
         How errors name the option.
     role : str, optional
-        Accept only the sets of this role (``ood`` for ``--ood-sets``).
+        Accept only the sets of this kind (``ood`` for ``--ood-sets``).
 
     Raises
     ------
     uqmetrics.InputError
-        Not ``NAME=PATH``, an unknown evaluation set (or one of another role than ``role``), a
-        dataset name for an expanded set, or a path that does not exist; the message names the
-        value.
+        Not ``NAME=PATH``, an unknown evaluation set (or one of another kind than ``role``), a
+        role the set cannot play (:func:`uqvision.evalsets.check_role`), a dataset name for an
+        expanded set, or a path that does not exist; the message names the value.
+
+    Examples
+    --------
+    >>> parse_set(("fit:fit", "."))[::2], parse_set(("imagenet-c", "."))[::2]
+    (('folder', 'fit'), ('imagenet-c', None))
     """
     known = [n for n in EVAL_SETS.names() if role is None or EVAL_SETS[n].role == role]
     if isinstance(value, str):
@@ -98,22 +125,40 @@ def parse_set(value: str | tuple[str, str | os.PathLike], *, option: str = "--se
         if not sep or not name.strip() or not path.strip():
             example = "ninco=/data/ninco" if role == "ood" else "imagenet-c=/data/imagenet-c"
             raise InputError(f"{option} {value!r}: not EVALSET=PATH (e.g. {example}; sets: "
-                             f"{', '.join(known)})")
+                             f"{', '.join(known)}; or ROLE:NAME=PATH, e.g. fit:fit=/data/fit)")
     else:
         name, path = value
         value = f"{name}={path}"
-    name, _, dataset_name = name.strip().partition(":")
-    dataset_name = dataset_name.strip() or None
+    parts = [p.strip() for p in name.split(":")]
+    declared: str | None = None
+    if len(parts) > 3:
+        raise InputError(f"{option} {value!r}: not [ROLE:]EVALSET[:NAME]=PATH")
+    if len(parts) == 3 or (parts[0] in SET_ROLES and parts[0] not in EVAL_SETS):
+        declared = parts.pop(0)
+        if declared not in SET_ROLES:
+            raise InputError(f"{option} {value!r}: unknown role {declared!r}; roles: "
+                             f"{', '.join(SET_ROLES)}")
+        if len(parts) == 1 and parts[0] not in EVAL_SETS:  # ROLE:NAME: a folder of the classes
+            if declared == "shift":
+                raise InputError(f"{option} {value!r}: role 'shift' is a shifted evaluation "
+                                 "set's own: give the set (imagenet-c=PATH, imagenet-v2=PATH, "
+                                 "...; shift:EVALSET:NAME=PATH)")
+            parts.insert(0, DEFAULT_EVAL_SET)
+        elif not parts:
+            parts = [DEFAULT_EVAL_SET]
+    name = parts[0]
+    dataset_name = (parts[1] if len(parts) > 1 else "") or None
     if name not in known:
         what = "unknown evaluation set" if name not in EVAL_SETS else \
             f"evaluation set of role {EVAL_SETS[name].role!r}, not {role!r},"
         raise InputError(f"{option} {value!r}: {what} {name!r}; known: {', '.join(known)}")
+    check_role(name, declared, f"{option} {value!r}")
     if dataset_name is not None and EVAL_SETS.lookup(name).members():
         raise InputError(f"{option} {value!r}: a dataset name is for a set of one folder; the "
                          f"caches of {name!r}'s members are named <set>-<member>")
     if not (Path(path).exists() or is_folder(path)):  # a folder inside a tar too
         raise InputError(f"{option} {value!r}: {str(path)!r} does not exist")
-    return name, Path(path), dataset_name
+    return name, Path(path), dataset_name, declared
 
 
 def _members(name: str, root: Path, value: str, option: str
@@ -152,8 +197,9 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
     config : PredictConfig
     sets : iterable of str or (str, path) or SweepTarget
         ``EVALSET=PATH`` each (:func:`parse_set`), or targets an earlier call returned (their
-        folders are not scanned again; their config is ``config`` with their set and
-        member).
+        folders are not scanned again; their config is ``config`` with their set, member,
+        role and variables: ``uqvision evaluate`` records the embeddings only on the sets
+        its detectors read).
     dataset_name : str, optional
         The dataset name of ``data`` (default the folder's name).
     option : str
@@ -175,6 +221,7 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
         below its path, or two targets with one dataset name (their caches would share file
         names).
     """
+    check_role(config.eval_set, config.role, f"--role {config.role!r}")
     # the --data's caches are named as before the sets (its folder's name)
     targets = [SweepTarget(data, config, dataset_name or Path(data.root).resolve().name)]
     seen = {targets[0].dataset_name: "--data"}
@@ -185,7 +232,9 @@ def sweep_targets(data: ImageFolderDataset, config: PredictConfig,
                                  f"{value.dataset_name!r} is {seen[value.dataset_name]}'s too")
             seen[value.dataset_name] = f"{value.option} {value.source!r}"
             targets.append(dataclasses.replace(value, config=dataclasses.replace(
-                config, eval_set=value.config.eval_set, eval_member=value.member)))
+                config, eval_set=value.config.eval_set, eval_member=value.member,
+                role=value.config.role, embeddings=value.config.embeddings,
+                extra_variables=value.config.extra_variables)))
             continue
         targets.extend(_targets_of(value, config, option, seen, role=None))
     for value in ood_sets:
@@ -197,13 +246,14 @@ def _targets_of(value: str | tuple[str, str | os.PathLike], config: PredictConfi
                 option: str, seen: dict[str, str], *, role: str | None) -> list[SweepTarget]:
     """The targets of one ``EVALSET=PATH`` (each member of an expanded set), their dataset
     names recorded in ``seen`` (name -> who has it); an OOD set (``role="ood"``) is named by
-    its set by default."""
-    name, root, given = parse_set(value, option=option, role=role)
+    its set by default. Each plays its declared role, else its set's default (never the
+    ``--data``'s ``--role``)."""
+    name, root, given, declared = parse_set(value, option=option, role=role)
     text = value if isinstance(value, str) else f"{name}={root}"
     out = []
     for member, folder in _members(name, root, text, option):
-        cfg = dataclasses.replace(config, eval_set=name, eval_member=member)
-        ds = ImageFolderDataset(folder)
+        cfg = dataclasses.replace(config, eval_set=name, eval_member=member, role=declared)
+        ds = ImageFolderDataset(folder, unlabelled=EVAL_SETS.lookup(name).class_map == "none")
         label = given or (name if role == "ood" and member is None else member_dataset_name(
             name, None if member is None else EVAL_SETS.lookup(name).member(member), folder))
         if label in seen:

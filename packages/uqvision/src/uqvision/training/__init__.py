@@ -11,29 +11,17 @@
 - :mod:`~uqvision.training.dropout`: per-sample dropout masks (MC dropout).
 """
 
-from .loop import (
-    ADAMW_RECIPE,
-    CHECKPOINT_FORMAT,
-    EnsembleMember,
-    ImageTrainConfig,
-    TrainConfig,
-    TrainResult,
-    checkpoint_files,
-    new_ensemble_id,
-    train_model,
-)
-from .method import (
-    OPTIMIZERS,
-    TRAINING_METHODS,
-    HParams,
-    Snapshot,
-    TrainingMethod,
-    TrainRecipe,
-    TrainState,
-    export_state,
-)
-from .runs import SINGLE, LoadedRun, load_run, run_ensemble, run_method
-from .schedules import SCHEDULES
+from uqmetrics.lazy import attach
+
+# every name imported on first use (docs/conventions.md#fast-help)
+__getattr__, __dir__ = attach(__name__, {
+    ".loop": ["ADAMW_RECIPE", "CHECKPOINT_FORMAT", "EnsembleMember", "ImageTrainConfig",
+              "TrainConfig", "TrainResult", "checkpoint_files", "new_ensemble_id", "train_model"],
+    ".method": ["OPTIMIZERS", "TRAINING_METHODS", "HParams", "Snapshot", "TrainingMethod",
+                "TrainRecipe", "TrainState", "export_state"],
+    ".runs": ["SINGLE", "LoadedRun", "load_run", "run_ensemble", "run_method"],
+    ".schedules": ["SCHEDULES"],
+})
 
 __all__ = [
     "ADAMW_RECIPE",

@@ -98,7 +98,8 @@ __all__ = [
     "update_batchnorm",
 ]
 
-TRAINING_METHODS: Registry = Registry("training method", group="uqvision.training_methods")
+TRAINING_METHODS: Registry = Registry("training method", group="uqvision.training_methods",
+                                      fill="uqvision:load_registries")
 """Every training method, in registration order (:class:`TrainingMethod` entries; plugins:
 entry-point group ``uqvision.training_methods``, checked to be :class:`TrainingMethod`)."""
 

@@ -40,6 +40,8 @@ def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder", c
     n = logits.shape[0]
     attrs = {"model": model, "dataset_name": dataset, "mode": mode, "pass_index": 0,
              "eval_set": eval_set, "role": role, **attrs}
+    if dataset == "val":  # declared the calibration set (test: a clean set's default, test)
+        attrs.setdefault("set_role", "calibration")
     if corruption:
         attrs.update(eval_member=f"{corruption}-{severity}", corruption=corruption,
                      severity=severity)
@@ -56,7 +58,9 @@ def _caches(folder, models=("m1", "m2"), *, test=True, shifted=False, natural=Fa
             method=""):
     folder.mkdir(parents=True, exist_ok=True)
     for j, m in enumerate(models):
-        extra = {"method": method} if method else {}
+        # a method's models: the members of one uqvision train run
+        extra = {"method": method, "ensemble": "r1", "ensemble_size": len(models)} \
+            if method else {}
         _write(folder, m, "val", _logits(N_VAL, 10 + j), **extra)
         if test:
             _write(folder, m, "test", _logits(N_TEST, 20 + j), **extra)
@@ -252,7 +256,7 @@ def test_bad_input_is_refused_naming_it(tmp_path):
         ConformalConfig(temperature_size=1.0)
     with pytest.raises(InputError, match="n_cal"):
         _score_conformal(_caches(tmp_path / "c", models=("m1",)), ConformalConfig(n_cal=N_TEST))
-    with pytest.raises(InputError, match="clean caches"):
+    with pytest.raises(InputError, match="no set of role .test. or .calibration."):
         folder = tmp_path / "only_shifted"
         folder.mkdir()
         _write(folder, "m1", "v2", _logits(40, 1), role="shifted", eval_set="imagenet-v2")

@@ -51,6 +51,10 @@ def _write(folder, model, dataset, *, embeddings=True, passes=None, method="deep
              "method": method, "run": model, "wall_time_s": 2.0}
     if split:
         attrs["ood_split"] = split
+    if method == "deep_ensemble":  # the members of one uqvision train --members 2 run
+        attrs.update(ensemble="r1", ensemble_size=len(MODELS))
+    if dataset == "fit":  # the ID training subset (uqvision sweep --sets fit:fit=PATH)
+        attrs["set_role"] = "fit"
     ds = cache_dataset(logits, labels, samples=[f"{dataset}/{i}.png" for i in range(n)],
                        classes=CLASSES, embedding=emb if embeddings else None, attrs=attrs,
                        extra={"head_weight": (("class", "feature"), w),
@@ -83,7 +87,7 @@ def _u(detector, model, dataset):
 
 def test_metrics_per_set_equal_uqmetrics_on_the_same_scores(tmp_path):
     dets = [d for d in ("msp", "energy", "mahalanobis", "knn") if d in list_detectors()]
-    ds = score_ood(_caches(tmp_path / "c"), OodConfig(detectors=dets, fit_data="fit"))
+    ds = score_ood(_caches(tmp_path / "c"), OodConfig(detectors=dets, fit="fit"))
     assert ds.attrs["protocol"] == "ood"
     assert list(ds["model"].values) == ["m1", "m2", "deep_ensemble[2]"]
     assert list(ds["ood_set"].values) == ["near1", "far1", "far2"]  # near first
@@ -153,11 +157,13 @@ def test_member_detectors_read_the_passes_and_are_nan_for_one_pass(tmp_path):
 def test_a_detector_needing_what_the_caches_lack_is_refused_naming_it(tmp_path):
     folder = _caches(tmp_path / "c", embeddings=False)
     with pytest.raises(InputError, match=r"needs \['embedding'\].*--embeddings"):
-        score_ood(folder, OodConfig(detectors=["mahalanobis"], fit_data="fit"))
-    with pytest.raises(InputError, match="fit_data"):
-        score_ood(_caches(tmp_path / "d"), OodConfig(detectors=["mahalanobis"]))
+        score_ood(folder, OodConfig(detectors=["mahalanobis"], fit="fit"))
+    for path in _caches(tmp_path / "d").glob("*.fit.*"):  # no fit set
+        path.unlink()
+    with pytest.raises(InputError, match="fits on ID training data.*a set of role fit"):
+        score_ood(tmp_path / "d", OodConfig(detectors=["mahalanobis"]))
     # by default such detectors are skipped, and said so
-    ds = score_ood(folder, OodConfig(fit_data="fit"))
+    ds = score_ood(folder)
     skipped = json.loads(ds.attrs["skipped_detectors"])
     assert "mahalanobis" in skipped and "embedding" in skipped["mahalanobis"]
     assert "msp" in ds["detector"].values
@@ -167,10 +173,12 @@ def test_refusals(tmp_path):
     folder = _caches(tmp_path / "c")
     with pytest.raises(InputError, match="unknown"):
         score_ood(folder, OodConfig(detectors=["nope"]))
-    with pytest.raises(InputError, match="id_dataset"):
-        score_ood(folder, OodConfig(id_dataset="nope"))
+    with pytest.raises(InputError, match="--test 'nope': no caches"):
+        score_ood(folder, OodConfig(test="nope"))
+    with pytest.raises(InputError, match="--test 'fit': dataset 'fit' has role 'fit'"):
+        score_ood(folder, OodConfig(test="fit"))
     with pytest.raises(InputError, match="both"):
-        score_ood(folder, OodConfig(id_dataset="fit", fit_data="fit"))
+        score_ood(folder, OodConfig(test="test", fit="test"))
     only_clean = tmp_path / "clean"
     only_clean.mkdir()
     _write(only_clean, "m1", "test")

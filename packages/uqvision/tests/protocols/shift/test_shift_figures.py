@@ -239,6 +239,8 @@ def _cache(folder, model, dataset, n_right, **attrs):
     logits[np.arange(10), predicted] = 2.0
     attrs = {"model": model, "dataset_name": dataset, "mode": "plain", "pass_index": 0,
              "eval_set": "folder", "role": "clean", **attrs}
+    if dataset == "val":  # declared the calibration set (test: a clean set's default, test)
+        attrs.setdefault("set_role", "calibration")
     write_dataset(cache_dataset(logits, labels, samples=[f"s{i}.png" for i in range(10)],
                                 classes=["a", "b"], attrs=attrs),
                   folder / f"{cache_key(model, dataset, 'plain', 0)}.nc")

@@ -32,6 +32,8 @@ def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder",
            corruption="", severity=0, mode="plain", pass_index=0, **extra_attrs):
     attrs = {"model": model, "dataset_name": dataset, "mode": mode, "pass_index": pass_index,
              "eval_set": eval_set, "role": role, **extra_attrs}
+    if dataset == "val":  # declared the calibration set (test: a clean set's default, test)
+        attrs.setdefault("set_role", "calibration")
     if corruption:
         attrs.update(eval_member=f"{corruption}-{severity}", corruption=corruption,
                      severity=severity)
@@ -186,11 +188,15 @@ def _member(folder, model, q, **attrs):
 def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
     folder = tmp_path / "c"
     folder.mkdir()
-    _member(folder, "de_s0", PA, method="deep_ensemble", run="de_s0")
-    _member(folder, "de_s1", PB, method="deep_ensemble", run="de_s1")
+    # the members of one uqvision train --members 2 run (its ensemble id)
+    run = {"method": "deep_ensemble", "ensemble": "r1", "ensemble_size": 2}
+    _member(folder, "de_s0", PA, run="de_s0", **run)
+    _member(folder, "de_s1", PB, run="de_s1", **run)
     _member(folder, "single", PA)  # no method: a model only
-    # a member under TTA is another predictor: alone in its mode, no ensemble row of its own
-    _member(folder, "de_s2", PB, method="deep_ensemble", run="de_s2", mode="tta")
+    # a member of another run under TTA is another predictor: alone in its run and mode, no
+    # ensemble row of its own
+    _member(folder, "de_s2", PB, run="de_s2", mode="tta",
+            **{**run, "ensemble": "r2"})
     ds = score_shift(folder, SEED3)
     assert ds["model"].values.tolist() == ["de_s0", "de_s1", "de_s2", "single",
                                            "deep_ensemble[2]"]
@@ -214,23 +220,27 @@ def test_deep_ensemble_members_are_scored_as_one_predictor_by_hand(tmp_path):
     assert float(ds["temperature"].sel(model="de_s0")) == pytest.approx(
         float(ds["temperature"].sel(model="single")), rel=1e-9)
     # an ensemble row can be the mCE baseline (its fog error equals its clean error: the
-    # relative mCE is undefined); with ensembles=() there is no ensemble row
+    # relative mCE is undefined); the same members declared (--ensemble) are the same row
     with pytest.warns(uqmetrics.UndefinedMetricWarning, match="relative mCE is undefined"):
         base = score_shift(folder, ShiftConfig(baseline="deep_ensemble[2]", seed=3))
     assert float(base["mean_corruption_error"].sel(model="de_s0")) == pytest.approx(0.4 / 0.3)
-    assert "deep_ensemble[2]" not in score_shift(folder, ShiftConfig(ensembles=(), seed=3))["model"]
+    pair = score_shift(folder, ShiftConfig(ensembles=["pair=de_s0,de_s1"], seed=3))
+    assert pair["model"].values.tolist()[-2:] == ["deep_ensemble[2]", "pair"]
+    np.testing.assert_array_equal(pair["clean_nll"].sel(model="pair"),
+                                  pair["clean_nll"].sel(model="deep_ensemble[2]"))
 
 
 def test_an_ensemble_row_named_like_a_model_is_refused(tmp_path):
     folder = tmp_path / "c"
     folder.mkdir()
-    _member(folder, "de_s0", PA, method="deep_ensemble")
-    _member(folder, "de_s1", PB, method="deep_ensemble")
+    run = {"method": "deep_ensemble", "ensemble": "r1", "ensemble_size": 2}
+    _member(folder, "de_s0", PA, **run)
+    _member(folder, "de_s1", PB, **run)
     _member(folder, "deep_ensemble[2]", PA)
     with pytest.raises(InputError, match=r"ensemble row 'deep_ensemble\[2\]' .* has the name "
                                          r"of a model"):
         score_shift(folder)
-    with pytest.raises(InputError, match=r"ensembles must be training-method names, got \[''\]"):
+    with pytest.raises(InputError, match=r"ensembles \(--ensemble\) '': not NAME=M1,M2"):
         ShiftConfig(ensembles=("",))
 
 
@@ -258,7 +268,7 @@ def test_mc_dropout_caches_are_scored_on_their_mean_softmax_by_hand(tmp_path):
 def test_a_model_without_clean_caches_is_named(tmp_path):
     folder = _caches(tmp_path / "c", models=("m1",))
     _caches(folder, models=("m2",), clean=False)
-    with pytest.raises(InputError, match="'m2' has no clean caches"):
+    with pytest.raises(InputError, match="'m2' has no caches of the calibration set 'val'"):
         score_shift(folder)
 
 

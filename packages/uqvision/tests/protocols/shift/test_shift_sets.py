@@ -24,6 +24,8 @@ def _write(folder, model, dataset, logits, labels, *, role="clean", eval_set="fo
            in_folder=None, samples=None, **attrs):
     logits = np.asarray(logits, float)
     samples = samples or [f"s{i}.png" for i in range(logits.shape[-2])]
+    if dataset == "val":  # declared the calibration set (test: a clean set's default, test)
+        attrs.setdefault("set_role", "calibration")
     ds = cache_dataset(logits, labels, samples=samples, classes=CLASSES, in_folder=in_folder,
                        attrs={"model": model, "dataset_name": dataset, "mode": "plain",
                               "pass_index": 0, "eval_set": eval_set, "role": role, **attrs})

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
+from ...roles import ensemble_option, legacy_config, role_option
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
 from ..headline import headline_score_table
 
@@ -63,13 +64,13 @@ CONFORMAL_OPTIONS = (
     ConfigOption("temperature_size", type=_fraction,
                  help="conformal: fraction of the clean calibration caches the temperature is "
                       "fitted on, never in a conformal split (default {default})"),
-    ConfigOption("calibration_dataset",
-                 help="conformal: dataset_name of the clean caches the temperature is fitted "
-                      "on (default: val, else the model's only clean dataset)"),
-    ConfigOption("ensembles", nargs="*", metavar="METHOD",
-                 help="conformal: training methods (caches' method attr) whose models are "
-                      "also scored together as one ensemble row, <method>[k] (default: "
-                      "deep_ensemble; give the flag alone for none)"),
+    role_option("test", "conformal", help="conformal: dataset_name of the test set, the "
+                "conformal pool (default: the only set of role test; two are refused, naming "
+                "them; never a set of role fit)"),
+    role_option("calibration", "conformal", help="conformal: dataset_name of the set the "
+                "temperature is fitted on (default: the only set of role calibration, else "
+                "the test set, whose rest is then the pool; never a set of role fit)"),
+    ensemble_option("conformal"),
 )
 
 
@@ -87,13 +88,14 @@ def _score(a: argparse.Namespace):
     from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
 
     kw = config_kwargs(a, CONFORMAL_OPTIONS)
-    with warnings.catch_warnings():  # said in one line below, from the result's notes
-        warnings.simplefilter("ignore", ShortCalibrationWarning)
-        ds = score_conformal(a.caches, ConformalConfig(**kw, clean_dataset=a.dataset,
-                                                       seed=a.seed))
-    if ds.attrs.get("notes"):
-        print(f"uqvision score conformal: note: {ds.attrs['notes']}", file=sys.stderr,
-              flush=True)
+    with warnings.catch_warnings(record=True) as caught:  # said in one line below
+        warnings.simplefilter("always", ShortCalibrationWarning)
+        ds = score_conformal(a.caches, ConformalConfig(**kw, seed=a.seed))
+    for w in caught:
+        if issubclass(w.category, ShortCalibrationWarning):
+            print(f"uqvision score conformal: note: {w.message}", file=sys.stderr, flush=True)
+        else:  # the others as they came (an ensemble of several architectures)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return ds
 
 
@@ -110,12 +112,13 @@ def _rescore(result, path):
     ``notes``, compared as the rest)."""
     import warnings
 
-    from ...provenance import rescore_caches
+    from ...provenance import recorded_caches, recorded_config
     from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortCalibrationWarning)
-        return rescore_caches(result, score_conformal, ConformalConfig)
+        return score_conformal(recorded_caches(result),
+                               ConformalConfig(**legacy_config(recorded_config(result))))
 
 
 #: Its leaderboard (RAPS Table 1, un-scaled: the figures' default): the report site's default

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from uqmetrics import write_dataset
 
+from ...cache import index_caches
 from ..base import Reproduction, corrupted_study, corrupted_study_settings
 from . import DESCRIPTION
 from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
@@ -85,8 +86,14 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     t1 = time.perf_counter()
     with warnings.catch_warnings():  # logged below, from the result's notes
         warnings.simplefilter("ignore", ShortCalibrationWarning)
+        # the sets and the ensemble, named: val calibrates, test is the pool
+        members = sorted({i.model for i in index_caches([caches])
+                          if "deep_ensemble_s" in i.model})
         scores = score_conformal(caches, ConformalConfig(
-            trials=s["trials"], temperature_size=s["temperature_size"], seed=seed))
+            trials=s["trials"], temperature_size=s["temperature_size"], seed=seed,
+            calibration="val", test="test",
+            ensembles={f"deep_ensemble[{len(members)}]": members} if len(members) > 1
+            else None))
     if scores.attrs.get("notes"):
         log(f"note: {scores.attrs['notes']}")
     path = write_dataset(scores, out / "conformal.nc", overwrite=True)

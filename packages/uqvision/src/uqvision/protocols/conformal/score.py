@@ -18,8 +18,10 @@ Table 1):
 Each at every level of :attr:`ConformalConfig.alphas`, un-scaled and after temperature
 scaling, the temperature fitted on a held-out fraction (:attr:`ConformalConfig.
 temperature_size`) of the predictor's clean calibration caches: those images never enter a
-conformal split. The conformal pool is the clean evaluation dataset (``test``) where there is
-one besides the calibration dataset, else the calibration dataset's rest.
+conformal split. The conformal pool is the test set where it is another set than the
+calibration set, else the calibration set's rest. Both are taken by role and name
+(:func:`uqvision.predictors.pick_test_and_calibration`: ``--test``, ``--calibration``, else
+the only set of that role; never a set of role ``fit``; two candidates are refused).
 
 Under shift, every trial's sets are calibrated on the trial's clean calibration draw and
 evaluated on each corrupted member and each natural shift set: the coverage lost under shift.
@@ -29,9 +31,10 @@ its images (their sample ids are the pool's but for the suffix, as
 copies of the trial's calibration images are left out of its evaluation; otherwise (a natural
 shift set, a pool that is the calibration dataset's rest) every shifted image is evaluated.
 
-The predictors (the ``model`` dimension) are every model and one ensemble row per training
-method of :attr:`ConformalConfig.ensembles` (:func:`uqvision.predictors.group_predictors`), as
-the shift protocol builds them.
+The predictors (the ``model`` dimension) are every model and one ensemble row per group of
+models declared together: the members of one ``uqvision train --members K`` run, and each of
+:attr:`ConformalConfig.ensembles` (:func:`uqvision.predictors.group_predictors`), as the shift
+protocol builds them.
 """
 
 from __future__ import annotations
@@ -54,10 +57,11 @@ from ...exceptions import UqvisionWarning
 from ...predictors import (
     Predictor,
     PredictorProbs,
-    ensemble_methods,
+    check_members,
+    declared_ensembles,
     fit_predictor_temperature,
     group_predictors,
-    pick_dataset,
+    pick_test_and_calibration,
     read_cache_groups,
 )
 from ...provenance import entry_provenance, predictor_rows
@@ -117,15 +121,17 @@ class ConformalConfig:
         least :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images, and a temperature
         on a bound of the search is refused (:func:`uqvision.predictors.
         fit_predictor_temperature`).
-    calibration_dataset : str or None
-        The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
-        where there are clean caches of that name, else the only clean dataset.
-    clean_dataset : str or None
-        The ``dataset_name`` of the conformal pool; default the clean dataset other than the
-        calibration one (``test``), else the calibration dataset's rest.
-    ensembles : tuple of str
-        Training methods (the caches' ``method`` attr) whose models are also scored together
-        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    calibration : str or None
+        The ``dataset_name`` of the clean set the temperature is fitted on (``--calibration``);
+        default the only set of role ``calibration``, else the test set (split).
+    test : str or None
+        The ``dataset_name`` of the conformal pool (``--test``); default the only set of role
+        ``test`` (but the calibration set named), else the calibration set's rest. Never a
+        set of role ``fit``.
+    ensembles : dict
+        Declared ensemble rows, ``{name: (member, ...)}`` (or ``NAME=M1,M2`` strings:
+        :func:`uqvision.roles.declared_ensembles`), besides the members of each ``uqvision
+        train --members K`` run.
     randomized : bool
         Randomised APS/RAPS sets (the paper's; :func:`uqmetrics.conformal.conformal_trials`).
     seed : int
@@ -136,9 +142,9 @@ class ConformalConfig:
     n_cal: int | None = None
     trials: int = 100
     temperature_size: float = 0.2
-    calibration_dataset: str | None = None
-    clean_dataset: str | None = None
-    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    calibration: str | None = None
+    test: str | None = None
+    ensembles: dict | None = None
     randomized: bool = True
     seed: int = 0
 
@@ -157,7 +163,7 @@ class ConformalConfig:
         if not 0.0 < float(self.temperature_size) < 1.0:
             raise InputError(f"temperature_size must be a fraction in (0, 1), got "
                              f"{self.temperature_size!r}")
-        object.__setattr__(self, "ensembles", ensemble_methods(self.ensembles))
+        object.__setattr__(self, "ensembles", declared_ensembles(self.ensembles))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,16 +509,20 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             that says nothing of the model. Any above 0 is also said in a
             :class:`ShortCalibrationWarning` and the attr ``notes``.
 
-        Attrs: ``trials``, ``seed``, ``pool_dataset`` (JSON: model -> dataset), the config,
-        ``ensemble_members`` (JSON), ``caches`` and ``entries`` (each row's caches, an
-        ensemble's: its members', and their provenance: :mod:`uqvision.provenance`).
+        Attrs: ``trials``, ``seed``, ``pool_dataset`` (JSON: model -> dataset),
+        ``scored_sets`` (JSON: ``test`` and ``calibration`` -> the dataset), the config,
+        ``ensemble_members`` (JSON), ``notes`` (too few calibration images; ensembles of
+        several architectures), ``caches`` and ``entries`` (each row's caches, an ensemble's:
+        its members', and their provenance: :mod:`uqvision.provenance`).
 
     Raises
     ------
     uqmetrics.InputError
-        No caches; a model without clean caches (named); caches of several modes for one model;
-        caches in two class spaces (naming both files); several clean datasets without a
-        choice; a pool too small for ``n_cal``.
+        No caches; no test or calibration set, two candidates of a role without a choice, or
+        a named one of another role (``fit``) (:func:`uqvision.predictors.
+        pick_test_and_calibration`); a model without caches of them (named); caches of
+        several modes for one model; caches in two class spaces (naming both files); a pool
+        too small for ``n_cal``.
 
     Warns
     -----
@@ -525,7 +535,11 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     read = read_cache_groups(caches)
     read.check_one_class_space()  # the result's class dim: one class space for every model
     groups, sets = read.groups, read.sets
-    preds = group_predictors(read.models, read.modes, read.methods, config.ensembles)
+    pool_name, cal_name = pick_test_and_calibration(sets, config.test, config.calibration)
+    preds, ensemble_notes = group_predictors(read, config.ensembles)
+    for pred in preds:
+        check_members(pred, groups, cal_name, "calibration", "--calibration")
+        check_members(pred, groups, pool_name, "test", "--test")
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
     natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
     shift_names = sorted(corrupted) + natural
@@ -554,14 +568,6 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     pick = [TRIAL_STATS.index(s) for s in sstat]
 
     for i, pred in enumerate(preds):
-        clean = sorted(set.intersection(*(
-            {n for (m, n) in groups if m == mem and sets[n]["role"] == "clean"}
-            for mem in pred.members)))
-        if not clean:
-            raise InputError(f"model {pred.name!r} has no clean caches (role 'clean', e.g. its "
-                             "validation and test folders; an ensemble: of every member): its "
-                             "sets are calibrated on clean data, predict them first")
-        cal_name = pick_dataset("calibration", config.calibration_dataset, clean, "val", pred.name)
         cal = _data(probs[cal_name], pred)
         if len(cal.labels) < 2:
             raise InputError(f"model {pred.name!r}: calibration dataset {cal_name!r} has "
@@ -571,9 +577,6 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             pred.name, cal_name, np.log(np.clip(cal.probs[fit], 1e-300, None)),
             cal.labels[fit], "temperature_size", config.temperature_size, len(cal.labels))
         n_temp[i] = fit.size
-        others = [c for c in clean if c != cal_name]
-        pool_name = (pick_dataset("clean", config.clean_dataset, others or clean, None, pred.name)
-                     if config.clean_dataset is not None or others else cal_name)
         pool = (cal.take(rest) if pool_name == cal_name
                 else _data(probs[pool_name], pred))
         pools[pred.name] = pool_name
@@ -651,6 +654,7 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     note = _short_note(short, preds, n_cals, alphas)
     if note:
         warnings.warn(note, ShortCalibrationWarning, stacklevel=2)
+    note = "; ".join([note] * bool(note) + ensemble_notes)
     metrics: dict = {"accuracy": "accuracy"}
     for var in list(data):
         base = var.removeprefix("shift_").removeprefix("set_").removeprefix("curve_")
@@ -670,4 +674,6 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                         notes=note or None,
                         extra={"ensemble_members": json.dumps(ensembles),
                                "pool_dataset": json.dumps(pools), "trials": config.trials,
+                               "scored_sets": json.dumps({"test": pool_name,
+                                                          "calibration": cal_name}),
                                **entry_provenance(predictor_rows(preds, groups), "model")})

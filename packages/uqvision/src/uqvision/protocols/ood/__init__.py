@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
+from ...roles import ensemble_option, legacy_config, role_option
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
 from ..headline import headline_score_table
 
@@ -42,16 +43,13 @@ OOD_OPTIONS = (
                       "uqmetrics.detectors included): %(choices)s (default: the built-in "
                       "default set the caches allow; a plugin detector is scored only when "
                       "named here)"),
-    ConfigOption("id_dataset",
-                 help="ood: dataset_name of the ID test caches (default: test, else the only "
-                      "clean dataset but the fit data; else --dataset)"),
-    ConfigOption("fit_data", metavar="DATASET_NAME",
-                 help="ood: dataset_name of the clean caches of the ID training subset the "
-                      "feature detectors fit on (mahalanobis, knn, vim, react)"),
-    ConfigOption("ensembles", nargs="*", metavar="METHOD",
-                 help="ood: training methods (caches' method attr) whose models are also "
-                      "scored together as one ensemble row, <method>[k] (default: "
-                      "deep_ensemble; give the flag alone for none)"),
+    role_option("test", "ood", help="ood: dataset_name of the ID test set (default: the only "
+                "set of role test but the fit set; two are refused, naming them; never a set "
+                "of role fit)"),
+    role_option("fit", "ood", help="ood: dataset_name of the ID training subset the feature "
+                "detectors (mahalanobis, knn, vim, react, and plugins that fit) fit on "
+                "(default: the only set of role fit; none: those detectors are skipped)"),
+    ensemble_option("ood"),
     ConfigOption("keep_scores",
                  help="ood: also keep every image's u (u_id, u_ood) for the score histograms"),
 )
@@ -68,8 +66,6 @@ def _score(a: argparse.Namespace):
     from .score import OodConfig, score_ood  # imported on use
 
     kw = config_kwargs(a, OOD_OPTIONS)
-    if kw.get("id_dataset") is None:
-        kw["id_dataset"] = a.dataset
     return score_ood(a.caches, OodConfig(**kw, seed=a.seed))
 
 
@@ -83,10 +79,10 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
 def _rescore(result, path):
     """The score file recomputed from the caches and with the configuration it records
     (``uqvision verify``)."""
-    from ...provenance import rescore_caches
+    from ...provenance import recorded_caches, recorded_config
     from .score import OodConfig, score_ood  # imported on use
 
-    return rescore_caches(result, score_ood, OodConfig)
+    return score_ood(recorded_caches(result), OodConfig(**legacy_config(recorded_config(result))))
 
 
 #: Its leaderboard (OpenOOD v1.5's table): the report site's default view and the table

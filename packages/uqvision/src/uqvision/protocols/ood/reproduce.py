@@ -48,6 +48,7 @@ from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
 
+from ...cache import index_caches
 from ...data import subset_choice
 from ...hierarchy import make_hierarchy, read_hierarchy
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
@@ -205,10 +206,10 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
 
     def predict(spec: str, how: dict, trained: bool) -> int:
         n = 0
-        for dataset in ("test", "fit"):
+        for dataset in ("test", "fit"):  # each its role
             n += len(predict_to_files(spec, views[dataset], caches,
-                                      PredictConfig(**how, **base), dataset_name=dataset,
-                                      overwrite=trained))
+                                      PredictConfig(role=dataset, **how, **base),
+                                      dataset_name=dataset, overwrite=trained))
         for dataset in ("near", "far"):
             n += len(predict_to_files(spec, views[dataset], caches,
                                       PredictConfig(eval_set=f"ood-{dataset}", **how, **base),
@@ -218,8 +219,11 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     train_and_predict(ensemble_runs(s, seed, device, tag="ood", classes=tuple(split["id"])),
                       models, root / "train", predict, overwrite=overwrite, log=log)
 
+    # the sets and the ensemble, named
+    members = sorted({i.model for i in index_caches([caches]) if "deep_ensemble_s" in i.model})
     scores = score_ood(caches, OodConfig(
-        id_dataset="test", fit_data="fit", keep_scores=True, seed=seed,
+        test="test", fit="fit", keep_scores=True, seed=seed,
+        ensembles={f"deep_ensemble[{len(members)}]": members} if len(members) > 1 else None,
         fit_info={"per_class": s["per_class"], "seed": seed, "split": "train",
                   "classes": len(split["id"]), "near_position": s["near_position"]}))
     path = write_dataset(scores, out / "ood.nc", overwrite=True)

@@ -2,17 +2,20 @@
 docs/conventions.md#v-6).
 
 :func:`score_ood` reads the prediction caches of one or more models on their in-distribution
-(ID) test set (caches of role ``clean``, ``id_dataset``), on out-of-distribution (OOD) sets
-(caches of role ``ood``, each a ``near`` or ``far`` set by its ``ood_split``) and, for the
-detectors that fit (:class:`uqmetrics.detectors.Detector` with the ``fit`` need), on an ID
-training subset (clean caches of ``fit_data``). Every detector of :data:`uqmetrics.detectors.
+(ID) test set (:attr:`OodConfig.test`, else the only set of role ``test``), on
+out-of-distribution (OOD) sets (caches of role ``ood``, each a ``near`` or ``far`` set by its
+``ood_split``) and, for the detectors that fit (:class:`uqmetrics.detectors.Detector` with
+the ``fit`` need, plugins included), on an ID training subset (:attr:`OodConfig.fit`, else
+the only set of role ``fit``): a detector is only ever handed the fit set's images to fit on,
+never the test set's (:func:`uqvision.predictors.pick_set`). Every detector of :data:`uqmetrics.detectors.
 DETECTORS` turns what a predictor left in its caches into an uncertainty ``u`` per image, and
 the OpenOOD v1.5 metrics of :mod:`uqmetrics.ood` score ``u`` of the ID test images against
 ``u`` of each OOD set (OOD positive): FPR@95TPR, AUROC, AUPR-In, AUPR-Out.
 
 The predictors (the ``model`` dimension) are every model (the caches' ``model`` attr) and one
-*ensemble* row per training method of :attr:`OodConfig.ensembles` with two or more models in
-one prediction mode, named ``<method>[<k>]`` as the shift protocol names them. What a
+*ensemble* row per group of models declared together: the members of one ``uqvision train
+--members K`` run (``<method>[<k>]``) and each of :attr:`OodConfig.ensembles`
+(:func:`uqvision.predictors.group_predictors`). What a
 detector reads of a predictor:
 
 - ``logits``: a model's logits, the mean over its passes (MC-dropout passes, TTA passes);
@@ -20,7 +23,7 @@ detector reads of a predictor:
   class): the deep ensemble's members, the MC-dropout passes;
 - ``embedding``, ``head_weight``, ``head_bias``: a model's penultimate features and linear head
   (``uqvision predict --embeddings --cache-variables head_weight head_bias``);
-- ``fit``: the same model's ``embedding`` and ``labels`` on ``fit_data`` (and its head).
+- ``fit``: the same model's ``embedding`` and ``labels`` on the fit set (and its head).
 
 A detector that reads no ``members`` scores an ensemble row as the mean of its members' ``u``
 (each member fitted on its own features); a detector that reads ``members`` is not defined
@@ -45,9 +48,13 @@ from uqmetrics.registry import get_metric
 
 from ...cache import check_aligned
 from ...evalsets import cache_eval_set
-from ...models import read_sidecar
-from ...models.checkpoints import sidecar_path
-from ...predictors import Predictor, group_predictors, read_cache_groups
+from ...predictors import (
+    Predictor,
+    declared_ensembles,
+    group_predictors,
+    pick_set,
+    read_cache_groups,
+)
 from ...provenance import entry_provenance, predictor_rows
 
 __all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_METRICS",
@@ -86,15 +93,17 @@ class OodConfig:
         find its inputs in every model's caches (else refused, naming what is missing and how
         to get it). ``None``: :data:`DEFAULT_DETECTORS` that are registered, those whose
         inputs the caches lack skipped (attr ``skipped_detectors``).
-    id_dataset : str or None
-        The ``dataset_name`` of the ID test caches (role ``clean``); default ``test`` where
-        there are caches of that name, else the only clean dataset other than ``fit_data``.
-    fit_data : str or None
-        The ``dataset_name`` of the clean caches of the ID training subset the detectors that
-        fit are fitted on (embedding and labels); ``None``: no such detector can be scored.
-    ensembles : tuple of str
-        Training methods (the caches' ``method`` attr) whose models are also scored together
-        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    test : str or None
+        The ``dataset_name`` of the ID test set (``--test``); default the only set of role
+        ``test`` (but the fit set). Never a set of role ``fit``.
+    fit : str or None
+        The ``dataset_name`` of the ID training subset the detectors that fit are fitted on
+        (embedding and labels; ``--fit``); default the only set of role ``fit``; none: no
+        such detector can be scored.
+    ensembles : dict
+        Declared ensemble rows, ``{name: (member, ...)}`` (or ``NAME=M1,M2`` strings:
+        :func:`uqvision.roles.declared_ensembles`), besides the members of each ``uqvision
+        train --members K`` run.
     keep_scores : bool
         Also keep every predictor's ``u`` per image (variables ``u_id``, ``u_ood``; float32),
         for the score histograms of :mod:`~.figures`.
@@ -106,23 +115,22 @@ class OodConfig:
     """
 
     detectors: tuple[str, ...] | None = None
-    id_dataset: str | None = None
-    fit_data: str | None = None
-    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    test: str | None = None
+    fit: str | None = None
+    ensembles: dict | None = None
     keep_scores: bool = False
     fit_info: dict = field(default_factory=dict)
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("detectors", "ensembles"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            value = (value,) if isinstance(value, str) else tuple(value)
+        if self.detectors is not None:
+            value = (self.detectors,) if isinstance(self.detectors, str) \
+                else tuple(self.detectors)
             bad = [v for v in value if not isinstance(v, str) or not v]
             if bad:
-                raise InputError(f"{name} must be names, got {bad!r} in {value!r}")
-            object.__setattr__(self, name, value)
+                raise InputError(f"detectors must be names, got {bad!r} in {value!r}")
+            object.__setattr__(self, "detectors", value)
+        object.__setattr__(self, "ensembles", declared_ensembles(self.ensembles))
         if self.detectors is not None and not self.detectors:
             raise InputError("detectors is empty: name at least one detector (or None for the "
                              "defaults)")
@@ -169,21 +177,6 @@ def _record(ds: xr.Dataset) -> dict:
     return record
 
 
-def _pick_id(given: str | None, clean: list[str], fit: str | None) -> str:
-    names = [n for n in clean if n != fit]
-    if given is not None:
-        if given not in clean:
-            raise InputError(f"id_dataset {given!r} has no clean caches; clean datasets: "
-                             f"{clean}")
-        return given
-    if "test" in names:
-        return "test"
-    if len(names) == 1:
-        return names[0]
-    raise InputError(f"caches of several clean datasets {names} besides the fit data: choose "
-                     "the ID test set (--id-dataset)")
-
-
 def _missing(arrays: _Arrays | None, keys: Iterable[str]) -> list[str]:
     return ["caches" if arrays is None else k for k in keys
             if arrays is None or (k not in arrays.extra and k != "logits")]
@@ -206,11 +199,12 @@ def _problem(det, model: str, data: dict[str, _Arrays | None], scored: list[str]
             return _lack_text(det.name, model, name, lack)
     if "fit" in det.needs:
         if fit_name is None:
-            return (f"detector {det.name!r} fits on ID training data: give the dataset_name of "
-                    f"the clean caches of an ID training subset (fit_data, --fit-data)")
+            return (f"detector {det.name!r} fits on ID training data: predict an ID training "
+                    "subset as a set of role fit (uqvision sweep --sets fit:fit=PATH) or name "
+                    "its dataset_name (fit, --fit)")
         lack = _missing(data.get(fit_name), sorted(_fit_keys(det)))
         if data.get(fit_name) is None:
-            return (f"detector {det.name!r} fits on fit_data {fit_name!r}, but model {model!r} "
+            return (f"detector {det.name!r} fits on fit set {fit_name!r}, but model {model!r} "
                     f"has no caches of it (uqvision predict the ID training subset)")
         if lack:
             return _lack_text(det.name, model, fit_name, lack)
@@ -243,6 +237,8 @@ def _check_same_images(name: str, caches: list[xr.Dataset]) -> None:
 def _train_wall(attrs: dict) -> float:
     """The training wall time of a cache's checkpoint (its sidecar's ``cost``), NaN where
     none is recorded."""
+    from ...models.checkpoints import read_sidecar, sidecar_path  # torch: imported on use
+
     ckpt = str(attrs.get("checkpoint", ""))
     if not ckpt or not sidecar_path(ckpt).is_file():
         return math.nan
@@ -307,42 +303,48 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             on ``ood_sample`` names its OOD set.
 
         Attrs (JSON): ``ensemble_members`` (row -> its models), ``fit_data`` (dataset name
-        and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset``, ``notes``,
+        and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset`` (the test set),
+        ``scored_sets`` (``test`` and ``fit`` -> the dataset), ``notes``,
         ``caches`` and ``entries`` (each row's caches, an ensemble's: its members', and their
         provenance: :mod:`uqvision.provenance`).
 
     Raises
     ------
     uqmetrics.InputError
-        No caches; caches of several modes for one model; no OOD caches; no ID test caches
-        (or several clean datasets without ``id_dataset``); caches of one dataset that hold
+        No caches; caches of several modes for one model; no OOD caches; no ID test set, two
+        sets of role ``test`` (or ``fit``) without a choice, a named test set of role ``fit``
+        or the fit set as the test set (:func:`uqvision.predictors.pick_set`); caches of one dataset that hold
         other images for two models (naming both files); an unknown detector; a named
         detector whose inputs a model's caches lack (naming the model, the dataset, what is
         missing and the ``uqvision predict`` options that record it), or that fits without
-        ``fit_data``; a member detector with no predictor of several passes or members.
+        a fit set; a member detector with no predictor of several passes or members.
     """
     config = config or OodConfig()
     read = read_cache_groups(caches, record=_record)
     groups, sets, checksums, models = read.groups, read.sets, read.checksums, read.models
-    clean = sorted(n for n, s in sets.items() if s["role"] == "clean")
-    if config.fit_data is not None and config.fit_data not in clean:
-        raise InputError(f"fit_data {config.fit_data!r} has no clean caches; clean datasets: "
-                         f"{clean}")
-    id_name = _pick_id(config.id_dataset, clean, config.fit_data)
-    if id_name == config.fit_data:
-        raise InputError(f"id_dataset and fit_data are both {id_name!r}: fit the detectors on "
-                         "ID training images, not on the test set")
+    fit_name = pick_set("fit", config.fit, sets, option="--fit",
+                        accept=("fit", "test", "calibration"))
+    id_name = pick_set("test", config.test, sets, option="--test", exclude=(fit_name,))
+    if id_name is None:
+        listed = ", ".join(f"{n} ({sets[n]['set_role'] or '?'})" for n in sorted(sets))
+        raise InputError(f"no ID test set (role test) among the caches' sets (role): {listed}; "
+                         "predict it (a clean folder's default role is test) or name it "
+                         "(--test NAME)")
+    if id_name == fit_name:
+        raise InputError(f"--test and --fit are both {id_name!r}: fit the detectors on ID "
+                         "training images, not on the test set")
     order = {s: i for i, s in enumerate(OOD_SPLITS)}
     ood = sorted((n for n, s in sets.items() if s["role"] == "ood"),
                  key=lambda n: (order.get(sets[n]["ood_split"], len(order)), n))
     if not ood:
         raise InputError("no caches of an OOD set (role ood, e.g. uqvision predict --eval-set "
                          "ood-near / ood-far / imagenet-o)")
-    preds = group_predictors(models, read.modes, read.methods, config.ensembles)
+    preds, ensemble_notes = group_predictors(read, config.ensembles, models=models)
+    notes: list[str] = list(ensemble_notes)
     names, explicit = _detectors(config)
 
     # every model's arrays (None: no caches of that dataset)
-    wanted = [id_name, *ood] + ([config.fit_data] if config.fit_data else [])
+    wanted = [id_name, *ood] + ([fit_name] if fit_name else [])
     data = {m: {n: _Arrays(groups[m, n]) if (m, n) in groups else None for n in wanted}
             for m in models}
     for m in models:
@@ -354,11 +356,10 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
 
     # the detectors each predictor can be scored by
     skipped: dict[str, str] = {}
-    notes: list[str] = []
     dets = []
     for d in names:
         det = get_detector(d)
-        problems = [p for p in (_problem(det, m, data[m], [id_name, *ood], config.fit_data)
+        problems = [p for p in (_problem(det, m, data[m], [id_name, *ood], fit_name)
                                 for m in models) if p]
         if "members" in det.needs and not any(v > 1 for v in n_passes.values()):
             problems.append(f"detector {d!r} reads several members or passes, but every "
@@ -379,7 +380,7 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         if "members" in det.needs:
             continue
         for m in models:
-            fit = data[m][config.fit_data].fit() if "fit" in det.needs else None
+            fit = data[m][fit_name].fit() if "fit" in det.needs else None
             scorer = det.fitted(fit if fit is None else {**{
                 k: v for k, v in data[m][id_name].extra.items() if k in NEED_KEYS["head"]},
                 **fit})
@@ -471,12 +472,13 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                                                    for _ in range(s)])
     ds = xr.Dataset(data_vars, coords=coords)
     ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
-    fit_record = {"dataset_name": config.fit_data, **config.fit_info}
+    fit_record = {"dataset_name": fit_name, **config.fit_info}
     return stamp_result(
         ds, "ood", input_checksums=sorted(set(checksums)), metrics=tags, config=asdict(config),
         seed=config.seed, notes="; ".join(dict.fromkeys(notes)) or None,
         extra={"ensemble_members": json.dumps(ensembles), "fit_data": json.dumps(fit_record),
                "skipped_detectors": json.dumps(skipped), "id_dataset": id_name,
+               "scored_sets": json.dumps({"test": id_name, "fit": fit_name}),
                **entry_provenance(predictor_rows(preds, groups), "model")})
 
 

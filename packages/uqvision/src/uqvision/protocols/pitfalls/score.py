@@ -48,10 +48,10 @@ from uqmetrics import (
 )
 from uqmetrics.registry import Registry
 
+from ... import catalog
 from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
-from ...methods import GENERAL_METHODS, TRAINING_METHODS
+from ...methods import GENERAL_METHODS
 from ...provenance import entry_provenance
-from ...training.method import snapshot_samples
 
 __all__ = [
     "CURVE_METRICS",
@@ -110,6 +110,8 @@ class Group:
         """Members are snapshots of a trajectory (SSE, FGE, cSGLD: the training method
         samples :func:`~uqvision.training.method.snapshot_samples`), not exchangeable: its
         size-``k`` ensemble is the first ``k`` snapshots of a run, in training order."""
+        from ...training.method import TRAINING_METHODS, snapshot_samples  # torch: on use
+
         if not self.training_method or self.training_method not in TRAINING_METHODS.names():
             return False
         return TRAINING_METHODS.lookup(self.training_method).samples is snapshot_samples
@@ -164,7 +166,7 @@ def _method_builder(method: str, tta: bool):
                      method)
 
     build.__doc__ = (f"{method} members{' under TTA (draw o of every member in order o)' if tta else ''}"
-                     f": {TRAINING_METHODS.lookup(method).description}")
+                     f": {catalog.BUILT_IN['training method'][method]}")
     return build
 
 

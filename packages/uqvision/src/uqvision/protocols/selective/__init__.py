@@ -22,6 +22,7 @@ from ...options import (
     config_kwargs,
     positive_float,
 )
+from ...roles import legacy_config, role_option
 from ..base import LazyReproduction, Plots, Protocol, ReportTable, ScoreTable
 from .commands import SWEEP_SCORING, draw_figures, metadata_arguments, results_of, run_metadata
 
@@ -82,10 +83,17 @@ def add_selective_options(p: argparse.ArgumentParser) -> None:
                         "uqvision metadata --fields)")
 
 
+#: ``score selective --test NAME``: the set scored.
+_TEST_OPTION = role_option("test", "selective", help="selective: dataset_name of the set "
+                           "scored (default: the only set of role test; a set of role shift "
+                           "or calibration when named; never a set of role fit)")
+
+
 def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import ROW_KINDS  # imported on use
+    from .score import ROW_KINDS, SelectiveConfig  # imported on use
 
     add_selective_options(p)
+    add_config_options(p, SelectiveConfig, (_TEST_OPTION,))
     p.add_argument("--row-kinds", nargs="+", choices=ROW_KINDS.names(), default=None,
                    help="selective: row kinds (default: all)\n" + ROW_KINDS.describe())
 
@@ -95,16 +103,17 @@ def _score(a: argparse.Namespace):
     from .score import SelectiveConfig, score_selective  # imported on use
 
     kinds = tuple(a.row_kinds) if a.row_kinds else SelectiveConfig.kinds
-    return score_selective(a.caches, selective_config(a, dataset=a.dataset, kinds=kinds))
+    return score_selective(a.caches, selective_config(a, test=a.test, kinds=kinds))
 
 
 def _rescore(result, path):
     """The score file recomputed from the caches and with the configuration it records
     (``uqvision verify``)."""
-    from ...provenance import rescore_caches
+    from ...provenance import recorded_caches, recorded_config
     from .score import SelectiveConfig, score_selective  # imported on use
 
-    return rescore_caches(result, score_selective, SelectiveConfig)
+    return score_selective(recorded_caches(result),
+                           SelectiveConfig(**legacy_config(recorded_config(result))))
 
 
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).

@@ -209,7 +209,7 @@ def _finish_sweep(a: argparse.Namespace, report, log, *, out: Path, dataset: str
     from .plots import RISK_COVERAGE_MAX_MODELS, plot_selective  # figures: imported on use
     from .score import score_selective
 
-    ds = score_selective([out / "caches"], selective_config(a, dataset=dataset))
+    ds = score_selective([out / "caches"], selective_config(a, test=dataset))
     # the table of every row of the scores (the caches of earlier runs too, not only this
     # run's), and neither file replaces one that holds rows it lacks
     table = results_table([out / "caches"], scores=ds)

@@ -491,7 +491,7 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         table = write_metadata(_metadata_rows(teachers, jobs, ens_name, proto_key, sc),
                                out / "metadata.csv")
         ds = score_selective([caches], SelectiveConfig(
-            calibration_size=sc.calibration_size, seed=seed, dataset="test", metadata=(table,),
+            calibration_size=sc.calibration_size, seed=seed, test="test", metadata=(table,),
             mc_passes=sc.mc_passes))
         replicate = {j.key: j.replicate for j in teachers + jobs}
         regime = {j.key: ("teacher_member" if j.teacher_member else j.regime)

@@ -1,5 +1,10 @@
 """Selective-prediction protocol (docs/conventions.md#v-1): one row per model, from cached logits.
 
+The models are scored on one set, taken by role and name (:attr:`SelectiveConfig.test`,
+``--test``; else the only set of role ``test``: :func:`uqvision.predictors.pick_set`): a set
+of role ``test``, ``calibration`` or ``shift`` (selective prediction on ImageNet-V2 names it),
+never one of role ``fit`` (training images) or an OOD set.
+
 The test set is split once per dataset (``stratified_holdout``: a label-stratified calibration
 subset of ``calibration_size`` samples; the split is a function of the labels and the seed, so
 every model of the dataset shares it). As in Galil et al.'s official ``benchmark_models.py``,
@@ -51,6 +56,7 @@ from ...cache import (
     select_dataset,
 )
 from ...predict import DEFAULT_PASSES
+from ...predictors import pick_set, set_roles
 from ...provenance import entry_provenance
 from .metadata import attach_metadata, load_metadata, metadata_key
 
@@ -132,12 +138,13 @@ class SelectiveConfig:
     no range, and the default 0.5 is this project's choice (:data:`DEFAULT_AURC_COVERAGE`).
     ``metadata``: extra model metadata tables
     (:func:`uqvision.protocols.selective.metadata.load_metadata`; the shipped table and
-    ``$UQVISION_MODEL_METADATA`` are always read).
+    ``$UQVISION_MODEL_METADATA`` are always read). ``test``: the ``dataset_name`` of the set
+    scored (``--test``; default the only set of role ``test``; never a set of role ``fit``).
     """
 
     calibration_size: float = 5000
     seed: int = 0
-    dataset: str | None = None
+    test: str | None = None
     kinds: tuple[str, ...] = tuple(ROW_KINDS)
     sac_rule: str = "largest"
     mc_passes: int = DEFAULT_PASSES["mc_dropout"]
@@ -309,7 +316,8 @@ def score_selective(caches: Iterable[str | os.PathLike],
         An unknown SAC rule, ``mc_passes < 1``, ``aurc_coverage`` outside (0, 1] or below one
         held-out sample, a calibration size that leaves no sample on either side, no cache;
         two cache files of one row with other logits (:class:`uqmetrics.InputError`, naming
-        both).
+        both); no test set, two sets of role ``test`` without ``test``, or a ``test`` of role
+        ``fit`` or OOD (:class:`uqmetrics.InputError`, naming the candidates and ``--test``).
 
     Notes
     -----
@@ -338,7 +346,17 @@ def score_selective(caches: Iterable[str | os.PathLike],
         raise ValueError(f"aurc_coverage must be in (0, 1], got {config.aurc_coverage!r} "
                          "(option --aurc-coverage)")
     tables = load_metadata(config.metadata)
-    infos = select_dataset(index_caches(caches), config.dataset)
+    infos = index_caches(caches)
+    if not infos:
+        raise ValueError("no complete prediction cache found")
+    roles = set_roles(infos)
+    test = pick_set("test", config.test, roles, option="--test",
+                    accept=("test", "calibration", "shift"))
+    if test is None:
+        listed = ", ".join(f"{n} ({r['set_role'] or '?'})" for n, r in sorted(roles.items()))
+        raise InputError(f"no set of role 'test' among the caches' sets (role): {listed}; name "
+                         "the set to score (--test NAME)")
+    infos = select_dataset(infos, test)
     models = list(dict.fromkeys(i.model for i in sorted(infos, key=lambda i: i.model)))
     rows = []  # (row name, kind name, CacheInfo)
     for m in models:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ...options import ConfigOption, add_config_options, config_kwargs
+from ...roles import ensemble_option, legacy_config, role_option
 from ..base import LazyReproduction, Plots, Protocol, ReportTable
 from ..headline import headline_score_table
 
@@ -37,16 +38,12 @@ SHIFT_OPTIONS = (
     ConfigOption("calibration_size", type=_fraction,
                  help="shift: fraction of the clean calibration caches' samples the "
                       "temperature is fitted on (default {default})"),
-    ConfigOption("calibration_dataset",
-                 help="shift: dataset_name of the clean caches the temperature is fitted on "
-                      "(default: val, else the model's only clean dataset)"),
+    role_option("test", "shift"),
+    role_option("calibration", "shift"),
     ConfigOption("baseline",
                  help="shift: the model the corruption errors (mCE, relative mCE) are "
                       "normalised by (default: none computed)"),
-    ConfigOption("ensembles", nargs="*", metavar="METHOD",
-                 help="shift: training methods (caches' method attr) whose models are also "
-                      "scored together as one ensemble row, <method>[k] (default: "
-                      "deep_ensemble; give the flag alone for none)"),
+    ensemble_option("shift"),
     ConfigOption("overlay", metavar="FILE",
                  help="shift: the label sets of the relabelled caches (ImageNet ReaL): ReaL's "
                       "real.json or a label-overlay file"),
@@ -64,7 +61,7 @@ def _score(a: argparse.Namespace):
     from .score import ShiftConfig, score_shift  # imported on use
 
     kw = config_kwargs(a, SHIFT_OPTIONS)
-    return score_shift(a.caches, ShiftConfig(**kw, clean_dataset=a.dataset, seed=a.seed))
+    return score_shift(a.caches, ShiftConfig(**kw, seed=a.seed))
 
 
 def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
@@ -77,10 +74,11 @@ def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
 def _rescore(result, path):
     """The score file recomputed from the caches and with the configuration it records
     (``uqvision verify``)."""
-    from ...provenance import rescore_caches
+    from ...provenance import recorded_caches, recorded_config
     from .score import ShiftConfig, score_shift  # imported on use
 
-    return rescore_caches(result, score_shift, ShiftConfig)
+    return score_shift(recorded_caches(result),
+                       ShiftConfig(**legacy_config(recorded_config(result))))
 
 
 #: Its leaderboard (Ovadia's and ImageNet-C's tables): the report site's default view and the

@@ -83,8 +83,12 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     # the mCE baseline: the first member, Ovadia's vanilla network (its name as caches record it)
     infos = index_caches([caches])
     vanilla = min(i.model for i in infos if i.model.endswith(f"deep_ensemble_s{seed * 1000}"))
-    scores = score_shift(caches, ShiftConfig(calibration_size=s["calibration_size"],
-                                             baseline=vanilla, seed=seed))
+    # the sets and the ensemble, named: val calibrates, test is scored, the members averaged
+    members = sorted({i.model for i in infos if "deep_ensemble_s" in i.model})
+    scores = score_shift(caches, ShiftConfig(
+        calibration_size=s["calibration_size"], calibration="val", test="test",
+        baseline=vanilla, seed=seed,
+        ensembles={f"deep_ensemble[{len(members)}]": members} if len(members) > 1 else None))
     path = write_dataset(scores, out / "shift.nc", overwrite=True)
     # the figures and findings: vanilla, MC dropout and the ensemble (the other members are
     # in shift.nc)

@@ -9,15 +9,20 @@ predictor on each, un-scaled and after temperature scaling with the temperature 
 held-out fraction of the predictor's clean calibration caches (Ovadia's protocol: the
 temperature comes from clean validation data and is never refitted under shift).
 
+The clean sets are taken by role and name (:func:`uqvision.predictors.
+pick_test_and_calibration`): the test set (:attr:`ShiftConfig.test`, else the only set of role
+``test``) and the calibration set (:attr:`ShiftConfig.calibration`, else the only set of role
+``calibration``, else a held-out split of the test set); never a set of role ``fit``, and two
+candidates are refused, naming them.
+
 The predictors (the ``model`` dimension) are every model (the caches' ``model`` attr; its TTA
 passes and MC-dropout samples are averaged into one softmax) and, next to them, one *ensemble*
-row per training method of :attr:`ShiftConfig.ensembles` with two or more models in one
-prediction mode: the models whose caches record that ``method`` (a deep ensemble's members,
-one run per seed), scored as ONE predictor on the mean of the members' softmaxes and named
-``<method>[<k>]`` (``deep_ensemble[5]``; ``<method>_<mode>[<k>]`` for a mode other than
-``plain``, e.g. ``deep_ensemble_tta[5]``). With a ``baseline`` model it adds the mean
-corruption error and the relative mean corruption error of every predictor
-(:mod:`uqmetrics.shift`).
+row per group of models declared together (:func:`uqvision.predictors.group_predictors`): the
+members of one ``uqvision train --members K`` run (``deep_ensemble[5]``;
+``deep_ensemble_tta[5]`` for TTA caches) and each of :attr:`ShiftConfig.ensembles`
+(``--ensemble NAME=M1,M2``), scored as ONE predictor on the mean of the members' softmaxes.
+With a ``baseline`` model it adds the mean corruption error and the relative mean corruption
+error of every predictor (:mod:`uqmetrics.shift`).
 """
 
 from __future__ import annotations
@@ -43,10 +48,11 @@ from uqmetrics.shift import (
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
 from ...predictors import (
     PredictorProbs,
-    ensemble_methods,
+    check_members,
+    declared_ensembles,
     fit_predictor_temperature,
     group_predictors,
-    pick_dataset,
+    pick_test_and_calibration,
     read_cache_groups,
 )
 from ...provenance import entry_provenance, predictor_rows
@@ -73,24 +79,26 @@ class ShiftConfig:
     calibration_size : float
         Fraction (0, 1) of the calibration caches' samples the temperature is fitted on (drawn
         with ``seed``, the same samples for every predictor); where the calibration set is
-        also the clean evaluation set, the clean row is scored on the rest. At least
+        also the test set, the clean row is scored on the rest. At least
         :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` samples (5), else refused; a
         temperature fitted on a bound of the search (0.01 or 100) is refused too
         (:func:`uqvision.predictors.fit_predictor_temperature`).
-    calibration_dataset : str or None
-        The ``dataset_name`` of the clean caches the temperature is fitted on; default ``val``
-        where a model has clean caches of that name, else its only clean dataset.
-    clean_dataset : str or None
-        The ``dataset_name`` of the clean caches of the clean row; default the clean dataset
-        other than the calibration one (``test``), else the calibration set's held-out rest.
+    calibration : str or None
+        The ``dataset_name`` of the clean set the temperature is fitted on (``--calibration``);
+        default the only set of role ``calibration``, else the test set (split).
+    test : str or None
+        The ``dataset_name`` of the clean test set, the clean row (``--test``); default the
+        only set of role ``test`` (but the calibration set named), else the calibration set's
+        held-out rest. Never a set of role ``fit``.
     baseline : str or None
         The predictor (a ``model`` attr, or an ensemble row's name) the corruption errors are
         normalised by (mCE, relative mCE); ``None``: no corruption errors.
     seed : int
         Seed of the calibration split.
-    ensembles : tuple of str
-        Training methods (the caches' ``method`` attr) whose models are also scored together
-        as one ensemble row, per prediction mode with at least two models; ``()``: none.
+    ensembles : dict
+        Declared ensemble rows, ``{name: (member, ...)}`` (or ``NAME=M1,M2`` strings:
+        :func:`uqvision.roles.declared_ensembles`), besides the members of each ``uqvision
+        train --members K`` run.
     overlay : str or None
         The label sets of the caches of role ``relabelled``: ReaL's ``real.json`` (a JSON
         list, :func:`uqvision.evalsets.real_overlay`) or a label-overlay file
@@ -99,18 +107,18 @@ class ShiftConfig:
     """
 
     calibration_size: float = 0.5
-    calibration_dataset: str | None = None
-    clean_dataset: str | None = None
+    calibration: str | None = None
+    test: str | None = None
     baseline: str | None = None
     seed: int = 0
-    ensembles: tuple[str, ...] = ("deep_ensemble",)
+    ensembles: dict | None = None
     overlay: str | None = None
 
     def __post_init__(self):
         if not 0.0 < float(self.calibration_size) < 1.0:
             raise InputError(f"calibration_size must be a fraction in (0, 1), got "
                              f"{self.calibration_size!r}")
-        object.__setattr__(self, "ensembles", ensemble_methods(self.ensembles))
+        object.__setattr__(self, "ensembles", declared_ensembles(self.ensembles))
         if self.overlay is not None:
             object.__setattr__(self, "overlay", os.fspath(self.overlay))
 
@@ -212,14 +220,17 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             relative one is NaN with an ``UndefinedMetricWarning`` where the baseline's errors
             under a corruption do not exceed its clean error.
 
-        Attr ``ensemble_members``: JSON object, ensemble row -> its member models; ``caches``
-        and ``entries``: each row's caches (an ensemble's: its members') and their provenance
-        (:mod:`uqvision.provenance`).
+        Attr ``ensemble_members``: JSON object, ensemble row -> its member models;
+        ``scored_sets``: JSON object, ``test`` and ``calibration`` -> the dataset scored;
+        ``notes``: ensembles of several architectures; ``caches`` and ``entries``: each row's
+        caches (an ensemble's: its members') and their provenance (:mod:`uqvision.provenance`).
 
     Raises
     ------
     uqmetrics.InputError
-        No caches, a model without clean caches (named), caches of several modes for one
+        No caches; no test or calibration set, or two candidates of a role, or a named one
+        of another role (``fit``) (:func:`uqvision.predictors.pick_test_and_calibration`); a
+        model without caches of them (named); caches of several modes for one
         model, a temperature fitted on fewer than
         :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images or on a bound of the
         search (naming the model and the bound), an unknown baseline, no shifted or relabelled caches, caches of several
@@ -230,7 +241,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     # (model, dataset_name) -> caches; dataset_name -> eval-set record
     read = read_cache_groups(caches)
     groups, sets, checksums = read.groups, read.sets, read.checksums
-    preds = group_predictors(read.models, read.modes, read.methods, config.ensembles)
+    test, cal = pick_test_and_calibration(sets, config.test, config.calibration)
+    preds, notes = group_predictors(read, config.ensembles)
     names = [p.name for p in preds]
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
     natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
@@ -260,15 +272,10 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     temps, n_cal = np.empty(n_pred), np.empty(n_pred, np.int64)
 
     # clean data: every predictor's temperature and clean row
+    for pred in preds:
+        check_members(pred, groups, cal, "calibration", "--calibration")
+        check_members(pred, groups, test, "test", "--test")
     for i, pred in enumerate(preds):
-        clean = sorted(set.intersection(*(
-            {n for (m, n) in groups if m == member and sets[n]["role"] == "clean"}
-            for member in pred.members)))
-        if not clean:
-            raise InputError(f"model {pred.name!r} has no clean caches (role 'clean', e.g. its "
-                             "validation and test folders; an ensemble: of every member): its "
-                             "temperature is fitted on clean data, predict them first")
-        cal = pick_dataset("calibration", config.calibration_dataset, clean, "val", pred.name)
         labels, p = PredictorProbs(groups, cal)(pred)
         n = labels.shape[0]
         if n < 2:
@@ -278,15 +285,10 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         temps[i] = fit_predictor_temperature(pred.name, cal, _log(p[fit]), labels[fit],
                                              "calibration_size", config.calibration_size, n)
         n_cal[i] = fit.size
-        others = [c for c in clean if c != cal]
-        if config.clean_dataset is not None or others:
-            ev = pick_dataset("clean", config.clean_dataset, others or clean, None, pred.name)
-        else:
-            ev = cal
-        if ev == cal:
+        if test == cal:
             clean_vals[:, i] = _scores(labels[rest], p[rest], temps[i])
         else:
-            clean_vals[:, i] = _scores(*PredictorProbs(groups, ev)(pred), temps[i])
+            clean_vals[:, i] = _scores(*PredictorProbs(groups, test)(pred), temps[i])
 
     # shifted and relabelled data, one dataset at a time (its member probabilities shared)
     overlay = None
@@ -366,6 +368,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         "calibration": list(CALIBRATIONS)})
     ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
     return stamp_result(ds, "shift", input_checksums=sorted(set(checksums)), metrics=metrics,
-                        config=asdict(config), seed=config.seed,
+                        config=asdict(config), seed=config.seed, notes="; ".join(notes) or None,
                         extra={"ensemble_members": json.dumps(ensembles),
+                               "scored_sets": json.dumps({"test": test, "calibration": cal}),
                                **entry_provenance(predictor_rows(preds, groups), "model")})

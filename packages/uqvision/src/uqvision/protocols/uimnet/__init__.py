@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 
+from ... import catalog
 from ...options import INDEX, check_output_file, check_output_folder
 from ..base import Command, LazyReproduction, Plots, Protocol, ReportTable
-from .index import make_index_files
-from .methods import UIMNET_ALGORITHMS
 
-__all__ = ["DESCRIPTION", "PROTOCOL"]
+__all__ = ["DEFAULT_GMM_FIT", "DESCRIPTION", "PROTOCOL", "UIMNET_ALGORITHMS"]
+
+#: The algorithm names of the paper, in its order (:data:`TRAINING_METHODS` entries, registered
+#: by :mod:`~.methods`).
+UIMNET_ALGORITHMS = ("erm", "mixup", "soft_labeler", "mc_dropout", "mimo", "rbf", "rnd", "oc",
+                     "deep_ae", "due")
 
 #: One line: the protocol and its driver (``uqvision reproduce uimnet``).
 DESCRIPTION = "UIMNET (V.3): clustered in/out class split, ten algorithms, seven measures"
@@ -34,10 +38,13 @@ def _score(a: argparse.Namespace):
     return score_ood(a.caches[0], gmm_fit=getattr(a, "gmm_fit", None) or DEFAULT_GMM_FIT)
 
 
-def _add_options(p: argparse.ArgumentParser) -> None:
-    from .measures import DEFAULT_GMM_FIT, GMM_FITS  # imported on use
+#: The GMM fit ``score_ood`` uses unless told otherwise (docs/conventions.md#v-3; the fits:
+#: :data:`~.measures.GMM_FITS`).
+DEFAULT_GMM_FIT = "official"
 
-    p.add_argument("--gmm-fit", choices=GMM_FITS.names(), default=None,
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gmm-fit", choices=catalog.names("GMM fit"), default=None,
                    help=f"ood: the fit of the gmm measure (default {DEFAULT_GMM_FIT}; "
                         "docs/conventions.md#v-3)")
 
@@ -50,7 +57,8 @@ def _draw(scores, out):
 
 
 def _cmd_split(a: argparse.Namespace) -> int:
-    from .split import split_from_caches, write_split  # imported on use
+    from .index import make_index_files  # imported on use
+    from .split import split_from_caches, write_split
 
     check_output_file("--out", a.out, None)
     if a.train:
@@ -98,7 +106,8 @@ def _rescore(result, path):
 PROTOCOL = Protocol(
     "uimnet", DESCRIPTION, score=_score, score_name="uimnet", add_options=_add_options,
     reproduce=LazyReproduction("uimnet", DESCRIPTION, f"{__name__}.reproduce"),
-    methods=UIMNET_ALGORITHMS, section="v-3", rescore=_rescore,
+    methods=UIMNET_ALGORITHMS, registers=(f"{__name__}.methods",), section="v-3",
+    rescore=_rescore,
     report=ReportTable(rows=("algorithm",),  # headline: the generic rule
                        images="acc1, acc5, nll, ece: the in-domain test images (the "
                               "temperature fitted on in-domain validation); auc, in_as_in, "

@@ -63,6 +63,8 @@ from uqmetrics import (
 from uqmetrics.calibration import softmax
 from uqmetrics.registry import Registry
 
+from . import DEFAULT_GMM_FIT
+
 __all__ = ["DEFAULT_GMM_FIT", "GMM_COVARIANCE", "GMM_FITS", "MEASURES", "OFFICIAL_GMM_EPS",
            "GaussianClasses", "Measure", "MeasureInput", "calibrated_log_probs",
            "gmm_train_uncertainty", "jacobian_logits", "jacobian_norm", "measures_for",
@@ -81,8 +83,6 @@ GMM_COVARIANCE = {
                               "validation: sklearn.covariance.LedoitWolf (shrinkage towards a "
                               "scaled identity), plus a ridge of 1e-6 x the mean feature "
                               "variance"}
-#: The GMM fit ``score_ood`` uses unless told otherwise (docs/conventions.md#v-3).
-DEFAULT_GMM_FIT = "official"
 
 
 def calibrated_log_probs(member_logits, temperature: float = 1.0) -> np.ndarray:

@@ -54,6 +54,7 @@ from ...training.method import (
     TrainState,
     check_fields,
 )
+from . import UIMNET_ALGORITHMS
 
 __all__ = [
     "SEARCH_SPACES",
@@ -70,10 +71,6 @@ __all__ = [
     "spectral_normalize",
     "student_width",
 ]
-
-#: The algorithm names of the paper, in its order (all are :data:`TRAINING_METHODS` entries).
-UIMNET_ALGORITHMS = ("erm", "mixup", "soft_labeler", "mc_dropout", "mimo", "rbf", "rnd", "oc",
-                     "deep_ae", "due")
 
 #: name -> ``f(rng: numpy.random.Generator) -> dict`` of hyper-parameter overrides (a trial).
 SEARCH_SPACES: Registry[Callable[[np.random.Generator], dict]] = Registry("search space")

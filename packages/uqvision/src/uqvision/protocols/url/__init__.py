@@ -19,10 +19,13 @@ from __future__ import annotations
 import argparse
 
 from ..base import LazyReproduction, Plots, Protocol, ReportTable, ReproduceFlags
-from . import crop  # noqa: F401  (registers the "crop" prediction mode)
-from .methods import REPRESENTATION_METHODS
 
-__all__ = ["DESCRIPTION", "PROTOCOL"]
+__all__ = ["DESCRIPTION", "PROTOCOL", "REPRESENTATION_METHODS"]
+
+#: The representation learners, in the paper's order (:data:`TRAINING_METHODS` entries,
+#: registered by :mod:`~.methods`).
+REPRESENTATION_METHODS = ("ce", "infonce", "mcinfonce", "elk", "nivmf", "hib", "hetxl", "sngp",
+                          "losspred", "ensemble", "mcdropout")
 
 #: One line: the protocol and its driver (``uqvision reproduce url``).
 DESCRIPTION = "URL transfer (V.4): eleven uncertainty-aware representation learners, zero-shot"
@@ -71,6 +74,7 @@ def _rescore(result, path):
 PROTOCOL = Protocol("url", DESCRIPTION, score=_score, score_name="transfer",
                     reproduce=LazyReproduction("url", DESCRIPTION, f"{__name__}.reproduce"),
                     methods=REPRESENTATION_METHODS, section="v-4",
+                    registers=(f"{__name__}.crop", f"{__name__}.methods"),
                     reproduce_flags=ReproduceFlags(_add_reproduce_flags, _reproduce_flags),
                     smoke_options={"methods": "ce,losspred"}, rescore=_rescore,
                     plots=Plots(_draw, "transfer score file: R-AUROC per method, against R@1, "

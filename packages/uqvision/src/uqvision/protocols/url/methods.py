@@ -52,6 +52,7 @@ from ...training.method import (
     epochs_to_steps,
 )
 from ...training.schedules import SCHEDULES
+from . import REPRESENTATION_METHODS
 from .heads import U_FUNCTIONS, U_HEADS, URLModel
 from .vmf import sample_vmf
 
@@ -66,9 +67,6 @@ __all__ = [
     "two_views",
     "warmup_cosine_lr",
 ]
-
-REPRESENTATION_METHODS = ("ce", "infonce", "mcinfonce", "elk", "nivmf", "hib", "hetxl", "sngp",
-                          "losspred", "ensemble", "mcdropout")
 
 
 # -- recipe --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from uqmetrics import InputError
 from uqvision.protocols.ood.figures import (
     draw_figures,
     plot_ood_bars,
+    plot_ood_cost,
     plot_ood_histograms,
 )
 from uqvision.protocols.ood.findings import format_findings, ood_findings
@@ -78,3 +79,15 @@ def test_figures_written(tmp_path):
         model="a", detector="knn")))
     with pytest.raises(InputError, match="keep"):
         plot_ood_histograms(_result().drop_vars(["u_id", "u_ood"]))
+
+
+def test_a_split_without_sets_draws_a_panel_saying_so_without_a_warning(recwarn):
+    """A result with far-OOD sets only (as ``uqvision evaluate examples/standin.toml``): its
+    near cost panel says that no near set was scored; matplotlib warned of an empty legend."""
+    ds = _result()
+    ds["near_auroc"] = ds["near_auroc"] * np.nan
+    fig = plot_ood_cost(ds, split="near")
+    assert fig.axes[0].get_legend() is None
+    assert [t.get_text() for t in fig.axes[0].texts] == ["no near-OOD set scored"]
+    assert not [w for w in recwarn if "legend" in str(w.message)]
+    assert plot_ood_cost(ds, split="far").axes[0].get_legend() is not None

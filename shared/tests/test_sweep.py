@@ -357,3 +357,19 @@ def test_ctrl_c_stops_a_local_cluster_without_a_line_from_dask(tmp_path):
     assert proc.wait(timeout=60) == 130
     reader.join(timeout=30)
     assert [ln for t, ln in lines if t >= sent] == ["interrupted"], lines
+
+
+def _starts_a_child() -> bool:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=int)
+    child.start()  # a daemonic process raises "daemonic processes are not allowed to have children"
+    child.join(30)
+    return multiprocessing.current_process().daemon
+
+
+def test_the_local_clusters_workers_may_start_children():
+    """A cell that starts processes (DataLoader workers) runs in the sweep's LocalCluster."""
+    with sweep.open_client(sweep.ClusterSpec(), n_workers=1) as client:
+        assert client.submit(_starts_a_child, pure=False).result(timeout=120) is False

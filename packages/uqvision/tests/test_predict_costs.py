@@ -137,18 +137,25 @@ def test_the_default_worker_count_follows_the_machine(monkeypatch):
 
 
 def _workers_in_a_daemon(queue):
-    queue.put(loader_workers(None, 10, "cuda"))
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asked = loader_workers(2, 10, "cpu")
+    queue.put((loader_workers(None, 10, "cuda"), asked, [str(w.message) for w in caught]))
 
 
 def test_a_daemonic_process_starts_no_workers():
-    """A Dask worker or a multiprocessing.Pool worker may not have children."""
+    """A multiprocessing.Pool worker (or a daemonic Dask worker) may not have children: a
+    count asked for there gives 0 with a warning, not a failing cell."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     proc = ctx.Process(target=_workers_in_a_daemon, args=(queue,), daemon=True)
     proc.start()
-    got = queue.get(timeout=60)
+    default, asked, warned = queue.get(timeout=60)
     proc.join(60)
-    assert got == 0
+    assert default == 0 and asked == 0
+    assert len(warned) == 1 and "2 DataLoader workers" in warned[0] and "daemonic" in warned[0]
     assert loader_workers(None, 10, "cuda") >= 1  # this process is not a daemon
 
 

@@ -1081,6 +1081,20 @@ def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
 
 
 @contextlib.contextmanager
+def _children_allowed():
+    """Worker processes started in the block (and restarted while it lasts) are not daemonic.
+
+    A daemonic process may not start children, so a cell that asks for DataLoader workers
+    (``uqvision sweep --workers N``) would fail in every worker of a ``LocalCluster``
+    (``distributed.worker.daemon``, ``True`` in Dask's defaults; the nanny still ends its
+    worker when it closes)."""
+    import dask
+
+    with dask.config.set({"distributed.worker.daemon": False}):
+        yield
+
+
+@contextlib.contextmanager
 def _cluster_config(spec: ClusterSpec):
     """``spec``'s config file in force for the block (the jobs submitted again while the
     cluster runs read it too)."""
@@ -1112,7 +1126,7 @@ def open_client(scheduler: str | ClusterSpec, *, n_workers: int = 2,
     dask.distributed.Client
     """
     spec = _as_spec(scheduler)
-    with _cluster_config(spec):
+    with _cluster_config(spec), _children_allowed():
         client, cluster = _connect(spec, n_workers, threads_per_worker,
                                    None if log_file is None else Path(log_file), spec.resources)
         try:

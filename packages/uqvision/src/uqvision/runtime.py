@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import multiprocessing
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -118,8 +119,10 @@ def loader_workers(requested: int | None, n_batches: int, device: str = "cpu") -
     are decoded while the GPU runs); on the CPU ``usable cores - torch threads`` (the intra-op
     threads use every core by default, and a worker that competes with them for a core made
     the loop 3-6 % slower on 2 cores, 1.03x faster with one torch thread). It gives 0 when
-    there is at most one batch (nothing to overlap) and inside a daemonic process (a Dask or
-    ``multiprocessing.Pool`` worker may not start children). The logits do not depend on the
+    there is at most one batch (nothing to overlap) and inside a daemonic process (a
+    ``multiprocessing.Pool`` worker, or a Dask worker of a cluster configured so, may not start
+    children; a requested count there gives 0 with a ``RuntimeWarning``; the sweep's own
+    ``LocalCluster`` starts non-daemonic workers). The logits do not depend on the
     number of workers.
 
     Examples
@@ -127,9 +130,16 @@ def loader_workers(requested: int | None, n_batches: int, device: str = "cpu") -
     >>> loader_workers(3, 100), loader_workers(None, 1), loader_workers(None, 5, "cuda") >= 1
     (3, 0, True)
     """
+    daemonic = multiprocessing.current_process().daemon
     if requested is not None:
+        if requested > 0 and daemonic:
+            warnings.warn(f"{requested} DataLoader workers asked for inside a daemonic process "
+                          f"({multiprocessing.current_process().name}), which may not start "
+                          "children: the images are read in the process itself (0 workers; "
+                          "the logits are the same)", RuntimeWarning, stacklevel=2)
+            return 0
         return int(requested)
-    if n_batches <= 1 or multiprocessing.current_process().daemon:
+    if n_batches <= 1 or daemonic:
         return 0
     if str(device).startswith("cuda"):
         return max(1, min(MAX_LOADER_WORKERS, usable_cores() - 1))

@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from uqreg.engine import TrainConfig, make_plan
-from uqreg.methods import METHODS
+from uqreg.methods import get_method
 from uqreg.tasks import LinearTask, get_task
 
 SEED = 11
@@ -53,7 +53,7 @@ def mismatches(name: str, dim: int) -> dict[str, int]:
     differ from the one-chunk float32 run, per execution variant: chunks of 2 and of 1 network
     (one after the other) and chunks of 1 on two concurrent threads."""
     inst = instance(dim)
-    method = METHODS[name]
+    method = get_method(name)  # a registered method or a version of one (``ens+mv``)
     cfg = TrainConfig(dtype="float32", members=3, mc_samples=6, hidden=HIDDEN, epochs=EPOCHS, parallel_chunks=1)
     # an odd number of networks, so that chunks of 2 end with a lone network (computed padded)
     reps = list(range(9 if method.ensemble else 19))
@@ -77,7 +77,9 @@ def mismatches(name: str, dim: int) -> dict[str, int]:
         result = method.run(inst, y, reps, variant, epochs=EPOCHS)
         out[label] = sum(int(np.sum(~((getattr(result, what) == getattr(whole, what))
                                       | (np.isnan(getattr(result, what)) & np.isnan(getattr(whole, what))))))
-                         for what in ("prediction", "uncertainty", "train_loss", "collapsed_fraction"))
+                         for what in ("prediction", "uncertainty", "train_loss", "collapsed_fraction",
+                                      "aleatoric_variance")
+                         if getattr(whole, what) is not None)
     return out
 
 

@@ -125,7 +125,7 @@ def test_reference_tasks_methods_print(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["study", "--task", "nope"], "valid tasks: polynomial, sinusoid, styblinski_tang"),
+    (["study", "--task", "nope"], "valid tasks: polynomial, polynomial_het, sinusoid, sinusoid_het, styblinski_tang"),
     (["study", "--methods", "ens,nope"], "valid methods: blr, bd, cd, vd, ens, ens_adv, ens_bs"),
     (["study", "--repetitions", "0"], "repetitions must be an integer >= 1"),
     (["study", "--sigma", "-1"], "sigma must be a positive number"),

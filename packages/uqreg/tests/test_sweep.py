@@ -29,7 +29,7 @@ from uqmetrics.testing.filesystems import append_only
 
 from uqreg import cli
 from uqreg.engine import TrainConfig, make_plan
-from uqreg.methods import get_method
+from uqreg.methods import get_method, list_methods, mean_variance_method_names
 from uqreg.study import StudyConfig, run_study
 from uqreg.sweep import combine_cells, plan_cells, run_study_sweep
 
@@ -254,7 +254,8 @@ def test_max_memory_bounds_peak_memory():
 def test_cuda_matches_cpu():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    cfg = StudyConfig(task="sinusoid", complexities=(1,), methods=None, repetitions=2,
+    methods = (*list_methods(), *mean_variance_method_names())  # the mean and the mean–variance heads
+    cfg = StudyConfig(task="sinusoid", complexities=(1,), methods=methods, repetitions=2,
                       train=TrainConfig(members=3, epochs=20, mc_samples=8, dtype="float64"))
     cpu = run_study(cfg, progress=False)
     gpu = run_study(replace(cfg, train=replace(cfg.train, device="cuda")), progress=False)

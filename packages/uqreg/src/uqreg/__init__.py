@@ -10,7 +10,8 @@ from uqmetrics.lazy import attach
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {
     ".engine": ["TrainConfig"],
-    ".methods": ["METHODS", "Method", "get_method", "list_methods", "register_method"],
+    ".methods": ["METHODS", "MeanVarianceMethod", "Method", "get_method", "list_methods",
+                 "mean_variance_method_names", "register_method"],
     ".reference": ["ReferencePosterior", "fit_reference", "reference_prediction"],
     ".study": ["StudyConfig", "recompute_reference", "run_raw", "run_study", "summarize"],
     ".tasks": ["TASKS", "LinearTask", "TaskInstance", "get_task", "list_tasks", "register_task"],
@@ -22,6 +23,7 @@ __all__ = [
     "METHODS",
     "TASKS",
     "LinearTask",
+    "MeanVarianceMethod",
     "Method",
     "ReferencePosterior",
     "StudyConfig",
@@ -32,6 +34,7 @@ __all__ = [
     "get_task",
     "list_methods",
     "list_tasks",
+    "mean_variance_method_names",
     "recompute_reference",
     "reference_prediction",
     "register_method",

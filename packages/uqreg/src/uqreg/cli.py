@@ -159,7 +159,9 @@ STUDY_OPTIONS = (
                  help="levels, e.g. 1,2,3 or 1-10 (default: the task's)"),
     ConfigOption("methods", type=_strs, default=None,
                  help=f"comma-separated ({', '.join(catalog.names('method'))}; default all); <method>+<score> is the "
-                 f"method's split-conformal version, score {' or '.join(catalog.names('conformal score'))} (e.g. ens+cp_abs)"),
+                 f"method's split-conformal version, score {' or '.join(catalog.names('conformal score'))} (e.g. ens+cp_abs); "
+                 f"<method>+mv is a trained method's mean-variance version (R.7: "
+                 f"{', '.join(n + '+mv' for n in catalog.names('method') if n != 'blr')}; then +<score>)"),
     ConfigOption("recipes", type=_strs, default=None,
                  help="comma-separated training recipes, run side by side (default paper): "
                  + "; ".join(RECIPES.describe().splitlines())),
@@ -182,6 +184,9 @@ TRAIN_OPTIONS = (
     ConfigOption("weight_decay", type=float, default=None, help="the recipes' L2 factor λ (default 1/N)"),
     ConfigOption("dropout", type=float, default=None,
                  help="dropout rate of bd, initial rate of cd/vd (default {default})"),
+    ConfigOption("nll_beta", type=float, default=None,
+                 help="β of the mean-variance methods' (<method>+mv) β-NLL, in [0, 1]; 0 is the plain Gaussian "
+                 "NLL, 0.5 Seitzer et al.'s choice (a recipe option; default {default})"),
     ConfigOption("max_memory", type=float, default=None, shown=_gib,
                  help="GiB per chunk of networks (default {default})"),
 )
@@ -469,7 +474,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_reference(a: argparse.Namespace) -> int:
     import xarray as xr  # imported on use (the options need none)
 
-    from .reference import reference_prediction
+    from .reference import reference_decomposition
 
     if a.complexity < 1:
         raise InputError(f"--complexity must be an integer >= 1, got {a.complexity}")
@@ -491,20 +496,34 @@ def cmd_reference(a: argparse.Namespace) -> int:
         _writable("--out", target.parent, shown=target)
     inst = get_task(a.task).instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
     y = inst.targets(np.arange(a.repetitions))
-    mean, std = reference_prediction(inst, y)
+    dec = reference_decomposition(inst, y)  # R.7: the exact predictive in its two parts
+    mean, std = dec.mean, dec.epistemic_std
     ds = xr.Dataset(
         {"prediction": (("repetition", "point"), mean), "uncertainty": (("point",), std),
-         "truth": (("point",), inst.f_test), "x_test": (("point", "input_dim"), inst.x_test)},
+         "truth": (("point",), inst.f_test), "x_test": (("point", "input_dim"), inst.x_test),
+         "epistemic_variance": (("point",), dec.epistemic_variance, {
+             "long_name": "exact epistemic variance G(x)^T Sigma_post G(x) of the noise-free f(x) (R.7)"}),
+         "aleatoric_variance": (("point",), dec.aleatoric_variance, {
+             "long_name": "exact aleatoric variance sigma(x)^2, the noise of a new observation (R.7)"}),
+         "predictive_variance": (("point",), dec.predictive_variance, {
+             "long_name": "exact predictive variance of a new observation: epistemic_variance + "
+                          "aleatoric_variance (R.7)"})},
         coords={"repetition": np.arange(a.repetitions), **{k: ("point", v) for k, v in inst.test_coords.items()}},
-        attrs={"task": a.task, "complexity": a.complexity, "sigma": inst.sigma},
+        attrs={"task": a.task, "complexity": a.complexity, "sigma": inst.sigma,
+               "heteroscedastic": int(inst.heteroscedastic)},
     )
+    ds["uncertainty"].attrs["long_name"] = "exact epistemic std: sqrt(epistemic_variance)"
     if a.out:
         uqmetrics.write_dataset(ds, a.out, overwrite=a.overwrite,
                                 attrs=uqmetrics.provenance_attrs(config=vars(a) | {"func": None}, seed=a.seed))
         print(f"wrote {a.out}")
     cov = float(uqmetrics.coverage(mean, np.broadcast_to(std, mean.shape), inst.f_test, axis=0).mean())
+    new = inst.test_targets(np.arange(a.repetitions))  # fresh noisy targets, one set per draw
+    cov_new = float(uqmetrics.coverage(mean, np.broadcast_to(dec.predictive_std, mean.shape), new, axis=0).mean())
     print(f"{a.task} complexity={a.complexity}: p={inst.gamma.size}, N={inst.x_train.shape[0]}, "
-          f"mean std={std.mean():.4g}, coverage over {a.repetitions} draws={cov:.3f}")
+          f"mean std={std.mean():.4g}, coverage over {a.repetitions} draws={cov:.3f}; "
+          f"mean epistemic var={dec.epistemic_variance.mean():.4g}, mean aleatoric var="
+          f"{dec.aleatoric_variance.mean():.4g}, predictive coverage of new targets={cov_new:.3f}")
     return 0
 
 
@@ -512,6 +531,13 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     from .reproduce import SweepFailed, reproduce
 
     _writable("--out", Path(a.out))
+    if a.study == "disentangle":  # R.7's study: the mean-variance methods against the exact parts
+        from .disentangle import reproduce_disentangle
+
+        for p in reproduce_disentangle(Path(a.out) / "disentangle", scale=a.scale, device=a.device,
+                                       progress=not a.quiet):
+            print(f"wrote {p}")
+        return 0
     try:
         cluster = ClusterSpec.from_args(a, gpu_cells=a.device.startswith("cuda"))
         paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=cluster,
@@ -554,10 +580,13 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 
 def cmd_methods(a: argparse.Namespace) -> int:
     from .conformal import SCORES
-    from .methods import METHODS  # torch: imported on use
+    from .methods import METHODS, get_method, mean_variance_method_names  # torch: imported on use
 
     for name, m in METHODS.items_ordered():
         print(f"{name:<8} {m.description}")
+    print("mean-variance versions, <method>+mv (R.7; <method>+mv+<score> is the conformal version):")
+    for name in mean_variance_method_names():
+        print(f"{name:<11} {get_method(name).description}")
     print("split-conformal versions, <method>+<score> (e.g. ens+cp_abs):")
     for name, sc in SCORES.items_ordered():
         print(f"+{name:<7} {sc.description}")
@@ -627,8 +656,9 @@ def _args_reference(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="task seed, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--repetitions", type=int, default=50)
     p.add_argument("--n-train", dest="n_train", type=int)
-    p.add_argument("--sigma", type=float)
-    p.add_argument("--out", help="write the reference predictions to this netCDF file")
+    p.add_argument("--sigma", type=float, help="noise std (a heteroscedastic task's scale of sigma(x))")
+    p.add_argument("--out", help="write the reference predictions and their exact epistemic and aleatoric "
+                   "variances to this netCDF file")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_reference)
 
@@ -636,9 +666,15 @@ def _args_reference(p: argparse.ArgumentParser) -> None:
 def _args_reproduce(p: argparse.ArgumentParser) -> None:
     from .reproduce import EXPERIMENTS, SCALES
 
+    p.add_argument("study", nargs="?", default="paper", choices=("paper", "disentangle"),
+                   help="paper (default): the paper's experiments and the recipe studies; disentangle: the "
+                   "mean-variance methods' aleatoric and epistemic variances against their exact values on the "
+                   "heteroscedastic tasks (R.7), written to OUT/disentangle (--experiments, the cluster options "
+                   "and --chunk-repetitions do not apply)")
     p.add_argument("--out", default="results/reproduction")
     p.add_argument("--scale", default="cpu", choices=SCALES.names(),
-                   help="; ".join(SCALES.describe().splitlines()) + " (default cpu)")
+                   help="; ".join(SCALES.describe().splitlines()) + " (default cpu); for disentangle: "
+                   "paper = a GPU preset, cpu = minutes on 2 CPU cores, smoke = seconds")
     p.add_argument("--experiments", type=_experiments, default=",".join(EXPERIMENTS),
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
@@ -681,7 +717,8 @@ COMMANDS = {
     "report": ("a static leaderboard site of a study file (opens from disk)", _args_report),
     "reference": ("the exact posterior of a task", _args_reference),
     "reproduce": (("run the paper's experiments and the recipe-sensitivity studies as sweeps; draw Figures "
-                   "1-7 and the recipe figures; write findings.md"), _args_reproduce),
+                   "1-7 and the recipe figures; write findings.md (reproduce disentangle: the disentanglement "
+                   "study, R.7)"), _args_reproduce),
     "rerun": ("run again the command a study file records (its run_config; printed first)", _args_rerun),
     "verify": (("recompute a study's entries (one per method) from its cells or raw variables, or a report "
                 "site's; agree/disagree per value (exit 1 on any disagreement)"), _args_verify),

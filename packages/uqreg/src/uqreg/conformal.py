@@ -127,7 +127,7 @@ def calibrate(score: ConformalScore, y_cal, cal_mean, cal_std, mean, std, alpha:
 def gaussian_interval(mean, std, sigma: float, alpha: float):
     """The Gaussian predictive interval ``mean ± z_{1−α/2}·sqrt(std² + σ²)``, shape of ``mean``:
     what a method that is not conformalised reports for a new observation (for ``blr`` the exact
-    posterior predictive interval)."""
+    posterior predictive interval). ``sigma``: a number or σ(x) per point (R.7)."""
     half = interval_z(alpha) * np.sqrt(np.asarray(std) ** 2 + sigma**2)
     return mean - half, mean + half
 
@@ -141,8 +141,8 @@ def conditional_coverage(low, high, truth, sigma: float):
         Interval bounds at the T points (±inf allowed).
     truth : array_like, shape (T,) or broadcastable
         ``f(x)``, the noise-free truth.
-    sigma : float
-        Noise standard deviation (> 0).
+    sigma : float or array_like, broadcastable
+        Noise standard deviation (> 0): a number, or σ(x) per point (R.7).
 
     Returns
     -------
@@ -154,7 +154,7 @@ def conditional_coverage(low, high, truth, sigma: float):
     >>> float(conditional_coverage(-1.959963984540054, 1.959963984540054, 0.0, 1.0))  # doctest: +ELLIPSIS
     0.9500...
     """
-    if not (np.isfinite(sigma) and sigma > 0):
+    if not np.all(np.isfinite(sigma) & (np.asarray(sigma) > 0)):  # a number, or σ(x) per point (R.7)
         raise InputError(f"sigma must be a positive number, got {sigma!r}")
     low, high, truth = np.asarray(low, float), np.asarray(high, float), np.asarray(truth, float)
     cov = ndtr((high - truth) / sigma) - ndtr((low - truth) / sigma)

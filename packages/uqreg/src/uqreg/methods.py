@@ -15,6 +15,13 @@ Every method also has a split-conformal version per registered conformal score
 :func:`get_method` builds it as a :class:`ConformalMethod`, which trains exactly the networks of
 its base method (same configuration, same random streams) and calibrates their predictions on
 the study's calibration points (docs/conventions.md#r-6).
+
+Every trained method also has a mean–variance version ``<method>+mv`` (``ens+mv``, ``bd+mv``;
+docs/conventions.md#r-7): :func:`get_method` builds it as a :class:`MeanVarianceMethod`, the same
+method whose networks also output a variance σ²(x) and train on the Gaussian (β-)NLL; its result
+holds the predicted aleatoric variance, and :meth:`MethodResult.decompose` splits its predictive
+variance into the aleatoric and the epistemic part. ``<method>+mv+<score>`` is its conformal
+version.
 """
 
 from __future__ import annotations
@@ -28,8 +35,17 @@ from uqmetrics.registry import Registry
 
 from . import conformal
 from .diagnostics import collapsed, constant_loss, half_mse
-from .engine import HEADS, SAMPLERS, NetworkBatch, TrainConfig, TrainJob, execute, make_plan
-from .reference import fit_reference
+from .engine import (
+    HEADS,
+    OBJECTIVES,
+    SAMPLERS,
+    NetworkBatch,
+    TrainConfig,
+    TrainJob,
+    execute,
+    make_plan,
+)
+from .reference import Decomposition, fit_reference
 from .tasks import TaskInstance
 
 
@@ -54,6 +70,10 @@ class MethodResult:
         interval ``prediction ± z_{1−α/2}·sqrt(uncertainty² + σ²)`` (:meth:`Method.intervals`).
     conformal_quantile : ndarray, shape (R,), optional
         The conformal quantile q of each repetition (NaN for a method that is not conformal).
+    aleatoric_variance, cal_aleatoric_variance : ndarray, shape (R, T) and (R, C), optional
+        A mean–variance method's aleatoric variance at the test (and calibration) inputs: the
+        mean over its members (ensembles) or MC passes (dropout) of the predicted σ²ₘ(x); None
+        for a mean-only method.
     """
 
     prediction: np.ndarray
@@ -65,6 +85,31 @@ class MethodResult:
     interval_low: np.ndarray | None = None
     interval_high: np.ndarray | None = None
     conformal_quantile: np.ndarray | None = None
+    aleatoric_variance: np.ndarray | None = None
+    cal_aleatoric_variance: np.ndarray | None = None
+
+    def decompose(self) -> Decomposition:
+        """The predictive variance split into its two sources (docs/conventions.md#r-7).
+
+        Returns
+        -------
+        Decomposition
+            The type of the exact oracle (:func:`uqreg.reference.reference_decomposition`), with
+            every field of shape (R, T): ``mean`` = :attr:`prediction`; ``epistemic_variance`` =
+            :attr:`uncertainty` ², the variance over members (ensembles) or MC passes (dropout)
+            of the means μₘ(x), with ``std_ddof`` (1: the sample variance, as the std);
+            ``aleatoric_variance`` = the mean over the same members or passes of σ²ₘ(x);
+            ``predictive_variance`` their sum.
+
+        Raises
+        ------
+        InputError
+            For a mean-only method (no aleatoric estimate).
+        """
+        if self.aleatoric_variance is None:
+            raise InputError("decompose needs a mean-variance method (<method>+mv), got a result without "
+                             "aleatoric_variance")
+        return Decomposition(self.prediction, np.square(self.uncertainty), self.aleatoric_variance)
 
     @classmethod
     def from_networks(cls, prediction, uncertainty, fit: np.ndarray, y: np.ndarray, **cal) -> MethodResult:
@@ -99,6 +144,9 @@ class Method:
         ``x_cal (R, C, d)`` (None when ``x_cal`` is None).
     overrides : dict
         TrainConfig fields this method changes.
+    objective : str
+        Training objective (:data:`uqreg.engine.OBJECTIVES`): ``"mse"`` (the networks predict a
+        mean), ``"gaussian_nll"`` (a mean and a variance: the ``<method>+mv`` versions).
     """
 
     name: str
@@ -109,10 +157,12 @@ class Method:
     adversarial: bool = False
     closed_form: Callable | None = None
     overrides: dict = field(default_factory=dict)
+    objective: str = "mse"
 
     def __post_init__(self):
         HEADS.lookup(self.head)
         SAMPLERS.lookup(self.sampler)
+        OBJECTIVES.lookup(self.objective)
 
     def networks(self, repetitions, cfg: TrainConfig) -> NetworkBatch:
         """The (repetition, member) pairs this method trains, repetition-major."""
@@ -145,10 +195,15 @@ class Method:
         if x_cal is not None:
             cal_full = np.zeros((int(reps.max()) + 1, *np.shape(x_cal)[1:]))
             cal_full[reps] = x_cal
+        weights = None
+        if HEADS.lookup(self.head).known_noise and not OBJECTIVES.lookup(self.objective).mean_variance:
+            # the likelihood of the known σ(x_n), times σ²: squared errors weighted by σ²/σ(x_n)² (R.7)
+            w = (instance.sigma / instance.noise_std(instance.x_train)) ** 2
+            weights = None if np.all(w == 1.0) else w
         return TrainJob(x_train=instance.x_train, y=y_full, x_test=instance.x_test, nets=self.networks(reps, cfg),
                         seed=instance.seed, sigma=instance.sigma, head=self.head, sampler=self.sampler,
                         adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs,
-                        x_cal=cal_full)
+                        x_cal=cal_full, objective=self.objective, noise_weights=weights)
 
     def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
             epochs: int | None = None, progress=None, calibration=None, alpha: float = 0.05) -> MethodResult:
@@ -156,11 +211,12 @@ class Method:
 
         Parameters are those of :meth:`job`; ``progress`` receives finished epochs;
         ``calibration`` is ``(x_cal (R, C, d), y_cal (R, C))`` (:meth:`TaskInstance.calibration`)
-        or None, and ``alpha`` the miscoverage level of the intervals (:meth:`intervals`).
+        or None, and ``alpha`` the miscoverage level of the intervals (:meth:`intervals`, with the
+        task's σ(x) at the test inputs).
         """
         return self.intervals(self.train_predict(instance, y, repetitions, cfg, epochs=epochs, progress=progress,
                                                  x_cal=None if calibration is None else calibration[0]),
-                              instance.sigma, calibration, alpha)
+                              instance.noise_std(instance.x_test), calibration, alpha)
 
     def train_predict(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
                       epochs: int | None = None, progress=None, x_cal: np.ndarray | None = None) -> MethodResult:
@@ -176,22 +232,34 @@ class Method:
         job = self.job(instance, y, repetitions, cfg, epochs=epochs, x_cal=x_cal)
         result = execute(job, progress=progress)
         fit = result.fit.reshape(r, -1, result.fit.shape[1])  # (R, M, N), M = 1 without an ensemble
+        m = job.cfg.members if self.ensemble else 1
+
+        def over_members(a):  # aleatoric: mean over members of σ²ₘ (a network's is already over its passes)
+            return None if a is None else a.reshape(r, m, -1).mean(axis=1)
+
+        ale = {"aleatoric_variance": over_members(result.aleatoric),
+               "cal_aleatoric_variance": over_members(result.cal_aleatoric)}
         if not self.ensemble:
             return MethodResult.from_networks(result.mean, result.std, fit, y, cal_prediction=result.cal_mean,
-                                              cal_uncertainty=result.cal_std)
+                                              cal_uncertainty=result.cal_std, **ale)
         ddof = job.cfg.std_ddof
-        members = result.mean.reshape(r, job.cfg.members, -1)  # (R, M, T)
+        members = result.mean.reshape(r, m, -1)  # (R, M, T)
         cal = {}
         if result.cal_mean is not None:
-            cal_m = result.cal_mean.reshape(r, job.cfg.members, -1)  # (R, M, C)
+            cal_m = result.cal_mean.reshape(r, m, -1)  # (R, M, C)
             cal = {"cal_prediction": cal_m.mean(axis=1), "cal_uncertainty": cal_m.std(axis=1, ddof=ddof)}
-        return MethodResult.from_networks(members.mean(axis=1), members.std(axis=1, ddof=ddof), fit, y, **cal)
+        return MethodResult.from_networks(members.mean(axis=1), members.std(axis=1, ddof=ddof), fit, y, **cal, **ale)
 
-    def intervals(self, result: MethodResult, sigma: float, calibration=None, alpha: float = 0.05) -> MethodResult:
+    def intervals(self, result: MethodResult, sigma, calibration=None, alpha: float = 0.05) -> MethodResult:
         """``result`` with its 1 − α intervals for a new observation: the Gaussian predictive
         interval ``mean ± z_{1−α/2}·sqrt(std² + σ²)`` (for ``blr`` the exact posterior
         predictive one); :class:`ConformalMethod` overrides it with its split-conformal interval.
+
+        ``sigma`` is the task's known noise std, a number or σ(x) at the test inputs (T,) (R.7);
+        a mean–variance method uses its own aleatoric variance instead (``sigma`` unused).
         ``calibration`` is unused here."""
+        if result.aleatoric_variance is not None:
+            sigma = np.sqrt(result.aleatoric_variance)
         low, high = conformal.gaussian_interval(result.prediction, result.uncertainty, sigma, alpha)
         return replace(result, interval_low=low, interval_high=high,
                        conformal_quantile=np.full(result.prediction.shape[0], np.nan))
@@ -228,9 +296,9 @@ class ConformalMethod(Method):
     score: str = ""
 
     def __post_init__(self):
-        b = METHODS.lookup(self.base)
+        b = get_method(self.base)
         conformal.get_score(self.score)
-        for f in ("head", "ensemble", "sampler", "adversarial", "closed_form", "overrides"):
+        for f in ("head", "ensemble", "sampler", "adversarial", "closed_form", "overrides", "objective"):
             object.__setattr__(self, f, getattr(b, f))
         super().__post_init__()
 
@@ -238,7 +306,7 @@ class ConformalMethod(Method):
     def trains_as(self) -> str:
         return self.base
 
-    def intervals(self, result: MethodResult, sigma: float, calibration=None, alpha: float = 0.05) -> MethodResult:
+    def intervals(self, result: MethodResult, sigma, calibration=None, alpha: float = 0.05) -> MethodResult:
         """``result`` (the base's predictions, with those at the calibration points) with the
         split-conformal interval calibrated on ``calibration = (x_cal, y_cal (R, C))``.
 
@@ -259,8 +327,38 @@ class ConformalMethod(Method):
         return replace(result, uncertainty=unc, interval_low=low, interval_high=high, conformal_quantile=q)
 
 
+#: The suffix of a method's mean–variance version, ``<method>+mv``.
+MEAN_VARIANCE = "mv"
+
+
+@dataclass(frozen=True)
+class MeanVarianceMethod(Method):
+    """The mean–variance version ``<base>+mv`` of a registered trained method (R.7).
+
+    The same networks as ``base`` (head, sampler, FGSM flag, ensemble flag and overrides copied
+    from it) with a second output layer giving σ²(x) = softplus(s) + 10⁻⁶, trained on the
+    Gaussian β-NLL (``TrainConfig.nll_beta``; objective ``"gaussian_nll"``): a deep ensemble as
+    Lakshminarayanan et al. (2017), the dropout methods as Kendall & Gal (2017). Its result holds
+    ``aleatoric_variance`` (mean over members or passes of σ²ₘ), its ``uncertainty`` stays the
+    epistemic std over members or passes, and its Gaussian interval uses its own aleatoric
+    variance in place of the task's σ². Build it with :func:`get_method` (``get_method("ens+mv")``).
+    """
+
+    base: str = ""
+
+    def __post_init__(self):
+        b = METHODS.lookup(self.base)
+        if b.closed_form is not None:
+            raise InputError(f"method {self.name!r}: {self.base!r} trains no network, so it has no mean-variance "
+                             f"version")
+        for f in ("head", "ensemble", "sampler", "adversarial", "overrides"):
+            object.__setattr__(self, f, getattr(b, f))
+        object.__setattr__(self, "objective", "gaussian_nll")
+        super().__post_init__()
+
+
 def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig, x_cal: np.ndarray | None = None):
-    post = fit_reference(instance.features(instance.x_train), y, instance.sigma)
+    post = fit_reference(instance.features(instance.x_train), y, instance.noise_std(instance.x_train))
     mean, std = post.predict(instance.features(instance.x_test))
     cal_mean = cal_std = None
     if x_cal is not None:  # each repetition's posterior at its own calibration inputs
@@ -278,16 +376,29 @@ list_methods = METHODS.names
 
 
 def get_method(name: str) -> Method:
-    """The registered method ``name``, or the split-conformal version ``<method>+<score>`` of one
-    (:class:`ConformalMethod`); ``ValueError`` naming the valid methods and scores otherwise."""
+    """The registered method ``name``, its mean–variance version ``<method>+mv``
+    (:class:`MeanVarianceMethod`), or the split-conformal version ``<method>+<score>`` of either
+    (:class:`ConformalMethod`, e.g. ``ens+cp_abs``, ``ens+mv+cp_std``); ``ValueError`` naming the
+    valid methods and scores otherwise."""
     if isinstance(name, str) and "+" in name:
-        base, score = name.split("+", 1)
-        if base not in METHODS or score not in conformal.SCORES:
+        base, suffix = name.rsplit("+", 1)
+        trained = base in METHODS and METHODS[base].closed_form is None
+        if suffix == MEAN_VARIANCE and trained:
+            return MeanVarianceMethod(name, f"mean-variance {base}: mu and sigma^2 outputs, Gaussian beta-NLL",
+                                      base=base)
+        mv_base = base.endswith("+" + MEAN_VARIANCE) and base[:-len(MEAN_VARIANCE) - 1] in METHODS
+        if suffix not in conformal.SCORES or not (base in METHODS or mv_base):
             raise InputError(f"unknown method {name!r}: a conformal version is <method>+<score> with a method of "
-                             f"{', '.join(list_methods())} and a score of {', '.join(conformal.SCORES.names())}")
-        sc = conformal.SCORES[score]
-        return ConformalMethod(name, f"{sc.description}, around {base}", base=base, score=score)
+                             f"{', '.join(list_methods())} and a score of {', '.join(conformal.SCORES.names())}; "
+                             f"a mean-variance version is <method>+{MEAN_VARIANCE} (then +<score>)")
+        sc = conformal.SCORES[suffix]
+        return ConformalMethod(name, f"{sc.description}, around {base}", base=base, score=suffix)
     return METHODS.lookup(name)
+
+
+def mean_variance_method_names() -> list[str]:
+    """Every ``<method>+mv`` name (the trained methods in registration order)."""
+    return [f"{n}+{MEAN_VARIANCE}" for n, m in METHODS.items() if m.closed_form is None]
 
 
 def conformal_method_names() -> list[str]:

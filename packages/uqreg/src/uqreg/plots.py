@@ -12,7 +12,11 @@
   interval against x, in and out of the training range, the mean over noise draws with the band of
   their central 80 %, beside the reference's (R.6); on a 2-D grid a map per method;
 * :func:`plot_conditional_vs_complexity` — the same per region against complexity, with the
-  interval width relative to the reference's.
+  interval width relative to the reference's;
+* :func:`plot_variances` — a disentanglement study's (:mod:`uqreg.disentangle`) two estimated
+  variances against x per method, bands over repetitions, over the exact ones;
+* :func:`plot_leakage` — its leakage and untangle's measure against complexity, in and out of the
+  training box, beside the exact oracle's.
 
 A study with several recipes gets each figure once per recipe (``recipe=``).
 """
@@ -362,6 +366,107 @@ def plot_conditional_vs_complexity(ds: xr.Dataset, *, methods=None, recipe=None)
     fig.suptitle(f"{ds.attrs.get('task')}: conditional coverage of the {_nominal(ds):.0%} intervals "
                  f"(k={ds.sizes['repetition']})" + (f", recipe {rname}" if rname else ""))
     fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def _line(ds: xr.Dataset) -> tuple[xr.Dataset, str]:
+    """A 1-D cut of the test points to plot against: the plotting coordinate, or on a 2-D grid
+    the diagonal x1 = x2 (plotted against x1)."""
+    if {"x1", "x2"} <= set(ds.coords):
+        keep = np.isclose(ds.x1.values, ds.x2.values)
+        return ds.isel(point=np.flatnonzero(keep)), "x1"
+    return ds, _axis_coord(ds)
+
+
+def plot_variances(ds: xr.Dataset, complexity=None, *, methods=None):
+    """A disentanglement study's estimated aleatoric and epistemic variances against x, a panel
+    per method (the exact oracle first): each estimate's mean over repetitions with the band of
+    their central 80 %, the exact values dashed black, points outside the training box shaded
+    (docs/conventions.md#r-7-study). ``complexity`` defaults to the largest; a 2-D grid is cut
+    along its diagonal. The log axis spans from two decades below the smallest exact value to a
+    decade above the largest value drawn.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    c = ds.complexity.values[-1] if complexity is None else complexity
+    sub, xname = _line(ds.sel(complexity=c))
+    methods = list(methods or sub.method.values)
+    x = sub[xname].values
+    order = np.argsort(x)
+    sub, x = sub.isel(point=order), x[order]
+    out = ~sub.in_distribution.values.astype(bool)
+    exact = np.concatenate([sub.exact_aleatoric_variance.values, sub.exact_epistemic_variance.values])
+    means = np.concatenate([sub[v].mean("repetition").values.ravel() for v in ("aleatoric_variance",
+                                                                             "epistemic_variance")])
+    lo = np.nanmin(exact) / 100  # two decades below the smallest exact value: estimates near 0 are cut
+    hi = 10 * max(np.nanmax(exact), np.nanmax(means[np.isfinite(means)], initial=0.0))
+    ncol = min(4, len(methods))
+    nrow = -(-len(methods) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.2 * nrow), squeeze=False, sharey=True)
+    for ax, m in zip(axes.flat, methods):
+        s = sub.sel({"method": m})
+        _band(ax, x, s.aleatoric_variance, color="C1", label="aleatoric (estimate)")
+        _band(ax, x, s.epistemic_variance, color="C0", label="epistemic (estimate)")
+        ax.plot(x, sub.exact_aleatoric_variance.values, color="k", linestyle="--", linewidth=1, label="σ²(x) (true)")
+        ax.plot(x, sub.exact_epistemic_variance.values, color="k", linestyle=":", linewidth=1,
+                label="epistemic (exact)")
+        ax.set_yscale("log")
+        ax.fill_between(x, lo, hi, where=out, color="0.9", zorder=0, linewidth=0, label="outside the box")
+        ax.set_ylim(lo, hi)
+        ax.set_title(str(m), fontsize=9)
+        ax.set_xlabel(xname + (" = x2" if xname == "x1" else ""))
+    axes[0, 0].set_ylabel("variance")
+    axes[0, 0].legend(fontsize=6, loc="best")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{ds.attrs.get('task')}: estimated and exact variances, "
+                 f"{ds.attrs.get('complexity_name', 'complexity')} = {c} (k={ds.sizes['repetition']})")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
+def plot_leakage(ds: xr.Dataset, *, methods=None):
+    """Leakage against complexity, in and out of the training box: per method the Spearman of
+    its epistemic estimate with σ²(x) (top row) and untangle's measure, the Spearman between its
+    two estimates (bottom row), the median over repetitions with a bar over their central 80 %; the
+    exact oracle's values (the rank correlation of the two true parts) dashed grey
+    (docs/conventions.md#r-7-study).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    methods = [m for m in (methods or ds.method.values) if m != ds.attrs.get("oracle", "blr")]
+    oracle = ds.attrs.get("oracle", "blr")
+    c = ds.complexity.values
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False, sharex=True, sharey=True)
+    rows = (("epistemic_leakage", "leakage: ρ(est. epistemic, σ²(x))"),
+            ("estimates_spearman", "untangle: ρ(est. epistemic, est. aleatoric)"))
+    for i, (var, label) in enumerate(rows):
+        for j, region in enumerate(("in", "out")):
+            ax = axes[i, j]
+            da = ds[var].sel(region=region)
+            for k, (m, color, style) in enumerate([(oracle, "0.5", "--")]
+                                                  + [(m, f"C{k % 10}", "-") for k, m in enumerate(methods)]):
+                lo, hi = (da.sel({"method": m}).quantile(q, dim="repetition").values for q in BAND_QUANTILES)
+                mid = da.sel({"method": m}).median("repetition").values
+                shift = 0.06 * (k - len(methods) / 2)  # side by side at each level
+                ax.errorbar(c + shift, mid, yerr=[mid - lo, hi - mid], color=color, linestyle=style, marker="o",
+                            markersize=3, capsize=2, linewidth=1,
+                            label="exact oracle" if m == oracle else str(m))
+            ax.axhline(0.0, color="k", linestyle=":", linewidth=1)
+            ax.set_title(f"{'in' if region == 'in' else 'outside'} the training box", fontsize=9)
+            ax.set_ylim(-1.05, 1.05)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if j == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if i == 1:
+                ax.set_xlabel(ds.attrs.get("complexity_name", "complexity"))
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{ds.attrs.get('task')}: leakage between the two parts (k={ds.sizes['repetition']})")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
 

@@ -1,9 +1,16 @@
-"""Exact Bayesian linear regression under the flat reference prior, σ known (R.2).
+"""Exact Bayesian linear regression under the flat reference prior, noise known (R.2, R.7).
 
-``γ | D ~ N(γ̂, σ² V)`` with ``V = (ΦᵀΦ)⁻¹`` and ``γ̂ = V Φᵀ y``. At test inputs the prediction is
-``G(x*)ᵀγ̂`` with epistemic standard deviation ``σ·sqrt(G(x*)ᵀ V G(x*))``. Both come from a
-thin QR decomposition ``Φ = QR`` (never an explicit inverse): ``γ̂ = R⁻¹Qᵀy`` and
-``G(x*)ᵀ V G(x*) = ‖R⁻ᵀ G(x*)‖²``.
+Homoscedastic noise σ: ``γ | D ~ N(γ̂, σ² V)`` with ``V = (ΦᵀΦ)⁻¹`` and ``γ̂ = V Φᵀ y``. At test
+inputs the prediction is ``G(x*)ᵀγ̂`` with epistemic standard deviation ``σ·sqrt(G(x*)ᵀ V G(x*))``.
+Both come from a thin QR decomposition ``Φ = QR`` (never an explicit inverse): ``γ̂ = R⁻¹Qᵀy``
+and ``G(x*)ᵀ V G(x*) = ‖R⁻ᵀ G(x*)‖²``.
+
+Heteroscedastic noise σ(x_i) (R.7): the posterior is weighted least squares with weights
+``W = diag(1/σ(x_i)²)``, ``Σ_post = (ΦᵀWΦ)⁻¹`` and ``γ̂ = Σ_post ΦᵀW y``. It is the same
+computation on the whitened problem ``Φ̃ = W^½Φ`` (row i divided by σ(x_i)), ``ỹ = W^½y`` with
+unit noise: the same QR, rank check and solves. At a test input the exact predictive variance
+is the epistemic ``G(x*)ᵀ Σ_post G(x*)`` plus the aleatoric ``σ(x*)²``
+(:meth:`ReferencePosterior.decompose`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,41 @@ from scipy.linalg import qr, solve_triangular
 
 
 @dataclass(frozen=True)
+class Decomposition:
+    """The exact predictive at T test points, split into its two sources (R.7).
+
+    Attributes
+    ----------
+    mean : ndarray, shape (R, T)
+        Posterior predictive mean ``G(x*)ᵀγ̂``, one row per target vector (repetition).
+    epistemic_variance : ndarray, shape (T,)
+        ``G(x*)ᵀ Σ_post G(x*)``: the posterior variance of the noise-free ``f(x*)`` (what the
+        model does not know; shrinks as the data grow).
+    aleatoric_variance : ndarray, shape (T,)
+        ``σ(x*)²``: the variance of the noise of a new observation (does not shrink).
+    """
+
+    mean: np.ndarray
+    epistemic_variance: np.ndarray
+    aleatoric_variance: np.ndarray
+
+    @property
+    def predictive_variance(self) -> np.ndarray:
+        """Exact predictive variance of a new noisy observation: epistemic + aleatoric, (T,)."""
+        return self.epistemic_variance + self.aleatoric_variance
+
+    @property
+    def epistemic_std(self) -> np.ndarray:
+        """Square root of :attr:`epistemic_variance` (the reference's ``uncertainty``)."""
+        return np.sqrt(self.epistemic_variance)
+
+    @property
+    def predictive_std(self) -> np.ndarray:
+        """Square root of :attr:`predictive_variance`."""
+        return np.sqrt(self.predictive_variance)
+
+
+@dataclass(frozen=True)
 class ReferencePosterior:
     """The exact posterior for one design and one or more target vectors.
 
@@ -22,29 +64,73 @@ class ReferencePosterior:
     ----------
     mean : ndarray, shape (R, p)
         Posterior means γ̂, one per target vector (repetition).
-    sigma : float
-        Known noise standard deviation.
+    sigma : float or ndarray of shape (N,)
+        Known noise standard deviation of the training targets: a float when it is the same at
+        every training point (homoscedastic), else σ(x_i) per point (heteroscedastic).
     r : ndarray, shape (p, p)
-        Upper-triangular factor of the column-pivoted QR ``Φ[:, perm] = QR``.
+        Upper-triangular factor of the column-pivoted QR ``Φ[:, perm] = QR`` (of the whitened
+        design ``Φ / σ(x_i)`` when heteroscedastic).
     perm : ndarray of int, shape (p,)
         Column permutation of the pivoted QR.
     """
 
     mean: np.ndarray
-    sigma: float
+    sigma: float | np.ndarray
     r: np.ndarray
     perm: np.ndarray
 
     @property
+    def heteroscedastic(self) -> bool:
+        """True when the training noise differs between points (weighted least squares)."""
+        return np.ndim(self.sigma) == 1
+
+    @property
+    def _scale2(self) -> float:
+        """The factor of ``R⁻¹R⁻ᵀ`` in the covariance: σ², or 1 for the whitened design."""
+        return 1.0 if self.heteroscedastic else self.sigma**2
+
+    @property
     def covariance(self) -> np.ndarray:
-        """Posterior covariance σ²(ΦᵀΦ)⁻¹, shape (p, p) (for inspection; not used internally)."""
+        """Posterior covariance Σ_post: σ²(ΦᵀΦ)⁻¹, or (ΦᵀWΦ)⁻¹ when heteroscedastic; shape (p, p)
+        (for inspection; not used internally)."""
         p = self.r.shape[0]
         rinv = solve_triangular(self.r, np.eye(p))
         cov = np.empty((p, p))
-        cov[np.ix_(self.perm, self.perm)] = self.sigma**2 * rinv @ rinv.T
+        cov[np.ix_(self.perm, self.perm)] = self._scale2 * rinv @ rinv.T
         return cov
 
-    def predict(self, phi_test: np.ndarray, *, aleatoric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _check(self, phi_test) -> np.ndarray:
+        phi_test = np.asarray(phi_test, dtype=np.float64)
+        if phi_test.ndim != 2 or phi_test.shape[1] != self.r.shape[0]:
+            raise ValueError(f"phi_test must have shape (T, {self.r.shape[0]}), got {phi_test.shape}")
+        return phi_test
+
+    def _epistemic(self, phi_test: np.ndarray) -> np.ndarray:
+        w = solve_triangular(self.r, phi_test[:, self.perm].T, trans="T")  # R⁻ᵀ φ, shape (p, T)
+        return self._scale2 * np.einsum("pt,pt->t", w, w)
+
+    def _mean(self, phi_test: np.ndarray) -> np.ndarray:
+        # row by row: a repetition's prediction must not depend on the other repetitions computed
+        # with it (a BLAS GEMM may change its summation order with the number of columns)
+        return np.stack([phi_test @ g for g in self.mean]) if len(self.mean) else np.empty((0, len(phi_test)))
+
+    def _test_noise(self, noise_std, n_test: int) -> np.ndarray:
+        """σ(x*)² at the T test points; ``noise_std`` None: the homoscedastic σ."""
+        if noise_std is None:
+            if self.heteroscedastic:
+                raise ValueError("noise_std (the noise std σ(x*) at the test points) is required: the "
+                                 "posterior is heteroscedastic, its σ at new inputs is unknown to it")
+            return np.full(n_test, self.sigma**2)
+        s = np.asarray(noise_std, dtype=np.float64)
+        if s.ndim > 1 or (s.ndim == 1 and s.shape[0] != n_test):
+            raise ValueError(f"noise_std must be a number or have shape ({n_test},), got shape {s.shape}")
+        bad = ~(np.isfinite(s) & (s > 0))
+        if bad.any():
+            raise ValueError(f"noise_std must be finite and positive, got {float(np.atleast_1d(s)[np.argmax(bad)])}")
+        return np.broadcast_to(s**2, (n_test,)).copy()
+
+    def predict(self, phi_test: np.ndarray, *, aleatoric: bool = False,
+                noise_std=None) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and standard deviation at test features.
 
         Parameters
@@ -52,28 +138,64 @@ class ReferencePosterior:
         phi_test : ndarray, shape (T, p)
             Features G(x*) of the test inputs.
         aleatoric : bool
-            Add σ² to the variance (predictive for a new noisy observation). Default off: the
-            epistemic std, as used for coverage of the noise-free truth.
+            Add the noise variance σ(x*)² (predictive for a new noisy observation). Default off:
+            the epistemic std, as used for coverage of the noise-free truth.
+        noise_std : float or ndarray of shape (T,), optional
+            σ(x*) at the test points, used when ``aleatoric``; default the posterior's σ (a
+            heteroscedastic posterior requires it).
 
         Returns
         -------
         mean : ndarray, shape (R, T)
         std : ndarray, shape (T,)
         """
-        phi_test = np.asarray(phi_test, dtype=np.float64)
-        if phi_test.ndim != 2 or phi_test.shape[1] != self.r.shape[0]:
-            raise ValueError(f"phi_test must have shape (T, {self.r.shape[0]}), got {phi_test.shape}")
-        w = solve_triangular(self.r, phi_test[:, self.perm].T, trans="T")  # R⁻ᵀ φ, shape (p, T)
-        var = self.sigma**2 * np.einsum("pt,pt->t", w, w)
+        phi_test = self._check(phi_test)
+        var = self._epistemic(phi_test)
         if aleatoric:
-            var = var + self.sigma**2
-        # row by row: a repetition's prediction must not depend on the other repetitions computed
-        # with it (a BLAS GEMM may change its summation order with the number of columns)
-        mean = np.stack([phi_test @ g for g in self.mean]) if len(self.mean) else np.empty((0, len(phi_test)))
-        return mean, np.sqrt(var)
+            var = var + self._test_noise(noise_std, phi_test.shape[0])
+        return self._mean(phi_test), np.sqrt(var)
+
+    def decompose(self, phi_test: np.ndarray, noise_std=None) -> Decomposition:
+        """The exact predictive at test features split into epistemic and aleatoric variance.
+
+        Parameters
+        ----------
+        phi_test : ndarray, shape (T, p)
+            Features G(x*) of the test inputs.
+        noise_std : float or ndarray of shape (T,), optional
+            σ(x*) at the test points (the truth of the aleatoric part); default the
+            posterior's σ (a heteroscedastic posterior requires it).
+
+        Returns
+        -------
+        Decomposition
+            ``mean`` (R, T), ``epistemic_variance`` (T,), ``aleatoric_variance`` (T,).
+        """
+        phi_test = self._check(phi_test)
+        return Decomposition(mean=self._mean(phi_test), epistemic_variance=self._epistemic(phi_test),
+                             aleatoric_variance=self._test_noise(noise_std, phi_test.shape[0]))
 
 
-def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float | None = None) -> ReferencePosterior:
+def _noise(sigma, n: int) -> float | np.ndarray:
+    """``sigma`` checked: a float (homoscedastic, also for a constant array) or an (N,) array."""
+    s = np.asarray(sigma, dtype=np.float64) if not isinstance(sigma, (int, float)) else None
+    if s is None or s.ndim == 0:
+        value = float(sigma)
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+        return value
+    if s.shape != (n,):
+        raise ValueError(f"sigma must be a number or have shape (N,) with N={n}, got shape {s.shape}")
+    bad = ~(np.isfinite(s) & (s > 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"sigma must be finite and positive at every training point, got {float(s[i])} at point {i}")
+    if np.all(s == s[0]):  # σ constant: the homoscedastic computation, bit for bit
+        return float(s[0])
+    return s
+
+
+def fit_reference(phi: np.ndarray, y: np.ndarray, sigma, *, rtol: float | None = None) -> ReferencePosterior:
     """Fit the exact flat-prior posterior.
 
     Parameters
@@ -82,11 +204,14 @@ def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float |
         Design matrix Φ = G(x_train).
     y : ndarray, shape (N,) or (R, N)
         Training targets (one row per repetition).
-    sigma : float
-        Known noise standard deviation (> 0).
+    sigma : float or ndarray of shape (N,)
+        Known noise standard deviation (> 0): one number, or σ(x_i) per training point
+        (heteroscedastic: weighted least squares with weights 1/σ(x_i)²). An array whose
+        entries are all equal is the homoscedastic case and gives exactly its numbers.
     rtol : float, optional
         Relative tolerance on the diagonal of R below which the design counts as
-        rank-deficient (default ``max(N, p) · eps``).
+        rank-deficient (default ``max(N, p) · eps``); for heteroscedastic noise it applies to
+        the whitened design ``Φ / σ(x_i)``.
 
     Raises
     ------
@@ -100,12 +225,13 @@ def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float |
     n, p = phi.shape
     if y.shape[1] != n:
         raise ValueError(f"y must have shape (N,) or (R, N) with N={n}, got {y.shape}")
-    if not (np.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+    sigma = _noise(sigma, n)
     if not (np.all(np.isfinite(phi)) and np.all(np.isfinite(y))):
         raise ValueError("phi and y must be finite")
     if n < p:
         raise ValueError(f"the design is rank-deficient: N={n} training points < p={p} parameters")
+    if np.ndim(sigma) == 1:  # whiten: row i / σ(x_i), then unit noise (WLS as OLS)
+        phi, y = phi / sigma[:, None], y / sigma[None, :]
     q, r, piv = qr(phi, mode="economic", pivoting=True)  # Φ[:, piv] = QR, |diag R| decreasing
     diag = np.abs(np.diag(r))
     tol = (rtol if rtol is not None else max(n, p) * np.finfo(float).eps) * diag.max(initial=0.0)
@@ -115,10 +241,25 @@ def fit_reference(phi: np.ndarray, y: np.ndarray, sigma: float, *, rtol: float |
     mean = np.empty((y.shape[0], p))
     for i, yi in enumerate(y):  # row by row, as in ReferencePosterior.predict
         mean[i, piv] = solve_triangular(r, q.T @ yi)
-    return ReferencePosterior(mean=mean, sigma=float(sigma), r=r, perm=piv)
+    return ReferencePosterior(mean=mean, sigma=sigma, r=r, perm=piv)
+
+
+def reference_posterior(instance, y: np.ndarray) -> ReferencePosterior:
+    """The exact posterior of a task instance for targets ``y`` (R, N), with its known noise
+    σ(x_i) at the training inputs (weighted least squares for a heteroscedastic task)."""
+    return fit_reference(instance.features(instance.x_train), y, instance.noise_std(instance.x_train))
 
 
 def reference_prediction(instance, y: np.ndarray, *, aleatoric: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Reference mean (R, T) and std (T,) at ``instance.x_test`` for targets ``y`` (R, N)."""
-    post = fit_reference(instance.features(instance.x_train), y, instance.sigma)
-    return post.predict(instance.features(instance.x_test), aleatoric=aleatoric)
+    """Reference mean (R, T) and std (T,) at ``instance.x_test`` for targets ``y`` (R, N);
+    ``aleatoric`` adds σ(x*)² to the variance."""
+    post = reference_posterior(instance, y)
+    return post.predict(instance.features(instance.x_test), aleatoric=aleatoric,
+                        noise_std=instance.noise_std(instance.x_test))
+
+
+def reference_decomposition(instance, y: np.ndarray, x=None) -> Decomposition:
+    """The exact oracle's decomposition (R.7) at ``x`` (default ``instance.x_test``): mean
+    (R, T), epistemic variance ``G(x)ᵀ Σ_post G(x)`` and aleatoric variance ``σ(x)²`` (T,)."""
+    x = instance.x_test if x is None else np.asarray(x, dtype=np.float64)
+    return reference_posterior(instance, y).decompose(instance.features(x), instance.noise_std(x))

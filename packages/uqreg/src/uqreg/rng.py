@@ -33,6 +33,7 @@ PURPOSES = {
     "mc": 6,
     "calibration": 7,
     "mc_calibration": 8,
+    "test_noise": 9,
 }
 
 _MASK64 = (1 << 64) - 1

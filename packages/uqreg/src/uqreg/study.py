@@ -304,7 +304,8 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
                     shared[method.trains_as] = get_method(method.trains_as).run(
                         inst, y, reps, cfg.train_config(recipe), progress=bar.update, alpha=cfg.alpha,
                         calibration=calibration if method.trains_as in calibrated else None)
-                res = method.intervals(shared[method.trains_as], inst.sigma, calibration, cfg.alpha)
+                res = method.intervals(shared[method.trains_as], inst.noise_std(inst.x_test), calibration,
+                                       cfg.alpha)
                 wall[method.name] += time.perf_counter() - t0
                 for name in RAW_VARS:
                     out[name][k, i, j] = getattr(res, name)
@@ -401,8 +402,10 @@ CONFORMAL_CONVENTION = (
     "<method>+cp_abs: mean +- q, q the ceil((n_cal+1)(1-alpha))-th smallest |y - mean| on the repetition's "
     "n_cal calibration points (+inf beyond n_cal); <method>+cp_std: mean +- q*std, q from |y - mean|/std; "
     "other methods: mean +- z_(1-alpha/2)*sqrt(std^2 + sigma^2) (blr: the exact posterior predictive "
-    "interval). A conformal method's uncertainty is its half-width / z_(1-alpha/2). conditional_coverage = "
-    "Phi((high - f)/sigma) - Phi((low - f)/sigma), exact given the interval")
+    "interval; <method>+mv: its own aleatoric variance in place of sigma^2). A conformal method's uncertainty "
+    "is its half-width / z_(1-alpha/2). conditional_coverage = "
+    "Phi((high - f)/sigma) - Phi((low - f)/sigma), exact given the interval. sigma = sigma(x) at each point "
+    "for a heteroscedastic task (R.7)")
 
 
 def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
@@ -424,15 +427,18 @@ def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
 
     from .conformal import conditional_coverage, gaussian_interval
 
-    sigma, alpha = float(raw.attrs["sigma"]), float(raw.attrs.get("alpha", 0.05))
+    alpha = float(raw.attrs.get("alpha", 0.05))
     truth = raw["truth"]
-    cov = xr.apply_ufunc(conditional_coverage, raw["interval_low"], raw["interval_high"], truth,
-                         kwargs={"sigma": sigma})
+    # σ(x*) at the test inputs of every complexity (R.7; σ everywhere for a homoscedastic task)
+    sigma = xr.DataArray(np.stack([noise_std_at_test(raw, c) for c in raw.complexity.values]),
+                         dims=("complexity", "point"), coords={d: raw[d] for d in ("complexity", "point")})
+    cov = xr.apply_ufunc(conditional_coverage, raw["interval_low"], raw["interval_high"], truth, sigma)
     ref_cov, ref_width = [], []
     for c in raw.complexity.values:
         mean, std = recompute_reference(raw, c)
-        low, high = gaussian_interval(mean, std[None, :], sigma, alpha)
-        ref_cov.append(conditional_coverage(low, high, raw["truth"].sel(complexity=c).values[None, :], sigma))
+        sig = sigma.sel(complexity=c).values
+        low, high = gaussian_interval(mean, std[None, :], sig, alpha)
+        ref_cov.append(conditional_coverage(low, high, raw["truth"].sel(complexity=c).values[None, :], sig))
         ref_width.append((high - low)[0])
     ref_cov_da = xr.DataArray(np.stack(ref_cov), dims=("complexity", "repetition", "point"),
                               coords={d: raw[d] for d in ("complexity", "repetition", "point")})
@@ -558,6 +564,14 @@ def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     return ds
 
 
+def noise_std_at_test(ds: xr.Dataset, complexity) -> np.ndarray:
+    """σ(x*) at the test inputs of ``complexity`` (T,), from the file's task name, ``x_test`` and
+    ``sigma`` (R.7: the task's noise profile times ``sigma``; ``sigma`` everywhere without one)."""
+    sub = ds.sel(complexity=complexity)
+    x_test = sub.x_test.values[:, :int(sub.input_size)]
+    return get_task(ds.attrs["task"]).noise_std(x_test, int(complexity), float(ds.attrs["sigma"]))
+
+
 def recompute_reference(ds: xr.Dataset, complexity) -> tuple[np.ndarray, np.ndarray]:
     """Recompute the exact reference (mean (R, T), std (T,)) from a study file alone.
 
@@ -571,5 +585,6 @@ def recompute_reference(ds: xr.Dataset, complexity) -> tuple[np.ndarray, np.ndar
     n, d = int(sub.n_train), int(sub.input_size)
     x_train = sub.x_train.values[:n, :d]
     x_test = sub.x_test.values[:, :d]
-    post = fit_reference(task.feature_map(x_train, int(complexity)), sub.y_train.values[:, :n], float(ds.attrs["sigma"]))
+    sigma = task.noise_std(x_train, int(complexity), float(ds.attrs["sigma"]))  # σ(x_i): R.7
+    post = fit_reference(task.feature_map(x_train, int(complexity)), sub.y_train.values[:, :n], sigma)
     return post.predict(task.feature_map(x_test, int(complexity)))

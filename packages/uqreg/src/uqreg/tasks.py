@@ -1,4 +1,4 @@
-"""Regression tasks linear in their parameters: ``y = G(x)ᵀγ + ε``, ``ε ~ N(0, σ²)`` (R.1).
+"""Regression tasks linear in their parameters: ``y = G(x)ᵀγ + ε``, ``ε ~ N(0, σ(x)²)`` (R.1, R.7).
 
 A task is a :class:`LinearTask` registered by name. Registering a new feature map takes a few
 lines and the reference, the study, the CLI and the plots pick it up::
@@ -17,6 +17,10 @@ lines and the reference, the study, the CLI and the plots pick it up::
         train_box=(-2, 2),
     ))
 
+A heteroscedastic task registers its noise profile the same way (R.7): adding
+``noise=lambda x, c: 0.2 + x[:, 0] ** 2`` above makes the noise standard deviation
+``σ(x) = 0.5 · (0.2 + x²)`` (:meth:`LinearTask.noise_std`); without it, ``σ(x) = sigma``.
+
 :meth:`LinearTask.instance` fixes γ, the training inputs (drawn once from the task seed) and
 the test inputs; only the training noise is redrawn per repetition
 (:meth:`TaskInstance.targets`).
@@ -25,7 +29,7 @@ the test inputs; only the training noise is redrawn per repetition
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from uqmetrics.registry import Registry
@@ -33,6 +37,8 @@ from uqmetrics.registry import Registry
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
 
 FeatureMap = Callable[[np.ndarray, int], np.ndarray]
+#: ``(x (n, d), c) -> s(x) (n,)``: a task's relative noise profile, ``σ(x) = sigma · s(x)``.
+NoiseProfile = Callable[[np.ndarray, int], np.ndarray]
 
 
 def uniform_box(low: float, high: float) -> Callable[[np.random.Generator, int, int, int], np.ndarray]:
@@ -59,7 +65,8 @@ class LinearTask:
     gamma : callable ``(rng, c) -> γ (p,)``
         Draws (or returns) the true parameters.
     sigma : float
-        Known noise standard deviation σ.
+        Known noise standard deviation σ; for a heteroscedastic task the scale of σ(x) (see
+        ``noise``). ``instance(sigma=...)`` overrides it.
     n_train : callable ``c -> N``
         Number of training points.
     train_inputs : callable ``(rng, N, d, c) -> x (N, d)``
@@ -76,6 +83,13 @@ class LinearTask:
         Levels used when a study names none.
     probes : dict[str, float]
         Named probe points of the paper, as a value of the first test coordinate.
+    description : str
+        One line for ``uqreg tasks`` and the help.
+    noise : callable ``(x (n, d), c) -> s(x) (n,)``, optional
+        Relative noise profile of a heteroscedastic task (R.7): the noise standard deviation at
+        x is ``σ(x) = sigma · s(x)``; s must be finite and positive at every input it is asked
+        for (training, calibration and test inputs). None (default): homoscedastic, σ(x) =
+        sigma.
     """
 
     name: str
@@ -92,6 +106,38 @@ class LinearTask:
     default_complexities: tuple[int, ...] = (1, 2, 3)
     probes: dict = field(default_factory=dict)
     description: str = ""
+    noise: NoiseProfile | None = None
+
+    @property
+    def heteroscedastic(self) -> bool:
+        """True when the task registers a noise profile (its σ depends on x)."""
+        return self.noise is not None
+
+    def noise_std(self, x: np.ndarray, complexity: int, sigma: float | None = None) -> np.ndarray:
+        """The known noise standard deviation σ(x) at inputs ``x`` (n, d), shape (n,).
+
+        ``sigma · noise(x, c)`` for a heteroscedastic task, ``sigma`` at every point otherwise;
+        ``sigma`` defaults to the task's.
+
+        Raises
+        ------
+        ValueError
+            If the noise profile returns a shape other than (n,) or a value that is not finite
+            and positive (naming the task and the first such input).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        sigma = self.sigma if sigma is None else float(sigma)
+        if self.noise is None:
+            return np.full(x.shape[0], sigma)
+        s = np.asarray(self.noise(x, int(complexity)), dtype=np.float64)
+        if s.shape != (x.shape[0],):
+            raise ValueError(f"noise of task {self.name!r} returned shape {s.shape}, expected ({x.shape[0]},)")
+        bad = ~(np.isfinite(s) & (s > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"noise of task {self.name!r} must be finite and positive, got {float(s[i])} "
+                             f"at x={x[i].tolist()}")
+        return sigma * s
 
     def sizes(self, complexity: int, *, n_train: int | None = None) -> dict[str, int]:
         """The sizes of an instance, without drawing it: ``n_train`` N, ``input_dim`` d,
@@ -134,6 +180,9 @@ class LinearTask:
             )
         x_train = np.asarray(self.train_inputs(numpy_stream(seed, "x_train", 0, c), n, d, c), dtype=np.float64)
         x_test = np.asarray(self.test_inputs(c), dtype=np.float64)
+        if self.noise is not None:  # a bad noise profile fails here, not in the middle of a study
+            for x in (x_train, x_test):
+                self.noise_std(x, c, sigma)
         lo, hi = self.train_box
         in_dist = np.all((x_test >= lo) & (x_test <= hi), axis=1)
         coords = (self.test_coords or _default_coords)(x_test, c)
@@ -172,6 +221,16 @@ class TaskInstance:
     test_coords: dict
 
     @property
+    def heteroscedastic(self) -> bool:
+        """True when σ depends on x (the task registers a noise profile)."""
+        return self.task.heteroscedastic
+
+    def noise_std(self, x: np.ndarray) -> np.ndarray:
+        """Known noise standard deviation σ(x) at inputs ``x`` (n, d), shape (n,) (R.7): the
+        square root of the exact aleatoric variance."""
+        return self.task.noise_std(x, self.complexity, self.sigma)
+
+    @property
     def epochs(self) -> int:
         """The paper's default training length, 300·c epochs."""
         return 300 * self.complexity
@@ -199,14 +258,27 @@ class TaskInstance:
         return self.truth(self.x_test)
 
     def targets(self, repetitions) -> np.ndarray:
-        """Noisy training targets of the given repetitions, shape (R, N).
+        """Noisy training targets of the given repetitions, shape (R, N): ``f(x_i) + σ(x_i)·ε``.
 
         Repetition ``r`` draws its noise from the stream ``(seed, "noise", r, complexity)``.
         """
+        return self._noisy(self.x_train, self.f_train, repetitions, "noise")
+
+    def test_targets(self, repetitions) -> np.ndarray:
+        """Fresh noisy targets at the test inputs, shape (R, T): ``f(x*) + σ(x*)·ε``, what a
+        predictive interval must cover (R.7).
+
+        Repetition ``r`` draws its noise from the stream ``(seed, "test_noise", r, complexity)``,
+        independent of its training noise.
+        """
+        return self._noisy(self.x_test, self.f_test, repetitions, "test_noise")
+
+    def _noisy(self, x: np.ndarray, f: np.ndarray, repetitions, purpose: str) -> np.ndarray:
         reps = np.atleast_1d(np.asarray(repetitions, dtype=np.int64))
-        f = self.f_train
-        noise = np.stack([numpy_stream(self.seed, "noise", int(r), self.complexity).standard_normal(f.shape[0]) for r in reps])
-        return f[None, :] + self.sigma * noise
+        noise = np.stack([numpy_stream(self.seed, purpose, int(r), self.complexity).standard_normal(f.shape[0])
+                          for r in reps]).reshape(len(reps), f.shape[0])
+        # σ(x_i)·ε: for a homoscedastic task the same products as σ·ε (bit for bit)
+        return f[None, :] + self.noise_std(x)[None, :] * noise
 
     def calibration(self, repetitions, n_cal: int) -> tuple[np.ndarray, np.ndarray]:
         """Calibration points of split-conformal methods, drawn like the training points.
@@ -225,7 +297,7 @@ class TaskInstance:
         -------
         x_cal : ndarray, shape (R, n_cal, d)
         y_cal : ndarray, shape (R, n_cal)
-            ``G(x_cal)ᵀγ + σ·ε``, ε standard normal.
+            ``G(x_cal)ᵀγ + σ(x_cal)·ε``, ε standard normal.
         """
         reps = np.atleast_1d(np.asarray(repetitions, dtype=np.int64))
         if isinstance(n_cal, bool) or not isinstance(n_cal, (int, np.integer)) or n_cal < 1:
@@ -236,7 +308,7 @@ class TaskInstance:
             rng = numpy_stream(self.seed, "calibration", int(r), self.complexity)
             x = np.asarray(self.task.train_inputs(rng, int(n_cal), d, self.complexity), dtype=np.float64)
             xs.append(x)
-            ys.append(self.truth(x) + self.sigma * rng.standard_normal(int(n_cal)))
+            ys.append(self.truth(x) + self.noise_std(x) * rng.standard_normal(int(n_cal)))
         return np.stack(xs).reshape(len(reps), int(n_cal), d), np.stack(ys).reshape(len(reps), int(n_cal))
 
 
@@ -317,3 +389,34 @@ register_task(LinearTask(
     complexity_name="d",
     default_complexities=(2,),
 ))
+
+
+# --- heteroscedastic versions (R.7): the same tasks, σ(x) = sigma · s(x) -----------------------
+def _rising(x: np.ndarray, c: int) -> np.ndarray:
+    """0.2 + 1.8·logistic(x): from 0.2 (left of the box) to 2.0 (right of it), flat outside."""
+    return 0.2 + 0.9 * (1.0 + np.tanh(x[:, 0] / 2.0))  # logistic(x) = (1 + tanh(x/2))/2
+
+
+#: Centres (on the diagonal, every coordinate equal) and width of the Styblinski–Tang noise bumps.
+ST_BUMPS, ST_BUMP_WIDTH = (-2.0, 2.5), 0.5
+
+
+def _bumps(x: np.ndarray, c: int) -> np.ndarray:
+    """0.25 + 1.75·Σ_b exp(−r_b²/(2w²)), r_b² = mean_j (x_j − c_b)²: floor 0.25, peaks ≈ 2."""
+    return 0.25 + 1.75 * sum(np.exp(-np.mean((x - cb) ** 2, axis=1) / (2 * ST_BUMP_WIDTH**2)) for cb in ST_BUMPS)
+
+
+def _radial(x: np.ndarray, c: int) -> np.ndarray:
+    """0.1 + ‖x‖₂/4: proportional to |x|, with a floor 0.1 so that σ > 0 at the origin."""
+    return 0.1 + np.sqrt(np.sum(x**2, axis=1)) / 4.0
+
+
+for _base, _noise, _what in (
+    ("sinusoid", _rising, "σ(x) = 0.75·(0.2 + 1.8·logistic(x)), rising from 0.17 to 1.48 across the box"),
+    ("styblinski_tang", _bumps, "σ(x) = 3·(0.25 + 1.75·Σ bumps at x_j = −2 and 2.5, width 0.5)"),
+    ("polynomial", _radial, "σ(x) = 0.5·(0.1 + ‖x‖/4), proportional to ‖x‖ plus a floor"),
+):
+    _task = TASKS[_base]
+    register_task(replace(_task, name=f"{_base}_het", noise=_noise,
+                          description=f"{_task.description.split(':')[0]} heteroscedastic: {_what}"))
+del _base, _noise, _what, _task

@@ -5,6 +5,7 @@ module          owns
 ==============  ===============================================================================
 ``config``      :class:`TrainConfig` (network, optimiser, method hyper-parameters), :data:`RECIPES`
 ``heads``       the output heads and :data:`HEADS`: each head's forward maths and regulariser
+``objectives``  the data terms of the loss and :data:`OBJECTIVES`: ½·MSE, the mean–variance β-NLL
 ``network``     :class:`BatchedMLP` (networks stacked on a leading axis), :func:`xavier_uniform`
 ``samplers``    batch samplers and :data:`SAMPLERS`
 ``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser
@@ -24,15 +25,17 @@ __getattr__, __dir__ = attach(__name__, {
     ".config": ["L2_MODES", "RECIPES", "Recipe", "TrainConfig"],
     ".heads": ["HEADS", "Head"],
     ".network": ["BatchedMLP", "NetworkBatch", "xavier_uniform"],
+    ".objectives": ["OBJECTIVES", "Objective"],
     ".plan": ["ExecutionPlan", "JobResult", "TrainJob", "bytes_per_network", "chunk_size",
               "execute", "make_plan", "single_threaded"],
     ".samplers": ["SAMPLERS", "Sampler"],
-    ".train": ["half_mse", "objective", "predict_batched", "train_batched"],
+    ".train": ["half_mse", "objective", "predict_batched", "predict_decomposed", "train_batched"],
 })
 
 __all__ = [
     "HEADS",
     "L2_MODES",
+    "OBJECTIVES",
     "RECIPES",
     "SAMPLERS",
     "BatchedMLP",
@@ -40,6 +43,7 @@ __all__ = [
     "Head",
     "JobResult",
     "NetworkBatch",
+    "Objective",
     "Recipe",
     "Sampler",
     "TrainConfig",
@@ -51,6 +55,7 @@ __all__ = [
     "make_plan",
     "objective",
     "predict_batched",
+    "predict_decomposed",
     "single_threaded",
     "train_batched",
     "xavier_uniform",

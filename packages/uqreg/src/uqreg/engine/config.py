@@ -162,6 +162,10 @@ class TrainConfig:
         Mini-batches of N/2 drawn with replacement per epoch (``ens_bs``).
     std_ddof : int
         Delta degrees of freedom of the std over members / passes (1: sample std).
+    nll_beta : float
+        β of the β-NLL objective of the mean–variance methods (``<method>+mv``; Seitzer et al.
+        2022), in [0, 1]: each point's Gaussian NLL is weighted by its predicted σ^{2β} without
+        gradient; 0 (default) is the plain NLL. Unused by mean-only methods.
     dtype : str
         ``"float32"`` or ``"float64"``.
     device : str
@@ -202,6 +206,7 @@ class TrainConfig:
     adversarial_epsilon: float = 0.01
     bootstrap_batches: int = 2
     std_ddof: int = 1
+    nll_beta: float = 0.0
     dtype: str = "float32"
     device: str = "cpu"
     max_memory: float = 4e9
@@ -232,6 +237,7 @@ class TrainConfig:
             ("adversarial_epsilon", lambda v: is_finite(v) and v >= 0, "must be a finite number >= 0"),
             ("bootstrap_batches", int_at_least(1), int_req(1)),
             ("std_ddof", lambda v: is_int(v) and v in (0, 1), "must be 0 or 1"),
+            ("nll_beta", lambda v: is_finite(v) and 0 <= v <= 1, "must be a number in [0, 1]"),
             ("dtype", lambda v: v in DTYPES, f"must be one of {', '.join(DTYPES)}"),
             ("max_memory", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
             ("chunk_networks", int_at_least(1, optional=True), int_req(1)),

@@ -33,7 +33,12 @@ tensors per step. Here, for the ``B`` networks of a chunk:
 * each head (:data:`FUSED_HEADS`, one per entry of :data:`~uqreg.engine.heads.HEADS`) draws its
   noise with the registered head's own ``draw``, and writes its forward and the backward of its
   forward and of its regulariser by hand; FGSM (``fgsm_step``) takes the input gradient
-  ``dz₁·W₁ᵀ`` of the first pass and accumulates the second pass's gradients.
+  ``dz₁·W₁ᵀ`` of the first pass and accumulates the second pass's gradients;
+* a mean–variance network (objective ``gaussian_nll``) has a second k→1 output layer, the
+  variance output, whose weight and bias sit in the flat buffer after the layers' weights and
+  biases (so the coupled L2 reaches its weight, never its bias); :meth:`Workspace.output_forward`
+  and :meth:`Workspace.output_backward` compute it from the same input as the mean for every
+  head, and the registered objective's ``grad`` gives dJ/dμ and dJ/ds.
 
 The result is the same network as the autograd path's (``tests/test_fused.py`` checks every
 gradient against autograd and Adam steps against ``torch.optim.Adam``/``AdamW`` in float64;
@@ -101,12 +106,15 @@ class Workspace:
         self.l2, self.decoupled = float(l2), bool(decoupled)
         self.head = FUSED_HEADS.lookup(model.head.name)
         self.draw = model.head.draw if model.head.stochastic else None
+        self.objective = model.objective
+        self.mean_variance = mv = model.objective.mean_variance
         names = list(model.head_params)
-        shapes = ([tuple(w.shape[1:]) for w in model.weights] + [tuple(x.shape[1:]) for x in model.biases]
+        weights, biases = model.weight_parameters(), model.bias_parameters()  # + the variance output's
+        shapes = ([tuple(w.shape[1:]) for w in weights] + [tuple(x.shape[1:]) for x in biases]
                   + [tuple(model.head_params[k].shape[1:]) for k in names])
         # every network's block of every part starts at an aligned address (aligned_blocks)
         sizes = [b * block_stride(math.prod(s), w0.dtype) for s in shapes]
-        n_layers = len(model.weights)
+        n_layers, n_w = len(model.weights), len(weights)
 
         def padded(n: int) -> int:
             return -(-n // PAD) * PAD
@@ -114,9 +122,9 @@ class Workspace:
         # [weights | padding | biases, head parameters | padding]: ops over the weights part (the
         # coupled L2, the decoupled decay) and over everything (Adam) have no scalar tail; the
         # padding between blocks is zero with zero gradients, so Adam leaves it zero
-        self.n_weights = padded(sum(sizes[:n_layers]))
-        offsets = list(itertools.accumulate(sizes[:n_layers], initial=0))[:-1]
-        offsets += list(itertools.accumulate(sizes[n_layers:], initial=self.n_weights))
+        self.n_weights = padded(sum(sizes[:n_w]))
+        offsets = list(itertools.accumulate(sizes[:n_w], initial=0))[:-1]
+        offsets += list(itertools.accumulate(sizes[n_w:], initial=self.n_weights))
         total = padded(offsets.pop())
         self.params = torch.zeros(total, **kw)
         self.grads = torch.zeros(total, **kw)
@@ -128,9 +136,13 @@ class Workspace:
             return [aligned_blocks(buf[o:o + size], b, s) for o, size, s in zip(offsets, sizes, shapes)]
 
         p, g = views(self.params), views(self.grads)
-        self.W, self.b, self.gW, self.gb = p[:n_layers], p[n_layers:2 * n_layers], g[:n_layers], g[n_layers:2 * n_layers]
-        self.hp = dict(zip(names, p[2 * n_layers:]))
-        self.ghp = dict(zip(names, g[2 * n_layers:]))
+        self._views = p
+        self.W, self.b, self.gW, self.gb = p[:n_layers], p[n_w:n_w + n_layers], g[:n_layers], g[n_w:n_w + n_layers]
+        # the variance output layer of a mean–variance network: weight (B, k, 1), bias (B, 1, 1)
+        self.Wv, self.bv, self.gWv, self.gbv = (p[n_layers], p[n_w + n_layers], g[n_layers], g[n_w + n_layers]) \
+            if mv else (None,) * 4
+        self.hp = dict(zip(names, p[2 * n_w:]))
+        self.ghp = dict(zip(names, g[2 * n_w:]))
         widths = [w.shape[2] for w in model.weights]  # fan-out of every layer, the last is 1
         d_in, k = w0.shape[1], model.weights[-1].shape[1]
         self.h = [empty_aligned(b, (n_rows, w), **kw) for w in widths[:-1]]
@@ -147,13 +159,16 @@ class Workspace:
         self.out_tmp = torch.empty(b, n_rows, k, **kw)
         self.pred = torch.empty(b, n_rows, 1, **kw)
         self.g = torch.empty(b, n_rows, 1, **kw)
+        # a mean–variance network's raw variance output and dJ/d(raw)
+        self.raw = torch.empty(b, n_rows, 1, **kw) if mv else None
+        self.g_raw = torch.empty(b, n_rows, 1, **kw) if mv else None
         self.x_adv = empty_aligned(b, (n_rows, d_in), **kw)
         self.buf = self.head.buffers(b, n_rows, k, kw)
 
     # -- parameters in and out ------------------------------------------------------------------
     def _pairs(self, model: BatchedMLP):
-        return zip(self.W + self.b + list(self.hp.values()),
-                   list(model.weights) + list(model.biases) + list(model.head_params.values()))
+        return zip(self._views, model.weight_parameters() + model.bias_parameters()
+                   + list(model.head_params.values()))
 
     @torch.no_grad()
     def load(self, model: BatchedMLP) -> None:
@@ -213,17 +228,30 @@ class Workspace:
         self.row_sum(dz, self.gb[layer], acc)
 
     def output_forward(self, h: torch.Tensor) -> torch.Tensor:
-        """The k→1 output layer as a reduction over k: ``Σ_k h_k·w_k + b``, (B, n, 1)."""
+        """The k→1 output layer as a reduction over k: ``Σ_k h_k·w_k + b``, (B, n, 1). A
+        mean–variance network's variance output layer reads the same ``h`` (the head's
+        :meth:`~uqreg.engine.heads.Head.variance_input`) and writes :attr:`raw`."""
         torch.mul(h, self.W[-1].transpose(1, 2), out=self.out_tmp)
         torch.sum(self.out_tmp, 2, keepdim=True, out=self.pred)
+        if self.mean_variance:
+            torch.mul(h, self.Wv.transpose(1, 2), out=self.out_tmp)
+            torch.sum(self.out_tmp, 2, keepdim=True, out=self.raw)
+            self.raw.add_(self.bv)
         return self.pred.add_(self.b[-1])
 
     def output_backward(self, h: torch.Tensor, g: torch.Tensor, acc: bool) -> torch.Tensor:
         """Output-layer gradients from ``g = dJ/dpred (B, n, 1)`` given its input ``h``; returns
-        ``d_head = g·wᵀ`` (B, n, k), the gradient reaching ``h``."""
+        ``d_head = g·wᵀ`` (B, n, k), the gradient reaching ``h`` (plus ``g_raw·w_vᵀ`` and the
+        variance output layer's gradients from :attr:`g_raw` for a mean–variance network)."""
         self.row_sum(torch.mul(h, g, out=self.out_tmp), self.gW[-1].transpose(1, 2), acc)  # (B, 1, k)
         self.bias_grad(-1, g, acc)
-        return torch.mul(g, self.W[-1].transpose(1, 2), out=self.d_head)
+        d = torch.mul(g, self.W[-1].transpose(1, 2), out=self.d_head)
+        if self.mean_variance:
+            gr = self.g_raw
+            self.row_sum(torch.mul(h, gr, out=self.out_tmp), self.gWv.transpose(1, 2), acc)
+            self.row_sum(gr, self.gbv, acc)
+            d.add_(torch.mul(gr, self.Wv.transpose(1, 2), out=self.out_tmp))
+        return d
 
     def backward(self, x: torch.Tensor, g: torch.Tensor, *, acc: bool, input_grad: bool) -> None:
         """Backpropagate ``g = dJ/dpred (B, n, 1)`` of the forward pass on ``x``: writes (``acc``:
@@ -245,7 +273,16 @@ class Workspace:
                 torch.bmm(dz, w_t, out=self.dx)
 
     def loss_grad(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """dJ/dpred of the per-network ½·mean (pred − y)²: ``(pred − y)/n``, (B, n, 1)."""
+        """dJ/dpred of the per-network ½·mean (pred − y)²: ``(pred − y)/n``, (B, n, 1); for a
+        mean–variance network, of its objective (:attr:`objective`'s ``grad``), which also writes
+        dJ/d(raw) into :attr:`g_raw`."""
+        if self.mean_variance:
+            g_mean, g_raw = self.objective.grad(pred, self.raw, y[..., None], self.cfg)
+            self.g_raw.copy_(g_raw)
+            return self.g.copy_(g_mean)
+        if y.ndim == 3:  # targets and row weights w: w·(pred − y)/n
+            torch.sub(pred, y[..., :1], out=self.g).mul_(y[..., 1:])
+            return self.g.mul_(1.0 / y.shape[1])
         torch.sub(pred, y[..., None], out=self.g)
         return self.g.mul_(1.0 / y.shape[1])
 

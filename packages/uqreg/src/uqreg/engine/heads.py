@@ -84,11 +84,16 @@ def concrete_forward(h, weight, bias, u, p_logit, temperature: float) -> torch.T
     ``z = σ((log p − log(1−p) + log u − log(1−u)) / t)`` is the relaxed drop indicator and
     ``h ← h (1 − z)/(1 − p)``; ``u (B, n, k)`` uniform, ``p_logit (B, 1, 1)`` the logit of p.
     """
+    return output_layer(concrete_dropped(h, u, p_logit, temperature), weight, bias)
+
+
+def concrete_dropped(h, u, p_logit, temperature: float) -> torch.Tensor:
+    """``h (1 − z)/(1 − p)``, the activation :func:`concrete_forward` feeds its output layer."""
     eps = CONCRETE_EPS
     p = sigmoid(p_logit)
     z = sigmoid((torch.log(p + eps) - torch.log1p(-p + eps) + torch.log(u + eps) - torch.log1p(-u + eps))
-                      / temperature)
-    return output_layer(h * (1.0 - z) / (1.0 - p), weight, bias)
+                / temperature)
+    return h * (1.0 - z) / (1.0 - p)
 
 
 def concrete_regulariser(weight, p_logit, *, n_train: int, sigma: float, length_scale: float) -> torch.Tensor:
@@ -155,11 +160,21 @@ class Head:
     name, description : str
     stochastic : bool
         True: a forward pass needs a random draw (training and the MC passes of prediction).
+    known_noise : bool
+        True: the head's objective is the likelihood of the task's known noise, scaled by σ²
+        (``cd``, ``vd``: docs/conventions.md#r-3); on a heteroscedastic task its squared errors
+        are then weighted by σ²/σ(x_n)² (docs/conventions.md#r-7).
+    linear_output : bool
+        True: the output is ``output_layer(variance_input(h, …))`` exactly (any noise acts before
+        the output layer), so a mean–variance network computes the dropped activation once for
+        both outputs; False where the noise acts on the output itself (``variational``).
     """
 
     name = "deterministic"
     description = "plain linear output layer"
     stochastic = False
+    known_noise = False
+    linear_output = True
 
     def init_params(self, n_networks: int, width: int, cfg: TrainConfig, *, dtype, device) -> dict[str, torch.Tensor]:
         """Initial values of the head's own trainable parameters, each (B, ...)."""
@@ -178,6 +193,12 @@ class Head:
         """Per-network term added to the ½·MSE loss, shape (B,) (or 0)."""
         return 0.0
 
+    def variance_input(self, h, noise, params: dict, cfg: TrainConfig) -> torch.Tensor:
+        """What the variance output layer of a mean–variance network reads, ``(B, n, k)``: the
+        activation the mean output layer reads (the dropped one for the dropout heads, so that
+        both outputs see the same mask: Kendall & Gal 2017); ``h`` itself here."""
+        return h
+
 
 class _UniformDraw:
     def draw(self, keys, counter, n, width, *, dtype, device):
@@ -192,17 +213,24 @@ class BernoulliHead(_UniformDraw, Head):
     def forward(self, h, weight, bias, noise, params, cfg):
         return bernoulli_forward(h, weight, bias, noise, cfg.dropout)
 
+    def variance_input(self, h, noise, params, cfg):
+        return h * (noise >= cfg.dropout).to(h.dtype) / (1.0 - cfg.dropout)  # as bernoulli_forward
+
 
 class ConcreteHead(_UniformDraw, Head):
     name = "concrete"
     description = "concrete dropout with a learned rate per network (Gal, Hron & Kendall 2017)"
     stochastic = True
+    known_noise = True
 
     def init_params(self, n_networks, width, cfg, *, dtype, device):
         return {"p_logit": torch.full((n_networks, 1, 1), _logit(cfg.dropout), dtype=dtype, device=device)}
 
     def forward(self, h, weight, bias, noise, params, cfg):
         return concrete_forward(h, weight, bias, noise, params["p_logit"], cfg.concrete_temperature)
+
+    def variance_input(self, h, noise, params, cfg):
+        return concrete_dropped(h, noise, params["p_logit"], cfg.concrete_temperature)
 
     def regulariser(self, weight, params, *, n_train, sigma, cfg):
         return concrete_regulariser(weight, params["p_logit"], n_train=n_train, sigma=sigma,
@@ -213,6 +241,8 @@ class VariationalHead(Head):
     name = "variational"
     description = "variational Gaussian dropout, learned α per unit, local reparameterisation (Kingma et al. 2015)"
     stochastic = True
+    known_noise = True
+    linear_output = False
 
     def init_params(self, n_networks, width, cfg, *, dtype, device):
         alpha0 = cfg.dropout / (1.0 - cfg.dropout)
@@ -243,6 +273,7 @@ __all__ = [
     "Head",
     "VariationalHead",
     "bernoulli_forward",
+    "concrete_dropped",
     "concrete_forward",
     "concrete_regulariser",
     "output_layer",

@@ -26,7 +26,8 @@ import torch
 
 from .. import rng
 from .config import TrainConfig
-from .heads import HEADS
+from .heads import HEADS, output_layer
+from .objectives import OBJECTIVES
 
 #: Alignment, in bytes, of every network's block in the tensors BLAS sees (a cache line; a
 #: multiple of the 16 bytes MKL's kernels were measured to depend on).
@@ -104,10 +105,17 @@ class BatchedMLP(torch.nn.Module):
         Training-set size N (used by the head's regulariser).
     sigma : float
         The task's noise std σ (used by the head's regulariser).
+    objective : str
+        Name in :data:`uqreg.engine.objectives.OBJECTIVES`. A mean–variance objective adds a second
+        output layer k→1, ``var_weight (B, k, 1)`` and ``var_bias (B, 1, 1)``, that reads the head's
+        :meth:`~uqreg.engine.heads.Head.variance_input` and gives the raw variance output s
+        (σ² = softplus(s) + floor); its weight is drawn with counter ``len(hidden) + 1`` of the
+        initialisation keys, so the mean branch starts as the mean-only network's. Otherwise
+        both are None.
     """
 
     def __init__(self, init_keys, dropout_keys, input_dim: int, head: str, cfg: TrainConfig, n_train: int,
-                 sigma: float):
+                 sigma: float, objective: str = "mse"):
         super().__init__()
         dt = cfg.torch_dtype
         dev = init_keys.device
@@ -122,6 +130,11 @@ class BatchedMLP(torch.nn.Module):
             k: torch.nn.Parameter(v)
             for k, v in self.head.init_params(init_keys.shape[0], widths[-2], cfg, dtype=dt, device=dev).items()
         })
+        self.objective = OBJECTIVES.lookup(objective)
+        self.var_weight = self.var_bias = None
+        if self.objective.mean_variance:
+            self.var_weight = torch.nn.Parameter(xavier_uniform(init_keys, len(widths) - 1, widths[-2], 1, dt))
+            self.var_bias = torch.nn.Parameter(torch.zeros(init_keys.shape[0], 1, 1, dtype=dt, device=dev))
         self.dropout_keys = dropout_keys
         self.cfg = cfg
         self.n_train = n_train
@@ -169,6 +182,37 @@ class BatchedMLP(torch.nn.Module):
         """``x (B, n, d) -> y (B, n)``; ``counter`` indexes the stochastic head's draw."""
         return self.output(self.hidden(x), counter, keys)
 
+    def output_mv(self, h: torch.Tensor, counter: int = 0,
+                  keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Both outputs on ``h (B, n, k)`` with ONE draw of the head: the mean ``(B, n)`` and the
+        raw variance output s ``(B, n)`` (None without a variance output)."""
+        noise = None
+        if self.head.stochastic:
+            keys = self.dropout_keys if keys is None else keys
+            noise = self.head.draw(keys, counter, h.shape[1], h.shape[2], dtype=h.dtype, device=h.device)
+        params = dict(self.head_params)
+        if self.var_weight is None:
+            return self.head.forward(h, self.weights[-1], self.biases[-1], noise, params, self.cfg), None
+        hv = self.head.variance_input(h, noise, params, self.cfg)
+        if self.head.linear_output:  # the head's own output, its dropped activation computed once
+            mean = output_layer(hv, self.weights[-1], self.biases[-1])
+        else:
+            mean = self.head.forward(h, self.weights[-1], self.biases[-1], noise, params, self.cfg)
+        return mean, output_layer(hv, self.var_weight, self.var_bias)
+
+    def forward_mv(self, x: torch.Tensor, counter: int = 0,
+                   keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x (B, n, d) -> (mean (B, n), raw variance output (B, n) or None)``."""
+        return self.output_mv(self.hidden(x), counter, keys)
+
+    def weight_parameters(self) -> list[torch.Tensor]:
+        """Every weight (the recipe's L2 acts on these): the layers', then the variance output's."""
+        return list(self.weights) + ([] if self.var_weight is None else [self.var_weight])
+
+    def bias_parameters(self) -> list[torch.Tensor]:
+        """Every bias: the layers', then the variance output's."""
+        return list(self.biases) + ([] if self.var_bias is None else [self.var_bias])
+
     def regulariser(self) -> torch.Tensor | float:
         """The head's per-network regulariser, shape (B,) (or 0)."""
         return self.head.regulariser(self.weights[-1], dict(self.head_params), n_train=self.n_train,
@@ -176,6 +220,7 @@ class BatchedMLP(torch.nn.Module):
 
     def network_parameters(self, i: int) -> list[torch.Tensor]:
         """Network ``i``'s parameters: weights of every layer, biases of every layer, then the
-        head's (in :meth:`Head.init_params` order)."""
+        head's (in :meth:`Head.init_params` order), then the variance output's weight and bias."""
+        extra = [] if self.var_weight is None else [self.var_weight, self.var_bias]
         return ([w[i].detach() for w in self.weights] + [b[i].detach() for b in self.biases]
-                + [p[i].detach() for p in self.head_params.values()])
+                + [p[i].detach() for p in self.head_params.values()] + [p[i].detach() for p in extra])

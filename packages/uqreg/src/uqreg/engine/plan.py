@@ -41,8 +41,9 @@ import torch
 from .config import TrainConfig
 from .heads import HEADS
 from .network import NetworkBatch
+from .objectives import OBJECTIVES
 from .samplers import SAMPLERS
-from .train import predict_batched, train_batched
+from .train import predict_batched, predict_decomposed, train_batched
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +69,12 @@ class TrainJob:
     x_cal : ndarray, shape (R, C, d), optional
         Calibration inputs indexed by repetition number (network i predicts at
         ``x_cal[nets.repetition[i]]``), for split-conformal methods; None: no calibration.
+    objective : str
+        Training objective (:data:`~uqreg.engine.objectives.OBJECTIVES`): ``"mse"``, or
+        ``"gaussian_nll"`` for mean–variance networks.
+    noise_weights : ndarray, shape (N,), optional
+        Weights of the training points' squared errors (σ²/σ(x_n)², the known-noise heads on a
+        heteroscedastic task); None: unweighted.
     """
 
     x_train: np.ndarray
@@ -82,32 +89,35 @@ class TrainJob:
     cfg: TrainConfig
     epochs: int
     x_cal: np.ndarray | None = None
+    objective: str = "mse"
+    noise_weights: np.ndarray | None = None
 
 
 def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig, *, adversarial: bool,
-                      mc: bool) -> int:
+                      mc: bool, outputs: int = 1) -> int:
     """Upper estimate of the memory one network needs during training and prediction.
 
     Parameters: weights, gradients and two Adam moments; activations saved for backward (input,
     pre-activation and activation of every layer, twice under FGSM plus the input gradient);
-    prediction activations and, for MC heads, the (S, T) passes.
+    prediction activations and, for MC heads, the (S, T) passes (of each of the ``outputs``:
+    2 for a mean–variance network, whose variance output layer adds k + 1 parameters).
     """
     widths = (input_dim, *cfg.hidden, 1)
-    n_params = sum(a * b + b for a, b in itertools.pairwise(widths))
+    n_params = sum(a * b + b for a, b in itertools.pairwise(widths)) + (outputs - 1) * (widths[-2] + 1)
     itemsize = 4 if cfg.dtype == "float32" else 8
-    act = n_rows * (2 * input_dim + 3 * sum(widths[1:]))
+    act = n_rows * (2 * input_dim + 3 * sum(widths[1:]) + 3 * (outputs - 1))
     train = 4 * n_params + act * (2.2 if adversarial else 1.0) * 1.5
-    predict = n_test * (input_dim + 2 * sum(widths[1:])) + (2 * cfg.mc_samples * n_test if mc else 0)
+    predict = n_test * (input_dim + 2 * sum(widths[1:])) + (2 * outputs * cfg.mc_samples * n_test if mc else 0)
     return int(itemsize * (train + predict)) + 4096
 
 
 def job_bytes_per_network(n_train: int, n_test: int, input_dim: int, cfg: TrainConfig, *, head: str,
-                          sampler: str, adversarial: bool) -> int:
+                          sampler: str, adversarial: bool, objective: str = "mse") -> int:
     """:func:`bytes_per_network` of a method's networks: the rows of its sampler's batches, and
     predictions at the test AND training inputs (the latter for the collapse diagnostic)."""
     rows = SAMPLERS.lookup(sampler).rows(n_train, cfg)
     return bytes_per_network(rows, n_test + n_train, input_dim, cfg, adversarial=adversarial,
-                             mc=HEADS.lookup(head).stochastic)
+                             mc=HEADS.lookup(head).stochastic, outputs=OBJECTIVES.lookup(objective).outputs)
 
 
 def _gib(n: float) -> str:
@@ -189,7 +199,7 @@ def make_plan(job: TrainJob) -> ExecutionPlan:
     cfg = job.cfg
     n, d = job.x_train.shape
     per_net = job_bytes_per_network(n, job.x_test.shape[0], d, cfg, head=job.head, sampler=job.sampler,
-                                    adversarial=job.adversarial)
+                                    adversarial=job.adversarial, objective=job.objective)
     chunk = chunk_size(per_net, cfg)
     n_chunks = -(-len(job.nets) // chunk)
     if cfg.device.startswith("cuda"):
@@ -241,6 +251,9 @@ class JobResult:
         The same mean prediction at the training inputs.
     cal_mean, cal_std : ndarray, shape (B, C), optional
         Mean (and MC std) at each network's calibration inputs (``job.x_cal``); None without.
+    aleatoric, cal_aleatoric : ndarray, shape (B, T) and (B, C), optional
+        A mean–variance network's predicted σ²(x) (mean over its MC passes) at the test and
+        calibration inputs; None for mean-only networks (and without calibration inputs).
     """
 
     mean: np.ndarray
@@ -248,6 +261,8 @@ class JobResult:
     fit: np.ndarray
     cal_mean: np.ndarray | None = None
     cal_std: np.ndarray | None = None
+    aleatoric: np.ndarray | None = None
+    cal_aleatoric: np.ndarray | None = None
 
 
 def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
@@ -261,15 +276,18 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
         nets = padded(chunk)
         model = train_batched(job.x_train, job.y, nets, seed=job.seed, head=job.head, sampler=job.sampler,
                               adversarial=job.adversarial, cfg=job.cfg, epochs=job.epochs, sigma=job.sigma,
-                              progress=progress)
-        mean, std = predict_batched(model, job.x_test, nets, seed=job.seed, cfg=job.cfg)
+                              progress=progress, objective=job.objective, noise_weights=job.noise_weights)
+        mean, std, ale = predict_decomposed(model, job.x_test, nets, seed=job.seed, cfg=job.cfg)
         fit = predict_batched(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)[0]
-        cal_mean = cal_std = None
+        cal = (None, None, None)
         if job.x_cal is not None:
-            cal_mean, cal_std = predict_batched(model, job.x_cal[nets.repetition], nets, seed=job.seed, cfg=job.cfg,
-                                                purpose="mc_calibration")
-            cal_mean, cal_std = cal_mean[:n], None if cal_std is None else cal_std[:n]
-        return mean[:n], None if std is None else std[:n], fit[:n], cal_mean, cal_std
+            cal = predict_decomposed(model, job.x_cal[nets.repetition], nets, seed=job.seed, cfg=job.cfg,
+                                     purpose="mc_calibration")
+
+        def first(a):
+            return None if a is None else a[:n]
+
+        return first(mean), first(std), first(fit), first(cal[0]), first(cal[1]), first(ale), first(cal[2])
 
     chunks = plan.chunks(job.nets)
     with single_threaded():
@@ -282,7 +300,7 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
     def cat(i):
         return None if results[0][i] is None else np.concatenate([r[i] for r in results])
 
-    return JobResult(cat(0), cat(1), cat(2), cat(3), cat(4))
+    return JobResult(*(cat(i) for i in range(7)))
 
 
 __all__ = [

@@ -53,7 +53,8 @@ def bootstrap_batches(x, y, keys, epoch, cfg) -> Batches:
     for step in range(cfg.bootstrap_batches):
         u = rng.uniform(keys, epoch * cfg.bootstrap_batches + step, (half,), dtype=torch.float64, device=y.device)
         idx = torch.clamp((u * n).long(), max=n - 1)  # (B, N/2)
-        yield (torch.gather(x, 1, idx[..., None].expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
+        idx_y = idx if y.ndim == 2 else idx[..., None].expand(-1, -1, y.shape[2])  # targets with row weights
+        yield (torch.gather(x, 1, idx[..., None].expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx_y))
 
 
 SAMPLERS: Registry[Sampler] = Registry("sampler")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from uqmetrics import CONVENTIONS, InputError
 from uqmetrics.conformal import (
     CONFORMAL_SCORES,
+    RAPS_TUNE_FRACTION,
     SSCV_SIZE_BINS,
     aps_scores,
     choose_raps_params,
@@ -150,10 +151,10 @@ def test_choose_raps_params_kreg_and_lam_by_brute_force():
     rank0 = (p > p[np.arange(300), y][:, None]).sum(axis=1)  # Dirichlet: no ties
     assert k_reg == int(np.quantile(rank0, 0.9, method="higher")) + 1
     sizes = []
-    for g in (0, 1e-3, 1e-2, 1e-1, 0.2, 0.5):
+    for g in (1e-3, 1e-2, 1e-1, 0.2, 0.5):  # the official pick_lamda_size grid
         q = conformal_quantile(raps_scores(p, y, k_reg=k_reg, lam=g, u=u), 0.1)
         sizes.append(prediction_sets(raps_scores(p, k_reg=k_reg, lam=g, u=u), q).sum(1).mean())
-    assert lam == (0, 1e-3, 1e-2, 1e-1, 0.2, 0.5)[int(np.argmin(sizes))]
+    assert lam == (1e-3, 1e-2, 1e-1, 0.2, 0.5)[int(np.argmin(sizes))]
     assert choose_raps_params(p, y, 0.1, u=u, kreg_quantile=0.5)[0] == int(
         np.quantile(rank0, 0.5, method="higher")) + 1
 
@@ -178,7 +179,7 @@ def test_conformal_trials_matches_the_public_functions(score, mondrian):
     rng = np.random.default_rng(seed)
     perms = random_splits(400, n_cal, trials, rng)
     u = rng.uniform(size=(trials, 400)) if score != "thr" else None
-    n_tune = math.ceil(0.3 * n_cal) if score == "raps" else 0
+    n_tune = math.ceil(RAPS_TUNE_FRACTION * n_cal) if score == "raps" else 0
     for t in range(trials):
         tune, cal, test = perms[t, :n_tune], perms[t, n_tune:n_cal], perms[t, n_cal:]
         kw = {}
@@ -216,7 +217,7 @@ def test_conformal_calibrations_are_those_of_conformal_trials(score, mondrian, r
     perms = random_splits(300, n_cal, trials, rng)
     u = (rng.uniform(size=(trials, 300)) if randomized and score != "thr"
          else np.ones((trials, 300)))
-    n_tune = math.ceil(0.3 * n_cal) if score == "raps" else 0
+    n_tune = math.ceil(RAPS_TUNE_FRACTION * n_cal) if score == "raps" else 0
     np.testing.assert_array_equal(cal.perms, perms)
     np.testing.assert_array_equal(cal.u, u)
     assert (cal.score, cal.mondrian, cal.n_cal, cal.n_tune) == (score, mondrian, n_cal, n_tune)

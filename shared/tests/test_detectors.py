@@ -17,6 +17,7 @@ from uqmetrics.detectors import (
     Detector,
     get_detector,
     list_detectors,
+    search_params,
     vim_dimension,
 )
 
@@ -342,6 +343,87 @@ def test_missing_inputs_and_fit_keys_are_named():
         Detector("x", "", {"embedding", "fit"}, lambda i, f: i, fit_keys={"targets"})
     with pytest.raises(ValueError, match="add 'fit' to its needs"):
         Detector("x", "", {"embedding"}, lambda i, f: i, fit_keys={"embedding"})
+
+
+# ------------------------------------------------------ ensembles, and the parameter search
+
+
+def test_ensemble_rules():
+    """msp, entropy and gen score an ensemble's predictive p̄; maxlogit and energy its mean
+    logits (OpenOOD v1.5's ensemble postprocessor); feature detectors the mean of the members'
+    u; member detectors read the members themselves."""
+    rules = {n: DETECTORS[n].ensemble for n in NAMES}
+    assert rules == {"msp": "predictive", "entropy": "predictive", "gen": "predictive",
+                     "maxlogit": "mean_logits", "energy": "mean_logits",
+                     "mahalanobis": "mean_u", "knn": "mean_u", "vim": "mean_u",
+                     "react": "mean_u", "ensemble_entropy": "members",
+                     "mutual_information": "members", "disagreement": "members"}
+    assert Detector("x", "", {"logits"}, lambda i, f: i).ensemble == "mean_logits"
+    with pytest.raises(ValueError, match="ensemble rule 'predictive' does not fit its needs"):
+        Detector("x", "", {"embedding"}, lambda i, f: i, ensemble="predictive")
+
+
+def test_ensemble_logits_by_hand():
+    """p̄ averages each member's softmax over its passes, then the members, each member
+    weighted equally (an MC-dropout member of 3 passes as much as a plain one)."""
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(3, 5, 4)), rng.normal(size=(5, 4))  # 3 passes; one pass
+    pbar = (softmax(a).mean(axis=0) + softmax(b)) / 2
+    logp = get_detector("msp").ensemble_logits([a, b])
+    np.testing.assert_allclose(np.exp(logp), pbar, rtol=1e-12)
+    np.testing.assert_allclose(score("msp", {"logits": logp}), -pbar.max(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(score("entropy", {"logits": logp}),
+                               -np.sum(pbar * np.log(pbar), axis=1), rtol=1e-12)
+    assert not np.allclose(-pbar.max(axis=1),  # not the mean of the members' MSP
+                           (score("msp", {"logits": a.mean(axis=0)})
+                            + score("msp", {"logits": b})) / 2)
+    zbar = (a.mean(axis=0) + b) / 2
+    np.testing.assert_allclose(get_detector("energy").ensemble_logits([a, b]), zbar)
+    np.testing.assert_array_equal(get_detector("gen").ensemble_logits([b]), b)  # one member
+    with pytest.raises(ValueError, match="'knn' .*not scored on a predictor's logits"):
+        get_detector("knn").ensemble_logits([b])
+    with pytest.raises(ValueError, match="of one shape"):
+        get_detector("msp").ensemble_logits([b, b[:, :3]])
+
+
+def test_search_grids_are_openoods():
+    """The grids of OpenOOD v1.5's configs/postprocessors/*.yml (postprocessor_sweep)."""
+    assert {n: DETECTORS[n].grid for n in NAMES if DETECTORS[n].grid} == {
+        "energy": {"temperature": (1,)},  # ebo.yml
+        "gen": {"gamma": (0.01, 0.1, 0.5, 1, 2, 5, 10), "M": (10, 50, 100, 200, 500, 1000)},
+        "knn": {"k": (50, 100, 200, 500, 1000)},
+        "vim": {"dim": (256, 1000)},
+        "react": {"percentile": (85, 90, 95, 99)}}
+    with pytest.raises(ValueError, match="grid .* must give values of its parameters"):
+        Detector("x", "", {"logits"}, lambda i, f: i, params={"a": 1}, grid={"b": (1,)})
+
+
+def test_search_params_order_first_maximum_and_skipped_points():
+    """OpenOOD's order (the last parameter varies slowest) and criterion (the first grid point
+    of the largest validation AUROC); a point the data refuse is skipped and said."""
+    det = Detector("x", "", {"logits"}, lambda i, f, a, b: i["logits"][:, 0],
+                   params={"a": 0, "b": 0}, grid={"a": (1, 2, 3), "b": (10, 20)})
+    auroc = {(1, 10): 0.6, (2, 10): 0.8, (3, 10): 0.7, (1, 20): 0.8, (2, 20): 0.5}
+    seen = []
+
+    def val_scores(d):
+        key = (d.params["a"], d.params["b"])
+        seen.append(key)
+        if key not in auroc:
+            raise ValueError(f"a = {key[0]} refused")
+        n_out = round(10 * auroc[key])  # 10 OOD samples, n_out of them above the one ID
+        return np.array([0.5]), np.r_[np.ones(n_out), np.zeros(10 - n_out)]
+
+    params, trials = search_params(det, val_scores)
+    assert seen == [(1, 10), (2, 10), (3, 10), (1, 20), (2, 20), (3, 20)]
+    assert params == {"a": 2, "b": 10}  # 0.8 first, before (1, 20)
+    assert trials[5] == {"params": {"a": 3, "b": 20}, "error": "a = 3 refused"}
+    assert [t.get("auroc") for t in trials[:5]] == pytest.approx([0.6, 0.8, 0.7, 0.8, 0.5])
+
+    def refused(d):
+        raise ValueError("no")
+
+    assert search_params(det, refused)[0] == {"a": 0, "b": 0}  # nothing scored: the defaults
 
 
 def test_doctests_pass():

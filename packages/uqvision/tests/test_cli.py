@@ -27,7 +27,7 @@ def test_every_command_has_a_subparser():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == COMMANDS.names()
     general = ["data", "train", "predict", "score", "sweep", "evaluate", "plot", "reproduce",
-               "rerun", "verify", "report", "plugins", "demo"]
+               "rerun", "verify", "report", "compare", "plugins", "demo"]
     brought = [c for p in VISION_PROTOCOLS.values() for c in p.commands]  # metadata, split, ...
     assert COMMANDS.names() == general + brought
 

@@ -146,7 +146,8 @@ def test_standin_runs_end_to_end_resumes_and_adds_a_protocol_alone(standin, clie
     assert _evaluate(shipped, client) == 0
     third = capsys.readouterr().out
     assert "sweep: computed 0, skipped 8" in third
-    assert _scored(third) == ["conformal"] and "coverage[alpha=0.1]" in third  # its table
+    assert _scored(third) == ["conformal"] and "coverage_median[method=naive,alpha=0.1," \
+        in third  # its table: RAPS's Table 1
     now = _mtimes(out, "caches", "scores", "site")
     assert {k: now[k] for k in before} == before  # nothing else recomputed or rewritten
     pages = sorted(p.name for p in (out / "site").glob("*.html"))

@@ -1,11 +1,14 @@
 """Split conformal prediction sets for classification (docs/conventions.md#s-8).
 
 Conformity scores (higher = less conforming), the finite-sample conformal quantile, prediction
-sets, the RAPS parameter choice, Mondrian (class-conditional) calibration, and the set metrics
-(coverage, size, SSCV, CovGap, empty sets), all vectorised over a leading axis of repeated
-random splits (``trials``). :func:`conformal_trials` runs the whole protocol in one call;
-:func:`conformal_calibrations` is its calibration half (each trial's split, uniforms, RAPS
-parameters and thresholds), for sets evaluated on other data.
+sets, the RAPS parameter choice, Mondrian (class-conditional) calibration, the two baselines
+of RAPS's Table 1 (Naive and Top-K, :data:`CONFORMAL_BASELINES`), a temperature fitted on each
+trial's calibration draw (the official code's "Platt" scaling, :func:`trial_temperatures`), and
+the set metrics (coverage, size, SSCV, CovGap, empty sets), all vectorised over a leading axis
+of repeated random splits (``trials``). :func:`conformal_trials` runs the whole protocol in one
+call; :func:`conformal_calibrations` is its calibration half (each trial's split, uniforms,
+temperature, RAPS parameters and thresholds), and :func:`calibrated_sets` applies it to other
+data.
 
 Conventions (also in :data:`uqmetrics.CONVENTIONS`, the ``conformal_*`` entries):
 
@@ -28,6 +31,12 @@ Conventions (also in :data:`uqmetrics.CONVENTIONS`, the ``conformal_*`` entries)
   official code): on a tuning split, ``k_reg`` = 1 + the ``1 - alpha`` quantile (numpy
   ``method="higher"``) of the 0-based true-label ranks, then the ``lam`` of the grid with the
   smallest mean set size when calibrated and evaluated on the tuning split itself.
+- **Baselines** (not conformal, no guarantee; aangelopoulos/conformal_classification,
+  ``experiments/table1.py``): ``naive`` is the official ``gcq`` at ``tau = 1 - alpha``, the APS
+  set ``{y: s_APS(x, y) <= 1 - alpha}`` with no calibration (randomized: sets can be empty;
+  not randomized: ``U = 0``, the class that crosses ``1 - alpha`` kept); ``topk`` is the
+  official "Fixed" set, the ``k`` top classes with ``k`` and a randomization fraction chosen
+  on the calibration draw (:func:`topk_threshold`, :func:`rank_scores`).
 """
 
 from __future__ import annotations
@@ -44,11 +53,15 @@ from .exceptions import InputError
 from .registry import Registry
 
 __all__ = [
+    "CONFORMAL_BASELINES",
     "CONFORMAL_SCORES",
+    "RAPS_LAM_GRID",
     "RAPS_TUNE_FRACTION",
     "SSCV_SIZE_BINS",
     "ConformalCalibrations",
+    "RankedProbs",
     "aps_scores",
+    "calibrated_sets",
     "choose_raps_params",
     "conformal_calibrations",
     "conformal_quantile",
@@ -57,15 +70,19 @@ __all__ = [
     "coverage",
     "covgap",
     "empty_fraction",
+    "evaluate_calibrations",
     "mean_set_size",
     "median_set_size",
     "min_calibration_size",
     "prediction_sets",
     "random_splits",
+    "rank_scores",
     "raps_scores",
     "set_sizes",
     "sscv",
     "thr_scores",
+    "topk_threshold",
+    "trial_temperatures",
 ]
 
 #: Set-size strata of the size-stratified coverage violation, as the official RAPS code
@@ -74,12 +91,18 @@ __all__ = [
 SSCV_SIZE_BINS: tuple[tuple[int, int], ...] = ((0, 1), (2, 3), (4, 6), (7, 10), (11, 100),
                                                (101, 1000))
 
-#: The lam grid of :func:`choose_raps_params` (the official grid plus 0, plain APS).
-RAPS_LAM_GRID: tuple[float, ...] = (0.0, 1e-3, 1e-2, 1e-1, 0.2, 0.5)
+#: The lam grid of :func:`choose_raps_params`: the official ``pick_lamda_size`` grid (no 0, so
+#: RAPS is never plain APS).
+RAPS_LAM_GRID: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 0.2, 0.5)
 
-#: The fraction of each trial's calibration samples that tune RAPS by default (the official
-#: ``pct_paramtune``): ``n_tune = ceil(RAPS_TUNE_FRACTION * n_cal)``.
-RAPS_TUNE_FRACTION = 0.3
+#: The fraction of each trial's calibration samples that tune RAPS by default: the official
+#: ``pct_paramtune`` of RAPS's Table 1 (``experiments/table1.py``; 0.3 is only the default of
+#: its ``ConformalModel``): ``n_tune = ceil(RAPS_TUNE_FRACTION * n_cal)``.
+RAPS_TUNE_FRACTION = 0.33
+
+#: The baselines of RAPS's Table 1 that :func:`conformal_trials` takes as a ``score`` besides
+#: :data:`CONFORMAL_SCORES`: their thresholds are not conformal quantiles (module docstring).
+CONFORMAL_BASELINES: tuple[str, ...] = ("naive", "topk")
 
 #: Elements of the all-class score array one chunk of trials of :func:`conformal_trials` may hold.
 _CHUNK_ELEMENTS = 2 ** 24
@@ -157,12 +180,14 @@ def _scalar(x: np.ndarray):
 # conformity scores
 
 
-def _ranked(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ranked(p: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per class: the probability mass ranked strictly above it, and its 1-based rank.
 
-    Ranks by decreasing probability, ties by class index (a stable sort of ``-p``).
+    Ranks by decreasing probability, ties by class index (a stable sort of ``-p``; ``order``:
+    that sort, when already made).
     """
-    order = np.argsort(-p, axis=-1, kind="stable")
+    if order is None:
+        order = np.argsort(-p, axis=-1, kind="stable")
     p_sorted = np.take_along_axis(p, order, axis=-1)
     above_sorted = np.zeros_like(p_sorted)
     np.cumsum(p_sorted[..., :-1], axis=-1, out=above_sorted[..., 1:])
@@ -338,6 +363,44 @@ CONFORMAL_SCORES: Registry[Callable[..., np.ndarray]] = Registry("conformal scor
 CONFORMAL_SCORES.add("thr", thr_scores)
 CONFORMAL_SCORES.add("aps", aps_scores)
 CONFORMAL_SCORES.add("raps", raps_scores)
+
+
+def rank_scores(probs: Any, labels: Any = None, *, rng: Any = None, randomized: bool = False,
+                u: Any = None) -> np.ndarray:
+    """Top-K (fixed set size) scores ``o(x, y) - U``: the 1-based rank of ``y`` less ``U``.
+
+    With the threshold ``k - f`` of :func:`topk_threshold`, ``{y: o(x, y) - U <= k - f}``
+    holds the ``k - 1`` top classes, and the ``k``-th where ``U >= f``: the official
+    randomized "Fixed" set of RAPS's Table 1 (size ``k - 1`` with probability ``f``, else
+    ``k``). ``U = 1`` unless randomized: the ``k`` top classes.
+
+    Parameters
+    ----------
+    probs : array_like of float, shape (n, C)
+        Class probabilities, rows summing to 1 (ranked as :func:`aps_scores`).
+    labels : array_like of int, shape (n,), optional
+        True labels; without them the score of every class is returned.
+    rng, randomized, u
+        As :func:`aps_scores`.
+
+    Returns
+    -------
+    numpy.ndarray of float
+        Shape (n,) with ``labels``, else (n, C).
+
+    Raises
+    ------
+    InputError
+        If an input is invalid (names the argument and the value).
+
+    Examples
+    --------
+    >>> rank_scores([[0.2, 0.5, 0.3]], u=[0.25])
+    array([[2.75, 0.75, 1.75]])
+    """
+    p = _probs(probs)
+    uu = _uniforms(p.shape[0], u, rng, randomized)
+    return _at_labels(_ranked(p)[1] - uu[:, None], labels)
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,6 +596,49 @@ def prediction_sets(scores_all: Any, qhat: Any) -> np.ndarray:
         return s <= q[..., None, :]
     raise InputError(f"qhat must have shape {lead} (marginal) or {(*lead, s.shape[-1])} "
                      f"(class-wise) for scores_all of shape {s.shape}, got shape {q.shape}")
+
+
+def topk_threshold(ranks: Any, alpha: float) -> float | np.ndarray:
+    """The official Top-K ("Fixed") threshold ``k - f`` of the calibration ranks (for
+    :func:`rank_scores`).
+
+    ``k = 1 + quantile(ranks - 1, 1 - alpha, method="higher")`` and ``f = (F(k) - (1 - alpha))
+    / (F(k) - F(k - 1))``, ``F(j)`` the fraction of calibration ranks ``<= j``: sets of size
+    ``k - 1`` with probability ``f``, else ``k``, cover the calibration samples ``1 - alpha``
+    on average, exactly (``experiments/table1.py``, ``trial`` with ``fixed_bool``). No
+    ``n + 1`` correction: a baseline, not a conformal threshold.
+
+    Parameters
+    ----------
+    ranks : array_like of int, shape (..., n)
+        The 1-based ranks of the calibration samples' true labels (leading axes: trials).
+    alpha : float
+        Miscoverage level in (0, 1).
+
+    Returns
+    -------
+    float or numpy.ndarray, shape (...)
+        ``k - f``, with ``f`` in [0, 1].
+
+    Raises
+    ------
+    InputError
+        If ``ranks`` are not positive integers of shape (..., n >= 1), or ``alpha`` is invalid.
+
+    Examples
+    --------
+    >>> round(topk_threshold([1, 1, 1, 2, 3], 0.5), 6)  # k = 1, f = (0.6 - 0.5) / 0.6
+    0.833333
+    """
+    r = _wrap(as_numpy, ranks, "ranks")
+    if r.dtype.kind not in "iu" or r.ndim < 1 or r.shape[-1] == 0 or (r < 1).any():
+        raise InputError(f"ranks must be 1-based integer ranks of shape (..., n), got dtype "
+                         f"{r.dtype} and shape {r.shape}")
+    a = _alpha(alpha)
+    k = np.quantile(r - 1, 1.0 - a, axis=-1, method="higher").astype(np.int64) + 1
+    at_k = (r <= k[..., None]).mean(axis=-1)
+    below = (r <= k[..., None] - 1).mean(axis=-1)
+    return _scalar(k - (at_k - (1.0 - a)) / (at_k - below))
 
 
 # --------------------------------------------------------------------------------------------
@@ -804,12 +910,13 @@ def covgap(sets: Any, labels: Any, alpha: float, n_classes: int) -> float | np.n
 
 @dataclass(frozen=True, eq=False)
 class ConformalCalibrations:
-    """Split-conformal thresholds of ``trials`` random splits (:func:`conformal_calibrations`).
+    """Thresholds of ``trials`` random splits (:func:`conformal_calibrations`).
 
     Attributes
     ----------
     score : str
-        The conformity score (:data:`CONFORMAL_SCORES`).
+        The conformity score (:data:`CONFORMAL_SCORES`) or baseline
+        (:data:`CONFORMAL_BASELINES`).
     mondrian : bool
         Class-conditional thresholds.
     n_cal : int
@@ -820,13 +927,19 @@ class ConformalCalibrations:
         Each trial's permutation (:func:`random_splits`): ``[:n_tune]`` tune, ``[n_tune:n_cal]``
         calibrate, ``[n_cal:]`` test.
     u : numpy.ndarray of float, shape (trials, n)
-        Each trial's uniform per sample (ones unless randomized APS/RAPS).
+        Each trial's uniform per sample (not randomized: ones, zeros for ``naive``).
     k_reg : numpy.ndarray of int64, shape (trials,)
         RAPS ``k_reg`` per trial (0 for the other scores).
     lam : numpy.ndarray of float, shape (trials,)
         RAPS ``lam`` per trial (0 for the other scores).
     qhat : numpy.ndarray of float, shape (trials,) or (trials, C)
-        The thresholds (per class when ``mondrian``).
+        The thresholds (per class when ``mondrian``): ``1 - alpha`` for ``naive``,
+        :func:`topk_threshold` for ``topk``.
+    temperature : numpy.ndarray of float, shape (trials,)
+        The temperature of each trial's probabilities (``softmax(log p / T)``); ones when none
+        was given.
+    alpha : float
+        The miscoverage level.
     """
 
     score: str
@@ -838,6 +951,8 @@ class ConformalCalibrations:
     k_reg: np.ndarray
     lam: np.ndarray
     qhat: np.ndarray
+    temperature: np.ndarray | None = None
+    alpha: float | None = None
 
     @property
     def tune(self) -> np.ndarray:
@@ -855,24 +970,147 @@ class ConformalCalibrations:
         return self.perms[:, self.n_cal:]
 
 
+def _softmax_t(logp: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``softmax(logp / t)`` over the last axis, ``t`` broadcast on the leading axis (as
+    :func:`uqmetrics.calibration.softmax` computes it, so bit for bit the same)."""
+    z = logp / t.reshape(t.shape + (1,) * (logp.ndim - t.ndim))
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class RankedProbs:
+    """Class probabilities (n, C), checked and ranked once, for repeated
+    :func:`calibrated_sets` and :func:`evaluate_calibrations` calls on the same samples.
+
+    Parameters
+    ----------
+    probs : array_like of float, shape (n, C)
+        Class probabilities, rows summing to 1 (un-tempered: each trial tempers them).
+
+    Attributes
+    ----------
+    p : numpy.ndarray
+        The probabilities.
+    order, rank : numpy.ndarray of int64, shape (n, C)
+        The classes by decreasing probability (ties by class index) and each class's 1-based
+        rank; a temperature changes neither.
+    above : numpy.ndarray
+        The mass ranked above each class.
+
+    Raises
+    ------
+    InputError
+        If ``probs`` is invalid (named).
+    """
+
+    def __init__(self, probs: Any):
+        self.p = _probs(probs)
+        self.order = np.argsort(-self.p, axis=-1, kind="stable")
+        self.above, self.rank = _ranked(self.p, self.order)
+        self.logp = np.log(np.clip(self.p, 1e-300, None))
+        self._tempered: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def probs(self, idx: np.ndarray | None,
+              temps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """``(p, above)`` of samples ``idx`` (T, m), shape (T, m, C), trial ``i`` tempered by
+        ``temps[i]`` (None: un-tempered); ``idx`` None: every sample in every trial (then
+        shape (1, n, C) un-tempered, a view). The order of the classes is the un-tempered one.
+
+        Every sample tempered by ``temps`` is kept (the last ``temps`` only) where that is at
+        most ``_CHUNK_ELEMENTS`` values: the methods and levels that share the trials'
+        temperatures temper once."""
+        if temps is None:
+            return (self.p[None], self.above[None]) if idx is None else \
+                (self.p[idx], self.above[idx])
+        n, c = self.p.shape
+        every = np.broadcast_to(np.arange(n), (temps.size, n))
+        if temps.size * n * c <= _CHUNK_ELEMENTS:
+            key = temps.tobytes()
+            if self._tempered is None or self._tempered[0] != key:
+                self._tempered = (key, self._temper(every, temps))
+            p_all, above_all = self._tempered[1]
+            if idx is None:
+                return p_all, above_all
+            rows = np.arange(temps.size)[:, None]
+            return p_all[rows, idx], above_all[rows, idx]
+        return self._temper(every if idx is None else idx, temps)
+
+    def _temper(self, idx: np.ndarray, temps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = _softmax_t(self.logp[idx], temps)
+        p_sorted = np.take_along_axis(p, self.order[idx], axis=-1)
+        above_sorted = np.zeros_like(p_sorted)
+        np.cumsum(p_sorted[..., :-1], axis=-1, out=above_sorted[..., 1:])
+        return p, np.take_along_axis(above_sorted, self.rank[idx] - 1, axis=-1)
+
+    def scores(self, score: str, idx: np.ndarray, temps: np.ndarray | None, u: np.ndarray,
+               k_reg: np.ndarray, lam: np.ndarray, cls: np.ndarray | None = None) -> np.ndarray:
+        """Scores of samples ``idx`` (T, m) (None: every sample in every trial): of class
+        ``cls`` (T, m), else of every class (T, m, C); per trial its temperature ``temps``
+        (T,) or None, uniforms ``u`` (T, m), ``k_reg`` and ``lam`` (T,)."""
+        if cls is None:
+            rank, u, k_reg, lam = (self.rank[None] if idx is None else self.rank[idx],
+                                   u[..., None], k_reg[:, None, None], lam[:, None, None])
+            p, above = (None, None) if score == "topk" else self.probs(idx, temps)
+        else:
+            rank, k_reg, lam = self.rank[idx, cls], k_reg[:, None], lam[:, None]
+            if temps is None or score == "topk":
+                p, above = self.p[idx, cls], self.above[idx, cls]
+            else:
+                p, above = (np.take_along_axis(a, cls[..., None], axis=-1)[..., 0]
+                            for a in self.probs(idx, temps))
+        if score == "topk":
+            return rank - u
+        if score == "thr":  # (un-tempered, every sample: one array for every trial)
+            return np.broadcast_to(1.0 - p, (u.shape[0], *p.shape[1:]))
+        s = u * p
+        s += above
+        if score == "raps":
+            excess = rank - k_reg
+            np.maximum(excess, 0, out=excess)
+            s += lam * excess
+        return s
+
+
+def _check_temperatures(temperatures: Any, trials: int) -> np.ndarray | None:
+    if temperatures is None:
+        return None
+    t = _wrap(as_numpy, temperatures, "temperatures").astype(np.float64)
+    if t.shape != (trials,) or not np.all(np.isfinite(t) & (t > 0)):
+        raise InputError(f"temperatures must be {trials} finite numbers > 0 (one per trial), "
+                         f"got shape {t.shape}" + (f" and {t.ravel()[0]!r}" if t.size else ""))
+    return t
+
+
 def _calibrate(probs: Any, labels: Any, *, score: str, alpha: float, n_cal: int, trials: int,
                seed: int, mondrian: bool, randomized: bool, n_tune: int | None,
-               raps_params: tuple[int, float] | None) -> tuple[ConformalCalibrations, Callable,
-                                                               np.ndarray, np.ndarray, float]:
-    """The calibrations of :func:`conformal_calibrations`, with the validated ``probs``,
-    ``labels``, ``alpha`` and ``scores_of(idx, tt, cls)``: the scores of samples ``idx``
-    (T, m) under trials ``tt`` (T,), of class ``cls`` (T, m) or of every class (T, m, C)."""
-    p = _probs(probs)
+               raps_params: tuple[int, float] | None, temperatures: Any
+               ) -> tuple[ConformalCalibrations, RankedProbs, np.ndarray, float]:
+    """The calibrations of :func:`conformal_calibrations`, with the ranked probabilities, the
+    validated labels and ``alpha``."""
+    ranking = probs if isinstance(probs, RankedProbs) else RankedProbs(probs)
+    p = ranking.p
     y = _labels(labels, p.shape[1])
     _wrap(check_same_length, labels=y, probs=p)
     n, c = p.shape
-    if score not in CONFORMAL_SCORES:
-        raise InputError(f"score must be one of {CONFORMAL_SCORES.names()}, got {score!r}")
+    known = [*CONFORMAL_SCORES.names(), *CONFORMAL_BASELINES]
+    if score not in known:
+        raise InputError(f"score must be one of {known}, got {score!r}")
+    if mondrian and score in CONFORMAL_BASELINES:
+        raise InputError(f"mondrian is for the conformal scores {CONFORMAL_SCORES.names()}, "
+                         f"got score={score!r}")
     a = _alpha(alpha)
     seed = _int(seed, "seed", 0)
+    trials = _int(trials, "trials", 1)
+    temps = _check_temperatures(temperatures, trials)
+    given = np.ones(trials) if temps is None else temps
+    if temps is not None and np.all(temps == 1.0):
+        temps = None  # softmax(log p) is p, up to rounding: p itself
     rng = np.random.default_rng(seed)
     perms = random_splits(n, n_cal, trials, rng)
-    u_all = rng.uniform(size=(trials, n)) if randomized and score != "thr" else np.ones((trials, n))
+    if randomized and score != "thr":
+        u_all = rng.uniform(size=(trials, n))
+    else:  # not randomized: the larger set (naive: gcq's, the class crossing 1 - alpha kept)
+        u_all = np.zeros((trials, n)) if score == "naive" else np.ones((trials, n))
     tune_needed = score == "raps" and raps_params is None
     if n_tune is None:
         n_tune = math.ceil(RAPS_TUNE_FRACTION * n_cal) if tune_needed else 0
@@ -891,69 +1129,75 @@ def _calibrate(probs: Any, labels: Any, *, score: str, alpha: float, n_cal: int,
         if not (np.isfinite(lam_fix) and lam_fix >= 0):
             raise InputError(f"raps_params lam must be >= 0, got {raps_params!r}")
 
-    if score == "thr":
-        base, rank, pmul = 1.0 - p, None, None
-    else:
-        base, rank = _ranked(p)
-        pmul = p
     k_reg = np.zeros(trials, dtype=np.int64)
     lam = np.zeros(trials)
     if score == "raps":
         if tune_needed:
+            tune = perms[:, :n_tune]
+            # tempered: every trial's at once where RankedProbs keeps them, else one by one
+            kept = temps is not None and temps.size * p.size <= _CHUNK_ELEMENTS
+            p_tune = ranking.probs(tune, temps)[0] if kept else None
             for t in range(trials):
-                idx = perms[t, :n_tune]
-                k_reg[t], lam[t] = choose_raps_params(p[idx], y[idx], a, randomized=True,
-                                                      u=u_all[t, idx])
+                pt = (ranking.p[tune[t]] if temps is None else p_tune[t] if kept
+                      else ranking._temper(tune[t:t + 1], temps[t:t + 1])[0][0])
+                k_reg[t], lam[t] = choose_raps_params(pt, y[tune[t]], a, randomized=True,
+                                                      u=u_all[t, tune[t]])
         else:
             k_reg[:], lam[:] = k_fix, lam_fix
 
-    def scores_of(idx: np.ndarray, tt: np.ndarray, cls: np.ndarray | None) -> np.ndarray:
-        """Scores of samples ``idx`` (T, m) of trials ``tt`` (T,): of class ``cls`` (T, m) or
-        of every class (T, m, C)."""
-        if cls is None:
-            b = base[idx]
-            if pmul is None:
-                return b
-            s = b + u_all[tt[:, None], idx][..., None] * pmul[idx]
-            if score == "raps":
-                s = s + lam[tt, None, None] * np.maximum(0, rank[idx] - k_reg[tt, None, None])
-            return s
-        b = base[idx, cls]
-        if pmul is None:
-            return b
-        s = b + u_all[tt[:, None], idx] * pmul[idx, cls]
-        if score == "raps":
-            s = s + lam[tt, None] * np.maximum(0, rank[idx, cls] - k_reg[tt, None])
-        return s
-
     cal = perms[:, n_tune:n_cal]
-    s_cal = scores_of(cal, np.arange(trials), y[cal])
-    qhat = (conformal_quantile_by_class(s_cal, y[cal], a, c) if mondrian
-            else np.asarray(conformal_quantile(s_cal, a)).reshape(trials))
+    if score == "naive":
+        qhat = np.full(trials, 1.0 - a)
+    elif score == "topk":
+        qhat = np.asarray(topk_threshold(ranking.rank[cal, y[cal]], a)).reshape(trials)
+    else:
+        chunk = trials if temps is None else max(1, _CHUNK_ELEMENTS // (cal.shape[1] * c))
+        s_cal = np.concatenate([
+            ranking.scores(score, cal[t0:t0 + chunk],
+                           None if temps is None else temps[t0:t0 + chunk],
+                           u_all[np.arange(t0, min(t0 + chunk, trials))[:, None],
+                                 cal[t0:t0 + chunk]],
+                           k_reg[t0:t0 + chunk], lam[t0:t0 + chunk], cls=y[cal[t0:t0 + chunk]])
+            for t0 in range(0, trials, chunk)])
+        qhat = (conformal_quantile_by_class(s_cal, y[cal], a, c) if mondrian
+                else np.asarray(conformal_quantile(s_cal, a)).reshape(trials))
     return (ConformalCalibrations(score, bool(mondrian), int(n_cal), n_tune, perms, u_all, k_reg,
-                                  lam, qhat), scores_of, p, y, a)
+                                  lam, qhat, given, a),
+            ranking, y, a)
+
+
+def _trial_sets(cal: ConformalCalibrations, ranking: RankedProbs, idx: np.ndarray,
+                u: np.ndarray, tt: np.ndarray) -> np.ndarray:
+    """(T, m, C) bool: the sets of samples ``idx`` (T, m) of ``ranking`` with uniforms ``u``
+    (T, m) under the calibrations of trials ``tt`` (T,)."""
+    temps = None if cal.temperature is None or np.all(cal.temperature == 1.0) \
+        else cal.temperature[tt]  # as _calibrate: temperatures all 1 are none
+    return prediction_sets(ranking.scores(cal.score, idx, temps, u, cal.k_reg[tt], cal.lam[tt]),
+                           cal.qhat[tt])
 
 
 def conformal_calibrations(probs: Any, labels: Any, *, score: str = "aps", alpha: float = 0.1,
                            n_cal: int, trials: int, seed: int, mondrian: bool = False,
                            randomized: bool = True, n_tune: int | None = None,
-                           raps_params: tuple[int, float] | None = None) -> ConformalCalibrations:
+                           raps_params: tuple[int, float] | None = None,
+                           temperatures: Any = None) -> ConformalCalibrations:
     """The per-trial calibrations of :func:`conformal_trials`, without evaluating them.
 
     The same splits, uniforms, RAPS parameters and thresholds as :func:`conformal_trials` with
     the same arguments (which calls this), for sets evaluated on other samples (e.g. shifted
-    copies of the test samples).
+    copies of the test samples: :func:`calibrated_sets`).
 
     Parameters
     ----------
-    probs, labels, score, alpha, n_cal, trials, seed, mondrian, randomized, n_tune, raps_params
+    probs, labels, score, alpha, n_cal, trials, seed, mondrian, randomized, n_tune, raps_params, temperatures
         As :func:`conformal_trials`.
 
     Returns
     -------
     ConformalCalibrations
         Per trial: the split (``perms``; ``tune``, ``calibration`` and ``test`` indices), the
-        uniforms ``u``, ``k_reg`` and ``lam`` (RAPS; zeros otherwise) and ``qhat``.
+        uniforms ``u``, ``k_reg`` and ``lam`` (RAPS; zeros otherwise), ``qhat`` and
+        ``temperature``.
 
     Raises
     ------
@@ -970,14 +1214,118 @@ def conformal_calibrations(probs: Any, labels: Any, *, score: str = "aps", alpha
     """
     return _calibrate(probs, labels, score=score, alpha=alpha, n_cal=n_cal, trials=trials,
                       seed=seed, mondrian=mondrian, randomized=randomized, n_tune=n_tune,
-                      raps_params=raps_params)[0]
+                      raps_params=raps_params, temperatures=temperatures)[0]
+
+
+def calibrated_sets(calibrations: ConformalCalibrations, probs: Any, u: Any,
+                    idx: Any = None) -> np.ndarray:
+    """Each trial's prediction sets of other samples under its calibration.
+
+    Parameters
+    ----------
+    calibrations : ConformalCalibrations
+        Of :func:`conformal_calibrations`: per trial the score or baseline, its temperature,
+        RAPS parameters and threshold.
+    probs : array_like of float, shape (n, C), or RankedProbs
+        The samples' un-tempered probabilities (each trial tempers them by its temperature).
+    u : array_like of float, shape (trials, m)
+        Each trial's uniform per evaluated sample (ignored by THR; for reproducibility, drawn
+        by the caller).
+    idx : array_like of int, shape (trials, m), optional
+        The rows of ``probs`` each trial evaluates; default every row (``m = n``).
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (trials, m, C)
+
+    Raises
+    ------
+    InputError
+        If the shapes do not fit (names the argument).
+
+    Examples
+    --------
+    >>> p = np.array([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.5, 0.4, 0.1]])
+    >>> cal = conformal_calibrations(p, [0, 1, 2, 1], score="naive", alpha=0.5, n_cal=2,
+    ...                              trials=1, seed=0)
+    >>> calibrated_sets(cal, [[0.3, 0.3, 0.4]], [[0.5]]).astype(int)  # 0.15, 0.55, 0.85
+    array([[[0, 0, 1]]])
+    """
+    if not isinstance(calibrations, ConformalCalibrations):
+        raise InputError(f"calibrations must be a ConformalCalibrations, got "
+                         f"{type(calibrations).__name__}")
+    ranking = probs if isinstance(probs, RankedProbs) else RankedProbs(probs)
+    p = ranking.p
+    trials = calibrations.perms.shape[0]
+    rows = (np.broadcast_to(np.arange(p.shape[0]), (trials, p.shape[0])) if idx is None
+            else _wrap(as_numpy, idx, "idx"))
+    if rows.ndim != 2 or rows.shape[0] != trials or rows.dtype.kind not in "iu" or (
+            rows.size and (rows.min() < 0 or rows.max() >= p.shape[0])):
+        raise InputError(f"idx must be row indices into probs (< {p.shape[0]}) of shape "
+                         f"({trials}, m), got shape {rows.shape}")
+    uu = _wrap(as_numpy, u, "u").astype(np.float64)
+    if uu.shape != rows.shape:
+        raise InputError(f"u must have shape {rows.shape} (a uniform per trial and evaluated "
+                         f"sample), got shape {uu.shape}")
+    if calibrations.mondrian and calibrations.qhat.shape[-1] != p.shape[1]:
+        raise InputError(f"probs must have the calibration's {calibrations.qhat.shape[-1]} "
+                         f"classes, got {p.shape[1]}")
+    return _trial_sets(calibrations, ranking, None if idx is None else rows, uu,
+                       np.arange(trials))
+
+
+def trial_temperatures(probs: Any, labels: Any, *, n_cal: int, trials: int,
+                       seed: int) -> np.ndarray:
+    """A temperature fitted on each trial's calibration draw: the official code's "Platt".
+
+    Trial ``t``'s temperature minimises the NLL of ``softmax(log p / T)`` on its ``n_cal``
+    calibration samples (:func:`uqmetrics.calibration.fit_temperature`, bounded Brent search;
+    the RAPS tuning samples included, as ``ConformalModelLogits`` fits ``T`` before
+    ``pick_parameters`` splits them off), the splits of :func:`conformal_trials` with the same
+    ``n_cal``, ``trials`` and ``seed``. Pass them as its ``temperatures=``.
+
+    Parameters
+    ----------
+    probs : array_like of float, shape (n, C), or RankedProbs
+        Un-tempered class probabilities (their logarithms are the logits, up to a per-sample
+        constant that the softmax ignores).
+    labels : array_like of int, shape (n,)
+        True labels.
+    n_cal, trials, seed
+        As :func:`conformal_trials`.
+
+    Returns
+    -------
+    numpy.ndarray of float, shape (trials,)
+
+    Raises
+    ------
+    InputError
+        If an input is invalid (names the argument and the value).
+
+    Notes
+    -----
+    The official ``platt_logits`` takes at most 10 epochs of SGD (learning rate 0.01, batches
+    of 32, from ``T = 1.3``, stopping when an epoch moves ``T`` by less than 0.01): near the
+    same optimum, not at it.
+    """
+    from .calibration import fit_temperature  # scipy: imported on use
+
+    ranking = probs if isinstance(probs, RankedProbs) else RankedProbs(probs)
+    y = _labels(labels, ranking.p.shape[1])
+    _wrap(check_same_length, labels=y, probs=ranking.p)
+    perms = random_splits(ranking.p.shape[0], n_cal, trials,
+                          np.random.default_rng(_int(seed, "seed", 0)))
+    return np.array([fit_temperature(ranking.logp[row[:n_cal]], y[row[:n_cal]])
+                     for row in perms])
 
 
 def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: float = 0.1,
                      n_cal: int, trials: int, seed: int, mondrian: bool = False,
                      randomized: bool = True, n_tune: int | None = None,
                      raps_params: tuple[int, float] | None = None,
-                     size_bins: Sequence[tuple[int, int]] = SSCV_SIZE_BINS) -> dict[str, np.ndarray]:
+                     size_bins: Sequence[tuple[int, int]] = SSCV_SIZE_BINS,
+                     temperatures: Any = None) -> dict[str, np.ndarray]:
     """Split conformal prediction over ``trials`` random calibration/test splits.
 
     Per trial (``random_splits(n, n_cal, trials, default_rng(seed))``): the first ``n_tune``
@@ -990,12 +1338,15 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
 
     Parameters
     ----------
-    probs : array_like of float, shape (n, C)
-        Class probabilities.
+    probs : array_like of float, shape (n, C), or RankedProbs
+        Class probabilities (a :class:`RankedProbs` is not checked and ranked again).
     labels : array_like of int, shape (n,)
         True labels.
-    score : {"thr", "aps", "raps"}
-        Conformity score (:data:`CONFORMAL_SCORES`).
+    score : {"thr", "aps", "raps", "naive", "topk"}
+        Conformity score (:data:`CONFORMAL_SCORES`), or a baseline of RAPS's Table 1
+        (:data:`CONFORMAL_BASELINES`): ``naive``, the APS sets at ``qhat = 1 - alpha``, no
+        calibration; ``topk``, :func:`rank_scores` at :func:`topk_threshold` of the
+        calibration samples' ranks.
     alpha : float
         Miscoverage level in (0, 1).
     n_cal : int
@@ -1005,24 +1356,32 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
     seed : int
         Seed of :func:`numpy.random.default_rng` (splits, then uniforms).
     mondrian : bool
-        Class-conditional thresholds (Mondrian conformal prediction by label).
+        Class-conditional thresholds (Mondrian conformal prediction by label; not for the
+        baselines). No tuning split is held out unless ``score="raps"``.
     randomized : bool
-        Randomized APS/RAPS (THR ignores it).
+        Randomized APS/RAPS/Naive/Top-K (THR ignores it). Not randomized, ``U = 1``, but
+        ``U = 0`` for ``naive`` (the official ``gcq(randomized=False)``: the class whose
+        cumulative mass crosses ``1 - alpha`` is kept, never an empty set).
     n_tune : int, optional
-        Tuning samples held out of the calibration part. Default: ``ceil(0.3 n_cal)`` (the
-        official ``pct_paramtune = 0.3``) for RAPS without ``raps_params``, else 0. With another
-        score (or given ``raps_params``) the tuning samples are held out but unused, so that
-        every score calibrates on the same ``n_cal - n_tune`` samples.
+        Tuning samples held out of the calibration part. Default:
+        ``ceil(RAPS_TUNE_FRACTION n_cal)`` (the official ``pct_paramtune = 0.33`` of Table 1)
+        for RAPS without ``raps_params``, else 0. With another score (or given ``raps_params``)
+        the tuning samples are held out but unused.
     raps_params : (int, float), optional
         Fixed ``(k_reg, lam)`` for RAPS (no tuning).
     size_bins : sequence of (int, int)
         SSCV strata (:func:`sscv`).
+    temperatures : array_like of float, shape (trials,), optional
+        Trial ``t`` scores ``softmax(log p / temperatures[t])`` (tuning, calibration and test
+        alike), e.g. :func:`trial_temperatures`: the official "Platt" scaling on each
+        trial's calibration draw. The classes' ranks are those of ``probs``.
 
     Returns
     -------
     dict of numpy.ndarray
         ``coverage``, ``mean_set_size``, ``median_set_size``, ``sscv``, ``covgap``,
-        ``empty_fraction``: shape (trials,); ``qhat``: (trials,), or (trials, C) when
+        ``empty_fraction``, ``top1``, ``top5`` (the fraction of test samples whose label ranks
+        first, in the first five): shape (trials,); ``qhat``: (trials,), or (trials, C) when
         ``mondrian``; for RAPS also ``k_reg`` (int) and ``lam`` (float), shape (trials,).
 
     Raises
@@ -1030,10 +1389,62 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
     InputError
         If an input is invalid (names the argument and the value).
     """
-    cals, scores_of, p, y, a = _calibrate(
+    cals, ranking, y, _ = _calibrate(
         probs, labels, score=score, alpha=alpha, n_cal=n_cal, trials=trials, seed=seed,
-        mondrian=mondrian, randomized=randomized, n_tune=n_tune, raps_params=raps_params)
-    c, qhat = p.shape[1], cals.qhat
+        mondrian=mondrian, randomized=randomized, n_tune=n_tune, raps_params=raps_params,
+        temperatures=temperatures)
+    return _evaluate(cals, ranking, y, size_bins)
+
+
+def evaluate_calibrations(calibrations: ConformalCalibrations, probs: Any, labels: Any, *,
+                          size_bins: Sequence[tuple[int, int]] = SSCV_SIZE_BINS
+                          ) -> dict[str, np.ndarray]:
+    """The statistics :func:`conformal_trials` returns, of calibrations already made.
+
+    ``conformal_trials(probs, labels, **kw)`` is ``evaluate_calibrations(
+    conformal_calibrations(probs, labels, **kw), probs, labels)`` (``size_bins`` apart): for
+    a caller that also applies the calibrations to other data (:func:`calibrated_sets`),
+    calibrating once.
+
+    Parameters
+    ----------
+    calibrations : ConformalCalibrations
+        Of :func:`conformal_calibrations` on ``probs`` and ``labels``.
+    probs : array_like of float, shape (n, C), or RankedProbs
+        The samples they were calibrated on (their test samples are evaluated).
+    labels : array_like of int, shape (n,)
+        Their labels.
+    size_bins : sequence of (int, int)
+        SSCV strata (:func:`sscv`).
+
+    Returns
+    -------
+    dict of numpy.ndarray
+        As :func:`conformal_trials`.
+
+    Raises
+    ------
+    InputError
+        If the samples are not those the calibrations split (their number), or an input is
+        invalid.
+    """
+    if not isinstance(calibrations, ConformalCalibrations) or calibrations.alpha is None:
+        raise InputError(f"calibrations must be a ConformalCalibrations of "
+                         f"conformal_calibrations, got {type(calibrations).__name__}")
+    ranking = probs if isinstance(probs, RankedProbs) else RankedProbs(probs)
+    y = _labels(labels, ranking.p.shape[1])
+    _wrap(check_same_length, labels=y, probs=ranking.p)
+    if calibrations.perms.shape[1] != ranking.p.shape[0]:
+        raise InputError(f"probs must be the {calibrations.perms.shape[1]} samples the "
+                         f"calibrations split, got {ranking.p.shape[0]}")
+    return _evaluate(calibrations, ranking, y, size_bins)
+
+
+def _evaluate(cals: ConformalCalibrations, ranking: RankedProbs, y: np.ndarray,
+              size_bins: Sequence[tuple[int, int]]) -> dict[str, np.ndarray]:
+    """The per-trial statistics of the calibrations ``cals`` on their test samples."""
+    a, trials, score = cals.alpha, cals.perms.shape[0], cals.score
+    c = ranking.p.shape[1]
     all_t = np.arange(trials)
     names = ("coverage", "mean_set_size", "median_set_size", "sscv", "covgap", "empty_fraction")
     out = {k: np.empty(trials) for k in names}
@@ -1041,7 +1452,7 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
     chunk = max(1, _CHUNK_ELEMENTS // (test.shape[1] * c))
     for t0 in range(0, trials, chunk):
         tt = all_t[t0:t0 + chunk]
-        sets = prediction_sets(scores_of(test[tt], tt, None), qhat[tt])
+        sets = _trial_sets(cals, ranking, test[tt], cals.u[tt[:, None], test[tt]], tt)
         yt = y[test[tt]]
         out["coverage"][tt] = coverage(sets, yt)
         out["mean_set_size"][tt] = mean_set_size(sets)
@@ -1049,7 +1460,9 @@ def conformal_trials(probs: Any, labels: Any, *, score: str = "aps", alpha: floa
         out["sscv"][tt] = sscv(sets, yt, a, size_bins)
         out["covgap"][tt] = covgap(sets, yt, a, c)
         out["empty_fraction"][tt] = empty_fraction(sets)
-    out["qhat"] = qhat
+    true_rank = ranking.rank[test, y[test]]
+    out["top1"], out["top5"] = (true_rank == 1).mean(axis=1), (true_rank <= 5).mean(axis=1)
+    out["qhat"] = cals.qhat
     if score == "raps":
         out["k_reg"], out["lam"] = cals.k_reg, cals.lam
     return out

@@ -107,11 +107,11 @@ CONVENTIONS: dict[str, str] = {
     "ceil((n+1)(1-alpha)) > n; Mondrian: the same within each class's calibration samples",
     "conformal_sets": "S.8: {y: s(x,y) <= qhat} (non-strict; empty sets allowed, no top-1 "
     "forced); Mondrian: s(x,y) <= qhat_y",
-    "raps_tuning": "S.8: on a tuning split (default the first ceil(0.3 n_cal) of the calibration "
-    "samples, which then do not calibrate): k_reg = 1 + quantile(0-based true-label ranks, "
-    "1 - alpha, method='higher'); lam = argmin over (0, 1e-3, 1e-2, 0.1, 0.2, 0.5) of the mean "
-    "set size when calibrated and evaluated on the tuning split, first on ties (official "
-    "pick_kreg/pick_lamda_size, plus lam = 0)",
+    "raps_tuning": "S.8: on a tuning split (default the first ceil(0.33 n_cal) of the calibration "
+    "samples, Table 1's pct_paramtune, which then do not calibrate): k_reg = 1 + quantile(0-based "
+    "true-label ranks, 1 - alpha, method='higher'); lam = argmin over (1e-3, 1e-2, 0.1, 0.2, 0.5) "
+    "of the mean set size when calibrated and evaluated on the tuning split, first on ties "
+    "(official pick_kreg/pick_lamda_size)",
     "conformal_coverage": "S.8: marginal coverage, fraction of test samples with y in the set",
     "mean_set_size": "S.8: mean number of classes in the test sets (empty sets count 0)",
     "median_set_size": "S.8: numpy median of the test set sizes (mean of the middle two)",
@@ -123,5 +123,8 @@ CONVENTIONS: dict[str, str] = {
     "(1 - alpha)|, a fraction, not x100 (Ding et al. 2023)",
     "conformal_trials": "S.8: trials random permutations (default_rng(seed)), then uniforms "
     "(trials, n) from the same generator; per trial [tune | calibrate] = first n_cal, test = "
-    "the rest; metrics per trial, not averaged",
+    "the rest; metrics per trial, not averaged; baselines (not conformal): naive = APS sets at "
+    "qhat = 1 - alpha (official gcq, randomized, empty sets allowed), topk = the official fixed "
+    "set size k of the calibration ranks, randomized; temperatures: optionally one per trial "
+    "(official 'Platt': fitted on the trial's calibration draw)",
 }

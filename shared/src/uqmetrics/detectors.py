@@ -30,7 +30,16 @@ Fitting is separate from scoring: :meth:`Detector.fitted` fits once and returns 
 number of sets (``scorer = get_detector("knn").fitted(fit); scorer(inputs_a); scorer(inputs_b)``);
 :meth:`Detector.score` fits and scores in one call. Hyper-parameters have the defaults of the
 papers and OpenOOD v1.5 (:attr:`Detector.params`); :meth:`Detector.with_params` gives a copy with
-others (``get_detector("knn").with_params(k=200)``).
+others (``get_detector("knn").with_params(k=200)``). :attr:`Detector.grid` holds OpenOOD v1.5's
+search grid of each hyper-parameter, and :func:`search_params` its automatic parameter search
+(the grid point of the highest AUROC on validation ID and OOD data).
+
+A predictor of several members or passes (a deep ensemble, MC-dropout passes) is scored by the
+detector's :attr:`Detector.ensemble` rule (:data:`ENSEMBLE_RULES`): ``msp``, ``entropy`` and
+``gen``, functions of the softmax alone, score the predictive p̄ (the mean of the members'
+softmaxes, docs/conventions.md#s-3); ``maxlogit`` and ``energy`` the mean of the members'
+logits, as OpenOOD v1.5's ensemble postprocessor; the feature detectors the mean of the members'
+``u``, each member fitted on its own features (:meth:`Detector.ensemble_logits`).
 
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.registry.Registry.load_plugins`); :func:`get_detector` and
@@ -52,7 +61,8 @@ True
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +72,14 @@ from .registry import Registry
 
 __all__ = [
     "DETECTORS",
+    "ENSEMBLE_RULES",
     "FIT_KEYS",
     "NEEDS",
     "NEED_KEYS",
     "Detector",
     "get_detector",
     "list_detectors",
+    "search_params",
     "vim_dimension",
 ]
 
@@ -94,6 +106,17 @@ NEED_KEYS: dict[str, tuple[str, ...]] = {
 #: same as the scored network's; :meth:`Detector.score` copies them from ``inputs`` when the fit
 #: mapping lacks them).
 FIT_KEYS = ("embedding", "labels", "head_weight", "head_bias")
+
+#: How a detector scores a predictor of several members or passes (:attr:`Detector.ensemble`):
+#: rule -> what it is handed. ``predictive``: a detector that reads only ``logits`` and is a
+#: function of their softmax alone is handed log p̄, p̄ the mean over the members of each
+#: member's softmax averaged over its passes (docs/conventions.md#s-3), so that its score is the
+#: predictive's (MSP = max p̄); ``mean_logits``: a detector that reads only ``logits`` is handed
+#: the mean over the members of each member's pass-mean logits (OpenOOD v1.5's ensemble and
+#: MC-dropout postprocessors: ``logits_mean``); ``mean_u``: each member is scored on its own
+#: inputs (a fitting detector fitted on its own fit data) and the members' ``u`` are averaged;
+#: ``members``: the detector reads every member's logits itself (need ``members``).
+ENSEMBLE_RULES = ("predictive", "mean_logits", "mean_u", "members")
 
 # numpy only, no scipy: uqvision imports this module (its plugins) on every command, and its
 # train and predict commands import no scipy (packages/uqvision/tests/test_import.py).
@@ -143,6 +166,14 @@ class Detector:
     params : mapping
         Hyper-parameter name -> value, passed to :attr:`fit_func` and :attr:`func` as keywords
         (:meth:`with_params` changes them).
+    grid : mapping
+        Hyper-parameter name -> the values :func:`search_params` tries (OpenOOD v1.5's
+        ``postprocessor_sweep``); names of :attr:`params`, each a non-empty tuple. Empty: the
+        detector is never tuned.
+    ensemble : str, optional
+        How a predictor of several members or passes is scored, one of
+        :data:`ENSEMBLE_RULES`; ``None``: ``members`` for a detector that reads ``members``,
+        ``mean_logits`` for one that reads only ``logits``, else ``mean_u``.
     """
 
     name: str
@@ -153,6 +184,8 @@ class Detector:
     fit_func: Callable[..., Any] | None = None
     fit_keys: frozenset[str] = frozenset()
     params: Mapping[str, Any] = field(default_factory=dict)
+    grid: Mapping[str, tuple] = field(default_factory=dict)
+    ensemble: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.needs) - set(NEEDS)
@@ -171,6 +204,21 @@ class Detector:
         object.__setattr__(self, "needs", frozenset(self.needs))
         object.__setattr__(self, "fit_keys", frozenset(self.fit_keys))
         object.__setattr__(self, "params", dict(self.params))
+        grid = {k: tuple(v) for k, v in dict(self.grid).items()}
+        if set(grid) - set(self.params) or not all(grid.values()):
+            raise ValueError(f"detector {self.name!r}: grid {grid} must give values of its "
+                             f"parameters {sorted(self.params)}, at least one each")
+        object.__setattr__(self, "grid", grid)
+        only_logits = self.needs == {"logits"}
+        rule = self.ensemble or ("members" if "members" in self.needs else
+                                 "mean_logits" if only_logits else "mean_u")
+        fits = {"predictive": only_logits, "mean_logits": only_logits,
+                "mean_u": "members" not in self.needs, "members": "members" in self.needs}
+        if not fits.get(rule, False):
+            raise ValueError(f"detector {self.name!r}: ensemble rule {rule!r} does not fit its "
+                             f"needs {sorted(self.needs)} (rules: {', '.join(ENSEMBLE_RULES)}; "
+                             "predictive and mean_logits read only logits)")
+        object.__setattr__(self, "ensemble", rule)
 
     def with_params(self, **params: Any) -> Detector:
         """A copy with other hyper-parameters (only names of :attr:`params`).
@@ -183,6 +231,54 @@ class Detector:
             raise ValueError(f"detector {self.name!r} has no parameters {sorted(unknown)}; "
                              f"its parameters: {sorted(self.params) or 'none'}")
         return dataclasses.replace(self, params={**self.params, **params})
+
+    def ensemble_logits(self, members: Sequence[Any]) -> np.ndarray:
+        """The logits a detector of rule ``predictive`` or ``mean_logits`` scores a predictor
+        on (:data:`ENSEMBLE_RULES`).
+
+        Parameters
+        ----------
+        members : sequence of array_like
+            Each member's logits, (pass, sample, class) or (sample, class) for one pass; every
+            member weighted equally, whatever its number of passes.
+
+        Returns
+        -------
+        numpy.ndarray
+            (sample, class): ``predictive``: log p̄, p̄ = mean over members of the mean over
+            passes of the softmax; ``mean_logits``: the mean over members of the pass-mean
+            logits. For one member of one pass, its logits unchanged.
+
+        Raises
+        ------
+        ValueError
+            A detector of another rule, or members of other shapes.
+
+        Examples
+        --------
+        >>> a, b = np.array([[4.0, 0.0]]), np.array([[0.0, 0.0]])
+        >>> p = np.exp(get_detector("msp").ensemble_logits([a, b]))  # the mean softmax
+        >>> bool(np.allclose(p, (np.exp(a) / np.exp(a).sum() + 0.5) / 2))
+        True
+        >>> get_detector("energy").ensemble_logits([a, b])
+        array([[2., 0.]])
+        """
+        if self.ensemble not in ("predictive", "mean_logits"):
+            raise ValueError(f"detector {self.name!r} (ensemble rule {self.ensemble!r}) is not "
+                             "scored on a predictor's logits")
+        stacks = [np.asarray(m, dtype=np.float64) for m in members]
+        stacks = [z[None] if z.ndim == 2 else z for z in stacks]
+        if not stacks or any(z.ndim != 3 or z.shape[1:] != stacks[0].shape[1:] for z in stacks):
+            raise ValueError(f"detector {self.name!r}: members must be (pass, sample, class) or "
+                             f"(sample, class) logits of one shape, got "
+                             f"{[z.shape for z in stacks]}")
+        if len(stacks) == 1 and stacks[0].shape[0] == 1:
+            return stacks[0][0]
+        if self.ensemble == "mean_logits":
+            return np.mean([z.mean(axis=0) for z in stacks], axis=0)
+        logp = np.stack([_logsumexp(_log_softmax(z, axis=2), axis=0) - np.log(z.shape[0])
+                         for z in stacks])
+        return _logsumexp(logp, axis=0) - np.log(len(stacks))
 
     def fitted(self, fit: Mapping[str, Any] | None = None
                ) -> Callable[[Mapping[str, Any]], np.ndarray]:
@@ -316,20 +412,23 @@ def _register(name: str, description: str, needs: set[str], func: Callable, refe
 
 _register("msp", "maximum softmax probability, negated (the baseline)", {"logits"}, _msp,
           "Hendrycks & Gimpel (2017), A baseline for detecting misclassified and "
-          "out-of-distribution examples in neural networks")
+          "out-of-distribution examples in neural networks", ensemble="predictive")
 _register("maxlogit", "maximum logit, negated", {"logits"}, _maxlogit,
           "Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song (2022), Scaling "
           "out-of-distribution detection for real-world settings")
 _register("energy", "free energy -T logsumexp(z/T), T = 1", {"logits"}, _energy,
           "Liu, Wang, Owens & Li (2020), Energy-based out-of-distribution detection",
-          params={"temperature": 1.0})
+          params={"temperature": 1.0}, grid={"temperature": (1.0,)})
 _register("entropy", "entropy of the softmax", {"logits"}, _entropy,
           "Hendrycks & Gimpel (2017), A baseline for detecting misclassified and "
-          "out-of-distribution examples in neural networks (the softmax entropy as a score)")
+          "out-of-distribution examples in neural networks (the softmax entropy as a score)",
+          ensemble="predictive")
 _register("gen", "generalized entropy of the top-M softmax probabilities (gamma 0.1, M 100)",
           {"logits"}, _gen,
           "Liu, Lochman & Zach (2023), GEN: pushing the limits of softmax-based "
-          "out-of-distribution detection", params={"gamma": 0.1, "M": 100})
+          "out-of-distribution detection", params={"gamma": 0.1, "M": 100},
+          grid={"gamma": (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0),
+                "M": (10, 50, 100, 200, 500, 1000)}, ensemble="predictive")
 
 
 # --------------------------------------------------------------------------- from features
@@ -491,16 +590,18 @@ _register("mahalanobis", "minimum squared Mahalanobis distance to the class mean
 _register("knn", "distance to the k-th nearest fit feature, L2-normalised features (k = 50)",
           {"embedding", "fit"}, _knn,
           "Sun, Ming, Zhu & Li (2022), Out-of-distribution detection with deep nearest "
-          "neighbors", fit_func=_knn_fit, fit_keys=frozenset({"embedding"}), params={"k": 50})
+          "neighbors", fit_func=_knn_fit, fit_keys=frozenset({"embedding"}), params={"k": 50},
+          grid={"k": (50, 100, 200, 500, 1000)})
 _register("vim", "virtual logit (alpha x residual norm) minus energy", {"embedding", "head", "fit"},
           _vim, "Wang, Li, Feng & Zhang (2022), ViM: out-of-distribution with virtual-logit "
           "matching", fit_func=_vim_fit,
-          fit_keys=frozenset({"embedding", "head_weight", "head_bias"}), params={"dim": None})
+          fit_keys=frozenset({"embedding", "head_weight", "head_bias"}), params={"dim": None},
+          grid={"dim": (256, 1000)})
 _register("react", "energy of the logits of features clipped at their 90th fit percentile",
           {"embedding", "head", "fit"}, _react,
           "Sun, Guo & Li (2021), ReAct: out-of-distribution detection with rectified "
           "activations", fit_func=_react_fit, fit_keys=frozenset({"embedding"}),
-          params={"percentile": 90.0})
+          params={"percentile": 90.0}, grid={"percentile": (85.0, 90.0, 95.0, 99.0)})
 
 
 # ---------------------------------------------------------------------------- from members
@@ -546,6 +647,72 @@ _register("disagreement", "fraction of members whose arg-max differs from the en
           {"members"}, _disagreement,
           "Lakshminarayanan, Pritzel & Blundell (2017), Simple and scalable predictive "
           "uncertainty estimation using deep ensembles (agreement of members)")
+
+
+def search_params(detector: Detector, val_scores: Callable[[Detector], tuple[Any, Any]],
+                  grid: Mapping[str, Sequence[Any]] | None = None
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """OpenOOD v1.5's automatic parameter search (``Evaluator.hyperparam_search``): the grid
+    point whose detector has the highest AUROC of validation OOD against validation ID data.
+
+    Parameters
+    ----------
+    detector : Detector
+    val_scores : callable
+        ``val_scores(d) -> (u_id, u_ood)``: the detector ``d`` (``detector`` with one grid
+        point's parameters) scored on the ID and on the OOD validation data. A ``ValueError``
+        (a value the data do not admit, e.g. ViM's D at or above the feature dimension) skips
+        that grid point.
+    grid : mapping, optional
+        Parameter name -> values; default :attr:`Detector.grid`.
+
+    Returns
+    -------
+    params : dict
+        The detector's parameters with the chosen grid point; :attr:`Detector.params`
+        unchanged where the grid is empty or no grid point could be scored.
+    trials : list of dict
+        One per grid point, in the search's order: ``{"params": point, "auroc": value}``, or
+        ``{"params": point, "error": message}`` for a skipped one.
+
+    Notes
+    -----
+    As OpenOOD's ``recursive_generator`` and criterion: the grid points are the product of
+    the values with the last parameter varying slowest (GEN: M outside, gamma inside), and
+    the first point of the largest AUROC (OOD positive, :func:`uqmetrics.ood.ood_auroc_score`)
+    is kept.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> fit = {"embedding": rng.normal(size=(60, 4))}
+    >>> ids, oods = rng.normal(size=(20, 4)), 3 + rng.normal(size=(20, 4))
+    >>> def val(d):
+    ...     s = d.fitted(fit)
+    ...     return s({"embedding": ids}), s({"embedding": oods})
+    >>> params, trials = search_params(get_detector("knn"), val, {"k": (1, 5)})
+    >>> params["k"] in (1, 5), [t["params"] for t in trials]
+    (True, [{'k': 1}, {'k': 5}])
+    """
+    from .ood import ood_auroc_score  # xarray: imported on use (this module is numpy only)
+
+    grid = {k: tuple(v) for k, v in (detector.grid if grid is None else grid).items()}
+    names = list(grid)
+    points = [dict(zip(names[::-1], values, strict=True))
+              for values in itertools.product(*(grid[n] for n in names[::-1]))]
+    best, best_auroc, trials = dict(detector.params), -np.inf, []
+    for point in points:
+        point = {n: point[n] for n in names}
+        try:
+            u_id, u_ood = val_scores(detector.with_params(**point))
+        except ValueError as exc:
+            trials.append({"params": point, "error": str(exc)})
+            continue
+        auroc = float(ood_auroc_score(u_id, u_ood))
+        trials.append({"params": point, "auroc": auroc})
+        if auroc > best_auroc:
+            best, best_auroc = {**detector.params, **point}, auroc
+    return best, trials
 
 
 def get_detector(name: str) -> Detector:

@@ -81,7 +81,7 @@ _PREDICT_OWN = ("embeddings", "cache-variables", "eval-set", "eval-member", "rol
 #: set). Calibration is a split of the test set unless a calibration set is declared.
 READS = {"selective": ("test",),
          "shift": ("test", "calibration", "shift"),
-         "ood": ("test", "fit", "ood-near", "ood-far"),
+         "ood": ("test", "fit", "ood-near", "ood-far", "calibration", "ood-val"),
          "conformal": ("test", "calibration", "shift")}
 #: The roles whose sets the OOD protocol's feature detectors read (the ID test set, the fit
 #: subset and the OOD sets): where the embeddings and the head are recorded.

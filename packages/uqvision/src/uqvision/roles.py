@@ -3,8 +3,10 @@
 Every set a model predicts has a declared **role** (:data:`SET_ROLES`), recorded in its caches
 (attr :data:`ROLE_ATTR`): ``calibration`` (where a temperature or conformal sets are
 calibrated), ``test`` (the in-distribution test set), ``fit`` (the in-distribution training
-subset a feature detector fits on: never scored), ``ood-near`` and ``ood-far`` (OOD sets) and
-``shift`` (a shifted copy of the classes: each member of ImageNet-C, V2, Sketch, ...). A sweep
+subset a feature detector fits on: never scored), ``ood-near`` and ``ood-far`` (OOD sets),
+``shift`` (a shifted copy of the classes: each member of ImageNet-C, V2, Sketch, ...) and
+``ood-val`` (an OOD validation set, which ``uqvision score ood --tune-detectors`` selects the
+detectors' parameters on: never scored as a test OOD set; declared, never a default). A sweep
 takes it from ``--sets ROLE:NAME=PATH`` or gives a set its evaluation set's default
 (:func:`uqvision.evalsets.default_role`).
 
@@ -31,7 +33,7 @@ __all__ = ["LABELLED_ROLES", "RETIRED_ROLE_OPTIONS", "ROLE_ALIASES", "ROLE_ATTR"
            "declared_ensembles", "ensemble_option", "legacy_config", "role_option"]
 
 #: The roles of a set (see the module docstring), recorded in a cache's attr :data:`ROLE_ATTR`.
-SET_ROLES = ("calibration", "test", "fit", "ood-near", "ood-far", "shift")
+SET_ROLES = ("calibration", "test", "fit", "ood-near", "ood-far", "shift", "ood-val")
 #: The cache attr that records its set's role (``role`` records the evaluation set's kind:
 #: clean, shifted, ood or relabelled).
 ROLE_ATTR = "set_role"

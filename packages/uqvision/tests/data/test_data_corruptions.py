@@ -1,5 +1,6 @@
 """ImageNet-C made locally (uqvision.data.corruptions): reference equality, severity order,
-resume after a kill, refused inputs."""
+resume after a kill, refused inputs. (Motion blur, snow and elastic transform, which are the
+original's code rather than imagecorruptions': test_corruptions_original.py.)"""
 
 import io
 import json
@@ -23,6 +24,7 @@ from uqvision.data.corruptions import (
     make_corrupted_folder,
     reference_corruptions,
 )
+from uqvision.data.corruptions_original import IMAGEMAGICK_CORRUPTIONS, ORIGINAL_CORRUPTIONS
 from uqvision.data.makers import DATASET_MAKERS
 
 # Non-monotone by the reference parameters, at any size: glass blur (severity 2 shuffles once,
@@ -30,6 +32,8 @@ from uqvision.data.makers import DATASET_MAKERS
 # 0.65/0.7 vs 0.6/0.75), saturate (severities 1-3 only rescale saturation: no change on grey
 # images, 0.3 vs 0.1 vs 2 on colour ones). Only severity 5 < severity 1 is asserted for them.
 NOT_MONOTONE = {"glass_blur", "frost", "saturate"}
+#: The corruptions made by imagecorruptions (the others: uqvision.data.corruptions_original).
+PACKAGE_CORRUPTIONS = tuple(c for c in CORRUPTIONS if c not in ORIGINAL_CORRUPTIONS)
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +54,17 @@ def test_names_match_the_package():
     assert tuple(ref.get_corruption_names()) == BENCHMARK_CORRUPTIONS
 
 
-def test_every_corruption_equals_the_reference(clean, tmp_path):
-    out = make_corrupted_folder(clean, tmp_path / "c", corruptions=CORRUPTIONS, resize=32,
-                                crop=32, seed=3, progress=False)
+def test_every_package_corruption_equals_the_reference(clean, tmp_path):
+    out = make_corrupted_folder(clean, tmp_path / "c", corruptions=PACKAGE_CORRUPTIONS,
+                                resize=32, crop=32, seed=3, progress=False)
     ds = ImageFolderDataset(clean)
     ref = reference_corruptions()
     for rel, label in ds.samples[:2]:
         img = Image.open(clean / rel).convert("RGB")
         arr = np.asarray(tf.center_crop(tf.resize(img, 32), 32))
         for i, c in enumerate(CORRUPTIONS):
+            if c in ORIGINAL_CORRUPTIONS:
+                continue
             for s in range(1, 6):
                 np.random.seed(derive_seed(3, i, s, zlib.crc32(rel.encode())) % 2**32)
                 want = ref.corrupt(arr, corruption_name=c, severity=s)
@@ -67,27 +73,37 @@ def test_every_corruption_equals_the_reference(clean, tmp_path):
     meta = json.loads((out / METADATA_FILE).read_text())
     assert meta["complete"] and meta["jpeg_quality"] == 85 and meta["crop"] == 32
     assert meta["package"].startswith("imagecorruptions 1.")
+    assert meta["implementations"] == {c: meta["package"] for c in PACKAGE_CORRUPTIONS}
     # the output is the layout of the imagenet-c evaluation set: one readable folder per member
     member = ImageFolderDataset(out / "fog" / "3")
     assert member.classes == ds.classes and len(member) == len(ds)
 
 
-def test_severity_lowers_psnr(clean):
+@pytest.fixture(scope="module")
+def images64(clean):
+    """Five of the digit images at 64 px, with their sample ids."""
     ds = ImageFolderDataset(clean)
-    imgs = [(_prepare(ds[i][0], 64, 64), ds.samples[i][0]) for i in range(0, len(ds), 2)]
-    for c in CORRUPTIONS:
-        psnr = []
-        for s in range(1, 6):
-            v = []
-            for a, rel in imgs:
-                o = _corrupt(a, c, s, _seed(0, c, s, rel)).astype(float)
-                mse = np.mean((o - a.astype(float)) ** 2)
-                v.append(10 * np.log10(255.0**2 / max(mse, 1e-10)))
-            psnr.append(np.mean(v))
-        if c in NOT_MONOTONE:
-            assert psnr[4] < psnr[0], (c, psnr)
-        else:
-            assert (np.diff(psnr) < 0).all(), (c, psnr)
+    return [(_prepare(ds[i][0], 64, 64), ds.samples[i][0]) for i in range(0, len(ds), 2)]
+
+
+@pytest.mark.parametrize("c", CORRUPTIONS)
+def test_severity_lowers_psnr(images64, c, request):
+    if c in IMAGEMAGICK_CORRUPTIONS:
+        request.getfixturevalue("magick")
+    psnr = []
+    for s in range(1, 6):
+        v = []
+        for a, rel in images64:
+            o = _corrupt(a, c, s, _seed(0, c, s, rel)).astype(float)
+            mse = np.mean((o - a.astype(float)) ** 2)
+            v.append(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+        psnr.append(np.mean(v))
+    if c == "elastic_transform":  # the original's: 1-2 a large random affine, 3-5 a local field
+        assert max(psnr[:2]) < min(psnr[2:]) and (np.diff(psnr[2:]) < 0).all(), psnr
+    elif c in NOT_MONOTONE:
+        assert psnr[4] < psnr[0], (c, psnr)
+    else:
+        assert (np.diff(psnr) < 0).all(), (c, psnr)
 
 
 def test_resume_after_an_interruption_is_byte_identical(clean, tmp_path):
@@ -279,6 +295,26 @@ def test_other_options_or_foreign_folder_refused(clean, tmp_path):
     (tmp_path / "x" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not a uqvision ImageNet-C folder"):
         make_corrupted_folder(clean, tmp_path / "x", **kw)
+
+
+def test_folder_of_an_earlier_uqvision_resumes_unless_a_corruption_changed(clean, tmp_path):
+    """A metadata file without ``implementations`` (written before elastic transform, motion
+    blur and snow were the original's) recorded imagecorruptions for every corruption: such a
+    folder resumes where its corruptions are still the package's, and is refused, naming the
+    difference, where one is now the original's."""
+    kw = {"severities": (1,), "resize": 32, "crop": 32, "progress": False}
+    for names, same in ((("brightness",), True), (("brightness", "elastic_transform"), False)):
+        out = make_corrupted_folder(clean, tmp_path / names[-1], corruptions=names, **kw)
+        meta = json.loads((out / METADATA_FILE).read_text())
+        del meta["implementations"]
+        (out / METADATA_FILE).write_text(json.dumps({**meta, "complete": False}))
+        if same:
+            make_corrupted_folder(clean, out, corruptions=names, **kw)
+            assert json.loads((out / METADATA_FILE).read_text())["complete"]
+        else:
+            with pytest.raises(FileExistsError, match=r"other options; pass overwrite=True to "
+                               r"replace it \(they differ in: implementations\)"):
+                make_corrupted_folder(clean, out, corruptions=names, **kw)
 
 
 def test_dataset_maker(clean, tmp_path):

@@ -153,18 +153,19 @@ def test_score_conformal_prints_and_writes_its_table(tmp_path, capsys):
     printed, rows, ds = _score(capsys, "conformal", caches, tmp_path / "conformal.nc",
                                "--dataset", "test", "--calibration-dataset", "val",
                                "--trials", "3", "--alphas", "0.1", "0.2")
-    columns = [f"{v}[alpha={a},calibration=none]" for v in ("coverage", "mean_set_size",
-                                                             "sscv") for a in ("0.1", "0.2")]
-    assert list(rows[0]) == ["model", "method", *columns]
-    models = [str(m) for m in ds.indexes["model"]]
-    methods = [str(m) for m in ds.indexes["method"]]
-    # a row per model and method: models in the file's order, methods in RAPS's
-    assert [(r["model"], r["method"]) for r in rows] == [(m, k) for m in models
-                                                         for k in methods]
-    _same_numbers(rows, ds, ["model", "method"])
+    # RAPS's Table 1 as published (issue 38 §2): a row per model; the medians over the trials
+    # of top-1 and top-5 accuracy, then coverage and mean set size of Top-K, Naive, APS and
+    # RAPS, Platt-scaled per trial (each level: the method's two levels side by side)
+    columns = ["accuracy_median", "top5_accuracy_median"] + [
+        f"{v}_median[method={m},alpha={a},calibration=platt]"
+        for v in ("coverage", "mean_set_size") for m in ("topk", "naive", "aps", "raps")
+        for a in ("0.1", "0.2")]
+    assert list(rows[0]) == ["model", *columns]
+    assert [r["model"] for r in rows] == [str(m) for m in ds.indexes["model"]]  # file order
+    _same_numbers(rows, ds, ["model"])
     caption, header, body = _body(printed, "model")
-    assert "every column at calibration=none" in caption  # un-scaled, said once
-    assert header[2:] == [c.replace(",calibration=none", "") for c in columns]
+    assert caption.startswith("conformal: a row per model")
+    assert header[1:] == columns  # (no label every column shares: the accuracies have none)
     assert len(body) == len(rows)
 
 

@@ -154,8 +154,8 @@ def _conformal_caches(folder, n_test=80):
 
 def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path, capsys):
     """Row 19: --n-cal 5 at alpha 0.1 gave coverage 1.0 and full sets without a word; now a
-    warning names the smallest n_cal that reaches each level (9 at 0.1, 13 for RAPS, which
-    holds out its tuning images), and the result records it."""
+    warning names the smallest n_cal that reaches each level (9 at 0.1, 14 for RAPS, which
+    holds out its ceil(0.33 n_cal) tuning images), and the result records it."""
     folder = _conformal_caches(tmp_path / "c")
     config = ConformalConfig(n_cal=5, alphas=(0.1,), trials=5, randomized=False)
     with pytest.warns(ShortCalibrationWarning) as caught:
@@ -163,19 +163,20 @@ def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path, capsys
     (w,) = caught
     msg = str(w.message)
     assert "thr at alpha 0.1 needs n_cal >= 9" in msg and "aps at alpha 0.1 needs n_cal >= 9" \
-        in msg and "raps at alpha 0.1 needs n_cal >= 13" in msg and "'m1' (n_cal 5)" in msg
+        in msg and "raps at alpha 0.1 needs n_cal >= 14" in msg and "'m1' (n_cal 5)" in msg
     # what the warning is about: every set full, coverage 1
     full = ds.sel(model="m1", alpha=0.1, calibration="none")
     for method in ("thr", "aps", "raps"):
         assert float(full["coverage"].sel({"method": method})) == 1.0
         assert float(full["mean_set_size"].sel({"method": method})) == C
-    assert ds["min_n_cal"].sel(alpha=0.1).values.tolist() == [0, 9, 9, 13, 9]
+    # the baselines (topk, naive, naive_deterministic) have no conformal threshold
+    assert ds["min_n_cal"].sel(alpha=0.1).values.tolist() == [0, 0, 0, 9, 9, 14, 9]
     assert ds["short_calibration"].sel(model="m1", alpha=0.1).values.tolist() == [
-        0.0, 1.0, 1.0, 1.0, 1.0]
+        0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     assert ds.attrs["notes"] == msg
     # written and read back: the record survives the file
     back = read_dataset(write_dataset(ds, tmp_path / "conformal.nc"))
-    assert int(back["min_n_cal"].sel({"method": "raps", "alpha": 0.1})) == 13
+    assert int(back["min_n_cal"].sel({"method": "raps", "alpha": 0.1})) == 14
     # the command line says it in one line, and writes the result
     assert main(["score", "conformal", "--caches", str(folder), "--n-cal", "5", "--alphas",
                  "0.1", "--trials", "5", "--out", str(tmp_path / "cli.nc")]) == 0
@@ -183,12 +184,12 @@ def test_an_n_cal_too_small_for_the_level_warns_and_is_recorded(tmp_path, capsys
     assert line.startswith("uqvision score conformal: note: conformal: too few calibration "
                            "images") and "thr at alpha 0.1 needs n_cal >= 9" in line
     assert read_dataset(tmp_path / "cli.nc").attrs["notes"] == line.split("note: ", 1)[1]
-    # n_cal 13 reaches the level for every marginal method: no warning about them
+    # n_cal 14 reaches the level for every marginal method: no warning about them
     with pytest.warns(ShortCalibrationWarning) as caught:
-        ds = score_conformal(folder, ConformalConfig(n_cal=13, alphas=(0.1,), trials=5))
+        ds = score_conformal(folder, ConformalConfig(n_cal=14, alphas=(0.1,), trials=5))
     (w,) = caught
     assert "needs n_cal" not in str(w.message) and "aps_mondrian at alpha 0.1" in str(w.message)
-    assert ds["short_calibration"].sel(model="m1", alpha=0.1).values[:4].tolist() == [0] * 4
+    assert ds["short_calibration"].sel(model="m1", alpha=0.1).values[:6].tolist() == [0] * 6
 
 
 def test_mondrian_classes_with_too_few_images_are_counted(tmp_path):

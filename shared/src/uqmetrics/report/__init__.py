@@ -21,6 +21,7 @@ from .leaderboard import (
     HEADLINE_COLUMNS,
     Leaderboard,
     MetricColumn,
+    PublishedRows,
     ReportHook,
     column_name,
     column_values,
@@ -42,6 +43,6 @@ from .site import (
 )
 
 __all__ = ["GENERATOR", "HEADLINE_COLUMNS", "MANIFEST_VERSION", "PATHS", "REPORT_HOOKS",
-           "Leaderboard", "MetricColumn", "ReportHook", "SiteReport", "build_site",
+           "Leaderboard", "MetricColumn", "PublishedRows", "ReportHook", "SiteReport", "build_site",
            "column_name", "column_values", "exact_value", "format_value", "headline_columns",
            "leaderboard", "parse_column", "read_manifest", "shown_path"]

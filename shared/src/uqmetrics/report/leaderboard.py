@@ -42,8 +42,8 @@ from ..io import dataset_checksum, decode_attr
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["HEADLINE_COLUMNS", "Leaderboard", "ReportHook", "column_name", "column_values",
-           "format_value", "headline_columns", "leaderboard", "parse_column"]
+__all__ = ["HEADLINE_COLUMNS", "Leaderboard", "PublishedRows", "ReportHook", "column_name",
+           "column_values", "format_value", "headline_columns", "leaderboard", "parse_column"]
 
 #: Row dims preferred, in order, when a hook names none and several dims qualify.
 _PREFERRED_DIMS = ("model", "method", "detector", "entry")
@@ -122,6 +122,11 @@ class ReportHook:
         Which images (samples) each number covers: a line, or ``images(ds) -> str``.
     description : str
         What the protocol is (a line, shown below the run's).
+    published : callable or None
+        ``published(ds) -> list of PublishedRows``: published numbers shown beside the file's
+        rows, each block a table of its own marked *published*, with its citations; in the
+        page and the JSON, never in the manifest (no cache stands behind them: not
+        re-verifiable).
     """
 
     title: str = ""
@@ -140,6 +145,31 @@ class ReportHook:
     units: Mapping[str, str] = field(default_factory=dict)
     subtitle: Callable[[xr.Dataset], str] | None = None
     images: Callable[[xr.Dataset], str] | str | None = None
+    published: Callable[[xr.Dataset], Sequence[PublishedRows]] | None = None
+
+
+@dataclass(frozen=True)
+class PublishedRows:
+    """Published numbers beside a leaderboard (:attr:`ReportHook.published`): cited, not
+    re-verifiable.
+
+    Attributes
+    ----------
+    title : str
+    columns : tuple of str
+    rows : tuple of tuple
+        Each: one value per column, shape (row, column).
+    citations : tuple of str
+        Every source the rows cite, one line each.
+    note : str
+        How the numbers were made, what was not compared (a line).
+    """
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    citations: tuple[str, ...]
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,6 +266,7 @@ class Leaderboard:
     units: dict[str, str] = field(default_factory=dict)
     page: str = ""
     source: str = ""
+    published: list[PublishedRows] = field(default_factory=list)
 
     def label(self, i: int) -> str:
         """Row ``i``'s name: its primary label, then each stacked key's, joined by ``/``."""
@@ -679,7 +710,8 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
         conventions={str(k): str(v) for k, v in conventions.items()}, skipped=skipped,
         title=hook.title or protocol, description=hook.description,
         subtitle=hook.subtitle(ds) if hook.subtitle else _subtitle(ds, dims, attrs),
-        images=str(images or ""), units=dict(hook.units), source=str(path))
+        images=str(images or ""), units=dict(hook.units), source=str(path),
+        published=list(hook.published(ds)) if hook.published else [])
     labels = [board.label(i) for i in range(len(rows))]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{path}: the rows' names (labels of {dims} joined by '/') are not "

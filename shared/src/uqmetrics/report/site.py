@@ -134,6 +134,11 @@ def _json_text(board: Leaderboard) -> str:
                                         "greater_is_better": c.greater_is_better,
                                         "convention": c.convention} for c in board.columns},
             "rows": [{k: _json_value(v) for k, v in r.items()} for r in board.table_rows()]}
+    if board.published:  # beside the rows, cited; never in the manifest (not re-verifiable)
+        data["published"] = [{"title": p.title, "columns": list(p.columns),
+                              "rows": [[_json_value(v) for v in row] for row in p.rows],
+                              "citations": list(p.citations), "note": p.note}
+                             for p in board.published]
     return json.dumps(data, indent=1, allow_nan=False) + "\n"
 
 

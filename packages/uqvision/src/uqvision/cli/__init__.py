@@ -37,6 +37,7 @@ One concern per module (every name that tests and tools read is importable from
 - :mod:`~.sweep`: ``sweep`` and its report of the models that failed;
 - :mod:`~.demo`: ``demo``;
 - :mod:`~.report`: ``report`` (the static leaderboard site of score files);
+- :mod:`~.compare`: ``compare`` (a score file beside a published table);
 - here: ``plugins``, :data:`COMMANDS` (the protocols' commands included), :func:`build_parser`
   and :func:`main`.
 """
@@ -55,6 +56,7 @@ from .. import load_registries
 from ..options import COUNT, Command
 from ..protocols import VISION_PROTOCOLS
 from .base import _add_subcommands, _HelpFormatter, _Parser, _print
+from .compare import _args_compare, _cmd_compare
 from .demo import (
     _DEMO_OPTIONS,  # noqa: F401
     _args_demo,
@@ -164,6 +166,9 @@ COMMANDS.add("verify", Command(_cmd_verify, _args_verify,
                                "any disagreement)"))
 COMMANDS.add("report", Command(_cmd_report, _args_report,
                                "a static leaderboard site of score files (opens from disk)"))
+COMMANDS.add("compare", Command(_cmd_compare, _args_compare,
+                                "a score file's rows beside a published table's (OpenOOD v1.5, "
+                                "RAPS, ImageNet-C), matched by checkpoint, with the differences"))
 COMMANDS.add("plugins", Command(_cmd_plugins, lambda p: None,
                                 "list the installed plugins (entry points); exit status 1 when "
                                 "one did not load"))

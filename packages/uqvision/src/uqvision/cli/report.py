@@ -249,6 +249,48 @@ def register_report_hooks() -> None:
             REPORT_HOOKS.add(name, _hook(proto))
 
 
+def _published_names() -> list[str]:
+    from ..published import names  # the data folder only
+
+    return names()
+
+
+def _published_hooks(tables: list[str]):
+    """The registered hooks, those of the protocols of ``tables`` showing their published
+    rows (:func:`uqvision.published.report_blocks`); None without tables."""
+    if not tables:
+        return None
+    import dataclasses
+
+    from uqmetrics.report import REPORT_HOOKS
+
+    from ..published import load, report_blocks
+
+    protocols = {load(t).protocol for t in tables}
+    return {name: dataclasses.replace(hook, published=lambda ds: report_blocks(ds, tables))
+            if name in protocols else hook for name, hook in REPORT_HOOKS.items()}
+
+
+def _check_published(tables: list[str], results: list[str]) -> None:
+    """Refuse a ``--published`` table of a protocol no result file is of (naming theirs)."""
+    from uqmetrics import InputError
+    from uqmetrics.io import xarray_module
+
+    from ..published import load
+
+    protocols = set()
+    for path in results if tables else ():
+        try:
+            with xarray_module().open_dataset(path) as ds:
+                protocols.add(str(ds.attrs.get("protocol", "")))
+        except (OSError, ValueError):
+            return  # the site's reading says what is wrong with the file
+    for t in tables:
+        if load(t).protocol not in protocols:
+            raise InputError(f"--published {t}: no result file is of its protocol "
+                             f"{load(t).protocol!r} (theirs: {', '.join(sorted(protocols))})")
+
+
 def _args_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", metavar="RESULT",
                    help="score files, as `uqvision score NAME` writes them (several of one "
@@ -257,6 +299,11 @@ def _args_report(p: argparse.ArgumentParser) -> None:
                    "score file, data/, manifest.json); refused when not empty")
     p.add_argument("--overwrite", action="store_true", help="replace a site this command wrote (nothing else in it)")
     p.add_argument("--no-figures", action="store_true", help="leave the figures out")
+    p.add_argument("--published", action="append", default=[], metavar="NAME",
+                   choices=_published_names(),
+                   help="show a published table's rows beside the rows of each score file of "
+                        "its protocol that hold its checkpoints, cited and marked published "
+                        "(repeatable): %(choices)s (uqvision compare)")
     p.add_argument("--paths", choices=("relative", "absolute"), default="relative",
                    help="how the site names files of this machine: relative (default; the "
                    "result files relative to the site, other paths relative to the result "
@@ -267,7 +314,8 @@ def _cmd_report(a: argparse.Namespace) -> int:
     from uqmetrics.report import build_site  # Jinja2 and the readers: imported on use
 
     register_report_hooks()
+    _check_published(a.published, a.results)
     report = build_site(a.results, a.out, overwrite=a.overwrite, figures=not a.no_figures,
-                        paths=a.paths, log=_print)
+                        paths=a.paths, log=_print, hooks=_published_hooks(a.published))
     _print(f"{report.out / 'index.html'}")
     return 0

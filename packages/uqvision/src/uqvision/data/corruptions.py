@@ -1,17 +1,22 @@
-"""ImageNet-C made locally: the reference corruptions of ``imagecorruptions`` applied to a clean
-image folder (:func:`make_corrupted_folder`; ``uqvision data imagenet-c --src DIR --out DIR``).
+"""ImageNet-C made locally: the corruptions of ImageNet-C's ``make_imagenet_c.py`` applied to a
+clean image folder (:func:`make_corrupted_folder`; ``uqvision data imagenet-c --src DIR --out
+DIR``).
 
 The convention follows ImageNet-C's own ``make_imagenet_c.py`` (Hendrycks & Dietterich 2019):
 each image is resized (short side ``resize``, bilinear) and centre-cropped (``crop``) as
-torchvision's ``Resize(256)`` + ``CenterCrop(224)``, corrupted by the reference function of
-the PyPI package ``imagecorruptions`` (bethgelab, which ships ImageNet-C's code and frost
-images), and saved as JPEG with PIL at ``quality=85, optimize=True`` (the original's exact
-call). The output is ImageNet-C's layout, ``<out>/<corruption>/<severity>/<class>/<stem>.JPEG``
-(the ``imagenet-c`` evaluation set of :mod:`uqvision.evalsets` expands it), with a metadata
-file ``<out>/imagenet-c.json``.
+torchvision's ``Resize(256)`` + ``CenterCrop(224)``, corrupted, and saved as JPEG with PIL at
+``quality=85, optimize=True`` (the original's exact call). The corruption functions are those
+of the PyPI package ``imagecorruptions`` (bethgelab's release of ImageNet-C's code and frost
+images), except four where that package is not the original: ``motion_blur``, ``snow``,
+``frost`` and ``elastic_transform`` are :mod:`uqvision.data.corruptions_original`, as
+``make_imagenet_c.py`` defines them (motion blur and snow through ImageMagick's
+``MotionBlurImage`` via Wand, the ``uqvision[imagemagick]`` extra). The output is ImageNet-C's
+layout, ``<out>/<corruption>/<severity>/<class>/<stem>.JPEG`` (the ``imagenet-c`` evaluation
+set of :mod:`uqvision.evalsets` expands it), with a metadata file ``<out>/imagenet-c.json``
+that records, among the options, which implementation made each corruption.
 
-Every (image, corruption, severity) is deterministic: numpy's global RNG (the one the reference
-functions draw from) is seeded with ``derive_seed(seed, corruption index, severity,
+Every (image, corruption, severity) is deterministic: numpy's global RNG (the one every
+corruption function draws from) is seeded with ``derive_seed(seed, corruption index, severity,
 crc32(relative path)) % 2**32`` around the call, where the corruption index is the position in
 :data:`CORRUPTIONS` and the relative path is the sample id of
 :class:`~uqvision.data.ImageFolderDataset` (POSIX, UTF-8). Files are written once, under a
@@ -53,11 +58,12 @@ from uqmetrics import InputError
 from uqmetrics.io import check_apart, named_write_error, remove_files
 from uqmetrics.sweep import ClusterSpec
 
+from . import corruptions_original as original
 from ._util import derive_seed
 
 __all__ = ["BENCHMARK_CORRUPTIONS", "CORRUPTIONS", "JPEG_QUALITY", "METADATA_FILE",
-           "check_complete", "make_corrupted_folder", "make_imagenet_c_folder",
-           "reference_corruptions"]
+           "check_complete", "implementations", "make_corrupted_folder",
+           "make_imagenet_c_folder", "reference_corruptions"]
 
 #: The 15 ImageNet-C benchmark corruptions, in ``imagecorruptions.get_corruption_names()``
 #: order.
@@ -184,15 +190,43 @@ def _prepare(img, resize: int, crop: int) -> np.ndarray:
 
 
 def _corrupt(arr: np.ndarray, corruption: str, severity: int, seed: int) -> np.ndarray:
-    """The reference corruption of ``arr`` under numpy seed ``seed`` (uint8 HxWx3)."""
-    ref = reference_corruptions()
+    """``corruption`` of ``arr`` under numpy seed ``seed`` (uint8 HxWx3): the original's
+    function where :data:`~uqvision.data.corruptions_original.ORIGINAL_CORRUPTIONS` has it,
+    else imagecorruptions'."""
+    fn = getattr(original, corruption) if corruption in original.ORIGINAL_CORRUPTIONS else None
+    ref = reference_corruptions() if fn is None else None
     with _LOCK:
         state = np.random.get_state()
         np.random.seed(seed)
         try:
+            if fn is not None:
+                return np.uint8(fn(arr, severity))  # as imagecorruptions.corrupt returns
             return ref.corrupt(arr, corruption_name=corruption, severity=severity)
         finally:
             np.random.set_state(state)
+
+
+def implementations(corruptions: Iterable[str]) -> dict[str, str]:
+    """Which code makes each of ``corruptions`` (recorded in :data:`METADATA_FILE`):
+    ``"imagecorruptions 1.1.2"``, or ``make_imagenet_c.py``'s definition
+    (:mod:`uqvision.data.corruptions_original`), with the ImageMagick and Wand versions of
+    motion blur and snow.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Motion blur or snow asked for where Wand or ImageMagick's library is missing (one
+        line naming what to install).
+    """
+    from importlib.metadata import version
+    corruptions = list(corruptions)
+    original.check_imagemagick(corruptions)
+    made = {c: f"imagecorruptions {version('imagecorruptions')}" for c in corruptions}
+    for c in set(corruptions) & set(original.ORIGINAL_CORRUPTIONS):
+        made[c] = "make_imagenet_c.py of hendrycks/robustness (uqvision.data.corruptions_original)"
+        if c in original.IMAGEMAGICK_CORRUPTIONS:
+            made[c] += f"; {original.imagemagick_version()}"
+    return made
 
 
 def _save_jpeg(arr: np.ndarray, dest: Path, quality: int) -> None:
@@ -436,6 +470,10 @@ def _check_options(corruptions, severities, resize, crop, quality, workers
                          "reference corruption accepts")
     if quality > 95:
         raise ValueError(f"quality must be 1..95 (PIL's JPEG qualities), got {quality}")
+    if "frost" in corruptions and crop > original.FROST_MAX:
+        raise ValueError(f"crop {crop} is above {original.FROST_MAX} px, the largest image "
+                         "ImageNet-C's frost textures cover; give crop <= "
+                         f"{original.FROST_MAX} or leave frost out")
     return corruptions, tuple(int(s) for s in severities)
 
 
@@ -476,7 +514,8 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     severities : iterable of int, default (1, 2, 3, 4, 5)
     resize, crop : int, default 256, 224
         Short side after resizing, then side of the centre crop (``crop <= resize``,
-        ``crop >= 32``: :data:`MIN_CROP`).
+        ``crop >= 32``: :data:`MIN_CROP`; with frost, ``crop <= 314``:
+        :data:`~uqvision.data.corruptions_original.FROST_MAX`).
     quality : int, default 85
         JPEG quality (ImageNet-C's, :data:`JPEG_QUALITY`).
     seed : int, default 0
@@ -510,12 +549,13 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     ValueError
         An unknown corruption, a severity outside 1..5, ``crop > resize``, a bad size,
         quality or worker count, ``workers`` > 1 with a ``scheduler``; two images of one
-        class with the same file stem.
+        class with the same file stem; frost with ``crop`` above 314 px.
     FileExistsError
         ``out`` holds other files or a run with other options (without ``overwrite``).
     uqmetrics.InputError
         ``out`` inside ``src`` or holding it; a metadata file not written here (a name
-        outside the known sets).
+        outside the known sets); motion blur or snow where Wand or ImageMagick's library is
+        missing (one line naming what to install, before any work).
     OSError
         A write failed: the error names the file being written (a full disk said as such).
     """
@@ -538,6 +578,7 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     check_apart(out, {"--src": src})
     from importlib.metadata import version
     reference_corruptions()  # refuse a missing or broken package before any work
+    made = implementations(corruptions)  # and a missing ImageMagick (motion blur, snow)
     meta = {"format": _FORMAT, "corruptions": list(corruptions), "severities": list(severities),
             "resize": int(resize), "crop": int(crop), "jpeg_quality": int(quality),
             "jpeg_optimize": True, "seed": int(seed),
@@ -545,13 +586,19 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
                          "corruption), severity, zlib.crc32(relative_path.encode())) % 2**32)",
             "corruption_order": list(CORRUPTIONS),
             "package": f"imagecorruptions {version('imagecorruptions')}",
-            "source": str(Path(src).resolve())}
+            "implementations": made, "source": str(Path(src).resolve())}
     meta_path = out / METADATA_FILE
     old: dict = {}
     replaced = False
     if meta_path.exists() or meta_path.is_symlink():
         old = _read_metadata(meta_path)  # every name checked before a path is built from it
-        replaced = {k: v for k, v in old.items() if k not in ("complete", "images")} != meta
+        options = {k: v for k, v in old.items() if k not in ("complete", "images")}
+        # not recorded before uqvision made motion blur, snow, frost and elastic as the original:
+        # every corruption was then imagecorruptions'
+        options.setdefault("implementations", {c: options.get("package")
+                                               for c in options["corruptions"]})
+        differ = sorted(k for k in options.keys() | meta.keys() if options.get(k) != meta.get(k))
+        replaced = bool(differ)
         if replaced and not overwrite:
             if old.get("format") != _FORMAT:
                 raise FileExistsError(f"out {str(out)!r} holds ImageNet-C of an earlier "
@@ -559,7 +606,8 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
                                       "source images to resume against); pass overwrite=True "
                                       "(--overwrite) to make it again")
             raise FileExistsError(f"out {str(out)!r} holds ImageNet-C made with other "
-                                  "options; pass overwrite=True to replace it")
+                                  "options; pass overwrite=True to replace it (they differ in: "
+                                  f"{', '.join(differ)})")
     elif out.exists() and any(out.iterdir()):
         raise FileExistsError(f"out {str(out)!r} exists and is not a uqvision ImageNet-C "
                               f"folder (no {METADATA_FILE})")
@@ -646,7 +694,8 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
         The clean image folder (required).
     corruptions, severities : str, optional
         E.g. ``"fog,snow"``, ``"1,3,5"``; default the 15 benchmark corruptions, severities
-        1..5.
+        1..5. Motion blur and snow run ImageMagick (Debian's libmagickwand-6.q16-6 and pip
+        install 'uqvision[imagemagick]').
     resize, crop, quality, workers, seed, overwrite, scheduler
         As :func:`make_corrupted_folder`.
 

@@ -442,7 +442,7 @@ def _roles_of(es: EvalSet) -> tuple[str, ...]:
     """The roles a set of ``es`` may be declared with."""
     if es.role == "clean":
         return ("calibration", "test", "fit")
-    return (default_role(es),)
+    return (default_role(es), "ood-val") if es.role == "ood" else (default_role(es),)
 
 
 def check_role(eval_set: EvalSet | str, role: str | None, where: str = "role") -> str:
@@ -453,7 +453,8 @@ def check_role(eval_set: EvalSet | str, role: str | None, where: str = "role") -
     eval_set : EvalSet or str
     role : str or None
         One of :data:`uqvision.roles.SET_ROLES`: ``calibration``, ``test`` or ``fit`` for a
-        clean set; a shifted, relabelled or OOD set plays only its default role.
+        clean set; a shifted or relabelled set plays only its default role, an OOD set its
+        default role or ``ood-val`` (an OOD validation set).
     where : str
         How the error names the value (an option and its value).
 

@@ -16,7 +16,11 @@ from uqvision.protocols.conformal.figures import (
     plot_shift_coverage,
     plot_size_vs_accuracy,
 )
-from uqvision.protocols.conformal.findings import conformal_findings, format_findings
+from uqvision.protocols.conformal.findings import (
+    conformal_findings,
+    format_findings,
+    mondrian_notes,
+)
 
 METHODS = ["naive", "thr", "aps", "raps", "aps_mondrian"]
 MODELS = ["m1", "m2", "m3"]
@@ -69,6 +73,45 @@ def test_findings_by_hand():
     assert "| RAPS smaller than APS at equal coverage | alpha 0.1 | none |" in text
 
 
+def test_naive_finding_reads_the_official_naive_not_the_deterministic_one():
+    """Issue 38, item 1: the verdict is the ``naive`` row's (the official, randomized one);
+    ``naive_deterministic`` (the last class always kept) covers more and is not tested."""
+    ds = _result()
+    det = ds.sel({"method": ["naive"]}).assign_coords(method=["naive_deterministic"])
+    det["coverage"][:] = 0.99  # would be 0 of 6 below 1 - alpha
+    ds = xr.concat([ds, det], dim="method")
+    naive = {(f.claim, f.subject): f for f in conformal_findings(ds)}["Naive under-covers",
+                                                                      "all models"]
+    assert (naive.k, naive.n) == (4, 6)
+
+
+def test_mondrian_notes_say_why_the_sets_are_full(tmp_path):
+    """Issue 38, item 5 (V.7): Mondrian APS holds out no tuning split; a class with fewer
+    than min_n_cal images in a trial's draw is in every set. The note reads the file's
+    short_calibration, min_n_cal, n_cal and un-scaled mean set size."""
+    ds = _result()
+    ds = ds.assign_coords({"class": [f"c{i}" for i in range(48)]})
+    ds["n_cal"] = ("model", [960, 960, 960])
+    ds["min_n_cal"] = (("method", "alpha"), np.array([[0, 0], [9, 19], [9, 19], [14, 28],
+                                                      [9, 19]]))
+    short = np.zeros((3, 5, 2))
+    short[:, 4] = [[0.0004, 0.32], [0.0004, 0.32], [0.0004, 0.32]]
+    ds["short_calibration"] = (("model", "method", "alpha"), short)
+    ds["mean_set_size"].loc[{"method": "aps_mondrian", "alpha": 0.05,
+                             "calibration": "none"}] = [16.0, 16.3, 16.6]
+    lines = mondrian_notes(ds)
+    assert len(lines) == 2
+    assert lines[1] == (
+        "- aps_mondrian at alpha 0.05: no tuning split is held out, so each class calibrates "
+        "on its own images among the n_cal = 960 of a trial's draw, about 20.0 images per "
+        "class; 32.0% of the (trial, class) draws hold fewer than 19: the class's threshold "
+        "is then infinite and the class in every set, 15.4 of the 48 classes per trial; mean "
+        "set size 16.30 (un-scaled, over the predictors).")
+    text = format_findings(conformal_findings(ds), ds)
+    assert text.endswith("\n".join(["Mondrian (class-conditional) APS:", "", *lines]) + "\n")
+    assert mondrian_notes(ds.drop_vars("short_calibration")) == []
+
+
 def test_findings_refuse_a_result_of_another_protocol():
     with pytest.raises(InputError, match="coverage"):
         conformal_findings(xr.Dataset({"x": ("i", [1.0])}))
@@ -111,5 +154,7 @@ def test_smoke_run_writes_a_result_figures_and_findings(smoke_run):
         "conformal_shift_coverage.png", "conformal_size_vs_accuracy.png"]
     text = (out / "findings.md").read_text(encoding="utf-8")
     assert "Naive under-covers" in text and "coverage falls under shift" in text
+    assert "| Naive under-covers | all models | platt |" in text  # Table 1's row
+    assert "- aps_mondrian at alpha 0.05: no tuning split is held out" in text
     # the pool is the test split; the temperature came from part of val
     assert (ds["n_pool"] > ds["n_cal"]).all() and (ds["n_temperature"] > 0).all()

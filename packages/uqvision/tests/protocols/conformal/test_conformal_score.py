@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from uqmetrics import InputError, write_dataset
 from uqmetrics import conformal as cp
-from uqmetrics.calibration import softmax
+from uqmetrics.calibration import fit_temperature, softmax
 
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.protocols.conformal import score
@@ -16,7 +16,6 @@ from uqvision.protocols.conformal.score import (
     TRIAL_STATS,
     ConformalConfig,
     ShortCalibrationWarning,
-    naive_sets,
 )
 from uqvision.protocols.conformal.score import score_conformal as _score_conformal
 
@@ -88,57 +87,119 @@ def score_conformal(caches, config=None):
 
 
 def _kw(method):
-    return ({"score": "aps", "mondrian": True} if method == "aps_mondrian"
-            else {"score": method})
+    return {"aps_mondrian": {"score": "aps", "mondrian": True},
+            "naive_deterministic": {"score": "naive", "randomized": False}}.get(
+        method, {"score": method})
 
 
 def test_clean_values_are_those_of_conformal_trials_on_the_same_arrays(tmp_path):
     ds = score_conformal(_caches(tmp_path / "c"), CONFIG)
     assert list(ds["method"].values) == list(CONFORMAL_METHODS)
     assert ds["alpha"].values.tolist() == [0.1, 0.05]
+    assert list(ds["calibration"].values) == ["none", "temperature", "platt"]
     assert ds.attrs["protocol"] == "conformal" and int(ds.attrs["trials"]) == 7
     for j, m in enumerate(("m1", "m2")):
         p = softmax(_logits(N_TEST, 20 + j))  # the pool: the test caches
         n_cal = N_TEST // 2
         assert int(ds["n_cal"].sel(model=m)) == n_cal and int(ds["n_pool"].sel(model=m)) == N_TEST
         t = float(ds["temperature"].sel(model=m))
-        for cal, q in (("none", p), ("temperature", softmax(np.log(p), temperature=t))):
-            for method in ("thr", "aps", "raps", "aps_mondrian"):
-                for alpha in (0.1, 0.05):
+        platt = cp.trial_temperatures(p, _labels(N_TEST), n_cal=n_cal, trials=7, seed=3)
+        assert float(ds["platt_temperature"].sel(model=m)) == pytest.approx(np.median(platt),
+                                                                           rel=1e-6)
+        for cal, q, temps in (("none", p, None), ("temperature", softmax(np.log(p),
+                                                                         temperature=t), None),
+                              ("platt", p, platt)):
+            for method in CONFORMAL_METHODS:
+                for alpha in (0.1, 0.05) if m == "m1" else (0.05,):  # (cheaper: m2 at one)
                     res = cp.conformal_trials(q, _labels(N_TEST), alpha=alpha, n_cal=n_cal,
-                                              trials=7, seed=3, **_kw(method))
+                                              trials=7, seed=3, temperatures=temps,
+                                              **_kw(method))
                     at = {"model": m, "method": method, "alpha": alpha, "calibration": cal}
                     for stat in TRIAL_STATS:
                         assert float(ds[stat].sel(at)) == pytest.approx(res[stat].mean(),
                                                                         rel=1e-6, abs=1e-12)
                         assert float(ds[f"{stat}_std"].sel(at)) == pytest.approx(
                             res[stat].std(), rel=1e-6, abs=1e-12)
+                        assert float(ds[f"{stat}_median"].sel(at)) == pytest.approx(
+                            np.median(res[stat]), rel=1e-6, abs=1e-12)
         assert float(ds["accuracy"].sel(model=m)) == pytest.approx(
             np.mean(p.argmax(1) == _labels(N_TEST)))
+        assert float(ds["accuracy_median"].sel(model=m)) == pytest.approx(np.median(res["top1"]))
+        assert float(ds["top5_accuracy_median"].sel(model=m)) == 1.0  # 4 classes
 
 
-def test_naive_sets_by_hand():
-    p = np.array([[0.5, 0.3, 0.15, 0.05], [0.96, 0.02, 0.01, 0.01], [0.1, 0.2, 0.3, 0.4]])
-    assert naive_sets(p, 0.1).astype(int).tolist() == [[1, 1, 1, 0], [1, 0, 0, 0],
-                                                        [0, 1, 1, 1]]
-    assert naive_sets(p, 0.5).astype(int).tolist() == [[1, 0, 0, 0], [1, 0, 0, 0],
-                                                        [0, 0, 1, 1]]
-    with pytest.raises(InputError, match="alpha"):
-        naive_sets(p, 1.0)
+@pytest.fixture(scope="module")
+def m1_result(tmp_path_factory):
+    """One model's result (CONFIG), shared by the Table 1 baselines' tests."""
+    return score_conformal(_caches(tmp_path_factory.mktemp("m1") / "c", models=("m1",)), CONFIG)
 
 
-def test_naive_row_on_the_trials_evaluation_images(tmp_path):
-    ds = score_conformal(_caches(tmp_path / "c", models=("m1",)), CONFIG)
-    p, y = softmax(_logits(N_TEST, 20)), _labels(N_TEST)
-    perms = cp.random_splits(N_TEST, N_TEST // 2, 7, np.random.default_rng(3))
+def test_naive_row_is_the_official_gcq_on_platt_temperatures(m1_result):
+    """Issue 38, item 1: RAPS Table 1's Naive (experiments/table1.py -> conformal.gcq at
+    tau = 1 - alpha, randomized, empty sets allowed), on the softmax tempered by a temperature
+    fitted on each trial's calibration draw (``platt``; un-scaled: ``none``), written out by
+    hand; the deterministic, never-empty Naive of before is ``naive_deterministic``."""
+    ds = m1_result
+    z, y, n_cal = _logits(N_TEST, 20), _labels(N_TEST), N_TEST // 2
+    rng = np.random.default_rng(3)
+    perms = cp.random_splits(N_TEST, n_cal, 7, rng)
+    u = rng.uniform(size=(7, N_TEST))
+    for alpha, cal_kind in ((0.1, "none"), (0.1, "platt"), (0.05, "platt")):
+        cov, size, cov_det, size_det = [], [], [], []
+        for t, row in enumerate(perms):
+            cal, ev = row[:n_cal], row[n_cal:]
+            temp = fit_temperature(np.log(softmax(z[cal])), y[cal]) if cal_kind == "platt" \
+                else 1.0
+            hits, sizes, hits_det, sizes_det = [], [], [], []
+            for i, probs in zip(ev, softmax(z[ev], temperature=temp), strict=True):
+                order = np.argsort(-probs, kind="stable")
+                cumsum = np.cumsum(probs[order])
+                k = int((cumsum <= 1 - alpha).sum()) + 1  # gcq's sizes_base
+                v = (1 - alpha - (cumsum[k - 1] - probs[order][k - 1])) / probs[order][k - 1]
+                kept = k - int(u[t, i] >= v)  # randomized: may be 0, an empty set
+                hits.append(y[i] in order[:kept])
+                sizes.append(kept)
+                hits_det.append(y[i] in order[:k])
+                sizes_det.append(k)
+            cov.append(np.mean(hits))
+            size.append(np.mean(sizes))
+            cov_det.append(np.mean(hits_det))
+            size_det.append(np.mean(sizes_det))
+        at = {"model": "m1", "alpha": alpha, "calibration": cal_kind}
+        naive = {"method": "naive", **at}
+        assert float(ds["coverage"].sel(naive)) == pytest.approx(np.mean(cov))
+        assert float(ds["mean_set_size"].sel(naive)) == pytest.approx(np.mean(size))
+        assert float(ds["coverage_median"].sel(naive)) == pytest.approx(np.median(cov))
+        det = {"method": "naive_deterministic", **at}
+        assert float(ds["coverage"].sel(det)) == pytest.approx(np.mean(cov_det))
+        assert float(ds["mean_set_size"].sel(det)) == pytest.approx(np.mean(size_det))
+        assert float(ds["empty_fraction"].sel(det)) == 0.0  # never empty
+        assert np.mean(size) < np.mean(size_det)  # randomization drops classes
+
+
+def test_topk_row_is_the_official_fixed_set(m1_result):
+    """Issue 38, item 2: Table 1's Top-K column (table1.trial, fixed_bool): k and rand_frac
+    from the ranks of each trial's calibration draw, sizes k - 1 + (U > rand_frac)."""
+    ds = m1_result
+    p, y, n_cal = softmax(_logits(N_TEST, 20)), _labels(N_TEST), N_TEST // 2
+    gt = (p > p[np.arange(N_TEST), y][:, None]).sum(axis=1)  # 0-based ranks, as gt_locs
+    rng = np.random.default_rng(3)
+    perms = cp.random_splits(N_TEST, n_cal, 7, rng)
+    u = rng.uniform(size=(7, N_TEST))
     for alpha in (0.1, 0.05):
-        cov = [np.mean([y[i] in np.flatnonzero(naive_sets(p[i:i + 1], alpha)[0])
-                        for i in row[N_TEST // 2:]]) for row in perms]
-        size = [naive_sets(p[row[N_TEST // 2:]], alpha).sum(1).mean() for row in perms]
-        at = {"model": "m1", "method": "naive", "alpha": alpha, "calibration": "none"}
-        assert float(ds["coverage"].sel(at)) == pytest.approx(np.mean(cov))
-        assert float(ds["mean_set_size"].sel(at)) == pytest.approx(np.mean(size))
-        assert float(ds["empty_fraction"].sel(at)) == 0.0  # Naive sets are never empty
+        cov, size = [], []
+        for t, row in enumerate(perms):
+            cal, ev = gt[row[:n_cal]], row[n_cal:]
+            kstar = np.quantile(cal, 1 - alpha, method="higher") + 1
+            frac = (((cal <= kstar - 1).mean() - (1 - alpha))
+                    / ((cal <= kstar - 1).mean() - (cal <= kstar - 2).mean()))
+            sizes = kstar - 1 + (u[t, ev] > frac)
+            cov.append((gt[ev] <= sizes - 1).mean())
+            size.append(sizes.mean())
+        for cal in ("none", "platt"):  # a temperature changes no rank
+            at = {"model": "m1", "method": "topk", "alpha": alpha, "calibration": cal}
+            assert float(ds["coverage_median"].sel(at)) == pytest.approx(np.median(cov))
+            assert float(ds["mean_set_size_median"].sel(at)) == pytest.approx(np.median(size))
 
 
 def test_the_temperature_images_never_enter_a_conformal_split(tmp_path, monkeypatch):
@@ -147,11 +208,11 @@ def test_the_temperature_images_never_enter_a_conformal_split(tmp_path, monkeypa
     from uqmetrics import calibration
 
     fitted, pooled = [], []
-    real_fit, real_trials = calibration.fit_temperature, cp.conformal_trials
+    real_fit, real_trials = calibration.fit_temperature, cp.conformal_calibrations
     monkeypatch.setattr(calibration, "fit_temperature",
                         lambda z, y, **kw: fitted.append(np.exp(z)) or real_fit(z, y, **kw))
-    monkeypatch.setattr(cp, "conformal_trials",
-                        lambda probs, labels, **kw: pooled.append(probs) or real_trials(
+    monkeypatch.setattr(cp, "conformal_calibrations",
+                        lambda probs, labels, **kw: pooled.append(probs.p) or real_trials(
                             probs, labels, **kw))
     config = ConformalConfig(trials=3, temperature_size=0.25, alphas=(0.1,))
     ds = score_conformal(_caches(tmp_path / "c", models=("m1",), test=False), config)
@@ -211,17 +272,21 @@ def test_shift_rows_by_hand(tmp_path):
 
 def test_the_shift_calibration_is_that_of_conformal_trials(tmp_path):
     """The per-trial calibration the shifted sets use reproduces conformal_trials' coverage
-    and sizes on the clean evaluation images (randomised APS, RAPS, Mondrian APS)."""
+    and sizes on the clean evaluation images (every method, un-scaled and Platt-scaled)."""
     p, y = softmax(_logits(N_TEST, 20)), _labels(N_TEST)
-    scorer, n_cal = score._Scorer(p), 30
-    for method in ("thr", "aps", "raps", "aps_mondrian"):
-        cal = cp.conformal_calibrations(p, y, **score._trial_args(method, 0.1, n_cal, CONFIG))
-        ev = cal.test
-        sets = score._sets(cal, scorer, ev, np.take_along_axis(cal.u, ev, axis=1))
-        res = cp.conformal_trials(p, y, alpha=0.1, n_cal=n_cal, trials=7, seed=3, **_kw(method))
-        np.testing.assert_allclose(cp.coverage(sets, y[ev]), res["coverage"])
-        np.testing.assert_allclose(cp.mean_set_size(sets), res["mean_set_size"])
-        np.testing.assert_allclose(cal.qhat, res["qhat"])
+    n_cal = 30
+    platt = cp.trial_temperatures(p, y, n_cal=n_cal, trials=7, seed=3)
+    for temps in (None, platt):
+        for method in CONFORMAL_METHODS:
+            cal = cp.conformal_calibrations(
+                p, y, **score._trial_args(method, 0.1, n_cal, CONFIG, temps))
+            ev = cal.test
+            sets = cp.calibrated_sets(cal, p, np.take_along_axis(cal.u, ev, axis=1), ev)
+            res = cp.conformal_trials(p, y, alpha=0.1, n_cal=n_cal, trials=7, seed=3,
+                                      temperatures=temps, **_kw(method))
+            np.testing.assert_allclose(cp.coverage(sets, y[ev]), res["coverage"])
+            np.testing.assert_allclose(cp.mean_set_size(sets), res["mean_set_size"])
+            np.testing.assert_allclose(cal.qhat, res["qhat"])
 
 
 def test_ensemble_rows_curve_and_class_coverage(tmp_path):

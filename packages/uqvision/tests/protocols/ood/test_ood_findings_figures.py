@@ -62,6 +62,23 @@ def test_findings_by_hand():
     assert "| knn |" in format_findings(list(rows.values()))
 
 
+def test_a_claim_over_too_few_cells_is_untestable_never_not_reproduced():
+    """The UQ claim over one near and one far set (the stand-in's): 0 of 2 has p = 1 and even
+    2 of 2 only 0.25, so it is untestable with 2 sets; the feature claim over 4 predictors
+    likewise (2 ** -4 > 0.05), over 5 it is testable."""
+    ds = _result().sel(ood_set=["n1", "f1"])
+    ds["auroc"].loc[{"model": "ens[2]", "detector": "ensemble_entropy"}] = 0.1  # UQ loses
+    ds["far_auroc"] = ds["auroc"].sel(ood_set="f1", drop=True)
+    rows = {(r.claim, r.subject): r for r in ood_findings(ds)}
+    uq = rows["UQ methods vs post-hoc detectors at equal cost", "ens[2]"]
+    assert (uq.k, uq.n, uq.p_value) == (0, 2, 1.0)
+    assert uq.verdict == "untestable with 2 sets"
+    rows = {(r.claim, r.subject): r for r in ood_findings(ds.sel(model=MODELS[:4]))}
+    knn = rows["feature-based detectors help far-OOD more than near-OOD", "knn"]
+    assert (knn.k, knn.n, knn.verdict) == (4, 4, "untestable with 4 predictors")
+    assert "| untestable with 2 sets |" in format_findings(list(ood_findings(ds)))
+
+
 def test_findings_refuse_a_result_without_msp():
     with pytest.raises(InputError, match="msp"):
         ood_findings(_result().sel(detector=["energy", "knn"]))

@@ -21,6 +21,10 @@ FEATURES = 4
 SETS = {"test": ("clean", "", 12, 0.0), "fit": ("clean", "", 15, 0.0),
         "near1": ("ood", "near", 9, 1.0), "far1": ("ood", "far", 10, 3.0),
         "far2": ("ood", "far", 8, 4.0)}
+#: The validation sets of --tune-detectors, as SETS: an ID set and an OOD one.
+VAL_SETS = {"val": ("clean", "", 12, 0.0), "oodval": ("ood", "far", 10, 1.5)}
+#: Declared roles (the others: their evaluation set's default).
+SET_ROLE = {"fit": "fit", "val": "calibration", "oodval": "ood-val"}
 #: model -> seed of its head and features
 MODELS = {"m1": 1, "m2": 2}
 
@@ -28,8 +32,9 @@ MODELS = {"m1": 1, "m2": 2}
 def _arrays(model: str, dataset: str):
     """``(labels, embedding, head_weight, head_bias)`` of one model on one dataset."""
     seed = MODELS[model]
-    role, _, n, shift = SETS[dataset]
-    rng = np.random.default_rng([seed, list(SETS).index(dataset)])
+    every = {**SETS, **VAL_SETS}
+    role, _, n, shift = every[dataset]
+    rng = np.random.default_rng([seed, list(every).index(dataset)])
     w = np.random.default_rng(seed).normal(size=(len(CLASSES), FEATURES))
     b = np.random.default_rng(seed + 10).normal(size=len(CLASSES))
     labels = np.arange(n) % len(CLASSES) if role == "clean" else np.full(n, -1)
@@ -40,7 +45,7 @@ def _arrays(model: str, dataset: str):
 
 def _write(folder, model, dataset, *, embeddings=True, passes=None, method="deep_ensemble",
            mode="plain"):
-    role, split, n, _ = SETS[dataset]
+    role, split, n, _ = {**SETS, **VAL_SETS}[dataset]
     labels, emb, w, b = _arrays(model, dataset)
     logits = emb @ w.T + b
     if passes is not None:  # MC-dropout-like passes: noisy copies
@@ -53,8 +58,8 @@ def _write(folder, model, dataset, *, embeddings=True, passes=None, method="deep
         attrs["ood_split"] = split
     if method == "deep_ensemble":  # the members of one uqvision train --members 2 run
         attrs.update(ensemble="r1", ensemble_size=len(MODELS))
-    if dataset == "fit":  # the ID training subset (uqvision sweep --sets fit:fit=PATH)
-        attrs["set_role"] = "fit"
+    if dataset in SET_ROLE:  # e.g. the ID training subset (uqvision sweep --sets fit:fit=PATH)
+        attrs["set_role"] = SET_ROLE[dataset]
     ds = cache_dataset(logits, labels, samples=[f"{dataset}/{i}.png" for i in range(n)],
                        classes=CLASSES, embedding=emb if embeddings else None, attrs=attrs,
                        extra={"head_weight": (("class", "feature"), w),
@@ -62,10 +67,10 @@ def _write(folder, model, dataset, *, embeddings=True, passes=None, method="deep
     write_dataset(ds, folder / f"{cache_key(model, dataset, mode, 0)}.nc")
 
 
-def _caches(folder, models=("m1", "m2"), **kw):
+def _caches(folder, models=("m1", "m2"), sets=tuple(SETS), **kw):
     folder.mkdir(parents=True, exist_ok=True)
     for m in models:
-        for d in SETS:
+        for d in sets:
             _write(folder, m, d, **kw)
     return folder
 
@@ -101,11 +106,24 @@ def test_metrics_per_set_equal_uqmetrics_on_the_same_scores(tmp_path):
                     want = func(_u(det, m, "test"), _u(det, m, o))
                     assert float(ds[var].sel(model=m, detector=det, ood_set=o)) == \
                         pytest.approx(want, abs=1e-9), (var, det, m, o)
-                # the ensemble row: the mean of its members' u
-                u_in = np.mean([_u(det, m, "test") for m in MODELS], axis=0)
-                u_out = np.mean([_u(det, m, o) for m in MODELS], axis=0)
+                # the ensemble row: msp on the mean softmax, energy on the mean logits, the
+                # feature detectors the mean of the members' u
+                u_in, u_out = _ensemble_u(det, "test"), _ensemble_u(det, o)
                 assert float(ds[var].sel(model="deep_ensemble[2]", detector=det,
                                          ood_set=o)) == pytest.approx(func(u_in, u_out))
+
+
+def _ensemble_u(detector, dataset):
+    """The ensemble row's u, written out: -max of the mean softmax (msp), -logsumexp of the
+    mean logits (energy, T = 1), else the mean of the members' u."""
+    z = np.stack([_inputs(m, dataset)["logits"] for m in MODELS])
+    if detector == "msp":
+        p = np.exp(z - z.max(axis=2, keepdims=True))
+        return -(p / p.sum(axis=2, keepdims=True)).mean(axis=0).max(axis=1)
+    if detector == "energy":
+        zbar = z.mean(axis=0)
+        return -np.log(np.exp(zbar).sum(axis=1))
+    return np.mean([_u(detector, m, dataset) for m in MODELS], axis=0)
 
 
 def test_near_and_far_means_by_hand(tmp_path):
@@ -193,6 +211,118 @@ def test_keep_scores_stores_each_images_u(tmp_path):
     assert np.allclose(sel, _u("msp", "m1", "far1"), atol=1e-6)
 
 
+def _react_by_hand(model, dataset, percentile):
+    """ReAct's u written out: energy of the logits of the features clipped at the percentile
+    of the model's fit features."""
+    _, emb, w, b = (np.asarray(a, np.float64) for a in _arrays(model, dataset))
+    c = np.percentile(np.asarray(_arrays(model, "fit")[1], np.float64), percentile)
+    z = np.minimum(emb, c) @ w.T + b
+    return -np.log(np.exp(z).sum(axis=1))
+
+
+def _gen_by_hand(model, dataset, gamma):
+    """GEN's u written out for 3 classes (every M of the grid takes all 3)."""
+    p = uqmetrics.softmax(_inputs(model, dataset)["logits"])
+    return np.sum(p**gamma * (1 - p)**gamma, axis=1)
+
+
+def test_tune_detectors_selects_each_predictors_parameters_on_the_validation_sets(tmp_path):
+    """--tune-detectors: OpenOOD v1.5's search, written out: per model, the first grid point of
+    the highest AUROC of the ood-val set against the ID validation set (role calibration);
+    the OOD validation set is never a test set; grids and choices are recorded."""
+    folder = _caches(tmp_path / "c", sets=(*SETS, *VAL_SETS))
+    ds = score_ood(folder, OodConfig(detectors=["msp", "gen", "react"], fit="fit",
+                                     tune_detectors=True))
+    assert list(ds["ood_set"].values) == ["near1", "far1", "far2"]  # not oodval
+    search = json.loads(ds.attrs["detector_search"])
+    assert (search["validation"], search["ood_validation"]) == ("val", "oodval")
+    # OpenOOD v1.5's configs/postprocessors/{gen,react}.yml postprocessor_sweep
+    assert search["grids"] == {"gen": {"gamma": [0.01, 0.1, 0.5, 1, 2, 5, 10],
+                                       "M": [10, 50, 100, 200, 500, 1000]},
+                               "react": {"percentile": [85, 90, 95, 99]}}
+    assert set(search["chosen"]) == {"m1", "m2", "deep_ensemble[2]"}
+    auroc = uqmetrics.ood_auroc_score
+    picked = []
+    for m in MODELS:
+        for det, by_hand, grid, extra in (
+                ("react", _react_by_hand, [85, 90, 95, 99], {}),
+                ("gen", _gen_by_hand, [0.01, 0.1, 0.5, 1, 2, 5, 10], {"M": 10})):
+            val = [auroc(by_hand(m, "val", v), by_hand(m, "oodval", v)) for v in grid]
+            best = grid[int(np.argmax(val))]  # the first of the largest
+            picked.append(best)
+            name = "percentile" if det == "react" else "gamma"
+            chosen = search["chosen"][m][det]
+            assert chosen["params"] == {name: best, **extra}, (m, det, val)
+            assert chosen["val_auroc"] == pytest.approx(max(val))
+            assert float(ds["auroc"].sel(model=m, detector=det, ood_set="near1")) == \
+                pytest.approx(auroc(by_hand(m, "test", best), by_hand(m, "near1", best)))
+    assert set(picked) - {90, 0.1}  # some choice differs from the fixed defaults
+    assert json.loads(ds.attrs["scored_sets"])["ood_validation"] == "oodval"
+
+
+def test_tune_detectors_refusals(tmp_path):
+    from uqvision.evalsets import eval_set_attrs
+
+    # role ood-val: an OOD set's (declared), never a clean folder's
+    assert eval_set_attrs("openimage-o", None, "ood-val")["set_role"] == "ood-val"
+    with pytest.raises(InputError, match="'folder' .*cannot have role 'ood-val'"):
+        eval_set_attrs("folder", None, "ood-val")
+    folder = _caches(tmp_path / "c", sets=(*SETS, "val"))
+    with pytest.raises(InputError, match=r"validation \(--validation\) 'val'.*--tune-detectors"):
+        OodConfig(validation="val")
+    with pytest.raises(InputError, match="OOD validation set: predict one as a set of role "
+                                         "ood-val"):
+        score_ood(folder, OodConfig(detectors=["react"], fit="fit", tune_detectors=True))
+    with pytest.raises(InputError, match="--ood-validation 'near1': dataset 'near1' has role "
+                                         "'ood-near'"):
+        score_ood(folder, OodConfig(detectors=["react"], fit="fit", tune_detectors=True,
+                                    ood_validation="near1"))
+    with pytest.raises(InputError, match="--validation 'test' is the test set"):
+        score_ood(_caches(folder, sets=("oodval",)), OodConfig(
+            detectors=["react"], fit="fit", tune_detectors=True, validation="test"))
+
+
+def test_score_ood_tune_detectors_on_the_command_line(tmp_path):
+    from uqvision.cli import main
+
+    out = tmp_path / "ood.nc"
+    assert main(["score", "ood", "--caches", str(_caches(tmp_path / "c", sets=(
+        *SETS, *VAL_SETS))), "--detectors", "energy", "--tune-detectors", "--out",
+        str(out)]) == 0
+    ds = uqmetrics.read_result(out, protocol="ood")
+    assert json.loads(ds.attrs["config"])["tune_detectors"] is True
+    search = json.loads(ds.attrs["detector_search"])
+    assert search["grids"] == {"energy": {"temperature": [1.0]}}  # OpenOOD's ebo.yml
+    assert search["chosen"]["m1"]["energy"]["params"] == {"temperature": 1.0}
+
+
+@pytest.mark.slow
+def test_smoke_ensembles_msp_is_the_max_of_its_mean_softmax(smoke_run):
+    """On the smoke run, deep_ensemble[2]'s MSP is -max p̄, p̄ the mean of its members'
+    softmaxes (S.3), written out here from the caches; the mean of its members' MSP (the rule
+    before) has another near AUROC."""
+    import xarray as xr
+
+    out, path = smoke_run("ood")
+    ds = uqmetrics.read_result(path, protocol="ood")
+    members = json.loads(ds.attrs["ensemble_members"])["deep_ensemble[2]"]
+    probs = {}
+    for f in sorted((out / "caches").glob("*.nc")):
+        with xr.open_dataset(f) as c:
+            z = c["logits"].values.astype(np.float64)
+            e = np.exp(z - z.max(axis=-1, keepdims=True))
+            probs[c.attrs["model"], c.attrs["dataset_name"]] = e / e.sum(axis=-1, keepdims=True)
+    u = {d: -np.mean([probs[m, d] for m in members], axis=0).max(axis=1)
+         for d in ("test", "near")}
+    old = {d: np.mean([-probs[m, d].max(axis=1) for m in members], axis=0)
+           for d in ("test", "near")}
+    row = {"model": "deep_ensemble[2]", "detector": "msp"}
+    np.testing.assert_allclose(ds["u_id"].sel(**row).values, u["test"], atol=1e-6)
+    near = uqmetrics.ood_auroc_score(u["test"], u["near"])
+    assert float(ds["near_auroc"].sel(**row)) == pytest.approx(near)
+    assert uqmetrics.ood_auroc_score(old["test"], old["near"]) != pytest.approx(near, abs=0.01)
+
+
 @pytest.mark.slow
 def test_smoke_run_writes_an_ood_result(smoke_run):
     out, path = smoke_run("ood")
@@ -206,13 +336,15 @@ def test_smoke_run_writes_an_ood_result(smoke_run):
     assert {"dataset_name", "per_class", "seed"} <= set(fit)
 
 
-def test_the_stand_in_split_holds_out_interior_or_end_classes(tmp_path):
+@pytest.mark.slow
+def test_the_stand_in_split_holds_out_interior_or_end_classes(smoke_run):
     """Of each ID superclass's classes (in parameter order), near-OOD holds out the middle
-    one (interior) or the last one (end); far-OOD is every class of the other superclasses."""
-    from uqvision.hierarchy import make_hierarchy, read_hierarchy
+    one (interior) or the last one (end); far-OOD is every class of the other superclasses
+    (the smoke run's generated hierarchy)."""
+    from uqvision.hierarchy import read_hierarchy
     from uqvision.protocols.ood.reproduce import ood_split_classes
 
-    root = make_hierarchy(tmp_path / "h", scale="smoke")
+    root = smoke_run("ood")[0] / "data"
     info = read_hierarchy(root)
     ids = info.superclasses[: len(info.superclasses) // 2]
     by_sup = {s: sorted(c for c in info.classes if info.superclass_of[c] == s)
@@ -223,3 +355,26 @@ def test_the_stand_in_split_holds_out_interior_or_end_classes(tmp_path):
         assert split["id"] == sorted(c for s in ids for c in by_sup[s] if c not in split["near"])
         assert split["far"] == sorted(c for s in info.superclasses if s not in ids
                                       for c in by_sup[s])
+
+
+@pytest.mark.slow
+def test_reproduce_tune_detectors_adds_validation_views_of_the_val_split(smoke_run, tmp_path):
+    """--set tune_detectors=true: the ID classes and the far-OOD classes of the generated val
+    split (the smoke run's hierarchy), beside the test views (never the test images)."""
+    import os
+
+    from uqvision.protocols.ood.reproduce import _settings, _views, ood_split_classes
+
+    assert _settings("smoke", None, None, {})["tune_detectors"] is False
+    assert _settings("smoke", None, None, {"tune_detectors": "true"})["tune_detectors"] is True
+    with pytest.raises(InputError, match="tune_detectors must be true or false, got 'maybe'"):
+        _settings("smoke", None, None, {"tune_detectors": "maybe"})
+    root = smoke_run("ood")[0] / "data"
+    split = ood_split_classes(root)
+    views = _views(root, tmp_path / "v", split, 2, 0, validation=True)
+    for view, key in (("val", "id"), ("oodval", "far"), ("far", "far")):
+        part = "test" if view == "far" else "val"
+        assert sorted(p.name for p in views[view].iterdir()) == split[key]
+        assert all(os.readlink(views[view] / c) == str((root / part / c).resolve())
+                   for c in split[key])
+    assert "val" not in _views(root, tmp_path / "w", split, 2, 0)

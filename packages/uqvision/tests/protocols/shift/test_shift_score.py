@@ -303,7 +303,11 @@ def test_the_smoke_run_writes_a_shift_result(smoke_run):
         "shift_acc_vs_ece.png", "shift_boxes.png", "shift_heatmap.png"]
     findings = (out / "findings.md").read_text()
     assert findings.count("| calibration worsens with severity |") == 6  # 3 rows x 2 calibrations
-    assert findings.count("| ensemble beats ") == 8  # vs vanilla and MC dropout, 2 metrics x 2
+    assert findings.count("| temperature scaling helps in distribution | every row (4) |") == 1
+    assert findings.count("| temperature scaling does not survive shift |") == 3
+    # vs vanilla and MC dropout: accuracy (un-scaled), NLL, Brier, ECE (x 2 calibrations)
+    assert findings.count("| ensemble beats ") == 2 * 7
+    assert findings.count("| MC dropout beats ") == findings.count("| MC dropout ranks ") == 7
     assert ds.sizes["shift_set"] == 0 and "real_accuracy" not in ds  # neither in the smoke run
     assert np.isfinite(ds["accuracy"].values).all()
     assert np.isfinite(ds["mean_corruption_error"].values).all()

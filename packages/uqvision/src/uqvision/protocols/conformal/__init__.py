@@ -1,11 +1,13 @@
 """V.7 — Conformal prediction sets (Angelopoulos, Bates, Malik, Jordan 2021, "Uncertainty sets
 for image classifiers using conformal prediction"; docs/conventions.md#v-7).
 
-- :mod:`~.score`: coverage and set size of the Naive, THR, APS, RAPS and class-conditional
-  (Mondrian) APS sets of every model, deep ensemble and MC-dropout network at each miscoverage
-  level, un-scaled and temperature-scaled, over random calibration/evaluation splits of clean
-  data, and the coverage left when the sets calibrated on clean data meet corrupted or
-  naturally shifted images (:func:`~.score.score_conformal`, ``uqvision score conformal``);
+- :mod:`~.score`: coverage and set size of the Top-K, Naive, THR, APS, RAPS and
+  class-conditional (Mondrian) APS sets of every model, deep ensemble and MC-dropout network at
+  each miscoverage level, un-scaled, temperature-scaled, and scaled by a temperature fitted on
+  each trial's calibration draw (Table 1's "Platt"), over random calibration/evaluation splits
+  of clean data (means, standard deviations and medians over the trials), and the coverage
+  left when the sets calibrated on clean data meet corrupted or naturally shifted images
+  (:func:`~.score.score_conformal`, ``uqvision score conformal``);
 - :mod:`~.figures`: set size against accuracy, coverage and size against the level, coverage
   per class, coverage against severity (``uqvision plot --conformal FILE``);
 - :mod:`~.findings`: the paper's claims as sign tests;
@@ -26,8 +28,9 @@ from ..headline import headline_score_table
 __all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "MAX_TRIALS", "PROTOCOL"]
 
 #: One line: the protocol and its driver (``uqvision reproduce conformal``).
-DESCRIPTION = ("V.7 (Conformal): coverage and set size of Naive, THR, APS, RAPS and Mondrian "
-               "APS sets per model and level, un-scaled and temperature-scaled, and under shift")
+DESCRIPTION = ("V.7 (Conformal): coverage and set size of Top-K, Naive, THR, APS, RAPS and "
+               "Mondrian APS sets per model and level, un-scaled and temperature-scaled (RAPS "
+               "Table 1: medians, Platt scaling per trial), and under shift")
 
 
 #: The most random splits a conformal run may draw (``--trials``; the paper draws 100): each
@@ -81,7 +84,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 
 def _score(a: argparse.Namespace):
-    """coverage and set size of Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)"""
+    """coverage and set size of Top-K, Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)"""
     import sys
     import warnings
 
@@ -121,17 +124,35 @@ def _rescore(result, path):
                                ConformalConfig(**legacy_config(recorded_config(result))))
 
 
-#: Its leaderboard (RAPS Table 1, un-scaled: the figures' default): the report site's default
-#: view and the table ``uqvision score conformal`` prints (which adds SSCV), a row per model and
-#: method (models in the file's order, methods in RAPS's: naive, thr, aps, raps, aps_mondrian).
+def _table1(ds) -> list[str]:
+    """RAPS's Table 1 columns of a conformal result: top-1 and top-5 accuracy, then the
+    coverage and the mean set size of Top-K, Naive, APS and RAPS, medians over the trials, at
+    calibration ``platt`` (each level of the file; a file without them: its un-scaled means)."""
+    from .score import TABLE1_METHODS
+
+    methods = [m for m in TABLE1_METHODS if m in [str(v) for v in ds.indexes["method"]]]
+    if "platt" not in [str(v) for v in ds.indexes["calibration"]] or "coverage_median" not in ds:
+        return [f"{v}[method={m},alpha=*,calibration=none]" for v in ("coverage", "mean_set_size")
+                for m in methods]
+    return ["accuracy_median", "top5_accuracy_median"] + [
+        f"{v}_median[method={m},alpha=*,calibration=platt]" for v in ("coverage", "mean_set_size")
+        for m in methods]
+
+
+#: Its leaderboard, RAPS's Table 1 as published (Angelopoulos et al. 2021; ``experiments/
+#: table1.py``): a row per model (in the file's order), the medians over the trials of top-1
+#: and top-5 accuracy, then of the coverage and the mean set size of Top-K, Naive, APS and
+#: RAPS, with a temperature fitted on each trial's calibration draw (``platt``). The report
+#: site's default view and the table ``uqvision score conformal`` prints.
 REPORT = ReportTable(
-    rows=("model", "method"), metrics={"coverage": ("coverage", None)},
-    headline=("coverage[alpha=*,calibration=none]",
-              "mean_set_size[alpha=*,calibration=none]"),
-    images="coverage and set sizes: the mean over the trials' random splits of the pool (attr "
-           "pool_dataset), n_cal images calibrating, the pool's others evaluated; top1: every "
-           "pool image; the temperature: n_temperature images of the calibration set, never in "
-           "the pool")
+    rows=("model",), metrics={"coverage": ("coverage", None),
+                              "coverage_median": ("coverage", None)},
+    headline=_table1,
+    images="coverage and set sizes: the median over the trials' random splits of the pool "
+           "(attr pool_dataset), n_cal images calibrating (and fitting the platt temperature), "
+           "the pool's others evaluated; accuracies: each trial's evaluated images; the "
+           "temperature of calibration 'temperature': n_temperature images of the calibration "
+           "set, never in the pool")
 
 
 #: The conformal-prediction protocol (registered in
@@ -145,7 +166,5 @@ PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conforma
                                        "and size vs level, coverage per class, coverage vs "
                                        "severity"),
                     rescore=_rescore,
-                    score_table=headline_score_table(
-                        REPORT, sort=(("model", None), ("method", None)),
-                        columns=("sscv[alpha=*,calibration=none]",)),
+                    score_table=headline_score_table(REPORT, sort=(("model", None),)),
                     report=REPORT)

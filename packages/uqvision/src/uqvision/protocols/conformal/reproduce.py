@@ -102,7 +102,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     from .findings import conformal_findings, format_findings
 
     figures = draw_figures(scores, out / "figures")
-    (out / "findings.md").write_text(format_findings(conformal_findings(scores)),
+    (out / "findings.md").write_text(format_findings(conformal_findings(scores), scores),
                                      encoding="utf-8")
     log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
     log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")

@@ -7,18 +7,27 @@ test images (members of an expanded evaluation set such as ``imagenet-c``: attrs
 corruption), and scores the prediction sets of every predictor (Angelopoulos et al. 2021,
 Table 1):
 
-- ``naive``: the non-conformal baseline, the classes in descending softmax probability until
-  their cumulative mass reaches ``1 - alpha`` (:func:`naive_sets`; no calibration);
+- ``topk``: the Top-K baseline, a fixed set size ``k`` (randomized between ``k - 1`` and
+  ``k``) chosen on each trial's calibration draw (:func:`uqmetrics.conformal.topk_threshold`);
+- ``naive``: the Naive baseline as the official code computes it (``gcq`` at ``1 - alpha``):
+  the classes in descending probability until their cumulative mass passes ``1 - alpha``, the
+  last of them kept at random (the paper's randomization; sets can be empty); no calibration;
+- ``naive_deterministic``: the same without randomization (the last class always kept, never
+  empty): the protocol's Naive before issue 38;
 - ``thr``, ``aps``, ``raps``: split-conformal sets of the score functions of
   :mod:`uqmetrics.conformal` (LAC/THR, adaptive prediction sets, regularised APS), calibrated
   on ``n_cal`` images drawn at random from the conformal pool and evaluated on the rest of it,
   over ``trials`` draws (:func:`uqmetrics.conformal.conformal_trials`);
 - ``aps_mondrian``: class-conditional (Mondrian) APS, one quantile per class.
 
-Each at every level of :attr:`ConformalConfig.alphas`, un-scaled and after temperature
-scaling, the temperature fitted on a held-out fraction (:attr:`ConformalConfig.
-temperature_size`) of the predictor's clean calibration caches: those images never enter a
-conformal split. The conformal pool is the test set where it is another set than the
+Each at every level of :attr:`ConformalConfig.alphas` and calibration (:data:`CALIBRATIONS`):
+``none``, un-scaled; ``temperature``, the temperature fitted on a held-out fraction
+(:attr:`ConformalConfig.temperature_size`) of the predictor's clean calibration caches, images
+that never enter a conformal split; ``platt``, RAPS's Table 1: a temperature fitted on each
+trial's calibration draw (:func:`uqmetrics.conformal.trial_temperatures`, the official code's
+"Platt" scaling). Every statistic is kept as the mean, the standard deviation and the median
+over the trials (Table 1 reports medians: :data:`TABLE1_METHODS`, ``calibration="platt"``).
+The conformal pool is the test set where it is another set than the
 calibration set, else the calibration set's rest. Both are taken by role and name
 (:func:`uqvision.predictors.pick_test_and_calibration`: ``--test``, ``--calibration``, else
 the only set of that role; never a set of role ``fit``; two candidates are refused).
@@ -68,16 +77,21 @@ from ...provenance import entry_provenance, predictor_rows
 from . import MAX_TRIALS
 
 __all__ = ["CALIBRATIONS", "CLASS_ALPHA", "CLASS_METHOD", "CONFORMAL_METHODS", "CURVE_ALPHAS",
-           "CURVE_METHODS", "TRIAL_STATS", "ConformalConfig", "ShortCalibrationWarning",
-           "min_n_cal", "naive_sets", "score_conformal"]
+           "CURVE_METHODS", "TABLE1_METHODS", "TRIAL_STATS", "ConformalConfig",
+           "ShortCalibrationWarning", "min_n_cal", "score_conformal"]
 
-#: The ``method`` coordinate: the Naive baseline, then the conformal sets (Angelopoulos et al.
-#: 2021, Table 1, with THR and class-conditional APS).
-CONFORMAL_METHODS = ("naive", "thr", "aps", "raps", "aps_mondrian")
-#: The ``calibration`` coordinate: un-scaled probabilities, then temperature-scaled ones.
-CALIBRATIONS = ("none", "temperature")
+#: The ``method`` coordinate: the baselines (Top-K, Naive, the deterministic Naive), then the
+#: conformal sets (Angelopoulos et al. 2021, Table 1, with THR and class-conditional APS).
+CONFORMAL_METHODS = ("topk", "naive", "naive_deterministic", "thr", "aps", "raps",
+                     "aps_mondrian")
+#: The methods of RAPS's Table 1, in its column order.
+TABLE1_METHODS = ("topk", "naive", "aps", "raps")
+#: The ``calibration`` coordinate: un-scaled probabilities, the temperature fitted on held-out
+#: calibration images, and (Table 1) a temperature fitted on each trial's calibration draw.
+CALIBRATIONS = ("none", "temperature", "platt")
 #: The per-trial statistics of :func:`uqmetrics.conformal.conformal_trials` kept (mean over the
-#: trials as ``<stat>``, their standard deviation as ``<stat>_std``).
+#: trials as ``<stat>``, their standard deviation as ``<stat>_std``, their median as
+#: ``<stat>_median``).
 TRIAL_STATS = ("coverage", "mean_set_size", "median_set_size", "sscv", "covgap",
                "empty_fraction")
 #: The levels of the coverage-and-size curve (variables ``curve_<stat>``), and its methods.
@@ -133,7 +147,8 @@ class ConformalConfig:
         :func:`uqvision.roles.declared_ensembles`), besides the members of each ``uqvision
         train --members K`` run.
     randomized : bool
-        Randomised APS/RAPS sets (the paper's; :func:`uqmetrics.conformal.conformal_trials`).
+        Randomised Top-K, Naive, APS and RAPS sets (the paper's;
+        :func:`uqmetrics.conformal.conformal_trials`); ``naive_deterministic`` never is.
     seed : int
         Seed of the temperature split and of the trials.
     """
@@ -170,50 +185,16 @@ class ConformalConfig:
 # the sets
 
 
-def naive_sets(probs: np.ndarray, alpha: float) -> np.ndarray:
-    """The Naive sets of Angelopoulos et al. 2021: the classes in descending probability until
-    their cumulative mass reaches ``1 - alpha`` (the class that reaches it included).
-
-    Parameters
-    ----------
-    probs : numpy.ndarray
-        (n, C) probabilities, rows summing to 1.
-    alpha : float
-        The level in (0, 1).
-
-    Returns
-    -------
-    numpy.ndarray
-        (n, C) bool: class ``c`` is in image ``i``'s set. Never empty; not calibrated, so with
-        no coverage guarantee (over-confident probabilities under-cover).
-
-    Examples
-    --------
-    >>> naive_sets(np.array([[0.5, 0.3, 0.2], [0.95, 0.03, 0.02]]), 0.1).astype(int)
-    array([[1, 1, 1],
-           [1, 0, 0]])
-    """
-    probs = np.asarray(probs, np.float64)
-    if probs.ndim != 2:
-        raise InputError(f"probs must be (n, C), got shape {probs.shape}")
-    if not 0.0 < float(alpha) < 1.0:
-        raise InputError(f"alpha must be a level in (0, 1), got {alpha!r}")
-    order = np.argsort(-probs, axis=1, kind="stable")
-    cum = np.cumsum(np.take_along_axis(probs, order, axis=1), axis=1)
-    # classes before the one that reaches 1 - alpha, plus that one (1e-12: rounding of sums)
-    k = np.minimum((cum < 1.0 - alpha - 1e-12).sum(axis=1) + 1, probs.shape[1])
-    sets = np.zeros(probs.shape, bool)
-    np.put_along_axis(sets, order, np.arange(probs.shape[1]) < k[:, None], axis=1)
-    return sets
-
-
-def _trial_args(method: str, alpha: float, n_cal: int, config: ConformalConfig) -> dict:
+def _trial_args(method: str, alpha: float, n_cal: int, config: ConformalConfig,
+                temperatures: np.ndarray | None = None) -> dict:
     """The keyword arguments of :func:`uqmetrics.conformal.conformal_trials` (and
-    :func:`uqmetrics.conformal.conformal_calibrations`) for a conformal method."""
-    kw = ({"score": "aps", "mondrian": True} if method == "aps_mondrian"
-          else {"score": method, "mondrian": False})
+    :func:`uqmetrics.conformal.conformal_calibrations`) for a method, each trial's probabilities
+    tempered by ``temperatures`` (``platt``)."""
+    kw = {"aps_mondrian": {"score": "aps", "mondrian": True},
+          "naive_deterministic": {"score": "naive", "randomized": False}}.get(
+        method, {"score": method})
     return {"alpha": alpha, "n_cal": n_cal, "trials": config.trials, "seed": config.seed,
-            "randomized": config.randomized, **kw}
+            "randomized": config.randomized, "temperatures": temperatures, **kw}
 
 
 def min_n_cal(method: str, alpha: float) -> int:
@@ -231,16 +212,17 @@ def min_n_cal(method: str, alpha: float) -> int:
     int
         :func:`uqmetrics.conformal.min_calibration_size` of ``alpha``: the calibration images
         THR and APS need (``ceil((n + 1)(1 - alpha)) <= n``); RAPS's ``n_cal`` also holds its
-        ``ceil(0.3 n_cal)`` tuning images (:data:`uqmetrics.conformal.RAPS_TUNE_FRACTION`);
-        for ``aps_mondrian`` the images of each class a trial's draw needs; 0 for ``naive``
-        (not calibrated). Below it every set holds every class (every such class, Mondrian).
+        ``ceil(0.33 n_cal)`` tuning images (:data:`uqmetrics.conformal.RAPS_TUNE_FRACTION`);
+        for ``aps_mondrian`` the images of each class a trial's draw needs; 0 for the baselines
+        (``topk``, ``naive``, ``naive_deterministic``: no conformal threshold). Below it every
+        set holds every class (every such class, Mondrian).
 
     Examples
     --------
     >>> [min_n_cal(m, 0.1) for m in CONFORMAL_METHODS]
-    [0, 9, 9, 13, 9]
+    [0, 0, 0, 9, 9, 14, 9]
     """
-    if method == "naive":
+    if method in ("topk", "naive", "naive_deterministic"):
         return 0
     need = cp.min_calibration_size(alpha)
     if method != "raps":
@@ -304,38 +286,6 @@ def _set_stats(sets: np.ndarray, labels: np.ndarray, alpha: float) -> np.ndarray
         cp.empty_fraction(sets))])
 
 
-class _Scorer:
-    """The all-class conformity scores of one probability array (n, C), per trial: the mass
-    ranked above each class and its rank computed once (by :mod:`uqmetrics.conformal`'s
-    functions, so with its ranking and ties), the trial's uniforms and RAPS penalty added."""
-
-    def __init__(self, probs: np.ndarray):
-        self.p = probs
-        zero = np.zeros(probs.shape[0])
-        self.above = cp.aps_scores(probs, u=zero)
-        # the 1-based rank of every class: RAPS at k_reg 0, lam 1 less APS (integers)
-        self.rank = np.rint(cp.raps_scores(probs, k_reg=0, lam=1.0, u=zero) - self.above)
-
-    def scores(self, score: str, idx: np.ndarray, u: np.ndarray, k_reg: np.ndarray,
-               lam: np.ndarray) -> np.ndarray:
-        """(T, m, C) scores of images ``idx`` (T, m) with uniforms ``u`` (T, m) and RAPS
-        parameters ``k_reg``, ``lam`` (T,), as :func:`uqmetrics.conformal.conformal_trials`
-        computes them."""
-        if score == "thr":
-            return 1.0 - self.p[idx]
-        s = self.above[idx] + u[..., None] * self.p[idx]
-        if score == "raps":
-            s = s + lam[:, None, None] * np.maximum(0, self.rank[idx] - k_reg[:, None, None])
-        return s
-
-
-def _sets(cal: cp.ConformalCalibrations, scorer: _Scorer, idx: np.ndarray,
-          u: np.ndarray) -> np.ndarray:
-    """(T, m, C) bool: each trial's sets of images ``idx`` (T, m) of ``scorer``, uniforms
-    ``u`` (T, m)."""
-    return cp.prediction_sets(scorer.scores(cal.score, idx, u, cal.k_reg, cal.lam), cal.qhat)
-
-
 # ---------------------------------------------------------------------------------------------
 # the data
 
@@ -396,31 +346,31 @@ def _splits(n: int, n_cal: int, config: ConformalConfig) -> np.ndarray:
     return cp.random_splits(n, n_cal, config.trials, np.random.default_rng(config.seed))
 
 
-def _clean_stats(pool: _Data, p: np.ndarray, config: ConformalConfig, n_cal: int,
-                 method: str, alpha: float) -> np.ndarray:
-    """(stat, trial) of ``method`` at ``alpha`` on the pool (probabilities ``p``): the
-    conformal methods by :func:`uqmetrics.conformal.conformal_trials`, Naive on the same
-    trials' evaluation images."""
-    if method == "naive":
-        ev = _splits(len(pool.labels), n_cal, config)[:, n_cal:]
-        return _set_stats(naive_sets(p, alpha)[ev], pool.labels[ev], alpha)
-    res = cp.conformal_trials(p, pool.labels, **_trial_args(method, alpha, n_cal, config))
-    return np.stack([np.asarray(res[s], np.float64) for s in TRIAL_STATS])
+def _clean_stats(pool: _Data, p: cp.RankedProbs, config: ConformalConfig, n_cal: int,
+                 method: str, alpha: float, temperatures: np.ndarray | None
+                 ) -> tuple[np.ndarray, cp.ConformalCalibrations]:
+    """(stat, trial) of ``method`` at ``alpha`` on the pool (probabilities ``p``, each trial's
+    tempered by ``temperatures`` where given), those of
+    :func:`uqmetrics.conformal.conformal_trials`, and the calibrations."""
+    cal = cp.conformal_calibrations(p, pool.labels,
+                                    **_trial_args(method, alpha, n_cal, config, temperatures))
+    res = cp.evaluate_calibrations(cal, p, pool.labels)
+    return np.stack([np.asarray(res[s], np.float64) for s in TRIAL_STATS]), cal
 
 
-def _shift_stats(cal: cp.ConformalCalibrations | None, alpha: float, labels: np.ndarray, scorer: _Scorer,
-                 keep: np.ndarray, config: ConformalConfig, j: int) -> np.ndarray:
-    """(2, trial): coverage and mean set size on a shifted set (``labels`` (m,), ``scorer``:
-    its probabilities) of each trial's sets calibrated on the trial's clean draw (``cal``;
-    None: Naive), over the images ``keep`` (T, m) of each trial. The shifted images'
-    uniforms come from ``default_rng((seed, 1 + j))`` (set ``j``)."""
+def _shift_stats(cal: cp.ConformalCalibrations, randomized: bool, labels: np.ndarray,
+                 probs: cp.RankedProbs, keep: np.ndarray, config: ConformalConfig,
+                 j: int) -> np.ndarray:
+    """(2, trial): coverage and mean set size on a shifted set (``labels`` (m,), ``probs``:
+    its probabilities, tempered by each trial's temperature of ``cal``) of each trial's sets
+    calibrated on the trial's clean draw (``cal``), over the images ``keep`` (T, m) of each
+    trial. The shifted images' uniforms come from ``default_rng((seed, 1 + j))`` (set ``j``);
+    not ``randomized``, the constant of :func:`uqmetrics.conformal.conformal_trials` (1; 0 for
+    Naive)."""
     trials, m = config.trials, labels.size
-    if cal is None:
-        sets = np.broadcast_to(naive_sets(scorer.p, alpha), (trials, m, scorer.p.shape[1]))
-    else:
-        u = (np.random.default_rng((config.seed, 1 + j)).uniform(size=(trials, m))
-             if config.randomized else np.ones((trials, m)))
-        sets = _sets(cal, scorer, np.broadcast_to(np.arange(m), (trials, m)), u)
+    u = (np.random.default_rng((config.seed, 1 + j)).uniform(size=(trials, m)) if randomized
+         else np.full((trials, m), 0.0 if cal.score == "naive" else 1.0))
+    sets = cp.calibrated_sets(cal, probs, u)
     covered = sets[:, np.arange(m), labels]
     n_kept = keep.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -440,16 +390,16 @@ def _keep(pool: _Data, shifted: _Data, perms: np.ndarray, n_cal: int) -> np.ndar
     return ~drawn[:, twins]
 
 
-def _class_coverage(scorer: _Scorer, labels: np.ndarray, n_cal: int,
+def _class_coverage(p: cp.RankedProbs, labels: np.ndarray, n_cal: int,
                     config: ConformalConfig) -> np.ndarray:
     """(C,): the coverage of each true class of :data:`CLASS_METHOD` sets at
     :data:`CLASS_ALPHA` over every trial's evaluation images (the trials of
     :func:`uqmetrics.conformal.conformal_trials`); NaN for a class never evaluated."""
-    c = scorer.p.shape[1]
-    cal = cp.conformal_calibrations(scorer.p, labels,
+    c = p.p.shape[1]
+    cal = cp.conformal_calibrations(p, labels,
                                     **_trial_args(CLASS_METHOD, CLASS_ALPHA, n_cal, config))
     ev = cal.test
-    sets = _sets(cal, scorer, ev, np.take_along_axis(cal.u, ev, axis=1))
+    sets = cp.calibrated_sets(cal, p, np.take_along_axis(cal.u, ev, axis=1), ev)
     y = labels[ev]
     covered = np.take_along_axis(sets, y[..., None], axis=-1)[..., 0]
     counts = np.bincount(y.ravel(), minlength=c)
@@ -479,9 +429,10 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         (:data:`CURVE_METHODS`), ``curve_alpha`` (:data:`CURVE_ALPHAS`), ``class``.
         Coordinates on ``model``: ``kind``, ``mode``, ``members``. Variables:
 
-        ``<stat>``, ``<stat>_std`` (model, method, alpha, calibration)
-            Each of :data:`TRIAL_STATS` on the clean pool: the mean over the trials and the
-            trials' standard deviation (ddof 0).
+        ``<stat>``, ``<stat>_std``, ``<stat>_median`` (model, method, alpha, calibration)
+            Each of :data:`TRIAL_STATS` on the clean pool: the mean over the trials, the
+            trials' standard deviation (ddof 0) and their median (RAPS's Table 1 reports the
+            medians of ``coverage`` and ``mean_set_size``, at ``calibration="platt"``).
         ``shift_<stat>``, ``shift_<stat>_std`` (model, method, alpha, corruption, severity,
         calibration)
             ``coverage`` and ``mean_set_size`` on each corrupted member, the sets calibrated
@@ -495,8 +446,15 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             true class over the trials' evaluation images (NaN for a class never evaluated).
         ``accuracy`` (model)
             Top-1 accuracy on the pool.
+        ``accuracy_median``, ``top5_accuracy_median`` (model)
+            Top-1 and top-5 accuracy on each trial's evaluation images, the median over the
+            trials (Table 1's accuracy columns).
         ``temperature``, ``n_temperature`` (model)
-            The fitted temperature and the images it was fitted on.
+            The fitted temperature (calibration ``temperature``) and the images it was fitted
+            on.
+        ``platt_temperature``, ``platt_temperature_std`` (model)
+            The temperatures fitted on each trial's calibration draw (calibration ``platt``):
+            their median and standard deviation over the trials.
         ``n_pool``, ``n_cal`` (model)
             The conformal pool's images and the calibration images per trial.
         ``min_n_cal`` (method, alpha)
@@ -551,7 +509,7 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     n_pred, methods, alphas = len(preds), CONFORMAL_METHODS, config.alphas
     n_stats, shape = len(TRIAL_STATS), (len(preds), len(methods), len(alphas),
                                         len(CALIBRATIONS))
-    mean, std = np.full((n_stats, *shape), np.nan), np.full((n_stats, *shape), np.nan)
+    mean, std, median = (np.full((n_stats, *shape), np.nan) for _ in range(3))
     sstat = ("coverage", "mean_set_size")
     grid = (len(sstat), n_pred, len(methods), len(alphas))
     shift_mean = np.full((*grid, len(corruptions), len(severities), len(CALIBRATIONS)), np.nan)
@@ -561,6 +519,7 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     curve = np.full((2, n_pred, len(CURVE_METHODS), len(CURVE_ALPHAS)), np.nan)
     class_cov = np.full((n_pred, n_classes), np.nan)
     accuracy, temps = np.empty(n_pred), np.empty(n_pred)
+    top_k, platt_t = np.empty((2, n_pred)), np.empty((2, n_pred))
     n_temp, n_pool, n_cals = (np.empty(n_pred, np.int64) for _ in range(3))
     short = np.zeros((n_pred, len(methods), len(alphas)))
     pools: dict[str, str] = {}
@@ -591,6 +550,12 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         shifted = [(name, _data(probs[name], pred)) for name in shift_names
                    if probs[name].has(pred)]
         perms = _splits(n, n_cal, config)
+        ranked = cp.RankedProbs(pool.probs)
+        rank = ranked.rank[np.arange(n), pool.labels][perms[:, n_cal:]]
+        top_k[:, i] = np.median((rank == 1).mean(axis=1)), np.median((rank <= 5).mean(axis=1))
+        platt = cp.trial_temperatures(ranked, pool.labels, n_cal=n_cal, trials=config.trials,
+                                      seed=config.seed)
+        platt_t[:, i] = np.median(platt), platt.std()
         for k, method in enumerate(methods):
             for a, alpha in enumerate(alphas):
                 short[i, k, a] = _short_calibration(pool.labels, perms, n_cal, method, alpha)
@@ -599,38 +564,48 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         keeps = [_keep(pool, d, perms, n_cal) if name in corrupted and pool_name != cal_name
                  else np.ones((config.trials, len(d.labels)), bool) for name, d in shifted]
         for c, cal_kind in enumerate(CALIBRATIONS):
-            t = None if cal_kind == "none" else temps[i]
-            p = pool.probs if t is None else _scaled(pool.probs, t)
-            scorer = _Scorer(p)
-            moved = [_Scorer(d.probs if t is None else _scaled(d.probs, t)) for _, d in shifted]
+            t = temps[i] if cal_kind == "temperature" else None
+            p = ranked if t is None else cp.RankedProbs(_scaled(pool.probs, t))
+            per_trial = platt if cal_kind == "platt" else None  # tempered in each trial
+            calibs = {}
             for a, alpha in enumerate(alphas):
                 for k, method in enumerate(methods):
-                    trials = _clean_stats(pool, p, config, n_cal, method, alpha)
+                    trials, calibs[k, a] = _clean_stats(pool, p, config, n_cal, method, alpha,
+                                                        per_trial)
                     mean[:, i, k, a, c], std[:, i, k, a, c] = trials.mean(1), trials.std(1)
-                    calib = (None if method == "naive" or not shifted
-                             else cp.conformal_calibrations(
-                                 p, pool.labels, **_trial_args(method, alpha, n_cal, config)))
-                    for j, (name, d) in enumerate(shifted):
-                        out = _shift_stats(calib, alpha, d.labels, moved[j], keeps[j], config,
-                                           shift_names.index(name))
-                        if name in corrupted:
-                            at = (i, k, a, corruptions.index(corrupted[name]["corruption"]),
-                                  severities.index(corrupted[name]["severity"]), c)
-                            shift_mean[(slice(None), *at)] = out.mean(axis=1)
-                            shift_std[(slice(None), *at)] = out.std(axis=1)
-                        else:
-                            at = (i, k, a, natural.index(name), c)
-                            set_mean[(slice(None), *at)] = out.mean(axis=1)
-                            set_std[(slice(None), *at)] = out.std(axis=1)
+                    median[:, i, k, a, c] = np.median(trials, axis=1)
+            # one shifted set at a time, its probabilities ranked (and each trial's tempered)
+            # once for every method and level
+            for j, (name, d) in enumerate(shifted):
+                moved = cp.RankedProbs(d.probs if t is None else _scaled(d.probs, t))
+                for (k, a), calib in calibs.items():
+                    args = _trial_args(methods[k], alphas[a], n_cal, config)
+                    out = _shift_stats(calib, args["randomized"] and args["score"] != "thr",
+                                       d.labels, moved, keeps[j], config,
+                                       shift_names.index(name))
+                    if name in corrupted:
+                        at = (i, k, a, corruptions.index(corrupted[name]["corruption"]),
+                              severities.index(corrupted[name]["severity"]), c)
+                        shift_mean[(slice(None), *at)] = out.mean(axis=1)
+                        shift_std[(slice(None), *at)] = out.std(axis=1)
+                    else:
+                        at = (i, k, a, natural.index(name), c)
+                        set_mean[(slice(None), *at)] = out.mean(axis=1)
+                        set_std[(slice(None), *at)] = out.std(axis=1)
             if cal_kind == "none":
                 for k, method in enumerate(CURVE_METHODS):
                     for a, alpha in enumerate(CURVE_ALPHAS):
-                        trials = _clean_stats(pool, p, config, n_cal, method, alpha)
+                        trials = _clean_stats(pool, p, config, n_cal, method, alpha, None)[0]
                         curve[:, i, k, a] = trials[pick].mean(axis=1)
-                class_cov[i] = _class_coverage(scorer, pool.labels, n_cal, config)
+                class_cov[i] = _class_coverage(p, pool.labels, n_cal, config)
 
     dims = ("model", "method", "alpha", "calibration")
-    data: dict = {}
+    # Table 1's columns first (the report's and the printed table's order): accuracies, then
+    # the medians over the trials
+    data: dict = {"accuracy_median": ("model", top_k[0]),
+                  "top5_accuracy_median": ("model", top_k[1])}
+    for j, s in enumerate(TRIAL_STATS):
+        data[f"{s}_median"] = (dims, median[j])
     for j, s in enumerate(TRIAL_STATS):
         data[s] = (dims, mean[j])
         data[f"{s}_std"] = (dims, std[j])
@@ -645,6 +620,8 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     data["class_coverage"] = (("model", "class"), class_cov)
     data["accuracy"] = ("model", accuracy)
     data["temperature"] = ("model", temps)
+    data["platt_temperature"] = ("model", platt_t[0])
+    data["platt_temperature_std"] = ("model", platt_t[1])
     data["n_temperature"] = ("model", n_temp)
     data["n_pool"] = ("model", n_pool)
     data["n_cal"] = ("model", n_cals)
@@ -655,9 +632,11 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     if note:
         warnings.warn(note, ShortCalibrationWarning, stacklevel=2)
     note = "; ".join([note] * bool(note) + ensemble_notes)
-    metrics: dict = {"accuracy": "accuracy"}
+    metrics: dict = {"accuracy": "accuracy", "accuracy_median": "accuracy",
+                     "top5_accuracy_median": ("top5_accuracy", True)}
     for var in list(data):
         base = var.removeprefix("shift_").removeprefix("set_").removeprefix("curve_")
+        base = base.removesuffix("_median")
         if base in _METRIC_TAGS:
             metrics[var] = _METRIC_TAGS[base]
     ds = xr.Dataset(data, coords={

@@ -52,6 +52,22 @@ OOD_OPTIONS = (
     ensemble_option("ood"),
     ConfigOption("keep_scores",
                  help="ood: also keep every image's u (u_id, u_ood) for the score histograms"),
+    ConfigOption("tune_detectors",
+                 help="ood: select the hyper-parameters of every detector with a search grid "
+                      "(react percentile, knn k, vim D, gen gamma and M, energy T) per "
+                      "predictor as OpenOOD v1.5's automatic parameter search: the grid "
+                      "point of the highest AUROC of the OOD validation set against the ID "
+                      "validation set; the grids and the chosen values are recorded in the "
+                      "attr detector_search (default: the fixed defaults)"),
+    ConfigOption("validation", metavar="NAME",
+                 help="ood: with --tune-detectors, dataset_name of the ID validation set "
+                      "(default: the only set of role calibration; never the test or fit "
+                      "set)"),
+    ConfigOption("ood_validation", metavar="NAME",
+                 help="ood: with --tune-detectors, dataset_name of the OOD validation set, a "
+                      "set of role ood-val (uqvision sweep --ood-sets "
+                      "ood-val:ood-far:NAME=PATH; default: the only one); never a test OOD "
+                      "set"),
 )
 
 

@@ -178,8 +178,8 @@ def plot_ood_cost(result: xr.Dataset | str | os.PathLike, *, split: str = "far")
     ax.set_xlabel("forward passes per image")
     ax.set_ylabel(f"{split}-OOD AUROC")
     ax.set_title("UQ measures (triangles) vs post-hoc detectors (circles)", fontsize=8)
-    if ax.collections:
-        ax.legend(fontsize=6, ncol=2)
+    if ax.collections:  # beside the axes: inside, it hid points of the ensembles' column
+        fig.legend(*ax.get_legend_handles_labels(), fontsize=6, loc="outside right upper")
     else:  # a result without sets of this split (e.g. far-OOD sets only)
         ax.text(0.5, 0.5, f"no {split}-OOD set scored", ha="center", va="center",
                 transform=ax.transAxes)

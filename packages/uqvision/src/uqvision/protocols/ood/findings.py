@@ -18,9 +18,12 @@ detector or predictor), each with its statistic and a one-sided sign test
   forward pass per image; for the MC-dropout network itself, whose post-hoc detectors read
   its pass-mean logits: equal cost); the statistic names both costs.
 
-Predictors share their images, so the cells are not independent draws: the p-values are a
-guide, not exact error rates (docs/conventions.md#v-6). :func:`format_findings` writes the rows
-as a markdown table.
+A claim over too few cells for any count to reach ``p < ALPHA`` (``0.5 ** n >= ALPHA``:
+``n <= 4``; the UQ claim over the stand-in's one near and one far set has ``n = 2``, whose
+smallest p-value is 0.25) is ``untestable with <n> <cells>`` (e.g. ``untestable with 2
+sets``), never ``not reproduced``. Predictors share their images, so the cells are not
+independent draws: the p-values are a guide, not exact error rates (docs/conventions.md#v-6).
+:func:`format_findings` writes the rows as a markdown table.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class OodFinding:
     p_value : float
         One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
     verdict : str
-        ``reproduced`` (``p < ALPHA``) or ``not reproduced``.
+        ``reproduced`` (``p < ALPHA``), ``not reproduced``, or ``untestable with <n> <cells>``
+        where even ``n`` of ``n`` cannot reach ``ALPHA``.
     """
 
     claim: str
@@ -74,8 +78,10 @@ class OodFinding:
     verdict: str
 
 
-def _finding(claim, subject, statistic, before, after, wins) -> OodFinding:
+def _finding(claim, subject, statistic, before, after, wins, cells) -> OodFinding:
     k, n, p, verdict = sign_verdict(wins, ALPHA)
+    if 0 < n and 0.5 ** n >= ALPHA:  # even n of n cannot reach the level
+        verdict = f"untestable with {n} {cells}"
     return OodFinding(claim, subject, statistic, float(before), float(after), k, n, p, verdict)
 
 
@@ -119,7 +125,7 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
         ok = ~(np.isnan(gn) | np.isnan(gf))
         rows.append(_finding("feature-based detectors help far-OOD more than near-OOD", d,
                              "predictors whose far-AUROC gain over MSP exceeds the near gain",
-                             _mean(gn[ok]), _mean(gf[ok]), gf[ok] > gn[ok]))
+                             _mean(gn[ok]), _mean(gf[ok]), gf[ok] > gn[ok], "predictors"))
     others = [d for d in dets if d != "msp"]
     if others:
         msp = near.sel(detector="msp").values[:, None]
@@ -133,7 +139,7 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
             f"(predictor, detector) pairs with MSP's near AUROC >= the other's; MSP's mean "
             f"rank {_mean(np.asarray(ranks)):.1f} of {len(dets)}",
             _mean(rest[ok]), _mean(np.broadcast_to(msp, rest.shape)[ok]),
-            np.broadcast_to(msp, rest.shape)[ok] >= rest[ok]))
+            np.broadcast_to(msp, rest.shape)[ok] >= rest[ok], "pairs"))
     members_of = json.loads(result.attrs.get("ensemble_members", "{}"))
     uq = [d for d in MEMBER_DETECTORS if d in dets]
     posthoc = [d for d in dets if d not in MEMBER_DETECTORS]
@@ -154,7 +160,7 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
                 "UQ methods vs post-hoc detectors at equal cost", m,
                 f"OOD sets where its best member detector ({cost} forward passes) beats the "
                 f"best post-hoc detector of {single} ({single_cost} forward passes)",
-                _mean(b[ok]), _mean(a[ok]), a[ok] > b[ok]))
+                _mean(b[ok]), _mean(a[ok]), a[ok] > b[ok], "sets"))
     return rows
 
 

@@ -36,7 +36,12 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
 ``--set`` options: ``epochs``, ``members``, ``dropout_passes`` (0: no MC-dropout network),
 ``per_class`` (fit images per ID class, drawn by :func:`uqvision.data.subset_choice`, as
 ``uqvision data subset`` draws them), ``near_per_superclass`` (held-out classes per ID
-superclass), ``near_position`` (``interior`` or ``end``).
+superclass), ``near_position`` (``interior`` or ``end``), ``tune_detectors`` (``true``:
+OpenOOD v1.5's automatic parameter search, :attr:`~.score.OodConfig.tune_detectors`; the
+networks then also predict two validation views of the generated ``val`` split: ``val``, the
+ID classes, as role ``calibration``, and ``oodval``, the far-OOD classes, as role
+``ood-val``, as OpenOOD's ImageNet benchmark tunes on held-out images of a far-OOD set,
+OpenImage-O; the test OOD images are never tuned on).
 """
 
 from __future__ import annotations
@@ -78,7 +83,9 @@ OOD_SCALES = {
 #: The smoke scale (``OOD_SCALES["smoke"]``).
 SMOKE = OOD_SCALES["smoke"]
 _KEYS = ("epochs", "members", "dropout_passes", "per_class", "near_per_superclass",
-         "near_position")
+         "near_position", "tune_detectors")
+#: ``--set tune_detectors=`` values.
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
@@ -93,8 +100,14 @@ def _settings(scale: str, arch: str | None, data: str | None, options: dict[str,
     if unknown:
         raise InputError(f"--set: unknown option(s) {unknown} of reproduce ood; known: "
                          f"{list(_KEYS)}")
+    s["tune_detectors"] = False
     try:
         for k, v in options.items():
+            if k == "tune_detectors":
+                if str(v).lower() not in _BOOLS:
+                    raise ValueError(f"tune_detectors must be true or false, got {v!r}")
+                s[k] = _BOOLS[str(v).lower()]
+                continue
             s[k] = float(v) if k == "epochs" else str(v) if k == "near_position" else int(v)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
@@ -165,15 +178,19 @@ def _link(target: Path, link: Path) -> None:
 
 
 def _views(root: Path, views: Path, split: dict[str, list[str]], per_class: int,
-           seed: int) -> dict[str, Path]:
+           seed: int, validation: bool = False) -> dict[str, Path]:
     """The symlink views: ``test`` (ID test classes), ``fit`` (``per_class`` seeded training
-    images of each ID class), ``near``, ``far`` (test classes)."""
+    images of each ID class), ``near``, ``far`` (test classes); with ``validation`` ``val``
+    (ID classes) and ``oodval`` (far-OOD classes) of the ``val`` split."""
     out = {}
-    for name, key in (("test", "id"), ("near", "near"), ("far", "far")):
+    for name, key, part in (("test", "id", "test"), ("near", "near", "test"),
+                            ("far", "far", "test"),
+                            *((("val", "id", "val"), ("oodval", "far", "val"))
+                              if validation else ())):
         folder = views / name
         folder.mkdir(parents=True, exist_ok=True)
         for c in split[key]:
-            _link((root / "test" / c).resolve(), folder / c)
+            _link((root / part / c).resolve(), folder / c)
         out[name] = folder
     fit = views / "fit"
     for c in split["id"]:
@@ -196,7 +213,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     if not (root / "classes.json").is_file():
         make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
     split = ood_split_classes(root, s["near_per_superclass"], s["near_position"])
-    views = _views(root, out / "views", split, s["per_class"], seed)
+    views = _views(root, out / "views", split, s["per_class"], seed, s["tune_detectors"])
     log(f"classes: {len(split['id'])} ID, {len(split['near'])} near, {len(split['far'])} far")
 
     models, caches = out / "models", out / "caches"
@@ -214,6 +231,12 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
             n += len(predict_to_files(spec, views[dataset], caches,
                                       PredictConfig(eval_set=f"ood-{dataset}", **how, **base),
                                       dataset_name=dataset, overwrite=trained))
+        if s["tune_detectors"]:  # the validation views: ID (calibration), far OOD (ood-val)
+            for dataset, kind in (("val", {"role": "calibration"}),
+                                  ("oodval", {"role": "ood-val", "eval_set": "ood-far"})):
+                n += len(predict_to_files(spec, views[dataset], caches,
+                                          PredictConfig(**kind, **how, **base),
+                                          dataset_name=dataset, overwrite=trained))
         return n
 
     train_and_predict(ensemble_runs(s, seed, device, tag="ood", classes=tuple(split["id"])),
@@ -223,6 +246,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     members = sorted({i.model for i in index_caches([caches]) if "deep_ensemble_s" in i.model})
     scores = score_ood(caches, OodConfig(
         test="test", fit="fit", keep_scores=True, seed=seed,
+        tune_detectors=s["tune_detectors"],
         ensembles={f"deep_ensemble[{len(members)}]": members} if len(members) > 1 else None,
         fit_info={"per_class": s["per_class"], "seed": seed, "split": "train",
                   "classes": len(split["id"]), "near_position": s["near_position"]}))

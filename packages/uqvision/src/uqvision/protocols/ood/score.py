@@ -18,16 +18,33 @@ The predictors (the ``model`` dimension) are every model (the caches' ``model`` 
 (:func:`uqvision.predictors.group_predictors`). What a
 detector reads of a predictor:
 
-- ``logits``: a model's logits, the mean over its passes (MC-dropout passes, TTA passes);
+- ``logits``: the predictor's logits by the detector's ensemble rule
+  (:data:`uqmetrics.detectors.ENSEMBLE_RULES`): for ``msp``, ``entropy`` and ``gen``
+  (``predictive``) log p̄, p̄ the predictor's predictive distribution (the mean over its members
+  of each member's softmax averaged over its passes, as the shift and conformal protocols
+  score it: ``max p̄`` is the ensemble's MSP); for ``maxlogit`` and ``energy``
+  (``mean_logits``) the mean of the members' pass-mean logits (OpenOOD v1.5's ensemble and
+  MC-dropout postprocessors). For a model of one forward pass, both are its logits; a model's
+  MC-dropout or TTA passes are combined the same way as an ensemble's members;
 - ``members``: the logits of every pass of every member model, stacked (member, sample,
   class): the deep ensemble's members, the MC-dropout passes;
 - ``embedding``, ``head_weight``, ``head_bias``: a model's penultimate features and linear head
   (``uqvision predict --embeddings --cache-variables head_weight head_bias``);
 - ``fit``: the same model's ``embedding`` and ``labels`` on the fit set (and its head).
 
-A detector that reads no ``members`` scores an ensemble row as the mean of its members' ``u``
-(each member fitted on its own features); a detector that reads ``members`` is not defined
-for a predictor of one forward pass (NaN there, said in the attr ``notes``).
+A detector of rule ``mean_u`` (the feature detectors ``react``, ``mahalanobis``, ``knn``,
+``vim``) scores an ensemble row as the mean of its members' ``u``, each member fitted on its
+own features; a detector that reads ``members`` is not defined for a predictor of one forward
+pass (NaN there, said in the attr ``notes``).
+
+With :attr:`OodConfig.tune_detectors`, every detector with a search grid
+(:attr:`uqmetrics.detectors.Detector.grid`: OpenOOD v1.5's, e.g. ReAct's percentile, KNN's
+k, ViM's D, GEN's gamma and M, Energy's T) is tuned per predictor as OpenOOD v1.5's automatic
+parameter search does (:func:`uqmetrics.detectors.search_params`): the grid point of the
+highest AUROC of an OOD validation set (role ``ood-val``, :attr:`OodConfig.ood_validation`)
+against an ID validation set (role ``calibration``, :attr:`OodConfig.validation`); a set of
+role ``ood-val`` is never scored as a test OOD set. The grids and the chosen values are
+recorded in the attr ``detector_search``. Without it, every detector keeps its fixed defaults.
 """
 
 from __future__ import annotations
@@ -43,7 +60,7 @@ import xarray as xr
 from uqmetrics import InputError, stamp_result
 from uqmetrics.calibration import softmax
 from uqmetrics.classification import accuracy_score
-from uqmetrics.detectors import NEED_KEYS, get_detector, list_detectors
+from uqmetrics.detectors import NEED_KEYS, get_detector, list_detectors, search_params
 from uqmetrics.registry import get_metric
 
 from ...cache import check_aligned
@@ -76,6 +93,16 @@ DEFAULT_DETECTORS = ("msp", "maxlogit", "energy", "entropy", "gen", "react", "ma
 FEATURE_DETECTORS = ("mahalanobis", "knn", "vim")
 #: Detectors that read several members or passes (the findings' "UQ" group).
 MEMBER_DETECTORS = ("ensemble_entropy", "mutual_information", "disagreement")
+#: The role of an OOD validation set (:data:`uqvision.roles.SET_ROLES`): tuned on with
+#: ``tune_detectors``, never scored as a test OOD set.
+OOD_VALIDATION_ROLE = "ood-val"
+#: The criterion of the parameter search (attr ``detector_search``).
+SEARCH_CRITERION = ("OpenOOD v1.5's automatic parameter search: per predictor and detector, "
+                    "the grid point of the highest AUROC of the OOD validation set against "
+                    "the ID validation set (the first of equal ones, the last parameter "
+                    "varying slowest)")
+#: What each validation set is, in the refusals.
+_TUNE_SETS = ("ID validation set (--validation)", "OOD validation set (--ood-validation)")
 #: How to get each input a detector may need, for the refusals.
 _HOW = {"embedding": "uqvision predict --embeddings",
         "head_weight": "uqvision predict --cache-variables head_weight head_bias",
@@ -112,6 +139,16 @@ class OodConfig:
         "train"}``), recorded in the result's attr ``fit_data``.
     seed : int
         Recorded (no step of the scoring is random).
+    tune_detectors : bool
+        Select the hyper-parameters of every detector with a search grid per predictor on
+        validation data (``--tune-detectors``; module docstring); default the fixed defaults.
+    validation : str or None
+        With ``tune_detectors``: the ``dataset_name`` of the ID validation set
+        (``--validation``); default the only set of role ``calibration``. Never the test or
+        the fit set.
+    ood_validation : str or None
+        With ``tune_detectors``: the ``dataset_name`` of the OOD validation set
+        (``--ood-validation``), a set of role ``ood-val``; default the only one.
     """
 
     detectors: tuple[str, ...] | None = None
@@ -121,6 +158,9 @@ class OodConfig:
     keep_scores: bool = False
     fit_info: dict = field(default_factory=dict)
     seed: int = 0
+    tune_detectors: bool = False
+    validation: str | None = None
+    ood_validation: str | None = None
 
     def __post_init__(self):
         if self.detectors is not None:
@@ -135,6 +175,11 @@ class OodConfig:
             raise InputError("detectors is empty: name at least one detector (or None for the "
                              "defaults)")
         object.__setattr__(self, "fit_info", dict(self.fit_info or {}))
+        given = [f for f in ("validation", "ood_validation") if getattr(self, f) is not None]
+        if given and not self.tune_detectors:
+            raise InputError(f"{given[0]} (--{given[0].replace('_', '-')}) "
+                             f"{getattr(self, given[0])!r} names a validation set, which only "
+                             "--tune-detectors reads: add it, or leave the set out")
 
 
 class _Arrays:
@@ -162,6 +207,85 @@ class _Arrays:
     def fit(self) -> dict[str, np.ndarray]:
         """The ``fit`` mapping (:data:`uqmetrics.detectors.FIT_KEYS`)."""
         return {"labels": self.labels, **self.extra}
+
+
+class _Scoring:
+    """``scoring(p, det, names) -> [u, ...]``: predictor ``p``'s ``u`` by detector ``det``
+    (with its parameters) on each dataset of ``names``, by the detector's ensemble rule
+    (module docstring); None where a member lacks the dataset or a member detector meets one
+    forward pass. A member is fitted once per parameters and group of datasets (the fitted
+    state, e.g. KNN's bank, is not kept); its ``u`` are kept."""
+
+    def __init__(self, data: dict, groups: dict, id_name: str, fit_name: str | None,
+                 n_passes: dict[str, int]):
+        self.data, self.groups, self.id_name, self.fit_name = data, groups, id_name, fit_name
+        self.n_passes = n_passes
+        self._u: dict[tuple, dict[str, np.ndarray]] = {}
+
+    def member(self, m: str, det, names: list[str]) -> dict[str, np.ndarray]:
+        """Model ``m``'s own ``u`` on ``names`` (fitted on its own fit data), by dataset."""
+        key = (m, det.name, json.dumps(det.params, sort_keys=True, default=str))
+        cached = self._u.setdefault(key, {})
+        missing = [n for n in names if n not in cached]
+        if missing:
+            fit = self.data[m][self.fit_name].fit() if "fit" in det.needs else None
+            head = {k: v for k, v in self.data[m][self.id_name].extra.items()
+                    if k in NEED_KEYS["head"]}
+            scorer = det.fitted(None if fit is None else {**head, **fit})
+            for n in missing:
+                cached[n] = scorer(self.data[m][n].inputs())
+        return cached
+
+    def __call__(self, p: Predictor, det, names: list[str]) -> list[np.ndarray | None]:
+        have = [n for n in names if all(self.data[m][n] is not None for m in p.members)]
+        out: dict[str, np.ndarray | None] = dict.fromkeys(names)
+        if det.ensemble == "mean_u":
+            per = [self.member(m, det, have) for m in p.members]
+            out.update({n: np.mean([u[n] for u in per], axis=0) for n in have})
+            return [out[n] for n in names]
+        if det.ensemble == "members" and self.n_passes[p.name] < 2:
+            return [None] * len(names)
+        for n in have:
+            if len(p.members) > 1:
+                check_aligned([self.groups[m, n][0] for m in p.members])
+            passes = [self.data[m][n].passes for m in p.members]
+            out[n] = det.fitted(None)({"members": np.concatenate(passes)}
+                                      if det.ensemble == "members" else
+                                      {"logits": det.ensemble_logits(passes)})
+        return [out[n] for n in names]
+
+
+def _validation_sets(config: OodConfig, sets: dict, id_name: str,
+                     fit_name: str | None) -> tuple[str, ...]:
+    """``(ID validation, OOD validation)`` dataset names with ``tune_detectors``, else ``()``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A missing or ambiguous set (naming its option and how to declare it), or an ID
+        validation set that is the test or the fit set.
+    """
+    if not config.tune_detectors:
+        return ()
+    val = pick_set("calibration", config.validation, sets, option="--validation",
+                   exclude=(id_name, fit_name))
+    if val is None:
+        raise InputError("--tune-detectors selects the detectors' parameters on an ID "
+                         "validation set: predict held-out ID images as a set of role "
+                         "calibration (uqvision sweep --sets calibration:val=PATH) or name it "
+                         "(--validation NAME)")
+    if val in (id_name, fit_name):
+        raise InputError(f"--validation {val!r} is the {'test' if val == id_name else 'fit'} "
+                         "set: tune the detectors on other ID images (a set of role "
+                         "calibration)")
+    ood_val = pick_set(OOD_VALIDATION_ROLE, config.ood_validation, sets,
+                       option="--ood-validation", accept=(OOD_VALIDATION_ROLE,))
+    if ood_val is None:
+        raise InputError("--tune-detectors selects the detectors' parameters on an OOD "
+                         f"validation set: predict one as a set of role {OOD_VALIDATION_ROLE} "
+                         f"(uqvision sweep --ood-sets {OOD_VALIDATION_ROLE}:ood-far:NAME=PATH), "
+                         "never a test OOD set")
+    return val, ood_val
 
 
 def _ood_split(record: dict, attrs: dict) -> str:
@@ -304,7 +428,11 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
 
         Attrs (JSON): ``ensemble_members`` (row -> its models), ``fit_data`` (dataset name
         and ``fit_info``), ``skipped_detectors`` (name -> why), ``id_dataset`` (the test set),
-        ``scored_sets`` (``test`` and ``fit`` -> the dataset), ``notes``,
+        ``scored_sets`` (``test`` and ``fit``, with ``tune_detectors`` ``validation`` and
+        ``ood_validation`` -> the dataset), ``notes``, with ``tune_detectors``
+        ``detector_search`` (the criterion, the validation sets, every detector's grid, and
+        per predictor and detector the chosen ``params``, their ``val_auroc`` and the
+        ``errors`` of grid points the data refused),
         ``caches`` and ``entries`` (each row's caches, an ensemble's: its members', and their
         provenance: :mod:`uqvision.provenance`).
 
@@ -317,7 +445,12 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         other images for two models (naming both files); an unknown detector; a named
         detector whose inputs a model's caches lack (naming the model, the dataset, what is
         missing and the ``uqvision predict`` options that record it), or that fits without
-        a fit set; a member detector with no predictor of several passes or members.
+        a fit set; a member detector with no predictor of several passes or members; with
+        ``tune_detectors``, no or two ID validation sets (role ``calibration``) or OOD
+        validation sets (role ``ood-val``) without a name, a named OOD validation set of
+        another role (a test OOD set), the test or fit set as the ID validation set, or a
+        model without caches of a validation set; ``validation``/``ood_validation`` without
+        ``tune_detectors``.
     """
     config = config or OodConfig()
     read = read_cache_groups(caches, record=_record)
@@ -334,22 +467,25 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         raise InputError(f"--test and --fit are both {id_name!r}: fit the detectors on ID "
                          "training images, not on the test set")
     order = {s: i for i, s in enumerate(OOD_SPLITS)}
-    ood = sorted((n for n, s in sets.items() if s["role"] == "ood"),
+    ood = sorted((n for n, s in sets.items() if s["role"] == "ood"
+                  and s["set_role"] != OOD_VALIDATION_ROLE),
                  key=lambda n: (order.get(sets[n]["ood_split"], len(order)), n))
     if not ood:
         raise InputError("no caches of an OOD set (role ood, e.g. uqvision predict --eval-set "
                          "ood-near / ood-far / imagenet-o)")
+    tune = _validation_sets(config, sets, id_name, fit_name)
     preds, ensemble_notes = group_predictors(read, config.ensembles, models=models)
     notes: list[str] = list(ensemble_notes)
     names, explicit = _detectors(config)
 
     # every model's arrays (None: no caches of that dataset)
-    wanted = [id_name, *ood] + ([fit_name] if fit_name else [])
+    wanted = [id_name, *ood, *tune] + ([fit_name] if fit_name else [])
     data = {m: {n: _Arrays(groups[m, n]) if (m, n) in groups else None for n in wanted}
             for m in models}
     for m in models:
-        if data[m][id_name] is None:
-            raise InputError(f"model {m!r} has no caches of the ID test set {id_name!r}")
+        for name, what in ((id_name, "ID test set"), *zip(tune, _TUNE_SETS, strict=False)):
+            if data[m][name] is None:
+                raise InputError(f"model {m!r} has no caches of the {what} {name!r}")
     for name in wanted:
         _check_same_images(name, [groups[m, name][0] for m in models if data[m][name]])
     n_passes = {p.name: sum(data[m][id_name].passes.shape[0] for m in p.members) for p in preds}
@@ -359,7 +495,8 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     dets = []
     for d in names:
         det = get_detector(d)
-        problems = [p for p in (_problem(det, m, data[m], [id_name, *ood], fit_name)
+        scored = [id_name, *ood, *(tune if det.grid else [])]
+        problems = [p for p in (_problem(det, m, data[m], scored, fit_name)
                                 for m in models) if p]
         if "members" in det.needs and not any(v > 1 for v in n_passes.values()):
             problems.append(f"detector {d!r} reads several members or passes, but every "
@@ -374,31 +511,22 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     if not dets:
         raise InputError(f"no detector can be scored on these caches: {skipped}")
 
-    # u per (model, detector, dataset); the member detectors per predictor
-    u: dict[tuple[str, str, str], np.ndarray] = {}
-    for det in dets:
-        if "members" in det.needs:
-            continue
-        for m in models:
-            fit = data[m][fit_name].fit() if "fit" in det.needs else None
-            scorer = det.fitted(fit if fit is None else {**{
-                k: v for k, v in data[m][id_name].extra.items() if k in NEED_KEYS["head"]},
-                **fit})
-            for n in [id_name, *ood]:
-                if data[m][n] is not None:
-                    u[m, det.name, n] = scorer(data[m][n].inputs())
-
-    def pred_u(p: Predictor, det, name: str) -> np.ndarray | None:
-        if any(data[m][name] is None for m in p.members):
-            return None
-        if "members" in det.needs:
-            if n_passes[p.name] < 2:
-                return None
-            if len(p.members) > 1:
-                check_aligned([groups[m, name][0] for m in p.members])
-            stack = np.concatenate([data[m][name].passes for m in p.members])
-            return det.fitted(None)({"members": stack})
-        return np.mean([u[m, det.name, name] for m in p.members], axis=0)
+    # each predictor's detectors: tuned on the validation sets, or the fixed defaults
+    scoring = _Scoring(data, groups, id_name, fit_name, n_passes)
+    tuned: dict[tuple[str, str], object] = {}
+    search: dict[str, dict] = {}
+    for p in preds if tune else []:
+        for det in (d for d in dets if d.grid):
+            params, trials = search_params(det, lambda d, p=p: tuple(scoring(p, d, tune)))
+            tuned[p.name, det.name] = det.with_params(**params)
+            scores = [t["auroc"] for t in trials if "auroc" in t]
+            errors = sorted({t["error"] for t in trials if "error" in t})
+            search.setdefault(p.name, {})[det.name] = {
+                "params": {k: params[k] for k in det.grid}, "val_auroc": max(scores, default=None),
+                **({"errors": errors} if errors else {})}
+            if not scores:
+                notes.append(f"{det.name} on {p.name}: no value of its grid {det.grid} can be "
+                             f"scored on the validation sets ({errors[0]}); its defaults kept")
 
     metrics = {v: get_metric(k).func for v, k in OOD_METRICS.items() if _registered(k)}
     shape = (len(preds), len(dets), len(ood))
@@ -409,13 +537,12 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     offsets = np.concatenate([[0], np.cumsum(ood_sizes)])
     for i, p in enumerate(preds):
         for j, det in enumerate(dets):
-            ui = pred_u(p, det, id_name)
+            ui, *uos = scoring(p, tuned.get((p.name, det.name), det), [id_name, *ood])
             if ui is None:
                 notes.append(f"{det.name} on {p.name}: one forward pass, no members (NaN)")
                 continue
             u_id[i, j, :ui.size] = ui
-            for k, n in enumerate(ood):
-                uo = pred_u(p, det, n)
+            for k, uo in enumerate(uos):
                 if uo is None:
                     continue
                 u_ood[i, j, offsets[k]:offsets[k] + uo.size] = uo
@@ -478,7 +605,14 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         seed=config.seed, notes="; ".join(dict.fromkeys(notes)) or None,
         extra={"ensemble_members": json.dumps(ensembles), "fit_data": json.dumps(fit_record),
                "skipped_detectors": json.dumps(skipped), "id_dataset": id_name,
-               "scored_sets": json.dumps({"test": id_name, "fit": fit_name}),
+               "scored_sets": json.dumps({"test": id_name, "fit": fit_name,
+                                          **dict(zip(("validation", "ood_validation"), tune,
+                                                     strict=False))}),
+               **({"detector_search": json.dumps({
+                   "criterion": SEARCH_CRITERION, "validation": tune[0],
+                   "ood_validation": tune[1],
+                   "grids": {d.name: d.grid for d in dets if d.grid},
+                   "chosen": search})} if tune else {}),
                **entry_provenance(predictor_rows(preds, groups), "model")})
 
 

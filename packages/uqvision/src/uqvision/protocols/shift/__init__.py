@@ -42,7 +42,8 @@ SHIFT_OPTIONS = (
     role_option("calibration", "shift"),
     ConfigOption("baseline",
                  help="shift: the model the corruption errors (mCE, relative mCE) are "
-                      "normalised by (default: none computed)"),
+                      "normalised by, or published:alexnet (AlexNet's published ImageNet-C "
+                      "errors: mCE only) (default: none computed)"),
     ensemble_option("shift"),
     ConfigOption("overlay", metavar="FILE",
                  help="shift: the label sets of the relabelled caches (ImageNet ReaL): ReaL's "

@@ -4,15 +4,30 @@
 predictor, each with its statistic and a one-sided sign test (:func:`scipy.stats.binomtest`):
 
 - **calibration worsens with severity** (per predictor and calibration): the corruptions
-  whose ECE at the highest severity exceeds the clean ECE, ``k`` of ``n``. The claim holds
-  for the temperature-scaled rows too: a temperature fitted on clean data does not survive
-  shift.
-- **ensembles degrade most gracefully** (the ensemble row against each other predictor): the
-  (corruption, severity) cells of the upper severities (``severity >= min_severity``) where
-  the ensemble's Brier score, and separately its ECE, is lower than the other predictor's.
+  whose ECE at the highest severity exceeds the clean ECE, ``k`` of ``n``.
+- **temperature scaling helps in distribution** (the paper's first half of its temperature
+  claim; one row over every row of the result): the predictors whose temperature-scaled clean
+  ECE is below their un-scaled clean ECE.
+- **temperature scaling does not survive shift** (its second half; per predictor): the
+  (corruption, severity) cells where the temperature-scaled ECE exceeds the un-scaled one.
+  The statistic gives the fitted temperature: ``T > 1`` softens an over-confident softmax,
+  whose benefit the paper finds fading under shift; ``T < 1`` (an under-confident network on
+  clean data) sharpens it, and makes the network more over-confident under shift: another
+  mechanism for the same count.
+- **ensembles degrade most gracefully** (the ensemble row against the vanilla network and
+  each MC-dropout network): the (corruption, severity) cells of the upper severities
+  (``severity >= min_severity``) where the ensemble is better, per metric of
+  :data:`RANKED_METRICS` (higher accuracy; lower NLL, Brier, ECE) and calibration.
+- **MC dropout ranks between the vanilla network and the ensemble** (per MC-dropout network
+  and ensemble): ``MC dropout beats <vanilla> (<metric>)`` counts the same cells where the
+  dropout network is better than the vanilla one; ``ensemble beats <dropout>`` is the other
+  half. The row ``MC dropout ranks between ... (<metric>)`` holds where both halves do: it
+  repeats the half with the larger p-value (an intersection-union test, level ``ALPHA``).
 
-The cells share their images (every corruption of one test set), so they are not independent
-draws: the sign test's p-value is a guide, not an exact error rate (docs/conventions.md#v-5).
+A tie counts against the claim. A claim over too few cells or rows for any count to reach
+``p < ALPHA`` (``0.5 ** n >= ALPHA``: ``n <= 4``) is ``untestable``. The cells share their
+images (every corruption of one test set), so they are not independent draws: the sign test's
+p-value is a guide, not an exact error rate (docs/conventions.md#v-5).
 :func:`format_findings` writes the rows as a markdown table.
 """
 
@@ -26,10 +41,15 @@ from uqmetrics import InputError
 
 from ..base import findings_table, sign_verdict
 
-__all__ = ["ALPHA", "ShiftFinding", "format_findings", "shift_findings"]
+__all__ = ["ALPHA", "RANKED_METRICS", "ShiftFinding", "format_findings", "shift_findings"]
 
 #: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
 ALPHA = 0.05
+#: The metrics the predictors are ranked on (Ovadia et al. 2019, Fig. 2 and its NLL tables);
+#: accuracy is greater-is-better, the others lower-is-better. Temperature scaling never moves
+#: accuracy, so accuracy is compared un-scaled only.
+RANKED_METRICS = ("accuracy", "nll", "brier", "ece")
+_GREATER_IS_BETTER = frozenset({"accuracy"})
 
 
 @dataclass(frozen=True)
@@ -39,22 +59,28 @@ class ShiftFinding:
     Attributes
     ----------
     claim : str
-        ``calibration worsens with severity`` or ``ensemble beats <predictor> (<metric>)``.
+        ``calibration worsens with severity``, ``temperature scaling helps in distribution``,
+        ``temperature scaling does not survive shift``, ``ensemble beats <predictor>
+        (<metric>)``, ``MC dropout beats <predictor> (<metric>)`` or ``MC dropout ranks
+        between <vanilla> and <ensemble> (<metric>)``.
     predictor : str
-        The row of ``model`` the claim is about.
+        The row of ``model`` the claim is about (``every row (<n>)`` for the claim over rows).
     calibration : str
         ``none`` or ``temperature``.
     statistic : str
         What was counted, in words.
     before, after : float
-        The two means compared: clean and highest-severity ECE, or the other predictor's and
-        the ensemble's metric over the cells.
+        The two means compared: clean and highest-severity ECE, un-scaled and
+        temperature-scaled ECE, or the other predictor's and this predictor's metric over the
+        cells.
     k, n : int
-        Cells (corruptions) where the claim's inequality holds, out of those with both values.
+        Cells (corruptions, rows) where the claim's inequality holds, out of those with both
+        values.
     p_value : float
         One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
     verdict : str
-        ``reproduced`` (``p < ALPHA``) or ``not reproduced``.
+        ``reproduced`` (``p < ALPHA``), ``not reproduced``, or ``untestable (n = <n>)`` where
+        no count of ``n`` could reach ``ALPHA``.
     """
 
     claim: str
@@ -71,8 +97,39 @@ class ShiftFinding:
 
 def _finding(claim, predictor, calibration, statistic, before, after, wins) -> ShiftFinding:
     k, n, p, verdict = sign_verdict(wins, ALPHA)
+    if 0 < n and 0.5 ** n >= ALPHA:  # even n of n cannot reach the level
+        verdict = f"untestable (n = {n})"
     return ShiftFinding(claim, predictor, calibration, statistic, float(before), float(after),
                         k, n, p, verdict)
+
+
+def _means(a: np.ndarray, b: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """The means of ``a`` and ``b`` over the cells where both are present, and that mask."""
+    ok = ~(np.isnan(a) | np.isnan(b))
+    return (float(np.mean(a[ok])) if ok.any() else np.nan,
+            float(np.mean(b[ok])) if ok.any() else np.nan, ok)
+
+
+def _beats(result: xr.Dataset, claim: str, better: str, other: str, metric: str, cal: str,
+           upper: np.ndarray, min_severity: int) -> ShiftFinding:
+    """``better`` beats ``other`` on ``metric`` in the upper-severity cells."""
+    a = result[metric].sel(model=better, calibration=cal).values[:, upper]
+    b = result[metric].sel(model=other, calibration=cal).values[:, upper]
+    before, after, ok = _means(b, a)
+    wins = a[ok] > b[ok] if metric in _GREATER_IS_BETTER else a[ok] < b[ok]
+    word = "higher" if metric in _GREATER_IS_BETTER else "lower"
+    return _finding(claim, better, cal,
+                    f"cells (corruption, severity >= {min_severity}) with {word} {metric}",
+                    before, after, wins)
+
+
+def _temperature(result: xr.Dataset, model: str) -> str:
+    """`` (fitted T = 0.88: sharpens)``, or nothing where the result has no temperature."""
+    if "temperature" not in result:
+        return ""
+    t = float(result["temperature"].sel(model=model))
+    what = "sharpens" if t < 1 else "softens" if t > 1 else "identity"
+    return f" (fitted T = {t:.3g}: {what})" if np.isfinite(t) else ""
 
 
 def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
@@ -82,28 +139,32 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
     Parameters
     ----------
     result : xarray.Dataset
-        A result of :func:`~.score.score_shift` with corrupted members: ``ece``, ``brier``
-        (model, corruption, severity, calibration), ``clean_ece`` (model, calibration).
+        A result of :func:`~.score.score_shift` with corrupted members: ``accuracy``, ``nll``,
+        ``brier``, ``ece`` (model, corruption, severity, calibration), ``clean_ece`` (model,
+        calibration); optionally ``temperature`` (model).
     vanilla : str, optional
         The single network the ensemble is compared with first (Ovadia's *vanilla*); default
         the first single model. The ensemble is also compared with every other single model
-        whose name has ``mc_dropout``.
+        whose name has ``mc_dropout``, and those with the vanilla network.
     min_severity : int, default 3
-        The lowest severity of the cells of the ensemble claims.
+        The lowest severity of the cells of the ensemble and MC-dropout claims.
 
     Returns
     -------
     list of ShiftFinding
         The calibration claim for the vanilla network, the MC-dropout networks and the
-        ensembles (each calibration), then the ensemble claims (Brier, ECE; un-scaled and
-        temperature-scaled) against each compared predictor.
+        ensembles (each calibration); the two temperature claims (one row over every row of
+        the result, then one per predictor of the calibration claim); the ensemble claims against each
+        compared predictor; the MC-dropout claims (against the vanilla network, then the
+        ranking per ensemble). Each of the last two per metric of :data:`RANKED_METRICS` and
+        calibration (accuracy un-scaled only).
 
     Raises
     ------
     uqmetrics.InputError
         A result without corrupted members or the variables above, an unknown ``vanilla``.
     """
-    for var in ("ece", "brier", "clean_ece"):
+    for var in (*RANKED_METRICS, "clean_ece"):
         if var not in result:
             raise InputError(f"result has no variable {var!r}: not a shift result "
                              "(uqvision score shift)")
@@ -119,10 +180,12 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
     if vanilla is not None and vanilla not in models:
         raise InputError(f"vanilla {vanilla!r} is not a row of the result; rows: {models}")
     dropout = [m for m in singles if "mc_dropout" in m]
+    shown = [m for m in [vanilla, *dropout, *ensembles] if m is not None]
+    calibrations = result["calibration"].values.tolist()
     top = int(result["severity"].max())
     rows = []
-    for model in [m for m in [vanilla, *dropout, *ensembles] if m is not None]:
-        for cal in result["calibration"].values.tolist():
+    for model in shown:
+        for cal in calibrations:
             ece = result["ece"].sel(model=model, calibration=cal, severity=top).values
             clean = float(result["clean_ece"].sel(model=model, calibration=cal))
             ok = ~np.isnan(ece)
@@ -130,19 +193,49 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
                 "calibration worsens with severity", model, cal,
                 f"corruptions with ECE at severity {top} > clean ECE",
                 clean, np.mean(ece[ok]) if ok.any() else np.nan, ece[ok] > clean))
+    if {"none", "temperature"} <= set(calibrations):
+        clean = result["clean_ece"].sel(model=models)
+        none, scaled, ok = _means(clean.sel(calibration="none").values,
+                                  clean.sel(calibration="temperature").values)
+        c0, c1 = (clean.sel(calibration=c).values[ok] for c in ("none", "temperature"))
+        rows.append(_finding(
+            "temperature scaling helps in distribution", f"every row ({int(ok.sum())})",
+            "temperature", "rows with temperature-scaled clean ECE < un-scaled clean ECE",
+            none, scaled, c1 < c0))
+        for model in shown:
+            a, b = (result["ece"].sel(model=model, calibration=c).values
+                    for c in ("none", "temperature"))
+            none, scaled, ok = _means(a, b)
+            rows.append(_finding(
+                "temperature scaling does not survive shift", model, "temperature",
+                "cells (corruption, severity) with temperature-scaled ECE > un-scaled ECE"
+                + _temperature(result, model), none, scaled, b[ok] > a[ok]))
     upper = result["severity"].values >= min_severity
+    pairs = [(metric, cal) for metric in RANKED_METRICS for cal in calibrations
+             if metric not in _GREATER_IS_BETTER or cal == "none"]
     for ens in ensembles:
         for other in [m for m in [vanilla, *dropout] if m is not None]:
-            for metric in ("brier", "ece"):
-                for cal in result["calibration"].values.tolist():
-                    a = result[metric].sel(model=ens, calibration=cal).values[:, upper]
-                    b = result[metric].sel(model=other, calibration=cal).values[:, upper]
-                    ok = ~(np.isnan(a) | np.isnan(b))
-                    rows.append(_finding(
-                        f"ensemble beats {other} ({metric})", ens, cal,
-                        f"cells (corruption, severity >= {min_severity}) with lower {metric}",
-                        np.mean(b[ok]) if ok.any() else np.nan,
-                        np.mean(a[ok]) if ok.any() else np.nan, a[ok] < b[ok]))
+            for metric, cal in pairs:
+                rows.append(_beats(result, f"ensemble beats {other} ({metric})", ens, other,
+                                   metric, cal, upper, min_severity))
+    if vanilla is not None:
+        for drop in [m for m in dropout if m != vanilla]:
+            halves = {}
+            for metric, cal in pairs:
+                halves[metric, cal] = _beats(result, f"MC dropout beats {vanilla} ({metric})",
+                                             drop, vanilla, metric, cal, upper, min_severity)
+                rows.append(halves[metric, cal])
+            for ens in ensembles:
+                for metric, cal in pairs:
+                    other = _beats(result, f"ensemble beats {drop} ({metric})", ens, drop,
+                                   metric, cal, upper, min_severity)
+                    weaker = max(halves[metric, cal], other,  # a half with no cell (NaN) binds
+                                 key=lambda f: (np.isnan(f.p_value), f.p_value))
+                    rows.append(ShiftFinding(
+                        f"MC dropout ranks between {vanilla} and {ens} ({metric})", drop, cal,
+                        f"the half with the larger p, {weaker.claim.rsplit(' (', 1)[0]}: "
+                        + weaker.statistic, weaker.before, weaker.after, weaker.k, weaker.n,
+                        weaker.p_value, weaker.verdict))
     return rows
 
 

@@ -56,6 +56,7 @@ from ...predictors import (
     read_cache_groups,
 )
 from ...provenance import entry_provenance, predictor_rows
+from ...published import PUBLISHED_BASELINES, published_baseline_errors
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
@@ -92,7 +93,10 @@ class ShiftConfig:
         held-out rest. Never a set of role ``fit``.
     baseline : str or None
         The predictor (a ``model`` attr, or an ensemble row's name) the corruption errors are
-        normalised by (mCE, relative mCE); ``None``: no corruption errors.
+        normalised by (mCE, relative mCE), or a published baseline
+        (:data:`uqvision.published.PUBLISHED_BASELINES`: ``published:alexnet``, AlexNet's
+        published top-1 errors per corruption and severity: mCE only, its clean error is not
+        published with them); ``None``: no corruption errors.
     seed : int
         Seed of the calibration split.
     ensembles : dict
@@ -218,7 +222,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         ``mean_corruption_error``, ``relative_mean_corruption_error`` (model)
             With a baseline: over the corruptions with every severity for all predictors; the
             relative one is NaN with an ``UndefinedMetricWarning`` where the baseline's errors
-            under a corruption do not exceed its clean error.
+            under a corruption do not exceed its clean error, and absent with a published
+            baseline (said in ``notes``).
 
         Attr ``ensemble_members``: JSON object, ensemble row -> its member models;
         ``scored_sets``: JSON object, ``test`` and ``calibration`` -> the dataset scored;
@@ -257,8 +262,10 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                          "time (one overlay)")
     corruptions = sorted({s["corruption"] for s in corrupted.values()})
     severities = sorted({s["severity"] for s in corrupted.values()})
-    if config.baseline is not None and config.baseline not in names:
-        raise InputError(f"baseline model {config.baseline!r} has no caches; models: {names}")
+    published = config.baseline in PUBLISHED_BASELINES
+    if config.baseline is not None and not published and config.baseline not in names:
+        raise InputError(f"baseline model {config.baseline!r} has no caches; models: {names}; "
+                         f"or a published baseline: {', '.join(PUBLISHED_BASELINES)}")
 
     n_pred, n_cal_dim = len(preds), len(CALIBRATIONS)
     shift_vals = np.full((len(SHIFT_METRICS), n_pred, len(corruptions), len(severities),
@@ -350,14 +357,25 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                              "the corruption errors are undefined")
         err = 1.0 - acc[:, complete]
         clean_err = 1.0 - clean_vals[SHIFT_METRICS.index("accuracy"), :, 0]
-        b = names.index(config.baseline)
+        if published:  # AlexNet's published errors; no clean error: no relative mCE
+            base = published_baseline_errors(
+                config.baseline, [c for c, k in zip(corruptions, complete, strict=True) if k],
+                severities)
+            notes.append(f"mCE against {config.baseline} (AlexNet's published errors, "
+                         "uqvision.published); relative mCE not computed: AlexNet's clean "
+                         "error is not published with them")
+        else:
+            b = names.index(config.baseline)
+            base = err[b]
         data["mean_corruption_error"] = ("model", np.array(
-            [mean_corruption_error(err[i], err[b]) for i in range(n_pred)]))
-        data["relative_mean_corruption_error"] = ("model", np.array(
-            [relative_mean_corruption_error(err[i], clean_err[i], err[b], clean_err[b])
-             for i in range(n_pred)]))
+            [mean_corruption_error(err[i], base) for i in range(n_pred)]))
         metrics["mean_corruption_error"] = ("mean_corruption_error", False)
-        metrics["relative_mean_corruption_error"] = ("relative_mean_corruption_error", False)
+        if not published:
+            data["relative_mean_corruption_error"] = ("model", np.array(
+                [relative_mean_corruption_error(err[i], clean_err[i], err[b], clean_err[b])
+                 for i in range(n_pred)]))
+            metrics["relative_mean_corruption_error"] = ("relative_mean_corruption_error",
+                                                         False)
     ds = xr.Dataset(data, coords={
         "model": names, "kind": ("model", [p.kind for p in preds]),
         "mode": ("model", [p.mode for p in preds]),

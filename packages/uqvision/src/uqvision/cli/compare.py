@@ -14,9 +14,9 @@ def _args_compare(p: argparse.ArgumentParser) -> None:
     from ..published import names  # the data folder only: no torch, timm or xarray
 
     p.add_argument("result", metavar="RESULT",
-                   help="a score file (.nc) of the table's protocol (ood, conformal, shift), "
-                        "whose rows (models) hold the published checkpoints, e.g. "
-                        "resnet50.tv_in1k or tv/resnet50.IMAGENET1K_V1")
+                   help="a score file (.nc) of the table's protocol, whose rows (models) hold "
+                        "the published checkpoints, e.g. resnet50.tv_in1k or "
+                        "tv/resnet50.IMAGENET1K_V1")
     p.add_argument("--published", required=True, choices=names(), metavar="NAME",
                    help="the published table: %(choices)s (docs/conventions.md, V.pub)")
 

@@ -26,7 +26,7 @@ from uqvision.exceptions import CheckpointError
 from uqvision.predict import AMP_MODES, PredictConfig, check_caches, predict, predict_to_files
 from uqvision.runtime import MAX_LOADER_WORKERS, loader_workers
 
-core = importlib.import_module("uqvision.models.weights")
+core = importlib.import_module("uqvision.models.weight_files")  # file_sha256 and its memo
 data_module = importlib.import_module("uqvision.data.folders")  # ImageFolderDataset scans
 # the modules of uqvision.predict that call them (``uqvision.predict.predict`` is the function)
 plan_module = importlib.import_module("uqvision.predict.plan")  # _fingerprint: folder_fingerprint

@@ -108,8 +108,9 @@ def test_every_built_in_protocol_is_in_the_independence_contract():
     """.importlinter's ``uqvision-protocols-independent`` contract covers every protocol of the
     registry, so that no protocol imports another (lint-imports checks the contract): through
     the wildcard ``uqvision.protocols.*`` (every module of the package, so a new protocol folder
-    needs no line there), whose only exceptions are the shared definition ``base`` and the
-    headline table read from it (``headline``, which imports ``base`` only)."""
+    needs no line there), whose only exceptions are the shared definition ``base``, the
+    headline table read from it (``headline``, which imports ``base`` only) and the findings'
+    vocabulary (``findings``, which imports no protocol)."""
     config = configparser.ConfigParser()
     assert config.read(IMPORTLINTER), IMPORTLINTER
     contract = config["importlinter:contract:uqvision-protocols-independent"]
@@ -119,7 +120,8 @@ def test_every_built_in_protocol_is_in_the_independence_contract():
     assert covered == BUILT_IN
     assert contract["ignore_imports"].split() == [
         "uqvision.protocols.**", "->", "uqvision.protocols.base",
-        "uqvision.protocols.**", "->", "uqvision.protocols.headline"]
+        "uqvision.protocols.**", "->", "uqvision.protocols.headline",
+        "uqvision.protocols.**", "->", "uqvision.protocols.findings"]
 
 
 @pytest.mark.parametrize("name", NAMES)

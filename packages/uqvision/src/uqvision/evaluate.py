@@ -285,21 +285,21 @@ def _check_argv(parser: argparse.ArgumentParser, argv: list[str], where: str) ->
 @functools.cache
 def _score_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
     """The protocol ``uqvision score NAME`` means and a parser of its options (built once)."""
-    from .cli.score import _args_score_protocol  # the command's own options
     from .protocols import score_protocol
+    from .score_options import add_score_options  # the command's own options
 
     proto = score_protocol(name)
     parser = _Refusing(f"uqvision score {proto.name}")
-    _args_score_protocol(proto, parser)
+    add_score_options(proto, parser)
     return proto, parser
 
 
 def _predict_parser() -> argparse.ArgumentParser:
     """A parser of the prediction options ``uqvision sweep`` has (and ``--weights-dir``)."""
-    from .cli.predict import _add_predict_options
+    from .predict.options import add_predict_options
 
     parser = _Refusing("uqvision evaluate [predict]")
-    _add_predict_options(parser)
+    add_predict_options(parser)
     parser.add_argument("--weights-dir", default=None)
     return parser
 
@@ -699,14 +699,14 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     uqmetrics.InputError
         A set's folder or members (:func:`uqvision.sweep.sweep_targets`), a damaged state file.
     """
-    from .cli.predict import _predict_config
     from .data import ImageFolderDataset
+    from .predict.options import predict_config
     from .sweep import sweep_targets
 
     ev = evaluation
     state = {} if overwrite else read_state(ev.out)
     ns = _predict_parser().parse_args(list(ev.predict))
-    base = _predict_config(ns)
+    base = predict_config(ns)
     embeddings, extra, detectors = _feature_variables(ev)
     recorded = state.get("sets", {})
     variables = {}
@@ -917,15 +917,19 @@ def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
     return lines
 
 
-def run_evaluation(plan: EvaluationPlan, *, scheduler: Any = None, n_workers: int = 2,
-                   threads: int | None = None, log: Callable[[str], None] = print,
-                   client: Any = None) -> EvaluationReport:
+def run_evaluation(plan: EvaluationPlan, *, command: Callable[[list[str]], int],
+                   scheduler: Any = None, n_workers: int = 2, threads: int | None = None,
+                   log: Callable[[str], None] = print, client: Any = None) -> EvaluationReport:
     """Run a planned evaluation: the sweep, the scores, the figures, the site; each step only
     where its output is missing or out of date (module docstring).
 
     Parameters
     ----------
     plan : EvaluationPlan
+    command : callable
+        The ``uqvision`` command line, ``command(argv) -> exit status``
+        (:func:`uqvision.cli.main`, which ``uqvision evaluate`` passes): each score runs as
+        ``command(["score", NAME, ...])``, as ``uqvision score NAME`` runs it.
     scheduler : ClusterSpec or str, optional
         Where the sweep's cells run (:func:`uqvision.sweep.sweep_predictions`).
     n_workers : int, default 2
@@ -957,7 +961,7 @@ def run_evaluation(plan: EvaluationPlan, *, scheduler: Any = None, n_workers: in
     caches = _sweep(plan, report, state, log, scheduler=scheduler, n_workers=n_workers,
                     threads=threads, client=client)
     if caches is not None:
-        report.status = _score(plan, report, state, caches, log)
+        report.status = _score(plan, report, state, caches, log, command)
     if report.status == 0:
         _draw(plan, report, state, log)
     if not (report.status or report.computed or report.scored or report.figures
@@ -1017,11 +1021,11 @@ def _sweep(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
 
 
 def _score(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any],
-           caches: Mapping[str, str], log: Callable[[str], None]) -> int:
-    """Each score out of date, as ``uqvision score NAME`` (it prints its table), given the
-    caches of the roles it reads; the exit status of the first that fails, else 0."""
-    from .cli import main
-
+           caches: Mapping[str, str], log: Callable[[str], None],
+           main: Callable[[list[str]], int]) -> int:
+    """Each score out of date, as ``uqvision score NAME`` (it prints its table; ``main``: the
+    command line), given the caches of the roles it reads; the exit status of the first that
+    fails, else 0."""
     for s in plan.scores:
         why = _why_score(s, plan, caches, set())
         if not why:
@@ -1068,7 +1072,7 @@ def _draw(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any],
     if plan.overwrite or state.get("site") != drawn or not (site / "index.html").is_file():
         from uqmetrics.report import build_site
 
-        from .cli.report import register_report_hooks
+        from .report_hooks import register_report_hooks
 
         register_report_hooks()
         built = build_site([str(s.path) for s in plan.scores], site, overwrite=site.exists(),

@@ -31,12 +31,14 @@ One concern per module (every name that tests and tools read is importable from
 - :mod:`~.base`: the parser (one-line errors, no abbreviated options, retired options, lazy
   sub-commands), the help formatter, the building of sub-commands, the result line;
 - :mod:`~.train`: ``data MAKER`` and ``train``;
-- :mod:`~.predict`: ``predict``, its options and the reading of ``--data`` (both shared with
-  ``sweep``);
-- :mod:`~.score`: ``score``, ``plot`` and ``reproduce``, built from the protocol registry;
+- :mod:`~.predict`: ``predict`` and the reading of ``--data`` (shared with ``sweep``); its
+  options are :mod:`uqvision.predict.options` (shared with ``sweep`` and ``evaluate``);
+- :mod:`~.score`: ``score``, ``plot`` and ``reproduce``, built from the protocol registry
+  (``score NAME``'s options: :mod:`uqvision.score_options`, also ``evaluate``'s);
 - :mod:`~.sweep`: ``sweep`` and its report of the models that failed;
 - :mod:`~.demo`: ``demo``;
-- :mod:`~.report`: ``report`` (the static leaderboard site of score files);
+- :mod:`~.report`: ``report`` (the static leaderboard site of score files; the protocols'
+  hooks: :mod:`uqvision.report_hooks`);
 - :mod:`~.compare`: ``compare`` (a score file beside a published table);
 - here: ``plugins``, :data:`COMMANDS` (the protocols' commands included), :func:`build_parser`
   and :func:`main`.

@@ -42,6 +42,7 @@ def _cmd_evaluate(a: argparse.Namespace) -> int:
     from uqmetrics.sweep import ClusterSpec
 
     from ..evaluate import dry_run_lines, plan_evaluation, read_evaluation, run_evaluation
+    from . import main  # each score runs as ``uqvision score NAME``
 
     evaluation = read_evaluation(a.file, out=a.out)
     if a.no_figures:
@@ -52,6 +53,6 @@ def _cmd_evaluate(a: argparse.Namespace) -> int:
             _print(line)
         return 0
     cluster = ClusterSpec.from_args(a, gpu_cells=str(plan.config.device).startswith("cuda"))
-    report = run_evaluation(plan, scheduler=cluster, n_workers=a.n_workers,
+    report = run_evaluation(plan, command=main, scheduler=cluster, n_workers=a.n_workers,
                             threads=a.cell_threads or a.threads, log=_print)
     return report.status

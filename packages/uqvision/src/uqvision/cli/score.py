@@ -43,7 +43,7 @@ from ..protocols import (
     incomplete_caches,
     score_protocol,
 )
-from ..roles import RETIRED_ROLE_OPTIONS, ROLE_ALIASES
+from ..score_options import add_score_options
 from .base import _add_subcommands, _Parser, _print, _retire
 
 
@@ -103,33 +103,8 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _args_score_protocol(proto: Protocol, p: argparse.ArgumentParser) -> None:
-    """The options of ``uqvision score NAME``: the common ones and the protocol's own (a
-    protocol that takes its sets by role has ``--test`` etc., and the options they replace as
-    hidden aliases; the others ``--dataset``)."""
-    p.add_argument("--caches", nargs="+", required=True, help="cache files or directories")
-    table = proto.score_table
-    p.add_argument("--out", required=True, help="score file (.nc)" + (
-        f"; the table beside it: STEM{'/'.join(table.suffixes)}" if table else ""))
-    p.add_argument("--seed", type=INDEX, default=0)
-    if proto.add_options is not None:
-        proto.add_options(p)
-    options = p._option_string_actions
-    if "--test" not in options:
-        p.add_argument("--dataset", default=None)
-    for old, new in ROLE_ALIASES.items():  # the options of before roles: hidden aliases
-        if new in options and old not in options:
-            action = options[new]
-            p.add_argument(old, dest=action.dest, action=type(action), metavar=action.metavar,
-                           default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    for old, (new, message) in RETIRED_ROLE_OPTIONS.items():
-        if new in options:
-            _retire(p, old, message)
-    p.add_argument("--skip-incomplete", action="store_true",
-                   help="score the complete caches when some are unreadable or partial (named "
-                        "in the summary line); without it they stop the command")
-    p.add_argument("--overwrite", action="store_true")
-    add_config_option(p)
+#: The options of ``uqvision score NAME`` (:func:`uqvision.score_options.add_score_options`).
+_args_score_protocol = add_score_options
 
 
 def score_run_config(proto: Protocol, values: dict) -> dict:

@@ -10,8 +10,9 @@ archive of either) are scanned by :mod:`uqvision.layouts` into the same classes 
 
 One concern per module; every name is importable from ``uqvision.data`` itself:
 
-- :mod:`~.images`: reading and checking image files (``load_image``, ``check_image``,
-  ``check_images``, ``readable_images`` and the bad-image messages);
+- :mod:`~.decode`: decoding an image file to 8-bit RGB (``load_image``);
+- :mod:`~.images`: checking image files (``check_image``, ``check_images``,
+  ``readable_images`` and the bad-image messages);
 - :mod:`~.folders`: ``ImageFolderDataset``, class matching (``match_classes``,
   ``check_split_classes``), ``describe_labels``, fingerprints by content
   (``sample_digests``), ``check_output_outside``;
@@ -33,12 +34,13 @@ __getattr__, __dir__ = attach(__name__, {
     "..layouts": ["IMG_EXTENSIONS", "LAYOUTS", "list_classes"],
     "._util": ["derive_seed", "flush_denormal", "read_format_json", "write_format_json"],
     ".corruptions": ["make_corrupted_folder"],
+    ".decode": ["load_image"],
     ".folders": ["EARLIER_FINGERPRINTS", "FINGERPRINT_PREFIX", "ImageFolderDataset",
                  "check_output_outside", "check_split_classes", "dataset_fingerprint",
                  "describe_labels", "earlier_fingerprint", "folder_fingerprint", "match_classes",
                  "sample_digests"],
     ".images": ["bad_images_message", "check_image", "check_images", "label_problems_message",
-                "load_image", "readable_images"],
+                "readable_images"],
     ".makers": ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder",
                 "make_synthetic_folder", "subset_choice"],
     ".overlap": ["HASHES_FORMAT", "NEAR_DUPLICATE_DISTANCE", "NearDuplicateWarning",

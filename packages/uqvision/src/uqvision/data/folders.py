@@ -27,7 +27,7 @@ from uqmetrics import InputError
 
 from ..layouts import list_classes, read_label_file, scan_layout, wnid_description
 from ._util import derive_seed
-from .images import _load_sample, load_image
+from .decode import _load_sample, load_image
 from .transforms import SeededAugmentation
 
 __all__ = [

@@ -1,7 +1,7 @@
-"""Reading and checking image files: decoding to 8-bit RGB (:func:`load_image`; 16-bit grey
-scaled, not clipped), what is wrong with a damaged file in a few words (:func:`check_image`,
+"""Checking image files: what is wrong with a damaged file in a few words (:func:`check_image`,
 remembered per process), and the check of a whole folder before any work
-(:func:`check_images`, :func:`readable_images`) with its one-line messages.
+(:func:`check_images`, :func:`readable_images`) with its one-line messages. Decoding one
+(:func:`load_image`, re-exported here) is :mod:`uqvision.data.decode`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 from PIL import Image
 
 from ..exceptions import BadImageError
+from .decode import _PIL_ERRORS, _problem, _to_rgb, load_image
 
 if TYPE_CHECKING:
     from .folders import ImageFolderDataset
@@ -30,91 +30,6 @@ __all__ = [
     "load_image",
     "readable_images",
 ]
-
-#: Integer pixel modes wider than 8 bits: grey levels scaled 65535 -> 255 (PIL's ``convert``
-#: clips them at 255 instead). ``I`` (32-bit) is how PIL has opened 16-bit PNGs.
-_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
-
-
-def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
-    """An opened image as 8-bit RGB; 16-bit grey levels scaled, not clipped."""
-    if im.mode == "F":
-        raise BadImageError(f"image {str(path)!r}: floating-point pixels (mode F) have no "
-                            "defined range; convert the file to 8 or 16 bits", path)
-    if im.mode not in _WIDE_MODES:
-        return im.convert("RGB")
-    a = np.asarray(im).astype(np.int64)
-    if a.size and (a.min() < 0 or a.max() > 65535):
-        raise BadImageError(f"image {str(path)!r}: integer pixel values outside [0, 65535] "
-                            f"(mode {im.mode}, range {a.min()}..{a.max()})", path)
-    grey = ((a * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535)
-    return Image.fromarray(grey).convert("RGB")
-
-
-def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
-    """What an error of PIL says about an image file (or its bytes), in a few words."""
-    if isinstance(err, FileNotFoundError):
-        if getattr(err, "why", None):  # uqvision.layouts.UnreadableFileError: a tar link
-            return err.why
-        if isinstance(path, str | os.PathLike) and os.path.islink(path):
-            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
-        return "does not exist"
-    if isinstance(err, Image.UnidentifiedImageError):
-        try:
-            empty = (path.getbuffer().nbytes if isinstance(path, io.BytesIO)
-                     else os.path.getsize(path)) == 0
-        except OSError:
-            empty = False
-        return "empty file (0 bytes)" if empty else "not an image file (PIL cannot identify it)"
-    if isinstance(err, Image.DecompressionBombError):
-        return f"too many pixels ({err})"
-    text = " ".join(str(err).split()) or type(err).__name__
-    return f"truncated or corrupt ({text})"
-
-
-#: What reading a damaged image file raises in PIL.
-_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
-
-
-def load_image(path: str | os.PathLike, *, content: bytes | None = None) -> Image.Image:
-    """Read an image file as 8-bit RGB (the loader of :class:`ImageFolderDataset`); with
-    ``content``, the file's bytes already read (and checked: a sweep's cell), decoded from
-    memory and named ``path``.
-
-    16-bit grey images (PNG mode ``I;16``) are scaled, 65535 -> 255 rounded, where PIL's
-    ``convert("RGB")`` saturates every value above 255; floating-point images are refused.
-
-    Raises
-    ------
-    uqvision.exceptions.BadImageError
-        The file is missing, empty, not an image, truncated or corrupt; the message names it.
-    """
-    return _load(path if content is None else io.BytesIO(content), path)
-
-
-def _load(src: str | os.PathLike | io.BytesIO, where: str | os.PathLike) -> Image.Image:
-    """:func:`load_image` of a path or of bytes in memory (an archive member), named ``where``
-    in messages."""
-    try:
-        with Image.open(src) as im:
-            return _to_rgb(im, where)
-    except BadImageError:
-        raise
-    except _PIL_ERRORS as err:
-        raise BadImageError(f"image {str(where)!r}: {_problem(src, err)}", where) from None
-
-
-def _load_sample(source, rel: str, *, content: bytes | None = None) -> Image.Image:
-    """Sample ``rel`` of an image source (:mod:`uqvision.layouts`) as 8-bit RGB; ``content``:
-    its bytes already read."""
-    if content is not None:
-        return _load(io.BytesIO(content), source.where(rel))
-    try:
-        src = source.open(rel)
-    except OSError as err:
-        raise BadImageError(f"image {source.where(rel)!r}: {_problem(source.where(rel), err)}",
-                            source.where(rel)) from None
-    return _load(src, source.where(rel))
 
 
 def check_image(path: str | os.PathLike | io.BytesIO) -> str | None:

@@ -34,8 +34,8 @@ from uqmetrics import InputError
 
 from ..exceptions import BadImageError, UqvisionWarning
 from ._util import read_format_json, write_format_json
+from .decode import _load
 from .folders import ImageFolderDataset, sample_digests
-from .images import _load
 
 __all__ = ["HASHES_FORMAT", "NEAR_DUPLICATE_DISTANCE", "NearDuplicateWarning", "check_disjoint",
            "content_hashes", "image_hashes"]

@@ -19,7 +19,7 @@ from PIL import Image
 from uqmetrics.io import folder_replaced
 from uqmetrics.registry import Registry
 
-from .patterns import AUGMENTATION, FAMILIES, Pattern, _colour, _draw, _jitter, _to_uint8
+from .patterns import AUGMENTATION, FAMILIES, _Class, _colour, _draw, _jitter, _to_uint8
 
 __all__ = [
     "FORMAT_VERSION",
@@ -113,19 +113,6 @@ SCALES.add("cpu", HierarchyScale(
 
 # --------------------------------------------------------------------------------------------
 # the class tree
-
-@dataclass(frozen=True)
-class _Class:
-    name: str
-    superclass: str
-    family: str
-    k: int
-    role: str
-    group: str | None
-    fg: tuple[float, float, float]
-    bg: tuple[float, float, float]
-    pattern: Pattern = field(repr=False, compare=False)
-
 
 def _group_name(g: int) -> str:
     return "down_" + "abcdefghijklmnopqrstuvwxyz"[g]

@@ -1,7 +1,8 @@
 """Drawing the ``hierarchy`` image set (:mod:`uqvision.hierarchy`): the procedural pattern
 families (:data:`FAMILIES`: one per superclass, a class is one parameter setting), the
 per-image randomness (:class:`Augmentation`: affine map, colour jitter, pixel noise) and the
-rendering of a class's pattern in its palette under one draw, anti-aliased.
+rendering of a class's pattern in its palette under one draw, anti-aliased (a class of the
+tree as drawn: :class:`_Class`).
 
 Every function here is pure: its randomness comes from the generator it is given.
 """
@@ -9,14 +10,10 @@ Every function here is pure: its randomness comes from the generator it is given
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 from uqmetrics.registry import Registry
-
-if TYPE_CHECKING:  # the class tree (dataset) draws with this module
-    from .dataset import _Class
 
 __all__ = [
     "AUGMENTATION",
@@ -205,6 +202,23 @@ def _polygons(k, n, rng):
 
 # --------------------------------------------------------------------------------------------
 # rendering
+
+@dataclass(frozen=True)
+class _Class:
+    """A class of the tree (:mod:`uqvision.hierarchy.dataset` builds them): its name,
+    superclass, family and number in it, role and group, palette (``fg``, ``bg``) and the
+    pattern its images draw (:func:`_colour`)."""
+
+    name: str
+    superclass: str
+    family: str
+    k: int
+    role: str
+    group: str | None
+    fg: tuple[float, float, float]
+    bg: tuple[float, float, float]
+    pattern: Pattern = field(repr=False, compare=False)
+
 
 @dataclass(frozen=True)
 class _Draw:

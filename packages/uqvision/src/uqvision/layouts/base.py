@@ -1,7 +1,8 @@
 """What a scan of a layout finds (:class:`Scan`, :class:`Subset`), the registry of layouts
 (:data:`LAYOUTS`: each claims the paths it reads) and :func:`scan_layout`, which reads a path in
-the first layout that claims it; and what the layouts share: ordering the samples, reading a
-scan as a subset, refusing a mixed layout or a label file that does not apply.
+the first layout that claims it; and what the layouts share: ordering the samples, labelling
+flat images by a label file (:func:`_label_flat`), reading a scan as a subset, refusing a mixed
+layout or a label file that does not apply.
 """
 
 from __future__ import annotations
@@ -11,15 +12,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uqmetrics import InputError
 from uqmetrics.registry import Registry
 
+from .labels import LabelFile
 from .names import _shown
-
-if TYPE_CHECKING:  # labels imports this module (Scan, _ordered)
-    from .labels import LabelFile
 
 __all__ = [
     "LAYOUTS",
@@ -33,6 +32,8 @@ __all__ = [
 #: The one class of images read without labels (an OOD set's flat folder, an OOD image list):
 #: an evaluation set of class map ``none`` labels it -1.
 UNLABELLED = "-1"
+#: The extension a sample listed in a label file but absent is named with (ImageNet's).
+_LISTED_SUFFIX = ".JPEG"
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,26 @@ def _ordered(root: Path, layout: str, labelled: Sequence[tuple[str, str]], sourc
     samples = sorted(((rel, index[c]) for rel, c in labelled), key=lambda s: (s[1], s[0]))
     return Scan(root, layout, classes, samples, source, label_file, dict(problems or {}))
 
+
+
+def _label_flat(root: Path, layout: str, names: Sequence[str], source,
+                label_file: LabelFile, where: str) -> Scan:
+    """Label flat images by their file name without extension; record the listed images that
+    are absent (as samples named ``<stem>.JPEG``) and the images without a label."""
+    labels = label_file.labels
+    stems = {os.path.splitext(n)[0] for n in names}
+    labelled = [(n, labels[os.path.splitext(n)[0]]) for n in names
+                if os.path.splitext(n)[0] in labels]
+    missing = [(stem + _LISTED_SUFFIX, w) for stem, w in labels.items() if stem not in stems]
+    problems = {rel: f"listed in {label_file.name!r} but not in the {where}" for rel, _ in missing}
+    problems.update({n: f"no label in {label_file.name!r}" for n in names
+                     if os.path.splitext(n)[0] not in labels})
+    if not labelled:
+        example = f" (e.g. {names[0]!r} is not; it lists {next(iter(labels))!r}, ...)" \
+            if names else ""
+        raise InputError(f"{where} {str(root)!r}: none of its {len(names)} images is listed in "
+                         f"label file {label_file.name!r}{example}")
+    return _ordered(root, layout, labelled + missing, source, label_file, problems)
 
 
 def _as_subset(scan: Scan) -> Scan:

@@ -11,8 +11,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from .base import LAYOUTS, UNLABELLED, Layout, Scan, _mixed, _refuse_labels
-from .labels import _label_flat, _labels_for, find_label_files
+from .base import LAYOUTS, UNLABELLED, Layout, Scan, _label_flat, _mixed, _refuse_labels
+from .labels import _labels_for, find_label_files
 from .names import (
     IMG_EXTENSIONS,
     _is_image,

@@ -1,7 +1,8 @@
 """Label files of a flat layout (:data:`LABEL_FILES`): the ILSVRC2012 devkit (its folder, its
 ``data`` files or its ``.tar.gz``: ground truth + ``meta.mat``) and Kaggle's
 ``LOC_val_solution.csv``; reading one (:func:`read_label_file`), looking for one beside the data
-(:data:`LABEL_SEARCH`, :func:`find_label_files`), and labelling flat images by it.
+(:data:`LABEL_SEARCH`, :func:`find_label_files`). Labelling flat images by one is
+:func:`uqvision.layouts.base._label_flat` (what the flat layouts share).
 
 A label file is given explicitly (``labels=``, ``--labels FILE``) or looked for, in this order,
 in the folder that holds the flat folder or the archive, then in the folder above it, then (for
@@ -16,14 +17,13 @@ import csv
 import hashlib
 import io
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from uqmetrics import InputError
 from uqmetrics.registry import Registry
 
-from .base import Scan, _ordered
 from .names import _WNID, _is_image, _tar_names
 
 __all__ = [
@@ -43,8 +43,6 @@ DEVKIT_GROUND_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
 DEVKIT_META = "data/meta.mat"
 #: What a label file is looked for as, in each folder searched, in this order.
 LABEL_SEARCH = ("ILSVRC2012_devkit_t12", "ILSVRC2012_devkit_t12.tar.gz", "LOC_val_solution.csv")
-#: The extension a sample listed in a label file but absent is named with (ImageNet's).
-_LISTED_SUFFIX = ".JPEG"
 
 
 @dataclass(frozen=True)
@@ -305,26 +303,6 @@ def _no_label_file(data: Path, what: str) -> FileNotFoundError:
         f"{what} {str(data)!r} holds images but no class sub-folder, and no label file was "
         f"found: looked for {', '.join(LABEL_SEARCH)} in {where}; pass --labels FILE "
         "(library: labels=)")
-
-
-def _label_flat(root: Path, layout: str, names: Sequence[str], source,
-                label_file: LabelFile, where: str) -> Scan:
-    """Label flat images by their file name without extension; record the listed images that
-    are absent (as samples named ``<stem>.JPEG``) and the images without a label."""
-    labels = label_file.labels
-    stems = {os.path.splitext(n)[0] for n in names}
-    labelled = [(n, labels[os.path.splitext(n)[0]]) for n in names
-                if os.path.splitext(n)[0] in labels]
-    missing = [(stem + _LISTED_SUFFIX, w) for stem, w in labels.items() if stem not in stems]
-    problems = {rel: f"listed in {label_file.name!r} but not in the {where}" for rel, _ in missing}
-    problems.update({n: f"no label in {label_file.name!r}" for n in names
-                     if os.path.splitext(n)[0] not in labels})
-    if not labelled:
-        example = f" (e.g. {names[0]!r} is not; it lists {next(iter(labels))!r}, ...)" \
-            if names else ""
-        raise InputError(f"{where} {str(root)!r}: none of its {len(names)} images is listed in "
-                         f"label file {label_file.name!r}{example}")
-    return _ordered(root, layout, labelled + missing, source, label_file, problems)
 
 
 def _labels_for(data: Path, labels: Path | None,

@@ -37,8 +37,8 @@ from typing import Any
 
 from uqmetrics import InputError
 
-from .base import LAYOUTS, Layout, Scan, _mixed, _ordered, _refuse_labels
-from .labels import _label_flat, _labels_for
+from .base import LAYOUTS, Layout, Scan, _label_flat, _mixed, _ordered, _refuse_labels
+from .labels import _labels_for
 from .names import (
     IMG_EXTENSIONS,
     _is_image,

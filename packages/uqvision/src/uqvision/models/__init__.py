@@ -1,6 +1,7 @@
 """Networks by name, their checkpoints and sidecars (shared by every protocol).
 
-- :mod:`~uqvision.models.spec`: :class:`ModelSpec`, :class:`LoadedModel`, the typed
+- :mod:`~uqvision.models.names`: :class:`ModelSpec` (which model to run);
+- :mod:`~uqvision.models.spec`: :class:`LoadedModel`, the typed
   :data:`MODEL_SOURCES` registry (:class:`ModelSource`, :class:`PretrainedSource`),
   :func:`load_model`, :func:`data_config` (a model's preprocessing before it is built) and the
   checks before a run (:func:`check_model_name`, :func:`check_model_spec`);
@@ -8,7 +9,9 @@
   (``tv/<name>``, with timm's feature interface) model sources;
 - :mod:`~uqvision.models.prototype`: the ``proto`` source (cosine prototype classifiers);
 - :mod:`~uqvision.models.weights`: pretrained weights from the hub / torch.hub caches
-  (:func:`pretrained_weights`, :func:`locate_pretrained`) and the hashes of weight files;
+  (:func:`pretrained_weights`, :func:`locate_pretrained`);
+- :mod:`~uqvision.models.weight_files`: a weight file located (:class:`PretrainedWeights`)
+  and the hashes of weight files (:func:`file_sha256`);
 - :mod:`~uqvision.models.checkpoints`: checkpoint files and their JSON sidecars;
 - :mod:`~uqvision.models.archs`: uqvision's tiny timm architectures (registered in timm);
 - :mod:`~uqvision.models.spectral`: spectral normalisation of a featurizer (the training loop's

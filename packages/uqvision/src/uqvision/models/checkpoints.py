@@ -21,7 +21,7 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import safetensors.torch  # its functions looked up at call time (tests patch them)
 import torch
@@ -33,9 +33,7 @@ from uqmetrics import InputError
 from uqmetrics.io import temporary_beside
 
 from ..exceptions import CheckpointError
-
-if TYPE_CHECKING:
-    from .spec import ModelSpec
+from .names import ModelSpec
 
 __all__ = [
     "check_checkpoint_file",

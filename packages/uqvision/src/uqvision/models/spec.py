@@ -1,5 +1,6 @@
-"""Models by name: :class:`ModelSpec`, the typed :data:`MODEL_SOURCES` registry,
-:func:`load_model`, :func:`data_config` and the cheap checks made before anything runs.
+"""Models by name: the typed :data:`MODEL_SOURCES` registry, :func:`load_model`,
+:func:`data_config` and the cheap checks made before anything runs (:class:`ModelSpec`, which
+model to run, is :mod:`uqvision.models.names`'s, re-exported here).
 
 A model source (:class:`ModelSource`) owns the names of one prefix: ``timm`` (``arch`` or
 ``arch.tag``, no prefix; :mod:`uqvision.models.sources.timm`), ``tv`` (``tv/<name>``;
@@ -35,8 +36,7 @@ import difflib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -45,9 +45,8 @@ from uqmetrics.registry import Registry
 from ..data import DataConfig
 from ..exceptions import CheckpointError
 from .checkpoints import existing_checkpoint, read_sidecar
-
-if TYPE_CHECKING:
-    from .weights import PretrainedWeights
+from .names import ModelSpec, _spec
+from .weight_files import PretrainedWeights
 
 __all__ = [
     "DROPOUT_TYPES",
@@ -65,52 +64,6 @@ __all__ = [
 
 DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
     nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model to run.
-
-    Parameters
-    ----------
-    name : str
-        A timm name, ``arch`` or ``arch.tag`` (e.g. ``resnet50.a1_in1k``), or ``tv/<name>`` for a
-        torchvision model (e.g. ``tv/mobilenet_v3_small``).
-    checkpoint : path, optional
-        Local weights (``.safetensors``/``.pth``/``.bin``), head included.
-    label : str, optional
-        The row name in results; default ``name`` or ``name@<checkpoint stem>``.
-
-    Examples
-    --------
-    >>> spec = ModelSpec.parse("tv/resnet18=/w/rn.pth")
-    >>> spec.source, spec.model_name, spec.row
-    ('tv', 'resnet18', 'tv/resnet18@rn')
-    """
-
-    name: str
-    checkpoint: str | None = None
-    label: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ModelSpec:
-        """Parse ``NAME`` or ``NAME=CHECKPOINT`` (the CLI syntax)."""
-        name, _, ckpt = text.partition("=")
-        return cls(name.strip(), ckpt.strip() or None)
-
-    @property
-    def source(self) -> str:
-        return self.name.split("/", 1)[0] if "/" in self.name else "timm"
-
-    @property
-    def model_name(self) -> str:
-        return self.name.split("/", 1)[1] if "/" in self.name else self.name
-
-    @property
-    def row(self) -> str:
-        if self.label:
-            return self.label
-        return self.name if self.checkpoint is None else f"{self.name}@{Path(self.checkpoint).stem}"
 
 
 @dataclass
@@ -229,10 +182,6 @@ def _suggest(name: str, candidates: list[str]) -> str:
     """
     close = difflib.get_close_matches(name, candidates, n=5, cutoff=0.6)
     return f"; did you mean {', '.join(close)}?" if close else ""
-
-
-def _spec(spec: ModelSpec | str) -> ModelSpec:
-    return ModelSpec.parse(spec) if isinstance(spec, str) else spec
 
 
 def check_model_name(name: str) -> None:

@@ -12,18 +12,16 @@ set nothing is downloaded (:func:`weights_offline`), and a file that is not cach
 
 Here: the located file (:class:`PretrainedWeights`, :func:`pretrained_weights`), the look in
 the caches alone before a run (:func:`locate_pretrained`, :func:`check_pretrained`), and the
-SHA-256 of the weights a spec loads (:func:`weights_sha256`; :func:`file_sha256`, hashed once
-per process while a file is unchanged).
+SHA-256 of the weights a spec loads (:func:`weights_sha256`). The located file
+(:class:`PretrainedWeights`) and the hashing of weight files (:func:`file_sha256`, once per
+process while a file is unchanged) are :mod:`uqvision.models.weight_files`'s, re-exported here.
 """
 
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -35,7 +33,9 @@ from huggingface_hub.utils import EntryNotFoundError
 from timm.models._hub import _get_safe_alternatives, hf_split
 
 from ..exceptions import WeightsUnavailableError
-from .spec import MODEL_SOURCES, ModelSpec, PretrainedSource, _spec, check_model_name
+from .names import ModelSpec, _spec
+from .spec import MODEL_SOURCES, PretrainedSource, check_model_name
+from .weight_files import PretrainedWeights, _memo_sha256, file_sha256
 
 __all__ = [
     "PretrainedWeights",
@@ -48,77 +48,6 @@ __all__ = [
     "weights_offline",
     "weights_sha256",
 ]
-
-
-@dataclass(frozen=True)
-class PretrainedWeights:
-    """A model's pretrained weights as a file in a cache (:func:`pretrained_weights`).
-
-    Parameters
-    ----------
-    source : str
-        ``"hf-hub"`` (timm, the Hugging Face hub cache), ``"url"`` (timm, torch.hub's
-        ``checkpoints`` folder) or ``"torchvision"`` (torch.hub's ``checkpoints`` folder).
-    location : str
-        The hub repository (``timm/resnet50.a1_in1k``, with ``@revision`` when the tag names
-        one) or the url.
-    filename : str
-        The file's name in the repository, or in the ``checkpoints`` folder.
-    revision : str
-        The hub commit the cached file belongs to (its snapshot folder); ``""`` for a url.
-    path : str
-        The local file.
-    """
-
-    source: str
-    location: str
-    filename: str
-    revision: str
-    path: str
-
-    @property
-    def sha256(self) -> str:
-        """The file's SHA-256 (hashed once per process while the file is unchanged)."""
-        return _memo_sha256(self.path)
-
-    def attrs(self) -> dict[str, str]:
-        """``weights_source``, ``weights_location``, ``weights_revision``, ``weights_file``."""
-        return {"weights_source": self.source, "weights_location": self.location,
-                "weights_revision": self.revision, "weights_file": self.path}
-
-
-def file_sha256(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-#: ``(real path, device, inode, size, mtime_ns, ctime_ns) -> sha256`` of weight files hashed in
-#: this process (:func:`_memo_sha256`).
-_SHA_MEMO: dict[tuple, str] = {}
-
-#: A file changed less than this many seconds before it was hashed is hashed again next time:
-#: a rewrite within the file system's timestamp granularity could keep its stat.
-_RACY_S = 2.0
-
-
-def _memo_sha256(path: str | os.PathLike) -> str:
-    """:func:`file_sha256` of a weight file, hashed once per process while its stat (inode,
-    size, modification and change times) is unchanged, so that the checks before a run and the
-    load itself read a large file once. A file modified within :data:`_RACY_S` seconds of
-    being hashed is not remembered (git's "racily clean" rule)."""
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key in _SHA_MEMO:
-        return _SHA_MEMO[key]
-    sha = file_sha256(real)
-    if time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > _RACY_S:
-        _SHA_MEMO[key] = sha
-    return sha
 
 
 def _true(value: str | None) -> bool:

@@ -40,6 +40,8 @@ One concern per module; every name is importable from ``uqvision.predict`` itsel
   :func:`resolve_channels_last` and :data:`CHANNELS_LAST_CPU_FAMILIES`,
   :data:`DEFAULT_PASSES`, :data:`REFERENCE_EXECUTION`, :data:`PREDICT_CONFIG_OPTIONS`;
 - :mod:`~.variables`: the cache variables (:data:`CACHE_VARIABLES`, :class:`CacheVariable`);
+- :mod:`~.options`: the command-line options of a prediction (:data:`PREDICT_OPTIONS`,
+  :func:`add_predict_options`) and the config they give (:func:`predict_config`);
 - :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`);
 - :mod:`~.modes`: the prediction modes (:data:`PASS_MODES`, :func:`head_only_dropout`,
   :data:`MC_DROPOUT_PATHS`);
@@ -63,6 +65,7 @@ __getattr__, __dir__ = attach(__name__, {
     ".files": ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_files"],
     ".loop": ["OWN_UNCERTAINTY", "run_loader"],
     ".modes": ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"],
+    ".options": ["PREDICT_OPTIONS", "add_predict_options", "predict_config"],
     ".plan": ["cache_plan", "sample_label"],
     ".variables": ["CACHE_VARIABLES", "CacheVariable"],
 })
@@ -77,13 +80,16 @@ __all__ = [
     "OWN_UNCERTAINTY",
     "PASS_MODES",
     "PREDICT_CONFIG_OPTIONS",
+    "PREDICT_OPTIONS",
     "REFERENCE_EXECUTION",
     "CacheVariable",
     "PredictConfig",
+    "add_predict_options",
     "cache_identity",
     "check_caches",
     "head_only_dropout",
     "predict",
+    "predict_config",
     "predict_to_files",
     "resolve_channels_last",
     "run_loader",

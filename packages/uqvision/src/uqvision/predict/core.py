@@ -1,7 +1,8 @@
 """The one prediction path: :func:`predict` runs a model (each prediction sample of a training
 method's run) over an image folder through its mode and returns one cache Dataset per sample
 and pass, with its attrs (provenance, identity, evaluation set); sharded over torchrun's ranks
-and gathered.
+and gathered; the cache variables a config asks for, computed on each sample's network
+(:func:`_cache_variables`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from .plan import (
     cache_plan,
     sample_label,
 )
-from .variables import _cache_variables
+from .variables import CACHE_VARIABLES
 
 if TYPE_CHECKING:
+    import torch
     import xarray as xr
 
 __all__ = ["predict"]
@@ -50,6 +52,15 @@ __all__ = ["predict"]
 #: Modes whose datasets are the model's own evaluation transform of the folder (they read a
 #: decoded file, :mod:`~.decoded`, when one is given).
 _DECODED_MODES = ("plain", "mc_dropout")
+
+
+def _cache_variables(model: torch.nn.Module, config: PredictConfig) -> dict[str, tuple]:
+    """``config.extra_variables`` of ``model`` as ``cache_dataset``'s ``extra``."""
+    out = {}
+    for name in config.extra_variables:
+        var = CACHE_VARIABLES.lookup(name)
+        out[name] = (var.dims, np.asarray(var.compute(model)))
+    return out
 
 
 def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,

@@ -1,6 +1,7 @@
 """The variables a cache may record beside its logits (``PredictConfig.extra_variables``):
 :class:`CacheVariable` and its registry :data:`CACHE_VARIABLES` (``head_weight``,
-``head_bias``), computed once per prediction sample.
+``head_bias``), computed once per prediction sample (:func:`uqvision.predict.core.
+_cache_variables`: those a :class:`~uqvision.predict.PredictConfig` asks for).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from uqmetrics.registry import Registry
 
 if TYPE_CHECKING:
     import torch
-
-    from .config import PredictConfig
 
 __all__ = ["CACHE_VARIABLES", "CacheVariable"]
 
@@ -71,12 +70,3 @@ CACHE_VARIABLES.register(CacheVariable(
 CACHE_VARIABLES.register(CacheVariable(
     "head_bias", ("class",), "the bias of the network's linear classifier (class,), float32",
     _head_bias))
-
-
-def _cache_variables(model: torch.nn.Module, config: PredictConfig) -> dict[str, tuple]:
-    """``config.extra_variables`` of ``model`` as ``cache_dataset``'s ``extra``."""
-    out = {}
-    for name in config.extra_variables:
-        var = CACHE_VARIABLES.lookup(name)
-        out[name] = (var.dims, np.asarray(var.compute(model)))
-    return out

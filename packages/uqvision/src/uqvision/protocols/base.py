@@ -2,7 +2,12 @@
 (its scorer and options of ``uqvision score``, its reproduction driver and options of ``uqvision
 reproduce``, its figures of ``uqvision plot``, its scoring of ``uqvision sweep``, the training
 methods it compares, its extra commands), and :class:`Reproduction` (a driver of ``uqvision
-reproduce``).
+reproduce``); and what the protocol folders build theirs from, so that none repeats another:
+the wiring of a folder's scorer, options and figures (:func:`folder_protocol`,
+:func:`config_scoring`, :func:`lazy_figures`), the scales and steps of the drivers that train a
+deep ensemble and an MC-dropout network (:data:`ENSEMBLE_SCALES`, :func:`corrupted_study_driver`,
+:func:`finish_reproduction`), and the figures' boilerplate (:func:`draw_protocol_figures`). The
+findings' vocabulary is :mod:`uqvision.protocols.findings` (its test and table re-exported here).
 
 A protocol folder's ``__init__`` builds one :class:`Protocol`, ``PROTOCOL``;
 :mod:`uqvision.protocols` registers it in :data:`~uqvision.protocols.VISION_PROTOCOLS` (one line).
@@ -29,10 +34,14 @@ from uqmetrics.exceptions import InputError
 from uqmetrics.io import read_dataset
 
 from ..cache import incomplete_caches
-from ..options import Command
+from ..options import Command, add_config_options, config_kwargs
+from .findings import findings_table, sign_verdict  # re-exported: their home is findings
 
 __all__ = [
+    "CORRUPTED_SCALES",
+    "ENSEMBLE_SCALES",
     "Command",
+    "DriverScale",
     "LazyReproduction",
     "Plots",
     "Protocol",
@@ -43,11 +52,20 @@ __all__ = [
     "ScoreTable",
     "SweepPlan",
     "SweepScoring",
+    "check_clean_members",
+    "clean_study_predictors",
+    "config_scoring",
     "corrupted_study",
+    "corrupted_study_driver",
     "corrupted_study_settings",
+    "draw_protocol_figures",
     "ensemble_runs",
     "findings_table",
+    "finish_reproduction",
+    "folder_protocol",
+    "fraction",
     "incomplete_caches",
+    "lazy_figures",
     "protocol_result",
     "sign_verdict",
     "train_and_predict",
@@ -82,6 +100,27 @@ class ReproduceOptions:
     seed: int = 0
     device: str = "cpu"
     overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class DriverScale:
+    """What every scale of a driver that trains on the generated stand-in has (a driver's own
+    scale dataclass adds its sizes after these fields).
+
+    Attributes
+    ----------
+    name : str
+        The scale (``--scale``: ``smoke``, ``cpu``, ...).
+    description : str
+        One line: its sizes and its time.
+    hierarchy : str
+        The scale of the generated ``hierarchy`` stand-in (:func:`uqvision.hierarchy.
+        make_hierarchy`).
+    """
+
+    name: str
+    description: str
+    hierarchy: str
 
 
 @dataclass(frozen=True)
@@ -401,7 +440,206 @@ class Protocol:
 
 
 # ---------------------------------------------------------------------------------------------
+# the scoring and the figures of a protocol whose scorer takes its caches and a config
+
+
+def fraction(text: str) -> float:
+    """argparse type of an option that is a fraction in (0, 1) (and of its key in a
+    ``--config`` file)."""
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
+    return value
+
+
+fraction.__name__ = "_fraction"  # argparse's "invalid _fraction value: ..." as it always said
+
+
+def config_scoring(module: str, config: str, scorer: str, options: Sequence[Any], help: str,
+                   *, notes: str | None = None, name: str = "") -> dict[str, Callable]:
+    """The ``score``, ``add_options`` and ``rescore`` of a :class:`Protocol` whose scorer is
+    ``scorer(caches, Config(...))`` (shift, ood, conformal), each importing ``module`` (the
+    protocol's scoring module) on use: the options' help needs no scoring code.
+
+    Parameters
+    ----------
+    module : str
+        The module of the config dataclass and the scorer, e.g.
+        ``"uqvision.protocols.shift.score"``.
+    config, scorer : str
+        Their names in ``module`` (``"ShiftConfig"``, ``"score_shift"``).
+    options : sequence of uqvision.options.ConfigOption
+        The protocol's options of ``uqvision score NAME``, generated from the config's fields
+        (:func:`uqvision.options.add_config_options`).
+    help : str
+        The one line ``uqvision score`` lists the protocol with (``score.__doc__``).
+    notes : str, optional
+        The name in ``module`` of a warning class said as one line on stderr when scoring
+        (``uqvision score NAME: note: ...``; the other warnings as they came) and not said
+        when rescoring (``uqvision verify``).
+    name : str
+        The protocol's name in those lines.
+
+    Returns
+    -------
+    dict
+        ``{"score": ..., "add_options": ..., "rescore": ...}``, the :class:`Protocol`
+        fields.
+    """
+    def load(attr: str) -> Any:
+        return getattr(importlib.import_module(module), attr)  # imported on use
+
+    def add_options(p: argparse.ArgumentParser) -> None:
+        add_config_options(p, load(config), options)
+
+    def score(a: argparse.Namespace) -> Any:
+        import sys
+        import warnings
+
+        make, run = load(config), load(scorer)
+        kw = config_kwargs(a, options)
+        if notes is None:
+            return run(a.caches, make(**kw, seed=a.seed))
+        said = load(notes)
+        with warnings.catch_warnings(record=True) as caught:  # said in one line below
+            warnings.simplefilter("always", said)
+            ds = run(a.caches, make(**kw, seed=a.seed))
+        for w in caught:
+            if issubclass(w.category, said):
+                print(f"uqvision score {name}: note: {w.message}", file=sys.stderr, flush=True)
+            else:  # the others as they came (an ensemble of several architectures)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return ds
+
+    def rescore(result: Any, path: Path) -> Any:
+        """The score file recomputed from the caches and with the configuration it records
+        (``uqvision verify``; the ``notes`` warning was said when it was scored, and is in
+        its ``notes``, compared as the rest)."""
+        import warnings
+
+        from ..provenance import recorded_caches, recorded_config
+        from ..roles import legacy_config
+
+        make, run = load(config), load(scorer)
+        if notes is None:
+            return run(recorded_caches(result), make(**legacy_config(recorded_config(result))))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", load(notes))
+            return run(recorded_caches(result), make(**legacy_config(recorded_config(result))))
+
+    score.__doc__ = help
+    return {"score": score, "add_options": add_options, "rescore": rescore}
+
+
+def folder_protocol(package: str, description: str, *, plots: str = "",
+                    **fields: Any) -> Protocol:
+    """The :class:`Protocol` of a protocol folder: named after the folder (``score_name`` the
+    same unless given), its driver ``REPRODUCTION`` of ``<package>.reproduce``
+    (:class:`LazyReproduction`), and, with ``plots`` (the help of ``uqvision plot
+    --NAME``), its figures ``<package>.figures.draw_figures`` (:func:`lazy_figures`).
+
+    Parameters
+    ----------
+    package : str
+        The folder's package (its ``__init__``'s ``__name__``, e.g.
+        ``"uqvision.protocols.shift"``).
+    description : str
+        One line (:attr:`Protocol.description`).
+    plots : str
+        The help of its figures' option; empty: no figures.
+    **fields
+        The other fields of :class:`Protocol` (e.g. ``**config_scoring(...)``).
+    """
+    name = package.rsplit(".", 1)[-1]
+    if plots:
+        fields["plots"] = Plots(lazy_figures(f"{package}.figures"), plots)
+    return Protocol(name, description, score_name=fields.pop("score_name", name),
+                    reproduce=LazyReproduction(name, description, f"{package}.reproduce"),
+                    **fields)
+
+
+def lazy_figures(module: str, function: str = "draw_figures") -> Callable[..., list[Path]]:
+    """``draw(scores, out) -> list of Path`` of :class:`Plots`: ``function`` of ``module``
+    (the protocol's figures, matplotlib), imported on use."""
+
+    def draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+        return getattr(importlib.import_module(module), function)(scores, out)
+
+    return draw
+
+
+def clean_study_predictors(caches: Any, config: Any, *, one_class_space: bool = False
+                           ) -> tuple[Any, str, str, list, list[str]]:
+    """What a scorer that calibrates on clean data (shift, conformal) reads first: the caches
+    grouped (:func:`uqvision.predictors.read_cache_groups`), its test and calibration sets
+    (:func:`uqvision.predictors.pick_test_and_calibration` of ``config.test`` and
+    ``config.calibration``) and its predictors (:func:`uqvision.predictors.group_predictors`
+    of ``config.ensembles``).
+
+    Parameters
+    ----------
+    caches : path or iterable of paths
+        Cache files or folders of them.
+    config : dataclass
+        The scorer's config, with ``test``, ``calibration`` and ``ensembles``.
+    one_class_space : bool, default False
+        Refuse caches of several class spaces (a result with a ``class`` dimension).
+
+    Returns
+    -------
+    read : uqvision.predictors.CacheGroups
+    test, calibration : str
+        The sets' ``dataset_name``.
+    predictors : list of uqvision.predictors.Predictor
+    notes : list of str
+        What forming the ensemble rows noted.
+    """
+    from ..predictors import group_predictors, pick_test_and_calibration, read_cache_groups
+
+    read = read_cache_groups(caches)
+    if one_class_space:
+        read.check_one_class_space()  # the result's class dim: one class space for every model
+    test, cal = pick_test_and_calibration(read.sets, config.test, config.calibration)
+    preds, notes = group_predictors(read, config.ensembles)
+    return read, test, cal, preds, notes
+
+
+def check_clean_members(predictors: Sequence[Any], groups: Any, test: str,
+                        calibration: str) -> None:
+    """Refuse a predictor without caches of the calibration set, then of the test set, for
+    every member (:func:`uqvision.predictors.check_members`, naming ``--calibration`` or
+    ``--test``): the sets of :func:`clean_study_predictors`."""
+    from ..predictors import check_members
+
+    for pred in predictors:
+        check_members(pred, groups, calibration, "calibration", "--calibration")
+        check_members(pred, groups, test, "test", "--test")
+
+
+# ---------------------------------------------------------------------------------------------
 # what several drivers do: train a deep ensemble and an MC-dropout network, then predict
+
+
+#: The networks of the drivers that compare a deep ensemble with MC dropout on the generated
+#: stand-in (shift, ood, conformal), per scale: the settings of :func:`ensemble_runs` and the
+#: ``hierarchy`` scale. ``smoke``: the hierarchy smoke set, a half-width timm test_resnet, two
+#: members and an MC-dropout network of three epochs; ``cpu``: the cpu hierarchy, the
+#: full-width test_resnet, five members and an MC-dropout network (10 passes) of 15 epochs.
+ENSEMBLE_SCALES = {
+    "smoke": {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "hierarchy": "smoke",
+              "epochs": 3.0, "members": 2, "batch_size": 32,
+              "model_kwargs": {"channels": [16, 24, 24, 48]}, "dropout_passes": 3},
+    "cpu": {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "hierarchy": "cpu",
+            "epochs": 15.0, "members": 5, "batch_size": 128, "model_kwargs": {},
+            "dropout_passes": 10},
+}
+#: The settings of the studies under corruption (:func:`corrupted_study`: shift, conformal) per
+#: scale, beside their corruptions: :data:`ENSEMBLE_SCALES` and the corruption processes
+#: (``workers``); at ``cpu`` every severity.
+CORRUPTED_SCALES = {
+    "smoke": {**ENSEMBLE_SCALES["smoke"], "workers": 1},
+    "cpu": {**ENSEMBLE_SCALES["cpu"], "workers": 2, "severities": (1, 2, 3, 4, 5)},
+}
 
 
 def ensemble_runs(settings: Mapping[str, Any], seed: int, device: str, *, tag: str,
@@ -491,68 +729,56 @@ def train_and_predict(runs: Sequence[tuple[str, Any, dict]], models: Path, train
             f"({time.perf_counter() - t2:.0f} s)")
 
 
+def finish_reproduction(out: Path, path: str | os.PathLike, t0: float, figures: Sequence[Path],
+                        findings: str, log: Callable[[str], None]) -> Path:
+    """The end of a driver that draws figures and tests findings (shift, ood, conformal):
+    ``findings`` (the table of its ``format_findings``) written as ``OUT/findings.md``, then
+    where the figures and findings are and the score file ``path`` with the time since ``t0``
+    (:func:`time.perf_counter`), each a line through ``log``.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    (out / "findings.md").write_text(findings, encoding="utf-8")
+    log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
+    log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    return Path(path)
+
+
 # ---------------------------------------------------------------------------------------------
-# findings: a paper's claims, each a one-sided sign test over cells
+# what a protocol's figures and findings read
 
 
-def sign_verdict(wins: Any, alpha: float) -> tuple[int, int, float, str]:
-    """The sign test of a claim over cells (:func:`uqmetrics.stats.sign_test`).
-
-    Parameters
-    ----------
-    wins : array-like of bool
-        One entry per cell with both values compared: whether the claim's inequality holds.
-    alpha : float
-        The test's level.
-
-    Returns
-    -------
-    k, n : int
-        The cells where the claim holds, out of all.
-    p_value : float
-        The one-sided sign test's p-value (NaN for no cell).
-    verdict : str
-        ``reproduced`` where ``p_value < alpha``, else ``not reproduced``.
-    """
-    import numpy as np
-    from uqmetrics.stats import sign_test  # scipy: imported on use
-
-    wins = np.asarray(wins, bool)
-    k, n = int(wins.sum()), int(wins.size)
-    p = sign_test(k, n)
-    return k, n, p, "reproduced" if p < alpha else "not reproduced"
-
-
-def findings_table(findings: Sequence[Any], columns: Sequence[str], alpha: float) -> str:
-    """Findings as a markdown table (one row each), after a line naming the test's level.
+def draw_protocol_figures(result: Any, out_dir: str | os.PathLike,
+                          read: Callable[[Any], Any],
+                          figures: Callable[[Any], Sequence[tuple[str, Callable[[], Any]]]]
+                          ) -> list[Path]:
+    """A protocol's figures into ``out_dir`` (its ``draw_figures``, ``uqvision plot``).
 
     Parameters
     ----------
-    findings : sequence
-        Rows with the attributes ``columns`` and ``before``, ``after``, ``k``, ``n``,
-        ``p_value``, ``verdict`` (a protocol's finding dataclass; :func:`sign_verdict`).
-    columns : sequence of str
-        The leading columns, each an attribute written as is (e.g. ``claim``, ``subject``,
-        ``statistic``); then ``before``, ``after`` (4 decimals), ``k / n``, ``p`` (2
-        significant digits) and ``verdict``.
-    alpha : float
-        The sign tests' level.
+    result : xarray.Dataset or path
+        A result of the protocol (or its file).
+    out_dir : path
+        The folder (created).
+    read : callable
+        ``read(result) -> xarray.Dataset``: the result read and checked to be one of the
+        protocol (:func:`protocol_result`).
+    figures : callable
+        ``figures(ds) -> [(file name, make), ...]``: the figures the result allows, each
+        drawn by ``make() -> Figure`` when saved.
 
     Returns
     -------
-    str
-        The note, a blank line, the table; ends with a newline.
+    list of pathlib.Path
+        The figures written (:func:`uqmetrics.plotting.save_figures`).
     """
-    head = "| " + " | ".join([*columns, "before", "after", "k / n", "p", "verdict"]) + " |"
-    note = (f"One-sided sign tests at level {alpha} (the cells share their images: a guide, "
-            "not an exact error rate).")
-    lines = [note, "", head, "|---" * (len(columns) + 5) + "|"]
-    for f in findings:
-        cells = [f"{getattr(f, c)}" for c in columns]
-        cells += [f"{f.before:.4f}", f"{f.after:.4f}", f"{f.k} / {f.n}", f"{f.p_value:.2g}",
-                  f"{f.verdict}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
+
+    ds = read(result)
+    return save_figures(figures(ds), out_dir)
 
 
 def protocol_result(result: Any, protocol: str, dims: Sequence[str] = ("model",)) -> Any:
@@ -621,6 +847,33 @@ def corrupted_study_settings(protocol: str, scales: Mapping[str, Mapping[str, An
     return s
 
 
+def corrupted_study_driver(protocol: str, scales: Mapping[str, Mapping[str, Any]],
+                           keys: Sequence[str], ints: Sequence[str],
+                           finish: Callable[..., Path]) -> Callable[..., Path]:
+    """The ``run`` of a driver of a study under corruption (shift, conformal; see
+    :class:`Reproduction`): its settings (:func:`corrupted_study_settings` of ``scales``,
+    ``keys`` and ``ints``), its networks and caches (:func:`corrupted_study`, tag
+    ``protocol``), then ``finish(out, s, caches, seed=seed, log=log, t0=t0) -> Path``: the
+    protocol's scores, figures and findings from the caches (``s``: the settings, ``t0``: the
+    run's start, :func:`time.perf_counter`).
+    """
+
+    def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
+            seed: int = 0, overwrite: bool = False, options: dict | None = None,
+            log: Callable[[str], None] = print, device: str = "cpu") -> Path:
+        t0 = time.perf_counter()
+        s = corrupted_study_settings(protocol, scales, keys, ints, scale=scale, arch=arch,
+                                     data=data, options=dict(options or {}))
+        out = Path(out)
+        caches = corrupted_study(out, s, tag=protocol, data=data, seed=seed, scale=scale,
+                                 overwrite=overwrite, log=log, device=device)
+        return finish(out, s, caches, seed=seed, log=log, t0=t0)
+
+    run.__doc__ = (f"Run the {protocol} protocol at ``scale`` into ``out``; returns "
+                   f"``out/{protocol}.nc``.")
+    return run
+
+
 def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | None, seed: int,
                     scale: str, overwrite: bool, log: Callable[[str], None],
                     device: str) -> Path:
@@ -634,6 +887,13 @@ def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | No
     ``test`` and every corrupted member (eval set ``imagenet-c``) with the pinned
     :data:`uqvision.predict.REFERENCE_EXECUTION` (:func:`train_and_predict`), into
     ``OUT/caches``.
+
+    Steps, each skipped when its output is already complete (a rerun resumes)::
+
+        OUT/data/                 make_hierarchy (not with data)
+        OUT/data-c/<c>/<s>/       make_corrupted_folder of the test split
+        OUT/models/<run>.*        uqvision.training.loop.train_model
+        OUT/caches/*.nc           uqvision.predict: val, test and every corrupted member
 
     Parameters
     ----------

@@ -48,8 +48,8 @@ def result() -> xr.Dataset:
 
 
 def _row(rows, claim, predictor, calibration):
-    (row,) = [r for r in rows if r.claim == claim and r.predictor == predictor
-              and r.calibration == calibration]
+    (row,) = [r for r in rows if r.claim == claim and r.subject == predictor
+              and r.condition == calibration]
     return row
 
 
@@ -99,7 +99,7 @@ def test_missing_cells_are_left_out_of_the_counts(result):
 
 def test_rows_and_table(result):
     rows = shift_findings(result)  # vanilla: the first single model
-    assert [r.predictor for r in rows[:6]] == [m for m in MODELS for _ in range(2)]
+    assert [r.subject for r in rows[:6]] == [m for m in MODELS for _ in range(2)]
     # 6 calibration rows; the two temperature claims (1 + 3 predictors); the ensemble against
     # vanilla and MC dropout, MC dropout against vanilla and the ranking, each over accuracy
     # (un-scaled) and NLL, Brier, ECE (x 2 calibrations)
@@ -206,7 +206,7 @@ def test_dropout_ranking_is_the_half_with_the_larger_p(result):
         other.k, other.n, other.p_value, other.before, other.after)
     assert r.p_value == pytest.approx(binom.sf(11, 18, 0.5)) and r.verdict == "not reproduced"
     assert f"ensemble beats {DROP}" in r.statistic and "higher accuracy" in r.statistic
-    assert not [x for x in rows if x.claim.endswith("(accuracy)") and x.calibration != "none"]
+    assert not [x for x in rows if x.claim.endswith("(accuracy)") and x.condition != "none"]
     for cal in ("none", "temperature"):
         half = _row(rows, f"MC dropout beats {VAN} (nll)", DROP, cal)
         assert (half.k, half.n) == (10, 18)

@@ -17,12 +17,10 @@ for image classifiers using conformal prediction"; docs/conventions.md#v-7).
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
-from ...options import COUNT, ConfigOption, add_config_options, config_kwargs
-from ...roles import ensemble_option, legacy_config, role_option
-from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ...options import COUNT, ConfigOption
+from ...roles import ensemble_option, role_option
+from ..base import ReportTable, config_scoring, folder_protocol, fraction
 from ..headline import headline_score_table
 
 __all__ = ["CONFORMAL_OPTIONS", "DESCRIPTION", "MAX_TRIALS", "PROTOCOL"]
@@ -48,80 +46,36 @@ def _trials(text: str) -> int:
     return value
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
-    return value
-
-
 #: The options of ``uqvision score conformal`` generated from :class:`~.score.ConformalConfig`.
 CONFORMAL_OPTIONS = (
-    ConfigOption("alphas", nargs="+", type=_fraction, metavar="ALPHA",
+    ConfigOption("alphas", nargs="+", type=fraction, metavar="ALPHA",
                  help="conformal: the miscoverage levels (default {default})"),
     ConfigOption("n_cal", type=COUNT,
                  help="conformal: calibration images per trial (default: half the conformal "
                       "pool)"),
     ConfigOption("trials", type=_trials,
                  help="conformal: random calibration/evaluation splits (default {default})"),
-    ConfigOption("temperature_size", type=_fraction,
+    ConfigOption("temperature_size", type=fraction,
                  help="conformal: fraction of the clean calibration caches the temperature is "
                       "fitted on, never in a conformal split (default {default})"),
-    role_option("test", "conformal", help="conformal: dataset_name of the test set, the "
-                "conformal pool (default: the only set of role test; two are refused, naming "
-                "them; never a set of role fit)"),
-    role_option("calibration", "conformal", help="conformal: dataset_name of the set the "
-                "temperature is fitted on (default: the only set of role calibration, else "
-                "the test set, whose rest is then the pool; never a set of role fit)"),
+    role_option("test", "conformal",
+                help="conformal: dataset_name of the test set, the conformal pool (default: "
+                     "the only set of role test; two are refused, naming them; never a set of "
+                     "role fit)"),
+    role_option("calibration", "conformal",
+                help="conformal: dataset_name of the set the temperature is fitted on "
+                     "(default: the only set of role calibration, else the test set, whose "
+                     "rest is then the pool; never a set of role fit)"),
     ensemble_option("conformal"),
 )
 
 
-def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import ConformalConfig  # imported on use
-
-    add_config_options(p, ConformalConfig, CONFORMAL_OPTIONS)
-
-
-def _score(a: argparse.Namespace):
-    """coverage and set size of Top-K, Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)"""
-    import sys
-    import warnings
-
-    from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
-
-    kw = config_kwargs(a, CONFORMAL_OPTIONS)
-    with warnings.catch_warnings(record=True) as caught:  # said in one line below
-        warnings.simplefilter("always", ShortCalibrationWarning)
-        ds = score_conformal(a.caches, ConformalConfig(**kw, seed=a.seed))
-    for w in caught:
-        if issubclass(w.category, ShortCalibrationWarning):
-            print(f"uqvision score conformal: note: {w.message}", file=sys.stderr, flush=True)
-        else:  # the others as they came (an ensemble of several architectures)
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return ds
-
-
-def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
-    """``uqvision plot --conformal FILE``: size vs accuracy, vs level, per class, vs severity."""
-    from .figures import draw_figures  # figures: imported on use
-
-    return draw_figures(scores, out)
-
-
-def _rescore(result, path):
-    """The score file recomputed from the caches and with the configuration it records
-    (``uqvision verify``; a too small ``n_cal`` was said when it was scored, and is in its
-    ``notes``, compared as the rest)."""
-    import warnings
-
-    from ...provenance import recorded_caches, recorded_config
-    from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ShortCalibrationWarning)
-        return score_conformal(recorded_caches(result),
-                               ConformalConfig(**legacy_config(recorded_config(result))))
+#: ``score``, ``add_options`` and ``rescore`` of the protocol (:class:`~.score.ConformalConfig`,
+#: :func:`~.score.score_conformal`, imported on use).
+_SCORING = config_scoring(
+    f"{__name__}.score", "ConformalConfig", "score_conformal", CONFORMAL_OPTIONS,
+    "coverage and set size of Top-K, Naive, THR, APS, RAPS, Mondrian APS; under shift (V.7)",
+    notes="ShortCalibrationWarning", name="conformal")
 
 
 def _table1(ds) -> list[str]:
@@ -157,14 +111,8 @@ REPORT = ReportTable(
 
 #: The conformal-prediction protocol (registered in
 #: :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("conformal", DESCRIPTION, score=_score, score_name="conformal",
-                    add_options=_add_options,
-                    reproduce=LazyReproduction("conformal", DESCRIPTION,
-                                               f"{__name__}.reproduce"),
-                    methods=("deep_ensemble", "mc_dropout"), section="v-7",
-                    plots=Plots(_draw, "conformal score file: set size vs accuracy, coverage "
-                                       "and size vs level, coverage per class, coverage vs "
-                                       "severity"),
-                    rescore=_rescore,
-                    score_table=headline_score_table(REPORT, sort=(("model", None),)),
-                    report=REPORT)
+PROTOCOL = folder_protocol(__name__, DESCRIPTION, methods=("deep_ensemble", "mc_dropout"),
+                           section="v-7", **_SCORING, report=REPORT,
+                           plots="conformal score file: set size vs accuracy, coverage and size "
+                                 "vs level, coverage per class, coverage vs severity",
+                           score_table=headline_score_table(REPORT, sort=(("model", None),)))

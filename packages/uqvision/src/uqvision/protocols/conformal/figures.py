@@ -22,6 +22,7 @@ values are not drawn.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import protocol_result
+from ..base import draw_protocol_figures, protocol_result
 from .score import CALIBRATIONS, CLASS_ALPHA, CLASS_METHOD
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -201,6 +202,20 @@ def plot_shift_coverage(result: xr.Dataset | str | os.PathLike, *, method: str =
     return fig
 
 
+def _figures(ds: xr.Dataset) -> list[tuple[str, Callable[[], Figure]]]:
+    """The figures ``ds`` allows: (file name, make) pairs (:func:`draw_figures`)."""
+    alpha = float(ds["alpha"].values[0])
+    figures = [("conformal_size_vs_accuracy.png",
+                lambda: plot_size_vs_accuracy(ds, alpha=alpha))]
+    if "curve_coverage" in ds:
+        figures.append(("conformal_alpha_curve.png", lambda: plot_alpha_curve(ds)))
+    if "class_coverage" in ds:
+        figures.append(("conformal_class_coverage.png", lambda: plot_class_coverage(ds)))
+    if "shift_coverage" in ds and ds.sizes.get("severity", 0):
+        figures.append(("conformal_shift_coverage.png", lambda: plot_shift_coverage(ds)))
+    return figures
+
+
 def draw_figures(result: xr.Dataset | str | os.PathLike,
                  out_dir: str | os.PathLike) -> list[Path]:
     """The conformal protocol's figures into ``out_dir`` (``uqvision plot --conformal FILE``).
@@ -211,28 +226,7 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     - ``conformal_class_coverage.png``: :func:`plot_class_coverage`;
     - ``conformal_shift_coverage.png``: :func:`plot_shift_coverage` (with corrupted members).
 
-    Parameters
-    ----------
-    result : xarray.Dataset or path
-        A conformal result (``conformal.nc``).
-    out_dir : path
-        The folder (created).
-
-    Returns
-    -------
-    list of pathlib.Path
-        The figures written.
+    Parameters and returns: as :func:`~uqvision.protocols.base.draw_protocol_figures`
+    (``result``: a conformal result, ``conformal.nc``).
     """
-    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
-
-    ds = _result(result)
-    alpha = float(ds["alpha"].values[0])
-    figures = [("conformal_size_vs_accuracy.png",
-                lambda: plot_size_vs_accuracy(ds, alpha=alpha))]
-    if "curve_coverage" in ds:
-        figures.append(("conformal_alpha_curve.png", lambda: plot_alpha_curve(ds)))
-    if "class_coverage" in ds:
-        figures.append(("conformal_class_coverage.png", lambda: plot_class_coverage(ds)))
-    if "shift_coverage" in ds and ds.sizes.get("severity", 0):
-        figures.append(("conformal_shift_coverage.png", lambda: plot_shift_coverage(ds)))
-    return save_figures(figures, out_dir)
+    return draw_protocol_figures(result, out_dir, _result, _figures)

@@ -2,7 +2,7 @@
 
 :func:`conformal_findings` turns a result of :func:`~.score.score_conformal` into one row per
 claim and calibration (and per severity under shift), each a one-sided sign test over cells
-(:func:`~uqvision.protocols.base.sign_verdict`):
+(:func:`~uqvision.protocols.findings.sign_finding`):
 
 - **RAPS sets smaller than APS at equal coverage** (per alpha; cells: models): RAPS's mean set
   size is below APS's, and RAPS does not buy it with lower coverage: its coverage is at least
@@ -34,70 +34,29 @@ calibration images.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import findings_table, sign_verdict
+from ..findings import ALPHA, Finding, findings_table, mean_or_nan, sign_finding
 
 __all__ = ["ALPHA", "SHIFT_METHODS", "ConformalFinding", "conformal_findings",
            "format_findings", "mondrian_notes"]
 
-#: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
-ALPHA = 0.05
 #: The methods whose coverage under shift is tested (the calibrated ones; Naive has no
 #: guarantee to lose).
 SHIFT_METHODS = ("thr", "aps", "raps", "aps_mondrian")
 
 
-@dataclass(frozen=True)
-class ConformalFinding:
-    """One claim tested over cells.
-
-    Attributes
-    ----------
-    claim : str
-        ``RAPS smaller than APS at equal coverage``, ``Naive under-covers`` or ``coverage falls
-        under shift``.
-    subject : str
-        What the cells are: ``all models``, ``severity <s>`` or ``shift set <name>``.
-    calibration : str
-        ``none`` or ``temperature``.
-    statistic : str
-        What was counted, in words.
-    before, after : float
-        The two means compared: APS's and RAPS's set size; the target ``1 - alpha`` and the
-        coverage (Naive's, or under shift), each averaged over the cells.
-    k, n : int
-        Cells where the claim's inequality holds, out of those with both values.
-    p_value : float
-        One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
-    verdict : str
-        ``reproduced`` (``p < ALPHA``) or ``not reproduced``.
-    """
-
-    claim: str
-    subject: str
-    calibration: str
-    statistic: str
-    before: float
-    after: float
-    k: int
-    n: int
-    p_value: float
-    verdict: str
+#: The rows of :func:`conformal_findings` (its subject: what the cells are, ``all models``,
+#: ``alpha <a>``, ``severity <s>`` or ``shift set <name>``; its condition: the calibration).
+#: Their verdict is ``reproduced`` or ``not reproduced``: no ``untestable`` rule.
+ConformalFinding = Finding
 
 
-def _finding(claim, subject, calibration, statistic, before, after, wins) -> ConformalFinding:
-    k, n, p, verdict = sign_verdict(wins, ALPHA)
-    return ConformalFinding(claim, subject, calibration, statistic, float(before), float(after),
-                            k, n, p, verdict)
-
-
-def _mean(x: np.ndarray) -> float:
-    return float(np.mean(x)) if x.size else np.nan
+def _finding(claim, subject, calibration, statistic, before, after, wins) -> Finding:
+    return sign_finding(claim, subject, calibration, statistic, before, after, wins,
+                        untestable=None)
 
 
 def _target(result: xr.DataArray) -> xr.DataArray:
@@ -105,7 +64,16 @@ def _target(result: xr.DataArray) -> xr.DataArray:
     return (1.0 - result["alpha"]).broadcast_like(result)
 
 
-def conformal_findings(result: xr.Dataset) -> list[ConformalFinding]:
+def _coverage_falls(c: xr.DataArray, subject: str, calibration: str, cells: str) -> Finding:
+    """``coverage falls under shift`` over the ``cells`` of ``c`` (the coverage, below
+    ``1 - alpha`` where the claim holds)."""
+    target, ok = _target(c).values, ~np.isnan(c.values)
+    return _finding("coverage falls under shift", subject, calibration,
+                    f"{cells} cells with coverage < 1-alpha",
+                    mean_or_nan(target[ok]), mean_or_nan(c.values[ok]), (c.values < target)[ok])
+
+
+def conformal_findings(result: xr.Dataset) -> list[Finding]:
     """Test the paper's claims on a ``conformal`` result (module docstring).
 
     Parameters
@@ -118,7 +86,7 @@ def conformal_findings(result: xr.Dataset) -> list[ConformalFinding]:
 
     Returns
     -------
-    list of ConformalFinding
+    list of Finding
         Per calibration: the RAPS claim, the Naive claim, then the shift claim per severity
         and per natural shift set (none without shifted data).
 
@@ -152,35 +120,27 @@ def conformal_findings(result: xr.Dataset) -> list[ConformalFinding]:
             rows.append(_finding(
                 "RAPS smaller than APS at equal coverage", f"alpha {alpha:g}", cal,
                 "models with RAPS mean size < APS's at coverage >= APS's - 2SE",
-                _mean(size.sel({"method": "aps", **at_alpha}).values[keep]),
-                _mean(size.sel({"method": "raps", **at_alpha}).values[keep]),
+                mean_or_nan(size.sel({"method": "aps", **at_alpha}).values[keep]),
+                mean_or_nan(size.sel({"method": "raps", **at_alpha}).values[keep]),
                 (smaller & covered).sel(at_alpha).values[keep]))
         naive = cov.sel({"method": "naive"})
         target = _target(naive)
         ok = ~np.isnan(naive.values)
         rows.append(_finding(
             "Naive under-covers", "all models", cal,
-            "model x alpha cells with Naive coverage < 1-alpha", _mean(target.values[ok]),
-            _mean(naive.values[ok]), (naive < target).values[ok]))
+            "model x alpha cells with Naive coverage < 1-alpha", mean_or_nan(target.values[ok]),
+            mean_or_nan(naive.values[ok]), (naive < target).values[ok]))
         shifted = [m for m in SHIFT_METHODS if m in methods]
         if "shift_coverage" in result and result.sizes.get("severity", 0):
             shift = at["shift_coverage"].sel({"method": shifted})
             for sev in result["severity"].values.tolist():
-                c = shift.sel(severity=sev)
-                target, ok = _target(c).values, ~np.isnan(c.values)
-                rows.append(_finding(
-                    "coverage falls under shift", f"severity {sev}", cal,
-                    "model x method x corruption x alpha cells with coverage < 1-alpha",
-                    _mean(target[ok]), _mean(c.values[ok]), (c.values < target)[ok]))
+                rows.append(_coverage_falls(shift.sel(severity=sev), f"severity {sev}", cal,
+                                            "model x method x corruption x alpha"))
         if "set_coverage" in result and result.sizes.get("shift_set", 0):
             sets = at["set_coverage"].sel({"method": shifted})
             for name in result["shift_set"].values.tolist():
-                c = sets.sel(shift_set=name)
-                target, ok = _target(c).values, ~np.isnan(c.values)
-                rows.append(_finding(
-                    "coverage falls under shift", f"shift set {name}", cal,
-                    "model x method x alpha cells with coverage < 1-alpha",
-                    _mean(target[ok]), _mean(c.values[ok]), (c.values < target)[ok]))
+                rows.append(_coverage_falls(sets.sel(shift_set=name), f"shift set {name}", cal,
+                                            "model x method x alpha"))
     return rows
 
 
@@ -233,10 +193,11 @@ def mondrian_notes(result: xr.Dataset) -> list[str]:
     return lines
 
 
-def format_findings(findings: list[ConformalFinding], result: xr.Dataset | None = None) -> str:
+def format_findings(findings: list[Finding], result: xr.Dataset | None = None) -> str:
     """The findings as a markdown table (one row each), with the test's level; given the
     ``result`` they were computed from, then the lines of :func:`mondrian_notes`."""
-    table = findings_table(findings, ("claim", "subject", "calibration", "statistic"), ALPHA)
+    table = findings_table(findings, ("claim", "subject", ("condition", "calibration"),
+                                      "statistic"), ALPHA)
     notes = mondrian_notes(result) if result is not None else []
     return table + ("\nMondrian (class-conditional) APS:\n\n" + "\n".join(notes) + "\n"
                     if notes else "")

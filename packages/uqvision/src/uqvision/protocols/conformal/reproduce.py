@@ -16,19 +16,16 @@ figures (:func:`~.figures.draw_figures`) and the findings
 Scales (:data:`CONFORMAL_SCALES`): ``smoke`` (tests, about 20 s) and ``cpu`` (the cpu
 hierarchy, 5 corruptions at severities 1-5, five members; about 10 minutes on 2 cores).
 
-Steps, each skipped when its output is already complete (a rerun resumes)::
+Steps, each skipped when its output is already complete (a rerun resumes): the stand-in, the
+networks and their caches of :func:`~uqvision.protocols.base.corrupted_study`, then::
 
-    OUT/data/                 make_hierarchy (not with --data)
-    OUT/data-c/<c>/<s>/       make_corrupted_folder of the test split
-    OUT/models/<run>.*        uqvision.training.loop.train_model
-    OUT/caches/*.nc           uqvision.predict: val, test and every corrupted member
     OUT/conformal.nc          uqvision.protocols.conformal.score.score_conformal
     OUT/figures/*.png         uqvision.protocols.conformal.figures.draw_figures
     OUT/findings.md           uqvision.protocols.conformal.findings.conformal_findings
 
-``--set`` options: ``epochs``, ``members``, ``corruptions`` (comma-separated),
-``severities`` (comma-separated), ``trials``, ``temperature_size``, ``dropout_passes`` (0: no
-MC-dropout network), ``workers`` (corruption processes).
+``--set`` options: ``trials``, ``temperature_size``, and those of a study under corruption:
+``epochs``, ``members``, ``corruptions`` (comma-separated), ``severities`` (comma-separated),
+``dropout_passes`` (0: no MC-dropout network), ``workers`` (corruption processes).
 """
 
 from __future__ import annotations
@@ -41,30 +38,23 @@ from pathlib import Path
 from uqmetrics import write_dataset
 
 from ...cache import index_caches
-from ..base import Reproduction, corrupted_study, corrupted_study_settings
+from ..base import CORRUPTED_SCALES, Reproduction, corrupted_study_driver, finish_reproduction
 from . import DESCRIPTION
 from .score import ConformalConfig, ShortCalibrationWarning, score_conformal
 
 __all__ = ["CONFORMAL_SCALES", "REPRODUCTION", "SMOKE", "run"]
 
-_BASE = {"arch": "test_resnet", "input_size": 32, "temperature_size": 0.2, "dropout_p": 0.3,
-         "workers": 1}
-#: Scales: name -> settings. ``smoke``: the hierarchy smoke set, a half-width timm test_resnet,
-#: two members and an MC-dropout network of three epochs, two cheap corruptions at severities
-#: 1 and 5, 10 trials. ``cpu``: the cpu hierarchy (48 classes; 1,920 test images), the
-#: full-width test_resnet, five members and an MC-dropout network of 15 epochs, five
-#: corruptions (noise, blur, weather, digital) at every severity, 50 trials (scoring about
-#: 20 s per predictor on 2 cores; ``--set trials=100`` as the paper, twice that).
+#: Scales: name -> settings: the networks of :data:`~uqvision.protocols.base.CORRUPTED_SCALES`,
+#: the corruptions and the trials. ``smoke``: two cheap corruptions at severities 1 and 5, 10
+#: trials. ``cpu``: the cpu hierarchy (48 classes; 1,920 test images), five corruptions (noise,
+#: blur, weather, digital) at every severity, 50 trials (scoring about 20 s per predictor on 2
+#: cores; ``--set trials=100`` as the paper, twice that).
 CONFORMAL_SCALES = {
-    "smoke": {**_BASE, "hierarchy": "smoke", "epochs": 3.0, "members": 2, "batch_size": 32,
-              "model_kwargs": {"channels": [16, 24, 24, 48]},
-              "corruptions": ("gaussian_noise", "contrast"), "severities": (1, 5),
-              "dropout_passes": 3, "trials": 10},
-    "cpu": {**_BASE, "hierarchy": "cpu", "epochs": 15.0, "members": 5, "batch_size": 128,
-            "model_kwargs": {},
+    "smoke": {**CORRUPTED_SCALES["smoke"], "temperature_size": 0.2, "trials": 10,
+              "corruptions": ("gaussian_noise", "contrast"), "severities": (1, 5)},
+    "cpu": {**CORRUPTED_SCALES["cpu"], "temperature_size": 0.2, "trials": 50,
             "corruptions": ("gaussian_noise", "defocus_blur", "fog", "contrast",
-                            "jpeg_compression"),
-            "severities": (1, 2, 3, 4, 5), "dropout_passes": 10, "workers": 2, "trials": 50},
+                            "jpeg_compression")},
 }
 #: The smoke scale (``CONFORMAL_SCALES["smoke"]``).
 SMOKE = CONFORMAL_SCALES["smoke"]
@@ -72,17 +62,9 @@ _KEYS = ("epochs", "members", "corruptions", "severities", "trials", "temperatur
          "dropout_passes", "workers")
 
 
-def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None = None,
-        seed: int = 0, overwrite: bool = False, options: dict | None = None,
-        log: Callable[[str], None] = print, device: str = "cpu") -> Path:
-    """Run the conformal protocol at ``scale`` into ``out``; returns ``out/conformal.nc``."""
-    t0 = time.perf_counter()
-    s = corrupted_study_settings("conformal", CONFORMAL_SCALES, _KEYS, ("members", "dropout_passes", "workers", "trials"), scale=scale,
-                                 arch=arch, data=data, options=dict(options or {}))
-    out = Path(out)
-    caches = corrupted_study(out, s, tag="conformal", data=data, seed=seed, scale=scale,
-                             overwrite=overwrite, log=log, device=device)
-
+def _finish(out: Path, s: dict, caches: Path, *, seed: int, log: Callable[[str], None],
+            t0: float) -> Path:
+    """The scores, figures and findings of a run from its ``caches`` (``s``: its settings)."""
     t1 = time.perf_counter()
     with warnings.catch_warnings():  # logged below, from the result's notes
         warnings.simplefilter("ignore", ShortCalibrationWarning)
@@ -101,13 +83,14 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     from .figures import draw_figures  # matplotlib: imported on use
     from .findings import conformal_findings, format_findings
 
-    figures = draw_figures(scores, out / "figures")
-    (out / "findings.md").write_text(format_findings(conformal_findings(scores), scores),
-                                     encoding="utf-8")
-    log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
-    log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
-    return Path(path)
+    return finish_reproduction(out, path, t0, draw_figures(scores, out / "figures"),
+                               format_findings(conformal_findings(scores), scores), log)
 
 
+#: ``run(out, *, scale="smoke", data=None, arch=None, seed=0, overwrite=False,
+#: options=None, log=print, device="cpu") -> Path``: run the conformal protocol at ``scale`` into
+#: ``out`` (:func:`~uqvision.protocols.base.corrupted_study_driver`); returns ``out/conformal.nc``.
+run = corrupted_study_driver("conformal", CONFORMAL_SCALES, _KEYS,
+                             ("members", "dropout_passes", "workers", "trials"), _finish)
 #: The driver of ``uqvision reproduce conformal``.
 REPRODUCTION = Reproduction("conformal", DESCRIPTION, run, scales=tuple(CONFORMAL_SCALES))

@@ -63,17 +63,9 @@ from uqmetrics import conformal as cp
 from uqmetrics.calibration import softmax
 
 from ...exceptions import UqvisionWarning
-from ...predictors import (
-    Predictor,
-    PredictorProbs,
-    check_members,
-    declared_ensembles,
-    fit_predictor_temperature,
-    group_predictors,
-    pick_test_and_calibration,
-    read_cache_groups,
-)
+from ...predictors import Predictor, PredictorProbs, declared_ensembles, fit_predictor_temperature
 from ...provenance import entry_provenance, predictor_rows
+from ..base import check_clean_members, clean_study_predictors
 from . import MAX_TRIALS
 
 __all__ = ["CALIBRATIONS", "CLASS_ALPHA", "CLASS_METHOD", "CONFORMAL_METHODS", "CURVE_ALPHAS",
@@ -490,14 +482,10 @@ def score_conformal(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         the level.
     """
     config = config or ConformalConfig()
-    read = read_cache_groups(caches)
-    read.check_one_class_space()  # the result's class dim: one class space for every model
+    read, pool_name, cal_name, preds, ensemble_notes = clean_study_predictors(
+        caches, config, one_class_space=True)
     groups, sets = read.groups, read.sets
-    pool_name, cal_name = pick_test_and_calibration(sets, config.test, config.calibration)
-    preds, ensemble_notes = group_predictors(read, config.ensembles)
-    for pred in preds:
-        check_members(pred, groups, cal_name, "calibration", "--calibration")
-        check_members(pred, groups, pool_name, "test", "--test")
+    check_clean_members(preds, groups, pool_name, cal_name)
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
     natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
     shift_names = sorted(corrupted) + natural

@@ -13,13 +13,9 @@ for out-of-distribution detection"; docs/conventions.md#v-6).
 
 from __future__ import annotations
 
-import argparse
-import os
-from pathlib import Path
-
-from ...options import ConfigOption, add_config_options, config_kwargs
-from ...roles import ensemble_option, legacy_config, role_option
-from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ...options import ConfigOption
+from ...roles import ensemble_option, role_option
+from ..base import ReportTable, config_scoring, folder_protocol
 from ..headline import headline_score_table
 
 __all__ = ["DESCRIPTION", "OOD_OPTIONS", "PROTOCOL"]
@@ -71,34 +67,11 @@ OOD_OPTIONS = (
 )
 
 
-def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import OodConfig  # imported on use
-
-    add_config_options(p, OodConfig, OOD_OPTIONS)
-
-
-def _score(a: argparse.Namespace):
-    """FPR@95, AUROC, AUPR-In/Out per detector, model and OOD set; near/far means (V.6)"""
-    from .score import OodConfig, score_ood  # imported on use
-
-    kw = config_kwargs(a, OOD_OPTIONS)
-    return score_ood(a.caches, OodConfig(**kw, seed=a.seed))
-
-
-def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
-    """``uqvision plot --ood FILE``: bars, heat map, histograms, AUROC vs cost."""
-    from .figures import draw_figures  # figures: imported on use
-
-    return draw_figures(scores, out)
-
-
-def _rescore(result, path):
-    """The score file recomputed from the caches and with the configuration it records
-    (``uqvision verify``)."""
-    from ...provenance import recorded_caches, recorded_config
-    from .score import OodConfig, score_ood  # imported on use
-
-    return score_ood(recorded_caches(result), OodConfig(**legacy_config(recorded_config(result))))
+#: ``score``, ``add_options`` and ``rescore`` of the protocol (:class:`~.score.OodConfig`,
+#: :func:`~.score.score_ood`, imported on use).
+_SCORING = config_scoring(
+    f"{__name__}.score", "OodConfig", "score_ood", OOD_OPTIONS,
+    "FPR@95, AUROC, AUPR-In/Out per detector, model and OOD set; near/far means (V.6)")
 
 
 #: Its leaderboard (OpenOOD v1.5's table): the report site's default view and the table
@@ -114,15 +87,12 @@ REPORT = ReportTable(
 
 
 #: The OOD-detection protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("ood", DESCRIPTION, score=_score, score_name="ood",
-                    add_options=_add_options,
-                    reproduce=LazyReproduction("ood", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=("deep_ensemble", "mc_dropout"), section="v-6",
-                    smoke_options={},
-                    plots=Plots(_draw, "ood score file: AUROC/FPR@95 bars per detector (near "
-                                       "vs far), detector x model heat map, ID vs OOD score "
-                                       "histograms, AUROC vs forward passes"),
-                    rescore=_rescore,
-                    score_table=headline_score_table(
-                        REPORT, sort=(("near_auroc", True), ("far_auroc", True))),
-                    report=REPORT)
+PROTOCOL = folder_protocol(__name__, DESCRIPTION, **_SCORING,
+                           methods=("deep_ensemble", "mc_dropout"), section="v-6",
+                           smoke_options={},
+                           plots="ood score file: AUROC/FPR@95 bars per detector (near vs far), "
+                                 "detector x model heat map, ID vs OOD score histograms, AUROC "
+                                 "vs forward passes",
+                           score_table=headline_score_table(
+                               REPORT, sort=(("near_auroc", True), ("far_auroc", True))),
+                           report=REPORT)

@@ -19,6 +19,7 @@ read the drawn numbers back. NaN values are not drawn.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import protocol_result
+from ..base import draw_protocol_figures, protocol_result
 from .score import MEMBER_DETECTORS, OOD_SPLITS
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -186,32 +187,9 @@ def plot_ood_cost(result: xr.Dataset | str | os.PathLike, *, split: str = "far")
     return fig
 
 
-def draw_figures(result: xr.Dataset | str | os.PathLike,
-                 out_dir: str | os.PathLike) -> list[Path]:
-    """The OOD protocol's figures into ``out_dir`` (``uqvision plot --ood FILE``).
-
-    - ``ood_bars.png``: :func:`plot_ood_bars` of the first single model (AUROC, FPR@95TPR);
-    - ``ood_heatmap.png``: :func:`plot_ood_heatmap`, near and far;
-    - ``ood_histograms.png``: :func:`plot_ood_histograms` of that model and ``msp`` (with
-      per-image scores only);
-    - ``ood_cost_<split>.png``: :func:`plot_ood_cost`, near and far.
-
-    Parameters
-    ----------
-    result : xarray.Dataset or path
-        An ood result (``ood.nc``).
-    out_dir : path
-        The folder (created).
-
-    Returns
-    -------
-    list of pathlib.Path
-        The figures written.
-    """
-    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
-
-    ds = _result(result)
-    figures = []
+def _figures(ds: xr.Dataset) -> list[tuple[str, Callable[[], Figure]]]:
+    """The figures ``ds`` allows: (file name, make) pairs (:func:`draw_figures`)."""
+    figures: list[tuple[str, Callable[[], Figure]]] = []
     metrics = tuple(m for m in ("auroc", "fpr_at_95_tpr") if f"near_{m}" in ds)
     if metrics:
         figures.append(("ood_bars.png", lambda: plot_ood_bars(ds, metrics=metrics)))
@@ -222,4 +200,20 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     if "near_auroc" in ds and "forward_passes" in ds:
         figures += [(f"ood_cost_{split}.png", lambda split=split: plot_ood_cost(ds, split=split))
                     for split in OOD_SPLITS]
-    return save_figures(figures, out_dir)
+    return figures
+
+
+def draw_figures(result: xr.Dataset | str | os.PathLike,
+                 out_dir: str | os.PathLike) -> list[Path]:
+    """The OOD protocol's figures into ``out_dir`` (``uqvision plot --ood FILE``).
+
+    - ``ood_bars.png``: :func:`plot_ood_bars` of the first single model (AUROC, FPR@95TPR);
+    - ``ood_heatmap.png``: :func:`plot_ood_heatmap`, near and far;
+    - ``ood_histograms.png``: :func:`plot_ood_histograms` of that model and ``msp`` (with
+      per-image scores only);
+    - ``ood_cost_<split>.png``: :func:`plot_ood_cost`, near and far.
+
+    Parameters and returns: as :func:`~uqvision.protocols.base.draw_protocol_figures`
+    (``result``: an ood result, ``ood.nc``).
+    """
+    return draw_protocol_figures(result, out_dir, _result, _figures)

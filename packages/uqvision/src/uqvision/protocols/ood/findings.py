@@ -29,68 +29,26 @@ independent draws: the p-values are a guide, not exact error rates (docs/convent
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import findings_table, sign_verdict
+from ..findings import ALPHA, Finding, findings_table, mean_or_nan, sign_finding
 from .score import FEATURE_DETECTORS, MEMBER_DETECTORS
 
 __all__ = ["ALPHA", "OodFinding", "format_findings", "ood_findings"]
 
-#: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
-ALPHA = 0.05
+#: The rows of :func:`ood_findings` (its subject: the detector or predictor; no condition).
+OodFinding = Finding
 
 
-@dataclass(frozen=True)
-class OodFinding:
-    """One claim tested on one detector or predictor.
-
-    Attributes
-    ----------
-    claim : str
-        The claim, in words.
-    subject : str
-        The detector or predictor it is about.
-    statistic : str
-        What was counted, in words.
-    before, after : float
-        The two means compared (the baseline's, then the subject's).
-    k, n : int
-        Cells where the claim's inequality holds, out of those with both values.
-    p_value : float
-        One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
-    verdict : str
-        ``reproduced`` (``p < ALPHA``), ``not reproduced``, or ``untestable with <n> <cells>``
-        where even ``n`` of ``n`` cannot reach ``ALPHA``.
-    """
-
-    claim: str
-    subject: str
-    statistic: str
-    before: float
-    after: float
-    k: int
-    n: int
-    p_value: float
-    verdict: str
+def _finding(claim, subject, statistic, before, after, wins, cells) -> Finding:
+    return sign_finding(claim, subject, "", statistic, before, after, wins,
+                        untestable=f"untestable with {{n}} {cells}")
 
 
-def _finding(claim, subject, statistic, before, after, wins, cells) -> OodFinding:
-    k, n, p, verdict = sign_verdict(wins, ALPHA)
-    if 0 < n and 0.5 ** n >= ALPHA:  # even n of n cannot reach the level
-        verdict = f"untestable with {n} {cells}"
-    return OodFinding(claim, subject, statistic, float(before), float(after), k, n, p, verdict)
-
-
-def _mean(x: np.ndarray) -> float:
-    x = np.asarray(x, float)
-    return float(x.mean()) if x.size else float("nan")
-
-
-def ood_findings(result: xr.Dataset) -> list[OodFinding]:
+def ood_findings(result: xr.Dataset) -> list[Finding]:
     """Test OpenOOD v1.5's findings on an ``ood`` result (module docstring).
 
     Parameters
@@ -101,7 +59,7 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
 
     Returns
     -------
-    list of OodFinding
+    list of Finding
         The feature-detector rows, the MSP row, then the UQ-vs-post-hoc rows; a claim whose
         detectors or predictors are absent has no row.
 
@@ -125,7 +83,8 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
         ok = ~(np.isnan(gn) | np.isnan(gf))
         rows.append(_finding("feature-based detectors help far-OOD more than near-OOD", d,
                              "predictors whose far-AUROC gain over MSP exceeds the near gain",
-                             _mean(gn[ok]), _mean(gf[ok]), gf[ok] > gn[ok], "predictors"))
+                             mean_or_nan(gn[ok]), mean_or_nan(gf[ok]), gf[ok] > gn[ok],
+                             "predictors"))
     others = [d for d in dets if d != "msp"]
     if others:
         msp = near.sel(detector="msp").values[:, None]
@@ -137,8 +96,8 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
         rows.append(_finding(
             "MSP is a strong baseline on near-OOD", "msp",
             f"(predictor, detector) pairs with MSP's near AUROC >= the other's; MSP's mean "
-            f"rank {_mean(np.asarray(ranks)):.1f} of {len(dets)}",
-            _mean(rest[ok]), _mean(np.broadcast_to(msp, rest.shape)[ok]),
+            f"rank {mean_or_nan(np.asarray(ranks)):.1f} of {len(dets)}",
+            mean_or_nan(rest[ok]), mean_or_nan(np.broadcast_to(msp, rest.shape)[ok]),
             np.broadcast_to(msp, rest.shape)[ok] >= rest[ok], "pairs"))
     members_of = json.loads(result.attrs.get("ensemble_members", "{}"))
     uq = [d for d in MEMBER_DETECTORS if d in dets]
@@ -160,10 +119,10 @@ def ood_findings(result: xr.Dataset) -> list[OodFinding]:
                 "UQ methods vs post-hoc detectors at equal cost", m,
                 f"OOD sets where its best member detector ({cost} forward passes) beats the "
                 f"best post-hoc detector of {single} ({single_cost} forward passes)",
-                _mean(b[ok]), _mean(a[ok]), a[ok] > b[ok], "sets"))
+                mean_or_nan(b[ok]), mean_or_nan(a[ok]), a[ok] > b[ok], "sets"))
     return rows
 
 
-def format_findings(findings: list[OodFinding]) -> str:
+def format_findings(findings: list[Finding]) -> str:
     """The findings as a markdown table (one row each), with the test's level."""
     return findings_table(findings, ("claim", "subject", "statistic"), ALPHA)

@@ -57,28 +57,29 @@ from ...cache import index_caches
 from ...data import subset_choice
 from ...hierarchy import make_hierarchy, read_hierarchy
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
-from ..base import Reproduction, ensemble_runs, train_and_predict
+from ..base import (
+    ENSEMBLE_SCALES,
+    Reproduction,
+    ensemble_runs,
+    finish_reproduction,
+    train_and_predict,
+)
 from . import DESCRIPTION
 from .score import OodConfig, score_ood
 
 __all__ = ["OOD_SCALES", "REPRODUCTION", "SMOKE", "ood_split_classes", "run"]
 
-_BASE = {"arch": "test_resnet", "input_size": 32, "dropout_p": 0.3, "near_per_superclass": 1,
-         "near_position": "interior"}
 #: Where the near-OOD classes sit in each ID superclass's parameter range.
 NEAR_POSITIONS = ("interior", "end")
-#: Scales: name -> settings. ``smoke``: the hierarchy smoke set (6 superclasses x 3 classes: 6
-#: ID, 3 near, 9 far classes), a half-width timm test_resnet, two members and an MC-dropout
-#: network of three epochs, 10 fit images per class. ``cpu``: the cpu hierarchy (8 x 6: 16 ID,
-#: 8 near, 24 far classes), the full-width test_resnet, five members and an MC-dropout network
-#: of 15 epochs, 50 fit images per class.
+#: Scales: name -> settings: the networks of :data:`~uqvision.protocols.base.ENSEMBLE_SCALES`
+#: and the split. ``smoke``: the hierarchy smoke set (6 superclasses x 3 classes: 6 ID, 3 near,
+#: 9 far classes), 10 fit images per class. ``cpu``: the cpu hierarchy (8 x 6: 16 ID, 8 near,
+#: 24 far classes), 50 fit images per class.
 OOD_SCALES = {
-    "smoke": {**_BASE, "hierarchy": "smoke", "epochs": 3.0, "members": 2, "batch_size": 32,
-              "model_kwargs": {"channels": [16, 24, 24, 48]}, "dropout_passes": 3,
+    "smoke": {**ENSEMBLE_SCALES["smoke"], "near_per_superclass": 1, "near_position": "interior",
               "per_class": 10},
-    "cpu": {**_BASE, "hierarchy": "cpu", "epochs": 15.0, "members": 5, "batch_size": 128,
-            "model_kwargs": {}, "dropout_passes": 10, "per_class": 50,
-            "near_per_superclass": 2},
+    "cpu": {**ENSEMBLE_SCALES["cpu"], "near_per_superclass": 2, "near_position": "interior",
+            "per_class": 50},
 }
 #: The smoke scale (``OOD_SCALES["smoke"]``).
 SMOKE = OOD_SCALES["smoke"]
@@ -254,11 +255,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     from .figures import draw_figures  # matplotlib: imported on use
     from .findings import format_findings, ood_findings
 
-    figures = draw_figures(scores, out / "figures")
-    (out / "findings.md").write_text(format_findings(ood_findings(scores)), encoding="utf-8")
-    log(f"figures: {out / 'figures'} ({len(figures)} files); findings: {out / 'findings.md'}")
-    log(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
-    return Path(path)
+    return finish_reproduction(out, path, t0, draw_figures(scores, out / "figures"),
+                               format_findings(ood_findings(scores)), log)
 
 
 #: The driver of ``uqvision reproduce ood``.

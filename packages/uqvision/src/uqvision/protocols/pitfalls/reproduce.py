@@ -53,7 +53,7 @@ from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, checkpoint_files, train_model
-from ..base import Reproduction
+from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .score import EnsembleConfig, score_ensembles
 
@@ -76,7 +76,7 @@ _FROM_MEMBER = ("fge", "swag", "vi", "kfac_laplace")
 
 
 @dataclass(frozen=True)
-class PitfallsScale:
+class PitfallsScale(DriverScale):
     """Size of a reproduction run.
 
     ``epochs`` is the conventional network's budget (deep-ensemble members, MC dropout, and
@@ -86,9 +86,6 @@ class PitfallsScale:
     member orders of the size curves, so every order redraws the augmentations).
     """
 
-    name: str
-    description: str
-    hierarchy: str
     arch: str
     epochs: float
     members: int

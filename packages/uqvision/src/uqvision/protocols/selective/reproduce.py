@@ -62,7 +62,7 @@ from ...models.prototype import (
 )
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, checkpoint_files, train_model
-from ..base import Reproduction
+from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .analysis import (
     family_correlations,
@@ -150,16 +150,13 @@ del _r
 
 
 @dataclass(frozen=True)
-class ZooScale:
+class ZooScale(DriverScale):
     """Size of a reproduction run.
 
     ``archs`` are trained plainly (``replicates`` seeds each); ``students`` also with every
     other regime; ``teacher`` names the architecture of the ``teacher_members`` ensemble.
     """
 
-    name: str
-    description: str
-    hierarchy: str
     epochs: int
     replicates: int
     archs: tuple[str, ...]

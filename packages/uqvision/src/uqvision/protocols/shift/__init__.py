@@ -10,13 +10,9 @@ docs/conventions.md#v-5).
 
 from __future__ import annotations
 
-import argparse
-import os
-from pathlib import Path
-
-from ...options import ConfigOption, add_config_options, config_kwargs
-from ...roles import ensemble_option, legacy_config, role_option
-from ..base import LazyReproduction, Plots, Protocol, ReportTable
+from ...options import ConfigOption
+from ...roles import ensemble_option, role_option
+from ..base import ReportTable, config_scoring, folder_protocol, fraction
 from ..headline import headline_score_table
 
 __all__ = ["DESCRIPTION", "PROTOCOL", "SHIFT_OPTIONS"]
@@ -26,16 +22,9 @@ DESCRIPTION = ("V.5 (Shift): accuracy, NLL, Brier, ECE, AURC, AUROC per corrupti
                "severity, un-scaled and temperature-scaled on clean validation data, and mCE")
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
-    return value
-
-
 #: The options of ``uqvision score shift`` generated from :class:`~.score.ShiftConfig`.
 SHIFT_OPTIONS = (
-    ConfigOption("calibration_size", type=_fraction,
+    ConfigOption("calibration_size", type=fraction,
                  help="shift: fraction of the clean calibration caches' samples the "
                       "temperature is fitted on (default {default})"),
     role_option("test", "shift"),
@@ -51,35 +40,11 @@ SHIFT_OPTIONS = (
 )
 
 
-def _add_options(p: argparse.ArgumentParser) -> None:
-    from .score import ShiftConfig  # imported on use
-
-    add_config_options(p, ShiftConfig, SHIFT_OPTIONS)
-
-
-def _score(a: argparse.Namespace):
-    """metrics per corruption and severity, clean and temperature-scaled, and mCE (V.5)"""
-    from .score import ShiftConfig, score_shift  # imported on use
-
-    kw = config_kwargs(a, SHIFT_OPTIONS)
-    return score_shift(a.caches, ShiftConfig(**kw, seed=a.seed))
-
-
-def _draw(scores: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
-    """``uqvision plot --shift FILE``: boxes per severity, heat maps, accuracy vs ECE."""
-    from .figures import draw_figures  # figures: imported on use
-
-    return draw_figures(scores, out)
-
-
-def _rescore(result, path):
-    """The score file recomputed from the caches and with the configuration it records
-    (``uqvision verify``)."""
-    from ...provenance import recorded_caches, recorded_config
-    from .score import ShiftConfig, score_shift  # imported on use
-
-    return score_shift(recorded_caches(result),
-                       ShiftConfig(**legacy_config(recorded_config(result))))
+#: ``score``, ``add_options`` and ``rescore`` of the protocol (:class:`~.score.ShiftConfig`,
+#: :func:`~.score.score_shift`, imported on use).
+_SCORING = config_scoring(
+    f"{__name__}.score", "ShiftConfig", "score_shift", SHIFT_OPTIONS,
+    "metrics per corruption and severity, clean and temperature-scaled, and mCE (V.5)")
 
 
 #: Its leaderboard (Ovadia's and ImageNet-C's tables): the report site's default view and the
@@ -100,15 +65,10 @@ REPORT = ReportTable(
 
 
 #: The Shift protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
-PROTOCOL = Protocol("shift", DESCRIPTION, score=_score, score_name="shift",
-                    add_options=_add_options,
-                    reproduce=LazyReproduction("shift", DESCRIPTION, f"{__name__}.reproduce"),
-                    methods=("deep_ensemble",), section="v-5",
-                    plots=Plots(_draw, "shift score file: metrics per severity (boxes over "
-                                       "corruptions), corruption x severity heat maps, "
-                                       "accuracy vs ECE"),
-                    rescore=_rescore,
-                    score_table=headline_score_table(
-                        REPORT, sort=(("clean_accuracy[calibration=none]", True),),
-                        means=("ece[calibration=none,severity=5]",)),
-                    report=REPORT)
+PROTOCOL = folder_protocol(
+    __name__, DESCRIPTION, **_SCORING, methods=("deep_ensemble",), section="v-5",
+    plots="shift score file: metrics per severity (boxes over corruptions), corruption x "
+          "severity heat maps, accuracy vs ECE",
+    score_table=headline_score_table(REPORT, sort=(("clean_accuracy[calibration=none]", True),),
+                                     means=("ece[calibration=none,severity=5]",)),
+    report=REPORT)

@@ -23,7 +23,7 @@ read the drawn numbers back.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,7 @@ import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import protocol_result
+from ..base import draw_protocol_figures, protocol_result
 from .score import CALIBRATIONS
 
 if TYPE_CHECKING:  # matplotlib is imported on first use
@@ -424,6 +424,18 @@ def _size_legend(ax: Axes, severities: np.ndarray, rank: np.ndarray, *, sets: bo
 # all of them
 
 
+def _figures(ds: xr.Dataset) -> list[tuple[str, Callable[[], Figure]]]:
+    """The figures ``ds`` allows: (file name, make) pairs (:func:`draw_figures`)."""
+    figures: list[tuple[str, Callable[[], Figure]]] = []
+    if _corrupted(ds) and any(m in ds for m in BOX_METRICS):
+        figures.append(("shift_boxes.png", lambda: plot_shift_boxes(ds)))
+    if _corrupted(ds) and any(_at(ds, m, c) is not None for m, c in HEATMAP_ROWS):
+        figures.append(("shift_heatmap.png", lambda: plot_shift_heatmap(ds)))
+    if "accuracy" in ds and "ece" in ds:
+        figures.append(("shift_acc_vs_ece.png", lambda: plot_shift_acc_vs_ece(ds)))
+    return figures
+
+
 def draw_figures(result: xr.Dataset | str | os.PathLike,
                  out_dir: str | os.PathLike) -> list[Path]:
     """The shift protocol's figures into ``out_dir`` (``uqvision plot --shift FILE``).
@@ -439,26 +451,7 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     and the heat map of a result without corrupted members (natural shift sets only: the
     scatter still shows the clean points and the sets).
 
-    Parameters
-    ----------
-    result : xarray.Dataset or path
-        A shift result (``shift.nc``).
-    out_dir : path
-        The folder (created).
-
-    Returns
-    -------
-    list of pathlib.Path
-        The figures written.
+    Parameters and returns: as :func:`~uqvision.protocols.base.draw_protocol_figures`
+    (``result``: a shift result, ``shift.nc``).
     """
-    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
-
-    ds = _result(result)
-    figures = []
-    if _corrupted(ds) and any(m in ds for m in BOX_METRICS):
-        figures.append(("shift_boxes.png", lambda: plot_shift_boxes(ds)))
-    if _corrupted(ds) and any(_at(ds, m, c) is not None for m, c in HEATMAP_ROWS):
-        figures.append(("shift_heatmap.png", lambda: plot_shift_heatmap(ds)))
-    if "accuracy" in ds and "ece" in ds:
-        figures.append(("shift_acc_vs_ece.png", lambda: plot_shift_acc_vs_ece(ds)))
-    return save_figures(figures, out_dir)
+    return draw_protocol_figures(result, out_dir, _result, _figures)

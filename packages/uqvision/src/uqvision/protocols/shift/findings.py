@@ -33,18 +33,14 @@ p-value is a guide, not an exact error rate (docs/conventions.md#v-5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError
 
-from ..base import findings_table, sign_verdict
+from ..findings import ALPHA, Finding, findings_table, sign_finding
 
 __all__ = ["ALPHA", "RANKED_METRICS", "ShiftFinding", "format_findings", "shift_findings"]
 
-#: The level of the one-sided sign tests: a claim is ``reproduced`` where ``p < ALPHA``.
-ALPHA = 0.05
 #: The metrics the predictors are ranked on (Ovadia et al. 2019, Fig. 2 and its NLL tables);
 #: accuracy is greater-is-better, the others lower-is-better. Temperature scaling never moves
 #: accuracy, so accuracy is compared un-scaled only.
@@ -52,55 +48,9 @@ RANKED_METRICS = ("accuracy", "nll", "brier", "ece")
 _GREATER_IS_BETTER = frozenset({"accuracy"})
 
 
-@dataclass(frozen=True)
-class ShiftFinding:
-    """One claim tested on one predictor.
-
-    Attributes
-    ----------
-    claim : str
-        ``calibration worsens with severity``, ``temperature scaling helps in distribution``,
-        ``temperature scaling does not survive shift``, ``ensemble beats <predictor>
-        (<metric>)``, ``MC dropout beats <predictor> (<metric>)`` or ``MC dropout ranks
-        between <vanilla> and <ensemble> (<metric>)``.
-    predictor : str
-        The row of ``model`` the claim is about (``every row (<n>)`` for the claim over rows).
-    calibration : str
-        ``none`` or ``temperature``.
-    statistic : str
-        What was counted, in words.
-    before, after : float
-        The two means compared: clean and highest-severity ECE, un-scaled and
-        temperature-scaled ECE, or the other predictor's and this predictor's metric over the
-        cells.
-    k, n : int
-        Cells (corruptions, rows) where the claim's inequality holds, out of those with both
-        values.
-    p_value : float
-        One-sided sign test of ``k`` successes in ``n`` at probability 1/2.
-    verdict : str
-        ``reproduced`` (``p < ALPHA``), ``not reproduced``, or ``untestable (n = <n>)`` where
-        no count of ``n`` could reach ``ALPHA``.
-    """
-
-    claim: str
-    predictor: str
-    calibration: str
-    statistic: str
-    before: float
-    after: float
-    k: int
-    n: int
-    p_value: float
-    verdict: str
-
-
-def _finding(claim, predictor, calibration, statistic, before, after, wins) -> ShiftFinding:
-    k, n, p, verdict = sign_verdict(wins, ALPHA)
-    if 0 < n and 0.5 ** n >= ALPHA:  # even n of n cannot reach the level
-        verdict = f"untestable (n = {n})"
-    return ShiftFinding(claim, predictor, calibration, statistic, float(before), float(after),
-                        k, n, p, verdict)
+#: The rows of :func:`shift_findings` (its subject: the predictor; its condition: the
+#: calibration).
+ShiftFinding = Finding
 
 
 def _means(a: np.ndarray, b: np.ndarray) -> tuple[float, float, np.ndarray]:
@@ -111,16 +61,16 @@ def _means(a: np.ndarray, b: np.ndarray) -> tuple[float, float, np.ndarray]:
 
 
 def _beats(result: xr.Dataset, claim: str, better: str, other: str, metric: str, cal: str,
-           upper: np.ndarray, min_severity: int) -> ShiftFinding:
+           upper: np.ndarray, min_severity: int) -> Finding:
     """``better`` beats ``other`` on ``metric`` in the upper-severity cells."""
     a = result[metric].sel(model=better, calibration=cal).values[:, upper]
     b = result[metric].sel(model=other, calibration=cal).values[:, upper]
     before, after, ok = _means(b, a)
     wins = a[ok] > b[ok] if metric in _GREATER_IS_BETTER else a[ok] < b[ok]
     word = "higher" if metric in _GREATER_IS_BETTER else "lower"
-    return _finding(claim, better, cal,
-                    f"cells (corruption, severity >= {min_severity}) with {word} {metric}",
-                    before, after, wins)
+    return sign_finding(claim, better, cal,
+                        f"cells (corruption, severity >= {min_severity}) with {word} {metric}",
+                        before, after, wins)
 
 
 def _temperature(result: xr.Dataset, model: str) -> str:
@@ -133,7 +83,7 @@ def _temperature(result: xr.Dataset, model: str) -> str:
 
 
 def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
-                   min_severity: int = 3) -> list[ShiftFinding]:
+                   min_severity: int = 3) -> list[Finding]:
     """Test the paper's claims on a ``shift`` result (module docstring).
 
     Parameters
@@ -151,7 +101,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
 
     Returns
     -------
-    list of ShiftFinding
+    list of Finding
         The calibration claim for the vanilla network, the MC-dropout networks and the
         ensembles (each calibration); the two temperature claims (one row over every row of
         the result, then one per predictor of the calibration claim); the ensemble claims against each
@@ -189,7 +139,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
             ece = result["ece"].sel(model=model, calibration=cal, severity=top).values
             clean = float(result["clean_ece"].sel(model=model, calibration=cal))
             ok = ~np.isnan(ece)
-            rows.append(_finding(
+            rows.append(sign_finding(
                 "calibration worsens with severity", model, cal,
                 f"corruptions with ECE at severity {top} > clean ECE",
                 clean, np.mean(ece[ok]) if ok.any() else np.nan, ece[ok] > clean))
@@ -198,7 +148,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
         none, scaled, ok = _means(clean.sel(calibration="none").values,
                                   clean.sel(calibration="temperature").values)
         c0, c1 = (clean.sel(calibration=c).values[ok] for c in ("none", "temperature"))
-        rows.append(_finding(
+        rows.append(sign_finding(
             "temperature scaling helps in distribution", f"every row ({int(ok.sum())})",
             "temperature", "rows with temperature-scaled clean ECE < un-scaled clean ECE",
             none, scaled, c1 < c0))
@@ -206,7 +156,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
             a, b = (result["ece"].sel(model=model, calibration=c).values
                     for c in ("none", "temperature"))
             none, scaled, ok = _means(a, b)
-            rows.append(_finding(
+            rows.append(sign_finding(
                 "temperature scaling does not survive shift", model, "temperature",
                 "cells (corruption, severity) with temperature-scaled ECE > un-scaled ECE"
                 + _temperature(result, model), none, scaled, b[ok] > a[ok]))
@@ -231,7 +181,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
                                    metric, cal, upper, min_severity)
                     weaker = max(halves[metric, cal], other,  # a half with no cell (NaN) binds
                                  key=lambda f: (np.isnan(f.p_value), f.p_value))
-                    rows.append(ShiftFinding(
+                    rows.append(Finding(
                         f"MC dropout ranks between {vanilla} and {ens} ({metric})", drop, cal,
                         f"the half with the larger p, {weaker.claim.rsplit(' (', 1)[0]}: "
                         + weaker.statistic, weaker.before, weaker.after, weaker.k, weaker.n,
@@ -239,6 +189,7 @@ def shift_findings(result: xr.Dataset, *, vanilla: str | None = None,
     return rows
 
 
-def format_findings(findings: list[ShiftFinding]) -> str:
+def format_findings(findings: list[Finding]) -> str:
     """The findings as a markdown table (one row each), with the test's level."""
-    return findings_table(findings, ("claim", "predictor", "calibration", "statistic"), ALPHA)
+    return findings_table(findings, ("claim", ("subject", "predictor"),
+                                     ("condition", "calibration"), "statistic"), ALPHA)

@@ -48,15 +48,12 @@ from uqmetrics.shift import (
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
 from ...predictors import (
     PredictorProbs,
-    check_members,
     declared_ensembles,
     fit_predictor_temperature,
-    group_predictors,
-    pick_test_and_calibration,
-    read_cache_groups,
 )
 from ...provenance import entry_provenance, predictor_rows
 from ...published import PUBLISHED_BASELINES, published_baseline_errors
+from ..base import check_clean_members, clean_study_predictors
 
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
@@ -183,7 +180,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     Parameters
     ----------
     caches : path or iterable of paths
-        Cache files or folders of them (:func:`uqvision.cache.index_caches`).
+        Cache files or folders of them (:func:`uqvision.cache.index_caches`), each model's of
+        the test and calibration sets and of the shifted or relabelled ones.
     config : ShiftConfig, optional
 
     Returns
@@ -244,10 +242,8 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     config = config or ShiftConfig()
     # complete caches only (index_caches skips the others with a SkippedCacheWarning):
     # (model, dataset_name) -> caches; dataset_name -> eval-set record
-    read = read_cache_groups(caches)
+    read, test, cal, preds, notes = clean_study_predictors(caches, config)
     groups, sets, checksums = read.groups, read.sets, read.checksums
-    test, cal = pick_test_and_calibration(sets, config.test, config.calibration)
-    preds, notes = group_predictors(read, config.ensembles)
     names = [p.name for p in preds]
     corrupted = {n: s for n, s in sets.items() if s["role"] == "shifted" and s["corruption"]}
     natural = sorted(n for n, s in sets.items() if s["role"] == "shifted" and not s["corruption"])
@@ -279,9 +275,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     temps, n_cal = np.empty(n_pred), np.empty(n_pred, np.int64)
 
     # clean data: every predictor's temperature and clean row
-    for pred in preds:
-        check_members(pred, groups, cal, "calibration", "--calibration")
-        check_members(pred, groups, test, "test", "--test")
+    check_clean_members(preds, groups, test, cal)
     for i, pred in enumerate(preds):
         labels, p = PredictorProbs(groups, cal)(pred)
         n = labels.shape[0]

@@ -42,7 +42,7 @@ from ...methods import TRAINING_METHODS
 from ...models import ModelSpec
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
-from ..base import Reproduction
+from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .methods import REPRESENTATION_METHODS
 from .plots import draw_figures
@@ -52,12 +52,9 @@ __all__ = ["REPRODUCTION", "URL_SCALES", "URLScale", "reproduce_url"]
 
 
 @dataclass(frozen=True)
-class URLScale:
+class URLScale(DriverScale):
     """Sizes of one scale: the hierarchy scale, backbone pre-training, the runs."""
 
-    name: str
-    description: str
-    hierarchy: str
     backbone_epochs: int
     epochs: float
     seeds: tuple[int, ...]

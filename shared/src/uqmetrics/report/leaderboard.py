@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..io import dataset_checksum, decode_attr
+from ..runs.io import dataset_checksum, decode_attr
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -626,8 +626,8 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
         The file has no metric variable along a dimension, or the hook's row dims, metadata,
         headline or means name a dimension, coordinate or column the file lacks.
     """
-    from ..conventions import CONVENTIONS
-    from ..result_schema import metric_variables, read_result
+    from ..metrics.conventions import CONVENTIONS
+    from ..runs.result_schema import metric_variables, read_result
 
     hook = hook or ReportHook()
     path = Path(path).resolve()

@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import InputError
-from ..io import check_apart, check_replaceable, decode_attr, folder_replaced
-from ..registry import Registry
+from ..metrics.exceptions import InputError
+from ..runs.io import check_apart, check_replaceable, decode_attr, folder_replaced
+from ..metrics.registry import Registry
 from .leaderboard import (
     MAX_FILTER_VALUES,
     Leaderboard,
@@ -184,7 +184,7 @@ def _figures(board: Leaderboard, hook: ReportHook, ds: Any, folder: Path,
     """Draw the hook's figures as SVG into ``folder``; (name, data URI) each."""
     if hook.figures is None:
         return []
-    from ..plotting import figure_format  # matplotlib: imported on use
+    from .plotting import figure_format  # matplotlib: imported on use
 
     try:
         with figure_format("svg"):
@@ -348,7 +348,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     ResultSchemaError
         A file without a hook that does not follow the result schema.
     """
-    from ..result_schema import read_result
+    from ..runs.result_schema import read_result
 
     hooks = REPORT_HOOKS if hooks is None else hooks
     log = log or (lambda line: None)

@@ -112,7 +112,7 @@ def _short(value: Any, width: int = 70) -> str:
 def _registered(metric: str):
     """The :class:`~uqmetrics.registry.MetricSpec` registered as ``metric``, or None (loads
     the metric modules)."""
-    from .registry import get_metric
+    from ..metrics.registry import get_metric
 
     try:
         return get_metric(metric)

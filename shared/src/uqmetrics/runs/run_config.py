@@ -102,7 +102,8 @@ from .config_options import (
     mark_given,
     records_given,
 )
-from .exceptions import InputError
+from ..metrics.exceptions import InputError
+from .current import RUN_CONFIG_ATTR, current_run_config, recording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,9 +129,6 @@ __all__ = [
     "run_recorded",
     "write_config_file",
 ]
-
-#: The attr of a result file that records the run that made it (JSON: :func:`resolved_config`).
-RUN_CONFIG_ATTR = "run_config"
 
 #: How a configuration file's name ends: ``<out>/<command>.config.toml`` or
 #: ``<result stem>.config.toml`` beside a single result file.
@@ -756,29 +754,6 @@ def _check_target(path: Path) -> None:
     """Refuse, before any work, a configuration file ``path`` that is a folder."""
     if path.is_dir():
         raise InputError(f"--out: {str(path)!r} is a folder where the configuration file goes")
-
-
-#: The configuration of the command running (:func:`recording`), read by
-#: :func:`uqmetrics.io.provenance_attrs`.
-_CURRENT: dict[str, Any] | None = None
-
-
-@contextlib.contextmanager
-def recording(config: Mapping[str, Any] | None) -> Iterator[None]:
-    """While the block runs, :func:`current_run_config` is ``config``: every result written
-    with :func:`uqmetrics.io.provenance_attrs` records it (:data:`RUN_CONFIG_ATTR`)."""
-    global _CURRENT
-    before, _CURRENT = _CURRENT, (dict(config) if config is not None else None)
-    try:
-        yield
-    finally:
-        _CURRENT = before
-
-
-def current_run_config() -> dict[str, Any] | None:
-    """The configuration of the command running in this process (:func:`recording`), or
-    ``None``."""
-    return _CURRENT
 
 
 def run_recorded(args: argparse.Namespace, run: Callable[[], int],

@@ -1,4 +1,4 @@
-"""Sweep progress (uqmetrics.sweep): on a stream that is not a terminal (CI logs, a pipe), at
+"""Sweep progress (uqmetrics.runs.sweep): on a stream that is not a terminal (CI logs, a pipe), at
 most one line per interval plus one at the end, never a bar redrawn per cell."""
 
 import doctest
@@ -18,9 +18,9 @@ import tqdm
 import xarray as xr
 from dask import distributed
 
-from uqmetrics import sweep
-from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
-from uqmetrics.testing.signals import interruptible
+from uqmetrics.runs import sweep
+from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
+from uqmetrics.runs.testing.signals import interruptible
 
 
 class FakeClock:
@@ -236,7 +236,7 @@ def test_doctests():
 def _cell_with_coordinate(i: int) -> xr.Dataset:
     """A cell with an uncompressed coordinate of distinct values and many attrs (the kind
     HDF5 keeps in a block of their own)."""
-    from uqmetrics.io import provenance_attrs
+    from uqmetrics.runs.io import provenance_attrs
 
     x = np.linspace(-6.0, 6.0, 101) + 1000.0 * i
     return xr.Dataset({"v": ("x", np.sin(x))}, coords={"x": x}, attrs=provenance_attrs(seed=i))
@@ -247,7 +247,7 @@ def test_damaged_cell_files_are_not_complete_and_a_rerun_recomputes_them(tmp_pat
     complete (a rerun combined the wrong value); one whose attribute block had a flipped bit
     made ``is_complete`` raise netCDF4's AttributeError, which stopped the whole sweep. Both
     are incomplete; a rerun recomputes exactly them."""
-    from uqmetrics.sweep import is_complete
+    from uqmetrics.runs.sweep import is_complete
 
     cells = [Cell(f"c{i}", {"i": i}) for i in range(3)]
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
@@ -300,7 +300,7 @@ def test_a_failing_cell_prints_no_traceback_and_leaves_it_in_the_log_file(tmp_pa
     assert "Traceback" not in capfd.readouterr().err
     text = log.read_text()
     assert text.count("Traceback (most recent call last)") == 2
-    assert "uqmetrics.sweep ERROR: cell c1 failed: RuntimeError: cell 1 is odd" in text
+    assert "uqmetrics.runs.sweep ERROR: cell c1 failed: RuntimeError: cell 1 is odd" in text
     assert "in _fails_on_odd" in text
 
 
@@ -311,7 +311,7 @@ import time
 import numpy as np
 import xarray as xr
 
-from uqmetrics.sweep import Cell, run_sweep
+from uqmetrics.runs.sweep import Cell, run_sweep
 
 
 def slow(i):

@@ -1,4 +1,4 @@
-"""Sweeps on job-queue clusters (uqmetrics.sweep.ClusterSpec, dask-jobqueue) and where a sweep's
+"""Sweeps on job-queue clusters (uqmetrics.runs.sweep.ClusterSpec, dask-jobqueue) and where a sweep's
 dashboard listens.
 
 The queue path runs for real through dask-jobqueue's local job class (``--cluster
@@ -26,10 +26,10 @@ import psutil
 import pytest
 import xarray as xr
 
-from uqmetrics import sweep
-from uqmetrics.io import read_dataset
-from uqmetrics.sweep import Cell, ClusterSpec, add_cluster_options, run_sweep
-from uqmetrics.testing.signals import sigint_raises
+from uqmetrics.runs import sweep
+from uqmetrics.runs.io import read_dataset
+from uqmetrics.runs.sweep import Cell, ClusterSpec, add_cluster_options, launch, options, run_sweep
+from uqmetrics.runs.testing.signals import sigint_raises
 
 dask_jobqueue = pytest.importorskip("dask_jobqueue")
 
@@ -157,7 +157,7 @@ def test_a_missing_dask_jobqueue_names_the_extra(monkeypatch):
     with pytest.raises(ValueError, match=r"--cluster slurm: .*pip install 'uqmetrics\[hpc\]'"):
         ClusterSpec.from_args(_parse("--cluster", "slurm"))
     with pytest.raises(ImportError, match=r"uqmetrics\[hpc\]"):
-        sweep._jobqueue()
+        options._jobqueue()
     ClusterSpec.from_args(_parse())  # the local default needs no dask-jobqueue
 
 
@@ -177,7 +177,7 @@ def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
         "--cluster-option", "local_directory=/scratch/dask", "--gpus-per-job", "1",
         "--jobs", "8"), gpu_cells=True)
     with dask.config.set(sweep.read_cluster_config(spec.config_file)):
-        cls, kwargs = sweep._queue_cluster_args(spec)
+        cls, kwargs = launch._queue_cluster_args(spec)
         assert cls is dask_jobqueue.SLURMCluster
         with cls(silence_logs=logging.CRITICAL, **kwargs) as cluster:
             script = cluster.job_script()
@@ -206,7 +206,7 @@ def test_a_sweep_on_jobs_resumes_and_survives_a_killed_job(tmp_path, monkeypatch
     goes to the other job, a job is submitted in the killed one's place, and the sweep still
     finishes every cell; a rerun has nothing left to do and the values are those of a direct
     computation."""
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = _config(tmp_path, "distributed:\n  deploy:\n    lost-worker-timeout: 1s\n")
     spec = ClusterSpec.from_args(_parse("--cluster", "jobqueue-local", "--cluster-config",
                                         str(cfg), "--jobs", "2"))
@@ -249,8 +249,8 @@ def test_a_sweep_on_jobs_resumes_and_survives_a_killed_job(tmp_path, monkeypatch
 
 def test_the_only_job_killed_is_replaced_and_the_sweep_finishes(tmp_path, monkeypatch):
     """One job, killed after the first cell: no worker is left, so the sweep would wait for
-    ever unless a job is submitted in its place (:func:`uqmetrics.sweep._keep_workers`)."""
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    ever unless a job is submitted in its place (:func:`uqmetrics.runs.sweep.launch._keep_workers`)."""
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = _config(tmp_path, "distributed:\n  deploy:\n    lost-worker-timeout: 1s\n")
     spec = ClusterSpec(kind="jobqueue-local", config_file=str(cfg), jobs=1)
     cells = [Cell(f"c{i}", {"i": i, "seconds": 0.3}) for i in range(4)]
@@ -390,7 +390,7 @@ def test_a_sweep_on_a_one_node_slurm_survives_its_only_job_cancelled(slurm, tmp_
     (``scancel``, as a preemption) after the first cell, a job is submitted in its place and
     the sweep finishes every cell; the rerun has nothing to do and the values are right."""
     monkeypatch.setenv("SLURM_CONF", str(slurm / "slurm.conf"))
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = tmp_path / "slurm.yaml"
     cfg.write_text("jobqueue:\n  slurm:\n    scheduler-options:\n      host: 127.0.0.1\n"
                    f"    log-directory: {tmp_path / 'jobs'}\n"

@@ -25,6 +25,7 @@ import sys
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 
+from . import metrics as _metrics
 from .metrics import exceptions as _exceptions
 from .metrics.conventions import CONVENTIONS, COVERAGE_Z  # noqa: F401  (exported)
 from .metrics.exceptions import *
@@ -105,14 +106,12 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _MovedFinder())
 
-#: The metric modules, in the order of ``__all__``. They import scipy (about a second), so they
-#: are imported on the first use of one of their names (``uqmetrics.auroc_score``, ``from
-#: uqmetrics import ...``, ``uqmetrics.metrics.calibration``, ``dir(uqmetrics)``, ``import *``),
-#: not by ``import uqmetrics``: a program that only writes result files (``uqvision predict``,
+#: Whether the metric modules (:data:`uqmetrics.metrics.METRIC_MODULES`, in the order of
+#: ``__all__``) are loaded. They import scipy (about a second), so they are imported on the
+#: first use of one of their names (``uqmetrics.auroc_score``, ``from uqmetrics import ...``,
+#: ``dir(uqmetrics)``, ``import *``), not by ``import uqmetrics``: a program that only writes result files (``uqvision predict``,
 #: ``uqvision train``) never loads them. :func:`uqmetrics.metrics.registry.get_metric` and
 #: :func:`~uqmetrics.metrics.registry.list_metrics` load them too.
-_METRIC_MODULES = ("classification", "calibration", "confidence", "selective", "scoring",
-                   "ensembles", "ood", "retrieval", "regression", "shift")
 _LOADED = False
 
 
@@ -124,8 +123,7 @@ def _load_metrics() -> None:
     _LOADED = True
     package = sys.modules[__name__]
     names = ["CONVENTIONS", "COVERAGE_Z", "__version__", *_exceptions.__all__]
-    for name in _METRIC_MODULES:
-        module = importlib.import_module(f"{__name__}.metrics.{name}")
+    for module in _metrics.import_metric_modules():
         for attr in module.__all__:
             setattr(package, attr, getattr(module, attr))
         names += module.__all__

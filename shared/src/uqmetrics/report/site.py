@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics.exceptions import InputError
-from ..runs.io import check_apart, check_replaceable, decode_attr, folder_replaced
 from ..metrics.registry import Registry
+from ..runs.io import check_apart, check_replaceable, decode_attr, folder_replaced
 from .leaderboard import (
     MAX_FILTER_VALUES,
     Leaderboard,

@@ -46,8 +46,8 @@ import numpy as np
 
 from ..metrics.exceptions import InputError
 from ..runs.io import IncompleteResultError, decode_attr, read_dataset
-from .leaderboard import column_name  # the site's column names: one definition
 from ..runs.result_schema import dataset_checksum, input_checksum, metric_variables
+from .leaderboard import column_name  # the site's column names: one definition
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -79,7 +79,6 @@ A configuration file as written by ``uqreg study --preset smoke --out results/s`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import getpass
 import hashlib
 import json
@@ -95,6 +94,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from ..metrics.exceptions import InputError
 from .config_options import (
     given_options,
     is_launcher,
@@ -102,7 +102,6 @@ from .config_options import (
     mark_given,
     records_given,
 )
-from ..metrics.exceptions import InputError
 from .current import RUN_CONFIG_ATTR, current_run_config, recording
 
 if sys.version_info >= (3, 11):

@@ -180,7 +180,7 @@ def plot_reliability_diagram(data: Any, *, n_bins: int = 15, ax: Axes | None = N
     Parameters
     ----------
     data : xarray.Dataset or tuple (labels, probs)
-        The Dataset of :func:`uqmetrics.classification.reliability_diagram` (dim ``bin``,
+        The Dataset of :func:`uqmetrics.metrics.classification.reliability_diagram` (dim ``bin``,
         variables ``lower``, ``upper``, ``count``, ``accuracy``, ``confidence``; attr ``ece``),
         or ``(labels (n,), probs (n, C))`` from which it is computed with ``n_bins``.
     n_bins : int, default 15

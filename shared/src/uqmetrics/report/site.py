@@ -286,7 +286,7 @@ def _page_names(boards: Sequence[Leaderboard]) -> None:
             b.title = f"{b.title} ({tag})"
 
 
-#: The writer a site folder's record names (:func:`uqmetrics.io.folder_replaced`).
+#: The writer a site folder's record names (:func:`uqmetrics.runs.io.folder_replaced`).
 WRITER = "uqmetrics report"
 
 
@@ -314,7 +314,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         ``<protocol>-<dataset>.html``, the file's ``dataset_name`` attr, else its name).
     out : path-like
         The site folder: written whole into a temporary folder beside it, which then takes its
-        place (:func:`uqmetrics.io.folder_replaced`); nothing is left half-written.
+        place (:func:`uqmetrics.runs.io.folder_replaced`); nothing is left half-written.
     protocol : str, optional
         The protocol of every file (uqreg's study files carry none); default each file's
         ``protocol`` attr (:func:`uqmetrics.read_result`).
@@ -323,7 +323,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         one is read generically.
     overwrite : bool, default False
         Replace an existing non-empty ``out`` (else refused): only a site this function wrote
-        (its record of files, :func:`uqmetrics.io.folder_replaced`) holding nothing else.
+        (its record of files, :func:`uqmetrics.runs.io.folder_replaced`) holding nothing else.
     figures : bool, default True
         Draw the hooks' figures (inlined as SVG).
     paths : {"relative", "absolute"}, default "relative"

@@ -102,7 +102,7 @@ READ_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, Attribute
 
 
 def xarray_module():
-    """``xarray``, imported on first use (``import uqmetrics.io`` does not import it: a program
+    """``xarray``, imported on first use (``import uqmetrics.runs.io`` does not import it: a program
     that writes no result file, e.g. a training run, does not pay for it), and kept from
     importing dask for a Dataset of numpy arrays.
 
@@ -439,7 +439,7 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
         the current directory's repository); ``hostname``;
         ``created_utc`` (ISO 8601); ``config``; ``seed``; ``conventions`` (JSON); and, while a
         command runs, ``run_config``: its fully resolved configuration (JSON,
-        :func:`uqmetrics.run_config.current_run_config`), what ``rerun`` reads back.
+        :func:`uqmetrics.runs.run_config.current_run_config`), what ``rerun`` reads back.
 
     Examples
     --------
@@ -759,7 +759,7 @@ _WRITTEN_FORMAT = {"format": "uqmetrics.written", "version": 1}
 
 def _from_inside(folder: Path, name: Any, where: str) -> str:
     """``name`` (read from a file: ``where``) as a relative POSIX path that stays inside
-    ``folder``; :class:`~uqmetrics.exceptions.InputError` for anything else (an absolute path,
+    ``folder``; :class:`~uqmetrics.metrics.exceptions.InputError` for anything else (an absolute path,
     ``..``, an empty or non-string name)."""
     from ..metrics.exceptions import InputError
 

@@ -5,7 +5,7 @@ key. :func:`run_sweep` sends every cell whose result file is not already on disk
 cluster (a ``LocalCluster`` by default, any cluster by its scheduler address, or workers in
 jobs of a queue); each worker
 computes its cell's :class:`xarray.Dataset` and writes it atomically with
-:func:`uqmetrics.io.write_dataset`. A rerun skips the complete files, so an interrupted sweep
+:func:`uqmetrics.runs.io.write_dataset`. A rerun skips the complete files, so an interrupted sweep
 resumes without redoing finished cells and never leaves a half-written file. A cell that raises
 is reported, not fatal: the other cells still run.
 

@@ -63,7 +63,7 @@ def is_complete(path) -> bool:
 
     False when it is missing, unfinished (no completeness flag), unreadable (truncated,
     metadata netCDF cannot open) or corrupt (data that do not match the checksums recorded
-    when it was written, :class:`uqmetrics.io.CorruptResultError`): a sweep recomputes it. A
+    when it was written, :class:`uqmetrics.runs.io.CorruptResultError`): a sweep recomputes it. A
     file written before checksums were recorded is complete when it reads."""
     try:
         read_dataset(path).close()

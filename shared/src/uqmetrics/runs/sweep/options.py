@@ -353,7 +353,7 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
     ``--scheduler``, ``--cluster``, ``--cluster-option``, ``--cluster-config``, ``--jobs``,
     ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count. Read them
     back with :meth:`ClusterSpec.from_args`. All are launcher options
-    (:func:`uqmetrics.config_options.mark_launcher`): a result file never gives them.
+    (:func:`uqmetrics.runs.config_options.mark_launcher`): a result file never gives them.
 
     Parameters
     ----------
@@ -408,5 +408,5 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
                    help="HOST:PORT of the scheduler's dashboard started here, or none "
                         f"(default {DEFAULT_DASHBOARD}: this machine only, a free port; "
                         "reach it from elsewhere through ssh -L); its link is printed once")
-    mark_launcher(g)  # never taken from a result file (uqmetrics.run_config)
+    mark_launcher(g)  # never taken from a result file (uqmetrics.runs.run_config)
     return g

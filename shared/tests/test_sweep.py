@@ -229,8 +229,11 @@ def test_failures_file_is_written_whole_and_read_back(tmp_path):
 
 
 def test_doctests():
-    result = doctest.testmod(sweep)
-    assert result.failed == 0 and result.attempted > 0
+    from uqmetrics.runs.sweep import cells, failures, launch, logs, options, progress, run
+
+    results = [doctest.testmod(m) for m in (sweep, cells, failures, launch, logs, options,
+                                             progress, run)]
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 0
 
 
 def _cell_with_coordinate(i: int) -> xr.Dataset:
@@ -300,7 +303,7 @@ def test_a_failing_cell_prints_no_traceback_and_leaves_it_in_the_log_file(tmp_pa
     assert "Traceback" not in capfd.readouterr().err
     text = log.read_text()
     assert text.count("Traceback (most recent call last)") == 2
-    assert "uqmetrics.runs.sweep ERROR: cell c1 failed: RuntimeError: cell 1 is odd" in text
+    assert "uqmetrics.sweep ERROR: cell c1 failed: RuntimeError: cell 1 is odd" in text
     assert "in _fails_on_odd" in text
 
 

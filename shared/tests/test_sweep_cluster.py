@@ -8,15 +8,12 @@ of slurm, pbs, lsf and sge but for the submit command. Every scheduler here bind
 loopback already), and every dashboard too unless a test asks otherwise.
 """
 
-import argparse
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,27 +23,23 @@ import psutil
 import pytest
 import xarray as xr
 
+# what this file shares with the sweeps on a LocalCluster (which need no dask-jobqueue)
+from test_sweep_dashboard import (  # noqa: F401  (the fixture: used by name)
+    LOOPBACK,
+    _link_port,
+    _listening,
+    _parse,
+    _square,
+    _sweep_listening,
+    _workers_import_this_module,
+)
+
 from uqmetrics.runs import sweep
 from uqmetrics.runs.io import read_dataset
-from uqmetrics.runs.sweep import Cell, ClusterSpec, add_cluster_options, launch, options, run_sweep
+from uqmetrics.runs.sweep import Cell, ClusterSpec, launch, run_sweep
 from uqmetrics.runs.testing.signals import sigint_raises
 
 dask_jobqueue = pytest.importorskip("dask_jobqueue")
-
-LOOPBACK = {"127.0.0.1", "::1"}
-
-
-@pytest.fixture(autouse=True)
-def _workers_import_this_module(monkeypatch):
-    """Dask sends a cell function by reference (module and name): the job processes, started
-    from the environment, find this test module on their ``PYTHONPATH``."""
-    here = str(Path(__file__).resolve().parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
-
-
-def _square(i: int) -> xr.Dataset:
-    return xr.Dataset({"v": ("x", np.arange(3.0) * i * i)}, attrs={"i": i})
 
 
 def _slow_square(i: int, seconds: float) -> xr.Dataset:
@@ -67,18 +60,6 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
     path.write_text("jobqueue:\n  local:\n    cores: 1\n    memory: 1GB\n"
                     "    scheduler-options:\n      host: 127.0.0.1\n" + extra)
     return path
-
-
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_cluster_options(parser)
-    return parser.parse_args(list(argv))
-
-
-def _listening() -> set[tuple[str, int]]:
-    """(address, port) of the TCP sockets this process listens on."""
-    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN}
 
 
 def _running_jobs() -> list[psutil.Process]:
@@ -150,15 +131,6 @@ def test_options_build_a_queue_spec_and_bad_values_name_the_option(tmp_path):
         ClusterSpec(kind="slurm", config_file=str(tmp_path / "list.yaml"))
     with pytest.raises(ValueError, match=r"--gpus-per-job must be 0 or 1, got 2"):
         ClusterSpec(kind="slurm", gpus_per_job=2)
-
-
-def test_a_missing_dask_jobqueue_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if not installed
-    with pytest.raises(ValueError, match=r"--cluster slurm: .*pip install 'uqmetrics\[hpc\]'"):
-        ClusterSpec.from_args(_parse("--cluster", "slurm"))
-    with pytest.raises(ImportError, match=r"uqmetrics\[hpc\]"):
-        options._jobqueue()
-    ClusterSpec.from_args(_parse())  # the local default needs no dask-jobqueue
 
 
 def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
@@ -442,54 +414,6 @@ def test_a_job_the_queue_refuses_is_one_error_not_a_sweep_waiting_for_ever(slurm
 
 # ---------------------------------------------------------------------------------------------
 # the dashboard
-
-
-def _sweep_listening(tmp_path, name: str, scheduler, capfd) -> tuple[set, str]:
-    """Run a sweep of two cells; the sockets it listened on while its first cell finished, and
-    what it printed on stderr."""
-    before = _listening()
-    seen: set = set()
-
-    def look(cell, error):
-        if not seen:
-            seen.update(_listening() - before)
-
-    report = run_sweep([Cell(f"c{i}", {"i": i}) for i in range(2)], _square, tmp_path / name,
-                       scheduler=scheduler, n_workers=1, on_result=look, progress_interval=0)
-    assert report.ok
-    return seen, capfd.readouterr().err
-
-
-def _link_port(err: str) -> int | None:
-    links = re.findall(r"^sweep: dashboard http://([^/]+):(\d+)/status", err, re.MULTILINE)
-    assert len(links) <= 1, err  # printed once
-    return int(links[0][1]) if links else None
-
-
-def test_the_default_sweeps_dashboard_listens_on_loopback_only(tmp_path, capfd):
-    seen, err = _sweep_listening(tmp_path, "default", None, capfd)
-    port = _link_port(err)
-    assert port is not None, err
-    assert "sweep: dashboard http://127.0.0.1:" in err
-    on_port = {addr for addr, p in seen if p == port}
-    assert on_port == {"127.0.0.1"}, seen  # not 0.0.0.0 nor ::
-    assert all(addr in LOOPBACK for addr, _ in seen), seen  # the scheduler neither
-
-
-def test_dashboard_option_is_honoured(tmp_path, capfd):
-    import socket
-
-    with socket.socket() as s:  # a free port, on loopback
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spec = ClusterSpec.from_args(_parse("--dashboard", f"127.0.0.1:{port}"))
-    seen, err = _sweep_listening(tmp_path, "given", spec, capfd)
-    assert _link_port(err) == port and ("127.0.0.1", port) in seen
-
-    spec = ClusterSpec.from_args(_parse("--dashboard", "none"))
-    seen, err = _sweep_listening(tmp_path, "none", spec, capfd)
-    assert _link_port(err) is None and "dashboard" not in err
-    assert all(addr in LOOPBACK for addr, _ in seen), seen
 
 
 def test_a_queue_clusters_dashboard_is_on_loopback_and_printed_once(tmp_path, capfd):

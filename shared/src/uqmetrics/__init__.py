@@ -109,8 +109,9 @@ if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
 #: Whether the metric modules (:data:`uqmetrics.metrics.METRIC_MODULES`, in the order of
 #: ``__all__``) are loaded. They import scipy (about a second), so they are imported on the
 #: first use of one of their names (``uqmetrics.auroc_score``, ``from uqmetrics import ...``,
-#: ``dir(uqmetrics)``, ``import *``), not by ``import uqmetrics``: a program that only writes result files (``uqvision predict``,
-#: ``uqvision train``) never loads them. :func:`uqmetrics.metrics.registry.get_metric` and
+#: ``dir(uqmetrics)``, ``import *``), not by ``import uqmetrics``: a program that only writes
+#: result files (``uqvision predict``, ``uqvision train``) never loads them.
+#: :func:`uqmetrics.metrics.registry.get_metric` and
 #: :func:`~uqmetrics.metrics.registry.list_metrics` load them too.
 _LOADED = False
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uqmetrics.classification import brier_loss
-from uqmetrics.scoring import score_metrics
+from uqmetrics.metrics.classification import brier_loss
+from uqmetrics.metrics.scoring import score_metrics
 
 
 def _ovadia_brier_scores(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:

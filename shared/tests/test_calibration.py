@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.calibration: softmax, temperature fitting (recovery of a known T within
+"""Tests of uqmetrics.metrics.calibration: softmax, temperature fitting (recovery of a known T within
 k standard errors), convergence flags, the three protocols and the calibrated log-likelihood."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import softmax as scipy_softmax
 
-from uqmetrics import InputError, calibration
-from uqmetrics.calibration import (
+from uqmetrics import InputError
+from uqmetrics.metrics import calibration
+from uqmetrics.metrics.calibration import (
     CALIBRATION_PROTOCOLS,
     calibrated_log_likelihood,
     calibration_splits,
@@ -24,8 +25,8 @@ from uqmetrics.calibration import (
     softmax,
     temperature_scaled_metrics,
 )
-from uqmetrics.classification import accuracy_score, nll_loss, top_k_accuracy_score
-from uqmetrics.testing.strategies import grid_logits_and_labels
+from uqmetrics.metrics.classification import accuracy_score, nll_loss, top_k_accuracy_score
+from uqmetrics.runs.testing.strategies import grid_logits_and_labels
 
 K_SE = 4.0  # tolerance in standard errors for the statistical tests
 

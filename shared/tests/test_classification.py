@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.classification: golden values (docs/conventions.md#s-2), hand-computed bin
+"""Tests of uqmetrics.metrics.classification: golden values (docs/conventions.md#s-2), hand-computed bin
 cases, scikit-learn cross-checks, properties and input validation."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn import metrics as sk
 
-from uqmetrics import classification
-from uqmetrics.classification import (
+from uqmetrics.metrics import classification
+from uqmetrics.metrics.classification import (
     accuracy_score,
     adaptive_calibration_error,
     assign_bins,
@@ -28,9 +28,9 @@ from uqmetrics.classification import (
     static_calibration_error,
     top_k_accuracy_score,
 )
-from uqmetrics.registry import get_metric
-from uqmetrics.testing import examples
-from uqmetrics.testing.strategies import probs_and_labels
+from uqmetrics.metrics.registry import get_metric
+from uqmetrics.runs.testing import examples
+from uqmetrics.runs.testing.strategies import probs_and_labels
 
 # ----------------------------------------------------------------------------------------------
 # Golden values: the worked examples of docs/conventions.md#s-2 (Selective paper, Appendix C)

@@ -1,11 +1,11 @@
 """Generic property tests over every registered metric (like scikit-learn's test_common.py).
 
-The tests iterate :mod:`uqmetrics.registry`, so a metric is checked for every property it
+The tests iterate :mod:`uqmetrics.metrics.registry`, so a metric is checked for every property it
 declares as soon as it is registered, whatever its kind (classification, selective, regression,
 ood, retrieval); nothing here names individual metrics except the S.2 properties specific to
 AUROC, AURC and E-AURC at the end.
 
-Properties (:data:`uqmetrics.registry.PROPERTIES`):
+Properties (:data:`uqmetrics.metrics.registry.PROPERTIES`):
 
 - ``permutation_invariant``: permuting the samples (jointly across the arguments; the two
   unpaired samples of an ood metric each on its own) leaves the value unchanged.
@@ -27,10 +27,17 @@ from hypothesis import strategies as st
 from numpy.polynomial.hermite_e import hermegauss
 
 from uqmetrics import CONVENTIONS, UndefinedMetricWarning, aurc_loss, auroc_score, eaurc_loss
-from uqmetrics.registry import FAMILIES, KINDS, METRICS, PROPERTIES, get_metric, list_metrics
-from uqmetrics.testing import strategies
+from uqmetrics.metrics.registry import (
+    FAMILIES,
+    KINDS,
+    METRICS,
+    PROPERTIES,
+    get_metric,
+    list_metrics,
+)
+from uqmetrics.runs.testing import strategies
 
-#: Inputs of each metric kind, in its positional order (see ``uqmetrics.registry.METRIC_KINDS``).
+#: Inputs of each metric kind, in its positional order (see ``uqmetrics.metrics.registry.METRIC_KINDS``).
 INPUTS = {
     "classification": strategies.probs_and_labels(),
     "selective": strategies.correct_and_confidence(both_classes=False),
@@ -94,7 +101,7 @@ def test_every_declared_property_is_checked_here(name):
 
 
 def test_registry_is_the_shared_registry_class():
-    from uqmetrics.registry import Registry
+    from uqmetrics.metrics.registry import Registry
 
     assert isinstance(METRICS, Registry)
     with pytest.raises(ValueError, match="unknown metric 'nope'; valid metrics: accuracy"):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from scipy.special import softmax
 
-import uqmetrics.confidence
+import uqmetrics.metrics.confidence
 from uqmetrics import (
     CONFIDENCE_FUNCTIONS,
     SAMPLE_CONFIDENCE_FUNCTIONS,
@@ -21,7 +21,7 @@ from uqmetrics import (
     predictive_entropy,
     softmax_response,
 )
-from uqmetrics.testing import strategies
+from uqmetrics.runs.testing import strategies
 
 PROBS = np.array([[0.7, 0.2, 0.1], [0.25, 0.5, 0.25], [1.0, 0.0, 0.0]])
 
@@ -148,5 +148,5 @@ def test_bad_input():
 
 
 def test_doctests():
-    result = doctest.testmod(uqmetrics.confidence)
+    result = doctest.testmod(uqmetrics.metrics.confidence)
     assert result.attempted > 0 and result.failed == 0

@@ -1,4 +1,4 @@
-"""uqmetrics.config_options: options generated from a dataclass's fields."""
+"""uqmetrics.runs.config_options: options generated from a dataclass's fields."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from uqmetrics import config_options
-from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs, given_options
+from uqmetrics.runs import config_options
+from uqmetrics.runs.config_options import (
+    ConfigOption,
+    add_config_options,
+    config_kwargs,
+    given_options,
+)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Issue 38, items 1 and 2: RAPS Table 1's baselines and settings in uqmetrics.conformal, against
+"""Issue 38, items 1 and 2: RAPS Table 1's baselines and settings in uqmetrics.metrics.conformal, against
 the official code's definitions (aangelopoulos/conformal_classification, ``conformal.py`` and
 ``experiments/table1.py``) written out here by hand: Naive (``gcq`` at ``tau = 1 - alpha``,
 randomized, empty sets allowed), Top-K ("Fixed"), "Platt" temperatures fitted on each trial's
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from uqmetrics import InputError
-from uqmetrics.calibration import fit_temperature, softmax
-from uqmetrics.conformal import (
+from uqmetrics.metrics.calibration import fit_temperature, softmax
+from uqmetrics.metrics.conformal import (
     CONFORMAL_BASELINES,
     RAPS_LAM_GRID,
     RAPS_TUNE_FRACTION,
@@ -219,7 +219,7 @@ def test_naive_sets_are_aps_sets_at_one_minus_alpha():
 def test_tempered_trials_chunked_equal_the_kept_ones(score, monkeypatch):
     """Where every trial's tempered probabilities are too many to keep (ImageNet-sized pools),
     they are tempered chunk by chunk: the same numbers (here forced by a tiny chunk size)."""
-    from uqmetrics import conformal
+    from uqmetrics.metrics import conformal
 
     p, y = _confident(200, 5, seed=6)
     temps = np.array([0.6, 1.4, 2.5])

@@ -1,4 +1,4 @@
-"""OOD detectors of uqmetrics.detectors: hand-computed values on tiny inputs, independent
+"""OOD detectors of uqmetrics.metrics.detectors: hand-computed values on tiny inputs, independent
 numpy formulas (OpenOOD's postprocessors written out), the fit/score API and its errors."""
 
 import doctest
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import uqmetrics.detectors
-from uqmetrics.detectors import (
+import uqmetrics.metrics.detectors
+from uqmetrics.metrics.detectors import (
     DETECTORS,
     FIT_KEYS,
     NEED_KEYS,
@@ -427,5 +427,5 @@ def test_search_params_order_first_maximum_and_skipped_points():
 
 
 def test_doctests_pass():
-    result = doctest.testmod(uqmetrics.detectors, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(uqmetrics.metrics.detectors, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.ensembles: averaging in log space, the size curve and the deep ensemble
+"""Tests of uqmetrics.metrics.ensembles: averaging in log space, the size curve and the deep ensemble
 equivalent (docs/conventions.md#s-3)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uqmetrics import ensembles
-from uqmetrics.calibration import (
+from uqmetrics.metrics import ensembles
+from uqmetrics.metrics.calibration import (
     calibrated_log_likelihood,
     log_softmax,
     temperature_scaled_metrics,
 )
-from uqmetrics.classification import accuracy_score, nll_loss
-from uqmetrics.ensembles import (
+from uqmetrics.metrics.classification import accuracy_score, nll_loss
+from uqmetrics.metrics.ensembles import (
     DeepEnsembleEquivalent,
     deep_ensemble_equivalent,
     deep_ensemble_equivalent_curve,
@@ -26,7 +26,7 @@ from uqmetrics.ensembles import (
     ensemble_probs,
     ensemble_size_curve,
 )
-from uqmetrics.testing.strategies import member_log_probs_and_labels
+from uqmetrics.runs.testing.strategies import member_log_probs_and_labels
 
 
 def _members(n_members=4, n=300, n_classes=5, noise=2.0, seed=0):

@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.io: provenance attrs and atomic, self-checking result files."""
+"""Tests of uqmetrics.runs.io: provenance attrs and atomic, self-checking result files."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import xarray as xr
 
 import uqmetrics
-from uqmetrics import io as uio
-from uqmetrics.io import (
+from uqmetrics.runs import io as uio
+from uqmetrics.runs.io import (
     IncompleteResultError,
     dataset_checksum,
     decode_attr,
@@ -26,7 +26,7 @@ from uqmetrics.io import (
     read_dataset,
     write_dataset,
 )
-from uqmetrics.testing.filesystems import append_only, full_filesystems
+from uqmetrics.runs.testing.filesystems import append_only, full_filesystems
 
 
 def _result() -> xr.Dataset:
@@ -330,7 +330,7 @@ def test_provenance_records_the_commit_of_the_calling_packages_checkout(tmp_path
     files changed; the caller's package is found from the calling module. An untracked copy
     inside a checkout (a virtual environment in it) is "unknown"."""
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    code = ("from uqmetrics.io import provenance_attrs\n\n\ndef attrs():\n"
+    code = ("from uqmetrics.runs.io import provenance_attrs\n\n\ndef attrs():\n"
             "    return provenance_attrs()\n")
     head = _git_repo(tmp_path / "repo", {"src/fakepkg24/__init__.py": code})
     untracked = tmp_path / "repo" / "venv" / "fakepkg24b"
@@ -427,7 +427,7 @@ def test_inherited_string_encoding_does_not_truncate_labels(tmp_path):
 
 
 def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
-    from uqmetrics.io import WRITTEN_RECORD, folder_replaced
+    from uqmetrics.runs.io import WRITTEN_RECORD, folder_replaced
 
     out = tmp_path / "data"
     with folder_replaced(out) as tmp:
@@ -446,7 +446,7 @@ def test_folder_replaced_keeps_the_old_folder_when_the_block_fails(tmp_path):
 def test_check_writable_refuses_a_file_where_a_folder_must_be(tmp_path):
     """A regular file as the folder, as its parent or further up, and a link to nowhere are
     refused with the path at fault (meaningful as root, whom permissions do not stop)."""
-    from uqmetrics.io import check_writable
+    from uqmetrics.runs.io import check_writable
 
     (tmp_path / "file").write_text("x")
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
@@ -462,7 +462,7 @@ def test_check_writable_refuses_a_file_where_a_folder_must_be(tmp_path):
 
 
 def test_check_writable_accepts_existing_and_missing_folders_and_creates_nothing(tmp_path):
-    from uqmetrics.io import check_writable
+    from uqmetrics.runs.io import check_writable
 
     check_writable(tmp_path)
     check_writable(tmp_path / "a" / "b" / "c")
@@ -474,7 +474,7 @@ def test_check_writable_refuses_a_folder_without_write_permission(tmp_path, monk
     """A folder without write permission. Root (which runs the tests here) writes through
     permissions, so the OS's answer for that folder is made the one a user gets: ``os.access``
     says "not writable" for it alone (as it does for a user after the chmod)."""
-    from uqmetrics.io import check_writable
+    from uqmetrics.runs.io import check_writable
 
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -559,7 +559,7 @@ def test_values_decoding_changes_verify_as_read(tmp_path):
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
+    ``leave`` bytes (:func:`uqmetrics.runs.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
         yield make
 
@@ -571,7 +571,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_no_space(tmp_path, disk_ful
     exit 1) when the file could be created, ``PermissionError`` naming the temporary file when
     it could not: it is ``OSError(ENOSPC)`` naming the target, one line "no space left" under
     ``run_command`` (exit 2), and no temporary file stays."""
-    from uqmetrics.exceptions import run_command
+    from uqmetrics.metrics.exceptions import run_command
 
     folder = disk_full(leave)
     target = folder / "sub" / "r.nc"
@@ -624,7 +624,7 @@ def test_a_failed_clean_up_does_not_hide_the_error_and_is_cleaned_later(tmp_path
 
 _HOLD = """
 import sys, time
-from uqmetrics.io import exclusive_lock
+from uqmetrics.runs.io import exclusive_lock
 with exclusive_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -645,7 +645,7 @@ def test_exclusive_lock_refuses_another_process_naming_it_and_dies_with_its_hold
         assert info.value.filename == str(lock) and info.value.errno == errno.EAGAIN
         assert f"pid {holder.pid} " in info.value.strerror
         assert info.value.strerror.endswith("; wait for it")
-        from uqmetrics.exceptions import _describe
+        from uqmetrics.metrics.exceptions import _describe
 
         line = _describe(info.value)
         assert line.startswith(f"{lock}: is held by another process (pid {holder.pid} ")

@@ -1,4 +1,4 @@
-"""What lets a command line build its parsers from light modules (uqmetrics.lazy; issue 37,
+"""What lets a command line build its parsers from light modules (uqmetrics.runs.lazy; issue 37,
 section 6, docs/conventions.md#fast-help): a package's names imported on first use, the names
 of a registry known without importing it, sub-commands whose options are added when parsed,
 and a registry that fills itself the first time it is asked for a name it lacks."""
@@ -11,13 +11,13 @@ import types
 
 import pytest
 
-import uqmetrics.lazy
-from uqmetrics.lazy import Catalog, LazySubParsers
-from uqmetrics.registry import Registry
+import uqmetrics.runs.lazy
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.lazy import Catalog, LazySubParsers
 
 
 def test_the_examples_run():
-    result = doctest.testmod(uqmetrics.lazy)
+    result = doctest.testmod(uqmetrics.runs.lazy)
     assert result.failed == 0 and result.attempted >= 3
 
 
@@ -68,7 +68,7 @@ def test_sub_commands_get_their_options_when_parsed_or_completed():
 
 
 def test_a_catalog_lists_its_built_in_entries_and_checks_them_against_the_registry():
-    catalog = Catalog({"metric kind": ("uqmetrics.registry:METRIC_KINDS", "no.such.group")},
+    catalog = Catalog({"metric kind": ("uqmetrics.metrics.registry:METRIC_KINDS", "no.such.group")},
                       {"metric kind": {"classification": "wrong"}})
     assert catalog.names("metric kind") == ["classification"]  # no plugin of that group
     actual = catalog.from_registries()["metric kind"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn.metrics import roc_auc_score
 
-import uqmetrics.ood
+import uqmetrics.metrics.ood
 from uqmetrics import (
     auroc_score,
     in_as_in_score,
@@ -104,5 +104,5 @@ def test_bad_input():
 
 
 def test_doctests():
-    result = doctest.testmod(uqmetrics.ood)
+    result = doctest.testmod(uqmetrics.metrics.ood)
     assert result.attempted > 0 and result.failed == 0

@@ -20,7 +20,7 @@ from sklearn.metrics import (
     roc_curve,
 )
 
-import uqmetrics.ood
+import uqmetrics.metrics.ood
 from uqmetrics import (
     CONVENTIONS,
     aupr_in,
@@ -29,7 +29,7 @@ from uqmetrics import (
     ood_auroc_score,
     ood_detection_scores,
 )
-from uqmetrics.registry import get_metric
+from uqmetrics.metrics.registry import get_metric
 
 #: Heavily tied scores: few distinct values.
 tied = hnp.arrays(np.float64, st.integers(1, 50), elements=st.integers(0, 6).map(float))
@@ -222,5 +222,5 @@ def test_constant_u_is_uninformative(seed):
 
 
 def test_doctests_pass():
-    result = doctest.testmod(uqmetrics.ood, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(uqmetrics.metrics.ood, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

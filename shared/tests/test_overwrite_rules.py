@@ -1,5 +1,5 @@
 """What ``--overwrite`` may delete (docs/conventions.md#overwrite-rules): the shared helpers of
-uqmetrics.io every command uses. A folder is replaced only when the command wrote it (its
+uqmetrics.runs.io every command uses. A folder is replaced only when the command wrote it (its
 record of files, nothing else in it); files are deleted only from a record, each name checked
 to stay inside the output first; an output holding an input, or inside one, is refused."""
 
@@ -11,7 +11,7 @@ import os
 import pytest
 
 from uqmetrics import InputError
-from uqmetrics.io import (
+from uqmetrics.runs.io import (
     WRITTEN_RECORD,
     check_apart,
     folder_replaced,

@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.plotting: every plot draws what it should and saves a PNG."""
+"""Tests of uqmetrics.report.plotting: every plot draws what it should and saves a PNG."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from uqmetrics.plotting import (
+from uqmetrics.metrics.regression import coverage_summary
+from uqmetrics.report.plotting import (
     plot_coverage_vs_complexity,
     plot_heatmap,
     plot_metric_vs_size,
@@ -23,7 +24,6 @@ from uqmetrics.plotting import (
     plot_risk_coverage,
     save_figure,
 )
-from uqmetrics.regression import coverage_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,7 +43,7 @@ def _legend_texts(ax):
 
 
 def _reliability_ds():
-    """A reliability Dataset of the shape uqmetrics.classification.reliability_diagram returns."""
+    """A reliability Dataset of the shape uqmetrics.metrics.classification.reliability_diagram returns."""
     edges = np.linspace(0, 1, 6)
     count = np.array([0, 3, 0, 10, 20])
     acc = np.array([np.nan, 0.3, np.nan, 0.6, 0.95])
@@ -70,7 +70,7 @@ def test_reliability_diagram_from_dataset(tmp_path):
 
 
 def test_reliability_diagram_from_labels_and_probs(tmp_path):
-    from uqmetrics import classification
+    from uqmetrics.metrics import classification
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=200)

@@ -1,4 +1,4 @@
-"""Plugins through entry points (:meth:`uqmetrics.registry.Registry.load_plugins`): an installed
+"""Plugins through entry points (:meth:`uqmetrics.metrics.registry.Registry.load_plugins`): an installed
 distribution's entry point registers its object; a broken one is reported in one line naming
 it and skipped. The distribution is a real ``.dist-info`` on ``sys.path``, which is what
 ``importlib.metadata`` reads for an installed package."""
@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from uqmetrics.detectors import DETECTORS, Detector, get_detector, list_detectors
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.detectors import DETECTORS, Detector, get_detector, list_detectors
+from uqmetrics.metrics.registry import Registry
 
 
 def _install(root, name: str, entry_points: dict[str, dict[str, str]], module: str) -> None:
@@ -95,7 +95,7 @@ def test_a_detector_plugin_joins_the_registry(plugin_path):
                                                               "detplug_mod:DETECTOR"}},
              """
              import numpy as np
-             from uqmetrics.detectors import Detector
+             from uqmetrics.metrics.detectors import Detector
              DETECTOR = Detector("neg_max_logit", "maximum logit, negated", {"logits"},
                                  lambda x, fit: -x["logits"].max(axis=1))
              """)
@@ -134,7 +134,7 @@ def test_a_detector_checks_its_needs_and_its_result():
 def test_doctests_pass():
     import doctest
 
-    from uqmetrics import detectors, registry
+    from uqmetrics.metrics import detectors, registry
 
     for module in (detectors, registry):
         result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

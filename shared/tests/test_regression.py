@@ -1,4 +1,4 @@
-"""Tests of uqmetrics.regression (docs/conventions.md#s-6 and R.4)."""
+"""Tests of uqmetrics.metrics.regression (docs/conventions.md#s-6 and R.4)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from uqmetrics import COVERAGE_Z, plotting, regression
-from uqmetrics.regression import (
+from uqmetrics import COVERAGE_Z
+from uqmetrics.metrics import regression
+from uqmetrics.metrics.regression import (
     binomial_interval,
     coverage,
     coverage_summary,
@@ -26,6 +27,7 @@ from uqmetrics.regression import (
     paper_error_bar,
     uncertainty_ratio,
 )
+from uqmetrics.report import plotting
 
 P_COVER = 2 * stats.norm.cdf(COVERAGE_Z) - 1  # P(|Z| < COVERAGE_Z) = 0.95
 

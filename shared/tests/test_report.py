@@ -171,10 +171,10 @@ def test_csv_and_json_hold_the_same_table(tmp_path):
 
 def test_site_fetches_nothing(tmp_path):
     """Every asset is inline: no src/href to another host, no external script or style."""
-    from uqmetrics.plotting import plot_risk_coverage
+    from uqmetrics.report.plotting import plot_risk_coverage
 
     def figures(path, ds, out):
-        from uqmetrics.plotting import save_figure
+        from uqmetrics.report.plotting import save_figure
 
         fig = plot_risk_coverage({"a": ([0.5, 1.0], [0.1, 0.2])})
         return [save_figure(fig, out / "risk.png")]  # saved as SVG under figure_format
@@ -447,7 +447,7 @@ def test_templates_and_assets_are_package_data():
 
 
 def test_figure_format_switches_the_one_save_path(tmp_path):
-    from uqmetrics.plotting import figure_format, figure_grid, save_figure
+    from uqmetrics.report.plotting import figure_format, figure_grid, save_figure
 
     fig, _ = figure_grid(1, 1, panel=(2, 2))
     assert save_figure(fig, tmp_path / "a.png").name == "a.png"
@@ -488,7 +488,7 @@ def test_declared_rows_and_headline_are_honoured(tmp_path):
     table) and its ``headline`` is the default view (a name the file lacks left out, ``*`` any
     label), never the generic rule; a mean column is derived; the manifest names every value
     with all its labels, so that verify reads each back from the file."""
-    from uqmetrics.verify import verify
+    from uqmetrics.report.verify import verify
 
     ds = _ood_result()
     path = write_dataset(ds, tmp_path / "ood.nc")
@@ -545,7 +545,7 @@ def test_several_files_of_one_protocol_share_a_site(tmp_path):
     """Issue 37 §5: two files of one protocol (a set each) go into one site, a page each named
     after its dataset, with distinct entry ids, data files and manifest entries; ``verify``
     finds each entry's own file."""
-    from uqmetrics.verify import resolve_target
+    from uqmetrics.report.verify import resolve_target
 
     (tmp_path / "val").mkdir()
     (tmp_path / "v2").mkdir()
@@ -602,7 +602,7 @@ def test_site_holds_no_absolute_path_unless_asked(tmp_path):
     and the caches (it reads those from the result). ``paths="absolute"`` shows them."""
     import os
 
-    from uqmetrics.verify import resolve_target
+    from uqmetrics.report.verify import resolve_target
 
     home = os.path.expanduser("~")
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""A result made as a part of a larger command (uqmetrics.run_config, issue 37 section 6): a
+"""A result made as a part of a larger command (uqmetrics.runs.run_config, issue 37 section 6): a
 ``tool sweep`` that scores its caches records in the score file the command that makes that
 file alone (``tool score``, :func:`derived_config`) and, under ``part_of``, the sweep. A rerun
 runs the score (``--out`` a file); ``whole`` runs the sweep, whose ``--config RESULT`` reads the
@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 from uqmetrics import InputError, provenance_attrs, write_dataset
-from uqmetrics.run_config import (
+from uqmetrics.runs.run_config import (
     add_config_option,
     current_run_config,
     derived_config,
@@ -22,7 +22,7 @@ from uqmetrics.run_config import (
     rerun_argv,
     run_recorded,
 )
-from uqmetrics.testing.parsers import ToolParser
+from uqmetrics.runs.testing.parsers import ToolParser
 
 
 def _parser() -> ToolParser:

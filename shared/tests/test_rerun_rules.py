@@ -1,6 +1,6 @@
-"""What a file may carry into a run (uqmetrics.run_config; docs/conventions.md#rerun-rules), on
+"""What a file may carry into a run (uqmetrics.runs.run_config; docs/conventions.md#rerun-rules), on
 a small tool whose command has the cluster options every sweep command has
-(uqmetrics.sweep.add_cluster_options) and a worker count of its own:
+(uqmetrics.runs.sweep.add_cluster_options) and a worker count of its own:
 
 - a result file (.nc) never gives a launcher option (cluster, cluster options, job count,
   scheduler, dashboard, worker and thread counts) nor ``overwrite``; the options it did not give
@@ -25,16 +25,16 @@ import pytest
 import xarray as xr
 
 from uqmetrics import InputError, input_checksum, provenance_attrs, read_dataset, write_dataset
-from uqmetrics.config_options import is_launcher, mark_launcher
-from uqmetrics.run_config import (
+from uqmetrics.runs.config_options import is_launcher, mark_launcher
+from uqmetrics.runs.run_config import (
     RUN_CONFIG_ATTR,
     add_config_option,
     recorded_config,
     rerun,
     run_recorded,
 )
-from uqmetrics.sweep import add_cluster_options
-from uqmetrics.testing.parsers import ToolParser
+from uqmetrics.runs.sweep import add_cluster_options
+from uqmetrics.runs.testing.parsers import ToolParser
 
 _Parser = ToolParser
 

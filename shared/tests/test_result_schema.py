@@ -1,4 +1,4 @@
-"""The result-file schema (uqmetrics.result_schema): stamped results pass the shared reader, and
+"""The result-file schema (uqmetrics.runs.result_schema): stamped results pass the shared reader, and
 each kind of violation is refused with a message naming the file and the problem."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import uqmetrics
 from uqmetrics import CONVENTIONS, IncompleteResultError, write_dataset
-from uqmetrics import result_schema as rs
-from uqmetrics.result_schema import (
+from uqmetrics.runs import result_schema as rs
+from uqmetrics.runs.result_schema import (
     RESULT_SCHEMA_VERSION,
     ResultSchemaError,
     check_result,
@@ -32,7 +32,7 @@ from uqmetrics.result_schema import (
 )
 
 SUMS = ["0" * 64, "f" * 64]
-REGISTERED = frozenset(uqmetrics.registry.list_metrics())
+REGISTERED = frozenset(uqmetrics.metrics.registry.list_metrics())
 
 checksums = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 names = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
@@ -274,7 +274,7 @@ def test_result_attrs_sorts_and_deduplicates_the_checksums():
 
 
 def test_importing_the_schema_imports_neither_xarray_nor_scipy():
-    code = ("import sys, uqmetrics.result_schema; "
+    code = ("import sys, uqmetrics.runs.result_schema; "
             "print(sorted(m for m in ('xarray', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-import uqmetrics.retrieval
+import uqmetrics.metrics.retrieval
 from uqmetrics import (
     UndefinedMetricWarning,
     auroc_score,
@@ -152,5 +152,5 @@ def test_bad_input():
 
 
 def test_doctests():
-    result = doctest.testmod(uqmetrics.retrieval)
+    result = doctest.testmod(uqmetrics.metrics.retrieval)
     assert result.attempted > 0 and result.failed == 0

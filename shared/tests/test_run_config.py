@@ -1,4 +1,4 @@
-"""Runs from a configuration file (uqmetrics.run_config) on a small parser of every kind of
+"""Runs from a configuration file (uqmetrics.runs.run_config) on a small parser of every kind of
 option the two command lines have: the resolved configuration written as TOML reads back to the
 same values; the command line overrides the file (a list option replaced, not appended to); the
 file's values count as given (they override a preset); a bad file is one error naming the file,
@@ -19,8 +19,8 @@ import pytest
 import xarray as xr
 
 from uqmetrics import InputError, provenance_attrs, write_dataset
-from uqmetrics.config_options import ConfigOption, add_config_options, given_options
-from uqmetrics.run_config import (
+from uqmetrics.runs.config_options import ConfigOption, add_config_options, given_options
+from uqmetrics.runs.run_config import (
     RUN_CONFIG_ATTR,
     add_config_option,
     config_in_by_digest,
@@ -32,7 +32,7 @@ from uqmetrics.run_config import (
     run_recorded,
     write_config_file,
 )
-from uqmetrics.testing.parsers import ToolParser
+from uqmetrics.runs.testing.parsers import ToolParser
 
 _Parser = ToolParser
 

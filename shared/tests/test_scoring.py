@@ -16,12 +16,12 @@ from uqmetrics import (
     get_confidence_function,
     log_softmax,
     score_metrics,
-    scoring,
     softmax,
     temperature_scaled_metrics,
 )
-from uqmetrics.registry import get_metric, list_metrics
-from uqmetrics.testing import strategies
+from uqmetrics.metrics import scoring
+from uqmetrics.metrics.registry import get_metric, list_metrics
+from uqmetrics.runs.testing import strategies
 
 SCORABLE = list_metrics(kind="classification") + list_metrics(kind="selective")
 

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-import uqmetrics.selective
+import uqmetrics.metrics.selective
 from uqmetrics import (
     UndefinedMetricWarning,
     aupr_score,
@@ -25,8 +25,8 @@ from uqmetrics import (
     risk_coverage_curve,
     sac_score,
 )
-from uqmetrics.registry import get_metric
-from uqmetrics.testing import examples, strategies
+from uqmetrics.metrics.registry import get_metric
+from uqmetrics.runs.testing import examples, strategies
 
 
 # --------------------------------------------------------------------------- golden (S.2)
@@ -430,5 +430,5 @@ def test_registered_sac_wrappers():
 
 
 def test_doctests():
-    result = doctest.testmod(uqmetrics.selective)
+    result = doctest.testmod(uqmetrics.metrics.selective)
     assert result.attempted > 0 and result.failed == 0

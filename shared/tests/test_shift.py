@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import uqmetrics.shift
+import uqmetrics.metrics.shift
 from uqmetrics import (
     UndefinedMetricWarning,
     corruption_error,
@@ -19,7 +19,7 @@ from uqmetrics import (
     real_accuracy,
     relative_mean_corruption_error,
 )
-from uqmetrics.registry import list_metrics
+from uqmetrics.metrics.registry import list_metrics
 
 # 2 corruptions x 5 severities, worked by hand:
 #   corruption 0: sum E = 0.1+0.2+0.3+0.4+0.5 = 1.5, sum E_base = 0.3+...+0.7 = 2.5, CE = 0.6
@@ -30,14 +30,14 @@ BASE = np.array([[0.3, 0.4, 0.5, 0.6, 0.7], [0.5, 0.5, 0.5, 0.5, 0.5]])
 
 
 def test_doctests():
-    result = doctest.testmod(uqmetrics.shift)
+    result = doctest.testmod(uqmetrics.metrics.shift)
     assert result.attempted >= 5 and result.failed == 0
 
 
 def test_module_is_exported_and_not_registered():
-    assert "shift" in uqmetrics._METRIC_MODULES
-    assert set(uqmetrics.shift.__all__) <= set(uqmetrics.__all__)
-    for name in uqmetrics.shift.__all__:
+    assert "shift" in uqmetrics.metrics.METRIC_MODULES
+    assert set(uqmetrics.metrics.shift.__all__) <= set(uqmetrics.__all__)
+    for name in uqmetrics.metrics.shift.__all__:
         assert name not in list_metrics()
         assert uqmetrics.CONVENTIONS[name].startswith("S.7: ")
 

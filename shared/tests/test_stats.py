@@ -1,10 +1,10 @@
-"""uqmetrics.stats: the one-sided sign test of the protocols' findings, checked by hand."""
+"""uqmetrics.metrics.stats: the one-sided sign test of the protocols' findings, checked by hand."""
 
 import math
 
 import pytest
 
-from uqmetrics.stats import sign_test
+from uqmetrics.metrics.stats import sign_test
 
 
 @pytest.mark.parametrize(("k", "n", "expected"), [

@@ -1,4 +1,4 @@
-"""Sweep progress (uqmetrics.sweep): on a stream that is not a terminal (CI logs, a pipe), at
+"""Sweep progress (uqmetrics.runs.sweep): on a stream that is not a terminal (CI logs, a pipe), at
 most one line per interval plus one at the end, never a bar redrawn per cell."""
 
 import doctest
@@ -18,9 +18,9 @@ import tqdm
 import xarray as xr
 from dask import distributed
 
-from uqmetrics import sweep
-from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
-from uqmetrics.testing.signals import interruptible
+from uqmetrics.runs import sweep
+from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, Cell, LogProgress, progress_bar, run_sweep
+from uqmetrics.runs.testing.signals import interruptible
 
 
 class FakeClock:
@@ -229,14 +229,17 @@ def test_failures_file_is_written_whole_and_read_back(tmp_path):
 
 
 def test_doctests():
-    result = doctest.testmod(sweep)
-    assert result.failed == 0 and result.attempted > 0
+    from uqmetrics.runs.sweep import cells, failures, launch, logs, options, progress, run
+
+    results = [doctest.testmod(m) for m in (sweep, cells, failures, launch, logs, options,
+                                             progress, run)]
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 0
 
 
 def _cell_with_coordinate(i: int) -> xr.Dataset:
     """A cell with an uncompressed coordinate of distinct values and many attrs (the kind
     HDF5 keeps in a block of their own)."""
-    from uqmetrics.io import provenance_attrs
+    from uqmetrics.runs.io import provenance_attrs
 
     x = np.linspace(-6.0, 6.0, 101) + 1000.0 * i
     return xr.Dataset({"v": ("x", np.sin(x))}, coords={"x": x}, attrs=provenance_attrs(seed=i))
@@ -247,7 +250,7 @@ def test_damaged_cell_files_are_not_complete_and_a_rerun_recomputes_them(tmp_pat
     complete (a rerun combined the wrong value); one whose attribute block had a flipped bit
     made ``is_complete`` raise netCDF4's AttributeError, which stopped the whole sweep. Both
     are incomplete; a rerun recomputes exactly them."""
-    from uqmetrics.sweep import is_complete
+    from uqmetrics.runs.sweep import is_complete
 
     cells = [Cell(f"c{i}", {"i": i}) for i in range(3)]
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
@@ -311,7 +314,7 @@ import time
 import numpy as np
 import xarray as xr
 
-from uqmetrics.sweep import Cell, run_sweep
+from uqmetrics.runs.sweep import Cell, run_sweep
 
 
 def slow(i):

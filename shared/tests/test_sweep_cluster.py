@@ -1,4 +1,4 @@
-"""Sweeps on job-queue clusters (uqmetrics.sweep.ClusterSpec, dask-jobqueue) and where a sweep's
+"""Sweeps on job-queue clusters (uqmetrics.runs.sweep.ClusterSpec, dask-jobqueue) and where a sweep's
 dashboard listens.
 
 The queue path runs for real through dask-jobqueue's local job class (``--cluster
@@ -8,15 +8,12 @@ of slurm, pbs, lsf and sge but for the submit command. Every scheduler here bind
 loopback already), and every dashboard too unless a test asks otherwise.
 """
 
-import argparse
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,27 +23,23 @@ import psutil
 import pytest
 import xarray as xr
 
-from uqmetrics import sweep
-from uqmetrics.io import read_dataset
-from uqmetrics.sweep import Cell, ClusterSpec, add_cluster_options, run_sweep
-from uqmetrics.testing.signals import sigint_raises
+# what this file shares with the sweeps on a LocalCluster (which need no dask-jobqueue)
+from test_sweep_dashboard import (  # noqa: F401  (the fixture: used by name)
+    LOOPBACK,
+    _link_port,
+    _listening,
+    _parse,
+    _square,
+    _sweep_listening,
+    _workers_import_this_module,
+)
+
+from uqmetrics.runs import sweep
+from uqmetrics.runs.io import read_dataset
+from uqmetrics.runs.sweep import Cell, ClusterSpec, launch, run_sweep
+from uqmetrics.runs.testing.signals import sigint_raises
 
 dask_jobqueue = pytest.importorskip("dask_jobqueue")
-
-LOOPBACK = {"127.0.0.1", "::1"}
-
-
-@pytest.fixture(autouse=True)
-def _workers_import_this_module(monkeypatch):
-    """Dask sends a cell function by reference (module and name): the job processes, started
-    from the environment, find this test module on their ``PYTHONPATH``."""
-    here = str(Path(__file__).resolve().parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
-
-
-def _square(i: int) -> xr.Dataset:
-    return xr.Dataset({"v": ("x", np.arange(3.0) * i * i)}, attrs={"i": i})
 
 
 def _slow_square(i: int, seconds: float) -> xr.Dataset:
@@ -67,18 +60,6 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
     path.write_text("jobqueue:\n  local:\n    cores: 1\n    memory: 1GB\n"
                     "    scheduler-options:\n      host: 127.0.0.1\n" + extra)
     return path
-
-
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_cluster_options(parser)
-    return parser.parse_args(list(argv))
-
-
-def _listening() -> set[tuple[str, int]]:
-    """(address, port) of the TCP sockets this process listens on."""
-    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN}
 
 
 def _running_jobs() -> list[psutil.Process]:
@@ -152,15 +133,6 @@ def test_options_build_a_queue_spec_and_bad_values_name_the_option(tmp_path):
         ClusterSpec(kind="slurm", gpus_per_job=2)
 
 
-def test_a_missing_dask_jobqueue_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if not installed
-    with pytest.raises(ValueError, match=r"--cluster slurm: .*pip install 'uqmetrics\[hpc\]'"):
-        ClusterSpec.from_args(_parse("--cluster", "slurm"))
-    with pytest.raises(ImportError, match=r"uqmetrics\[hpc\]"):
-        sweep._jobqueue()
-    ClusterSpec.from_args(_parse())  # the local default needs no dask-jobqueue
-
-
 def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
     """The SLURM cluster these options make, built without a queue (no job submitted): its job
     script, its scheduler and dashboard addresses."""
@@ -177,7 +149,7 @@ def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
         "--cluster-option", "local_directory=/scratch/dask", "--gpus-per-job", "1",
         "--jobs", "8"), gpu_cells=True)
     with dask.config.set(sweep.read_cluster_config(spec.config_file)):
-        cls, kwargs = sweep._queue_cluster_args(spec)
+        cls, kwargs = launch._queue_cluster_args(spec)
         assert cls is dask_jobqueue.SLURMCluster
         with cls(silence_logs=logging.CRITICAL, **kwargs) as cluster:
             script = cluster.job_script()
@@ -206,7 +178,7 @@ def test_a_sweep_on_jobs_resumes_and_survives_a_killed_job(tmp_path, monkeypatch
     goes to the other job, a job is submitted in the killed one's place, and the sweep still
     finishes every cell; a rerun has nothing left to do and the values are those of a direct
     computation."""
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = _config(tmp_path, "distributed:\n  deploy:\n    lost-worker-timeout: 1s\n")
     spec = ClusterSpec.from_args(_parse("--cluster", "jobqueue-local", "--cluster-config",
                                         str(cfg), "--jobs", "2"))
@@ -249,8 +221,8 @@ def test_a_sweep_on_jobs_resumes_and_survives_a_killed_job(tmp_path, monkeypatch
 
 def test_the_only_job_killed_is_replaced_and_the_sweep_finishes(tmp_path, monkeypatch):
     """One job, killed after the first cell: no worker is left, so the sweep would wait for
-    ever unless a job is submitted in its place (:func:`uqmetrics.sweep._keep_workers`)."""
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    ever unless a job is submitted in its place (:func:`uqmetrics.runs.sweep.launch._keep_workers`)."""
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = _config(tmp_path, "distributed:\n  deploy:\n    lost-worker-timeout: 1s\n")
     spec = ClusterSpec(kind="jobqueue-local", config_file=str(cfg), jobs=1)
     cells = [Cell(f"c{i}", {"i": i, "seconds": 0.3}) for i in range(4)]
@@ -390,7 +362,7 @@ def test_a_sweep_on_a_one_node_slurm_survives_its_only_job_cancelled(slurm, tmp_
     (``scancel``, as a preemption) after the first cell, a job is submitted in its place and
     the sweep finishes every cell; the rerun has nothing to do and the values are right."""
     monkeypatch.setenv("SLURM_CONF", str(slurm / "slurm.conf"))
-    monkeypatch.setattr(sweep, "WORKER_CHECK_INTERVAL", 0.5)
+    monkeypatch.setattr(launch, "WORKER_CHECK_INTERVAL", 0.5)
     cfg = tmp_path / "slurm.yaml"
     cfg.write_text("jobqueue:\n  slurm:\n    scheduler-options:\n      host: 127.0.0.1\n"
                    f"    log-directory: {tmp_path / 'jobs'}\n"
@@ -442,54 +414,6 @@ def test_a_job_the_queue_refuses_is_one_error_not_a_sweep_waiting_for_ever(slurm
 
 # ---------------------------------------------------------------------------------------------
 # the dashboard
-
-
-def _sweep_listening(tmp_path, name: str, scheduler, capfd) -> tuple[set, str]:
-    """Run a sweep of two cells; the sockets it listened on while its first cell finished, and
-    what it printed on stderr."""
-    before = _listening()
-    seen: set = set()
-
-    def look(cell, error):
-        if not seen:
-            seen.update(_listening() - before)
-
-    report = run_sweep([Cell(f"c{i}", {"i": i}) for i in range(2)], _square, tmp_path / name,
-                       scheduler=scheduler, n_workers=1, on_result=look, progress_interval=0)
-    assert report.ok
-    return seen, capfd.readouterr().err
-
-
-def _link_port(err: str) -> int | None:
-    links = re.findall(r"^sweep: dashboard http://([^/]+):(\d+)/status", err, re.MULTILINE)
-    assert len(links) <= 1, err  # printed once
-    return int(links[0][1]) if links else None
-
-
-def test_the_default_sweeps_dashboard_listens_on_loopback_only(tmp_path, capfd):
-    seen, err = _sweep_listening(tmp_path, "default", None, capfd)
-    port = _link_port(err)
-    assert port is not None, err
-    assert "sweep: dashboard http://127.0.0.1:" in err
-    on_port = {addr for addr, p in seen if p == port}
-    assert on_port == {"127.0.0.1"}, seen  # not 0.0.0.0 nor ::
-    assert all(addr in LOOPBACK for addr, _ in seen), seen  # the scheduler neither
-
-
-def test_dashboard_option_is_honoured(tmp_path, capfd):
-    import socket
-
-    with socket.socket() as s:  # a free port, on loopback
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spec = ClusterSpec.from_args(_parse("--dashboard", f"127.0.0.1:{port}"))
-    seen, err = _sweep_listening(tmp_path, "given", spec, capfd)
-    assert _link_port(err) == port and ("127.0.0.1", port) in seen
-
-    spec = ClusterSpec.from_args(_parse("--dashboard", "none"))
-    seen, err = _sweep_listening(tmp_path, "none", spec, capfd)
-    assert _link_port(err) is None and "dashboard" not in err
-    assert all(addr in LOOPBACK for addr, _ in seen), seen
 
 
 def test_a_queue_clusters_dashboard_is_on_loopback_and_printed_once(tmp_path, capfd):

@@ -1,4 +1,4 @@
-"""The generic core of ``verify`` (:mod:`uqmetrics.verify`) on synthetic result files: a toy
+"""The generic core of ``verify`` (:mod:`uqmetrics.report.verify`) on synthetic result files: a toy
 protocol whose metric is the mean of each row's cache, recomputed by a rescorer that reads the
 caches the result records."""
 
@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 from uqmetrics import InputError, dataset_checksum, read_dataset, stamp_result, write_dataset
-from uqmetrics.io import decode_attr
-from uqmetrics.verify import MANIFEST, column_name, verify
+from uqmetrics.report.verify import MANIFEST, column_name, verify
+from uqmetrics.runs.io import decode_attr
 
 ROWS = ("a", "b", "c")
 

@@ -12,7 +12,7 @@ import pytest
 from _pytest.config import parse_warning_filter
 
 from uqmetrics import UndefinedMetricWarning, UqmetricsWarning, auroc_score
-from uqmetrics.retrieval import human_alignment_score
+from uqmetrics.metrics.retrieval import human_alignment_score
 
 #: Raise a uqmetrics warning: (call, the stacklevel uqmetrics raises it with).
 WARNING_CALLS = {
@@ -53,7 +53,7 @@ def test_configured_filters_make_uqmetrics_warnings_errors(call, request):
     # and, as pytest applies them to every test, here too without any help
     with pytest.raises(UndefinedMetricWarning):
         call()
-    assert "error::uqmetrics.exceptions.UqmetricsWarning" in filters  # the documented string
+    assert "error::uqmetrics.metrics.exceptions.UqmetricsWarning" in filters  # the documented string
 
 
 @pytest.mark.parametrize("call", WARNING_CALLS.values(), ids=list(WARNING_CALLS))

@@ -1,5 +1,10 @@
-"""The static leaderboard site of result files (``uqvision report``, ``uqreg report``;
-docs/report.md).
+"""The presenting and checking layer of uqmetrics: the static leaderboard site of result files
+(:mod:`~uqmetrics.report.leaderboard`, :mod:`~uqmetrics.report.site`; ``uqvision report``,
+``uqreg report``; docs/report.md), the figures (:mod:`~uqmetrics.report.plotting`) and the
+check of a site against its result files (:mod:`~uqmetrics.report.verify`). The top layer: it
+may import :mod:`uqmetrics.runs` and :mod:`uqmetrics.metrics`, which never import it. This face
+exports the site's names; :mod:`~uqmetrics.report.plotting` (matplotlib) and
+:mod:`~uqmetrics.report.verify` are imported by their paths.
 
 :func:`build_site` reads result files (any file that follows the result schema, or what a
 protocol's :class:`ReportHook` in :data:`REPORT_HOOKS` reads) and writes a folder that opens

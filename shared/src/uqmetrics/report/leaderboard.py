@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..io import dataset_checksum, decode_attr
+from ..runs.io import dataset_checksum, decode_attr
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -83,14 +83,14 @@ class ReportHook:
         does not follow the result schema is refused).
     metrics : callable or None
         ``metrics(ds) -> {variable: (metric, greater_is_better or None)}``: the variables
-        that become columns (default :func:`uqmetrics.result_schema.metric_variables`).
+        that become columns (default :func:`uqmetrics.runs.result_schema.metric_variables`).
     extra_columns : callable or None
         ``extra_columns(ds, row_dim) -> {column: values (row,)}``: derived columns shown before
         the metadata and written to the CSV/JSON (e.g. timm's ``top1``); never in the
         manifest, whose metrics are the file's values.
     figures : callable or None
         ``figures(path, ds, out) -> list of Path``: writes the page's figures into folder
-        ``out`` (called inside :func:`uqmetrics.plotting.figure_format` ``("svg")``).
+        ``out`` (called inside :func:`uqmetrics.report.plotting.figure_format` ``("svg")``).
     conventions : callable or None
         ``conventions(ds) -> {variable: one line}``: the convention of each metric variable
         (default: its ``convention`` attr, else the file's ``conventions`` entry of its metric,
@@ -626,8 +626,8 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
         The file has no metric variable along a dimension, or the hook's row dims, metadata,
         headline or means name a dimension, coordinate or column the file lacks.
     """
-    from ..conventions import CONVENTIONS
-    from ..result_schema import metric_variables, read_result
+    from ..metrics.conventions import CONVENTIONS
+    from ..runs.result_schema import metric_variables, read_result
 
     hook = hook or ReportHook()
     path = Path(path).resolve()

@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import InputError
-from ..io import check_apart, check_replaceable, decode_attr, folder_replaced
-from ..registry import Registry
+from ..metrics.exceptions import InputError
+from ..metrics.registry import Registry
+from ..runs.io import check_apart, check_replaceable, decode_attr, folder_replaced
 from .leaderboard import (
     MAX_FILTER_VALUES,
     Leaderboard,
@@ -184,7 +184,7 @@ def _figures(board: Leaderboard, hook: ReportHook, ds: Any, folder: Path,
     """Draw the hook's figures as SVG into ``folder``; (name, data URI) each."""
     if hook.figures is None:
         return []
-    from ..plotting import figure_format  # matplotlib: imported on use
+    from .plotting import figure_format  # matplotlib: imported on use
 
     try:
         with figure_format("svg"):
@@ -286,7 +286,7 @@ def _page_names(boards: Sequence[Leaderboard]) -> None:
             b.title = f"{b.title} ({tag})"
 
 
-#: The writer a site folder's record names (:func:`uqmetrics.io.folder_replaced`).
+#: The writer a site folder's record names (:func:`uqmetrics.runs.io.folder_replaced`).
 WRITER = "uqmetrics report"
 
 
@@ -314,7 +314,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         ``<protocol>-<dataset>.html``, the file's ``dataset_name`` attr, else its name).
     out : path-like
         The site folder: written whole into a temporary folder beside it, which then takes its
-        place (:func:`uqmetrics.io.folder_replaced`); nothing is left half-written.
+        place (:func:`uqmetrics.runs.io.folder_replaced`); nothing is left half-written.
     protocol : str, optional
         The protocol of every file (uqreg's study files carry none); default each file's
         ``protocol`` attr (:func:`uqmetrics.read_result`).
@@ -323,7 +323,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         one is read generically.
     overwrite : bool, default False
         Replace an existing non-empty ``out`` (else refused): only a site this function wrote
-        (its record of files, :func:`uqmetrics.io.folder_replaced`) holding nothing else.
+        (its record of files, :func:`uqmetrics.runs.io.folder_replaced`) holding nothing else.
     figures : bool, default True
         Draw the hooks' figures (inlined as SVG).
     paths : {"relative", "absolute"}, default "relative"
@@ -348,7 +348,7 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     ResultSchemaError
         A file without a hook that does not follow the result schema.
     """
-    from ..result_schema import read_result
+    from ..runs.result_schema import read_result
 
     hooks = REPORT_HOOKS if hooks is None else hooks
     log = log or (lambda line: None)

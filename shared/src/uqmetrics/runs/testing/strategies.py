@@ -2,7 +2,7 @@
 
 All strategies draw numpy arrays with the shapes documented by the metrics:
 ``labels`` (n,), ``probs`` (n, C), ``logits`` (n, C), ``correct`` (n,), ``confidence`` (n,),
-and the inputs of the other metric kinds of :mod:`uqmetrics.registry` (regression
+and the inputs of the other metric kinds of :mod:`uqmetrics.metrics.registry` (regression
 ``(y, mean, std)``, ood ``(u_in, u_out)``, retrieval ``(embeddings, labels, uncertainty)``).
 """
 

@@ -4,7 +4,7 @@ Every warning uqmetrics raises is a :class:`UqmetricsWarning`, so that one filte
 all, whichever module the warning is attributed to. Test configurations turn them into errors
 by category, not by module::
 
-    filterwarnings = ["error::uqmetrics.exceptions.UqmetricsWarning"]
+    filterwarnings = ["error::uqmetrics.metrics.exceptions.UqmetricsWarning"]
 
 (a module filter such as ``error::UserWarning:uqmetrics.*`` misses every warning raised with
 ``stacklevel > 1``, which Python attributes to the caller's module).

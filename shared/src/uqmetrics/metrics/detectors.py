@@ -1,7 +1,7 @@
 """Out-of-distribution detectors: :class:`Detector` and the :data:`DETECTORS` registry.
 
 A detector turns what a network left in its cache into an uncertainty ``u`` per sample (higher =
-more likely out of distribution), which the ``ood`` metrics of :mod:`uqmetrics.ood` then score.
+more likely out of distribution), which the ``ood`` metrics of :mod:`uqmetrics.metrics.ood` then score.
 It is numpy only and never holds the network: it declares what it reads (:data:`NEEDS`), so a
 protocol can check the caches before any work and score any zoo from stored outputs. A detector
 that must fit (class means, a covariance, a threshold) fits on in-distribution data only; no
@@ -42,7 +42,7 @@ logits, as OpenOOD v1.5's ensemble postprocessor; the feature detectors the mean
 ``u``, each member fitted on its own features (:meth:`Detector.ensemble_logits`).
 
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
-(:meth:`uqmetrics.registry.Registry.load_plugins`); :func:`get_detector` and
+(:meth:`uqmetrics.metrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.
 
 Examples
@@ -679,7 +679,7 @@ def search_params(detector: Detector, val_scores: Callable[[Detector], tuple[Any
     -----
     As OpenOOD's ``recursive_generator`` and criterion: the grid points are the product of
     the values with the last parameter varying slowest (GEN: M outside, gamma inside), and
-    the first point of the largest AUROC (OOD positive, :func:`uqmetrics.ood.ood_auroc_score`)
+    the first point of the largest AUROC (OOD positive, :func:`uqmetrics.metrics.ood.ood_auroc_score`)
     is kept.
 
     Examples

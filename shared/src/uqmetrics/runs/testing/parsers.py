@@ -1,5 +1,5 @@
 """A command-line parser as the project's tools build theirs, for tests of
-:mod:`uqmetrics.run_config` and :mod:`uqmetrics.config_options` on small tools of their own."""
+:mod:`uqmetrics.runs.run_config` and :mod:`uqmetrics.runs.config_options` on small tools of their own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["ToolParser"]
 
 class ToolParser(argparse.ArgumentParser):
     """As the tools' parsers: one-line errors (exit code 2), no abbreviated options, and
-    :func:`~uqmetrics.run_config.finish_parse` at the end of every parse (``--config``)."""
+    :func:`~uqmetrics.runs.run_config.finish_parse` at the end of every parse (``--config``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)

@@ -22,7 +22,7 @@ the provenance of :func:`uqmetrics.provenance_attrs`:
     :func:`~uqmetrics.dataset_checksum` of the input), sorted, without duplicates, at least one.
 
 and a *metric tag* on every metric variable: the data-variable attrs ``metric`` (the metric's
-name in :data:`uqmetrics.registry.METRICS` where it is registered, else the protocol's name for
+name in :data:`uqmetrics.metrics.registry.METRICS` where it is registered, else the protocol's name for
 the measure, e.g. ``cll``, ``in_as_in``, ``crop_consistency``) and ``greater_is_better`` (0 or
 1; for a registered metric, the registry's direction). A data variable is a metric variable
 when its values are values of one metric, a score or loss of a model or method with a direction
@@ -110,9 +110,9 @@ def _short(value: Any, width: int = 70) -> str:
 
 
 def _registered(metric: str):
-    """The :class:`~uqmetrics.registry.MetricSpec` registered as ``metric``, or None (loads
+    """The :class:`~uqmetrics.metrics.registry.MetricSpec` registered as ``metric``, or None (loads
     the metric modules)."""
-    from .registry import get_metric
+    from ..metrics.registry import get_metric
 
     try:
         return get_metric(metric)
@@ -139,7 +139,7 @@ def tag_metric(variable: Any, metric: str, *, greater_is_better: bool | None = N
     variable : xarray.DataArray or xarray.Variable
         A data variable of a result Dataset (``ds[name]`` or ``ds.variables[name]``).
     metric : str
-        The metric's registered name (:data:`uqmetrics.registry.METRICS`), or, for a measure
+        The metric's registered name (:data:`uqmetrics.metrics.registry.METRICS`), or, for a measure
         uqmetrics does not register, the protocol's name for it (a lower-case identifier).
     greater_is_better : bool, optional
         Default (and, if given, it must agree): the registry's direction of a registered

@@ -299,7 +299,7 @@ def fit_temperature(logits: Any, labels: Any, *, strict: bool = False) -> float:
     >>> fit_temperature([[2.0, 0.0]] * 5, [0] * 5, strict=True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    uqmetrics.exceptions.InputError: the temperature fitted on 5 samples runs to the search's...
+    uqmetrics.metrics.exceptions.InputError: the temperature fitted on 5 samples runs to the search's...
     """
     if strict:
         n = len(labels)
@@ -461,7 +461,7 @@ def temperature_scaled_metrics(
         See the module docstring and :data:`CALIBRATION_PROTOCOLS`.
     metrics : sequence of str
         Names of registered classification or selective metrics
-        (:func:`uqmetrics.registry.list_metrics`), scored by :func:`uqmetrics.score_metrics`.
+        (:func:`uqmetrics.metrics.registry.list_metrics`), scored by :func:`uqmetrics.score_metrics`.
     confidence : str or callable, default "softmax_response"
         The confidence κ of the selective metrics, computed from each fold's (scaled or
         un-scaled) probabilities; see :func:`uqmetrics.score_metrics`.

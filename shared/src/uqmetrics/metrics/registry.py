@@ -332,9 +332,9 @@ def register_metric(name: str, *, kind: str, properties=(), greater_is_better: b
 def _register_all() -> None:
     """Import the metric modules (:mod:`uqmetrics` imports them on first use), which register
     every metric."""
-    import uqmetrics
+    from . import import_metric_modules  # the package face of the metrics layer, not uqmetrics'
 
-    uqmetrics._load_metrics()
+    import_metric_modules()
 
 
 def list_metrics(kind: str | None = None, prop: str | None = None,

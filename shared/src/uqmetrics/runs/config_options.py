@@ -9,15 +9,15 @@ equal to the default included: each option records itself when it is parsed. Thi
 layering other sources under the command line needs (a preset, a configuration file): the
 options given override them, the others leave them alone
 (``config_kwargs(args, options, given_only=True)``). The values of a ``--config`` file
-(:mod:`uqmetrics.run_config`) count as given (:func:`mark_given`), under those of the command
+(:mod:`uqmetrics.runs.run_config`) count as given (:func:`mark_given`), under those of the command
 line.
 
 A *launcher option* says where and how a command's work runs, not what it computes: a cluster
 and its job script, a scheduler to connect to, a dashboard, worker and thread counts. Such an
 option is marked where it is defined (:func:`mark_launcher`, which
-:func:`uqmetrics.sweep.add_cluster_options` applies to all of its own;
+:func:`uqmetrics.runs.sweep.add_cluster_options` applies to all of its own;
 ``ConfigOption(..., launcher=True)``), and :func:`is_launcher` is the one test of it: a result
-file never gives one to a run (:mod:`uqmetrics.run_config`), so that a file received from
+file never gives one to a run (:mod:`uqmetrics.runs.run_config`), so that a file received from
 someone else cannot start a job or connect anywhere.
 """
 
@@ -161,7 +161,7 @@ def mark_launcher(*actions: argparse.Action | argparse._ArgumentGroup,
     """Mark options (argparse actions, or every action of an argument group) as launcher
     options: where and how the work runs (a cluster, a queue's job script or interpreter, a
     scheduler, a dashboard, worker and thread counts), not what is computed.
-    :mod:`uqmetrics.run_config` never takes them from a result file (``rerun``, ``--config
+    :mod:`uqmetrics.runs.run_config` never takes them from a result file (``rerun``, ``--config
     FILE.nc``); the command line and a TOML configuration may give them.
 
     Examples
@@ -247,7 +247,7 @@ def records_given(action: argparse.Action) -> bool:
 
 def mark_given(args: argparse.Namespace, fields: Iterable[str]) -> None:
     """Record ``fields`` as given (:func:`given_options`), as if on the command line: the values
-    of a configuration file laid under it (:mod:`uqmetrics.run_config`) override a preset as
+    of a configuration file laid under it (:mod:`uqmetrics.runs.run_config`) override a preset as
     the options given do."""
     for field in fields:
         _record_given(args, field)

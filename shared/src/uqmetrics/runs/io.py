@@ -102,7 +102,7 @@ READ_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, Attribute
 
 
 def xarray_module():
-    """``xarray``, imported on first use (``import uqmetrics.io`` does not import it: a program
+    """``xarray``, imported on first use (``import uqmetrics.runs.io`` does not import it: a program
     that writes no result file, e.g. a training run, does not pay for it), and kept from
     importing dask for a Dataset of numpy arrays.
 
@@ -439,7 +439,7 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
         the current directory's repository); ``hostname``;
         ``created_utc`` (ISO 8601); ``config``; ``seed``; ``conventions`` (JSON); and, while a
         command runs, ``run_config``: its fully resolved configuration (JSON,
-        :func:`uqmetrics.run_config.current_run_config`), what ``rerun`` reads back.
+        :func:`uqmetrics.runs.run_config.current_run_config`), what ``rerun`` reads back.
 
     Examples
     --------
@@ -448,7 +448,7 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     ({'task': 'sinusoid', 'k': 50}, 0, True)
     """
     if conventions is None:
-        from .conventions import CONVENTIONS
+        from ..metrics.conventions import CONVENTIONS
 
         conventions = CONVENTIONS
     if not isinstance(conventions, Mapping):
@@ -465,7 +465,7 @@ def provenance_attrs(*, config: Any = None, seed: Any = None, conventions: Mappi
     attrs["seed"] = seed if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) \
         else _to_json(seed, "seed")
     attrs["conventions"] = _to_json(dict(conventions), "conventions")
-    from .run_config import RUN_CONFIG_ATTR, current_run_config
+    from .current import RUN_CONFIG_ATTR, current_run_config
 
     if (run := current_run_config()) is not None:
         attrs[RUN_CONFIG_ATTR] = _to_json(run, RUN_CONFIG_ATTR)
@@ -759,9 +759,9 @@ _WRITTEN_FORMAT = {"format": "uqmetrics.written", "version": 1}
 
 def _from_inside(folder: Path, name: Any, where: str) -> str:
     """``name`` (read from a file: ``where``) as a relative POSIX path that stays inside
-    ``folder``; :class:`~uqmetrics.exceptions.InputError` for anything else (an absolute path,
+    ``folder``; :class:`~uqmetrics.metrics.exceptions.InputError` for anything else (an absolute path,
     ``..``, an empty or non-string name)."""
-    from .exceptions import InputError
+    from ..metrics.exceptions import InputError
 
     parts = name.split("/") if isinstance(name, str) else []
     if not parts or any(p in ("", ".", "..") or "\0" in p for p in parts):
@@ -774,7 +774,7 @@ def _from_inside(folder: Path, name: Any, where: str) -> str:
 def _read_written(folder: Path) -> tuple[str, list[str]] | None:
     """``(writer, files)`` of ``folder``'s :data:`WRITTEN_RECORD`, every name checked to lie
     inside ``folder``; None without a record."""
-    from .exceptions import InputError
+    from ..metrics.exceptions import InputError
 
     path = folder / WRITTEN_RECORD
     if not path.is_file() or path.is_symlink():
@@ -821,7 +821,7 @@ def written_files(folder: str | os.PathLike, writer: str) -> list[str]:
     uqmetrics.InputError
         A damaged record, a name in it that leaves the folder, or a record of another writer.
     """
-    from .exceptions import InputError
+    from ..metrics.exceptions import InputError
 
     folder = Path(folder)
     rec = _read_written(folder)
@@ -943,7 +943,7 @@ def check_replaceable(path: str | os.PathLike, writer: str, *, also: Sequence[st
         ``path`` is a file or a link, holds no record (not written by ``writer``), another
         writer's record, or files its record does not list (naming a few and their count).
     """
-    from .exceptions import InputError
+    from ..metrics.exceptions import InputError
 
     path = Path(path)
     if not (path.exists() or path.is_symlink()):
@@ -1001,7 +1001,7 @@ def check_apart(out: str | os.PathLike, inputs: Mapping[str, Any], *,
     ...     print(exc)
     --out '/data/clean/run' lies inside the input --src '/data/clean': choose an --out outside it
     """
-    from .exceptions import InputError
+    from ..metrics.exceptions import InputError
 
     target = Path(os.path.realpath(out))
     for name, value in inputs.items():

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .exceptions import InputError
-from .io import IncompleteResultError, decode_attr, read_dataset
-from .report.leaderboard import column_name  # the site's column names: one definition
-from .result_schema import dataset_checksum, input_checksum, metric_variables
+from ..metrics.exceptions import InputError
+from ..runs.io import IncompleteResultError, decode_attr, read_dataset
+from ..runs.result_schema import dataset_checksum, input_checksum, metric_variables
+from .leaderboard import column_name  # the site's column names: one definition
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -176,8 +176,8 @@ def _is_netcdf(path: Path) -> bool:
 def _writer(path: Path) -> str | None:
     """The tool (of :data:`TOOLS`) whose command wrote the result file ``path``, by the run it
     records (``run_config``); None when it records none, or cannot be read."""
-    from .io import READ_ERRORS, xarray_module
-    from .run_config import RUN_CONFIG_ATTR
+    from ..runs.io import READ_ERRORS, xarray_module
+    from ..runs.run_config import RUN_CONFIG_ATTR
 
     try:
         with xarray_module().open_dataset(path) as ds:

@@ -138,7 +138,7 @@ class Catalog:
 
     Examples
     --------
-    >>> c = Catalog({"colour": ("uqmetrics.registry:METRIC_KINDS", None)},
+    >>> c = Catalog({"colour": ("uqmetrics.metrics.registry:METRIC_KINDS", None)},
     ...             {"colour": {"red": "the colour of fire"}})
     >>> c.names("colour"), c.describe("colour")
     (['red'], 'red: the colour of fire')
@@ -159,7 +159,7 @@ class Catalog:
 
     def describe(self, kind: str) -> str:
         """One line per entry of registry ``kind``, ``name: description`` (as
-        :meth:`uqmetrics.registry.Registry.describe`); a plugin's says where it comes from."""
+        :meth:`uqmetrics.metrics.registry.Registry.describe`); a plugin's says where it comes from."""
         return "\n".join([*(f"{n}: {text}" for n, text in self.built_in[kind].items()),
                           *(f"{n}: plugin ({value})" for n, value in self._plugins(kind).items())])
 

@@ -11,12 +11,12 @@ later included) is covered without being listed here:
   the options given on the command line override them. A file's value goes through the
   option's own argparse ``type`` and ``choices``, as if typed on the command line, so the
   defaults and the checks stay in one place: the options layer
-  (:mod:`uqmetrics.config_options` and the parsers built with it).
+  (:mod:`uqmetrics.runs.config_options` and the parsers built with it).
 - The parser class of each command-line tool calls :func:`finish_parse` at the end of its
   ``parse_known_args``: it lays the file's values under those given on the command line and
   records which options the command has (:func:`resolved_config` reads them back).
 - :func:`run_recorded` runs a command: it records the configuration for
-  :func:`uqmetrics.io.provenance_attrs` while the command runs (every result file written with
+  :func:`uqmetrics.runs.io.provenance_attrs` while the command runs (every result file written with
   provenance attrs carries it, as :data:`RUN_CONFIG_ATTR`, JSON), then writes the configuration
   files atomically beside the results, which the command refuses to replace without
   ``--overwrite``: a configuration file is replaced only with the results it describes.
@@ -34,7 +34,7 @@ later included) is covered without being listed here:
 A result file is data, never code (docs/conventions.md#rerun-rules). Its recorded options are
 read back as any file's, with these differences:
 
-- *launcher options* (:func:`uqmetrics.config_options.is_launcher`: a cluster, its options,
+- *launcher options* (:func:`uqmetrics.runs.config_options.is_launcher`: a cluster, its options,
   config and job count, a scheduler, a dashboard, worker and thread counts) are never taken
   from a result file: the user gives them on the command line (a TOML file, the user's own,
   may give them; ``--config`` then says, in one line on stderr, which it took);
@@ -79,7 +79,6 @@ A configuration file as written by ``uqreg study --preset smoke --out results/s`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import getpass
 import hashlib
 import json
@@ -95,6 +94,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from ..metrics.exceptions import InputError
 from .config_options import (
     given_options,
     is_launcher,
@@ -102,7 +102,7 @@ from .config_options import (
     mark_given,
     records_given,
 )
-from .exceptions import InputError
+from .current import RUN_CONFIG_ATTR, current_run_config, recording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,9 +128,6 @@ __all__ = [
     "run_recorded",
     "write_config_file",
 ]
-
-#: The attr of a result file that records the run that made it (JSON: :func:`resolved_config`).
-RUN_CONFIG_ATTR = "run_config"
 
 #: How a configuration file's name ends: ``<out>/<command>.config.toml`` or
 #: ``<result stem>.config.toml`` beside a single result file.
@@ -248,7 +245,7 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  arg_strings: Sequence[str] | None) -> argparse.Namespace:
     """End a parse of ``parser`` (called by the parser class's ``parse_known_args``): lay the
     values of ``--config`` under those given on the command line ``arg_strings`` (recorded as
-    given, :func:`~uqmetrics.config_options.given_options`, so that they override a preset
+    given, :func:`~uqmetrics.runs.config_options.given_options`, so that they override a preset
     as the command line does), and record the options of a command that has ``--config``
     (:func:`resolved_config`). Other parsers' namespaces are returned as they are."""
     layer = namespace.__dict__.pop(_LAYER, None)
@@ -625,7 +622,7 @@ def _text(number: float) -> str:
 def resolved_config(args: argparse.Namespace) -> dict[str, Any] | None:
     """The fully resolved configuration of the command ``args`` was parsed for (``None`` for a
     command without ``--config``): ``command`` (``"uqreg study"``), the tool's ``version``,
-    ``git_commit`` and ``git_dirty`` (:func:`uqmetrics.io.source_revision`), where it runs
+    ``git_commit`` and ``git_dirty`` (:func:`uqmetrics.runs.io.source_revision`), where it runs
     (``host``, ``user``, and ``cwd``, the working folder), and ``options``: every option's value
     (defaults included; ``None``: not set), JSON-safe, its paths absolute (:func:`_anchored`:
     ``out``, and a relative path that names an existing file or folder)."""
@@ -756,29 +753,6 @@ def _check_target(path: Path) -> None:
     """Refuse, before any work, a configuration file ``path`` that is a folder."""
     if path.is_dir():
         raise InputError(f"--out: {str(path)!r} is a folder where the configuration file goes")
-
-
-#: The configuration of the command running (:func:`recording`), read by
-#: :func:`uqmetrics.io.provenance_attrs`.
-_CURRENT: dict[str, Any] | None = None
-
-
-@contextlib.contextmanager
-def recording(config: Mapping[str, Any] | None) -> Iterator[None]:
-    """While the block runs, :func:`current_run_config` is ``config``: every result written
-    with :func:`uqmetrics.io.provenance_attrs` records it (:data:`RUN_CONFIG_ATTR`)."""
-    global _CURRENT
-    before, _CURRENT = _CURRENT, (dict(config) if config is not None else None)
-    try:
-        yield
-    finally:
-        _CURRENT = before
-
-
-def current_run_config() -> dict[str, Any] | None:
-    """The configuration of the command running in this process (:func:`recording`), or
-    ``None``."""
-    return _CURRENT
 
 
 def run_recorded(args: argparse.Namespace, run: Callable[[], int],

@@ -152,7 +152,7 @@ def ensemble_size_curve(
     labels : array_like of int, shape (n,)
         Test labels in ``[0, C)``.
     metrics : sequence of str
-        Registered classification or selective metrics (``uqmetrics.registry``), scored by
+        Registered classification or selective metrics (``uqmetrics.metrics.registry``), scored by
         :func:`uqmetrics.score_metrics`.
     confidence : str or callable, default "softmax_response"
         The confidence κ of the selective metrics, a function of the prefix ensemble's

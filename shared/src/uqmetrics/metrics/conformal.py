@@ -972,7 +972,7 @@ class ConformalCalibrations:
 
 def _softmax_t(logp: np.ndarray, t: np.ndarray) -> np.ndarray:
     """``softmax(logp / t)`` over the last axis, ``t`` broadcast on the leading axis (as
-    :func:`uqmetrics.calibration.softmax` computes it, so bit for bit the same)."""
+    :func:`uqmetrics.metrics.calibration.softmax` computes it, so bit for bit the same)."""
     z = logp / t.reshape(t.shape + (1,) * (logp.ndim - t.ndim))
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -1279,7 +1279,7 @@ def trial_temperatures(probs: Any, labels: Any, *, n_cal: int, trials: int,
     """A temperature fitted on each trial's calibration draw: the official code's "Platt".
 
     Trial ``t``'s temperature minimises the NLL of ``softmax(log p / T)`` on its ``n_cal``
-    calibration samples (:func:`uqmetrics.calibration.fit_temperature`, bounded Brent search;
+    calibration samples (:func:`uqmetrics.metrics.calibration.fit_temperature`, bounded Brent search;
     the RAPS tuning samples included, as ``ConformalModelLogits`` fits ``T`` before
     ``pick_parameters`` splits them off), the splits of :func:`conformal_trials` with the same
     ``n_cal``, ``trials`` and ``seed``. Pass them as its ``temperatures=``.

@@ -1,8 +1,8 @@
 """The metric conventions of docs/conventions.md#s, as written into result-file attrs.
 
 Each entry names a convention on which peer implementations disagree and the choice this
-package makes by default. Every registered metric (:mod:`uqmetrics.registry`) has an entry
-under its registered name. :func:`uqmetrics.io.provenance_attrs` stores this mapping (JSON) in
+package makes by default. Every registered metric (:mod:`uqmetrics.metrics.registry`) has an entry
+under its registered name. :func:`uqmetrics.runs.io.provenance_attrs` stores this mapping (JSON) in
 every result file, so that a number can always be traced to its definition. The prefix of
 each entry (``S.1`` ... ``S.6``, ``R.4``) names the section of ``docs/conventions.md`` that
 explains it (anchors ``#s-1`` ... ``#s-6``, ``#r-4``).
@@ -95,7 +95,7 @@ CONVENTIONS: dict[str, str] = {
     "with an empty set left out; NaN with a warning if none has a label (Beyer 2020)",
     "masked_accuracy": "S.7: argmax over the masked classes only (logits or probs; ties to the "
     "lowest class index), labels in the full class space and inside the mask (ImageNet-A/R)",
-    # conformal prediction sets (uqmetrics.conformal, functions of (sets, labels); not registered
+    # conformal prediction sets (uqmetrics.metrics.conformal, functions of (sets, labels); not registered
     # metrics: the metric kinds have no (sets, labels) signature), S.8
     "conformal_scores": "S.8: higher = less conforming; thr = 1 - p_y; aps = mass of the classes "
     "ranked above y + U p_y; raps = aps + lam max(0, o(x,y) - k_reg), o the 1-based rank; classes "

@@ -23,9 +23,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ._validation import as_numpy, check_positive_number
-from .conventions import COVERAGE_Z
-from .io import temporary_beside
+from ..metrics._validation import as_numpy, check_positive_number
+from ..metrics.conventions import COVERAGE_Z
+from ..runs.io import temporary_beside
 
 __all__ = [
     "figure_format",
@@ -180,7 +180,7 @@ def plot_reliability_diagram(data: Any, *, n_bins: int = 15, ax: Axes | None = N
     Parameters
     ----------
     data : xarray.Dataset or tuple (labels, probs)
-        The Dataset of :func:`uqmetrics.classification.reliability_diagram` (dim ``bin``,
+        The Dataset of :func:`uqmetrics.metrics.classification.reliability_diagram` (dim ``bin``,
         variables ``lower``, ``upper``, ``count``, ``accuracy``, ``confidence``; attr ``ece``),
         or ``(labels (n,), probs (n, C))`` from which it is computed with ``n_bins``.
     n_bins : int, default 15
@@ -197,7 +197,7 @@ def plot_reliability_diagram(data: Any, *, n_bins: int = 15, ax: Axes | None = N
         when the Dataset records it.
     """
     if isinstance(data, tuple) and len(data) == 2:
-        from .classification import reliability_diagram
+        from ..metrics.classification import reliability_diagram
 
         data = reliability_diagram(*data, n_bins=n_bins)
     if not isinstance(data, xr.Dataset):

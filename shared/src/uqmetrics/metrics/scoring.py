@@ -126,7 +126,7 @@ def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
         Predictive class probabilities, rows summing to 1.
     metrics : sequence of str
         Registered metric names of kind ``"classification"`` or ``"selective"``
-        (:func:`uqmetrics.registry.list_metrics`).
+        (:func:`uqmetrics.metrics.registry.list_metrics`).
     confidence : str or callable, default "softmax_response"
         The confidence κ of the selective metrics: a name in
         :data:`uqmetrics.CONFIDENCE_FUNCTIONS` (not one needing members), or a function

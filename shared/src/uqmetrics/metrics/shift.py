@@ -11,7 +11,7 @@ Two groups:
   al. 2020: each image has a set of valid labels, possibly empty) and :func:`masked_accuracy`
   (ImageNet-A/R, Hendrycks et al. 2021: the arg-max is taken over a subset of the classes).
 
-None of these functions is in the metric registry (:mod:`uqmetrics.registry`): the corruption
+None of these functions is in the metric registry (:mod:`uqmetrics.metrics.registry`): the corruption
 errors are aggregates over error arrays, not per-sample metrics, and the two accuracies need an
 argument no metric kind has (the label sets, the class mask), so none of them has the
 signature of a registered kind. Their conventions are still recorded in

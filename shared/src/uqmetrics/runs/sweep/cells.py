@@ -1,0 +1,110 @@
+"""The cells of a sweep: one independent unit of work (:class:`Cell`), where its result file
+goes and whether it is there whole (:func:`cell_path`, :func:`is_complete`: the resume), and how a
+worker runs one, returning its error as a value (:class:`CellFailure`).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..io import IncompleteResultError, read_dataset, write_dataset
+
+_KEY = re.compile(r"^[A-Za-z0-9._=+-]+$")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One independent unit of a sweep.
+
+    Attributes
+    ----------
+    key : str
+        Unique file stem (letters, digits, ``._=+-``); the result goes to ``<out_dir>/<key>.nc``.
+    params : mapping
+        Arguments of the cell function (must pickle).
+    """
+
+    key: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not _KEY.match(self.key):
+            raise ValueError(f"cell key must match {_KEY.pattern}, got {self.key!r}")
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: paths of computed and skipped cells, and errors by cell key."""
+
+    computed: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def paths(self) -> list[Path]:
+        return sorted(self.computed + self.skipped)
+
+
+def cell_path(out_dir, cell: Cell) -> Path:
+    return Path(out_dir) / f"{cell.key}.nc"
+
+
+def is_complete(path) -> bool:
+    """True if ``path`` is a complete, intact result file (written by :func:`write_dataset`).
+
+    False when it is missing, unfinished (no completeness flag), unreadable (truncated,
+    metadata netCDF cannot open) or corrupt (data that do not match the checksums recorded
+    when it was written, :class:`uqmetrics.runs.io.CorruptResultError`): a sweep recomputes it. A
+    file written before checksums were recorded is complete when it reads."""
+    try:
+        read_dataset(path).close()
+        return True
+    except (FileNotFoundError, IncompleteResultError, OSError, ValueError):
+        return False
+
+
+def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str) -> str:
+    """Worker side: compute one cell and write it atomically (replacing an incomplete file)."""
+    ds = func(**params)
+    write_dataset(ds, path, overwrite=True)
+    return path
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """What a cell that raised returns from its worker (:func:`run_sweep`).
+
+    Attributes
+    ----------
+    error : str
+        The exception as ``traceback.format_exception_only`` gives it (``"Type: message"``).
+    traceback : str
+        The full formatted traceback, for the log file.
+    """
+
+    error: str
+    traceback: str
+
+
+def _guarded_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str
+                  ) -> str | CellFailure:
+    """Worker side: :func:`_run_cell`, an exception returned as a :class:`CellFailure`.
+
+    Dask sees a task that finished: its worker logs nothing (an exception raised out of a task
+    is logged by the worker as a "Compute Failed" block with the whole traceback, on the
+    console of the process that started the cluster)."""
+    try:
+        return _run_cell(func, params, path)
+    except Exception as exc:  # noqa: BLE001  (reported by the caller, one line per cell)
+        return CellFailure("".join(traceback.format_exception_only(type(exc), exc)).strip(),
+                           "".join(traceback.format_exception(type(exc), exc,
+                                                              exc.__traceback__)))

@@ -1,0 +1,412 @@
+"""Where a sweep's cells run, as options: the ``--cluster`` kinds, ``--cluster-option`` and
+``--cluster-config`` values, :class:`ClusterSpec` and the option group every sweep command shares
+(:func:`add_cluster_options`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config_options import mark_launcher
+
+#: ``--cluster`` kinds that start the workers inside jobs of a queue, each by its dask-jobqueue
+#: class (module attribute path); ``jobqueue-local`` runs the same job scripts as local processes
+#: (``dask_jobqueue.local.LocalCluster``): a queue setup tried without a queue.
+QUEUE_CLUSTERS = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "lsf": "LSFCluster",
+                  "sge": "SGECluster", "jobqueue-local": "local.LocalCluster"}
+#: Every ``--cluster`` kind; ``local`` (the default) is a ``LocalCluster`` of this machine.
+CLUSTER_KINDS = ("local", *QUEUE_CLUSTERS)
+#: Where a dashboard started here listens unless ``--dashboard`` says otherwise: this machine
+#: only (loopback), a free port.
+DEFAULT_DASHBOARD = "127.0.0.1:0"
+#: The optional dependency that brings dask-jobqueue.
+HPC_EXTRA = "uqmetrics[hpc]"
+#: ``--cluster-option`` keys every queue kind takes (dask-jobqueue's job keywords), by type;
+#: ``list`` keys add one entry per ``--cluster-option``.
+_JOB_OPTIONS: dict[str, type] = {
+    "cores": int, "processes": int, "memory": str, "python": str, "job_name": str,
+    "interface": str, "death_timeout": int, "local_directory": str, "log_directory": str,
+    "shared_temp_directory": str, "shebang": str, "nanny": bool, "worker_command": str,
+    "job_extra_directives": list, "worker_extra_args": list, "job_script_prologue": list,
+    "job_directives_skip": list}
+#: The keys of one queue kind only.
+_KIND_OPTIONS: dict[str, dict[str, type]] = {
+    "slurm": {"queue": str, "account": str, "walltime": str, "job_cpu": int, "job_mem": str},
+    "pbs": {"queue": str, "account": str, "walltime": str, "resource_spec": str},
+    "lsf": {"queue": str, "project": str, "walltime": str, "ncpus": int, "mem": int,
+            "lsf_units": str, "use_stdin": bool},
+    "sge": {"queue": str, "project": str, "walltime": str, "resource_spec": str},
+    "jobqueue-local": {}}
+#: The job directive asking the queue for ``n`` GPUs (``--gpus-per-job``), where one spelling
+#: is standard; elsewhere the user gives it (``--cluster-option job_extra_directives=...``).
+_GPU_DIRECTIVES = {"slurm": "--gres=gpu:{n}", "lsf": '-gpu "num={n}"'}
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_DASHBOARD = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(?P<port>\d{1,5})$")
+
+
+def _cluster_option_value(kind: str, name: str, value: Any, item: str) -> Any:
+    """One ``--cluster-option`` value checked (and, from a string, converted) by its key."""
+    allowed = {**_JOB_OPTIONS, **_KIND_OPTIONS[kind]}
+    if name not in allowed:
+        raise ValueError(f"--cluster-option {item!r}: {name!r} is not an option of --cluster "
+                         f"{kind}; known: {', '.join(sorted(allowed))}")
+    typ = allowed[name]
+    if typ is list:
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"--cluster-option {item!r}: {name} takes strings (repeat the "
+                             f"option for several), got {value!r}")
+        return list(values)
+    if typ is int:
+        try:
+            number = int(value) if isinstance(value, (str, int)) and not isinstance(value, bool) \
+                else None
+        except ValueError:
+            number = None
+        if number is None or number < 1:
+            raise ValueError(f"--cluster-option {item!r}: {name} must be an integer >= 1, got "
+                             f"{value!r}")
+        return number
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).strip().lower() not in _BOOLS:
+            raise ValueError(f"--cluster-option {item!r}: {name} must be true or false, got "
+                             f"{value!r}")
+        return _BOOLS[str(value).strip().lower()]
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"--cluster-option {item!r}: {name} must be a non-empty string, got "
+                         f"{value!r}")
+    return value
+
+
+def parse_cluster_options(items: Iterable[str], kind: str) -> dict[str, Any]:
+    """``--cluster-option KEY=VALUE`` strings as keyword arguments of the cluster class.
+
+    Parameters
+    ----------
+    items : iterable of str
+        ``KEY=VALUE`` each; ``KEY`` a keyword of dask-jobqueue's cluster class (``cores``,
+        ``memory``, ``processes``, ``queue``, ``account``, ``walltime``,
+        ``job_extra_directives``, ``worker_extra_args``, ``local_directory``, ...; ``-`` and
+        ``_`` alike). Integers (``cores``, ``processes``, ...) are converted; a list keyword
+        (``job_extra_directives``, ``worker_extra_args``, ``job_script_prologue``,
+        ``job_directives_skip``) gets one entry per item; any other key given once.
+    kind : str
+        A queue kind of :data:`QUEUE_CLUSTERS`.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        Naming the item: not ``KEY=VALUE``, a key the kind does not take, a bad value, a key
+        given twice, or a ``kind`` that is not a queue.
+
+    Examples
+    --------
+    >>> parse_cluster_options(["cores=8", "job-extra-directives=--gres=gpu:1",
+    ...                        "job_extra_directives=--exclusive", "queue=gpu"], "slurm")
+    {'cores': 8, 'job_extra_directives': ['--gres=gpu:1', '--exclusive'], 'queue': 'gpu'}
+    """
+    items = list(items)
+    if items and kind not in QUEUE_CLUSTERS:
+        raise ValueError(f"--cluster-option {items[0]!r}: options apply to a job-queue cluster "
+                         f"(--cluster {'|'.join(QUEUE_CLUSTERS)}), not --cluster {kind}")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        name = key.strip().replace("-", "_")
+        if not sep or not name:
+            raise ValueError(f"--cluster-option {item!r}: give KEY=VALUE (e.g. queue=gpu, "
+                             "walltime=04:00:00)")
+        value = _cluster_option_value(kind, name, value, item)
+        if isinstance(value, list):
+            out.setdefault(name, []).extend(value)
+        elif name in out:
+            raise ValueError(f"--cluster-option {item!r}: {name} is given twice")
+        else:
+            out[name] = value
+    return out
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``{"jobqueue.slurm.cores": 8}``): what
+    ``dask.config.set`` merges key by key, leaving the other defaults in place."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def read_cluster_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A dask configuration file (YAML, as dask-jobqueue documents ``jobqueue.yaml``:
+    ``jobqueue: {slurm: {cores: 8, memory: 32GB, ...}}``) as dotted keys for
+    ``dask.config.set``.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not YAML, or is not a mapping (the message names it).
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--cluster-config {str(path)!r}: cannot read it "
+                         f"({err.strerror or err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"--cluster-config {str(path)!r} is not YAML ({err})") from None
+    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+        raise ValueError(f"--cluster-config {str(path)!r} must hold a mapping of dask "
+                         f"settings (e.g. 'jobqueue: {{slurm: {{cores: 8}}}}'), got "
+                         f"{type(data).__name__}")
+    return _flat(data)
+
+
+def _jobqueue():
+    """The ``dask_jobqueue`` module; a clear error naming the extra when it is missing."""
+    try:
+        import dask_jobqueue
+        import dask_jobqueue.local  # the jobqueue-local kind
+    except ImportError as err:
+        raise ImportError(f"a job-queue --cluster needs dask-jobqueue ({err}): install it with "
+                          f"pip install '{HPC_EXTRA}'") from None
+    return dask_jobqueue
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where a sweep's cells run: a ``LocalCluster`` of this machine, the scheduler of a
+    running cluster, or workers started in jobs of a queue by dask-jobqueue.
+
+    Built from the command-line options of :func:`add_cluster_options` by :meth:`from_args`, or
+    directly; checked on construction (``ValueError`` naming the option and the value).
+
+    Attributes
+    ----------
+    kind : str, default "local"
+        One of :data:`CLUSTER_KINDS` (``--cluster``).
+    address : str, optional
+        The scheduler of a running cluster (``--scheduler``, ``tcp://host:8786``); kind local.
+    options : mapping
+        Keyword arguments of the queue's cluster class (:func:`parse_cluster_options`,
+        ``--cluster-option``).
+    config_file : str, optional
+        A dask configuration file (YAML, ``jobqueue: {slurm: {...}}``; ``--cluster-config``)
+        in force while the cluster runs: its settings are the defaults ``options`` override.
+    jobs : int, default 1
+        Jobs to keep running (``--jobs``); a job that ends is submitted again.
+    gpus_per_job : int, default 0
+        GPUs each job asks for (``--gpus-per-job``, 0 or 1): its worker (one process) gets the
+        Dask resource ``GPU=1`` and, for slurm and lsf, the job its GPU directive.
+    dashboard : str, optional
+        ``--dashboard``: ``HOST:PORT`` of the scheduler's dashboard, ``none`` for none;
+        default :data:`DEFAULT_DASHBOARD` (loopback; a config file's
+        ``scheduler-options: {dashboard_address: ...}`` for a queue kind).
+    resources : mapping, optional
+        Dask resources every cell asks for (``{"GPU": 1}``: one cell per GPU at a time); set by
+        :meth:`from_args` with ``gpu_cells`` when jobs have GPUs.
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    config_file: str | None = None
+    jobs: int = 1
+    gpus_per_job: int = 0
+    dashboard: str | None = None
+    resources: Mapping[str, float] | None = None
+
+    def __post_init__(self):
+        if self.kind not in CLUSTER_KINDS:
+            raise ValueError(f"--cluster must be one of {', '.join(CLUSTER_KINDS)}, got "
+                             f"{self.kind!r}")
+        if self.address is not None:
+            if not isinstance(self.address, str) or not self.address.strip():
+                raise ValueError(f"--scheduler: give a Dask scheduler address "
+                                 f"(tcp://host:8786), got {self.address!r}")
+            if self.kind != "local":
+                raise ValueError(f"--scheduler {self.address!r} and --cluster {self.kind}: give "
+                                 "one (the scheduler of a running cluster, or a cluster to "
+                                 "start)")
+        queue_only = [f"{flag} {value!r}" for flag, value, unset in (
+            ("--cluster-option", dict(self.options), {}),
+            ("--cluster-config", self.config_file, None), ("--jobs", self.jobs, 1),
+            ("--gpus-per-job", self.gpus_per_job, 0)) if value != unset]
+        if queue_only and not self.queue:
+            raise ValueError(f"{queue_only[0]}: applies to a job-queue cluster (--cluster "
+                             f"{'|'.join(QUEUE_CLUSTERS)}), not "
+                             + (f"--scheduler {self.address!r}" if self.address
+                                else f"--cluster {self.kind}"))
+        if self.queue:
+            for name, value in self.options.items():
+                _cluster_option_value(self.kind, name, value, f"{name}={value}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ValueError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.gpus_per_job not in (0, 1) or isinstance(self.gpus_per_job, bool):
+            raise ValueError(f"--gpus-per-job must be 0 or 1, got {self.gpus_per_job!r}: a "
+                             "cell runs on its worker's first GPU, so a job of several GPUs "
+                             "would stack its cells on one; ask for more --jobs instead")
+        if self.gpus_per_job and self.options.get("processes", 1) != 1:
+            raise ValueError(f"--cluster-option processes={self.options['processes']} with "
+                             "--gpus-per-job: a GPU job runs one worker process "
+                             "(processes=1)")
+        if self.config_file is not None:
+            read_cluster_config(self.config_file)
+        if self.dashboard is not None and self.dashboard != "none":
+            m = _DASHBOARD.match(str(self.dashboard))
+            if m is None or int(m["port"]) > 65535:
+                raise ValueError(f"--dashboard must be HOST:PORT (127.0.0.1:8787, :0 for any "
+                                 f"interface and a free port) or none, got {self.dashboard!r}")
+        if self.resources is not None and (
+                not isinstance(self.resources, Mapping)
+                or not all(isinstance(k, str) and isinstance(v, (int, float))
+                           and not isinstance(v, bool) and v > 0
+                           for k, v in self.resources.items())):
+            raise ValueError(f"resources must map resource names to positive amounts, got "
+                             f"{self.resources!r}")
+
+    @property
+    def queue(self) -> bool:
+        """True for a job-queue kind (workers in jobs, dask-jobqueue)."""
+        return self.kind in QUEUE_CLUSTERS
+
+    @property
+    def local_default(self) -> bool:
+        """True when nothing but a ``LocalCluster`` of this machine was asked for."""
+        return self.kind == "local" and self.address is None
+
+    def describe(self) -> str:
+        """One phrase for messages: ``"the Dask scheduler at tcp://..."``, ``"4 slurm
+        job(s)"``, ``"a LocalCluster"``."""
+        if self.address is not None:
+            return f"the Dask scheduler at {self.address}"
+        if self.queue:
+            return f"{self.jobs} {self.kind} job(s)"
+        return "a LocalCluster"
+
+    @classmethod
+    def from_args(cls, args: Any, *, gpu_cells: bool = False) -> ClusterSpec:
+        """The spec of the options :func:`add_cluster_options` added, from parsed ``args``.
+
+        Parameters
+        ----------
+        args : argparse.Namespace
+        gpu_cells : bool, default False
+            The cells run on a GPU (``--device cuda``): with ``--gpus-per-job``, each asks for
+            the resource ``GPU=1`` (one model per GPU at a time).
+
+        Raises
+        ------
+        ValueError
+            A bad option value or combination, or a queue kind without dask-jobqueue installed
+            (naming the extra to install), before anything starts.
+        """
+        kind = getattr(args, "cluster", "local") or "local"
+        options = parse_cluster_options(getattr(args, "cluster_option", None) or (), kind)
+        gpus = getattr(args, "gpus_per_job", 0) or 0
+        spec = cls(kind=kind, address=getattr(args, "scheduler", None), options=options,
+                   config_file=getattr(args, "cluster_config", None),
+                   jobs=getattr(args, "jobs", 1) or 1, gpus_per_job=gpus,
+                   dashboard=getattr(args, "dashboard", None),
+                   resources={"GPU": 1} if gpu_cells and gpus else None)
+        if spec.queue:
+            try:
+                _jobqueue()
+            except ImportError as err:
+                raise ValueError(f"--cluster {kind}: {err}") from None
+        return spec
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (worker, job and chunk counts: none of them would
+    wait for ever); ``argparse.ArgumentTypeError`` naming the value otherwise."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
+                        workers_default: int = 2, local: str = "a LocalCluster here") -> Any:
+    """Add the options of where a sweep runs to an ``argparse`` parser (one group):
+    ``--scheduler``, ``--cluster``, ``--cluster-option``, ``--cluster-config``, ``--jobs``,
+    ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count. Read them
+    back with :meth:`ClusterSpec.from_args`. All are launcher options
+    (:func:`uqmetrics.runs.config_options.mark_launcher`): a result file never gives them.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    workers : str or None, default "--workers"
+        The flag of the ``LocalCluster``'s worker processes (destination: the flag without
+        dashes, ``-`` as ``_``); None: not added (the command has its own).
+    workers_default : int, default 2
+    local : str, default "a LocalCluster here"
+        What runs the cells when no cluster is asked for (the help's words).
+
+    Returns
+    -------
+    argparse._ArgumentGroup
+        The group.
+    """
+    g = parser.add_argument_group(
+        "cluster", f"where the cells run: {local} (default), a running scheduler "
+                   "(--scheduler), or Dask workers in jobs of a queue (--cluster slurm|pbs|"
+                   "lsf|sge, with dask-jobqueue: pip install '" + HPC_EXTRA + "')")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help=f"address of an existing Dask scheduler (default: {local})")
+    if workers is not None:
+        g.add_argument(workers, dest=workers.lstrip("-").replace("-", "_"), type=positive_int,
+                       default=workers_default, metavar="N",
+                       help=f"LocalCluster worker processes (default {workers_default})")
+    g.add_argument("--cluster", choices=CLUSTER_KINDS, default="local",
+                   help=f"local: {local} (default); slurm, pbs, lsf, "
+                        "sge: Dask workers started in jobs of that queue (dask-jobqueue's "
+                        "job scripts); jobqueue-local: the same job scripts run as local "
+                        "processes, to try a queue setup without a queue")
+    g.add_argument("--cluster-option", dest="cluster_option", action="append", default=None,
+                   metavar="KEY=VALUE",
+                   help="a keyword of the queue's dask-jobqueue cluster (repeatable): cores=8, "
+                        "memory=32GB, processes=1, queue=gpu, account=proj, "
+                        "walltime=04:00:00, local_directory=/tmp, "
+                        "job_extra_directives=--exclusive (one entry per option), "
+                        "worker_extra_args=..., job_script_prologue='module load cuda', ...")
+    g.add_argument("--cluster-config", dest="cluster_config", default=None, metavar="FILE",
+                   help="a dask config file in force while the cluster runs (YAML, as "
+                        "dask-jobqueue's jobqueue.yaml: 'jobqueue: {slurm: {cores: 8, "
+                        "memory: 32GB}}'); --cluster-option overrides it")
+    g.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                   help="queue jobs to keep running (default 1; a job that ends is "
+                        "submitted again while the sweep runs)")
+    g.add_argument("--gpus-per-job", dest="gpus_per_job", type=int, choices=(0, 1), default=0,
+                   help="1: each job asks for a GPU (slurm --gres=gpu:1, lsf -gpu num=1; "
+                        "other queues: give the directive with --cluster-option "
+                        "job_extra_directives=...) and, with --device cuda, runs one cell on "
+                        "it at a time (Dask resource GPU=1)")
+    g.add_argument("--dashboard", default=None, metavar="ADDRESS",
+                   help="HOST:PORT of the scheduler's dashboard started here, or none "
+                        f"(default {DEFAULT_DASHBOARD}: this machine only, a free port; "
+                        "reach it from elsewhere through ssh -L); its link is printed once")
+    mark_launcher(g)  # never taken from a result file (uqmetrics.runs.run_config)
+    return g

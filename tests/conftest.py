@@ -1,3 +1,3 @@
-from uqmetrics.testing import register_profiles
+from uqmetrics.runs.testing import register_profiles
 
 register_profiles()

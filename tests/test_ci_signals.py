@@ -2,7 +2,7 @@
 (``.ci/run &``) or a ``nohup`` command with ``SIGINT`` ignored, every process started from it
 inherits that, and Python then installs no ``KeyboardInterrupt`` handler: the Ctrl-C tests used
 to fail there. Every test that interrupts a process now sets that process's ``SIGINT``
-disposition itself (:mod:`uqmetrics.testing.signals`); here, one test of each kind runs in a
+disposition itself (:mod:`uqmetrics.runs.testing.signals`); here, one test of each kind runs in a
 pytest started with ``SIGINT`` ignored and must pass."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import uqmetrics.testing.signals
-from uqmetrics.testing.signals import interruptible, sigint_ignored, sigint_raises
+import uqmetrics.runs.testing.signals
+from uqmetrics.runs.testing.signals import interruptible, sigint_ignored, sigint_raises
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_the_launchers_set_sigint_and_the_handler_is_put_back():
     with sigint_raises():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGINT) is before
-    result = doctest.testmod(uqmetrics.testing.signals)
+    result = doctest.testmod(uqmetrics.runs.testing.signals)
     assert result.attempted and not result.failed
 
 

@@ -39,7 +39,7 @@ from uqmetrics.report import (
     leaderboard,
     read_manifest,
 )
-from uqmetrics.result_schema import metric_variables
+from uqmetrics.runs.result_schema import metric_variables
 
 BROWSER, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 #: Flags under which chromium runs here: headless, no sandbox (root in containers), and no

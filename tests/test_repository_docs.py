@@ -133,7 +133,7 @@ def _line(text: str, pos: int) -> tuple[int, str]:
 
 def test_the_scan_sees_the_repository(texts):
     for name in ("README.md", "docs/conventions.md", "tests/test_repository_docs.py",
-                 "shared/src/uqmetrics/conventions.py"):
+                 "shared/src/uqmetrics/metrics/conventions.py"):
         assert name in texts, f"{name} was not scanned"
 
 

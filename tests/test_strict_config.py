@@ -8,7 +8,7 @@ def test_settings_are_strict(request):
     cfg = request.config
     assert cfg.inipath is not None and cfg.inipath.name == "tox.ini"
     assert cfg.getini("xfail_strict") is True
-    assert "error::uqmetrics.exceptions.UqmetricsWarning" in cfg.getini("filterwarnings")
+    assert "error::uqmetrics.metrics.exceptions.UqmetricsWarning" in cfg.getini("filterwarnings")
     assert {"--strict-markers", "--strict-config"} <= set(cfg.getini("addopts"))
 
 

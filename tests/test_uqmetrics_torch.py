@@ -25,12 +25,12 @@ from uqmetrics import (
     score_metrics,
     softmax_response,
 )
-from uqmetrics.registry import KINDS, get_metric, list_metrics
-from uqmetrics.testing import examples
+from uqmetrics.metrics.registry import KINDS, get_metric, list_metrics
+from uqmetrics.runs.testing import examples
 
 
 def _inputs(kind: str, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """Numpy inputs of a metric kind (``uqmetrics.registry.METRIC_KINDS``), n = 40."""
+    """Numpy inputs of a metric kind (``uqmetrics.metrics.registry.METRIC_KINDS``), n = 40."""
     n = 40
     if kind == "classification":
         z = rng.normal(size=(n, 6)) * 2

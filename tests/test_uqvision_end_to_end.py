@@ -37,7 +37,7 @@ def test_uqvision_demo_rescored_by_uqmetrics(tmp_path):
         # the held-out images; the unscaled values on the held-out images in none_heldout
         for name, t, idx in (("none", 1.0, np.arange(labels.size)), ("temperature", temperature, rest),
                              ("none_heldout", 1.0, rest)):
-            probs = uqmetrics.calibration.softmax(logits[idx], temperature=t)
+            probs = uqmetrics.metrics.calibration.softmax(logits[idx], temperature=t)
             y = labels[idx]
             correct, kappa = probs.argmax(1) == y, uqmetrics.softmax_response(probs)
             expected = {

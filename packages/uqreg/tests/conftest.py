@@ -1,5 +1,5 @@
 import torch
-from uqmetrics.testing import register_profiles
+from uqmetrics.runs.testing import register_profiles
 
 register_profiles()
 # The test machines are small and shared; one intra-op thread keeps timings stable and the

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import uqmetrics
 import xarray as xr
-from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, LogProgress
+from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, LogProgress
 
 from uqreg import cli
 from uqreg.engine import RECIPES

@@ -20,8 +20,8 @@ import json
 import pytest
 import uqmetrics
 import xarray as xr
-from uqmetrics.run_config import read_config
-from uqmetrics.testing import steady_attrs
+from uqmetrics.runs.run_config import read_config
+from uqmetrics.runs.testing import steady_attrs
 
 from uqreg import cli
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import uqmetrics
 import xarray as xr
-from uqmetrics.testing.filesystems import full_filesystems
+from uqmetrics.runs.testing.filesystems import full_filesystems
 
 from uqreg import cli
 from uqreg.methods import Method
@@ -355,7 +355,7 @@ def test_k_an_abbreviated_option_is_refused(run, capsys, no_training, args, opti
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
+    ``leave`` bytes (:func:`uqmetrics.runs.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
         yield make
 

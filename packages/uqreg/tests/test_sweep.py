@@ -24,8 +24,8 @@ import pytest
 import torch
 import uqmetrics
 import xarray as xr
-from uqmetrics.sweep import is_complete
-from uqmetrics.testing.filesystems import append_only
+from uqmetrics.runs.sweep import is_complete
+from uqmetrics.runs.testing.filesystems import append_only
 
 from uqreg import cli
 from uqreg.engine import TrainConfig, make_plan
@@ -178,7 +178,7 @@ def test_sweep_resumes_after_the_client_is_killed(tmp_path, sequential):
 
 def test_failing_cell_is_reported_and_others_finish(tmp_path):
     from dask.distributed import Client
-    from uqmetrics.sweep import Cell, run_sweep
+    from uqmetrics.runs.sweep import Cell, run_sweep
 
     with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client:
         report = run_sweep([Cell("good", {"value": 1.0}), Cell("bad", {"value": -1.0})], _cell_func, tmp_path,
@@ -383,7 +383,7 @@ def test_combining_refuses_an_unverified_cell_whose_coordinates_differ(tmp_path)
     paths = [uqmetrics.write_dataset(run_cell(**cell.params), tmp_path / f"{cell.key}.nc")
              for cell in plan_cells(cfg, chunk_repetitions=2)]
     with netCDF4.Dataset(paths[1], "a") as nc:
-        if "data_checksums" in nc.ncattrs():  # uqmetrics.io.CHECKSUM_ATTR
+        if "data_checksums" in nc.ncattrs():  # uqmetrics.runs.io.CHECKSUM_ATTR
             nc.delncattr("data_checksums")
     _flip_in_variable(paths[1], "x", 500, 7, 0x40)
     with pytest.raises(ValueError, match=f"cell file {paths[1]}: its coordinate x "):
@@ -411,7 +411,7 @@ def test_temporary_files_of_failed_writes_are_removed_by_the_next_sweep(tmp_path
     assert not [p for p in cells.iterdir() if p.name.endswith(".tmp")]
 
 
-#: Holds a lock as :func:`uqmetrics.io.exclusive_lock` does (``flock``, the holder written in
+#: Holds a lock as :func:`uqmetrics.runs.io.exclusive_lock` does (``flock``, the holder written in
 #: the file), in a process of its own.
 HOLD = textwrap.dedent("""
     import fcntl, os, socket, sys, time

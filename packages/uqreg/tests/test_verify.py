@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 import uqmetrics
-from uqmetrics.io import decode_attr
+from uqmetrics.runs.io import decode_attr
 
 from uqreg import cli
 

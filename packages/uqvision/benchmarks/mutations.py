@@ -57,7 +57,7 @@ class Mutation:
 _METHODS = "packages/uqvision/src/uqvision/methods/"
 _SWAG, _VI, _LAPLACE, _CSGLD = (_METHODS + m + ".py" for m in ("swag", "vi", "laplace", "csgld"))
 _SAMPLING = "packages/uqvision/tests/methods/test_methods_sampling.py"
-_CLS = "shared/src/uqmetrics/classification.py"
+_CLS = "shared/src/uqmetrics/metrics/classification.py"
 _CLS_TESTS = "shared/tests/test_classification.py"
 
 #: The mutations, extensible: append entries (see the module docstring).

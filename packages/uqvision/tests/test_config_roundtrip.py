@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import write_dataset
-from uqmetrics.run_config import read_config
-from uqmetrics.testing import steady_attrs
+from uqmetrics.runs.run_config import read_config
+from uqmetrics.runs.testing import steady_attrs
 
 from uqvision.cli import main
 

@@ -52,8 +52,8 @@ try:  # pytorch-ood >= 0.3
 except ImportError:  # pragma: no cover - older releases
     from pytorch_ood.utils import OODMetrics
 
-from uqmetrics.detectors import get_detector
-from uqmetrics.ood import aupr_in, aupr_out, fpr_at_95_tpr, ood_auroc_score
+from uqmetrics.metrics.detectors import get_detector
+from uqmetrics.metrics.ood import aupr_in, aupr_out, fpr_at_95_tpr, ood_auroc_score
 
 N_FIT, N, D, C = 600, 200, 32, 10
 

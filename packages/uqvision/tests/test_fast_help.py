@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from uqmetrics.detectors import DETECTORS
+from uqmetrics.metrics.detectors import DETECTORS
 
 from uqvision import catalog
 from uqvision.data import DATASET_MAKERS

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 from uqmetrics import provenance_attrs, read_dataset, write_dataset
-from uqmetrics.testing.filesystems import full_filesystems
+from uqmetrics.runs.testing.filesystems import full_filesystems
 
 from uqvision.cache import cache_dataset, cache_key, read_cache
 from uqvision.cli import main
@@ -39,7 +39,7 @@ def _one_line(err: str, command: str) -> str:
 @pytest.fixture
 def disk_full(tmp_path):
     """``disk_full(leave) -> folder``: a real 1 MiB file system (tmpfs) filled up but
-    ``leave`` bytes (:func:`uqmetrics.testing.filesystems.full_filesystems`; needs root)."""
+    ``leave`` bytes (:func:`uqmetrics.runs.testing.filesystems.full_filesystems`; needs root)."""
     with full_filesystems(tmp_path) as make:
         yield make
 
@@ -200,7 +200,7 @@ def test_predict_refuses_a_cache_whose_data_changed_saying_how_to_recompute_it(d
 # ---------------------------------------------------------------------------------------------
 # row 2: two runs into one --out
 
-#: Holds a lock as :func:`uqmetrics.io.exclusive_lock` does (``flock``, the holder written in
+#: Holds a lock as :func:`uqmetrics.runs.io.exclusive_lock` does (``flock``, the holder written in
 #: the file), in a process of its own.
 HOLD = textwrap.dedent("""
     import fcntl, os, socket, sys, time

@@ -78,7 +78,7 @@ def test_every_class_has_exactly_the_scale_counts_of_32px_rgb_images(smoke, info
             == [n] * len(info.classes)
     with Image.open(info.splits["test"] / info.classes[0] / "00000.png") as im:
         assert (im.mode, im.size) == ("RGB", (SMOKE.image_size, SMOKE.image_size))
-    # nothing but the documented files (and the record of them, uqmetrics.io.folder_replaced),
+    # nothing but the documented files (and the record of them, uqmetrics.runs.io.folder_replaced),
     # no temporary folder left beside the output
     assert sorted(p.name for p in smoke.iterdir()) == sorted(
         [".uqmetrics-written.json", "classes.json", *SPLITS, MIXED])

@@ -1,7 +1,7 @@
 """The package imports, and what each command imports: ``uqvision train`` and ``uqvision
 predict`` load no scoring code (uqmetrics' metric modules, the protocols' scorers, drivers and
 figures), no scipy, statsmodels, scikit-learn, matplotlib or Dask; ``train`` not even xarray;
-``predict``'s results table only ``uqmetrics.classification``'s accuracy functions.
+``predict``'s results table only ``uqmetrics.metrics.classification``'s accuracy functions.
 Checked in fresh interpreters, on real commands (docs/conventions.md#v-predict-speed). Every
 protocol of the registry is covered: its scorer, driver, figures and analyses are the modules of
 :data:`PROTOCOL_SCORING` in its folder."""
@@ -22,7 +22,7 @@ from uqvision.protocols import VISION_PROTOCOLS
 #: register its training methods and prediction modes are loaded by ``import uqvision``).
 PROTOCOL_SCORING = ("score", "reproduce", "plots", "analysis", "metadata", "measures", "split")
 
-#: Modules a training or prediction command must not import (prefixes). (uqmetrics.sweep is
+#: Modules a training or prediction command must not import (prefixes). (uqmetrics.runs.sweep is
 #: not among them: the command line builds every subcommand's parser, and the sweep options,
 #: defined once there, come with it; that module imports no Dask: "dask" and "distributed"
 #: below keep it so.)
@@ -82,9 +82,9 @@ def test_train_and_predict_import_no_scoring_code(spec, digits, tmp_path):
                           "modes": PASS_MODES.names()}}))
         """)
     assert _imported(got["train"], (*SCORING, "xarray", "pandas")) == []
-    # predict's results table computes top-1/top-5 with uqmetrics.classification (numpy only)
+    # predict's results table computes top-1/top-5 with uqmetrics.metrics.classification (numpy only)
     assert _imported(got["predict"], [m for m in SCORING
-                                      if m != "uqmetrics.classification"]) == []
+                                      if m != "uqmetrics.metrics.classification"]) == []
     assert "crop" in got["modes"]  # the protocols' registrations are there
     assert "uqvision.protocols.url.crop" in got["predict"]
     assert len(list((tmp_path / "caches").glob("*.nc"))) == 1
@@ -95,7 +95,7 @@ def test_uqmetrics_loads_its_metrics_on_first_use_and_xarray_writes_without_dask
         import json, sys
         import uqmetrics
         light = list(sys.modules)
-        from uqmetrics.io import xarray_module
+        from uqmetrics.runs.io import xarray_module
         xr = xarray_module()
         import numpy as np
         ds = xr.Dataset({{"x": ("i", np.arange(3.0))}})
@@ -110,7 +110,7 @@ def test_uqmetrics_loads_its_metrics_on_first_use_and_xarray_writes_without_dask
                           "sum": float(back.x.sum()), "chunks": list(lazy.y.chunks[0]),
                           "dask_sum": float(uqmetrics.read_dataset({str(tmp_path / "b.nc")!r}).y.sum()),
                           "auroc": callable(uqmetrics.auroc_score),
-                          "metrics": len(uqmetrics.registry.list_metrics())}}))
+                          "metrics": len(uqmetrics.metrics.registry.list_metrics())}}))
         """)
     assert _imported(got["light"], (*SCORING, "xarray")) == []
     assert _imported(got["written"], SCORING) == []  # no dask for a Dataset of numpy arrays

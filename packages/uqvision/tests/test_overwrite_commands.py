@@ -76,7 +76,7 @@ def test_a_reproduction_records_every_file_it_wrote(tmp_path, protocol):
     file the run wrote beside its stand-in data set (which has its own record). A run of its
     own: the session's shared smoke runs gain files other tests write there (figures, sites),
     which the reproduction did not write."""
-    from uqmetrics.io import WRITTEN_RECORD, written_files
+    from uqmetrics.runs.io import WRITTEN_RECORD, written_files
 
     from uqvision.protocols import VISION_PROTOCOLS
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import read_result
-from uqmetrics.detectors import DETECTORS, get_detector
+from uqmetrics.metrics.detectors import DETECTORS, get_detector
 
 import uqvision
 from uqvision.evalsets import EVAL_SETS

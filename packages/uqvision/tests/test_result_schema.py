@@ -1,5 +1,5 @@
 """Every registered protocol's result files follow the result-file schema
-(:mod:`uqmetrics.result_schema`, docs/conventions.md#result-schema): the shared reader reads each
+(:mod:`uqmetrics.runs.result_schema`, docs/conventions.md#result-schema): the shared reader reads each
 file its smoke reproduction wrote, as the protocol's own (attr ``protocol`` = its registry name),
 with tagged metric variables and the checksums of caches it was computed from.
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from uqmetrics import read_dataset
-from uqmetrics.result_schema import input_checksum, metric_variables, read_result
+from uqmetrics.runs.result_schema import input_checksum, metric_variables, read_result
 
 from uqvision.protocols import VISION_PROTOCOLS
 

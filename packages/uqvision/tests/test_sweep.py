@@ -13,7 +13,7 @@ import pytest
 import timm
 import torch
 import xarray as xr
-from uqmetrics.testing.signals import interruptible
+from uqmetrics.runs.testing.signals import interruptible
 
 from uqvision.cli import main
 from uqvision.predict import PredictConfig

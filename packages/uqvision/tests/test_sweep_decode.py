@@ -204,7 +204,7 @@ def test_channels_last_is_chosen_by_architecture_and_recorded(digits):
 def _as_before_the_option(path: Path) -> None:
     """Rewrite a cache as one written before ``channels_last`` was recorded."""
     from uqmetrics import write_dataset
-    from uqmetrics.io import read_dataset
+    from uqmetrics.runs.io import read_dataset
 
     old = read_dataset(path)
     config = json.loads(old.attrs["config"])

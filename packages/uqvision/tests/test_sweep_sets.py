@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from uqmetrics.sweep import is_complete
-from uqmetrics.testing.signals import sigint_raises
+from uqmetrics.runs.sweep import is_complete
+from uqmetrics.runs.testing.signals import sigint_raises
 
 from uqvision.cli import main
 from uqvision.data import make_digits_folder

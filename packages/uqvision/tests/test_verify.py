@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import dataset_checksum, read_dataset, write_dataset
-from uqmetrics.io import decode_attr
+from uqmetrics.runs.io import decode_attr
 
 from uqvision.cli import main
 from uqvision.protocols import VISION_PROTOCOLS

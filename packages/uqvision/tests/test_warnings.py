@@ -4,7 +4,7 @@ whichever module a warning is attributed to."""
 import numpy as np
 import pytest
 from uqmetrics import auroc_score
-from uqmetrics.exceptions import UqmetricsWarning
+from uqmetrics.metrics.exceptions import UqmetricsWarning
 
 from uqvision.cache import index_caches
 from uqvision.exceptions import SkippedCacheWarning, UqvisionWarning

@@ -5,7 +5,7 @@ The data path: :class:`~uqreg.tasks.LinearTask` ─instance→ :class:`~uqreg.ta
 (repetition, point) ─:func:`~uqreg.study.run_study`→ one xarray.Dataset scored by uqmetrics.
 """
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {

@@ -1,6 +1,6 @@
 """The entries of the registries whose modules import torch, by name and description, known
 without importing them: the help of ``uqreg study --methods`` (and ``sweep``'s)
-(:class:`uqmetrics.lazy.Catalog`; docs/conventions.md#fast-help).
+(:class:`uqmetrics.runs.lazy.Catalog`; docs/conventions.md#fast-help).
 
 :data:`BUILT_IN` lists the package's own entries, in the registries' order;
 ``tests/test_fast_help.py`` checks it against the registries, and ``python -m uqreg.catalog``
@@ -10,7 +10,7 @@ nothing of the package.
 
 from __future__ import annotations
 
-from uqmetrics.lazy import Catalog
+from uqmetrics.runs.lazy import Catalog
 
 __all__ = ["BUILT_IN", "CATALOG", "REGISTRIES", "describe", "names"]
 

@@ -4,7 +4,7 @@ Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``rer
 ``methods``, ``recipes``. Choices and help come from the registries (tasks, methods, recipes,
 presets).
 
-Runs from a configuration file (:mod:`uqmetrics.run_config`): ``study``, ``sweep`` and
+Runs from a configuration file (:mod:`uqmetrics.runs.run_config`): ``study``, ``sweep`` and
 ``reproduce`` take ``--config FILE`` (options on the command line override it) and write their
 fully resolved configuration beside their results (``OUT/study.config.toml``;
 ``OUT/sweep.<digest>.config.toml`` and ``OUT/reproduce.<digest>.config.toml``, named by their
@@ -30,9 +30,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import uqmetrics
 from uqmetrics import InputError, run_command
-from uqmetrics.config_options import ConfigOption, add_config_options, config_kwargs, mark_launcher
-from uqmetrics.lazy import LazySubParsers
-from uqmetrics.run_config import (
+from uqmetrics.runs.config_options import (
+    ConfigOption,
+    add_config_options,
+    config_kwargs,
+    mark_launcher,
+)
+from uqmetrics.runs.lazy import LazySubParsers
+from uqmetrics.runs.run_config import (
     add_config_option,
     config_in,
     config_in_by_digest,
@@ -40,7 +45,7 @@ from uqmetrics.run_config import (
     rerun,
     run_recorded,
 )
-from uqmetrics.sweep import ClusterSpec, add_cluster_options, positive_int
+from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options, positive_int
 
 from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
@@ -150,7 +155,7 @@ def _gib(value: float) -> str:
 
 
 #: The study options, generated from StudyConfig's and TrainConfig's fields
-#: (:mod:`uqmetrics.config_options`, as uqvision's): each default is the dataclass's, shown in the
+#: (:mod:`uqmetrics.runs.config_options`, as uqvision's): each default is the dataclass's, shown in the
 #: help, and an option overrides the configuration (or the preset) only when given.
 STUDY_OPTIONS = (
     ConfigOption("task", default=None, help="task name: " + "; ".join(TASKS.describe().splitlines())
@@ -554,13 +559,13 @@ def cmd_rerun(a: argparse.Namespace) -> int:
     """``uqreg rerun FILE``: the recorded command, printed, its options read back from ``FILE``
     (``--config FILE``: no launcher option, no ``--overwrite``), ``--out``, ``--overwrite`` and
     the options after ``FILE`` given here overriding them
-    (:func:`uqmetrics.run_config.rerun`)."""
+    (:func:`uqmetrics.runs.run_config.rerun`)."""
     return rerun(a.file, "uqreg", main, out=a.out, overwrite=a.overwrite, options=a.options,
                  yes=a.yes)
 
 
 def _config_files(a: argparse.Namespace, config: dict) -> list[Path]:
-    """The configuration file a command writes (:func:`uqmetrics.run_config.run_recorded`), its
+    """The configuration file a command writes (:func:`uqmetrics.runs.run_config.run_recorded`), its
     default ``--out`` resolved first (so that the configuration records it)."""
     if a.command in ("study", "sweep") and a.out is None:
         from .presets import PRESETS
@@ -594,7 +599,7 @@ def cmd_methods(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from uqmetrics.verify import verify
+    from uqmetrics.report.verify import verify
 
     from .verify import PROTOCOL, rescorer
 
@@ -697,7 +702,7 @@ def _args_rerun(p: argparse.ArgumentParser) -> None:
 
 
 def _args_verify(p: argparse.ArgumentParser) -> None:
-    from uqmetrics.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
     p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
                    help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")

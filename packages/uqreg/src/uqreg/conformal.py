@@ -8,7 +8,7 @@ interval at the test points:
 * ``cp_std``: ``s = |y − mean| / std``, interval ``mean ± q·std``.
 
 ``q`` is the ⌈(n_cal + 1)(1 − α)⌉-th smallest score (+inf when that rank exceeds n_cal),
-:func:`uqmetrics.conformal.conformal_quantile`. Every registered method gets a split-conformal
+:func:`uqmetrics.metrics.conformal.conformal_quantile`. Every registered method gets a split-conformal
 version per score, named ``<method>+<score>`` (``ens+cp_abs``), see
 :func:`uqreg.methods.get_method`; registering a score here gives every method a new version.
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtr, ndtri
-from uqmetrics.conformal import conformal_quantile
-from uqmetrics.exceptions import InputError
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.conformal import conformal_quantile
+from uqmetrics.metrics.exceptions import InputError
+from uqmetrics.metrics.registry import Registry
 
 
 def interval_z(alpha: float) -> float:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import uqmetrics
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .engine import TrainConfig
 from .tasks import get_task
@@ -317,8 +317,8 @@ def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu"
 def _ratio_claim(ds, method, part: str, region: str):
     """Geometric mean over repetitions and complexities of the region's mean ratio, whether most
     of those (repetition, complexity) cells lie above 1, and the two-sided sign test's p-value
-    (twice :func:`uqmetrics.stats.sign_test` of the majority side, at most 1)."""
-    from uqmetrics.stats import sign_test
+    (twice :func:`uqmetrics.metrics.stats.sign_test` of the majority side, at most 1)."""
+    from uqmetrics.metrics.stats import sign_test
 
     v = ds[f"log10_{part}_ratio"].sel({"method": method, "region": region}).values.ravel()
     v = v[np.isfinite(v)]
@@ -391,7 +391,7 @@ def reproduce_disentangle(out_dir, *, scale: str = "cpu", device: str = "cpu", p
     (:func:`uqreg.plots.plot_variances`, :func:`uqreg.plots.plot_leakage`) and write
     ``findings.md`` (:func:`summary_table` and :func:`findings`). Returns the paths written."""
     import matplotlib.pyplot as plt
-    from uqmetrics.plotting import save_figure
+    from uqmetrics.report.plotting import save_figure
 
     from .plots import plot_leakage, plot_variances
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from uqmetrics.exceptions import InputError
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.exceptions import InputError
+from uqmetrics.metrics.registry import Registry
 
 from . import conformal
 from .diagnostics import collapsed, constant_loss, half_mse

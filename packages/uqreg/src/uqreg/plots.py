@@ -1,4 +1,4 @@
-"""The paper's figures, drawn from a study file alone (thin layer over :mod:`uqmetrics.plotting`).
+"""The paper's figures, drawn from a study file alone (thin layer over :mod:`uqmetrics.report.plotting`).
 
 * :func:`plot_bands` — prediction ± z·std (z = :data:`uqmetrics.COVERAGE_Z`) per method, with the
   training data and the ground truth (the paper's Figs. 1, 2); each panel's title gives the
@@ -34,7 +34,7 @@ import numpy as np
 import uqmetrics
 import xarray as xr
 from matplotlib.ticker import MaxNLocator
-from uqmetrics.plotting import (
+from uqmetrics.report.plotting import (
     plot_coverage_vs_complexity,
     plot_heatmap,
     plot_prediction_bands,
@@ -60,7 +60,7 @@ def check_study(ds: xr.Dataset, source=None) -> None:
     >>> check_study(xr.Dataset({"logits": (("n", "class"), [[0.0, 1.0]])}), "cache.nc")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    uqmetrics.exceptions.InputError: cache.nc is not a uqreg study (written by uqreg study or uqreg sweep): it lacks the dims method, complexity, repetition, point, region and 20 of its 20 variables (prediction, uncertainty, truth, x_train, ...)
+    uqmetrics.metrics.exceptions.InputError: cache.nc is not a uqreg study (written by uqreg study or uqreg sweep): it lacks the dims method, complexity, repetition, point, region and 20 of its 20 variables (prediction, uncertainty, truth, x_train, ...)
     """
     dims = [d for d in STUDY_DIMS if d not in ds.dims]
     variables = [v for v in STUDY_VARIABLES if v not in ds.data_vars]

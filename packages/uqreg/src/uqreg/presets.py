@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .engine import TrainConfig
 from .study import StudyConfig

@@ -24,8 +24,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from uqmetrics.io import decode_attr
 from uqmetrics.report import REPORT_HOOKS, ReportHook
+from uqmetrics.runs.io import decode_attr
 
 __all__ = ["COLUMNS", "HOOK", "PROTOCOL", "cmd_report"]
 

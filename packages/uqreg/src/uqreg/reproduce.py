@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import uqmetrics
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .engine import RECIPES, TrainConfig
 from .engine.config import is_int
@@ -114,7 +114,7 @@ def _nearest(values, target):
 def draw_figures(e1, e2, e3, out_dir) -> list[Path]:
     """Figures 1–7 from the three study datasets (any may be None: its figures are skipped)."""
     import matplotlib.pyplot as plt  # figures: imported on use (uqreg reproduce -h needs none)
-    from uqmetrics.plotting import save_figure
+    from uqmetrics.report.plotting import save_figure
 
     from .plots import plot_bands, plot_coverage_map, plot_probes
 
@@ -293,7 +293,7 @@ def findings_table(e1=None, e3=None) -> str:
 def draw_recipe_figures(studies: dict, out_dir) -> list[Path]:
     """One recipe-comparison figure per sensitivity study (:func:`uqreg.plots.plot_recipes`)."""
     import matplotlib.pyplot as plt  # figures: imported on use (uqreg reproduce -h needs none)
-    from uqmetrics.plotting import save_figure
+    from uqmetrics.report.plotting import save_figure
 
     from .plots import plot_recipes
 

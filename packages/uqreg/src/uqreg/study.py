@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import uqmetrics
-from uqmetrics.sweep import progress_bar as _progress_bar
+from uqmetrics.runs.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
@@ -253,7 +253,7 @@ def _pad(arrays: list[np.ndarray], fill=np.nan) -> np.ndarray:
 
 def progress_bar(total: int, desc: str, *, enabled: bool = True):
     """A tqdm bar on a terminal; periodic one-line updates otherwise; nothing if disabled
-    (:func:`uqmetrics.sweep.progress_bar`, shared with the sweeps)."""
+    (:func:`uqmetrics.runs.sweep.progress_bar`, shared with the sweeps)."""
     return _progress_bar(total, desc, unit="epoch", enabled=enabled, leave=False)
 
 

@@ -3,7 +3,7 @@
 A study is cut into independent cells — recipe × complexity × method × repetition chunk — each
 computed by
 :func:`run_cell` (a :func:`uqreg.study.run_raw` of that slice) and written to its own file by
-:func:`uqmetrics.sweep.run_sweep`. Every random stream is keyed by (seed, repetition, member), so a
+:func:`uqmetrics.runs.sweep.run_sweep`. Every random stream is keyed by (seed, repetition, member), so a
 cell computes exactly what the same slice of a single :func:`~uqreg.study.run_study` computes;
 :func:`combine_cells` joins the cells and adds the same summary, giving the dataset
 ``uqreg study`` writes for the same configuration.
@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 import uqmetrics
 import xarray as xr
-from uqmetrics.io import (
+from uqmetrics.runs.io import (
     CHECKSUM_ATTR,
     IncompleteResultError,
     exclusive_lock,
     remove_stale_temporaries,
 )
-from uqmetrics.sweep import Cell, SweepReport, cell_path, run_sweep
+from uqmetrics.runs.sweep import Cell, SweepReport, cell_path, run_sweep
 
 from .engine import RECIPES
 from .engine.config import is_int
@@ -167,14 +167,14 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     ``n_workers`` and ``threads_per_worker`` (integers >= 1) size the ``LocalCluster`` started
     when neither ``scheduler`` nor ``client`` is given; ``ValueError`` before any work otherwise
     (a cluster of no worker would wait for ever). ``log_file``: where failed cells' full
-    tracebacks and the Dask workers' own output go (:func:`uqmetrics.sweep.run_sweep`; the
+    tracebacks and the Dask workers' own output go (:func:`uqmetrics.runs.sweep.run_sweep`; the
     console then shows one line per failed cell, and one line on Ctrl-C).
 
-    The sweep holds ``out_dir/cells/.sweep.lock`` (:func:`uqmetrics.io.exclusive_lock`) while it
-    runs: a second sweep into the same folder is refused (:class:`uqmetrics.io.LockedError`,
+    The sweep holds ``out_dir/cells/.sweep.lock`` (:func:`uqmetrics.runs.io.exclusive_lock`) while it
+    runs: a second sweep into the same folder is refused (:class:`uqmetrics.runs.io.LockedError`,
     naming the process that holds it) before any work. Holding it, the sweep removes the
     temporary files earlier runs' failed writes left in ``cells/``
-    (:func:`uqmetrics.io.remove_stale_temporaries`), and notes on stderr, one line each, the
+    (:func:`uqmetrics.runs.io.remove_stale_temporaries`), and notes on stderr, one line each, the
     cell files on disk that are not intact (data that do not match their recorded checksums,
     an unreadable or unfinished file): they are recomputed.
     """

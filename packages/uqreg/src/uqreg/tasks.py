@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
 

@@ -1,5 +1,5 @@
 """``uqreg verify``: recompute a study's entries (one per method) and compare
-(:mod:`uqmetrics.verify`).
+(:mod:`uqmetrics.report.verify`).
 
 :func:`rescore_study` recomputes a study file:
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import xarray as xr
-from uqmetrics.io import decode_attr
+from uqmetrics.runs.io import decode_attr
 
 from .study import RAW_VARS, StudyConfig, summarize
 from .sweep import combine_cells

@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 
 import importlib
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 #: The packages whose modules fill the registries, in this order (the general training methods
 #: before the protocols' learners); then what each protocol registers (:attr:`uqvision.

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from uqmetrics import IncompleteResultError, InputError, dataset_checksum, read_dataset
-from uqmetrics.io import READ_ERRORS, xarray_module  # xarray imported on use
+from uqmetrics.runs.io import READ_ERRORS, xarray_module  # xarray imported on use
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -268,9 +268,9 @@ def read_cache(path: str | os.PathLike) -> xr.Dataset:
     CacheError
         Partial/corrupt file, a file that is not a prediction cache, or data that do not match
         the recorded checksum (the cache's ``checksum``, or the per-variable checksums every
-        result file records, :data:`uqmetrics.io.CHECKSUM_ATTR`); its ``__cause__`` is the
+        result file records, :data:`uqmetrics.runs.io.CHECKSUM_ATTR`); its ``__cause__`` is the
         :class:`uqmetrics.IncompleteResultError` of an unreadable or unfinished file
-        (:class:`uqmetrics.io.CorruptResultError` for data that changed on disk).
+        (:class:`uqmetrics.runs.io.CorruptResultError` for data that changed on disk).
     """
     try:
         ds = read_dataset(path)

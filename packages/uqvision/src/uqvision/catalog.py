@@ -1,7 +1,7 @@
 """The entries of the registries whose modules import torch, by name and description, known
 without importing them: the choices and help of ``uqvision train --method``, ``--augment``,
 ``uqvision predict --mode``, ``--tta-policy`` and ``uqvision score uimnet --gmm-fit``
-(:class:`uqmetrics.lazy.Catalog`; docs/conventions.md#fast-help), and the names of the
+(:class:`uqmetrics.runs.lazy.Catalog`; docs/conventions.md#fast-help), and the names of the
 installed plugins (:func:`plugin_names`, read from the packages' metadata).
 
 :data:`BUILT_IN` lists the package's own entries, in the registries' order;
@@ -13,7 +13,7 @@ runs. This module imports nothing of the package: any layer may read it.
 
 from __future__ import annotations
 
-from uqmetrics.lazy import Catalog, plugin_names
+from uqmetrics.runs.lazy import Catalog, plugin_names
 
 __all__ = ["BUILT_IN", "CATALOG", "REGISTRIES", "describe", "names", "plugin_names"]
 

@@ -498,14 +498,14 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
 
 def _feature_variables(evaluation: Evaluation) -> tuple[bool, tuple[str, ...], list[str]]:
     """``(embeddings, extra variables, detectors)``: what the OOD protocol's detectors read
-    beyond the logits (:data:`uqmetrics.detectors.NEED_KEYS`), and which detectors need it;
+    beyond the logits (:data:`uqmetrics.metrics.detectors.NEED_KEYS`), and which detectors need it;
     nothing without the OOD protocol or a feature detector. A detector that fits on training
     images is left out without a set of role ``fit`` unless named (the score command then
     refuses it, naming the option)."""
     argv = evaluation.protocols.get("ood")
     if argv is None:
         return False, (), []
-    from uqmetrics.detectors import DETECTORS, NEED_KEYS, list_detectors
+    from uqmetrics.metrics.detectors import DETECTORS, NEED_KEYS, list_detectors
 
     from .protocols.ood.score import DEFAULT_DETECTORS
 
@@ -674,7 +674,7 @@ def read_state(out: str | os.PathLike) -> dict[str, Any]:
 
 def _write_state(out: Path, state: Mapping[str, Any]) -> None:
     """Write :data:`STATE_FILE` atomically (not at all when it holds this already)."""
-    from uqmetrics.io import write_text_file
+    from uqmetrics.runs.io import write_text_file
 
     text = json.dumps(state, indent=1, sort_keys=True) + "\n"
     path = out / STATE_FILE
@@ -1102,7 +1102,7 @@ def _set_aside(paths: Sequence[Path], caches: Path) -> list[tuple[Path, Path]]:
 
 
 def _restore(moved: Sequence[tuple[Path, Path]], caches: Path) -> None:
-    from uqmetrics.sweep import is_complete
+    from uqmetrics.runs.sweep import is_complete
 
     for original, aside in moved:
         if is_complete(original):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uqmetrics import InputError, check_writable
-from uqmetrics.config_options import (
+from uqmetrics.runs.config_options import (
     FROM_CONFIG,
     ConfigOption,
     add_config_options,
@@ -81,9 +81,9 @@ class Command:
         One line (the command's help).
     config_files : callable or None
         ``config_files(args, config) -> paths``: the files its fully resolved configuration
-        is written to, beside its results (:func:`uqmetrics.run_config.run_recorded`; the
+        is written to, beside its results (:func:`uqmetrics.runs.run_config.run_recorded`; the
         command's ``arguments`` give it ``--config``,
-        :func:`uqmetrics.run_config.add_config_option`); ``None``: a command that writes no
+        :func:`uqmetrics.runs.run_config.add_config_option`); ``None``: a command that writes no
         results.
     """
 
@@ -170,5 +170,5 @@ def set_pairs(items: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-# options generated from typed configs (uqmetrics.config_options, shared with uqreg's CLI):
+# options generated from typed configs (uqmetrics.runs.config_options, shared with uqreg's CLI):
 # a default is written once, in the dataclass

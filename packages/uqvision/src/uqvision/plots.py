@@ -1,4 +1,4 @@
-"""Figures from prediction caches, for any protocol (drawn by ``uqmetrics.plotting``).
+"""Figures from prediction caches, for any protocol (drawn by ``uqmetrics.report.plotting``).
 
 - one reliability diagram per model (plain cache, softmax probabilities);
 - risk–coverage curves of all models (softmax response) in one figure.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from uqmetrics import risk_coverage_curve, softmax, softmax_response
-from uqmetrics.plotting import (
+from uqmetrics.report.plotting import (
     plot_reliability_diagram,
     plot_risk_coverage,
     save_figure,

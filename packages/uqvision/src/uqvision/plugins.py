@@ -7,15 +7,15 @@ it names is registered under the entry point's name when the registries are fill
 installed packages' metadata without importing anything
 (:func:`uqvision.catalog.plugin_names`):
 
-==============================  ==========================================  ===================
-group                           registry                                    object
-==============================  ==========================================  ===================
-``uqvision.training_methods``   :data:`uqvision.training.TRAINING_METHODS`  ``TrainingMethod``
-``uqvision.model_sources``      :data:`uqvision.models.MODEL_SOURCES`       ``ModelSource``
-``uqvision.eval_sets``          :data:`uqvision.evalsets.EVAL_SETS`         ``EvalSet``
-``uqmetrics.detectors``         :data:`uqmetrics.detectors.DETECTORS`       ``Detector``
-``uqvision.protocols``          :data:`uqvision.protocols.VISION_PROTOCOLS` ``Protocol``
-==============================  ==========================================  ===================
+=============================  =============================================  ==================
+group                          registry                                       object
+=============================  =============================================  ==================
+``uqvision.training_methods``  :data:`uqvision.training.TRAINING_METHODS`     ``TrainingMethod``
+``uqvision.model_sources``     :data:`uqvision.models.MODEL_SOURCES`          ``ModelSource``
+``uqvision.eval_sets``         :data:`uqvision.evalsets.EVAL_SETS`            ``EvalSet``
+``uqmetrics.detectors``        :data:`uqmetrics.metrics.detectors.DETECTORS`  ``Detector``
+``uqvision.protocols``         :data:`uqvision.protocols.VISION_PROTOCOLS`    ``Protocol``
+=============================  =============================================  ==================
 
 In the plugin's ``pyproject.toml``::
 
@@ -47,7 +47,7 @@ PLUGIN_GROUPS: dict[str, str] = {
     "uqvision.training_methods": "uqvision.training.method:TRAINING_METHODS",
     "uqvision.model_sources": "uqvision.models.spec:MODEL_SOURCES",
     "uqvision.eval_sets": "uqvision.evalsets.sets:EVAL_SETS",
-    "uqmetrics.detectors": "uqmetrics.detectors:DETECTORS",
+    "uqmetrics.detectors": "uqmetrics.metrics.detectors:DETECTORS",
     "uqvision.protocols": "uqvision.protocols:VISION_PROTOCOLS",
 }
 
@@ -62,7 +62,7 @@ def __getattr__(name: str):
 
 
 def load_plugins() -> dict[str, dict[str, str]]:
-    """Register every installed plugin (:meth:`uqmetrics.registry.Registry.load_plugins` for
+    """Register every installed plugin (:meth:`uqmetrics.metrics.registry.Registry.load_plugins` for
     each of :data:`PLUGIN_REGISTRIES`); a later call loads only the plugins installed since.
 
     Returns

@@ -497,7 +497,7 @@ def mean_softmax(caches: list[xr.Dataset]) -> tuple[np.ndarray, np.ndarray]:
         (n_samples, n_classes): the softmax averaged over every pass of every cache (TTA
         passes, MC-dropout samples), each pass weighted equally.
     """
-    from uqmetrics.calibration import softmax  # scipy: imported on use
+    from uqmetrics.metrics.calibration import softmax  # scipy: imported on use
 
     check_aligned(caches)
     total: Any = None
@@ -594,16 +594,16 @@ def fit_predictor_temperature(model: str, dataset: str, logp: np.ndarray, labels
     Returns
     -------
     float
-        :func:`uqmetrics.calibration.fit_temperature` with ``strict``.
+        :func:`uqmetrics.metrics.calibration.fit_temperature` with ``strict``.
 
     Raises
     ------
     uqmetrics.InputError
-        Fewer than :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images, or a
+        Fewer than :data:`uqmetrics.metrics.calibration.MIN_TEMPERATURE_SAMPLES` images, or a
         temperature on a bound of the search (the NLL has no minimum inside it), naming the
         model, the option and the bound.
     """
-    from uqmetrics.calibration import MIN_TEMPERATURE_SAMPLES, fit_temperature  # scipy
+    from uqmetrics.metrics.calibration import MIN_TEMPERATURE_SAMPLES, fit_temperature  # scipy
 
     k, flag = labels.size, "--" + option.replace("_", "-")
     if k < MIN_TEMPERATURE_SAMPLES:

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from uqmetrics import input_checksum, read_dataset
-from uqmetrics.io import decode_attr, xarray_module
+from uqmetrics.runs.io import decode_attr, xarray_module
 
 if TYPE_CHECKING:
     import xarray as xr

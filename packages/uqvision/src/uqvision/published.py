@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 from uqmetrics import InputError
-from uqmetrics.io import decode_attr
+from uqmetrics.runs.io import decode_attr
 
 __all__ = ["PUBLISHED_BASELINES", "Checkpoint", "Comparison", "PublishedTable", "checkpoints",
            "compare", "format_comparison", "load", "names", "published_baseline_errors",

@@ -82,7 +82,7 @@ def timm_columns(ds: Any, dim: str) -> dict[str, list[Any]]:
 def _identity(ds: Any) -> dict[str, dict]:
     """The score file's caches and what each recorded (``entries.identity``: path ->
     ``{model, dataset_name, ...}``)."""
-    from uqmetrics.io import decode_attr
+    from uqmetrics.runs.io import decode_attr
 
     entries = decode_attr(ds.attrs.get("entries"))
     identity = entries.get("identity") if isinstance(entries, dict) else None
@@ -140,7 +140,7 @@ def _some(names: list[str], most: int = 4) -> str:
 def _cache_images(identity: dict[str, dict]) -> dict[str, int | None]:
     """dataset_name -> the images of one of its caches on disk (their ``sample`` dim), None
     where none is on disk."""
-    from uqmetrics.io import xarray_module
+    from uqmetrics.runs.io import xarray_module
 
     xr = xarray_module()
     out: dict[str, int | None] = {}
@@ -206,7 +206,7 @@ def images_covered(ds: Any, text: str = "", rows: tuple[str, ...] = ("model",)) 
 
 def _hook(proto: Protocol):
     from uqmetrics.report import ReportHook
-    from uqmetrics.result_schema import metric_variables
+    from uqmetrics.runs.result_schema import metric_variables
 
     figures = None
     if proto.plots is not None:

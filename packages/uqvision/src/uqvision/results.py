@@ -27,7 +27,7 @@ files. Columns (:data:`COLUMNS`):
 
 Metric modules and the selective scorer are imported on use: ``results_table(...,
 metrics=False)`` (what ``uqvision predict`` prints) computes top-1/top-5 only, with the
-accuracy functions of ``uqmetrics.classification`` (16 ms to import after xarray), and imports
+accuracy functions of ``uqmetrics.metrics.classification`` (16 ms to import after xarray), and imports
 no other scoring code: the selective metrics need scipy and the selective scorer, about 2.3 s
 of imports that the prediction command does not pay (docs/conventions.md#v-predict-speed).
 """
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uqmetrics.io import write_text_file, xarray_module
+from uqmetrics.runs.io import write_text_file, xarray_module
 
 from .cache import index_caches, read_cache, select_dataset
 
@@ -245,13 +245,13 @@ def _accuracy_columns(ds: xr.Dataset) -> dict[str, float]:
 
     The probabilities are the softmax of the logits (the mean of the passes' softmaxes for
     (pass, sample, class) logits, as the selective protocol's predictive distribution), in
-    float64; the metric is :func:`uqmetrics.classification.top_k_accuracy_score`, the function
+    float64; the metric is :func:`uqmetrics.metrics.classification.top_k_accuracy_score`, the function
     behind the registered ``accuracy``/``top5_accuracy``, imported alone (no scipy).
     """
     if "logits" not in ds or "label" not in ds or ds.sizes.get("sample", 0) == 0:
         return {}
     import torch
-    from uqmetrics.classification import top_k_accuracy_score
+    from uqmetrics.metrics.classification import top_k_accuracy_score
 
     z = torch.from_numpy(ds["logits"].values.astype("float64"))
     p = torch.softmax(z, dim=-1)
@@ -300,7 +300,7 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
         of the caches); the metrics are then computed on every image of the cache.
     metrics : bool, default True
         False: only ``top1``/``top5`` are computed (from each model and mode's pass-0 cache,
-        :func:`uqmetrics.classification.top_k_accuracy_score`; NaN without labels), the
+        :func:`uqmetrics.metrics.classification.top_k_accuracy_score`; NaN without labels), the
         selective metrics are NaN and no scoring code (scipy, the selective scorer) is
         imported; one row per model and prediction mode (``<model>+<mode>`` for modes other
         than plain), as ``uqvision predict`` prints.

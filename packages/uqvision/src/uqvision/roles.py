@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from uqmetrics import InputError
-from uqmetrics.config_options import ConfigOption
+from uqmetrics.runs.config_options import ConfigOption
 
 __all__ = ["LABELLED_ROLES", "RETIRED_ROLE_OPTIONS", "ROLE_ALIASES", "ROLE_ATTR", "SET_ROLES",
            "declared_ensembles", "ensemble_option", "legacy_config", "role_option"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from uqmetrics.run_config import add_config_option
+from uqmetrics.runs.run_config import add_config_option
 
 from .options import INDEX
 from .protocols import Protocol

@@ -1,7 +1,7 @@
 """Named model zoos: ``uqvision sweep --zoo NAME`` (docs/conventions.md#v-1-zoos).
 
 A zoo is a function that returns model names (``arch.tag`` for timm, ``tv/<name>.<WEIGHTS>``
-for torchvision), registered in :data:`ZOOS` (a :class:`uqmetrics.registry.Registry`) with a
+for torchvision), registered in :data:`ZOOS` (a :class:`uqmetrics.metrics.registry.Registry`) with a
 one-line description, its docstring's first line (``uqvision sweep --list-zoos``). The names are
 not checked when a zoo is expanded: a name the installed timm or torchvision does not know
 becomes a failed model of the sweep (recorded, skipped), never a crash at planning time.
@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterable
 from importlib import resources
 
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 __all__ = ["IN1K_TAG", "ZOOS", "is_in1k_tag", "selective_paper", "timm_in1k", "zoo_models"]
 

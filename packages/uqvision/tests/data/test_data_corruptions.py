@@ -223,7 +223,7 @@ def test_a_dask_generation_interrupted_by_ctrl_c_resumes_byte_identical(clean, t
     import threading
     import time
 
-    from uqmetrics.testing.signals import sigint_raises
+    from uqmetrics.runs.testing.signals import sigint_raises
 
     kw = {"corruptions": ("glass_blur",), "severities": (1, 2), "resize": 64, "crop": 64,
           "progress": False}

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image
 from uqmetrics import InputError
-from uqmetrics.io import WRITTEN_RECORD
-from uqmetrics.testing.filesystems import full_filesystems
+from uqmetrics.runs.io import WRITTEN_RECORD
+from uqmetrics.runs.testing.filesystems import full_filesystems
 
 from uqvision.cli import main
 from uqvision.data import ImageFolderDataset, make_digits_folder
@@ -231,7 +231,7 @@ def test_an_unfinished_or_damaged_folder_is_refused_when_predicted(clean2, tmp_p
 # -- the full disk ---------------------------------------------------------------------------------
 
 def test_a_full_disk_names_the_image_being_written(clean, tmp_path, capsys):
-    """A real full file system (a tmpfs filled up, :func:`uqmetrics.testing.filesystems.
+    """A real full file system (a tmpfs filled up, :func:`uqmetrics.runs.testing.filesystems.
     full_filesystems`: the kernel's own ENOSPC): one line naming the JPEG being written and
     "no space left on the device", no temporary file left (it said ``[Errno 28] No space
     left on device`` without a file)."""

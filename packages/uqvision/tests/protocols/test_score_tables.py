@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from uqmetrics.detectors import list_detectors
+from uqmetrics.metrics.detectors import list_detectors
 from uqmetrics.report import parse_column
 
 from uqvision.cli import main

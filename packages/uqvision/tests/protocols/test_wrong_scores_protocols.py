@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import InputError, read_dataset, write_dataset
-from uqmetrics.calibration import MIN_TEMPERATURE_SAMPLES
+from uqmetrics.metrics.calibration import MIN_TEMPERATURE_SAMPLES
 
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.cli import main

@@ -18,7 +18,7 @@ leading *network* axis ``B``; randomness is counter based (:mod:`uqreg.rng`), so
 trains exactly the networks a per-network loop would, whatever chunk they fall in.
 """
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {

@@ -52,7 +52,7 @@ import math
 from collections.abc import Callable
 
 import torch
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .config import TrainConfig
 from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha, sigmoid

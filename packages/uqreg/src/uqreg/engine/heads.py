@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 import torch
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .. import rng
 from .config import TrainConfig

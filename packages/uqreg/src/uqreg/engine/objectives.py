@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .config import TrainConfig
 

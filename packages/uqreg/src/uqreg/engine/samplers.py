@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .. import rng
 from .config import TrainConfig

@@ -10,7 +10,7 @@ option, its scoring of ``sweep``, its commands, the line ``predict`` prints): no
 this package names a protocol. Every command that writes results (``data``, ``train``,
 ``predict``, ``score NAME``, ``sweep``, ``reproduce NAME``) takes ``--config FILE`` and writes
 its fully resolved configuration beside them (:attr:`Command.config_files`;
-:mod:`uqmetrics.run_config`), also recorded in the result files' ``run_config`` attr, which
+:mod:`uqmetrics.runs.run_config`), also recorded in the result files' ``run_config`` attr, which
 ``uqvision rerun RESULT.nc`` runs again. ``predict`` runs under ``torchrun`` as is (``torchrun
 --nproc_per_node N -m uqvision predict ...``): samples are sharded exactly and the logits
 gathered before rank 0 writes.
@@ -51,8 +51,8 @@ import sys
 from collections.abc import Sequence
 
 from uqmetrics import run_command
-from uqmetrics.registry import Registry
-from uqmetrics.run_config import rerun, run_recorded
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.run_config import rerun, run_recorded
 
 from .. import load_registries
 from ..options import COUNT, Command
@@ -103,7 +103,7 @@ def _cmd_rerun(a: argparse.Namespace) -> int:
     """``uqvision rerun RESULT``: the recorded command, printed, its options read back from
     ``RESULT`` (``--config RESULT``: no launcher option, no ``--overwrite``), ``--out``,
     ``--overwrite`` and the options after ``RESULT`` given here overriding them
-    (:func:`uqmetrics.run_config.rerun`). A score file a sweep wrote records the score command
+    (:func:`uqmetrics.runs.run_config.rerun`). A score file a sweep wrote records the score command
     on the sweep's caches (rerun: the score alone) and the sweep (``--with-sweep``)."""
     return rerun(a.result, "uqvision", main, out=a.out, overwrite=a.overwrite,
                  options=a.options, yes=a.yes, whole=a.with_sweep)
@@ -227,6 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     cmd = COMMANDS.lookup(args.command)
     load_registries()  # the parsers were built from light modules; the command runs on all
-    # its configuration recorded (uqmetrics.run_config), its errors naming the sub-command
+    # its configuration recorded (uqmetrics.runs.run_config), its errors naming the sub-command
     return run_command("uqvision", command.prog.partition(" ")[2],
                        lambda: run_recorded(args, lambda: cmd.run(args), cmd.config_files))

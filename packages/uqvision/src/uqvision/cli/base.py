@@ -18,8 +18,8 @@ import textwrap
 import typing
 from collections.abc import Callable, Iterable, Sequence
 
-from uqmetrics.lazy import LazySubParsers
-from uqmetrics.run_config import finish_parse
+from uqmetrics.runs.lazy import LazySubParsers
+from uqmetrics.runs.run_config import finish_parse
 
 
 def _print(msg: str) -> None:
@@ -92,7 +92,7 @@ class _Parser(argparse.ArgumentParser):
     caches. With ``lazy``, its subcommands get their arguments when parsed
     (:class:`_LazySubparsers`); an option of ``retired`` (:func:`_retire`) is refused, anywhere
     on its line, with what to write instead. A command's ``--config FILE`` is laid under its
-    command line when it is parsed (:func:`uqmetrics.run_config.finish_parse`)."""
+    command line when it is parsed (:func:`uqmetrics.runs.run_config.finish_parse`)."""
 
     def __init__(self, *args, lazy: bool = False, **kwargs):
         kwargs["allow_abbrev"] = False
@@ -141,7 +141,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 class _LazySubparsers(LazySubParsers):
     """Subcommands whose arguments are added when their command is parsed
-    (:class:`uqmetrics.lazy.LazySubParsers`): building every command's options would import
+    (:class:`uqmetrics.runs.lazy.LazySubParsers`): building every command's options would import
     what every command needs (the scorers, the demo, the metadata tables), and ``uqvision
     predict`` needs none of it; ``uqvision score PROTOCOL`` builds only that protocol's
     options. ``uqvision -h`` lists every command; ``uqvision COMMAND -h`` shows all of that

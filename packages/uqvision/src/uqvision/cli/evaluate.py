@@ -11,7 +11,7 @@ from .base import _print
 
 
 def _args_evaluate(p: argparse.ArgumentParser) -> None:
-    from uqmetrics.sweep import add_cluster_options  # imported when the command is parsed
+    from uqmetrics.runs.sweep import add_cluster_options  # imported when the command is parsed
 
     from ..options import COUNT
 
@@ -39,7 +39,7 @@ def _args_evaluate(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_evaluate(a: argparse.Namespace) -> int:
-    from uqmetrics.sweep import ClusterSpec
+    from uqmetrics.runs.sweep import ClusterSpec
 
     from ..evaluate import dry_run_lines, plan_evaluation, read_evaluation, run_evaluation
     from . import main  # each score runs as ``uqvision score NAME``

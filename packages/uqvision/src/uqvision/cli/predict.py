@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from uqmetrics.run_config import config_in_by_digest
+from uqmetrics.runs.run_config import config_in_by_digest
 
 from ..options import check_output_folder
 from ..predict.options import (  # noqa: F401  (re-exported: the names cli and tests read)
@@ -97,7 +97,7 @@ def _cmd_predict(a: argparse.Namespace) -> int:
 
 def _config_files_predict(a: argparse.Namespace, config) -> list[Path]:
     """``OUT/predict.<digest>.config.toml``: runs add caches to a shared folder, each its own
-    file (named by its options; :func:`uqmetrics.run_config.config_in_by_digest`)."""
+    file (named by its options; :func:`uqmetrics.runs.run_config.config_in_by_digest`)."""
     return [config_in_by_digest(a.out, "predict", config)]
 
 

@@ -47,7 +47,7 @@ def _published_hooks(tables: list[str]):
 def _check_published(tables: list[str], results: list[str]) -> None:
     """Refuse a ``--published`` table of a protocol no result file is of (naming theirs)."""
     from uqmetrics import InputError
-    from uqmetrics.io import xarray_module
+    from uqmetrics.runs.io import xarray_module
 
     from ..published import load
 

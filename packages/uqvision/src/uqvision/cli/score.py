@@ -15,9 +15,9 @@ from functools import partial
 from pathlib import Path
 
 from uqmetrics import InputError, write_dataset
-from uqmetrics.config_options import mark_launcher
-from uqmetrics.io import check_apart
-from uqmetrics.run_config import (
+from uqmetrics.runs.config_options import mark_launcher
+from uqmetrics.runs.io import check_apart
+from uqmetrics.runs.run_config import (
     add_config_option,
     config_beside,
     config_in_by_digest,
@@ -111,7 +111,7 @@ def score_run_config(proto: Protocol, values: dict) -> dict:
     """The run configuration of ``uqvision score NAME`` with ``values`` (option destinations;
     the others at their defaults), as part of the command running: what a sweep records in
     the score file it writes, so that ``uqvision rerun`` scores again (``--with-sweep``: the
-    sweep; :func:`uqmetrics.run_config.derived_config`)."""
+    sweep; :func:`uqmetrics.runs.run_config.derived_config`)."""
     p = _Parser(prog=f"uqvision score {proto.name}")
     _args_score_protocol(proto, p)
     return derived_config(p, values, part_of=current_run_config())

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from uqmetrics import InputError
-from uqmetrics.config_options import mark_launcher
-from uqmetrics.run_config import config_in_by_digest, recording
-from uqmetrics.sweep import ClusterSpec, add_cluster_options
+from uqmetrics.runs.config_options import mark_launcher
+from uqmetrics.runs.run_config import config_in_by_digest, recording
+from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options
 
 from ..options import COUNT, check_output_folder
 from ..protocols import VISION_PROTOCOLS, SweepScoring
@@ -96,7 +96,7 @@ def _sweep_scorers() -> list[SweepScoring]:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    from uqmetrics.sweep import read_failures
+    from uqmetrics.runs.sweep import read_failures
 
     from ..data import readable_images
     from ..evalsets import EVAL_SETS
@@ -303,6 +303,6 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
 
 def _config_files_sweep(a: argparse.Namespace, config) -> list[Path]:
     """``OUT/sweep.<digest>.config.toml``: a sweep resumes its folder, each run its own file
-    (named by its options; :func:`uqmetrics.run_config.config_in_by_digest`); none for
+    (named by its options; :func:`uqmetrics.runs.run_config.config_in_by_digest`); none for
     ``--dry-run``, which writes nothing."""
     return [] if a.dry_run else [config_in_by_digest(a.out, "sweep", config)]

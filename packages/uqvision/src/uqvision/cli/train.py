@@ -21,9 +21,9 @@ from functools import partial
 from pathlib import Path
 
 from uqmetrics import InputError
-from uqmetrics.config_options import mark_launcher
-from uqmetrics.run_config import add_config_option, config_beside, config_in
-from uqmetrics.sweep import ClusterSpec, add_cluster_options
+from uqmetrics.runs.config_options import mark_launcher
+from uqmetrics.runs.run_config import add_config_option, config_beside, config_in
+from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options
 
 from .. import catalog
 from ..data.makers import DATASET_MAKERS
@@ -46,7 +46,7 @@ from .base import _add_subcommands, _print, parameter_help, summary
 #: Parameters of every maker that are not its own options: the folder written (``--out``,
 #: its first parameter), ``--seed`` and ``--overwrite`` (added first), and the cluster the
 #: maker's work runs on (``scheduler``: given by the cluster options,
-#: :func:`uqmetrics.sweep.add_cluster_options`, as a :class:`~uqmetrics.sweep.ClusterSpec`).
+#: :func:`uqmetrics.runs.sweep.add_cluster_options`, as a :class:`~uqmetrics.runs.sweep.ClusterSpec`).
 _COMMON_MAKER_OPTIONS = ("seed", "overwrite")
 _CLUSTER_MAKER_OPTION = "scheduler"
 

@@ -1,7 +1,7 @@
 """``uqvision verify TARGET``: recompute a score file's entries from the caches it names, with
 each protocol's own scorer (:attr:`uqvision.protocols.Protocol.rescore`), check every cache's
 hashes and identity, and print agree/disagree per metric with the tolerance used
-(:mod:`uqmetrics.verify`). Exit status 0 when everything agrees, 1 otherwise, 2 for bad input
+(:mod:`uqmetrics.report.verify`). Exit status 0 when everything agrees, 1 otherwise, 2 for bad input
 (a target that is not a result file or a site, a result of ``uqreg``: ``uqreg verify`` verifies
 it).
 """
@@ -23,7 +23,7 @@ def _rescorer(protocol: str):
 
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
     """``--rtol`` and ``--atol`` (shared with ``uqreg verify``)."""
-    from uqmetrics.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
                    help="relative tolerance (default %(default)g: recomputation is the same "
@@ -40,6 +40,6 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
-    from uqmetrics.verify import verify  # imported on use
+    from uqmetrics.report.verify import verify  # imported on use
 
     return verify(a.target, _rescorer, rtol=a.rtol, atol=a.atol, out=_print, tool="uqvision")

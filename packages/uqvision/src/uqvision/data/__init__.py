@@ -27,7 +27,7 @@ One concern per module; every name is importable from ``uqvision.data`` itself:
 - :mod:`~._util`: ``derive_seed``, ``flush_denormal``, versioned JSON files.
 """
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {

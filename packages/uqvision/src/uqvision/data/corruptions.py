@@ -55,8 +55,8 @@ from pathlib import Path
 
 import numpy as np
 from uqmetrics import InputError
-from uqmetrics.io import check_apart, named_write_error, remove_files
-from uqmetrics.sweep import ClusterSpec
+from uqmetrics.runs.io import check_apart, named_write_error, remove_files
+from uqmetrics.runs.sweep import ClusterSpec
 
 from . import corruptions_original as original
 from ._util import derive_seed
@@ -232,7 +232,7 @@ def implementations(corruptions: Iterable[str]) -> dict[str, str]:
 def _save_jpeg(arr: np.ndarray, dest: Path, quality: int) -> None:
     """Write ``arr`` as JPEG to ``dest`` atomically (temporary name, then rename); a failed
     write removes its temporary file and raises an ``OSError`` naming ``dest`` (a full disk
-    said as such: :func:`uqmetrics.io.named_write_error`)."""
+    said as such: :func:`uqmetrics.runs.io.named_write_error`)."""
     from PIL import Image
     tmp = dest.with_name(f"{_TMP}{os.getpid()}-{dest.name}")
     try:
@@ -415,13 +415,13 @@ def _done_local(tasks: list, ds, options: dict, workers: int) -> Iterator[int]:
 def _done_on_dask(tasks: list, ds, options: dict, scheduler: str | ClusterSpec,
                   say: Callable[[str], None] | None) -> Iterator[int]:
     """Run the work units on the Dask cluster at ``scheduler``, or on the cluster a
-    :class:`~uqmetrics.sweep.ClusterSpec` starts for the run (jobs of a queue) and closes
+    :class:`~uqmetrics.runs.sweep.ClusterSpec` starts for the run (jobs of a queue) and closes
     after (the same units as the local path: :func:`_corrupt_sample`); yields as each one
     finishes. The scanned folder is sent to the workers once; they read the images and write
     the files by their paths (a file system the workers share). On an error or an interrupt
     the units not started are cancelled."""
     from dask.distributed import as_completed
-    from uqmetrics.sweep import open_client
+    from uqmetrics.runs.sweep import open_client
 
     address = scheduler if isinstance(scheduler, str) else scheduler.address
     where = f"the Dask cluster at {address}" if address else scheduler.describe()
@@ -529,10 +529,10 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
         metadata's images under its corruptions and severities, and its temporary files) are
         deleted, nothing else; a name in the metadata outside the known corruptions,
         severities and ``<class>/<stem>.JPEG`` is refused before any path is built from it.
-    scheduler : str or uqmetrics.sweep.ClusterSpec, optional
+    scheduler : str or uqmetrics.runs.sweep.ClusterSpec, optional
         Address of a Dask scheduler (``tcp://host:8786``, as ``uqvision sweep
         --scheduler``), or the cluster to start for the run (``--cluster slurm ...``: workers
-        in jobs of a queue, :class:`~uqmetrics.sweep.ClusterSpec`): the work units (one
+        in jobs of a queue, :class:`~uqmetrics.runs.sweep.ClusterSpec`): the work units (one
         clean image, written under every corruption and severity) run on that cluster's
         workers instead of local processes, with the same
         progress, resume and output (byte-identical: each image is a function of its seed).

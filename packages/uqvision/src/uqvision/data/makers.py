@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from uqmetrics.io import check_apart, folder_replaced
-from uqmetrics.registry import Registry
-from uqmetrics.run_config import CONFIG_SUFFIX
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import check_apart, folder_replaced
+from uqmetrics.runs.run_config import CONFIG_SUFFIX
 
 from ..hierarchy import make_hierarchy
 from .corruptions import make_imagenet_c_folder
@@ -27,7 +27,7 @@ __all__ = ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder", "make_s
 
 #: Marks a folder written completely by a maker (its content: the maker's options, JSON).
 _COMPLETE = ".uqvision-complete"
-#: The writer the makers' folders record (:func:`uqmetrics.io.folder_replaced`): ``--overwrite``
+#: The writer the makers' folders record (:func:`uqmetrics.runs.io.folder_replaced`): ``--overwrite``
 #: replaces only a folder of theirs, holding nothing but what they wrote and ``uqvision data``'s
 #: own configuration file (:data:`_ALSO`).
 WRITER = "uqvision data"
@@ -236,7 +236,7 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     uqmetrics.InputError
         Bad ``n_per_class`` (:func:`subset_choice`); two chosen images of one class with the
         same file name; ``root`` holds ``src`` or lies inside it; with ``overwrite``, ``root``
-        holds files the makers did not write (:func:`uqmetrics.io.folder_replaced`).
+        holds files the makers did not write (:func:`uqmetrics.runs.io.folder_replaced`).
     FileExistsError
         ``root`` holds another dataset and ``overwrite`` is False, or is not a dataset folder
         of the makers.

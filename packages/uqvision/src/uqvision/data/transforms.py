@@ -15,7 +15,7 @@ import torch
 from timm.data import create_transform
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 __all__ = [
     "TTA_POLICIES",

@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 from uqmetrics import InputError
-from uqmetrics.io import decode_attr
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import decode_attr
 
 from ..data.corruptions import BENCHMARK_CORRUPTIONS, check_complete
 from ..layouts import is_folder

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from uqmetrics.io import folder_replaced
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import folder_replaced
 
 from .patterns import AUGMENTATION, FAMILIES, _Class, _colour, _draw, _jitter, _to_uint8
 
@@ -218,7 +218,7 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     overwrite : bool, default False
         Replace an existing non-empty ``out``; otherwise that raises ``ValueError``. Only a
         folder the dataset makers wrote, holding nothing else, is replaced
-        (:func:`uqmetrics.io.folder_replaced`; else :class:`uqmetrics.InputError`).
+        (:func:`uqmetrics.runs.io.folder_replaced`; else :class:`uqmetrics.InputError`).
 
     Returns
     -------

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 __all__ = [
     "AUGMENTATION",

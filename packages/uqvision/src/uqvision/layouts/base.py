@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from uqmetrics import InputError
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .labels import LabelFile
 from .names import _shown

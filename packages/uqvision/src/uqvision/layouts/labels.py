@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uqmetrics import InputError
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .names import _WNID, _is_image, _tar_names
 

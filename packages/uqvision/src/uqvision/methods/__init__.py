@@ -23,7 +23,7 @@ True
 
 import importlib
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 #: The methods of this package, in the Pitfalls paper's order (what V.2 ensembles and scores).
 GENERAL_METHODS: tuple[str, ...] = ("deep_ensemble", "mc_dropout", "sse", "fge", "swag", "csgld",
@@ -32,7 +32,7 @@ GENERAL_METHODS: tuple[str, ...] = ("deep_ensemble", "mc_dropout", "sse", "fge",
 
 def _register() -> None:
     """Import the modules that register the methods (first: the paper's order), once; the
-    package's other names are imported on first use (:mod:`uqmetrics.lazy`)."""
+    package's other names are imported on first use (:mod:`uqmetrics.runs.lazy`)."""
     for module in ("ensembling", "bayesian"):  # swag, csgld, vi, laplace, in this order
         importlib.import_module(f"{__name__}.{module}")
 

@@ -30,7 +30,7 @@ from timm.data import ImageNetInfo
 from timm.models import load_state_dict
 from torch import nn
 from uqmetrics import InputError
-from uqmetrics.io import temporary_beside
+from uqmetrics.runs.io import temporary_beside
 
 from ..exceptions import CheckpointError
 from .names import ModelSpec

@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ..data import DataConfig
 from ..exceptions import CheckpointError

@@ -54,7 +54,7 @@ One concern per module; every name is importable from ``uqvision.predict`` itsel
   :func:`check_caches`, :func:`predict_to_files`).
 """
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {

@@ -32,7 +32,7 @@ import torchvision
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
-from uqmetrics.io import temporary_beside
+from uqmetrics.runs.io import temporary_beside
 
 from ..data import ImageFolderDataset
 from ..data.folders import _load_sample, load_image

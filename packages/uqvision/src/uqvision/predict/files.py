@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from uqmetrics import IncompleteResultError, InputError, write_dataset
-from uqmetrics.io import CorruptResultError, decode_attr, exclusive_lock
+from uqmetrics.runs.io import CorruptResultError, decode_attr, exclusive_lock
 
 from ..cache import CacheError, missing_variables, read_cache
 from ..data import ImageFolderDataset, earlier_fingerprint
@@ -110,7 +110,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     a different one, or one written before a needed variable was recorded, is an error naming
     each field that differs (cached vs now) or each variable it lacks unless ``overwrite``. A
     file that is not a uqvision cache, or whose data fail its checksum (the cache's
-    ``checksum`` or the file's :data:`uqmetrics.io.CHECKSUM_ATTR`), is an error too
+    ``checksum`` or the file's :data:`uqmetrics.runs.io.CHECKSUM_ATTR`), is an error too
     (never replaced without ``overwrite``: the message says to delete it or pass
     ``--overwrite``); an unreadable file (truncated, damaged metadata such as an attribute
     netCDF cannot open) or an unfinished one (no completeness flag) is recomputed: in the
@@ -244,9 +244,9 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
     model before the first runs): the caches are then not read a second time.
 
     Two runs never compute the same cache at once: the writing process (rank 0) holds an
-    exclusive lock (:func:`uqmetrics.io.exclusive_lock`, ``.<cache file>.lock`` beside it) on
+    exclusive lock (:func:`uqmetrics.runs.io.exclusive_lock`, ``.<cache file>.lock`` beside it) on
     every cache it computes, from before the model runs until the cache is written; a run
-    that finds one of them locked is refused (:class:`uqmetrics.io.LockedError`, naming the
+    that finds one of them locked is refused (:class:`uqmetrics.runs.io.LockedError`, naming the
     lock and the process that holds it) before it computes anything. Once it holds the locks,
     a cache that appeared since the check (written by a run that has just finished) is
     checked again, so that a cache of other inputs is never silently replaced.

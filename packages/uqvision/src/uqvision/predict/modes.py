@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ..data import derive_seed, tta_transform
 from ..models import LoadedModel

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from uqmetrics.run_config import add_config_option
+from uqmetrics.runs.run_config import add_config_option
 
 from .. import catalog
 from ..options import COUNT, INDEX, ConfigOption, add_config_options, config_kwargs, device_type

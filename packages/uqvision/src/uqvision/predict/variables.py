@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 if TYPE_CHECKING:
     import torch

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from .base import (
     Command,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from uqmetrics.exceptions import InputError
-from uqmetrics.io import read_dataset
+from uqmetrics.metrics.exceptions import InputError
+from uqmetrics.runs.io import read_dataset
 
 from ..cache import incomplete_caches
 from ..options import Command, add_config_options, config_kwargs
@@ -265,7 +265,7 @@ class Plots:
     def draw_as(self, score_file: str | os.PathLike, out: str | os.PathLike,
                 fmt: str = "svg") -> list[Path]:
         """:attr:`draw` with every figure saved as ``fmt`` instead of PNG
-        (:func:`uqmetrics.plotting.figure_format`: the one save path of every figure), e.g. the
+        (:func:`uqmetrics.report.plotting.figure_format`: the one save path of every figure), e.g. the
         SVG figures ``uqvision report`` inlines.
 
         Returns
@@ -273,7 +273,7 @@ class Plots:
         list of Path
             The files written into ``out`` (suffix ``.<fmt>``).
         """
-        from uqmetrics.plotting import figure_format  # matplotlib: imported on use
+        from uqmetrics.report.plotting import figure_format  # matplotlib: imported on use
 
         with figure_format(fmt):
             return self.draw(score_file, out)
@@ -399,7 +399,7 @@ class Protocol:
     rescore : callable or None
         ``rescore(result, result_path) -> xarray.Dataset``: a score file of the protocol
         recomputed by its own scorer from the caches (attr ``caches``) and with the
-        configuration (attr ``config``) it records (``uqvision verify``, :mod:`uqmetrics.verify`);
+        configuration (attr ``config``) it records (``uqvision verify``, :mod:`uqmetrics.report.verify`);
         None: its score files cannot be verified (``verify`` says so, never agreement).
     report : ReportTable or None
         Its leaderboard on the report site (rows, headline columns, ...); None: the generic
@@ -773,9 +773,9 @@ def draw_protocol_figures(result: Any, out_dir: str | os.PathLike,
     Returns
     -------
     list of pathlib.Path
-        The figures written (:func:`uqmetrics.plotting.save_figures`).
+        The figures written (:func:`uqmetrics.report.plotting.save_figures`).
     """
-    from uqmetrics.plotting import save_figures  # matplotlib: imported on use
+    from uqmetrics.report.plotting import save_figures  # matplotlib: imported on use
 
     ds = read(result)
     return save_figures(figures(ds), out_dir)

@@ -70,7 +70,7 @@ class Finding:
 
 
 def sign_verdict(wins: Any, alpha: float) -> tuple[int, int, float, str]:
-    """The sign test of a claim over cells (:func:`uqmetrics.stats.sign_test`).
+    """The sign test of a claim over cells (:func:`uqmetrics.metrics.stats.sign_test`).
 
     Parameters
     ----------
@@ -89,7 +89,7 @@ def sign_verdict(wins: Any, alpha: float) -> tuple[int, int, float, str]:
         ``reproduced`` where ``p_value < alpha``, else ``not reproduced``.
     """
     import numpy as np
-    from uqmetrics.stats import sign_test  # scipy: imported on use
+    from uqmetrics.metrics.stats import sign_test  # scipy: imported on use
 
     wins = np.asarray(wins, bool)
     k, n = int(wins.sum()), int(wins.size)

@@ -91,7 +91,7 @@ class HeadlineTable:
 
     def write(self, folder: str | os.PathLike, stem: str, *,
               overwrite: bool = False) -> tuple[Path]:
-        """Write ``folder/<stem>.csv`` atomically (:func:`uqmetrics.io.write_text_file`:
+        """Write ``folder/<stem>.csv`` atomically (:func:`uqmetrics.runs.io.write_text_file`:
         ``FileExistsError`` where it exists and ``overwrite`` is false).
 
         Returns
@@ -99,7 +99,7 @@ class HeadlineTable:
         (Path,)
             The CSV file.
         """
-        from uqmetrics.io import write_text_file
+        from uqmetrics.runs.io import write_text_file
 
         path = Path(folder) / f"{stem}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +126,7 @@ def _hook(report: ReportTable, ds: Any, columns: Sequence[str], means: Sequence[
     """The :class:`uqmetrics.report.ReportHook` of the declaration, with the mean columns
     whose labels the file has (e.g. severity 5 of a file without it: left out)."""
     from uqmetrics.report import ReportHook, parse_column
-    from uqmetrics.result_schema import metric_variables
+    from uqmetrics.runs.result_schema import metric_variables
 
     def present(spec: str) -> bool:
         variable, selection = parse_column(spec)

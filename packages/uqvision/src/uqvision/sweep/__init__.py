@@ -3,7 +3,7 @@ cell, on Dask.
 
 Cells are (model × dataset × mode × pass), and for a checkpoint of a training method with
 several prediction samples (snapshots, posterior draws) also × sample — an MC-dropout cell
-holds all its passes, which share one data loading — run by ``uqmetrics.sweep.run_sweep``: a
+holds all its passes, which share one data loading — run by ``uqmetrics.runs.sweep.run_sweep``: a
 ``LocalCluster`` by default or any scheduler by address; each cell writes its cache atomically,
 a rerun skips complete files of the same identity (a model whose caches there were computed from
 other inputs is refused and its files kept, unless ``overwrite``), and a model that raises is

@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from uqmetrics.io import temporary_beside
-from uqmetrics.sweep import Cell, cell_path, is_complete
+from uqmetrics.runs.io import temporary_beside
+from uqmetrics.runs.sweep import Cell, cell_path, is_complete
 
 from ..data import eval_transform, readable_images, sample_digests
 from ..models import ModelSpec, data_config

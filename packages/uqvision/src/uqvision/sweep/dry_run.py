@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from uqmetrics.sweep import format_duration, is_complete
+from uqmetrics.runs.sweep import format_duration, is_complete
 
 from ..data import ImageFolderDataset, readable_images
 from ..predict import PredictConfig

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from uqmetrics.sweep import SweepReport, write_failures
+from uqmetrics.runs.sweep import SweepReport, write_failures
 
 from ..models import ModelSpec
 from .weights import WeightsStatus, _line
@@ -26,7 +26,7 @@ FAILURES_FILE = "sweep_failures.json"
 
 
 #: Name of the log file ``uqvision sweep`` writes beside ``caches/``: the full traceback of
-#: every failed cell, and distributed's log records (``uqmetrics.sweep.run_sweep``'s
+#: every failed cell, and distributed's log records (``uqmetrics.runs.sweep.run_sweep``'s
 #: ``log_file``).
 LOG_FILE = "sweep.log"
 
@@ -47,7 +47,7 @@ FAILURE_KINDS = {
 
 @dataclass
 class ModelSweepReport(SweepReport):
-    """:class:`uqmetrics.sweep.SweepReport` with the failures by model.
+    """:class:`uqmetrics.runs.sweep.SweepReport` with the failures by model.
 
     Attributes
     ----------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import timm
 import torchvision
-from uqmetrics.sweep import Cell, read_failures
+from uqmetrics.runs.sweep import Cell, read_failures
 
 from ..data import ImageFolderDataset, readable_images
 from ..models import MODEL_SOURCES, ModelSpec, check_model_name

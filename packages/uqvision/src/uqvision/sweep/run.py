@@ -1,5 +1,5 @@
 """Running a sweep: :func:`sweep_predictions` (one sweep at a time per caches folder, its
-cells on Dask through :func:`uqmetrics.sweep.run_sweep`, the failures recorded as they happen)
+cells on Dask through :func:`uqmetrics.runs.sweep.run_sweep`, the failures recorded as they happen)
 and its cell, :func:`predict_cell`.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 import xarray as xr
-from uqmetrics.io import exclusive_lock, remove_stale_temporaries
-from uqmetrics.sweep import LOG_PROGRESS_INTERVAL, Cell, cell_path, is_complete, run_sweep
+from uqmetrics.runs.io import exclusive_lock, remove_stale_temporaries
+from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, Cell, cell_path, is_complete, run_sweep
 
 from ..data import ImageFolderDataset
 from ..models import ModelSpec
@@ -157,7 +157,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
         the installed timm/torchvision does not know is a failed model, not an error.
     failures_file : path, optional
         Default ``<out_dir>/sweep_failures.json``. The models that failed, one record each
-        (:class:`ModelSweepReport`), written atomically (:func:`uqmetrics.sweep.write_failures`)
+        (:class:`ModelSweepReport`), written atomically (:func:`uqmetrics.runs.sweep.write_failures`)
         as failures happen; read back by the next run. A file that cannot be written is
         reported in one line on stderr and the sweep goes on
         (:attr:`ModelSweepReport.failures_error`).
@@ -166,7 +166,7 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
         causes are transient or fixed between runs). False: leave them out and report them
         again with their recorded error.
     progress : bool
-        Cells and models done and left, and an ETA (:func:`uqmetrics.sweep.run_sweep`): a bar
+        Cells and models done and left, and an ETA (:func:`uqmetrics.runs.sweep.run_sweep`): a bar
         on a terminal, else a line every ``progress_interval`` seconds and one at the end.
     log_file : path, optional
         Where the full traceback of every failed cell goes, and distributed's log records
@@ -191,9 +191,9 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
 
     Raises
     ------
-    uqmetrics.io.LockedError
+    uqmetrics.runs.io.LockedError
         Another sweep runs into ``out_dir`` (it holds ``out_dir/.sweep.lock``,
-        :func:`uqmetrics.io.exclusive_lock`, while it runs; a sweep holding it also removes
+        :func:`uqmetrics.runs.io.exclusive_lock`, while it runs; a sweep holding it also removes
         the temporary files that failed or killed writes left in ``out_dir``).
     """
     config = config or PredictConfig()

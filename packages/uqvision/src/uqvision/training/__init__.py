@@ -11,7 +11,7 @@
 - :mod:`~uqvision.training.dropout`: per-sample dropout masks (MC dropout).
 """
 
-from uqmetrics.lazy import attach
+from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {

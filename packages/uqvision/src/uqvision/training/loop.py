@@ -56,7 +56,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
-from uqmetrics.io import temporary_beside
+from uqmetrics.runs.io import temporary_beside
 
 from ..data import (
     DataConfig,

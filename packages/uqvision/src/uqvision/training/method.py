@@ -70,7 +70,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ..data import derive_seed
 from .schedules import SCHEDULES

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 __all__ = [
     "SCHEDULES",

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 import xarray as xr
 from uqmetrics import input_checksum, score_metrics, stamp_result
-from uqmetrics.calibration import softmax
+from uqmetrics.metrics.calibration import softmax
 
 from uqvision.cache import find_caches, read_cache
 

@@ -8,7 +8,7 @@ import pytest
 import uqmetrics
 import xarray as xr
 from uqmetrics import InputError
-from uqmetrics.stats import sign_test
+from uqmetrics.metrics.stats import sign_test
 
 from uqvision.protocols.conformal.figures import (
     draw_figures,

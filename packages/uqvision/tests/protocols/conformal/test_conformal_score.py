@@ -1,13 +1,13 @@
 """The conformal protocol's scores (uqvision.protocols.conformal.score) on synthetic caches,
-checked against direct uqmetrics.conformal calls on the same arrays and by hand."""
+checked against direct uqmetrics.metrics.conformal calls on the same arrays and by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from uqmetrics import InputError, write_dataset
-from uqmetrics import conformal as cp
-from uqmetrics.calibration import fit_temperature, softmax
+from uqmetrics.metrics import conformal as cp
+from uqmetrics.metrics.calibration import fit_temperature, softmax
 
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.protocols.conformal import score
@@ -205,7 +205,7 @@ def test_topk_row_is_the_official_fixed_set(m1_result):
 def test_the_temperature_images_never_enter_a_conformal_split(tmp_path, monkeypatch):
     """With val caches only, the temperature is fitted on a fraction of val and the conformal
     pool is the rest: no image in both (rows identified by their distinct probabilities)."""
-    from uqmetrics import calibration
+    from uqmetrics.metrics import calibration
 
     fitted, pooled = [], []
     real_fit, real_trials = calibration.fit_temperature, cp.conformal_calibrations

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import uqmetrics
 from uqmetrics import InputError, write_dataset
-from uqmetrics.detectors import get_detector, list_detectors
-from uqmetrics.registry import get_metric
+from uqmetrics.metrics.detectors import get_detector, list_detectors
+from uqmetrics.metrics.registry import get_metric
 
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.protocols.ood.score import OOD_METRICS, OodConfig, score_ood

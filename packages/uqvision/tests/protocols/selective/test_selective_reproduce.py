@@ -10,7 +10,7 @@ import pytest
 import torch
 import uqmetrics
 import xarray as xr
-from uqmetrics.io import decode_attr
+from uqmetrics.runs.io import decode_attr
 
 from uqvision.cache import index_caches, read_cache
 from uqvision.cli import main

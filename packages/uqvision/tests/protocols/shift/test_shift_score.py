@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import uqmetrics
 from uqmetrics import InputError, write_dataset
-from uqmetrics.calibration import fit_temperature
-from uqmetrics.shift import mean_corruption_error, relative_mean_corruption_error
+from uqmetrics.metrics.calibration import fit_temperature
+from uqmetrics.metrics.shift import mean_corruption_error, relative_mean_corruption_error
 
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.protocols.shift.score import SHIFT_METRICS, ShiftConfig, score_shift

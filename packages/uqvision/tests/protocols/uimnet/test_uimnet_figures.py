@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 from uqmetrics import read_dataset
-from uqmetrics.io import write_dataset
-from uqmetrics.ood import ood_auroc_score
-from uqmetrics.plotting import figure_format
+from uqmetrics.metrics.ood import ood_auroc_score
+from uqmetrics.report.plotting import figure_format
+from uqmetrics.runs.io import write_dataset
 
 from uqvision.cli import main
 from uqvision.protocols import VISION_PROTOCOLS

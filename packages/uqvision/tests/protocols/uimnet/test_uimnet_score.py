@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from uqmetrics.io import read_dataset, write_dataset
+from uqmetrics.runs.io import read_dataset, write_dataset
 
 from uqvision.protocols.uimnet.measures import (
     GMM_FITS,

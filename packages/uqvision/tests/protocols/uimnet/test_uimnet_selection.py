@@ -9,7 +9,7 @@
 import numpy as np
 import pytest
 import xarray as xr
-from uqmetrics.io import write_dataset
+from uqmetrics.runs.io import write_dataset
 
 from uqvision.data import (
     ClassSubset,

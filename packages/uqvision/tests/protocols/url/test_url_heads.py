@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from uqmetrics.confidence import entropy
+from uqmetrics.metrics.confidence import entropy
 
 from uqvision.methods import TRAINING_METHODS
 from uqvision.protocols.url.heads import U_FUNCTIONS, U_HEADS, URLModel

@@ -8,23 +8,23 @@ corruption), and scores the prediction sets of every predictor (Angelopoulos et 
 Table 1):
 
 - ``topk``: the Top-K baseline, a fixed set size ``k`` (randomized between ``k - 1`` and
-  ``k``) chosen on each trial's calibration draw (:func:`uqmetrics.conformal.topk_threshold`);
+  ``k``) chosen on each trial's calibration draw (:func:`uqmetrics.metrics.conformal.topk_threshold`);
 - ``naive``: the Naive baseline as the official code computes it (``gcq`` at ``1 - alpha``):
   the classes in descending probability until their cumulative mass passes ``1 - alpha``, the
   last of them kept at random (the paper's randomization; sets can be empty); no calibration;
 - ``naive_deterministic``: the same without randomization (the last class always kept, never
   empty): the protocol's Naive before issue 38;
 - ``thr``, ``aps``, ``raps``: split-conformal sets of the score functions of
-  :mod:`uqmetrics.conformal` (LAC/THR, adaptive prediction sets, regularised APS), calibrated
+  :mod:`uqmetrics.metrics.conformal` (LAC/THR, adaptive prediction sets, regularised APS), calibrated
   on ``n_cal`` images drawn at random from the conformal pool and evaluated on the rest of it,
-  over ``trials`` draws (:func:`uqmetrics.conformal.conformal_trials`);
+  over ``trials`` draws (:func:`uqmetrics.metrics.conformal.conformal_trials`);
 - ``aps_mondrian``: class-conditional (Mondrian) APS, one quantile per class.
 
 Each at every level of :attr:`ConformalConfig.alphas` and calibration (:data:`CALIBRATIONS`):
 ``none``, un-scaled; ``temperature``, the temperature fitted on a held-out fraction
 (:attr:`ConformalConfig.temperature_size`) of the predictor's clean calibration caches, images
 that never enter a conformal split; ``platt``, RAPS's Table 1: a temperature fitted on each
-trial's calibration draw (:func:`uqmetrics.conformal.trial_temperatures`, the official code's
+trial's calibration draw (:func:`uqmetrics.metrics.conformal.trial_temperatures`, the official code's
 "Platt" scaling). Every statistic is kept as the mean, the standard deviation and the median
 over the trials (Table 1 reports medians: :data:`TABLE1_METHODS`, ``calibration="platt"``).
 The conformal pool is the test set where it is another set than the
@@ -59,8 +59,8 @@ from pathlib import PurePosixPath
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError, stamp_result
-from uqmetrics import conformal as cp
-from uqmetrics.calibration import softmax
+from uqmetrics.metrics import conformal as cp
+from uqmetrics.metrics.calibration import softmax
 
 from ...exceptions import UqvisionWarning
 from ...predictors import Predictor, PredictorProbs, declared_ensembles, fit_predictor_temperature
@@ -81,7 +81,7 @@ TABLE1_METHODS = ("topk", "naive", "aps", "raps")
 #: The ``calibration`` coordinate: un-scaled probabilities, the temperature fitted on held-out
 #: calibration images, and (Table 1) a temperature fitted on each trial's calibration draw.
 CALIBRATIONS = ("none", "temperature", "platt")
-#: The per-trial statistics of :func:`uqmetrics.conformal.conformal_trials` kept (mean over the
+#: The per-trial statistics of :func:`uqmetrics.metrics.conformal.conformal_trials` kept (mean over the
 #: trials as ``<stat>``, their standard deviation as ``<stat>_std``, their median as
 #: ``<stat>_median``).
 TRIAL_STATS = ("coverage", "mean_set_size", "median_set_size", "sscv", "covgap",
@@ -119,12 +119,12 @@ class ConformalConfig:
         ``None``: half the pool (rounded down).
     trials : int
         Random calibration/evaluation splits (those of
-        :func:`uqmetrics.conformal.conformal_trials`), at most :data:`~uqvision.protocols.
+        :func:`uqmetrics.metrics.conformal.conformal_trials`), at most :data:`~uqvision.protocols.
         conformal.MAX_TRIALS`.
     temperature_size : float
         Fraction (0, 1) of the calibration dataset's images the temperature is fitted on (drawn
         with ``seed``, the same for every predictor); they never enter a conformal split. At
-        least :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images, and a temperature
+        least :data:`uqmetrics.metrics.calibration.MIN_TEMPERATURE_SAMPLES` images, and a temperature
         on a bound of the search is refused (:func:`uqvision.predictors.
         fit_predictor_temperature`).
     calibration : str or None
@@ -140,7 +140,7 @@ class ConformalConfig:
         train --members K`` run.
     randomized : bool
         Randomised Top-K, Naive, APS and RAPS sets (the paper's;
-        :func:`uqmetrics.conformal.conformal_trials`); ``naive_deterministic`` never is.
+        :func:`uqmetrics.metrics.conformal.conformal_trials`); ``naive_deterministic`` never is.
     seed : int
         Seed of the temperature split and of the trials.
     """
@@ -179,8 +179,8 @@ class ConformalConfig:
 
 def _trial_args(method: str, alpha: float, n_cal: int, config: ConformalConfig,
                 temperatures: np.ndarray | None = None) -> dict:
-    """The keyword arguments of :func:`uqmetrics.conformal.conformal_trials` (and
-    :func:`uqmetrics.conformal.conformal_calibrations`) for a method, each trial's probabilities
+    """The keyword arguments of :func:`uqmetrics.metrics.conformal.conformal_trials` (and
+    :func:`uqmetrics.metrics.conformal.conformal_calibrations`) for a method, each trial's probabilities
     tempered by ``temperatures`` (``platt``)."""
     kw = {"aps_mondrian": {"score": "aps", "mondrian": True},
           "naive_deterministic": {"score": "naive", "randomized": False}}.get(
@@ -202,9 +202,9 @@ def min_n_cal(method: str, alpha: float) -> int:
     Returns
     -------
     int
-        :func:`uqmetrics.conformal.min_calibration_size` of ``alpha``: the calibration images
+        :func:`uqmetrics.metrics.conformal.min_calibration_size` of ``alpha``: the calibration images
         THR and APS need (``ceil((n + 1)(1 - alpha)) <= n``); RAPS's ``n_cal`` also holds its
-        ``ceil(0.33 n_cal)`` tuning images (:data:`uqmetrics.conformal.RAPS_TUNE_FRACTION`);
+        ``ceil(0.33 n_cal)`` tuning images (:data:`uqmetrics.metrics.conformal.RAPS_TUNE_FRACTION`);
         for ``aps_mondrian`` the images of each class a trial's draw needs; 0 for the baselines
         (``topk``, ``naive``, ``naive_deterministic``: no conformal threshold). Below it every
         set holds every class (every such class, Mondrian).
@@ -334,7 +334,7 @@ def _twins(pool: _Data, shifted: _Data) -> np.ndarray | None:
 
 def _splits(n: int, n_cal: int, config: ConformalConfig) -> np.ndarray:
     """(T, n): the trials' permutations of the pool, as every method of
-    :func:`uqmetrics.conformal.conformal_trials` draws them (the first ``n_cal`` calibrate)."""
+    :func:`uqmetrics.metrics.conformal.conformal_trials` draws them (the first ``n_cal`` calibrate)."""
     return cp.random_splits(n, n_cal, config.trials, np.random.default_rng(config.seed))
 
 
@@ -343,7 +343,7 @@ def _clean_stats(pool: _Data, p: cp.RankedProbs, config: ConformalConfig, n_cal:
                  ) -> tuple[np.ndarray, cp.ConformalCalibrations]:
     """(stat, trial) of ``method`` at ``alpha`` on the pool (probabilities ``p``, each trial's
     tempered by ``temperatures`` where given), those of
-    :func:`uqmetrics.conformal.conformal_trials`, and the calibrations."""
+    :func:`uqmetrics.metrics.conformal.conformal_trials`, and the calibrations."""
     cal = cp.conformal_calibrations(p, pool.labels,
                                     **_trial_args(method, alpha, n_cal, config, temperatures))
     res = cp.evaluate_calibrations(cal, p, pool.labels)
@@ -357,7 +357,7 @@ def _shift_stats(cal: cp.ConformalCalibrations, randomized: bool, labels: np.nda
     its probabilities, tempered by each trial's temperature of ``cal``) of each trial's sets
     calibrated on the trial's clean draw (``cal``), over the images ``keep`` (T, m) of each
     trial. The shifted images' uniforms come from ``default_rng((seed, 1 + j))`` (set ``j``);
-    not ``randomized``, the constant of :func:`uqmetrics.conformal.conformal_trials` (1; 0 for
+    not ``randomized``, the constant of :func:`uqmetrics.metrics.conformal.conformal_trials` (1; 0 for
     Naive)."""
     trials, m = config.trials, labels.size
     u = (np.random.default_rng((config.seed, 1 + j)).uniform(size=(trials, m)) if randomized
@@ -386,7 +386,7 @@ def _class_coverage(p: cp.RankedProbs, labels: np.ndarray, n_cal: int,
                     config: ConformalConfig) -> np.ndarray:
     """(C,): the coverage of each true class of :data:`CLASS_METHOD` sets at
     :data:`CLASS_ALPHA` over every trial's evaluation images (the trials of
-    :func:`uqmetrics.conformal.conformal_trials`); NaN for a class never evaluated."""
+    :func:`uqmetrics.metrics.conformal.conformal_trials`); NaN for a class never evaluated."""
     c = p.p.shape[1]
     cal = cp.conformal_calibrations(p, labels,
                                     **_trial_args(CLASS_METHOD, CLASS_ALPHA, n_cal, config))

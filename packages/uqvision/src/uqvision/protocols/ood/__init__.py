@@ -2,7 +2,7 @@
 for out-of-distribution detection"; docs/conventions.md#v-6).
 
 - :mod:`~.score`: FPR@95TPR, AUROC, AUPR-In and AUPR-Out of every detector of
-  :data:`uqmetrics.detectors.DETECTORS` on every model, deep ensemble and MC-dropout network,
+  :data:`uqmetrics.metrics.detectors.DETECTORS` on every model, deep ensemble and MC-dropout network,
   per OOD set and averaged over the near and far sets, with each predictor's ID accuracy and
   cost (:func:`~.score.score_ood`, ``uqvision score ood``);
 - :mod:`~.figures`: bars per detector (near vs far), the detector x model heat map, score
@@ -26,7 +26,7 @@ DESCRIPTION = ("V.6 (OpenOOD v1.5): FPR@95TPR, AUROC, AUPR-In/Out of post-hoc de
 
 
 def _detector_names() -> list[str]:
-    from uqmetrics.detectors import list_detectors  # numpy only
+    from uqmetrics.metrics.detectors import list_detectors  # numpy only
 
     return list_detectors()
 

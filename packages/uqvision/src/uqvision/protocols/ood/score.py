@@ -4,12 +4,12 @@ docs/conventions.md#v-6).
 :func:`score_ood` reads the prediction caches of one or more models on their in-distribution
 (ID) test set (:attr:`OodConfig.test`, else the only set of role ``test``), on
 out-of-distribution (OOD) sets (caches of role ``ood``, each a ``near`` or ``far`` set by its
-``ood_split``) and, for the detectors that fit (:class:`uqmetrics.detectors.Detector` with
+``ood_split``) and, for the detectors that fit (:class:`uqmetrics.metrics.detectors.Detector` with
 the ``fit`` need, plugins included), on an ID training subset (:attr:`OodConfig.fit`, else
 the only set of role ``fit``): a detector is only ever handed the fit set's images to fit on,
-never the test set's (:func:`uqvision.predictors.pick_set`). Every detector of :data:`uqmetrics.detectors.
+never the test set's (:func:`uqvision.predictors.pick_set`). Every detector of :data:`uqmetrics.metrics.detectors.
 DETECTORS` turns what a predictor left in its caches into an uncertainty ``u`` per image, and
-the OpenOOD v1.5 metrics of :mod:`uqmetrics.ood` score ``u`` of the ID test images against
+the OpenOOD v1.5 metrics of :mod:`uqmetrics.metrics.ood` score ``u`` of the ID test images against
 ``u`` of each OOD set (OOD positive): FPR@95TPR, AUROC, AUPR-In, AUPR-Out.
 
 The predictors (the ``model`` dimension) are every model (the caches' ``model`` attr) and one
@@ -19,7 +19,7 @@ The predictors (the ``model`` dimension) are every model (the caches' ``model`` 
 detector reads of a predictor:
 
 - ``logits``: the predictor's logits by the detector's ensemble rule
-  (:data:`uqmetrics.detectors.ENSEMBLE_RULES`): for ``msp``, ``entropy`` and ``gen``
+  (:data:`uqmetrics.metrics.detectors.ENSEMBLE_RULES`): for ``msp``, ``entropy`` and ``gen``
   (``predictive``) log p̄, p̄ the predictor's predictive distribution (the mean over its members
   of each member's softmax averaged over its passes, as the shift and conformal protocols
   score it: ``max p̄`` is the ensemble's MSP); for ``maxlogit`` and ``energy``
@@ -38,9 +38,9 @@ own features; a detector that reads ``members`` is not defined for a predictor o
 pass (NaN there, said in the attr ``notes``).
 
 With :attr:`OodConfig.tune_detectors`, every detector with a search grid
-(:attr:`uqmetrics.detectors.Detector.grid`: OpenOOD v1.5's, e.g. ReAct's percentile, KNN's
+(:attr:`uqmetrics.metrics.detectors.Detector.grid`: OpenOOD v1.5's, e.g. ReAct's percentile, KNN's
 k, ViM's D, GEN's gamma and M, Energy's T) is tuned per predictor as OpenOOD v1.5's automatic
-parameter search does (:func:`uqmetrics.detectors.search_params`): the grid point of the
+parameter search does (:func:`uqmetrics.metrics.detectors.search_params`): the grid point of the
 highest AUROC of an OOD validation set (role ``ood-val``, :attr:`OodConfig.ood_validation`)
 against an ID validation set (role ``calibration``, :attr:`OodConfig.validation`); a set of
 role ``ood-val`` is never scored as a test OOD set. The grids and the chosen values are
@@ -58,10 +58,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError, stamp_result
-from uqmetrics.calibration import softmax
-from uqmetrics.classification import accuracy_score
-from uqmetrics.detectors import NEED_KEYS, get_detector, list_detectors, search_params
-from uqmetrics.registry import get_metric
+from uqmetrics.metrics.calibration import softmax
+from uqmetrics.metrics.classification import accuracy_score
+from uqmetrics.metrics.detectors import NEED_KEYS, get_detector, list_detectors, search_params
+from uqmetrics.metrics.registry import get_metric
 
 from ...cache import check_aligned
 from ...evalsets import cache_eval_set
@@ -78,7 +78,7 @@ __all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_ME
            "OOD_SPLITS", "OodConfig", "score_ood"]
 
 #: The result variable of each OpenOOD v1.5 metric -> its name in
-#: :data:`uqmetrics.registry.METRICS` (a metric not registered is left out of the result).
+#: :data:`uqmetrics.metrics.registry.METRICS` (a metric not registered is left out of the result).
 OOD_METRICS = {"fpr_at_95_tpr": "fpr_at_95_tpr", "auroc": "ood_auroc", "aupr_in": "aupr_in",
                "aupr_out": "aupr_out"}
 #: The OOD splits of OpenOOD v1.5 (an OOD set's ``ood_split``), each averaged into
@@ -116,7 +116,7 @@ class OodConfig:
     Attributes
     ----------
     detectors : tuple of str or None
-        Registered detectors (:func:`uqmetrics.detectors.list_detectors`) to score; each must
+        Registered detectors (:func:`uqmetrics.metrics.detectors.list_detectors`) to score; each must
         find its inputs in every model's caches (else refused, naming what is missing and how
         to get it). ``None``: :data:`DEFAULT_DETECTORS` that are registered, those whose
         inputs the caches lack skipped (attr ``skipped_detectors``).
@@ -201,11 +201,11 @@ class _Arrays:
         return self.passes.mean(axis=0)
 
     def inputs(self) -> dict[str, np.ndarray]:
-        """The detector inputs (:data:`uqmetrics.detectors.NEED_KEYS`), ``members`` aside."""
+        """The detector inputs (:data:`uqmetrics.metrics.detectors.NEED_KEYS`), ``members`` aside."""
         return {"logits": self.logits, **self.extra}
 
     def fit(self) -> dict[str, np.ndarray]:
-        """The ``fit`` mapping (:data:`uqmetrics.detectors.FIT_KEYS`)."""
+        """The ``fit`` mapping (:data:`uqmetrics.metrics.detectors.FIT_KEYS`)."""
         return {"labels": self.labels, **self.extra}
 
 

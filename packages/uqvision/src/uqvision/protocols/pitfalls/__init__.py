@@ -76,7 +76,7 @@ def _rescore(result, path):
     """The score file recomputed from the caches and with the configuration it records
     (``uqvision verify``): the caches of its own groups; those of ``extra_methods`` as
     recorded there."""
-    from uqmetrics.io import decode_attr
+    from uqmetrics.runs.io import decode_attr
 
     from ...provenance import recorded_config
     from .score import EnsembleConfig, Source, score_ensembles  # imported on use

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xarray as xr
 from uqmetrics import read_dataset
-from uqmetrics.plotting import plot_metric_vs_size, save_figure
+from uqmetrics.report.plotting import plot_metric_vs_size, save_figure
 
 __all__ = ["ENSEMBLE_PLOT_METRICS", "plot_ensembles"]
 

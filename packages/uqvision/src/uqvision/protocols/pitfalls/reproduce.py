@@ -42,9 +42,9 @@ import numpy as np
 import torch
 import xarray as xr
 from uqmetrics import read_dataset, write_dataset
-from uqmetrics.io import record_written, remove_written
-from uqmetrics.plotting import save_figure
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.report.plotting import save_figure
+from uqmetrics.runs.io import record_written, remove_written
 
 from ...cache import find_caches
 from ...data import check_split_classes

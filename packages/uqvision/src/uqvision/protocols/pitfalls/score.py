@@ -46,7 +46,7 @@ from uqmetrics import (
     log_softmax,
     stamp_result,
 )
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ... import catalog
 from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 from scipy.stats import kendalltau, spearmanr
-from uqmetrics.registry import METRICS
+from uqmetrics.metrics.registry import METRICS
 
 from .metadata import REGIME_FIELDS, UNKNOWN
 

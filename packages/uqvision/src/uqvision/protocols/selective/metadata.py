@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 __all__ = [
     "FORMAT_VERSION",
@@ -101,7 +101,7 @@ class MetadataField:
 
 _YES_NO = ("yes", "no", UNKNOWN)
 
-#: The table's columns in file order (a :class:`~uqmetrics.registry.Registry` of
+#: The table's columns in file order (a :class:`~uqmetrics.metrics.registry.Registry` of
 #: :class:`MetadataField`).
 METADATA_FIELDS: Registry[MetadataField] = Registry("metadata field")
 for _f in (
@@ -508,7 +508,7 @@ def template_metadata(names: Iterable[str], *, progress: bool = False) -> list[M
     names : iterable of str
         Model names (``arch.tag``, ``tv/<name>.<WEIGHTS>``, ``NAME=CHECKPOINT``), each once.
     progress : bool, default False
-        Report progress on stderr (:func:`uqmetrics.sweep.progress_bar`; ~0.1 s a model).
+        Report progress on stderr (:func:`uqmetrics.runs.sweep.progress_bar`; ~0.1 s a model).
 
     Returns
     -------
@@ -521,7 +521,7 @@ def template_metadata(names: Iterable[str], *, progress: bool = False) -> list[M
         regime is never guessed. A name the installed timm/torchvision does not know gets an
         ``unknown`` row saying so; ``proto/`` models an ``unknown`` row.
     """
-    from uqmetrics.sweep import progress_bar
+    from uqmetrics.runs.sweep import progress_bar
 
     keys = list(dict.fromkeys(model_metadata_key(n) for n in names))
     bar = progress_bar(len(keys), "metadata template", unit="model", enabled=progress)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response
-from uqmetrics.io import decode_attr
-from uqmetrics.plotting import plot_risk_coverage, save_figure
+from uqmetrics.report.plotting import plot_risk_coverage, save_figure
+from uqmetrics.runs.io import decode_attr
 
 from ...cache import index_caches, read_cache
 from .analysis import improvements, temperature_effect

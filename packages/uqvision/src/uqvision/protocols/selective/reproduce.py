@@ -46,8 +46,8 @@ import numpy as np
 import torch
 from PIL import Image
 from uqmetrics import ensemble_log_probs, log_softmax, read_dataset, write_dataset
-from uqmetrics.io import record_written, remove_written
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import record_written, remove_written
 
 from ...cache import cache_dataset, check_aligned, read_cache
 from ...data import ImageFolderDataset

@@ -45,7 +45,7 @@ from uqmetrics import (
     stamp_result,
     temperature_scaled_metrics,
 )
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ...cache import (
     check_aligned,
@@ -290,7 +290,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
         ``aurc_c``/``eaurc_c`` over coverages [0, ``aurc_coverage``] (attr ``coverage``),
         ``sac_99``, ``sac_95``, ``ece``, ``nll``, ``brier``; each with attrs ``metric`` (the
         registered metric computing it), ``convention``, ``greater_is_better``: the metric
-        variables of the result-file schema, :mod:`uqmetrics.result_schema`) and
+        variables of the result-file schema, :mod:`uqmetrics.runs.result_schema`) and
         ``temperature`` over (model, calibration) with ``calibration = ["none",
         "temperature"]`` (``temperature`` is 1 for ``none``) and per-calibration coords
         ``sample_set`` (``all``, ``heldout``) and ``n_scored`` (the samples each row is scored

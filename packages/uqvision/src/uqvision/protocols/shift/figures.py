@@ -113,7 +113,7 @@ def _corrupted(ds: xr.Dataset) -> bool:
 
 def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
     """A Figure on an Agg canvas with ``nrows x ncols`` axes of ``panel`` inches each."""
-    from uqmetrics.plotting import figure_grid  # matplotlib: imported on use
+    from uqmetrics.report.plotting import figure_grid  # matplotlib: imported on use
 
     return figure_grid(nrows, ncols, panel=panel)
 

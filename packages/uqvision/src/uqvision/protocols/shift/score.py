@@ -22,7 +22,7 @@ members of one ``uqvision train --members K`` run (``deep_ensemble[5]``;
 ``deep_ensemble_tta[5]`` for TTA caches) and each of :attr:`ShiftConfig.ensembles`
 (``--ensemble NAME=M1,M2``), scored as ONE predictor on the mean of the members' softmaxes.
 With a ``baseline`` model it adds the mean corruption error and the relative mean corruption
-error of every predictor (:mod:`uqmetrics.shift`).
+error of every predictor (:mod:`uqmetrics.metrics.shift`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from uqmetrics import InputError, stamp_result
-from uqmetrics.calibration import softmax
-from uqmetrics.scoring import score_metrics
-from uqmetrics.shift import (
+from uqmetrics.metrics.calibration import softmax
+from uqmetrics.metrics.scoring import score_metrics
+from uqmetrics.metrics.shift import (
     masked_accuracy,
     mean_corruption_error,
     real_accuracy,
@@ -58,12 +58,12 @@ from ..base import check_clean_members, clean_study_predictors
 __all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
 
 #: The metrics scored per (model, corruption, severity), per natural shift set and on the
-#: clean set (registered in :data:`uqmetrics.registry.METRICS`).
+#: clean set (registered in :data:`uqmetrics.metrics.registry.METRICS`).
 SHIFT_METRICS = ("accuracy", "nll", "brier", "ece", "aurc", "auroc")
 #: The ``calibration`` coordinate: un-scaled probabilities, then temperature-scaled ones.
 CALIBRATIONS = ("none", "temperature")
 #: Natural shift sets of a subset of the model's classes, also scored by
-#: :func:`uqmetrics.shift.masked_accuracy` over the classes the set has (ImageNet-A and -R:
+#: :func:`uqmetrics.metrics.shift.masked_accuracy` over the classes the set has (ImageNet-A and -R:
 #: 200 of the 1,000; Hendrycks et al. 2021).
 MASKED_EVAL_SETS = ("imagenet-a", "imagenet-r")
 
@@ -78,7 +78,7 @@ class ShiftConfig:
         Fraction (0, 1) of the calibration caches' samples the temperature is fitted on (drawn
         with ``seed``, the same samples for every predictor); where the calibration set is
         also the test set, the clean row is scored on the rest. At least
-        :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` samples (5), else refused; a
+        :data:`uqmetrics.metrics.calibration.MIN_TEMPERATURE_SAMPLES` samples (5), else refused; a
         temperature fitted on a bound of the search (0.01 or 100) is refused too
         (:func:`uqvision.predictors.fit_predictor_temperature`).
     calibration : str or None
@@ -202,7 +202,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
             On each natural shift set (all the model's classes: ``set_accuracy`` is the
             1000-class accuracy); NaN where the predictor has no caches of the set.
         ``masked_accuracy`` (model, shift_set)
-            :func:`uqmetrics.shift.masked_accuracy`, the arg-max over the set's classes only,
+            :func:`uqmetrics.metrics.shift.masked_accuracy`, the arg-max over the set's classes only,
             for the sets of :data:`MASKED_EVAL_SETS` (NaN for the others); the mask is the
             cache's ``in_folder`` (the classes with an image folder: ImageNet-A/R's 200),
             else the classes among its labels. No calibration dim: a temperature never moves
@@ -210,7 +210,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         ``n_masked_classes`` (model, shift_set)
             The size of that mask (0 where no masked accuracy).
         ``real_accuracy`` (model)
-            With caches of role ``relabelled`` (one dataset): :func:`uqmetrics.shift.
+            With caches of role ``relabelled`` (one dataset): :func:`uqmetrics.metrics.shift.
             real_accuracy` under the overlay's label sets (ReaL), images without a label left
             out; NaN where the predictor has no such caches.
         ``n_real_labelled`` (model)
@@ -235,7 +235,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         of another role (``fit``) (:func:`uqvision.predictors.pick_test_and_calibration`); a
         model without caches of them (named); caches of several modes for one
         model, a temperature fitted on fewer than
-        :data:`uqmetrics.calibration.MIN_TEMPERATURE_SAMPLES` images or on a bound of the
+        :data:`uqmetrics.metrics.calibration.MIN_TEMPERATURE_SAMPLES` images or on a bound of the
         search (naming the model and the bound), an unknown baseline, no shifted or relabelled caches, caches of several
         relabelled datasets, relabelled caches without label sets and no ``overlay``.
     """

@@ -39,7 +39,7 @@ from collections.abc import Callable
 import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as TF
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ...data import (
     DataConfig,

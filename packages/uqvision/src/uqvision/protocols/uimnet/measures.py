@@ -60,8 +60,8 @@ from uqmetrics import (
     mutual_information,
     softmax_response,
 )
-from uqmetrics.calibration import softmax
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.calibration import softmax
+from uqmetrics.metrics.registry import Registry
 
 from . import DEFAULT_GMM_FIT
 

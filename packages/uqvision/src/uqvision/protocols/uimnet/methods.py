@@ -42,7 +42,7 @@ import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ...methods.ensembling import single_network
 from ...models import archs  # noqa: F401  (registers the architecture)

@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 from uqmetrics import read_dataset
-from uqmetrics.plotting import figure_grid, save_figures
+from uqmetrics.report.plotting import figure_grid, save_figures
 
 from ...provenance import recorded_caches, recorded_config
 from .measures import measures_for, reference_split
@@ -209,8 +209,8 @@ def draw_figures(score_file: str | os.PathLike, out: str | os.PathLike) -> list[
     -------
     list of Path
         ``uimnet_auc.png``, ``uimnet_in_as_in.png``, ``uimnet_out_as_out.png`` and
-        ``uimnet_histograms.png`` (if drawn), through :func:`uqmetrics.plotting.save_figures`
-        (``.svg`` under :func:`uqmetrics.plotting.figure_format`).
+        ``uimnet_histograms.png`` (if drawn), through :func:`uqmetrics.report.plotting.save_figures`
+        (``.svg`` under :func:`uqmetrics.report.plotting.figure_format`).
     """
     ds = _dataset(score_file)
     figures = [(f"uimnet_{m}.png", lambda m=m: metric_heatmaps(ds, m))

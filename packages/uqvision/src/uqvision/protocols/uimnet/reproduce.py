@@ -49,9 +49,9 @@ import xarray as xr
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 from uqmetrics import mutual_information
-from uqmetrics.calibration import fit_temperature, log_softmax
-from uqmetrics.io import provenance_attrs, read_dataset, write_dataset
-from uqmetrics.sweep import Cell, run_sweep
+from uqmetrics.metrics.calibration import fit_temperature, log_softmax
+from uqmetrics.runs.io import provenance_attrs, read_dataset, write_dataset
+from uqmetrics.runs.sweep import Cell, run_sweep
 
 from ...data import (
     INDEX_FORMAT,

@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from uqmetrics import ood_scores
-from uqmetrics.calibration import log_softmax, temperature_scaled_metrics
-from uqmetrics.io import read_dataset
-from uqmetrics.result_schema import input_checksum, stamp_result
+from uqmetrics.metrics.calibration import log_softmax, temperature_scaled_metrics
+from uqmetrics.runs.io import read_dataset
+from uqmetrics.runs.result_schema import input_checksum, stamp_result
 
 from ...provenance import entry_provenance
 from .measures import (

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ...data import derive_seed
 from .vmf import elk_sim, sample_vmf

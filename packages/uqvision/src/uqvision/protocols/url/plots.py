@@ -11,7 +11,7 @@ from pathlib import Path
 
 import xarray as xr
 from uqmetrics import read_dataset
-from uqmetrics.plotting import save_figure
+from uqmetrics.report.plotting import save_figure
 
 __all__ = ["draw_figures"]
 
@@ -61,7 +61,7 @@ def draw_figures(ds: xr.Dataset | str | os.PathLike, folder: str | os.PathLike) 
 
 
 def _save(fig, path: Path) -> Path:
-    """Through the one save path of every figure (:func:`uqmetrics.plotting.save_figure`: atomic,
+    """Through the one save path of every figure (:func:`uqmetrics.report.plotting.save_figure`: atomic,
     SVG under ``figure_format("svg")``), then closed."""
     import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uqmetrics import read_dataset, write_dataset
-from uqmetrics.registry import Registry
+from uqmetrics.metrics.registry import Registry
 
 from ...cache import cache_key, read_cache
 from ...data import check_split_classes, flush_denormal

@@ -46,8 +46,8 @@ from uqmetrics import (
     recall_at_1_score,
     stamp_result,
 )
-from uqmetrics.exceptions import UndefinedMetricWarning
-from uqmetrics.retrieval import human_alignment_score
+from uqmetrics.metrics.exceptions import UndefinedMetricWarning
+from uqmetrics.metrics.retrieval import human_alignment_score
 
 from ...cache import index_caches, read_cache
 from ...data import ImageFolderDataset, derive_seed
@@ -511,7 +511,7 @@ def rescore_transfer(result: xr.Dataset) -> xr.Dataset:
     and control it records (attr ``config``), the soft labels read from the ``soft_labels_root``
     of its ``mixed`` caches, as :func:`score_transfer_caches` reads them (``uqvision
     verify``)."""
-    from uqmetrics.io import decode_attr
+    from uqmetrics.runs.io import decode_attr
 
     cfg = decode_attr(result.attrs.get("config"))
     if not isinstance(cfg, dict) or "runs" not in cfg:

@@ -60,6 +60,8 @@ def test_findings_by_hand():
     for alpha, size_raps in (("0.1", 2.0), ("0.05", 8 / 3)):
         raps = rows["RAPS smaller than APS at equal coverage", f"alpha {alpha}"]
         assert (raps.k, raps.n) == (2, 3) and raps.p_value == pytest.approx(sign_test(2, 3))
+        # three models: even 3 of 3 (p = 0.125) could not reach 0.05
+        assert raps.verdict == "untestable (n = 3)"
         assert raps.before == pytest.approx(3.0) and raps.after == pytest.approx(size_raps)
     naive = rows["Naive under-covers", "all models"]
     assert (naive.k, naive.n) == (4, 6)  # m1 and m2 below 1 - alpha at both levels, m3 not

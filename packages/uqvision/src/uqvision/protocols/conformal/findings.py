@@ -26,7 +26,9 @@ claim and calibration (and per severity under shift), each a one-sided sign test
   alpha): the coverage on the corrupted images, the sets calibrated on clean images, is below
   ``1 - alpha``; and the same per natural shift set.
 
-The cells share their images, so the p-values are a guide, not exact error rates
+A tie counts against the claim. A claim over too few cells for any count to reach
+``p < ALPHA`` (``0.5 ** n >= ALPHA``: ``n <= 4``, e.g. RAPS against APS on four models) is
+``untestable``. The cells share their images, so the p-values are a guide, not exact error rates
 (docs/conventions.md#v-7). :func:`format_findings` writes the rows as a markdown table, and,
 given the result, :func:`mondrian_notes`: why Mondrian APS sets are large where a class has few
 calibration images.
@@ -50,13 +52,13 @@ SHIFT_METHODS = ("thr", "aps", "raps", "aps_mondrian")
 
 #: The rows of :func:`conformal_findings` (its subject: what the cells are, ``all models``,
 #: ``alpha <a>``, ``severity <s>`` or ``shift set <name>``; its condition: the calibration).
-#: Their verdict is ``reproduced`` or ``not reproduced``: no ``untestable`` rule.
+#: Their verdict is ``reproduced``, ``not reproduced``, or ``untestable (n = <n>)`` where even
+#: ``n`` of ``n`` cells could not reach ``ALPHA`` (``n <= 4``: a claim over four models).
 ConformalFinding = Finding
 
 
 def _finding(claim, subject, calibration, statistic, before, after, wins) -> Finding:
-    return sign_finding(claim, subject, calibration, statistic, before, after, wins,
-                        untestable=None)
+    return sign_finding(claim, subject, calibration, statistic, before, after, wins)
 
 
 def _target(result: xr.DataArray) -> xr.DataArray:

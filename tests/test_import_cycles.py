@@ -16,9 +16,8 @@ installs of this tree). The rule:
   those import names from the package face, which is not a cycle.
 
 The cycles are the strongly connected components of more than one module of that graph; the
-test names each as ``a <-> b <-> c``. ``uqmetrics.runs.io <-> uqmetrics.runs.result_schema <->
-uqmetrics.runs.run_config`` is expected to fail here until the branch that splits ``uqmetrics`` into
-subpackages (issue 39, item 2) is merged.
+test names each as ``a <-> b <-> c``. Before issue 39 it found seven: six in uqvision and
+``uqmetrics.io <-> uqmetrics.result_schema <-> uqmetrics.run_config``.
 """
 
 from __future__ import annotations

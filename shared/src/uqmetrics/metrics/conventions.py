@@ -81,6 +81,31 @@ CONVENTIONS: dict[str, str] = {
     "gaussian_nll": "S.6: mean -log N(y; mean, std^2) including 0.5 log(2 pi)",
     "crps": "S.6: closed-form CRPS of N(mean, std^2) (Gneiting and Raftery 2007, eq. 21)",
     "interval_width": f"S.6: mean width 2 z std of the central interval, z = {COVERAGE_Z!r}",
+    "calibration_curve": "S.6: expected p = linspace(0, 1, 100) against the observed fraction of "
+    "y in the closed central Gaussian interval [mean + std Phi^-1(1/2 - p/2), mean + std "
+    "Phi^-1(1/2 + p/2)] (prop_type='interval', uncertainty-toolbox's) or y <= mean + std "
+    "Phi^-1(p) ('quantile'; the toolbox counts y >= the 1 - p quantile instead)",
+    "mace": "S.6: mean over the 100 proportions of |observed - expected| of the calibration curve "
+    "(uncertainty-toolbox mean_absolute_calibration_error)",
+    "rmsce": "S.6: sqrt of the mean over the 100 proportions of (observed - expected)^2",
+    "miscalibration_area": "S.6: area between the piecewise-linear calibration curve and the "
+    "diagonal, split into two triangles where it crosses (uncertainty-toolbox miscalibration_area)",
+    "adversarial_group_mace": "S.6: mean over group fractions linspace(0, 1, 10) of the mean over "
+    "10 trials of the worst MACE of 10 random groups of max(round(n r), 2) points drawn without "
+    "replacement, rng seed 0 (the toolbox's curve, summarised by its mean)",
+    "sharpness": "S.6: sqrt(mean(std^2)), lower is sharper (uncertainty-toolbox sharpness)",
+    "check_score": "S.6: pinball loss (1[y <= q] - tau)(q - y) of the Gaussian quantiles at tau = "
+    "0.01, ..., 0.99 (99 levels), mean over points and levels",
+    "interval_score": "S.6: Gneiting-Raftery interval score (u - l) + (2/alpha)(l - y)1[y < l] + "
+    "(2/alpha)(y - u)1[y > u], alpha = 1 - p, central Gaussian intervals at p = 0.01, ..., 0.99, "
+    "mean over points and p",
+    "pit_ks": "S.6: Kolmogorov-Smirnov distance sup|F_n(u) - u| of the PIT values Phi((y - mean) / "
+    "std) from uniform; histogram: equal-width bins, Pearson chi2 against n/bins",
+    "recalibration": "S.6: fitted on a calibration split, applied to a test split; isotonic: "
+    "increasing least-squares map observed -> expected proportions of the 100-point interval "
+    "curve, linear interpolation clipped to the fitted range (Kuleshov 2018; toolbox iso_recal); "
+    "sigma-scaling: std * s, s minimising MACE by bounded Brent over [0.01, 100] (toolbox "
+    "optimize_recalibration_ratio)",
     "coverage": "S.6/R.4: fraction of repetitions with |prediction - truth| < z * uncertainty, "
     f"strict <, z = {COVERAGE_Z!r} (the 0.975 normal quantile)",
     "coverage_interval": "S.6/R.4: Wilson (default) or Clopper-Pearson, plus sqrt(p(1-p)/k) bars",

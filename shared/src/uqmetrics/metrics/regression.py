@@ -13,7 +13,11 @@ regression paper) and averages over in/out-of-distribution regions. :func:`cover
 computes all of it from one ``xarray.Dataset``; the other functions are its building blocks.
 
 *Proper scores against noisy targets* (S.6): :func:`gaussian_nll_loss`,
-:func:`crps_gaussian_loss` and :func:`interval_width`.
+:func:`crps_gaussian_loss` and :func:`interval_width`; and uncertainty-toolbox's (Chung et al.
+2021) scores: the calibration curve, MACE, RMSCE, miscalibration area, adversarial group
+calibration, sharpness, the check and interval scores (of Gaussian forecasts and of predicted
+quantiles or bounds), PIT values and histograms, and recalibration fitted on a calibration split
+(:class:`IsotonicRecalibrator`, Kuleshov et al. 2018; :class:`SigmaScaling`).
 
 Inputs may be numpy arrays, torch tensors or xarray objects. The coverage functions keep xarray
 in, xarray out (reducing a named dim); numpy inputs reduce an ``axis``.
@@ -42,18 +46,37 @@ from ._validation import (
     numeric_array,
 )
 from .conventions import COVERAGE_Z
+from .exceptions import InputError
 from .registry import register_metric
 
 __all__ = [
+    "CALIBRATION_BINS",
     "INTERVAL_METHODS",
+    "SCORE_LEVELS",
+    "IsotonicRecalibrator",
+    "SigmaScaling",
+    "adversarial_group_calibration",
+    "adversarial_group_calibration_error",
     "binomial_interval",
+    "calibration_curve",
+    "check_score_loss",
     "coverage",
     "coverage_summary",
     "crps_gaussian_loss",
     "deviation",
     "gaussian_nll_loss",
+    "interval_score_from_bounds_loss",
+    "interval_score_loss",
     "interval_width",
+    "mean_absolute_calibration_error",
+    "miscalibration_area_error",
     "paper_error_bar",
+    "pit_histogram",
+    "pit_ks_error",
+    "pit_values",
+    "quantile_check_loss",
+    "root_mean_squared_calibration_error",
+    "sharpness",
     "uncertainty_ratio",
 ]
 
@@ -802,3 +825,725 @@ def _interval_width_metric(y, mean, std) -> float:
     """Mean width of the central 95% interval (:func:`interval_width`; ``y``, ``mean`` unused)."""
     _, _, sa = _gaussian_args(y, mean, std)
     return interval_width(sa)
+
+
+# --------------------------------------------------------------------------------------------
+# average calibration, sharpness, check and interval scores, PIT, recalibration (S.6)
+#
+# uncertainty-toolbox parity (Chung et al. 2021): defaults and definitions follow its metrics
+# (``uncertainty_toolbox.metrics_calibration`` / ``metrics_scoring_rule`` / ``recalibration``,
+# version 0.1.1); docs/conventions.md#s-6 lists where they depart.
+
+#: Default number of expected proportions of the calibration curve (``linspace(0, 1, 100)``).
+CALIBRATION_BINS = 100
+#: Default levels of the check score and coverages of the interval score: 0.01, 0.02, ..., 0.99.
+SCORE_LEVELS = np.linspace(0.01, 0.99, 99)
+PROP_TYPES = ("interval", "quantile")
+CALIBRATION_CRITERIA = ("mace", "rmsce", "miscalibration_area")
+
+
+def _check_bins(num_bins) -> int:
+    if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 2:
+        raise InputError(f"num_bins must be an integer >= 2, got {num_bins!r}")
+    return int(num_bins)
+
+
+def _check_levels(levels, name: str) -> np.ndarray:
+    la = numeric_array(levels, name)
+    if la.ndim != 1 or la.size == 0:
+        raise InputError(f"{name} must be a non-empty 1-D array, got shape {la.shape}")
+    bad = la[~((la > 0) & (la < 1))]
+    if bad.size:
+        raise InputError(f"{name} must lie in (0, 1), got {float(bad[0])!r}")
+    return la
+
+
+def _observed_proportions(ya, ma, sa, levels: np.ndarray, prop_type: str) -> np.ndarray:
+    """Observed proportion of targets in the central ``levels`` intervals (``interval``) or
+    below the ``levels`` quantiles (``quantile``) of ``N(mean, std^2)``; ``levels`` (m,)."""
+    check_choice(prop_type, "prop_type", PROP_TYPES)
+    n = ya.size
+    if prop_type == "interval":
+        r = ((ma - ya).reshape(-1) / sa.reshape(-1))[:, None]   # the toolbox's residual sign
+        inside = (r >= special.ndtri(0.5 - levels / 2.0)) & (r <= special.ndtri(0.5 + levels / 2.0))
+    else:
+        r = ((ya - ma).reshape(-1) / sa.reshape(-1))[:, None]
+        inside = r <= special.ndtri(levels)
+    return inside.sum(axis=0) / n
+
+
+def _nominal_levels(num_bins: int, recalibrator) -> tuple[np.ndarray, np.ndarray]:
+    expected = np.linspace(0.0, 1.0, num_bins)
+    if recalibrator is None:
+        return expected, expected
+    if not hasattr(recalibrator, "levels"):
+        raise InputError(f"recalibrator must be a fitted IsotonicRecalibrator (an object with "
+                         f"levels(p)), got {recalibrator!r}")
+    return expected, np.asarray(recalibrator.levels(expected), float)
+
+
+def calibration_curve(y, mean, std, *, num_bins: int = CALIBRATION_BINS,
+                      prop_type: str = "interval", recalibrator=None):
+    """Expected against observed proportions of Gaussian predictive intervals (or quantiles).
+
+    Parameters
+    ----------
+    y : array_like, shape (n,)
+        Observed targets.
+    mean, std : array_like, shape (n,)
+        Predictive means and standard deviations (``std > 0``).
+    num_bins : int, default 100
+        Number of expected proportions ``p = linspace(0, 1, num_bins)`` (uncertainty-toolbox's
+        ``num_bins``).
+    prop_type : {"interval", "quantile"}, default "interval"
+        ``"interval"``: fraction of targets in the central ``p`` interval
+        ``[mean + std Phi^-1(1/2 - p/2), mean + std Phi^-1(1/2 + p/2)]`` (closed);
+        ``"quantile"``: fraction of targets ``<= mean + std Phi^-1(p)``.
+    recalibrator : IsotonicRecalibrator, optional
+        A fitted recalibrator: the intervals (quantiles) are taken at the recalibrated levels
+        ``recalibrator.levels(p)`` while ``p`` stays the expected proportion.
+
+    Returns
+    -------
+    expected, observed : numpy.ndarray, shape (num_bins,)
+
+    Notes
+    -----
+    As ``uncertainty_toolbox.get_proportion_lists_vectorized`` for ``prop_type="interval"``.
+    For ``"quantile"`` the toolbox counts ``(mean - y) / std <= Phi^-1(p)``, i.e. targets at or
+    *above* the ``1 - p`` quantile; here it is the fraction at or below the ``p`` quantile (the
+    toolbox's value is this one's at ``2 mean - y``; docs/conventions.md#s-6).
+
+    References
+    ----------
+    V. Kuleshov, N. Fenner, S. Ermon, "Accurate uncertainties for deep learning using calibrated
+    regression", ICML 2018; Y. Chung et al., "Uncertainty Toolbox: an open-source library for
+    assessing, visualizing, and improving uncertainty quantification", arXiv:2109.10254 (2021).
+
+    Examples
+    --------
+    >>> exp, obs = calibration_curve([0.0, 3.0], [0.0, 0.0], [1.0, 1.0], num_bins=3)
+    >>> exp.tolist(), obs.tolist()
+    ([0.0, 0.5, 1.0], [0.5, 0.5, 1.0])
+    """
+    ya, ma, sa = _gaussian_args(y, mean, std)
+    num_bins = _check_bins(num_bins)
+    check_choice(prop_type, "prop_type", PROP_TYPES)
+    expected, levels = _nominal_levels(num_bins, recalibrator)
+    return expected, _observed_proportions(ya, ma, sa, levels, prop_type)
+
+
+def _mace(expected, observed) -> float:
+    return float(np.mean(np.abs(expected - observed)))
+
+
+def _rmsce(expected, observed) -> float:
+    return float(np.sqrt(np.mean(np.square(expected - observed))))
+
+
+def _area(expected, observed) -> float:
+    """Area between the curve and the diagonal, trapezoids split where the curve crosses it
+    (the toolbox's ``miscalibration_area_from_proportions``)."""
+    d = observed - expected
+    dl, dr = d[:-1], d[1:]
+    w = np.diff(expected)
+    cross = (dl * dr) < 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(cross, dl / (dl - dr), 0.0)            # crossing at xl + t * w
+    trap = np.abs(0.5 * w * (dl + dr))
+    hourglass = 0.5 * w * (np.abs(dl) * t + np.abs(dr) * (1 - t))
+    return float(np.sum(np.where(cross, hourglass, trap)))
+
+
+_CALIBRATION_FNS = {"mace": _mace, "rmsce": _rmsce, "miscalibration_area": _area}
+
+
+@register_metric("mace", kind="regression", properties={"permutation_invariant"})
+def mean_absolute_calibration_error(y, mean, std, *, num_bins: int = CALIBRATION_BINS,
+                                    prop_type: str = "interval", recalibrator=None) -> float:
+    """Mean absolute calibration error: mean over ``p`` of ``|observed(p) - p|``.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    num_bins, prop_type, recalibrator
+        As :func:`calibration_curve` (100 proportions, central intervals by default).
+
+    Returns
+    -------
+    float
+        In [0, 1]; lower is better (0: calibrated at every level).
+
+    Notes
+    -----
+    ``MACE = (1/m) sum_j |obs(p_j) - p_j|`` over ``p_j = linspace(0, 1, m)``, as
+    ``uncertainty_toolbox.mean_absolute_calibration_error`` (Chung et al. 2021).
+
+    Examples
+    --------
+    >>> round(mean_absolute_calibration_error([0.0, 3.0], [0.0, 0.0], [1.0, 1.0], num_bins=3), 6)
+    0.166667
+    """
+    return _mace(*calibration_curve(y, mean, std, num_bins=num_bins, prop_type=prop_type,
+                                    recalibrator=recalibrator))
+
+
+@register_metric("rmsce", kind="regression", properties={"permutation_invariant"})
+def root_mean_squared_calibration_error(y, mean, std, *, num_bins: int = CALIBRATION_BINS,
+                                        prop_type: str = "interval",
+                                        recalibrator=None) -> float:
+    """Root mean squared calibration error: ``sqrt(mean_p (observed(p) - p)^2)``.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    num_bins, prop_type, recalibrator
+        As :func:`calibration_curve`.
+
+    Returns
+    -------
+    float
+        In [0, 1]; lower is better.
+
+    Examples
+    --------
+    >>> round(root_mean_squared_calibration_error([0.0, 3.0], [0.0, 0.0], [1.0, 1.0],
+    ...                                           num_bins=3), 6)
+    0.288675
+    """
+    return _rmsce(*calibration_curve(y, mean, std, num_bins=num_bins, prop_type=prop_type,
+                                     recalibrator=recalibrator))
+
+
+@register_metric("miscalibration_area", kind="regression", properties={"permutation_invariant"})
+def miscalibration_area_error(y, mean, std, *, num_bins: int = CALIBRATION_BINS,
+                              prop_type: str = "interval", recalibrator=None) -> float:
+    """Area between the calibration curve and the diagonal.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    num_bins, prop_type, recalibrator
+        As :func:`calibration_curve`.
+
+    Returns
+    -------
+    float
+        In [0, 1/2]; lower is better.
+
+    Notes
+    -----
+    The curve ``(p_j, obs(p_j))`` joined by straight segments; between two neighbouring
+    proportions the area is a trapezoid, or two triangles where the segment crosses the
+    diagonal (``uncertainty_toolbox.miscalibration_area``). It tends to MACE as
+    ``num_bins`` grows.
+
+    Examples
+    --------
+    >>> round(miscalibration_area_error([0.0, 3.0], [0.0, 0.0], [1.0, 1.0], num_bins=3), 6)
+    0.125
+    """
+    return _area(*calibration_curve(y, mean, std, num_bins=num_bins, prop_type=prop_type,
+                                    recalibrator=recalibrator))
+
+
+def _rng(rng):
+    """``None``/int seed -> ``default_rng``; a ``Generator`` or ``RandomState`` as is."""
+    if isinstance(rng, (np.random.Generator, np.random.RandomState)):
+        return rng
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)
+                       and rng >= 0):
+        return np.random.default_rng(rng)
+    raise InputError(f"rng must be a seed (int >= 0), a numpy Generator or RandomState, "
+                     f"got {rng!r}")
+
+
+def adversarial_group_calibration(y, mean, std, *, criterion: str = "mace",
+                                  prop_type: str = "interval", num_bins: int = CALIBRATION_BINS,
+                                  num_group_bins: int = 10, draw_with_replacement: bool = False,
+                                  num_trials: int = 10, num_group_draws: int = 10, rng=0):
+    """Worst calibration error over random groups of each size (adversarial group calibration).
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    criterion : {"mace", "rmsce"}, default "mace"
+        Calibration error within a group (the toolbox's ``cali_type`` ``"mean_abs"`` and
+        ``"root_mean_sq"``).
+    prop_type, num_bins
+        As :func:`calibration_curve`.
+    num_group_bins : int, default 10
+        Group size fractions ``r = linspace(0, 1, num_group_bins)``; a group has
+        ``max(round(n r), 2)`` points.
+    draw_with_replacement : bool, default False
+    num_trials, num_group_draws : int, default 10
+        Per fraction and trial, the worst error over ``num_group_draws`` random groups; then
+        mean and standard deviation (ddof 1) over ``num_trials`` trials.
+    rng : int, numpy.random.Generator or numpy.random.RandomState, default 0
+        Seed or generator of the groups (``rng.choice(n, size, replace=...)``). A
+        ``RandomState`` in the state of ``np.random.seed(s)`` draws the toolbox's groups.
+
+    Returns
+    -------
+    dict
+        ``group_size`` (num_group_bins,): the fractions ``r``; ``score_mean`` and
+        ``score_stderr`` (num_group_bins,): mean and standard deviation over trials of the worst
+        group error (the toolbox's names, though ``score_stderr`` is a standard deviation).
+
+    References
+    ----------
+    Y. Chung et al. (2021), uncertainty-toolbox ``adversarial_group_calibration``; Zhao, Ma,
+    Ermon, "Individual calibration with randomized forecasting", ICML 2020.
+    """
+    ya, ma, sa = _gaussian_args(y, mean, std)
+    check_choice(criterion, "criterion", ("mace", "rmsce"))
+    check_choice(prop_type, "prop_type", PROP_TYPES)
+    num_bins = _check_bins(num_bins)
+    for name, v in (("num_group_bins", num_group_bins), ("num_trials", num_trials),
+                    ("num_group_draws", num_group_draws)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name} must be an integer >= 1, got {v!r}")
+    if num_trials < 2:
+        raise InputError(f"num_trials must be >= 2 (a standard deviation), got {num_trials!r}")
+    gen = _rng(rng)
+    ya, ma, sa = ya.reshape(-1), ma.reshape(-1), sa.reshape(-1)
+    n = ya.size
+    if not draw_with_replacement and n < 2:
+        raise InputError(f"y must have >= 2 points to draw groups without replacement, got {n}")
+    fn = _CALIBRATION_FNS[criterion]
+    expected = np.linspace(0.0, 1.0, num_bins)
+    ratios = np.linspace(0, 1, num_group_bins)
+    means, sds = [], []
+    for r in ratios:
+        size = max(round(n * r), 2)
+        worst = []
+        for _ in range(num_trials):
+            scores = []
+            for _ in range(num_group_draws):
+                idx = gen.choice(n, size, replace=draw_with_replacement)
+                obs = _observed_proportions(ya[idx], ma[idx], sa[idx], expected, prop_type)
+                scores.append(fn(expected, obs))
+            worst.append(max(scores))
+        means.append(np.mean(worst))
+        sds.append(np.std(worst, ddof=1))
+    return {"group_size": ratios, "score_mean": np.array(means), "score_stderr": np.array(sds)}
+
+
+@register_metric("adversarial_group_mace", kind="regression")
+def adversarial_group_calibration_error(y, mean, std, *, rng=0) -> float:
+    """Mean over group sizes of the worst-group MACE (:func:`adversarial_group_calibration`).
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    rng : int, Generator or RandomState, default 0
+        Seed of the random groups.
+
+    Returns
+    -------
+    float
+        ``mean(score_mean)`` over the 10 group fractions of the toolbox's defaults; lower is
+        better. The toolbox reports the curve only; this one-number summary is ours.
+    """
+    return float(np.mean(adversarial_group_calibration(y, mean, std, rng=rng)["score_mean"]))
+
+
+@register_metric("sharpness", kind="regression", properties={"permutation_invariant"},
+                 greater_is_better=False)
+def sharpness(y, mean, std) -> float:
+    """Sharpness ``sqrt(mean(std^2))``, the root mean predictive variance (``y``, ``mean`` unused).
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets and predictive means (validated, unused) and standard deviations (``std > 0``).
+
+    Returns
+    -------
+    float
+        Lower is sharper; report it with a calibration error (Chung et al. 2021).
+
+    Examples
+    --------
+    >>> sharpness([0.0, 0.0], [0.0, 0.0], [1.0, 7.0])
+    5.0
+    """
+    _, _, sa = _gaussian_args(y, mean, std)
+    return float(np.sqrt(np.mean(sa ** 2)))
+
+
+def _pinball(ya, q, levels) -> float:
+    """Mean over points and levels of ``(1[y <= q] - tau) (q - y)``; ``q`` (n, m)."""
+    diff = q - ya[:, None]
+    return float(np.mean(((diff >= 0).astype(float) - levels) * diff))
+
+
+def _interval_score(ya, lower, upper, coverages) -> float:
+    """Mean over points and coverages of the Gneiting-Raftery interval score."""
+    a = 2.0 / (1.0 - coverages)
+    yy = ya[:, None]
+    s = (upper - lower) + a * (lower - yy) * (lower > yy) + a * (yy - upper) * (yy > upper)
+    return float(np.mean(s))
+
+
+def _predicted_2d(values, name: str, n: int, m: int) -> np.ndarray:
+    va = numeric_array(values, name)
+    if va.ndim == 1 and m == 1:
+        va = va[:, None]
+    if va.shape != (n, m):
+        raise InputError(f"{name} must have shape (n, m) = ({n}, {m}), got {va.shape}")
+    return va
+
+
+def quantile_check_loss(y, quantiles, levels) -> float:
+    """Check (pinball) score of predicted quantiles, averaged over points and levels.
+
+    Parameters
+    ----------
+    y : array_like, shape (n,)
+        Observed targets.
+    quantiles : array_like, shape (n, m) (or (n,) with one level)
+        Predicted quantiles of each point at each level.
+    levels : array_like, shape (m,)
+        Quantile levels ``tau`` in (0, 1).
+
+    Returns
+    -------
+    float
+        ``mean_{i,j} rho_tau_j(y_i - q_ij)`` with ``rho_tau(u) = u (tau - 1[u < 0])``; lower is
+        better; proper for each quantile (Gneiting and Raftery 2007, sec. 6).
+
+    Examples
+    --------
+    >>> quantile_check_loss([1.0, -1.0], [[0.0], [0.0]], [0.5])   # half the MAE
+    0.5
+    """
+    ya = numeric_array(y, "y").reshape(-1)
+    if ya.size == 0:
+        raise InputError("y is empty (shape (0,))")
+    la = _check_levels(levels, "levels")
+    return _pinball(ya, _predicted_2d(quantiles, "quantiles", ya.size, la.size), la)
+
+
+def interval_score_from_bounds_loss(y, lower, upper, coverage) -> float:
+    """Interval score of predicted central intervals, averaged over points and coverages.
+
+    Parameters
+    ----------
+    y : array_like, shape (n,)
+        Observed targets.
+    lower, upper : array_like, shape (n, m) (or (n,) with one coverage)
+        Interval bounds, ``lower <= upper``.
+    coverage : array_like, shape (m,)
+        Nominal coverages ``p`` in (0, 1) (``alpha = 1 - p``).
+
+    Returns
+    -------
+    float
+        ``mean (u - l) + (2/alpha)(l - y) 1[y < l] + (2/alpha)(y - u) 1[y > u]``; lower is
+        better (Gneiting and Raftery 2007, sec. 6.2).
+
+    Examples
+    --------
+    >>> interval_score_from_bounds_loss([0.0, 3.0], [-1.0, -1.0], [1.0, 1.0], [0.5])  # (2 + 10)/2
+    6.0
+    """
+    ya = numeric_array(y, "y").reshape(-1)
+    if ya.size == 0:
+        raise InputError("y is empty (shape (0,))")
+    ca = _check_levels(coverage, "coverage")
+    lo = _predicted_2d(lower, "lower", ya.size, ca.size)
+    hi = _predicted_2d(upper, "upper", ya.size, ca.size)
+    if (lo > hi).any():
+        i = np.argwhere(lo > hi)[0]
+        raise InputError(f"lower must be <= upper, got lower {float(lo[tuple(i)])!r} > upper "
+                         f"{float(hi[tuple(i)])!r} at {tuple(int(k) for k in i)}")
+    return _interval_score(ya, lo, hi, ca)
+
+
+@register_metric("check_score", kind="regression", properties={"permutation_invariant"})
+def check_score_loss(y, mean, std, *, levels=None) -> float:
+    """Check (pinball) score of Gaussian predictive quantiles at levels 0.01, ..., 0.99.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    levels : array_like, shape (m,), optional
+        Quantile levels; default :data:`SCORE_LEVELS` (``linspace(0.01, 0.99, 99)``, the
+        toolbox's ``start_q``, ``end_q``, ``resolution``).
+
+    Returns
+    -------
+    float
+        :func:`quantile_check_loss` of the quantiles ``mean + std Phi^-1(tau)``; lower is
+        better. Equals ``uncertainty_toolbox.check_score`` (``scaled=True``).
+
+    Examples
+    --------
+    >>> round(check_score_loss([0.0], [0.0], [1.0]), 6)
+    0.117956
+    """
+    ya, ma, sa = _gaussian_args(y, mean, std)
+    la = SCORE_LEVELS if levels is None else _check_levels(levels, "levels")
+    ya, ma, sa = ya.reshape(-1), ma.reshape(-1), sa.reshape(-1)
+    q = ma[:, None] + sa[:, None] * special.ndtri(la)
+    return _pinball(ya, q, la)
+
+
+@register_metric("interval_score", kind="regression", properties={"permutation_invariant"})
+def interval_score_loss(y, mean, std, *, coverages=None) -> float:
+    """Interval score of central Gaussian predictive intervals at coverages 0.01, ..., 0.99.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    coverages : array_like, shape (m,), optional
+        Nominal coverages ``p``; default :data:`SCORE_LEVELS` (the toolbox's ``start_p``,
+        ``end_p``, ``resolution``).
+
+    Returns
+    -------
+    float
+        :func:`interval_score_from_bounds_loss` of ``mean + std Phi^-1(1/2 -+ p/2)``; lower is
+        better. Equals ``uncertainty_toolbox.interval_score`` (``scaled=True``).
+
+    Examples
+    --------
+    >>> round(interval_score_loss([0.0], [0.0], [1.0]), 6)
+    1.580031
+    """
+    ya, ma, sa = _gaussian_args(y, mean, std)
+    ca = SCORE_LEVELS if coverages is None else _check_levels(coverages, "coverages")
+    ya, ma, sa = ya.reshape(-1), ma.reshape(-1), sa.reshape(-1)
+    lo = ma[:, None] + sa[:, None] * special.ndtri(0.5 - ca / 2.0)
+    hi = ma[:, None] + sa[:, None] * special.ndtri(0.5 + ca / 2.0)
+    return _interval_score(ya, lo, hi, ca)
+
+
+def pit_values(y, mean, std) -> np.ndarray:
+    """Probability integral transform ``Phi((y - mean) / std)`` of each target.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n, ...)
+        Targets, predictive means and standard deviations (``std > 0``).
+
+    Returns
+    -------
+    numpy.ndarray, shape of ``y``
+        In [0, 1]; uniform when the forecasts are calibrated (Dawid 1984).
+
+    Examples
+    --------
+    >>> pit_values([0.0, 1.0], [0.0, 0.0], [1.0, 1.0]).round(4)
+    array([0.5   , 0.8413])
+    """
+    ya, ma, sa = _gaussian_args(y, mean, std)
+    return special.ndtr((ya - ma) / sa)
+
+
+def pit_histogram(y, mean, std, *, bins: int = 10) -> dict:
+    """Histogram of the PIT values in ``bins`` equal-width bins, and its chi-square uniformity test.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+    bins : int, default 10
+        Equal-width bins of [0, 1], ``[k/bins, (k+1)/bins)``, the last closed.
+
+    Returns
+    -------
+    dict
+        ``counts`` (bins,) int, ``edges`` (bins + 1,), ``chi2``: Pearson's statistic
+        ``sum (c_k - n/bins)^2 / (n/bins)``, ``p_value``: its chi-square (bins - 1 degrees of
+        freedom) upper tail, ``ks``: :func:`pit_ks_error`.
+
+    Examples
+    --------
+    >>> h = pit_histogram([-1.0, 0.1, 1.0, 2.0], [0.0] * 4, [1.0] * 4, bins=2)
+    >>> h["counts"].tolist(), h["chi2"]
+    ([1, 3], 1.0)
+    """
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise InputError(f"bins must be an integer >= 1, got {bins!r}")
+    u = pit_values(y, mean, std).reshape(-1)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    counts = np.histogram(u, bins=edges)[0].astype(np.int64)
+    e = u.size / bins
+    chi2 = float(np.sum((counts - e) ** 2) / e)
+    p = float(special.chdtrc(bins - 1, chi2)) if bins > 1 else 1.0
+    return {"counts": counts, "edges": edges, "chi2": chi2, "p_value": p, "ks": _ks(u)}
+
+
+def _ks(u: np.ndarray) -> float:
+    u = np.sort(u)
+    n = u.size
+    i = np.arange(1, n + 1)
+    return float(max(np.max(i / n - u), np.max(u - (i - 1) / n)))
+
+
+@register_metric("pit_ks", kind="regression", properties={"permutation_invariant"})
+def pit_ks_error(y, mean, std) -> float:
+    """Kolmogorov-Smirnov distance of the PIT values from the uniform distribution.
+
+    Parameters
+    ----------
+    y, mean, std : array_like, shape (n,)
+        Targets, predictive means and standard deviations (``std > 0``).
+
+    Returns
+    -------
+    float
+        ``sup_u |F_n(u) - u|`` of the empirical CDF of :func:`pit_values`; in (0, 1], lower is
+        better (``scipy.stats.kstest(pit, "uniform").statistic``).
+
+    Examples
+    --------
+    >>> pit_ks_error([0.0], [0.0], [1.0])
+    0.5
+    """
+    return _ks(pit_values(y, mean, std).reshape(-1))
+
+
+# --------------------------------------------------------------------------------------------
+# recalibration: fitted on a calibration split, applied to a test split
+
+
+def _isotonic_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Increasing least-squares fit of ``y`` on ``x`` (pool adjacent violators) at the distinct
+    ``x``, equal ``x`` pooled first (as ``sklearn.isotonic.IsotonicRegression``)."""
+    xs, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inv, weights=y)
+    vals, wts, sizes = [], [], []
+    for s, w in zip(sums / counts, counts.astype(float)):
+        vals.append(s)
+        wts.append(w)
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            w2 = wts[-2] + wts[-1]
+            v2 = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / w2
+            k = sizes[-2] + sizes[-1]
+            del vals[-1], wts[-1], sizes[-1]
+            vals[-1], wts[-1], sizes[-1] = v2, w2, k
+    return xs, np.repeat(vals, sizes)
+
+
+class IsotonicRecalibrator:
+    """Isotonic recalibration of quantile levels (Kuleshov, Fenner & Ermon 2018).
+
+    :meth:`fit` computes the calibration curve of a calibration split and fits an increasing
+    map ``R`` from observed to expected proportions (uncertainty-toolbox's ``iso_recal``);
+    the recalibrated forecast takes its ``p`` interval (or quantile) at the level ``R(p)``.
+
+    Parameters
+    ----------
+    num_bins : int, default 100
+        Proportions of the calibration curve fitted.
+    prop_type : {"interval", "quantile"}, default "interval"
+        The curve fitted; apply the recalibrator with the same ``prop_type``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.normal(size=500)
+    >>> rec = IsotonicRecalibrator().fit(y, np.zeros(500), np.full(500, 0.5))
+    >>> mace = mean_absolute_calibration_error
+    >>> mace(y, np.zeros(500), np.full(500, 0.5), recalibrator=rec) < 0.02
+    True
+    """
+
+    def __init__(self, *, num_bins: int = CALIBRATION_BINS, prop_type: str = "interval"):
+        self.num_bins = _check_bins(num_bins)
+        check_choice(prop_type, "prop_type", PROP_TYPES)
+        self.prop_type = prop_type
+        self.x_: np.ndarray | None = None
+        self.y_: np.ndarray | None = None
+
+    def fit(self, y, mean, std) -> IsotonicRecalibrator:
+        """Fit on a calibration split (targets, means, stds of shape (n,)); returns self."""
+        expected, observed = calibration_curve(y, mean, std, num_bins=self.num_bins,
+                                               prop_type=self.prop_type)
+        self.x_, self.y_ = _isotonic_fit(observed, expected)
+        return self
+
+    def levels(self, p) -> np.ndarray:
+        """Recalibrated levels ``R(p)``: linear interpolation, clipped to the fitted range."""
+        if self.x_ is None:
+            raise InputError("IsotonicRecalibrator is not fitted: call fit(y, mean, std) first")
+        pa = numeric_array(p, "p")
+        if self.x_.size == 1:
+            return np.full(pa.shape, self.y_[0])
+        return np.interp(pa, self.x_, self.y_)
+
+    def quantile(self, mean, std, p) -> np.ndarray:
+        """Recalibrated ``p`` quantile ``mean + std Phi^-1(R(p))`` (fit with prop_type
+        "quantile"); ``p`` a float in (0, 1)."""
+        p = check_fraction(p, "p", closed="neither")
+        return np.asarray(mean, float) + np.asarray(std, float) * special.ndtri(self.levels(p))
+
+    def interval(self, mean, std, p) -> tuple[np.ndarray, np.ndarray]:
+        """Recalibrated central ``p`` interval: the ``1/2 -+ R(p)/2`` Gaussian quantiles."""
+        p = check_fraction(p, "p", closed="neither")
+        r = self.levels(p)
+        m, s = np.asarray(mean, float), np.asarray(std, float)
+        return m + s * special.ndtri(0.5 - r / 2.0), m + s * special.ndtri(0.5 + r / 2.0)
+
+
+class SigmaScaling:
+    """σ-scaling: one factor ``s`` multiplying every predictive standard deviation.
+
+    :meth:`fit` finds ``s`` on a calibration split as uncertainty-toolbox's
+    ``optimize_recalibration_ratio``: the minimiser of the calibration error ``criterion`` of
+    ``(y, mean, s std)`` by bounded Brent search (``scipy.optimize.minimize_scalar``) over
+    ``bounds``. The objective is piecewise constant in ``s``: the search finds a local minimum.
+
+    Parameters
+    ----------
+    criterion : {"mace", "rmsce", "miscalibration_area"}, default "mace"
+        The toolbox's ``"ma_cal"``, ``"rms_cal"``, ``"miscal"`` (its default is "ma_cal").
+    bounds : (float, float), default (0.01, 100)
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(1)
+    >>> y = rng.normal(scale=2.0, size=2000)
+    >>> round(SigmaScaling().fit(y, np.zeros(2000), np.ones(2000)).factor_, 1)
+    2.0
+    """
+
+    def __init__(self, *, criterion: str = "mace", bounds: tuple[float, float] = (1e-2, 1e2)):
+        check_choice(criterion, "criterion", CALIBRATION_CRITERIA)
+        lo, hi = (check_positive_number(b, "bounds") for b in bounds)
+        if not lo < hi:
+            raise InputError(f"bounds must be increasing, got {bounds!r}")
+        self.criterion = criterion
+        self.bounds = (lo, hi)
+        self.factor_: float | None = None
+
+    def fit(self, y, mean, std) -> SigmaScaling:
+        """Fit the factor on a calibration split (shape (n,) each); returns self."""
+        from scipy.optimize import minimize_scalar
+
+        ya, ma, sa = _gaussian_args(y, mean, std)
+        fn = _CALIBRATION_FNS[self.criterion]
+        expected = np.linspace(0.0, 1.0, CALIBRATION_BINS)
+
+        def objective(ratio):
+            return fn(expected, _observed_proportions(ya, ma, ratio * sa, expected, "interval"))
+
+        self.factor_ = float(minimize_scalar(objective, bounds=self.bounds).x)
+        return self
+
+    def apply(self, std) -> np.ndarray:
+        """Recalibrated standard deviations ``factor_ * std`` (of a test split)."""
+        if self.factor_ is None:
+            raise InputError("SigmaScaling is not fitted: call fit(y, mean, std) first")
+        return self.factor_ * check_positive(numeric_array(std, "std"), "std", strict=True)

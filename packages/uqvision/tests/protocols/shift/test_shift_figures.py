@@ -263,3 +263,13 @@ def test_uqvision_plot_shift_draws_a_scored_result(tmp_path, capsys):
     printed = capsys.readouterr().out.split()
     assert printed == [str(tmp_path / "fig" / f) for f in FILES]
     assert all((tmp_path / "fig" / f).stat().st_size > 0 for f in FILES)
+
+
+def test_the_legend_gives_each_models_mce_to_three_decimals():
+    """An mCE of 1.002 (a model a hair worse than the baseline) reads 1.002, not 1: the
+    legend's three significant figures used to round it away."""
+    ds = _result().assign(mean_corruption_error=("model", [1.002, 0.8]))
+    fig = plot_shift_boxes(ds, metrics=("ece",))
+    texts = [t.get_text() for legend in fig.legends + [a.get_legend() for a in fig.axes]
+             if legend is not None for t in legend.get_texts()]
+    assert "vanilla (mCE 1.002)" in texts and "deep_ensemble (mCE 0.800)" in texts

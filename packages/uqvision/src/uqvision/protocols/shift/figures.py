@@ -146,7 +146,7 @@ def _series_label(ds: xr.Dataset, model: str, calibration: str, calibrations: Se
     label = model + (" + TS" if calibration == "temperature" and len(calibrations) > 1 else "")
     if calibration == "none" and "mean_corruption_error" in ds:
         mce = float(ds["mean_corruption_error"].sel(model=model))
-        label += f" (mCE {mce:.3g})" if np.isfinite(mce) else ""
+        label += f" (mCE {mce:.3f})" if np.isfinite(mce) else ""  # 1.002, never "1"
     return label
 
 

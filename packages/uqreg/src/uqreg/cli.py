@@ -272,6 +272,7 @@ def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
         for p in plot_study(ds, target.parent / "plots"):
             print(f"wrote {p}")
     _print_summary(ds)
+    _print_scores(ds)
     return 0
 
 
@@ -363,6 +364,28 @@ def _fit_text(verdicts: list[str], levels, name: str) -> str:
         at = f"{label} at {name}={','.join(str(c) for c, w in zip(levels, verdicts) if w == v)}"
         parts.append(at if v == "collapsed" else f"{at}: {text}")  # the COLLAPSED line says what it means
     return "; ".join(parts)
+
+
+def _print_scores(ds: xr.Dataset) -> None:
+    """The user's view beside coverage (R.8): each method's MACE and CRPS against new noisy
+    targets, mean over repetitions, with the exact reference's on the same draws (the attainable
+    value) in brackets; nothing for a file without scores."""
+    if "score_mace_mean" not in ds.data_vars:
+        return
+    name = ds.attrs.get("complexity_name", "complexity")
+    print(f"\nagainst new noisy targets (R.8): MACE and CRPS, mean over k={ds.sizes['repetition']} repetitions, "
+          f"[the exact reference's on the same draws: the attainable value, not 0]:")
+    for r in ds.recipe.values:
+        print(f"recipe {r}:")
+        print(f"  {'method':>8} " + " ".join(f"{name + '=' + str(int(c)):<30}" for c in ds.complexity.values))
+        for m in ds.method.values:
+            cells = []
+            for c in ds.complexity.values:
+                at = {"recipe": r, "method": m, "complexity": c}
+                cells.append(" ".join(f"{float(ds[f'score_{k}_mean'].sel(at)):.3f} "
+                                      f"[{float(ds[f'reference_score_{k}_mean'].sel(complexity=c)):.3f}]"
+                                      for k in ("mace", "crps")))
+            print(f"  {m:>8} " + " ".join(f"{cell:<30}" for cell in cells))
 
 
 def _print_summary(ds: xr.Dataset) -> None:

@@ -20,6 +20,12 @@
   the split-conformal methods ``<method>+<score>`` (their calibration points are drawn per
   repetition, ``n_cal`` of them), and the exact conditional coverage of those intervals and of
   the reference's, :func:`conditional_diagnostics` (docs/conventions.md#r-6);
+* the user's view (docs/conventions.md#r-8, :func:`score_diagnostics`): the new noisy targets
+  ``y_test`` (complexity, repetition, point) from the stream ``test_noise``, every method's
+  Gaussian predictive scored against them with the registered uqmetrics regression metrics,
+  ``score_<metric>`` (recipe, method, complexity, repetition), and the exact reference's
+  predictive on the same draws, ``reference_score_<metric>`` (complexity, repetition), each
+  with ``_mean``/``_se`` over repetitions;
 * provenance attrs (config, seeds, versions, device, wall time per method, and each recipe's
   definition; ``n_cal``, ``alpha``).
 
@@ -357,6 +363,8 @@ def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
             "x_test": (("complexity", "point", "input_dim"), _pad([i.x_test for i in instances])),
             "x_train": (("complexity", "train_point", "input_dim"), _pad([i.x_train for i in instances])),
             "y_train": (("complexity", "repetition", "train_point"), _pad(ys)),
+            # fresh noisy targets at the test inputs (stream "test_noise"), scored by score_diagnostics
+            "y_test": (("complexity", "repetition", "point"), np.stack([i.test_targets(reps) for i in instances])),
             "gamma": (("complexity", "param"), _pad([i.gamma for i in instances])),
             "n_train": (("complexity",), np.array([i.x_train.shape[0] for i in instances])),
             "input_size": (("complexity",), np.array([i.x_train.shape[1] for i in instances])),
@@ -388,6 +396,7 @@ def _assemble(cfg, instances, ys, out, wall) -> xr.Dataset:
     ds["prediction"].attrs["long_name"] = "predicted mean at the test point"
     ds["uncertainty"].attrs["long_name"] = "predicted epistemic standard deviation"
     ds["truth"].attrs["long_name"] = "noise-free ground truth G(x)ᵀγ"
+    ds["y_test"].attrs["long_name"] = "new noisy target f(x*) + sigma(x*)·eps at the test point (stream test_noise)"
     ds["train_loss"].attrs["long_name"] = "final 1/2 MSE on the training set (ensemble members averaged)"
     ds["collapsed_fraction"].attrs["long_name"] = "fraction of the repetition's networks that are collapsed (R.3b)"
     ds["interval_low"].attrs["long_name"] = "lower end of the method's 1 - alpha interval for a new observation"
@@ -472,6 +481,101 @@ def conditional_diagnostics(raw: xr.Dataset) -> xr.Dataset:
     return out
 
 
+#: The registered uqmetrics regression metrics a study scores every method's Gaussian predictive
+#: with against the new noisy targets ``y_test`` (variable suffix -> registered name).
+SCORE_METRICS = {
+    "mace": "mace",
+    "rmsce": "rmsce",
+    "miscalibration_area": "miscalibration_area",
+    "sharpness": "sharpness",
+    "nll": "gaussian_nll",
+    "crps": "crps",
+    "check_score": "check_score",
+    "interval_score": "interval_score",
+}
+
+#: What the scores of a study are (attr ``score_convention``).
+SCORE_CONVENTION = (
+    "R.8: the user's view. score_<metric> = the registered uqmetrics regression metric (uncertainty-toolbox's "
+    "definitions and defaults, S.6) of a method's Gaussian predictive N(prediction, s^2) against the new noisy "
+    "targets y_test = f(x*) + sigma(x*)·eps (stream test_noise) over the test points, per repetition; "
+    "s = (interval_high - interval_low) / (2 z_(1-alpha/2)), the std of the predictive its 1 - alpha interval "
+    "states (sqrt(std^2 + sigma^2); +mv: its own aleatoric variance; conformal: q / z or q*std / z); NaN where "
+    "s is not finite. reference_score_<metric> = the same metric of the exact predictive N(reference mean, "
+    "epistemic + aleatoric variance) on the same draws: the attainable value, not a perfect one. "
+    "_mean/_se: mean and standard error over repetitions")
+
+
+def _score(name: str, y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
+        return np.nan
+    from uqmetrics.metrics.registry import get_metric
+
+    return float(get_metric(name).func(y, mean, std))
+
+
+def score_diagnostics(raw: xr.Dataset) -> xr.Dataset:
+    """Every method's and the exact reference's Gaussian predictive scored against the new noisy
+    targets ``y_test`` (R.8, :data:`SCORE_CONVENTION`), with the registered uqmetrics metrics
+    :data:`SCORE_METRICS`.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``score_<metric>`` (recipe, method, complexity, repetition) and
+        ``reference_score_<metric>`` (complexity, repetition), each with its ``_mean`` and
+        ``_se`` over repetitions (standard error: std with ddof=1 / sqrt(k), k the repetitions
+        with a finite score).
+    """
+    import xarray as xr  # imported on use (a configuration needs none)
+    from scipy.special import ndtri
+
+    alpha = float(raw.attrs.get("alpha", 0.05))
+    z = float(ndtri(1 - alpha / 2))
+    per_rep = raw["interval_low"].dims[:-1]
+    shape = raw["interval_low"].shape[:-1]
+    ref_dims = ("complexity", "repetition")
+    scores = {k: np.full(shape, np.nan) for k in SCORE_METRICS}
+    ref = {k: np.full((raw.sizes["complexity"], raw.sizes["repetition"]), np.nan) for k in SCORE_METRICS}
+    c_axis = per_rep.index("complexity")
+    for j, c in enumerate(raw.complexity.values):
+        sub = raw.sel(complexity=c)
+        y = sub["y_test"].transpose("repetition", "point").values
+        mean, std = recompute_reference(raw, c)
+        pred_std = np.sqrt(std**2 + noise_std_at_test(raw, c) ** 2)
+        for r in range(y.shape[0]):
+            for k, name in SCORE_METRICS.items():
+                ref[k][j, r] = _score(name, y[r], mean[r], pred_std)
+        dims = (*(d for d in per_rep if d != "complexity"), "point")
+        pred = sub["prediction"].transpose(*dims).values
+        half = (sub["interval_high"] - sub["interval_low"]).transpose(*dims).values / (2 * z)
+        for idx in np.ndindex(pred.shape[:-1]):
+            r = idx[-1]
+            full = (*idx[:c_axis], j, *idx[c_axis:])
+            for k, name in SCORE_METRICS.items():
+                scores[k][full] = _score(name, y[r], pred[idx], half[idx])
+    coords = {d: raw[d] for d in per_rep}
+    out = {}
+
+    def add(var, values, dims, long_name):
+        da = xr.DataArray(values, dims=dims, coords={d: coords[d] for d in dims})
+        valid = da.notnull()
+        k = valid.sum("repetition")
+        mean_ = da.where(valid).mean("repetition")
+        se = (da.where(valid).std("repetition", ddof=1) / np.sqrt(k)).where(k > 1)
+        da.attrs["long_name"] = long_name
+        out[var], out[f"{var}_mean"], out[f"{var}_se"] = da, mean_, se
+        out[f"{var}_mean"].attrs["long_name"] = f"{long_name}, mean over repetitions"
+        out[f"{var}_se"].attrs["long_name"] = f"{long_name}, standard error of the mean over repetitions"
+
+    for k, name in SCORE_METRICS.items():
+        add(f"score_{k}", scores[k], per_rep,
+            f"{name} of the method's Gaussian predictive against the new noisy targets y_test (R.8)")
+        add(f"reference_score_{k}", ref[k], ref_dims,
+            f"{name} of the exact reference's predictive against the same y_test (R.8: the attainable value)")
+    return xr.Dataset(out)
+
+
 def collapse_diagnostics(raw: xr.Dataset) -> xr.Dataset:
     """``constant_loss`` and ``fit_r2`` over (recipe, method, complexity, repetition), derived
     from the raw variables and the task data of a study (:mod:`uqreg.diagnostics`)."""
@@ -510,8 +614,13 @@ def summarize(raw: xr.Dataset) -> xr.Dataset:
     if "interval_low" in raw.data_vars:  # files written before R.6 have no intervals
         cond = conditional_diagnostics(raw)
         derived.update({k: v for k, v in cond.data_vars.items() if k not in raw.data_vars})
+    scored = "interval_low" in raw.data_vars and "y_test" in raw.data_vars  # files before R.8 have no y_test
+    if scored:
+        derived.update({k: v for k, v in score_diagnostics(raw).data_vars.items() if k not in raw.data_vars})
     out = raw.assign(derived)
     out.attrs.update({k: v for k, v in summary.attrs.items() if k not in raw.attrs})
+    if scored:
+        out.attrs.setdefault("score_convention", SCORE_CONVENTION)
     return out
 
 

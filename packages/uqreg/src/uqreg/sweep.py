@@ -119,8 +119,10 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
     static = []
     for c in cfg.complexities:
         chunks = sorted(by_complexity[c], key=lambda p: int(p.repetition.values[0]))
-        s = chunks[0].drop_vars([*RAW_VARS, "y_train", "recipe", "method", "repetition"])
-        s["y_train"] = xr.concat([q["y_train"] for q in chunks], dim="repetition")
+        per_rep = [v for v in ("y_train", "y_test") if v in chunks[0].data_vars]  # cells before R.8: no y_test
+        s = chunks[0].drop_vars([*RAW_VARS, *per_rep, "recipe", "method", "repetition"])
+        for v in per_rep:
+            s[v] = xr.concat([q[v] for q in chunks], dim="repetition")
         static.append(s)
     out = xr.merge([raw, xr.concat(static, dim="complexity", join="outer")], compat="override", join="outer",
                    combine_attrs="drop")

@@ -29,7 +29,7 @@ __all__ = ["INPUT_VARS", "PROTOCOL", "rescore_study", "rescorer"]
 PROTOCOL = "uqreg"
 #: The variables a study's summary is computed from: the raw ones and the task data.
 INPUT_VARS = (*RAW_VARS, "truth", "reference_uncertainty", "in_distribution", "x_test",
-              "x_train", "y_train", "gamma", "n_train", "input_size")
+              "x_train", "y_train", "y_test", "gamma", "n_train", "input_size")
 
 
 def rescore_study(study: xr.Dataset, path: Path | None = None) -> xr.Dataset:

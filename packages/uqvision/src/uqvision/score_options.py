@@ -18,9 +18,10 @@ __all__ = ["add_score_options"]
 
 
 def _retire(p: argparse.ArgumentParser, flag: str, message: str) -> None:
-    """Refuse ``flag`` on ``p``'s line with ``message``, on a parser that refuses retired
-    options (``p.retired``: :class:`uqvision.cli.base._Parser`, as
-    :func:`uqvision.cli.base._retire`); another parser has none."""
+    """Refuse ``flag`` on ``p``'s line, before anything else is parsed, with ``message``
+    (``{value}``: the value given to it), e.g. ``uqvision score --protocol X``: on a parser
+    that refuses retired options (``p.retired``: :class:`uqvision.cli.base._Parser`); another
+    parser has none. The one definition, which the command line imports too."""
     retired = getattr(p, "retired", None)
     if retired is not None:
         retired[flag] = message

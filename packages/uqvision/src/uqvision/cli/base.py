@@ -90,9 +90,10 @@ class _Parser(argparse.ArgumentParser):
     code 2. Options are never abbreviated (``allow_abbrev=False``, here and in every
     subcommand): ``--dataset`` must not be taken as ``--dataset-name``, which renames the
     caches. With ``lazy``, its subcommands get their arguments when parsed
-    (:class:`_LazySubparsers`); an option of ``retired`` (:func:`_retire`) is refused, anywhere
-    on its line, with what to write instead. A command's ``--config FILE`` is laid under its
-    command line when it is parsed (:func:`uqmetrics.runs.run_config.finish_parse`)."""
+    (:class:`_LazySubparsers`); an option of ``retired``
+    (:func:`uqvision.score_options._retire`) is refused, anywhere on its line, with what to
+    write instead. A command's ``--config FILE`` is laid under its command line when it is
+    parsed (:func:`uqmetrics.runs.run_config.finish_parse`)."""
 
     def __init__(self, *args, lazy: bool = False, **kwargs):
         kwargs["allow_abbrev"] = False
@@ -123,13 +124,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
-
-
-def _retire(p: argparse.ArgumentParser, flag: str, message: str) -> None:
-    """Refuse ``flag`` on ``p``'s line, before anything else is parsed, with ``message``
-    (``{value}``: the value given to it), e.g. ``uqvision score --protocol X``."""
-    if isinstance(p, _Parser):
-        p.retired[flag] = message
 
 
 class _HelpFormatter(argparse.HelpFormatter):

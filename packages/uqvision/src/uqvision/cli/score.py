@@ -43,8 +43,8 @@ from ..protocols import (
     incomplete_caches,
     score_protocol,
 )
-from ..score_options import add_score_options
-from .base import _add_subcommands, _Parser, _print, _retire
+from ..score_options import _retire, add_score_options
+from .base import _add_subcommands, _Parser, _print
 
 
 def _cmd_score(a: argparse.Namespace) -> int:

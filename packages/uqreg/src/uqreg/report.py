@@ -12,7 +12,12 @@ reads back): per recipe, complexity and region (``in``/``out`` of the training b
 - ``region_deviation_mean``: mean over repetitions of the region-mean ``|prediction -
   truth|`` (lower is better);
 - ``region_uncertainty_ratio``: mean over the region's points of the method's mean
-  uncertainty over the exact reference's (1 is the reference; neither direction is better).
+  uncertainty over the exact reference's (1 is the reference; neither direction is better);
+- ``score_mace_mean`` and ``score_crps_mean``: the user's view (R.8), per recipe and complexity:
+  the mean over repetitions of the method's mean absolute calibration error and CRPS against new
+  noisy targets (lower is better; the exact reference's attainable values are the file's
+  ``reference_score_mace_mean`` and ``reference_score_crps_mean``, named in the column's
+  convention).
 
 Its figures are :func:`uqreg.plots.plot_study`'s (coverage vs complexity with bands, ...), as
 SVG.
@@ -36,12 +41,16 @@ COLUMNS: dict[str, tuple[str, bool | None]] = {
     "region_coverage": ("coverage", None),
     "region_deviation_mean": ("deviation", False),
     "region_uncertainty_ratio": ("uncertainty_ratio", None),
+    "score_mace_mean": ("mace", False),
+    "score_crps_mean": ("crps", False),
 }
 #: The file attrs that state each variable's convention.
 _CONVENTION_ATTRS = {
     "region_coverage": ("coverage_convention", "region_convention"),
     "region_deviation_mean": ("region_convention",),
     "region_uncertainty_ratio": ("uncertainty_ratio_convention", "region_convention"),
+    "score_mace_mean": ("score_convention",),
+    "score_crps_mean": ("score_convention",),
 }
 
 
@@ -94,8 +103,9 @@ HOOK = ReportHook(
     title="uqreg", row_dim="method", read=_read, metrics=_metrics, conventions=_conventions,
     row_provenance=_row_provenance, figures=_figures,
     description="Deep-regression UQ against the exact Bayesian reference: per method, the "
-                "coverage, deviation and uncertainty ratio in and out of the training box, per "
-                "recipe and complexity (the study's summary).")
+                "coverage, deviation and uncertainty ratio in and out of the training box, and the "
+                "MACE and CRPS against new noisy targets, per recipe and complexity (the study's "
+                "summary).")
 
 if PROTOCOL not in REPORT_HOOKS:
     REPORT_HOOKS.add(PROTOCOL, HOOK)

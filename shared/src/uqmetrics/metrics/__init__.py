@@ -1,6 +1,6 @@
 """The metrics layer of uqmetrics: one metric family per module, as scikit-learn's metrics
 (calibration, classification, confidence, selective, scoring, ensembles, ood, detectors,
-conformal, regression, retrieval, shift, stats), the registry of metric kinds
+conformal, regression, retrieval, shift, disentangle, stats), the registry of metric kinds
 (:mod:`~uqmetrics.metrics.registry`) and what every family needs
 (:mod:`~uqmetrics.metrics.exceptions`, :mod:`~uqmetrics.metrics.conventions`,
 :mod:`~uqmetrics.metrics._validation`).
@@ -17,7 +17,7 @@ from types import ModuleType
 #: The metric family modules whose names the face :mod:`uqmetrics` exports, in the order of its
 #: ``__all__``; importing them registers every metric (:mod:`~uqmetrics.metrics.registry`).
 METRIC_MODULES = ("classification", "calibration", "confidence", "selective", "scoring",
-                  "ensembles", "ood", "retrieval", "regression", "shift")
+                  "ensembles", "ood", "retrieval", "regression", "shift", "disentangle")
 
 
 def import_metric_modules() -> list[ModuleType]:

@@ -18,6 +18,13 @@ Layout written by :func:`make_hierarchy`::
       mixed/<class>/<nnnnn>.png  blends of two classes of one superclass, filed under the majority
       mixed/soft_labels.csv      file, class_a, class_b, alpha: label distribution (alpha, 1-alpha)
 
+With ``ambiguity=F > 0`` the first ``floor(F * n + 1/2)`` images of every class of train/val/test
+are blends of two classes of one superclass, labelled by a draw from their weights and filed
+under the drawn class (``<class>/blend-<iii>-<jjjjj>.png``), and each split gets
+``<split>/label_distributions.csv`` (the columns of ``soft_labels.csv``; a plain image is
+``class, class, 1``): every image's exact label distribution, read by
+:func:`read_label_distributions`. ``F = 0`` (the default) writes the set above byte for byte.
+
 Class folder names are ``<ss>-<family>-<kk>`` (superclass and class number), so the sorted
 folder order — the class index of :class:`uqvision.data.ImageFolderDataset` — is superclass-major.
 
@@ -25,21 +32,24 @@ Roles (V.4): the classes of the first half of the superclasses are ``upstream``;
 ``downstream``, grouped by whole superclasses into ``downstream_groups`` stand-in datasets
 (``down_a``, ``down_b``, …). V.3 takes its in/out split from clustering, not from these roles.
 
-Everything is a pure function of ``(scale, seed)``: every image draws from its own random stream
-``numpy.random.default_rng([seed, split, class, index])``, and PNG encoding is deterministic, so
-the same seed gives byte-identical files.
+Everything is a pure function of ``(scale, seed, ambiguity)``: every image draws from its own
+random stream ``numpy.random.default_rng([seed, split, class, index])``, and PNG encoding is
+deterministic, so the same seed gives byte-identical files.
 
 The code, one concern per module (this package re-exports their names):
 :mod:`~uqvision.hierarchy.patterns` draws (the pattern families :data:`FAMILIES`, the per-image
 randomness :class:`Augmentation`, rendering a class's pattern into pixels);
 :mod:`~uqvision.hierarchy.dataset` is the image set on disk (:data:`SCALES`, the class tree,
-:func:`make_hierarchy` and :func:`read_hierarchy`).
+:func:`make_hierarchy` and :func:`read_hierarchy`); :mod:`~uqvision.hierarchy.truth` is the
+ground truth of the disentanglement protocol (:func:`read_label_distributions`,
+:func:`stratified_subset`).
 """
 
 from __future__ import annotations
 
 from .dataset import (
     FORMAT_VERSION,
+    LABEL_DISTRIBUTIONS,
     MIXED,  # noqa: F401  (public, not in __all__)
     SCALES,
     SPLITS,
@@ -50,18 +60,23 @@ from .dataset import (
     read_hierarchy,
 )
 from .patterns import AUGMENTATION, FAMILIES, Augmentation
+from .truth import LabelDistributions, read_label_distributions, stratified_subset
 
 __all__ = [
     "AUGMENTATION",
     "FAMILIES",
     "FORMAT_VERSION",
+    "LABEL_DISTRIBUTIONS",
     "SCALES",
     "SPLITS",
     "Augmentation",
     "HierarchyInfo",
     "HierarchyScale",
+    "LabelDistributions",
     "class_prototypes",
     "make_hierarchy",
     "read_hierarchy",
+    "read_label_distributions",
+    "stratified_subset",
 ]
 

@@ -1,7 +1,8 @@
 """The ``hierarchy`` image set on disk (:mod:`uqvision.hierarchy`): its scales (:data:`SCALES`),
 the class tree (superclass, role, group, palette and pattern of every class), writing it
-(:func:`make_hierarchy`: every image, the mixed set and ``classes.json``) and reading it back
-(:func:`read_hierarchy`). How an image is drawn is :mod:`uqvision.hierarchy.patterns`.
+(:func:`make_hierarchy`: every image, the mixed set, the ambiguous blends and their label
+distributions, ``classes.json``) and reading it back (:func:`read_hierarchy`). How an image is
+drawn is :mod:`uqvision.hierarchy.patterns`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import colorsys
 import csv
 import io
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from uqmetrics import InputError
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.io import folder_replaced
 
@@ -23,6 +26,7 @@ from .patterns import AUGMENTATION, FAMILIES, _Class, _colour, _draw, _jitter, _
 
 __all__ = [
     "FORMAT_VERSION",
+    "LABEL_DISTRIBUTIONS",
     "SCALES",
     "SPLITS",
     "HierarchyInfo",
@@ -32,11 +36,17 @@ __all__ = [
     "read_hierarchy",
 ]
 
-#: Version of the ``classes.json`` / ``soft_labels.csv`` layout (bumped on any change).
+#: Version of the ``classes.json`` / ``soft_labels.csv`` layout (bumped on any change). A set
+#: made with ``ambiguity > 0`` adds the optional keys ``ambiguity`` and ``label_distributions``
+#: and one CSV per split; a set without them is read as ``ambiguity = 0`` (every label one-hot),
+#: so the default output, and every set written before, stays version 1 byte for byte.
 FORMAT_VERSION = 1
 #: The ImageFolder splits, in the order they are generated, and the soft-label split.
 SPLITS = ("train", "val", "test")
 MIXED = "mixed"
+#: The per-split file of label distributions of a set made with ``ambiguity > 0``
+#: (``<split>/label_distributions.csv``; columns as ``mixed/soft_labels.csv``).
+LABEL_DISTRIBUTIONS = "label_distributions.csv"
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3, MIXED: 4}
 _FORMAT = "uqvision.hierarchy"
 
@@ -165,6 +175,35 @@ def _mixed_draw(seed: int, cls: int, index: int, size: int, per_superclass: int)
     return a, b, alpha, _draw(rng, size)
 
 
+@dataclass(frozen=True)
+class _Ambiguity:
+    """The ambiguity draw of a blended slot: ``class_a`` (the slot's class) and ``class_b``
+    blended with ``alpha`` the weight of ``class_a``, and the drawn ``label``."""
+
+    class_a: int
+    class_b: int
+    alpha: float
+    label: int
+
+
+def _n_blended(n: int, ambiguity: float) -> int:
+    """Blended slots per class of a split of ``n`` per class: ``floor(ambiguity * n + 1/2)``."""
+    return math.floor(ambiguity * n + 0.5)
+
+
+def _ambiguity_draw(rng: np.random.Generator, cls: int, per_superclass: int) -> _Ambiguity:
+    """The label-ambiguity draw of slot class ``cls``, from the slot's own stream ``rng`` after
+    its image draw (:func:`~uqvision.hierarchy.patterns._draw`), so the plain images' pixels
+    do not change: the partner ``class_b`` uniform over the other classes of the superclass,
+    then ``alpha ~ U(0, 1)`` (rounded to 6 decimals: the value used and recorded), then the
+    label: ``class_a`` if ``U(0, 1) < alpha`` else ``class_b``."""
+    first = cls - cls % per_superclass
+    partner = first + (cls - first + int(rng.integers(1, per_superclass))) % per_superclass
+    alpha = round(float(rng.uniform()), 6)
+    label = cls if rng.uniform() < alpha else partner
+    return _Ambiguity(cls, int(partner), alpha, int(label))
+
+
 def _mixed_image(classes, a, b, alpha, d, size) -> np.ndarray:
     x = alpha * _colour(classes[a], size, d) + (1 - alpha) * _colour(classes[b], size, d)
     return _to_uint8(_jitter(x, d))
@@ -203,8 +242,16 @@ def _check_args(scale, seed) -> HierarchyScale:
     return SCALES.lookup(scale)
 
 
+def _check_ambiguity(ambiguity) -> float:
+    if isinstance(ambiguity, bool) or not isinstance(ambiguity, (int, float, np.integer,
+                                                                 np.floating)) \
+            or not 0.0 <= float(ambiguity) <= 1.0:
+        raise InputError(f"ambiguity must be a fraction in [0, 1], got {ambiguity!r}")
+    return float(ambiguity)
+
+
 def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
-                   overwrite: bool = False) -> Path:
+                   overwrite: bool = False, ambiguity: float = 0.0) -> Path:
     """Generate the ``hierarchy`` image set into the folder ``out`` (docs/conventions.md#v-0).
 
     Parameters
@@ -219,6 +266,13 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
         Replace an existing non-empty ``out``; otherwise that raises ``ValueError``. Only a
         folder the dataset makers wrote, holding nothing else, is replaced
         (:func:`uqmetrics.runs.io.folder_replaced`; else :class:`uqmetrics.InputError`).
+    ambiguity : float, default 0
+        Fraction in [0, 1] of each class's train/val/test images that blend two classes of one
+        superclass with weight alpha ~ U(0, 1) and are labelled by a draw from (alpha,
+        1 - alpha); each split then gets ``label_distributions.csv`` (the exact label
+        distribution of every image; read it with
+        :func:`~uqvision.hierarchy.read_label_distributions`). 0 writes the set without
+        ambiguity, byte for byte as before this option (docs/conventions.md#v-0).
 
     Returns
     -------
@@ -230,6 +284,8 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     ValueError
         Unknown ``scale``, a negative or non-integer ``seed``, or ``out`` exists (a file, or a
         non-empty folder) and ``overwrite`` is False.
+    uqmetrics.InputError
+        ``ambiguity`` not a number in [0, 1].
 
     Examples
     --------
@@ -240,27 +296,32 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     (18, 6, ['down_a', 'down_b'])
     """
     sc = _check_args(scale, seed)
+    ambiguity = _check_ambiguity(ambiguity)
     seed = int(seed)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not overwrite \
             and not (out.is_dir() and not any(out.iterdir())):
         raise ValueError(f"out {str(out)!r} already exists; pass overwrite=True to replace it")
     with folder_replaced(out, writer="uqvision data", also=("data.config.toml",)) as tmp:
-        _write(tmp, sc, seed)  # --overwrite: only a folder of the makers (uqvision.data.makers)
+        # --overwrite: only a folder of the makers (uqvision.data.makers)
+        _write(tmp, sc, seed, ambiguity)
     return out
 
 
-def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
+def _write(root: Path, sc: HierarchyScale, seed: int, ambiguity: float = 0.0) -> None:
     classes = _class_tree(sc, seed)
     size = sc.image_size
     for split in SPLITS:
         n = getattr(sc, split)
+        if ambiguity > 0:
+            _write_ambiguous_split(root / split, classes, sc, seed, split, ambiguity)
+            continue
         for i, c in enumerate(classes):
             d = root / split / c.name
             d.mkdir(parents=True)
             for j in range(n):
                 (d / f"{j:05d}.png").write_bytes(_png(_image(c, _rng(seed, split, i, j), size)))
-    rows = []
+    rows: list[tuple[str, str, str, str]] = []
     for i, c in enumerate(classes):
         d = root / MIXED / c.name
         d.mkdir(parents=True)
@@ -268,10 +329,7 @@ def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
             a, b, alpha, draw = _mixed_draw(seed, i, j, size, sc.classes_per_superclass)
             (d / f"{j:05d}.png").write_bytes(_png(_mixed_image(classes, a, b, alpha, draw, size)))
             rows.append((f"{c.name}/{j:05d}.png", classes[a].name, classes[b].name, f"{alpha:.6f}"))
-    with open(root / MIXED / "soft_labels.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(("file", "class_a", "class_b", "alpha"))
-        w.writerows(rows)
+    _write_csv(root / MIXED / "soft_labels.csv", rows)
     groups: dict[str, list[str]] = {}
     for c in classes:
         if c.group is not None:
@@ -284,6 +342,9 @@ def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
         "augmentation": asdict(AUGMENTATION),
         "splits": {s: getattr(sc, s) for s in (*SPLITS, MIXED)},
         "soft_labels": f"{MIXED}/soft_labels.csv",
+        **({"ambiguity": ambiguity,
+            "label_distributions": {s: f"{s}/{LABEL_DISTRIBUTIONS}" for s in SPLITS}}
+           if ambiguity > 0 else {}),  # absent: ambiguity 0 (the default's bytes unchanged)
         "superclasses": list(dict.fromkeys(c.superclass for c in classes)),
         "downstream_groups": groups,
         "classes": [{"name": c.name, "superclass": c.superclass, "family": c.family,
@@ -293,6 +354,42 @@ def _write(root: Path, sc: HierarchyScale, seed: int) -> None:
                     for c in classes],
     }
     (root / "classes.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _write_csv(path: Path, rows) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(("file", "class_a", "class_b", "alpha"))
+        w.writerows(rows)
+
+
+def _write_ambiguous_split(root: Path, classes, sc: HierarchyScale, seed: int, split: str,
+                           ambiguity: float) -> None:
+    """One split of a set with label ambiguity: slot ``(class i, index j)`` draws its image as
+    always; the first ``floor(ambiguity * n + 1/2)`` slots of every class are blends instead
+    (:func:`_ambiguity_draw`), filed under their drawn label as ``blend-<iii>-<jjjjj>.png``;
+    the rest are the plain images ``<jjjjj>.png``. ``label_distributions.csv`` lists every
+    image: a plain one as ``(class, class, 1)``, a blend as ``(class_a, class_b, alpha)``."""
+    size, n = sc.image_size, getattr(sc, split)
+    k = _n_blended(n, ambiguity)
+    rows = []
+    for c in classes:
+        (root / c.name).mkdir(parents=True)
+    for i, c in enumerate(classes):
+        for j in range(n):
+            rng = _rng(seed, split, i, j)
+            draw = _draw(rng, size)
+            if j >= k:
+                rel = f"{c.name}/{j:05d}.png"
+                arr = _to_uint8(_jitter(_colour(c, size, draw), draw))
+                rows.append((rel, c.name, c.name, f"{1.0:.6f}"))
+            else:
+                amb = _ambiguity_draw(rng, i, sc.classes_per_superclass)
+                rel = f"{classes[amb.label].name}/blend-{i:03d}-{j:05d}.png"
+                arr = _mixed_image(classes, amb.class_a, amb.class_b, amb.alpha, draw, size)
+                rows.append((rel, c.name, classes[amb.class_b].name, f"{amb.alpha:.6f}"))
+            (root / rel).write_bytes(_png(arr))
+    _write_csv(root / LABEL_DISTRIBUTIONS, sorted(rows))
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,6 +447,12 @@ class HierarchyInfo:
         """Superclass index of every class, shape (n_classes,)."""
         pos = {s: i for i, s in enumerate(self.superclasses)}
         return np.array([pos[self.superclass_of[c]] for c in self.classes])
+
+    @property
+    def ambiguity(self) -> float:
+        """Fraction of blended, label-drawn images per class of train/val/test (``make_hierarchy(
+        ambiguity=)``; 0 for a set without the key: every label one-hot)."""
+        return float(self.meta.get("ambiguity", 0.0))
 
     @property
     def upstream_classes(self) -> tuple[str, ...]:

@@ -1,0 +1,304 @@
+"""Label ambiguity in the ``hierarchy`` generator (docs/conventions.md#v-0, issue 41): the default
+unchanged byte for byte, blended images whose labels are drawn from their exact label
+distributions, the reader of those distributions, and nested class-stratified subsets."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from scipy.stats import kstest
+from uqmetrics import InputError
+
+from uqvision import hierarchy
+from uqvision.data import ImageFolderDataset
+from uqvision.hierarchy import (
+    LABEL_DISTRIBUTIONS,
+    MIXED,
+    SCALES,
+    SPLITS,
+    make_hierarchy,
+    read_hierarchy,
+    read_label_distributions,
+    stratified_subset,
+)
+from uqvision.hierarchy.dataset import _ambiguity_draw, _n_blended, _rng
+from uqvision.hierarchy.patterns import _colour, _draw, _jitter
+
+SMOKE = SCALES["smoke"]
+AMBIGUITY = 0.5
+#: SHA-256 over every file of ``make_hierarchy(scale="smoke", seed=0)`` (sorted relative path;
+#: a PNG by its decoded pixels, so the zlib build does not matter; other files by their bytes),
+#: computed with the generator as it was before the ``ambiguity`` option existed.
+SMOKE_SEED0_DIGEST = "21c720e537cacb3f55dc0a4380c8fbe3970c94b449f0399aa7d466e973a22c28"
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    return make_hierarchy(tmp_path_factory.mktemp("plain") / "h", scale="smoke", seed=0)
+
+
+@pytest.fixture(scope="module")
+def ambiguous(tmp_path_factory):
+    return make_hierarchy(tmp_path_factory.mktemp("amb") / "h", scale="smoke", seed=0,
+                          ambiguity=AMBIGUITY)
+
+
+def _digests(root):
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _pixel_digest(root):
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        if p.suffix == ".png":
+            with Image.open(p) as im:
+                a = np.asarray(im)
+            h.update(repr((im.mode, a.shape)).encode() + a.tobytes())
+        else:
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _rows(root, split):
+    with open(root / split / LABEL_DISTRIBUTIONS, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _blends(root):
+    """``(split, row)`` of every blended image of a set made with ambiguity."""
+    return [(s, r) for s in SPLITS for r in _rows(root, s)
+            if r["file"].split("/")[1].startswith("blend-")]
+
+
+# --------------------------------------------------------------------------------------------
+# the default is today's set
+
+def test_default_is_byte_identical_to_the_set_before_the_option(plain, tmp_path):
+    assert _pixel_digest(plain) == SMOKE_SEED0_DIGEST
+    explicit = make_hierarchy(tmp_path / "zero", scale="smoke", seed=0, ambiguity=0.0)
+    assert _digests(explicit) == _digests(plain)
+    meta = json.loads((plain / "classes.json").read_text())
+    assert "ambiguity" not in meta and "label_distributions" not in meta
+    assert read_hierarchy(plain).ambiguity == 0.0
+    assert not any(plain.rglob(LABEL_DISTRIBUTIONS))
+
+
+def test_plain_set_reads_as_one_hot_distributions_in_imagefolder_order(plain):
+    for split in SPLITS:
+        ld = read_label_distributions(plain, split)
+        ds = ImageFolderDataset(plain / split)
+        assert list(ld.files) == ds.sample_ids
+        np.testing.assert_array_equal(ld.probs, np.eye(len(ds.classes))[ds.targets])
+        assert np.all(ld.entropy == 0) and not ld.blended.any()
+
+
+# --------------------------------------------------------------------------------------------
+# a set with ambiguity
+
+def test_ambiguous_set_is_deterministic_and_changes_only_the_blended_slots(plain, ambiguous,
+                                                                          tmp_path):
+    # the seed fixes every byte: the val split written again (the whole set would cost seconds)
+    tree = hierarchy.dataset._class_tree(SMOKE, 0)
+    hierarchy.dataset._write_ambiguous_split(tmp_path / "val", tree, SMOKE, 0, "val", AMBIGUITY)
+    assert _digests(tmp_path / "val") == _digests(ambiguous / "val")
+    amb = _digests(ambiguous)
+    ref = _digests(plain)
+    # the mixed set and every image not blended are the default's files, byte for byte
+    same = [k for k in amb if k.endswith(".png") and "/blend-" not in k]
+    assert same and all(amb[k] == ref[k] for k in same)
+    assert all(amb[k] == ref[k] for k in ref if k.startswith(f"{MIXED}/"))
+    info = read_hierarchy(ambiguous)
+    assert info.ambiguity == AMBIGUITY
+    assert info.meta["label_distributions"] == {s: f"{s}/{LABEL_DISTRIBUTIONS}" for s in SPLITS}
+
+
+def test_each_class_blends_its_first_slots_with_a_partner_of_its_superclass(ambiguous):
+    info = read_hierarchy(ambiguous)
+    index = {c: i for i, c in enumerate(info.classes)}
+    sup = info.superclass_index
+    for split in SPLITS:
+        n, k = getattr(SMOKE, split), _n_blended(getattr(SMOKE, split), AMBIGUITY)
+        slots = {}
+        for r in _rows(ambiguous, split):
+            folder, name = r["file"].split("/")
+            if name.startswith("blend-"):
+                i, j = (int(t) for t in name[len("blend-"):-len(".png")].split("-"))
+                a, b = index[r["class_a"]], index[r["class_b"]]
+                assert (a, info.classes[a]) == (i, r["class_a"]) and a != b
+                assert sup[a] == sup[b] and index[folder] in (a, b)
+            else:
+                i, j = index[folder], int(name[:-len(".png")])
+                assert r["class_a"] == r["class_b"] == folder and float(r["alpha"]) == 1.0
+            slots.setdefault(i, []).append(j)
+        # every slot exactly once; blends are the first floor(F n + 1/2)
+        assert {i: sorted(js) for i, js in slots.items()} == {
+            i: list(range(n)) for i in range(len(info.classes))}
+        assert k == round(AMBIGUITY * n) > 0
+
+
+def test_recorded_distributions_sum_to_one_align_with_imagefolder_and_give_entropy(ambiguous):
+    for split in SPLITS:
+        ld = read_label_distributions(ambiguous, split)
+        ds = ImageFolderDataset(ambiguous / split)
+        assert list(ld.files) == ds.sample_ids
+        np.testing.assert_array_equal(ld.labels, ds.targets)
+        assert ld.probs.shape == (len(ds), len(ds.classes)) and ld.probs.dtype == np.float64
+        np.testing.assert_allclose(ld.probs.sum(1), 1.0, atol=1e-12)
+        assert ld.probs.min() >= 0
+        # the filed label has positive probability under the image's distribution
+        assert np.all(ld.probs[np.arange(len(ds)), ds.targets] > 0)
+        q = ld.probs[ld.blended]
+        q = np.sort(q, 1)[:, -2:]
+        np.testing.assert_allclose(ld.entropy[ld.blended],
+                                   -(q * np.log(q)).sum(1), rtol=1e-12, atol=1e-15)
+        assert np.all(ld.entropy[~ld.blended] == 0) and ld.entropy.max() <= np.log(2)
+        assert ld.blended.sum() == len(ds.classes) * _n_blended(getattr(SMOKE, split),
+                                                                AMBIGUITY)
+    mixed = read_label_distributions(ambiguous, MIXED)
+    np.testing.assert_allclose(mixed.probs, read_hierarchy(ambiguous).soft_labels)
+
+
+def test_drawn_labels_match_the_weights_within_binomial_error(ambiguous):
+    """In each quarter of alpha, the count of blends labelled ``class_a`` lies within 4
+    standard errors (sum of alpha (1 - alpha)) of its expectation (sum of alpha); a swapped
+    weight or a majority label fails by many standard errors."""
+    rows = [r for _, r in _blends(ambiguous)]
+    alpha = np.array([float(r["alpha"]) for r in rows])
+    is_a = np.array([r["file"].split("/")[0] == r["class_a"] for r in rows])
+    assert len(rows) >= 200
+    for lo in (0.0, 0.25, 0.5, 0.75):
+        m = (alpha >= lo) & (alpha < lo + 0.25 + (lo == 0.75))
+        assert m.sum() >= 30
+        se = np.sqrt((alpha[m] * (1 - alpha[m])).sum())
+        assert abs(is_a[m].sum() - alpha[m].sum()) <= 4 * se
+
+
+def test_the_ambiguity_draw_follows_its_documented_law():
+    """10,000 draws: alpha ~ U(0, 1) (Kolmogorov-Smirnov at 0.1 %), the partner another class
+    of the superclass, uniformly (4 binomial standard errors), and the label ``class_a`` with
+    probability alpha in every tenth of alpha (4 standard errors)."""
+    n, per = 10_000, 3
+    draws = [_ambiguity_draw(np.random.default_rng([7, j]), 4, per) for j in range(n)]
+    alpha = np.array([d.alpha for d in draws])
+    partner = np.array([d.class_b for d in draws])
+    is_a = np.array([d.label == d.class_a for d in draws])
+    assert {d.class_a for d in draws} == {4} and set(partner) == {3, 5}
+    assert abs((partner == 3).sum() - n / 2) <= 4 * np.sqrt(n / 4)
+    assert kstest(alpha, "uniform").pvalue > 1e-3
+    for lo in np.arange(10) / 10:
+        m = (alpha >= lo) & (alpha < lo + 0.1 + (lo == 0.9))
+        se = np.sqrt((alpha[m] * (1 - alpha[m])).sum())
+        assert abs(is_a[m].sum() - alpha[m].sum()) <= 4 * se
+
+
+def test_blended_image_is_the_alpha_blend_of_the_two_patterns_under_the_slot_draw(ambiguous):
+    info = read_hierarchy(ambiguous)
+    tree = hierarchy.dataset._class_tree(SMOKE, 0)
+    index = {c: i for i, c in enumerate(info.classes)}
+    size = SMOKE.image_size
+    for split, r in _blends(ambiguous):
+        folder, name = r["file"].split("/")
+        i, j = (int(t) for t in name[len("blend-"):-len(".png")].split("-"))
+        rng = _rng(0, split, i, j)
+        draw = _draw(rng, size)
+        amb = _ambiguity_draw(rng, i, SMOKE.classes_per_superclass)
+        assert (info.classes[amb.class_a], info.classes[amb.class_b], f"{amb.alpha:.6f}",
+                info.classes[amb.label]) == (r["class_a"], r["class_b"], r["alpha"], folder)
+        a, b = index[r["class_a"]], index[r["class_b"]]
+        w = float(r["alpha"])
+
+        def image(c, d=draw):
+            return _jitter(_colour(tree[c], size, d), d)
+
+        expected = np.clip(w * image(a) + (1 - w) * image(b), 0, 1) * 255
+        stored = np.asarray(Image.open(ambiguous / split / r["file"]), dtype=float)
+        # uint8 rounding: at most half a level (plus float error)
+        assert np.abs(stored - expected).max() <= 0.5 + 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.5"])
+def test_ambiguity_outside_the_unit_interval_is_refused(tmp_path, bad):
+    with pytest.raises(InputError, match="ambiguity"):
+        make_hierarchy(tmp_path / "h", scale="smoke", ambiguity=bad)
+    assert not (tmp_path / "h").exists()
+
+
+def test_reader_refuses_an_unknown_split_or_a_file_list_that_does_not_match(ambiguous,
+                                                                            tmp_path):
+    with pytest.raises(InputError, match="split"):
+        read_label_distributions(ambiguous, "holdout")
+    import shutil
+
+    copy = tmp_path / "h"
+    shutil.copytree(ambiguous, copy)
+    next((copy / "val").rglob("*.png")).unlink()
+    with pytest.raises(InputError, match="does not list exactly"):
+        read_label_distributions(copy, "val")
+
+
+def test_data_hierarchy_command_passes_ambiguity_to_the_generator(tmp_path, monkeypatch, capsys):
+    from uqvision.cli import main
+
+    calls = []
+    monkeypatch.setattr(hierarchy.dataset, "_write", lambda root, sc, seed, ambiguity=0.0:
+                        calls.append((sc.name, seed, ambiguity)))
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "a"),
+                 "--ambiguity", "0.3"]) == 0
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "b")]) == 0
+    assert calls == [("smoke", 0, 0.3), ("smoke", 0, 0.0)]
+    capsys.readouterr()
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "c"),
+                 "--ambiguity", "2"]) == 2
+    assert "ambiguity must be a fraction in [0, 1], got 2.0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# nested class-stratified subsets
+
+@settings(deadline=None)
+@given(counts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+       f=st.lists(st.floats(0.001, 1.0), min_size=2, max_size=2), seed=st.integers(0, 2**16))
+def test_stratified_subsets_are_nested_per_class_and_seeded(counts, f, seed):
+    y = np.random.default_rng(seed).permutation(np.repeat(np.arange(len(counts)), counts))
+    small, large = sorted(f)
+    a, b = stratified_subset(y, small, seed=seed), stratified_subset(y, large, seed=seed)
+    assert set(a) <= set(b) and np.all(np.diff(a) > 0)
+    np.testing.assert_array_equal(a, stratified_subset(y, small, seed=seed))
+    for c, n in enumerate(counts):
+        assert (y[a] == c).sum() == max(1, int(np.floor(small * n + 0.5)))
+    np.testing.assert_array_equal(stratified_subset(y, 1.0, seed=seed), np.arange(len(y)))
+
+
+def test_training_subsets_of_the_written_split_are_nested_10_50_100(ambiguous):
+    y = np.asarray(ImageFolderDataset(ambiguous / "train").targets)
+    s10, s50, s100 = (set(stratified_subset(y, f, seed=3)) for f in (0.1, 0.5, 1.0))
+    assert s10 < s50 < s100 == set(range(len(y)))
+    counts = np.bincount(y[sorted(s50)], minlength=y.max() + 1)
+    np.testing.assert_array_equal(counts, np.floor(0.5 * np.bincount(y) + 0.5))
+    assert s50 != set(stratified_subset(y, 0.5, seed=4))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fraction": 0.0}, "fraction"), ({"fraction": 1.2}, "fraction"),
+    ({"fraction": 0.5, "seed": -1}, "seed"),
+    ({"fraction": 0.5, "labels": [[0, 1]]}, "labels"),
+    ({"fraction": 0.5, "labels": [0.5, 1.0]}, "labels"),
+])
+def test_stratified_subset_refuses_bad_arguments(kwargs, match):
+    kwargs = {"labels": [0, 0, 1], **kwargs}
+    with pytest.raises(InputError, match=match):
+        stratified_subset(**kwargs)

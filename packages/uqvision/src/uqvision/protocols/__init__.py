@@ -72,6 +72,7 @@ VISION_PROTOCOLS.register(_folder("url"))
 VISION_PROTOCOLS.register(_folder("shift"))
 VISION_PROTOCOLS.register(_folder("ood"))
 VISION_PROTOCOLS.register(_folder("conformal"))
+VISION_PROTOCOLS.register(_folder("disentangle"))
 
 
 def score_protocol(name: str) -> Protocol:

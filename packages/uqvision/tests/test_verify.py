@@ -40,7 +40,8 @@ def _entry_blocks(text: str) -> dict[str, str]:
 
 
 #: The protocols this package ships (a plugin's may record no rescoring).
-BUILT_IN = ("selective", "pitfalls", "uimnet", "url", "shift", "ood", "conformal")
+BUILT_IN = ("selective", "pitfalls", "uimnet", "url", "shift", "ood", "conformal",
+            "disentangle")
 
 
 def test_every_protocol_records_a_rescoring():

@@ -41,7 +41,7 @@ def _truth_probs():
 
 
 def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder", corruption="",
-           severity=0, mode="plain", set_role=None, embedding=None, n=N):
+           severity=0, mode="plain", set_role=None, embedding=None, uncertainty=None, n=N):
     attrs = {"model": model, "dataset_name": dataset, "mode": mode, "pass_index": 0,
              "eval_set": eval_set, "role": role}
     if set_role:
@@ -51,7 +51,7 @@ def _write(folder, model, dataset, logits, *, role="clean", eval_set="folder", c
                      severity=severity)
     samples = SAMPLES if dataset == "test" else [f"{dataset}/{i}.png" for i in range(n)]
     ds = cache_dataset(logits, np.arange(n) % 3, samples=samples, classes=CLASSES,
-                       embedding=embedding, attrs=attrs)
+                       embedding=embedding, uncertainty=uncertainty, attrs=attrs)
     write_dataset(ds, folder / f"{cache_key(model, dataset, mode, 0)}.nc")
 
 
@@ -68,7 +68,8 @@ def _passes(n, agree, seed):
 @pytest.fixture(scope="module")
 def caches(tmp_path_factory):
     """``oracle``: one pass whose softmax is the true label distribution of every test image;
-    ``mcd``: 4 passes that agree on the ID test images and disagree on the OOD and corrupted
+    ``lp``: uniform logits, its own ``uncertainty`` the true entropy; ``mcd``: 4 passes that
+    agree on the ID test images and disagree on the OOD and corrupted
     ones; a real.json with the test images' label sets."""
     folder = tmp_path_factory.mktemp("disentangle")
     c = folder / "caches"
@@ -82,6 +83,9 @@ def caches(tmp_path_factory):
         z = _passes(N, np.zeros(N, bool), 10 + s)
         _write(c, "mcd", f"c-noise-{s}", z, mode="mc_dropout", role="shifted",
                eval_set="imagenet-c", corruption="noise", severity=s)
+    # a method that predicts its own uncertainty (a loss-prediction head): the true entropy
+    _write(c, "lp", "test", np.zeros((N, 3)),
+           uncertainty=np.log([len(s) for s in LABEL_SETS]).astype(np.float32))
     real = folder / "real.json"
     real.write_text(json.dumps(LABEL_SETS))
     return c, real
@@ -96,6 +100,10 @@ def test_an_estimate_of_the_true_entropy_ranks_it_perfectly(caches):
     for e in ("entropy", "expected_entropy", "one_minus_max_prob"):
         assert float(ds["aleatoric_spearman"].sel(model="oracle", estimator=e)) == \
             pytest.approx(1.0, abs=1e-12), e
+    # the learned estimator reads the uncertainty a method predicts itself, and only that
+    assert float(ds["aleatoric_spearman"].sel(model="lp", estimator="learned")) == \
+        pytest.approx(1.0, abs=1e-12)
+    assert np.isnan(ds["aleatoric_spearman"].sel(model="oracle", estimator="learned"))
     # a single pass: the disagreement terms are not scored (NaN), not 0
     assert np.isnan(ds["ood_auroc"].sel(model="oracle", estimator="mutual_information"))
     assert int(ds["members"].sel(model="mcd")) == 4

@@ -35,7 +35,7 @@ def _heatmap(ds: Any):
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="w")
     fig.colorbar(im, ax=ax)
-    ax.set_title("estimator x task (mean over predictors)")
+    ax.set_title("estimator x task (mean over the predictors that have the estimate)")
     fig.tight_layout()
     return fig
 

@@ -31,6 +31,10 @@ predictor on the task each estimate should serve, as untangle does:
 A predictor's members are its passes (MC dropout, TTA, SWAG or Laplace samples: the ``pass``
 dim of its logits) or an ensemble row's members (each member's passes averaged); a single-pass
 model is one member, and the estimators that need two (the disagreement terms) are NaN for it.
+The other inputs of the estimators come from the caches: ``embedding`` (``uqvision predict
+--embeddings``; with a fit set, the DDU density) and ``learned``, the ``uncertainty`` a method
+that predicts its own writes (a loss-prediction head, :data:`uqvision.predict.OWN_UNCERTAINTY`);
+an estimator whose input a predictor's caches lack is NaN for it.
 """
 
 from __future__ import annotations
@@ -153,7 +157,7 @@ def _softmax_passes(cache: xr.Dataset) -> np.ndarray:
 
 
 def predictor_members(groups: dict, members: tuple[str, ...], dataset: str
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, xr.Dataset]:
+                      ) -> tuple[np.ndarray, np.ndarray, dict, xr.Dataset]:
     """A predictor's members on one dataset.
 
     Parameters
@@ -170,8 +174,11 @@ def predictor_members(groups: dict, members: tuple[str, ...], dataset: str
     member_probs : ndarray of float64, shape (n_members, n, n_classes)
         A model's passes (every pass of every cache), or one row per ensemble member (its
         passes averaged).
-    embedding : ndarray, shape (n, n_features), or None
-        The first member's first cache's ``embedding`` (None where it has none).
+    extra : dict
+        The estimators' other inputs the caches hold: ``embedding`` (n, n_features), the
+        first member's first cache's; ``learned`` (n,), the ``uncertainty`` a method predicts
+        itself (a loss-prediction head's), averaged over every cache of every member that
+        holds it (absent unless all do).
     first : xarray.Dataset
         The first member's first cache.
     """
@@ -180,28 +187,28 @@ def predictor_members(groups: dict, members: tuple[str, ...], dataset: str
         p = np.concatenate([_softmax_passes(c) for c in groups[m, dataset]])
         rows.append(p if len(members) == 1 else p.mean(0, keepdims=True))
     first = groups[members[0], dataset][0]
-    emb = (np.asarray(first["embedding"].values, np.float64) if "embedding" in first
-           else None)
-    return (np.asarray(first["label"].values, np.int64), np.concatenate(rows), emb, first)
+    extra = {}
+    if "embedding" in first:
+        extra["embedding"] = np.asarray(first["embedding"].values, np.float64)
+    own = [c for m in members for c in groups[m, dataset]]
+    if all("uncertainty" in c for c in own):
+        extra["learned"] = np.mean([np.asarray(c["uncertainty"].values, np.float64)
+                                    for c in own], axis=0)
+    return np.asarray(first["label"].values, np.int64), np.concatenate(rows), extra, first
 
 
-def _inputs(probs: np.ndarray, emb: np.ndarray | None) -> dict:
-    out = {"members": probs}
-    if emb is not None:
-        out["embedding"] = emb
-    return out
-
-
-def _estimates(probs: np.ndarray, emb: np.ndarray | None, scorers: dict) -> dict[str, np.ndarray]:
-    """Each estimator's estimate (NaN where it cannot be scored on these inputs)."""
+def _estimates(probs: np.ndarray, extra: dict, scorers: dict) -> dict[str, np.ndarray]:
+    """Each estimator's estimate (NaN where it cannot be scored on these inputs: too few
+    members, an input the caches lack, no fit data)."""
     out = {}
     n = probs.shape[1]
+    inputs = {"members": probs, **extra}
     for name, (est, scorer) in scorers.items():
         if scorer is None or probs.shape[0] < est.min_members or not (
-                est.needs - {"fit"}) <= set(_inputs(probs, emb)):
+                est.needs - {"fit"}) <= set(inputs):
             out[name] = np.full(n, np.nan)
             continue
-        out[name] = scorer(_inputs(probs, emb))
+        out[name] = scorer({k: inputs[k] for k in est.needs - {"fit"}})
     return out
 
 
@@ -293,7 +300,9 @@ def score_disentangle(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     if config.temperature and cal is None:
         raise InputError("temperature: no calibration set (a set of role calibration) to fit "
                          "the temperatures on")
-    oods = sorted(n for n, s in sets.items() if s["role"] == "ood" and n not in (test, fit))
+    oods = sorted(n for n, s in sets.items()  # never an OOD validation set (V.6)
+                  if s["role"] == "ood" and s.get("set_role") != "ood-val"
+                  and n not in (test, fit))
     corrupted = {n: int(s["severity"]) for n, s in sets.items()
                  if s["role"] == "shifted" and s.get("corruption")}
     severities = sorted(set(corrupted.values()))
@@ -343,8 +352,9 @@ def score_disentangle(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         # the estimators, fitted once per predictor (DDU on its first member's fit features)
         fit_data = None
         if fit is not None and (pred.members[0], fit) in groups:
-            fl, _, femb, _ = predictor_members(groups, pred.members[:1], fit)
-            fit_data = {"embedding": femb, "labels": fl} if femb is not None else None
+            fl, _, fextra, _ = predictor_members(groups, pred.members[:1], fit)
+            fit_data = ({"embedding": fextra["embedding"], "labels": fl}
+                        if "embedding" in fextra else None)
         scorers = {}
         for n in names:
             if "fit" in est[n].needs and fit_data is None:
@@ -353,12 +363,12 @@ def score_disentangle(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                 scorers[n] = (est[n], est[n].fitted(fit_data if "fit" in est[n].needs
                                                     else None))
 
-        labels, probs, emb, _ = predictor_members(groups, pred.members, test)
+        labels, probs, extra, _ = predictor_members(groups, pred.members, test)
         probs = scaled(probs, t)
         n_members[i] = probs.shape[0]
         mean = probs.mean(0)
         correct = (mean.argmax(1) == labels).astype(np.float64)
-        u_test = _estimates(probs, emb, scorers)
+        u_test = _estimates(probs, extra, scorers)
         pm["accuracy"][i] = accuracy_score(labels, mean)
         pm["ece"][i] = expected_calibration_error(labels, mean)
         pm["nll"][i] = nll_loss(labels, mean)

@@ -120,6 +120,13 @@ def test_disagreement_detects_ood_and_shift_perfectly(caches):
     assert np.isnan(ds["aleatoric_spearman"]).all()  # no truth: no aleatoric task
 
 
+def _untangle_aurc(u, correct):
+    """untangle's AURC (utils/metric.py, re-derived from its description): images sorted by
+    ascending uncertainty, the mean over k of the error rate of the first k."""
+    errors = np.cumsum(1 - correct[np.argsort(u, kind="stable")])
+    return float(np.mean(errors / np.arange(1, u.size + 1)))
+
+
 def test_every_value_equals_a_direct_call_on_the_same_arrays(caches):
     c, real = caches
     ds = score_disentangle(c, DisentangleConfig(truth=str(real), coverages=(0.5, 1.0)))
@@ -128,7 +135,7 @@ def test_every_value_equals_a_direct_call_on_the_same_arrays(caches):
     correct = (p.mean(0).argmax(1) == LABELS).astype(float)
     zo = _passes(N, np.zeros(N, bool), 2).astype(np.float32).astype(np.float64)
     h = np.log([len(s) for s in LABEL_SETS])
-    u = {}
+    u, untied = {}, 0
     for name, est in ESTIMATORS.items_ordered():
         if est.needs != {"members"}:
             continue
@@ -139,6 +146,11 @@ def test_every_value_equals_a_direct_call_on_the_same_arrays(caches):
             auroc_score(correct, -u[name]), nan_ok=True)
         assert float(ds["aurc"].sel(sel)) == pytest.approx(aurc_loss(correct, -u[name]))
         assert float(ds["auac"].sel(sel)) == pytest.approx(1 - aurc_loss(correct, -u[name]))
+        if np.unique(u[name]).size == N:  # untied: untangle's AURC and AUAC = 1 - AURC
+            untied += 1
+            assert float(ds["aurc"].sel(sel)) == pytest.approx(_untangle_aurc(u[name], correct))
+            assert float(ds["auac"].sel(sel)) == pytest.approx(
+                1 - _untangle_aurc(u[name], correct))
         assert float(ds["ood_auroc"].sel(sel)) == pytest.approx(ood_auroc_score(u[name], uo))
         rho = spearmanr(u[name], h)[0] if np.ptp(u[name]) > 0 else np.nan
         assert float(ds["aleatoric_spearman"].sel(sel)) == pytest.approx(rho, nan_ok=True)
@@ -148,6 +160,7 @@ def test_every_value_equals_a_direct_call_on_the_same_arrays(caches):
         assert float(ds["abstinence_accuracy"].sel(sel).sel(coverage=1.0)) == \
             pytest.approx(correct.mean())
         np.testing.assert_allclose(ds["estimate"].sel(sel).values, u[name], rtol=1e-12)
+    assert untied >= 4  # every member estimator of the mcd passes
     assert float(ds["ae_spearman"].sel(model="mcd", aleatoric="expected_entropy",
                                        epistemic="mutual_information")) == pytest.approx(
         spearmanr(u["expected_entropy"], u["mutual_information"])[0], nan_ok=True)

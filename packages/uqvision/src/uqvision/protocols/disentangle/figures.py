@@ -43,17 +43,23 @@ def _heatmap(ds: Any):
 def _scatter(ds: Any):
     import matplotlib.pyplot as plt
 
-    names = [str(e) for e in ds["estimator"].values]
     members = ds["members"].values
     model = str(ds["model"].values[int(np.argmax(members))])
+    names = [str(e) for e in ds["estimator"].values
+             if np.isfinite(ds["estimate"].sel(model=model, estimator=e).values).any()]
     h = ds["true_entropy"].values
-    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), squeeze=False)
-    for ax, e in zip(axes[0], names, strict=True):
+    cols = min(4, max(1, len(names)))
+    rows = max(1, -(-len(names) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
+    for ax in axes.ravel()[len(names):]:
+        ax.set_axis_off()
+    for ax, e in zip(axes.ravel(), names, strict=False):
         u = ds["estimate"].sel(model=model, estimator=e).values
-        if np.isfinite(u).any() and np.isfinite(h).any():
+        if np.isfinite(h).any():
             ax.scatter(h, u, s=6, alpha=0.6)
-        ax.set(title=e, xlabel="true label entropy")
-    axes[0, 0].set_ylabel(f"estimate ({model})")
+        rho = ds["aleatoric_spearman"].sel(model=model, estimator=e).item()
+        ax.set(title=f"{e} (rho {rho:.2f})", xlabel="true label entropy", ylabel="estimate")
+    fig.suptitle(f"estimates of {model} against the truth")
     fig.tight_layout()
     return fig
 

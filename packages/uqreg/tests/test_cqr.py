@@ -22,13 +22,13 @@ import pytest
 import torch
 from scipy.special import ndtri
 from scipy.stats import norm
+from two_output_check import assert_fused_gradients_equal_autograd
 
 from uqreg import rng
 from uqreg.conformal import conditional_coverage, cqr_calibrate, cqr_scores
 from uqreg.engine import BatchedMLP, NetworkBatch, TrainConfig
-from uqreg.engine.fused import Workspace, l2_of
 from uqreg.engine.objectives import OBJECTIVES, pinball_pair, pinball_pair_grad
-from uqreg.engine.train import objective, train_batched
+from uqreg.engine.train import train_batched
 from uqreg.methods import (
     CQRMethod,
     QuantileMethod,
@@ -95,23 +95,7 @@ def test_fused_gradients_equal_autograd(head, fgsm):
     weight under the coupled L2 like every weight), with and without FGSM."""
     cfg = _cfg(recipe="paper")
     model = _model(head, 2, cfg)
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(3, N_TRAIN, 2, generator=gen, dtype=torch.float64)
-    y = torch.randn(3, N_TRAIN, generator=gen, dtype=torch.float64)
-    step = torch.tensor([0.05, 0.2], dtype=torch.float64) if fgsm else None
-    params = [*model.weights, *model.biases, *model.head_params.values(), model.var_weight, model.var_bias]
-    expected = torch.autograd.grad(objective(model, x, y, 4, fgsm_step=step).sum(), params)
-    l2, _ = l2_of(cfg, N_TRAIN)
-    ws = Workspace(model, N_TRAIN, l2=l2, decoupled=False)
-    ws.load(model)
-    ws.gradients(x, y, 4, model.dropout_keys, step)
-    actual = ws.gW + ws.gb + list(ws.ghp.values()) + [ws.gWv, ws.gbv]
-    assert len(actual) == len(expected)
-    penalised = set(range(len(model.weights))) | {len(params) - 2}
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        e = e + l2 * params[i].detach() if i in penalised else e
-        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-12 * float(e.abs().max()) + 1e-300,
-                                   msg=lambda m, i=i: f"{head} parameter {i}: {m}")
+    assert_fused_gradients_equal_autograd(model, cfg, N_TRAIN, fgsm, head)
 
 
 @pytest.fixture(scope="module")

@@ -17,24 +17,25 @@ TINY = ["--n-splits", "2", "--members", "2", "--epochs", "3", "--mc-samples", "3
 
 def test_real_cli_smoke_every_score_before_and_after(tmp_path, capsys):
     out = tmp_path / "real"
-    methods = "blr,ens,ens+cp_abs,bd+mv"
+    methods = "blr,ens,ens+cp_abs,ens+cqr,bd+mv"
+    conformal = ["ens+cp_abs", "ens+cqr"]  # calibrated on the calibration part: not recalibrated
     assert main(["real", "--dataset", "diabetes", "--methods", methods, "--out", str(out), "--no-plots", *TINY]) == 0
     ds = uqmetrics.read_dataset(out / "study.nc")
     assert list(ds.method.values) == methods.split(",") and list(ds.recal.values) == list(RECALIBRATIONS)
     assert ds.sizes["split"] == 2 and int(ds.n_test[0]) == 44 and int(ds.n_cal[0]) == 80
-    own = [m for m in ds.method.values if m != "ens+cp_abs"]
+    own = [m for m in ds.method.values if m not in conformal]
     for k in SCORE_METRICS:
         s = ds[f"score_{k}"]
         assert np.all(np.isfinite(s.sel(recal="none").values)), k
         assert np.all(np.isfinite(s.sel({"method": own, "recal": "sigma_scaling"}).values)), k
         iso = s.sel({"method": own, "recal": "isotonic"}).values
         assert np.all(np.isfinite(iso)) if k in CALIBRATION_SCORES else np.all(np.isnan(iso)), k
-        assert np.all(np.isnan(s.sel({"method": "ens+cp_abs", "recal": ["isotonic", "sigma_scaling"]}).values))
+        assert np.all(np.isnan(s.sel({"method": conformal, "recal": ["isotonic", "sigma_scaling"]}).values))
         assert np.all(np.isfinite(ds[f"score_{k}_mean"].sel(recal="none").values))
     cov = ds.coverage.sel({"method": own})
     assert np.all((cov >= 0) & (cov <= 1))
     assert np.all(np.isfinite(ds.sigma_hat.sel({"method": ["blr", "ens"]}).values))
-    assert np.all(np.isnan(ds.sigma_hat.sel({"method": ["ens+cp_abs", "bd+mv"]}).values))
+    assert np.all(np.isnan(ds.sigma_hat.sel({"method": [*conformal, "bd+mv"]}).values))
     # scores are in the target's units: the predictive means lie in the range of the targets
     assert 25 < float(ds.prediction.mean()) < 346
     printed = capsys.readouterr().out

@@ -570,11 +570,13 @@ def _scales():
     from uqmetrics.metrics.registry import Registry
 
     reg: Registry[RealScale] = Registry("scale")
-    reg.register(RealScale("cpu", "diabetes, 20 random and 10 gap splits, every base method and ens+cp_abs, "
-                           "10 members, 100 epochs: minutes on 2 CPU cores",
-                           {"standard": 20, "gap": None}, methods=(*DEFAULT_METHODS, "ens+cp_abs"), train=REAL_TRAIN))
-    reg.register(RealScale("smoke", "seconds: blr, bd, ens, ens+cp_abs on 2 random and 2 gap splits, 2 members, "
-                           "3 epochs (tests)", {"standard": 2, "gap": 2}, methods=("blr", "bd", "ens", "ens+cp_abs"),
+    reg.register(RealScale("cpu", "diabetes, 20 random and 10 gap splits, every base method, ens+mv, ens+cp_abs, "
+                           "ens+cqr and bd+cqr, 10 members, 100 epochs: minutes on 2 CPU cores",
+                           {"standard": 20, "gap": None},
+                           methods=(*DEFAULT_METHODS, "ens+mv", "ens+cp_abs", "ens+cqr", "bd+cqr"), train=REAL_TRAIN))
+    reg.register(RealScale("smoke", "seconds: blr, bd, ens, ens+cp_abs, ens+cqr on 2 random and 2 gap splits, "
+                           "2 members, 3 epochs (tests)", {"standard": 2, "gap": 2},
+                           methods=("blr", "bd", "ens", "ens+cp_abs", "ens+cqr"),
                            train=replace(REAL_TRAIN, members=2, epochs=3, mc_samples=3)))
     return reg
 

@@ -182,8 +182,8 @@ def test_conformal_method_names_and_errors():
     assert get_method("blr+cp_abs").closed_form is not None
     assert len(conformal_method_names()) == len(list_methods()) * len(SCORES)
     assert not any("+" in name for name in list_methods())  # "all methods" stays the seven
-    with pytest.raises(ValueError, match=r"unknown method 'ens\+cqr'.*score of cp_abs, cp_std"):
-        get_method("ens+cqr")
+    with pytest.raises(ValueError, match=r"unknown method 'ens\+cp_nope'.*score of cp_abs, cp_std"):
+        get_method("ens+cp_nope")
     with pytest.raises(ValueError, match=r"unknown method 'nope\+cp_abs'"):
         get_method("nope+cp_abs")
     with pytest.raises(ValueError, match="n_cal must be >= 1 for the conformal methods ens\\+cp_abs, got 0"):

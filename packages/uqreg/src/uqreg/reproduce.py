@@ -87,6 +87,41 @@ SCALES.register(Scale("smoke", "seconds: for tests of this module", {
 }))
 
 
+@dataclass(frozen=True)
+class Reproduction:
+    """A reproduction beside the paper's, ``uqreg reproduce NAME``: ``run(out_dir, scale=, device=,
+    progress=)`` writes into ``out_dir/<folder>`` and returns the paths written."""
+
+    name: str
+    description: str
+    folder: str
+    run: object
+
+    def __call__(self, out_dir, *, scale: str, device: str = "cpu", progress: bool = True) -> list[Path]:
+        return self.run(Path(out_dir) / self.folder, scale=scale, device=device, progress=progress)
+
+
+def _disentangle(out, **kw):
+    from .disentangle import reproduce_disentangle  # torch: imported on use
+
+    return reproduce_disentangle(out, **kw)
+
+
+def _real(out, **kw):
+    from .real import reproduce_real  # torch: imported on use
+
+    return reproduce_real(out, **kw)
+
+
+#: The reproductions beside the paper's (``uqreg reproduce disentangle|real``).
+STUDIES: Registry[Reproduction] = Registry("reproduction")
+STUDIES.register(Reproduction("disentangle", "the mean-variance methods' aleatoric and epistemic variances against "
+                              "their exact values on the heteroscedastic tasks (R.7)", "disentangle", _disentangle))
+STUDIES.register(Reproduction("real", "every method on scikit-learn's diabetes data under random and gap splits: "
+                              "scores before and after recalibration, coverage of held-out targets (R.9); scales "
+                              "cpu and smoke", "real", _real))
+
+
 class SweepFailed(RuntimeError):
     """Cells of an experiment's sweep failed: not a user's mistake (``uqreg reproduce`` reports it
     on one line with exit code 1, like ``uqreg sweep``); the finished cells are kept and a rerun

@@ -411,7 +411,9 @@ CONFORMAL_CONVENTION = (
     "<method>+cp_abs: mean +- q, q the ceil((n_cal+1)(1-alpha))-th smallest |y - mean| on the repetition's "
     "n_cal calibration points (+inf beyond n_cal); <method>+cp_std: mean +- q*std, q from |y - mean|/std; "
     "other methods: mean +- z_(1-alpha/2)*sqrt(std^2 + sigma^2) (blr: the exact posterior predictive "
-    "interval; <method>+mv: its own aleatoric variance in place of sigma^2). A conformal method's uncertainty "
+    "interval; <method>+mv: its own aleatoric variance in place of sigma^2); <method>+qr: [q_lo, q_hi], its "
+    "pinball-trained alpha/2 and 1 - alpha/2 quantiles; <method>+cqr: [q_lo - q, q_hi + q], q from "
+    "max(q_lo - y, y - q_hi) at the same rank (R.6, CQR). A conformal or quantile method's uncertainty "
     "is its half-width / z_(1-alpha/2). conditional_coverage = "
     "Phi((high - f)/sigma) - Phi((low - f)/sigma), exact given the interval. sigma = sigma(x) at each point "
     "for a heteroscedastic task (R.7)")
@@ -506,7 +508,10 @@ SCORE_CONVENTION = (
     "_mean/_se: mean and standard error over repetitions")
 
 
-def _score(name: str, y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+def score_gaussian(name: str, y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+    """The registered uqmetrics metric ``name`` of the Gaussian predictive ``N(mean, std²)``
+    against ``y`` (arrays of shape (T,)), the one scoring path of R.8 and R.9: NaN where a mean
+    or std is not finite or a std is not positive (a conformal ``q = +inf``)."""
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
         return np.nan
     from uqmetrics.metrics.registry import get_metric
@@ -545,7 +550,7 @@ def score_diagnostics(raw: xr.Dataset) -> xr.Dataset:
         pred_std = np.sqrt(std**2 + noise_std_at_test(raw, c) ** 2)
         for r in range(y.shape[0]):
             for k, name in SCORE_METRICS.items():
-                ref[k][j, r] = _score(name, y[r], mean[r], pred_std)
+                ref[k][j, r] = score_gaussian(name, y[r], mean[r], pred_std)
         dims = (*(d for d in per_rep if d != "complexity"), "point")
         pred = sub["prediction"].transpose(*dims).values
         half = (sub["interval_high"] - sub["interval_low"]).transpose(*dims).values / (2 * z)
@@ -553,7 +558,7 @@ def score_diagnostics(raw: xr.Dataset) -> xr.Dataset:
             r = idx[-1]
             full = (*idx[:c_axis], j, *idx[c_axis:])
             for k, name in SCORE_METRICS.items():
-                scores[k][full] = _score(name, y[r], pred[idx], half[idx])
+                scores[k][full] = score_gaussian(name, y[r], pred[idx], half[idx])
     coords = {d: raw[d] for d in per_rep}
     out = {}
 

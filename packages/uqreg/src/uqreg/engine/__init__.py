@@ -5,7 +5,8 @@ module          owns
 ==============  ===============================================================================
 ``config``      :class:`TrainConfig` (network, optimiser, method hyper-parameters), :data:`RECIPES`
 ``heads``       the output heads and :data:`HEADS`: each head's forward maths and regulariser
-``objectives``  the data terms of the loss and :data:`OBJECTIVES`: ½·MSE, the mean–variance β-NLL
+``objectives``  the data terms of the loss and :data:`OBJECTIVES`: ½·MSE, the mean–variance β-NLL,
+                the quantile networks' pinball loss
 ``network``     :class:`BatchedMLP` (networks stacked on a leading axis), :func:`xavier_uniform`
 ``samplers``    batch samplers and :data:`SAMPLERS`
 ``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser

@@ -38,7 +38,9 @@ tensors per step. Here, for the ``B`` networks of a chunk:
   variance output, whose weight and bias sit in the flat buffer after the layers' weights and
   biases (so the coupled L2 reaches its weight, never its bias); :meth:`Workspace.output_forward`
   and :meth:`Workspace.output_backward` compute it from the same input as the mean for every
-  head, and the registered objective's ``grad`` gives dJ/dμ and dJ/ds.
+  head, and the registered objective's ``grad`` gives dJ/dμ and dJ/ds. A quantile network
+  (objective ``pinball``, docs/conventions.md#r-6-cqr) is the same two-output network: its
+  outputs are ``q_lo`` and ``q_hi`` and the objective's ``grad`` gives dJ/dq_lo and dJ/dq_hi.
 
 The result is the same network as the autograd path's (``tests/test_fused.py`` checks every
 gradient against autograd and Adam steps against ``torch.optim.Adam``/``AdamW`` in float64;

@@ -111,11 +111,16 @@ class BatchedMLP(torch.nn.Module):
         :meth:`~uqreg.engine.heads.Head.variance_input` and gives the raw variance output s
         (σ² = softplus(s) + floor); its weight is drawn with counter ``len(hidden) + 1`` of the
         initialisation keys, so the mean branch starts as the mean-only network's. Otherwise
-        both are None.
+        both are None. A quantile objective (``pinball``) has the same second output layer: the
+        first output is then ``q_lo``, the second ``q_hi`` (docs/conventions.md#r-6).
+    alpha : float, optional
+        The α of an objective that uses one (the quantile networks' levels α/2 and 1 − α/2),
+        bound into :attr:`objective` (:meth:`~uqreg.engine.objectives.Objective.bound`);
+        ignored by the others.
     """
 
     def __init__(self, init_keys, dropout_keys, input_dim: int, head: str, cfg: TrainConfig, n_train: int,
-                 sigma: float, objective: str = "mse"):
+                 sigma: float, objective: str = "mse", alpha: float | None = None):
         super().__init__()
         dt = cfg.torch_dtype
         dev = init_keys.device
@@ -130,7 +135,7 @@ class BatchedMLP(torch.nn.Module):
             k: torch.nn.Parameter(v)
             for k, v in self.head.init_params(init_keys.shape[0], widths[-2], cfg, dtype=dt, device=dev).items()
         })
-        self.objective = OBJECTIVES.lookup(objective)
+        self.objective = OBJECTIVES.lookup(objective).bound(alpha)
         self.var_weight = self.var_bias = None
         if self.objective.mean_variance:
             self.var_weight = torch.nn.Parameter(xavier_uniform(init_keys, len(widths) - 1, widths[-2], 1, dt))

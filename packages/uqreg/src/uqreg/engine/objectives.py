@@ -12,12 +12,18 @@ which explodes where an early residual r is large and s small, and ``exp`` overf
 s ≈ 88; softplus grows linearly, its gradient is a logistic in (0, 1), and the floor keeps σ²
 away from 0 where a network fits a point exactly (Lakshminarayanan et al. 2017 use the same
 softplus + 1e-6).
+
+A *quantile* network (objective ``pinball``, ``outputs == 2``) reads its two outputs as the
+``α/2`` and ``1 − α/2`` conditional quantiles ``q_lo`` and ``q_hi`` of y, both linear (no link),
+and trains on the sum of their pinball (check) losses (Koenker & Bassett 1978); its α is bound
+when the network is built (:meth:`Objective.bound`), see docs/conventions.md#r-6.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 from uqmetrics.metrics.registry import Registry
@@ -108,6 +114,43 @@ def gaussian_nll_grad(mean, raw, y, cfg):
     return g_mean.mul_(1.0 / n), g_raw.mul_(0.5 / n)
 
 
+def pinball(q: torch.Tensor, y: torch.Tensor, tau: float) -> torch.Tensor:
+    """The pinball (check) loss of the τ-quantile ``q`` for ``y``, elementwise:
+    ``ρ_τ(y − q) = (y − q)·(τ − 1[y < q])`` (Koenker & Bassett 1978), ≥ 0, minimised in
+    expectation by the τ-quantile of y."""
+    r = y - q
+    return r * (tau - (r < 0).to(r.dtype))
+
+
+def quantile_levels(alpha: float) -> tuple[float, float]:
+    """``(α/2, 1 − α/2)``: the levels of a quantile network's two outputs."""
+    return alpha / 2, 1.0 - alpha / 2
+
+
+def pinball_pair(low: torch.Tensor, high: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, *,
+                 alpha: float) -> torch.Tensor:
+    """Per-network loss of a quantile network, shape (B,):
+    ``mean_n [ρ_{α/2}(y_n − q_lo,n) + ρ_{1−α/2}(y_n − q_hi,n)]``, ``low``/``high`` the two
+    outputs (B, n)."""
+    t_lo, t_hi = quantile_levels(alpha)
+    return (pinball(low, y, t_lo) + pinball(high, y, t_hi)).mean(dim=1)
+
+
+def pinball_pair_grad(low, high, y, cfg, *, alpha: float):
+    """``(dJ/dq_lo, dJ/dq_hi)`` of :func:`pinball_pair`, by hand: ``(1[y < q] − τ)/n`` for each
+    output at its level τ (at ``y = q`` the derivative from below in q, −τ/n, as the autograd of
+    :func:`pinball`)."""
+    n = y.shape[1]
+    t_lo, t_hi = quantile_levels(alpha)
+    g_lo = torch.lt(y, low).to(low.dtype).sub_(t_lo).mul_(1.0 / n)
+    g_hi = torch.lt(y, high).to(high.dtype).sub_(t_hi).mul_(1.0 / n)
+    return g_lo, g_hi
+
+
+def _identity(raw: torch.Tensor) -> torch.Tensor:
+    return raw
+
+
 @dataclass(frozen=True)
 class Objective:
     """A registered training objective.
@@ -121,6 +164,13 @@ class Objective:
         Per-network loss (``raw`` is None when ``outputs == 1``).
     grad : callable ``(mean, raw, y, cfg) -> (dJ/dmean, dJ/draw or None)``
         Its gradient, each of the shape of ``mean``.
+    second_output : callable, optional
+        What prediction reports of the second output's raw value (``outputs == 2``): the variance
+        :func:`variance` of a mean–variance network, the raw value itself (the upper quantile)
+        of a quantile network.
+    uses_alpha : bool
+        True: ``loss`` and ``grad`` take a keyword ``alpha`` (the quantile networks' α), bound by
+        :meth:`bound` when the network is built.
     """
 
     name: str
@@ -128,10 +178,28 @@ class Objective:
     outputs: int
     loss: Callable
     grad: Callable
+    second_output: Callable | None = None
+    uses_alpha: bool = False
 
     @property
     def mean_variance(self) -> bool:
+        """True for a network with a second output layer (a mean–variance or a quantile network:
+        the engine treats both alike, only the objective reads the outputs differently)."""
         return self.outputs == 2
+
+    def bound(self, alpha: float | None) -> Objective:
+        """This objective with its α bound into ``loss`` and ``grad`` (itself when it takes none).
+
+        Raises
+        ------
+        ValueError
+            ``alpha`` not in (0, 1) for an objective that uses it.
+        """
+        if not self.uses_alpha:
+            return self
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+            raise ValueError(f"alpha must be a number in (0, 1) for the objective {self.name!r}, got {alpha!r}")
+        return replace(self, loss=partial(self.loss, alpha=float(alpha)), grad=partial(self.grad, alpha=float(alpha)))
 
     def to_dict(self) -> dict:
         return {"description": self.description, "outputs": self.outputs}
@@ -142,7 +210,11 @@ OBJECTIVES.register(Objective("mse", "0.5 * mean squared error of the mean", 1,
                               lambda mean, raw, y, cfg: half_mse(mean, y), half_mse_grad))
 OBJECTIVES.register(Objective(
     "gaussian_nll", "beta-NLL (Seitzer et al. 2022) of N(mu, softplus(s) + 1e-6); beta = nll_beta, 0: Gaussian NLL",
-    2, gaussian_nll, gaussian_nll_grad))
+    2, gaussian_nll, gaussian_nll_grad, second_output=variance))
+OBJECTIVES.register(Objective(
+    "pinball", "pinball (check) losses of the alpha/2 and 1 - alpha/2 quantiles, two linear outputs q_lo, q_hi",
+    2, pinball_pair, pinball_pair_grad, second_output=_identity, uses_alpha=True))
 
 __all__ = ["OBJECTIVES", "VARIANCE_FLOOR", "Objective", "beta_weight", "gaussian_nll", "gaussian_nll_grad",
-           "half_mse", "half_mse_grad", "softplus", "variance"]
+           "half_mse", "half_mse_grad", "pinball", "pinball_pair", "pinball_pair_grad", "quantile_levels", "softplus",
+           "variance"]

@@ -75,6 +75,9 @@ class TrainJob:
     noise_weights : ndarray, shape (N,), optional
         Weights of the training points' squared errors (σ²/σ(x_n)², the known-noise heads on a
         heteroscedastic task); None: unweighted.
+    alpha : float, optional
+        The α of an objective that uses one (``"pinball"``: quantile networks at the levels
+        α/2, 1 − α/2); None for the others.
     """
 
     x_train: np.ndarray
@@ -91,6 +94,7 @@ class TrainJob:
     x_cal: np.ndarray | None = None
     objective: str = "mse"
     noise_weights: np.ndarray | None = None
+    alpha: float | None = None
 
 
 def bytes_per_network(n_rows: int, n_test: int, input_dim: int, cfg: TrainConfig, *, adversarial: bool,
@@ -253,7 +257,9 @@ class JobResult:
         Mean (and MC std) at each network's calibration inputs (``job.x_cal``); None without.
     aleatoric, cal_aleatoric : ndarray, shape (B, T) and (B, C), optional
         A mean–variance network's predicted σ²(x) (mean over its MC passes) at the test and
-        calibration inputs; None for mean-only networks (and without calibration inputs).
+        calibration inputs; a quantile network's upper quantile ``q_hi`` likewise (``mean`` and
+        ``cal_mean`` are then its lower quantile ``q_lo``, and ``fit`` the midpoint
+        (q_lo + q_hi)/2); None for mean-only networks (and without calibration inputs).
     """
 
     mean: np.ndarray
@@ -276,9 +282,14 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
         nets = padded(chunk)
         model = train_batched(job.x_train, job.y, nets, seed=job.seed, head=job.head, sampler=job.sampler,
                               adversarial=job.adversarial, cfg=job.cfg, epochs=job.epochs, sigma=job.sigma,
-                              progress=progress, objective=job.objective, noise_weights=job.noise_weights)
+                              progress=progress, objective=job.objective, noise_weights=job.noise_weights,
+                              alpha=job.alpha)
         mean, std, ale = predict_decomposed(model, job.x_test, nets, seed=job.seed, cfg=job.cfg)
-        fit = predict_batched(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)[0]
+        if model.objective.uses_alpha:  # a quantile network: its point prediction is the midpoint
+            low, _, high = predict_decomposed(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)
+            fit = 0.5 * (low + high)
+        else:
+            fit = predict_batched(model, job.x_train, nets, seed=job.seed, cfg=job.cfg)[0]
         cal = (None, None, None)
         if job.x_cal is not None:
             cal = predict_decomposed(model, job.x_cal[nets.repetition], nets, seed=job.seed, cfg=job.cfg,

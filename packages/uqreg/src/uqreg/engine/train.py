@@ -19,7 +19,7 @@ from .. import rng
 from . import fused
 from .config import TrainConfig
 from .network import BatchedMLP, NetworkBatch
-from .objectives import half_mse, variance
+from .objectives import half_mse
 from .samplers import SAMPLERS
 
 
@@ -68,7 +68,7 @@ def make_optimizer(model: BatchedMLP, cfg: TrainConfig, n_train: int) -> torch.o
 def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, *, seed: int, head: str,
                   sampler: str, adversarial: bool, cfg: TrainConfig, epochs: int, sigma: float,
                   progress: Callable[[int], None] | None = None, objective: str = "mse",
-                  noise_weights: np.ndarray | None = None) -> BatchedMLP:
+                  noise_weights: np.ndarray | None = None, alpha: float | None = None) -> BatchedMLP:
     """Train the networks ``nets`` as one batched computation.
 
     Parameters
@@ -93,10 +93,13 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
         Called with the number of finished epochs after each epoch.
     objective : str
         Name in :data:`~uqreg.engine.objectives.OBJECTIVES`: ``"mse"`` (a mean), or
-        ``"gaussian_nll"`` (mean–variance networks, β = ``cfg.nll_beta``).
+        ``"gaussian_nll"`` (mean–variance networks, β = ``cfg.nll_beta``), or ``"pinball"``
+        (quantile networks: outputs ``q_lo``, ``q_hi`` at the levels α/2, 1 − α/2).
     noise_weights : ndarray, shape (N,), optional
         Weights of the training points' squared errors (½·mean w·(y − ŷ)²): σ²/σ(x_n)² for the
         known-noise heads on a heteroscedastic task; None: unweighted.
+    alpha : float, optional
+        The quantile networks' α (objective ``"pinball"``); ignored by the other objectives.
 
     Returns
     -------
@@ -109,7 +112,7 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     init_keys = rng.network_keys(seed, "init", nets.repetition, nets.member).to(dev)
     drop_keys = rng.network_keys(seed, "dropout", nets.repetition, nets.member).to(dev)
     boot_keys = rng.network_keys(seed, "bootstrap", nets.repetition, nets.member).to(dev)
-    model = BatchedMLP(init_keys, drop_keys, d, head, cfg, n, sigma, objective)
+    model = BatchedMLP(init_keys, drop_keys, d, head, cfg, n, sigma, objective, alpha)
     b = len(nets)
     x = torch.as_tensor(x_train, dtype=dt, device=dev)[None].expand(b, n, d)
     y = torch.as_tensor(y_train[nets.repetition], dtype=dt, device=dev)
@@ -171,8 +174,10 @@ def predict_decomposed(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch
     mean, std : ndarray, shape (B, T)
         As :func:`predict_batched` (``std`` None for deterministic heads).
     aleatoric : ndarray, shape (B, T) or None
-        A mean–variance network's predicted σ²(x), its mean over the MC passes for stochastic
-        heads (Kendall & Gal 2017); None for a mean-only network.
+        The second output: a mean–variance network's predicted σ²(x), its mean over the MC
+        passes for stochastic heads (Kendall & Gal 2017); a quantile network's upper quantile
+        ``q_hi`` (``mean`` is then its lower quantile ``q_lo``), its mean over the passes
+        likewise; None for a mean-only network.
     """
     dev = cfg.torch_device()
     xt = torch.as_tensor(x_test, dtype=cfg.torch_dtype, device=dev)
@@ -187,7 +192,7 @@ def predict_decomposed(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch
         if not mv:
             return numpy(model.output(h)), None, None
         mean, raw = model.output_mv(h)
-        return numpy(mean), None, numpy(variance(raw))
+        return numpy(mean), None, numpy(model.objective.second_output(raw))
     mc_keys = rng.network_keys(seed, purpose, nets.repetition, nets.member).to(dev)
     if not mv:
         passes = torch.stack([model.output(h, s, mc_keys) for s in range(cfg.mc_samples)], dim=1)  # (B, S, T)
@@ -195,7 +200,8 @@ def predict_decomposed(model: BatchedMLP, x_test: np.ndarray, nets: NetworkBatch
     else:
         outs = [model.output_mv(h, s, mc_keys) for s in range(cfg.mc_samples)]
         passes = torch.stack([m for m, _ in outs], dim=1)
-        var = numpy(torch.stack([variance(r) for _, r in outs], dim=1).double().mean(dim=1))
+        second = model.objective.second_output  # variance (mean–variance), identity (quantile)
+        var = numpy(torch.stack([second(r) for _, r in outs], dim=1).double().mean(dim=1))
     passes = passes.double()
     return passes.mean(dim=1).cpu().numpy(), passes.std(dim=1, correction=cfg.std_ddof).cpu().numpy(), var
 

@@ -8,9 +8,20 @@ the stand-in defaults) and the hooks the one training loop calls; see
 :mod:`~uqvision.methods.ensembling` (deep_ensemble, mc_dropout, sse, fge) and
 :mod:`~uqvision.methods.bayesian` (:mod:`~uqvision.methods.swag`, :mod:`~uqvision.methods.csgld`,
 :mod:`~uqvision.methods.vi`, :mod:`~uqvision.methods.laplace`: swag, csgld, vi, kfac_laplace);
-schedules (eqs. 10, 16, 17) in :mod:`uqvision.training.schedules`. A protocol's own learners
-(UIMNET's algorithms, URL's representation learners) live in its folder,
-:mod:`uqvision.protocols`.
+schedules (eqs. 10, 16, 17) in :mod:`uqvision.training.schedules`.
+
+Learners that more than one protocol trains live here too, since protocols do not import each
+other (issue 41): URL's representation learners (V.4; HET-XL, SNGP, loss prediction and the
+10-head ensemble among them) in :mod:`~uqvision.methods.representation`, on the heads of
+:mod:`~uqvision.methods.uncertainty_heads` (von Mises-Fisher maths:
+:mod:`~uqvision.methods.vmf`); MIMO, RBF and DUE (V.3) in :mod:`~uqvision.methods.mimo`,
+:mod:`~uqvision.methods.rbf` and :mod:`~uqvision.methods.due`, on the featurizer + linear
+classifier of :mod:`~uqvision.methods.feature`. Each registers its entries when imported; the
+protocol that lists them imports them (URL's and UIMNET's ``methods`` modules, at the place of
+the paper's order), so the registry's order, which ``uqvision train --method`` shows, is the
+one it had before they moved; they are not among this package's lazy names, which
+:func:`uqvision.load_registries` reads first. What only one protocol trains (UIMNET's Mixup,
+soft labeler, RND, OC, DeepAE) stays in its folder, :mod:`uqvision.protocols`.
 
 Examples
 --------

@@ -14,7 +14,7 @@ Modes (:data:`PASS_MODES`):
 
 A network that gives its own uncertainty declares it: ``model.predicts_uncertainty = True``
 (:data:`OWN_UNCERTAINTY`) and a method ``predict(x, ids, seed) -> (logits, u, embedding)``
-(the URL heads, :class:`uqvision.protocols.url.heads.URLModel`, V.4): its caches also hold ``uncertainty``
+(the URL heads, :class:`uqvision.methods.uncertainty_heads.URLModel`, V.4): its caches also hold ``uncertainty``
 (sample) and, with ``embeddings``, its embedding; the noise of its stochastic heads is drawn
 per sample from ``(seed, sample index)``. With ``logits=False`` a cache keeps no logits and
 the folder's classes need not be the model's (zero-shot embeddings of unseen classes).

@@ -1,7 +1,11 @@
 """The UIMNET algorithms (docs/conventions.md#v-3) as
 :class:`~uqvision.training.method.TrainingMethod` entries: ``erm``, ``mixup``,
 ``soft_labeler``, ``mimo``, ``rbf``, ``rnd``, ``oc``, ``deep_ae`` and ``due`` (``mc_dropout``
-is the entry of :mod:`~uqvision.methods.ensembling`).
+is the entry of :mod:`~uqvision.methods.ensembling`). MIMO, RBF and DUE, which other protocols
+train too, are defined and registered in :mod:`uqvision.methods.mimo`, :mod:`~uqvision.methods.rbf`
+and :mod:`~uqvision.methods.due` (moved there, issue 41), on the base network and recipe of
+:mod:`uqvision.methods.feature`; this module imports them where the paper lists them (so the
+registry keeps its order) and adds their search spaces.
 
 Every algorithm wraps a :class:`FeatureClassifier` (featurizer φ + linear classifier w) and
 returns a module whose eval-mode forward gives logits of shape (n, C), with ``features(x)`` →
@@ -24,43 +28,45 @@ References
 .. [4] Burda et al. RND, 2018. .. [5] Tagasovska & Lopez-Paz. Orthogonal certificates, 2018.
 .. [6] van Amersfoort et al. DUE, 2021. .. [7] Miyato et al. Spectral normalization, 2018.
 
-The module is one concern in more than 600 lines, the paper's set of algorithms: each of the
-nine is a few dozen lines (hyper-parameters, wrapper network, loss, search space) registered
-through the shared :class:`FeatureClassifier`, :class:`OODRecipe` and ``_register``, and
+The module is one concern, the paper's set of algorithms: each is a few dozen lines
+(hyper-parameters, wrapper network, loss, search space) registered through the shared
+:class:`FeatureClassifier`, :class:`OODRecipe` and ``_register``, and
 :data:`UIMNET_ALGORITHMS` and :data:`SEARCH_SPACES` are complete only with all of them.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
 from uqmetrics.metrics.registry import Registry
 
-from ...methods.ensembling import single_network
-from ...models import archs  # noqa: F401  (registers the architecture)
-from ...models.spectral import spectral_normalize
-from ...training.method import (
-    TRAINING_METHODS,
-    TrainingMethod,
-    TrainRecipe,
-    TrainState,
-    check_fields,
+from ...methods.feature import (
+    FeatureClassifier,
+    OODRecipe,
+    feature_classifier,
+    register_feature_method,
+    small_cnn,
 )
+from ...models.spectral import spectral_normalize
+from ...training.method import TrainState, check_fields
 from . import UIMNET_ALGORITHMS
 
 __all__ = [
     "SEARCH_SPACES",
     "UIMNET_ALGORITHMS",
+    "DUEHParams",
+    "DUENet",
     "FeatureClassifier",
+    "MIMOHParams",
+    "MIMONet",
     "OODRecipe",
+    "RBFNet",
     "feature_classifier",
     "mimo_batch",
     "mixup_loss",
@@ -76,83 +82,20 @@ __all__ = [
 SEARCH_SPACES: Registry[Callable[[np.random.Generator], dict]] = Registry("search space")
 
 
-# -- the base network ----------------------------------------------------------------------
-class FeatureClassifier(nn.Module):
-    """``w(φ(x))``: a featurizer ``backbone`` (x -> (n, d)) and a linear ``classifier``.
-
-    It has timm's classifier interface (``forward_features`` gives φ(x), ``forward_head(f,
-    pre_logits=True)`` gives ``f`` back, ``get_classifier``), so the one prediction path
-    caches its embeddings like a timm model's.
-    """
-
-    def __init__(self, backbone: nn.Module, num_features: int, num_classes: int):
-        super().__init__()
-        self.backbone = backbone
-        self.num_features, self.num_classes = int(num_features), int(num_classes)
-        self.classifier = nn.Linear(num_features, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
-
-    def native(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.full((x.shape[0],), math.nan, device=x.device)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.features(x)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return x if pre_logits else self.classifier(x)
-
-    def get_classifier(self) -> nn.Module:
-        return self.classifier
-
-
-def feature_classifier(model: nn.Module) -> FeatureClassifier:
-    """A timm classifier as featurizer + linear head: its pooled pre-logits features
-    (``reset_classifier(0)``, in place) and a new ``nn.Linear`` of its class count. A
-    :class:`FeatureClassifier` is returned as it is."""
-    if isinstance(model, FeatureClassifier):
-        return model
-    if not (hasattr(model, "reset_classifier") and hasattr(model, "num_features")):
-        raise TypeError("UIMNET algorithms wrap a featurizer + linear classifier: a timm "
-                        f"classifier or a FeatureClassifier, got {type(model).__name__}")
-    num_classes = int(model.num_classes)
-    model.reset_classifier(0)
-    return FeatureClassifier(model, model.num_features, num_classes)
-
-
-def small_cnn(num_classes: int, *, width: int = 32, in_chans: int = 3) -> FeatureClassifier:
-    """timm's ``uqvision_cnn`` (:mod:`uqvision.models.archs`) as a :class:`FeatureClassifier`
-    (features of size ``4 * width``): the stand-in for the paper's ResNet-18/50."""
-    return feature_classifier(timm.create_model("uqvision_cnn", num_classes=num_classes,
-                                                width=width, in_chans=in_chans))
-
-
-# -- hyper-parameters ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class OODRecipe(TrainRecipe):
-    """ERM's recipe, shared by every UIMNET algorithm (epochs set by the scale)."""
-
-    batch_size: int = 64
-    epochs: float = 10
-    lr_init: float = 0.1
-    weight_decay: float = 1e-4
-
-
 def _recipe_space(rng: np.random.Generator) -> dict:
     return {"lr_init": float(10 ** rng.uniform(-2, -0.5)),
             "weight_decay": float(10 ** rng.uniform(-5, -3))}
 
 
+def _search(name: str, space: Callable | None = None) -> None:
+    """``name``'s trials: the recipe's draws, then ``space``'s (the method's own)."""
+    SEARCH_SPACES.add(name, lambda rng: {**_recipe_space(rng), **(space(rng) if space else {})})
+
+
 def _register(name: str, description: str, hparams: type, space: Callable | None = None,
               **hooks) -> None:
-    TRAINING_METHODS.register(TrainingMethod(
-        name=name, description=description, hparams=hparams, samples=single_network,
-        independent_runs=True, **hooks))
-    SEARCH_SPACES.add(name, lambda rng: {**_recipe_space(rng), **(space(rng) if space else {})})
+    register_feature_method(name, description, hparams, **hooks)
+    _search(name, space)
 
 
 # -- ERM -----------------------------------------------------------------------------------
@@ -305,90 +248,12 @@ SEARCH_SPACES.add("mc_dropout", lambda rng: {**_recipe_space(rng),
                                              "p": float(rng.uniform(0.05, 0.5))})
 
 
-# -- MIMO ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MIMOHParams(OODRecipe):
-    """``members`` M sub-networks sharing one featurizer (M images in, M predictions out)."""
+# -- MIMO, RBF: uqvision.methods.mimo and .rbf, registered on import (here: the paper's order) --
+from ...methods.mimo import MIMOHParams, MIMONet, mimo_batch
+from ...methods.rbf import RBFNet, rbf_transform
 
-    members: int = 3
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.members < 1:
-            raise ValueError(f"members must be >= 1, got {self.members!r}")
-
-
-def mimo_batch(x: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
-    """The multi-input batch: image ``i`` of the result stacks ``x[perms[m, i]]`` for each
-    member m along channels, shape (n, M·channels, H, W)."""
-    return torch.cat([x[p] for p in perms], dim=1)
-
-
-class MIMONet(nn.Module):
-    """A 1×1 convolution mixes the M stacked images into the featurizer's input; one head
-    gives M sets of logits. Eval: the image replicated M times, log of the mean softmax."""
-
-    def __init__(self, base: FeatureClassifier, members: int, in_chans: int = 3):
-        super().__init__()
-        self.base, self.members = base, int(members)
-        self.stem = nn.Conv2d(members * in_chans, in_chans, 1)
-        self.head = nn.Linear(base.num_features, members * base.num_classes)
-        self.perms: torch.Tensor | None = None
-
-    def member_logits(self, x):
-        """Logits of each member, shape (n, M, C), for a multi-input batch x."""
-        z = self.head(self.base.features(self.stem(x)))
-        return z.view(x.shape[0], self.members, -1)
-
-    def features(self, x):
-        return self.base.features(self.stem(x.repeat(1, self.members, 1, 1)))
-
-    def forward(self, x):
-        if self.training:
-            self.perms = torch.stack([torch.randperm(x.shape[0], device=x.device)
-                                      for _ in range(self.members)])
-            return self.member_logits(mimo_batch(x, self.perms))
-        z = self.member_logits(x.repeat(1, self.members, 1, 1))
-        return torch.logsumexp(torch.log_softmax(z, -1), 1) - math.log(self.members)
-
-    def native(self, x):
-        return self.base.native(x)
-
-
-def _mimo_loss(state: TrainState, out, y):
-    """``Σ_m CE(member m's logits, y[perm_m])`` (mean over the batch)."""
-    perms = state.net.perms
-    return sum(F.cross_entropy(out[:, m], y[p]) for m, p in enumerate(perms))
-
-
-_register("mimo", "M sub-networks in one (Havasi et al.)", MIMOHParams,
-          lambda rng: {"members": int(rng.integers(2, 5))},
-          wrap_model=lambda model, hp: MIMONet(feature_classifier(model), hp.members), loss=_mimo_loss)
-
-
-# -- RBF -----------------------------------------------------------------------------------
-def rbf_transform(z: torch.Tensor) -> torch.Tensor:
-    """``z ↦ exp(−z²)`` applied to the logits before the softmax."""
-    return torch.exp(-z ** 2)
-
-
-class RBFNet(nn.Module):
-    def __init__(self, base: FeatureClassifier):
-        super().__init__()
-        self.base = base
-
-    def features(self, x):
-        return self.base.features(x)
-
-    def forward(self, x):
-        return rbf_transform(self.base(x))
-
-    def native(self, x):
-        return self.base.native(x)
-
-
-_register("rbf", "logits transformed by exp(-z^2) before the softmax (Broomhead & Lowe)",
-          OODRecipe, wrap_model=lambda model, hp: RBFNet(feature_classifier(model)))
+_search("mimo", lambda rng: {"members": int(rng.integers(2, 5))})
+_search("rbf")
 
 
 # -- RND, OC, DeepAE: a student on the (detached) features --------------------------------
@@ -530,121 +395,7 @@ for _kind, _text in (("rnd", "student matching a fixed random teacher on φ (Bur
               loss=_student_loss)
 
 
-# -- DUE -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DUEHParams(OODRecipe):
-    """``inducing``: inducing points of the sparse variational GP; ``coeff``: the featurizer's
-    spectral-norm bound; ``likelihood_samples``: Monte-Carlo samples of the softmax likelihood
-    at prediction."""
+# -- DUE: uqvision.methods.due, registered on import (here: the paper's order) --------------
+from ...methods.due import DUEHParams, DUENet
 
-    inducing: int = 20
-    coeff: float = 5.0
-    likelihood_samples: int = 32
-    lr_init: float = 0.05
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_fields(self, positive=("inducing", "coeff", "likelihood_samples"))
-
-
-def _gpytorch():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        import gpytorch  # heavy: imported on first use (start-up time)
-    return gpytorch
-
-
-def _gp_class():
-    gpytorch = _gpytorch()
-
-    class _GP(gpytorch.models.ApproximateGP):
-        """One independent sparse variational GP per class over the features (DUE's GP)."""
-
-        def __init__(self, num_features: int, num_classes: int, inducing: int):
-            batch = torch.Size([num_classes])
-            dist = gpytorch.variational.CholeskyVariationalDistribution(inducing,
-                                                                        batch_shape=batch)
-            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(
-                gpytorch.variational.VariationalStrategy(
-                    self, torch.randn(inducing, num_features), dist,
-                    learn_inducing_locations=True),
-                num_tasks=num_classes)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ConstantMean(batch_shape=batch)
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(batch_shape=batch), batch_shape=batch)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    return _GP
-
-
-class DUENet(nn.Module):
-    """Spectral-normalised featurizer + sparse variational GP head with a softmax likelihood
-    (gpytorch). Training forward returns the GP's distribution (the loss is −ELBO); eval
-    forward returns ``log E[softmax(f)]`` (:meth:`predictive`). ``native``: the GP's predictive
-    variance summed over classes. The inducing points start at the features of the first
-    training batch (DUE initialises them by k-means of training features)."""
-
-    def __init__(self, base: FeatureClassifier, hp: DUEHParams):
-        super().__init__()
-        gpytorch = _gpytorch()
-        self.base = spectral_normalize(base, hp.coeff)
-        self.gp = _gp_class()(base.num_features, base.num_classes, hp.inducing)
-        self.likelihood = gpytorch.likelihoods.SoftmaxLikelihood(
-            num_classes=base.num_classes, mixing_weights=False)
-        self.register_buffer("initialised", torch.tensor(False))
-        self.samples = hp.likelihood_samples
-
-    def features(self, x):
-        return self.base.features(x)
-
-    def _init_inducing(self, phi: torch.Tensor) -> None:
-        strategy = self.gp.variational_strategy.base_variational_strategy
-        n = strategy.inducing_points.shape[0]
-        idx = torch.arange(n, device=phi.device) % phi.shape[0]
-        with torch.no_grad():
-            pts = phi.detach()[idx] + 1e-3 * torch.randn(n, phi.shape[1], device=phi.device)
-            strategy.inducing_points.copy_(pts)
-            scale = torch.cdist(phi.detach(), phi.detach()).mean().clamp(min=1e-3)
-            self.gp.covar_module.base_kernel.lengthscale = scale
-        self.initialised.fill_(True)
-
-    def forward(self, x):
-        phi = self.base.features(x)
-        if self.training:
-            if not bool(self.initialised):
-                self._init_inducing(phi)
-            return self.gp(phi)
-        return torch.log(self.predictive(phi).clamp_min(1e-12))
-
-    def predictive(self, phi: torch.Tensor) -> torch.Tensor:
-        """``E[softmax(f)]``, shape (n, C), f ~ the GP's marginal N(μ(φ), σ²(φ)) per class
-        (independent GPs, no mixing weights: what gpytorch's ``SoftmaxLikelihood`` samples),
-        by Monte Carlo over ``samples`` standard-normal draws fixed once and shared by every
-        image (common random numbers): an image's prediction depends on nothing but the image,
-        whatever the batch, the process or the global RNG."""
-        dist = self.gp(phi)
-        mu, sd = dist.mean, dist.variance.sqrt()
-        gen = torch.Generator().manual_seed(0)
-        eps = torch.randn(self.samples, mu.shape[-1], generator=gen).to(mu)
-        return torch.softmax(mu + sd * eps[:, None, :], -1).mean(0)
-
-    @torch.no_grad()
-    def native(self, x):
-        return self.gp(self.base.features(x)).variance.sum(-1)
-
-
-def _due_loss(state: TrainState, out, y):
-    gpytorch = _gpytorch()
-    net = state.net
-    elbo = gpytorch.mlls.VariationalELBO(net.likelihood, net.gp, num_data=state.n_train)
-    return -elbo(out, y)
-
-
-_register("due", "spectral-normalised featurizer + sparse variational GP head (gpytorch); "
-                 "native: GP predictive variance", DUEHParams,
-          lambda rng: {"inducing": int(rng.choice([10, 20, 50]))},
-          wrap_model=lambda model, hp: DUENet(feature_classifier(model), hp), loss=_due_loss)
+_search("due", lambda rng: {"inducing": int(rng.choice([10, 20, 50]))})

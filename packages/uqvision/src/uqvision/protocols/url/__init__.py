@@ -3,11 +3,14 @@
 
 - :mod:`~.heads`: the uncertainty heads (:data:`~.heads.U_HEADS`) and :class:`~.heads.URLModel`,
   a network that gives its own uncertainty (``predicts_uncertainty``, the contract
-  :func:`uqvision.predict.predict` relies on);
-- :mod:`~.vmf`: von Mises–Fisher sampling and the expected likelihood kernel;
+  :func:`uqvision.predict.predict` relies on), defined in
+  :mod:`uqvision.methods.uncertainty_heads`;
+- :mod:`~.vmf`: von Mises–Fisher sampling and the expected likelihood kernel
+  (:mod:`uqvision.methods.vmf`);
 - :mod:`~.crop`: the crop intervention and its prediction mode (``--mode crop``);
-- :mod:`~.methods`: the eleven representation learners, registered in
-  :data:`~uqvision.training.method.TRAINING_METHODS`;
+- :mod:`~.methods`: the eleven representation learners, defined and registered in
+  :data:`~uqvision.training.method.TRAINING_METHODS` by :mod:`uqvision.methods.representation`
+  (other protocols train some of them: issue 41);
 - :mod:`~.score`: R@1, R-AUROC, crop consistency, human alignment, OOD AUROC
   (``uqvision score url``, alias ``transfer``);
 - :mod:`~.plots`: the paper's Figures 1, 2 and 4 (``uqvision plot --transfer``);

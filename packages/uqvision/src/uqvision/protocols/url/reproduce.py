@@ -14,7 +14,7 @@ Steps (each resumable: a finished file is never recomputed):
 2. the backbone checkpoint: ``--set backbone=FILE`` (a timm checkpoint of ``--arch``), else a
    CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
 3. every method x configuration x seed fine-tunes the backbone with its loss
-   (:mod:`uqvision.protocols.url.methods`) through the one training loop
+   (:mod:`uqvision.methods.representation`) through the one training loop
    (:func:`uqvision.training.loop.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
    reused), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
    ``plain`` and ``crop``) writes caches of embeddings and u for the upstream test set (with

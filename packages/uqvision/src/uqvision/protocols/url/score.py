@@ -17,7 +17,7 @@ one per (run, dataset, split, mode) with ``embedding``, ``uncertainty`` and, for
 ``crop_fraction`` — come from the one prediction path, :func:`uqvision.predict.predict`
 (``PredictConfig(embeddings=True, logits=False)``, modes ``plain`` and ``crop``; ``crop`` on
 the downstream and the upstream test sets), which asks a
-trained :class:`~uqvision.protocols.url.heads.URLModel` for ``(logits, u, embedding)``; this module never
+trained :class:`~uqvision.methods.uncertainty_heads.URLModel` for ``(logits, u, embedding)``; this module never
 runs a model. :func:`score_transfer` reads the caches
 and calls uqmetrics' retrieval and OOD metrics only; it selects, per method, the
 configuration with the best validation R-AUROC among those with validation R@1 >= 0.1 (the

@@ -214,24 +214,6 @@ def member_logits():
     return _member_logits
 
 
-#: The xdist group of every test that uses :func:`smoke_run` (tox runs this suite with
-#: ``--dist loadgroup``).
-SMOKE_GROUP = "smoke_runs"
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Group the tests for ``--dist loadgroup``: every test that uses the session's smoke runs
-    (:func:`smoke_run`, directly or through another fixture) in one group, so that each
-    protocol's smoke reproduction runs once per session instead of once per worker; every other
-    test in its file's group, so that a file's module fixtures are built once, as with
-    ``--dist loadfile``."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = SMOKE_GROUP if "smoke_run" in item.fixturenames else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """``smoke_run(name) -> (out, path)``: the protocol's ``uqvision reproduce NAME --scale

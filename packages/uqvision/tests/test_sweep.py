@@ -179,16 +179,13 @@ def test_a_small_set_with_the_default_calibration_size_is_refused_before_any_mod
     """Issue 24, A / row 7: 65 images and the default --calibration-size 5000 used to predict
     every model and then exit 2 with no scores; now one line, before any model runs."""
     out = tmp_path / "s"
-    t0 = time.monotonic()
     assert main(["--threads", "1", "sweep", "--models", "test_vit", "test_resnet",
                  "--random-init", "--data", str(digits / "test"), "--out", str(out)]) == 2
-    elapsed = time.monotonic() - t0
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert (f"uqvision sweep: error: --calibration-size 5000: --data {str(digits / 'test')!r} "
             "has 65 image(s) to score; give a count in [1, 64] or a fraction in (0, 1)") in err
     assert not out.exists()  # no cache, no failures file: nothing ran
-    assert elapsed < 10, elapsed
 
 
 def test_the_calibration_size_is_checked_against_the_images_left_after_skipping(
@@ -315,17 +312,19 @@ def test_an_offline_zoo_sweep_prints_a_few_lines_for_a_thousand_models(digits, t
     from uqvision.zoo import zoo_models
 
     out = tmp_path / "s"
-    t0 = time.monotonic()
     result = _cli(["sweep", "--zoo", "timm-in1k", "--data", digits / "test", "--out", out,
                    "--calibration-size", "0.3", "--n-workers", "1"], _offline(tmp_path))
-    elapsed = time.monotonic() - t0
     n = len(zoo_models(["timm-in1k"]))
     assert result.returncode == 1, result.stderr[-2000:]
     lines = _console(result)
     assert len(lines) <= 3, lines[:5]
-    assert len(json.loads((out / FAILURES_FILE).read_text())["failures"]) == n
+    records = json.loads((out / FAILURES_FILE).read_text())["failures"]
+    assert len(records) == n
+    # every model is refused before any of its cells (nothing built, nothing decoded): what
+    # keeps a thousand missing models cheap, without timing it (the machines are noisy)
+    assert {r["kind"] for r in records} == {"weights"}
+    assert all(r["cells"] == [] for r in records)
     assert f"failed {n} model(s)" in lines[0]
-    assert elapsed < 120, elapsed
 
 
 def test_one_model_without_weights_is_one_complete_line(digits, tmp_path, monkeypatch, capsys):
@@ -350,10 +349,8 @@ def test_the_hub_unreachable_fails_every_missing_model_at_once(digits, tmp_path)
     out = tmp_path / "s"
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "TORCH_HOME": str(tmp_path / "torch"),
            "HF_ENDPOINT": "http://127.0.0.1:9"}  # the discard port: the connection is refused
-    t0 = time.monotonic()
     result = _cli(["sweep", "--models", *PRETRAINED[:3], "--data", digits / "test", "--out",
                    out, "--calibration-size", "0.3", "--n-workers", "1"], env)
-    elapsed = time.monotonic() - t0
     assert result.returncode == 1, result.stderr
     records = json.loads((out / FAILURES_FILE).read_text())["failures"]
     assert [r["cells"] for r in records] == [[], [], []]
@@ -363,7 +360,6 @@ def test_the_hub_unreachable_fails_every_missing_model_at_once(digits, tmp_path)
     assert grouped.startswith("  FAILED 3 models, pretrained weights not cached (")
     assert "and the hub is unreachable (HEAD http://127.0.0.1:9: " in grouped
     assert not any(ln.startswith("sweep:") for ln in lines) and "Traceback" not in result.stderr
-    assert elapsed < 60, elapsed
 
 
 def test_a_refusal_is_told_to_use_overwrite_and_retried_means_a_second_attempt(

@@ -257,6 +257,20 @@ def test_the_smoke_reproduction_writes_scores_figures_and_findings(smoke_run):
         assert list(ds["fraction"].values) == [0.1, 0.5, 1.0]
         assert np.isfinite(ds["ood_auroc"].sel(model="deep_ensemble_f100[2]",
                                                estimator="mutual_information"))
+        # HET-XL and the loss-prediction head: single-pass classifiers whose own uncertainty is
+        # the estimator `learned`, read from their caches
+        for method in ("hetxl", "losspred"):
+            row = next(m for m in models if f"@{method}_f100_" in m and "+" not in m)
+            learned = ds["estimate"].sel(model=row, estimator="learned").values
+            cache = next((out / "caches").glob(f"*{method}_f100_*.test.plain-000.nc"))
+            with xr.open_dataset(cache) as c:
+                np.testing.assert_allclose(learned, c["uncertainty"].values, rtol=1e-6)
+            assert np.isnan(ds["estimate"].sel(model=row, estimator="mutual_information")).all()
+        # TTA: the first member's augmented passes, a row of its own
+        tta = next(m for m in models if m.endswith("@tta_f100"))
+        assert int(ds["members"].sel(model=tta)) == 2
+        assert (ds["estimate"].sel(model=tta, estimator="mutual_information") > 0).any()
+        assert {"hetxl", "losspred", "tta"} <= {str(m) for m in ds["method"].values}
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
         "estimates_vs_truth.png", "estimator_task_heatmap.png"]
     assert "almost perfectly rank-correlated" in (out / "findings.md").read_text()

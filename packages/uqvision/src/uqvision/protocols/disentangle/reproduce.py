@@ -15,7 +15,9 @@ Ground truth:
   subsets of the ID training images, :func:`uqvision.hierarchy.stratified_subset`).
 
 The methods are :data:`METHODS`, one entry each (a deep ensemble, whose members are also scored
-alone, plain and temperature-scaled; MC dropout; SWAG and KFAC-Laplace from the first member);
+alone, plain and temperature-scaled; MC dropout; SWAG and KFAC-Laplace from the first member;
+HET-XL's heteroscedastic softmax and a loss-prediction head on the first member's backbone;
+test-time augmentation of the first member);
 every network predicts the ID test images (role ``test``), the ID validation images (role
 ``calibration``, the temperatures), the ID training images (role ``fit``, the DDU density), the
 OOD classes and every corrupted member, with its penultimate features.
@@ -32,8 +34,8 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
     OUT/findings.md           uqvision.protocols.disentangle.findings
 
 ``--set`` options: ``epochs``, ``members``, ``dropout_passes``, ``ambiguity``, ``fractions``
-(comma-separated, e.g. ``0.1,0.5,1``), ``corruptions``, ``severities``, ``methods`` (a comma
-list of :data:`METHODS` names).
+(comma-separated, e.g. ``0.1,0.5,1``), ``corruptions``, ``severities``, ``samples`` (SWAG's and
+Laplace's), ``tta_passes``, ``methods`` (a comma list of :data:`METHODS` names).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from uqmetrics import InputError, write_dataset
 
 from ...data import ImageFolderDataset
 from ...hierarchy import make_hierarchy, read_hierarchy, stratified_subset
+from ...models.names import ModelSpec
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ..base import ENSEMBLE_SCALES, Reproduction, finish_reproduction
 from . import DESCRIPTION
@@ -71,17 +74,22 @@ class DisentangleMethod:
     hparams : dict
         Per scale, its training hyper-parameters.
     from_first_member : bool
-        Starts from the first deep-ensemble member of its fraction (SWAG, Laplace).
+        Starts from the first deep-ensemble member of its fraction (SWAG, Laplace, and the
+        heads HET-XL and loss prediction put on its backbone).
     full_only : bool
         Trained on the whole training set only (not the 10 % and 50 % subsets).
+    predict_only : bool
+        Not trained: the first deep-ensemble member of its fraction predicts with this entry's
+        options, under the row name ``<arch>@<name>_f<pct>`` (test-time augmentation).
     """
 
     name: str
-    method: str
+    method: str | None
     predict: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     from_first_member: bool = False
     full_only: bool = False
+    predict_only: bool = False
 
 
 #: The methods, in order (the deep ensemble first: the others may start from its member 0).
@@ -99,6 +107,17 @@ METHODS = (
                       {"smoke": {"epochs": 0, "scales": "0.3"},
                        "cpu": {"epochs": 0, "scales": "0.03,0.3,1.0", "tune_samples": 3}},
                       from_first_member=True, full_only=True),
+    # HET-XL's heteroscedastic softmax (Collier et al. 2021) and a loss-prediction head
+    # (uqvision.methods.representation), each on the first member's backbone with a new head,
+    # fine-tuned as the URL protocol trains them; their own uncertainty (the log determinant of
+    # HET-XL's embedding covariance, the predicted loss) is the estimator ``learned``.
+    DisentangleMethod("hetxl", "hetxl", {"mode": "plain"},
+                      {"smoke": {"epochs": 1, "u": "covariance_logdet"},
+                       "cpu": {"epochs": 4, "u": "covariance_logdet"}}, from_first_member=True),
+    DisentangleMethod("losspred", "losspred", {"mode": "plain"},
+                      {"smoke": {"epochs": 1}, "cpu": {"epochs": 4}}, from_first_member=True),
+    # test-time augmentation: the first member's passes on random augmentations
+    DisentangleMethod("tta", None, {"mode": "tta", "passes": "tta_passes"}, predict_only=True),
 )
 
 #: Scales: the networks of :data:`~uqvision.protocols.base.ENSEMBLE_SCALES` and the study.
@@ -107,18 +126,21 @@ METHODS = (
 #: set (3 ID superclasses x 3 classes, 3 OOD superclasses), 2 members, 3 epochs, one corruption
 #: at severities 1 and 5, SWAG of 2 samples, no Laplace (under a minute on 2 cores); ``cpu``:
 #: the cpu hierarchy (4 x 6 ID classes), 3 members, 15 epochs, 2 corruptions at severities 1, 3,
-#: 5, SWAG and KFAC-Laplace of 5 samples (estimated 15-20 min on 2 cores).
+#: 5, SWAG and KFAC-Laplace of 5 samples, HET-XL and loss prediction fine-tuned 4 epochs on the
+#: first member, TTA of 5 passes.
 SCALES = {
     "smoke": {**ENSEMBLE_SCALES["smoke"], "ambiguity": 0.5, "fractions": (0.1, 0.5, 1.0),
               "corruptions": ("gaussian_noise",), "severities": (1, 5), "samples": 2,
-              "workers": 1, "methods": ("deep_ensemble", "mc_dropout", "swag")},
+              "tta_passes": 2, "workers": 1,
+              "methods": ("deep_ensemble", "mc_dropout", "swag", "hetxl", "losspred", "tta")},
     "cpu": {**ENSEMBLE_SCALES["cpu"], "members": 3, "ambiguity": 0.5,
             "fractions": (0.1, 0.5, 1.0), "corruptions": ("gaussian_noise", "contrast"),
-            "severities": (1, 3, 5), "samples": 5, "workers": 2,
-            "methods": ("deep_ensemble", "mc_dropout", "swag", "kfac_laplace")},
+            "severities": (1, 3, 5), "samples": 5, "tta_passes": 5, "workers": 2,
+            "methods": ("deep_ensemble", "mc_dropout", "swag", "kfac_laplace", "hetxl", "losspred",
+                        "tta")},
 }
 _KEYS = ("epochs", "members", "dropout_passes", "ambiguity", "fractions", "corruptions",
-         "severities", "methods", "samples")
+         "severities", "methods", "samples", "tta_passes")
 
 
 def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
@@ -211,7 +233,8 @@ def _runs(s: dict, seed: int, device: str, models: Path, views: dict, classes: t
     """``(runs, ensembles, train_sizes)``: every network (name, config, predict options, its
     training view) in training order, the ensemble rows to score (row -> its runs), and each
     row's or run's (method, fraction); runs are named as trained, before
-    :func:`_resolve` names their models."""
+    :func:`_resolve` names their models. A predict-only entry's run is its member's run again,
+    its predict options naming its row (``label``)."""
     from ...training.loop import ImageTrainConfig  # torch: imported on use
 
     common = {"arch": s["arch"], "batch_size": s["batch_size"], "input_size": s["input_size"],
@@ -243,6 +266,12 @@ def _runs(s: dict, seed: int, device: str, models: Path, views: dict, classes: t
                     ensembles[ens] = tuple(members)
                     sizes[ens] = ["deep_ensemble", f]
                 sizes[members[0]] = ["plain", f]
+                continue
+            if m.predict_only:  # the first member's run again: its network, these options
+                label = f"{m.name}_{train_tag}"
+                member = next(r for r in runs if r[0] == members[0])
+                runs.append((member[0], member[1], {**how, "label": label}))
+                sizes[label] = [m.name, f]
                 continue
             ms = seed * 1000 + 100 * (1 + [x.name for x in METHODS].index(m.name))
             name = f"{m.name}_{train_tag}_s{ms}"
@@ -327,7 +356,19 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
             **REFERENCE_EXECUTION}
     runs, ensembles, sizes = _runs(s, seed, device, models, views, tuple(split["id"]))
 
+    retrained: set[str] = set()
+
     def predict(spec: str, how: dict, trained: bool, full: bool = True) -> int:
+        # a predict-only entry (TTA) reruns a member's network under its own row name; that
+        # network's caches are recomputed when the member was retrained in this call
+        how = dict(how)
+        label = how.pop("label", None)
+        if label is None:
+            retrained.update([spec] if trained else [])
+        else:
+            trained = trained or spec in retrained
+            arch, _, ckpt = spec.partition("=")
+            spec = ModelSpec(arch, ckpt, label=f"{arch}@{label}")
         n = 0
         for dataset, role in (("test", "test"), ("val", "calibration"), ("fit", "fit")):
             if dataset == "val" and not full:
@@ -347,9 +388,15 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
 
     for view in dict.fromkeys(r[3] for r in runs):  # each fraction's runs on its subset
         full = view == "train_100"  # the subsets' networks: test, fit and OOD only
-        train_and_predict([r[:3] for r in runs if r[3] == view], models, views[view],
+        mine = [r for r in runs if r[3] == view]
+        train_and_predict([r[:3] for r in mine if "label" not in r[2]], models, views[view],
                           lambda spec, how, trained, full=full: predict(spec, how, trained, full),
                           overwrite=overwrite, log=log)
+        for name, config, how, _ in (r for r in mine if "label" in r[2]):  # predict-only
+            t1 = time.perf_counter()
+            n = predict(f"{config.arch}={models / name}.safetensors", how, False, full)
+            log(f"  {how['label']}: {name} predicts, {n} caches "
+                f"({time.perf_counter() - t1:.0f} s)")
 
     from .score import DisentangleConfig, score_disentangle
 

@@ -269,6 +269,8 @@ def test_the_smoke_reproduction_writes_scores_figures_and_findings(smoke_run):
         # TTA: the first member's augmented passes, a row of its own
         tta = next(m for m in models if m.endswith("@tta_f100"))
         assert int(ds["members"].sel(model=tta)) == 2
+        with xr.open_dataset(next((out / "caches").glob("*tta_f100.test.tta-000.nc"))) as c:
+            assert c.attrs["tta_policy"] == "crop"  # no flips: a flip changes stand-in classes
         assert (ds["estimate"].sel(model=tta, estimator="mutual_information") > 0).any()
         assert {"hetxl", "losspred", "tta"} <= {str(m) for m in ds["method"].values}
     assert sorted(p.name for p in (out / "figures").iterdir()) == [

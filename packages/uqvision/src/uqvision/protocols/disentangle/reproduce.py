@@ -70,7 +70,8 @@ class DisentangleMethod:
         The training method (:data:`uqvision.methods.TRAINING_METHODS`).
     predict : dict
         Its :class:`~uqvision.predict.PredictConfig` options (``mode``, ``passes``,
-        ``samples``); ``{"samples": "dropout_passes"}``-style strings name a scale setting.
+        ``samples``, ``tta_policy``); the values of ``passes`` and ``samples`` name a scale
+        setting (``"dropout_passes"``).
     hparams : dict
         Per scale, its training hyper-parameters.
     from_first_member : bool
@@ -116,15 +117,18 @@ METHODS = (
                        "cpu": {"epochs": 4, "u": "covariance_logdet"}}, from_first_member=True),
     DisentangleMethod("losspred", "losspred", {"mode": "plain"},
                       {"smoke": {"epochs": 1}, "cpu": {"epochs": 4}}, from_first_member=True),
-    # test-time augmentation: the first member's passes on random augmentations
-    DisentangleMethod("tta", None, {"mode": "tta", "passes": "tta_passes"}, predict_only=True),
+    # test-time augmentation: the first member's passes on random augmentations, pad-4 crops
+    # without flips (a flip changes some stand-in classes: docs/conventions.md#v-2)
+    DisentangleMethod("tta", None, {"mode": "tta", "passes": "tta_passes", "tta_policy": "crop"},
+                      predict_only=True),
 )
 
 #: Scales: the networks of :data:`~uqvision.protocols.base.ENSEMBLE_SCALES` and the study.
 #: At every scale the networks of the 10 % and 50 % subsets predict the test, fit and OOD images
 #: only (the training-set-size task reads the test images). ``smoke`` (CI): the hierarchy smoke
 #: set (3 ID superclasses x 3 classes, 3 OOD superclasses), 2 members, 3 epochs, one corruption
-#: at severities 1 and 5, SWAG of 2 samples, no Laplace (under a minute on 2 cores); ``cpu``:
+#: at severities 1 and 5, SWAG of 2 samples, no Laplace, HET-XL and loss prediction of one epoch,
+#: TTA of 2 passes (under a minute on 2 cores); ``cpu``:
 #: the cpu hierarchy (4 x 6 ID classes), 3 members, 15 epochs, 2 corruptions at severities 1, 3,
 #: 5, SWAG and KFAC-Laplace of 5 samples, HET-XL and loss prediction fine-tuned 4 epochs on the
 #: first member, TTA of 5 passes.
@@ -250,7 +254,7 @@ def _runs(s: dict, seed: int, device: str, models: Path, views: dict, classes: t
             if m.name not in s["methods"] or (m.full_only and f != 1.0):
                 continue
             hp = dict(m.hparams.get(s["scale"], {}))
-            how = {k: (s[v] if isinstance(v, str) and k != "mode" else v)
+            how = {k: (s[v] if k in ("passes", "samples") else v)
                    for k, v in m.predict.items()}
             if m.name == "deep_ensemble":
                 for j in range(s["members"]):

@@ -442,8 +442,10 @@ def _features(x: np.ndarray, d: int, what: str) -> np.ndarray:
     return x
 
 
-def _fit_embedding(fit: Mapping[str, np.ndarray]) -> np.ndarray:
-    x = np.asarray(fit["embedding"], dtype=np.float64)
+def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False) -> np.ndarray:
+    x = np.asarray(fit["embedding"])
+    if not (keep_float32 and x.dtype == np.float32):  # (no float64 copy of float32 features)
+        x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"fit embedding must have shape (n_fit >= 1, feature), got {x.shape}")
     if not np.isfinite(x).all():
@@ -684,11 +686,12 @@ def _head(w: Any, b: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
 def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[str, Any]:
     # Precision (docs/conventions.md#s-4): the products of the features (the covariance's
     # X^T X per block, the projections onto the residual space and onto the head) run in
-    # float32 BLAS; float64 where accuracy needs it: the origin -pinv(W) b (a small pseudo-
-    # inverse, ill-conditioned when W is), the sum of the blocks' X^T X, the eigendecomposition
-    # of the covariance (the residual space is the span of its smallest eigenvalues, which
-    # float32 resolves poorly), and alpha (a ratio of sums over every fit sample).
-    x = _fit_embedding(fit)
+    # float32 BLAS; float64 where accuracy needs it: the origin -pinv(W) b (a small least-
+    # squares problem, ill-conditioned when W is), the mean of the features and the sum of the
+    # blocks' X^T X, the eigendecomposition of the covariance (the residual space is the span of
+    # its smallest eigenvalues, which float32 resolves poorly), and alpha (a ratio of sums over
+    # every fit sample).
+    x = _fit_embedding(fit, keep_float32=True)
     w, b = _head(fit["head_weight"], fit["head_bias"], "vim fit")
     n_feat = x.shape[1]
     if w.shape[1] != n_feat:
@@ -698,43 +701,58 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
     if not 0 <= d < n_feat:
         raise ValueError(f"vim: the principal dimension must lie in [0, {n_feat}) for "
                          f"{n_feat} features, got {d}")
-    origin = -np.linalg.pinv(w) @ b
-    origin32, w32, b32 = (a.astype(np.float32) for a in (origin, w, b))
+    # -pinv(W) b as the minimum-norm least-squares solution of W u = -b (LAPACK gelsd: the
+    # same cut of small singular values as pinv's default, without forming pinv(W), whose
+    # gesdd is slow on a busy machine: 2 s for a 100 x 512 head on 2 threads)
+    origin = -np.linalg.lstsq(w, b, rcond=None)[0]
     # E[(x - origin)(x - origin)^T] = the covariance about the mean (float32 products of the
     # features centred in float64) + the mean's offset from the origin (a float64 outer product):
     # the float32 rounding then scales with the spread of the features, not with their offset
-    mean = x.mean(axis=0)
+    mean = x.mean(axis=0, dtype=np.float64)
+    buf = np.empty((min(_CHUNK, x.shape[0]), n_feat), np.float32)
     cov = np.zeros((n_feat, n_feat))
     for i in range(0, x.shape[0], _CHUNK):
-        c = (x[i:i + _CHUNK] - mean).astype(np.float32)
+        c = buf[:min(_CHUNK, x.shape[0] - i)]
+        np.subtract(x[i:i + _CHUNK], mean, out=c, casting="same_kind")
         cov += c.T @ c
     cov = cov / x.shape[0] + np.outer(mean - origin, mean - origin)
     _, vectors = np.linalg.eigh(cov)  # ascending eigenvalues
-    residual_space = np.ascontiguousarray(vectors[:, :n_feat - d], dtype=np.float32)
-    max_logit, residual = np.zeros(x.shape[0]), np.zeros(x.shape[0])
-    for i in range(0, x.shape[0], _CHUNK):
-        x32 = x[i:i + _CHUNK].astype(np.float32)
-        max_logit[i:i + _CHUNK] = (x32 @ w32.T + b32).max(axis=1)
-        residual[i:i + _CHUNK] = np.linalg.norm((x32 - origin32) @ residual_space, axis=1)
+    state = {"origin": origin, "residual_space": np.ascontiguousarray(
+        vectors[:, :n_feat - d], dtype=np.float32), "alpha": 1.0, "dim": d}
+    max_logit, residual = _vim_parts(x, w, b, state)
     if residual.sum() <= 0:
         raise ValueError("vim: the fit features have no residual outside the principal space; "
                          "alpha is undefined (lower dim)")
-    return {"origin": origin32, "residual_space": residual_space,
-            "alpha": float(max_logit.sum() / residual.sum()), "dim": d}
+    state["alpha"] = float(max_logit.sum() / residual.sum())
+    return state
+
+
+def _vim_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray, state: Mapping[str, Any],
+               energy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(max logit or logsumexp of the logits, residual norm)`` of each row of ``x`` (float64):
+    one float32 product per block of rows with [W^T, residual space], then float64."""
+    space = state["residual_space"]
+    n_cls = w.shape[0]
+    proj = np.ascontiguousarray(np.concatenate([w.T.astype(np.float32), space], axis=1))
+    shift = np.concatenate([b, -(state["origin"] @ space.astype(np.float64))])
+    buf = np.empty((min(_CHUNK, x.shape[0]), x.shape[1]), np.float32)
+    first, residual = np.empty(x.shape[0]), np.empty(x.shape[0])
+    for i in range(0, x.shape[0], _CHUNK):
+        c = buf[:min(_CHUNK, x.shape[0] - i)]
+        np.copyto(c, x[i:i + _CHUNK], casting="same_kind")
+        out = (c @ proj).astype(np.float64) + shift  # [logits, (x - origin) @ space]
+        first[i:i + _CHUNK] = (_logsumexp(out[:, :n_cls], axis=1) if energy
+                               else out[:, :n_cls].max(axis=1))
+        residual[i:i + _CHUNK] = np.linalg.norm(out[:, n_cls:], axis=1)
+    return first, residual
 
 
 def _vim(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
          dim: int | None = None) -> np.ndarray:
     w, b = _head(inputs["head_weight"], inputs["head_bias"], "vim")
     x = _features(inputs["embedding"], state["origin"].size, "embedding")
-    w32, b32 = w.astype(np.float32), b.astype(np.float32)
-    u = np.empty(x.shape[0])
-    for i in range(0, x.shape[0], _CHUNK):  # float32 projections, float64 from the norms on
-        x32 = x[i:i + _CHUNK].astype(np.float32)
-        residual = np.linalg.norm((x32 - state["origin"]) @ state["residual_space"], axis=1)
-        logits = (x32 @ w32.T + b32).astype(np.float64)
-        u[i:i + _CHUNK] = state["alpha"] * residual.astype(np.float64) - _logsumexp(logits, 1)
-    return u
+    energy, residual = _vim_parts(x, w, b, state, energy=True)
+    return state["alpha"] * residual - energy
 
 
 def _react_fit(fit: Mapping[str, np.ndarray], *, percentile: float = 90.0) -> dict[str, Any]:

@@ -41,6 +41,14 @@ softmaxes, docs/conventions.md#s-3); ``maxlogit`` and ``energy`` the mean of the
 logits, as OpenOOD v1.5's ensemble postprocessor; the feature detectors the mean of the members'
 ``u``, each member fitted on its own features (:meth:`Detector.ensemble_logits`).
 
+KNN searches its fit features with the backend of its ``backend`` parameter
+(:data:`KNN_BACKENDS`): ``auto`` (the default) is faiss when it is importable (the extra
+``uqmetrics[faiss]``), else numpy in float64; ``torch`` / ``torch:cuda`` search with torch. The
+float32 searches (faiss, torch) only find candidates: the k-th similarity is recomputed exactly,
+so their scores are the same bits whatever the backend or the blocks of queries, and differ from
+numpy's float64 by one float32 rounding of each unit vector (docs/conventions.md#s-4). ViM runs
+its feature products in float32 BLAS, float64 where accuracy needs it (:func:`_vim_fit`).
+
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.metrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.
@@ -74,6 +82,7 @@ __all__ = [
     "DETECTORS",
     "ENSEMBLE_RULES",
     "FIT_KEYS",
+    "KNN_BACKENDS",
     "NEEDS",
     "NEED_KEYS",
     "Detector",

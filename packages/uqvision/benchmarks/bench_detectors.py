@@ -24,7 +24,8 @@ CPU, through scikit-learn), our knn runs ``torch:cuda``; our Mahalanobis and ViM
 Each round times every detector on both sides, interleaved; the ratios are taken within a round
 and the medians over rounds printed: ``RESULT <detector>_vs_pytorch_ood=<ratio>`` (pytorch-ood's
 time / ours: >= 1.0 means ahead; the issue's target). ``DETAIL`` lines: the median seconds of each
-side, each side's AUROC of the shifted half against the in-distribution half (the two must
+side (wall, and the process's CPU seconds: on a busy machine the steadier measure of the work),
+each side's AUROC of the shifted half against the in-distribution half (the two must
 agree), the threads and the load average. Timings on a shared machine move with its load: compare
 numbers of one run only.
 """
@@ -96,12 +97,13 @@ def theirs(name: str, data: dict, device: str) -> np.ndarray:
     return u.cpu().numpy()
 
 
-def _timed(func, *args) -> tuple[float, np.ndarray]:
-    t0 = time.perf_counter()
+def _timed(func, *args) -> tuple[float, float, np.ndarray]:
+    """(wall seconds, CPU seconds of the process, u)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     u = func(*args)
     if args[-1].startswith("cuda"):
         torch.cuda.synchronize()
-    return time.perf_counter() - t0, u
+    return time.perf_counter() - t0, time.process_time() - c0, u
 
 
 def main() -> None:
@@ -127,19 +129,23 @@ def main() -> None:
             data = make_data(n_fit, d, n_classes, n_score)
             ratios = {k: [] for k in dets}
             secs = {(k, side): [] for k in dets for side in ("ours", "theirs")}
+            cpu = {(k, side): [] for k in dets for side in ("ours", "theirs")}
             aurocs = {}
             for r in range(a.rounds):
                 for k in dets:
                     for side, func in (("ours", ours), ("theirs", theirs))[::1 - 2 * (r % 2)]:
-                        s, u = _timed(func, k, data, a.device)
+                        s, c, u = _timed(func, k, data, a.device)
                         secs[k, side].append(s)
+                        cpu[k, side].append(c)
                         h = data["half"]
                         aurocs[k, side] = float(ood_auroc_score(u[:h], u[h:]))
                     ratios[k].append(secs[k, "theirs"][-1] / secs[k, "ours"][-1])
             tag = f"{size} {n_fit}x{d} {n_classes} classes {n_score} scored"
             for k in dets:
                 print(f"DETAIL {k} {tag}: ours {statistics.median(secs[k, 'ours']):.3f} s, "
-                      f"pytorch-ood {statistics.median(secs[k, 'theirs']):.3f} s; AUROC ours "
+                      f"pytorch-ood {statistics.median(secs[k, 'theirs']):.3f} s (CPU seconds "
+                      f"{statistics.median(cpu[k, 'ours']):.3f} vs "
+                      f"{statistics.median(cpu[k, 'theirs']):.3f}); AUROC ours "
                       f"{aurocs[k, 'ours']:.6f} pytorch-ood {aurocs[k, 'theirs']:.6f}", flush=True)
             suffix = "" if size == "small" else f"_{size}"
             for k in dets:

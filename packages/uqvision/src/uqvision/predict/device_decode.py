@@ -138,16 +138,18 @@ def _size(size) -> tuple:
     return tuple(size) if isinstance(size, list | tuple) else (size,)
 
 
-def decode_batch(items: Sequence[torch.Tensor], device: str | torch.device,
+def decode_batch(items: Sequence[np.ndarray | torch.Tensor], device: str | torch.device,
                  names: Sequence[str]) -> list[torch.Tensor]:
     """A batch's images as (3, h, w) uint8 tensors on ``device``: the JPEG bytes (1-D uint8)
-    decoded in one ``decode_jpeg`` call there, RGB; pixels already decoded (3-D) moved.
+    decoded in one ``decode_jpeg`` call there, RGB; pixels already decoded ((3, h, w) uint8)
+    moved.
 
     Raises
     ------
     uqvision.exceptions.BadImageError
         A JPEG ``decode_jpeg`` cannot decode on ``device`` (named from ``names``).
     """
+    items = [torch.from_numpy(t) if isinstance(t, np.ndarray) else t for t in items]
     out = list(items)
     jpegs = [k for k, t in enumerate(items) if t.dim() == 1]
     if jpegs:
@@ -169,8 +171,10 @@ def decode_batch(items: Sequence[torch.Tensor], device: str | torch.device,
     return [t.to(device, non_blocking=True) for t in out]
 
 
-def _collate(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """``(list of encoded images, labels, indices)``: images of different sizes stay a list."""
+def _collate(batch: list) -> tuple[list[np.ndarray], torch.Tensor, torch.Tensor]:
+    """``(list of encoded images, labels, indices)``: images of different sizes stay a list
+    (of numpy arrays: a worker sends them pickled, where a tensor each would hold a file
+    descriptor of shared memory, and a few thousand of them exhaust the process's)."""
     xs, ys, ids = zip(*batch, strict=True)
     return list(xs), torch.as_tensor(ys, dtype=torch.int64), torch.as_tensor(ids,
                                                                              dtype=torch.int64)
@@ -179,9 +183,9 @@ def _collate(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tenso
 class EncodedImages(Dataset):
     """``(encoded image, label, index)`` of a folder's samples, for a decoder on the device.
 
-    The encoded image is the file's bytes as a 1-D uint8 tensor for a JPEG
+    The encoded image is a numpy uint8 array: the file's bytes (1-D) for a JPEG
     (:data:`JPEG_MAGIC`), else its pixels decoded by Pillow (:func:`uqvision.data.load_image`),
-    (3, h, w) uint8. Batches are made by :attr:`collate`, and become the network's input on the
+    (3, h, w). Batches are made by :attr:`collate`, and become the network's input on the
     device by :meth:`to_device`.
     """
 
@@ -197,7 +201,7 @@ class EncodedImages(Dataset):
         """Where sample ``index`` is read from (messages)."""
         return self.folder.source.where(self.folder.samples[index][0])
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int, int]:
         rel, label = self.folder.samples[index]
         data = self.folder.read_checked(rel)  # a sweep's plan digests: checked as read
         if data is None:
@@ -207,12 +211,12 @@ class EncodedImages(Dataset):
                 raise BadImageError(f"image {self.name(index)!r}: cannot be read ({err})",
                                     self.name(index)) from None
         if data[:3] == JPEG_MAGIC:
-            return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, index
+            return np.frombuffer(bytearray(data), dtype=np.uint8), label, index
         img = load_image(self.name(index), content=data)
-        pixels = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1)
-        return pixels.contiguous(), label, index
+        pixels = np.asarray(img, dtype=np.uint8).transpose(2, 0, 1)
+        return np.ascontiguousarray(pixels), label, index
 
-    def to_device(self, items: Sequence[torch.Tensor], indices: Sequence[int],
+    def to_device(self, items: Sequence[np.ndarray], indices: Sequence[int],
                   device: str | torch.device) -> torch.Tensor:
         """A batch of :meth:`__getitem__`'s images (of samples ``indices``) as the network's
         input on ``device``, (B, 3, H, W) float32."""

@@ -165,15 +165,24 @@ def jpeg_folder(root: Path, n_images: int, n_classes: int, size: tuple[int, int]
                 seed: int = 0) -> Path:
     """``root/class_<k>/*.jpg``: smooth random images (a 12 x 9 random image upscaled bicubic)
     with Gaussian noise (sigma 8), ``size`` (width, height), JPEG quality 90; like photographs
-    for the decoder (file sizes, entropy) and the resize (a large image to bring down)."""
-    rng = np.random.default_rng(seed)
-    for k in range(n_images):
+    for the decoder (file sizes, entropy) and the resize (a large image to bring down). Image
+    ``k`` is drawn from ``(seed, k)``; written on the usable cores' threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from uqvision.runtime import usable_cores
+
+    def one(k: int) -> None:
+        rng = np.random.default_rng([seed, k])
         d = root / f"class_{k % n_classes:03d}"
         d.mkdir(parents=True, exist_ok=True)
         small = Image.fromarray(rng.integers(0, 256, (9, 12, 3), dtype=np.uint8))
-        big = np.asarray(small.resize(size, Image.BICUBIC), dtype=np.float64)
-        noisy = np.clip(big + rng.normal(0, 8, big.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(noisy).save(d / f"{k:05d}.jpg", quality=90)
+        big = np.asarray(small.resize(size, Image.BICUBIC), dtype=np.float32)
+        noise = rng.standard_normal(big.shape, dtype=np.float32) * 8
+        Image.fromarray(np.clip(big + noise, 0, 255).astype(np.uint8)).save(
+            d / f"{k:05d}.jpg", quality=90)
+
+    with ThreadPoolExecutor(usable_cores()) as pool:
+        list(pool.map(one, range(n_images)))
     return root
 
 

@@ -146,7 +146,7 @@ def test_device_decoding_does_not_depend_on_the_batch_size(spec, jpegs, rounding
     """Each image is decoded, resized and cropped on its own and normalised elementwise: the
     network's inputs are bit-identical at batch sizes 4 and 16 (and 1); the logits then differ
     only by the float rounding of the network's batched kernels, as for Pillow's
-    (test_predict.py)."""
+    (test_predict.py), and not at all with the work of a loader worker."""
     folder = ImageFolderDataset(jpegs)
     transform = eval_transform(DataConfig((3, 16, 16), (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)))
     enc = EncodedImages(folder, DeviceTransform.of(transform))
@@ -162,6 +162,10 @@ def test_device_decoding_does_not_depend_on_the_batch_size(spec, jpegs, rounding
     (b,) = predict(spec, jpegs, PredictConfig(decoder="torchvision", batch_size=16))
     np.testing.assert_allclose(a["logits"].values, b["logits"].values,
                                **rounding_tol(spec, b["logits"].values))
+    # a loader worker reads the bytes (sent as numpy arrays): the same logits bit for bit
+    (w,) = predict(spec, jpegs, PredictConfig(decoder="torchvision", batch_size=16,
+                                              num_workers=1))
+    np.testing.assert_array_equal(w["logits"].values, b["logits"].values)
 
 
 def test_mc_dropout_and_a_shared_pillow_file_under_the_device_decoder(spec, jpegs, tmp_path):

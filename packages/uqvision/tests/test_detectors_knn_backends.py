@@ -78,3 +78,14 @@ def test_blocks_of_queries_change_nothing(backend, k, monkeypatch):
 def test_torch_on_cuda_equals_faiss():
     x_fit, x = _data("clustered")
     assert np.array_equal(_scores("torch:cuda", x_fit, x), _scores("faiss", x_fit, x))
+
+
+@pytest.mark.parametrize("kind", ["clustered", "ties"])
+def test_auto_without_faiss_gives_the_same_bits(kind, monkeypatch):
+    """A result never depends on whether faiss is installed: without it (``find_spec`` answers
+    None), ``auto`` runs the same float32 search in numpy and scores the same bits."""
+    x_fit, x = _data(kind)
+    with_faiss = _scores("auto", x_fit, x)
+    monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # as if not installed
+    assert detectors._knn_backend("auto")[0] == "numpy32"
+    assert np.array_equal(_scores("auto", x_fit, x), with_faiss)

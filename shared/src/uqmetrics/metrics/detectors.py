@@ -43,7 +43,8 @@ logits, as OpenOOD v1.5's ensemble postprocessor; the feature detectors the mean
 
 KNN searches its fit features with the backend of its ``backend`` parameter
 (:data:`KNN_BACKENDS`): ``auto`` (the default) is faiss when it is importable (the extra
-``uqmetrics[faiss]``), else numpy in float64; ``torch`` / ``torch:cuda`` search with torch. The
+``uqmetrics[faiss]``), else the same float32 search in numpy; ``numpy`` is the float64
+reference; ``torch`` / ``torch:cuda`` search with torch. The
 float32 searches (faiss, torch) only find candidates: the k-th similarity is recomputed exactly,
 so their scores are the same bits whatever the backend or the blocks of queries, and differ from
 numpy's float64 by one float32 rounding of each unit vector (docs/conventions.md#s-4). ViM runs
@@ -504,8 +505,10 @@ def _unit(x: np.ndarray, what: str) -> np.ndarray:
 
 
 #: KNN's search backends (the ``backend`` parameter of ``knn``): ``auto`` is ``faiss`` when faiss
-#: is importable (``pip install 'uqmetrics[faiss]'``), else ``numpy``; ``torch`` runs on the CPU,
-#: ``torch:<device>`` (``torch:cuda``) on that torch device.
+#: is importable (``pip install 'uqmetrics[faiss]'``), else the same float32 search in numpy
+#: (whose scores are the same bits: a result never depends on whether faiss is installed);
+#: ``numpy`` is the float64 reference; ``torch`` runs on the CPU, ``torch:<device>``
+#: (``torch:cuda``) on that torch device.
 KNN_BACKENDS = ("auto", "numpy", "faiss", "torch")
 
 #: Bank rows x query rows of similarities computed at once by the numpy and torch searches (the
@@ -526,10 +529,10 @@ def _knn_backend(backend: Any) -> tuple[str, str]:
     if name not in KNN_BACKENDS or (device and name != "torch") or backend == "torch:":
         raise ValueError(f"knn: backend must be one of {', '.join(KNN_BACKENDS)} or "
                          f"torch:<device> (e.g. torch:cuda), got {backend!r}")
-    if name == "auto":
+    if name == "auto":  # faiss, else the same float32 search in numpy (the same bits)
         import importlib.util
 
-        name = "faiss" if importlib.util.find_spec("faiss") is not None else "numpy"
+        name = "faiss" if importlib.util.find_spec("faiss") is not None else "numpy32"
     for package, extra in (("faiss", "faiss"), ("torch", "torch")):
         if name == package:
             try:
@@ -551,7 +554,9 @@ def _knn_fit(fit: Mapping[str, np.ndarray], *, k: int = 50, backend: str = "auto
         return {"backend": name, "bank": bank, "delta": _dot_error(bank.shape[1], 0.0, 2.0**-53)}
     bank = np.ascontiguousarray(bank, dtype=np.float32)  # one rounding of each unit vector
     state = {"backend": name, "device": device, "bank": bank}
-    if name == "faiss":
+    if name == "numpy32":  # auto without faiss
+        pass
+    elif name == "faiss":
         import faiss
 
         index = faiss.IndexFlatIP(bank.shape[1])  # exact inner-product search, float32
@@ -652,7 +657,9 @@ def _knn(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *, k: int =
     else:
         z = np.ascontiguousarray(z, dtype=np.float32)  # the bank's rounding
         u_in = 0.0
-        if name == "faiss":
+        if name == "numpy32":
+            search = _knn_numpy_search(bank)
+        elif name == "faiss":
             def search(z: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
                 return state["index"].search(z, m)
             rows = 1 << 14

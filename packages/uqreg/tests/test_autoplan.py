@@ -146,6 +146,21 @@ def test_a_study_records_the_measured_plan_in_its_attrs():
     assert len(plans) == 1
 
 
+def test_a_swept_study_records_every_cells_plan(tmp_path):
+    """The combined study of a sweep lists the measured plans of all its cells, each once."""
+    import uqmetrics
+
+    from uqreg.study import StudyConfig
+    from uqreg.sweep import combine_cells, plan_cells, run_cell
+
+    cfg = StudyConfig(task="sinusoid", complexities=(1,), repetitions=2, methods=("ens", "bd"), n_train=20,
+                      train=_cfg(members=3, epochs=3, chunk_networks=AUTO))
+    paths = [uqmetrics.write_dataset(run_cell(**cell.params), tmp_path / f"{cell.key}.nc")
+             for cell in plan_cells(cfg, chunk_repetitions=1)]
+    plans = json.loads(combine_cells(paths, cfg).attrs["engine_plans"])
+    assert sorted(p["shape"]["head"] for p in plans) == ["bernoulli", "deterministic"]
+
+
 def test_auto_is_a_value_of_the_config_and_the_cuda_default_of_the_command_line():
     with pytest.raises(ConfigError, match="chunk_networks must be an integer >= 1 or auto, got 'fast'"):
         TrainConfig(chunk_networks="fast")

@@ -63,9 +63,12 @@ CUDA_CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 #: Concurrent chunks (CUDA streams) tried on CUDA; on the CPU: 1, 2, 4, ... up to the cores.
 CUDA_STREAMS = (1, 2, 4)
 #: Epochs of each measurement; the first is a warm-up and is not timed. A measurement shorter
-#: than :data:`MIN_MEASURE_S` is repeated with 4× the epochs (up to 256).
+#: than :data:`MIN_MEASURE_S` (2× that on the CPU) is repeated with the epochs that take that
+#: long at its rate (up to 256).
 MEASURE_EPOCHS = 4
 MIN_MEASURE_S = 0.05
+#: Measurements of each setting after the first (the best is kept: noise only slows).
+REPEATS = 1
 #: A larger setting is kept only when at least this much faster (and the search stops at one
 #: this much slower than the best).
 GAIN = 1.05
@@ -160,22 +163,31 @@ def _sync(device: torch.device) -> None:
 
 def rate(job, size: int, workers: int) -> float:
     """Networks × epochs per second of ``workers`` concurrent chunks of ``size`` synthetic
-    networks training on ``job``'s data (:data:`MEASURE_EPOCHS` epochs or more, the first not
-    timed)."""
+    networks training on ``job``'s data: the best of :data:`REPEATS` measurements of
+    :data:`MEASURE_EPOCHS` epochs or more (the first not timed; at least
+    :data:`MIN_MEASURE_S`)."""
+    cuda = job.cfg.torch_device().type == "cuda"
+    least = MIN_MEASURE_S if cuda else 2 * MIN_MEASURE_S
     epochs = MEASURE_EPOCHS
-    while True:
+    elapsed = _time_epochs(job, size, workers, epochs)
+    if elapsed < least:  # long enough to be measured: the epochs that take ``least`` at this rate
+        epochs = min(256, 1 + math.ceil(least / max(elapsed / (epochs - 1), 1e-9)))
         elapsed = _time_epochs(job, size, workers, epochs)
-        if elapsed >= MIN_MEASURE_S or epochs >= 256:
-            return size * workers * (epochs - 1) / max(elapsed, 1e-9)
-        epochs = 4 * (epochs - 1) + 1
+    for _ in range(REPEATS):
+        elapsed = min(elapsed, _time_epochs(job, size, workers, epochs))
+    return size * workers * (epochs - 1) / max(elapsed, 1e-9)
 
 
 def _time_epochs(job, size: int, workers: int, epochs: int) -> float:
-    """Wall seconds of epochs 2..``epochs`` of ``workers`` concurrent chunks of ``size``."""
+    """Seconds of epochs 2..``epochs`` of ``workers`` concurrent chunks of ``size``: on CUDA
+    wall time (synchronised with each chunk's stream); on the CPU the chunks' thread CPU time
+    over the workers (the engine's threads, not the other processes of a shared machine: the
+    clock of bench_engine.py)."""
     from .plan import map_chunks, single_threaded
     from .train import train_batched
 
     dev = job.cfg.torch_device()
+    clock = time.perf_counter if dev.type == "cuda" else time.thread_time
     rep = int(job.nets.repetition[0])
     chunks = [NetworkBatch(np.full(size, rep), np.arange(i * size, (i + 1) * size)) for i in range(workers)]
     stamps: list[tuple[float, float]] = []
@@ -185,7 +197,7 @@ def _time_epochs(job, size: int, workers: int, epochs: int) -> float:
 
         def tick(_):
             _sync(dev)
-            times.append(time.perf_counter())
+            times.append(clock())
 
         train_batched(job.x_train, job.y, nets, seed=job.seed, head=job.head, sampler=job.sampler,
                       adversarial=job.adversarial, cfg=job.cfg, epochs=epochs, sigma=job.sigma,
@@ -194,21 +206,27 @@ def _time_epochs(job, size: int, workers: int, epochs: int) -> float:
 
     with single_threaded():  # as the engine runs chunks (plan.execute)
         map_chunks(work, chunks, workers, dev)
-    return max(end for _, end in stamps) - min(first for first, _ in stamps)
+    if dev.type == "cuda":
+        return max(end for _, end in stamps) - min(first for first, _ in stamps)
+    return sum(end - first for first, end in stamps) / workers
 
 
 def _search(candidates, measure) -> tuple[int, list[tuple[int, float]]]:
     """The smallest candidate within :data:`GAIN` of the fastest, trying them in ascending
-    order until one is :data:`GAIN` slower than the best so far (or does not fit the device)."""
+    order until two in a row are :data:`GAIN` slower than the best so far (or one does not fit
+    the device)."""
     rates: list[tuple[int, float]] = []
+    slower = 0
     for c in candidates:
         try:
             r = measure(c)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
+        except torch.OutOfMemoryError:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             break
         rates.append((c, r))
-        if r * GAIN < max(x for _, x in rates):
+        slower = slower + 1 if r * GAIN < max(x for _, x in rates) else 0
+        if slower == 2:
             break
     best = max(r for _, r in rates)
     return min(c for c, r in rates if r * GAIN >= best), rates
@@ -389,6 +407,7 @@ __all__ = [
     "MIN_MEASURE_S",
     "PLAN_FILE_ENV",
     "REMEASURE_ENV",
+    "REPEATS",
     "MeasuredPlan",
     "device_name",
     "forget",

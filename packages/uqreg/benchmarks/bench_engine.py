@@ -391,6 +391,9 @@ def main(argv=None) -> int:
     p.add_argument("--cell-epochs", type=int, default=10, help="epochs timed for the 6,000-network cell")
     p.add_argument("--chunk", type=int_or_auto, default=None,
                    help=f"networks per chunk, or auto (default: {TrainConfig.chunk_networks} on the CPU, auto on CUDA)")
+    p.add_argument("--max-memory", type=float, default=None,
+                   help=f"GiB per chunk of networks, shared by concurrent chunks (default "
+                   f"{TrainConfig.max_memory / 2**30:.3g}); bounds the chunks auto tries")
     p.add_argument("--compare-chunk", type=int, default=64,
                    help="the fixed chunk timed beside the cell's plan when that differs from it (default 64)")
     p.add_argument("--repeats", type=int, default=3, help="cell and roofline timings, interleaved (best kept)")
@@ -404,7 +407,8 @@ def main(argv=None) -> int:
     e1 = PRESETS.lookup("paper-e1").config
     given = {"chunk_networks": a.chunk, "parallel_chunks": a.threads}
     given = {k: v for k, v in given.items() if v is not None}
-    cfg = cuda_plan_defaults(replace(e1.train, device=a.device, backend=a.backend, **given), given)
+    memory = {} if a.max_memory is None else {"max_memory": a.max_memory * 2**30}
+    cfg = cuda_plan_defaults(replace(e1.train, device=a.device, backend=a.backend, **given, **memory), given)
     inst = get_task(e1.task).instance(e1.complexities[0], seed=0)
     ens = get_method("ens")
     y1 = inst.targets([0])

@@ -394,11 +394,6 @@ def forget() -> None:
         _memo.clear()
 
 
-def requested(cfg) -> bool:
-    """True when ``cfg`` asks for a measured plan."""
-    return is_auto(cfg.chunk_networks) or is_auto(cfg.parallel_chunks)
-
-
 __all__ = [
     "CPU_CHUNKS",
     "CUDA_CHUNKS",
@@ -417,7 +412,6 @@ __all__ = [
     "rate",
     "read_record",
     "record_key",
-    "requested",
     "resolve",
     "shape_class",
     "write_entry",

@@ -8,10 +8,12 @@ engine measures them once per device and shape class and records the choice:
 * **what is measured**: a few epochs (:data:`MEASURE_EPOCHS`, the first a warm-up) of the job's
   own training step (its data, network, head, sampler, objective and dtype) on synthetic
   networks, at chunk sizes of :data:`CPU_CHUNKS` or :data:`CUDA_CHUNKS` within the memory
-  budget, in ascending order until one is clearly slower than the best so far; then the
-  concurrent chunks (threads on the CPU, CUDA streams on a GPU: :data:`CUDA_STREAMS`) at the
-  chosen chunk. The rate is networks × epochs per second of wall time. The smallest setting
-  within :data:`GAIN` of the fastest is kept (less memory, and the same choice under noise);
+  budget, in ascending order until two in a row are :data:`GAIN` slower than the best so far;
+  then the concurrent chunks (threads on the CPU, CUDA streams on a GPU: :data:`CUDA_STREAMS`)
+  at the chosen chunk. The rate is networks × epochs per second: wall time on CUDA, on the CPU
+  the engine threads' CPU time (other processes of a shared machine do not count), the best of
+  two measurements of at least :data:`MIN_MEASURE_S`. The smallest setting within :data:`GAIN`
+  of the fastest is kept (less memory, and the same choice under noise);
 * **where it is recorded**: a JSON file (:func:`plan_file`: ``$UQREG_ENGINE_PLAN``, else
   ``$XDG_CACHE_HOME/uqreg/engine_plan.json``, else ``~/.cache/uqreg/engine_plan.json``), keyed by
   the device's name, the torch version and the shape class (:func:`record_key`), and reused by

@@ -156,7 +156,7 @@ def test_a_swept_study_records_every_cells_plan(tmp_path):
     cfg = StudyConfig(task="sinusoid", complexities=(1,), repetitions=2, methods=("ens", "bd"), n_train=20,
                       train=_cfg(members=3, epochs=3, chunk_networks=AUTO))
     paths = [uqmetrics.write_dataset(run_cell(**cell.params), tmp_path / f"{cell.key}.nc")
-             for cell in plan_cells(cfg, chunk_repetitions=1)]
+             for cell in plan_cells(cfg, chunk_repetitions=2)]
     plans = json.loads(combine_cells(paths, cfg).attrs["engine_plans"])
     assert sorted(p["shape"]["head"] for p in plans) == ["bernoulli", "deterministic"]
 

@@ -280,6 +280,8 @@ def map_chunks(work: Callable, chunks: list, workers: int, device: torch.device 
             return work(chunk)
         if not hasattr(local, "stream"):
             local.stream = torch.cuda.Stream(device)
+        # the job's tensors were made on the default stream: wait for them before using them
+        local.stream.wait_stream(torch.cuda.default_stream(device))
         with torch.cuda.device(device), torch.cuda.stream(local.stream):
             out = work(chunk)
             local.stream.synchronize()  # the chunk's results are complete before they are used

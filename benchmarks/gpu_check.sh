@@ -2,16 +2,25 @@
 # Every CUDA path of the project, checked and timed in one script of at most 8 minutes on one GPU:
 # the first thing to run on a GPU machine (docs/gpu.md holds its last output).
 #
-#   bash benchmarks/gpu_check.sh                 # default items, about 7 minutes on one H100
+#   bash benchmarks/gpu_check.sh                 # default items: budgets of 480 s in all
 #   ITEMS="env:20 predict:120" bash benchmarks/gpu_check.sh
 #
 # Default items (name:budget in seconds; each runs under `timeout` and reports how far it got):
 #   env           nvidia-smi and the versions of torch, timm, xarray, dask
-#   uqreg_cuda    uqreg's float32 study on CUDA equals the CPU one (its tests marked `cuda`)
-#   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop
-#                 (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap, roofline fraction)
+#   uqreg_cuda    uqreg's float32 study on CUDA equals the CPU one; the measured engine plan:
+#                 two CUDA runs bit-identical, CUDA streams = one chunk after another (marker cuda)
+#   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop, and
+#                 the paper-e1 cell under the measured plan beside fixed chunks of 64
+#                 (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap, roofline fractions)
 #   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
 #                 channels_last (bench_predict.py --device cuda)
+#   predict_decode  uqvision predict --decoder torchvision (nvJPEG in batches, resize/crop on the
+#                 GPU) against timm's plain loop (Pillow on the CPU workers) and the same loop
+#                 decoding on the GPU; the two decoders' logit difference and top-1 agreement
+#                 (bench_predict.py --decoder torchvision); nvJPEG reproducible (test -k nvjpeg)
+#   detectors     uqmetrics' Mahalanobis, KNN (torch:cuda) and ViM against pytorch-ood 0.4, fit +
+#                 score (bench_detectors.py: RESULT <detector>_vs_pytorch_ood); KNN's CUDA search
+#                 bit-identical to faiss (test_detectors_knn_backends.py)
 #   sweep         a sweep of 8 models sharing one preprocessing against 8 separate predict runs,
 #                 each image decoded once per group (bench_sweep.py: zoo_vs_separate,
 #                 decodes_per_image)
@@ -19,7 +28,7 @@
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
 # Optional items (longer; each driver resumes, so a cut item continues on the next call):
-#   paper_e1 (uqreg sweep --preset paper-e1), pitfalls, uimnet, url (uqvision reproduce NAME
+#   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
 #
 # Without CUDA it says so and exits 0; DEVICE=cpu runs the same items on the CPU (the script's
@@ -34,7 +43,7 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:20 uqreg_cuda:70 uqreg_engine:80 predict:100 sweep:90 vision_cuda:120}"
+ITEMS="${ITEMS:-env:15 uqreg_cuda:60 uqreg_engine:70 predict:75 predict_decode:55 detectors:45 sweep:70 vision_cuda:90}"
 mkdir -p "$OUT" "$WORK"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -45,6 +54,8 @@ else
 fi
 export PYTHONPATH="${SITE}$PWD/shared/src:$PWD/packages/uqreg/src:$PWD/packages/uqvision/src"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+# the engine's measured plans (uqreg.engine.autoplan) are recorded here and kept in $OUT
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$WORK/cache}"
 if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
     exit 0
@@ -58,7 +69,7 @@ progress() {  # what an item left on disk
     case "$1" in
         paper_e1) echo "cells $(count "$WORK/e1/cells" '*.nc') of $("$PY" -c \
             'from uqreg.presets import PRESETS; from uqreg.sweep import plan_cells
-print(len(plan_cells(PRESETS.lookup("paper-e1").config)))')" ;;
+print(len(plan_cells(PRESETS.lookup("paper-e1").config, chunk_repetitions=50)))')" ;;
         pitfalls) echo "checkpoints $(count "$WORK/pitfalls/models" '*.safetensors')," \
                        "caches $(count "$WORK/pitfalls/caches" '*.nc')" ;;
         uimnet) echo "checkpoints $(count "$WORK/uimnet/checkpoints" '*.safetensors')," \
@@ -77,14 +88,26 @@ run_item() {  # name budget
 print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
       "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__)'; } ;;
         uqreg_cuda)  # the float32 CUDA study equals the CPU one (uqreg tests, marker cuda)
-            (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py -m cuda \
-                -q -p no:cacheprovider -rs) ;;
+            (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py \
+                tests/test_autoplan.py -m cuda -q -p no:cacheprovider -rs) ;;
         uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline
             timeout "$budget" "$PY" packages/uqreg/benchmarks/bench_engine.py --device "$DEVICE" \
-                --loop-members 4 --epochs 20 --repeats 2 --no-profile ;;
+                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 16 ;;
         predict)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
                 --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
+        predict_decode)  # the GPU decoder: speed, logits against Pillow's, reproducible
+            { (cd packages/uqvision && timeout 20 "$PY" -m pytest tests/test_predict_decoder.py \
+                -q -p no:cacheprovider -rs -k "nvjpeg or identity"); \
+              timeout "$((budget - 20))" "$PY" packages/uqvision/benchmarks/bench_predict.py \
+                --device "$DEVICE" --decoder torchvision --rounds 2 --batch-size 64 \
+                --images $([ "$DEVICE" = cpu ] && echo 64 || echo 1024) \
+                --work "$WORK/predict_decode"; } ;;
+        detectors)  # OOD detectors against pytorch-ood 0.4; KNN on CUDA equals faiss bit for bit
+            { (cd packages/uqvision && timeout 15 "$PY" -m pytest \
+                tests/test_detectors_knn_backends.py -q -p no:cacheprovider -rs); \
+              timeout "$((budget - 15))" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
+                --device "$DEVICE" --sizes small --rounds 2; } ;;
         sweep)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_sweep.py \
                 --device "$DEVICE" --rounds 1 --work "$WORK/sweep" \
@@ -93,9 +116,14 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
             timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
                 --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \
                 --arch test_resnet --image-size 64") ;;
-        paper_e1)  # the paper's E.1 study (goal: under 10 minutes on one H100)
-            timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
-                --workers 1 --out "$WORK/e1" --no-plots --quiet ;;
+        paper_e1)  # the paper's E.1 study, whole, under the measured plan (goal: under 3 minutes on one H100)
+            ( t0=$(date +%s)
+              timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
+                  --workers 1 --chunk-repetitions 50 --max-memory 16 --out "$WORK/e1" --no-plots --quiet
+              rc=$?
+              echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
+                   "cells=$(count "$WORK/e1/cells" '*.nc')"
+              exit $rc ) ;;
         pitfalls)
             timeout "$budget" "$PY" -m uqvision --threads 4 reproduce pitfalls --scale cpu \
                 --out "$WORK/pitfalls" --device "$DEVICE" ;;
@@ -113,6 +141,7 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         | tee -a "$OUT/summary.txt"
     { echo "== $name (exit $rc)"; tail -n 25 "$WORK/$name.log"; } >> "$OUT/logs.txt"
     grep -h '^RESULT\|^DETAIL' "$WORK/$name.log" | sed "s/^/$name: /" >> "$OUT/results.txt"
+    cp "$XDG_CACHE_HOME/uqreg/engine_plan.json" "$OUT/" 2>/dev/null || true  # the plans measured so far
 }
 
 for item in $ITEMS; do

@@ -51,7 +51,7 @@ def test_all_detectors_are_registered_with_a_reference():
 def test_default_hyper_parameters():
     assert DETECTORS["energy"].params == {"temperature": 1.0}
     assert DETECTORS["gen"].params == {"gamma": 0.1, "M": 100}
-    assert DETECTORS["knn"].params == {"k": 50}
+    assert DETECTORS["knn"].params == {"k": 50, "backend": "auto"}
     assert DETECTORS["vim"].params == {"dim": None}
     assert DETECTORS["react"].params == {"percentile": 90.0}
     assert DETECTORS["mahalanobis"].params == {}
@@ -147,8 +147,74 @@ def test_knn_is_the_kth_sorted_distance():
     z = x / np.linalg.norm(x, axis=1, keepdims=True)
     dist = np.sort(np.linalg.norm(z[:, None, :] - b[None, :, :], axis=2), axis=1)
     for k in (1, 7, 50, 120):
-        np.testing.assert_allclose(score("knn", {"embedding": x}, {"embedding": bank}, k=k),
-                                   dist[:, k - 1], atol=1e-12)
+        np.testing.assert_allclose(score("knn", {"embedding": x}, {"embedding": bank}, k=k,
+                                         backend="numpy"), dist[:, k - 1], atol=1e-12)
+        # the default backend (faiss where installed: float32 unit vectors) within KNN_TOL of u^2
+        np.testing.assert_allclose(score("knn", {"embedding": x}, {"embedding": bank}, k=k)**2,
+                                   dist[:, k - 1]**2, rtol=0, atol=KNN_TOL)
+
+
+#: |u^2 (float32 backends) - u^2 (float64)|: each unit vector is rounded once to float32
+#: (relative error <= 2^-24 per element), which moves the inner product of two unit vectors by
+#: at most 2 x 2^-24 (+ O(2^-48)); u^2 = 2 - 2 x inner product moves by twice that. The search's
+#: own float32 rounding does not enter: the k-th similarity is recomputed exactly.
+KNN_TOL = 4 * 2.0**-24 * (1 + 2.0**-20) + 1e-14
+
+
+def _ties_bank():
+    # 300 copies of one vector among 400: the search's band around the k-th similarity holds
+    # more candidates than the first search returned, so the wider search runs
+    rng = np.random.default_rng(8)
+    bank = rng.normal(size=(400, 5))
+    bank[:300] = bank[0] * rng.uniform(0.5, 2.0, size=(300, 1))
+    x = np.r_[bank[:3] * 3.0, rng.normal(size=(20, 5))]
+    return bank, x
+
+
+@pytest.mark.parametrize("k", [1, 50, 299, 300, 301])
+def test_knn_with_ties_is_the_kth_sorted_distance(k):
+    bank, x = _ties_bank()
+    b = bank / np.linalg.norm(bank, axis=1, keepdims=True)
+    z = x / np.linalg.norm(x, axis=1, keepdims=True)
+    dist = np.sort(np.sqrt(np.maximum(2 - 2 * z @ b.T, 0)), axis=1)
+    np.testing.assert_allclose(score("knn", {"embedding": x}, {"embedding": bank}, k=k,
+                                     backend="numpy"), dist[:, k - 1], atol=1e-7)
+
+
+def test_knn_blocks_of_queries_change_nothing(monkeypatch):
+    rng = np.random.default_rng(9)
+    bank, x = rng.normal(size=(500, 8)), rng.normal(size=(97, 8))
+    for fit_x in (bank, _ties_bank()[0][:, :5]):
+        xx = x if fit_x.shape[1] == 8 else _ties_bank()[1]
+        scorer = get_detector("knn").with_params(k=20, backend="numpy").fitted(
+            {"embedding": fit_x})
+        whole = scorer({"embedding": xx})
+        monkeypatch.setattr(uqmetrics.metrics.detectors, "_KNN_BLOCK", 7 * fit_x.shape[0])
+        blocks = scorer({"embedding": xx})
+        monkeypatch.undo()
+        one_by_one = np.concatenate([scorer({"embedding": xx[i:i + 1]})
+                                     for i in range(len(xx))])
+        assert np.array_equal(blocks, whole) and np.array_equal(one_by_one, whole)
+
+
+def test_knn_backend_is_validated(monkeypatch):
+    emb = np.eye(3)
+    for bad in ("bogus", "numpy:cuda", "torch:", 3, None):
+        with pytest.raises(ValueError, match=re.escape(f"knn: backend must be one of auto, "
+                                                       f"numpy, faiss, torch or torch:<device> "
+                                                       f"(e.g. torch:cuda), got {bad!r}")):
+            score("knn", {"embedding": emb}, {"embedding": emb}, backend=bad)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=re.escape(f"knn: k must be an integer >= 1, got "
+                                                       f"{bad!r}")):
+            score("knn", {"embedding": emb}, {"embedding": emb}, k=bad)
+    # without faiss: auto is numpy, faiss names the extra to install
+    monkeypatch.setitem(__import__("sys").modules, "faiss", None)
+    np.testing.assert_array_equal(score("knn", {"embedding": emb}, {"embedding": emb}, k=2),
+                                  score("knn", {"embedding": emb}, {"embedding": emb}, k=2,
+                                        backend="numpy"))
+    with pytest.raises(ValueError, match=r"backend 'faiss' needs faiss.*uqmetrics\[faiss\]"):
+        score("knn", {"embedding": emb}, {"embedding": emb}, backend="faiss")
 
 
 def _vim_toy():
@@ -184,19 +250,36 @@ def openood_vim(x_fit, x, w, b, dim):
     return alpha * np.linalg.norm((x - u0) @ ns, axis=-1) - energy
 
 
-def test_vim_is_openood_vim():
+def _auroc(u_id, u_ood):
+    return float(np.mean(u_ood[None, :] > u_id[:, None])
+                 + 0.5 * np.mean(u_ood[None, :] == u_id[:, None]))
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_vim_is_openood_vim(clustered):
     rng = np.random.default_rng(5)
     n_feat, n_cls = 12, 5
-    x_fit = rng.normal(size=(400, n_feat)) @ rng.normal(size=(n_feat, n_feat))
+    if clustered:  # features around class centres, as a trained network's
+        centres = rng.normal(0, 3, size=(n_cls, n_feat))
+        x_fit = centres[rng.integers(0, n_cls, 400)] + rng.normal(size=(400, n_feat))
+        x = np.r_[centres[rng.integers(0, n_cls, 25)] + rng.normal(size=(25, n_feat)),
+                  rng.normal(0, 4, size=(25, n_feat))]
+    else:
+        x_fit = rng.normal(size=(400, n_feat)) @ rng.normal(size=(n_feat, n_feat))
+        x = rng.normal(size=(50, n_feat)) * 3
     w, b = rng.normal(size=(n_cls, n_feat)), rng.normal(size=n_cls)
-    x = rng.normal(size=(50, n_feat)) * 3
     inputs = {"embedding": x, "head_weight": w, "head_bias": b}
-    for dim in (0, 3, 6, 11):
-        np.testing.assert_allclose(score("vim", inputs, {"embedding": x_fit}, dim=dim),
-                                   openood_vim(x_fit, x, w, b, dim), rtol=1e-8, atol=1e-8)
-    # the default dim: feature_dim // 2 below 768 features
-    np.testing.assert_allclose(score("vim", inputs, {"embedding": x_fit}),
-                               openood_vim(x_fit, x, w, b, 6), rtol=1e-8, atol=1e-8)
+    for dim in (0, 3, 6, 11, None):
+        u = score("vim", inputs, {"embedding": x_fit}, dim=dim)
+        # OpenOOD's float64 formula; the default dim: feature_dim // 2 below 768 features
+        ref = openood_vim(x_fit, x, w, b, 6 if dim is None else dim)
+        # float32 products: the covariance's rounding, ~sqrt(n_fit) 2^-24 lambda_max, turns the
+        # residual space by that over the eigenvalue gap at the split (lambda_max / gap ~ 700
+        # at dim 11 of the clustered features): agreement to 1e-4 of the scores' scale
+        np.testing.assert_allclose(u, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+        # ... and the ranking, hence every metric, unchanged
+        np.testing.assert_array_equal(np.argsort(u), np.argsort(ref))
+        assert _auroc(u[:25], u[25:]) == pytest.approx(_auroc(ref[:25], ref[25:]), abs=1e-12)
 
 
 def test_vim_dimension_rule():
@@ -329,7 +412,7 @@ def test_missing_inputs_and_fit_keys_are_named():
         get_detector("vim").fitted({"embedding": emb})
     with pytest.raises(ValueError, match=r"'ensemble_entropy' needs \['members'\]"):
         get_detector("ensemble_entropy").score({"logits": emb})
-    with pytest.raises(ValueError, match=r"has no parameters \['K'\]; its parameters: \['k'\]"):
+    with pytest.raises(ValueError, match=r"has no parameters \['K'\]; its parameters: \['backend', 'k'\]"):
         get_detector("knn").with_params(K=3)
     with pytest.raises(ValueError, match=r"shape \(sample, 3\) like the fit embedding"):
         get_detector("knn").score({"embedding": emb[:, :2]}, {"embedding": emb})

@@ -10,8 +10,10 @@ Prints, from ONE run, side by side:
    the stacked parameters (``fused=True``, L2 on the weights, the same recipe), starting from
    the loop's own initial members; and the ratios. Wall times; each peer runs with 1 and with
    all torch threads and keeps its better time;
-2. for one study cell of 6,000 networks (50 repetitions × 120 members, the engine's chunks and
-   concurrent workers), the time per epoch of the training step and, measured the same way,
+2. for the paper-e1 cell (preset ``paper-e1``: 50 repetitions × 120 members = 6,000 networks at
+   f_main = 1; the engine's chunks and concurrent workers: on CUDA the measured ``"auto"``
+   plan, :mod:`uqreg.engine.autoplan`, and beside it the fixed chunk of 64 one after another),
+   the time per epoch of the training step and, measured the same way,
    the **GEMM roofline**: the time the step's matrix products alone take at the exact shapes
    and chunk (``bmm``/``baddbmm`` with ``out=`` on tensors allocated beforehand: for every
    layer whose fan-in and fan-out both exceed 1, the forward product ``h·W``, the weight
@@ -31,13 +33,17 @@ Step times come from the engine's own per-epoch progress calls: for every chunk,
 of its worker thread from the end of its first epoch to the end of its last, so the
 initialisation (drawing Glorot-uniform weights from the counter-based streams) and the first
 epoch's warm-up are not counted, nor are other processes of a shared machine; per-chunk times
-are summed and divided by the concurrent workers. (On CUDA, where the CPU time is not the
-device's, read [1]'s wall times.) FLOPs counted:
+are summed and divided by the concurrent workers. On CUDA the clock is the wall clock, read after
+synchronising the chunk's stream (each concurrent chunk runs on its own CUDA stream, as in the
+engine). FLOPs counted:
 6·n·Σ fan_in·fan_out per network and epoch (2 forward, 4 backward), the usual dense-training
 count, so the fraction of peak is a lower bound of how busy the matmul units are.
 
 The last line is machine readable:
-``RESULT speedup_vs_loop=<x> speedup_vs_vmap=<v> fraction_of_gemm_roofline=<r> fraction_of_matmul_peak=<y>``.
+``RESULT speedup_vs_loop=<x> speedup_vs_vmap=<v> fraction_of_gemm_roofline=<r> fraction_of_matmul_peak=<y>
+plan_chunk=<c> plan_workers=<w> cell_gflops=<g>``, followed, when the plan is not the fixed chunk of
+64 (on CUDA by default), by ``fraction_of_gemm_roofline_chunk64=<r> cell_gflops_chunk64=<g>
+plan_vs_chunk64=<step time ratio>``.
 """
 
 from __future__ import annotations
@@ -50,7 +56,6 @@ import resource
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,8 +66,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from loop_reference import train_ensemble_loop
 
-from uqreg.engine import TrainConfig, TrainJob, make_plan, single_threaded, train_batched
+from uqreg.engine import (
+    TrainConfig,
+    TrainJob,
+    make_plan,
+    map_chunks,
+    single_threaded,
+    train_batched,
+)
+from uqreg.engine.config import cuda_plan_defaults, int_or_auto
 from uqreg.methods import get_method
+from uqreg.presets import PRESETS
 from uqreg.tasks import get_task
 
 MEMBERS = 120
@@ -71,6 +85,22 @@ MEMBERS = 120
 def _sync(device) -> None:
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def _cuda(device) -> bool:
+    return str(device).startswith("cuda")
+
+
+def _stream_sync(device) -> None:
+    """Wait for the calling thread's current CUDA stream (its chunk's work)."""
+    if _cuda(device):
+        torch.cuda.current_stream().synchronize()
+
+
+def _clock(device):
+    """The clock of a chunk's time: its thread's CPU time on the CPU (other processes of a shared
+    machine not counted), wall time on CUDA (after :func:`_stream_sync`)."""
+    return time.perf_counter if _cuda(device) else time.thread_time
 
 
 def matmul_peak(device: str, workers: int, dtype=torch.float32, n: int = 4096, repeats: int = 3) -> float:
@@ -129,26 +159,24 @@ def run_chunks(job: TrainJob, work) -> None:
     """``work(chunk)`` for every chunk of ``job``'s plan, on its workers, one torch thread each
     (as :func:`uqreg.engine.execute`, without the prediction)."""
     plan = make_plan(job)
-    with single_threaded():
-        if plan.workers > 1:  # each worker thread's OpenMP team set to one thread, for every backend
-            with ThreadPoolExecutor(plan.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                list(pool.map(work, plan.chunks(job.nets)))
-        else:
-            for chunk in plan.chunks(job.nets):
-                work(chunk)
+    with single_threaded():  # threads of one OpenMP thread; on CUDA one stream each (engine.map_chunks)
+        map_chunks(work, plan.chunks(job.nets), plan.workers, job.cfg.device)
 
 
 class EpochClock:
     """Progress callback that times every chunk from the end of its first epoch to the end of
     its last, in its worker's CPU time (per thread: a chunk's ``epochs`` calls come one after
-    the other)."""
+    the other); on CUDA in wall time after synchronising the chunk's stream."""
 
-    def __init__(self, epochs: int):
+    def __init__(self, epochs: int, device="cpu"):
         self.epochs = epochs
+        self.device = device
+        self.clock = _clock(device)
         self.stamps: dict[int, list[float]] = {}
 
     def __call__(self, n: int) -> None:
-        self.stamps.setdefault(threading.get_ident(), []).append(time.thread_time())
+        _stream_sync(self.device)
+        self.stamps.setdefault(threading.get_ident(), []).append(self.clock())
 
     def busy_time(self) -> float:
         """Sum over chunks of the time of their epochs 2..E."""
@@ -162,7 +190,7 @@ class EpochClock:
 def time_training(job: TrainJob) -> tuple[float, float]:
     """(wall seconds of the whole training incl. initialisation, seconds per epoch of the step:
     busy time of epochs 2..E over all chunks / workers)."""
-    clock = EpochClock(job.epochs)
+    clock = EpochClock(job.epochs, job.cfg.device)
 
     def work(chunk):
         train_batched(job.x_train, job.y, chunk, seed=job.seed, head=job.head, sampler=job.sampler,
@@ -211,13 +239,14 @@ def time_roofline(job: TrainJob) -> float:
                for sa, sb, ta, tb in shapes]
         for a, w, out in ops:  # warm-up, as the step's first epoch
             torch.bmm(a, w, out=out)
-        _sync(cfg.device)
-        t = time.thread_time()
+        _stream_sync(cfg.device)
+        clock = _clock(cfg.device)
+        t = clock()
         for _ in range(steps - 1):
             for a, w, out in ops:
                 torch.bmm(a, w, out=out)
-        _sync(cfg.device)
-        busy.append(time.thread_time() - t)
+        _stream_sync(cfg.device)
+        busy.append(clock() - t)
 
     run_chunks(job, work)
     return sum(busy) / make_plan(job).workers / (job.epochs - 1)
@@ -354,12 +383,19 @@ def op_variants(b: int, n: int, widths: tuple[int, ...]) -> list[tuple[str, floa
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="concurrent chunks (default: cores on CPU)")
+    p.add_argument("--threads", type=int_or_auto, default=None,
+                   help="concurrent chunks, or auto (default: the cores on the CPU, auto on CUDA)")
     p.add_argument("--backend", default=TrainConfig.backend, help="engine backend (TrainConfig.backend)")
     p.add_argument("--epochs", type=int, default=300, help="epochs of the 120-member comparison")
     p.add_argument("--loop-members", type=int, default=MEMBERS, help="members trained by the loop (time scaled)")
     p.add_argument("--cell-epochs", type=int, default=10, help="epochs timed for the 6,000-network cell")
-    p.add_argument("--chunk", type=int, default=TrainConfig.chunk_networks, help="networks per chunk")
+    p.add_argument("--chunk", type=int_or_auto, default=None,
+                   help=f"networks per chunk, or auto (default: {TrainConfig.chunk_networks} on the CPU, auto on CUDA)")
+    p.add_argument("--max-memory", type=float, default=None,
+                   help=f"GiB per chunk of networks, shared by concurrent chunks (default "
+                   f"{TrainConfig.max_memory / 2**30:.3g}); bounds the chunks auto tries")
+    p.add_argument("--compare-chunk", type=int, default=64,
+                   help="the fixed chunk timed beside the cell's plan when that differs from it (default 64)")
     p.add_argument("--repeats", type=int, default=3, help="cell and roofline timings, interleaved (best kept)")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on CUDA")
     p.add_argument("--explore", action="store_true", help="also time the variants (backend, chunk, op level)")
@@ -367,12 +403,20 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
-    cfg = TrainConfig(device=a.device, parallel_chunks=a.threads, backend=a.backend, chunk_networks=a.chunk)
-    inst = get_task("sinusoid").instance(1, seed=0)
+    # the paper-e1 cell: its task at its first complexity, its repetitions x members
+    e1 = PRESETS.lookup("paper-e1").config
+    given = {"chunk_networks": a.chunk, "parallel_chunks": a.threads}
+    given = {k: v for k, v in given.items() if v is not None}
+    memory = {} if a.max_memory is None else {"max_memory": a.max_memory * 2**30}
+    cfg = cuda_plan_defaults(replace(e1.train, device=a.device, backend=a.backend, **given, **memory), given)
+    inst = get_task(e1.task).instance(e1.complexities[0], seed=0)
     ens = get_method("ens")
     y1 = inst.targets([0])
+    t = time.perf_counter()
+    plan1 = make_plan(ens.job(inst, y1, [0], cfg, epochs=1))  # an auto plan is measured (or read) here
     print(f"device={a.device} torch={torch.__version__} backend={cfg.backend} chunk={cfg.chunk_networks} "
-          f"workers={make_plan(ens.job(inst, y1, [0], cfg, epochs=1)).workers} torch threads={torch.get_num_threads()} "
+          f"parallel_chunks={cfg.parallel_chunks} plan: chunk {plan1.chunk}, workers {plan1.workers} "
+          f"({plan1.source}, {time.perf_counter() - t:.1f} s) torch threads={torch.get_num_threads()} "
           f"load average={_load()}")
 
     # warm-up (imports, allocator, vmap tracing) and the vmap peer's equality with the loop peer
@@ -394,34 +438,46 @@ def main(argv=None) -> int:
           + (f", timed {a.loop_members} members, scaled)" if a.loop_members != MEMBERS else ")"))
     print(f"    vmap peer (1 Adam)  : {t_vmap:8.2f} s  speedup {speedup_vmap:6.2f} x  ({th_vmap} torch threads)")
 
-    # 2. one study cell: 50 repetitions x 120 members = 6000 networks
-    reps = 50
+    # 2. the paper-e1 cell: 50 repetitions x 120 members = 6000 networks
+    reps = e1.repetitions
     y = inst.targets(np.arange(reps))
     job = ens.job(inst, y, np.arange(reps), cfg, epochs=a.cell_epochs)
     plan = make_plan(job)
     flops = train_flops(inst.x_train.shape[0], 1, cfg) * len(job.nets)
     peak = matmul_peak(a.device, plan.workers)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if a.device.startswith("cuda"):
+    if _cuda(a.device):
         torch.cuda.reset_peak_memory_stats()
-    step, roof = float("inf"), float("inf")
+    fixed = replace(cfg, chunk_networks=a.compare_chunk, parallel_chunks=None)
+    fixed_job = ens.job(inst, y, np.arange(reps), fixed, epochs=a.cell_epochs)
+    compare = (plan.chunk, plan.workers) != (make_plan(fixed_job).chunk, make_plan(fixed_job).workers)
+    step, roof, step64, roof64 = (float("inf"),) * 4
     for _ in range(a.repeats):  # interleaved, best of each: the machine is shared
         step = min(step, time_training(job)[1])
         roof = min(roof, time_roofline(job))
+        if compare:
+            step64 = min(step64, time_training(fixed_job)[1])
+            roof64 = min(roof64, time_roofline(fixed_job))
     peak = max(peak, matmul_peak(a.device, plan.workers))
     achieved = flops / step / 1e9
     frac_peak, frac_roof = achieved / peak, roof / step
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"\n[2] one cell: {reps} x {MEMBERS} = {len(job.nets)} networks, {plan.n_chunks} chunks of {plan.chunk}, "
-          f"{plan.workers} workers, epochs 2..{a.cell_epochs} timed, best of {a.repeats}")
+    print(f"\n[2] the paper-e1 cell: {reps} x {MEMBERS} = {len(job.nets)} networks, {plan.n_chunks} chunks of "
+          f"{plan.chunk}, {plan.workers} workers ({plan.source} plan), epochs 2..{a.cell_epochs} timed, "
+          f"best of {a.repeats}")
     print(f"    step time per epoch   : {step:8.4f} s   ({achieved:6.1f} GFLOP/s)")
     print(f"    GEMM roofline / epoch : {roof:8.4f} s   ({flops / roof / 1e9:6.1f} GFLOP/s counted over the roofline)")
     print(f"    fraction of roofline  : {frac_roof:8.3f}")
+    if compare:
+        p64 = make_plan(fixed_job)
+        print(f"    beside it, {p64.n_chunks} chunks of {p64.chunk}, {p64.workers} workers (fixed): step "
+              f"{step64:8.4f} s ({flops / step64 / 1e9:6.1f} GFLOP/s), roofline {roof64:8.4f} s, fraction "
+              f"{roof64 / step64:6.3f}; the plan's step is {step64 / step:5.2f} x faster")
     print(f"    matmul peak           : {peak:8.1f} GFLOP/s (4096^2 on one thread x {plan.workers} workers, best of "
           "before/after)")
     print(f"    fraction of peak      : {frac_peak:8.3f}")
     print(f"    peak RSS              : {rss / 1024:8.0f} MiB (before the cell {rss0 / 1024:.0f} MiB)")
-    if a.device.startswith("cuda"):
+    if _cuda(a.device):
         print(f"    peak CUDA memory      : {torch.cuda.max_memory_allocated() / 2**20:8.0f} MiB")
 
     if a.explore:
@@ -453,7 +509,11 @@ def main(argv=None) -> int:
 
     print(f"\nload average at the end: {_load()}")
     print(f"\nRESULT speedup_vs_loop={speedup:.1f} speedup_vs_vmap={speedup_vmap:.2f} "
-          f"fraction_of_gemm_roofline={frac_roof:.3f} fraction_of_matmul_peak={frac_peak:.3f}")
+          f"fraction_of_gemm_roofline={frac_roof:.3f} fraction_of_matmul_peak={frac_peak:.3f} "
+          f"plan_chunk={plan.chunk} plan_workers={plan.workers} cell_gflops={achieved:.1f}"
+          + (f" fraction_of_gemm_roofline_chunk{a.compare_chunk}={roof64 / step64:.3f} "
+             f"cell_gflops_chunk{a.compare_chunk}={flops / step64 / 1e9:.1f} "
+             f"plan_vs_chunk{a.compare_chunk}={step64 / step:.2f}" if compare else ""))
     return 0
 
 

@@ -25,6 +25,20 @@ order; ratios are taken within a round and the medians over rounds are printed:
   of ``python -c "import torch, timm"`` and the in-process steady-state prediction, both on the
   small folder (a fixed cost is measured where the forward passes do not drown it in noise).
 
+With ``--decoder torchvision`` the rounds compare the decoders instead, on a folder of JPEGs
+(``--jpeg-size``, 500 x 375 by default, ImageNet's typical size; smooth random images with
+noise, quality 90, so that decoding and resizing cost what they cost on photographs):
+
+- ``decoder_vs_plain``: timm's plain loop decoding with Pillow on the loader's CPU workers
+  (the user's alternative) / :func:`uqvision.predict.predict` with ``decoder="torchvision"``
+  (JPEGs decoded in batches by ``torchvision.io.decode_jpeg`` on ``--device``: nvJPEG on CUDA);
+- ``decoder_vs_plain_device_decode``: the same plain loop decoding on the device as a user
+  would write it (workers read the bytes, ``decode_jpeg(list, device=...)``, torchvision's
+  ``resize`` and ``center_crop`` per image) / uqvision's ``torchvision`` decoder;
+- ``pil_vs_plain``: the plain loop / uqvision's default ``pil`` decoder on the same JPEGs;
+- ``DETAIL``: the difference of the two decoders' logits on the same images and model (max
+  abs, relative to the logit scale) and their top-1 agreement; images per second of each side.
+
 The issue's targets: ``predict_vs_plain >= 1.0``, ``mc30_vs_one_pass <= 2``,
 ``command_overhead_s <= 1``. Also printed: ``DETAIL`` (the same ratio with
 ``channels_last`` given on and off, the default's choice, the largest logit differences
@@ -37,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -49,9 +64,13 @@ import numpy as np
 import safetensors.torch
 import timm
 import torch
+from PIL import Image
 from timm.data import create_transform, resolve_data_config
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets import ImageFolder
+from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as TF
 
 from uqvision.data import make_synthetic_folder
 from uqvision.predict import AMP_MODES, PredictConfig, predict, resolve_channels_last
@@ -92,6 +111,133 @@ def plain_loop(arch: str, ckpt: Path, folder: Path, n_classes: int, batch_size: 
     return time.perf_counter() - t0, np.concatenate(out, axis=1)
 
 
+class _FileBytes(Dataset):
+    """An ``ImageFolder``'s files as bytes (what the workers of a device-decoding loop read;
+    numpy arrays: a tensor each from the workers would each hold a shared-memory file
+    descriptor)."""
+
+    def __init__(self, root: Path):
+        self.samples = ImageFolder(str(root)).samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        path, label = self.samples[i]
+        return np.fromfile(path, dtype=np.uint8), label
+
+
+def _list_collate(batch):
+    return [x for x, _ in batch], torch.tensor([y for _, y in batch])
+
+
+def plain_loop_device_decode(arch: str, ckpt: Path, folder: Path, n_classes: int,
+                             batch_size: int, workers: int,
+                             device: str = "cpu") -> tuple[float, np.ndarray]:
+    """The plain loop decoding on the device, as a user writes it: the workers read the files'
+    bytes, ``decode_jpeg(list, device=...)`` decodes a batch, torchvision's tensor ``resize``
+    (timm's short side, interpolation, antialiased) and ``center_crop`` each image, then
+    ``/ 255`` and timm's mean and std."""
+    t0 = time.perf_counter()
+    net = _net(arch, n_classes, ckpt).to(device)
+    cfg = resolve_data_config({}, model=net)
+    crop = cfg["input_size"][1:]
+    short = math.floor(crop[0] / cfg["crop_pct"])
+    interp = InterpolationMode(cfg["interpolation"])
+    mean = torch.tensor(cfg["mean"], device=device).view(1, 3, 1, 1)
+    std = torch.tensor(cfg["std"], device=device).view(1, 3, 1, 1)
+    out = []
+    loader = DataLoader(_FileBytes(folder), batch_size=batch_size, num_workers=workers,
+                        collate_fn=_list_collate)
+    with torch.inference_mode():
+        for data, _ in loader:
+            imgs = decode_jpeg([torch.from_numpy(b) for b in data], mode=ImageReadMode.RGB,
+                               device=device)
+            x = torch.stack([TF.center_crop(TF.resize(im, short, interpolation=interp,
+                                                      antialias=True), list(crop))
+                             for im in imgs])
+            x = (x.float() / 255 - mean) / std
+            out.append(net(x).float().cpu().numpy())
+    return time.perf_counter() - t0, np.concatenate(out)[None]
+
+
+def jpeg_folder(root: Path, n_images: int, n_classes: int, size: tuple[int, int],
+                seed: int = 0) -> Path:
+    """``root/class_<k>/*.jpg``: smooth random images (a 12 x 9 random image upscaled bicubic)
+    with Gaussian noise (sigma 8), ``size`` (width, height), JPEG quality 90; like photographs
+    for the decoder (file sizes, entropy) and the resize (a large image to bring down). Image
+    ``k`` is drawn from ``(seed, k)``; written on the usable cores' threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from uqvision.runtime import usable_cores
+
+    def one(k: int) -> None:
+        rng = np.random.default_rng([seed, k])
+        d = root / f"class_{k % n_classes:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        small = Image.fromarray(rng.integers(0, 256, (9, 12, 3), dtype=np.uint8))
+        big = np.asarray(small.resize(size, Image.BICUBIC), dtype=np.float32)
+        noise = rng.standard_normal(big.shape, dtype=np.float32) * 8
+        Image.fromarray(np.clip(big + noise, 0, 255).astype(np.uint8)).save(
+            d / f"{k:05d}.jpg", quality=90)
+
+    with ThreadPoolExecutor(usable_cores()) as pool:
+        list(pool.map(one, range(n_images)))
+    return root
+
+
+def decoder_rounds(a, spec: str, ckpt: Path, folder: Path, n_classes: int, workers: int) -> int:
+    """The decoder comparison (``--decoder torchvision``): rounds of the four loops on the
+    folder of JPEGs (:func:`jpeg_folder`); medians of the ratios within each round."""
+    dev, bs = a.device, a.batch_size
+    tv = PredictConfig(batch_size=bs, device=dev, decoder="torchvision")
+    pil = PredictConfig(batch_size=bs, device=dev)
+    kb = sum(f.stat().st_size for f in folder.rglob("*.jpg")) / a.images / 1e3
+    print(f"bench_predict: decoders, {a.arch} (random init), {a.images} JPEGs of {a.jpeg_size} "
+          f"(quality 90, {kb:.0f} kB each), batch {bs}, device {dev}, workers {workers}, "
+          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} cores, load {_load()}",
+          flush=True)
+    uqvision_predict(spec, folder, tv)  # warm-up: the images checked once, nvJPEG's handle
+    uqvision_predict(spec, folder, pil)
+    plain_loop_device_decode(a.arch, ckpt, folder, n_classes, bs, workers, device=dev)
+    rows = []
+    for r in range(a.rounds):
+        t = {}
+        t["plain"], z_plain = plain_loop(a.arch, ckpt, folder, n_classes, bs, workers,
+                                         device=dev)
+        t["plain_devdec"], z_dd = plain_loop_device_decode(a.arch, ckpt, folder, n_classes, bs,
+                                                           workers, device=dev)
+        t["uq_tv"], z_tv = uqvision_predict(spec, folder, tv)
+        t["uq_pil"], z_pil = uqvision_predict(spec, folder, pil)
+        scale = float(np.abs(z_pil).max())
+        rows.append({"decoder_vs_plain": t["plain"] / t["uq_tv"],
+                     "decoder_vs_plain_device_decode": t["plain_devdec"] / t["uq_tv"],
+                     "pil_vs_plain": t["plain"] / t["uq_pil"],
+                     "max_logit_diff": float(np.abs(z_tv - z_pil).max()),
+                     "rel_logit_diff": float(np.abs(z_tv - z_pil).max()) / scale,
+                     "top1_agreement": float(np.mean(z_tv.argmax(1) == z_pil.argmax(1))),
+                     "top1_agreement_plain_device_decode": float(
+                         np.mean(z_dd[0].argmax(1) == z_plain[0].argmax(1))),
+                     "pil_vs_plain_logits": float(np.abs(z_pil - z_plain[0]).max()),
+                     **{f"{k}_img_s": a.images / v for k, v in t.items()}})
+        print(f"round {r}: " + " ".join(f"{k}={v:.2f}s" for k, v in t.items())
+              + f"  load {_load()}", flush=True)
+    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+    print("DETAIL " + " ".join(
+        f"{k}={med[k]:.1f}" for k in rows[0] if k.endswith("_img_s"))
+        + f" max_logit_diff_torchvision_vs_pil={max(r['max_logit_diff'] for r in rows):.2e}"
+        f" relative_to_logit_scale={max(r['rel_logit_diff'] for r in rows):.2e}"
+        f" top1_agreement_torchvision_vs_pil={min(r['top1_agreement'] for r in rows):.4f}"
+        f" top1_agreement_plain_device_vs_plain="
+        f"{min(r['top1_agreement_plain_device_decode'] for r in rows):.4f}"
+        f" max_logit_diff_pil_vs_plain={max(r['pil_vs_plain_logits'] for r in rows):.2e}"
+        f" workers={workers} load={_load().replace(' ', '/')}")
+    print(f"RESULT decoder_vs_plain={med['decoder_vs_plain']:.2f} "
+          f"decoder_vs_plain_device_decode={med['decoder_vs_plain_device_decode']:.2f} "
+          f"pil_vs_plain={med['pil_vs_plain']:.2f}", flush=True)
+    return 0
+
+
 def uqvision_predict(spec: str, folder: Path, config: PredictConfig) -> tuple[float, np.ndarray]:
     t0 = time.perf_counter()
     (ds,) = predict(spec, folder, config)
@@ -122,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (every side)")
     ap.add_argument("--amp", default="bf16", choices=("fp16", "bf16"),
                     help="autocast dtype of the AMP comparison (predict_amp_vs_plain_amp)")
+    ap.add_argument("--decoder", default="pil", choices=("pil", "torchvision"),
+                    help="pil: the comparisons above (the default decoder); torchvision: the "
+                         "decoder comparison on a folder of JPEGs (--images of them)")
+    ap.add_argument("--jpeg-size", default="500x375", metavar="WxH",
+                    help="size of the JPEGs of --decoder torchvision (default: ImageNet's "
+                         "typical 500x375)")
     a = ap.parse_args(argv)
     dev = a.device
     if dev.startswith("cuda") and not torch.cuda.is_available():
@@ -132,11 +284,16 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(a.threads)
     n_classes = 4
     work = Path(a.work or tempfile.mkdtemp(prefix="bench_predict_"))
-    folder = make_synthetic_folder(work / "main", n_classes=n_classes,
-                                   n_per_class=a.images // n_classes, overwrite=True) / "test"
-    mc_folder = make_synthetic_folder(work / "mc", n_classes=n_classes,
-                                      n_per_class=a.mc_images // n_classes, seed=1,
-                                      overwrite=True) / "test"
+    if a.decoder == "torchvision":
+        w, h = (int(v) for v in a.jpeg_size.split("x"))
+        folder = jpeg_folder(work / "jpeg", a.images, n_classes, (w, h))
+    else:
+        folder = make_synthetic_folder(work / "main", n_classes=n_classes,
+                                       n_per_class=a.images // n_classes,
+                                       overwrite=True) / "test"
+        mc_folder = make_synthetic_folder(work / "mc", n_classes=n_classes,
+                                          n_per_class=a.mc_images // n_classes, seed=1,
+                                          overwrite=True) / "test"
     torch.manual_seed(0)
     ckpt = work / f"{a.arch}.safetensors"
     safetensors.torch.save_file(timm.create_model(a.arch, num_classes=n_classes,
@@ -147,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = f"{a.arch}={ckpt}"
     bs = a.batch_size
     workers = loader_workers(None, -(-a.images // bs), dev)
+    if a.decoder == "torchvision":
+        return decoder_rounds(a, spec, ckpt, folder, n_classes, workers)
     mc_workers = loader_workers(None, -(-a.mc_images // bs), dev)
     base = PredictConfig(batch_size=bs, device=dev)
     mc = PredictConfig(mode="mc_dropout", passes=30, batch_size=bs, device=dev)

@@ -50,7 +50,7 @@ from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options, positive_int
 from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
-from .engine.config import DTYPES, ConfigError
+from .engine.config import DTYPES, ConfigError, cuda_plan_defaults, int_or_auto
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TASKS, get_task
 
@@ -194,6 +194,12 @@ TRAIN_OPTIONS = (
                  "NLL, 0.5 Seitzer et al.'s choice (a recipe option; default {default})"),
     ConfigOption("max_memory", type=float, default=None, shown=_gib,
                  help="GiB per chunk of networks (default {default})"),
+    ConfigOption("chunk_networks", type=int_or_auto, default=None,
+                 help="networks per chunk, or auto: measured once on the device and recorded "
+                 "(default {default} on the CPU, auto on CUDA; results do not depend on it)"),
+    ConfigOption("parallel_chunks", type=int_or_auto, default=None,
+                 help="chunks trained at once (threads; CUDA streams), or auto (default: the cores on "
+                 "the CPU, auto on CUDA; results do not depend on it)"),
 )
 
 
@@ -212,9 +218,10 @@ def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, St
         train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
     shared = {k: v for k, v in study.items() if k not in TASK_FIELDS}
     studies: list[tuple[Companion | None, StudyConfig]] = [
-        (None, replace(base, **study, train=replace(base.train, **train)))]
+        (None, replace(base, **study, train=cuda_plan_defaults(replace(base.train, **train), train)))]
     for comp in preset.companions if preset else ():
-        studies.append((comp, replace(comp.config, **shared, train=replace(comp.config.train, **train))))
+        studies.append((comp, replace(comp.config, **shared,
+                                      train=cuda_plan_defaults(replace(comp.config.train, **train), train))))
     return studies
 
 
@@ -594,7 +601,8 @@ def _real_config(a: argparse.Namespace):
     with _options_named(a):
         cfg = RealConfig(dataset=a.dataset or (None if a.data else "diabetes"), data=a.data, splits=a.splits,
                          n_splits=a.n_splits, methods=a.methods, cal_fraction=a.cal_fraction, alpha=a.alpha,
-                         seed=a.seed, train=replace(REAL_TRAIN, recipe=a.recipe, **train)).resolved()
+                         seed=a.seed, train=cuda_plan_defaults(replace(REAL_TRAIN, recipe=a.recipe, **train),
+                                                               train)).resolved()
     cfg.dataset_object()  # a UCI folder is read and checked before any work (errors name --data)
     return cfg
 

@@ -33,7 +33,7 @@ import uqmetrics
 from uqmetrics.metrics.registry import Registry
 
 from .engine import RECIPES, TrainConfig
-from .engine.config import is_int
+from .engine.config import cuda_plan_defaults, is_int
 from .presets import PRESETS
 from .study import StudyConfig
 
@@ -383,7 +383,7 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
             results[exp] = uqmetrics.read_dataset(target)
             continue
         cfg = studies[exp]
-        cfg = replace(cfg, train=replace(cfg.train, device=device))
+        cfg = replace(cfg, train=cuda_plan_defaults(replace(cfg.train, device=device)))  # auto plan on CUDA
         ds, report = run_study_sweep(cfg, out / exp, chunk_repetitions=chunk_repetitions, scheduler=scheduler,
                                      n_workers=n_workers, progress=progress)
         if ds is None:

@@ -272,8 +272,20 @@ def run_raw(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     xarray.Dataset
         ``prediction``, ``uncertainty`` (recipe, method, complexity, repetition, point),
         ``train_loss``, ``collapsed_fraction`` (recipe, method, complexity, repetition) and the
-        task data (see the module docstring). Attr ``wall_time_s`` maps method to seconds.
+        task data (see the module docstring). Attr ``wall_time_s`` maps method to seconds;
+        ``engine_plans`` (only when a measured plan was used: ``chunk_networks="auto"``) lists
+        the chunk and concurrency the engine used per shape class (execution only).
     """
+    from .engine.plan import recording_plans  # torch: imported on use
+
+    with recording_plans() as plans:
+        ds = _run_raw(config, progress=progress)
+    if plans:
+        ds.attrs["engine_plans"] = json.dumps(plans)
+    return ds
+
+
+def _run_raw(config: StudyConfig, *, progress: bool) -> xr.Dataset:
     from .methods import get_method  # torch: imported on use
 
     cfg = config.resolved()

@@ -135,6 +135,12 @@ def combine_cells(paths, config: StudyConfig) -> xr.Dataset:
         for k, v in json.loads(p.attrs.get("wall_time_s", "{}")).items():
             wall[k] = wall.get(k, 0.0) + v
     out.attrs["wall_time_s"] = json.dumps(wall)
+    plans = []  # the measured engine plans of every cell (execution only), each once
+    for p in parts:
+        plans += [q for q in json.loads(p.attrs.get("engine_plans", "[]")) if q not in plans]
+    out.attrs.pop("engine_plans", None)
+    if plans:
+        out.attrs["engine_plans"] = json.dumps(plans)
     out.attrs["recipes"] = json.dumps({r: RECIPES.lookup(r).to_dict() for r in cfg.recipes})
     # the cells are the study's caches: {absolute path: checksum} (uqreg verify re-combines them)
     out.attrs["caches"] = json.dumps({str(Path(p).resolve()): uqmetrics.input_checksum(part)

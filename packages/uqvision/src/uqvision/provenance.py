@@ -27,6 +27,8 @@ field                     from the cache attrs
 ``preprocessing``         ``data_config`` (object: input size, mean, std, crop, interpolation)
 ``mode``, ``passes``,     ``mode``, ``n_passes``, ``tta_policy`` (TTA caches only)
 ``tta``
+``decoder``               ``decoder`` (``pil`` or ``torchvision``: the pixels of two decoders
+                          differ; ``pil`` for a cache written before the option)
 ``seeds``                 ``{"predict": [...], "train": [...]}``: the distinct prediction seeds
                           (``config.seed``) and training seeds (``train_seed``, >= 0) of the
                           row's caches
@@ -37,7 +39,7 @@ field                     from the cache attrs
 
 A field on which the row's caches disagree — two values for the same model (a per-model
 field), for the same dataset (``data_fingerprint``) or any two values of ``layout``,
-``preprocessing``, ``mode``, ``passes``, ``tta`` — goes to ``conflicts`` with every distinct
+``preprocessing``, ``mode``, ``passes``, ``tta``, ``decoder`` — goes to ``conflicts`` with every distinct
 value instead of ``provenance``: such a row is flagged, never averaged.
 
 ``identity`` records, per cache, the attrs that name what it is (``model``, ``dataset_name``,
@@ -69,7 +71,9 @@ _PER_MODEL = {"checkpoint_sha256": "checkpoint_sha256", "weights_source": "weigh
               "weights_revision": "weights_revision", "weights_file": "weights_file"}
 #: Fields every cache of the row must share: field -> cache attr.
 _SHARED = {"layout": "label_file_kind", "preprocessing": "data_config", "mode": "mode",
-           "passes": "n_passes", "tta": "tta_policy"}
+           "passes": "n_passes", "tta": "tta_policy", "decoder": "decoder"}
+#: The value of an attr in a cache written before it was recorded.
+_RECORDED_BEFORE = {"decoder": "pil"}
 
 
 def cache_path(cache: xr.Dataset | str | os.PathLike) -> str:
@@ -140,8 +144,8 @@ def _row(caches: list[tuple[str, Mapping]]) -> tuple[dict, dict]:
         keyed(field, attr, "model")
     keyed("data_fingerprint", "dataset_fingerprint", "dataset_name")
     for field, attr in _SHARED.items():
-        values = _distinct(_plain(a[attr]) for _, a in caches
-                           if attr in a and _plain(a[attr]) not in ("", None))
+        values = _distinct(_plain(a.get(attr, _RECORDED_BEFORE.get(attr))) for _, a in caches
+                           if _plain(a.get(attr, _RECORDED_BEFORE.get(attr))) not in ("", None))
         if len(values) > 1:
             conflicts[field] = values
         elif values:

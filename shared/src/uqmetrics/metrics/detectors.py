@@ -41,6 +41,15 @@ softmaxes, docs/conventions.md#s-3); ``maxlogit`` and ``energy`` the mean of the
 logits, as OpenOOD v1.5's ensemble postprocessor; the feature detectors the mean of the members'
 ``u``, each member fitted on its own features (:meth:`Detector.ensemble_logits`).
 
+KNN searches its fit features with the backend of its ``backend`` parameter
+(:data:`KNN_BACKENDS`): ``auto`` (the default) is faiss when it is importable (the extra
+``uqmetrics[faiss]``), else the same float32 search in numpy; ``numpy`` is the float64
+reference; ``torch`` / ``torch:cuda`` search with torch. The
+float32 searches (faiss, torch) only find candidates: the k-th similarity is recomputed exactly,
+so their scores are the same bits whatever the backend or the blocks of queries, and differ from
+numpy's float64 by one float32 rounding of each unit vector (docs/conventions.md#s-4). ViM runs
+its feature products in float32 BLAS, float64 where accuracy needs it (:func:`_vim_fit`).
+
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.metrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.
@@ -74,6 +83,7 @@ __all__ = [
     "DETECTORS",
     "ENSEMBLE_RULES",
     "FIT_KEYS",
+    "KNN_BACKENDS",
     "NEEDS",
     "NEED_KEYS",
     "Detector",
@@ -224,7 +234,7 @@ class Detector:
         """A copy with other hyper-parameters (only names of :attr:`params`).
 
         >>> get_detector("knn").with_params(k=5).params
-        {'k': 5}
+        {'k': 5, 'backend': 'auto'}
         """
         unknown = set(params) - set(self.params)
         if unknown:
@@ -442,8 +452,10 @@ def _features(x: np.ndarray, d: int, what: str) -> np.ndarray:
     return x
 
 
-def _fit_embedding(fit: Mapping[str, np.ndarray]) -> np.ndarray:
-    x = np.asarray(fit["embedding"], dtype=np.float64)
+def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False) -> np.ndarray:
+    x = np.asarray(fit["embedding"])
+    if not (keep_float32 and x.dtype == np.float32):  # (no float64 copy of float32 features)
+        x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"fit embedding must have shape (n_fit >= 1, feature), got {x.shape}")
     if not np.isfinite(x).all():
@@ -492,20 +504,178 @@ def _unit(x: np.ndarray, what: str) -> np.ndarray:
     return x / norm
 
 
-def _knn_fit(fit: Mapping[str, np.ndarray], *, k: int = 50) -> np.ndarray:
-    return _unit(_fit_embedding(fit), "fit embedding")
+#: KNN's search backends (the ``backend`` parameter of ``knn``): ``auto`` is ``faiss`` when faiss
+#: is importable (``pip install 'uqmetrics[faiss]'``), else the same float32 search in numpy
+#: (whose scores are the same bits: a result never depends on whether faiss is installed);
+#: ``numpy`` is the float64 reference; ``torch`` runs on the CPU, ``torch:<device>``
+#: (``torch:cuda``) on that torch device.
+KNN_BACKENDS = ("auto", "numpy", "faiss", "torch")
+
+#: Bank rows x query rows of similarities computed at once by the numpy and torch searches (the
+#: CPU's bound: 2^24, 64 MiB in float32; a CUDA device holds 2^27 at once).
+_KNN_BLOCK = 1 << 24
 
 
-def _knn(inputs: Mapping[str, np.ndarray], bank: np.ndarray, *, k: int = 50) -> np.ndarray:
-    if int(k) < 1:
-        raise ValueError(f"knn: k must be >= 1, got {k}")
-    kk = min(int(k), bank.shape[0])
-    z = _unit(_features(inputs["embedding"], bank.shape[1], "embedding"), "embedding")
+def _knn_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+        raise ValueError(f"knn: k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def _knn_backend(backend: Any) -> tuple[str, str]:
+    """``(name, device)`` of a ``backend`` parameter (:data:`KNN_BACKENDS`), ``auto`` resolved;
+    ``ValueError`` naming the bad value, or the package a backend lacks."""
+    name, _, device = backend.partition(":") if isinstance(backend, str) else ("?", "", "")
+    if name not in KNN_BACKENDS or (device and name != "torch") or backend == "torch:":
+        raise ValueError(f"knn: backend must be one of {', '.join(KNN_BACKENDS)} or "
+                         f"torch:<device> (e.g. torch:cuda), got {backend!r}")
+    if name == "auto":  # faiss, else the same float32 search in numpy (the same bits)
+        import importlib.util
+
+        name = "faiss" if importlib.util.find_spec("faiss") is not None else "numpy32"
+    for package, extra in (("faiss", "faiss"), ("torch", "torch")):
+        if name == package:
+            try:
+                __import__(package)
+            except ImportError as exc:
+                raise ValueError(f"knn: backend {backend!r} needs {package}, which cannot be "
+                                 f"imported ({exc}); install uqmetrics[{extra}]"
+                                 if extra == "faiss" else
+                                 f"knn: backend {backend!r} needs torch ({exc})") from exc
+    return name, device or "cpu"
+
+
+def _knn_fit(fit: Mapping[str, np.ndarray], *, k: int = 50, backend: str = "auto"
+             ) -> dict[str, Any]:
+    _knn_k(k)
+    name, device = _knn_backend(backend)
+    bank = _unit(_fit_embedding(fit), "fit embedding")
+    if name == "numpy":
+        return {"backend": name, "bank": bank, "delta": _dot_error(bank.shape[1], 0.0, 2.0**-53)}
+    bank = np.ascontiguousarray(bank, dtype=np.float32)  # one rounding of each unit vector
+    state = {"backend": name, "device": device, "bank": bank}
+    if name == "numpy32":  # auto without faiss
+        pass
+    elif name == "faiss":
+        import faiss
+
+        index = faiss.IndexFlatIP(bank.shape[1])  # exact inner-product search, float32
+        index.add(bank)
+        # the index's own copy of the bank, viewed (no second copy kept)
+        state.update(index=index, bank=faiss.rev_swig_ptr(index.get_xb(), bank.size)
+                     .reshape(bank.shape))
+    else:
+        import torch
+
+        state["tensor"] = torch.from_numpy(bank).to(device)
+    return state
+
+
+def _dot_error(d: int, u_in: float, u_acc: float) -> float:
+    """A bound on |computed - exact| of the inner product of two vectors of norm <= 1 + 2^-20
+    with ``d`` elements, inputs rounded with unit roundoff ``u_in`` (0: exact inputs) and
+    products and sums with ``u_acc``: (2 u_in + gamma_d) (1 + 2^-20)^2, gamma_d = d u / (1 - d
+    u), whatever the order of the summation (Higham 2002, Accuracy and stability of numerical
+    algorithms, section 3.1); plus the same bound in float64 for the exact recomputation."""
+    def gamma(u: float) -> float:
+        return d * u / (1.0 - d * u)
+    return (2.0 * u_in + gamma(u_acc) + gamma(2.0**-53)) * (1.0 + 2.0**-20) ** 2
+
+
+def _exact_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise inner products in float64, each by one fixed order of summation (numpy's
+    pairwise sum along the row): a pair's value depends on nothing but the pair. Products of
+    float32 values are exact in float64."""
+    return np.sum(a.astype(np.float64, copy=False) * b.astype(np.float64, copy=False), axis=1)
+
+
+def _kth_similarity(z: np.ndarray, state: Mapping[str, Any], kk: int, m: int,
+                    search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+                    delta: float) -> np.ndarray:
+    """The k-th largest similarity of each row of ``z`` to the bank, recomputed exactly.
+
+    ``search(z, m)`` returns the m largest similarities (any order) and their bank indices,
+    each within ``delta`` of its exact value (:func:`_exact_dots`). With t the k-th largest
+    found, every bank row above t + 2 delta is surely among the k nearest and every row below
+    t - 2 delta surely not; the k-th largest exact similarity is the one of rank k - (rows above)
+    among the rows in between, whose similarities are recomputed exactly. When the m found do not
+    reach below t - 2 delta, the row is searched again with 4 m. The result is therefore the
+    same, bit for bit, whichever search (backend, block of queries) ran."""
+    bank = state["bank"]
+    n_bank = bank.shape[0]
+    vals, idx = search(z, m)
+    vals = np.asarray(vals, dtype=np.float64)  # the band's edges in float64
+    t = np.partition(vals, vals.shape[1] - kk, axis=1)[:, vals.shape[1] - kk]
+    done = (m >= n_bank) | (vals.min(axis=1) < t - 2 * delta)
+    kth = np.empty(z.shape[0])
+    if not done.all():  # the band around t reaches beyond the m found: search wider
+        m2 = min(n_bank, 4 * m)
+        wide = search if m2 <= 2048 else _knn_numpy_search(bank)
+        kth[~done] = _kth_similarity(z[~done], state, kk, m2, wide, delta)
+    vals, idx, t, zd = vals[done], idx[done], t[done], z[done]
+    above = np.sum(vals > t[:, None] + 2 * delta, axis=1)
+    rows, cols = np.nonzero(np.abs(vals - t[:, None]) <= 2 * delta)  # rows ascending
+    exact = _exact_dots(zd[rows], bank[idx[rows, cols]])
+    order = np.lexsort((-exact, rows))
+    first = np.searchsorted(rows, np.arange(zd.shape[0]))
+    kth[done] = exact[order][first + kk - above - 1]
+    return kth
+
+
+def _knn_numpy_search(bank: np.ndarray) -> Callable[[np.ndarray, int], tuple]:
+    def search(z: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        sim = z @ bank.T
+        if m >= bank.shape[0]:
+            return sim, np.broadcast_to(np.arange(bank.shape[0]), sim.shape)
+        idx = np.argpartition(sim, sim.shape[1] - m, axis=1)[:, sim.shape[1] - m:]
+        return np.take_along_axis(sim, idx, axis=1), idx
+    return search
+
+
+def _knn_torch_search(state: Mapping[str, Any]) -> Callable[[np.ndarray, int], tuple]:
+    import torch
+
+    bank = state["tensor"]
+
+    def search(z: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        sim = torch.from_numpy(z).to(bank.device) @ bank.T
+        vals, idx = torch.topk(sim, min(m, bank.shape[0]), dim=1, sorted=False)
+        return vals.cpu().numpy(), idx.cpu().numpy()
+    return search
+
+
+def _knn(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *, k: int = 50,
+         backend: str = "auto") -> np.ndarray:
+    bank = state["bank"]
+    n_bank, d = bank.shape
+    kk = min(_knn_k(k), n_bank)
+    z = _unit(_features(inputs["embedding"], d, "embedding"), "embedding")
+    name = state["backend"]
+    rows = max(1, _KNN_BLOCK // n_bank)
+    if name == "numpy":
+        search, delta = _knn_numpy_search(bank), state["delta"]
+    else:
+        z = np.ascontiguousarray(z, dtype=np.float32)  # the bank's rounding
+        u_in = 0.0
+        if name == "numpy32":
+            search = _knn_numpy_search(bank)
+        elif name == "faiss":
+            def search(z: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+                return state["index"].search(z, m)
+            rows = 1 << 14
+        else:
+            search = _knn_torch_search(state)
+            if state["tensor"].is_cuda:
+                import torch
+
+                rows = max(1, (_KNN_BLOCK << 3) // n_bank)
+                if torch.backends.cuda.matmul.allow_tf32:  # inputs rounded to 10 bits
+                    u_in = 2.0**-11
+        delta = _dot_error(d, u_in, 2.0**-24)
+    m = min(n_bank, kk + max(8, kk // 4))  # a margin of candidates beyond the k-th
     u = np.empty(z.shape[0])
-    rows = max(1, (1 << 24) // bank.shape[0])  # at most 2^24 similarities (128 MiB) at once
     for i in range(0, z.shape[0], rows):
-        sim = z[i:i + rows] @ bank.T
-        kth = -np.partition(-sim, kk - 1, axis=1)[:, kk - 1]  # the k-th largest similarity
+        kth = _kth_similarity(z[i:i + rows], state, kk, m, search, delta)
         u[i:i + rows] = np.sqrt(np.maximum(2.0 - 2.0 * kth, 0.0))
     return u
 
@@ -530,7 +700,14 @@ def _head(w: Any, b: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[str, Any]:
-    x = _fit_embedding(fit)
+    # Precision (docs/conventions.md#s-4): the products of the features (the covariance's
+    # X^T X per block, the projections onto the residual space and onto the head) run in
+    # float32 BLAS; float64 where accuracy needs it: the origin -pinv(W) b (a small least-
+    # squares problem, ill-conditioned when W is), the mean of the features and the sum of the
+    # blocks' X^T X, the eigendecomposition of the covariance (the residual space is the span of
+    # its smallest eigenvalues, which float32 resolves poorly), and alpha (a ratio of sums over
+    # every fit sample).
+    x = _fit_embedding(fit, keep_float32=True)
     w, b = _head(fit["head_weight"], fit["head_bias"], "vim fit")
     n_feat = x.shape[1]
     if w.shape[1] != n_feat:
@@ -540,30 +717,68 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
     if not 0 <= d < n_feat:
         raise ValueError(f"vim: the principal dimension must lie in [0, {n_feat}) for "
                          f"{n_feat} features, got {d}")
-    origin = -np.linalg.pinv(w) @ b
+    # -pinv(W) b as the minimum-norm least-squares solution of W u = -b (LAPACK gelsd: the
+    # same cut of small singular values as pinv's default, without forming pinv(W), whose
+    # gesdd is slow on a busy machine: 2 s for a 100 x 512 head on 2 threads)
+    origin = -np.linalg.lstsq(w, b, rcond=None)[0]
+    # E[(x - origin)(x - origin)^T] = the covariance about the mean (float32 products of the
+    # features centred in float64) + the mean's offset from the origin (a float64 outer product):
+    # the float32 rounding then scales with the spread of the features, not with their offset
+    mean = x.mean(axis=0, dtype=np.float64)
+    buf = np.empty((min(_CHUNK, x.shape[0]), n_feat), np.float32)
     cov = np.zeros((n_feat, n_feat))
     for i in range(0, x.shape[0], _CHUNK):
-        c = x[i:i + _CHUNK] - origin
+        c = buf[:min(_CHUNK, x.shape[0] - i)]
+        np.subtract(x[i:i + _CHUNK], mean, out=c, casting="same_kind")
         cov += c.T @ c
-    _, vectors = np.linalg.eigh(cov / x.shape[0])  # ascending eigenvalues
-    residual_space = np.ascontiguousarray(vectors[:, :n_feat - d])
-    max_logit = np.concatenate([(x[i:i + _CHUNK] @ w.T + b).max(axis=1)
-                                for i in range(0, x.shape[0], _CHUNK)])
-    residual = np.linalg.norm((x - origin) @ residual_space, axis=1)
+    cov = cov / x.shape[0] + np.outer(mean - origin, mean - origin)
+    _, vectors = _eigh_one_thread(cov)  # ascending eigenvalues
+    state = {"origin": origin, "residual_space": np.ascontiguousarray(
+        vectors[:, :n_feat - d], dtype=np.float32), "alpha": 1.0, "dim": d}
+    max_logit, residual = _vim_parts(x, w, b, state)
     if residual.sum() <= 0:
         raise ValueError("vim: the fit features have no residual outside the principal space; "
                          "alpha is undefined (lower dim)")
-    return {"origin": origin, "residual_space": residual_space,
-            "alpha": float(max_logit.sum() / residual.sum()), "dim": d}
+    state["alpha"] = float(max_logit.sum() / residual.sum())
+    return state
+
+
+def _eigh_one_thread(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.linalg.eigh`` on one BLAS thread: LAPACK's tridiagonal reduction is a chain of
+    small matrix-vector products that threads only slow down (3-4x on 2 busy cores, at 512 and
+    2048 features), and one thread makes the result independent of the thread count."""
+    from threadpoolctl import threadpool_limits  # (imported on use: this module is numpy only)
+
+    with threadpool_limits(1, user_api="blas"):
+        return np.linalg.eigh(a)
+
+
+def _vim_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray, state: Mapping[str, Any],
+               energy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(max logit or logsumexp of the logits, residual norm)`` of each row of ``x`` (float64):
+    one float32 product per block of rows with [W^T, residual space], then float64."""
+    space = state["residual_space"]
+    n_cls = w.shape[0]
+    proj = np.ascontiguousarray(np.concatenate([w.T.astype(np.float32), space], axis=1))
+    shift = np.concatenate([b, -(state["origin"] @ space.astype(np.float64))])
+    buf = np.empty((min(_CHUNK, x.shape[0]), x.shape[1]), np.float32)
+    first, residual = np.empty(x.shape[0]), np.empty(x.shape[0])
+    for i in range(0, x.shape[0], _CHUNK):
+        c = buf[:min(_CHUNK, x.shape[0] - i)]
+        np.copyto(c, x[i:i + _CHUNK], casting="same_kind")
+        out = (c @ proj).astype(np.float64) + shift  # [logits, (x - origin) @ space]
+        first[i:i + _CHUNK] = (_logsumexp(out[:, :n_cls], axis=1) if energy
+                               else out[:, :n_cls].max(axis=1))
+        residual[i:i + _CHUNK] = np.linalg.norm(out[:, n_cls:], axis=1)
+    return first, residual
 
 
 def _vim(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
          dim: int | None = None) -> np.ndarray:
     w, b = _head(inputs["head_weight"], inputs["head_bias"], "vim")
     x = _features(inputs["embedding"], state["origin"].size, "embedding")
-    vlogit = state["alpha"] * np.linalg.norm((x - state["origin"]) @ state["residual_space"],
-                                             axis=1)
-    return vlogit - _logsumexp(x @ w.T + b, axis=1)
+    energy, residual = _vim_parts(x, w, b, state, energy=True)
+    return state["alpha"] * residual - energy
 
 
 def _react_fit(fit: Mapping[str, np.ndarray], *, percentile: float = 90.0) -> dict[str, Any]:
@@ -590,7 +805,8 @@ _register("mahalanobis", "minimum squared Mahalanobis distance to the class mean
 _register("knn", "distance to the k-th nearest fit feature, L2-normalised features (k = 50)",
           {"embedding", "fit"}, _knn,
           "Sun, Ming, Zhu & Li (2022), Out-of-distribution detection with deep nearest "
-          "neighbors", fit_func=_knn_fit, fit_keys=frozenset({"embedding"}), params={"k": 50},
+          "neighbors", fit_func=_knn_fit, fit_keys=frozenset({"embedding"}),
+          params={"k": 50, "backend": "auto"},
           grid={"k": (50, 100, 200, 500, 1000)})
 _register("vim", "virtual logit (alpha x residual norm) minus energy", {"embedding", "head", "fit"},
           _vim, "Wang, Li, Feng & Zhang (2022), ViM: out-of-distribution with virtual-logit "

@@ -12,6 +12,7 @@ module          owns
 ``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser
 ``fused``       the default training step: hand-written forward/backward, one flat buffer, one Adam
 ``plan``        the execution plan: memory per network, chunks, threads, running the chunks
+``autoplan``    ``"auto"`` chunk and concurrency: measured once per device, recorded in a JSON file
 ==============  ===============================================================================
 
 All networks of a study cell (repetitions × members, or repetitions for dropout nets) live on a
@@ -23,17 +24,18 @@ from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {
-    ".config": ["L2_MODES", "RECIPES", "Recipe", "TrainConfig"],
+    ".config": ["AUTO", "L2_MODES", "RECIPES", "Recipe", "TrainConfig"],
     ".heads": ["HEADS", "Head"],
     ".network": ["BatchedMLP", "NetworkBatch", "xavier_uniform"],
     ".objectives": ["OBJECTIVES", "Objective"],
     ".plan": ["ExecutionPlan", "JobResult", "TrainJob", "bytes_per_network", "chunk_size",
-              "execute", "make_plan", "single_threaded"],
+              "execute", "make_plan", "map_chunks", "recording_plans", "single_threaded"],
     ".samplers": ["SAMPLERS", "Sampler"],
     ".train": ["half_mse", "objective", "predict_batched", "predict_decomposed", "train_batched"],
 })
 
 __all__ = [
+    "AUTO",
     "HEADS",
     "L2_MODES",
     "OBJECTIVES",
@@ -54,9 +56,11 @@ __all__ = [
     "execute",
     "half_mse",
     "make_plan",
+    "map_chunks",
     "objective",
     "predict_batched",
     "predict_decomposed",
+    "recording_plans",
     "single_threaded",
     "train_batched",
     "xavier_uniform",

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,9 @@ L2_MODES = ("coupled", "sum", "decoupled", "none")
 DTYPES = ("float32", "float64")
 #: Training-step implementations (``TrainConfig.backend``).
 BACKENDS = ("fused", "autograd")
+#: The value of ``TrainConfig.chunk_networks`` / ``parallel_chunks`` that asks the engine to
+#: measure the fastest setting on the device once and record it (:mod:`uqreg.engine.autoplan`).
+AUTO = "auto"
 
 
 class ConfigError(InputError):
@@ -55,6 +59,11 @@ class ConfigError(InputError):
 def is_int(value) -> bool:
     """True for a Python or numpy integer (not a bool)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_auto(value) -> bool:
+    """True for :data:`AUTO` (``"auto"``)."""
+    return isinstance(value, str) and value == AUTO
 
 
 def is_finite(value) -> bool:
@@ -172,10 +181,12 @@ class TrainConfig:
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     max_memory : float
         Memory budget in bytes for one chunk of networks; the network axis is chunked to it.
-    chunk_networks : int or None
-        Networks trained together in one chunk (bounded by the memory budget). Chunk boundaries
-        come from the configuration only, never from the cores or workers; ``None``: only the
-        memory budget bounds the chunk. A chunk of one network is computed as two copies of it
+    chunk_networks : int, "auto" or None
+        Networks trained together in one chunk (bounded by the memory budget). ``None``: only the
+        memory budget bounds the chunk. ``"auto"``: the fastest chunk on this device, measured
+        once by a short calibration and recorded (:mod:`uqreg.engine.autoplan`; the command
+        line's default on CUDA). Results do not depend on the chunk (bit for bit on the CPU;
+        docs/conventions.md#r-5). A chunk of one network is computed as two copies of it
         (:data:`uqreg.engine.plan.MIN_BATCH`), so that its rounding is that of any larger chunk.
     adam : str
         ``"foreach"`` (multi-tensor) or ``"fused"`` Adam implementation of PyTorch. (PyTorch's
@@ -185,10 +196,11 @@ class TrainConfig:
         Training step (:data:`BACKENDS`): ``"fused"``, the hand-written forward/backward with one
         fused Adam call over one flat buffer (:mod:`uqreg.engine.fused`), or ``"autograd"``,
         autograd and ``torch.optim`` (``adam`` selects its Adam). Both train the same networks.
-    parallel_chunks : int or None
-        Chunks trained concurrently by threads, each with ONE torch intra-op thread;
-        ``None``: the number of available cores on the CPU, 1 on CUDA. The memory budget is
-        shared by the concurrent chunks. Execution only: results do not depend on it.
+    parallel_chunks : int, "auto" or None
+        Chunks trained concurrently by threads, each with ONE torch intra-op thread (on CUDA,
+        each on its own CUDA stream); ``None``: the number of available cores on the CPU, 1 on
+        CUDA; ``"auto"``: measured with the chunk (as ``chunk_networks="auto"``). The memory
+        budget is shared by the concurrent chunks. Execution only: results do not depend on it.
     """
 
     hidden: tuple[int, ...] = (128, 64, 32)
@@ -210,10 +222,10 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     max_memory: float = 4e9
-    chunk_networks: int | None = 64
+    chunk_networks: int | str | None = 64
     adam: str = "foreach"
     backend: str = "fused"
-    parallel_chunks: int | None = None
+    parallel_chunks: int | str | None = None
 
     def __post_init__(self):
         def int_at_least(low, optional=False):
@@ -240,10 +252,12 @@ class TrainConfig:
             ("nll_beta", lambda v: is_finite(v) and 0 <= v <= 1, "must be a number in [0, 1]"),
             ("dtype", lambda v: v in DTYPES, f"must be one of {', '.join(DTYPES)}"),
             ("max_memory", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
-            ("chunk_networks", int_at_least(1, optional=True), int_req(1)),
+            ("chunk_networks", lambda v: is_auto(v) or int_at_least(1, optional=True)(v),
+             int_req(1) + " or auto"),
             ("adam", lambda v: v in ("foreach", "fused"), "must be foreach or fused"),
             ("backend", lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
-            ("parallel_chunks", int_at_least(1, optional=True), int_req(1)),
+            ("parallel_chunks", lambda v: is_auto(v) or int_at_least(1, optional=True)(v),
+             int_req(1) + " or auto"),
         )
         for name, ok, requirement in checks:
             if not ok(getattr(self, name)):
@@ -274,3 +288,30 @@ class TrainConfig:
         import torch  # where the work runs (a configuration imports no torch)
 
         return getattr(torch, self.dtype)
+
+
+#: The fields ``"auto"`` applies to (:func:`cuda_plan_defaults`).
+PLAN_FIELDS = ("chunk_networks", "parallel_chunks")
+
+
+def cuda_plan_defaults(cfg: TrainConfig, given: Collection[str] = ()) -> TrainConfig:
+    """``cfg`` with ``"auto"`` chunk and concurrency on CUDA, except the fields in ``given``
+    (set by the user): the command line's default there, since the CPU's 64 networks one chunk
+    at a time leave a GPU mostly idle. On the CPU ``cfg`` is returned unchanged (its defaults,
+    results and speed stay as they were).
+
+    Examples
+    --------
+    >>> cuda_plan_defaults(TrainConfig(device="cuda"), given={"parallel_chunks"}).chunk_networks
+    'auto'
+    >>> cuda_plan_defaults(TrainConfig()).chunk_networks
+    64
+    """
+    if not cfg.device.startswith("cuda"):
+        return cfg
+    return replace(cfg, **{f: AUTO for f in PLAN_FIELDS if f not in given})
+
+
+def int_or_auto(text: str) -> int | str:
+    """Parse a command-line value: ``"auto"`` or an integer."""
+    return AUTO if text.strip() == AUTO else int(text)

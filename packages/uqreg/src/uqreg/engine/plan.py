@@ -23,6 +23,12 @@ Results must not depend on how they were executed (a study, a Dask sweep on any 
   of 40, while batches of 2 and 40 agree), so a network that ended up alone in its chunk (the
   last network of a job, or ``chunk_networks=1``) would round differently. The memory budget
   must therefore hold two networks.
+
+The chunk and the concurrent chunks are fixed by the configuration (``chunk_networks``, 64
+by default: tuned on 2 CPU cores) or, with ``"auto"``, measured on the device once and recorded
+(:mod:`uqreg.engine.autoplan`; the command line's default on CUDA). On CUDA, concurrent chunks
+run on one CUDA stream each (:func:`map_chunks`): the same kernels on the same shapes, so the
+same bits as one after another.
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
 
-from .config import TrainConfig
+from .config import TrainConfig, is_auto
 from .heads import HEADS
 from .network import NetworkBatch
 from .objectives import OBJECTIVES
@@ -135,7 +142,8 @@ MIN_BATCH = 2
 
 def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     """Networks per chunk, from the configuration only: ``cfg.chunk_networks`` bounded by the
-    memory budget ``cfg.max_memory``; raises if fewer than :data:`MIN_BATCH` networks fit the
+    memory budget ``cfg.max_memory`` (``"auto"``: the budget's bound; :func:`make_plan` puts the
+    measured chunk in its place); raises if fewer than :data:`MIN_BATCH` networks fit the
     budget (a chunk of one is computed as :data:`MIN_BATCH` copies)."""
     size = int(cfg.max_memory // per_network)
     if size < MIN_BATCH:
@@ -145,7 +153,7 @@ def chunk_size(per_network: int, cfg: TrainConfig) -> int:
             f"chunk of one is computed as two); raise --max-memory, or reduce the training set (--n-train) or the "
             f"MC passes (--mc-samples)"
         )
-    if cfg.chunk_networks is not None:
+    if cfg.chunk_networks is not None and not is_auto(cfg.chunk_networks):  # auto: bounded by memory here
         size = min(size, cfg.chunk_networks)
     return size
 
@@ -182,36 +190,106 @@ class ExecutionPlan:
     per_network : int
         Bytes one network needs.
     chunk : int
-        Networks per chunk (from the configuration only).
+        Networks per chunk (from the configuration, or measured for ``"auto"``).
     n_chunks : int
     workers : int
-        Chunks run at once (each with one torch thread); bounded by the cores (or
-        ``cfg.parallel_chunks``; 1 on CUDA) and by the memory budget they share.
+        Chunks run at once (each with one torch thread; on CUDA each on its own stream);
+        bounded by the cores (or ``cfg.parallel_chunks``; 1 on CUDA) and by the memory budget
+        they share.
+    source : str
+        Where chunk and workers come from: ``"fixed"`` (the configuration), ``"measured"`` (by
+        this process) or ``"recorded"`` (an earlier measurement: :mod:`uqreg.engine.autoplan`).
     """
 
     per_network: int
     chunk: int
     n_chunks: int
     workers: int
+    source: str = "fixed"
 
     def chunks(self, nets: NetworkBatch) -> list[NetworkBatch]:
         return list(nets.chunks(self.chunk))
 
+    def to_dict(self) -> dict:
+        """The plan as a JSON-able dict (execution only: no result depends on it)."""
+        return asdict(self)
+
+
+#: The plans :func:`make_plan` measured or read from the record inside :func:`recording_plans`.
+_recorded: ContextVar[list | None] = ContextVar("uqreg_engine_plans", default=None)
+
+
+@contextmanager
+def recording_plans() -> Iterator[list[dict]]:
+    """Collect, into the yielded list, every measured plan (``"auto"``) :func:`make_plan` gives
+    inside the block, once per shape class: ``{"shape": ..., "device": ..., "chunk": ...,
+    "workers": ...}`` (what a study records in its ``engine_plans`` attr)."""
+    plans: list[dict] = []
+    token = _recorded.set(plans)
+    try:
+        yield plans
+    finally:
+        _recorded.reset(token)
+
 
 def make_plan(job: TrainJob) -> ExecutionPlan:
-    """The execution plan of ``job`` (raises ValueError if one network exceeds the budget)."""
+    """The execution plan of ``job`` (raises ValueError if one network exceeds the budget).
+    ``"auto"`` settings are measured once per device and shape class, or read from the record
+    (:func:`uqreg.engine.autoplan.resolve`)."""
     cfg = job.cfg
     n, d = job.x_train.shape
     per_net = job_bytes_per_network(n, job.x_test.shape[0], d, cfg, head=job.head, sampler=job.sampler,
                                     adversarial=job.adversarial, objective=job.objective)
+    source = "fixed"
+    workers = cfg.parallel_chunks
+    if is_auto(cfg.chunk_networks) or is_auto(workers):
+        from . import autoplan
+
+        chunk_size(per_net, cfg)  # one network above the budget: the message before any measurement
+        measured = autoplan.resolve(job, per_net)
+        source = measured.source
+        if is_auto(cfg.chunk_networks):
+            cfg = replace(cfg, chunk_networks=measured.chunk)
+        if is_auto(workers):
+            workers = measured.workers
+        seen = _recorded.get()
+        if seen is not None:
+            entry = {"shape": autoplan.shape_class(job), "device": measured.device, "chunk": cfg.chunk_networks,
+                     "workers": workers}
+            if entry not in seen:
+                seen.append(entry)
     chunk = chunk_size(per_net, cfg)
     n_chunks = -(-len(job.nets) // chunk)
-    if cfg.device.startswith("cuda"):
-        workers = 1
-    else:
-        workers = cfg.parallel_chunks if cfg.parallel_chunks is not None else available_cores()
+    if workers is None:
+        workers = 1 if cfg.device.startswith("cuda") else available_cores()
     fit = max(1, int(cfg.max_memory // (max(chunk, MIN_BATCH) * per_net)))  # concurrent chunks share the budget
-    return ExecutionPlan(per_net, chunk, n_chunks, max(1, min(workers, fit, n_chunks)))
+    return ExecutionPlan(per_net, chunk, n_chunks, max(1, min(workers, fit, n_chunks)), source)
+
+
+def map_chunks(work: Callable, chunks: list, workers: int, device: torch.device | str) -> list:
+    """``[work(c) for c in chunks]``, ``workers`` at a time: threads with ONE torch thread each
+    (ATen ops release the GIL) and, on CUDA, one CUDA stream per thread, which the thread's work
+    runs on (a chunk's kernels and shapes are those it has alone: the same bits)."""
+    device = torch.device(device)
+    if workers <= 1:
+        return [work(c) for c in chunks]
+    local = threading.local()
+
+    def on_stream(chunk):
+        if device.type != "cuda":
+            return work(chunk)
+        if not hasattr(local, "stream"):
+            local.stream = torch.cuda.Stream(device)
+        # the job's tensors were made on the default stream: wait for them before using them
+        local.stream.wait_stream(torch.cuda.default_stream(device))
+        with torch.cuda.device(device), torch.cuda.stream(local.stream):
+            out = work(chunk)
+            local.stream.synchronize()  # the chunk's results are complete before they are used
+        return out
+
+    # each pool thread sets its own thread-local OpenMP/MKL thread count to 1 as well
+    with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        return list(pool.map(on_stream, chunks))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,14 +378,9 @@ def execute(job: TrainJob, plan: ExecutionPlan | None = None, *,
 
         return first(mean), first(std), first(fit), first(cal[0]), first(cal[1]), first(ale), first(cal[2])
 
-    chunks = plan.chunks(job.nets)
     with single_threaded():
-        if plan.workers > 1:  # ATen ops release the GIL: the threads run the chunks in parallel
-            # each pool thread sets its own thread-local OpenMP/MKL thread count to 1 as well
-            with ThreadPoolExecutor(plan.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                results = list(pool.map(run, chunks))
-        else:
-            results = [run(c) for c in chunks]
+        results = map_chunks(run, plan.chunks(job.nets), plan.workers, job.cfg.device)
+
     def cat(i):
         return None if results[0][i] is None else np.concatenate([r[i] for r in results])
 
@@ -325,7 +398,9 @@ __all__ = [
     "execute",
     "job_bytes_per_network",
     "make_plan",
+    "map_chunks",
     "padded",
     "physical_memory",
+    "recording_plans",
     "single_threaded",
 ]

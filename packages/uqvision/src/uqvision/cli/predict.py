@@ -28,6 +28,7 @@ from .base import _print
 
 if TYPE_CHECKING:
     from ..data import ImageFolderDataset
+    from ..predict import PredictConfig
 
 
 def _data(a: argparse.Namespace) -> ImageFolderDataset:
@@ -74,6 +75,13 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     # every model's classes and existing caches, before anything runs (read once)
     checked = [check_caches(spec, data, a.out, _predict_config(a), dataset_name=a.dataset_name,
                             overwrite=a.overwrite) for spec in a.model]
+    if a.dry_run:
+        import torch
+
+        for line in dry_run_lines(a.model, checked, _predict_config(a),
+                                  cuda_available=torch.cuda.is_available()):
+            _print(line)
+        return 0
     written: list[Path] = []
     for spec, plan in zip(a.model, checked, strict=True):
         paths = predict_to_files(spec, data, a.out, _predict_config(a),
@@ -95,10 +103,29 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
+def dry_run_lines(models: list[str], checked: list[tuple[dict, set]], config: PredictConfig,
+                  *, cuda_available: bool) -> list[str]:
+    """What ``uqvision predict --dry-run`` prints: per model, the caches it would compute and
+    those complete (reused), then the suggestion to decode on the GPU when there is one to
+    make (:func:`uqvision.predict.decoder_suggestion`: ``cuda_available`` and Pillow
+    decoding)."""
+    from ..predict import decoder_suggestion
+
+    lines = []
+    for spec, (paths, missing) in zip(models, checked, strict=True):
+        lines.append(f"{spec}: {len(missing)} of {len(paths)} cache(s) to compute, "
+                     f"{len(paths) - len(missing)} complete (decoder {config.decoder}, device "
+                     f"{config.device})")
+    hint = decoder_suggestion(config.decoder, config.device, cuda_available)
+    return lines + ([hint] if hint else [])
+
+
 def _config_files_predict(a: argparse.Namespace, config) -> list[Path]:
     """``OUT/predict.<digest>.config.toml``: runs add caches to a shared folder, each its own
-    file (named by its options; :func:`uqmetrics.runs.run_config.config_in_by_digest`)."""
-    return [config_in_by_digest(a.out, "predict", config)]
+    file (named by its options; :func:`uqmetrics.runs.run_config.config_in_by_digest`), none
+    for ``--dry-run``, which writes nothing."""
+    return [] if getattr(a, "dry_run", False) else [config_in_by_digest(a.out, "predict",
+                                                                        config)]
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:
@@ -110,4 +137,8 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero-shot", action="store_true",
                    help="embeddings (and u) only, no logits: a folder of classes the model "
                         "never saw (URL's downstream sets)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the models, the folder and the caches there, list the caches "
+                        "to compute and those complete, and on a machine with CUDA suggest "
+                        "--decoder torchvision; nothing is computed or written")
     _add_predict_options(p)

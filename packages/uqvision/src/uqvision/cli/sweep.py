@@ -166,6 +166,13 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                    "the sweep runs (reads every image; not by --dry-run)")
         for plan in plans:
             _print(plan.line)
+        import torch
+
+        from ..predict import decoder_suggestion
+
+        hint = decoder_suggestion(config.decoder, config.device, torch.cuda.is_available())
+        if hint:
+            _print(hint)
         return 0
     if recorded:
         previous = [str(r.get("model", "?")) for r in recorded]

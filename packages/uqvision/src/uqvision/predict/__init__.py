@@ -37,12 +37,17 @@ gathered onto every rank in sample order before anything is written (rank 0 writ
 One concern per module; every name is importable from ``uqvision.predict`` itself:
 
 - :mod:`~.config`: :class:`PredictConfig`, :data:`AMP_MODES` (:func:`amp_mode`),
-  :func:`resolve_channels_last` and :data:`CHANNELS_LAST_CPU_FAMILIES`,
+  :func:`resolve_channels_last` and :data:`CHANNELS_LAST_CPU_FAMILIES`, the image decoders
+  (:data:`DECODERS`, :class:`Decoder`, :data:`DEVICE_DECODING_MODES`,
+  :func:`decoder_suggestion`),
   :data:`DEFAULT_PASSES`, :data:`REFERENCE_EXECUTION`, :data:`PREDICT_CONFIG_OPTIONS`;
 - :mod:`~.variables`: the cache variables (:data:`CACHE_VARIABLES`, :class:`CacheVariable`);
 - :mod:`~.options`: the command-line options of a prediction (:data:`PREDICT_OPTIONS`,
   :func:`add_predict_options`) and the config they give (:func:`predict_config`);
-- :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`);
+- :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`) and the
+  dataset a decoder gives it (:func:`eval_dataset`);
+- :mod:`~.device_decode`: JPEGs decoded, resized and normalised on the prediction's device
+  (``decoder="torchvision"``);
 - :mod:`~.modes`: the prediction modes (:data:`PASS_MODES`, :func:`head_only_dropout`,
   :data:`MC_DROPOUT_PATHS`);
 - :mod:`~.plan`: a request's checks, its caches (:func:`cache_plan`, :func:`sample_label`) and
@@ -58,12 +63,13 @@ from uqmetrics.runs.lazy import attach
 
 # every name imported on first use (docs/conventions.md#fast-help)
 __getattr__, __dir__ = attach(__name__, {
-    ".config": ["AMP_MODES", "CHANNELS_LAST_CPU_FAMILIES", "DEFAULT_PASSES",
-                "PREDICT_CONFIG_OPTIONS", "REFERENCE_EXECUTION", "PredictConfig", "amp_mode",
+    ".config": ["AMP_MODES", "CHANNELS_LAST_CPU_FAMILIES", "DECODERS", "DEFAULT_PASSES",
+                "DEVICE_DECODING_MODES", "PREDICT_CONFIG_OPTIONS", "REFERENCE_EXECUTION",
+                "Decoder", "PredictConfig", "amp_mode", "decoder_suggestion",
                 "resolve_channels_last"],
     ".core": ["predict"],
     ".files": ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_files"],
-    ".loop": ["OWN_UNCERTAINTY", "run_loader"],
+    ".loop": ["OWN_UNCERTAINTY", "eval_dataset", "run_loader"],
     ".modes": ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"],
     ".options": ["PREDICT_OPTIONS", "add_predict_options", "predict_config"],
     ".plan": ["cache_plan", "sample_label"],
@@ -74,7 +80,9 @@ __all__ = [
     "AMP_MODES",
     "CACHE_VARIABLES",
     "CHANNELS_LAST_CPU_FAMILIES",
+    "DECODERS",
     "DEFAULT_PASSES",
+    "DEVICE_DECODING_MODES",
     "IDENTITY_FIELDS",
     "MC_DROPOUT_PATHS",
     "OWN_UNCERTAINTY",
@@ -83,10 +91,13 @@ __all__ = [
     "PREDICT_OPTIONS",
     "REFERENCE_EXECUTION",
     "CacheVariable",
+    "Decoder",
     "PredictConfig",
     "add_predict_options",
     "cache_identity",
     "check_caches",
+    "decoder_suggestion",
+    "eval_dataset",
     "head_only_dropout",
     "predict",
     "predict_config",

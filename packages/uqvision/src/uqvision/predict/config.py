@@ -1,6 +1,7 @@
 """The options of a prediction: :class:`PredictConfig`, its autocast modes (:data:`AMP_MODES`,
 :func:`amp_mode`), the default passes of a mode (:data:`DEFAULT_PASSES`), the pinned execution
-of the reproduction drivers (:data:`REFERENCE_EXECUTION`) and the command-line options of its
+of the reproduction drivers (:data:`REFERENCE_EXECUTION`), the image decoders
+(:data:`DECODERS`, :func:`decoder_suggestion`) and the command-line options of its
 evaluation-set and cache-variable fields (:data:`PREDICT_CONFIG_OPTIONS`).
 """
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from uqmetrics.metrics.registry import Registry
 
 from ..evalsets import DEFAULT_EVAL_SET, EVAL_SETS
 from ..options import ConfigOption
@@ -20,13 +23,76 @@ if TYPE_CHECKING:
 __all__ = [
     "AMP_MODES",
     "CHANNELS_LAST_CPU_FAMILIES",
+    "DECODERS",
     "DEFAULT_PASSES",
+    "DEVICE_DECODING_MODES",
     "PREDICT_CONFIG_OPTIONS",
     "REFERENCE_EXECUTION",
+    "Decoder",
     "PredictConfig",
     "amp_mode",
+    "decoder_suggestion",
     "resolve_channels_last",
 ]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How a prediction turns image files into the network's input (``PredictConfig.decoder``).
+
+    Attributes
+    ----------
+    name : str
+    description : str
+        One line (CLI help).
+    on_device : bool
+        Whether it decodes and resizes on the prediction's device
+        (:mod:`uqvision.predict.device_decode`); the loader's workers then only read bytes.
+    """
+
+    name: str
+    description: str
+    on_device: bool
+
+
+#: The image decoders of a prediction (``PredictConfig.decoder``, ``--decoder``); part of a
+#: cache's identity (docs/conventions.md#v-decoders).
+DECODERS: Registry[Decoder] = Registry("decoder")
+DECODERS.register(Decoder(
+    "pil", "Pillow on the CPU, in the loader's workers, then the model's own timm transform "
+           "(the default: the pixels of timm's own loop, bit for bit)", on_device=False))
+DECODERS.register(Decoder(
+    "torchvision", "torchvision.io.decode_jpeg in batches on --device (nvJPEG on CUDA, "
+                   "libjpeg-turbo on the CPU), resized, cropped and normalised there; the "
+                   "workers only read file bytes; a preprocessing of its own (pixels differ "
+                   "from Pillow's)", on_device=True))
+
+#: Modes whose input is the model's evaluation transform, the only ones a decoder on the
+#: device runs (an augmentation of ``tta``, or a protocol's mode, is made on PIL images).
+DEVICE_DECODING_MODES = ("plain", "mc_dropout")
+
+
+def decoder_suggestion(decoder: str, device: str, cuda_available: bool) -> str | None:
+    """The line a dry run prints to suggest decoding on the GPU, ``None`` when there is none
+    to make: the prediction runs on CUDA (or CUDA is available and ``device`` is the CPU) and
+    decodes with Pillow on the CPU.
+
+    Examples
+    --------
+    >>> decoder_suggestion("pil", "cpu", cuda_available=False) is None
+    True
+    >>> decoder_suggestion("torchvision", "cuda", cuda_available=True) is None
+    True
+    >>> decoder_suggestion("pil", "cuda", cuda_available=True)[:48]
+    'suggestion: --decoder torchvision decodes the JP'
+    """
+    if not cuda_available or DECODERS.lookup(decoder).on_device:
+        return None
+    where = "" if str(device).startswith("cuda") else " with --device cuda"
+    return ("suggestion: --decoder torchvision decodes the JPEGs on the GPU (nvJPEG, in "
+            f"batches){where}, where Pillow on the loader's CPU workers bounds the speed; its "
+            "pixels differ from Pillow's (a preprocessing of its own: caches of the two never "
+            "mix; docs/conventions.md#v-decoders)")
 
 
 @dataclass
@@ -87,6 +153,15 @@ class PredictConfig:
     share one class space. ``None``: the folder's own classes, as many as the model's outputs
     (a random network gets that many); refused for an OOD folder, which has none of the
     model's classes (docs/conventions.md#v-6).
+
+    ``decoder`` (:data:`DECODERS`) is how the image files become the network's input:
+    ``"pil"`` (the default) decodes with Pillow in the loader's workers and applies the
+    model's timm transform, the pixels of timm's own loop; ``"torchvision"`` decodes JPEGs
+    with ``torchvision.io.decode_jpeg`` in batches on ``device`` (nvJPEG on CUDA) and resizes,
+    crops and normalises them there (:mod:`uqvision.predict.device_decode`), for the modes of
+    :data:`DEVICE_DECODING_MODES`. Its pixels differ from Pillow's, so it is a preprocessing
+    of its own: part of a cache's identity, recorded in its attrs (``decoder``;
+    docs/conventions.md#v-decoders).
     """
 
     mode: str = "plain"
@@ -111,6 +186,7 @@ class PredictConfig:
     role: str | None = None
     extra_variables: tuple[str, ...] = ()
     model_classes: tuple[str, ...] | None = None
+    decoder: str = "pil"
 
     def __post_init__(self):
         if self.passes is None:

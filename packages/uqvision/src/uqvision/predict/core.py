@@ -25,7 +25,7 @@ from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
 from ..models import ModelSpec, recorded_class_names
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
-from .config import PredictConfig, resolve_channels_last
+from .config import DECODERS, PredictConfig, resolve_channels_last
 from .decoded import decoded_folder, decoded_key
 from .modes import PASS_MODES
 from .plan import (
@@ -177,8 +177,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                 "written: run the sweep again")
     side_sha = _sidecar_sha256(spec)
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
-    if decoded is not None:
-        folder = decoded_folder(folder, decoded, fingerprint)
+    if decoded is not None and not DECODERS.lookup(config.decoder).on_device:
+        folder = decoded_folder(folder, decoded, fingerprint)  # Pillow's pixels
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device):
@@ -236,7 +236,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  "folder_classes": json.dumps(list(folder.classes)), "device": device,
                  "world_size": world, "wall_time_s": wall, "amp": config.amp,
                  "channels_last": int(config.channels_last),
-                 "channels_last_source": cl_source,
+                 "channels_last_source": cl_source, "decoder": config.decoder,
                  **eval_set_attrs(config.eval_set, member, config.role),
                  **dict(attrs or {})}
         if mc_path is not None:

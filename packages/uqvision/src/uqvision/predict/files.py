@@ -53,12 +53,15 @@ __all__ = ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_file
 #: there (:func:`predict_to_files`), so that one model's caches never mix formats. ``skipped_images``
 #: (how many unreadable images a cache left out) must be 0 unless the request allows skipping
 #: them. ``eval_set`` and ``eval_member`` are the evaluation set (its class map made the
-#: labels; a cache recorded before them is of the generic ``folder`` set, no member). Beyond
-#: the identity, a cache must hold every variable of the request's ``extra_variables``.
+#: labels; a cache recorded before them is of the generic ``folder`` set, no member).
+#: ``decoder`` is how the images were decoded (``PredictConfig.decoder``: its pixels differ
+#: from Pillow's, so caches of two decoders are never mixed; a cache recorded before the
+#: option was decoded by Pillow, ``"pil"``). Beyond the identity, a cache must hold every
+#: variable of the request's ``extra_variables``.
 IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
                    "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
                    "channels_last", "train_data", "sample_index", "pass_index",
-                   "skipped_images", "eval_set", "eval_member")
+                   "skipped_images", "eval_set", "eval_member", "decoder")
 
 
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,7 +69,8 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
     field it does not record. ``dataset`` is the dataset fingerprint (relative paths, class
     folders, file sizes and contents; :func:`uqvision.data.dataset_fingerprint`); ``eval_set`` and
     ``eval_member`` are ``"folder"`` and ``""`` for a cache recorded before evaluation sets
-    (:func:`uqvision.evalsets.cache_eval_set`)."""
+    (:func:`uqvision.evalsets.cache_eval_set`); ``decoder`` is ``"pil"`` for a cache recorded
+    before decoders."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
     cfg = a.get("config") if isinstance(a.get("config"), dict) else {}
     evals = cache_eval_set(attrs)
@@ -80,7 +84,8 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
             "train_data": cfg.get("train_data"), "sample_index": a.get("sample_index"),
             "pass_index": a.get("pass_index"),
             "skipped_images": int(a.get("n_skipped_images", 0)),
-            "eval_set": evals["eval_set"], "eval_member": evals["eval_member"]}
+            "eval_set": evals["eval_set"], "eval_member": evals["eval_member"],
+            "decoder": cfg.get("decoder") or "pil"}
 
 
 def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) -> str:
@@ -179,7 +184,8 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "train_data": config.train_data, "sample_index": k, "pass_index": p,
                 "skipped_images": have["skipped_images"] if config.skip_bad_images else 0,
                 "eval_set": config.eval_set,
-                "eval_member": "" if member is None else member.name}
+                "eval_member": "" if member is None else member.name,
+                "decoder": config.decoder}
         diff = [f"{f} {_show(f, have[f], cached.attrs, '')} vs "
                 f"{_show(f, want[f], None, str(folder.root.resolve()))}"
                 for f in IDENTITY_FIELDS if have[f] != want[f]]

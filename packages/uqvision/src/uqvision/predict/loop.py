@@ -15,9 +15,29 @@ from ..models import LoadedModel
 from ..runtime import loader_workers
 from ..training.dropout import PerSampleDropout
 from ..training.method import StochasticPass
-from .config import AMP_MODES, PredictConfig, resolve_channels_last
+from .config import AMP_MODES, DECODERS, PredictConfig, resolve_channels_last
 
-__all__ = ["OWN_UNCERTAINTY", "run_loader"]
+__all__ = ["OWN_UNCERTAINTY", "eval_dataset", "run_loader"]
+
+
+def eval_dataset(folder, loaded: LoadedModel, cfg: PredictConfig):
+    """``folder`` through ``loaded``'s evaluation transform as ``cfg.decoder`` makes it: the
+    model's transform on Pillow's images (``pil``), or the files' bytes decoded and
+    transformed on the device by :func:`run_loader`
+    (:class:`~uqvision.predict.device_decode.EncodedImages`, a decoder ``on_device``)."""
+    if not DECODERS.lookup(cfg.decoder).on_device:
+        return folder.with_transform(loaded.transform)
+    from .device_decode import DeviceTransform, EncodedImages
+
+    return EncodedImages(folder, DeviceTransform.of(loaded.transform, model=loaded.spec.row))
+
+
+def sample_input(dataset, index: int, cfg: PredictConfig, device: str) -> torch.Tensor:
+    """Sample ``index`` of ``dataset`` as a batch of one on ``device`` (:func:`_to_input`)."""
+    x, _, _ = dataset[int(index)]
+    if callable(getattr(dataset, "to_device", None)):  # decoded on the device
+        return _to_input(dataset.to_device([x], [int(index)], device), cfg, device)
+    return _to_input(x[None], cfg, device)
 
 
 class _OneThread(Dataset):
@@ -56,10 +76,11 @@ def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
     workers = loader_workers(cfg.num_workers, -(-len(indices) // cfg.batch_size), cfg.device)
     if cfg.num_workers is None and getattr(dataset, "whole_batches", False):
         workers = 0  # decoded rows (:mod:`~.decoded`): nothing a worker would overlap
+    collate = getattr(dataset, "collate", None)  # encoded images: a list per batch
     if workers == 0:  # batches made in this process, between the network's forwards
         dataset = _OneThread(dataset)
     loader = DataLoader(Subset(dataset, indices.tolist()), batch_size=cfg.batch_size,
-                        shuffle=False, num_workers=workers,
+                        shuffle=False, num_workers=workers, collate_fn=collate,
                         pin_memory=cfg.device.startswith("cuda"),
                         generator=torch.Generator().manual_seed(cfg.seed))
     yield from loader
@@ -136,8 +157,11 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
     model = loaded.model
     cfg = _resolved_format(model, cfg)
     _set_memory_format(model, cfg)
+    on_device = getattr(dataset, "to_device", None)  # a decoder on the device
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
+            if on_device is not None:
+                x = on_device(x, i.tolist(), device)
             x = _to_input(x, cfg, device)
             outs, feats = [], None
             for r in range(passes):

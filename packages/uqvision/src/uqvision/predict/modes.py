@@ -22,8 +22,9 @@ from .loop import (
     _autocast,
     _resolved_format,
     _set_memory_format,
-    _to_input,
+    eval_dataset,
     run_loader,
+    sample_input,
 )
 
 __all__ = ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"]
@@ -39,7 +40,7 @@ PASS_MODES: Registry[Callable] = Registry("prediction mode", fill="uqvision:load
 @PASS_MODES.register(name="plain")
 def _plain(loaded, folder, cfg, idx, device):
     """The model's own evaluation preprocessing, one pass."""
-    ds = folder.with_transform(loaded.transform)
+    ds = eval_dataset(folder, loaded, cfg)
     return [(0, run_loader(loaded, ds, idx, cfg, device))]
 
 
@@ -77,7 +78,7 @@ def head_only_dropout(loaded: LoadedModel, dataset, index: int, cfg: PredictConf
             or not (hasattr(model, "forward_features") and hasattr(model, "forward_head"))):
         return False
     cfg = _resolved_format(model, cfg)
-    x = _to_input(dataset[int(index)][0][None], cfg, device)
+    x = sample_input(dataset, index, cfg, device)
     _set_memory_format(model, cfg)
     calls: list[int] = []
     handles = [m.register_forward_hook(lambda *_: calls.append(1)) for m in dropout.modules]
@@ -105,7 +106,7 @@ def _mc_dropout(loaded, folder, cfg, idx, device):
         raise ValueError(f"model {loaded.spec.row!r} has no dropout module with p > 0; "
                          "MC dropout is not available for it") from None
     with dropout:
-        ds = folder.with_transform(loaded.transform)
+        ds = eval_dataset(folder, loaded, cfg)
         once = len(idx) > 0 and head_only_dropout(loaded, ds, idx[0], cfg, device, dropout)
         arrays = run_loader(loaded, ds, idx, cfg, device, cfg.passes, dropout, features_once=once)
     arrays["mc_dropout_path"] = np.array([MC_DROPOUT_PATHS[0 if once else 1]])

@@ -13,7 +13,7 @@ from uqmetrics.runs.run_config import add_config_option
 
 from .. import catalog
 from ..options import COUNT, INDEX, ConfigOption, add_config_options, config_kwargs, device_type
-from .config import AMP_MODES, PREDICT_CONFIG_OPTIONS, PredictConfig
+from .config import AMP_MODES, DECODERS, PREDICT_CONFIG_OPTIONS, PredictConfig
 
 __all__ = ["PREDICT_OPTIONS", "add_predict_options", "predict_config"]
 
@@ -62,6 +62,9 @@ PREDICT_OPTIONS = (
                       "cache's identity; default: by architecture, on the CPU for the "
                       "convolutional timm families of uqvision.predict."
                       "CHANNELS_LAST_CPU_FAMILIES, recorded in the caches)"),
+    ConfigOption("decoder", choices=lambda: DECODERS.names(),
+                 help="how the images are decoded (part of a cache's identity; default: "
+                      "{default}; --mode plain and mc_dropout):\n" + DECODERS.describe()),
     ConfigOption("embeddings",
                  help="also cache pre-logit features (what the feature-based OOD detectors "
                       "and URL's zero-shot measures read)"),

@@ -19,7 +19,7 @@ from ..data import TTA_POLICIES, ImageFolderDataset, folder_fingerprint, match_c
 from ..evalsets import EVAL_SETS, EvalMember, map_classes, member_dataset_name, resolve_member
 from ..models import ModelSpec, file_sha256, read_sidecar, sidecar_path
 from ..training.method import TRAINING_METHODS
-from .config import AMP_MODES, PredictConfig
+from .config import AMP_MODES, DECODERS, DEVICE_DECODING_MODES, PredictConfig
 from .modes import PASS_MODES
 from .variables import CACHE_VARIABLES
 
@@ -133,6 +133,11 @@ def _check_config(config: PredictConfig) -> None:
                          f"{config.num_workers}")
     if config.amp not in AMP_MODES:
         raise ValueError(f"amp must be one of {list(AMP_MODES)}, got {config.amp!r}")
+    if DECODERS.lookup(config.decoder).on_device and config.mode not in DEVICE_DECODING_MODES:
+        raise ValueError(f"decoder {config.decoder!r} decodes for the modes "
+                         f"{list(DEVICE_DECODING_MODES)} (the model's evaluation transform), "
+                         f"not mode {config.mode!r}, whose images are transformed as Pillow "
+                         "images: use decoder 'pil'")
     EVAL_SETS.lookup(config.eval_set)
     for name in config.extra_variables:
         CACHE_VARIABLES.lookup(name)

@@ -87,7 +87,8 @@ def preprocessing_groups(cells: Iterable[Cell], targets: Iterable[SweepTarget],
     groups: dict[tuple[str, str], PreprocessingGroup] = {}
     for cell in cells:
         target = by_name.get(cell.params["dataset_name"])
-        if target is None or target.config.mode not in _SHARED_MODES:
+        if (target is None or target.config.mode not in _SHARED_MODES
+                or target.config.decoder != "pil"):  # a decoder on the device: no shared file
             continue
         if not overwrite and is_complete(cell_path(out_dir, cell)):
             continue

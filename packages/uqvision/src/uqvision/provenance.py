@@ -28,7 +28,8 @@ field                     from the cache attrs
 ``mode``, ``passes``,     ``mode``, ``n_passes``, ``tta_policy`` (TTA caches only)
 ``tta``
 ``decoder``               ``decoder`` (``pil`` or ``torchvision``: the pixels of two decoders
-                          differ; ``pil`` for a cache written before the option)
+                          differ; ``pil`` for a cache written before the option, where another
+                          cache of the row records one)
 ``seeds``                 ``{"predict": [...], "train": [...]}``: the distinct prediction seeds
                           (``config.seed``) and training seeds (``train_seed``, >= 0) of the
                           row's caches
@@ -72,7 +73,8 @@ _PER_MODEL = {"checkpoint_sha256": "checkpoint_sha256", "weights_source": "weigh
 #: Fields every cache of the row must share: field -> cache attr.
 _SHARED = {"layout": "label_file_kind", "preprocessing": "data_config", "mode": "mode",
            "passes": "n_passes", "tta": "tta_policy", "decoder": "decoder"}
-#: The value of an attr in a cache written before it was recorded.
+#: The value of an attr in a cache written before it was recorded (when another cache of the
+#: row records it).
 _RECORDED_BEFORE = {"decoder": "pil"}
 
 
@@ -144,6 +146,8 @@ def _row(caches: list[tuple[str, Mapping]]) -> tuple[dict, dict]:
         keyed(field, attr, "model")
     keyed("data_fingerprint", "dataset_fingerprint", "dataset_name")
     for field, attr in _SHARED.items():
+        if not any(attr in a for _, a in caches):
+            continue  # recorded by none of the row's caches
         values = _distinct(_plain(a.get(attr, _RECORDED_BEFORE.get(attr))) for _, a in caches
                            if _plain(a.get(attr, _RECORDED_BEFORE.get(attr))) not in ("", None))
         if len(values) > 1:

@@ -8,7 +8,9 @@ Run from the repository root::
 
 The folder: ``--images`` generated JPEGs of about 500 x 375 pixels (smooth random colour
 fields with noise, quality 90, in 4 class folders; an ImageNet validation image is about
-500 x 375). The models: 8 of timm's ``test_*`` networks with random weights
+500 x 375), each from its own seed, made by threads (any number of images: 5,000 take about
+250 MB of JPEGs and, while the sweep runs, a 750 MB decoded file, which it reads through a
+memory map; both are printed before the first round). The models: 8 of timm's ``test_*`` networks with random weights
 (``pretrained=False``), each written as a checkpoint whose sidecar gives them one data
 configuration, 224 px (``resize 256, centre crop 224, bilinear``; their own mean and std,
 which the shared decoding leaves to each model).
@@ -24,6 +26,15 @@ Each round, in the same order:
   fresh folder, in this process (``uqvision predict`` without the import: its DataLoader
   workers as the command picks them).
 
+Each round also times both sides on the small folder of the warm-up (``SMALL`` = 8 images,
+one batch), after the large one. The cost of a side is then taken as linear in the images,
+``t(n) = F + v n`` through its two points (:func:`fixed_cost`); ``per_cell_fixed_s`` is the
+sweep's ``F`` over its cells (the wall-clock seconds a cell costs whatever its images: model
+build and load, warm-up, reading the decoded file, the cache write, the Dask task; the plan's
+fingerprinting and decoding set-up are shared out among the cells), ``separate_fixed_s`` the
+same for one separate run, and ``marginal_zoo_vs_separate`` the ratio of the two sides' ``v``:
+what ``zoo_vs_separate`` tends to as the folder grows.
+
 ``zoo_vs_separate`` is sweep / separate (median over rounds); ``decodes_per_image`` counts
 the full decodes of the image files during the timed sweeps (the loader's decode functions,
 ``uqvision.data.folders.load_image`` / ``_load_sample`` and the decoded module's, wrapped in
@@ -31,8 +42,8 @@ every process: this one, its DataLoader workers and the Dask workers) per image 
 preprocessing group. Also printed: ``DETAIL`` (the separate runs' decodes per image, whether
 the caches of both sides are bit-identical, the seconds of each side). A warm-up round of
 both sides (not timed) checks the images in every process first (as a command does once).
-Targets (the issue's): ``zoo_vs_separate <= 0.6`` on a CPU, ``<= 0.2`` on a GPU,
-``decodes_per_image = 1``. Timings on a shared machine move with its load: compare numbers
+Targets (the issue's): ``zoo_vs_separate <= 0.6`` on a CPU, ``<= 0.2`` on a GPU at 5,000
+images or more, ``decodes_per_image = 1``. Timings on a shared machine move with its load: compare numbers
 of one run only.
 """
 
@@ -47,6 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -63,21 +75,49 @@ MODELS = ("test_vit", "test_convnext", "test_mambaout", "test_byobnet", "test_co
 DATA_CONFIG = {"input_size": [3, 224, 224], "crop_pct": 0.875, "interpolation": "bilinear",
                "crop_mode": "center"}
 N_CLASSES = 4
+#: Images of the small folder (the warm-up's), timed each round for the fixed costs.
+SMALL = 8
 
 
-def make_jpegs(root: Path, n: int, seed: int = 0) -> Path:
-    """``n`` JPEGs of 500 x 375 (every 4th 375 x 500) in ``N_CLASSES`` class folders."""
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        w, h = (375, 500) if i % 4 == 3 else (500, 375)
-        low = rng.integers(0, 256, (h // 25 + 1, w // 25 + 1, 3), dtype=np.uint8)
-        img = Image.fromarray(low).resize((w, h), Image.BICUBIC)
-        a = np.asarray(img, np.int16) + rng.integers(-20, 21, (h, w, 3), dtype=np.int16)
-        d = root / f"class_{i % N_CLASSES}"
-        d.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(d / f"{i:05d}.jpg",
-                                                                  quality=90)
+def _make_jpeg(root: Path, i: int, seed: int) -> None:
+    rng = np.random.default_rng((seed, i))
+    w, h = (375, 500) if i % 4 == 3 else (500, 375)
+    low = rng.integers(0, 256, (h // 25 + 1, w // 25 + 1, 3), dtype=np.uint8)
+    img = Image.fromarray(low).resize((w, h), Image.BICUBIC)
+    a = np.asarray(img, np.int16) + rng.integers(-20, 21, (h, w, 3), dtype=np.int16)
+    Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(
+        root / f"class_{i % N_CLASSES}" / f"{i:05d}.jpg", quality=90)
+
+
+def make_jpegs(root: Path, n: int, seed: int = 0, threads: int = 1) -> Path:
+    """``n`` JPEGs of 500 x 375 (every 4th 375 x 500) in ``N_CLASSES`` class folders, image
+    ``i`` from the seed ``(seed, i)``: the same files whatever ``threads`` (Pillow and NumPy
+    release the GIL for most of the work)."""
+    for c in range(N_CLASSES):
+        (root / f"class_{c}").mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        list(pool.map(lambda i: _make_jpeg(root, i, seed), range(n)))
     return root
+
+
+def fixed_cost(t_small: float, n_small: int, t_large: float, n_large: int
+               ) -> tuple[float, float]:
+    """``(F, v)`` of the line ``t(n) = F + v n`` through ``(n_small, t_small)`` and
+    ``(n_large, t_large)``: the seconds that do not depend on the images, and the seconds per
+    image. ``n_large > n_small`` (else ``ValueError``).
+
+    >>> fixed_cost(3.0, 8, 13.0, 1008)
+    (2.92, 0.01)
+    """
+    if n_large <= n_small:
+        raise ValueError(f"n_large: {n_large} is not above n_small ({n_small})")
+    v = (t_large - t_small) / (n_large - n_small)
+    return t_small - v * n_small, v
+
+
+def du_mb(path: Path) -> float:
+    """Megabytes of the files below ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
 def make_models(work: Path) -> list[str]:
@@ -157,64 +197,92 @@ def main(argv: list[str] | None = None) -> int:
     from uqvision.runtime import usable_cores
     from uqvision.sweep import sweep_predictions
 
+    if a.images <= SMALL:
+        ap.error(f"--images: {a.images} is not above the small folder's {SMALL}")
     work = Path(a.work or tempfile.mkdtemp(prefix="bench_sweep_"))
     work.mkdir(parents=True, exist_ok=True)
+    cores = usable_cores()
     t0 = time.perf_counter()
-    folder = make_jpegs(work / "jpegs", a.images)
-    warm = make_jpegs(work / "warm", 8, seed=1)
+    for old in ("jpegs", "warm"):  # an earlier run's, maybe of another size or cut
+        shutil.rmtree(work / old, ignore_errors=True)
+    folder = make_jpegs(work / "jpegs", a.images, threads=cores)
+    warm = make_jpegs(work / "warm", SMALL, seed=1, threads=cores)
     specs = make_models(work)
     log_dir = work / "decodes"
     log_dir.mkdir(exist_ok=True)
     install_counter(str(log_dir))
-    cores = usable_cores()
     n_workers = a.workers or (1 if a.device.startswith("cuda") else cores)
     cell_threads = max(1, cores // n_workers)  # the cores shared out, none oversubscribed
     cfg = PredictConfig(batch_size=a.batch_size, device=a.device)
+    decoded_mb = a.images * 224 * 224 * 3 / 1e6
     print(f"bench_sweep: {len(specs)} models ({', '.join(MODELS)}), {a.images} JPEGs "
           f"(~500x375) at 224 px, batch {a.batch_size}, device {a.device}, {cores} cores, "
-          f"{n_workers} Dask worker(s) of {cell_threads} torch thread(s), made in {time.perf_counter() - t0:.1f} s", flush=True)
+          f"{n_workers} Dask worker(s) of {cell_threads} torch thread(s), made in "
+          f"{time.perf_counter() - t0:.1f} s; disk: JPEGs {du_mb(folder):.0f} MB, decoded "
+          f"file {decoded_mb:.0f} MB (memory-mapped), {shutil.disk_usage(work).free / 1e9:.0f} GB "
+          f"free", flush=True)
     rows, sep_decodes, identical = [], [], True
+
+    def both(src: Path, tag: str) -> tuple[float, float, int, int]:
+        """Sweep then separate runs of ``src`` into fresh folders: seconds and decodes of
+        each; the caches compared (bit-identity) and removed."""
+        nonlocal identical
+        out_sweep, out_sep = work / f"sweep{tag}", work / f"separate{tag}"
+        for old in (out_sweep, out_sep):  # an earlier run's, cut: every cache computed
+            shutil.rmtree(old, ignore_errors=True)
+        decodes(log_dir)
+        t = time.perf_counter()
+        report = sweep_predictions(specs, src, out_sweep, cfg, client=client,
+                                   threads=cell_threads)
+        t_sweep = time.perf_counter() - t
+        if report.failed:
+            raise RuntimeError(f"the sweep failed: {report.failed}")
+        n_sweep = decodes(log_dir)
+        t = time.perf_counter()
+        for spec in specs:
+            predict_to_files(spec, src, out_sep, cfg)
+        t_sep = time.perf_counter() - t
+        n_sep = decodes(log_dir)
+        a_l, b_l = logits_of(out_sweep), logits_of(out_sep)
+        identical &= a_l.keys() == b_l.keys() and all(
+            np.array_equal(a_l[k], b_l[k]) for k in a_l)
+        shutil.rmtree(out_sweep)
+        shutil.rmtree(out_sep)
+        return t_sweep, t_sep, n_sweep, n_sep
+
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         client.run(install_counter, str(log_dir))
-        for r in range(-1, a.rounds):  # round -1: warm-up (imports, image checks), not timed
-            src = warm if r < 0 else folder
-            out_sweep, out_sep = work / f"sweep{r}", work / f"separate{r}"
-            for old in (out_sweep, out_sep):  # an earlier run's, cut: every cache computed
-                shutil.rmtree(old, ignore_errors=True)
-            decodes(log_dir)
-            t = time.perf_counter()
-            report = sweep_predictions(specs, src, out_sweep, cfg, client=client,
-                                       threads=cell_threads)
-            t_sweep = time.perf_counter() - t
-            if report.failed:
-                print(f"bench_sweep: the sweep failed: {report.failed}", file=sys.stderr)
-                return 1
-            n_sweep = decodes(log_dir)
-            t = time.perf_counter()
-            for spec in specs:
-                predict_to_files(spec, src, out_sep, cfg)
-            t_sep = time.perf_counter() - t
-            n_sep = decodes(log_dir)
-            if r < 0:
-                continue
-            a_l, b_l = logits_of(out_sweep), logits_of(out_sep)
-            identical &= a_l.keys() == b_l.keys() and all(
-                np.array_equal(a_l[k], b_l[k]) for k in a_l)
-            rows.append({"ratio": t_sweep / t_sep, "decodes": n_sweep / a.images,
-                         "sweep": t_sweep, "separate": t_sep})
-            sep_decodes.append(n_sep / a.images)
-            print(f"round {r}: sweep={t_sweep:.2f}s separate={t_sep:.2f}s "
-                  f"decodes/image sweep={n_sweep / a.images:.2f} "
-                  f"separate={n_sep / a.images:.2f}", flush=True)
-            shutil.rmtree(out_sweep)
-            shutil.rmtree(out_sep)
+        try:
+            both(warm, "-1")  # warm-up (imports, image checks), not timed
+            for r in range(a.rounds):
+                t_sweep, t_sep, n_sweep, n_sep = both(folder, str(r))
+                s_sweep, s_sep, _, _ = both(warm, f"{r}s")
+                f_sweep, v_sweep = fixed_cost(s_sweep, SMALL, t_sweep, a.images)
+                f_sep, v_sep = fixed_cost(s_sep, SMALL, t_sep, a.images)
+                rows.append({"ratio": t_sweep / t_sep, "decodes": n_sweep / a.images,
+                             "sweep": t_sweep, "separate": t_sep,
+                             "fixed": f_sweep / len(specs), "sep_fixed": f_sep / len(specs),
+                             "marginal": v_sweep / v_sep if v_sep > 0 else float("nan"),
+                             "small": s_sweep / s_sep})
+                sep_decodes.append(n_sep / a.images)
+                print(f"round {r}: sweep={t_sweep:.2f}s separate={t_sep:.2f}s "
+                      f"decodes/image sweep={n_sweep / a.images:.2f} "
+                      f"separate={n_sep / a.images:.2f}; {SMALL} images: sweep={s_sweep:.2f}s "
+                      f"separate={s_sep:.2f}s", flush=True)
+        except RuntimeError as exc:
+            print(f"bench_sweep: {exc}", file=sys.stderr)
+            return 1
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     print(f"DETAIL separate_decodes_per_image={max(sep_decodes):.2f} "
           f"logits_bit_identical={int(identical)} sweep_s={med['sweep']:.2f} "
-          f"separate_s={med['separate']:.2f} groups=1", flush=True)
+          f"separate_s={med['separate']:.2f} groups=1 "
+          f"separate_fixed_s={med['sep_fixed']:.3f} "
+          f"marginal_zoo_vs_separate={med['marginal']:.2f} "
+          f"small_zoo_vs_separate={med['small']:.2f}", flush=True)
     print(f"RESULT zoo_vs_separate={med['ratio']:.2f} "
-          f"decodes_per_image={max(row['decodes'] for row in rows):.2f}", flush=True)
+          f"decodes_per_image={max(row['decodes'] for row in rows):.2f} "
+          f"per_cell_fixed_s={med['fixed']:.3f}", flush=True)
     return 0
 
 

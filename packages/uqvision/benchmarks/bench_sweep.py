@@ -9,7 +9,7 @@ Run from the repository root::
 The folder: ``--images`` generated JPEGs of about 500 x 375 pixels (smooth random colour
 fields with noise, quality 90, in 4 class folders; an ImageNet validation image is about
 500 x 375), each from its own seed, made by threads (any number of images: 5,000 take about
-250 MB of JPEGs and, while the sweep runs, a 750 MB decoded file, which it reads through a
+400 MB of JPEGs and, while the sweep runs, a 750 MB decoded file, which it reads through a
 memory map; both are printed before the first round). The models: 8 of timm's ``test_*`` networks with random weights
 (``pretrained=False``), each written as a checkpoint whose sidecar gives them one data
 configuration, 224 px (``resize 256, centre crop 224, bilinear``; their own mean and std,

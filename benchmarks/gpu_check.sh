@@ -22,12 +22,14 @@
 #                 score (bench_detectors.py: RESULT <detector>_vs_pytorch_ood); KNN's CUDA search
 #                 bit-identical to faiss (test_detectors_knn_backends.py)
 #   sweep         a sweep of 8 models sharing one preprocessing against 8 separate predict runs,
-#                 each image decoded once per group (bench_sweep.py: zoo_vs_separate,
+#                 each image decoded once per group (bench_sweep.py: zoo_vs_separate, per_cell_fixed_s,
 #                 decodes_per_image)
 #   vision_cuda   one training epoch, a one-process torchrun (train and predict), and the
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
 # Optional items (longer; each driver resumes, so a cut item continues on the next call):
+#   sweep_large (the sweep item at 5,000 images on CUDA: zoo_vs_separate and per_cell_fixed_s
+#   where fixed costs no longer dominate; about 180 s),
 #   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
 #
@@ -108,10 +110,11 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
                 tests/test_detectors_knn_backends.py -q -p no:cacheprovider -rs); \
               timeout "$((budget - 15))" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
                 --device "$DEVICE" --sizes small --rounds 2; } ;;
-        sweep)
+        sweep|sweep_large)  # zoo_vs_separate, decodes per image, per_cell_fixed_s
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_sweep.py \
-                --device "$DEVICE" --rounds 1 --work "$WORK/sweep" \
-                --images $([ "$DEVICE" = cpu ] && echo 64 || echo 512) ;;
+                --device "$DEVICE" --rounds 1 --work "$WORK/$name" \
+                --images $([ "$DEVICE" = cpu ] && echo 64 || { [ "$name" = sweep ] \
+                    && echo 512 || echo 5000; }) ;;
         vision_cuda)
             timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
                 --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \

@@ -11,6 +11,7 @@ module          owns
 ``samplers``    batch samplers and :data:`SAMPLERS`
 ``train``       :func:`train_batched`, :func:`predict_batched`, the loss and the optimiser
 ``fused``       the default training step: hand-written forward/backward, one flat buffer, one Adam
+``chunks``      the chunk size a configuration allows, cores and memory, running chunks at once
 ``plan``        the execution plan: memory per network, chunks, threads, running the chunks
 ``autoplan``    ``"auto"`` chunk and concurrency: measured once per device, recorded in a JSON file
 ==============  ===============================================================================

@@ -128,7 +128,7 @@ def device_name(device: torch.device) -> str:
     """The name a plan is recorded under: the GPU's name, or the CPU's model and its cores."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device.index or 0)
-    from .plan import available_cores
+    from .chunks import available_cores
 
     return f"{_cpu_model()} ({available_cores()} cores)"
 
@@ -185,7 +185,7 @@ def _time_epochs(job, size: int, workers: int, epochs: int) -> float:
     wall time (synchronised with each chunk's stream); on the CPU the chunks' thread CPU time
     over the workers (the engine's threads, not the other processes of a shared machine: the
     clock of bench_engine.py)."""
-    from .plan import map_chunks, single_threaded
+    from .chunks import map_chunks, single_threaded
     from .train import train_batched
 
     dev = job.cfg.torch_device()
@@ -239,7 +239,7 @@ def measure(job, per_network: int) -> MeasuredPlan:
     """Measure the fastest chunk and concurrency of ``job``'s shape class (see the module notes):
     the chunk at the fixed concurrency (or 1 stream / all cores when that is ``auto`` too), then
     the concurrency at that chunk, all within ``job.cfg.max_memory``."""
-    from .plan import MIN_BATCH, available_cores
+    from .chunks import MIN_BATCH, available_cores
 
     cfg = job.cfg
     dev = cfg.torch_device()
@@ -265,7 +265,7 @@ def measure(job, per_network: int) -> MeasuredPlan:
             chunk, rates = _search(sizes, lambda c: rate(job, c, fixed_workers))
         table = [(c, fixed_workers, r) for c, r in rates]
     else:
-        from .plan import chunk_size
+        from .chunks import chunk_size
 
         chunk = chunk_size(per_network, cfg)
         table = []

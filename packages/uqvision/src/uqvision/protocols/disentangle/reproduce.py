@@ -373,7 +373,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
         how = dict(how)
         label = how.pop("label", None)
         if label is None:
-            retrained.update([spec] if trained else [])
+            if trained:
+                retrained.add(spec)
         else:
             trained = trained or spec in retrained
             arch, _, ckpt = spec.partition("=")

@@ -45,8 +45,12 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:15 uqreg_cuda:60 uqreg_engine:70 predict:75 predict_decode:55 detectors:45 sweep:70 vision_cuda:90}"
+ITEMS="${ITEMS:-env:15 uqreg_cuda:30 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:70 vision_cuda:100}"
 mkdir -p "$OUT" "$WORK"
+if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
+    exit 0
+fi
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$WORK/site" .whl/*.whl || exit 1
@@ -58,10 +62,6 @@ export PYTHONPATH="${SITE}$PWD/shared/src:$PWD/packages/uqreg/src:$PWD/packages/
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 # the engine's measured plans (uqreg.engine.autoplan) are recorded here and kept in $OUT
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$WORK/cache}"
-if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-    echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
-    exit 0
-fi
 
 count() {  # files named $2 under $1
     find "$1" -name "$2" 2>/dev/null | wc -l
@@ -94,7 +94,7 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
                 tests/test_autoplan.py -m cuda -q -p no:cacheprovider -rs) ;;
         uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline
             timeout "$budget" "$PY" packages/uqreg/benchmarks/bench_engine.py --device "$DEVICE" \
-                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 16 ;;
+                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 64 ;;
         predict)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
                 --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
@@ -122,7 +122,7 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         paper_e1)  # the paper's E.1 study, whole, under the measured plan (goal: under 3 minutes on one H100)
             ( t0=$(date +%s)
               timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
-                  --workers 1 --chunk-repetitions 50 --max-memory 16 --out "$WORK/e1" --no-plots --quiet
+                  --workers 1 --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" --no-plots --quiet
               rc=$?
               echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
                    "cells=$(count "$WORK/e1/cells" '*.nc')"

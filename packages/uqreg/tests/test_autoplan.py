@@ -78,6 +78,18 @@ def test_auto_plan_gives_the_fixed_chunks_bits(name, record):
     assert entry["rates"][0][0] == 2  # ascending from the smallest candidate
 
 
+@pytest.mark.parametrize(("budget", "chosen", "warned"), [(5, 4, True), (64, 8, False)])
+def test_a_chunk_bounded_by_the_memory_budget_is_said(monkeypatch, caplog, budget, chosen, warned):
+    """When the fastest chunk is the largest the memory budget admits, and larger candidates
+    exist, the log says that a larger budget may be faster (rates rising with the chunk)."""
+    monkeypatch.setattr(autoplan, "rate", lambda job, size, workers: float(size * workers))
+    job = _job(chunk_networks=AUTO, parallel_chunks=1)
+    with caplog.at_level("WARNING", logger="uqreg.engine"):
+        plan = autoplan.measure(job, int(job.cfg.max_memory // budget))
+    assert plan.chunk == chosen
+    assert ("larger --max-memory" in caplog.text) is warned
+
+
 def test_the_record_is_reused_then_remeasured_on_request(record, monkeypatch):
     job = _job(chunk_networks=AUTO)
     first = make_plan(job)

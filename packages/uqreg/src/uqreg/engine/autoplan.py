@@ -257,13 +257,19 @@ def measure(job, per_network: int) -> MeasuredPlan:
         return chunk >= MIN_BATCH and chunk * workers <= budget
 
     if is_auto(cfg.chunk_networks):
-        sizes = [c for c in (CUDA_CHUNKS if cuda else CPU_CHUNKS) if fits(c, fixed_workers)]
+        candidates = CUDA_CHUNKS if cuda else CPU_CHUNKS
+        sizes = [c for c in candidates if fits(c, fixed_workers)]
         if not sizes:  # the budget holds fewer networks than the smallest candidate
             sizes = [max(MIN_BATCH, budget // fixed_workers)]
         with _quiet_grad():
             rate(job, sizes[0], 1)  # warm-up: allocator, kernels, libraries
             chunk, rates = _search(sizes, lambda c: rate(job, c, fixed_workers))
         table = [(c, fixed_workers, r) for c, r in rates]
+        if chunk == sizes[-1] and max(candidates) > chunk:
+            log.warning("engine plan: the fastest chunk measured, %d networks, is the largest that "
+                        "the memory budget admits (max_memory %.3g GiB, about %d bytes a network); "
+                        "larger chunks were not tried: a larger --max-memory may be faster",
+                        chunk, cfg.max_memory / 2**30, per_network)
     else:
         from .chunks import chunk_size
 

@@ -494,6 +494,24 @@ class _Float32Products:
         self.torch.set_float32_matmul_precision(self.saved)
 
 
+class _OneThread:
+    """Within: torch on one CPU thread (nothing changes for a CUDA device), for its float64
+    eigendecompositions, as :func:`_eigh_one_thread` for numpy: LAPACK's result then does not
+    depend on the thread count, and its tridiagonal reduction is no slower."""
+
+    def __init__(self, torch: Any, dev: Any):
+        self.torch, self.cpu = torch, dev.type == "cpu"
+
+    def __enter__(self) -> None:
+        if self.cpu:
+            self.saved = self.torch.get_num_threads()
+            self.torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cpu:
+            self.torch.set_num_threads(self.saved)
+
+
 def _torch_blocks(x: Any, dev: Any, rows: int):
     """``(start, n, block)`` over ``x`` (numpy or a tensor on ``dev``): ``block`` a float32
     tensor on ``dev`` of exactly ``rows`` rows, its first ``n`` those of ``x[start:]``, the rest
@@ -567,7 +585,8 @@ def _mahalanobis_fit_torch(x: np.ndarray, inverse: np.ndarray, counts: np.ndarra
             r = (xt[i:i + rows].double() - means[yt[i:i + rows]]).float()
             cov += (r.T @ r).double()
         cov /= n
-        precision = torch.linalg.pinv(cov, hermitian=True, rtol=1e-15)
+        with _OneThread(torch, dev):
+            precision = torch.linalg.pinv(cov, hermitian=True, rtol=1e-15)
         centre = (sums.sum(dim=0) / n).float()  # m, rounded to float32
         pm = (means - centre.double()) @ precision  # P (mu_c - m), (class, feature)
         return {"backend": "torch", "device": dev, "rows": rows, "n_features": d,
@@ -924,7 +943,8 @@ def _vim_fit_torch(x: np.ndarray, w: np.ndarray, b: np.ndarray, d: int, device: 
             cov += (c.T @ c).double()
         offset = mean - origin
         cov = cov / n + torch.outer(offset, offset)
-        vectors = torch.linalg.eigh(cov)[1]  # ascending eigenvalues
+        with _OneThread(torch, dev):
+            vectors = torch.linalg.eigh(cov)[1]  # ascending eigenvalues
         space = vectors[:, :n_feat - d].float()
         state = {"backend": "torch", "device": dev, "rows": rows, "dim": d, "alpha": 1.0,
                  "n_features": n_feat, "origin": origin, "residual_space": space}

@@ -254,3 +254,46 @@ def test_cuda_runs_are_bit_identical(name):
     u = _maha("torch:cuda", 2) if name == "mahalanobis" else _vim("torch:cuda", 2)
     again = _maha("torch:cuda", 2) if name == "mahalanobis" else _vim("torch:cuda", 2)
     assert np.array_equal(u, again)
+
+
+@pytest.mark.parametrize("name", ["mahalanobis", "vim"])
+def test_torch_fit_refuses_non_finite_features(name):
+    x_fit, _, w, b = _vim_data(4)
+    x_fit[5, 3] = np.nan
+    fit = {"embedding": x_fit, "labels": np.arange(len(x_fit)) % 3, "head_weight": w,
+           "head_bias": b}
+    det = get_detector(name).with_params(backend="torch")
+    with pytest.raises(ValueError, match="fit embedding must be finite"):
+        det.fitted({k: fit[k] for k in det.fit_keys})
+
+
+def test_class_sums_one_hot_as_index_add():
+    """CUDA's one-hot product (its index_add_ adds in no fixed order) and the CPU's index_add_
+    sum the same float64 values: equal to float64 rounding."""
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy(rng.normal(size=(700, 6)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 4, 700))
+    a = detectors._class_sums(x, y, 4, 256, one_hot=True)
+    b = detectors._class_sums(x, y, 4, 256, one_hot=False)
+    ref = np.array([x.numpy()[y.numpy() == c].astype(np.float64).sum(axis=0) for c in range(4)])
+    np.testing.assert_allclose(a.numpy(), ref, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(b.numpy(), ref, rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(10, 48), (60, 48), (48, 48)])
+def test_vim_origin_by_qr_is_numpys_lstsq(shape):
+    """CUDA's origin -pinv(W) b by a QR factorisation (run here on the CPU): numpy's lstsq to
+    float64 rounding for W of full rank, wide (minimum norm) or tall (least squares); lstsq
+    itself for a rank-deficient W."""
+    rng = np.random.default_rng(6)
+    w, b = rng.normal(size=shape), rng.normal(size=shape[0])
+    ref = -np.linalg.lstsq(w, b, rcond=None)[0]
+    u = detectors._vim_origin_torch(w, b, torch.device("cpu"), qr=True).numpy()
+    np.testing.assert_allclose(u, ref, rtol=0, atol=1e-10 * np.abs(ref).max())
+    if shape[0] > shape[1]:  # rank-deficient: the QR's triangle says so, lstsq decides
+        w[:, 1] = w[:, 0]
+    else:
+        w[1] = w[0]
+    ref = -np.linalg.lstsq(w, b, rcond=None)[0]
+    assert np.array_equal(detectors._vim_origin_torch(w, b, torch.device("cpu"), qr=True)
+                          .numpy(), ref)

@@ -453,15 +453,24 @@ def _features(x: np.ndarray, d: int, what: str) -> np.ndarray:
     return x
 
 
-def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False) -> np.ndarray:
+def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False,
+                   check_finite: bool = True) -> np.ndarray:
     x = np.asarray(fit["embedding"])
     if not (keep_float32 and x.dtype == np.float32):  # (no float64 copy of float32 features)
         x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"fit embedding must have shape (n_fit >= 1, feature), got {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("fit embedding must be finite")
+    if check_finite:
+        _check_finite(x)
     return x
+
+
+def _check_finite(x: Any) -> None:
+    """``ValueError`` unless the fit embedding ``x`` (numpy, or a tensor: the torch backends
+    check it where it lies) is finite."""
+    finite = x.isfinite().all() if hasattr(x, "isfinite") else np.isfinite(x).all()
+    if not finite:
+        raise ValueError("fit embedding must be finite")
 
 
 #: The backends of ``mahalanobis`` and ``vim`` (their ``backend`` parameter): ``auto`` (the
@@ -533,7 +542,7 @@ def _torch_blocks(x: Any, dev: Any, rows: int):
 def _mahalanobis_fit(fit: Mapping[str, np.ndarray], *, backend: str = "auto"
                      ) -> dict[str, Any]:
     name, device = _backend(backend, "mahalanobis", FEATURE_BACKENDS)
-    x = _fit_embedding(fit, keep_float32=name == "torch")
+    x = _fit_embedding(fit, keep_float32=name == "torch", check_finite=name != "torch")
     y = np.asarray(fit["labels"])
     if y.shape != (x.shape[0],) or y.dtype.kind not in "iub":
         raise ValueError(f"fit labels must be integers of shape ({x.shape[0]},), got "
@@ -572,13 +581,8 @@ def _mahalanobis_fit_torch(x: np.ndarray, inverse: np.ndarray, counts: np.ndarra
     with torch.no_grad(), _Float32Products(torch):
         xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
         yt = torch.from_numpy(inverse.astype(np.int64)).to(dev)
-        sums = torch.zeros((n_cls, d), dtype=torch.float64, device=dev)
-        for i in range(0, n, rows):
-            xb, yb = xt[i:i + rows].double(), yt[i:i + rows]
-            if dev.type == "cuda":
-                sums += torch.nn.functional.one_hot(yb, n_cls).double().T @ xb
-            else:
-                sums.index_add_(0, yb, xb)
+        _check_finite(xt)
+        sums = _class_sums(xt, yt, n_cls, rows, one_hot=dev.type == "cuda")
         means = sums / torch.from_numpy(counts.astype(np.float64)).to(dev)[:, None]
         cov = torch.zeros((d, d), dtype=torch.float64, device=dev)
         for i in range(0, n, rows):
@@ -592,6 +596,22 @@ def _mahalanobis_fit_torch(x: np.ndarray, inverse: np.ndarray, counts: np.ndarra
         return {"backend": "torch", "device": dev, "rows": rows, "n_features": d,
                 "centre": centre, "mpm": (pm * (means - centre.double())).sum(dim=1),
                 "proj": torch.cat([precision, pm.T], dim=1).float().contiguous()}
+
+
+def _class_sums(x: Any, y: Any, n_cls: int, rows: int, one_hot: bool) -> Any:
+    """The float64 sum of the rows of ``x`` (float32 tensor) of each class ``y`` (0 ..
+    n_cls - 1), by blocks of ``rows``: ``index_add_`` (CPU), or a float64 product with the
+    one-hot labels (``one_hot``, for CUDA, whose ``index_add_`` adds in no fixed order)."""
+    import torch
+
+    sums = torch.zeros((n_cls, x.shape[1]), dtype=torch.float64, device=x.device)
+    for i in range(0, x.shape[0], rows):
+        xb, yb = x[i:i + rows].double(), y[i:i + rows]
+        if one_hot:
+            sums += torch.nn.functional.one_hot(yb, n_cls).double().T @ xb
+        else:
+            sums.index_add_(0, yb, xb)
+    return sums
 
 
 def _mahalanobis(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
@@ -860,7 +880,7 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None, backend: 
     # its smallest eigenvalues, which float32 resolves poorly), and alpha (a ratio of sums over
     # every fit sample).
     name, device = _backend(backend, "vim", FEATURE_BACKENDS)
-    x = _fit_embedding(fit, keep_float32=True)
+    x = _fit_embedding(fit, keep_float32=True, check_finite=name != "torch")
     w, b = _head(fit["head_weight"], fit["head_bias"], "vim fit")
     n_feat = x.shape[1]
     if w.shape[1] != n_feat:
@@ -898,15 +918,16 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None, backend: 
     return state
 
 
-def _vim_origin_torch(w: np.ndarray, b: np.ndarray, dev: Any) -> Any:
+def _vim_origin_torch(w: np.ndarray, b: np.ndarray, dev: Any, qr: bool | None = None) -> Any:
     """-pinv(W) b, float64, on ``dev``: on the CPU numpy's (``lstsq``, the numpy backend's
     bits); on CUDA by a QR factorisation on the device (W^T = QR for C <= N classes and features,
     W = QR for C > N: the minimum-norm, resp. least-squares, solution, as accurate as ``lstsq``
     where W has full rank, without its host SVD: 0.4 s for 1000 x 2048 on 2 threads), numpy's
-    ``lstsq`` when the triangle shows W (numerically) rank-deficient."""
+    ``lstsq`` when the triangle shows W (numerically) rank-deficient. ``qr``: force the choice
+    (None: QR on CUDA)."""
     import torch
 
-    if dev.type == "cuda":
+    if dev.type == "cuda" if qr is None else qr:
         wt, bt = torch.from_numpy(w).to(dev), torch.from_numpy(b).to(dev)
         tall = w.shape[0] > w.shape[1]
         q, r = torch.linalg.qr(wt if tall else wt.T)
@@ -933,6 +954,7 @@ def _vim_fit_torch(x: np.ndarray, w: np.ndarray, b: np.ndarray, d: int, device: 
     with torch.no_grad(), _Float32Products(torch):
         origin = _vim_origin_torch(w, b, dev)
         xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
+        _check_finite(xt)
         mean = torch.zeros(n_feat, dtype=torch.float64, device=dev)
         for i in range(0, n, rows):
             mean += xt[i:i + rows].double().sum(dim=0)

@@ -50,6 +50,23 @@ so their scores are the same bits whatever the backend or the blocks of queries,
 numpy's float64 by one float32 rounding of each unit vector (docs/conventions.md#s-4). ViM runs
 its feature products in float32 BLAS, float64 where accuracy needs it (:func:`_vim_fit`).
 
+Mahalanobis and ViM have a ``backend`` parameter too (:data:`FEATURE_BACKENDS`, parsed as KNN's):
+``auto`` (the default) is ``numpy``, whose results are those above, bit for bit; ``torch`` fits
+and scores with torch on the CPU, ``torch:<device>`` (``torch:cuda``) on that device, and
+returns numpy scores. The torch backends round the fit features once to float32 and move them
+to the device whole; their products are float32 (IEEE: no TF32 during the call): the
+covariance's X^T X per block of residuals (Mahalanobis: x - mu_y; ViM: x - mean, each formed in
+float64 and then rounded) and the scoring's one product per block (Mahalanobis: of x - m, m the
+fit mean rounded to float32, with [P, P (mu_c - m)^T]; ViM: of x with [W^T, residual space]).
+float64 where accuracy needs it: the class means and the mean, the sum of the blocks' products,
+the pseudo-inverse and the eigendecomposition (on one CPU thread: LAPACK's threaded result
+changes with the thread count), ViM's origin and alpha, and every combination after the
+products (the quadratic form's sum and the minimum; the logsumexp and the residual norm). A
+scored block is always the same number of rows (:func:`_torch_rows`, the last one padded), so
+a sample's score does not depend on the rows scored with it; it depends on the device (its
+BLAS), within float32 rounding of numpy's, and ranks the samples alike
+(packages/uqvision/tests/test_detectors_torch_backends.py).
+
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.metrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.

@@ -248,6 +248,21 @@ def test_float32_products_are_ieee_and_the_setting_restored():
         torch.set_float32_matmul_precision(saved)
 
 
+def test_float32_products_under_torchs_per_backend_precision():
+    """A user who set torch >= 2.9's per-backend fp32_precision (torch then refuses
+    get_float32_matmul_precision): IEEE within, theirs restored."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        with detectors._Float32Products(torch):
+            assert matmul.fp32_precision == "ieee"
+        assert matmul.fp32_precision == "tf32"
+        assert np.array_equal(_vim("torch"), _vim("torch"))  # and the backend runs
+    finally:
+        matmul.fp32_precision = saved
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", ["mahalanobis", "vim"])
 def test_cuda_runs_are_bit_identical(name):

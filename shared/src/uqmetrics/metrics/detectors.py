@@ -507,17 +507,31 @@ def _torch_rows(dev: Any) -> int:
 
 class _Float32Products:
     """Within: torch's float32 products in IEEE float32 (no TF32, no reduced precision), the
-    user's setting restored on exit."""
+    user's setting restored on exit: by ``torch.set_float32_matmul_precision``, or, where the
+    user set the per-backend ``fp32_precision`` of torch >= 2.9 (torch then refuses the first
+    API), by those."""
 
     def __init__(self, torch: Any):
         self.torch = torch
 
     def __enter__(self) -> None:
-        self.saved = self.torch.get_float32_matmul_precision()
-        self.torch.set_float32_matmul_precision("highest")
+        t = self.torch
+        try:
+            self.saved: Any = t.get_float32_matmul_precision()
+            t.set_float32_matmul_precision("highest")
+        except RuntimeError:  # "mix of the legacy and new APIs"
+            backends = [b for b in (t.backends.cuda.matmul, t.backends.mkldnn.matmul)
+                        if hasattr(b, "fp32_precision")]
+            self.saved = [(b, b.fp32_precision) for b in backends]
+            for b in backends:
+                b.fp32_precision = "ieee"
 
     def __exit__(self, *exc: object) -> None:
-        self.torch.set_float32_matmul_precision(self.saved)
+        if isinstance(self.saved, str):
+            self.torch.set_float32_matmul_precision(self.saved)
+        else:
+            for b, value in self.saved:
+                b.fp32_precision = value
 
 
 class _OneThread:

@@ -52,9 +52,9 @@ def test_default_hyper_parameters():
     assert DETECTORS["energy"].params == {"temperature": 1.0}
     assert DETECTORS["gen"].params == {"gamma": 0.1, "M": 100}
     assert DETECTORS["knn"].params == {"k": 50, "backend": "auto"}
-    assert DETECTORS["vim"].params == {"dim": None}
+    assert DETECTORS["vim"].params == {"dim": None, "backend": "auto"}
     assert DETECTORS["react"].params == {"percentile": 90.0}
-    assert DETECTORS["mahalanobis"].params == {}
+    assert DETECTORS["mahalanobis"].params == {"backend": "auto"}
     assert DETECTORS["mahalanobis"].fit_keys == {"embedding", "labels"}
     assert DETECTORS["vim"].fit_keys == {"embedding", "head_weight", "head_bias"}
     assert NEED_KEYS["head"] == ("head_weight", "head_bias")

@@ -50,6 +50,23 @@ so their scores are the same bits whatever the backend or the blocks of queries,
 numpy's float64 by one float32 rounding of each unit vector (docs/conventions.md#s-4). ViM runs
 its feature products in float32 BLAS, float64 where accuracy needs it (:func:`_vim_fit`).
 
+Mahalanobis and ViM have a ``backend`` parameter too (:data:`FEATURE_BACKENDS`, parsed as KNN's):
+``auto`` (the default) is ``numpy``, whose results are those above, bit for bit; ``torch`` fits
+and scores with torch on the CPU, ``torch:<device>`` (``torch:cuda``) on that device, and
+returns numpy scores. The torch backends round the fit features once to float32 and move them
+to the device whole; their products are float32 (IEEE: no TF32 during the call): the
+covariance's X^T X per block of residuals (Mahalanobis: x - mu_y; ViM: x - mean, each formed in
+float64 and then rounded) and the scoring's one product per block (Mahalanobis: of x - m, m the
+fit mean rounded to float32, with [P, P (mu_c - m)^T]; ViM: of x with [W^T, residual space]).
+float64 where accuracy needs it: the class means and the mean, the sum of the blocks' products,
+the pseudo-inverse and the eigendecomposition (on one CPU thread: LAPACK's threaded result
+changes with the thread count), ViM's origin and alpha, and every combination after the
+products (the quadratic form's sum and the minimum; the logsumexp and the residual norm). A
+scored block is always the same number of rows (:func:`_torch_rows`, the last one padded), so
+a sample's score does not depend on the rows scored with it; it depends on the device (its
+BLAS), within float32 rounding of numpy's, and ranks the samples alike
+(packages/uqvision/tests/test_detectors_torch_backends.py).
+
 Detectors from installed packages join through the ``uqmetrics.detectors`` entry-point group
 (:meth:`uqmetrics.metrics.registry.Registry.load_plugins`); :func:`get_detector` and
 :func:`list_detectors` load them.
@@ -82,6 +99,7 @@ from .registry import Registry
 __all__ = [
     "DETECTORS",
     "ENSEMBLE_RULES",
+    "FEATURE_BACKENDS",
     "FIT_KEYS",
     "KNN_BACKENDS",
     "NEEDS",
@@ -452,24 +470,117 @@ def _features(x: np.ndarray, d: int, what: str) -> np.ndarray:
     return x
 
 
-def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False) -> np.ndarray:
+def _fit_embedding(fit: Mapping[str, np.ndarray], keep_float32: bool = False,
+                   check_finite: bool = True) -> np.ndarray:
     x = np.asarray(fit["embedding"])
     if not (keep_float32 and x.dtype == np.float32):  # (no float64 copy of float32 features)
         x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"fit embedding must have shape (n_fit >= 1, feature), got {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("fit embedding must be finite")
+    if check_finite:
+        _check_finite(x)
     return x
 
 
-def _mahalanobis_fit(fit: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    x = _fit_embedding(fit)
+def _check_finite(x: Any) -> None:
+    """``ValueError`` unless the fit embedding ``x`` (numpy, or a tensor: the torch backends
+    check it where it lies) is finite."""
+    finite = x.isfinite().all() if hasattr(x, "isfinite") else np.isfinite(x).all()
+    if not finite:
+        raise ValueError("fit embedding must be finite")
+
+
+#: The backends of ``mahalanobis`` and ``vim`` (their ``backend`` parameter): ``auto`` (the
+#: default) is ``numpy``, the reference (its scores never change with torch installed or not);
+#: ``torch`` fits and scores with torch on the CPU, ``torch:<device>`` (``torch:cuda``) on that
+#: device: float32 products, float64 where accuracy needs it (:func:`_torch_rows`).
+FEATURE_BACKENDS = ("auto", "numpy", "torch")
+
+
+def _torch_rows(dev: Any) -> int:
+    """Rows per block of the torch backends of ``mahalanobis`` and ``vim``: 2^11 on the CPU,
+    2^14 on a CUDA device. A scored block is always this many rows (the last one padded with
+    zeros), so that every product has one shape: a row's score never depends on the rows scored
+    with it (the BLAS picks its kernel, and so its order of summation, by the shape)."""
+    return 1 << 14 if dev.type == "cuda" else 1 << 11
+
+
+class _Float32Products:
+    """Within: torch's float32 products in IEEE float32 (no TF32, no reduced precision), the
+    user's setting restored on exit: by ``torch.set_float32_matmul_precision``, or, where the
+    user set the per-backend ``fp32_precision`` of torch >= 2.9 (torch then refuses the first
+    API), by those."""
+
+    def __init__(self, torch: Any):
+        self.torch = torch
+
+    def __enter__(self) -> None:
+        t = self.torch
+        try:
+            self.saved: Any = t.get_float32_matmul_precision()
+            t.set_float32_matmul_precision("highest")
+        except RuntimeError:  # "mix of the legacy and new APIs"
+            backends = [b for b in (t.backends.cuda.matmul, t.backends.mkldnn.matmul)
+                        if hasattr(b, "fp32_precision")]
+            self.saved = [(b, b.fp32_precision) for b in backends]
+            for b in backends:
+                b.fp32_precision = "ieee"
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self.saved, str):
+            self.torch.set_float32_matmul_precision(self.saved)
+        else:
+            for b, value in self.saved:
+                b.fp32_precision = value
+
+
+class _OneThread:
+    """Within: torch on one CPU thread (nothing changes for a CUDA device), for its float64
+    eigendecompositions, as :func:`_eigh_one_thread` for numpy: LAPACK's result then does not
+    depend on the thread count, and its tridiagonal reduction is no slower."""
+
+    def __init__(self, torch: Any, dev: Any):
+        self.torch, self.cpu = torch, dev.type == "cpu"
+
+    def __enter__(self) -> None:
+        if self.cpu:
+            self.saved = self.torch.get_num_threads()
+            self.torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cpu:
+            self.torch.set_num_threads(self.saved)
+
+
+def _torch_blocks(x: Any, dev: Any, rows: int):
+    """``(start, n, block)`` over ``x`` (numpy or a tensor on ``dev``): ``block`` a float32
+    tensor on ``dev`` of exactly ``rows`` rows, its first ``n`` those of ``x[start:]``, the rest
+    zero."""
+    import torch
+
+    for i in range(0, x.shape[0], rows):
+        part = x[i:i + rows]
+        n = part.shape[0]
+        if isinstance(part, np.ndarray):
+            part = torch.from_numpy(np.ascontiguousarray(part, dtype=np.float32))
+        part = part.to(dev, torch.float32)
+        if n < rows:
+            part = torch.cat([part, part.new_zeros((rows - n, part.shape[1]))])
+        yield i, n, part
+
+
+
+def _mahalanobis_fit(fit: Mapping[str, np.ndarray], *, backend: str = "auto"
+                     ) -> dict[str, Any]:
+    name, device = _backend(backend, "mahalanobis", FEATURE_BACKENDS)
+    x = _fit_embedding(fit, keep_float32=name == "torch", check_finite=name != "torch")
     y = np.asarray(fit["labels"])
     if y.shape != (x.shape[0],) or y.dtype.kind not in "iub":
         raise ValueError(f"fit labels must be integers of shape ({x.shape[0]},), got "
                          f"{y.dtype} {y.shape}")
     classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+    if name == "torch":
+        return _mahalanobis_fit_torch(x, inverse, counts, device)
     means = np.zeros((classes.size, x.shape[1]))
     np.add.at(means, inverse, x)
     means /= counts[:, None]
@@ -479,12 +590,65 @@ def _mahalanobis_fit(fit: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cov += r.T @ r
     cov /= x.shape[0]
     precision = np.linalg.pinv(cov, hermitian=True)
-    return {"means": means, "precision": precision,
+    return {"backend": "numpy", "means": means, "precision": precision,
             "mpm": np.einsum("cd,de,ce->c", means, precision, means)}
 
 
-def _mahalanobis(inputs: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray]
-                 ) -> np.ndarray:
+def _mahalanobis_fit_torch(x: np.ndarray, inverse: np.ndarray, counts: np.ndarray,
+                           device: str) -> dict[str, Any]:
+    """The torch backend's fit (docs/conventions.md#s-4): the features rounded once to float32
+    and moved to the device whole; the class means summed in float64 (a float64 one-hot
+    product on CUDA, whose order of summation is fixed, unlike its atomic ``index_add_``);
+    the covariance as the float64 sum of float32 products R^T R of blocks of residuals R
+    (each x - mu_y computed in float64, then rounded); its pseudo-inverse in float64 (``pinv``,
+    Hermitian, numpy's cut 1e-15 of the largest eigenvalue). Scoring centres the features at
+    their float32-rounded mean m and multiplies them by [P, P (mu_c - m)^T] in float32."""
+    import torch
+
+    dev = torch.device(device)
+    rows = _torch_rows(dev)
+    n, d = x.shape
+    n_cls = counts.size
+    with torch.no_grad(), _Float32Products(torch):
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
+        yt = torch.from_numpy(inverse.astype(np.int64)).to(dev)
+        _check_finite(xt)
+        sums = _class_sums(xt, yt, n_cls, rows, one_hot=dev.type == "cuda")
+        means = sums / torch.from_numpy(counts.astype(np.float64)).to(dev)[:, None]
+        cov = torch.zeros((d, d), dtype=torch.float64, device=dev)
+        for i in range(0, n, rows):
+            r = (xt[i:i + rows].double() - means[yt[i:i + rows]]).float()
+            cov += (r.T @ r).double()
+        cov /= n
+        with _OneThread(torch, dev):
+            precision = torch.linalg.pinv(cov, hermitian=True, rtol=1e-15)
+        centre = (sums.sum(dim=0) / n).float()  # m, rounded to float32
+        pm = (means - centre.double()) @ precision  # P (mu_c - m), (class, feature)
+        return {"backend": "torch", "device": dev, "rows": rows, "n_features": d,
+                "centre": centre, "mpm": (pm * (means - centre.double())).sum(dim=1),
+                "proj": torch.cat([precision, pm.T], dim=1).float().contiguous()}
+
+
+def _class_sums(x: Any, y: Any, n_cls: int, rows: int, one_hot: bool) -> Any:
+    """The float64 sum of the rows of ``x`` (float32 tensor) of each class ``y`` (0 ..
+    n_cls - 1), by blocks of ``rows``: ``index_add_`` (CPU), or a float64 product with the
+    one-hot labels (``one_hot``, for CUDA, whose ``index_add_`` adds in no fixed order)."""
+    import torch
+
+    sums = torch.zeros((n_cls, x.shape[1]), dtype=torch.float64, device=x.device)
+    for i in range(0, x.shape[0], rows):
+        xb, yb = x[i:i + rows].double(), y[i:i + rows]
+        if one_hot:
+            sums += torch.nn.functional.one_hot(yb, n_cls).double().T @ xb
+        else:
+            sums.index_add_(0, yb, xb)
+    return sums
+
+
+def _mahalanobis(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
+                 backend: str = "auto") -> np.ndarray:
+    if state["backend"] == "torch":
+        return _mahalanobis_torch(inputs, state)
     means, precision = state["means"], state["precision"]
     x = _features(inputs["embedding"], means.shape[1], "embedding")
     u = np.empty(x.shape[0])
@@ -493,6 +657,26 @@ def _mahalanobis(inputs: Mapping[str, np.ndarray], state: Mapping[str, np.ndarra
         d2 = (np.sum(xp * x[i:i + _CHUNK], axis=1)[:, None] - 2 * xp @ means.T
               + state["mpm"][None, :])
         u[i:i + _CHUNK] = np.maximum(d2.min(axis=1), 0.0)
+    return u
+
+
+def _mahalanobis_torch(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any]
+                       ) -> np.ndarray:
+    """u = min_c (xc P xc - 2 xc P (mu_c - m) + (mu_c - m) P (mu_c - m)), xc = x - m: one
+    float32 product of each block with [P, P (mu_c - m)^T]; the quadratic form's sum, the
+    combination and the minimum in float64."""
+    import torch
+
+    d = state["n_features"]
+    x = _features(inputs["embedding"], d, "embedding")
+    u = np.empty(x.shape[0])
+    with torch.no_grad(), _Float32Products(torch):
+        for i, n, xb in _torch_blocks(x, state["device"], state["rows"]):
+            xc = xb - state["centre"]
+            out = xc @ state["proj"]
+            quad = (out[:, :d].double() * xc.double()).sum(dim=1)
+            d2 = quad[:, None] - 2.0 * out[:, d:].double() + state["mpm"][None, :]
+            u[i:i + n] = d2.min(dim=1).values.clamp_min(0.0)[:n].cpu().numpy()
     return u
 
 
@@ -522,27 +706,45 @@ def _knn_k(k: Any) -> int:
     return int(k)
 
 
+def _backend(backend: Any, detector: str, names: Sequence[str]) -> tuple[str, str]:
+    """``(name, device)`` of a detector's ``backend`` parameter (one of ``names`` or
+    ``torch:<device>``); ``auto`` is returned unresolved. ``ValueError`` naming the detector and
+    the bad value, torch when it cannot be imported, or a CUDA device where there is none."""
+    name, _, device = backend.partition(":") if isinstance(backend, str) else ("?", "", "")
+    if name not in names or (device and name != "torch") or backend == "torch:":
+        raise ValueError(f"{detector}: backend must be one of {', '.join(names)} or "
+                         f"torch:<device> (e.g. torch:cuda), got {backend!r}")
+    if name == "torch":
+        try:
+            import torch
+        except ImportError as exc:
+            raise ValueError(f"{detector}: backend {backend!r} needs torch ({exc})") from exc
+        try:
+            dev = torch.device(device or "cpu")
+        except RuntimeError as exc:
+            raise ValueError(f"{detector}: backend {backend!r} names no torch device "
+                             f"({exc})") from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"{detector}: backend {backend!r} needs a CUDA device; torch "
+                             "sees none")
+    return name, device or "cpu"
+
+
 def _knn_backend(backend: Any) -> tuple[str, str]:
     """``(name, device)`` of a ``backend`` parameter (:data:`KNN_BACKENDS`), ``auto`` resolved;
     ``ValueError`` naming the bad value, or the package a backend lacks."""
-    name, _, device = backend.partition(":") if isinstance(backend, str) else ("?", "", "")
-    if name not in KNN_BACKENDS or (device and name != "torch") or backend == "torch:":
-        raise ValueError(f"knn: backend must be one of {', '.join(KNN_BACKENDS)} or "
-                         f"torch:<device> (e.g. torch:cuda), got {backend!r}")
+    name, device = _backend(backend, "knn", KNN_BACKENDS)
     if name == "auto":  # faiss, else the same float32 search in numpy (the same bits)
         import importlib.util
 
         name = "faiss" if importlib.util.find_spec("faiss") is not None else "numpy32"
-    for package, extra in (("faiss", "faiss"), ("torch", "torch")):
-        if name == package:
-            try:
-                __import__(package)
-            except ImportError as exc:
-                raise ValueError(f"knn: backend {backend!r} needs {package}, which cannot be "
-                                 f"imported ({exc}); install uqmetrics[{extra}]"
-                                 if extra == "faiss" else
-                                 f"knn: backend {backend!r} needs torch ({exc})") from exc
-    return name, device or "cpu"
+    if name == "faiss":
+        try:
+            import faiss  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"knn: backend {backend!r} needs faiss, which cannot be "
+                             f"imported ({exc}); install uqmetrics[faiss]") from exc
+    return name, device
 
 
 def _knn_fit(fit: Mapping[str, np.ndarray], *, k: int = 50, backend: str = "auto"
@@ -699,7 +901,8 @@ def _head(w: Any, b: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
     return w, b
 
 
-def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[str, Any]:
+def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None, backend: str = "auto"
+             ) -> dict[str, Any]:
     # Precision (docs/conventions.md#s-4): the products of the features (the covariance's
     # X^T X per block, the projections onto the residual space and onto the head) run in
     # float32 BLAS; float64 where accuracy needs it: the origin -pinv(W) b (a small least-
@@ -707,7 +910,8 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
     # blocks' X^T X, the eigendecomposition of the covariance (the residual space is the span of
     # its smallest eigenvalues, which float32 resolves poorly), and alpha (a ratio of sums over
     # every fit sample).
-    x = _fit_embedding(fit, keep_float32=True)
+    name, device = _backend(backend, "vim", FEATURE_BACKENDS)
+    x = _fit_embedding(fit, keep_float32=True, check_finite=name != "torch")
     w, b = _head(fit["head_weight"], fit["head_bias"], "vim fit")
     n_feat = x.shape[1]
     if w.shape[1] != n_feat:
@@ -717,6 +921,8 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
     if not 0 <= d < n_feat:
         raise ValueError(f"vim: the principal dimension must lie in [0, {n_feat}) for "
                          f"{n_feat} features, got {d}")
+    if name == "torch":
+        return _vim_fit_torch(x, w, b, d, device)
     # -pinv(W) b as the minimum-norm least-squares solution of W u = -b (LAPACK gelsd: the
     # same cut of small singular values as pinv's default, without forming pinv(W), whose
     # gesdd is slow on a busy machine: 2 s for a 100 x 512 head on 2 threads)
@@ -733,7 +939,7 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
         cov += c.T @ c
     cov = cov / x.shape[0] + np.outer(mean - origin, mean - origin)
     _, vectors = _eigh_one_thread(cov)  # ascending eigenvalues
-    state = {"origin": origin, "residual_space": np.ascontiguousarray(
+    state = {"backend": "numpy", "origin": origin, "residual_space": np.ascontiguousarray(
         vectors[:, :n_feat - d], dtype=np.float32), "alpha": 1.0, "dim": d}
     max_logit, residual = _vim_parts(x, w, b, state)
     if residual.sum() <= 0:
@@ -741,6 +947,86 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None) -> dict[s
                          "alpha is undefined (lower dim)")
     state["alpha"] = float(max_logit.sum() / residual.sum())
     return state
+
+
+def _vim_origin_torch(w: np.ndarray, b: np.ndarray, dev: Any, qr: bool | None = None) -> Any:
+    """-pinv(W) b, float64, on ``dev``: on the CPU numpy's (``lstsq``, the numpy backend's
+    bits); on CUDA by a QR factorisation on the device (W^T = QR for C <= N classes and features,
+    W = QR for C > N: the minimum-norm, resp. least-squares, solution, as accurate as ``lstsq``
+    where W has full rank, without its host SVD: 0.4 s for 1000 x 2048 on 2 threads), numpy's
+    ``lstsq`` when the triangle shows W (numerically) rank-deficient. ``qr``: force the choice
+    (None: QR on CUDA)."""
+    import torch
+
+    if dev.type == "cuda" if qr is None else qr:
+        wt, bt = torch.from_numpy(w).to(dev), torch.from_numpy(b).to(dev)
+        tall = w.shape[0] > w.shape[1]
+        q, r = torch.linalg.qr(wt if tall else wt.T)
+        diag = torch.diagonal(r).abs()
+        if float(diag.min()) > max(w.shape) * np.finfo(np.float64).eps * float(diag.max()):
+            if tall:  # least squares: R u = -Q^T b
+                return torch.linalg.solve_triangular(r, -(q.T @ bt)[:, None], upper=True)[:, 0]
+            y = torch.linalg.solve_triangular(r.T, -bt[:, None], upper=False)
+            return (q @ y)[:, 0]  # minimum norm: u = Q R^-T (-b)
+    return torch.from_numpy(-np.linalg.lstsq(w, b, rcond=None)[0]).to(dev)
+
+
+def _vim_fit_torch(x: np.ndarray, w: np.ndarray, b: np.ndarray, d: int, device: str
+                   ) -> dict[str, Any]:
+    """The torch backend's fit: the numpy backend's computation (:func:`_vim_fit`) on the
+    device, the features rounded once to float32 and moved there whole; float32 products, float64
+    for the mean, the sum of the blocks' X^T X, the eigendecomposition (``torch.linalg.eigh``),
+    the origin (:func:`_vim_origin_torch`) and alpha."""
+    import torch
+
+    dev = torch.device(device)
+    rows = _torch_rows(dev)
+    n, n_feat = x.shape
+    with torch.no_grad(), _Float32Products(torch):
+        origin = _vim_origin_torch(w, b, dev)
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
+        _check_finite(xt)
+        mean = torch.zeros(n_feat, dtype=torch.float64, device=dev)
+        for i in range(0, n, rows):
+            mean += xt[i:i + rows].double().sum(dim=0)
+        mean /= n
+        cov = torch.zeros((n_feat, n_feat), dtype=torch.float64, device=dev)
+        for i in range(0, n, rows):
+            c = (xt[i:i + rows].double() - mean).float()
+            cov += (c.T @ c).double()
+        offset = mean - origin
+        cov = cov / n + torch.outer(offset, offset)
+        with _OneThread(torch, dev):
+            vectors = torch.linalg.eigh(cov)[1]  # ascending eigenvalues
+        space = vectors[:, :n_feat - d].float()
+        state = {"backend": "torch", "device": dev, "rows": rows, "dim": d, "alpha": 1.0,
+                 "n_features": n_feat, "origin": origin, "residual_space": space}
+        max_logit, residual = _vim_parts_torch(xt, w, b, state)
+    if residual.sum() <= 0:
+        raise ValueError("vim: the fit features have no residual outside the principal space; "
+                         "alpha is undefined (lower dim)")
+    state["alpha"] = float(max_logit.sum() / residual.sum())
+    return state
+
+
+def _vim_parts_torch(x: Any, w: np.ndarray, b: np.ndarray, state: Mapping[str, Any],
+                     energy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_vim_parts` on the device: one float32 product of each block (of
+    :func:`_torch_rows` rows, padded) with [W^T, residual space], then float64."""
+    import torch
+
+    dev, space = state["device"], state["residual_space"]
+    n_cls = w.shape[0]
+    proj = torch.cat([torch.from_numpy(w.T.astype(np.float32)).to(dev), space], dim=1)
+    shift = torch.cat([torch.from_numpy(b).to(dev), -(state["origin"] @ space.double())])
+    first, residual = np.empty(x.shape[0]), np.empty(x.shape[0])
+    for i, n, xb in _torch_blocks(x, dev, state["rows"]):
+        out = (xb @ proj).double() + shift
+        head = (torch.logsumexp(out[:, :n_cls], dim=1) if energy
+                else out[:, :n_cls].max(dim=1).values)
+        first[i:i + n] = head[:n].cpu().numpy()
+        residual[i:i + n] = torch.linalg.vector_norm(out[:n, n_cls:], dim=1).cpu().numpy()
+    return first, residual
 
 
 def _eigh_one_thread(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -774,8 +1060,15 @@ def _vim_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray, state: Mapping[str, 
 
 
 def _vim(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *,
-         dim: int | None = None) -> np.ndarray:
+         dim: int | None = None, backend: str = "auto") -> np.ndarray:
     w, b = _head(inputs["head_weight"], inputs["head_bias"], "vim")
+    if state["backend"] == "torch":
+        import torch
+
+        x = _features(inputs["embedding"], state["n_features"], "embedding")
+        with torch.no_grad(), _Float32Products(torch):
+            energy, residual = _vim_parts_torch(x, w, b, state, energy=True)
+        return state["alpha"] * residual - energy
     x = _features(inputs["embedding"], state["origin"].size, "embedding")
     energy, residual = _vim_parts(x, w, b, state, energy=True)
     return state["alpha"] * residual - energy
@@ -801,7 +1094,8 @@ _register("mahalanobis", "minimum squared Mahalanobis distance to the class mean
           _mahalanobis,
           "Lee, Lee, Lee & Shin (2018), A simple unified framework for detecting "
           "out-of-distribution samples and adversarial attacks",
-          fit_func=_mahalanobis_fit, fit_keys=frozenset({"embedding", "labels"}))
+          fit_func=_mahalanobis_fit, fit_keys=frozenset({"embedding", "labels"}),
+          params={"backend": "auto"})
 _register("knn", "distance to the k-th nearest fit feature, L2-normalised features (k = 50)",
           {"embedding", "fit"}, _knn,
           "Sun, Ming, Zhu & Li (2022), Out-of-distribution detection with deep nearest "
@@ -811,7 +1105,7 @@ _register("knn", "distance to the k-th nearest fit feature, L2-normalised featur
 _register("vim", "virtual logit (alpha x residual norm) minus energy", {"embedding", "head", "fit"},
           _vim, "Wang, Li, Feng & Zhang (2022), ViM: out-of-distribution with virtual-logit "
           "matching", fit_func=_vim_fit,
-          fit_keys=frozenset({"embedding", "head_weight", "head_bias"}), params={"dim": None},
+          fit_keys=frozenset({"embedding", "head_weight", "head_bias"}), params={"dim": None, "backend": "auto"},
           grid={"dim": (256, 1000)})
 _register("react", "energy of the logits of features clipped at their 90th fit percentile",
           {"embedding", "head", "fit"}, _react,

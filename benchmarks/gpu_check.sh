@@ -18,9 +18,11 @@
 #                 GPU) against timm's plain loop (Pillow on the CPU workers) and the same loop
 #                 decoding on the GPU; the two decoders' logit difference and top-1 agreement
 #                 (bench_predict.py --decoder torchvision); nvJPEG reproducible (test -k nvjpeg)
-#   detectors     uqmetrics' Mahalanobis, KNN (torch:cuda) and ViM against pytorch-ood 0.4, fit +
-#                 score (bench_detectors.py: RESULT <detector>_vs_pytorch_ood); KNN's CUDA search
-#                 bit-identical to faiss (test_detectors_knn_backends.py)
+#   detectors     uqmetrics' Mahalanobis, KNN and ViM on CUDA (backend torch:cuda) against
+#                 pytorch-ood 0.4, fit + score, 20,000 x 512 (bench_detectors.py: RESULT
+#                 <detector>_vs_pytorch_ood); KNN's CUDA search bit-identical to faiss, Mahalanobis
+#                 and ViM on CUDA within float32 rounding of numpy, same ranking, bit-identical run
+#                 to run (test_detectors_knn_backends.py, test_detectors_torch_backends.py -k cuda)
 #   sweep         a sweep of 8 models sharing one preprocessing against 8 separate predict runs,
 #                 each image decoded once per group (bench_sweep.py: zoo_vs_separate, per_cell_fixed_s,
 #                 decodes_per_image)
@@ -28,6 +30,9 @@
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
 # Optional items (longer; each driver resumes, so a cut item continues on the next call):
+#   detectors_large (the detectors item at 200,000 x 2048, 1,000 classes, one round: RESULT
+#   <detector>_vs_pytorch_ood_large; about 120 s, most of it pytorch-ood's KNN, scikit-learn's
+#   brute-force search on 2 CPU threads),
 #   sweep_large (the sweep item at 5,000 images on CUDA: zoo_vs_separate and per_cell_fixed_s
 #   where fixed costs no longer dominate; about 180 s),
 #   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
@@ -105,11 +110,15 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
                 --device "$DEVICE" --decoder torchvision --rounds 2 --batch-size 64 \
                 --images $([ "$DEVICE" = cpu ] && echo 64 || echo 1024) \
                 --work "$WORK/predict_decode"; } ;;
-        detectors)  # OOD detectors against pytorch-ood 0.4; KNN on CUDA equals faiss bit for bit
+        detectors)  # OOD detectors against pytorch-ood 0.4, ours on CUDA; the CUDA tests first
             { (cd packages/uqvision && timeout 15 "$PY" -m pytest \
-                tests/test_detectors_knn_backends.py -q -p no:cacheprovider -rs); \
+                tests/test_detectors_knn_backends.py tests/test_detectors_torch_backends.py \
+                -q -p no:cacheprovider -rs -k cuda); \
               timeout "$((budget - 15))" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
                 --device "$DEVICE" --sizes small --rounds 2; } ;;
+        detectors_large)  # the same at 200,000 x 2048 (optional; ITEMS="detectors_large:180")
+            timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
+                --device "$DEVICE" --sizes large --rounds 1 ;;
         sweep|sweep_large)  # zoo_vs_separate, decodes per image, per_cell_fixed_s
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_sweep.py \
                 --device "$DEVICE" --rounds 1 --work "$WORK/$name" \

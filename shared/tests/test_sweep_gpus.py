@@ -177,9 +177,10 @@ def test_a_local_cluster_pins_each_worker_to_its_gpu(tmp_path):
         assert _names_and_gpus(client) == [(0, "5", {"GPU": 1}), (1, "7", {"GPU": 1})]
     finally:
         launch._close_quietly(client, cluster)
-    with pytest.raises(ValueError, match=r"resources \{'GPU': 2\}: a worker of --gpus has one"):
-        with open_client(ClusterSpec(gpus=("0",), resources={"GPU": 2})):
-            pass
+    too_many = ClusterSpec(gpus=("0",), resources={"GPU": 2})
+    with (pytest.raises(ValueError, match=r"resources \{'GPU': 2\}: a worker of --gpus has one"),
+          open_client(too_many)):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------

@@ -144,6 +144,10 @@ def _env(dask_worker) -> tuple:
             dict(dask_worker.state.total_resources))
 
 
+def _memory_limit(dask_worker) -> int:
+    return dask_worker.memory_manager.memory_limit
+
+
 def _visible(i: int) -> xr.Dataset:
     return xr.Dataset({"v": ("x", np.arange(3.0) * i)},
                       attrs={"visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")})
@@ -157,9 +161,12 @@ def test_a_local_cluster_pins_each_worker_to_its_gpu(tmp_path):
     """Two worker processes, each with its own CUDA_VISIBLE_DEVICES and GPU=1; cells asking
     for GPU=1 all run there; a worker lost and added again takes the GPU no worker holds."""
     spec = ClusterSpec(gpus=("5", "7"), resources={"GPU": 1})
-    client, cluster = launch._connect(spec, 4, 1, None, spec.resources)
+    client, cluster = launch._connect(spec, 4, 2, None, spec.resources)  # 2 threads each
     try:
         assert _names_and_gpus(client) == [(0, "5", {"GPU": 1}), (1, "7", {"GPU": 1})]
+        from distributed.system import MEMORY_LIMIT  # shared out as by a LocalCluster of 2
+
+        assert all(abs(m - MEMORY_LIMIT / 2) <= 1 for m in client.run(_memory_limit).values())
         cells = [Cell(f"c{i}", {"i": i}) for i in range(4)]
         report = run_sweep(cells, _visible, tmp_path / "out", client=client,
                            resources=spec.resources, progress=False)
@@ -218,4 +225,5 @@ def test_cells_on_cuda_spread_over_the_gpus(tmp_path):
             assert ds.attrs["count"] == 1  # each worker sees its GPU alone
             seen[ds.attrs["visible"]] = ds.attrs["uuid"]
     assert set(seen) == set(spec.gpus)  # both GPUs ran cells ...
-    assert len(set(seen.values())) == 2  # ... and they are two devices
+    if all(seen.values()):  # ... and they are two devices (torch gives their UUIDs)
+        assert len(set(seen.values())) == 2

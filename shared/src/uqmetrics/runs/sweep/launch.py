@@ -72,6 +72,9 @@ def _gpu_cluster_class() -> type:
 
         def __init__(self, *, gpus: tuple[str, ...], **kwargs: Any):
             self._gpu_env = gpu_worker_env(gpus)
+            # the machine's memory shared out as a LocalCluster of len(gpus) workers does (a
+            # fraction of it: with n_workers=0 each worker would take nthreads / cores of it)
+            kwargs.setdefault("memory_limit", 1 / len(gpus))
             super().__init__(n_workers=0, **kwargs)
             self.scale(len(gpus))
             self.sync(self._correct_state)

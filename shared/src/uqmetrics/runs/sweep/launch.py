@@ -362,7 +362,8 @@ def open_client(scheduler: str | ClusterSpec, *, n_workers: int = 2,
     ----------
     scheduler : str or ClusterSpec
     n_workers, threads_per_worker : int
-        Of a ``LocalCluster`` started here.
+        Of a ``LocalCluster`` started here (one worker per GPU instead of ``n_workers`` with
+        :attr:`ClusterSpec.gpus`).
     log_file : path, optional
         The standard error of the worker processes started here.
 

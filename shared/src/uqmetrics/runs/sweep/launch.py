@@ -76,8 +76,12 @@ def _gpu_cluster_class() -> type:
             # fraction of it: with n_workers=0 each worker would take nthreads / cores of it)
             kwargs.setdefault("memory_limit", 1 / len(gpus))
             super().__init__(n_workers=0, **kwargs)
-            self.scale(len(gpus))
-            self.sync(self._correct_state)
+            try:  # the workers started, as LocalCluster(n_workers=...) starts them
+                self.scale(len(gpus))
+                self.sync(self._correct_state)
+            except BaseException:
+                self.close()
+                raise
 
         def new_worker_spec(self) -> dict:
             free = [i for i in self._gpu_env if i not in self.worker_spec]

@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 _HOSTILE = {"cluster": "jobqueue-local", "cluster-option": ["cores=1", "memory=1GB",
                                                             "job_script_prologue=touch /x"],
             "jobs": 3, "scheduler": None, "workers": 7, "dashboard": ":8787",
-            "threads-per-worker": 5}
+            "threads-per-worker": 5, "gpus": "all"}
 
 
 def _result(path, options: dict, caches: dict | None = None, **meta) -> str:
@@ -77,7 +77,7 @@ def test_the_cluster_options_are_launcher_options():
     p = _parser()
     sweep = p._subparsers._group_actions[0].choices["sweep"]
     assert sorted(a.dest for a in sweep._actions if is_launcher(a)) == sorted(
-        ["scheduler", "workers", "cluster", "cluster_option", "cluster_config", "jobs",
+        ["scheduler", "workers", "gpus", "cluster", "cluster_option", "cluster_config", "jobs",
          "gpus_per_job", "dashboard", "threads_per_worker"])
 
 
@@ -87,11 +87,13 @@ def test_a_result_file_gives_no_launcher_option_and_never_overwrite(tmp_path, ca
     args = _parser().parse_args(["sweep", "--config", result])
     assert args.rate == 0.25  # what is computed: taken
     assert (args.cluster, args.cluster_option, args.jobs, args.workers, args.dashboard,
-            args.threads_per_worker, args.overwrite) == ("local", None, 1, 2, None, 1, False)
+            args.threads_per_worker, args.overwrite, args.gpus) == ("local", None, 1, 2, None,
+                                                                    1, False, None)
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"tool sweep: --config {result}: not taken from the file: ")
     assert '--cluster "jobqueue-local"' in line and "job_script_prologue=touch /x" in line
     assert "--jobs 3" in line and "--workers 7" in line and "--overwrite" in line
+    assert '--gpus "all"' in line
     # the command line gives them
     args = _parser().parse_args(["sweep", "--config", result, "--workers", "3", "--overwrite"])
     assert (args.workers, args.overwrite) == (3, True)

@@ -128,6 +128,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     config = _predict_config(a)
     # --scheduler/--cluster...: one GPU per cell on jobs with --gpus-per-job when on cuda
     cluster = ClusterSpec.from_args(a, gpu_cells=str(config.device).startswith("cuda"))
+    if cluster.gpus and str(config.device) not in ("cuda", "cuda:0"):  # --gpus: one GPU each
+        raise InputError(f"--device {config.device}: with --gpus each worker sees its own GPU "
+                         "alone, as cuda; give --device cuda (or --n-workers N without --gpus)")
     data = _data(a)
     _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name
@@ -158,7 +161,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                   "retry_failed": not a.skip_failed, "sets": sets}
     if a.dry_run:
         dry = dry_run_sweep(a.models or [], data, out / "caches", config,
-                            n_workers=a.n_workers, **sweep_args)
+                            n_workers=cluster.local_workers(a.n_workers), **sweep_args)
         for line in dry.lines():
             _print(line)
         if ood:

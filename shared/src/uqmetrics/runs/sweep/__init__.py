@@ -37,7 +37,12 @@ preemption through the resume: a cell file is written atomically, so it is there
 at all; the cells of a job that ended are run again by the other workers, on a job submitted in
 its place (:data:`WORKER_CHECK_INTERVAL`), or by a rerun. ``--gpus-per-job 1`` gives each job's
 worker the Dask resource ``GPU=1`` and, for cells on cuda, each cell asks for it: one model per
-GPU at a time. The dashboard of a cluster started here listens on 127.0.0.1 unless
+GPU at a time. On one machine of several GPUs, ``--gpus all|N|I,J`` starts the ``LocalCluster``
+with one worker per GPU instead (:func:`gpu_worker_env`: each worker's nanny sets its
+``CUDA_VISIBLE_DEVICES`` to its GPU alone before the process starts, and the worker has the
+resource ``GPU=1``), so cells on cuda spread over the GPUs, one per GPU at a time; fewer GPUs
+visible than asked (:func:`visible_gpus`, :func:`select_gpus`) is an error before anything
+starts. The dashboard of a cluster started here listens on 127.0.0.1 unless
 ``--dashboard`` says otherwise (a queue's scheduler itself binds where dask-jobqueue puts it, an
 interface the workers of other nodes reach); its link is printed once.
 
@@ -49,24 +54,29 @@ from __future__ import annotations
 
 from .cells import Cell, CellFailure, SweepReport, cell_path, is_complete
 from .failures import FAILURES_FORMAT, read_failures, write_failures
-from .launch import WORKER_CHECK_INTERVAL, open_client
+from .launch import WORKER_CHECK_INTERVAL, gpu_worker_env, open_client
 from .options import (
     CLUSTER_KINDS,
     DEFAULT_DASHBOARD,
+    GPUS_ALL,
     HPC_EXTRA,
     QUEUE_CLUSTERS,
     ClusterSpec,
     add_cluster_options,
     parse_cluster_options,
+    parse_gpus,
     positive_int,
     read_cluster_config,
+    select_gpus,
+    visible_gpus,
 )
 from .progress import LOG_PROGRESS_INTERVAL, LogProgress, format_duration, progress_bar
 from .run import run_sweep
 
-__all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "HPC_EXTRA",
+__all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", "HPC_EXTRA",
            "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
-           "cell_path", "format_duration", "is_complete", "open_client", "parse_cluster_options",
-           "positive_int",
-           "progress_bar", "read_cluster_config", "read_failures", "run_sweep", "write_failures"]
+           "cell_path", "format_duration", "gpu_worker_env", "is_complete", "open_client",
+           "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
+           "read_cluster_config", "read_failures", "run_sweep", "select_gpus", "visible_gpus",
+           "write_failures"]

@@ -1,11 +1,13 @@
-"""Starting and closing the cluster a sweep runs on: a ``LocalCluster``, a running scheduler or
-Dask workers in jobs of a queue (dask-jobqueue), the jobs kept at their count
-(:data:`WORKER_CHECK_INTERVAL`), the dashboard link, and :func:`open_client`.
+"""Starting and closing the cluster a sweep runs on: a ``LocalCluster`` (one worker per GPU
+with ``--gpus``: :func:`gpu_worker_env`), a running scheduler or Dask workers in jobs of a queue
+(dask-jobqueue), the jobs kept at their count (:data:`WORKER_CHECK_INTERVAL`), the dashboard
+link, and :func:`open_client`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -25,6 +27,72 @@ from .options import (
 #: Seconds between two checks that a cluster started here still has all its workers (jobs): a
 #: job that ended (preempted, past its walltime, killed) is submitted again.
 WORKER_CHECK_INTERVAL = 10.0
+
+
+def gpu_worker_env(gpus: tuple[str, ...]) -> dict[int, dict[str, str]]:
+    """The environment of each worker of a ``LocalCluster`` of one worker per GPU (``--gpus``),
+    by worker name: worker ``i`` sees ``gpus[i]`` alone.
+
+    The variables are set by the worker's nanny when it starts the worker process (and each
+    time it restarts it), before the process imports anything, so before CUDA initialises:
+    a cell on ``cuda`` (``cuda:0``) runs on its worker's GPU. ``CUDA_DEVICE_ORDER`` is this
+    process's, or ``PCI_BUS_ID`` (``nvidia-smi``'s numbering) when unset, so that index
+    ``k`` names the same GPU in every worker.
+
+    Parameters
+    ----------
+    gpus : tuple of str, shape (n_workers,)
+        ``CUDA_VISIBLE_DEVICES`` entries (:attr:`ClusterSpec.gpus`), distinct.
+
+    Returns
+    -------
+    dict
+        ``{i: {"CUDA_VISIBLE_DEVICES": gpus[i], "CUDA_DEVICE_ORDER": ...}}``.
+
+    Examples
+    --------
+    >>> gpu_worker_env(("2", "3"))[1]["CUDA_VISIBLE_DEVICES"]
+    '3'
+    """
+    order = os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return {i: {"CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": order}
+            for i, gpu in enumerate(gpus)}
+
+
+@functools.cache
+def _gpu_cluster_class() -> type:
+    """``LocalCluster`` whose worker ``i`` has the environment ``gpu_worker_env(gpus)[i]``
+    (defined on first use: distributed is imported lazily)."""
+    from dask.distributed import LocalCluster
+
+    class GpuLocalCluster(LocalCluster):
+        """A ``LocalCluster`` of one worker process per GPU (:func:`gpu_worker_env`), started
+        with ``n_workers=0`` and scaled to one worker per GPU; a worker added again (the
+        cluster kept at its size, :func:`_keep_workers`) takes a GPU no worker holds."""
+
+        def __init__(self, *, gpus: tuple[str, ...], **kwargs: Any):
+            self._gpu_env = gpu_worker_env(gpus)
+            # the machine's memory shared out as a LocalCluster of len(gpus) workers does (a
+            # fraction of it: with n_workers=0 each worker would take nthreads / cores of it)
+            kwargs.setdefault("memory_limit", 1 / len(gpus))
+            super().__init__(n_workers=0, **kwargs)
+            try:  # the workers started, as LocalCluster(n_workers=...) starts them
+                self.scale(len(gpus))
+                self.sync(self._correct_state)
+            except BaseException:
+                self.close()
+                raise
+
+        def new_worker_spec(self) -> dict:
+            free = [i for i in self._gpu_env if i not in self.worker_spec]
+            if not free:  # more workers than GPUs asked of it: as many as GPUs, no more
+                raise ValueError(f"a LocalCluster of {len(self._gpu_env)} GPU worker(s) "
+                                 "cannot grow past one worker per GPU")
+            options = dict(self.new_spec["options"])
+            options["env"] = {**(options.get("env") or {}), **self._gpu_env[free[0]]}
+            return {free[0]: {"cls": self.new_spec["cls"], "options": options}}
+
+    return GpuLocalCluster
 
 
 def _dashboard_option(spec: ClusterSpec, config_name: str | None = None) -> str | None:
@@ -219,7 +287,9 @@ def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
     (seconds) is not seen; one while a client of ``scheduler`` connects is raised once it is
     connected, and closed. The local cluster's workers get ``resources`` (the cells ask for
     them; without, they would wait for ever); its dashboard binds to :data:`DEFAULT_DASHBOARD`
-    unless ``spec.dashboard`` says otherwise. A cluster started here is kept at its size
+    unless ``spec.dashboard`` says otherwise. With ``spec.gpus`` it has one worker per GPU
+    (``n_workers`` unused), each pinned to its GPU (:func:`gpu_worker_env`) with the resource
+    ``GPU=1`` besides ``resources``. A cluster started here is kept at its size
     (:func:`_keep_workers`)."""
     from dask.distributed import Client, LocalCluster
 
@@ -235,6 +305,16 @@ def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
         if spec.queue:
             cluster = _queue_cluster(spec, silence)
             size = spec.jobs
+        elif spec.gpus:
+            asked = dict(resources or {})
+            if asked.get("GPU", 1) > 1:
+                raise ValueError(f"resources {asked!r}: a worker of --gpus has one GPU "
+                                 "(GPU=1); the cells would wait for ever")
+            cluster = _gpu_cluster_class()(
+                gpus=spec.gpus, threads_per_worker=threads_per_worker, processes=True,
+                dashboard_address=_dashboard_option(spec), silence_logs=silence,
+                resources={**asked, "GPU": 1})
+            size = len(spec.gpus)
         else:
             cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                                    processes=True, dashboard_address=_dashboard_option(spec),
@@ -286,7 +366,8 @@ def open_client(scheduler: str | ClusterSpec, *, n_workers: int = 2,
     ----------
     scheduler : str or ClusterSpec
     n_workers, threads_per_worker : int
-        Of a ``LocalCluster`` started here.
+        Of a ``LocalCluster`` started here (one worker per GPU instead of ``n_workers`` with
+        :attr:`ClusterSpec.gpus`).
     log_file : path, optional
         The standard error of the worker processes started here.
 

@@ -1,5 +1,6 @@
 """Where a sweep's cells run, as options: the ``--cluster`` kinds, ``--cluster-option`` and
-``--cluster-config`` values, :class:`ClusterSpec` and the option group every sweep command shares
+``--cluster-config`` values, the GPUs of a local cluster (``--gpus``, :func:`visible_gpus`,
+:func:`select_gpus`), :class:`ClusterSpec` and the option group every sweep command shares
 (:func:`add_cluster_options`).
 """
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,8 @@ _KIND_OPTIONS: dict[str, dict[str, type]] = {
 #: The job directive asking the queue for ``n`` GPUs (``--gpus-per-job``), where one spelling
 #: is standard; elsewhere the user gives it (``--cluster-option job_extra_directives=...``).
 _GPU_DIRECTIVES = {"slurm": "--gres=gpu:{n}", "lsf": '-gpu "num={n}"'}
+#: ``--gpus`` value for every GPU this process sees.
+GPUS_ALL = "all"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _DASHBOARD = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(?P<port>\d{1,5})$")
 
@@ -189,6 +194,154 @@ def _jobqueue():
     return dask_jobqueue
 
 
+def _cuda_visible_entries(text: str) -> list[str]:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value names, as CUDA reads it: comma-separated
+    entries, each an index (``0``) or a UUID (``GPU-...``, ``MIG-...``), the list cut at the
+    first entry that is neither (``-1`` hides every GPU)."""
+    out: list[str] = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+            break
+        out.append(entry)
+    return out
+
+
+def _gpu_count() -> int:
+    """The CUDA devices of this machine as this process sees them: torch's count when torch is
+    installed (it honours ``CUDA_VISIBLE_DEVICES``; no CUDA context is made), else the lines of
+    ``nvidia-smi -L``, else 0. uqmetrics does not need torch: it is imported only here."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        return int(torch.cuda.device_count())
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30,
+                                check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The GPUs this process sees, each as the ``CUDA_VISIBLE_DEVICES`` value that gives a
+    child process that GPU alone.
+
+    Without ``CUDA_VISIBLE_DEVICES`` they are the indices ``"0"`` .. ``"n-1"``; with it, its
+    entries (indices or UUIDs) in its order, as many as there are devices: the ``k``-th is the
+    GPU this process calls ``cuda:k``.
+
+    Returns
+    -------
+    tuple of str, shape (n_gpus,)
+    """
+    count = _gpu_count()
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return tuple(str(i) for i in range(count))
+    return tuple(_cuda_visible_entries(env)[:count])
+
+
+def parse_gpus(text: str) -> str | int | tuple[int, ...]:
+    """An argparse type for ``--gpus``: ``all`` (:data:`GPUS_ALL`), a count ``N`` >= 1, or a
+    comma-separated list of distinct device indices (``0,2``: ``cuda:0`` and ``cuda:2`` as
+    this process numbers them). ``argparse.ArgumentTypeError`` naming the value otherwise.
+
+    Examples
+    --------
+    >>> parse_gpus("all"), parse_gpus("2"), parse_gpus("0,3")
+    ('all', 2, (0, 3))
+    """
+    import argparse
+
+    value = str(text).strip().lower()
+    if value == GPUS_ALL:
+        return GPUS_ALL
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected all, a count or indices such as 0,1, got "
+                                         f"{text!r}")
+    if len(parts) == 1:
+        if int(parts[0]) < 1:
+            raise argparse.ArgumentTypeError(f"a count must be >= 1, got {text!r}")
+        return int(parts[0])
+    indices = tuple(int(p) for p in parts)
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"an index is given twice in {text!r}")
+    return indices
+
+
+def _gpus_text(asked: Any) -> str:
+    """``--gpus``'s value as the user wrote it (``2``, ``all``, ``0,3``)."""
+    return ",".join(map(str, asked)) if isinstance(asked, tuple) else str(asked)
+
+
+def _gpus_elsewhere(shown: str, kind: str, address: str | None) -> str:
+    """The error of ``--gpus`` with a cluster not started here."""
+    return (f"--gpus {shown}: applies to the LocalCluster started here, not "
+            + (f"--scheduler {address!r}" if address
+               else f"--cluster {kind} (each job's GPU: --gpus-per-job 1)"))
+
+
+def select_gpus(asked: str | int | tuple[int, ...], available: tuple[str, ...] | None = None
+                ) -> tuple[str, ...]:
+    """The GPUs ``--gpus`` asks for, each as the ``CUDA_VISIBLE_DEVICES`` value of its worker.
+
+    Parameters
+    ----------
+    asked : str, int or tuple of int
+        A value of :func:`parse_gpus` (a string is parsed first): ``"all"``, a count (the
+        first ``N`` GPUs) or indices into ``available``.
+    available : tuple of str, optional
+        The GPUs this process sees; default :func:`visible_gpus`.
+
+    Returns
+    -------
+    tuple of str, shape (n_workers,)
+
+    Raises
+    ------
+    ValueError
+        Naming ``--gpus`` and its value: no GPU here, fewer GPUs than asked, or an index this
+        process does not have.
+
+    Examples
+    --------
+    >>> select_gpus("all", ("2", "3")), select_gpus(1, ("2", "3")), select_gpus((1,), ("2", "3"))
+    (('2', '3'), ('2',), ('3',))
+    """
+    if isinstance(asked, str):
+        import argparse
+
+        try:
+            asked = parse_gpus(asked)
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"--gpus {asked!r}: {err}") from None
+    shown = _gpus_text(asked)
+    gpus = visible_gpus() if available is None else tuple(available)
+    seen = (f"{len(gpus)} GPU(s) visible here (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    if not gpus:
+        raise ValueError(f"--gpus {shown}: no GPU is visible here (CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); leave --gpus "
+                         "out to run on the CPU")
+    if asked == GPUS_ALL:
+        return gpus
+    if isinstance(asked, int):
+        if asked > len(gpus):
+            raise ValueError(f"--gpus {shown}: asks for {asked} GPUs, {seen}")
+        return gpus[:asked]
+    missing = [i for i in asked if i >= len(gpus)]
+    if missing:
+        raise ValueError(f"--gpus {shown}: no GPU of index {missing[0]}, {seen}")
+    return tuple(gpus[i] for i in asked)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """Where a sweep's cells run: a ``LocalCluster`` of this machine, the scheduler of a
@@ -220,7 +373,13 @@ class ClusterSpec:
         ``scheduler-options: {dashboard_address: ...}`` for a queue kind).
     resources : mapping, optional
         Dask resources every cell asks for (``{"GPU": 1}``: one cell per GPU at a time); set by
-        :meth:`from_args` with ``gpu_cells`` when jobs have GPUs.
+        :meth:`from_args` with ``gpu_cells`` when jobs or local workers have GPUs.
+    gpus : tuple of str, optional
+        ``--gpus``: the ``LocalCluster`` started here runs one worker process per GPU, the
+        ``i``-th with ``CUDA_VISIBLE_DEVICES=gpus[i]`` (it sees that GPU alone, as ``cuda``)
+        and the Dask resource ``GPU=1``; its worker count is ``len(gpus)``, not ``--workers``
+        (:meth:`local_workers`). Resolved by :meth:`from_args` (:func:`select_gpus`); given
+        directly, the entries are taken as they are (no GPU need be there).
     """
 
     kind: str = "local"
@@ -231,6 +390,7 @@ class ClusterSpec:
     gpus_per_job: int = 0
     dashboard: str | None = None
     resources: Mapping[str, float] | None = None
+    gpus: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.kind not in CLUSTER_KINDS:
@@ -280,6 +440,17 @@ class ClusterSpec:
                            for k, v in self.resources.items())):
             raise ValueError(f"resources must map resource names to positive amounts, got "
                              f"{self.resources!r}")
+        if self.gpus is not None:
+            if not self.local_default:
+                raise ValueError(_gpus_elsewhere(_gpus_text(self.gpus), self.kind,
+                                                 self.address))
+            if (not isinstance(self.gpus, tuple) or not self.gpus
+                    or not all(isinstance(g, str) and g.strip() and "," not in g
+                               for g in self.gpus)
+                    or len(set(self.gpus)) != len(self.gpus)):
+                raise ValueError(f"gpus must be a non-empty tuple of distinct "
+                                 f"CUDA_VISIBLE_DEVICES entries (one GPU each), got "
+                                 f"{self.gpus!r}")
 
     @property
     def queue(self) -> bool:
@@ -288,8 +459,14 @@ class ClusterSpec:
 
     @property
     def local_default(self) -> bool:
-        """True when nothing but a ``LocalCluster`` of this machine was asked for."""
+        """True when nothing but a ``LocalCluster`` of this machine was asked for (``--gpus``
+        included: its workers are pinned to GPUs)."""
         return self.kind == "local" and self.address is None
+
+    def local_workers(self, n_workers: int) -> int:
+        """The worker processes of a ``LocalCluster`` started here for ``--workers
+        n_workers``: one per GPU with :attr:`gpus`, else ``n_workers``."""
+        return len(self.gpus) if self.gpus else n_workers
 
     def describe(self) -> str:
         """One phrase for messages: ``"the Dask scheduler at tcp://..."``, ``"4 slurm
@@ -298,6 +475,9 @@ class ClusterSpec:
             return f"the Dask scheduler at {self.address}"
         if self.queue:
             return f"{self.jobs} {self.kind} job(s)"
+        if self.gpus:
+            return (f"a LocalCluster of {len(self.gpus)} GPU worker(s) (CUDA_VISIBLE_DEVICES "
+                    f"{', '.join(self.gpus)})")
         return "a LocalCluster"
 
     @classmethod
@@ -308,23 +488,30 @@ class ClusterSpec:
         ----------
         args : argparse.Namespace
         gpu_cells : bool, default False
-            The cells run on a GPU (``--device cuda``): with ``--gpus-per-job``, each asks for
-            the resource ``GPU=1`` (one model per GPU at a time).
+            The cells run on a GPU (``--device cuda``): with ``--gpus-per-job`` or ``--gpus``,
+            each asks for the resource ``GPU=1`` (one model per GPU at a time).
 
         Raises
         ------
         ValueError
-            A bad option value or combination, or a queue kind without dask-jobqueue installed
-            (naming the extra to install), before anything starts.
+            A bad option value or combination, fewer GPUs here than ``--gpus`` asks for, or a
+            queue kind without dask-jobqueue installed (naming the extra to install), before
+            anything starts.
         """
         kind = getattr(args, "cluster", "local") or "local"
         options = parse_cluster_options(getattr(args, "cluster_option", None) or (), kind)
         gpus = getattr(args, "gpus_per_job", 0) or 0
-        spec = cls(kind=kind, address=getattr(args, "scheduler", None), options=options,
+        asked = getattr(args, "gpus", None)
+        address = getattr(args, "scheduler", None)
+        if asked is not None and (kind != "local" or address is not None):
+            raise ValueError(_gpus_elsewhere(_gpus_text(asked), kind, address))
+        local_gpus = select_gpus(asked) if asked is not None else None
+        spec = cls(kind=kind, address=address, options=options,
                    config_file=getattr(args, "cluster_config", None),
                    jobs=getattr(args, "jobs", 1) or 1, gpus_per_job=gpus,
                    dashboard=getattr(args, "dashboard", None),
-                   resources={"GPU": 1} if gpu_cells and gpus else None)
+                   resources={"GPU": 1} if gpu_cells and (gpus or local_gpus) else None,
+                   gpus=local_gpus)
         if spec.queue:
             try:
                 _jobqueue()
@@ -351,8 +538,8 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
                         workers_default: int = 2, local: str = "a LocalCluster here") -> Any:
     """Add the options of where a sweep runs to an ``argparse`` parser (one group):
     ``--scheduler``, ``--cluster``, ``--cluster-option``, ``--cluster-config``, ``--jobs``,
-    ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count. Read them
-    back with :meth:`ClusterSpec.from_args`. All are launcher options
+    ``--gpus-per-job``, ``--dashboard`` and (``workers``) the local worker count and
+    ``--gpus`` (one local worker per GPU). Read them back with :meth:`ClusterSpec.from_args`. All are launcher options
     (:func:`uqmetrics.runs.config_options.mark_launcher`): a result file never gives them.
 
     Parameters
@@ -360,7 +547,8 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
     parser : argparse.ArgumentParser
     workers : str or None, default "--workers"
         The flag of the ``LocalCluster``'s worker processes (destination: the flag without
-        dashes, ``-`` as ``_``); None: not added (the command has its own).
+        dashes, ``-`` as ``_``), and with it ``--gpus`` (destination ``gpus``, default None);
+        None: neither is added (the command has its own local processes).
     workers_default : int, default 2
     local : str, default "a LocalCluster here"
         What runs the cells when no cluster is asked for (the help's words).
@@ -380,6 +568,12 @@ def add_cluster_options(parser: Any, *, workers: str | None = "--workers",
         g.add_argument(workers, dest=workers.lstrip("-").replace("-", "_"), type=positive_int,
                        default=workers_default, metavar="N",
                        help=f"LocalCluster worker processes (default {workers_default})")
+        g.add_argument("--gpus", type=parse_gpus, default=None, metavar="all|N|I,J",
+                       help="one LocalCluster worker per GPU of this machine, instead of "
+                            f"{workers}: all, the first N, or these indices; each worker sees "
+                            "its GPU alone (CUDA_VISIBLE_DEVICES) and, with --device cuda, "
+                            "runs one cell on it at a time (Dask resource GPU=1); fewer GPUs "
+                            "here than asked is an error")
     g.add_argument("--cluster", choices=CLUSTER_KINDS, default="local",
                    help=f"local: {local} (default); slurm, pbs, lsf, "
                         "sge: Dask workers started in jobs of that queue (dask-jobqueue's "

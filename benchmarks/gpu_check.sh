@@ -30,6 +30,8 @@
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
 # Optional items (longer; each driver resumes, so a cut item continues on the next call):
+#   multi_gpu (2+ GPUs: bench_sweep's 8 models swept on 1 GPU and on one Dask worker per GPU,
+#   --gpus; RESULT multi_gpu_speedup, caches bit-identical; one SKIP line on one GPU; ~120 s),
 #   detectors_large (the detectors item at 200,000 x 2048, 1,000 classes, one round: RESULT
 #   <detector>_vs_pytorch_ood_large; about 120 s, most of it pytorch-ood's KNN, scikit-learn's
 #   brute-force search on 2 CPU threads),
@@ -116,6 +118,12 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
                 -q -p no:cacheprovider -rs -k cuda); \
               timeout "$((budget - 15))" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
                 --device "$DEVICE" --sizes small --rounds 2; } ;;
+        multi_gpu)  # one GPU against one Dask worker per GPU (--gpus); SKIP below 2 GPUs
+            { (cd shared && timeout 40 "$PY" -m pytest tests/test_sweep_gpus.py -q \
+                -p no:cacheprovider -rs -k "spread or pins"); \
+              timeout "$((budget - 40))" "$PY" packages/uqvision/benchmarks/bench_multi_gpu.py \
+                --device "$DEVICE" --rounds 1 --work "$WORK/multi_gpu" \
+                --images $([ "$DEVICE" = cpu ] && echo 64 || echo 2000); } ;;
         detectors_large)  # the same at 200,000 x 2048 (optional; ITEMS="detectors_large:180")
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
                 --device "$DEVICE" --sizes large --rounds 1 ;;

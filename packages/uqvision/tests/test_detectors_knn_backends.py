@@ -87,3 +87,28 @@ def test_auto_without_faiss_gives_the_same_bits(kind, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # as if not installed
     assert detectors._knn_backend("auto")[0] == "numpy32"
     assert np.array_equal(_scores("auto", x_fit, x), with_faiss)
+
+
+def test_torch_search_under_torchs_per_backend_precision(monkeypatch):
+    """A user who set torch >= 2.9's per-backend fp32_precision to TF32 (torch then refuses
+    its legacy TF32 flags): the torch search runs in IEEE float32, gives the bits of the other
+    float32 backends, and the user's setting is theirs again afterwards."""
+    x_fit, x = _data("random")
+    matmul = torch.backends.cuda.matmul
+    seen = []
+    kth = detectors._kth_similarity
+
+    def spy(*args, **kwargs):
+        seen.append(matmul.fp32_precision)
+        return kth(*args, **kwargs)
+
+    monkeypatch.setattr(detectors, "_kth_similarity", spy)
+    saved = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        u = _scores("torch", x_fit, x)
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = saved
+    assert seen and set(seen) == {"ieee"}
+    assert np.array_equal(u, _scores("faiss", x_fit, x))

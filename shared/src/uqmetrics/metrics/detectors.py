@@ -86,6 +86,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -854,11 +855,11 @@ def _knn(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *, k: int =
     z = _unit(_features(inputs["embedding"], d, "embedding"), "embedding")
     name = state["backend"]
     rows = max(1, _KNN_BLOCK // n_bank)
+    products: Any = contextlib.nullcontext()
     if name == "numpy":
         search, delta = _knn_numpy_search(bank), state["delta"]
     else:
         z = np.ascontiguousarray(z, dtype=np.float32)  # the bank's rounding
-        u_in = 0.0
         if name == "numpy32":
             search = _knn_numpy_search(bank)
         elif name == "faiss":
@@ -866,19 +867,19 @@ def _knn(inputs: Mapping[str, np.ndarray], state: Mapping[str, Any], *, k: int =
                 return state["index"].search(z, m)
             rows = 1 << 14
         else:
-            search = _knn_torch_search(state)
-            if state["tensor"].is_cuda:
-                import torch
+            import torch
 
+            search = _knn_torch_search(state)
+            products = _Float32Products(torch)  # IEEE float32 (no TF32) whatever the user set
+            if state["tensor"].is_cuda:
                 rows = max(1, (_KNN_BLOCK << 3) // n_bank)
-                if torch.backends.cuda.matmul.allow_tf32:  # inputs rounded to 10 bits
-                    u_in = 2.0**-11
-        delta = _dot_error(d, u_in, 2.0**-24)
+        delta = _dot_error(d, 0.0, 2.0**-24)
     m = min(n_bank, kk + max(8, kk // 4))  # a margin of candidates beyond the k-th
     u = np.empty(z.shape[0])
-    for i in range(0, z.shape[0], rows):
-        kth = _kth_similarity(z[i:i + rows], state, kk, m, search, delta)
-        u[i:i + rows] = np.sqrt(np.maximum(2.0 - 2.0 * kth, 0.0))
+    with products:
+        for i in range(0, z.shape[0], rows):
+            kth = _kth_similarity(z[i:i + rows], state, kk, m, search, delta)
+            u[i:i + rows] = np.sqrt(np.maximum(2.0 - 2.0 * kth, 0.0))
     return u
 
 

@@ -445,3 +445,19 @@ def test_a_second_sweep_into_the_same_folder_is_refused_naming_the_other(tmp_pat
                           f"(pid {holder.pid} on "), err
     assert err.rstrip().endswith("wait for that sweep to finish, or write to another --out")
     assert sorted(p.name for p in (out / "cells").iterdir()) == [".sweep.lock"]  # the holder's
+
+
+def test_gpus_with_cells_off_cuda_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """``--gpus`` pins each local worker to its own GPU, seen as ``cuda``: cells on the CPU (or
+    on ``cuda:1``) are refused with the flag and the value named, nothing written. The GPUs
+    are faked (their count); no cluster starts."""
+    from uqmetrics.runs.sweep import options
+
+    monkeypatch.setattr(options, "_gpu_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = tmp_path / "sweep"
+    for device in ("cpu", "cuda:1"):
+        assert cli.main([*SWEEP, "--out", str(out), "--gpus", "2", "--device", device]) == 2
+        assert f"--device {device}: with --gpus each worker sees its own GPU alone" in \
+            capsys.readouterr().err
+    assert not out.exists()

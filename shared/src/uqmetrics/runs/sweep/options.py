@@ -481,7 +481,8 @@ class ClusterSpec:
         return "a LocalCluster"
 
     @classmethod
-    def from_args(cls, args: Any, *, gpu_cells: bool = False) -> ClusterSpec:
+    def from_args(cls, args: Any, *, gpu_cells: bool = False,
+                  device: str | None = None) -> ClusterSpec:
         """The spec of the options :func:`add_cluster_options` added, from parsed ``args``.
 
         Parameters
@@ -490,11 +491,15 @@ class ClusterSpec:
         gpu_cells : bool, default False
             The cells run on a GPU (``--device cuda``): with ``--gpus-per-job`` or ``--gpus``,
             each asks for the resource ``GPU=1`` (one model per GPU at a time).
+        device : str, optional
+            The cells' ``--device``: with ``--gpus`` it must be ``cuda`` (or ``cuda:0``), since
+            each worker sees its own GPU alone, as ``cuda``.
 
         Raises
         ------
         ValueError
-            A bad option value or combination, fewer GPUs here than ``--gpus`` asks for, or a
+            A bad option value or combination (``--gpus`` with cells not on ``cuda``), fewer
+            GPUs here than ``--gpus`` asks for, or a
             queue kind without dask-jobqueue installed (naming the extra to install), before
             anything starts.
         """
@@ -506,6 +511,9 @@ class ClusterSpec:
         if asked is not None and (kind != "local" or address is not None):
             raise ValueError(_gpus_elsewhere(_gpus_text(asked), kind, address))
         local_gpus = select_gpus(asked) if asked is not None else None
+        if asked is not None and device is not None and str(device) not in ("cuda", "cuda:0"):
+            raise ValueError(f"--device {device}: with --gpus each worker sees its own GPU alone, "
+                             "as cuda; give --device cuda, or leave out --gpus")
         spec = cls(kind=kind, address=address, options=options,
                    config_file=getattr(args, "cluster_config", None),
                    jobs=getattr(args, "jobs", 1) or 1, gpus_per_job=gpus,

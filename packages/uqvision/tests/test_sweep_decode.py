@@ -252,6 +252,42 @@ def _checkpoint(arch: str, where: Path, **model_kwargs) -> str:
     return f"{arch}={path}"
 
 
+def test_a_sweep_cell_s_network_is_built_once_per_process_for_its_model(
+        digits, tmp_path, monkeypatch):
+    """``keep_model`` (a sweep's cells): the network is built once per process for the cells
+    of one model (two folders here), to the logits of a fresh build bit for bit; another
+    memory format or a rewritten checkpoint builds it again; a plain call keeps nothing."""
+    import dataclasses
+
+    from uqvision.predict import core
+    from uqvision.sweep.run import predict_cell
+
+    builds = []
+    real = core.load_run
+    monkeypatch.setattr(core, "load_run", lambda *a, **k: builds.append(1) or real(*a, **k))
+    monkeypatch.setattr(core, "_KEPT", [])
+    spec = _checkpoint("test_byobnet", tmp_path)
+    cfg = PredictConfig(batch_size=16, num_workers=0, channels_last=False)
+    fresh = [predict(spec, digits / d, cfg)[0] for d in ("test", "train")]
+    assert len(builds) == 2 and core._KEPT == []
+    cells = [predict_cell(*spec.split("=")[:1], spec.split("=")[1], None, str(digits / d), d,
+                          dataclasses.asdict(cfg)) for d in ("test", "train")]
+    assert len(builds) == 3  # one build for both cells
+    for ds, cell in zip(fresh, cells, strict=True):
+        assert np.array_equal(ds["logits"].values, cell["logits"].values)
+    predict(spec, digits / "test", dataclasses.replace(cfg, channels_last=True),
+            keep_model=True)
+    assert len(builds) == 4  # another memory format: built again (and kept instead)
+    ckpt = Path(spec.split("=")[1])
+    st = os.stat(ckpt)
+    os.utime(ckpt, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    predict(spec, digits / "test", dataclasses.replace(cfg, channels_last=True),
+            keep_model=True)
+    assert len(builds) == 5  # the checkpoint rewritten: built again
+    core.release_model()
+    assert core._KEPT == []
+
+
 def test_mc_dropout_cells_share_the_decode_too(digits, tmp_path, client, decodes):
     data = digits / "test"
     cfg = PredictConfig(mode="mc_dropout", passes=3, batch_size=32)

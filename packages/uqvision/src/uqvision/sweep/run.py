@@ -15,6 +15,7 @@ import torch
 import xarray as xr
 from uqmetrics.runs.io import exclusive_lock, remove_stale_temporaries
 from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, Cell, cell_path, is_complete, run_sweep
+from uqmetrics.runs.sweep.cells import WRITE_BEHIND
 
 from ..data import ImageFolderDataset
 from ..models import ModelSpec
@@ -85,6 +86,11 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
                     dataset_name=dataset_name, decoded=decoded,
                     planned=planned_content(fingerprint, digests), keep_model=True)
     return ds
+
+
+#: A cell reads and writes no netCDF file: the worker computes its next cell while this one's
+#: cache is written (:func:`uqmetrics.runs.sweep.cells._run_cell`).
+setattr(predict_cell, WRITE_BEHIND, True)
 
 
 def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:

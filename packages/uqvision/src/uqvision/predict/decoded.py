@@ -282,6 +282,10 @@ def _collate_rows(batch: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
             torch.as_tensor(ids, dtype=torch.int64))
 
 
+#: The divisor of ``ToTensor`` (0-dim float32).
+_255 = torch.tensor(255.0)
+
+
 class _DecodedBatches(_DecodedRows):
     """:class:`_DecodedRows` whose tail is ``ToTensor`` then ``Normalize`` alone: a sample is
     its row number in the file, and a batch becomes the network's input on the device in
@@ -298,6 +302,18 @@ class _DecodedBatches(_DecodedRows):
                  tail: T.Compose, normalize: tuple[torch.Tensor, torch.Tensor]):
         super().__init__(folder, decoded, rows, tail)
         self.mean, self.std = normalize
+        self._consts: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def __getstate__(self) -> dict:  # nothing of a device to a DataLoader worker
+        return {**super().__getstate__(), "_consts": {}}
+
+    def constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(255, mean, std)`` on ``device`` (copied once per dataset and device)."""
+        got = self._consts.get(device)
+        if got is None:
+            got = self._consts[device] = tuple(t.to(device) for t in (_255, self.mean,
+                                                                        self.std))
+        return got
 
     def __getitem__(self, index: int) -> tuple[int, int, int]:
         return int(self.row[index]), self.folder.samples[index][1], index
@@ -316,8 +332,12 @@ class _DecodedBatches(_DecodedRows):
             u8 = held[torch.from_numpy(rows).to(held.device)]
         else:  # the memory map; to an accelerator one block (this batch) of 8-bit pixels
             u8 = torch.from_numpy(np.stack([self.pixels()[r] for r in rows])).to(device)
-        x = u8.permute(0, 3, 1, 2).contiguous().to(torch.float32).div(255)
-        return x.sub_(self.mean.to(device)).div_(self.std.to(device))
+        x = u8.permute(0, 3, 1, 2).contiguous().to(torch.float32)
+        # CUDA divides by a CPU scalar through its reciprocal (one bit off at times): the
+        # divisor is a tensor on the device there, for the division itself, as on the CPU
+        c255, mean, std = self.constants(device)
+        x = x.div(255) if device.type == "cpu" else x.div(c255)
+        return x.sub_(mean).div_(std)
 
 
 #: Share of a device's free memory the pixels of one decoded file may take to be held there

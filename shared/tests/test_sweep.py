@@ -376,3 +376,45 @@ def test_the_local_clusters_workers_may_start_children():
     """A cell that starts processes (DataLoader workers) runs in the sweep's LocalCluster."""
     with sweep.open_client(sweep.ClusterSpec(), n_workers=1) as client:
         assert client.submit(_starts_a_child, pure=False).result(timeout=120) is False
+
+
+#: The write-behind test's events: a write has started; a cell was computed after that.
+_BEHIND = {"writing": threading.Event(), "computed": threading.Event(), "waited": []}
+
+
+def _behind_cell(i: int) -> xr.Dataset:
+    if _BEHIND["writing"].is_set():
+        _BEHIND["computed"].set()
+    return _tiny_cell(i)
+
+
+_behind_cell.write_behind = True
+
+
+def test_a_cell_written_behind_lets_the_next_cell_compute_and_its_write_error_is_its_own(
+        tmp_path, monkeypatch):
+    """A cell function marked ``write_behind``: on a worker of one thread, the next cell is
+    computed while the first file is being written (that write waits for it); every file is
+    complete when the sweep returns, and a write that fails is its own cell's failure."""
+    from uqmetrics.runs.sweep import cells as cells_module
+
+    real = cells_module.write_dataset
+
+    def write(ds, path, **kw):
+        if not _BEHIND["waited"]:  # the first write: held until another cell is computed
+            _BEHIND["writing"].set()
+            _BEHIND["waited"].append(_BEHIND["computed"].wait(20))
+        if Path(path).name == "c2.nc":
+            raise OSError(28, "No space left on device", str(path))
+        return real(ds, path, **kw)
+
+    monkeypatch.setattr(cells_module, "write_dataset", write)
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                            dashboard_address=None) as client:
+        report = run_sweep([Cell(f"c{i}", {"i": i}) for i in range(3)], _behind_cell,
+                           tmp_path, client=client, progress=False)
+    assert _BEHIND["waited"] == [True]  # the next cell computed during the first write
+    assert sorted(p.name for p in report.computed) == ["c0.nc", "c1.nc"]
+    assert all(sweep.is_complete(p) for p in report.computed)
+    assert list(report.failed) == ["c2"] and "No space left" in report.failed["c2"]
+    assert not (tmp_path / "c2.nc").exists()

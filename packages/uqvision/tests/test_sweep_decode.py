@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import importlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -149,15 +150,95 @@ def test_a_batch_of_decoded_rows_equals_each_image_through_its_transform(digits,
         decoded = decode_images(folder, split, path, _fingerprint(folder), threads=2)
         assert decoded.shape == (len(folder), 48, 48, 3)
         view = decoded_folder(folder, decoded, _fingerprint(folder))
-        rows = view.with_transform(transform).__getitems__(ids)
+        ds = view.with_transform(transform)
+        rows, ys, got = ds.collate(ds.__getitems__(ids))
+        batch = ds.to_device(rows, got.tolist(), "cpu")
         own = folder.with_transform(transform)
-        for (x, y, i), k in zip(rows, ids, strict=True):
+        assert batch.is_contiguous() and got.tolist() == ids
+        for x, y, k in zip(batch, ys.tolist(), ids, strict=True):
             x_own, y_own, _ = own[k]
-            assert i == k and y == y_own and torch.equal(x, x_own) and x.is_contiguous()
+            assert y == y_own and torch.equal(x, x_own)
     assert type(view.with_transform(None)).__name__ == "ImageFolderDataset"
     # timm's non-square resize (ResizeKeepRatio) is not a step the key knows: no split
     assert split_transform(eval_transform(DataConfig((3, 48, 40), mean, std))) is None
     assert decoded_folder(folder, decoded, "another fingerprint") is folder
+
+
+def test_a_group_s_pixels_are_held_on_the_device_once_for_all_its_models(
+        digits, tmp_path, monkeypatch):
+    """The pixels of a decoded file are loaded on the device once per process for every model
+    of the group (held as on CUDA, here on the CPU), and each model's batches made from them
+    equal its own transform's bit for bit; a rewritten file is loaded again, a removed one let
+    go, and a file that does not fit is read a batch at a time, to the same numbers."""
+    from uqvision.data import DataConfig, ImageFolderDataset, eval_transform
+    from uqvision.predict import decoded as dec
+    from uqvision.predict.plan import _fingerprint
+
+    monkeypatch.setattr(dec, "_keep_resident", lambda device: True)
+    monkeypatch.setattr(dec, "_RESIDENT", collections.OrderedDict())
+    uploads = []
+    real = dec.DecodedImages.rows
+    monkeypatch.setattr(dec.DecodedImages, "rows", lambda self: uploads.append(1) or real(self))
+    folder = ImageFolderDataset(digits / "test")
+    ids = list(range(1, len(folder), 2))
+    stats = (((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), ((0.5,) * 3, (0.5,) * 3))
+    transforms = [eval_transform(DataConfig((3, 48, 48), m, s, crop_pct=0.9,
+                                            interpolation="bicubic")) for m, s in stats]
+    path = tmp_path / "group.npy"
+    decoded = dec.decode_images(folder, split_transform(transforms[0]), path,
+                                _fingerprint(folder), threads=2)
+    view = dec.decoded_folder(folder, decoded, _fingerprint(folder))
+
+    def check() -> None:
+        for transform in transforms:  # two models of one group: their own mean and std
+            ds = view.with_transform(transform)
+            rows, _, got = ds.collate(ds.__getitems__(ids))
+            batch = ds.to_device(rows, got.tolist(), "cpu")
+            own = folder.with_transform(transform)
+            assert all(torch.equal(x, own[k][0]) for x, k in zip(batch, ids, strict=True))
+
+    uploads.clear()
+    check()
+    assert len(uploads) == 1 and len(dec._RESIDENT) == 1  # once for both models
+    check()
+    assert len(uploads) == 1
+    st = os.stat(path)  # rewritten (a later modification time): loaded again
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    check()
+    assert len(uploads) == 2 and len(dec._RESIDENT) == 1
+    monkeypatch.setattr(dec, "RESIDENT_FRACTION", 0.0)  # does not fit: a batch at a time
+    other = dec.decode_images(folder, split_transform(transforms[0]), tmp_path / "b.npy",
+                              _fingerprint(folder), threads=1)
+    assert dec._resident(other, torch.device("cpu")) is None
+    assert len(dec._RESIDENT) == 0  # the held file let go to make room, in vain
+    view = dec.decoded_folder(folder, other, _fingerprint(folder))
+    check()
+    monkeypatch.setattr(dec, "RESIDENT_FRACTION", 0.5)
+    assert dec._resident(other, torch.device("cpu")) is not None
+    (tmp_path / "b.npy").unlink()
+    assert dec._resident(decoded, torch.device("cpu")) is not None
+    assert list(dec._RESIDENT) == [(str(path.resolve()), "cpu")]  # the removed file let go
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_group_s_batches_are_made_on_the_device_to_the_cpu_s_numbers(digits, tmp_path):
+    """On CUDA the file's pixels are held on the device and each batch is made there: the
+    same numbers as on the CPU (to float, / 255, - mean, / std: correctly rounded in both)."""
+    from uqvision.data import DataConfig, ImageFolderDataset, eval_transform
+    from uqvision.predict import decoded as dec
+    from uqvision.predict.plan import _fingerprint
+
+    folder = ImageFolderDataset(digits / "test")
+    transform = eval_transform(DataConfig((3, 48, 48), (0.485, 0.456, 0.406),
+                                          (0.229, 0.224, 0.225), crop_pct=0.9))
+    decoded = dec.decode_images(folder, split_transform(transform), tmp_path / "g.npy",
+                                _fingerprint(folder), threads=2)
+    ds = dec.decoded_folder(folder, decoded, _fingerprint(folder)).with_transform(transform)
+    rows, _, got = ds.collate(ds.__getitems__(list(range(len(folder)))))
+    on_gpu = ds.to_device(rows, got.tolist(), "cuda")
+    assert dec._resident(decoded, torch.device("cuda")).is_cuda
+    assert torch.equal(on_gpu.cpu(), ds.to_device(rows, got.tolist(), "cpu"))
+    dec.release_decoded()
 
 
 def _checkpoint(arch: str, where: Path, **model_kwargs) -> str:
@@ -169,6 +250,42 @@ def _checkpoint(arch: str, where: Path, **model_kwargs) -> str:
     path.with_suffix(".json").write_text(json.dumps({
         "classes": [str(d) for d in range(10)], "model_kwargs": model_kwargs}))
     return f"{arch}={path}"
+
+
+def test_a_sweep_cell_s_network_is_built_once_per_process_for_its_model(
+        digits, tmp_path, monkeypatch):
+    """``keep_model`` (a sweep's cells): the network is built once per process for the cells
+    of one model (two folders here), to the logits of a fresh build bit for bit; another
+    memory format or a rewritten checkpoint builds it again; a plain call keeps nothing."""
+    import dataclasses
+
+    from uqvision.predict import core
+    from uqvision.sweep.run import predict_cell
+
+    builds = []
+    real = core.load_run
+    monkeypatch.setattr(core, "load_run", lambda *a, **k: builds.append(1) or real(*a, **k))
+    monkeypatch.setattr(core, "_KEPT", [])
+    spec = _checkpoint("test_byobnet", tmp_path)
+    cfg = PredictConfig(batch_size=16, num_workers=0, channels_last=False)
+    fresh = [predict(spec, digits / d, cfg)[0] for d in ("test", "train")]
+    assert len(builds) == 2 and core._KEPT == []
+    cells = [predict_cell(*spec.split("=")[:1], spec.split("=")[1], None, str(digits / d), d,
+                          dataclasses.asdict(cfg)) for d in ("test", "train")]
+    assert len(builds) == 3  # one build for both cells
+    for ds, cell in zip(fresh, cells, strict=True):
+        assert np.array_equal(ds["logits"].values, cell["logits"].values)
+    predict(spec, digits / "test", dataclasses.replace(cfg, channels_last=True),
+            keep_model=True)
+    assert len(builds) == 4  # another memory format: built again (and kept instead)
+    ckpt = Path(spec.split("=")[1])
+    st = os.stat(ckpt)
+    os.utime(ckpt, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    predict(spec, digits / "test", dataclasses.replace(cfg, channels_last=True),
+            keep_model=True)
+    assert len(builds) == 5  # the checkpoint rewritten: built again
+    core.release_model()
+    assert core._KEPT == []
 
 
 def test_mc_dropout_cells_share_the_decode_too(digits, tmp_path, client, decodes):

@@ -7,12 +7,15 @@ and gathered; the cache variables a config asks for, computed on each sample's n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +25,7 @@ from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
 from ..data.folders import ChangedImageError, folder_fingerprint
 from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
-from ..models import ModelSpec, recorded_class_names
+from ..models import ModelSpec, recorded_class_names, sidecar_path
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
 from .config import DECODERS, PredictConfig, resolve_channels_last
@@ -63,12 +66,80 @@ def _cache_variables(model: torch.nn.Module, config: PredictConfig) -> dict[str,
     return out
 
 
+#: The run :func:`predict` last built in this process with ``keep_model`` (a sweep's worker),
+#: reused by the next call for the same network: ``[key, run, in use]`` or empty.
+_KEPT: list = []
+_KEPT_LOCK = threading.Lock()
+
+
+def _run_key(spec: ModelSpec, head: int | None, device: str, config: PredictConfig
+             ) -> tuple | None:
+    """Everything a plain run's network depends on (:func:`predict`'s ``keep_model``): the
+    spec, the head, the device, the weights' seed and source, the memory format asked for,
+    and the checkpoint's and sidecar's size and modification time; ``None`` when a file of it
+    cannot be read (then it is built afresh)."""
+    stamps = []
+    if spec.checkpoint:
+        for path in (Path(spec.checkpoint), sidecar_path(spec.checkpoint)):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                stamps.append((str(path), None))
+                continue
+            except OSError:
+                return None
+            stamps.append((str(path.resolve()), st.st_size, st.st_mtime_ns))
+    return (spec.row, head, device, config.allow_random_init, config.seed,
+            config.channels_last, str(config.train_data), tuple(stamps))
+
+
+@contextlib.contextmanager
+def _loaded_run(spec: ModelSpec, head: int | None, device: str, config: PredictConfig,
+                keep: bool):
+    """:func:`uqvision.training.runs.load_run` of ``spec``; with ``keep``, the run kept from
+    the last call of this process for the same network (:func:`_run_key`) when it is not in
+    use, and this one kept for the next when it is a plain network (no training method: its
+    samples, BatchNorm updates or noise are rebuilt per call). The kept run is let go before
+    another is built: one network at a time is held."""
+    key = _run_key(spec, head, device, config) if keep else None
+    run, mine = None, False
+    if key is not None:
+        with _KEPT_LOCK:
+            if _KEPT and _KEPT[0] == key and not _KEPT[2]:
+                run, _KEPT[2], mine = _KEPT[1], True, True
+            elif _KEPT and not _KEPT[2]:
+                _KEPT.clear()
+    if run is None:
+        run = load_run(spec, num_classes=head, device=device, train_data=config.train_data,
+                       allow_random_init=config.allow_random_init, seed=config.seed)
+        if key is not None and "method" not in run.sidecar:
+            with _KEPT_LOCK:
+                if not _KEPT:
+                    _KEPT[:] = [key, run, True]
+                    mine = True
+    try:
+        yield run
+    finally:
+        if mine:
+            with _KEPT_LOCK:
+                if _KEPT and _KEPT[1] is run:
+                    _KEPT[2] = False
+
+
+def release_model() -> None:
+    """Let go of the network :func:`predict` keeps in this process (``keep_model``)."""
+    with _KEPT_LOCK:
+        if _KEPT and not _KEPT[2]:
+            _KEPT.clear()
+
+
 def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             config: PredictConfig | None = None, *, dataset_name: str | None = None,
             only: set[tuple[int, int]] | None = None,
             attrs: dict | None = None,
             decoded: str | os.PathLike | None = None,
-            planned: tuple[str, Mapping[str, str | None]] | None = None) -> list[xr.Dataset]:
+            planned: tuple[str, Mapping[str, str | None]] | None = None,
+            keep_model: bool = False) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Classes are matched BY NAME (the class map of the default evaluation set,
@@ -112,6 +183,12 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         digest as they are read for decoding (a decoded file of that fingerprint is trusted:
         its images were checked when it was made). Without it the folder is fingerprinted
         here, every byte read (docs/conventions.md#fingerprint-rules).
+    keep_model : bool, default False
+        Keep the network built (and warmed up by its first batches) in this process for the
+        next call of the same model, spec, head, device, seed and memory format with
+        unchanged checkpoint files, and reuse the one kept by the last call (a sweep's cells
+        of one model on one worker: built once). Only a plain network is kept (a checkpoint
+        without a training method); one at a time; the logits are the same bit for bit.
 
     Returns
     -------
@@ -181,10 +258,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         folder = decoded_folder(folder, decoded, fingerprint)  # Pillow's pixels
     t0 = time.perf_counter()
     results = []
-    with flush_denormal(), distributed_context(config.device) as (world, rank, device):
-        run = load_run(spec, num_classes=head, device=device,
-                       train_data=config.train_data, allow_random_init=config.allow_random_init,
-                       seed=config.seed)
+    with flush_denormal(), distributed_context(config.device) as (world, rank, device), \
+            _loaded_run(spec, head, device, config, keep_model) as run:
         cl_source = "auto" if config.channels_last is None else "given"
         config = dataclasses.replace(  # None: by architecture and device, recorded as chosen
             config, channels_last=resolve_channels_last(run.loaded.model, config))

@@ -10,7 +10,10 @@ whatever their mean and std, so a sweep decodes and resizes each image once per 
 with a JSON record of what it holds) and every model of the group reads its rows
 (:func:`decoded_folder`) and applies its own tail to ``PIL.Image.fromarray(row)``: the same
 pixels through the same operations as a model that decodes them itself, so the logits are
-bit-identical (tests/test_sweep_decode.py). A model whose transform does not split, or
+bit-identical (tests/test_sweep_decode.py). A tail of ``ToTensor`` and ``Normalize`` alone
+(timm's) is applied to whole batches on the prediction's device (:class:`_DecodedBatches`),
+and on CUDA the group's 8-bit pixels are copied to the device once per process and held
+there for all its models (:func:`_resident`), when they fit. A model whose transform does not split, or
 whose head differs from the file's, or a folder whose samples the file lacks, is run from
 the image files as before: the file only ever saves work.
 """
@@ -21,6 +24,8 @@ import copy
 import hashlib
 import json
 import os
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,8 +257,6 @@ class _DecodedRows(Dataset):
                  tail: T.Compose):
         self.folder, self.decoded, self.row, self.tail = folder, decoded, rows, tail
         self._pixels = None
-        self._normalize = _batched_tail(tail)
-        self.whole_batches = self._normalize is not None  # :class:`~.loop._OneThread`
 
     def __len__(self) -> int:
         return len(self.folder)
@@ -261,25 +264,149 @@ class _DecodedRows(Dataset):
     def __getstate__(self) -> dict:  # DataLoader workers open the memory map themselves
         return {**self.__dict__, "_pixels": None}
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+    def pixels(self) -> np.ndarray:
+        """The file's rows, memory-mapped (opened once per process)."""
         if self._pixels is None:
             self._pixels = self.decoded.rows()
-        img = Image.fromarray(np.ascontiguousarray(self._pixels[self.row[index]]))
+        return self._pixels
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        img = Image.fromarray(np.ascontiguousarray(self.pixels()[self.row[index]]))
         return self.tail(img), self.folder.samples[index][1], index
 
+
+def _collate_rows(batch: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rows, labels, indices)`` of a batch of :class:`_DecodedBatches`, int64 each."""
+    rows, ys, ids = zip(*batch, strict=True)
+    return (torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(ys, dtype=torch.int64),
+            torch.as_tensor(ids, dtype=torch.int64))
+
+
+#: The divisor of ``ToTensor`` (0-dim float32).
+_255 = torch.tensor(255.0)
+
+
+class _DecodedBatches(_DecodedRows):
+    """:class:`_DecodedRows` whose tail is ``ToTensor`` then ``Normalize`` alone: a sample is
+    its row number in the file, and a batch becomes the network's input on the device in
+    :meth:`to_device` (the batch loop's hook, :func:`~.loop.run_loader`): the batch's 8-bit
+    pixels gathered (from the group's pixels held on the device, :func:`_resident`, or from
+    the memory map), then the same elementwise float32 operations in the same order as the
+    tail (to float, / 255, - mean, / std) on the whole batch, on the device: the same numbers
+    bit for bit, one pass per operation, and 1 byte per pixel crossing to an accelerator."""
+
+    collate = staticmethod(_collate_rows)
+    whole_batches = True  # :class:`~.loop._OneThread`: one op per batch, all threads
+
+    def __init__(self, folder: ImageFolderDataset, decoded: DecodedImages, rows: np.ndarray,
+                 tail: T.Compose, normalize: tuple[torch.Tensor, torch.Tensor]):
+        super().__init__(folder, decoded, rows, tail)
+        self.mean, self.std = normalize
+        self._consts: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def __getstate__(self) -> dict:  # nothing of a device to a DataLoader worker
+        return {**super().__getstate__(), "_consts": {}}
+
+    def constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(255, mean, std)`` on ``device`` (copied once per dataset and device)."""
+        got = self._consts.get(device)
+        if got is None:
+            got = self._consts[device] = tuple(t.to(device) for t in (_255, self.mean,
+                                                                        self.std))
+        return got
+
+    def __getitem__(self, index: int) -> tuple[int, int, int]:
+        return int(self.row[index]), self.folder.samples[index][1], index
+
     def __getitems__(self, indices) -> list:
-        """The samples of a batch; a tail of ``ToTensor`` and ``Normalize`` alone is applied to
-        the whole batch: the same elementwise float32 operations in the same order (to float,
-        / 255, - mean, / std), so the same numbers bit for bit, in one pass per operation."""
-        if self._normalize is None:
-            return [self[i] for i in indices]
-        if self._pixels is None:
-            self._pixels = self.decoded.rows()
-        mean, std = self._normalize
-        u8 = torch.from_numpy(np.stack([self._pixels[self.row[i]] for i in indices]))
-        x = u8.permute(0, 3, 1, 2).contiguous().to(torch.float32).div(255)
-        x = x.sub_(mean).div_(std)
-        return [(x[k], self.folder.samples[i][1], i) for k, i in enumerate(indices)]
+        return [self[i] for i in indices]
+
+    def to_device(self, rows, indices, device: str | torch.device) -> torch.Tensor:
+        """The batch of file rows ``rows`` (of samples ``indices``; a tensor or a list of
+        :meth:`__getitem__`'s row numbers) as the network's input on ``device``, (B, 3, H, W)
+        float32 contiguous."""
+        device = torch.device(device)
+        rows = np.fromiter((int(r) for r in rows), np.int64)
+        held = _resident(self.decoded, device) if _keep_resident(device) else None
+        if held is not None:
+            u8 = held[torch.from_numpy(rows).to(held.device)]
+        else:  # the memory map; to an accelerator one block (this batch) of 8-bit pixels
+            u8 = torch.from_numpy(np.stack([self.pixels()[r] for r in rows])).to(device)
+        # NCHW float32 in one pass (the transpose and the conversion), then in place: the
+        # same operations and values, without a uint8 copy and two fresh float batches
+        x = u8.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+        # CUDA divides by a CPU scalar through its reciprocal (one bit off at times): the
+        # divisor is a tensor on the device there, for the division itself, as on the CPU
+        c255, mean, std = self.constants(device)
+        x = x.div_(255) if device.type == "cpu" else x.div_(c255)
+        return x.sub_(mean).div_(std)
+
+
+#: Share of a device's free memory the pixels of one decoded file may take to be held there
+#: (:func:`_resident`); a larger file is copied to the device a batch at a time.
+RESIDENT_FRACTION = 0.5
+#: Decoded files held on devices in this process: ``(path, device) -> (stamp, uint8 tensor)``,
+#: least recently used first.
+_RESIDENT: OrderedDict[tuple[str, str], tuple[tuple, torch.Tensor]] = OrderedDict()
+_RESIDENT_LOCK = threading.Lock()
+#: Rows copied to the device per step when a file is loaded (about 64 MiB of pixels).
+_UPLOAD_BYTES = 64 << 20
+
+
+def _keep_resident(device: torch.device) -> bool:
+    """Whether the pixels of a decoded file are held on ``device`` across the models of its
+    group: on CUDA (on the CPU the memory map is the pixels already)."""
+    return device.type == "cuda"
+
+
+def _free_bytes(device: torch.device) -> int:
+    """Bytes ``device`` can still give: CUDA's free memory plus what torch's caching allocator
+    holds unused; the available physical memory for the CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident(decoded: DecodedImages, device: torch.device) -> torch.Tensor | None:
+    """The pixels of ``decoded`` held on ``device``, (n, H, W, 3) uint8, loaded once per
+    process for all the models (cells) of its group; ``None`` when they do not fit in
+    :data:`RESIDENT_FRACTION` of the device's free memory, even with the other files held
+    there let go (least recently used first). A file removed (its sweep done) or rewritten
+    (another size or modification time) is let go at the next call."""
+    key = (str(Path(decoded.path).resolve()), str(device))
+    try:
+        st = os.stat(key[0])
+    except OSError:
+        return None
+    stamp = (st.st_size, st.st_mtime_ns, decoded.shape)
+    with _RESIDENT_LOCK:
+        for k in [k for k in _RESIDENT if k != key and not os.path.exists(k[0])]:
+            del _RESIDENT[k]
+        got = _RESIDENT.pop(key, None)
+        if got is not None and got[0] == stamp:
+            _RESIDENT[key] = got  # most recently used
+            return got[1]
+        del got
+        need = int(np.prod(decoded.shape))
+        while need > RESIDENT_FRACTION * _free_bytes(device):
+            older = next((k for k in _RESIDENT if k[1] == key[1]), None)
+            if older is None:
+                return None
+            del _RESIDENT[older]
+        pixels = decoded.rows()
+        out = torch.empty(pixels.shape, dtype=torch.uint8, device=device)
+        step = max(1, _UPLOAD_BYTES // max(1, int(np.prod(pixels.shape[1:]))))
+        for a in range(0, len(pixels), step):
+            out[a:a + step].copy_(torch.from_numpy(np.array(pixels[a:a + step])))
+        _RESIDENT[key] = (stamp, out)
+        return out
+
+
+def release_decoded() -> None:
+    """Let go of every decoded file held on a device by this process (:func:`_resident`)."""
+    with _RESIDENT_LOCK:
+        _RESIDENT.clear()
 
 
 class _DecodedFolder(ImageFolderDataset):
@@ -295,7 +422,10 @@ class _DecodedFolder(ImageFolderDataset):
         if split is None or split.key != self.decoded.key:
             plain.__class__ = ImageFolderDataset
             return plain
-        return _DecodedRows(plain, self.decoded, self.decoded_rows, split.tail)
+        normalize = _batched_tail(split.tail)
+        if normalize is None:
+            return _DecodedRows(plain, self.decoded, self.decoded_rows, split.tail)
+        return _DecodedBatches(plain, self.decoded, self.decoded_rows, split.tail, normalize)
 
 
 def decoded_folder(folder: ImageFolderDataset, decoded: DecodedImages | str | os.PathLike,

@@ -15,6 +15,7 @@ import torch
 import xarray as xr
 from uqmetrics.runs.io import exclusive_lock, remove_stale_temporaries
 from uqmetrics.runs.sweep import LOG_PROGRESS_INTERVAL, Cell, cell_path, is_complete, run_sweep
+from uqmetrics.runs.sweep.cells import WRITE_BEHIND
 
 from ..data import ImageFolderDataset
 from ..models import ModelSpec
@@ -72,7 +73,10 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
     (:mod:`uqvision.layouts`); ``decoded``: the images of its preprocessing group decoded once
     (:mod:`~.decode`); ``fingerprint`` and ``digests``: the folder's fingerprint and the file
     of its per-sample digests, as the plan computed them (:func:`~.decode.plan_fingerprints`):
-    the cell checks each image as it reads it instead of hashing the folder again."""
+    the cell checks each image as it reads it instead of hashing the folder again. The
+    network is kept in the worker for its model's next cell (``predict``'s ``keep_model``:
+    built and warmed up once per worker), and the decoded pixels on the device for the next
+    model of the group (:mod:`uqvision.predict.decoded`)."""
     _heap_for_tensors()
     if threads:
         torch.set_num_threads(threads)
@@ -80,8 +84,13 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
         else data
     (ds,) = predict(ModelSpec(name, checkpoint, label), folder, PredictConfig(**config),
                     dataset_name=dataset_name, decoded=decoded,
-                    planned=planned_content(fingerprint, digests))
+                    planned=planned_content(fingerprint, digests), keep_model=True)
     return ds
+
+
+#: A cell reads and writes no netCDF file: the worker computes its next cell while this one's
+#: cache is written (:func:`uqmetrics.runs.sweep.cells._run_cell`).
+setattr(predict_cell, WRITE_BEHIND, True)
 
 
 def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:

@@ -6,6 +6,7 @@ worker runs one, returning its error as a value (:class:`CellFailure`).
 from __future__ import annotations
 
 import re
+import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,10 +73,40 @@ def is_complete(path) -> bool:
         return False
 
 
+#: The attribute by which a cell function lets its results be written behind
+#: (:func:`_run_cell`): true when it reads and writes no netCDF file itself.
+WRITE_BEHIND = "write_behind"
+#: One cell write at a time in a process (netCDF-C is not thread-safe).
+_WRITE_LOCK = threading.Lock()
+
+
+def _leave_pool() -> bool:
+    """Take this task out of its Dask worker's thread pool (``distributed.secede``), so that
+    the worker starts its next cell now; False outside a Dask worker (nothing done)."""
+    try:
+        from distributed import get_worker, secede
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    secede()
+    return True
+
+
 def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str) -> str:
-    """Worker side: compute one cell and write it atomically (replacing an incomplete file)."""
+    """Worker side: compute one cell and write it atomically (replacing an incomplete file).
+
+    When ``func`` has a true :data:`WRITE_BEHIND` attribute, the task leaves its worker's
+    thread pool once the result is computed (:func:`_leave_pool`): the worker computes its next
+    cell while this one writes. The task still ends only once its file is written whole, so a
+    write's error is this cell's (never lost) and a cell is reported done only when it is on
+    disk; writes of one process are serialised. A cell holding a resource (``resources``, a
+    GPU) keeps it until written, as Dask keeps a seceded task's resources."""
     ds = func(**params)
-    write_dataset(ds, path, overwrite=True)
+    if getattr(func, WRITE_BEHIND, False):
+        _leave_pool()
+    with _WRITE_LOCK:
+        write_dataset(ds, path, overwrite=True)
     return path
 
 

@@ -25,7 +25,8 @@
 #                 to run (test_detectors_knn_backends.py, test_detectors_torch_backends.py -k cuda)
 #   sweep         a sweep of 8 models sharing one preprocessing against 8 separate predict runs,
 #                 each image decoded once per group (bench_sweep.py: zoo_vs_separate, per_cell_fixed_s,
-#                 decodes_per_image)
+#                 decodes_per_image); first, decoded batches made on CUDA equal the CPU's
+#                 (test_sweep_decode.py -k cuda)
 #   vision_cuda   one training epoch, a one-process torchrun (train and predict), and the
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
@@ -52,7 +53,7 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:15 uqreg_cuda:30 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:70 vision_cuda:100}"
+ITEMS="${ITEMS:-env:15 uqreg_cuda:30 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
 mkdir -p "$OUT" "$WORK"
 if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
@@ -127,11 +128,14 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         detectors_large)  # the same at 200,000 x 2048 (optional; ITEMS="detectors_large:180")
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_detectors.py \
                 --device "$DEVICE" --sizes large --rounds 1 ;;
-        sweep|sweep_large)  # zoo_vs_separate, decodes per image, per_cell_fixed_s
-            timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_sweep.py \
+        sweep|sweep_large)  # zoo_vs_separate, decodes/image, per_cell_fixed_s; sweep: CUDA batches = CPU's
+            { [ "$name" != sweep ] || (cd packages/uqvision && timeout 40 "$PY" -m pytest \
+                tests/test_sweep_decode.py -k cuda -q -p no:cacheprovider -rs); \
+              timeout "$([ "$name" = sweep ] && echo $((budget - 40)) || echo "$budget")" \
+                "$PY" packages/uqvision/benchmarks/bench_sweep.py \
                 --device "$DEVICE" --rounds 1 --work "$WORK/$name" \
                 --images $([ "$DEVICE" = cpu ] && echo 64 || { [ "$name" = sweep ] \
-                    && echo 512 || echo 5000; }) ;;
+                    && echo 512 || echo 5000; }); } ;;
         vision_cuda)
             timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
                 --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \

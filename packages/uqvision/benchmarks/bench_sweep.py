@@ -40,7 +40,8 @@ the full decodes of the image files during the timed sweeps (the loader's decode
 ``uqvision.data.folders.load_image`` / ``_load_sample`` and the decoded module's, wrapped in
 every process: this one, its DataLoader workers and the Dask workers) per image and per
 preprocessing group. Also printed: ``DETAIL`` (the separate runs' decodes per image, whether
-the caches of both sides are bit-identical, the seconds of each side). A warm-up round of
+the caches of both sides are bit-identical and, where not, their largest logit difference
+and the torch threads of each side, the seconds of each side). A warm-up round of
 both sides (not timed) checks the images in every process first (as a command does once).
 Targets (the issue's): ``zoo_vs_separate <= 0.6`` on a CPU, ``<= 0.2`` on a GPU at 5,000
 images or more, ``decodes_per_image = 1``. Timings on a shared machine move with its load: compare numbers
@@ -221,12 +222,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.1f} s; disk: JPEGs {du_mb(folder):.0f} MB, decoded "
           f"file {decoded_mb:.0f} MB (memory-mapped), {shutil.disk_usage(work).free / 1e9:.0f} GB "
           f"free", flush=True)
-    rows, sep_decodes, identical = [], [], True
+    rows, sep_decodes, identical, max_diff = [], [], True, 0.0
 
     def both(src: Path, tag: str) -> tuple[float, float, int, int]:
         """Sweep then separate runs of ``src`` into fresh folders: seconds and decodes of
         each; the caches compared (bit-identity) and removed."""
-        nonlocal identical
+        nonlocal identical, max_diff
         out_sweep, out_sep = work / f"sweep{tag}", work / f"separate{tag}"
         for old in (out_sweep, out_sep):  # an earlier run's, cut: every cache computed
             shutil.rmtree(old, ignore_errors=True)
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         a_l, b_l = logits_of(out_sweep), logits_of(out_sep)
         identical &= a_l.keys() == b_l.keys() and all(
             np.array_equal(a_l[k], b_l[k]) for k in a_l)
+        max_diff = max([max_diff, *(float(np.abs(a_l[k] - b_l[k]).max()) for k in a_l
+                                    if k in b_l)])
         shutil.rmtree(out_sweep)
         shutil.rmtree(out_sep)
         return t_sweep, t_sep, n_sweep, n_sep
@@ -275,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     print(f"DETAIL separate_decodes_per_image={max(sep_decodes):.2f} "
-          f"logits_bit_identical={int(identical)} sweep_s={med['sweep']:.2f} "
+          f"logits_bit_identical={int(identical)} logits_max_diff={max_diff:.2e} "
+          f"threads_sweep={cell_threads} threads_separate={torch.get_num_threads()} "
+          f"sweep_s={med['sweep']:.2f} "
           f"separate_s={med['separate']:.2f} groups=1 "
           f"separate_fixed_s={med['sep_fixed']:.3f} "
           f"marginal_zoo_vs_separate={med['marginal']:.2f} "

@@ -902,6 +902,16 @@ def _head(w: Any, b: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
     return w, b
 
 
+def _with_alpha(state: dict[str, Any], max_logit: Any, residual: Any) -> dict[str, Any]:
+    """``state`` with ViM's alpha: the fit features' summed max logit over their summed
+    residual norm (both of shape (n,), numpy or torch)."""
+    if residual.sum() <= 0:
+        raise ValueError("vim: the fit features have no residual outside the principal space; "
+                         "alpha is undefined (lower dim)")
+    state["alpha"] = float(max_logit.sum() / residual.sum())
+    return state
+
+
 def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None, backend: str = "auto"
              ) -> dict[str, Any]:
     # Precision (docs/conventions.md#s-4): the products of the features (the covariance's
@@ -943,11 +953,7 @@ def _vim_fit(fit: Mapping[str, np.ndarray], *, dim: int | None = None, backend: 
     state = {"backend": "numpy", "origin": origin, "residual_space": np.ascontiguousarray(
         vectors[:, :n_feat - d], dtype=np.float32), "alpha": 1.0, "dim": d}
     max_logit, residual = _vim_parts(x, w, b, state)
-    if residual.sum() <= 0:
-        raise ValueError("vim: the fit features have no residual outside the principal space; "
-                         "alpha is undefined (lower dim)")
-    state["alpha"] = float(max_logit.sum() / residual.sum())
-    return state
+    return _with_alpha(state, max_logit, residual)
 
 
 def _vim_origin_torch(w: np.ndarray, b: np.ndarray, dev: Any, qr: bool | None = None) -> Any:
@@ -1003,11 +1009,7 @@ def _vim_fit_torch(x: np.ndarray, w: np.ndarray, b: np.ndarray, d: int, device: 
         state = {"backend": "torch", "device": dev, "rows": rows, "dim": d, "alpha": 1.0,
                  "n_features": n_feat, "origin": origin, "residual_space": space}
         max_logit, residual = _vim_parts_torch(xt, w, b, state)
-    if residual.sum() <= 0:
-        raise ValueError("vim: the fit features have no residual outside the principal space; "
-                         "alpha is undefined (lower dim)")
-    state["alpha"] = float(max_logit.sum() / residual.sum())
-    return state
+    return _with_alpha(state, max_logit, residual)
 
 
 def _vim_parts_torch(x: Any, w: np.ndarray, b: np.ndarray, state: Mapping[str, Any],

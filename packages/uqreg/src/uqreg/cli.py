@@ -312,8 +312,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     done = []
     for (comp, cfg), target in zip(studies, targets):
         _announce(comp, target)
-        cluster = ClusterSpec.from_args(a, gpu_cells=cfg.train.device.startswith("cuda"),
-                                        device=cfg.train.device)
+        cluster = ClusterSpec.from_args(a, device=cfg.train.device)
         ds, report = run_study_sweep(cfg, target.parent, chunk_repetitions=a.chunk_repetitions, scheduler=cluster,
                                      n_workers=a.workers, threads_per_worker=a.threads_per_worker,
                                      overwrite=a.recompute, progress=not a.quiet,
@@ -580,7 +579,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             print(f"wrote {p}")
         return 0
     try:
-        cluster = ClusterSpec.from_args(a, gpu_cells=a.device.startswith("cuda"), device=a.device)
+        cluster = ClusterSpec.from_args(a, device=a.device)
         paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=cluster,
                           n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
     except SweepFailed as exc:  # not a user's mistake: exit code 1, as uqreg sweep

@@ -52,7 +52,7 @@ def _cmd_evaluate(a: argparse.Namespace) -> int:
         for line in dry_run_lines(plan, n_workers=a.n_workers):
             _print(line)
         return 0
-    cluster = ClusterSpec.from_args(a, gpu_cells=str(plan.config.device).startswith("cuda"))
+    cluster = ClusterSpec.from_args(a, device=str(plan.config.device))
     report = run_evaluation(plan, command=main, scheduler=cluster, n_workers=a.n_workers,
                             threads=a.cell_threads or a.threads, log=_print)
     return report.status

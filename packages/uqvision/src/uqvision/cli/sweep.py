@@ -127,8 +127,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     recorded = read_failures(failures)
     config = _predict_config(a)
     # --scheduler/--cluster...: one GPU per cell on jobs with --gpus-per-job when on cuda
-    cluster = ClusterSpec.from_args(a, gpu_cells=str(config.device).startswith("cuda"),
-                                    device=str(config.device))
+    cluster = ClusterSpec.from_args(a, device=str(config.device))
     data = _data(a)
     _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name

@@ -481,16 +481,17 @@ class ClusterSpec:
         return "a LocalCluster"
 
     @classmethod
-    def from_args(cls, args: Any, *, gpu_cells: bool = False,
+    def from_args(cls, args: Any, *, gpu_cells: bool | None = None,
                   device: str | None = None) -> ClusterSpec:
         """The spec of the options :func:`add_cluster_options` added, from parsed ``args``.
 
         Parameters
         ----------
         args : argparse.Namespace
-        gpu_cells : bool, default False
-            The cells run on a GPU (``--device cuda``): with ``--gpus-per-job`` or ``--gpus``,
-            each asks for the resource ``GPU=1`` (one model per GPU at a time).
+        gpu_cells : bool, optional
+            The cells run on a GPU: with ``--gpus-per-job`` or ``--gpus``, each asks for the
+            resource ``GPU=1`` (one model per GPU at a time). Default: whether ``device`` is
+            a CUDA device (False without ``device``).
         device : str, optional
             The cells' ``--device``: with ``--gpus`` it must be ``cuda`` (or ``cuda:0``), since
             each worker sees its own GPU alone, as ``cuda``.
@@ -503,6 +504,8 @@ class ClusterSpec:
             queue kind without dask-jobqueue installed (naming the extra to install), before
             anything starts.
         """
+        if gpu_cells is None:
+            gpu_cells = device is not None and str(device).startswith("cuda")
         kind = getattr(args, "cluster", "local") or "local"
         options = parse_cluster_options(getattr(args, "cluster_option", None) or (), kind)
         gpus = getattr(args, "gpus_per_job", 0) or 0

@@ -8,10 +8,12 @@
 # Default items (name:budget in seconds; each runs under `timeout` and reports how far it got):
 #   env           nvidia-smi and the versions of torch, timm, xarray, dask
 #   uqreg_cuda    uqreg's float32 study on CUDA equals the CPU one; the measured engine plan:
-#                 two CUDA runs bit-identical, CUDA streams = one chunk after another (marker cuda)
+#                 two CUDA runs bit-identical, CUDA streams = one chunk after another; CUDA graphs
+#                 give the bits of eager epochs, alone and on concurrent streams (marker cuda)
 #   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop, and
-#                 the paper-e1 cell under the measured plan beside fixed chunks of 64
-#                 (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap, roofline fractions)
+#                 the paper-e1 cell under the measured plan beside fixed chunks of 64 and beside
+#                 its CUDA-graph replays (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap,
+#                 roofline fractions, graphs_vs_eager)
 #   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
 #                 channels_last (bench_predict.py --device cuda)
 #   predict_decode  uqvision predict --decoder torchvision (nvJPEG in batches, resize/crop on the
@@ -38,7 +40,8 @@
 #   brute-force search on 2 CPU threads),
 #   sweep_large (the sweep item at 5,000 images on CUDA: zoo_vs_separate and per_cell_fixed_s
 #   where fixed costs no longer dominate; about 180 s),
-#   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
+#   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan, --cuda-graphs unless
+#   CUDA_GRAPHS=0; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
 #
 # Without CUDA it says so and exits 0; DEVICE=cpu runs the same items on the CPU (the script's
@@ -52,8 +55,9 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
+CUDA_GRAPHS="${CUDA_GRAPHS:-1}"  # paper_e1 with --cuda-graphs (0: eager epochs)
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:15 uqreg_cuda:30 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
+ITEMS="${ITEMS:-env:15 uqreg_cuda:40 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
 mkdir -p "$OUT" "$WORK"
 if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
@@ -99,10 +103,10 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
       "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__)'; } ;;
         uqreg_cuda)  # the float32 CUDA study equals the CPU one (uqreg tests, marker cuda)
             (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py \
-                tests/test_autoplan.py -m cuda -q -p no:cacheprovider -rs) ;;
+                tests/test_autoplan.py tests/test_fused.py -m cuda -q -p no:cacheprovider -rs) ;;
         uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline
             timeout "$budget" "$PY" packages/uqreg/benchmarks/bench_engine.py --device "$DEVICE" \
-                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 64 ;;
+                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 64 --cuda-graphs ;;
         predict)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
                 --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
@@ -143,7 +147,8 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         paper_e1)  # the paper's E.1 study, whole, under the measured plan (goal: under 3 minutes on one H100)
             ( t0=$(date +%s)
               timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
-                  --workers 1 --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" --no-plots --quiet
+                  --workers 1 --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" --no-plots --quiet \
+                  $([ "$CUDA_GRAPHS" = 1 ] && echo --cuda-graphs)
               rc=$?
               echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
                    "cells=$(count "$WORK/e1/cells" '*.nc')"

@@ -392,23 +392,28 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int_or_auto, default=None,
                    help=f"networks per chunk, or auto (default: {TrainConfig.chunk_networks} on the CPU, auto on CUDA)")
     p.add_argument("--max-memory", type=float, default=None,
-                   help=f"GiB per chunk of networks, shared by concurrent chunks (default "
-                   f"{TrainConfig.max_memory / 2**30:.3g}); bounds the chunks auto tries")
+                   help=f"GiB for the networks trained at once, shared by concurrent chunks (default "
+                   f"{TrainConfig.max_memory / 2**30:.3g} on the CPU, half the device's memory on CUDA); "
+                   "bounds the chunks auto tries")
     p.add_argument("--compare-chunk", type=int, default=64,
                    help="the fixed chunk timed beside the cell's plan when that differs from it (default 64)")
     p.add_argument("--repeats", type=int, default=3, help="cell and roofline timings, interleaved (best kept)")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on CUDA")
     p.add_argument("--explore", action="store_true", help="also time the variants (backend, chunk, op level)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile of one chunk's training")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="on CUDA, also time the cell with cuda_graphs=True (epochs replayed as one graph), "
+                   "interleaved with the eager step")
     a = p.parse_args(argv)
     if a.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
     # the paper-e1 cell: its task at its first complexity, its repetitions x members
     e1 = PRESETS.lookup("paper-e1").config
     given = {"chunk_networks": a.chunk, "parallel_chunks": a.threads}
+    if a.max_memory is not None:
+        given["max_memory"] = a.max_memory * 2**30
     given = {k: v for k, v in given.items() if v is not None}
-    memory = {} if a.max_memory is None else {"max_memory": a.max_memory * 2**30}
-    cfg = cuda_plan_defaults(replace(e1.train, device=a.device, backend=a.backend, **given, **memory), given)
+    cfg = cuda_plan_defaults(replace(e1.train, device=a.device, backend=a.backend, **given), given)
     inst = get_task(e1.task).instance(e1.complexities[0], seed=0)
     ens = get_method("ens")
     y1 = inst.targets([0])
@@ -451,9 +456,13 @@ def main(argv=None) -> int:
     fixed = replace(cfg, chunk_networks=a.compare_chunk, parallel_chunks=None)
     fixed_job = ens.job(inst, y, np.arange(reps), fixed, epochs=a.cell_epochs)
     compare = (plan.chunk, plan.workers) != (make_plan(fixed_job).chunk, make_plan(fixed_job).workers)
-    step, roof, step64, roof64 = (float("inf"),) * 4
+    graphs = a.cuda_graphs and _cuda(a.device)
+    graph_job = ens.job(inst, y, np.arange(reps), replace(cfg, cuda_graphs=True), epochs=a.cell_epochs)
+    step, roof, step64, roof64, step_graphs = (float("inf"),) * 5
     for _ in range(a.repeats):  # interleaved, best of each: the machine is shared
         step = min(step, time_training(job)[1])
+        if graphs:
+            step_graphs = min(step_graphs, time_training(graph_job)[1])
         roof = min(roof, time_roofline(job))
         if compare:
             step64 = min(step64, time_training(fixed_job)[1])
@@ -473,6 +482,11 @@ def main(argv=None) -> int:
         print(f"    beside it, {p64.n_chunks} chunks of {p64.chunk}, {p64.workers} workers (fixed): step "
               f"{step64:8.4f} s ({flops / step64 / 1e9:6.1f} GFLOP/s), roofline {roof64:8.4f} s, fraction "
               f"{roof64 / step64:6.3f}; the plan's step is {step64 / step:5.2f} x faster")
+    if graphs:
+        print(f"    with CUDA graphs      : {step_graphs:8.4f} s   ({flops / step_graphs / 1e9:6.1f} GFLOP/s), fraction "
+              f"of roofline {roof / step_graphs:6.3f}; {step / step_graphs:5.2f} x the eager step")
+    elif a.cuda_graphs:
+        print("    with CUDA graphs      : not timed (not a CUDA device)")
     print(f"    matmul peak           : {peak:8.1f} GFLOP/s (4096^2 on one thread x {plan.workers} workers, best of "
           "before/after)")
     print(f"    fraction of peak      : {frac_peak:8.3f}")
@@ -513,7 +527,9 @@ def main(argv=None) -> int:
           f"plan_chunk={plan.chunk} plan_workers={plan.workers} cell_gflops={achieved:.1f}"
           + (f" fraction_of_gemm_roofline_chunk{a.compare_chunk}={roof64 / step64:.3f} "
              f"cell_gflops_chunk{a.compare_chunk}={flops / step64 / 1e9:.1f} "
-             f"plan_vs_chunk{a.compare_chunk}={step64 / step:.2f}" if compare else ""))
+             f"plan_vs_chunk{a.compare_chunk}={step64 / step:.2f}" if compare else "")
+          + (f" fraction_of_gemm_roofline_graphs={roof / step_graphs:.3f} graphs_vs_eager={step / step_graphs:.2f}"
+             if graphs else ""))
     return 0
 
 

@@ -186,6 +186,51 @@ def test_auto_is_a_value_of_the_config_and_the_cuda_default_of_the_command_line(
     assert (study.train.chunk_networks, study.train.parallel_chunks) == (AUTO, 3)
 
 
+def test_max_memory_auto_is_the_cuda_default_resolved_where_the_work_runs():
+    """``--max-memory auto`` (the command line's default on CUDA) is half the CUDA device's
+    memory, read where the work runs; on the CPU it is the fixed default, and a study's memory
+    check (made where the study is planned, maybe without that GPU) takes the fixed default
+    in its place. A number given stays in bytes."""
+    from uqreg.engine.config import DEFAULT_MAX_MEMORY
+    from uqreg.study import StudyConfig
+
+    assert TrainConfig(max_memory=AUTO).memory_budget() == DEFAULT_MAX_MEMORY == TrainConfig().memory_budget()
+    with pytest.raises(ConfigError, match="max_memory must be a finite number > 0 or auto, got 'lots'"):
+        TrainConfig(max_memory="lots")
+    (_, gpu), = cli._studies_from_args(cli.build_parser().parse_args(["study", "--device", "cuda"]))
+    (_, cpu), = cli._studies_from_args(cli.build_parser().parse_args(["study"]))
+    (_, given), = cli._studies_from_args(cli.build_parser().parse_args(["study", "--device", "cuda",
+                                                                       "--max-memory", "2"]))
+    (_, asked), = cli._studies_from_args(cli.build_parser().parse_args(["study", "--max-memory", "auto"]))
+    assert (gpu.train.max_memory, cpu.train.max_memory, given.train.max_memory, asked.train.max_memory) \
+        == (AUTO, DEFAULT_MAX_MEMORY, 2 * 2**30, AUTO)
+    study = StudyConfig(task="sinusoid", complexities=(1,), methods=("ens",), repetitions=2)
+    auto = replace(study, train=replace(study.train, max_memory=AUTO, device="cuda:7"))
+    assert auto.memory_estimate(1)["training"] == study.memory_estimate(1)["training"]
+    auto.check_memory()  # no CUDA device 7 needed here
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory
+        assert TrainConfig(device="cuda", max_memory=AUTO).memory_budget() == 0.5 * total
+
+
+def test_cuda_graphs_is_an_option_of_the_config_and_leaves_cell_keys_unchanged():
+    """``--cuda-graphs`` sets the config's field (off by default, a bool only); being execution
+    only, it is left out of the cells' digest, so a sweep on disk resumes with or without it."""
+    from uqreg.study import StudyConfig
+    from uqreg.sweep import plan_cells
+
+    with pytest.raises(ConfigError, match="cuda_graphs must be true or false, got 'yes'"):
+        TrainConfig(cuda_graphs="yes")
+    (_, plain), = cli._studies_from_args(cli.build_parser().parse_args(["study", "--device", "cuda"]))
+    (_, graphed), = cli._studies_from_args(cli.build_parser().parse_args(["study", "--device", "cuda",
+                                                                          "--cuda-graphs"]))
+    assert (plain.train.cuda_graphs, graphed.train.cuda_graphs) == (False, True)
+    cfg = StudyConfig(task="sinusoid", complexities=(1,), methods=("bd",), repetitions=2)
+    keys = [c.key for c in plan_cells(cfg)]
+    assert keys == [c.key for c in plan_cells(replace(cfg, train=replace(cfg.train, cuda_graphs=True)))]
+    assert keys != [c.key for c in plan_cells(replace(cfg, train=replace(cfg.train, members=4)))]
+
+
 # ---------------------------------------------------------------------------------------------
 # CUDA (skipped without one)
 

@@ -328,5 +328,5 @@ def test_study_options_take_their_defaults_from_the_configs(capsys):
                      f"MC passes of dropout methods (default {train.mc_samples})",
                      f"Adam learning rate (default {train.lr})",
                      f"noise redraws k per cell (default {study.repetitions})",
-                     f"GiB per chunk of networks (default {train.max_memory / 2**30:.3g})"):
+                     f"half the CUDA device's memory (default {train.max_memory / 2**30:.3g} on the CPU, auto on CUDA)"):
         assert expected in text, expected

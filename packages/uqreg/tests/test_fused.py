@@ -29,6 +29,7 @@ from uqreg.engine import (
     objective,
     train_batched,
 )
+from uqreg.engine import fused
 from uqreg.engine.fused import FUSED_HEADS, Workspace, l2_of, supports
 from uqreg.engine.train import make_optimizer
 from uqreg.methods import METHODS
@@ -209,3 +210,95 @@ def test_network_bitwise_independent_of_its_chunk(name, instance):
     for a, b, c in zip(m_big.network_parameters(2), m_alone.network_parameters(0), m_first.network_parameters(0)):
         assert torch.equal(a, b) and torch.equal(a, c), name
     assert not torch.equal(m_big.network_parameters(0)[0], m_big.network_parameters(1)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: epochs counted by a device tensor (what a captured graph replays)
+
+
+def _workspace(method, instance, cfg, nets):
+    """A loaded workspace and the arguments of :func:`~uqreg.engine.fused.run_epoch`, set up
+    as :func:`~uqreg.engine.train_batched` sets them up."""
+    cfg = replace(cfg, **method.overrides)
+    y = torch.as_tensor(instance.targets(range(int(nets.repetition.max()) + 1))[nets.repetition], dtype=cfg.torch_dtype)
+    keys = {p: rng.network_keys(instance.seed, p, nets.repetition, nets.member) for p in ("init", "dropout", "bootstrap")}
+    n, d = instance.x_train.shape
+    model = BatchedMLP(keys["init"], keys["dropout"], d, method.head, cfg, n, instance.sigma)
+    x = torch.as_tensor(instance.x_train, dtype=cfg.torch_dtype)[None].expand(len(nets), n, d).contiguous()
+    fgsm = (torch.as_tensor(cfg.adversarial_epsilon * np.ptp(instance.x_train, axis=0), dtype=cfg.torch_dtype)
+            if method.adversarial else None)
+    smp = fused.SAMPLERS.lookup(method.sampler)
+    l2, decoupled = l2_of(cfg, n)
+    ws = Workspace(model, smp.rows(n, cfg), l2=l2, decoupled=decoupled)
+    ws.load(model)
+    return ws, {"smp": smp, "x": x, "y": y, "keys": keys["dropout"], "boot_keys": keys["bootstrap"],
+                "fgsm_step": fgsm}
+
+
+@pytest.mark.parametrize("name", [n for n in TRAINED if supports(METHODS[n].head, TrainConfig())])
+def test_epochs_counted_by_a_device_tensor_train_the_same_bits(name, instance):
+    """The body a CUDA graph captures (:func:`~uqreg.engine.fused.train_graphed`): epochs whose
+    counter is a 0-d int64 tensor the body increments draw the numbers int epochs draw (dropout
+    masks, concrete and variational noise, bootstrap rows, FGSM's second pass), so float32
+    training gives the same bits. On the CPU, where the graph itself cannot run."""
+    method = METHODS[name]
+    cfg = TrainConfig(hidden=(16, 12, 8), members=3)
+    nets = method.networks([0, 3], cfg)
+    by_int, args = _workspace(method, instance, cfg, nets)
+    for e in range(7):
+        fused.run_epoch(by_int, epoch=e, **args)
+    by_tensor, args = _workspace(method, instance, cfg, nets)
+    counter = torch.zeros((), dtype=torch.int64)
+    for _ in range(7):
+        fused.run_epoch(by_tensor, epoch=counter, **args)
+        counter.add_(1)
+    assert torch.equal(by_int.params, by_tensor.params), name
+    assert torch.equal(by_int.exp_avg_sq, by_tensor.exp_avg_sq), name
+
+
+@pytest.mark.parametrize("counter", [0, 1, 6, 12_345, 2**40 + 3, 2**62 - 1])
+def test_a_tensor_counter_draws_the_numbers_of_the_int(counter):
+    """``counter·multiplier`` overflows 64 bits for all but the smallest counters: the int path
+    reduces it modulo 2**64, the tensor path wraps in int64 arithmetic, to the same bits."""
+    keys = rng.network_keys(SEED, "dropout", np.arange(3), np.zeros(3, dtype=np.int64))
+    tensor = torch.tensor(counter, dtype=torch.int64)
+    assert torch.equal(rng.uniform(keys, counter, (4, 5)), rng.uniform(keys, tensor, (4, 5)))
+    assert torch.equal(rng.normal(keys, counter, (6,)), rng.normal(keys, tensor, (6,)))
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["bd", "cd", "vd", "ens_adv", "ens_bs"])
+def test_cuda_graphs_train_the_bits_of_eager_epochs(name, instance):
+    """``cuda_graphs=True`` (epoch 0 eager, the others replays of one captured graph) trains
+    the networks eager CUDA epochs train, bit for bit, and they moved in training."""
+    method = METHODS[name]
+    cfg = TrainConfig(hidden=(16, 12, 8), members=3, device="cuda")
+    nets = method.networks(list(range(5)), cfg)
+    eager = _train(method, instance, nets, cfg, epochs=9)
+    graphed = _train(method, instance, nets, replace(cfg, cuda_graphs=True), epochs=9)
+    start = _train(method, instance, nets, cfg, epochs=1)
+    for i in range(len(nets)):
+        for a, b, c in zip(eager.network_parameters(i), graphed.network_parameters(i), start.network_parameters(i)):
+            assert torch.equal(a, b), name
+            assert not torch.equal(a, c), name
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_graphs_of_concurrent_chunks_give_the_bits_of_one_chunk_after_another(instance):
+    """Chunks on CUDA streams, each in its own thread, capture their graphs one at a time
+    (thread-local capture) and train the bits of eager chunks run one after another."""
+    from uqreg.methods import get_method
+
+    cfg = TrainConfig(hidden=(16, 12, 8), members=3, mc_samples=6, device="cuda", chunk_networks=4,
+                      parallel_chunks=1)
+    reps = list(range(11))
+    y = instance.targets(reps)
+    one = get_method("vd").run(instance, y, reps, cfg, epochs=7)
+    many = get_method("vd").run(instance, y, reps, replace(cfg, parallel_chunks=3, cuda_graphs=True), epochs=7)
+    for v in ("prediction", "uncertainty", "train_loss"):
+        assert np.array_equal(getattr(one, v), getattr(many, v), equal_nan=True), v

@@ -245,7 +245,7 @@ def test_g_one_member_is_fine_without_an_ensemble_method(tmp_path):
 def test_h_a_memory_budget_that_is_not_finite_and_positive_is_refused(run, capsys, no_training, value):
     before = _hashes(run)
     _refused(capsys, ["study", *TINY, "--max-memory", value, "--overwrite", "--out", str(run)],
-             f"--max-memory must be a finite number > 0, got {value}")
+             f"--max-memory must be a finite number > 0 or auto, got {value}")
     assert _hashes(run) == before
 
 

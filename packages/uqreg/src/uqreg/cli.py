@@ -50,7 +50,7 @@ from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options, positive_int
 from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
-from .engine.config import DTYPES, ConfigError, cuda_plan_defaults, int_or_auto
+from .engine.config import DTYPES, ConfigError, cuda_plan_defaults, float_or_auto, int_or_auto, is_auto
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TASKS, get_task
 
@@ -150,8 +150,14 @@ def _writable(option: str, folder: Path, shown: Path | None = None) -> None:
         raise InputError(f"{option} {shown} cannot be written: {exc.filename} {exc.strerror}") from None
 
 
-def _gib(value: float) -> str:
-    return f"{value / 2**30:.3g}"
+def _gib(value: float | str) -> str:
+    return value if is_auto(value) else f"{value / 2**30:.3g}"
+
+
+def _memory_in_bytes(train: dict) -> None:
+    """``--max-memory`` is in GiB on the command line and in bytes in the config (``auto`` as is)."""
+    if "max_memory" in train and not is_auto(train["max_memory"]):
+        train["max_memory"] *= 2**30
 
 
 #: The study options, generated from StudyConfig's and TrainConfig's fields
@@ -192,14 +198,18 @@ TRAIN_OPTIONS = (
     ConfigOption("nll_beta", type=float, default=None,
                  help="β of the mean-variance methods' (<method>+mv) β-NLL, in [0, 1]; 0 is the plain Gaussian "
                  "NLL, 0.5 Seitzer et al.'s choice (a recipe option; default {default})"),
-    ConfigOption("max_memory", type=float, default=None, shown=_gib,
-                 help="GiB per chunk of networks (default {default})"),
+    ConfigOption("max_memory", type=float_or_auto, default=None, shown=_gib,
+                 help="GiB for the networks trained at once, or auto: half the CUDA device's memory "
+                 "(default {default} on the CPU, auto on CUDA)"),
     ConfigOption("chunk_networks", type=int_or_auto, default=None,
                  help="networks per chunk, or auto: measured once on the device and recorded "
                  "(default {default} on the CPU, auto on CUDA; results do not depend on it)"),
     ConfigOption("parallel_chunks", type=int_or_auto, default=None,
                  help="chunks trained at once (threads; CUDA streams), or auto (default: the cores on "
                  "the CPU, auto on CUDA; results do not depend on it)"),
+    ConfigOption("cuda_graphs", default=None,
+                 help="on CUDA, replay each chunk's epochs as one captured CUDA graph (the fused backend; "
+                 "results do not depend on it)"),
 )
 
 
@@ -214,8 +224,7 @@ def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, St
     base = preset.config if preset else StudyConfig(task=a.task or "sinusoid")
     study = config_kwargs(a, STUDY_OPTIONS, given_only=True)
     train = config_kwargs(a, TRAIN_OPTIONS, given_only=True)
-    if "max_memory" in train:
-        train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
+    _memory_in_bytes(train)
     shared = {k: v for k, v in study.items() if k not in TASK_FIELDS}
     studies: list[tuple[Companion | None, StudyConfig]] = [
         (None, replace(base, **study, train=cuda_plan_defaults(replace(base.train, **train), train)))]
@@ -596,8 +605,7 @@ def _real_config(a: argparse.Namespace):
     from .real import REAL_TRAIN, RealConfig
 
     train = config_kwargs(a, TRAIN_OPTIONS, given_only=True)
-    if "max_memory" in train:
-        train["max_memory"] *= 2**30  # GiB on the command line, bytes in the config
+    _memory_in_bytes(train)
     with _options_named(a):
         cfg = RealConfig(dataset=a.dataset or (None if a.data else "diabetes"), data=a.data, splits=a.splits,
                          n_splits=a.n_splits, methods=a.methods, cal_fraction=a.cal_fraction, alpha=a.alpha,

@@ -111,6 +111,8 @@ def _to_i64(c: int) -> int:
 _GOLDEN = _to_i64(0x9E3779B97F4A7C15)
 _M1 = _to_i64(0xBF58476D1CE4E5B9)
 _M2 = _to_i64(0x94D049BB133111EB)
+#: Multiplier of the counter before it is hashed (below 2**63: the same as int64).
+_COUNTER_MULT = 0x2545F4914F6CDD1D
 
 
 def splitmix64(x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +123,7 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _srl(z, 31)
 
 
-def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=None,
+def uniform(keys: torch.Tensor, counter: int | torch.Tensor, shape: tuple[int, ...], *, dtype=None,
             device=None) -> torch.Tensor:
     """Counter-based uniform numbers in [0, 1), one independent stream per network.
 
@@ -129,9 +131,11 @@ def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=N
     ----------
     keys : torch.Tensor, int64, shape (B,)
         Network keys from :func:`network_keys`.
-    counter : int
+    counter : int or torch.Tensor
         Draw counter (e.g. epoch, or epoch * 2 + step); different counters give independent
-        numbers.
+        numbers. A 0-d int64 tensor on the keys' device gives the same numbers as the int
+        (wrap-around arithmetic, as SplitMix64's), with no host value in the computation: a
+        CUDA graph that captured the draw replays it for whatever counter the tensor then holds.
     shape : tuple of int
         Shape of the draw per network.
     dtype : torch.dtype, optional
@@ -147,13 +151,17 @@ def uniform(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=N
     device = keys.device if device is None else device
     n = int(np.prod(shape)) if shape else 1
     idx = torch.arange(n, device=device, dtype=torch.int64)
-    base = splitmix64(keys.to(device) ^ splitmix64(torch.tensor(_to_i64(int(counter) * 0x2545F4914F6CDD1D), device=device)))
+    if isinstance(counter, torch.Tensor):
+        mixed = counter.to(device=device, dtype=torch.int64) * _COUNTER_MULT
+    else:
+        mixed = torch.tensor(_to_i64(int(counter) * _COUNTER_MULT), device=device)
+    base = splitmix64(keys.to(device) ^ splitmix64(mixed))
     z = splitmix64(base[:, None] + splitmix64(idx)[None, :])
     bits = _srl(z, 11).to(torch.float64) * (2.0 ** -53)  # 53 random bits
     return bits.to(dtype).reshape((keys.shape[0], *shape)).clamp_(max=1.0 - torch.finfo(dtype).eps)
 
 
-def normal(keys: torch.Tensor, counter: int, shape: tuple[int, ...], *, dtype=None,
+def normal(keys: torch.Tensor, counter: int | torch.Tensor, shape: tuple[int, ...], *, dtype=None,
            device=None) -> torch.Tensor:
     """Counter-based standard normal numbers (Box–Muller), shape (B, *shape); ``dtype``
     default ``torch.float32``."""

@@ -47,7 +47,7 @@ from uqmetrics.runs.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
-from .engine.config import ConfigError, is_finite, is_int
+from .engine.config import DEFAULT_MAX_MEMORY, ConfigError, is_auto, is_finite, is_int
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TaskInstance, get_task
 
@@ -178,7 +178,9 @@ class StudyConfig:
         drawn or allocated): ``data`` (training inputs, every repetition's targets, the
         reference's design and its QR factor, the results), ``network`` (the largest bytes one
         network of a trained method needs) and ``training`` (the networks trained at once, at
-        most ``train.max_memory``), with the sizes used."""
+        most the memory budget), with the sizes used. ``max_memory="auto"`` is resolved where
+        the work runs (a CUDA device's memory: :meth:`~uqreg.engine.TrainConfig.memory_budget`);
+        the estimate takes :data:`~uqreg.engine.config.DEFAULT_MAX_MEMORY` in its place."""
         from .engine.plan import MIN_BATCH, job_bytes_per_network  # torch: imported on use
         from .methods import get_method, list_methods
 
@@ -196,8 +198,11 @@ class StudyConfig:
                                             sampler=m.sampler, adversarial=m.adversarial)
             network = max(network, per_net)
             nets = r * (self.train.members if m.ensemble else 1)
-            training = max(training, min(self.train.max_memory, max(nets, MIN_BATCH) * per_net))
+            training = max(training, min(self._nominal_budget(), max(nets, MIN_BATCH) * per_net))
         return {**z, "repetitions": r, "data": data, "network": network, "training": training}
+
+    def _nominal_budget(self) -> float:
+        return DEFAULT_MAX_MEMORY if is_auto(self.train.max_memory) else self.train.max_memory
 
     def check_memory(self, available: int | None = None) -> None:
         """Raise ``ValueError`` before any allocation if a complexity level cannot fit: one
@@ -214,7 +219,7 @@ class StudyConfig:
                      f"{est['input_dim']} inputs, {est['n_test']:,} test points, {est['repetitions']} repetitions)")
             if est["network"]:
                 try:
-                    chunk_size(est["network"], self.train)
+                    chunk_size(est["network"], replace(self.train, max_memory=self._nominal_budget()))
                 except ValueError as exc:
                     raise ValueError(f"{where}: {exc}") from None
             total = est["data"] + est["training"]
@@ -223,7 +228,7 @@ class StudyConfig:
                     f"{where} needs about {total / 2**30:,.1f} GiB of memory, more than the "
                     f"{available / 2**30:,.1f} GiB available; use fewer training points (--n-train), "
                     f"fewer repetitions or test points, a lower complexity, or a smaller training budget "
-                    f"(--max-memory, now {self.train.max_memory / 2**30:.3g} GiB)")
+                    f"(--max-memory, now {self._nominal_budget() / 2**30:.3g} GiB)")
 
     def instance(self, complexity: int) -> TaskInstance:
         return get_task(self.task).instance(complexity, self.seed, n_train=self.n_train, sigma=self.sigma)

@@ -41,6 +41,18 @@ from .engine.config import is_int
 from .study import RAW_VARS, StudyConfig, run_raw, study_entries, summarize
 
 
+#: Training fields left out of a cell's digest: added after sweeps were on disk, and execution
+#: only (no bit of a result depends on them), so a cell computed with or without them is reused.
+_UNDIGESTED_TRAIN_FIELDS = ("cuda_graphs",)
+
+
+def cell_digest(params: dict) -> str:
+    """The digest of a cell's full config (a rerun with other settings never reuses the cell),
+    but for :data:`_UNDIGESTED_TRAIN_FIELDS`."""
+    train = {k: v for k, v in params["train"].items() if k not in _UNDIGESTED_TRAIN_FIELDS}
+    return hashlib.sha256(json.dumps(dict(params, train=train), sort_keys=True).encode()).hexdigest()[:10]
+
+
 def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
     """The cells of a study: one per (recipe, complexity, method, chunk of repetitions)."""
     cfg = config.resolved()
@@ -56,8 +68,7 @@ def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell
                     chunk = reps[start:start + chunk_repetitions]
                     params = dict(base, complexities=[int(c)], methods=[m], recipes=[r], repetitions=len(chunk),
                                   first_repetition=int(chunk[0]))
-                    # the digest of the cell's full config: a rerun with other settings never reuses it
-                    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+                    digest = cell_digest(params)
                     key = f"{cfg.task}_{r}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_{digest}"
                     cells.append(Cell(key, {"config": params}))
     return cells

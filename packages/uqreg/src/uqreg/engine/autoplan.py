@@ -149,7 +149,7 @@ def record_key(job) -> str:
     budget and what is asked (``auto`` or the fixed value of each setting)."""
     cfg = job.cfg
     key = {"device": device_name(cfg.torch_device()), "torch": torch.__version__, **shape_class(job),
-           "max_memory": float(cfg.max_memory), "chunk_networks": cfg.chunk_networks,
+           "max_memory": cfg.memory_budget(), "chunk_networks": cfg.chunk_networks,
            "parallel_chunks": cfg.parallel_chunks}
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
@@ -238,7 +238,7 @@ def _search(candidates, measure) -> tuple[int, list[tuple[int, float]]]:
 def measure(job, per_network: int) -> MeasuredPlan:
     """Measure the fastest chunk and concurrency of ``job``'s shape class (see the module notes):
     the chunk at the fixed concurrency (or 1 stream / all cores when that is ``auto`` too), then
-    the concurrency at that chunk, all within ``job.cfg.max_memory``."""
+    the concurrency at that chunk, all within ``job.cfg.memory_budget()``."""
     from .chunks import MIN_BATCH, available_cores
 
     cfg = job.cfg
@@ -251,7 +251,7 @@ def measure(job, per_network: int) -> MeasuredPlan:
     else:
         fixed_workers = cfg.parallel_chunks or (1 if cuda else cores)
         worker_options = None
-    budget = int(cfg.max_memory // per_network)  # networks that fit the budget at once
+    budget = int(cfg.memory_budget() // per_network)  # networks that fit the budget at once
 
     def fits(chunk, workers):
         return chunk >= MIN_BATCH and chunk * workers <= budget
@@ -269,7 +269,7 @@ def measure(job, per_network: int) -> MeasuredPlan:
             log.warning("engine plan: the fastest chunk measured, %d networks, is the largest that "
                         "the memory budget admits (max_memory %.3g GiB, about %d bytes a network); "
                         "larger chunks were not tried: a larger --max-memory may be faster",
-                        chunk, cfg.max_memory / 2**30, per_network)
+                        chunk, cfg.memory_budget() / 2**30, per_network)
     else:
         from .chunks import chunk_size
 

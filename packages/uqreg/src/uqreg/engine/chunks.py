@@ -33,13 +33,14 @@ MIN_BATCH = 2
 
 def chunk_size(per_network: int, cfg: TrainConfig) -> int:
     """Networks per chunk, from the configuration only: ``cfg.chunk_networks`` bounded by the
-    memory budget ``cfg.max_memory`` (``"auto"``: the budget's bound; :func:`make_plan` puts the
+    memory budget ``cfg.memory_budget()`` (``chunk_networks="auto"``: the budget's bound; :func:`make_plan` puts the
     measured chunk in its place); raises if fewer than :data:`MIN_BATCH` networks fit the
     budget (a chunk of one is computed as :data:`MIN_BATCH` copies)."""
-    size = int(cfg.max_memory // per_network)
+    budget = cfg.memory_budget()
+    size = int(budget // per_network)
     if size < MIN_BATCH:
         raise ValueError(
-            f"max_memory={cfg.max_memory:.3g} bytes ({_gib(cfg.max_memory)}) is below the {MIN_BATCH} × "
+            f"max_memory={budget:.3g} bytes ({_gib(budget)}) is below the {MIN_BATCH} × "
             f"{per_network} bytes ({_gib(MIN_BATCH * per_network)}) of the smallest chunk ({MIN_BATCH} networks: a "
             f"chunk of one is computed as two); raise --max-memory, or reduce the training set (--n-train) or the "
             f"MC passes (--mc-samples)"

@@ -28,6 +28,11 @@ BACKENDS = ("fused", "autograd")
 #: The value of ``TrainConfig.chunk_networks`` / ``parallel_chunks`` that asks the engine to
 #: measure the fastest setting on the device once and record it (:mod:`uqreg.engine.autoplan`).
 AUTO = "auto"
+#: The memory budget on the CPU, and of ``max_memory="auto"`` there (bytes).
+DEFAULT_MAX_MEMORY = 4e9
+#: ``max_memory="auto"`` on CUDA: this fraction of the device's total memory (the rest is left to
+#: the data, the predictions, cuBLAS's workspaces and other processes on the GPU).
+CUDA_MEMORY_FRACTION = 0.5
 
 
 class ConfigError(InputError):
@@ -179,8 +184,11 @@ class TrainConfig:
         ``"float32"`` or ``"float64"``.
     device : str
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-    max_memory : float
-        Memory budget in bytes for one chunk of networks; the network axis is chunked to it.
+    max_memory : float or "auto"
+        Memory budget in bytes for the networks trained at once (concurrent chunks share it); the
+        network axis is chunked to it. ``"auto"`` (the command line's default on CUDA) is
+        resolved where the work runs (:meth:`memory_budget`): :data:`CUDA_MEMORY_FRACTION` of the
+        CUDA device's memory, or :data:`DEFAULT_MAX_MEMORY` on the CPU.
     chunk_networks : int, "auto" or None
         Networks trained together in one chunk (bounded by the memory budget). ``None``: only the
         memory budget bounds the chunk. ``"auto"``: the fastest chunk on this device, measured
@@ -201,6 +209,13 @@ class TrainConfig:
         each on its own CUDA stream); ``None``: the number of available cores on the CPU, 1 on
         CUDA; ``"auto"``: measured with the chunk (as ``chunk_networks="auto"``). The memory
         budget is shared by the concurrent chunks. Execution only: results do not depend on it.
+    cuda_graphs : bool
+        On CUDA, train each chunk's epochs after the first as replays of one captured CUDA graph
+        of an epoch (:func:`uqreg.engine.fused.train_graphed`; the fused backend only): one
+        launch instead of hundreds of small kernels per epoch. Execution only: a replay runs the
+        eager epoch's kernels on the same buffers, so results do not change (bit for bit,
+        checked on CUDA); ignored on the CPU. Off by default until measured on a GPU
+        (``bench_engine.py --cuda-graphs``).
     """
 
     hidden: tuple[int, ...] = (128, 64, 32)
@@ -221,11 +236,12 @@ class TrainConfig:
     nll_beta: float = 0.0
     dtype: str = "float32"
     device: str = "cpu"
-    max_memory: float = 4e9
+    max_memory: float | str = DEFAULT_MAX_MEMORY
     chunk_networks: int | str | None = 64
     adam: str = "foreach"
     backend: str = "fused"
     parallel_chunks: int | str | None = None
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         def int_at_least(low, optional=False):
@@ -251,13 +267,14 @@ class TrainConfig:
             ("std_ddof", lambda v: is_int(v) and v in (0, 1), "must be 0 or 1"),
             ("nll_beta", lambda v: is_finite(v) and 0 <= v <= 1, "must be a number in [0, 1]"),
             ("dtype", lambda v: v in DTYPES, f"must be one of {', '.join(DTYPES)}"),
-            ("max_memory", lambda v: is_finite(v) and v > 0, "must be a finite number > 0"),
+            ("max_memory", lambda v: is_auto(v) or (is_finite(v) and v > 0), "must be a finite number > 0 or auto"),
             ("chunk_networks", lambda v: is_auto(v) or int_at_least(1, optional=True)(v),
              int_req(1) + " or auto"),
             ("adam", lambda v: v in ("foreach", "fused"), "must be foreach or fused"),
             ("backend", lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
             ("parallel_chunks", lambda v: is_auto(v) or int_at_least(1, optional=True)(v),
              int_req(1) + " or auto"),
+            ("cuda_graphs", lambda v: isinstance(v, bool), "must be true or false"),
         )
         for name, ok, requirement in checks:
             if not ok(getattr(self, name)):
@@ -279,6 +296,21 @@ class TrainConfig:
                                  f"devices; torch {torch.__version__})")
         return device
 
+    def memory_budget(self) -> float:
+        """The memory budget in bytes: ``max_memory``, or for ``"auto"``
+        :data:`CUDA_MEMORY_FRACTION` of the total memory of the CUDA device (read where the work
+        runs: :meth:`torch_device`), :data:`DEFAULT_MAX_MEMORY` on the CPU. The total, not the
+        free memory, so that the budget, and the engine plan recorded under it, is the same at
+        every run on a device."""
+        if not is_auto(self.max_memory):
+            return float(self.max_memory)
+        device = self.torch_device()
+        if device.type != "cuda":
+            return DEFAULT_MAX_MEMORY
+        import torch  # where the work runs (a configuration imports no torch)
+
+        return CUDA_MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory
+
     @property
     def recipe_spec(self) -> Recipe:
         return RECIPES.lookup(self.recipe)
@@ -291,14 +323,14 @@ class TrainConfig:
 
 
 #: The fields ``"auto"`` applies to (:func:`cuda_plan_defaults`).
-PLAN_FIELDS = ("chunk_networks", "parallel_chunks")
+PLAN_FIELDS = ("chunk_networks", "parallel_chunks", "max_memory")
 
 
 def cuda_plan_defaults(cfg: TrainConfig, given: Collection[str] = ()) -> TrainConfig:
-    """``cfg`` with ``"auto"`` chunk and concurrency on CUDA, except the fields in ``given``
-    (set by the user): the command line's default there, since the CPU's 64 networks one chunk
-    at a time leave a GPU mostly idle. On the CPU ``cfg`` is returned unchanged (its defaults,
-    results and speed stay as they were).
+    """``cfg`` with ``"auto"`` chunk, concurrency and memory budget on CUDA, except the fields in
+    ``given`` (set by the user): the command line's default there, since the CPU's 64 networks
+    one chunk at a time, within 4 GB, leave a GPU mostly idle. On the CPU ``cfg`` is returned
+    unchanged (its defaults, results and speed stay as they were).
 
     Examples
     --------
@@ -315,3 +347,8 @@ def cuda_plan_defaults(cfg: TrainConfig, given: Collection[str] = ()) -> TrainCo
 def int_or_auto(text: str) -> int | str:
     """Parse a command-line value: ``"auto"`` or an integer."""
     return AUTO if text.strip() == AUTO else int(text)
+
+
+def float_or_auto(text: str) -> float | str:
+    """Parse a command-line value: ``"auto"`` or a number."""
+    return AUTO if text.strip() == AUTO else float(text)

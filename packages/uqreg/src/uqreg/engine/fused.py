@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable
 
 import torch
@@ -507,6 +508,69 @@ def l2_of(cfg: TrainConfig, n_train: int) -> tuple[float, bool]:
     return recipe.weight_decay(n_train, cfg.weight_decay), recipe.decoupled
 
 
+def run_epoch(ws: Workspace, smp, x: torch.Tensor, y: torch.Tensor, epoch: int | torch.Tensor, *,
+              keys: torch.Tensor, boot_keys: torch.Tensor, fgsm_step: torch.Tensor | None) -> None:
+    """One epoch's optimiser steps (the sampler's batches), the draws of step ``s`` counted
+    ``2·(epoch·steps + s)`` (and ``+ 1`` for FGSM's second pass). ``epoch`` is an int, or a 0-d
+    int64 tensor on the device (:func:`uqreg.rng.uniform`: the same numbers), which a CUDA
+    graph of the epoch reads when replayed."""
+    steps = smp.steps(ws.cfg)
+    for step, (xb, yb) in enumerate(smp.batches(x, y, boot_keys, epoch, ws.cfg)):
+        ws.train_step(xb, yb, 2 * (epoch * steps + step), keys, fgsm_step)
+
+
+#: Serialises the graph captures of concurrent chunks (``parallel_chunks``: one thread each).
+_CAPTURE = threading.Lock()
+
+
+def train_graphed(epoch: Callable[[int | torch.Tensor], None], epochs: int, device: torch.device,
+                  progress: Callable[[int], None] | None = None) -> None:
+    """Run ``epoch(e)`` for ``e = 0 … epochs − 1`` on CUDA: the first eagerly (it warms up the
+    kernels and the cuBLAS workspace on the stream the graph is captured on), the others as
+    replays of ONE CUDA graph of an epoch, captured once, whose epoch counter is a device
+    tensor that the graph itself increments. A replay launches the epoch's kernels (hundreds:
+    every layer's products, the head, Adam) as one graph launch; it runs exactly the kernels
+    of the eager epoch, on the same buffers (the workspace allocates them once), so the
+    result is the eager path's bit for bit (checked on CUDA by ``tests/test_cuda.py``).
+
+    Parameters
+    ----------
+    epoch : callable
+        One epoch's steps given the epoch (an int64 0-d tensor on ``device`` here); it must not
+        read a device value on the host (no ``.item()``), as captured work is not run.
+    epochs : int
+    device : torch.device
+        A CUDA device.
+    progress : callable, optional
+        Called with 1 after each epoch.
+    """
+    counter = torch.zeros((), dtype=torch.int64, device=device)
+
+    def body():
+        epoch(counter)
+        counter.add_(1)
+
+    side = torch.cuda.Stream(device=device)  # captures need a stream other than the default one
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        body()
+        if progress is not None:
+            progress(1)
+        if epochs > 1:
+            graph = torch.cuda.CUDAGraph()
+            with _CAPTURE:  # thread-local mode: the other chunks' threads go on launching work
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    body()
+                finally:
+                    graph.capture_end()
+            for _ in range(1, epochs):
+                graph.replay()
+                if progress is not None:
+                    progress(1)
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
 def train_fused(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, *, keys: torch.Tensor,
                 boot_keys: torch.Tensor, sampler: str, fgsm_step: torch.Tensor | None, epochs: int,
                 progress: Callable[[int], None] | None = None) -> BatchedMLP:
@@ -537,18 +601,24 @@ def train_fused(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, *, keys: to
     """
     cfg = model.cfg
     smp = SAMPLERS.lookup(sampler)
-    steps = smp.steps(cfg)
     x = x.contiguous()
     l2, decoupled = l2_of(cfg, model.n_train)
     ws = Workspace(model, smp.rows(x.shape[1], cfg), l2=l2, decoupled=decoupled)
     ws.load(model)
-    for epoch in range(epochs):
-        for step, (xb, yb) in enumerate(smp.batches(x, y, boot_keys, epoch, cfg)):
-            ws.train_step(xb, yb, 2 * (epoch * steps + step), keys, fgsm_step)
-        if progress is not None:
-            progress(1)
+
+    def epoch(e):
+        run_epoch(ws, smp, x, y, e, keys=keys, boot_keys=boot_keys, fgsm_step=fgsm_step)
+
+    if cfg.cuda_graphs and x.device.type == "cuda":
+        train_graphed(epoch, epochs, x.device, progress)
+    else:
+        for e in range(epochs):
+            epoch(e)
+            if progress is not None:
+                progress(1)
     ws.store(model)
     return model
 
 
-__all__ = ["ADAM_EPS", "FUSED_HEADS", "PAD", "FusedHead", "Workspace", "l2_of", "supports", "train_fused"]
+__all__ = ["ADAM_EPS", "FUSED_HEADS", "PAD", "FusedHead", "Workspace", "l2_of", "run_epoch", "supports",
+           "train_fused", "train_graphed"]

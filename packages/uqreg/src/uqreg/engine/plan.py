@@ -226,7 +226,7 @@ def make_plan(job: TrainJob) -> ExecutionPlan:
     n_chunks = -(-len(job.nets) // chunk)
     if workers is None:
         workers = 1 if cfg.device.startswith("cuda") else available_cores()
-    fit = max(1, int(cfg.max_memory // (max(chunk, MIN_BATCH) * per_net)))  # concurrent chunks share the budget
+    fit = max(1, int(cfg.memory_budget() // (max(chunk, MIN_BATCH) * per_net)))  # concurrent chunks share the budget
     return ExecutionPlan(per_net, chunk, n_chunks, max(1, min(workers, fit, n_chunks)), source)
 
 

@@ -26,10 +26,10 @@ from uqreg.engine import (
     BatchedMLP,
     NetworkBatch,
     TrainConfig,
+    fused,
     objective,
     train_batched,
 )
-from uqreg.engine import fused
 from uqreg.engine.fused import FUSED_HEADS, Workspace, l2_of, supports
 from uqreg.engine.train import make_optimizer
 from uqreg.methods import METHODS

@@ -50,7 +50,14 @@ from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options, positive_int
 from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
-from .engine.config import DTYPES, ConfigError, cuda_plan_defaults, float_or_auto, int_or_auto, is_auto
+from .engine.config import (
+    DTYPES,
+    ConfigError,
+    cuda_plan_defaults,
+    float_or_auto,
+    int_or_auto,
+    is_auto,
+)
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TASKS, get_task
 

@@ -40,7 +40,6 @@ from .engine import RECIPES
 from .engine.config import is_int
 from .study import RAW_VARS, StudyConfig, run_raw, study_entries, summarize
 
-
 #: Training fields left out of a cell's digest: added after sweeps were on disk, and execution
 #: only (no bit of a result depends on them), so a cell computed with or without them is reused.
 _UNDIGESTED_TRAIN_FIELDS = ("cuda_graphs",)

@@ -48,11 +48,12 @@ def _cmd_evaluate(a: argparse.Namespace) -> int:
     if a.no_figures:
         evaluation = dataclasses.replace(evaluation, figures=False)
     plan = plan_evaluation(evaluation, overwrite=a.overwrite)
-    if a.dry_run:
-        for line in dry_run_lines(plan, n_workers=a.n_workers):
+    # checked before a dry run too: the same refusals (--gpus off cuda, fewer GPUs than asked)
+    cluster = ClusterSpec.from_args(a, device=str(plan.config.device))
+    if a.dry_run:  # with --gpus the local cluster has one worker per GPU, not --n-workers
+        for line in dry_run_lines(plan, n_workers=len(cluster.gpus) if cluster.gpus else a.n_workers):
             _print(line)
         return 0
-    cluster = ClusterSpec.from_args(a, device=str(plan.config.device))
     report = run_evaluation(plan, command=main, scheduler=cluster, n_workers=a.n_workers,
                             threads=a.cell_threads or a.threads, log=_print)
     return report.status

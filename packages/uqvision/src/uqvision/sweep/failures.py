@@ -113,7 +113,11 @@ class _FailureLog:
         self.reported = False
 
     def fail(self, spec: ModelSpec, error: str, cell: str | None = None, *,
-             kind: str = "failed", cause: str = "") -> None:
+             kind: str = "failed", cause: str = "", write: bool = True) -> None:
+        """Record a failure of ``spec`` (of its cell ``cell``, or before any cell) and write the
+        file, unless ``write`` is false: the failures found before the sweep starts (a
+        thousand models without weights) are recorded first and written once, by
+        :meth:`write`, instead of rewriting a growing file per model."""
         rec = self.current.get(spec.row)
         if rec is None:
             before = self.previous.get(spec.row)
@@ -125,7 +129,8 @@ class _FailureLog:
         if cell is not None:
             rec["cells"].append(cell)
         self.pending.pop(spec.row, None)
-        self.write()
+        if write:
+            self.write()
 
     def keep(self, record: dict) -> None:
         """A previous failure carried over without a retry."""

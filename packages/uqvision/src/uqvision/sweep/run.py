@@ -226,18 +226,20 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                 if rec.get("model") in {s.row for s in row_of.values()}:
                     log.keep(rec)
             plan.cells = [c for c in plan.cells if row_of[c.key].row not in log.current]
+        # the failures known before any cell, written once below
         for spec, why in unknown.values():
-            log.fail(spec, why, kind="unknown")
+            log.fail(spec, why, kind="unknown", write=False)
         by_row = {**{s.row: s for s in prep.specs}, **prep.model_specs}
         for row, why in plan.refused.items():
-            log.fail(by_row.get(row, ModelSpec(row)), why, kind="unknown")
+            log.fail(by_row.get(row, ModelSpec(row)), why, kind="unknown", write=False)
         weights_failed = {}
         for row, w in prep.weights.items():
             if w.kind == "unavailable":
                 weights_failed[row] = w.error
-                log.fail(by_row.get(row, ModelSpec(row)), w.error, kind="weights", cause=w.cause)
+                log.fail(by_row.get(row, ModelSpec(row)), w.error, kind="weights", cause=w.cause,
+                         write=False)
         for row, why in prep.refused.items():
-            log.fail(by_row.get(row, ModelSpec(row)), why, kind="refused")
+            log.fail(by_row.get(row, ModelSpec(row)), why, kind="refused", write=False)
         log.write()
         open_cells: dict[str, int] = {}
         for c in plan.cells:

@@ -11,6 +11,8 @@ built (:meth:`TimmSource.data_config`, :func:`timm_data_config`).
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 import timm
@@ -103,6 +105,15 @@ def _timm_pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | Non
         f"hub repository or url); give a local file as NAME=FILE or with --weights-dir")
 
 
+@functools.lru_cache(maxsize=1)
+def _pretrained_names() -> frozenset[str]:
+    """timm's pretrained ``arch.tag`` names, listed once per process: ``list_pretrained(name)``
+    matches a pattern against every registered name, 20 s for a zoo of a thousand models
+    checked a few times each. A name missing from this set (a model registered since) is
+    looked up again in timm itself, so the set only saves time."""
+    return frozenset(timm.list_pretrained())
+
+
 @MODEL_SOURCES.register(name="timm")
 class TimmSource:
     """timm models: ``arch`` or ``arch.tag`` (``arch``: its default tag); weights through
@@ -115,7 +126,7 @@ class TimmSource:
         if not timm.is_model(arch):
             raise ValueError(f"unknown timm model {name!r}"
                              + _suggest(name, timm.list_models() + timm.list_pretrained()))
-        if tag and name not in timm.list_pretrained(name):
+        if tag and name not in _pretrained_names() and name not in timm.list_pretrained(name):
             raise ValueError(f"unknown pretrained tag {tag!r} for timm model {arch!r}"
                              + _suggest(name, timm.list_pretrained(f"{arch}.*")))
 

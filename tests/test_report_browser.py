@@ -271,13 +271,12 @@ def _check_leaderboard(driver, page: Path, ds, dim: str, variables, sort_column:
     return rows
 
 
-def test_selective_smoke_site_in_browser(browser, tmp_path):
+def test_selective_smoke_site_in_browser(browser, selective_smoke, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    out, site = tmp_path / "repro", tmp_path / "site"
-    _run("uqvision", "reproduce", "selective", "--scale", "smoke", "--out", str(out))
-    result = out / "scores" / "selective.nc"
+    site = tmp_path / "site"
+    result = selective_smoke / "scores" / "selective.nc"  # the session's smoke reproduction
     _run("uqvision", "report", str(result), "--out", str(site))
     ds = uqmetrics.read_result(result)
 

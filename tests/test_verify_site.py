@@ -1,5 +1,5 @@
 """Cross-package: the installed ``uqvision`` and ``uqreg`` CLIs build a report site of a smoke
-reproduction and of a small swept study, and ``verify`` checks the site (every entry) and one
+reproduction (the session's, ``conftest.selective_smoke``) and of a small swept study, and ``verify`` checks the site (every entry) and one
 entry of it (``SITE#ENTRY_ID``); a result file changed after the site was built disagrees with
 the manifest."""
 
@@ -19,12 +19,10 @@ def _run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def test_uqvision_verify_a_site_and_one_entry(tmp_path):
-    out, site = tmp_path / "selective", tmp_path / "site"
-    res = _run("uqvision", "--threads", "1", "reproduce", "selective", "--scale", "smoke",
-               "--out", str(out))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    scores = out / "scores" / "selective.nc"
+def test_uqvision_verify_a_site_and_one_entry(selective_smoke, tmp_path):
+    # the shared smoke reproduction's score file, copied: this test changes it below
+    site, scores = tmp_path / "site", tmp_path / "selective.nc"
+    shutil.copyfile(selective_smoke / "scores" / "selective.nc", scores)
     res = _run("uqvision", "report", str(scores), "--out", str(site))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     manifest = json.loads((site / "manifest.json").read_text())

@@ -218,39 +218,29 @@ def member_logits():
 def smoke_run(tmp_path_factory):
     """``smoke_run(name) -> (out, path)``: the protocol's ``uqvision reproduce NAME --scale
     smoke`` with its :attr:`~uqvision.protocols.Protocol.smoke_options`, run once per test run
-    and shared by the protocol's own tests, ``test_protocols_common.py``, ``test_verify.py``
-    and the others that read it. Tests write their own files to their tmp_path; the two that
-    write into a shared run add a file of their own (uimnet's ``again.json``) or rerun the
-    reproduction, which resumes it to the same files, each written atomically.
-
-    Once per test run, not per process: the pytest-xdist workers share one folder (their
-    common temporary root), and the first worker to need a protocol runs it under an
-    exclusive lock (``flock``) while the others wait for it and then read its output, as the
-    runs are deterministic. A run that fails leaves no completion mark: the next worker
-    to need it runs it again (and fails as well)."""
-    import fcntl
-    import json
+    (by the first pytest-xdist worker to need it, the others waiting for it:
+    :func:`uqmetrics.runs.testing.once.once_per_run`) and shared by the protocol's own tests,
+    ``test_protocols_common.py``, ``test_verify.py`` and the others that read it. Tests write
+    their own files to their tmp_path; the two that write into a shared run add a file of
+    their own (uimnet's ``again.json``) or rerun the reproduction, which resumes it to the
+    same files, each written atomically."""
+    from uqmetrics.runs.testing.once import once_per_run, shared_root
 
     from uqvision.protocols import VISION_PROTOCOLS
 
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "smoke-runs"
-    shared.mkdir(exist_ok=True)
+    root = shared_root(tmp_path_factory.getbasetemp()) / "smoke-runs"
     runs: dict[str, tuple] = {}
+
+    def make(name: str, folder: Path) -> str | None:
+        proto = VISION_PROTOCOLS.lookup(name)
+        path = proto.reproduce.run(folder / name, scale="smoke", options=dict(proto.smoke_options),
+                                   log=lambda *a: None)
+        return None if path is None else str(path)
 
     def run(name: str):
         if name not in runs:
-            folder, done = shared / name, shared / f"{name}.done"
-            with open(shared / f"{name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-                if not done.is_file():
-                    shutil.rmtree(folder, ignore_errors=True)  # a failed run's leftovers
-                    proto = VISION_PROTOCOLS.lookup(name)
-                    path = proto.reproduce.run(folder / name, scale="smoke",
-                                               options=dict(proto.smoke_options), log=lambda *a: None)
-                    done.write_text(json.dumps(None if path is None else str(path)))
-            path = json.loads(done.read_text())
-            runs[name] = (folder / name, None if path is None else Path(path))
+            path = once_per_run(root, name, lambda folder: make(name, folder))
+            runs[name] = (root / name / name, None if path is None else Path(path))
         return runs[name]
 
     return run

@@ -12,7 +12,6 @@ built (:meth:`TimmSource.data_config`, :func:`timm_data_config`).
 from __future__ import annotations
 
 import functools
-
 from typing import Any
 
 import timm

@@ -531,7 +531,7 @@ def train_graphed(epoch: Callable[[int | torch.Tensor], None], epochs: int, devi
     tensor that the graph itself increments. A replay launches the epoch's kernels (hundreds:
     every layer's products, the head, Adam) as one graph launch; it runs exactly the kernels
     of the eager epoch, on the same buffers (the workspace allocates them once), so the
-    result is the eager path's bit for bit (checked on CUDA by ``tests/test_cuda.py``).
+    result is the eager path's bit for bit (checked on CUDA by ``tests/test_fused.py``).
 
     Parameters
     ----------

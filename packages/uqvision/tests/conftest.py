@@ -214,26 +214,22 @@ def member_logits():
     return _member_logits
 
 
-#: Protocols whose smoke run a test reruns in place (``test_rerun_resumes_without_training``,
-#: ``test_a_rerun_reuses_every_run_and_cache``): their runs are shared within a process only.
-RERUN_IN_PLACE = ("selective", "pitfalls")
-
-
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """``smoke_run(name) -> (out, path)``: the protocol's ``uqvision reproduce NAME --scale
-    smoke`` with its :attr:`~uqvision.protocols.Protocol.smoke_options`, made once and shared
-    by the protocol's own tests, ``test_protocols_common.py``, ``test_verify.py`` and the
-    others that read it. Once per test run (the first pytest-xdist worker to need it makes it,
-    the others wait and read it: :func:`uqmetrics.runs.testing.once.once_per_run`), but for
-    :data:`RERUN_IN_PLACE`: once per process, since a test reruns those in place and another
-    process's test could list a temporary file of that rerun. Tests write their own files to
-    their tmp_path; uimnet's test adds ``again.json`` to its run."""
+    smoke`` with its :attr:`~uqvision.protocols.Protocol.smoke_options`, made once per test
+    run (the first pytest-xdist worker to need it makes it, the others wait and read it:
+    :func:`uqmetrics.runs.testing.once.once_per_run`) and shared by the protocol's own tests,
+    ``test_protocols_common.py``, ``test_verify.py`` and the others that read it. Tests write
+    their own files to their tmp_path, but for two kinds of writes into a run, which its
+    readers in other processes allow for: uimnet's test adds ``again.json``, and the
+    selective and pitfalls tests rerun the reproduction in place, which rewrites some of its
+    files (the score file, figures, summary, record) atomically, to the same results."""
     from uqmetrics.runs.testing.once import once_per_run, shared_root
 
     from uqvision.protocols import VISION_PROTOCOLS
 
-    base = tmp_path_factory.getbasetemp()
+    root = shared_root(tmp_path_factory.getbasetemp()) / "smoke-runs"
     runs: dict[str, tuple] = {}
 
     def make(name: str, folder: Path) -> str | None:
@@ -244,7 +240,6 @@ def smoke_run(tmp_path_factory):
 
     def run(name: str):
         if name not in runs:
-            root = (base if name in RERUN_IN_PLACE else shared_root(base)) / "smoke-runs"
             path = once_per_run(root, name, lambda folder: make(name, folder))
             runs[name] = (root / name / name, None if path is None else Path(path))
         return runs[name]

@@ -74,13 +74,19 @@ def test_reproduce_overwrite_deletes_nothing_it_did_not_write(tmp_path, capsys, 
 def test_a_reproduction_records_every_file_it_wrote(smoke_run, protocol):
     """What ``--overwrite`` deletes in a reproduction folder is its record: it lists every
     file the run wrote beside its stand-in data set (which has its own record). The session's
-    smoke run (of this process: the protocols' own tests rerun it in place, which rewrites the
-    same files and records them)."""
+    smoke run, which the protocol's own tests may be rerunning in place in another process:
+    a rerun rewrites the same files and records them, each through a temporary file beside it
+    (:func:`uqmetrics.runs.io.temporary_beside`: ``.NAME.<32 hex digits>.tmp``), which is not
+    a file of the run."""
+    import re
+
     from uqmetrics.runs.io import WRITTEN_RECORD, written_files
 
     out, _ = smoke_run(protocol)
+    temporary = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
     on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*")
-               if p.is_file() and p.relative_to(out).parts[0] != "data"}
+               if p.is_file() and p.relative_to(out).parts[0] != "data"
+               and not temporary.match(p.name)}
     recorded = set(written_files(out, f"uqvision reproduce {protocol}"))
     assert on_disk - {WRITTEN_RECORD} <= recorded
     assert any(f.startswith("caches/") for f in recorded)

@@ -457,7 +457,8 @@ def main(argv=None) -> int:
     fixed_job = ens.job(inst, y, np.arange(reps), fixed, epochs=a.cell_epochs)
     compare = (plan.chunk, plan.workers) != (make_plan(fixed_job).chunk, make_plan(fixed_job).workers)
     graphs = a.cuda_graphs and _cuda(a.device)
-    graph_job = ens.job(inst, y, np.arange(reps), replace(cfg, cuda_graphs=True), epochs=a.cell_epochs)
+    graph_job = ens.job(inst, y, np.arange(reps), replace(cfg, cuda_graphs=True), epochs=a.cell_epochs) \
+        if graphs else None
     step, roof, step64, roof64, step_graphs = (float("inf"),) * 5
     for _ in range(a.repeats):  # interleaved, best of each: the machine is shared
         step = min(step, time_training(job)[1])

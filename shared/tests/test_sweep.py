@@ -147,7 +147,7 @@ def test_run_sweep_under_a_non_tty_stderr_writes_sparse_lines(tmp_path, capsys):
     worker thread: netCDF (HDF5) writes are not thread-safe."""
     n_cells, interval = 120, 0.5
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         t0 = time.monotonic()
         report = run_sweep([Cell(f"c{i:03d}", {"i": i}) for i in range(n_cells)], _tiny_cell,
                            tmp_path, client=client, progress_interval=interval)
@@ -173,7 +173,7 @@ def test_run_sweep_counts_groups_and_calls_back_on_every_finished_cell(tmp_path,
     cells = [Cell(f"m{i // 2}.c{i % 2}", {"i": i}) for i in range(6)]
     seen = []
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         report = run_sweep(cells, _fails_on_odd, tmp_path, client=client,
                            group=lambda c: c.key.split(".")[0], group_unit="model",
                            on_result=lambda c, err: seen.append((c.key, err)))
@@ -203,7 +203,7 @@ def test_a_retry_on_the_same_scheduler_recomputes_a_failed_cell(tmp_path):
     flag = tmp_path / "flag"
     cells = [Cell("c", {"flag": str(flag)})]
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         first = run_sweep(cells, _needs_flag, tmp_path / "out", client=client, progress=False)
         assert list(first.failed) == ["c"] and "no " in first.failed["c"]
         flag.touch()
@@ -254,7 +254,7 @@ def test_damaged_cell_files_are_not_complete_and_a_rerun_recomputes_them(tmp_pat
 
     cells = [Cell(f"c{i}", {"i": i}) for i in range(3)]
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         first = run_sweep(cells, _cell_with_coordinate, tmp_path, client=client, progress=False)
         assert first.ok and len(first.computed) == 3
         data = bytearray((tmp_path / "c1.nc").read_bytes())
@@ -288,7 +288,7 @@ def test_a_failing_cell_prints_no_traceback_and_leaves_it_in_the_log_file(tmp_pa
     cells = [Cell(f"c{i}", {"i": i}) for i in range(4)]
     log = tmp_path / "logs" / "sweep.log"
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         quiet = run_sweep(cells, _fails_on_odd, tmp_path / "a", client=client, progress=False)
         err = capfd.readouterr().err
         assert "Compute Failed" not in err and "Traceback" not in err, err
@@ -379,7 +379,8 @@ def test_the_local_clusters_workers_may_start_children():
 
 
 #: The write-behind test's events: a write has started; a cell was computed after that.
-_BEHIND = {"writing": threading.Event(), "computed": threading.Event(), "waited": []}
+_BEHIND = {"writing": threading.Event(), "computed": threading.Event(), "waited": [],
+           "first": threading.Lock()}
 
 
 def _behind_cell(i: int) -> xr.Dataset:
@@ -401,7 +402,7 @@ def test_a_cell_written_behind_lets_the_next_cell_compute_and_its_write_error_is
     real = cells_module.write_dataset
 
     def write(ds, path, **kw):
-        if not _BEHIND["waited"]:  # the first write: held until another cell is computed
+        if _BEHIND["first"].acquire(blocking=False):  # held until another cell is computed
             _BEHIND["writing"].set()
             _BEHIND["waited"].append(_BEHIND["computed"].wait(20))
         if Path(path).name == "c2.nc":
@@ -410,7 +411,7 @@ def test_a_cell_written_behind_lets_the_next_cell_compute_and_its_write_error_is
 
     monkeypatch.setattr(cells_module, "write_dataset", write)
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
-                            dashboard_address=None) as client:
+                            dashboard_address=":0") as client:
         report = run_sweep([Cell(f"c{i}", {"i": i}) for i in range(3)], _behind_cell,
                            tmp_path, client=client, progress=False)
     assert _BEHIND["waited"] == [True]  # the next cell computed during the first write
@@ -418,3 +419,55 @@ def test_a_cell_written_behind_lets_the_next_cell_compute_and_its_write_error_is
     assert all(sweep.is_complete(p) for p in report.computed)
     assert list(report.failed) == ["c2"] and "No space left" in report.failed["c2"]
     assert not (tmp_path / "c2.nc").exists()
+
+
+#: The interrupt test's events: c2's write has begun; c1 may return; c1 has returned.
+_STOP = {"c2 writing": threading.Event(), "release c1": threading.Event(),
+         "c1 returned": threading.Event()}
+
+
+def _stopped_cell(i: int) -> xr.Dataset:
+    if i == 0:  # returns once c2's file is being written
+        assert _STOP["c2 writing"].wait(30)
+    if i == 1:  # still computing when the sweep is interrupted
+        assert _STOP["release c1"].wait(60)
+        _STOP["c1 returned"].set()
+    return _tiny_cell(i)
+
+
+def test_an_interrupted_sweep_finishes_the_writes_under_way_and_writes_nothing_after(
+        tmp_path, monkeypatch):
+    """Ctrl-C during a sweep on a cluster of threads in the caller's process: a file being
+    written is finished whole before the interrupt reaches the caller, and a cell still
+    computing writes nothing afterwards (before, it wrote its file later, behind the back of
+    a rerun that had already listed what was complete; the threads of a cluster outlive it)."""
+    from uqmetrics.runs.sweep import cells as cells_module
+
+    real = cells_module.write_dataset
+
+    def write(ds, path, **kw):
+        if Path(path).name == "c2.nc":
+            _STOP["c2 writing"].set()
+            time.sleep(1.0)  # a long write, under way when the interrupt comes
+        return real(ds, path, **kw)
+
+    def interrupt(cell, error):
+        if cell.key == "c0":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cells_module, "write_dataset", write)
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=3,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep([Cell(f"c{i}", {"i": i}) for i in range(3)], _stopped_cell, tmp_path,
+                      client=client, progress=False, on_result=interrupt)
+        assert sweep.is_complete(tmp_path / "c2.nc")  # finished before the interrupt came
+        _STOP["release c1"].set()
+        assert _STOP["c1 returned"].wait(30)
+        (worker,) = cluster.workers.values()
+        deadline = time.monotonic() + 30
+        while worker.state.executing and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not worker.state.executing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c0.nc", "c2.nc"]

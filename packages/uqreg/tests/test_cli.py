@@ -221,20 +221,20 @@ def test_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path, monkey
     out = tmp_path / "run"
     args = ["study", "--task", "sinusoid", "--complexities", "1", "--methods", "blr", "--repetitions", "2",
             "--quiet", "--no-plots", "--out", str(out)]
-    original = xr.Dataset.to_netcdf
+    original = xr.Dataset.dump_to_store  # what writes the data into the temporary file
 
-    def to_netcdf(self, path, *a, **kw):
-        original(self, path, *a, **kw)  # the temporary file is fully written, then: Ctrl-C
+    def write_then_interrupt(self, store, *a, **kw):
+        original(self, store, *a, **kw)  # the temporary file is fully written, then: Ctrl-C
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", to_netcdf)
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", write_then_interrupt)
     assert cli.main(args) == 130
     assert not out.exists() or list(out.iterdir()) == []
     # with an existing result and --overwrite, the old file survives an interrupted write
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", original)
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", original)
     assert cli.main([*args, "--seed", "1"]) == 0
     before = _digest(out / "study.nc")
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", to_netcdf)
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", write_then_interrupt)
     assert cli.main([*args, "--seed", "2", "--overwrite"]) == 130
     assert sorted(p.name for p in out.iterdir()) == ["study.config.toml", "study.nc"]
     assert _digest(out / "study.nc") == before

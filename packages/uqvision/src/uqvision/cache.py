@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from uqmetrics import IncompleteResultError, InputError, dataset_checksum, read_dataset
-from uqmetrics.runs.io import READ_ERRORS, xarray_module  # xarray imported on use
+from uqmetrics.runs.io import READ_ERRORS, open_netcdf, xarray_module  # xarray imported on use
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -356,7 +356,7 @@ def index_caches(paths: Iterable[str | os.PathLike]) -> list[CacheInfo]:
     infos = []
     for p in find_caches(paths):
         try:
-            with xarray_module().open_dataset(p, engine="netcdf4") as ds:
+            with open_netcdf(p) as ds:
                 a = dict(ds.attrs)
                 n_passes = int(ds.sizes.get("pass", 1))
         except READ_ERRORS as exc:  # an attribute netCDF cannot open: AttributeError

@@ -465,12 +465,12 @@ def set_roles(infos: Iterable[Any]) -> dict[str, dict[str, Any]]:
     uqmetrics.InputError
         Caches of one dataset that record two roles, naming both files.
     """
-    import xarray as xr  # imported on use
+    from uqmetrics.runs.io import open_netcdf
 
     out: dict[str, dict[str, Any]] = {}
     first: dict[str, Path] = {}
     for info in infos:
-        with xr.open_dataset(info.path, engine="netcdf4") as ds:  # the header only
+        with open_netcdf(info.path) as ds:  # the header only
             role = cache_eval_set(ds.attrs)["set_role"]
         name = info.dataset_name
         if name in out and out[name]["set_role"] != role:

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from uqmetrics import input_checksum, read_dataset
-from uqmetrics.runs.io import decode_attr, xarray_module
+from uqmetrics.runs.io import decode_attr, open_netcdf
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -96,7 +96,7 @@ def _header(cache: xr.Dataset | str | os.PathLike) -> tuple[Mapping, str]:
     attr, a prediction cache's; else its data read: :func:`uqmetrics.input_checksum`)."""
     if not isinstance(cache, (str, os.PathLike)):
         return cache.attrs, input_checksum(cache)
-    with xarray_module().open_dataset(cache, engine="netcdf4") as ds:
+    with open_netcdf(cache) as ds:
         attrs = dict(ds.attrs)
     if not isinstance(attrs.get("checksum"), str):
         return attrs, input_checksum(read_dataset(cache))

@@ -140,9 +140,8 @@ def _some(names: list[str], most: int = 4) -> str:
 def _cache_images(identity: dict[str, dict]) -> dict[str, int | None]:
     """dataset_name -> the images of one of its caches on disk (their ``sample`` dim), None
     where none is on disk."""
-    from uqmetrics.runs.io import xarray_module
+    from uqmetrics.runs.io import open_netcdf
 
-    xr = xarray_module()
     out: dict[str, int | None] = {}
     for path, ident in sorted(identity.items()):
         name = str(ident.get("dataset_name") or "")
@@ -150,7 +149,7 @@ def _cache_images(identity: dict[str, dict]) -> dict[str, int | None]:
             continue
         out[name] = None
         try:
-            with xr.open_dataset(path) as cache:
+            with open_netcdf(path) as cache:
                 out[name] = int(cache.sizes["sample"]) if "sample" in cache.sizes else None
         except (OSError, ValueError, KeyError):
             continue

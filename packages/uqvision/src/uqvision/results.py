@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uqmetrics.runs.io import write_text_file, xarray_module
+from uqmetrics.runs.io import open_netcdf, write_text_file
 
 from .cache import index_caches, read_cache, select_dataset
 
@@ -263,13 +263,12 @@ def _accuracy_columns(ds: xr.Dataset) -> dict[str, float]:
 
 def _cost_rows(caches: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     """One row per model and mode (its pass-0 cache): costs, timm's columns, top-1/top-5."""
-    xr = xarray_module()
     rows = {}
     for info in index_caches(caches):
         if info.pass_index != 0 or (info.model, info.mode, info.dataset_name) in rows:
             continue
         label = info.model if info.mode == "plain" else f"{info.model}+{info.mode}"
-        with xr.open_dataset(info.path, engine="netcdf4") as ds:
+        with open_netcdf(info.path) as ds:
             rows[info.model, info.mode, info.dataset_name] = _row(
                 label, **_cache_columns(dict(ds.attrs), int(ds.sizes["sample"])),
                 **_accuracy_columns(ds))

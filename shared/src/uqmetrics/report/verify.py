@@ -176,11 +176,11 @@ def _is_netcdf(path: Path) -> bool:
 def _writer(path: Path) -> str | None:
     """The tool (of :data:`TOOLS`) whose command wrote the result file ``path``, by the run it
     records (``run_config``); None when it records none, or cannot be read."""
-    from ..runs.io import READ_ERRORS, xarray_module
+    from ..runs.io import READ_ERRORS, open_netcdf
     from ..runs.run_config import RUN_CONFIG_ATTR
 
     try:
-        with xarray_module().open_dataset(path) as ds:
+        with open_netcdf(path) as ds:
             raw = ds.attrs.get(RUN_CONFIG_ATTR)
         command = json.loads(raw)["command"]
     except (*READ_ERRORS, TypeError, ValueError, KeyError):

@@ -41,6 +41,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKSUM_ATTR",
     "COMPLETE_ATTR",
+    "NETCDF_LOCK",
     "READ_ERRORS",
     "WRITTEN_RECORD",
     "CorruptResultError",
@@ -69,6 +71,7 @@ __all__ = [
     "exclusive_lock",
     "folder_replaced",
     "named_write_error",
+    "open_netcdf",
     "provenance_attrs",
     "read_dataset",
     "record_written",
@@ -1190,15 +1193,60 @@ def _space_named(path: Path, nbytes: int | None):
         raise OSError(errno.ENOSPC, full, str(path)) from exc
 
 
-def _write_flagged(prepared: xr.Dataset, tmp: Path) -> None:
-    """Write ``prepared`` to ``tmp``, record its checksums and flag it complete; fsync."""
-    import netCDF4
+#: One lock for every use of netCDF-C/HDF5 in this process (:func:`open_netcdf`,
+#: :func:`read_dataset`, :func:`write_dataset`): a sweep writes a cell's file in a thread of
+#: its own while the caller reads others, and the library is not thread-safe. xarray's own
+#: lock is held per call only: it reads a file's metadata, and creates a written file's
+#: variables, without it, and two threads doing so at once crash the process (segmentation
+#: fault) or fail a call (``NetCDF: HDF error``). Reentrant: a block holding it may read.
+NETCDF_LOCK = threading.RLock()
 
-    prepared.to_netcdf(tmp, engine="netcdf4")
-    record = _file_checksums(tmp)
-    with netCDF4.Dataset(tmp, mode="a") as nc:
-        nc.setncattr(CHECKSUM_ATTR, record)
-        nc.setncattr(COMPLETE_ATTR, np.int32(1))
+
+@contextmanager
+def open_netcdf(path: str | os.PathLike, **kwargs: Any):
+    """``xarray.open_dataset(path, engine="netcdf4", **kwargs)`` as a block that holds
+    :data:`NETCDF_LOCK` and closes the file at its end: read what is needed (attrs, a variable
+    loaded) inside the block.
+
+    Examples
+    --------
+    >>> import tempfile, xarray as xr
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     p = write_dataset(xr.Dataset(attrs={"kind": "demo"}), Path(d) / "r.nc")
+    ...     with open_netcdf(p) as ds:
+    ...         kind = ds.attrs["kind"]
+    >>> kind
+    'demo'
+    """
+    with NETCDF_LOCK, xarray_module().open_dataset(path, **{"engine": "netcdf4", **kwargs}) \
+            as ds:
+        yield ds
+
+
+def _write_flagged(prepared: xr.Dataset, tmp: Path) -> None:
+    """Write ``prepared`` to ``tmp``, record its checksums and flag it complete; fsync.
+
+    Under :data:`NETCDF_LOCK`. The file is written through xarray's netCDF4 store opened
+    with xarray's process lock alone: ``to_netcdf`` would add a lock of the active Dask
+    scheduler, under ``dask.distributed`` (a sweep's cell, a caller with a client) a
+    ``distributed.Lock`` per file name, which asks the scheduler at every netCDF call and fails
+    once that client is closed; a temporary file has a name of its own and one writer."""
+    import netCDF4
+    from xarray.backends import NetCDF4DataStore
+    from xarray.backends.locks import HDF5_LOCK, NETCDFC_LOCK, combine_locks
+
+    prepared = prepared.load()  # every array written now, none left for a dask writer
+    with NETCDF_LOCK:
+        store = NetCDF4DataStore.open(str(tmp), mode="w", format="NETCDF4",
+                                      lock=combine_locks([NETCDFC_LOCK, HDF5_LOCK]))
+        try:
+            prepared.dump_to_store(store)
+        finally:
+            store.close()
+        record = _file_checksums(tmp)
+        with netCDF4.Dataset(tmp, mode="a") as nc:
+            nc.setncattr(CHECKSUM_ATTR, record)
+            nc.setncattr(COMPLETE_ATTR, np.int32(1))
     _fsync_path(tmp)
 
 
@@ -1300,7 +1348,7 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
         raise FileNotFoundError(f"result file {path} does not exist")
     missing: list[str] = []
     try:
-        with xarray_module().open_dataset(path, engine="netcdf4") as src:
+        with open_netcdf(path) as src:
             names = [str(n) for n in src.data_vars]
             if variables is not None:
                 missing = [v for v in variables if v not in src.data_vars]
@@ -1360,7 +1408,7 @@ def _file_checksums(path: Path) -> str:
     """The :data:`CHECKSUM_ATTR` record of the netCDF file ``path``: its variables as
     :func:`read_dataset` reads them (the same decoding), loaded and hashed one at a time."""
     digests = {}
-    with xarray_module().open_dataset(path, engine="netcdf4", cache=False) as src:
+    with open_netcdf(path, cache=False) as src:
         for name, var in src.variables.items():
             digests[str(name)] = _variable_digest(str(name), var)
     return json.dumps({"algorithm": _CHECKSUM_ALGORITHM, "variables": digests})

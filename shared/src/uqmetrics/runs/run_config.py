@@ -347,11 +347,11 @@ def _checksum_now(path: Path) -> str | None:
     """The checksum a result records for an input (:func:`uqmetrics.input_checksum`: a
     cache's ``checksum`` attr, read from its header, else its data's), or None when it is
     missing or unreadable."""
-    from .io import READ_ERRORS, IncompleteResultError, read_dataset, xarray_module
+    from .io import READ_ERRORS, IncompleteResultError, open_netcdf, read_dataset
     from .result_schema import input_checksum
 
     try:
-        with xarray_module().open_dataset(path) as ds:
+        with open_netcdf(path) as ds:
             own = ds.attrs.get("checksum")
         return own if isinstance(own, str) else input_checksum(read_dataset(path))
     except (*READ_ERRORS, IncompleteResultError, ValueError):
@@ -456,11 +456,11 @@ def recorded_config(path: str | os.PathLike) -> dict[str, Any]:
 def _recorded(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
     """(:func:`recorded_config`, the inputs the file records: its ``caches`` attr, ``{path:
     checksum}``, empty when it records none)."""
-    from .io import READ_ERRORS, decode_attr, xarray_module
+    from .io import READ_ERRORS, decode_attr, open_netcdf
 
     p = Path(path)
     try:
-        with xarray_module().open_dataset(p) as ds:
+        with open_netcdf(p) as ds:
             raw = ds.attrs.get(RUN_CONFIG_ATTR)
             caches = decode_attr(ds.attrs.get("caches"))
     except READ_ERRORS as exc:

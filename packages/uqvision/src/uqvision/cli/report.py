@@ -47,14 +47,14 @@ def _published_hooks(tables: list[str]):
 def _check_published(tables: list[str], results: list[str]) -> None:
     """Refuse a ``--published`` table of a protocol no result file is of (naming theirs)."""
     from uqmetrics import InputError
-    from uqmetrics.runs.io import xarray_module
+    from uqmetrics.runs.io import open_netcdf
 
     from ..published import load
 
     protocols = set()
     for path in results if tables else ():
         try:
-            with xarray_module().open_dataset(path) as ds:
+            with open_netcdf(path) as ds:
                 protocols.add(str(ds.attrs.get("protocol", "")))
         except (OSError, ValueError):
             return  # the site's reading says what is wrong with the file

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
+from uqmetrics.runs.io import open_netcdf
 from uqmetrics.runs.sweep import format_duration, is_complete
 
 from ..data import ImageFolderDataset, readable_images
@@ -150,7 +150,7 @@ def _recorded_seconds_per_image(out_dir: str | os.PathLike, mode: str
     rates = []
     for path in sorted(Path(out_dir).glob("*.nc")) if Path(out_dir).is_dir() else ():
         try:
-            with xr.open_dataset(path, engine="netcdf4") as ds:
+            with open_netcdf(path) as ds:
                 attrs, n = dict(ds.attrs), int(ds.sizes.get("sample", 0))
         except (OSError, ValueError, KeyError, AttributeError):
             continue

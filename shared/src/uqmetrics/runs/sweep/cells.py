@@ -76,8 +76,23 @@ def is_complete(path) -> bool:
 #: The attribute by which a cell function lets its results be written behind
 #: (:func:`_run_cell`): true when it reads and writes no netCDF file itself.
 WRITE_BEHIND = "write_behind"
-#: One cell write at a time in a process (netCDF-C is not thread-safe).
-_WRITE_LOCK = threading.Lock()
+
+#: In this process: the sweeps (run ids) that were interrupted, whose cells write nothing more,
+#: and the cell files being written, by run (:func:`_run_cell`, :func:`stop_writes`).
+_STOPPED: set[str] = set()
+_WRITING: dict[str, int] = {}
+_WRITES = threading.Condition()
+
+
+def stop_writes(run: str) -> None:
+    """The sweep ``run`` was interrupted: its cells that run in this process (a cluster of
+    threads, ``processes=False``) write no file from now on, and this returns once the writes
+    already under way are done (whole files: none is cut). So no file of the sweep appears
+    after the interrupt has reached its caller, in the caller's process. A second Ctrl-C
+    stops the wait. Workers in other processes are stopped by closing or cancelling."""
+    with _WRITES:
+        _STOPPED.add(run)
+        _WRITES.wait_for(lambda: not _WRITING.get(run))
 
 
 def _leave_pool() -> bool:
@@ -93,20 +108,34 @@ def _leave_pool() -> bool:
     return True
 
 
-def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str) -> str:
+def _run_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str,
+              run: str = "") -> str:
     """Worker side: compute one cell and write it atomically (replacing an incomplete file).
 
     When ``func`` has a true :data:`WRITE_BEHIND` attribute, the task leaves its worker's
     thread pool once the result is computed (:func:`_leave_pool`): the worker computes its next
     cell while this one writes. The task still ends only once its file is written whole, so a
     write's error is this cell's (never lost) and a cell is reported done only when it is on
-    disk; writes of one process are serialised. A cell holding a resource (``resources``, a
-    GPU) keeps it until written, as Dask keeps a seceded task's resources."""
+    disk. The netCDF work of one process is serialised (:data:`uqmetrics.runs.io.NETCDF_LOCK`,
+    which the caller's reads hold too: netCDF-C is not thread-safe). A cell holding a
+    resource (``resources``, a GPU) keeps it until written, as Dask keeps a seceded task's
+    resources. A cell of a sweep ``run`` interrupted meanwhile (:func:`stop_writes`) writes
+    nothing and fails."""
     ds = func(**params)
     if getattr(func, WRITE_BEHIND, False):
         _leave_pool()
-    with _WRITE_LOCK:
+    with _WRITES:
+        if run in _STOPPED:
+            raise RuntimeError("the sweep was interrupted before this cell was written")
+        _WRITING[run] = _WRITING.get(run, 0) + 1
+    try:
         write_dataset(ds, path, overwrite=True)
+    finally:
+        with _WRITES:
+            _WRITING[run] -= 1
+            if not _WRITING[run]:
+                del _WRITING[run]
+                _WRITES.notify_all()
     return path
 
 
@@ -126,15 +155,15 @@ class CellFailure:
     traceback: str
 
 
-def _guarded_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str
-                  ) -> str | CellFailure:
+def _guarded_cell(func: Callable[..., Any], params: Mapping[str, Any], path: str,
+                  run: str = "") -> str | CellFailure:
     """Worker side: :func:`_run_cell`, an exception returned as a :class:`CellFailure`.
 
     Dask sees a task that finished: its worker logs nothing (an exception raised out of a task
     is logged by the worker as a "Compute Failed" block with the whole traceback, on the
     console of the process that started the cluster)."""
     try:
-        return _run_cell(func, params, path)
+        return _run_cell(func, params, path, run)
     except Exception as exc:  # noqa: BLE001  (reported by the caller, one line per cell)
         return CellFailure("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                            "".join(traceback.format_exception(type(exc), exc,

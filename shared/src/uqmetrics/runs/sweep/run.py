@@ -14,7 +14,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .cells import Cell, CellFailure, SweepReport, _guarded_cell, cell_path, is_complete
+from .cells import (
+    Cell,
+    CellFailure,
+    SweepReport,
+    _guarded_cell,
+    cell_path,
+    is_complete,
+    stop_writes,
+)
 from .launch import (
     _as_spec,
     _close_quietly,
@@ -101,7 +109,10 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
     ``KeyboardInterrupt`` (Ctrl-C) stops the sweep: the client and a cluster started here are
     closed with distributed's records dropped (or sent to ``log_file``), the workers of such a
     cluster ignore ``SIGINT``, and the interrupt is raised again, for the caller to report in
-    one line. The complete files stay; a rerun resumes.
+    one line. The complete files stay; a rerun resumes. The cells of a ``client`` given are
+    cancelled; those running in this process (a cluster of threads) write nothing more, and
+    the interrupt is raised once the files they were writing are whole
+    (:func:`~uqmetrics.runs.sweep.cells.stop_writes`): no file of the sweep appears later.
 
     With progress on, the link of the dashboard of a cluster started here (or of the running
     scheduler) is printed once, on stderr. A worker that dies (its job preempted, killed, past
@@ -154,6 +165,11 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
 
     handler = _LogFile(log_file) if log_file is not None else None
     own_client, own_cluster = client is None, None
+    # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``,
+    # ``client=``) still remembers the outcome of a key it ran, and would answer a retry with
+    # it; the run's cells in this process write nothing once it is interrupted (stop_writes)
+    run = uuid.uuid4().hex[:8]
+    futures: dict = {}
     with contextlib.ExitStack() as stack:
         if handler is not None:
             stack.callback(handler.close)
@@ -171,12 +187,8 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
                     print(f"sweep: dashboard {link}"
                           + (f" ({spec.describe()} asked for)" if spec.queue else ""),
                           file=sys.stderr, flush=True)
-            # a fresh task key per run: a scheduler that outlives a sweep (``scheduler=``,
-            # ``client=``) still remembers the outcome of a key it ran, and would answer a
-            # retry with it
-            run = uuid.uuid4().hex[:8]
             futures = {client.submit(_guarded_cell, func, dict(c.params),
-                                     str(cell_path(out, c)), key=f"cell-{c.key}-{run}",
+                                     str(cell_path(out, c)), run, key=f"cell-{c.key}-{run}",
                                      pure=False, resources=dict(resources) if resources else None
                                      ): c for c in todo}
             bar = progress_bar(len(cells), "sweep", unit="cell", enabled=progress,
@@ -218,6 +230,10 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
                 # middle of its tasks logs (tasks cancelled, workers killed) goes to the log
                 # file or nowhere
                 with _dask_logs_to(handler or logging.NullHandler()):
+                    if not own_client and futures:  # a borrowed cluster computes no more of it
+                        with contextlib.suppress(Exception):
+                            client.cancel(list(futures))
+                    stop_writes(run)  # whole files only, and none after this returns
                     _close_quietly(client if own_client else None, own_cluster)
             else:
                 if own_client and client is not None:

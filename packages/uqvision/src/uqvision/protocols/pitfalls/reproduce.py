@@ -44,7 +44,7 @@ import xarray as xr
 from uqmetrics import read_dataset, write_dataset
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.report.plotting import save_figure
-from uqmetrics.runs.io import record_written, remove_written
+from uqmetrics.runs.io import open_netcdf, record_written, remove_written
 
 from ...cache import find_caches
 from ...data import check_split_classes
@@ -347,7 +347,7 @@ def _current_scores(path: Path, caches: Path, config) -> xr.Dataset | None:
     ds = read_dataset(path)
     sums = []
     for p in find_caches([caches]):
-        with xr.open_dataset(p) as c:
+        with open_netcdf(p) as c:
             sums.append(str(c.attrs.get("checksum")))
     same_config = json.loads(ds.attrs.get("config", "{}")) == json.loads(json.dumps(
         asdict(config), default=list))

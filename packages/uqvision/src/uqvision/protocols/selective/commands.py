@@ -99,14 +99,14 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
     """Metadata keys of the models in --caches / --scores (None when neither is given)."""
     if not (a.caches or a.scores):
         return None
-    import xarray as xr  # imported on use: predict/train do not need it here
+    from uqmetrics.runs.io import open_netcdf
 
     from ...cache import index_caches
     from .score import cache_metadata_key  # scoring: imported on use
 
     keys = []
     for info in index_caches(a.caches or ()):
-        with xr.open_dataset(info.path) as ds:  # the attrs only
+        with open_netcdf(info.path) as ds:  # the attrs only
             keys.append(cache_metadata_key(dict(ds.attrs)))
     for path in a.scores or ():
         keys += [str(k) for k in read_dataset(path)["metadata_key"].values]
@@ -148,10 +148,10 @@ def sweep_scores_file(out: Path, dataset: str, overwrite: bool) -> Path:
     path = out / "scores" / f"selective-{safe_name(dataset)}.nc"
     check_output_file("--out", path, None)
     if path.exists() and not overwrite:
-        import xarray as xr  # imported on use
+        from uqmetrics.runs.io import open_netcdf
 
         try:
-            with xr.open_dataset(path, engine="netcdf4") as ds:
+            with open_netcdf(path) as ds:
                 attrs = dict(ds.attrs)
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             attrs = {"error": " ".join(str(exc).split())}
@@ -237,9 +237,9 @@ def _rows_of(path: Path, table: bool) -> set[str]:
             from ...results import ResultsTable
 
             return set(ResultsTable.read(path).column("model"))
-        import xarray as xr  # imported on use
+        from uqmetrics.runs.io import open_netcdf
 
-        with xr.open_dataset(path, engine="netcdf4") as ds:
+        with open_netcdf(path) as ds:
             return {str(m) for m in ds["model"].values}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()

@@ -46,6 +46,7 @@ from uqmetrics import (
     temperature_scaled_metrics,
 )
 from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import open_netcdf
 
 from ...cache import (
     check_aligned,
@@ -258,7 +259,7 @@ def _one_cache(hits: list) -> None:
     two of them (a copy of a file is the same cache: the first is scored)."""
     files: dict[str, str] = {}
     for info in hits:
-        with xr.open_dataset(info.path, engine="netcdf4") as ds:  # the header only
+        with open_netcdf(info.path) as ds:  # the header only
             files.setdefault(str(ds.attrs.get("checksum")), str(info.path))
     if len(files) > 1:
         a, b = list(files.values())[:2]

@@ -48,6 +48,7 @@ from uqmetrics import (
 )
 from uqmetrics.metrics.exceptions import UndefinedMetricWarning
 from uqmetrics.metrics.retrieval import human_alignment_score
+from uqmetrics.runs.io import open_netcdf
 
 from ...cache import index_caches, read_cache
 from ...data import ImageFolderDataset, derive_seed
@@ -491,7 +492,7 @@ def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:
     runs: dict = {}
     soft_root = None
     for info in index_caches(paths):
-        with xr.open_dataset(info.path) as ds:
+        with open_netcdf(info.path) as ds:
             a = dict(ds.attrs)
         if "run_seed" not in a:  # not a transfer cache
             continue
@@ -522,7 +523,7 @@ def rescore_transfer(result: xr.Dataset) -> xr.Dataset:
         runs[(m, int(c), int(s))] = {(d, sp, mode): path for d, sp, mode, path in caches}
         for d, _, _, path in caches:
             if d == "mixed":
-                with xr.open_dataset(path) as ds:
+                with open_netcdf(path) as ds:
                     soft_root = ds.attrs.get("soft_labels_root") or soft_root
     soft = read_soft_labels(soft_root) if soft_root else None
     return score_transfer(runs, cfg["datasets"], soft_labels=soft,

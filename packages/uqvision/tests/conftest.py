@@ -223,7 +223,7 @@ def smoke_run(tmp_path_factory):
     ``test_protocols_common.py``, ``test_verify.py`` and the others that read it. Tests write
     their own files to their tmp_path, but for two kinds of writes into a run, which its
     readers in other processes allow for: uimnet's test adds ``again.json``, and the
-    selective and pitfalls tests rerun the reproduction in place, which rewrites some of its
+    pitfalls test reruns the reproduction in place, which rewrites some of its
     files (the score file, figures, summary, record) atomically, to the same results."""
     from uqmetrics.runs.testing.once import once_per_run, shared_root
 

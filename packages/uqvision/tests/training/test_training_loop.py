@@ -287,3 +287,38 @@ def test_spectral_training_parametrizes_the_featurizer_and_reloads_to_identical_
     x = torch.randn(4, 3, 16, 16)
     with torch.no_grad():
         assert torch.equal(again.loaded.model.eval()(x), net(x))
+
+
+def test_a_student_matches_its_run_by_its_teachers_weights_not_their_paths(trained, digits,
+                                                                           tmp_path):
+    """A distilled student's sidecar records its teachers' weights (SHA-256): a run folder
+    moved elsewhere still matches its config (before, the teachers' absolute paths differed
+    and a moved reproduction retrained every student), while a teacher retrained in place no
+    longer does (before, the same path matched)."""
+    import shutil
+
+    from uqvision.models import file_sha256
+    from uqvision.training.runs import run_matches
+
+    teacher = tmp_path / "old" / "teacher.safetensors"
+    teacher.parent.mkdir()
+    for f in (trained.checkpoint, trained.sidecar):
+        shutil.copy(f, teacher.parent / f.name.replace("m0", "teacher"))
+    cfg = {"arch": "test_byobnet", "epochs": 1, "input_size": 16, "batch_size": 32, "seed": 0}
+    student = train_model(digits / "train", tmp_path / "old" / "student", ImageTrainConfig(
+        **cfg, teachers=(f"test_byobnet={teacher}",))).checkpoint
+    assert read_sidecar(student)["teachers_sha256"] == [file_sha256(teacher)]
+    assert run_matches(student, ImageTrainConfig(**cfg, teachers=(f"test_byobnet={teacher}",)))
+
+    moved = tmp_path / "new"
+    shutil.move(tmp_path / "old", moved)
+    now = f"test_byobnet={moved / 'teacher.safetensors'}"
+    assert run_matches(moved / student.name, ImageTrainConfig(**cfg, teachers=(now,)))
+    other_name = f"test_vit={moved / 'teacher.safetensors'}"
+    assert not run_matches(moved / student.name, ImageTrainConfig(**cfg, teachers=(other_name,)))
+    assert not run_matches(moved / student.name, ImageTrainConfig(**cfg))  # no teacher
+    assert not run_matches(moved / student.name, ImageTrainConfig(**{**cfg, "seed": 1},
+                                                                  teachers=(now,)))
+
+    train_model(digits / "train", moved / "teacher", ImageTrainConfig(**cfg))  # retrained
+    assert not run_matches(moved / student.name, ImageTrainConfig(**cfg, teachers=(now,)))

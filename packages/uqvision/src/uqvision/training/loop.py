@@ -76,6 +76,7 @@ from ..models import (
     load_model,
     read_sidecar,
     sidecar_path,
+    weights_sha256,
     write_checkpoint,
 )
 from ..models.spectral import spectral_normalize
@@ -479,6 +480,8 @@ def _sidecar(config, hp, ds, data, dcfg, model_kwargs, state, losses, wall, worl
         "pretrained_cfg": dcfg.to_dict(),
         "model_kwargs": model_kwargs,
         "train_config": cfg,
+        # the teachers by content (uqvision.training.runs.run_matches), not by path
+        "teachers_sha256": [weights_sha256(t) for t in config.teachers],
         "method": config.method,
         "hparams": dataclasses.asdict(hp),
         "state_meta": meta,

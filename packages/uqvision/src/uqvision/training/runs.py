@@ -227,7 +227,11 @@ def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
     """Whether ``checkpoint`` is the run ``config`` trains: its sidecar records that config.
 
     A reproduction driver retrains a run unless this holds (a rerun resumes; a changed
-    setting retrains).
+    setting retrains). Teachers (``config.teachers``, ``NAME=PATH`` specs of a distilled
+    student) are compared by name and by the SHA-256 of their weights, which the sidecar
+    records (``teachers_sha256``), not by path: a run folder moved elsewhere keeps its
+    students, and a teacher retrained in place retrains them. A sidecar written before that
+    record compares its teachers by path.
 
     Parameters
     ----------
@@ -245,8 +249,20 @@ def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
         differs.
     """
     ckpt = Path(checkpoint)
-    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
-        json.dumps(asdict(config)))
+    if not ckpt.is_file():
+        return False
+    side, want = read_sidecar(ckpt), json.loads(json.dumps(asdict(config)))
+    got, recorded = side.get("train_config"), side.get("teachers_sha256")
+    teachers = list(getattr(config, "teachers", ()) or ())
+    if not isinstance(got, dict) or recorded is None:  # recorded before teachers' digests
+        return got == want
+
+    def names(specs) -> list[str]:
+        return [ModelSpec.parse(str(t)).name for t in specs]
+
+    return ({**got, "teachers": None} == {**want, "teachers": None}
+            and names(got.get("teachers") or ()) == names(teachers)
+            and recorded == [weights_sha256(t) for t in teachers])
 
 
 def _hparams_values(recorded: dict[str, Any]) -> dict[str, Any]:

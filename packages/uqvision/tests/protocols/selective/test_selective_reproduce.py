@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -100,13 +101,19 @@ def test_risk_coverage_curves_come_from_the_named_plain_caches(run_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_rerun_resumes_without_training(run_dir, capsys):
-    before = {p: p.stat().st_mtime_ns for p in (run_dir / "models").glob("*.safetensors")}
+def test_rerun_of_a_moved_run_resumes_without_training(run_dir, tmp_path, capsys):
+    """A run folder moved elsewhere resumes: no network is trained again, the distilled
+    students included (their teachers are recorded by their weights, not their paths; before,
+    the students of a moved folder were all retrained)."""
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)  # modification times kept
+    before = {p.name: p.stat().st_mtime_ns for p in (moved / "models").glob("*.safetensors")}
     assert main(["--threads", "1", "reproduce", "selective", "--scale", "smoke", "--out",
-                 str(run_dir)]) == 0
+                 str(moved)]) == 0
     out = capsys.readouterr().out
-    assert "training 0 of" in out
-    assert {p: p.stat().st_mtime_ns for p in (run_dir / "models").glob("*.safetensors")} == before
+    assert out.count("training 0 of") == 2, out  # the teachers' stage, then the students'
+    assert {p.name: p.stat().st_mtime_ns for p in (moved / "models").glob("*.safetensors")
+            } == before
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@ from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, checkpoint_files, train_model
+from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .score import EnsembleConfig, score_ensembles
@@ -193,11 +194,6 @@ def plan_runs(sc: PitfallsScale, *, seed: int, models: Path, train: Path, val: P
     return jobs
 
 
-def _done(ckpt: Path, config) -> bool:
-    return ckpt.is_file() and read_sidecar(ckpt).get("train_config") == json.loads(
-        json.dumps(asdict(config)))
-
-
 #: The writer of the study's record of its files (``--overwrite`` deletes those only).
 WRITER = "uqvision reproduce pitfalls"
 
@@ -209,7 +205,7 @@ def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
     t0 = time.perf_counter()
-    trained = redo or not _done(ckpt, job.config)
+    trained = redo or not run_matches(ckpt, job.config)
     if trained:
         train_model(train, ckpt, job.config)
     t1 = time.perf_counter()

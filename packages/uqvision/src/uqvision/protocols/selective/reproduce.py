@@ -52,7 +52,7 @@ from uqmetrics.runs.io import record_written, remove_written
 from ...cache import cache_dataset, check_aligned, read_cache
 from ...data import ImageFolderDataset
 from ...hierarchy import class_prototypes, make_hierarchy, read_hierarchy
-from ...models import load_model, read_sidecar, sidecar_path
+from ...models import load_model, sidecar_path
 from ...models.prototype import (
     CosineHead,
     PrototypeClassifier,
@@ -62,6 +62,7 @@ from ...models.prototype import (
 )
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, checkpoint_files, train_model
+from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .analysis import (
@@ -256,17 +257,10 @@ def _train_one(data: str, out: str, config, threads: int) -> str:
     return str(train_model(data, out, config).checkpoint)
 
 
-def _done(ckpt: Path, config) -> bool:
-    """The checkpoint exists and was trained with exactly ``config``."""
-    if not ckpt.is_file():
-        return False
-    return read_sidecar(ckpt).get("train_config") == json.loads(json.dumps(asdict(config)))
-
-
 def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: int,
                log, redo: bool = False) -> dict[str, Path]:
     todo = [(j, c) for j, c in zip(jobs, configs, strict=True)
-            if redo or not _done(models / f"{j.tag}.safetensors", c)]
+            if redo or not run_matches(models / f"{j.tag}.safetensors", c)]
     log(f"training {len(todo)} of {len(jobs)} networks ({workers} worker(s))")
     args = [(str(data / "train"), str(models / f"{j.tag}.safetensors"), c, threads)
             for j, c in todo]
@@ -441,7 +435,7 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         for stage in (first, second):
             configs = [_train_config(j, sc, teacher_specs, device) for j in stage]
             fresh |= {j.tag for j, c in zip(stage, configs, strict=True)
-                      if overwrite or not _done(models / f"{j.tag}.safetensors", c)}
+                      if overwrite or not run_matches(models / f"{j.tag}.safetensors", c)}
             record(*(f for j in stage for f in checkpoint_files(models / f"{j.tag}.safetensors")))
             ckpts |= _train_all(stage, configs, data, models, workers, threads, log,
                                 redo=overwrite)

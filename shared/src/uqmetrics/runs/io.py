@@ -1233,12 +1233,12 @@ def _write_flagged(prepared: xr.Dataset, tmp: Path) -> None:
     once that client is closed; a temporary file has a name of its own and one writer."""
     import netCDF4
     from xarray.backends import NetCDF4DataStore
-    from xarray.backends.locks import HDF5_LOCK, NETCDFC_LOCK, combine_locks
+    from xarray.backends.netCDF4_ import NETCDF4_PYTHON_LOCK  # what its reads take
 
     prepared = prepared.load()  # every array written now, none left for a dask writer
     with NETCDF_LOCK:
         store = NetCDF4DataStore.open(str(tmp), mode="w", format="NETCDF4",
-                                      lock=combine_locks([NETCDFC_LOCK, HDF5_LOCK]))
+                                      lock=NETCDF4_PYTHON_LOCK)
         try:
             prepared.dump_to_store(store)
         finally:

@@ -114,3 +114,22 @@ def test_selective_metrics_accept_torch():
 def test_tensors_that_require_grad_are_detached():
     p = torch.tensor([[0.7, 0.3], [0.2, 0.8]], dtype=torch.float64, requires_grad=True)
     assert uqmetrics.brier_loss(torch.tensor([0, 1]), p) == pytest.approx(0.13)
+
+
+def test_bfloat16_and_float8_tensors_are_widened_exactly():
+    """What bf16 autocast hands back: numpy has no bfloat16 (``.numpy()`` raises), so the
+    metrics widen a floating dtype numpy lacks to float32, which holds its values exactly; a
+    non-floating one is a clear error naming the argument and the dtype."""
+    c = torch.tensor([True, False, True, True, False, True])
+    k = torch.tensor([0.9, 0.4, 0.6, 0.1, 0.3, 0.75], dtype=torch.bfloat16)
+    assert auroc_score(c, k) == auroc_score(c.numpy(), k.float().numpy())
+    z = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0]], dtype=torch.bfloat16)
+    np.testing.assert_array_equal(softmax_response(z, from_logits=True),
+                                  softmax_response(z.float().numpy(), from_logits=True))
+    f8 = k.to(torch.float8_e4m3fn)
+    assert auroc_score(c, f8) == auroc_score(c.numpy(), f8.float().numpy())
+    with warnings.catch_warnings():  # torch: "ComplexHalf support is experimental"
+        warnings.simplefilter("ignore", UserWarning)
+        half_complex = torch.zeros(6, dtype=torch.complex32)
+    with pytest.raises(ValueError, match="confidence has torch dtype torch.complex32"):
+        auroc_score(c, half_complex)

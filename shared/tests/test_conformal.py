@@ -97,6 +97,10 @@ def test_conformal_quantile_by_hand_and_inf():
     s = np.array([[0.5, 0.1, 0.4, 0.2, 0.3], [1, 2, 3, 4, 5]])
     np.testing.assert_array_equal(conformal_quantile(s, 0.4), [0.4, 4])
     assert conformal_quantile(np.zeros((2, 3, 4)), 0.5).shape == (2, 3)
+    # infinite scores (-log 0) are ordered as any other: k = ceil(5 * 0.6) = 3, then 4
+    assert conformal_quantile([0.1, math.inf, 0.3, 0.2], 0.4) == 0.3
+    assert conformal_quantile([0.1, math.inf, 0.3, 0.2], 0.2) == math.inf
+    assert conformal_quantile([-math.inf, 0.3, 0.2, 0.1], 0.4) == 0.2
 
 
 def test_conformal_quantile_by_class_by_hand():

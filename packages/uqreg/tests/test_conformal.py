@@ -195,6 +195,27 @@ def test_conformal_method_names_and_errors():
     StudyConfig(methods=("blr",), n_cal=0).resolved()  # no conformal method: no calibration needed
 
 
+def test_too_few_calibration_points_for_alpha_refused_before_any_training(tmp_path, capsys):
+    """Below ``min_calibration_size(alpha)`` (19 at 0.05, 9 at 0.1) every conformal interval is
+    infinite, which no summary can score: the study is refused up front, naming --n-cal and the
+    minimum (before, it trained everything and then failed in the coverage summary on
+    ``ds['uncertainty'] contains non-finite values``)."""
+    for methods in (("ens+cp_abs",), ("blr", "ens+cqr")):
+        with pytest.raises(ValueError, match=r"n_cal must be >= 19 for the conformal methods .* at alpha 0.05 "
+                                             r".*, got 18$"):
+            StudyConfig(methods=methods, n_cal=18).resolved()
+    StudyConfig(methods=("ens+cp_abs",), n_cal=19).resolved()
+    StudyConfig(methods=("ens+cp_abs",), n_cal=9, alpha=0.1).resolved()
+    StudyConfig(methods=("blr", "ens+qr"), n_cal=5).resolved()  # no conformal method
+    out = tmp_path / "few"
+    assert cli.main(["study", "--task", "sinusoid", "--complexities", "1", "--methods", "blr,ens+cp_abs",
+                     "--repetitions", "1", "--members", "2", "--epochs", "2", "--n-cal", "5", "--out", str(out),
+                     "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("uqreg study: error: --n-cal must be >= 19") and err.endswith("got 5")
+    assert not out.exists()
+
+
 def test_calibration_points_are_seeded_per_repetition():
     """Repetition r's calibration points come from its own stream: the same alone or in a batch,
     distinct across repetitions; inputs in the training box, noise of std σ around the truth."""

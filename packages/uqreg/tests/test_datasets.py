@@ -88,6 +88,30 @@ def test_uci_folder_bad_files_named(tmp_path, edit, match):
     assert str(folder) in str(info.value) and "\n" not in str(info.value)
 
 
+def test_uci_folder_bad_value_named_at_its_line_past_blank_lines(tmp_path):
+    """A value that is not finite is named at the file's own line, blank lines counted (before,
+    the row's index among the non-blank lines: line 3 for line 4 here)."""
+    folder = tmp_path / "blank"
+    _uci_folder(folder, floats=False)
+    (folder / "data.txt").write_text("1 2 3 4\n\n5 6 7 8\n1 nan 3 4\n")
+    with pytest.raises(InputError, match=r"data\.txt line 4 holds a value that is not finite"):
+        load_uci_folder(folder)
+
+
+@pytest.mark.parametrize("name", ["index_train_0.txt", "index_test_1.txt"])
+def test_uci_folder_repeated_row_named(tmp_path, name):
+    """A row listed twice in a split's file is refused, naming the file and the row: repeated in
+    a training part it could land in both the fit and the calibration part (before, it was read
+    and trained on as two rows)."""
+    folder = tmp_path / "twice"
+    _uci_folder(folder, floats=False)
+    rows = np.loadtxt(folder / name, dtype=np.int64)
+    np.savetxt(folder / name, np.concatenate([rows, rows[1:2]]), fmt="%d")
+    with pytest.raises(InputError, match=rf"{name.replace('.', '[.]')} repeats row {int(rows[1])}$") as info:
+        load_uci_folder(folder)
+    assert str(folder) in str(info.value)
+
+
 def test_gap_splits_hold_out_the_middle_third():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(31, 3))

@@ -166,6 +166,25 @@ def test_reproduce_disentangle_smoke_end_to_end_and_resumes(tmp_path):
                                   uqmetrics.read_dataset(tmp_path / task / "study.nc").epistemic_variance.values)
 
 
+def test_a_cell_of_another_configuration_is_computed_again(tmp_path, capsys):
+    """A rerun into the same folder with another configuration (another scale: more epochs and
+    members, more repetitions) computes its cells again, naming them, and gives the study a fresh
+    folder gives (before, the cells ``c<c>_<method>.nc`` of the first run were reused: its
+    networks under the second run's ``train`` attr, and NaN for the repetitions it lacked)."""
+    from dataclasses import replace
+
+    small = replace(SCALES.lookup("smoke"), tasks={"sinusoid_het": (1,)}, methods=("ens+mv",), repetitions=2)
+    other = replace(small, repetitions=3, train=replace(small.train, epochs=7, members=4))
+    run_task(small, "sinusoid_het", tmp_path / "a", progress=False)
+    capsys.readouterr()
+    again = run_task(other, "sinusoid_het", tmp_path / "a", progress=False)
+    assert capsys.readouterr().err.count("was computed from another configuration") == 2  # blr and ens+mv
+    fresh = run_task(other, "sinusoid_het", tmp_path / "b", progress=False)
+    for v in ("prediction", "epistemic_variance", "aleatoric_variance"):
+        assert np.all(np.isfinite(again[v].values)), v
+        np.testing.assert_array_equal(again[v].values, fresh[v].values)
+
+
 def test_uqreg_methods_lists_the_mean_variance_versions(capsys):
     assert cli.main(["methods"]) == 0
     out = capsys.readouterr().out

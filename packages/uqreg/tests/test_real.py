@@ -57,6 +57,61 @@ def test_real_cli_bad_input_named(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_real_help_states_its_own_epochs_default(capsys):
+    """``uqreg real --help`` gives the real study's default of --epochs, 100 (before, the
+    study's "default 300·complexity": real data has no complexity)."""
+    from uqreg.real import REAL_TRAIN
+
+    with pytest.raises(SystemExit):
+        main(["real", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"--epochs EPOCHS epochs (default {REAL_TRAIN.epochs})" in text and "300·complexity" not in text
+
+
+def test_real_refuses_a_bad_split_before_training_any(tmp_path, capsys, monkeypatch):
+    """A split too small for --cal-fraction is refused before any split trains (before, split 0
+    trained first, and a UCI folder's last split failed the run after all the others)."""
+    import uqreg.real
+
+    folder = tmp_path / "uci"
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    np.savetxt(folder / "data.txt", rng.normal(size=(15, 3)))
+    (folder / "index_features.txt").write_text("0\n1\n")
+    (folder / "index_target.txt").write_text("2\n")
+    (folder / "index_train_0.txt").write_text("\n".join(map(str, range(4, 15))))
+    (folder / "index_test_0.txt").write_text("0\n1\n2\n3\n")
+    (folder / "index_train_1.txt").write_text("5\n6\n")  # 2 rows: 0 calibration rows at 0.2
+    (folder / "index_test_1.txt").write_text("0\n")
+    trained = []
+    monkeypatch.setattr(uqreg.real, "run_split", lambda *a, **k: trained.append(a) or {})
+    assert main(["real", "--data", str(folder), "--methods", "blr", "--out", str(tmp_path / "o"), *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "leaves 0 calibration and 2 fit rows" in err and "'standard_1'" in err
+    assert trained == [] and not (tmp_path / "o").exists()
+
+
+def test_findings_do_not_call_a_few_targets_all_covered_over_coverage():
+    """44 of 44 held-out targets covered by a 95 % interval is what 0.95**44 = 0.10 of the
+    calibrated methods show: no claim (before, the binomial s.e. at the observed coverage 1 was
+    0 and the finding read "over-covers"); 880 of 880 (0.95**880 ~ 1e-20) is over-covering."""
+    import xarray as xr
+
+    from uqreg.real import findings
+
+    for n_splits, verdict in ((1, "covers within 2 s.e. of 0.95"), (20, "over-covers 0.95")):
+        msr = ("method", "split", "recal")
+        ds = xr.Dataset({"coverage": (msr, np.ones((1, n_splits, 3))),
+                         "n_test": (("split",), np.full(n_splits, 44))},
+                        coords={"method": ["ens+cp_abs"], "recal": list(RECALIBRATIONS)}, attrs={"alpha": 0.05})
+        for name in ("mace", "nll", "crps"):
+            ds[f"score_{name}"] = (msr, np.full((1, n_splits, 3), np.nan))
+        ds["coverage_mean"] = ds.coverage.mean("split")
+        ds["coverage_se"] = ds.coverage.std("split", ddof=1) / np.sqrt(n_splits) if n_splits > 1 \
+            else xr.full_like(ds.coverage_mean, np.nan)
+        assert verdict in findings(ds)[0][1], (n_splits, findings(ds))
+
+
 def test_isotonic_recalibration_lowers_mace_beyond_sampling_error():
     """N(0, 1) targets under a predictive 3× too wide. Before: the observed proportion of the
     central p interval is 2Φ(3 Φ⁻¹(1/2 + p/2)) − 1, MACE its mean distance to p (analytic). An
@@ -99,6 +154,12 @@ def test_reproduce_real_smoke(tmp_path, capsys):
         assert (out / "real" / "figures" / f"real_diabetes_{kind}_calibration.png").stat().st_size > 0
     text = (out / "real" / "findings.md").read_text()
     assert "## gap splits (2)" in text and "paired sign test" in text and "coverage of held-out targets" in text
+    # the same --out at another scale: the smoke studies are neither reused as cpu's nor replaced
+    capsys.readouterr()
+    assert main(["reproduce", "real", "--scale", "cpu", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--scale cpu: " in err and "diabetes_standard/study.nc holds a study computed at scale 'smoke'" in err
+    assert uqmetrics.read_dataset(out / "real" / "diabetes_gap" / "study.nc").attrs["reproduce_scale"] == "smoke"
 
 
 def test_a_split_does_not_depend_on_the_others_nor_on_the_chunking():

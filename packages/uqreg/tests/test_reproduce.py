@@ -95,3 +95,20 @@ def test_reproduce_recipe_sensitivity_smoke(tmp_path):
     assert recipe_table(ds).count("\n") == 1 + 2 * ds.sizes["method"]
     again = reproduce(tmp_path, scale="smoke", experiments=("recipes_e1",), progress=False)
     assert [p.name for p in again] == ["fig_recipes_e1.png", "findings.md"]
+
+
+def test_a_study_of_another_scale_is_refused_before_any_work(tmp_path):
+    """A combined study left in ``OUT/<exp>/study.nc`` by a run at another scale (or by another
+    command) is neither reused under this scale's name nor replaced: an error naming the scale,
+    the file and what to do, before any sweep runs (no ``cells/`` folder is made)."""
+    import uqmetrics
+
+    uqmetrics.write_dataset(xr.Dataset({"x": ("a", [1.0])}, attrs={"reproduce_scale": "smoke"}),
+                            tmp_path / "e2" / "study.nc")
+    uqmetrics.write_dataset(xr.Dataset({"x": ("a", [1.0])}), tmp_path / "e3" / "study.nc")
+    with pytest.raises(uqmetrics.InputError, match=r"--scale cpu: .*e2/study.nc holds a study computed at "
+                       r"scale 'smoke'; write to another --out, or remove that file"):
+        reproduce(tmp_path, scale="cpu", experiments=("e1", "e2"), progress=False)
+    with pytest.raises(uqmetrics.InputError, match="e3/study.nc holds a study computed by another command"):
+        reproduce(tmp_path, scale="smoke", experiments=("e1", "e3"), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e2", "e3"]  # e1 never started

@@ -827,7 +827,9 @@ def _args_real(p: argparse.ArgumentParser) -> None:
                    "networks, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--recipe", choices=RECIPES.names(), default=REAL_TRAIN.recipe,
                    help=f"training recipe (default {REAL_TRAIN.recipe})")
-    add_config_options(p, RealTrain, TRAIN_OPTIONS)
+    # the study's "--epochs (default 300·complexity)" is not the real study's: real data has no complexity
+    add_config_options(p, RealTrain, tuple(replace(o, help="epochs (default {default})") if o.field == "epochs"
+                                           else o for o in TRAIN_OPTIONS))
     p.add_argument("--out", default="results/real", help="output directory (default results/real): study.nc "
                    "and plots/")
     p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")

@@ -213,7 +213,7 @@ def _read_numbers(path: Path, option: str) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{option} {path.parent}: {path.name} is missing (a UCI folder holds {UCI_DATA}, "
                          f"{UCI_FEATURES}, {UCI_TARGET} and index_train_<k>.txt/index_test_<k>.txt)")
-    rows = []
+    rows, line_numbers = [], []  # the file's line of each row (blank lines are skipped)
     with path.open() as fh:
         for i, line in enumerate(fh, 1):
             parts = line.split()
@@ -221,6 +221,7 @@ def _read_numbers(path: Path, option: str) -> np.ndarray:
                 continue
             try:
                 rows.append([float(p) for p in parts])
+                line_numbers.append(i)
             except ValueError:
                 bad = next(p for p in parts if not _is_float(p))
                 raise InputError(f"{option} {path.parent}: {path.name} line {i}: {bad!r} is not a number") from None
@@ -232,7 +233,7 @@ def _read_numbers(path: Path, option: str) -> np.ndarray:
     a = np.asarray(rows, dtype=np.float64)
     if not np.all(np.isfinite(a)):
         i = int(np.argmax(~np.isfinite(a).all(axis=1)))
-        raise InputError(f"{option} {path.parent}: {path.name} line {i + 1} holds a value that is not finite: "
+        raise InputError(f"{option} {path.parent}: {path.name} line {line_numbers[i]} holds a value that is not finite: "
                          f"{rows[i]}")
     return a
 
@@ -302,6 +303,10 @@ def load_uci_folder(path, *, option: str = "--data") -> DatasetArrays:
     for k in range(n_splits):
         tr = _indices(folder / f"index_train_{k}.txt", option, n, "row")
         te = _indices(folder / f"index_test_{k}.txt", option, n, "row")
+        for part, name in ((tr, f"index_train_{k}.txt"), (te, f"index_test_{k}.txt")):
+            rows, counts = np.unique(part, return_counts=True)
+            if (counts > 1).any():  # a repeated row could fall in both the fit and the calibration part
+                raise InputError(f"{option} {folder}: {name} repeats row {int(rows[np.argmax(counts > 1)])}")
         both = np.intersect1d(tr, te)
         if both.size:
             raise InputError(f"{option} {folder}: index_train_{k}.txt and index_test_{k}.txt share row "

@@ -40,6 +40,7 @@ Results are one netCDF file per task, ``OUT/<task>/study.nc``, combined from one
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -280,7 +281,12 @@ def task_data(task: str, complexities, repetitions: int, seed: int = 0):
 def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu", progress: bool = True):
     """Run (or resume) one task of ``scale``: every (complexity, method) cell not yet in
     ``out_dir/cells`` is trained and written; then the cells, the task data and :func:`scores`
-    are combined and written to ``out_dir/study.nc`` (returned, as a Dataset)."""
+    are combined and written to ``out_dir/study.nc`` (returned, as a Dataset).
+
+    A cell records what it was computed from (attr ``cell_config``: task, complexity, method,
+    repetitions, seed and training configuration); a cell on disk computed from anything else (an
+    earlier run at another scale or on another device into the same folder) is computed again,
+    with one line on stderr naming it, never combined into this study."""
     import xarray as xr
 
     out = Path(out_dir)
@@ -291,11 +297,21 @@ def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu"
     for c in scale.tasks[task]:
         for m in methods:
             path = out / "cells" / f"c{c}_{m}.nc"
-            if not path.exists():
+            config = json.dumps({"task": task, "complexity": int(c), "method": m, "repetitions": int(scale.repetitions),
+                                 "seed": int(scale.seed), "train": vars(train)}, sort_keys=True, default=str)
+            stale = False
+            if path.exists():
+                with uqmetrics.read_dataset(path) as old:
+                    stale = old.attrs.get("cell_config") != config
+            if stale:
+                print(f"disentangle: {path} was computed from another configuration (another scale, seed or "
+                      f"device); computing it again", file=sys.stderr, flush=True)
+            if stale or not path.exists():
                 if progress:
                     print(f"disentangle: {task} c={c} {m}", flush=True)
                 cell = run_cell(task, c, m, scale.repetitions, seed=scale.seed, train=train)
-                uqmetrics.write_dataset(cell, path)
+                cell.attrs["cell_config"] = config
+                uqmetrics.write_dataset(cell, path, overwrite=stale)
             cell = uqmetrics.read_dataset(path)
             wall[f"c{c}_{m}"] = float(cell.attrs.get("wall_time_s", np.nan))
             cells.append(cell[["prediction", "epistemic_variance", "aleatoric_variance"]])

@@ -60,7 +60,7 @@ from .datasets import SPLIT_KINDS, RealDataset, Split, get_dataset, uci_dataset
 from .engine import TrainConfig
 from .engine.config import ConfigError, is_finite, is_int
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
-from .study import SCORE_METRICS
+from .study import SCORE_METRICS, reproduced_study
 
 #: The recalibration states of every score (``recal`` dim).
 RECALIBRATIONS = ("none", "isotonic", "sigma_scaling")
@@ -400,12 +400,14 @@ def run_real(config: RealConfig, *, progress: bool = True):
     arrays = data.arrays()
     splits = data.splits(cfg.splits, n_splits=cfg.n_splits, seed=cfg.seed)
     methods = list(cfg.methods)
-    rows, preps = [], []
-    for k, sp in enumerate(splits):
+    # every split is carved and checked before any training (a split too small for cal_fraction,
+    # constant targets: the error comes before the work, not after the splits before it)
+    preps = [prepare_split(arrays.x, arrays.y, sp, k, cal_fraction=cfg.cal_fraction, seed=cfg.seed)
+             for k, sp in enumerate(splits)]
+    rows = []
+    for k, (sp, prep) in enumerate(zip(splits, preps)):
         if progress:
             print(f"real: {data.name} {sp.name} ({k + 1}/{len(splits)})", flush=True)
-        prep = prepare_split(arrays.x, arrays.y, sp, k, cal_fraction=cfg.cal_fraction, seed=cfg.seed)
-        preps.append(prep)
         rows.append(run_split(prep, methods, k, cfg))
     n_m, n_s = len(methods), len(splits)
     n_p = max(p.y_test.size for p in preps)
@@ -501,9 +503,9 @@ def paired_sign_test(before: np.ndarray, after: np.ndarray) -> tuple[int, int, f
 def findings(ds) -> list[tuple[str, str, str]]:
     """``[(method, finding, statistics)]`` of one real study: the coverage of the held-out targets
     against 1 − α (mean over splits ± 2 s.e., the s.e. the larger of the splits' and the binomial
-    one of all held-out targets pooled), and for every recalibration and score (MACE, NLL,
-    CRPS) whether it lowers the score in a paired sign test across splits (a claim only where
-    p < 0.05)."""
+    one of all held-out targets pooled at coverage 1 − α), and for every recalibration and score
+    (MACE, NLL, CRPS) whether it lowers the score in a paired sign test across splits (a claim
+    only where p < 0.05)."""
     rows = []
     nominal = 1 - float(ds.attrs["alpha"])
     for m in [str(v) for v in ds.method.values]:
@@ -511,13 +513,15 @@ def findings(ds) -> list[tuple[str, str, str]]:
         c = float(ds.coverage_mean.sel(at))
         k_splits = int(ds.coverage.sel(at).notnull().sum())
         pooled = int(ds.n_test.sum())
-        # the larger of the splits' s.e. and the binomial s.e. of the pooled held-out targets (few splits)
-        se = max(float(np.nan_to_num(ds.coverage_se.sel(at).values)), float(np.sqrt(max(c * (1 - c), 1e-12) / pooled)))
+        # the larger of the splits' s.e. and the binomial s.e. of the pooled held-out targets (few splits),
+        # the latter at the nominal 1 - alpha (at the observed c it is 0 for c = 1: 44 of 44 held-out
+        # targets covered would be called over-covering, though 0.95**44 = 0.10)
+        se = max(float(np.nan_to_num(ds.coverage_se.sel(at).values)), float(np.sqrt(nominal * (1 - nominal) / pooled)))
         word = ("under-covers" if c < nominal - 2 * se else "over-covers" if c > nominal + 2 * se
                 else "covers within 2 s.e. of")
         rows.append((m, f"coverage of held-out targets {c:.3f} ± {se:.3f}: {word} {nominal:.2f}",
-                     (f"mean over {k_splits} splits ± the larger of their s.e. and the binomial s.e. of the "
-                      f"{pooled} held-out targets pooled")))
+                     (f"mean over {k_splits} splits ± the larger of their s.e. and the binomial s.e. at "
+                      f"{nominal:.2f} of the {pooled} held-out targets pooled")))
         for rc in ("isotonic", "sigma_scaling"):
             for score in ("mace", "nll", "crps"):
                 before = ds[f"score_{score}"].sel({"method": m, "recal": "none"}).values
@@ -588,12 +592,11 @@ SCALES = _scales()
 def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress: bool = True,
                    dataset: str = "diabetes") -> list[Path]:
     """``uqreg reproduce real``: every method of the scale on ``dataset`` (diabetes) under its
-    standard (random) and its gap splits; ``OUT/<dataset>_<kind>/study.nc`` (an existing file is
-    reused), the figures (:func:`uqreg.plots.plot_real_calibration`,
+    standard (random) and its gap splits; ``OUT/<dataset>_<kind>/study.nc`` (an existing file of
+    the same scale is reused, one of another scale is an error), the figures (:func:`uqreg.plots.plot_real_calibration`,
     :func:`uqreg.plots.plot_real_scores`) and ``findings.md`` (:func:`score_table` and
     :func:`findings`). Returns the paths written."""
     import matplotlib.pyplot as plt
-    import uqmetrics
     from uqmetrics.report.plotting import save_figure
 
     from .plots import plot_real_calibration, plot_real_scores
@@ -602,10 +605,13 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
     out = Path(out_dir)
     t0 = time.perf_counter()
     studies, paths = {}, []
+    # the studies already there, of this scale (another scale's: refused before any work)
+    done = {kind: reproduced_study(out / f"{dataset}_{kind}" / "study.nc", scale) for kind in sc.n_splits
+            if (out / f"{dataset}_{kind}" / "study.nc").exists()}
     for kind, n in sc.n_splits.items():
         target = out / f"{dataset}_{kind}" / "study.nc"
-        if target.exists():
-            ds = uqmetrics.read_dataset(target)
+        if kind in done:
+            ds = done[kind]
         else:
             cfg = RealConfig(dataset=dataset, splits=kind, n_splits=n, methods=sc.methods,
                              train=replace(sc.train, device=device))

@@ -35,7 +35,7 @@ from uqmetrics.metrics.registry import Registry
 from .engine import RECIPES, TrainConfig
 from .engine.config import cuda_plan_defaults, is_int
 from .presets import PRESETS
-from .study import StudyConfig
+from .study import StudyConfig, reproduced_study
 
 BAND_METHODS = ("blr", "bd", "vd", "ens_bs")
 MAP_METHODS = ("blr", "bd", "ens_bs")
@@ -351,13 +351,16 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
     recipe figures, and write ``findings.md`` (:func:`findings_table` and :func:`recipe_table`).
 
     Each experiment's combined study is written to ``out_dir/<exp>/study.nc``; an existing
-    combined file is reused as it is.
+    combined file of the same scale is reused as it is (one of another scale is an error:
+    :func:`uqreg.study.reproduced_study`).
 
     Raises
     ------
     ValueError
         Before any work, for unknown or no experiments, an unknown scale, ``n_workers`` or
         ``chunk_repetitions`` below 1.
+    uqmetrics.InputError
+        Before any work, when an experiment's ``study.nc`` is there from another scale.
     SweepFailed
         When cells of an experiment failed (the finished cells are kept; rerun to retry).
     """
@@ -373,14 +376,15 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         if (scheduler is None or name != "n_workers") and (not is_int(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     out = Path(out_dir)
-    results = {}
+    # the studies already there, of this scale (another scale's: refused before any work)
+    results = {exp: reproduced_study(out / exp / "study.nc", scale) for exp in experiments
+               if (out / exp / "study.nc").exists()}
     for exp in EXPERIMENTS:
         if exp not in experiments:
             results[exp] = None
             continue
         target = out / exp / "study.nc"
-        if target.exists():
-            results[exp] = uqmetrics.read_dataset(target)
+        if exp in results:
             continue
         cfg = studies[exp]
         cfg = replace(cfg, train=cuda_plan_defaults(replace(cfg.train, device=device)))  # auto plan on CUDA

@@ -118,6 +118,8 @@ class StudyConfig:
             take (a repeated complexity, a seed out of range, an ensemble of one member...); the
             registries' errors for unknown names; and the task's or the memory check's errors.
         """
+        from uqmetrics.metrics.conformal import min_calibration_size
+
         from .methods import get_method, list_methods  # torch: imported on use
 
         task = get_task(self.task)
@@ -152,6 +154,12 @@ class StudyConfig:
         conformal = [m for m in methods if get_method(m).trains_as != m]
         if conformal and self.n_cal < 1:
             raise ConfigError("n_cal", f"must be >= 1 for the conformal methods {', '.join(conformal)}", self.n_cal)
+        need = min_calibration_size(self.alpha)
+        if conformal and self.n_cal < need:  # else q = +inf: infinite intervals, which no summary can score
+            raise ConfigError("n_cal", f"must be >= {need} for the conformal methods {', '.join(conformal)} at "
+                              f"alpha {self.alpha:g} (with fewer calibration points the rank "
+                              f"ceil((n_cal + 1)(1 - alpha)) exceeds n_cal and every interval is infinite)",
+                              self.n_cal)
         ensembles = [m for m in methods if get_method(m).ensemble]
         if ensembles and self.train.members < 2:
             raise ConfigError("members", f"must be >= 2 (an ensemble of one network has no spread; ensemble "
@@ -692,6 +700,34 @@ def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     ds.attrs.update(uqmetrics.provenance_attrs(config=cfg.to_dict(), seed=cfg.seed,
                                                extra={"study_wall_time_s": time.perf_counter() - t0,
                                                       **study_entries(ds, cfg)}))
+    return ds
+
+
+def reproduced_study(path, scale: str) -> xr.Dataset:
+    """The study a reproduction (``uqreg reproduce``) wrote to ``path`` at ``scale`` in an earlier
+    run, reused as it is.
+
+    Parameters
+    ----------
+    path : path-like
+        A combined study file (``study.nc``), which exists.
+    scale : str
+        The scale asked for now.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        When the file records another scale (attr ``reproduce_scale``) or none (a study written
+        there by another command): its numbers are not this scale's, so it is never reused, and
+        never replaced silently either.
+    """
+    ds = uqmetrics.read_dataset(path)
+    got = ds.attrs.get("reproduce_scale")
+    if got != scale:
+        ds.close()
+        what = f"at scale {got!r}" if got is not None else "by another command than uqreg reproduce"
+        raise uqmetrics.InputError(f"--scale {scale}: {path} holds a study computed {what}; write to another "
+                                   f"--out, or remove that file to compute it at scale {scale!r}")
     return ds
 
 

@@ -22,8 +22,9 @@ def as_numpy(x: Any, name: str, *, dtype: Any = None) -> np.ndarray:
     Parameters
     ----------
     x : array_like, torch.Tensor, xarray.DataArray
-        Input. Torch tensors are detached and moved to the CPU; xarray objects give their
-        ``.values`` (dims are the caller's responsibility).
+        Input. Torch tensors are detached and moved to the CPU; a floating dtype numpy lacks
+        (``bfloat16``, the float8 types) is widened to float32, which holds its values
+        exactly. xarray objects give their ``.values`` (dims are the caller's responsibility).
     name : str
         Argument name used in error messages.
     dtype : numpy dtype, optional
@@ -37,7 +38,14 @@ def as_numpy(x: Any, name: str, *, dtype: Any = None) -> np.ndarray:
         raise ValueError(f"{name} must be an array, got None")
     mod = type(x).__module__
     if mod.startswith("torch"):
-        x = x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        try:
+            x = x.numpy()
+        except TypeError as exc:  # a dtype numpy has no equivalent of
+            if not x.is_floating_point():
+                raise ValueError(f"{name} has torch dtype {x.dtype}, which numpy cannot "
+                                 "hold") from exc
+            x = x.float().numpy()  # bfloat16, float8: float32 holds every value exactly
     elif mod.startswith("xarray"):
         x = x.values
     try:

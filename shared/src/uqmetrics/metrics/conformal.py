@@ -467,8 +467,9 @@ def conformal_quantile(scores: Any, alpha: float) -> float | np.ndarray:
     Raises
     ------
     InputError
-        If ``scores`` is not a finite non-empty array with ``ndim >= 1``, or ``alpha`` is not in
-        (0, 1).
+        If ``scores`` is not a non-empty numeric array with ``ndim >= 1`` or contains NaN, or
+        ``alpha`` is not in (0, 1). Infinite scores are ordered as any other (a score of
+        ``+inf``, e.g. ``-log 0``, may be the threshold).
 
     Examples
     --------

@@ -41,7 +41,19 @@ _CHUNK_ELEMENTS = 2**22
 
 
 def _nearest_neighbour(e: np.ndarray, chunk_size: int | None) -> np.ndarray:
-    """Index of each sample's nearest other sample by cosine similarity, shape (n,)."""
+    """Index of each sample's nearest other sample by cosine similarity, shape (n,).
+
+    The chunk's matrix product only finds candidates: its rounding depends on the chunk's
+    shape (BLAS picks the order of summation, and a one-row chunk is a matrix-vector product).
+    With ``delta`` a bound on the error of a computed cosine of two rows normalised in float64,
+    in any order of summation (``4 gamma_{d+2}``, gamma_k = k u / (1 - k u), u = 2^-53; Higham
+    2002, *Accuracy and stability of numerical algorithms*, section 3.1), every row within
+    ``6 delta`` of the chunk's row maximum is recomputed by one fixed order of summation
+    (numpy's pairwise sum along the row), and the neighbour is the lowest index whose
+    recomputed cosine is within ``2 delta`` (two roundings of one value) of the largest. So the
+    result depends on the embeddings only, never on the chunks, and mathematically tied cosines
+    go to the lowest index.
+    """
     n = e.shape[0]
     if n < 2:
         raise ValueError(f"embeddings needs at least 2 samples to have a neighbour, got shape {e.shape}")
@@ -52,6 +64,8 @@ def _nearest_neighbour(e: np.ndarray, chunk_size: int | None) -> np.ndarray:
             "is undefined"
         )
     e = e / norms[:, None]
+    k = e.shape[1] + 2
+    delta = 4.0 * k * 2.0**-53 / (1.0 - k * 2.0**-53)
     if chunk_size is None:
         chunk_size = max(1, _CHUNK_ELEMENTS // n)
     else:
@@ -62,7 +76,15 @@ def _nearest_neighbour(e: np.ndarray, chunk_size: int | None) -> np.ndarray:
         sim = e[start:stop] @ e.T
         rows = np.arange(stop - start)
         sim[rows, start + rows] = -np.inf  # the query itself is not its own neighbour
-        nn[start:stop] = np.argmax(sim, axis=1)
+        top = sim.max(axis=1)
+        r, j = np.nonzero(sim >= (top - 6.0 * delta)[:, None])  # j ascending within a row
+        exact = np.sum(e[start + r] * e[j], axis=1)  # one order of summation, any chunk
+        best = np.full(stop - start, -np.inf)
+        np.maximum.at(best, r, exact)
+        tied = exact >= best[r] - 2.0 * delta
+        first = np.full(stop - start, n, dtype=np.int64)
+        np.minimum.at(first, r[tied], j[tied])
+        nn[start:stop] = first
     return nn
 
 
@@ -94,7 +116,9 @@ def nearest_neighbour_correct(embeddings: Any, labels: Any, *,
 
     Notes
     -----
-    ``nn(i) = argmax_{j ≠ i} <e_i, e_j> / (|e_i| |e_j|)``, ties broken towards the lowest index.
+    ``nn(i) = argmax_{j ≠ i} <e_i, e_j> / (|e_i| |e_j|)``, ties broken towards the lowest index
+    (cosines equal within their float64 rounding bound count as tied), whatever
+    ``chunk_size``.
 
     Examples
     --------

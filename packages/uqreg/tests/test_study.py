@@ -294,3 +294,24 @@ def test_memory_estimate_bounds_a_real_study():
     y = inst.targets(range(3))
     held = inst.x_train.nbytes + y.nbytes + 2 * inst.features(inst.x_train).nbytes
     assert cfg.memory_estimate(2)["data"] >= held
+
+
+def test_a_diverged_method_is_counted_and_left_out_not_fatal(tmp_path, capsys):
+    """Networks trained at a learning rate of 1e6 diverge (non-finite predictions): the study is
+    still summarised, plotted and written, ``diverged`` marks exactly the trained method's
+    repetitions, the closed-form ``blr`` keeps its coverage, and the printed summary names the
+    diverged repetitions (before, the coverage summary raised after all the training:
+    "ds['prediction'] contains non-finite values ... pass skipna=True")."""
+    from uqreg import cli
+
+    out = tmp_path / "div"
+    assert cli.main(["study", "--task", "sinusoid", "--complexities", "1", "--repetitions", "2", "--members", "2",
+                     "--epochs", "20", "--lr", "1e6", "--methods", "blr,ens", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "DIVERGED under recipe paper: ens (f_main=1: 2 of 2) repetitions" in text
+    ds = uqmetrics.read_dataset(out / "study.nc")
+    div = ds["diverged"].sel(recipe="paper", complexity=1)
+    assert div.sel({"method": "ens"}).values.all() and not div.sel({"method": "blr"}).values.any()
+    cov = ds["region_coverage"].sel(recipe="paper", complexity=1)
+    assert np.isfinite(cov.sel({"method": "blr"}).values).all() and np.isnan(cov.sel({"method": "ens"}).values).all()
+    assert (out / "plots" / "bands_c1.png").stat().st_size > 0

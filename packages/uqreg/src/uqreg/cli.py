@@ -427,10 +427,15 @@ def _print_summary(ds: xr.Dataset) -> None:
     for r in ds.recipe.values:
         print(f"recipe {r}: {recipes.get(str(r), {}).get('description', '')}")
         print(f"  {'method':>8} " + " ".join(f"{name + '=' + str(c):<24}" for c in levels) + " fit to the truth")
-        collapsed_methods, noise_methods, r2_deep = [], [], []
+        collapsed_methods, noise_methods, r2_deep, diverged_methods = [], [], [], []
         for m in ds.method.values:
             sub = ds.sel({"recipe": r, "method": m})
             r2, verdicts = _fit_per_level(ds, r, m)
+            if "diverged" in sub:  # studies summarised before the variable have none
+                counts = sub["diverged"].sum("repetition").values
+                levels_div = [f"{c}: {int(k)}" for c, k in zip(levels, counts) if k]
+                if levels_div:
+                    diverged_methods.append(f"{m} ({name}={', '.join(levels_div)} of {ds.sizes['repetition']})")
             cells, collapsed_levels = [], []
             for c, r2_c in zip(ds.complexity.values, r2):
                 s = sub.sel(complexity=c)
@@ -448,12 +453,16 @@ def _print_summary(ds: xr.Dataset) -> None:
                 if noise_levels:
                     noise_methods.append(f"{m} ({name}={','.join(noise_levels)})")
             print(f"  {m:>8} " + " ".join(f"{c:<24}" for c in cells) + " " + _fit_text(verdicts, levels, name))
+        if diverged_methods:
+            print(f"  DIVERGED under recipe {r}: {'; '.join(diverged_methods)} repetitions - a prediction or an "
+                  f"uncertainty that is not finite; those repetitions are left out of the coverage (lower --lr)")
         if collapsed_methods:
             print(f"  COLLAPSED under recipe {r}: {'; '.join(collapsed_methods)} - most of the networks barely "
                   f"beat a constant there (training loss >= 0.95 x the best constant's); that coverage measures nothing")
-        if not r2_deep:
+        finite = [v for v in r2_deep if np.isfinite(v)]  # none where every repetition diverged
+        if not finite:
             continue
-        span = f"R² {np.nanmin(r2_deep):.2f} to {np.nanmax(r2_deep):.2f}"
+        span = f"R² {min(finite):.2f} to {max(finite):.2f}"
         if all(fit_verdict(v) == "noise" for v in r2_deep):
             what = "noise (where collapsed, little beyond a constant)" if collapsed_methods else "noise"
             print(f"  NO DEEP METHOD FITS THE TRUTH under recipe {r}: {span}, below 0 for every deep method at "

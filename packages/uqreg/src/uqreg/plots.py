@@ -26,6 +26,7 @@ A study with several recipes gets each figure once per recipe (``recipe=``).
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -104,7 +105,8 @@ def _collapse_label(sub: xr.Dataset) -> str:
 
 def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None, recipe=None):
     """Prediction ± z·uncertainty of one repetition, one panel per method (z =
-    :data:`uqmetrics.COVERAGE_Z`); titles name each method's collapsed fraction and R².
+    :data:`uqmetrics.COVERAGE_Z`); titles name each method's collapsed fraction and R²; the
+    panel of a method whose networks diverged in that repetition (``diverged``) says so.
 
     Returns
     -------
@@ -125,8 +127,12 @@ def plot_bands(ds: xr.Dataset, complexity, *, repetition=None, methods=None, rec
         kw = {}
         if one_d:
             kw = {"x_train": sub.x_train.values[:n, 0], "y_train": sub.y_train.values[:n]}
-        plot_prediction_bands(sub[xname].values, s.truth.values, s.prediction.values, s.uncertainty.values,
-                              z=uqmetrics.COVERAGE_Z, ax=ax, **kw)
+        if "diverged" in s and bool(s["diverged"]):  # no band to draw: say so in the panel
+            ax.text(0.5, 0.5, "diverged:\nprediction or uncertainty\nnot finite", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=9)
+        else:
+            plot_prediction_bands(sub[xname].values, s.truth.values, s.prediction.values, s.uncertainty.values,
+                                  z=uqmetrics.COVERAGE_Z, ax=ax, **kw)
         label = _collapse_label(ds.sel({"method": m, "complexity": complexity}))
         ax.set_title(f"{m}" + (f"\n{label}" if label else ""), fontsize=9)
         ax.set_xlabel(xname)
@@ -271,9 +277,13 @@ BAND_QUANTILES = (0.1, 0.9)
 
 
 def _band(ax, x, da: xr.DataArray, *, color=None, label=None, linestyle="-"):
-    """Mean over ``repetition`` as a line and the 10th–90th percentile over it as a band."""
-    lo, hi = (da.quantile(q, dim="repetition").values for q in BAND_QUANTILES)
-    (line,) = ax.plot(x, da.mean("repetition").values, color=color, label=label, linestyle=linestyle, linewidth=1.2)
+    """Mean over ``repetition`` as a line and the 10th–90th percentile over it as a band (none
+    where every repetition diverged: NaN)."""
+    with warnings.catch_warnings():  # diverged in every repetition (``diverged``): nothing to draw
+        warnings.filterwarnings("ignore", "All-NaN slice|Mean of empty slice", RuntimeWarning)
+        lo, hi = (da.quantile(q, dim="repetition").values for q in BAND_QUANTILES)
+        mean = da.mean("repetition").values
+    (line,) = ax.plot(x, mean, color=color, label=label, linestyle=linestyle, linewidth=1.2)
     ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     return line
 

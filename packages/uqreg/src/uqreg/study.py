@@ -632,14 +632,29 @@ def collapse_diagnostics(raw: xr.Dataset) -> xr.Dataset:
 
 def summarize(raw: xr.Dataset) -> xr.Dataset:
     """Add the derived coverage summary (per complexity, with in/out regions) and the collapse
-    diagnostics to a raw dataset."""
+    diagnostics to a raw dataset.
+
+    A repetition whose networks diverged (a prediction or an uncertainty that is not finite at
+    some test point) is marked in ``diverged`` (recipe, method, complexity, repetition) and left
+    out of the coverage summary's counts, as a missing repetition: the study is summarised
+    whatever one method's training did, and the printed summary names the diverged repetitions
+    (their fraction is the finding, beside the coverage of the others).
+    """
+    pred, unc = raw["prediction"], raw["uncertainty"]
+    finite = (np.isfinite(pred) & np.isfinite(unc)).all("point")
+    diverged = ~finite
+    diverged.attrs["long_name"] = ("the repetition's prediction or uncertainty is not finite at some test "
+                                   "point (diverged networks): left out of the coverage summary")
     summary = uqmetrics.coverage_summary(
-        raw[["prediction", "uncertainty", "truth"]],
+        raw[["prediction", "uncertainty", "truth"]].assign(prediction=pred.where(finite),
+                                                            uncertainty=unc.where(finite)),
         reference=raw["reference_uncertainty"],
         regions=raw["in_distribution"].astype(bool),
         region_dims="point",
+        skipna=bool(diverged.any()),
     )
     derived = {k: v for k, v in summary.data_vars.items() if k not in raw.data_vars}
+    derived["diverged"] = diverged
     derived.update(collapse_diagnostics(raw).data_vars)
     if "interval_low" in raw.data_vars:  # files written before R.6 have no intervals
         cond = conditional_diagnostics(raw)

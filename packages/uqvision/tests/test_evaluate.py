@@ -181,6 +181,67 @@ def test_standin_runs_end_to_end_resumes_and_adds_a_protocol_alone(standin, clie
     assert err.count("\n") == 1 and not (other / "caches").exists()
 
 
+def test_a_set_whose_role_changed_has_its_caches_recomputed_and_its_scores_redone(
+        digits, trained, client, tmp_path, capsys):  # noqa: F811
+    """A set's role is recorded in its caches (``set_role``) but is not part of their
+    identity: a set the file now declares in another role (an OOD test set made the OOD
+    validation set) has its caches recomputed and the scores that read it redone, never
+    left scoring it in the role it had (the validation set among the test OOD sets)."""
+    _checkpoint(trained, tmp_path / "models", "a")
+    for name in ("near", "held"):
+        make_synthetic_folder(tmp_path / name, n_classes=1, n_per_class=4, image_size=16)
+    toml = tmp_path / "e.toml"
+    text = f"""
+out = "out"
+models = ["test_byobnet=models/a.safetensors"]
+[sets.test]
+role = "test"
+path = "{digits / 'test'}"
+[sets.near]
+role = "ood-far"
+path = "near/test"
+[sets.held]
+role = "ood-far"
+path = "held/test"
+[protocols.ood]
+detectors = ["msp"]
+"""
+    toml.write_text(text)
+    assert _evaluate(toml, client) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    with xr.open_dataset(out / "scores" / "ood.nc") as ds:
+        assert sorted(str(v) for v in ds["ood_set"].values) == ["held", "near"]
+
+    toml.write_text(text.replace('role = "ood-far"\npath = "held/test"',
+                                 'role = "ood-val"\nset = "ood-far"\npath = "held/test"'))
+    assert main(["evaluate", str(toml), "--no-figures", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "set held: its caches record role 'ood-far', the file gives it role 'ood-val'" in dry
+    assert "score ood: to compute" in dry
+    assert _evaluate(toml, client) == 0
+    printed = capsys.readouterr().out
+    assert "sweep: computed 1, skipped 2" in printed and _scored(printed) == ["ood"]
+    with xr.open_dataset(out / "caches" / "test_byobnet+a.held.plain-000.nc") as ds:
+        assert ds.attrs["set_role"] == "ood-val"
+    with xr.open_dataset(out / "scores" / "ood.nc") as ds:  # the validation set is not a test
+        assert [str(v) for v in ds["ood_set"].values] == ["near"]
+    assert not (out / "caches" / ".replaced").exists()
+
+    # a state written before roles were recorded: the role its caches record is read
+    state = json.loads((out / "evaluate.state.json").read_text())
+    for record in state["sets"].values():
+        del record["role"]
+    (out / "evaluate.state.json").write_text(json.dumps(state))
+    toml.write_text(text)
+    assert _evaluate(toml, client) == 0
+    printed = capsys.readouterr().out
+    assert "set held: its caches record role 'ood-val', the file gives it role 'ood-far'" \
+        in printed and "sweep: computed 1, skipped 2" in printed
+    with xr.open_dataset(out / "scores" / "ood.nc") as ds:
+        assert sorted(str(v) for v in ds["ood_set"].values) == ["held", "near"]
+
+
 # -- a miniature ImageNet ------------------------------------------------------------------------
 
 #: ImageNet's first ten WordNet ids (sorted as the digits 0-9 they stand for here).
@@ -323,6 +384,8 @@ path = "data"
     (BASE + "[predict]\nembeddings = true\n",
      "[predict]: key 'embeddings' = true: the evaluation gives it itself"),
     (BASE + "[predict]\nbatch-size = 0\n", "[predict]: argument --batch-size: "),
+    (BASE + "[predict]\nweights-dir = \"weigths\"\n",
+     "[predict]: key 'weights-dir' = \"weigths\": "),
     ("modles = []\n" + BASE, "unknown key 'modles' = []; an evaluation file has out, "),
     (BASE.replace('role = "test"', 'role = "fit"'), "no set of role 'test'"),
 ])

@@ -529,6 +529,21 @@ def test_a_scores_file_of_another_dataset_is_refused_before_any_model_runs(digit
     assert not (out / "caches").exists()
 
 
+def test_a_weights_dir_that_is_not_a_folder_is_refused_before_any_model_runs(digits, tmp_path,
+                                                                            capsys):
+    """A mistyped --weights-dir used to be taken as a folder holding no file, so that every
+    model silently loaded its pretrained weights from the hub instead of the local ones."""
+    out = tmp_path / "s"
+    missing = tmp_path / "weigths"
+    assert main(["--threads", "1", "sweep", "--models", "test_vit", "--weights-dir",
+                 str(missing), "--data", str(digits / "test"), "--out", str(out),
+                 "--calibration-size", "0.3", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"uqvision sweep: error: --weights-dir {str(missing)!r}: not a folder (the "
+                   "folder of the models' <name>.safetensors/.pth files)\n"), err
+    assert not out.exists()
+
+
 def test_an_output_subfolder_that_cannot_be_written_is_refused_before_any_model_runs(
         digits, tmp_path, capsys):
     """The figures' folder is checked with the others (a file where <out>/plots must be)."""

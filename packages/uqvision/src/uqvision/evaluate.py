@@ -21,7 +21,8 @@ size and modification time). A rerun computes only what is missing or out of dat
 
 - a cell whose cache is complete is skipped (the sweep's own resume); a set whose caches lack
   a variable a protocol now needs has them recomputed with it (the variables a set's caches
-  hold are never taken away: a cache that is right stays);
+  hold are never taken away: a cache that is right stays), and so does a set the file now
+  gives another role (its caches record the role, ``set_role``, outside their identity);
 - a score is recomputed when its options, the sets named to it or the caches of the roles it
   reads changed (a model added, a cache recomputed), and not otherwise: a protocol added
   computes that protocol alone (and the sets and variables it reads that no other did);
@@ -385,7 +386,8 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         protocols' and the prediction options included: each checked by its option's type
         and choices); no model; no set of role ``test``, or two; two sets of role
         ``calibration`` or ``fit``; a role a set cannot play, or an evaluation set unknown or
-        of another kind; a path that does not exist; an unknown protocol (or one that does not
+        of another kind; a path that does not exist (a set's, a model's ``FILE``, the
+        ``[predict]`` ``weights-dir`` folder); an unknown protocol (or one that does not
         score); an ensemble of fewer than two members. One line, naming the file, the key
         and the value.
     """
@@ -485,9 +487,17 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         raise InputError(f"{where}: no protocol: give [protocols.NAME] tables (e.g. "
                          "[protocols.selective]; uqvision score -h lists them)")
 
-    predict = _argv_of(_table(data, "predict", where), _predict_parser(), f"{where}: [predict]",
-                       _PREDICT_OWN, root)
+    options = _table(data, "predict", where)
+    predict = _argv_of(options, _predict_parser(), f"{where}: [predict]", _PREDICT_OWN, root)
     _check_argv(_predict_parser(), predict, f"{where}: [predict]")
+    weights_dir = _predict_parser().parse_args(predict).weights_dir  # made absolute if found
+    if weights_dir is not None and not (os.path.isabs(weights_dir)
+                                        and os.path.isdir(weights_dir)):
+        key, value = next((k, v) for k, v in options.items()
+                          if str(k).replace("_", "-") == "weights-dir")
+        raise InputError(f"{where}: [predict]: key {key!r} = {_shown(value)}: "
+                         f"{os.path.join(root, weights_dir)!r} is not a folder (a relative "
+                         "path starts from root)")
     return Evaluation(source, out_dir, models, zoos, tuple(sets), protocols, ensembles,
                       tuple(predict), bool(data.get("figures", True)))
 
@@ -575,7 +585,7 @@ class EvaluationPlan:
     replaced : list of Path
         Caches that lack a variable a protocol now reads: recomputed with it.
     replaced_sets : set of str
-        The sets they are of.
+        The sets they are of, and those of ``recast``.
     set_of : dict
         Dataset name of a target (an expanded set's member) -> its set's name.
     scores : list
@@ -586,6 +596,12 @@ class EvaluationPlan:
         What the output folder's :data:`STATE_FILE` records.
     overwrite : bool
     weights_dir : str or None
+    recast : list of Path
+        Caches of a set whose role the file changed since they were written (they record
+        the role they were written for, ``set_role``, which is not part of their identity):
+        recomputed, so that they record the role the set plays now.
+    roles_changed : dict
+        Set name -> the role its caches record, for the sets of ``recast``.
     """
 
     evaluation: Evaluation
@@ -602,6 +618,8 @@ class EvaluationPlan:
     state: dict[str, Any]
     overwrite: bool = False
     weights_dir: str | None = None
+    recast: list[Path] = field(default_factory=list)
+    roles_changed: dict[str, str] = field(default_factory=dict)
 
     @property
     def caches(self) -> Path:
@@ -633,6 +651,10 @@ class EvaluationPlan:
         if self.detectors:
             out.append(f"  embedding/head: for the OOD detectors {', '.join(self.detectors)}, "
                        "on the sets they read (test, fit, OOD) only")
+        role = {s.name: s.role for s in ev.sets}
+        for name, was in self.roles_changed.items():
+            out.append(f"  set {name}: its caches record role {was!r}, the file gives it "
+                       f"role {role[name]!r}: its caches are recomputed")
         if self.replaced:
             out.append(f"  {len(self.replaced)} cache(s) lack a variable the protocols now "
                        "read: recomputed with it (" + _few([p.name for p in self.replaced])
@@ -731,22 +753,55 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
         targets[k] = dataclasses.replace(t, config=dataclasses.replace(
             t.config, embeddings=v.embeddings, extra_variables=v.extra))
         set_of[t.dataset_name] = s.name
-    replaced, replaced_sets = [], set()
-    for s in ev.sets:  # caches written without a variable now read: recomputed with it
-        had = recorded.get(s.name)
+    replaced, replaced_sets, recast, roles_changed = [], set(), [], {}
+    for s in ev.sets:  # caches written without a variable now read, or for another role:
+        had = recorded.get(s.name)  # recomputed
         if had is None or s.name not in set_of.values():
             continue
-        if not _SetVariables(bool(had.get("embeddings")), tuple(had.get("extra", ()))).covers(
+        was = _recorded_role(had, ev.out / "caches") or s.role
+        if was != s.role or not _SetVariables(
+                bool(had.get("embeddings")), tuple(had.get("extra", ()))).covers(
                 variables[s.name]):
             lacking = [ev.out / "caches" / f for f in had.get("caches", ())
                        if (ev.out / "caches" / f).is_file()]
-            replaced += lacking
+            if was != s.role:
+                recast += lacking
+                roles_changed.update({s.name: was} if lacking else {})
+            else:
+                replaced += lacking
             replaced_sets.update([s.name] if lacking else [])
     scores = [_Score(name, ev.out / "scores" / f"{name}.nc", _score_argv(ev, name, argv))
               for name, argv in ev.protocols.items()]
     return EvaluationPlan(ev, ev.out, config, data, targets[1:], variables, replaced,
                           replaced_sets, set_of, scores, detectors, state, overwrite,
-                          ns.weights_dir)
+                          ns.weights_dir, recast, roles_changed)
+
+
+def _recorded_role(had: Mapping[str, Any], caches: Path) -> str | None:
+    """The role a set's caches were written for: its record in the state, else (a state
+    written before roles were recorded) the ``set_role`` of the first of its caches that can
+    be read; None when neither tells.
+
+    Parameters
+    ----------
+    had : dict
+        The set's record in :data:`STATE_FILE` (``caches``: its caches' file names).
+    caches : Path
+        The evaluation's caches folder.
+    """
+    if "role" in had:
+        return str(had["role"])
+    from uqmetrics.runs.io import READ_ERRORS, open_netcdf
+
+    from .evalsets import cache_eval_set
+
+    for name in had.get("caches", ()):
+        try:
+            with open_netcdf(caches / name) as ds:
+                return cache_eval_set(ds.attrs)["set_role"]
+        except READ_ERRORS:
+            continue
+    return None
 
 
 def _score_argv(ev: Evaluation, name: str, options: Sequence[str]) -> list[str]:
@@ -984,7 +1039,7 @@ def _sweep(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
     ood = [t for t in plan.targets if EVAL_SETS.lookup(t.config.eval_set).role == "ood"]
     if ood:
         check_ood_targets(plan.data, ood, cache_dir=out / "content_hashes")
-    aside = _set_aside(plan.replaced, plan.caches)
+    aside = _set_aside([*plan.replaced, *plan.recast], plan.caches)
     try:
         sweep = sweep_predictions(
             list(ev.models), plan.data, plan.caches, plan.config, zoos=ev.zoos,
@@ -1014,7 +1069,7 @@ def _sweep(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
         if s.name in plan.set_of.values():  # not swept: its record (if any) stays
             v = plan.variables[s.name]
             state["sets"][s.name] = {"embeddings": v.embeddings, "extra": list(v.extra),
-                                     "caches": sorted(by_set.get(s.name, []))}
+                                     "role": s.role, "caches": sorted(by_set.get(s.name, []))}
     out.mkdir(parents=True, exist_ok=True)
     _write_state(out, state)
     return caches

@@ -120,6 +120,10 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
             ZOOS.lookup(zoo)
         except ValueError as exc:
             raise InputError(f"--zoo: {exc}") from None
+    if a.weights_dir is not None and not Path(a.weights_dir).is_dir():
+        # else every model would silently load its pretrained weights from the hub instead
+        raise InputError(f"--weights-dir {a.weights_dir!r}: not a folder (the folder of the "
+                         "models' <name>.safetensors/.pth files)")
     out = Path(a.out)
     for folder in (out, out / "caches", out / "scores", out / "plots"):
         check_output_folder("--out", folder)

@@ -542,6 +542,10 @@ def test_a_weights_dir_that_is_not_a_folder_is_refused_before_any_model_runs(dig
     assert err == (f"uqvision sweep: error: --weights-dir {str(missing)!r}: not a folder (the "
                    "folder of the models' <name>.safetensors/.pth files)\n"), err
     assert not out.exists()
+    from uqvision.models import ModelSpec
+
+    with pytest.raises(ValueError, match=r"weights_dir '.*weigths' is not a folder"):  # the library
+        plan_sweep([ModelSpec("test_vit")], digits / "test", PredictConfig(), weights_dir=missing)
 
 
 def test_an_output_subfolder_that_cannot_be_written_is_refused_before_any_model_runs(

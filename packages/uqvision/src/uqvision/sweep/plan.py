@@ -108,7 +108,11 @@ def plan_sweep(specs: Sequence[ModelSpec], data: str | os.PathLike | ImageFolder
     torch.hub caches, loaded (and downloaded when allowed) by its cells
     (:func:`uqvision.models.load_model`). The plan does not look them up:
     :func:`sweep_predictions` does, for every model at once, before submitting a cell
-    (:func:`check_weights`)."""
+    (:func:`check_weights`). A ``weights_dir`` that is not a folder is a ``ValueError``
+    (a mistyped one would else load every model's pretrained weights instead)."""
+    if weights_dir is not None and not Path(weights_dir).is_dir():
+        raise ValueError(f"weights_dir {str(weights_dir)!r} is not a folder (the folder of the "
+                         "models' <name>.safetensors/.pth files)")
     folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
     targets = sweep_targets(folder, config, sets, dataset_name=dataset_name)
     # folder and image errors before anything is submitted

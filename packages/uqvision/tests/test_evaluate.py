@@ -377,6 +377,8 @@ path = "data"
     (BASE.replace('path = "data"', 'path = "nowhere"'),
      "[sets.test]: key 'path' = \"nowhere\": "),
     (BASE + "[protocols.selectiv]\n", "[protocols.selectiv]: unknown score protocol "),
+    (BASE.replace('["test_byobnet"]', '["test_byobnet", "test_vit", "test_byobnet"]'),
+     "key 'models': ['test_byobnet', 'test_byobnet'] give the same result row ['test_byobnet']"),
     (BASE + "[sets.c]\nrole = \"shift\"\nset = \"ninco\"\npath = \"data\"\n",
      "[sets.c]: key 'role' = \"shift\": eval set 'ninco' "),
     (BASE + "[sets.fit]\nrole = \"fit\"\npath = \"data\"\n[ensembles]\ne = [\"test_byobnet\"]\n",

@@ -529,6 +529,16 @@ def test_a_scores_file_of_another_dataset_is_refused_before_any_model_runs(digit
     assert not (out / "caches").exists()
 
 
+def test_two_checkpoints_of_one_stem_are_named_as_such():
+    """Two different files of one stem give one result row (NAME@stem): the error names the
+    files and the way out, not only "listed twice"."""
+    with pytest.raises(ValueError, match=r"models listed twice: 'test_vit@m' names 2 files "
+                                         r"\(/a/m.pth, /b/m.pth\): .*rename one file$"):
+        expand_models(["test_vit=/a/m.pth", "test_vit=/b/m.pth"])
+    with pytest.raises(ValueError, match=r"models listed twice: 'test_vit'$"):
+        expand_models(["test_vit", "test_vit"])
+
+
 def test_a_weights_dir_that_is_not_a_folder_is_refused_before_any_model_runs(digits, tmp_path,
                                                                             capsys):
     """A mistyped --weights-dir used to be taken as a folder holding no file, so that every

@@ -433,6 +433,12 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         if eq and not Path(file).exists():
             raise InputError(f"{where}: key 'models': {m!r}: {file!r} does not exist (a "
                              "relative FILE starts from root)")
+    rows = [ModelSpec.parse(m).row for m in models]
+    twice = [m for m, r in zip(models, rows) if rows.count(r) > 1]
+    if twice:  # two entries, or two files of one stem: one result row for two models
+        raise InputError(f"{where}: key 'models': {twice} give the same result row "
+                         f"{sorted({r for r in rows if rows.count(r) > 1})} (a checkpoint's "
+                         "row is NAME@<file stem>): list a model once, or rename one file")
     zoos = _strings(data.get("zoo", []), f"{where}: key 'zoo'")
     if not (models or zoos):
         raise InputError(f"{where}: no model: give models = [NAME, NAME=FILE, ...] and/or "

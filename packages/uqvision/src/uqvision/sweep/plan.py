@@ -55,11 +55,23 @@ def expand_models(patterns: Iterable[str]) -> list[ModelSpec]:
         else:
             check_model_name(pat)
             out.append(ModelSpec(pat))
-    rows = [s.row for s in out]
-    dup = sorted({r for r in rows if rows.count(r) > 1})
+    by_row: dict[str, list[ModelSpec]] = {}
+    for s in out:
+        by_row.setdefault(s.row, []).append(s)
+    dup = [_twice(row, specs) for row, specs in sorted(by_row.items()) if len(specs) > 1]
     if dup:
-        raise ValueError(f"models listed twice: {dup}")
+        raise ValueError(f"models listed twice: {'; '.join(dup)}")
     return out
+
+
+def _twice(row: str, specs: Sequence[ModelSpec]) -> str:
+    """What a result row named by several listed models is: the row, and, where they are
+    different files, which (their row is ``NAME@<file stem>``: two files of one stem)."""
+    files = sorted({str(s.checkpoint) for s in specs if s.checkpoint is not None})
+    if len(files) < 2:
+        return repr(row)
+    return (f"{row!r} names {len(files)} files ({', '.join(files)}): a checkpoint's result row "
+            "is NAME@<file stem>; rename one file")
 
 
 @dataclass

@@ -218,6 +218,7 @@ detectors = ["msp"]
     assert main(["evaluate", str(toml), "--no-figures", "--dry-run"]) == 0
     dry = capsys.readouterr().out
     assert "set held: its caches record role 'ood-far', the file gives it role 'ood-val'" in dry
+    assert "cells: 1 to compute, 2 complete" in dry  # the recast cache counted as the run does
     assert "score ood: to compute" in dry
     assert _evaluate(toml, client) == 0
     printed = capsys.readouterr().out

@@ -953,7 +953,8 @@ def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
     dry = dry_run_sweep(list(ev.models), plan.data, plan.caches, plan.config,
                         zoos=ev.zoos, weights_dir=plan.weights_dir, dataset_name=ev.test.name,
                         n_workers=n_workers, overwrite=plan.overwrite,
-                        failures_file=plan.out / "sweep_failures.json", sets=plan.targets)
+                        failures_file=plan.out / "sweep_failures.json", sets=plan.targets,
+                        recompute=[*plan.replaced, *plan.recast])
     lines += ["  " + line for line in dry.lines()]
     ood = [t for t in plan.targets if EVAL_SETS.lookup(t.config.eval_set).role == "ood"]
     if ood:

@@ -171,8 +171,11 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
                   threads: int | None = None, overwrite: bool = False,
                   failures_file: str | os.PathLike | None = None, retry_failed: bool = True,
                   probe: bool = True,
-                  sets: Iterable[str | tuple[str, str | os.PathLike]] = ()) -> SweepDryRun:
+                  sets: Iterable[str | tuple[str, str | os.PathLike]] = (),
+                  recompute: Iterable[str | os.PathLike] = ()) -> SweepDryRun:
     """What :func:`sweep_predictions` with the same arguments would do, without doing it.
+    ``recompute``: caches the caller sets aside before the sweep (``uqvision evaluate``'s
+    caches that lack a variable or record another role), counted as cells to compute.
 
     The same checks run (models, images, the extra ``sets``, failures file, weights, the
     identity of the caches
@@ -187,6 +190,7 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
         members included, and listed by set), and the cost: cells × images, and a time when caches of earlier runs in ``out_dir`` record their wall time.
     """
     config = config or PredictConfig()
+    aside = {Path(p).resolve() for p in recompute}
     prep = _prepare(patterns, data, out_dir, config, zoos=zoos, weights_dir=weights_dir,
                     dataset_name=dataset_name, threads=threads, overwrite=overwrite,
                     failures_file=failures_file, probe=probe, dry_run=True, sets=sets)
@@ -210,7 +214,8 @@ def dry_run_sweep(patterns: Iterable[str], data: str | os.PathLike | ImageFolder
             entry["left_out"] = _line(recorded[row].get("error", ""))
         else:
             for cell in models[row][1]:
-                done = not overwrite and is_complete(Path(out_dir) / f"{cell.key}.nc")
+                path = Path(out_dir) / f"{cell.key}.nc"
+                done = not overwrite and path.resolve() not in aside and is_complete(path)
                 entry["complete" if done else "compute"].append(cell.key)
         rows.append(entry)
     n_images = len(readable_images(prep.folder, skip_bad=config.skip_bad_images))

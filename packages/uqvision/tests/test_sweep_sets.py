@@ -302,3 +302,21 @@ def test_a_set_of_the_data_folder_takes_a_dataset_name(folders):
     assert [(t.dataset_name, t.config.eval_set) for t in targets] == [
         ("test", "folder"), ("real", "imagenet-real")]
     assert targets[1].folder.root == targets[0].folder.root
+
+
+def test_two_expanded_sets_of_one_kind_are_refused_with_the_reason(folders, tmp_path, capsys):
+    """The members of an expanded set are named <set>-<member> whatever the set's own name, so
+    two ImageNet-C folders (an official and a remade one) cannot share a caches folder: the
+    refusal says so (before, it suggested ``imagenet-c:NAME=PATH``, which an expanded set
+    refuses)."""
+    c = str(folders["imagenet-c"])
+    out = tmp_path / "s"
+    assert main(["--threads", "1", "sweep", "--models", RANDOM, "--random-init", "--data",
+                 str(folders["data"]), "--out", str(out), "--calibration-size", "0.3",
+                 "--sets", f"imagenet-c={c}", f"shift:imagenet-c={c}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (
+        f"uqvision sweep: error: --sets 'shift:imagenet-c={c}': its member 'brightness-1' is "
+        f"named 'imagenet-c-brightness-1' (the caches' file names: <set>-<member>), as --sets "
+        f"'imagenet-c={c}''s; two imagenet-c sets cannot share one caches folder") in err, err
+    assert not (out / "caches").exists()

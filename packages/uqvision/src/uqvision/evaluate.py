@@ -750,7 +750,8 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
                                  eval_set=test.eval_set, role=test.role)
     read = {role for name in ev.protocols for role in _reads(name)}
     swept = [s for s in ev.sets[1:] if s.role in read]  # a set no protocol reads: not swept
-    targets = sweep_targets(data, config, [s.value for s in swept], dataset_name=test.name)
+    targets = sweep_targets(data, config, [s.value for s in swept], dataset_name=test.name,
+                            option=f"{ev.source}: [sets]")  # errors name the file, not --sets
     by_source = {s.value: s for s in swept}
     set_of = {test.name: test.name}
     for k, t in enumerate(targets[1:], 1):  # each set its own variables

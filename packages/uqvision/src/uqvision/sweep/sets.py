@@ -256,6 +256,11 @@ def _targets_of(value: str | tuple[str, str | os.PathLike], config: PredictConfi
         ds = ImageFolderDataset(folder, unlabelled=EVAL_SETS.lookup(name).class_map == "none")
         label = given or (name if role == "ood" and member is None else member_dataset_name(
             name, None if member is None else EVAL_SETS.lookup(name).member(member), folder))
+        if label in seen and member is not None:  # an expanded set's members: <set>-<member>
+            raise InputError(
+                f"{option} {text!r}: its member {member!r} is named {label!r} (the caches' file "
+                f"names: <set>-<member>), as {seen[label]}'s; two {name} sets cannot share one "
+                "caches folder: evaluate the other in another output folder")
         if label in seen:
             raise InputError(
                 f"{option} {text!r}: its dataset name {label!r} (the caches' file names) is "

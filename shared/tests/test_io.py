@@ -152,6 +152,18 @@ def test_read_only_some_variables(tmp_path):
         read_dataset(path, variables=["in_box", "nope"])
 
 
+def test_read_variables_given_as_one_string_is_refused(tmp_path):
+    """``variables="ab"`` was read as its letters: a file with variables ``a``, ``b`` and
+    ``ab`` gave ``a`` and ``b``, silently. A string is refused naming the argument."""
+    path = write_dataset(xr.Dataset({n: ("i", [float(k)]) for k, n in enumerate(["a", "b",
+                                                                                 "ab"])}),
+                         tmp_path / "r.nc")
+    with pytest.raises(ValueError, match=r"variables must be a sequence of variable names, got "
+                                         r"the string 'ab' \(reading '.*r\.nc'\); give \['ab'\]"):
+        read_dataset(path, variables="ab")
+    assert list(read_dataset(path, variables=["ab"]).data_vars) == ["ab"]
+
+
 class _Boom(RuntimeError):
     pass
 
@@ -536,6 +548,34 @@ def test_a_file_without_checksums_is_read_unverified(tmp_path):
         nc.setncattr(uio.CHECKSUM_ATTR, "{not json")
     with pytest.raises(uio.CorruptResultError, match="record of checksums"):
         read_dataset(path)
+
+
+def test_edited_flags_and_records_are_damaged_files_named(tmp_path):
+    """A hostile or damaged file's record of checksums nested past Python's stack (``[[[...``)
+    raised a bare ``RecursionError`` from ``read_dataset`` and ``is_complete`` (a sweep
+    stopped at its plan), and a ``complete`` attr of two values a bare ``ValueError`` (the
+    truth value of an array): each is a damaged file, named; a sweep recomputes it; and
+    ``decode_attr`` leaves a value nested too deep as it is."""
+    import netCDF4
+
+    from uqmetrics.runs.sweep import is_complete
+
+    deep = "[" * 100_000 + "]" * 100_000
+    path = write_dataset(_result(), tmp_path / "deep.nc")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.setncattr(uio.CHECKSUM_ATTR, deep)
+    with pytest.raises(uio.CorruptResultError, match="record of checksums") as info:
+        read_dataset(path)
+    assert str(path) in str(info.value)
+    assert not is_complete(path)
+    assert decode_attr(deep) == deep
+    path = write_dataset(_result(), tmp_path / "flag.nc")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.setncattr(uio.COMPLETE_ATTR, np.array([1, 1], dtype=np.int32))
+    with pytest.raises(IncompleteResultError, match="completeness flag") as info:
+        read_dataset(path)
+    assert str(path) in str(info.value)
+    assert not is_complete(path)
 
 
 def test_a_dataset_read_back_and_written_again_gets_a_fresh_record(tmp_path):

@@ -166,3 +166,15 @@ def test_check_apart_refuses_an_output_holding_or_inside_an_input(tmp_path, out,
 def test_check_apart_passes_siblings(tmp_path):
     check_apart(tmp_path / "out", {"--src": tmp_path / "src", "result file": [tmp_path / "r.nc"]})
     check_apart(tmp_path / "d-out", {"--src": tmp_path / "d"})  # a prefix is not a parent
+
+
+def test_a_record_nested_past_the_stack_is_refused_as_not_a_record(tmp_path):
+    """A tampered record of JSON nested past Python's stack (``[[[...``) raised a bare
+    ``RecursionError``; it is not a record, named, with nothing deleted."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "x.txt").write_text("kept")
+    (out / WRITTEN_RECORD).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="not a record of written files"):
+        written_files(out, "t")
+    assert (out / "x.txt").read_text() == "kept"

@@ -291,6 +291,22 @@ def test_entries_along_another_dim_are_refused(tmp_path):
     assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.parametrize(("name", "table"), [
+    ("provenance", ["net_a"]), ("provenance", {"net_a": "abc"}),
+    ("conflicts", {"net_a": {"seed": 5}}), ("conflicts", {"net_a": [1]})])
+def test_an_edited_entries_attr_is_refused_naming_the_file(tmp_path, name, table):
+    """A result file whose ``entries`` attr was edited into another shape (attrs carry no
+    checksum) stopped the site with a bare ``AttributeError``, ``TypeError`` or an unrelated
+    ``ValueError`` ("dictionary update sequence element"), naming neither the file nor the
+    attr; it is refused naming both, before anything is written."""
+    entries = {"dim": "model", "provenance": {}, "conflicts": {}, name: table}
+    path = _write(tmp_path, entries=entries)
+    with pytest.raises(ValueError, match=f"the entries attr's '{name}' is ") as info:
+        build_site([path], tmp_path / "site")
+    assert str(path.resolve()) in str(info.value)
+    assert not (tmp_path / "site").exists()
+
+
 def test_bad_inputs_are_refused_before_anything_is_written(tmp_path):
     path = _write(tmp_path)
     with pytest.raises(InputError, match="does not exist"):

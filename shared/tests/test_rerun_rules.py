@@ -117,6 +117,35 @@ def test_a_result_file_gives_no_launcher_key_of_a_key_value_option(tmp_path, cap
     assert top.parse_args(["sweep", "--config", str(path)]).set == ["workers=8"]
 
 
+@pytest.mark.parametrize("pair", [" workers=8", "workers =8", "workers\t=8"])
+def test_a_launcher_key_spelled_with_spaces_is_still_a_launcher_key(tmp_path, capsys, pair):
+    """The ``--set`` option reads its key stripped (``uqvision.options.set_pairs``), so that
+    ``' workers=8'`` sets ``workers``: such a pair in a result file was taken, a worker count
+    coming from a file. It is left out and named as ``workers=8`` is."""
+    top = _parser()
+    sweep = top._subparsers._group_actions[0].choices["sweep"]
+    mark_launcher(sweep.add_argument("--set", action="append"), keys=("workers",))
+    result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"), "set": ["members=3", pair]})
+    assert top.parse_args(["sweep", "--config", result]).set == ["members=3"]
+    assert f"--set {json.dumps(pair)}" in capsys.readouterr().err
+
+
+def test_a_run_record_nested_past_the_stack_is_a_damaged_attr_named(tmp_path, capsys):
+    """A result file whose ``run_config`` is JSON nested past Python's stack (``[[[...``)
+    raised a bare ``RecursionError`` from ``--config FILE.nc`` and ``rerun``; it is a damaged
+    attr, named with the file, in one line."""
+    path = tmp_path / "r.nc"
+    write_dataset(xr.Dataset({"x": ("i", np.arange(3.0))}), path,
+                  attrs={RUN_CONFIG_ATTR: "[" * 100_000 + "]" * 100_000})
+    with pytest.raises(InputError, match=f"{str(path)!r}: its 'run_config' attr is damaged"):
+        recorded_config(path)
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["sweep", "--config", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "attr is damaged" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_toml_file_gives_launcher_options_said_in_one_line_but_never_overwrite(tmp_path,
                                                                                  capsys):
     path = tmp_path / "mine.toml"

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import uqmetrics
 from uqmetrics import CONVENTIONS, IncompleteResultError, write_dataset
+from uqmetrics.metrics.registry import list_metrics
 from uqmetrics.runs import result_schema as rs
 from uqmetrics.runs.result_schema import (
     RESULT_SCHEMA_VERSION,
@@ -32,7 +33,7 @@ from uqmetrics.runs.result_schema import (
 )
 
 SUMS = ["0" * 64, "f" * 64]
-REGISTERED = frozenset(uqmetrics.metrics.registry.list_metrics())
+REGISTERED = frozenset(list_metrics())
 
 checksums = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 names = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
@@ -153,6 +154,8 @@ VIOLATIONS = {
     "protocol in prose": (_set("protocol", "UIMNET (docs/conventions.md#v-3)"),
                           ("attr 'protocol' is 'UIMNET (docs/conventions.md#v-3)', not a "
                            "protocol's registry name")),
+    "protocol with a final newline": (_set("protocol", "toy\n"),  # its site page: "toy\n.html"
+                                      "attr 'protocol' is 'toy\\n', not a protocol's registry name"),
     "no conventions": (_drop("conventions"), "lacks attr 'conventions'"),
     "conventions in prose": (_set("conventions", "S.5: cosine R@1 excluding the query"),
                              ("attr 'conventions' is 'S.5: cosine R@1 excluding the query', "

@@ -38,6 +38,15 @@ class TtyStream(io.StringIO):
         return True
 
 
+def test_a_cell_key_with_a_final_newline_is_refused():
+    """A key is a file stem of letters, digits and ``._=+-``: ``"c0\\n"`` passed the check
+    (``re.match``'s ``$`` matches before a final newline) and went to ``c0\\n.nc``, a file
+    that is not ``c0.nc``. It is refused, naming the key."""
+    with pytest.raises(ValueError, match=r"cell key must match .*, got 'c0\\n'"):
+        Cell("c0\n")
+    assert sweep.cell_path("/o", Cell("c0")) == Path("/o/c0.nc")
+
+
 def test_log_progress_writes_one_line_per_interval_and_one_at_close():
     clock, out = FakeClock(), io.StringIO()
     bar = LogProgress(300, "sweep", interval=30.0, stream=out, unit="cell", clock=clock)

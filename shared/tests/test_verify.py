@@ -155,6 +155,29 @@ def test_a_missing_cache_and_an_identity_change_are_named(result):
     assert "cannot recompute: FileNotFoundError" in blocks["toy:a"]  # never agreement
 
 
+@pytest.mark.parametrize(("attr", "edit", "said"), [
+    ("entries", lambda e: {**e, "identity": [1]}, "'identity' is not an object"),
+    ("entries", lambda e: {**e, "provenance": ["a"]}, "'provenance' is not an object"),
+    ("entries", lambda e: {**e, "provenance": {"a": {"caches": [1]}}},
+     "'provenance' is not an object"),
+    ("caches", lambda c: {p: 5 for p in c}, "attr 'caches' is not a JSON object"),
+])
+def test_an_edited_record_of_the_caches_disagrees_naming_the_attr(result, tmp_path, attr, edit,
+                                                                   said):
+    """A result file whose ``caches`` or ``entries`` attr was edited into another shape (attrs
+    carry no checksum) stopped ``verify`` with a bare ``AttributeError`` or ``TypeError``
+    naming neither the file nor the attr; the file now disagrees, naming the attr."""
+    ds = read_dataset(result)
+    ds.attrs[attr] = json.dumps(edit(decode_attr(ds.attrs[attr])))
+    altered = tmp_path / "altered.nc"
+    write_dataset(ds, altered)
+    code, text = _run(altered)
+    assert code == 1
+    assert "  disagree  the result file's attr " in text and said in text
+    assert f"result {altered.resolve()}" in text
+    assert "summary: 1 entry: 0 agree, 1 disagree (altered.nc)" in text
+
+
 def test_a_protocol_without_rescoring_never_agrees(result):
     lines: list[str] = []
     assert verify(result, lambda protocol: None, out=lines.append) == 1
@@ -217,6 +240,14 @@ def test_bad_targets_are_input_errors(result, tmp_path):
     with pytest.raises(InputError, match="rtol must be a finite number >= 0"):
         verify(result, _rescorer, rtol=-1.0, out=lambda line: None)
 
+
+
+def test_a_manifest_nested_past_the_stack_is_not_a_manifest(tmp_path):
+    """A site's ``manifest.json`` of JSON nested past Python's stack raised a bare
+    ``RecursionError``; it is not a report manifest, named."""
+    (tmp_path / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="manifest.json: not a report manifest"):
+        verify(tmp_path, _rescorer, out=lambda line: None)
 
 
 def test_a_target_that_is_not_netcdf_is_an_input_error(tmp_path):

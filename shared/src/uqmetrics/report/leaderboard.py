@@ -54,7 +54,7 @@ FILE_FIELDS = ("protocol", "git_commit", "git_dirty", "created_utc", "hostname",
                "wall_time_s", "study_wall_time_s", "device", "dataset_name", "config")
 #: At most this many metric columns are shown by default (:func:`headline_columns`).
 HEADLINE_COLUMNS = 16
-_COLUMN = re.compile(r"^(?P<var>[^\[\]]+)(?:\[(?P<sel>[^\[\]]*)\])?$")
+_COLUMN = re.compile(r"^(?P<var>[^\[\]]+)(?:\[(?P<sel>[^\[\]]*)\])?\Z")
 
 
 @dataclass(frozen=True)
@@ -535,9 +535,10 @@ def _groups(values: np.ndarray) -> bool:
     return 1 < n <= max(2, len(values) // 2)
 
 
-def _entries(attrs: Mapping[str, Any], dim: str, rows: Sequence[str]) -> tuple[
+def _entries(attrs: Mapping[str, Any], dim: str, rows: Sequence[str], path: Path) -> tuple[
         bool, dict[str, dict[str, Any]], dict[str, dict[str, list[Any]]]]:
-    """The ``entries`` attr (contract: ``{"dim", "provenance", "conflicts"}``), per row."""
+    """The ``entries`` attr (contract: ``{"dim", "provenance", "conflicts"}``), per row;
+    ``ValueError`` naming the file ``path`` for one of another shape (edited or damaged)."""
     entries = decode_attr(attrs.get("entries"))
     if not isinstance(entries, Mapping):
         return False, {}, {}
@@ -546,6 +547,13 @@ def _entries(attrs: Mapping[str, Any], dim: str, rows: Sequence[str]) -> tuple[
     if entries.get("dim") not in (None, dim):
         raise ValueError(f"the result's entries attr is along {entries.get('dim')!r}, but the "
                          f"report's rows are along {dim!r}")
+    for name, table, kind in (("provenance", prov, "{field: value}"),
+                              ("conflicts", conf, "{field: [values]}")):
+        if not isinstance(table, Mapping) or not all(
+                isinstance(v, Mapping) and (name != "conflicts" or all(
+                    isinstance(x, list) for x in v.values())) for v in table.values() if v):
+            raise ValueError(f"{path}: the entries attr's {name!r} is {table!r:.70}, not an "
+                             f"object of rows -> {kind} (edited or damaged); rescore it")
     provenance = {r: dict(prov.get(r) or {}) for r in rows}
     conflicts = {r: {k: list(v) for k, v in (conf.get(r) or {}).items()} for r in rows}
     return True, provenance, conflicts
@@ -688,7 +696,7 @@ def leaderboard(path: str | os.PathLike, protocol: str, hook: ReportHook | None 
                              f"labels of {dim!r}")
         extra[k] = per_row(v)
     extra.update(_means(hook, ds, dims, index))
-    recorded, provenance, conflicts = _entries(attrs, dim, primary)
+    recorded, provenance, conflicts = _entries(attrs, dim, primary, path)
     if hook.row_provenance:
         for r, fields in hook.row_provenance(ds).items():
             known = provenance.setdefault(str(r), {})

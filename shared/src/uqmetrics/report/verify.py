@@ -108,7 +108,7 @@ def _read_manifest(site: Path) -> list[dict]:
         entries = manifest["entries"]
         if not isinstance(entries, list):
             raise TypeError("entries is not a list")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # Recursion: nested JSON
         raise InputError(f"{path}: not a report manifest ({exc})") from exc
     return entries
 
@@ -449,6 +449,28 @@ def _site_checks(ds: xr.Dataset, entry: Entry, dim: str, out: Callable[[str], No
     return bad
 
 
+def _records_problem(caches: Any, entries: Mapping) -> str | None:
+    """What is wrong with a result's records of its caches, or None: attr ``caches`` (``{path:
+    checksum}``) and, in attr ``entries``, ``identity`` (``{path: {attr: value}}``) and
+    ``provenance`` (``{row: {"caches": [path, ...]}}``). An edited or damaged record is
+    reported, never used."""
+    if isinstance(caches, dict) and not all(isinstance(v, str) for v in caches.values()):
+        return "attr 'caches' is not a JSON object of cache paths -> checksums"
+    identity = entries.get("identity")
+    if identity is not None and not (isinstance(identity, dict) and all(
+            isinstance(v, dict) for v in identity.values())):
+        return "attr 'entries': its 'identity' is not an object of cache paths -> {attr: value}"
+    prov = entries.get("provenance")
+    rows_ok = isinstance(prov, dict) and all(
+        v is None or (isinstance(v, dict) and (v.get("caches") is None or (
+            isinstance(v["caches"], list) and all(isinstance(c, str) for c in v["caches"]))))
+        for v in prov.values())
+    if prov is not None and not rows_ok:
+        return ("attr 'entries': its 'provenance' is not an object of rows -> {'caches': "
+                "[path, ...]}")
+    return None
+
+
 def _row_caches(recorded: Mapping[str, str], entries: dict, row: str | None) -> list[str]:
     """The caches of a row (every cache for None, or a row without its own list)."""
     prov = (entries.get("provenance") or {}).get(row) if row is not None else None
@@ -517,6 +539,11 @@ def verify(target: str | os.PathLike | Iterable[Entry],
             continue
         info = entries_of(ds)
         recorded_caches = decode_attr(ds.attrs.get("caches"))
+        damaged = _records_problem(recorded_caches, info)
+        if damaged is not None:
+            out(f"  disagree  the result file's {damaged} (edited or damaged): cannot verify")
+            verdicts += [(e.label, False) for e in group]
+            continue
         recorded_caches = recorded_caches if isinstance(recorded_caches, dict) else {}
         identity = info.get("identity") or {}
         manifest = group[0].manifest

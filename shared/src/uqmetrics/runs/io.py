@@ -278,7 +278,8 @@ def decode_attr(value: Any) -> Any:
     """Turn an attr written by :func:`write_dataset` back into its Python value.
 
     JSON-encoded attrs (objects ``{...}``, arrays ``[...]``, ``true``/``false``/``null``) are
-    decoded; other strings are returned unchanged; numpy scalars become Python scalars.
+    decoded; other strings are returned unchanged (so is one nested too deeply to decode,
+    which only a hostile or damaged file holds); numpy scalars become Python scalars.
 
     Parameters
     ----------
@@ -303,7 +304,7 @@ def decode_attr(value: Any) -> Any:
         if s in _JSON_LITERALS or (s[:1], s[-1:]) in (("{", "}"), ("[", "]")):
             try:
                 return json.loads(s)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the stack
                 return value
     return value
 
@@ -569,7 +570,7 @@ def temporary_beside(path: Path):
 
 
 #: Names of :func:`temporary_beside`'s files: ``.<name>.<32 hex digits>.tmp``.
-_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp\Z")
 
 
 def write_text_file(path: str | os.PathLike, text: str, *, overwrite: bool = False) -> Path:
@@ -786,7 +787,7 @@ def _read_written(folder: Path) -> tuple[str, list[str]] | None:
         rec = json.loads(path.read_text(encoding="utf-8"))
         ok = (isinstance(rec, dict) and all(rec.get(k) == v for k, v in _WRITTEN_FORMAT.items())
               and isinstance(rec.get("writer"), str) and isinstance(rec.get("files"), list))
-    except (OSError, UnicodeError, ValueError):
+    except (OSError, UnicodeError, ValueError, RecursionError):
         ok = False
     if not ok:
         raise InputError(f"{path}: not a record of written files ({_WRITTEN_FORMAT})")
@@ -1316,7 +1317,8 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     variables : sequence of str, optional
         Load only these data variables (with their coordinates and the global attrs); the
         others are never read from disk (and only the variables read are verified).
-        ``KeyError`` names a variable the file lacks.
+        ``KeyError`` names a variable the file lacks; a string (not a sequence of names) is
+        a ``ValueError``.
     verify : bool, default True
         Check the data against the checksums the file records (:data:`CHECKSUM_ATTR`); a file
         without them (written before they were recorded) is read unverified.
@@ -1344,6 +1346,9 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     0.30 s instead of 0.25 s on a loaded 2-core machine.
     """
     path = Path(path)
+    if isinstance(variables, str):  # its letters would be read as the names
+        raise ValueError(f"variables must be a sequence of variable names, got the string "
+                         f"{variables!r} (reading {str(path)!r}); give [{variables!r}]")
     if not path.is_file():
         raise FileNotFoundError(f"result file {path} does not exist")
     missing: list[str] = []
@@ -1362,7 +1367,7 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     if missing:
         raise KeyError(f"{path} has no variables {missing}; it has {sorted(names)}")
     flag = ds.attrs.get(COMPLETE_ATTR)
-    if flag is None or decode_attr(flag) != 1:
+    if flag is None or np.ndim(flag) != 0 or decode_attr(flag) != 1:  # not one value: edited
         detail = (f"lacks the completeness flag {COMPLETE_ATTR} = 1: it was not written by "
                   f"uqmetrics.io.write_dataset or its write did not finish")
         raise IncompleteResultError(f"{path} {detail}; recompute it", path=path, detail=detail)
@@ -1383,7 +1388,7 @@ def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:
         algorithm, digests = record["algorithm"], record["variables"]
         if not isinstance(digests, dict):
             raise TypeError(type(digests).__name__)
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, RecursionError):  # RecursionError: nested JSON
         detail = f"its record of checksums ({CHECKSUM_ATTR}) is damaged"
         bad = None
     else:

@@ -83,9 +83,9 @@ RESULT_SCHEMA_VERSION = 1
 SCHEMA_ATTRS = ("result_schema", "protocol", "conventions", "input_checksums")
 
 #: A protocol's registry name, or a metric's name: a lower-case identifier.
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 #: A checksum: lower-case hex digits (``dataset_checksum`` gives 64).
-_HEX = re.compile(r"^[0-9a-f]{16,128}$")
+_HEX = re.compile(r"^[0-9a-f]{16,128}\Z")
 
 
 class ResultSchemaError(ValueError):

@@ -472,7 +472,7 @@ def _recorded(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
                          "by a command; run the command again with its options")
     try:
         data = json.loads(raw)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise InputError(f"{str(p)!r}: its {RUN_CONFIG_ATTR!r} attr is damaged ({exc})") \
             from None
     if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
@@ -528,7 +528,9 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
                 left.append((action.dest, f"--{name} {_shown(value)}"))
             continue
         if result and launcher_keys(action) and isinstance(value, list):  # --set workers=4
-            dropped = [v for v in value if str(v).split("=", 1)[0] in launcher_keys(action)]
+            # the key as the option reads it (`` workers =8`` is ``workers``)
+            dropped = [v for v in value
+                       if str(v).split("=", 1)[0].strip() in launcher_keys(action)]
             left += [(action.dest, f"--{name} {_shown(v)}") for v in dropped]
             value = [v for v in value if v not in dropped] or None
             if value is None:

@@ -86,7 +86,7 @@ METADATA_FILE = "imagenet-c.json"
 _FORMAT = "uqvision-imagenet-c/2"
 _TMP = ".partial-"
 #: An image's output file below ``<corruption>/<severity>/``: ``<class>/<stem>.JPEG``.
-_IMAGE_FILE = re.compile(r"^(?!\.\.?/)[^/\\\0]+/[^/\\\0]+\.JPEG$")
+_IMAGE_FILE = re.compile(r"^(?!\.\.?/)[^/\\\0]+/[^/\\\0]+\.JPEG\Z")
 
 _LOCK = threading.Lock()  # numpy's global RNG: one seeded call at a time per process
 _REF: types.ModuleType | None = None

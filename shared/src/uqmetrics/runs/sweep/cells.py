@@ -34,7 +34,7 @@ class Cell:
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if not _KEY.match(self.key):
+        if not _KEY.fullmatch(self.key):  # not match: its "$" lets a final newline by
             raise ValueError(f"cell key must match {_KEY.pattern}, got {self.key!r}")
 
 

@@ -51,7 +51,7 @@ _GPU_DIRECTIVES = {"slurm": "--gres=gpu:{n}", "lsf": '-gpu "num={n}"'}
 #: ``--gpus`` value for every GPU this process sees.
 GPUS_ALL = "all"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-_DASHBOARD = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(?P<port>\d{1,5})$")
+_DASHBOARD = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(?P<port>\d{1,5})\Z")
 
 
 def _cluster_option_value(kind: str, name: str, value: Any, item: str) -> Any:

@@ -74,8 +74,8 @@ FORMAT_VERSION = 1
 METADATA_ENV = "UQVISION_MODEL_METADATA"
 UNKNOWN = "unknown"
 _HEADER_RE = re.compile(r"^#\s*uqvision model metadata, format_version (\d+)\b")
-_KEY_RE = re.compile(r"^([a-z]+/)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-+]+)?$")
-_TOKEN_RE = re.compile(r"^[a-z0-9_]+$")
+_KEY_RE = re.compile(r"^([a-z]+/)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-+]+)?\Z")
+_TOKEN_RE = re.compile(r"^[a-z0-9_]+\Z")
 
 
 class MetadataError(ValueError):

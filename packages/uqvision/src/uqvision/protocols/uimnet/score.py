@@ -66,7 +66,7 @@ OUT_DOMAIN_METRICS = {"auc": "auroc", "in_as_in": "in_as_in", "out_as_out": "out
 OUT_DOMAIN_TAGS: dict[str, str | tuple[str, bool]] = {
     "auc": "ood_auroc", "in_as_in": ("in_as_in", True), "out_as_out": ("out_as_out", True)}
 _SPLITS = ("in_val", "in_test", "out_test")
-_ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)$")
+_ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)\Z")
 
 
 def _check_cells(members: list[xr.Dataset], ens: xr.Dataset, path, gmm_fit: str) -> None:

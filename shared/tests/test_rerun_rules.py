@@ -161,6 +161,40 @@ def test_a_toml_file_gives_launcher_options_said_in_one_line_but_never_overwrite
     assert left.startswith(f"tool sweep: --config {path}: not taken from the file: --overwrite")
 
 
+def test_a_toml_a_command_wrote_elsewhere_gives_no_launcher_option(tmp_path, monkeypatch,
+                                                                   capsys):
+    """The configuration file a command writes beside its results records where it ran (host,
+    user) and travels with them: one written by another user or on another host is another
+    person's file, and gives no launcher option (its job script runs a command), as a result
+    file; one this user wrote here may, as a file written by hand."""
+    import socket
+
+    from uqmetrics.runs import run_config
+
+    def written(where, host, user):
+        lines = [f'command = "tool sweep"\nhost = "{host}"\nuser = "{user}"\ncwd = "{tmp_path}"',
+                 "[options]", f'out = "{tmp_path / "o"}"', "rate = 0.25",
+                 *(f"{k} = {json.dumps(v)}" for k, v in _HOSTILE.items() if v is not None)]
+        where.write_text("\n".join(lines) + "\n")
+        return str(where)
+
+    monkeypatch.setattr(run_config, "_user", lambda: "alice")
+    for host, user in (("elsewhere", "alice"), (socket.gethostname(), "mallory")):
+        path = written(tmp_path / f"{user}.config.toml", host, user)
+        args = _parser().parse_args(["sweep", "--config", path])
+        assert args.rate == 0.25  # what is computed: taken
+        assert (args.cluster, args.cluster_option, args.jobs, args.workers) == ("local", None, 1, 2)
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"tool sweep: --config {path}: not taken from the file: ")
+        assert "job_script_prologue=touch /x" in line and line.endswith(
+            "(a configuration file written by another user or on another host gives no "
+            "launcher option)")
+    path = written(tmp_path / "mine.config.toml", socket.gethostname(), "alice")
+    args = _parser().parse_args(["sweep", "--config", path])
+    assert (args.cluster, args.jobs, args.workers) == ("jobqueue-local", 3, 7)
+    assert "launcher options taken from the file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("text", "said"), [
     ('[options]\nrate = 0.1\nrate = 0.2\n', "is not a TOML file"),  # TOML's own rule
     ('[options]\nthreads-per-worker = 2\nthreads_per_worker = 3\n',

@@ -37,7 +37,10 @@ read back as any file's, with these differences:
 - *launcher options* (:func:`uqmetrics.runs.config_options.is_launcher`: a cluster, its options,
   config and job count, a scheduler, a dashboard, worker and thread counts) are never taken
   from a result file: the user gives them on the command line (a TOML file, the user's own,
-  may give them; ``--config`` then says, in one line on stderr, which it took);
+  may give them; ``--config`` then says, in one line on stderr, which it took; a TOML file a
+  command wrote, which records its ``host`` and ``user``, is the user's own only when it
+  records this host and user: one written elsewhere travels with results and is treated as
+  theirs);
 - ``overwrite`` is never taken from any file: only the command line replaces results;
 - the run records where it ran (``host``, ``user``, ``cwd``) and its path options absolute (a
   relative path that names an existing file or folder, and ``out``); a relative path a result
@@ -174,7 +177,9 @@ class _Layer:
     from: ``launcher``, the launcher options a TOML file gives (``{dest: (key, value)}``);
     ``left``, what a file gave that was not taken (``(dest, "--key value")`` each); for a
     result file, ``paths`` (``{dest: (key, value as read)}``) and the inputs it records
-    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives."""
+    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives;
+    ``foreign``, a TOML file a command wrote for another user or on another host
+    (:func:`_written_elsewhere`)."""
 
     values: dict[str, Any]
     source: str
@@ -184,6 +189,7 @@ class _Layer:
     paths: dict[str, tuple[str, Any]] | None = None
     cwd: str | None = None
     inputs: dict[str, str] | None = None
+    foreign: bool = False
 
 
 def _option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -283,7 +289,9 @@ def _say_taken(parser: argparse.ArgumentParser, layer: _Layer, taken: Mapping[st
               f"{', '.join(took)}", file=sys.stderr, flush=True)
     left = [(dest, text) for dest, text in layer.left if dest not in given]
     if left:
-        why = [*(["a result file gives no launcher option"]
+        giver = ("a configuration file written by another user or on another host"
+                 if layer.foreign else "a result file")
+        why = [*([f"{giver} gives no launcher option"]
                  if any(dest not in _LINE_ONLY for dest, _ in left) else []),
                *(["--overwrite comes from the command line only"]
                  if any(dest in _LINE_ONLY for dest, _ in left) else [])]
@@ -503,6 +511,10 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     source = str(path)
     data, inputs = _read(path, command=parser.prog)
     result = inputs is not None
+    # a TOML a command wrote elsewhere travels with its results: another person's file, which,
+    # like a result file, gives no launcher option
+    foreign = not result and _written_elsewhere(data)
+    trusted = not (result or foreign)
     cwd = data.get("cwd") if result else None
     cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
     actions = _option_actions(parser)
@@ -523,11 +535,11 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
         seen[name] = str(key)
         if value is None:
             continue
-        if result and is_launcher(action):  # never from a result file
+        if not trusted and is_launcher(action):  # never from a result file or another's
             if value != _plain(action.default):
                 left.append((action.dest, f"--{name} {_shown(value)}"))
             continue
-        if result and launcher_keys(action) and isinstance(value, list):  # --set workers=4
+        if not trusted and launcher_keys(action) and isinstance(value, list):  # --set workers=4
             # the key as the option reads it (`` workers =8`` is ``workers``)
             dropped = [v for v in value
                        if str(v).split("=", 1)[0].strip() in launcher_keys(action)]
@@ -552,7 +564,16 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
             launcher[action.dest] = (name, value)
         if result and _may_be_path(action):
             paths[action.dest] = (name, value)
-    return _Layer(values, source, launcher, tuple(left), result, paths, cwd, inputs)
+    return _Layer(values, source, launcher, tuple(left), result, paths, cwd, inputs, foreign)
+
+
+def _written_elsewhere(data: Mapping[str, Any]) -> bool:
+    """Whether a configuration file records a run (its ``host`` or ``user``: a command wrote
+    it, :func:`resolved_config`) by another user or on another host than this process's. A
+    file that records neither is the user's own, written by hand."""
+    if "host" not in data and "user" not in data:
+        return False
+    return (data.get("host"), data.get("user")) != (socket.gethostname(), _user())
 
 
 def _anchored(value: Any, base: str, key: str) -> Any:

@@ -548,6 +548,18 @@ def test_a_file_without_checksums_is_read_unverified(tmp_path):
         nc.setncattr(uio.CHECKSUM_ATTR, "{not json")
     with pytest.raises(uio.CorruptResultError, match="record of checksums"):
         read_dataset(path)
+    # an algorithm this version does not know (one flipped byte of its name, or a later
+    # version's): refused, never read unverified (before, the flip turned the check off)
+    path = write_dataset(_result(), tmp_path / "r3.nc")
+    record = json.loads(read_dataset(path).attrs[uio.CHECKSUM_ATTR])
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.setncattr(uio.CHECKSUM_ATTR, json.dumps({**record, "algorithm": "blake2b-25\x16"}))
+    _flip(path, np.float64(-5.11), 7, 0x40)
+    with pytest.raises(uio.CorruptResultError, match=r"names the algorithm 'blake2b-25\\x16', not "
+                                                     r"'blake2b-256' \(damaged, or written by a "
+                                                     r"later uqmetrics: upgrade it\)") as info:
+        read_dataset(path)
+    assert str(path) in str(info.value)
 
 
 def test_edited_flags_and_records_are_damaged_files_named(tmp_path):

@@ -1390,20 +1390,23 @@ def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:
             raise TypeError(type(digests).__name__)
     except (TypeError, ValueError, KeyError, RecursionError):  # RecursionError: nested JSON
         detail = f"its record of checksums ({CHECKSUM_ATTR}) is damaged"
-        bad = None
     else:
         if algorithm != _CHECKSUM_ALGORITHM:
-            return  # written by a later version with another hash: read unverified
-        names = [str(n) for n in ds.variables]
-        bad = [n for n in names if digests.get(n) != _variable_digest(n, ds.variables[n])]
-        if whole:  # a variable renamed or lost (a flipped byte in its name)
-            bad += sorted(set(digests) - set(names))
-        if not bad:
-            return
-        shown = ", ".join(repr(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        detail = (f"{'variable' if len(bad) == 1 else 'variables'} {shown} "
-                  f"{'does' if len(bad) == 1 else 'do'} not match the checksum recorded when "
-                  f"the file was written (the file changed on disk: corrupt)")
+            # never read unverified: one flipped byte in the name would turn the check off
+            detail = (f"its record of checksums ({CHECKSUM_ATTR}) names the algorithm "
+                      f"{str(algorithm)[:40]!r}, not {_CHECKSUM_ALGORITHM!r} (damaged, or "
+                      "written by a later uqmetrics: upgrade it)")
+        else:
+            names = [str(n) for n in ds.variables]
+            bad = [n for n in names if digests.get(n) != _variable_digest(n, ds.variables[n])]
+            if whole:  # a variable renamed or lost (a flipped byte in its name)
+                bad += sorted(set(digests) - set(names))
+            if not bad:
+                return
+            shown = ", ".join(repr(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+            detail = (f"{'variable' if len(bad) == 1 else 'variables'} {shown} "
+                      f"{'does' if len(bad) == 1 else 'do'} not match the checksum recorded "
+                      f"when the file was written (the file changed on disk: corrupt)")
     raise CorruptResultError(f"{path}: {detail}; recompute it: delete the file, or rerun the "
                              f"command that wrote it with --overwrite", path=path,
                              detail=detail)

@@ -135,7 +135,7 @@ def prepare_split(x: np.ndarray, y: np.ndarray, split: Split, k: int, *, cal_fra
     tr = np.asarray(split.train, dtype=np.int64)
     n_cal = round(cal_fraction * tr.size)
     if n_cal < 1 or tr.size - n_cal < 2:
-        raise InputError(f"cal_fraction {cal_fraction!r} leaves {n_cal} calibration and {tr.size - n_cal} fit rows "
+        raise InputError(f"cal_fraction (--cal-fraction) {cal_fraction!r} leaves {n_cal} calibration and {tr.size - n_cal} fit rows "
                          f"of the {tr.size} training rows of split {split.name!r}; each part needs rows")
     perm = numpy_stream(seed, "calibration", k).permutation(tr.size)
     cal, fit = np.sort(tr[perm[:n_cal]]), np.sort(tr[perm[n_cal:]])

@@ -289,6 +289,42 @@ def test_a_changed_checkpoint_is_named(trained, digits, tmp_path, capsys):
     assert _hashes(out) == before
 
 
+def test_swag_samples_are_recomputed_when_their_batchnorm_folder_changed(digits, tmp_path,
+                                                                         capsys):
+    """SWAG recomputes each sample's BatchNorm statistics on the run's training folder, so its
+    images make the samples' logits. Before, an image of that folder replaced by another left
+    the caches reused (exit 0, the old folder's logits, not those a fresh run gives); now the
+    folder's fingerprint is part of the identity: the same folder resumes, a changed one is
+    refused naming ``train_data_fingerprint``, and ``--overwrite`` gives the fresh logits."""
+    from uqvision.training.loop import ImageTrainConfig, train_model
+
+    train = _copy_classes(digits / "train", tmp_path / "train")
+    hp = {"batch_size": "16", "pretrain_epochs": "1", "swag_epochs": "1",
+          "collect_epochs": "0.25", "rank": "3"}
+    ckpt = train_model(train, tmp_path / "swag.safetensors", ImageTrainConfig(
+        arch="test_byobnet", method="swag", input_size=16, seed=0, hparams=hp)).checkpoint
+    swag = f"test_byobnet={ckpt}"
+    out = tmp_path / "caches"
+    assert _predict(swag, digits / "test", out, "--samples", "2") == 0
+    before = _hashes(out)
+    old = [read_cache(p)["logits"].values for p in sorted(out.glob("*.nc"))]
+    assert _predict(swag, digits / "test", out, "--samples", "2") == 0
+    assert _hashes(out) == before  # the same folder: resumed
+    for a, b in zip(sorted((train / "3").iterdir())[:6], sorted((train / "5").iterdir()),
+                    strict=False):
+        shutil.copyfile(b, a)  # other images under the same names
+    capsys.readouterr()
+    assert _predict(swag, digits / "test", out, "--samples", "2") == 2
+    assert "train_data_fingerprint" in _error_line(capsys)
+    assert _hashes(out) == before
+    fresh = [c["logits"].values for c in predict(swag, digits / "test",
+                                                 PredictConfig(samples=2, batch_size=32))]
+    assert _predict(swag, digits / "test", out, "--samples", "2", "--overwrite") == 0
+    caches = [read_cache(p)["logits"].values for p in sorted(out.glob("*.nc"))]
+    assert all(np.array_equal(c, f) for c, f in zip(caches, fresh, strict=True))
+    assert all(np.abs(c - o).max() > 1e-4 for c, o in zip(caches, old, strict=True))
+
+
 def test_a_foreign_file_at_a_cache_path_is_never_replaced(spec, digits, tmp_path, capsys):
     out = tmp_path / "caches"
     paths, missing = check_caches(spec, digits / "test", out, PredictConfig(),

@@ -20,7 +20,9 @@ File contract (readable with plain ``xarray.open_dataset``):
   checkpoint's sidecar; "" for a network uqvision did not train; ``mc_dropout`` for MC-dropout
   passes), ``run`` (the checkpoint's row name), ``sample_index`` (which of the run's
   prediction samples: member, snapshot, posterior draw or stochastic pass; one cache each),
-  ``sidecar_sha256`` (of the checkpoint's sidecar, "" without one), ``n_passes``,
+  ``sidecar_sha256`` (of the checkpoint's sidecar, "" without one),
+  ``train_data_fingerprint`` (of the folder its samples' BatchNorm statistics were recomputed
+  on, SWAG and K-FAC Laplace; "" when none was read), ``n_passes``,
   ``tta_policy``, ``amp`` and ``channels_last`` (how the network ran: autocast mode, NHWC
   as 0/1), ``config`` (the prediction options, JSON) and how the labels were made:
   ``folder_classes`` (JSON list of the folder's class names, sorted), ``class_mapping`` —

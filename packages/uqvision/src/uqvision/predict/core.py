@@ -41,6 +41,7 @@ from .plan import (
     _n_samples,
     _resolved,
     _sidecar_sha256,
+    _train_data_fingerprint,
     cache_plan,
     sample_label,
 )
@@ -253,6 +254,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                 "images' names, labels or sizes differ from the plan's); nothing was "
                 "written: run the sweep again")
     side_sha = _sidecar_sha256(spec)
+    train_fingerprint = _train_data_fingerprint(spec, config)  # its BatchNorm images
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
     if decoded is not None and not DECODERS.lookup(config.decoder).on_device:
         folder = decoded_folder(folder, decoded, fingerprint)  # Pillow's pixels
@@ -303,7 +305,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  "ensemble_size": run.ensemble_size, "sample_index": int(k),
                  "n_samples": int(n_samples),
                  "sample_seed": int(seed_k), "train_seed": -1 if run.seed is None else run.seed,
-                 "sidecar_sha256": side_sha, "dataset": str(folder.root.resolve()),
+                 "sidecar_sha256": side_sha, "train_data_fingerprint": train_fingerprint,
+                 "dataset": str(folder.root.resolve()),
                  "dataset_name": name, "dataset_fingerprint": fingerprint, "mode": config.mode,
                  "pass_index": int(p), "n_passes": int(logits.shape[0]) if logits.ndim == 3
                  else 1, "tta_policy": config.tta_policy if config.mode == "tta"

@@ -37,6 +37,7 @@ from .plan import (
     _n_samples,
     _resolved,
     _sidecar_sha256,
+    _train_data_fingerprint,
     cache_plan,
     sample_label,
 )
@@ -56,12 +57,15 @@ __all__ = ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_file
 #: labels; a cache recorded before them is of the generic ``folder`` set, no member).
 #: ``decoder`` is how the images were decoded (``PredictConfig.decoder``: its pixels differ
 #: from Pillow's, so caches of two decoders are never mixed; a cache recorded before the
-#: option was decoded by Pillow, ``"pil"``). Beyond the identity, a cache must hold every
-#: variable of the request's ``extra_variables``.
+#: option was decoded by Pillow, ``"pil"``). ``train_data_fingerprint`` is the dataset
+#: fingerprint of the folder a run's samples recompute their BatchNorm statistics on
+#: (:func:`~.plan._train_data_fingerprint`; ``""`` when none is read, and for a cache recorded
+#: before it, so that such a cache of a SWAG or K-FAC Laplace sample is refused). Beyond the
+#: identity, a cache must hold every variable of the request's ``extra_variables``.
 IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
                    "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
-                   "channels_last", "train_data", "sample_index", "pass_index",
-                   "skipped_images", "eval_set", "eval_member", "decoder")
+                   "channels_last", "train_data", "train_data_fingerprint", "sample_index",
+                   "pass_index", "skipped_images", "eval_set", "eval_member", "decoder")
 
 
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,7 +74,7 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
     folders, file sizes and contents; :func:`uqvision.data.dataset_fingerprint`); ``eval_set`` and
     ``eval_member`` are ``"folder"`` and ``""`` for a cache recorded before evaluation sets
     (:func:`uqvision.evalsets.cache_eval_set`); ``decoder`` is ``"pil"`` for a cache recorded
-    before decoders."""
+    before decoders; ``train_data_fingerprint`` is ``""`` for a cache recorded before it."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
     cfg = a.get("config") if isinstance(a.get("config"), dict) else {}
     evals = cache_eval_set(attrs)
@@ -81,7 +85,9 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
             "passes": a.get("n_passes"), "embeddings": cfg.get("embeddings"),
             "logits": cfg.get("logits"), "amp": amp_mode(cfg.get("amp"), a.get("device")),
             "channels_last": bool(cfg.get("channels_last", False)),
-            "train_data": cfg.get("train_data"), "sample_index": a.get("sample_index"),
+            "train_data": cfg.get("train_data"),
+            "train_data_fingerprint": a.get("train_data_fingerprint", ""),
+            "sample_index": a.get("sample_index"),
             "pass_index": a.get("pass_index"),
             "skipped_images": int(a.get("n_skipped_images", 0)),
             "eval_set": evals["eval_set"], "eval_member": evals["eval_member"],
@@ -97,6 +103,8 @@ def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) 
         earlier = earlier_fingerprint(value)  # an earlier identity: never equal to today's
         return f"{where!r} ({str(value)[:17]}..." + (
             f", an earlier fingerprint, of {earlier})" if earlier else ")")
+    if field == "train_data_fingerprint" and value:
+        return repr(str(value)[:17] + "...")
     if field in ("checkpoint_sha256", "sidecar_sha256"):
         return repr(str(value)[:12] + "..." if value else "")
     return repr(value)
@@ -154,6 +162,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     # only when there is a cache to compare them with
     sha = weights_sha256(spec, allow_random_init=config.allow_random_init) if cached_any else ""
     fingerprint = _fingerprint(folder) if cached_any else ""
+    train_fingerprint = _train_data_fingerprint(spec, config) if cached_any else ""
     missing, problems = set(), []
     for (k, p), path in paths.items():
         try:
@@ -181,7 +190,8 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "embeddings": config.embeddings, "logits": config.logits, "amp": config.amp,
                 "channels_last": have["channels_last"] if config.channels_last is None
                 else config.channels_last,
-                "train_data": config.train_data, "sample_index": k, "pass_index": p,
+                "train_data": config.train_data,
+                "train_data_fingerprint": train_fingerprint, "sample_index": k, "pass_index": p,
                 "skipped_images": have["skipped_images"] if config.skip_bad_images else 0,
                 "eval_set": config.eval_set,
                 "eval_member": "" if member is None else member.name,

@@ -19,6 +19,7 @@ from ..data import TTA_POLICIES, ImageFolderDataset, folder_fingerprint, match_c
 from ..evalsets import EVAL_SETS, EvalMember, map_classes, member_dataset_name, resolve_member
 from ..models import ModelSpec, file_sha256, read_sidecar, sidecar_path
 from ..training.method import TRAINING_METHODS
+from ..training.runs import _hparams_values
 from .config import AMP_MODES, DECODERS, DEVICE_DECODING_MODES, PredictConfig
 from .modes import PASS_MODES
 from .variables import CACHE_VARIABLES
@@ -191,6 +192,25 @@ def _fingerprint(folder: ImageFolderDataset) -> str:
     if folder not in _FINGERPRINTS:
         _FINGERPRINTS[folder] = folder_fingerprint(folder)
     return _FINGERPRINTS[folder]
+
+
+def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig) -> str:
+    """The dataset fingerprint of the folder a run's prediction samples recompute their
+    BatchNorm statistics on (SWAG, K-FAC Laplace with ``bn_update``: ``config.train_data``,
+    else the training folder its sidecar records; :func:`uqvision.training.runs.load_run`),
+    ``""`` for a request that reads no such folder (no training method, one network or MC
+    dropout, ``bn_update`` off, no folder there). Its images make the samples' logits, so a
+    cache records it (``train_data_fingerprint``) as part of its identity: the folder's images
+    changed in place refuse its caches (docs/conventions.md#fingerprint-rules)."""
+    side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
+    if not _n_samples(side, config)[1]:
+        return ""
+    hp = TRAINING_METHODS.lookup(side["method"]).hparams_from(
+        _hparams_values(side.get("hparams", {})))
+    folder = config.train_data or side.get("dataset")
+    if not getattr(hp, "bn_update", False) or not folder or not Path(folder).is_dir():
+        return ""
+    return _fingerprint(ImageFolderDataset(folder))
 
 
 def _sidecar_sha256(spec: ModelSpec) -> str:

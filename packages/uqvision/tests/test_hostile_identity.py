@@ -325,6 +325,34 @@ def test_swag_samples_are_recomputed_when_their_batchnorm_folder_changed(digits,
     assert all(np.abs(c - o).max() > 1e-4 for c, o in zip(caches, old, strict=True))
 
 
+def test_swag_samples_are_recomputed_when_the_index_file_of_their_view_changed(digits,
+                                                                                 tmp_path, capsys):
+    """A run trained on an index file's view of its folder (UIMNET's in-domain split)
+    recomputes its samples' BatchNorm on that view: the index file rewritten in place (other
+    positions, the folder unchanged) changes the samples' logits, so it refuses the caches."""
+    from uqvision.protocols.uimnet.index import make_index_files
+    from uqvision.training.loop import ImageTrainConfig, train_model
+
+    train = _copy_classes(digits / "train", tmp_path / "train")
+    classes = tuple(sorted(p.name for p in train.iterdir() if p.is_dir()))
+    files = [make_index_files(train, classes, tmp_path / f"index{k}", seed=k,
+                              val_fraction=0.5)["train"] for k in (0, 1)]
+    hp = {"batch_size": "16", "pretrain_epochs": "1", "swag_epochs": "1",
+          "collect_epochs": "0.25", "rank": "3"}
+    ckpt = train_model(train, tmp_path / "swag.safetensors", ImageTrainConfig(
+        arch="test_byobnet", method="swag", input_size=16, seed=0, hparams=hp, classes=classes,
+        index_file=str(files[0]))).checkpoint
+    swag, out = f"test_byobnet={ckpt}", tmp_path / "caches"
+    assert _predict(swag, digits / "test", out, "--samples", "2") == 0
+    before = _hashes(out)
+    shutil.copyfile(files[1], files[0])  # the other seed's positions, under the same name
+    capsys.readouterr()
+    assert _predict(swag, digits / "test", out, "--samples", "2") == 2
+    line = _error_line(capsys)
+    assert "train_data_fingerprint" in line and line.count("...+index:") == 2, line
+    assert _hashes(out) == before
+
+
 def test_a_foreign_file_at_a_cache_path_is_never_replaced(spec, digits, tmp_path, capsys):
     out = tmp_path / "caches"
     paths, missing = check_caches(spec, digits / "test", out, PredictConfig(),

@@ -103,8 +103,9 @@ def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) 
         earlier = earlier_fingerprint(value)  # an earlier identity: never equal to today's
         return f"{where!r} ({str(value)[:17]}..." + (
             f", an earlier fingerprint, of {earlier})" if earlier else ")")
-    if field == "train_data_fingerprint" and value:
-        return repr(str(value)[:17] + "...")
+    if field == "train_data_fingerprint" and value:  # the folder's, then its index file's
+        head, plus, index = str(value).partition("+")
+        return repr(head[:17] + "..." + plus + index)
     if field in ("checkpoint_sha256", "sidecar_sha256"):
         return repr(str(value)[:12] + "..." if value else "")
     return repr(value)

@@ -197,7 +197,8 @@ def _fingerprint(folder: ImageFolderDataset) -> str:
 def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig) -> str:
     """The dataset fingerprint of the folder a run's prediction samples recompute their
     BatchNorm statistics on (SWAG, K-FAC Laplace with ``bn_update``: ``config.train_data``,
-    else the training folder its sidecar records; :func:`uqvision.training.runs.load_run`),
+    else the training folder its sidecar records, with the SHA-256 of the index file its
+    view reads if any; :func:`uqvision.training.runs.load_run`),
     ``""`` for a request that reads no such folder (no training method, one network or MC
     dropout, ``bn_update`` off, no folder there). Its images make the samples' logits, so a
     cache records it (``train_data_fingerprint``) as part of its identity: the folder's images
@@ -210,7 +211,12 @@ def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig) -> str:
     folder = config.train_data or side.get("dataset")
     if not getattr(hp, "bn_update", False) or not folder or not Path(folder).is_dir():
         return ""
-    return _fingerprint(ImageFolderDataset(folder))
+    fingerprint = _fingerprint(ImageFolderDataset(folder))
+    # the run's own view of its folder (not with --train-data): an index file's positions
+    index = None if config.train_data else side.get("train_config", {}).get("index_file")
+    if index and Path(index).is_file():
+        fingerprint += f"+index:{file_sha256(Path(index))[:16]}"
+    return fingerprint
 
 
 def _sidecar_sha256(spec: ModelSpec) -> str:

@@ -124,7 +124,18 @@ def _config_files_data(a: argparse.Namespace, config) -> list[Path]:
 
 def _config_files_train(a: argparse.Namespace, config) -> list[Path]:
     """``<checkpoint stem>.config.toml`` beside each seed's checkpoint."""
-    return [config_beside(a.out.format(seed=seed)) for seed in _train_seeds(a)]
+    return [config_beside(_seed_out(a, seed)) for seed in _train_seeds(a)]
+
+
+def _seed_out(a: argparse.Namespace, seed: int) -> str:
+    """``--out`` of the run of ``seed``: its ``{seed}`` filled in (``InputError`` naming
+    ``--out`` for any other field in braces)."""
+    try:
+        return a.out.format(seed=seed)
+    except (IndexError, KeyError, ValueError, AttributeError, TypeError) as err:
+        raise InputError(f"--out {a.out!r}: only '{{seed}}' may stand in braces, as in "
+                         f"'m{{seed}}.safetensors' (a brace itself is '{{{{' or '}}}}'): "
+                         f"{type(err).__name__}: {err}") from None
 
 
 def _train_seeds(a: argparse.Namespace) -> list[int]:
@@ -156,7 +167,10 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if len(set(seeds)) != len(seeds):
         raise InputError(f"--seeds lists a seed twice: {seeds}")
     for seed in seeds:  # every output, before the first run trains
-        for path in checkpoint_files(a.out.format(seed=seed)):
+        if Path(_seed_out(a, seed)).is_dir():  # not a folder with the files beside it
+            raise InputError(f"--out {_seed_out(a, seed)!r} is a folder; give a checkpoint "
+                             "file name")
+        for path in checkpoint_files(_seed_out(a, seed)):
             check_output_file("--out", path, a.overwrite)
     cfgs = train_configs(a)
     hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
@@ -171,7 +185,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
     group, k = new_ensemble_id(), len(seeds)
     shown = SINGLE if a.method == "deep_ensemble" and k == 1 else a.method
     for i, (seed, cfg) in enumerate(zip(seeds, cfgs, strict=True)):
-        r = train_model(a.data, a.out.format(seed=seed), cfg, overwrite=a.overwrite,
+        r = train_model(a.data, _seed_out(a, seed), cfg, overwrite=a.overwrite,
                         ensemble=EnsembleMember(group, k, i))
         if int(os.environ.get("RANK", "0")) == 0:
             member = f"  member {i + 1}/{k} of {group}" if k > 1 else ""
@@ -187,11 +201,13 @@ def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
     Raises
     ------
     uqmetrics.InputError
-        ``--model-kwargs`` is not JSON.
+        ``--model-kwargs`` is not a JSON object of keyword arguments, or names a ``timm``
+        option that loads weights.
     ValueError
         ``--classes`` names no classes, or a JSON file that holds none.
     """
     from ..data import read_index_file
+    from ..models import check_model_kwargs
 
     classes = _classes_option(a.classes)
     if a.index_file is not None and classes is None:  # the classes the index file records
@@ -200,6 +216,7 @@ def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
         model_kwargs = json.loads(a.model_kwargs)
     except json.JSONDecodeError as err:
         raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
+    check_model_kwargs(model_kwargs, "--model-kwargs")
     return [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
                                 "augment": None if a.augment == "none" else a.augment},
                              arch=a.arch, hparams=set_pairs(a.set), seed=seed,
@@ -230,6 +247,14 @@ def _classes_option(value: str | None) -> tuple[str, ...] | dict[str, str] | Non
     return names
 
 
+def _drop_rate(text: str) -> float:
+    """argparse type of ``--drop-rate``: a probability, 0 to 1."""
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be a probability (0 to 1), got {text}")
+    return value
+
+
 #: ``uqvision train`` options generated from :class:`ImageTrainConfig` (defaults from its
 #: fields; ``--augment none`` is ``augment=None``).
 _TRAIN_OPTIONS = (
@@ -256,7 +281,7 @@ _TRAIN_OPTIONS = (
     ConfigOption("augment", choices=lambda: [*catalog.names("augmentation"), "none"],
                  help="training augmentation:\n" + catalog.describe("augmentation")
                       + "\nnone: no augmentation"),
-    ConfigOption("drop_rate", type=float),
+    ConfigOption("drop_rate", type=_drop_rate),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
     ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True),
 )

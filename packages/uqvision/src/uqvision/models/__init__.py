@@ -39,6 +39,7 @@ __all__ = [
     "PretrainedSource",
     "PretrainedWeights",
     "check_checkpoint_file",
+    "check_model_kwargs",
     "check_model_name",
     "check_model_spec",
     "check_pretrained",

@@ -37,6 +37,7 @@ from .names import ModelSpec
 
 __all__ = [
     "check_checkpoint_file",
+    "check_model_kwargs",
     "existing_checkpoint",
     "read_sidecar",
     "recorded_class_names",
@@ -56,11 +57,41 @@ def sidecar_path(checkpoint: str | os.PathLike) -> Path:
     return Path(checkpoint).with_suffix(".json")
 
 
+#: ``timm.create_model`` options that fetch or read weights (the hub, a URL, a file) instead of
+#: building the network: never in a run's ``model_kwargs``, which its sidecar gives back on
+#: loading (a run's weights come from its own checkpoint, or ``init_checkpoint`` at training).
+WEIGHT_LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay",
+                         "checkpoint_path", "cache_dir")
+
+
+def check_model_kwargs(model_kwargs: Any, where: str = "model_kwargs") -> None:
+    """Refuse ``model_kwargs`` for ``timm.create_model`` that are not a mapping of keyword
+    arguments, or that name an option loading weights (:data:`WEIGHT_LOADING_KWARGS`): a
+    sidecar is data, and its kwargs never make a load fetch or read weights of their own.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The message starts with ``where`` (the option, or the sidecar read) and names the value.
+    """
+    if not isinstance(model_kwargs, dict) or not all(isinstance(k, str) for k in model_kwargs):
+        raise InputError(f"{where} must be an object of keyword arguments for "
+                         f"timm.create_model, got {model_kwargs!r}")
+    loading = sorted(set(model_kwargs) & set(WEIGHT_LOADING_KWARGS))
+    if loading:
+        raise InputError(f"{where} {model_kwargs!r} names {loading}, which load weights in "
+                         "timm.create_model: a run starts from a checkpoint with --init "
+                         "(init_checkpoint) and is read back from its own checkpoint only")
+
+
 def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[str, Any]) -> Path:
     """Write ``model``'s state dict to ``path`` (``.safetensors``) and ``sidecar`` (JSON) beside
-    it, each atomically (the sidecar first: a checkpoint never exists without it)."""
+    it, each atomically (the sidecar first: a checkpoint never exists without it). A checkpoint
+    already at ``path`` is removed first, so that a kill between the two writes leaves no
+    checkpoint, never the earlier weights under this sidecar."""
     path = Path(path)
     side = sidecar_path(path)
+    path.unlink(missing_ok=True)
     with temporary_beside(side) as tmp:
         tmp.write_text(json.dumps(sidecar, indent=1))
         os.replace(tmp, side)

@@ -71,6 +71,7 @@ from ..data import (
 from ..models import (
     LoadedModel,
     check_checkpoint_file,
+    check_model_kwargs,
     check_model_name,
     file_sha256,
     load_model,
@@ -243,6 +244,7 @@ def _data_config(config: ImageTrainConfig) -> DataConfig:
 
 
 def build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict) -> nn.Module:
+    check_model_kwargs(model_kwargs)
     return timm.create_model(arch, num_classes=n_classes, pretrained_cfg_overlay=dcfg.to_dict(),
                              **model_kwargs)
 
@@ -294,6 +296,8 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     overwrite : bool, default True
         ``False``: an existing checkpoint, sidecar or state file (:func:`checkpoint_files`) is
         refused before anything is trained (``uqvision train`` without ``--overwrite``).
+        ``True``: an earlier checkpoint and state file at ``out`` are deleted once training
+        ends, before this run's files are written (a kill meanwhile leaves no checkpoint).
     ensemble : EnsembleMember, optional
         The run's place among the runs trained together (``uqvision train`` gives it to every
         run: ``size`` 1 for one run, which its caches then mark ``method = "single"``),
@@ -320,6 +324,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
                          f"got {config.arch!r}")
     method = TRAINING_METHODS.lookup(config.method)
     hp = config.method_hparams()
+    check_model_kwargs(config.model_kwargs)
     t0 = time.perf_counter()
     out = _checkpoint_path(out)
     if not overwrite:
@@ -377,6 +382,10 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     sidecar["ensemble"] = asdict(ensemble) if ensemble is not None else None
     state_file = None
     if rank == 0:
+        # an earlier run's weights and state (overwrite) go first: a kill while this run's files
+        # are written leaves no checkpoint, never the earlier weights under this run's sidecar
+        for path in (out, state_path(out)):
+            path.unlink(missing_ok=True)
         tensors, _ = export_state(state)
         if tensors:
             state_file = state_path(out)

@@ -120,14 +120,17 @@ def _adamw(params, hp) -> torch.optim.Optimizer:
 
 
 def check_fields(hp, positive=(), nonnegative=(), choices=None) -> None:
-    """``ValueError`` naming the first field of ``hp`` that is not > 0 / >= 0 / a registered
-    choice (``choices``: field name -> Registry)."""
+    """``ValueError`` naming the first field of ``hp`` that is not a finite number > 0 / >= 0
+    or a registered choice (``choices``: field name -> Registry)."""
     for name in positive:
         if not getattr(hp, name) > 0:
             raise ValueError(f"{name} must be > 0, got {getattr(hp, name)!r}")
     for name in nonnegative:
         if not getattr(hp, name) >= 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(hp, name)!r}")
+    for name in (*positive, *nonnegative):  # inf: a network of NaNs, or a run without end
+        if not math.isfinite(getattr(hp, name)):
+            raise ValueError(f"{name} must be a finite number, got {getattr(hp, name)!r}")
     for name, registry in (choices or {}).items():
         registry.lookup(getattr(hp, name))
 

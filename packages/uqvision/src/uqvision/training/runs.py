@@ -26,6 +26,7 @@ from ..models import (
     LoadedModel,
     ModelSpec,
     check_checkpoint_file,
+    check_model_kwargs,
     check_model_spec,
     load_model,
     read_sidecar,
@@ -183,9 +184,15 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                          f"but the dataset has {num_classes} classes")
     dcfg = DataConfig.from_dict(side["pretrained_cfg"])
     cfg = side.get("train_config", {})
+    # a sidecar is data: its timm kwargs never fetch or read weights of their own
+    check_model_kwargs(side.get("model_kwargs", {}),
+                       f"sidecar {str(sidecar_path(spec.checkpoint))!r}: model_kwargs")
     hp = method.hparams_from(_hparams_values(side["hparams"]))
     state_file = side.get("state_file")
     if state_file:
+        if not isinstance(state_file, str) or Path(state_file).name != state_file:
+            raise InputError(f"sidecar {str(sidecar_path(spec.checkpoint))!r}: its 'state_file' "
+                             f"must be a file name beside the checkpoint, got {state_file!r}")
         state_file = Path(spec.checkpoint).parent / state_file
         if not state_file.is_file():
             raise FileNotFoundError(f"state file {str(state_file)!r} of checkpoint "

@@ -36,8 +36,10 @@ from ..checkpoints import (
     _other_architecture,
     _tensor_shapes,
     check_checkpoint_file,
+    check_model_kwargs,
     existing_checkpoint,
     read_sidecar,
+    sidecar_path,
 )
 from ..spec import MODEL_SOURCES, LoadedModel, ModelSpec, _suggest
 from ..weights import PretrainedWeights, _hub_file, _memo_sha256, _url_weights
@@ -151,9 +153,11 @@ class TimmSource:
                 if why:
                     raise CheckpointError(why) from None
                 raise
+            model_kwargs = side.get("model_kwargs", {})  # data: never weights of its own
+            check_model_kwargs(model_kwargs, f"sidecar {str(sidecar_path(ckpt))!r}: model_kwargs")
             overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
             kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
-                      **side.get("model_kwargs", {})}
+                      **model_kwargs}
             names, names_from = _class_names(ckpt, n, in1k=bool(
                 cfg is not None and str(cfg.tag or "").endswith("in1k")
                 and int(cfg.num_classes or 0) == 1000))

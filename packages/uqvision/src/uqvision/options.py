@@ -35,6 +35,7 @@ __all__ = [
     "COUNT",
     "FROM_CONFIG",
     "INDEX",
+    "SEED",
     "Command",
     "ConfigOption",
     "add_config_options",
@@ -51,8 +52,9 @@ __all__ = [
 ]
 
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``minimum`` (the error names the option)."""
+def at_least(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum`` (and <= ``maximum``, ``why`` saying why; the
+    error names the option)."""
 
     def parse(text: str) -> int:
         try:
@@ -61,6 +63,8 @@ def at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}{why}, got {value}")
         return value
 
     return parse
@@ -95,6 +99,8 @@ class Command:
 
 #: argparse types: counts (>= 1) and indices and seeds (>= 0).
 COUNT, INDEX = at_least(1), at_least(0)
+#: argparse type of a seed: 0 to 2**63 - 1 (torch and numpy take it as a signed 64-bit integer).
+SEED = at_least(0, 2**63 - 1, " (a seed is a signed 64-bit integer)")
 
 
 def non_negative_float(text: str) -> float:

@@ -10,7 +10,7 @@ import argparse
 
 from uqmetrics.runs.run_config import add_config_option
 
-from .options import INDEX
+from .options import SEED
 from .protocols import Protocol
 from .roles import RETIRED_ROLE_OPTIONS, ROLE_ALIASES
 
@@ -35,7 +35,7 @@ def add_score_options(proto: Protocol, p: argparse.ArgumentParser) -> None:
     table = proto.score_table
     p.add_argument("--out", required=True, help="score file (.nc)" + (
         f"; the table beside it: STEM{'/'.join(table.suffixes)}" if table else ""))
-    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     if proto.add_options is not None:
         proto.add_options(p)
     options = p._option_string_actions

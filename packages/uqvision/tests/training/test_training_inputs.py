@@ -77,13 +77,16 @@ def test_set_refuses_a_hyper_parameter_that_is_not_finite(digits, tmp_path, caps
      "--model-kwargs {{'pretrained': True}} names ['pretrained']"),
     (["--drop-rate", "nan"], "argument --drop-rate: must be a finite number >= 0, got nan"),
     (["--drop-rate", "2"], "argument --drop-rate: must be a probability (0 to 1), got 2"),
+    (["--seeds", str(2**64)], ("argument --seeds: must be <= 9223372036854775807 (a seed is a "
+                               "signed 64-bit integer), got 18446744073709551616")),
 ])
 def test_train_options_are_refused_in_one_line_naming_them(digits, tmp_path, capsys, options,
                                                            message):
     """These ended in a traceback (IndexError, KeyError, TypeError, RuntimeError), except
     ``--out FOLDER/``, which wrote ``FOLDER.safetensors`` beside the folder,
-    ``{"pretrained": true}``, which fetched timm's pretrained weights to train from, and
-    ``--drop-rate 2``, refused by timm in a line that named no option."""
+    ``{"pretrained": true}``, which fetched timm's pretrained weights to train from,
+    ``--drop-rate 2``, refused by timm in a line that named no option, and a seed beyond 64
+    bits, refused as "Overflow when unpacking long long" (every seed option has that bound)."""
     (tmp_path / "runs").mkdir()
     options = [o.format(tmp=tmp_path) for o in options]
     if "--out" not in options:

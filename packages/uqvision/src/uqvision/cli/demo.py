@@ -8,7 +8,7 @@ import argparse
 
 from ..options import (
     COUNT,
-    INDEX,
+    SEED,
     ConfigOption,
     add_config_options,
     check_output_folder,
@@ -39,7 +39,7 @@ _DEMO_OPTIONS = (
     ConfigOption("max_per_class", type=COUNT),
     ConfigOption("calibration_size", type=positive_float),
     ConfigOption("n_orders", type=COUNT),
-    ConfigOption("seed", type=INDEX),
+    ConfigOption("seed", type=SEED),
     ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
 )
 

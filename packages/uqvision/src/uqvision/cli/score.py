@@ -27,7 +27,7 @@ from uqmetrics.runs.run_config import (
 
 from ..exceptions import SkippedCacheWarning
 from ..options import (
-    INDEX,
+    SEED,
     ConfigOption,
     add_config_options,
     check_output_file,
@@ -179,7 +179,7 @@ _REPRODUCE_OPTIONS = (
                                "driver lists its scales"),
     ConfigOption("data", help="a real image folder (train/ val/ test/) instead of the stand-in"),
     ConfigOption("arch", help="timm architecture for --data (and a driver's real folders)"),
-    ConfigOption("seed", type=INDEX),
+    ConfigOption("seed", type=SEED),
     ConfigOption("device", type=device_type,
                  help="where every network trains and predicts: cpu | cuda | cuda:N"),
     ConfigOption("overwrite"),

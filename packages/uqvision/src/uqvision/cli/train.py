@@ -30,6 +30,7 @@ from ..data.makers import DATASET_MAKERS
 from ..options import (
     COUNT,
     INDEX,
+    SEED,
     ConfigOption,
     add_config_options,
     check_output_file,
@@ -102,7 +103,7 @@ def _args_maker(maker: typing.Callable, p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FOLDER",
                    help=docs.get(next(iter(params)), "") or "the folder written")
     seed = params["seed"].default if "seed" in params else 0  # every maker takes seed=
-    p.add_argument("--seed", type=INDEX, default=seed, help=text("seed", seed))
+    p.add_argument("--seed", type=SEED, default=seed, help=text("seed", seed))
     p.add_argument("--overwrite", action="store_true", help=text("overwrite"))
     for name, (kind, default) in _maker_options(maker).items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
@@ -295,7 +296,7 @@ def _args_train(p: argparse.ArgumentParser) -> None:
                    help="a hyper-parameter of the method (repeatable), e.g. cycles=5; "
                         "uqvision's former AdamW recipe: optimizer=adamw schedule=onecycle "
                         "lr_init=3e-3 weight_decay=0.05")
-    p.add_argument("--seeds", type=INDEX, nargs="+",
+    p.add_argument("--seeds", type=SEED, nargs="+",
                    help="one run per seed (default 0); several: the members of one ensemble")
     p.add_argument("--members", type=COUNT, metavar="K",
                    help="train K runs (seeds 0 to K-1, or the K --seeds) as one group: with "

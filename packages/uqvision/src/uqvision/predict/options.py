@@ -12,7 +12,15 @@ import dataclasses
 from uqmetrics.runs.run_config import add_config_option
 
 from .. import catalog
-from ..options import COUNT, INDEX, ConfigOption, add_config_options, config_kwargs, device_type
+from ..options import (
+    COUNT,
+    INDEX,
+    SEED,
+    ConfigOption,
+    add_config_options,
+    config_kwargs,
+    device_type,
+)
 from .config import AMP_MODES, DECODERS, PREDICT_CONFIG_OPTIONS, PredictConfig
 
 __all__ = ["PREDICT_OPTIONS", "add_predict_options", "predict_config"]
@@ -46,7 +54,7 @@ PREDICT_OPTIONS = (
                       "Laplace; default: the one the checkpoint's sidecar records)"),
     ConfigOption("tta_policy", choices=lambda: catalog.names("augmentation"),
                  help="augmentation of --mode tta:\n" + catalog.describe("augmentation")),
-    ConfigOption("seed", type=INDEX),
+    ConfigOption("seed", type=SEED),
     ConfigOption("batch_size", type=COUNT),
     ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True,
                  help="DataLoader workers (default: the cores the network leaves idle, at "

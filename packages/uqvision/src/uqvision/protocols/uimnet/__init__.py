@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from ... import catalog
-from ...options import INDEX, check_output_file, check_output_folder
+from ...options import SEED, check_output_file, check_output_folder
 from ..base import Command, LazyReproduction, Plots, Protocol, ReportTable
 
 __all__ = ["DEFAULT_GMM_FIT", "DESCRIPTION", "PROTOCOL", "UIMNET_ALGORITHMS"]
@@ -79,7 +79,7 @@ def _args_split(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="split file (.json)")
     p.add_argument("--train", default=None, help="training folder: also write index files")
     p.add_argument("--index-dir", default="index", help="folder of the index files")
-    p.add_argument("--seeds", type=INDEX, nargs="+", default=[0], help="data seeds")
+    p.add_argument("--seeds", type=SEED, nargs="+", default=[0], help="data seeds")
     p.add_argument("--val-fraction", type=float, default=0.1)
 
 

@@ -442,7 +442,9 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         No caches; caches of several modes for one model; no OOD caches; no ID test set, two
         sets of role ``test`` (or ``fit``) without a choice, a named test set of role ``fit``
         or the fit set as the test set (:func:`uqvision.predictors.pick_set`); caches of one dataset that hold
-        other images for two models (naming both files); an unknown detector; a named
+        other images for two models (naming both files); an ensemble row whose members' ID
+        test caches are in two class spaces or hold other labels (naming both files; a
+        :class:`uqvision.cache.CacheError`); an unknown detector; a named
         detector whose inputs a model's caches lack (naming the model, the dataset, what is
         missing and the ``uqvision predict`` options that record it), or that fits without
         a fit set; a member detector with no predictor of several passes or members; with
@@ -488,6 +490,9 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                 raise InputError(f"model {m!r} has no caches of the {what} {name!r}")
     for name in wanted:
         _check_same_images(name, [groups[m, name][0] for m in models if data[m][name]])
+    for p in preds:  # an ensemble's members share one class space (whatever the detectors)
+        if len(p.members) > 1:
+            check_aligned([groups[m, id_name][0] for m in p.members])
     n_passes = {p.name: sum(data[m][id_name].passes.shape[0] for m in p.members) for p in preds}
 
     # the detectors each predictor can be scored by

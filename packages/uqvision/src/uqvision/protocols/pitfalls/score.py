@@ -41,6 +41,7 @@ import pandas as pd
 import xarray as xr
 from uqmetrics import (
     DEE_BOUNDS_CONVENTION,
+    InputError,
     deep_ensemble_equivalent_curve,
     ensemble_size_curve,
     log_softmax,
@@ -51,6 +52,7 @@ from uqmetrics.metrics.registry import Registry
 from ... import catalog
 from ...cache import CacheError, CacheInfo, check_aligned, index_caches, read_cache, select_dataset
 from ...methods import GENERAL_METHODS
+from ...predictors import set_roles
 from ...provenance import entry_provenance
 
 __all__ = [
@@ -125,6 +127,11 @@ class Group:
 #: None (None: the caches it needs are absent; the group is left out).
 ENSEMBLE_METHODS: Registry[Callable[[list[CacheInfo], list[str] | None], Group | None]] = \
     Registry("ensemble method")
+
+
+#: The roles of a set :func:`score_ensembles` scores (docs/conventions.md#v-sets-roles): never
+#: ``fit`` (training images) nor an OOD set.
+_SCORED_ROLES = ("test", "calibration", "shift")
 
 
 def _members_of(infos: list[CacheInfo], method: str, mode: str,
@@ -321,7 +328,10 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
     Raises
     ------
     ValueError
-        No deep-ensemble caches, unknown methods, or caches that do not align.
+        No deep-ensemble caches, unknown methods, or caches that do not align; caches of one
+        dataset that record two roles (naming both files), or a scored dataset of role
+        ``fit``, ``ood-near``, ``ood-far`` or ``ood-val`` (naming it, its role and a cache
+        file): training images and OOD sets are never scored (:class:`uqmetrics.InputError`).
 
     References
     ----------
@@ -333,7 +343,16 @@ def score_ensembles(caches: Iterable[str | os.PathLike],
         if m not in CURVE_METRICS + PREFIX_METRICS + ("cll",) + tuple(
                 f"calibrated_{c}" for c in CALIBRATED_METRICS):
             raise ValueError(f"dee_metrics: {m!r} is not a curve metric")
-    infos = select_dataset(index_caches(caches), config.dataset)
+    infos = index_caches(caches)
+    roles = set_roles(infos)  # caches of one dataset that record two roles: refused
+    infos = select_dataset(infos, config.dataset)
+    role = roles[infos[0].dataset_name]["set_role"]
+    if role not in _SCORED_ROLES:
+        raise InputError(f"dataset {infos[0].dataset_name!r} (--dataset) has role {role!r} "
+                         f"(cache {str(infos[0].path)!r}), never scored by pitfalls (a scored "
+                         f"set has role {' or '.join(map(repr, _SCORED_ROLES))}: training "
+                         "images and OOD sets are never scored); name another set (--dataset "
+                         "NAME)")
     groups = _groups(infos, config)
     if config.reference not in groups:
         raise ValueError(f"reference method {config.reference!r} has no caches (caches carry "

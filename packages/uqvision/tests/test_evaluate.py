@@ -188,8 +188,9 @@ def test_a_set_whose_role_changed_has_its_caches_recomputed_and_its_scores_redon
     validation set) has its caches recomputed and the scores that read it redone, never
     left scoring it in the role it had (the validation set among the test OOD sets)."""
     _checkpoint(trained, tmp_path / "models", "a")
-    for name in ("near", "held"):
-        make_synthetic_folder(tmp_path / name, n_classes=1, n_per_class=4, image_size=16)
+    for seed, name in enumerate(("near", "held")):  # two sets: other images
+        make_synthetic_folder(tmp_path / name, n_classes=1, n_per_class=4, image_size=16,
+                              seed=seed)
     toml = tmp_path / "e.toml"
     text = f"""
 out = "out"

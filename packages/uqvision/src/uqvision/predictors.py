@@ -170,7 +170,11 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
         ``class`` coordinate: e.g. a model without recorded class names whose OOD cache took
         its classes from the OOD folder) or that are the same cache with other logits (the
         same model, dataset, mode, pass and sample; identical files are read once), naming
-        both files; caches of one dataset that record two roles (naming both files).
+        both files; caches of one dataset that record two roles (naming both files); caches
+        of two dataset names that hold the same images read the same way (one dataset
+        fingerprint, evaluation set and member: one folder predicted under two names, which
+        would be scored in two roles, e.g. as the test set and as its own calibration or OOD
+        set), naming both files.
     """
     paths = [i.path for i in index_caches(
         [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
@@ -186,6 +190,7 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
     checksums = []
     seen: dict[tuple, tuple[Path, str]] = {}  # one cache's identity -> (its file, checksum)
     spaces: dict[str, xr.Dataset] = {}  # model -> its first cache
+    images: dict[tuple[str, str, str], tuple[str, Path]] = {}  # what a set is -> (name, file)
     for path in paths:
         ds = read_cache(path)
         if "logits" not in ds:
@@ -216,6 +221,17 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
         role = sets[name].get("set_role", "")
         if roles.setdefault(name, (role, Path(path)))[0] != role:
             _two_roles(name, *roles[name], role, Path(path))
+        fingerprint = str(ds.attrs.get("dataset_fingerprint", ""))
+        if fingerprint:  # the same images, labelled the same way, under one name only
+            what = (fingerprint, str(sets[name].get("eval_set", "")),
+                    str(sets[name].get("eval_member", "")))
+            other, other_path = images.setdefault(what, (name, Path(path)))
+            if other != name:
+                raise InputError(
+                    f"caches {str(other_path)!r} (dataset {other!r}) and {str(path)!r} (dataset "
+                    f"{name!r}) hold the same images (dataset fingerprint "
+                    f"{fingerprint[:17]}...): one set under two names would be scored as two "
+                    "sets (its own calibration, fit or OOD set); score the caches of one name")
         modes[model].add(str(ds.attrs["mode"]))
         methods[model].add(str(ds.attrs.get("method", "")))
         runs[model].add((str(ds.attrs.get("ensemble", "")),

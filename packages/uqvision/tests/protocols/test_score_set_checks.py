@@ -69,3 +69,24 @@ def test_an_ood_ensemble_of_two_class_spaces_is_refused_for_feature_detectors(tm
         _write(tmp_path, model, "far1", n=9, ood=True, **labels)
     with pytest.raises(CacheError, match=r"m2\.test\.plain-000\.nc.*m1\.test\.plain-000\.nc"):
         score_ood([tmp_path], OodConfig(detectors=("knn",), ensembles=["E=m1,m2"]))
+
+
+def test_one_folder_predicted_under_two_names_is_refused_naming_both_files(tmp_path):
+    """The test set's folder predicted again as ``--role calibration --dataset-name val2`` was
+    taken as a separate calibration set (its own test images calibrating it), and an OOD set
+    of the test images was scored as OOD: caches of two names with one dataset fingerprint,
+    read as one evaluation set, are refused, naming both files; the same fingerprint under
+    another evaluation set (ImageNet-ReaL's labels for ImageNet's val) is another set."""
+    from uqvision.predictors import read_cache_groups
+
+    same = {"dataset_fingerprint": "content2:" + "ab" * 32}
+    _write(tmp_path, "m1", "val", **same)
+    _write(tmp_path, "m1", "val2", set_role="calibration", **same)
+    with pytest.raises(InputError, match=r"m1\.val\.plain-000\.nc.*\(dataset 'val'\) and "
+                                         r".*m1\.val2\.plain-000\.nc.* \(dataset 'val2'\) hold "
+                                         r"the same images"):
+        read_cache_groups([tmp_path])
+    (tmp_path / f"{cache_key('m1', 'val2', 'plain', 0)}.nc").unlink()
+    _write(tmp_path, "m1", "real", eval_set="imagenet-real", eval_member="", set_role="shift",
+           **same)
+    assert sorted(read_cache_groups([tmp_path]).sets) == ["real", "val"]

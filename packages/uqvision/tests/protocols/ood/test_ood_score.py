@@ -202,6 +202,10 @@ def test_refusals(tmp_path):
     _write(only_clean, "m1", "test")
     with pytest.raises(InputError, match="no caches of an OOD set"):
         score_ood(only_clean)
+    _write(only_clean, "m1", "oodval")  # the OOD validation set alone: named, never scored
+    with pytest.raises(InputError, match=r"no caches of an OOD set .*; 'oodval' of role "
+                                         r"'ood-val' only tunes the detectors, never scored"):
+        score_ood(only_clean)
 
 
 def test_keep_scores_stores_each_images_u(tmp_path):

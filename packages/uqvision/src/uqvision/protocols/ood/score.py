@@ -473,8 +473,12 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                   and s["set_role"] != OOD_VALIDATION_ROLE),
                  key=lambda n: (order.get(sets[n]["ood_split"], len(order)), n))
     if not ood:
+        val = sorted(n for n, s in sets.items() if s["set_role"] == OOD_VALIDATION_ROLE)
         raise InputError("no caches of an OOD set (role ood, e.g. uqvision predict --eval-set "
-                         "ood-near / ood-far / imagenet-o)")
+                         "ood-near / ood-far / imagenet-o)"
+                         + (f"; {', '.join(map(repr, val))} of role {OOD_VALIDATION_ROLE!r} only "
+                            "tunes the detectors, never scored as a test OOD set: give an OOD "
+                            "set of role ood-near or ood-far" if val else ""))
     tune = _validation_sets(config, sets, id_name, fit_name)
     preds, ensemble_notes = group_predictors(read, config.ensembles, models=models)
     notes: list[str] = list(ensemble_notes)

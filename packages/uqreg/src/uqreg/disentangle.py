@@ -299,20 +299,18 @@ def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu"
             path = out / "cells" / f"c{c}_{m}.nc"
             config = json.dumps({"task": task, "complexity": int(c), "method": m, "repetitions": int(scale.repetitions),
                                  "seed": int(scale.seed), "train": vars(train)}, sort_keys=True, default=str)
-            stale = False
-            if path.exists():
-                with uqmetrics.read_dataset(path) as old:
-                    stale = old.attrs.get("cell_config") != config
+            cell = uqmetrics.read_dataset(path) if path.exists() else None
+            stale = cell is not None and cell.attrs.get("cell_config") != config
             if stale:
                 print(f"disentangle: {path} was computed from another configuration (another scale, seed or "
                       f"device); computing it again", file=sys.stderr, flush=True)
-            if stale or not path.exists():
+            if cell is None or stale:
                 if progress:
                     print(f"disentangle: {task} c={c} {m}", flush=True)
                 cell = run_cell(task, c, m, scale.repetitions, seed=scale.seed, train=train)
                 cell.attrs["cell_config"] = config
                 uqmetrics.write_dataset(cell, path, overwrite=stale)
-            cell = uqmetrics.read_dataset(path)
+                cell = uqmetrics.read_dataset(path)
             wall[f"c{c}_{m}"] = float(cell.attrs.get("wall_time_s", np.nan))
             cells.append(cell[["prediction", "epistemic_variance", "aleatoric_variance"]])
     est = xr.combine_by_coords(cells, combine_attrs="drop")

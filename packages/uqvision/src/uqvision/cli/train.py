@@ -202,8 +202,9 @@ def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
     Raises
     ------
     uqmetrics.InputError
-        ``--model-kwargs`` is not a JSON object of keyword arguments, or names a ``timm``
-        option that loads weights.
+        ``--model-kwargs`` is not a JSON object of keyword arguments, names a ``timm``
+        option that loads weights, or a key ``--arch`` does not take (the model built once
+        on the meta device, :func:`uqvision.models.check_model_kwargs`).
     ValueError
         ``--classes`` names no classes, or a JSON file that holds none.
     """
@@ -217,7 +218,7 @@ def train_configs(a: argparse.Namespace) -> list[ImageTrainConfig]:
         model_kwargs = json.loads(a.model_kwargs)
     except json.JSONDecodeError as err:
         raise InputError(f"--model-kwargs {a.model_kwargs!r} is not JSON ({err})") from None
-    check_model_kwargs(model_kwargs, "--model-kwargs")
+    check_model_kwargs(model_kwargs, "--model-kwargs", arch=a.arch)  # keys --arch takes
     return [ImageTrainConfig(**{**config_kwargs(a, _TRAIN_OPTIONS),
                                 "augment": None if a.augment == "none" else a.augment},
                              arch=a.arch, hparams=set_pairs(a.set), seed=seed,

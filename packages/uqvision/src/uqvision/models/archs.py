@@ -37,9 +37,12 @@ class SmallCNN(nn.Module):
     def __init__(self, num_classes: int = 1000, in_chans: int = 3, width: int = 32,
                  drop_rate: float = 0.0, **kwargs):
         super().__init__()
-        if kwargs.pop("global_pool", "avg") != "avg" or kwargs:
-            raise ValueError(f"uqvision_cnn takes num_classes, in_chans, width, drop_rate; "
-                             f"got also {sorted(kwargs)}")
+        if kwargs.pop("global_pool", "avg") != "avg":
+            raise ValueError("uqvision_cnn pools by the average only (global_pool='avg')")
+        if kwargs:  # what Python says of a keyword it does not take (check_model_kwargs)
+            raise TypeError(f"SmallCNN.__init__() got an unexpected keyword argument "
+                            f"{min(kwargs)!r} (it takes num_classes, in_chans, width, "
+                            "drop_rate)")
         if int(width) < 1:
             raise ValueError(f"width must be >= 1, got {width!r}")
         layers, c = [], in_chans

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import safetensors.torch  # its functions looked up at call time (tests patch them)
+import timm
 import torch
 from safetensors import SafetensorError
 from timm.data import ImageNetInfo
@@ -64,15 +66,24 @@ WEIGHT_LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay
                          "checkpoint_path", "cache_dir")
 
 
-def check_model_kwargs(model_kwargs: Any, where: str = "model_kwargs") -> None:
+def check_model_kwargs(model_kwargs: Any, where: str = "model_kwargs",
+                       arch: str | None = None) -> None:
     """Refuse ``model_kwargs`` for ``timm.create_model`` that are not a mapping of keyword
     arguments, or that name an option loading weights (:data:`WEIGHT_LOADING_KWARGS`): a
     sidecar is data, and its kwargs never make a load fetch or read weights of their own.
 
+    With ``arch`` (a timm name, ``arch`` or ``arch.tag``), also a key the model does not take:
+    the model is built once with ``model_kwargs`` on the meta device (no memory, no weights;
+    :func:`_check_accepted`), and a ``TypeError`` of that build that says
+    "unexpected keyword argument" for one of their keys is refused here, before any training
+    or prediction, instead of timm's traceback once the data are read. Nothing else is judged
+    (a name timm does not know is left to the name's own check).
+
     Raises
     ------
     uqmetrics.InputError
-        The message starts with ``where`` (the option, or the sidecar read) and names the value.
+        The message starts with ``where`` (the option, or the sidecar read) and names the value
+        (and the key and the model, for a key the model does not take).
     """
     if not isinstance(model_kwargs, dict) or not all(isinstance(k, str) for k in model_kwargs):
         raise InputError(f"{where} must be an object of keyword arguments for "
@@ -82,6 +93,39 @@ def check_model_kwargs(model_kwargs: Any, where: str = "model_kwargs") -> None:
         raise InputError(f"{where} {model_kwargs!r} names {loading}, which load weights in "
                          "timm.create_model: a run starts from a checkpoint with --init "
                          "(init_checkpoint) and is read back from its own checkpoint only")
+    if arch is not None and model_kwargs and timm.is_model(arch.partition(".")[0]):
+        _check_accepted(arch, model_kwargs, where)
+
+
+#: ``(arch, keys)`` of the ``model_kwargs`` a meta build took (:func:`_check_accepted`): a
+#: process checks each key set of a model once (which keys a constructor takes is code, not
+#: data: the installed timm's).
+_ACCEPTED: set[tuple[str, tuple[str, ...]]] = set()
+
+#: What Python's ``TypeError`` says of a keyword a callable does not take.
+_UNEXPECTED = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _check_accepted(arch: str, model_kwargs: dict[str, Any], where: str) -> None:
+    """Build timm's ``arch`` with ``model_kwargs`` on the meta device (``torch.device("meta")``:
+    shapes only, nothing allocated or initialised, no weights) and refuse a key it does not
+    take: only a ``TypeError`` saying "unexpected keyword argument" for a key of
+    ``model_kwargs`` is translated (one line naming ``where``, the key and the model); any
+    other error of the build propagates as it is, the one a build on the CPU would raise (each
+    of the 1,371 architectures of timm 1.0.31 builds on the meta device with its defaults)."""
+    key = (arch, tuple(sorted(model_kwargs)))
+    if key in _ACCEPTED:
+        return
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            timm.create_model(arch, **model_kwargs)
+    except TypeError as err:
+        found = _UNEXPECTED.search(str(err))
+        if found is None or found.group(1) not in model_kwargs:
+            raise
+        raise InputError(f"{where} {model_kwargs!r}: timm model {arch!r} takes no keyword "
+                         f"argument {found.group(1)!r} ({' '.join(str(err).split())})") from None
+    _ACCEPTED.add(key)
 
 
 def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[str, Any]) -> Path:

@@ -44,7 +44,7 @@ from uqmetrics.metrics.registry import Registry
 
 from ..data import DataConfig
 from ..exceptions import CheckpointError
-from .checkpoints import existing_checkpoint, read_sidecar
+from .checkpoints import check_model_kwargs, existing_checkpoint, read_sidecar, sidecar_path
 from .names import ModelSpec, _spec
 from .weight_files import PretrainedWeights
 
@@ -200,9 +200,12 @@ def check_model_name(name: str) -> None:
 def check_model_spec(spec: ModelSpec | str) -> ModelSpec:
     """Check a model before anything runs: a known name (with close names when it is not), and
     for ``NAME=CHECKPOINT`` a weight file (:func:`~uqvision.models.check_checkpoint_file`), a
-    readable sidecar, and a name that agrees with the architecture the sidecar records.
+    readable sidecar, a name that agrees with the architecture the sidecar records, and, for
+    a timm model, sidecar ``model_kwargs`` the architecture takes
+    (:func:`~uqvision.models.check_model_kwargs`).
 
-    Cheap (registry look-ups, the file's header and the JSON sidecar).
+    Cheap (registry look-ups, the file's header, the JSON sidecar and, for a sidecar with
+    ``model_kwargs``, one build of the model on the meta device per process).
 
     Returns
     -------
@@ -216,6 +219,9 @@ def check_model_spec(spec: ModelSpec | str) -> ModelSpec:
         A checkpoint that does not exist.
     uqvision.exceptions.CheckpointError
         A damaged checkpoint or sidecar, or a name the checkpoint contradicts.
+    uqmetrics.InputError
+        Sidecar ``model_kwargs`` that load weights or that the model does not take (the
+        message names the sidecar, the key and the model).
     """
     spec = _spec(spec)
     check_model_name(spec.name)
@@ -233,6 +239,10 @@ def check_model_spec(spec: ModelSpec | str) -> ModelSpec:
         raise CheckpointError(f"model name {spec.name!r} does not match checkpoint {ckpt!r}, "
                               f"whose sidecar records architecture {recorded!r}; give it as "
                               f"{recorded}={ckpt}")
+    if spec.source == "timm" and "model_kwargs" in side:  # what loading it passes to timm
+        check_model_kwargs(side["model_kwargs"],
+                           f"sidecar {str(sidecar_path(ckpt))!r}: model_kwargs",
+                           arch=spec.model_name)
     return spec
 
 

@@ -25,7 +25,7 @@ from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
 from ..data.folders import ChangedImageError, folder_fingerprint
 from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
-from ..models import ModelSpec, recorded_class_names, sidecar_path
+from ..models import ModelSpec, check_model_spec, recorded_class_names, sidecar_path
 from ..runtime import distributed_context, gather, shard_indices
 from ..training.runs import load_run
 from .config import DECODERS, PredictConfig, resolve_channels_last
@@ -140,6 +140,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             attrs: dict | None = None,
             decoded: str | os.PathLike | None = None,
             planned: tuple[str, Mapping[str, str | None]] | None = None,
+            train_fingerprint: str | None = None,
             keep_model: bool = False) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
@@ -184,6 +185,11 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         digest as they are read for decoding (a decoded file of that fingerprint is trusted:
         its images were checked when it was made). Without it the folder is fingerprinted
         here, every byte read (docs/conventions.md#fingerprint-rules).
+    train_fingerprint : str, optional
+        The fingerprint of the folder the run's samples recompute their BatchNorm statistics
+        on, as a sweep's plan computed it (once per model; its caches record it). Without it
+        that folder is fingerprinted here, once per scan of ``data`` (the checks of
+        :func:`~.files.check_caches` of the same scan hashed it already).
     keep_model : bool, default False
         Keep the network built (and warmed up by its first batches) in this process for the
         next call of the same model, spec, head, device, seed and memory format with
@@ -207,7 +213,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     ------
     uqmetrics.InputError
         The folder's classes do not fit the model's (checked before the model is built when
-        the checkpoint's sidecar names its classes, else right after, before any image is read).
+        the checkpoint's sidecar names its classes, else right after, before any image is read),
+        or the sidecar's ``model_kwargs`` name a key the model does not take (checked first,
+        :func:`uqvision.models.check_model_spec`).
     uqvision.data.folders.ChangedImageError
         With ``planned``: an image (named) or the folder changed since the plan; nothing is
         returned.
@@ -217,6 +225,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     check_role(config.eval_set, config.role, f"role {config.role!r} (--role)")
     run_mode = PASS_MODES.lookup(config.mode)
     spec = ModelSpec.parse(spec) if isinstance(spec, str) else spec
+    check_model_spec(spec)  # its checkpoint and sidecar (model_kwargs), before any image
     folder = _folder(data, config)  # validates the folder before the model is built
     member = _eval_member(folder, config)
     name = _dataset_name(dataset_name, folder, member, config)
@@ -241,6 +250,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     plan = [(k, p) for k, p, _ in cache_plan(spec, config, name)
             if only is None or (k, p) in only]
     wanted = sorted({k for k, _ in plan})
+    if train_fingerprint is None:  # its BatchNorm images, once per scan of the folder
+        train_fingerprint = _train_data_fingerprint(spec, config, folder)
     if planned is None:
         fingerprint = _fingerprint(folder)
     else:  # a sweep's cell: the plan hashed the folder, the reads below are checked
@@ -254,7 +265,6 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                 "images' names, labels or sizes differ from the plan's); nothing was "
                 "written: run the sweep again")
     side_sha = _sidecar_sha256(spec)
-    train_fingerprint = _train_data_fingerprint(spec, config)  # its BatchNorm images
     folder = readable_images(folder, skip_bad=config.skip_bad_images)  # before the model
     if decoded is not None and not DECODERS.lookup(config.decoder).on_device:
         folder = decoded_folder(folder, decoded, fingerprint)  # Pillow's pixels

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,12 +62,18 @@ __all__ = ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_file
 #: option was decoded by Pillow, ``"pil"``). ``train_data_fingerprint`` is the dataset
 #: fingerprint of the folder a run's samples recompute their BatchNorm statistics on
 #: (:func:`~.plan._train_data_fingerprint`; ``""`` when none is read, and for a cache recorded
-#: before it, so that such a cache of a SWAG or K-FAC Laplace sample is refused). Beyond the
-#: identity, a cache must hold every variable of the request's ``extra_variables``.
+#: before it, so that such a cache of a SWAG or K-FAC Laplace sample is refused).
+#: ``model_classes`` is ``PredictConfig.model_classes`` as the request gives it: the classes of
+#: a model that records none (random weights, a checkpoint whose sidecar names none), which
+#: make its head's size and its labels, so that a cache of one class space is never reused for
+#: another; a cache recorded before the option took its classes from its folder or its
+#: weights, and reads as ``None``, the value it had. Beyond the identity, a cache must hold
+#: every variable of the request's ``extra_variables``.
 IDENTITY_FIELDS = ("model", "model_name", "checkpoint_sha256", "sidecar_sha256", "dataset",
                    "mode", "tta_policy", "seed", "passes", "embeddings", "logits", "amp",
                    "channels_last", "train_data", "train_data_fingerprint", "sample_index",
-                   "pass_index", "skipped_images", "eval_set", "eval_member", "decoder")
+                   "pass_index", "skipped_images", "eval_set", "eval_member", "decoder",
+                   "model_classes")
 
 
 def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,10 +82,13 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
     folders, file sizes and contents; :func:`uqvision.data.dataset_fingerprint`); ``eval_set`` and
     ``eval_member`` are ``"folder"`` and ``""`` for a cache recorded before evaluation sets
     (:func:`uqvision.evalsets.cache_eval_set`); ``decoder`` is ``"pil"`` for a cache recorded
-    before decoders; ``train_data_fingerprint`` is ``""`` for a cache recorded before it."""
+    before decoders; ``train_data_fingerprint`` is ``""`` for a cache recorded before it;
+    ``model_classes`` is a tuple of str, ``None`` for a cache recorded without (or before)
+    the option."""
     a = {k: decode_attr(v) for k, v in attrs.items()}
     cfg = a.get("config") if isinstance(a.get("config"), dict) else {}
     evals = cache_eval_set(attrs)
+    classes = cfg.get("model_classes")
     return {"model": a.get("model"), "model_name": a.get("model_name"),
             "checkpoint_sha256": a.get("checkpoint_sha256"),
             "sidecar_sha256": a.get("sidecar_sha256"), "dataset": a.get("dataset_fingerprint"),
@@ -91,11 +102,14 @@ def cache_identity(attrs: Mapping[str, Any]) -> dict[str, Any]:
             "pass_index": a.get("pass_index"),
             "skipped_images": int(a.get("n_skipped_images", 0)),
             "eval_set": evals["eval_set"], "eval_member": evals["eval_member"],
-            "decoder": cfg.get("decoder") or "pil"}
+            "decoder": cfg.get("decoder") or "pil",
+            "model_classes": None if classes is None else tuple(str(c) for c in classes)}
 
 
 def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) -> str:
     """One identity value for a message (a fingerprint shortened, with the folder it is of)."""
+    if field == "model_classes" and value is None:
+        return "None (the folder's or the weights' own)"
     if value is None:
         return "(not recorded)"
     if field == "dataset":
@@ -108,13 +122,17 @@ def _show(field: str, value: Any, attrs: Mapping[str, Any] | None, folder: str) 
         return repr(head[:17] + "..." + plus + index)
     if field in ("checkpoint_sha256", "sidecar_sha256"):
         return repr(str(value)[:12] + "..." if value else "")
+    if field == "model_classes" and len(value) > 4:  # the first ones, their count and hash
+        digest = hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()[:12]
+        return f"({', '.join(map(repr, value[:3]))}, ... {len(value)} classes, {digest})"
     return repr(value)
 
 
 def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
-                 dataset_name: str | None = None,
-                 overwrite: bool = False) -> tuple[dict[tuple[int, int], Path], set]:
+                 dataset_name: str | None = None, overwrite: bool = False,
+                 train_fingerprint: str | None = None
+                 ) -> tuple[dict[tuple[int, int], Path], set]:
     """Plan ``spec``'s caches of ``data`` in ``out_dir`` and check, before anything is
     computed, the inputs and every cache already there.
 
@@ -128,7 +146,10 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     (never replaced without ``overwrite``: the message says to delete it or pass
     ``--overwrite``); an unreadable file (truncated, damaged metadata such as an attribute
     netCDF cannot open) or an unfinished one (no completeness flag) is recomputed: in the
-    returned ``missing``, never an error.
+    returned ``missing``, never an error. ``train_fingerprint`` is the fingerprint of the
+    run's BatchNorm folder as the caller computed it (a sweep's plan, once per model:
+    :func:`~.plan._train_data_fingerprint`); ``None``: computed here when a cache is there,
+    once per scan of ``data`` (the prediction of the same scan does not hash it again).
 
     Returns
     -------
@@ -163,7 +184,8 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     # only when there is a cache to compare them with
     sha = weights_sha256(spec, allow_random_init=config.allow_random_init) if cached_any else ""
     fingerprint = _fingerprint(folder) if cached_any else ""
-    train_fingerprint = _train_data_fingerprint(spec, config) if cached_any else ""
+    if train_fingerprint is None:
+        train_fingerprint = _train_data_fingerprint(spec, config, folder) if cached_any else ""
     missing, problems = set(), []
     for (k, p), path in paths.items():
         try:
@@ -196,7 +218,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                 "skipped_images": have["skipped_images"] if config.skip_bad_images else 0,
                 "eval_set": config.eval_set,
                 "eval_member": "" if member is None else member.name,
-                "decoder": config.decoder}
+                "decoder": config.decoder, "model_classes": config.model_classes}
         diff = [f"{f} {_show(f, have[f], cached.attrs, '')} vs "
                 f"{_show(f, want[f], None, str(folder.root.resolve()))}"
                 for f in IDENTITY_FIELDS if have[f] != want[f]]

@@ -194,7 +194,16 @@ def _fingerprint(folder: ImageFolderDataset) -> str:
     return _FINGERPRINTS[folder]
 
 
-def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig) -> str:
+#: The scan of each BatchNorm folder (:func:`_train_data_fingerprint`; resolved path ->
+#: :class:`~uqvision.data.ImageFolderDataset`) per scan of the folder a command predicts: the
+#: checks of a command and its predictions share the scan (and so hash its images once, by
+#: :func:`_fingerprint`), and the next command, which scans its folder afresh, scans the
+#: BatchNorm folder afresh too (an image changed in place in between is seen).
+_TRAIN_SCANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig,
+                            folder: ImageFolderDataset) -> str:
     """The dataset fingerprint of the folder a run's prediction samples recompute their
     BatchNorm statistics on (SWAG, K-FAC Laplace with ``bn_update``: ``config.train_data``,
     else the training folder its sidecar records, with the SHA-256 of the index file its
@@ -202,16 +211,24 @@ def _train_data_fingerprint(spec: ModelSpec, config: PredictConfig) -> str:
     ``""`` for a request that reads no such folder (no training method, one network or MC
     dropout, ``bn_update`` off, no folder there). Its images make the samples' logits, so a
     cache records it (``train_data_fingerprint``) as part of its identity: the folder's images
-    changed in place refuse its caches (docs/conventions.md#fingerprint-rules)."""
+    changed in place refuse its caches (docs/conventions.md#fingerprint-rules).
+
+    ``folder`` is the scan of the folder the command predicts: the BatchNorm folder is scanned
+    once per scan of it (:data:`_TRAIN_SCANS`), so that a command's checks and predictions
+    (and the models of one command trained on one folder) hash its images once."""
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
     if not _n_samples(side, config)[1]:
         return ""
     hp = TRAINING_METHODS.lookup(side["method"]).hparams_from(
         _hparams_values(side.get("hparams", {})))
-    folder = config.train_data or side.get("dataset")
-    if not getattr(hp, "bn_update", False) or not folder or not Path(folder).is_dir():
+    train = config.train_data or side.get("dataset")
+    if not getattr(hp, "bn_update", False) or not train or not Path(train).is_dir():
         return ""
-    fingerprint = _fingerprint(ImageFolderDataset(folder))
+    scans = _TRAIN_SCANS.setdefault(folder, {})
+    root = str(Path(train).resolve())
+    if root not in scans:
+        scans[root] = ImageFolderDataset(train)
+    fingerprint = _fingerprint(scans[root])
     # the run's own view of its folder (not with --train-data): an index file's positions
     index = None if config.train_data else side.get("train_config", {}).get("index_file")
     if index and Path(index).is_file():

@@ -40,6 +40,7 @@ from ..data import eval_transform, readable_images, sample_digests
 from ..models import ModelSpec, data_config
 from ..predict.decoded import DecodedImages, TransformSplit, decode_images, split_transform
 from ..predict.plan import _fingerprint
+from .plan import _train_fingerprint
 from .sets import SweepTarget
 
 __all__ = ["DECODED_DIR", "PreprocessingGroup", "decode_groups", "plan_fingerprints",
@@ -167,9 +168,24 @@ def plan_fingerprints(cells: Iterable[Cell], targets: Iterable[SweepTarget],
     complete in ``out_dir``, or all with ``overwrite``; :func:`uqvision.data.
     folder_fingerprint`, its digests shared with the checks of the plan); write each target's per-sample digests to ``<out_dir>/.decoded/<dataset>.<first
     16 hex digits of the fingerprint>.digests.json`` (atomically) and give its cells
-    ``fingerprint`` and ``digests`` (that file's path). Returns the files written."""
+    ``fingerprint`` and ``digests`` (that file's path); give the cells of a run whose samples
+    recompute their BatchNorm statistics (SWAG, K-FAC Laplace) the fingerprint of that
+    folder, ``train_fingerprint``, hashed once per sweep (:func:`~.plan._train_fingerprint`:
+    with the plan's checks; a model whose sidecar cannot say is left to its cells, which
+    fail naming why). Returns the files written."""
     cells = [c for c in cells if overwrite or not is_complete(cell_path(out_dir, c))]
     names = {c.params["dataset_name"] for c in cells}
+    targets = list(targets)
+    trains: dict[ModelSpec, str | None] = {}
+    for cell in cells:
+        spec = ModelSpec(cell.params["name"], cell.params["checkpoint"], cell.params["label"])
+        if spec not in trains:
+            try:
+                trains[spec] = _train_fingerprint(spec, targets)
+            except (ValueError, OSError):  # a damaged sidecar, an unknown method: the cell says
+                trains[spec] = None
+        if trains[spec]:
+            cell.params["train_fingerprint"] = trains[spec]
     written = []
     for target in targets:
         if target.dataset_name not in names:

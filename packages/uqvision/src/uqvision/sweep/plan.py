@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import timm
@@ -20,6 +20,7 @@ from uqmetrics.runs.sweep import Cell, read_failures
 from ..data import ImageFolderDataset, readable_images
 from ..models import MODEL_SOURCES, ModelSpec, check_model_name
 from ..predict import PredictConfig, cache_plan, check_caches
+from ..predict.plan import _resolved, _train_data_fingerprint
 from ..zoo import zoo_models
 from .failures import FAILURES_FILE
 from .sets import SweepTarget, sweep_targets
@@ -150,6 +151,28 @@ def _models_of(cells: Iterable[Cell]) -> dict[str, tuple[ModelSpec, list[Cell]]]
     return models
 
 
+def _id_classes(cells: list[Cell], folder: ImageFolderDataset, dataset_name: str) -> None:
+    """A model that gets random weights and records no class names takes the ``--data``
+    folder's sorted classes as its own: its cells of every other folder (an OOD set, a subset
+    of the classes) are given them (``PredictConfig.model_classes``), so that its class space
+    never comes from that folder (docs/conventions.md#v-6)."""
+    classes = list(folder.classes)
+    for c in cells:
+        cfg = c.params["config"]
+        if (c.params["dataset_name"] != dataset_name and cfg.get("allow_random_init")
+                and not c.params["checkpoint"] and cfg.get("logits", True)):
+            cfg["model_classes"] = classes
+
+
+def _train_fingerprint(spec: ModelSpec, targets: Sequence[SweepTarget]) -> str:
+    """The fingerprint of the folder ``spec``'s samples recompute their BatchNorm statistics
+    on (``""``: none; :func:`uqvision.predict.plan._train_data_fingerprint`), hashed once per
+    sweep: its scan is kept with the scan of the ``--data`` (``targets[0]``), which the plan's
+    checks and the cells' fingerprints share (:func:`~.decode.plan_fingerprints`)."""
+    first = targets[0]
+    return _train_data_fingerprint(spec, _resolved(first.config), first.folder)
+
+
 def _refuse_other_caches(plan: SweepPlan, out_dir: str | os.PathLike, *,
                          skip: Iterable[str] = ()) -> dict[str, str]:
     """Resume only what matches: a model with caches already in ``out_dir`` has them checked,
@@ -157,7 +180,8 @@ def _refuse_other_caches(plan: SweepPlan, out_dir: str | os.PathLike, *,
     them (:func:`uqvision.predict.check_caches`: full identity, not a cache, corrupt); a model
     whose caches differ is refused (its cells leave the plan, its files are kept, the report
     says why), before any cell runs. Models with no cache there, and the rows in ``skip``, are
-    left to their cells. Returns the refused rows -> why."""
+    left to their cells. A model's BatchNorm folder (SWAG, K-FAC Laplace) is hashed once for
+    all its targets (:func:`_train_fingerprint`). Returns the refused rows -> why."""
     refused, skip = {}, set(skip)
     by_name = {t.dataset_name: t for t in plan.targets}
     for row, (spec, cells) in _models_of(plan.cells).items():
@@ -166,9 +190,15 @@ def _refuse_other_caches(plan: SweepPlan, out_dir: str | os.PathLike, *,
         on_disk = {c.params["dataset_name"] for c in cells
                    if (Path(out_dir) / f"{c.key}.nc").exists()}
         try:
+            train = _train_fingerprint(spec, plan.targets) if on_disk else ""
             for name in on_disk:
                 target = by_name[name]
-                check_caches(spec, target.folder, out_dir, target.config, dataset_name=name)
+                given = next(c.params["config"].get("model_classes") for c in cells
+                             if c.params["dataset_name"] == name)  # its cells' (_id_classes)
+                config = target.config if given is None else replace(
+                    target.config, model_classes=tuple(given))
+                check_caches(spec, target.folder, out_dir, config, dataset_name=name,
+                             train_fingerprint=train)
         except (ValueError, OSError) as exc:
             refused[row] = _line(exc)
             plan.cells = [c for c in plan.cells if c not in cells]
@@ -220,9 +250,11 @@ def _prepare(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDatas
              probe: bool, dry_run: bool = False,
              sets: Iterable[str | tuple[str, str | os.PathLike]] = ()) -> _Prepared:
     """Everything before the first cell: models expanded (unknown zoo members set aside),
-    the failures file read, images checked, the cells planned, every model's weights looked up
-    (:func:`check_weights`: the unavailable ones leave the plan) and, unless ``overwrite``, the
-    caches already there checked (other inputs: the model leaves the plan). Writes nothing;
+    the failures file read, images checked, the cells planned (a random model's cells of the
+    other folders given the ``--data`` classes, :func:`_id_classes`), every model's weights
+    looked up (:func:`check_weights`: the unavailable ones leave the plan) and, unless
+    ``overwrite``, the caches already there checked, with the config their cells run with
+    (other inputs: the model leaves the plan). Writes nothing;
     ``dry_run`` also downloads nothing (models whose weights are not cached are not
     identity-checked: that hashes the weights)."""
     patterns, zoos = list(patterns), list(zoos)
@@ -239,6 +271,7 @@ def _prepare(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDatas
     folder = data if isinstance(data, ImageFolderDataset) else ImageFolderDataset(data)
     plan = plan_sweep(specs, folder, config, weights_dir=weights_dir, dataset_name=dataset_name,
                       threads=threads, sets=sets)
+    _id_classes(plan.cells, folder, plan.targets[0].dataset_name)
     models = _models_of(plan.cells)
     weights = check_weights([spec for spec, _ in models.values()], config, probe=probe)
     gone = {row for row, w in weights.items() if w.kind == "unavailable"}

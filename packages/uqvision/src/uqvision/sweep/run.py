@@ -67,13 +67,16 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
                  dataset_name: str, config: dict, threads: int | None = None,
                  labels: str | None = None, subset: bool = False,
                  decoded: str | None = None, fingerprint: str | None = None,
-                 digests: str | None = None) -> xr.Dataset:
+                 digests: str | None = None,
+                 train_fingerprint: str | None = None) -> xr.Dataset:
     """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass;
     ``labels``: the label file of a flat ``data``, ``subset``: read as a subset of it
     (:mod:`uqvision.layouts`); ``decoded``: the images of its preprocessing group decoded once
     (:mod:`~.decode`); ``fingerprint`` and ``digests``: the folder's fingerprint and the file
     of its per-sample digests, as the plan computed them (:func:`~.decode.plan_fingerprints`):
-    the cell checks each image as it reads it instead of hashing the folder again. The
+    the cell checks each image as it reads it instead of hashing the folder again;
+    ``train_fingerprint``: that of a SWAG or K-FAC Laplace run's BatchNorm folder, as the plan
+    computed it (not hashed again; ``None``: hashed here). The
     network is kept in the worker for its model's next cell (``predict``'s ``keep_model``:
     built and warmed up once per worker), and the decoded pixels on the device for the next
     model of the group (:mod:`uqvision.predict.decoded`)."""
@@ -84,7 +87,8 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
         else data
     (ds,) = predict(ModelSpec(name, checkpoint, label), folder, PredictConfig(**config),
                     dataset_name=dataset_name, decoded=decoded,
-                    planned=planned_content(fingerprint, digests), keep_model=True)
+                    planned=planned_content(fingerprint, digests),
+                    train_fingerprint=train_fingerprint, keep_model=True)
     return ds
 
 
@@ -109,19 +113,6 @@ def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:
         pinned = _pinned_memory_format(PredictConfig(), done).channels_last
         for c in group:
             c.params["config"]["channels_last"] = pinned
-
-
-def _id_classes(cells: list[Cell], folder: ImageFolderDataset, dataset_name: str) -> None:
-    """A model that gets random weights and records no class names takes the ``--data``
-    folder's sorted classes as its own: its cells of every other folder (an OOD set, a subset
-    of the classes) are given them (``PredictConfig.model_classes``), so that its class space
-    never comes from that folder (docs/conventions.md#v-6)."""
-    classes = list(folder.classes)
-    for c in cells:
-        cfg = c.params["config"]
-        if (c.params["dataset_name"] != dataset_name and cfg.get("allow_random_init")
-                and not c.params["checkpoint"] and cfg.get("logits", True)):
-            cfg["model_classes"] = classes
 
 
 def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,
@@ -216,7 +207,6 @@ def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFo
                         dataset_name=dataset_name, threads=threads, overwrite=overwrite,
                         failures_file=failures_file, probe=probe, sets=sets)
         plan, unknown = prep.plan, prep.unknown
-        _id_classes(plan.cells, prep.folder, prep.dataset_name)
         row_of = {c.key: ModelSpec(c.params["name"], c.params["checkpoint"], c.params["label"])
                   for c in plan.cells}
         log = _FailureLog(prep.failures_path, prep.previous,

@@ -324,7 +324,7 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
                          f"got {config.arch!r}")
     method = TRAINING_METHODS.lookup(config.method)
     hp = config.method_hparams()
-    check_model_kwargs(config.model_kwargs)
+    check_model_kwargs(config.model_kwargs, "model_kwargs", arch=config.arch)
     t0 = time.perf_counter()
     out = _checkpoint_path(out)
     if not overwrite:

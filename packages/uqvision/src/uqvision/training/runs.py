@@ -184,9 +184,11 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                          f"but the dataset has {num_classes} classes")
     dcfg = DataConfig.from_dict(side["pretrained_cfg"])
     cfg = side.get("train_config", {})
-    # a sidecar is data: its timm kwargs never fetch or read weights of their own
+    # a sidecar is data: its timm kwargs never fetch or read weights of their own, and each
+    # is one the architecture takes
     check_model_kwargs(side.get("model_kwargs", {}),
-                       f"sidecar {str(sidecar_path(spec.checkpoint))!r}: model_kwargs")
+                       f"sidecar {str(sidecar_path(spec.checkpoint))!r}: model_kwargs",
+                       arch=side["architecture"])
     hp = method.hparams_from(_hparams_values(side["hparams"]))
     state_file = side.get("state_file")
     if state_file:

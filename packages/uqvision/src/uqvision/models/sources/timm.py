@@ -154,7 +154,8 @@ class TimmSource:
                     raise CheckpointError(why) from None
                 raise
             model_kwargs = side.get("model_kwargs", {})  # data: never weights of its own
-            check_model_kwargs(model_kwargs, f"sidecar {str(sidecar_path(ckpt))!r}: model_kwargs")
+            check_model_kwargs(model_kwargs, f"sidecar {str(sidecar_path(ckpt))!r}: model_kwargs",
+                               arch=spec.model_name)
             overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
             kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
                       **model_kwargs}

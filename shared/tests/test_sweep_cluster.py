@@ -137,6 +137,7 @@ def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
     """The SLURM cluster these options make, built without a queue (no job submitted): its job
     script, its scheduler and dashboard addresses."""
     import dask
+    from distributed.comm import get_tcp_server_address
 
     cfg = tmp_path / "slurm.yaml"
     cfg.write_text("jobqueue:\n  slurm:\n    memory: 16GB\n"
@@ -154,7 +155,7 @@ def test_the_slurm_job_script_has_the_directives_the_options_ask_for(tmp_path):
         with cls(silence_logs=logging.CRITICAL, **kwargs) as cluster:
             script = cluster.job_script()
             scheduler_host = cluster.scheduler_address.split("://")[1].rsplit(":", 1)[0]
-            dashboard = cluster.scheduler.http_server.address
+            dashboard = get_tcp_server_address(cluster.scheduler.http_server)[0]  # bound
     directives = [ln.split(None, 1)[1] for ln in script.splitlines()
                   if ln.startswith("#SBATCH")]
     for wanted in ("-p gpu", "-A uq", "-t 04:00:00", "--cpus-per-task=4", "--mem=15G",

@@ -48,12 +48,20 @@ def _load(folder) -> dict[str, xr.Dataset]:
             for p in sorted(folder.rglob("study.nc"))}
 
 
+def _no_attrs(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` without its own attributes, its variables keeping theirs (what
+    ``drop_attrs(deep=False)`` of xarray >= 2024.7 gives; uqreg supports xarray >= 2023.1)."""
+    out = ds.copy()
+    out.attrs = {}
+    return out
+
+
 def _assert_same_study(a, b) -> None:
     studies_a, studies_b = _load(a), _load(b)
     assert list(studies_a) == list(studies_b) == [".", "styblinski_tang"]
     for name, ds in studies_a.items():
         other = studies_b[name]
-        assert ds.drop_attrs(deep=False).identical(other.drop_attrs(deep=False)), name
+        assert _no_attrs(ds).identical(_no_attrs(other)), name
         assert _steady(ds.attrs) == _steady(other.attrs), name
 
 
@@ -113,7 +121,7 @@ def test_options_on_the_command_line_override_the_file(first, tmp_path):
     assert read_config(out / "study.config.toml")["seed"] == 5
     assert json.loads(xr.open_dataset(out / "study.nc").attrs["config"])["seed"] == 5
     a, b = xr.load_dataset(first / "study.nc"), xr.load_dataset(out / "study.nc")
-    assert not a.drop_attrs(deep=False).identical(b.drop_attrs(deep=False))  # other draws
+    assert not _no_attrs(a).identical(_no_attrs(b))  # other draws
 
 
 @pytest.mark.parametrize(("text", "said"), [

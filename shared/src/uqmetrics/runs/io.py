@@ -1067,7 +1067,11 @@ def folder_replaced(path: str | os.PathLike, *, writer: str = "", also: Sequence
 def _prepare(ds: xr.Dataset, attrs: Mapping | None, compress: bool) -> xr.Dataset:
     # Encodings inherited from a file read earlier are dropped: a fixed string width carried
     # over from one cell would silently truncate the longer labels of a combined dataset.
-    out = ds.drop_encoding()
+    # (a shallow copy with every encoding emptied: what drop_encoding (xarray >= 2023.10) does)
+    out = ds.copy()
+    out.encoding = {}
+    for var in out.variables.values():
+        var.encoding = {}
     merged = {**ds.attrs, **(dict(attrs) if attrs else {})}
     merged.pop(COMPLETE_ATTR, None)
     merged.pop(CHECKSUM_ATTR, None)  # a file read earlier: the record is made anew

@@ -112,6 +112,18 @@ def _dashboard_option(spec: ClusterSpec, config_name: str | None = None) -> str 
     return DEFAULT_DASHBOARD
 
 
+def _local_dashboard_args(spec: ClusterSpec) -> dict[str, Any]:
+    """A LocalCluster's dashboard keywords (:func:`_dashboard_option`): without a dashboard its
+    scheduler's HTTP server (health routes) is still started, and left on loopback as a queue
+    kind's is (distributed 2023.1 binds it to every interface, on port 8787, when
+    ``dashboard_address`` is None)."""
+    dashboard = _dashboard_option(spec)
+    if dashboard is None:
+        return {"dashboard_address": None,
+                "scheduler_kwargs": {"dashboard": False, "dashboard_address": DEFAULT_DASHBOARD}}
+    return {"dashboard_address": dashboard}
+
+
 def _queue_cluster_args(spec: ClusterSpec) -> tuple[type, dict[str, Any]]:
     """(dask-jobqueue's cluster class, its keyword arguments) for ``spec``, with its config
     file already in force: the options, ``--gpus-per-job``'s worker resource and job directive,
@@ -247,6 +259,7 @@ def _dashboard_link(client: Any, cluster: Any) -> str | None:
     """The link of the dashboard of a cluster started here, by the address its HTTP server
     really bound (``cluster.dashboard_link`` names the scheduler's host, which a dashboard on
     loopback is not on); a running scheduler's link as the client gives it."""
+    from distributed.comm import get_tcp_server_address
     from distributed.utils import format_dashboard_link
 
     if cluster is None:
@@ -254,12 +267,13 @@ def _dashboard_link(client: Any, cluster: Any) -> str | None:
     server = getattr(getattr(cluster, "scheduler", None), "http_server", None)
     if server is None or getattr(server, "port", None) is None:
         return None
-    host = server.address
+    # from its socket: the server's own ``address`` attribute is not set by distributed 2023.1
+    host, port = get_tcp_server_address(server)[:2]
     if host in ("0.0.0.0", "::", ""):
         import socket
 
         host = socket.gethostname()
-    return format_dashboard_link(host, server.port)
+    return format_dashboard_link(host, port)
 
 
 def _as_spec(scheduler: str | ClusterSpec | None) -> ClusterSpec:
@@ -312,14 +326,14 @@ def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
                                  "(GPU=1); the cells would wait for ever")
             cluster = _gpu_cluster_class()(
                 gpus=spec.gpus, threads_per_worker=threads_per_worker, processes=True,
-                dashboard_address=_dashboard_option(spec), silence_logs=silence,
-                resources={**asked, "GPU": 1})
+                silence_logs=silence, resources={**asked, "GPU": 1},
+                **_local_dashboard_args(spec))
             size = len(spec.gpus)
         else:
             cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                                   processes=True, dashboard_address=_dashboard_option(spec),
-                                   silence_logs=silence,
-                                   resources=dict(resources) if resources else None)
+                                   processes=True, silence_logs=silence,
+                                   resources=dict(resources) if resources else None,
+                                   **_local_dashboard_args(spec))
             size = n_workers
         try:
             _keep_workers(cluster, size)

@@ -779,6 +779,51 @@ def test_writes_and_reads_in_other_threads_at_once_all_succeed(tmp_path):
             xr.testing.assert_equal(read_dataset(tmp_path / f"w{k}-{i}.nc"), ds * (k + i))
 
 
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="no fork on this platform")
+def test_a_child_forked_while_a_file_is_written_does_not_fail_the_write(tmp_path, monkeypatch):
+    """A sweep's cell writes its file in a thread while the next cell starts its DataLoader,
+    whose workers are forked. A child forked while the file was open inherited its descriptor
+    and HDF5's lock on it (``flock``) until it exited, and reopening the file to flag it
+    complete failed (``OSError: [Errno -101] NetCDF: HDF error``). The fork now waits for
+    :data:`~uqmetrics.runs.io.NETCDF_LOCK`: here a child is forked, in another thread, at the
+    moment the data are in the file and it is still open, and lives on for 4 s. Before, the
+    write failed; now the fork waits (up to the 2 s the writer gives it, then the write ends
+    and the fork goes ahead), and the file reads back complete."""
+    import multiprocessing
+    import threading
+    import time
+
+    ds = _result()
+    opened, forked, children = threading.Event(), threading.Event(), []
+    dump = xr.Dataset.dump_to_store
+
+    def dump_then_let_a_fork_in(self, store, **kwargs):
+        dump(self, store, **kwargs)
+        opened.set()
+        forked.wait(2)  # a fork that does not wait for the lock happens now, the file open
+
+    def fork() -> None:
+        opened.wait(30)
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(4,))
+        child.start()
+        children.append(child)
+        forked.set()
+
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", dump_then_let_a_fork_in)
+    forking = threading.Thread(target=fork)
+    forking.start()
+    try:
+        write_dataset(ds, tmp_path / "r.nc")
+    finally:
+        forking.join()
+        for child in children:
+            child.terminate()
+            child.join()
+    monkeypatch.undo()
+    assert len(children) == 1 and read_dataset(tmp_path / "r.nc").attrs[uio.COMPLETE_ATTR] == 1
+    xr.testing.assert_equal(read_dataset(tmp_path / "r.nc"), ds)
+
+
 def test_a_write_under_a_dask_client_asks_its_scheduler_for_no_lock(tmp_path):
     """With a ``dask.distributed`` client active, xarray's ``to_netcdf`` takes a
     ``distributed.Lock`` named after the file, a round trip to the scheduler per netCDF call,

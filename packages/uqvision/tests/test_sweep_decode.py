@@ -355,3 +355,25 @@ def test_a_cache_from_before_the_choice_is_contiguous_and_its_model_resumes_so(
     # with no cache there, the default chooses NHWC for this conv net
     fresh = predict_to_files("test_byobnet", data, tmp_path / "fresh", PredictConfig(**cfg))
     assert int(read_cache(fresh[0]).attrs["channels_last"]) == 1
+
+
+def test_a_resumed_models_new_caches_record_how_its_format_was_chosen_as_its_first(
+        digits, tmp_path, client):
+    """A model resumed with the default (format by architecture) computes its missing caches
+    pinned to its caches' format, and records their ``channels_last_source`` (``auto``), as
+    an uninterrupted run records it: a cache's attrs never depend on where a run was cut. It
+    recorded ``given`` (pinned by the resume), through predict_to_files and a sweep."""
+    data = digits / "test"
+    cfg = {"mode": "tta", "batch_size": 32, "allow_random_init": True}
+    for sweep in (False, True):
+        out = tmp_path / f"sweep{int(sweep)}"
+        (first,) = predict_to_files("test_byobnet", data, out, PredictConfig(**cfg, passes=1))
+        if sweep:
+            report = sweep_predictions(["test_byobnet"], data, out,
+                                       PredictConfig(**cfg, passes=2), client=client)
+            (second,) = report.computed
+        else:
+            second = predict_to_files("test_byobnet", data, out, PredictConfig(**cfg, passes=2))[1]
+        for path in (first, second):
+            ds = read_cache(path)
+            assert (int(ds.attrs["channels_last"]), ds.attrs["channels_last_source"]) == (1, "auto")

@@ -31,6 +31,12 @@ size and modification time). A rerun computes only what is missing or out of dat
 A sweep where a model failed stops the evaluation before any score is written: a score file
 is never rewritten with fewer models. Files in the output folder that the evaluation did not
 write are never replaced without ``overwrite``.
+
+Killed at any point, a rerun resumes to the same results: every file is written whole, a
+score (and the site) is recorded as being written before its command runs (its files are
+then the evaluation's own, out of date: removed and written anew, as the first time), and a
+run holds :data:`LOCK_FILE` and first removes what writes cut short left in the output folder
+(tests/test_evaluate_interrupted.py).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,12 +62,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["READS", "STATE_FILE", "Evaluation", "EvaluationPlan", "EvaluationReport",
-           "EvaluationSet", "dry_run_lines", "plan_evaluation", "read_evaluation", "read_state",
-           "run_evaluation"]
+__all__ = ["LOCK_FILE", "READS", "STATE_FILE", "Evaluation", "EvaluationPlan",
+           "EvaluationReport", "EvaluationSet", "dry_run_lines", "plan_evaluation",
+           "read_evaluation", "read_state", "run_evaluation"]
 
 #: Where an evaluation records what it did, below its output folder.
 STATE_FILE = "evaluate.state.json"
+#: The lock an evaluation holds on its output folder while it runs (one at a time).
+LOCK_FILE = ".evaluate.lock"
 #: The keys of an evaluation file (tables: ``predict``, ``sets``, ``ensembles``, ``protocols``).
 TOP_KEYS = ("out", "root", "models", "zoo", "figures", "predict", "sets", "ensembles",
             "protocols")
@@ -864,6 +873,8 @@ def _why_score(score: _Score, plan: EvaluationPlan, caches: Mapping[str, str] | 
         return "no score file"
     if not isinstance(done, dict):
         return "not written by this evaluation"
+    if done.get("file") is None:
+        return "the run writing it was cut short"
     if done.get("argv") != score.argv:
         return "its options or sets changed"
     role = {s.name: s.role for s in plan.evaluation.sets}
@@ -920,12 +931,13 @@ def _foreign_outputs(plan: EvaluationPlan) -> None:
     mine = plan.state.get("scores", {})
     for s in plan.scores:
         done = mine.get(s.protocol)
-        for path in _score_files(s.path):
+        for path in _score_files(s):
             if path.exists() and not isinstance(done, dict):
                 raise InputError(f"{str(path)!r} exists and was not written by this "
                                  f"evaluation (no record in {STATE_FILE}): pass --overwrite to "
                                  "replace it, or give another --out")
-        if isinstance(done, dict) and s.path.exists() and done.get("file") != _stat(s.path):
+        if isinstance(done, dict) and done.get("file") is not None and s.path.exists() \
+                and done["file"] != _stat(s.path):  # (None: being written when cut short)
             raise InputError(f"{str(s.path)!r} changed since this evaluation wrote it: pass "
                              "--overwrite to replace it, or give another --out")
     site = plan.out / "site"
@@ -934,10 +946,15 @@ def _foreign_outputs(plan: EvaluationPlan) -> None:
                          "--overwrite to replace it, or give another --out")
 
 
-def _score_files(path: Path) -> list[Path]:
-    """A score file and what its command writes beside it (table, configuration)."""
-    return [path, *(path.with_name(path.stem + suffix)
-                    for suffix in (".csv", ".json", ".config.toml"))]
+def _score_files(score: _Score) -> list[Path]:
+    """A score file and what its command writes beside it (its table, its configuration)."""
+    from uqmetrics.runs.run_config import config_beside
+
+    proto, _ = _score_parser(score.protocol)
+    table = proto.score_table.suffixes if proto.score_table is not None else ()
+    path = score.path
+    return [path, *(path.with_name(path.stem + suffix) for suffix in table),
+            config_beside(path)]
 
 
 def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
@@ -971,7 +988,8 @@ def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
         lines.append(f"  score {s.protocol}: " + (f"to compute ({why})" if why else
                                                   "up to date") + f" -> {s.path}")
         todo += [s.protocol] if why else []
-    if todo or not (plan.out / "site" / "index.html").is_file():
+    if todo or plan.state.get("site") != _site_record(plan, plan.state) \
+            or not (plan.out / "site" / "index.html").is_file():
         lines.append(f"  then: the figures of {', '.join(todo) or 'no protocol'}"
                      f"{'' if ev.figures else ' (figures = false: none)'}, and the site "
                      f"{plan.out / 'site'}")
@@ -1013,16 +1031,29 @@ def run_evaluation(plan: EvaluationPlan, *, command: Callable[[list[str]], int],
         A score file or site there that the evaluation did not write (without
         ``overwrite``), an OOD set holding an image of the test set, and what the sweep
         refuses before its first cell.
+    uqmetrics.runs.io.LockedError
+        Another evaluation runs into the output folder (it holds ``OUT/.evaluate.lock``).
     """
+    from uqmetrics.runs.io import exclusive_lock
+
     _foreign_outputs(plan)
+    with exclusive_lock(plan.out / LOCK_FILE,
+                        advice="wait for that evaluation to finish, or give another --out"):
+        _remove_orphans(plan.out)  # no other evaluation writes here: a cut write's leftovers
+        return _run(plan, command, log, scheduler=scheduler, n_workers=n_workers,
+                    threads=threads, client=client)
+
+
+def _run(plan: EvaluationPlan, command: Callable[[list[str]], int],
+         log: Callable[[str], None], **launch: Any) -> EvaluationReport:
+    """:func:`run_evaluation`'s steps, its lock held."""
     for line in plan.lines():
         log(line)
     report = EvaluationReport()
     state = json.loads(json.dumps(plan.state))  # a copy, written after each step
     state.setdefault("sets", {})
     state.setdefault("scores", {})
-    caches = _sweep(plan, report, state, log, scheduler=scheduler, n_workers=n_workers,
-                    threads=threads, client=client)
+    caches = _sweep(plan, report, state, log, **launch)
     if caches is not None:
         report.status = _score(plan, report, state, caches, log, command)
     if report.status == 0:
@@ -1097,8 +1128,13 @@ def _score(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
         inputs = _inputs(caches, plan, s.protocol)
         argv = ["score", s.protocol, "--caches", *(str(plan.caches / n) for n in inputs),
                 *s.argv]
-        if any(p.exists() for p in _score_files(s.path)):
-            argv.append("--overwrite")  # its own files, out of date
+        # recorded first, as being written (no file): a run cut short before the record of
+        # what it wrote leaves files that are this evaluation's, and out of date
+        state["scores"][s.protocol] = {"argv": s.argv, "inputs": inputs, "file": None,
+                                       "figures": None}
+        _write_state(plan.out, state)
+        for path in _score_files(s):  # its own, out of date: written anew, as the first time
+            path.unlink(missing_ok=True)  # (not --overwrite, which the score file records)
         status = main(argv)
         if status != 0:
             log(f"uqvision evaluate: 'uqvision score {s.protocol}' stopped (exit status "
@@ -1130,20 +1166,52 @@ def _draw(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any],
         done["figures"] = done["file"]
         _write_state(out, state)
     site = out / "site"
-    drawn = {"scores": {s.protocol: state["scores"][s.protocol]["file"] for s in plan.scores},
-             "figures": ev.figures}
+    drawn = _site_record(plan, state)
     if plan.overwrite or state.get("site") != drawn or not (site / "index.html").is_file():
         from uqmetrics.report import build_site
 
         from .report_hooks import register_report_hooks
 
         register_report_hooks()
+        state["site"] = None  # being written: the evaluation's own, and out of date
+        _write_state(out, state)
         built = build_site([str(s.path) for s in plan.scores], site, overwrite=site.exists(),
                            figures=ev.figures, paths="relative")
         report.site = built.out / "index.html"
         state["site"] = drawn
         _write_state(out, state)
         log(f"site: {report.site}")
+
+
+def _site_record(plan: EvaluationPlan, state: Mapping[str, Any]) -> dict[str, Any]:
+    """What the site is drawn from, as :data:`STATE_FILE` records it: each score file's size
+    and modification time, and whether it shows figures."""
+    return {"scores": {s.protocol: state.get("scores", {}).get(s.protocol, {}).get("file")
+                       for s in plan.scores}, "figures": plan.evaluation.figures}
+
+
+#: The temporary and replaced copies of a folder written whole (``.<name>.<hex>.tmp`` or
+#: ``.old``, :func:`uqmetrics.runs.io.folder_replaced`): the site's.
+_FOLDER_COPY = re.compile(r"^\.site\.[0-9a-f]{32}\.(tmp|old)\Z")
+
+
+def _remove_orphans(out: Path) -> None:
+    """Remove what writes cut short (a kill, a crash) left in the output folder: the temporary
+    files of the score files, their tables, the figures and the state
+    (:func:`uqmetrics.runs.io.remove_stale_temporaries`), and the site's temporary and
+    replaced copies. The caches' are the sweep's to remove (under its own lock). Call it
+    holding :data:`LOCK_FILE`."""
+    import shutil
+
+    from uqmetrics.runs.io import remove_stale_temporaries
+
+    plots = out / "plots"
+    for folder in (out, out / "scores", plots,
+                   *(p for p in (plots.iterdir() if plots.is_dir() else ()) if p.is_dir())):
+        remove_stale_temporaries(folder)
+    for entry in out.iterdir() if out.is_dir() else ():
+        if _FOLDER_COPY.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
 
 
 def _set_aside(paths: Sequence[Path], caches: Path) -> list[tuple[Path, Path]]:

@@ -127,8 +127,8 @@ class PredictConfig:
     (:func:`resolve_channels_last`: on the CPU for the convolutional timm families of
     :data:`CHANNELS_LAST_CPU_FAMILIES`, else off), and a cache records the choice made
     (``channels_last`` in its attrs and its ``config``; ``channels_last_source``: ``"auto"``,
-    chosen so, or ``"given"``, by the caller or, for a model resumed, by its caches already
-    there, :func:`uqvision.predict.predict_to_files`); ``amp`` is
+    chosen so, or ``"given"``, by the caller; for a model resumed, pinned to the format of its
+    caches already there, theirs: :func:`uqvision.predict.predict_to_files`); ``amp`` is
     autocast (:data:`AMP_MODES`: ``"off"``, ``"fp16"`` on CUDA only, ``"bf16"``; ``True`` and
     ``False`` of earlier versions mean fp16 on CUDA / bf16 on CPU, and off). Both are part of
     a cache's identity. ``num_workers`` ``None`` picks the DataLoader workers from the machine

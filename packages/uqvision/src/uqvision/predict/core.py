@@ -141,6 +141,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             decoded: str | os.PathLike | None = None,
             planned: tuple[str, Mapping[str, str | None]] | None = None,
             train_fingerprint: str | None = None,
+            channels_last_source: str | None = None,
             keep_model: bool = False) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
@@ -190,6 +191,11 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         on, as a sweep's plan computed it (once per model; its caches record it). Without it
         that folder is fingerprinted here, once per scan of ``data`` (the checks of
         :func:`~.files.check_caches` of the same scan hashed it already).
+    channels_last_source : {"auto", "given"}, optional
+        How ``config.channels_last`` was chosen, when the caller pinned it to the memory format
+        of the model's caches already there (a resume): those caches' own source, recorded by
+        these caches too. Without it: ``"auto"`` for ``channels_last`` ``None``, else
+        ``"given"``.
     keep_model : bool, default False
         Keep the network built (and warmed up by its first batches) in this process for the
         next call of the same model, spec, head, device, seed and memory format with
@@ -272,7 +278,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device), \
             _loaded_run(spec, head, device, config, keep_model) as run:
-        cl_source = "auto" if config.channels_last is None else "given"
+        cl_source = channels_last_source or ("auto" if config.channels_last is None
+                                             else "given")
         config = dataclasses.replace(  # None: by architecture and device, recorded as chosen
             config, channels_last=resolve_channels_last(run.loaded.model, config))
         space = _class_space(folder, names or run.loaded.class_names or given,

@@ -203,7 +203,7 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
                             f"{text}; it is left as it is (pass --overwrite to replace it)")
             continue
         have = cache_identity(cached.attrs)
-        _FORMATS[_stamp(path)] = have["channels_last"]
+        _FORMATS[_stamp(path)] = _memory_format(cached.attrs)
         want = {"model": sample_label(spec.row, k, multi), "model_name": spec.name,
                 "checkpoint_sha256": sha, "sidecar_sha256": _sidecar_sha256(spec),
                 "dataset": fingerprint, "mode": config.mode,
@@ -237,10 +237,10 @@ def check_caches(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDat
     return paths, missing
 
 
-#: The memory format (``channels_last``) of each cache :func:`check_caches` read, by
-#: (path, size, modification time): what :func:`_pinned_memory_format` needs without reading
-#: the cache a second time.
-_FORMATS: dict[tuple, bool] = {}
+#: The memory format (``channels_last``) of each cache :func:`check_caches` read, and how it
+#: was chosen (``channels_last_source``), by (path, size, modification time): what
+#: :func:`_pinned_memory_format` needs without reading the cache a second time.
+_FORMATS: dict[tuple, tuple[bool, str]] = {}
 
 
 def _stamp(path: Path) -> tuple:
@@ -248,21 +248,33 @@ def _stamp(path: Path) -> tuple:
     return str(Path(path).resolve()), st.st_size, st.st_mtime_ns
 
 
-def _pinned_memory_format(config: PredictConfig, complete: list[Path]) -> PredictConfig:
+def _memory_format(attrs: Mapping[str, Any]) -> tuple[bool, str]:
+    """A cache's memory format and how it was chosen (``"given"`` for a cache recorded
+    before the choice was: contiguous, as every run was then)."""
+    return (cache_identity(attrs)["channels_last"],
+            str(attrs.get("channels_last_source", "given")))
+
+
+def _pinned_memory_format(config: PredictConfig,
+                          complete: list[Path]) -> tuple[PredictConfig, str | None]:
     """``config`` with the ``channels_last`` of the first of a model's ``complete`` caches
     when it is ``None`` (chosen by architecture): a resumed model's caches share one memory
-    format (a cache recorded before the option: contiguous)."""
+    format (a cache recorded before the option: contiguous); and how that cache's format was
+    chosen (its ``channels_last_source``, ``"auto"`` or ``"given"``), which the new caches
+    record as theirs, so that a cache records the same whether or not its run was resumed
+    (``None``: nothing pinned)."""
     if config.channels_last is not None:
-        return config
+        return config, None
     for path in complete:
         try:
             stamp = _stamp(path)
             if stamp not in _FORMATS:
-                _FORMATS[stamp] = cache_identity(read_cache(path).attrs)["channels_last"]
+                _FORMATS[stamp] = _memory_format(read_cache(path).attrs)
         except (OSError, CacheError):
             continue
-        return dataclasses.replace(config, channels_last=_FORMATS[stamp])
-    return config
+        channels_last, source = _FORMATS[stamp]
+        return dataclasses.replace(config, channels_last=channels_last), source
+    return config, None
 
 
 def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
@@ -307,10 +319,10 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
             # written by another run since the check: its identity is checked again
             paths, missing = check_caches(spec, folder, out_dir, config, dataset_name=name)
         if missing:
-            config = _pinned_memory_format(config, [paths[kp] for kp in paths
-                                                    if kp not in missing])
+            config, source = _pinned_memory_format(config, [paths[kp] for kp in paths
+                                                            if kp not in missing])
             for ds in predict(spec, folder, config, dataset_name=name, only=missing,
-                              attrs=attrs):
+                              attrs=attrs, channels_last_source=source):
                 if writer:
                     kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
                     write_dataset(ds, paths[kp], overwrite=True)

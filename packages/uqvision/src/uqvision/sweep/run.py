@@ -68,7 +68,8 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
                  labels: str | None = None, subset: bool = False,
                  decoded: str | None = None, fingerprint: str | None = None,
                  digests: str | None = None,
-                 train_fingerprint: str | None = None) -> xr.Dataset:
+                 train_fingerprint: str | None = None,
+                 channels_last_source: str | None = None) -> xr.Dataset:
     """One sweep cell (runs on a Dask worker): :func:`uqvision.predict.predict` of one pass;
     ``labels``: the label file of a flat ``data``, ``subset``: read as a subset of it
     (:mod:`uqvision.layouts`); ``decoded``: the images of its preprocessing group decoded once
@@ -76,7 +77,8 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
     of its per-sample digests, as the plan computed them (:func:`~.decode.plan_fingerprints`):
     the cell checks each image as it reads it instead of hashing the folder again;
     ``train_fingerprint``: that of a SWAG or K-FAC Laplace run's BatchNorm folder, as the plan
-    computed it (not hashed again; ``None``: hashed here). The
+    computed it (not hashed again; ``None``: hashed here); ``channels_last_source``: how the
+    memory format its config is pinned to was chosen (:func:`_pin_memory_formats`). The
     network is kept in the worker for its model's next cell (``predict``'s ``keep_model``:
     built and warmed up once per worker), and the decoded pixels on the device for the next
     model of the group (:mod:`uqvision.predict.decoded`)."""
@@ -88,7 +90,8 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
     (ds,) = predict(ModelSpec(name, checkpoint, label), folder, PredictConfig(**config),
                     dataset_name=dataset_name, decoded=decoded,
                     planned=planned_content(fingerprint, digests),
-                    train_fingerprint=train_fingerprint, keep_model=True)
+                    train_fingerprint=train_fingerprint,
+                    channels_last_source=channels_last_source, keep_model=True)
     return ds
 
 
@@ -100,7 +103,9 @@ setattr(predict_cell, WRITE_BEHIND, True)
 def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:
     """A model resumed with ``channels_last`` ``None`` (chosen by architecture) computes its
     missing caches in the memory format of its complete caches in ``out_dir`` (one recorded
-    before the option: contiguous), as ``predict`` does (its cells' ``config`` pinned)."""
+    before the option: contiguous), as ``predict`` does (its cells' ``config`` pinned, and
+    the source of that format given to them, so that a cache records the same whether or not
+    its sweep was resumed)."""
     models: dict[tuple, list[Cell]] = {}
     for c in cells:
         if c.params["config"].get("channels_last") is None:
@@ -110,9 +115,11 @@ def _pin_memory_formats(cells: list[Cell], out_dir: str | os.PathLike) -> None:
         done = [cell_path(out_dir, c) for c in group if is_complete(cell_path(out_dir, c))]
         if not done or len(done) == len(group):
             continue
-        pinned = _pinned_memory_format(PredictConfig(), done).channels_last
+        pinned, source = _pinned_memory_format(PredictConfig(), done)
         for c in group:
-            c.params["config"]["channels_last"] = pinned
+            c.params["config"]["channels_last"] = pinned.channels_last
+            if source is not None:  # the pinned caches' own, recorded by the new ones
+                c.params["channels_last_source"] = source
 
 
 def sweep_predictions(patterns: Iterable[str], data: str | os.PathLike | ImageFolderDataset,

@@ -28,12 +28,14 @@ from uqvision.protocols import VISION_PROTOCOLS
 #: worker that imported one module of uqvision still finds it.
 _EVERY_HELP = textwrap.dedent("""
     import argparse, contextlib, io, json, sys
+    import xarray  # some helps import it; before 2024.1 it imported dask itself: not theirs
+    BY_XARRAY = set(sys.modules)
     from uqvision.cli import build_parser, main
 
     HEAVY = ("torch", "timm", "dask", "distributed")
 
     def heavy():
-        return sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+        return sorted({m.split(".")[0] for m in set(sys.modules) - BY_XARRAY} & set(HEAVY))
 
     def children(path):
         parser = build_parser(lazy=True)

@@ -25,11 +25,12 @@ SHARED = ("test_byobnet", "test_efficientnet")
 OTHER = "test_resnet"
 
 
-def _client():
+def _client(**worker):
+    """An in-process cluster of one worker (``worker``: its options) and its client."""
     from dask.distributed import Client, LocalCluster
 
     cluster = LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
-                           dashboard_address=None)
+                           dashboard_address=None, **worker)
     return cluster, Client(cluster)
 
 
@@ -133,12 +134,12 @@ def test_an_image_changed_after_the_plan_fails_its_cell_and_nothing_is_written(
     before = dataset_fingerprint(data)
     cfg = PredictConfig(batch_size=16, allow_random_init=True, num_workers=0)
     caches = tmp_path / "caches"
-    cluster, client = _client()
-    with cluster, client:
-        from distributed.diagnostics.plugin import WorkerPlugin
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-        plugin = type("ChangeOnFirstCell", (_ChangeOnFirstCell, WorkerPlugin), {})(image)
-        client.register_plugin(plugin, name="change-on-first-cell")
+    plugin = type("ChangeOnFirstCell", (_ChangeOnFirstCell, WorkerPlugin), {})(image)
+    # the worker starts with it (Client.register_plugin came with distributed 2023.9.2)
+    cluster, client = _client(plugins=(plugin,))
+    with cluster, client:
         report = sweep_predictions([*SHARED, OTHER], data, caches, cfg, client=client)
     # the group's cells read the decoded file, checked when it was made (before the change)
     assert sorted(p.name for p in report.computed) == [

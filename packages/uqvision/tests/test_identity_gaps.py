@@ -228,6 +228,32 @@ def test_only_a_type_error_naming_a_given_key_is_translated(monkeypatch):
         check_model_kwargs({"width_gap": 0}, "--model-kwargs", arch="uqvision_cnn")
 
 
+def test_a_model_that_does_not_build_on_the_meta_device_is_checked_on_the_cpu(monkeypatch):
+    """An architecture with an operation that has no meta kernel (some 40 of timm before 1.0.30,
+    e.g. ``torch.linspace(...).tolist()``) failed the check with that error; it is built on
+    the CPU instead, which takes its own keys and refuses another as the meta build does."""
+    import timm
+    import torch
+
+    from uqvision.models import check_model_kwargs, checkpoints
+
+    real, devices = timm.create_model, []
+
+    def without_meta_kernel(name, **kwargs):
+        devices.append(torch.empty(0).device.type)
+        if devices[-1] == "meta":
+            raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(timm, "create_model", without_meta_kernel)
+    monkeypatch.setattr(checkpoints, "_ACCEPTED", set())  # no key set checked before
+    check_model_kwargs({"width": 4}, "--model-kwargs", arch="uqvision_cnn")
+    assert devices == ["meta", "cpu"]
+    with pytest.raises(InputError, match="takes no keyword argument 'foo'"):
+        check_model_kwargs({"foo": 1}, "--model-kwargs", arch="uqvision_cnn")
+    assert devices == ["meta", "cpu"] * 2
+
+
 # -- 3. the BatchNorm folder of a SWAG run, hashed once per command --------------------------
 def _swag(digits, root: Path) -> tuple[str, Path]:
     """A SWAG run of test_byobnet (its samples recompute their BatchNorm statistics) trained

@@ -90,11 +90,10 @@ def test_data_config_of_crop_pct_and_crop_mode_beyond_the_default():
 @pytest.mark.parametrize("arch", timm.list_models("test_*"))
 def test_data_config_of_every_tiny_timm_architecture_and_tag(arch):
     names = [arch, *timm.list_pretrained(f"{arch}.*")]
-    with torch.device("meta"):  # the config only: no weights are initialised
-        for name in names:
-            model = timm.create_model(name, pretrained=False)
-            assert data_config(name) == DataConfig.from_dict(
-                timm.data.resolve_model_data_config(model)), name
+    for name in names:  # on the CPU (tiny): before timm 1.0.21 most fail on the meta device
+        model = timm.create_model(name, pretrained=False)
+        assert data_config(name) == DataConfig.from_dict(
+            timm.data.resolve_model_data_config(model)), name
 
 
 def _timm_checkpoint(tmp_path, sidecar: dict | None, name: str = "test_resnet") -> str:

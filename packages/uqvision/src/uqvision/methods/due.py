@@ -88,8 +88,9 @@ class DUENet(nn.Module):
         gpytorch = _gpytorch()
         self.base = spectral_normalize(base, hp.coeff)
         self.gp = _gp_class()(base.num_features, base.num_classes, hp.inducing)
+        # no mixing weights: None (gpytorch before 1.14 took False for True, as it is not None)
         self.likelihood = gpytorch.likelihoods.SoftmaxLikelihood(
-            num_classes=base.num_classes, mixing_weights=False)
+            num_classes=base.num_classes, mixing_weights=None)
         self.register_buffer("initialised", torch.tensor(False))
         self.samples = hp.likelihood_samples
 

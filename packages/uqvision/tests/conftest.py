@@ -208,6 +208,24 @@ def write_cache():
     return _write_cache
 
 
+def _one_class_folder(root: Path) -> Path:
+    """An OOD folder of one class, ``root/noise``: 6 noise images of 20 x 20 px (seeded)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (root / "noise").mkdir(parents=True)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(
+            root / "noise" / f"n{i}.png")
+    return root
+
+
+@pytest.fixture
+def one_class_folder():
+    """``one_class_folder(root) -> root``: an OOD folder of one class (6 noise images)."""
+    return _one_class_folder
+
+
 @pytest.fixture
 def member_logits():
     """``member_logits(rng, n, c, k) -> (labels (n,), logits (k, n, c))``."""

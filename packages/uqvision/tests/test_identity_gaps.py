@@ -20,9 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 from uqmetrics import InputError
 
 from uqvision.cache import read_cache
@@ -47,15 +45,6 @@ def _error_line(capsys) -> str:
     assert err and "\n" not in err, err
     return err
 
-
-def _one_class_folder(root: Path) -> Path:
-    """An OOD folder of one class: 6 noise images."""
-    rng = np.random.default_rng(0)
-    (root / "noise").mkdir(parents=True)
-    for i in range(6):
-        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(
-            root / "noise" / f"n{i}.png")
-    return root
 
 
 # -- 1. the class space of a model that records none -----------------------------------------
@@ -93,14 +82,15 @@ def test_a_cache_recorded_before_model_classes_reads_as_none():
         model_classes=["b", "a"]).model_classes
 
 
-def test_a_sweep_resumes_a_random_models_ood_caches_in_the_data_classes(digits, tmp_path):
+def test_a_sweep_resumes_a_random_models_ood_caches_in_the_data_classes(digits, tmp_path,
+                                                                        one_class_folder):
     """A sweep gives a random network's OOD cells the ``--data`` classes (its class space
     never comes from an OOD folder); its check of the caches already there compares them
     with those classes, not with the target's own (``None``): caches of the same sweep
     resume, they are not refused as another class space."""
     from uqvision.sweep import dry_run_sweep
 
-    ood = _one_class_folder(tmp_path / "far")
+    ood = one_class_folder(tmp_path / "far")
     out = tmp_path / "caches"
     cfg = PredictConfig(allow_random_init=True, batch_size=32)
     predict_to_files(RANDOM, digits / "test", out, cfg, dataset_name="test")
@@ -316,7 +306,8 @@ def client():
         yield c
 
 
-def test_a_sweep_hashes_the_batchnorm_folder_once_in_its_plan(digits, tmp_path, client):
+def test_a_sweep_hashes_the_batchnorm_folder_once_in_its_plan(digits, tmp_path, client,
+                                                               one_class_folder):
     """A sweep of a SWAG run over two folders (its ``--data`` and an OOD set), one sample of
     each cached, one to compute, hashed its BatchNorm folder in its plan's check of each
     folder's caches, then again in every cell: 2 + 2 reads of each image. Now the plan hashes
@@ -326,7 +317,7 @@ def test_a_sweep_hashes_the_batchnorm_folder_once_in_its_plan(digits, tmp_path, 
     from uqvision.sweep import sweep_predictions
 
     spec, train = _swag(digits, tmp_path)
-    ood = _one_class_folder(tmp_path / "far")
+    ood = one_class_folder(tmp_path / "far")
     n = sum(1 for _ in train.rglob("*.png"))
     out = tmp_path / "caches"
     cfg = PredictConfig(samples=2, batch_size=32, num_workers=0)

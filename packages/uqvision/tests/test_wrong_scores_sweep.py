@@ -17,10 +17,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import xarray as xr
-from PIL import Image
 from uqmetrics import InputError
 
 from uqvision.cli import main
@@ -85,19 +83,10 @@ def test_a_rerun_with_a_failed_model_keeps_the_rows_of_the_table_and_the_scores(
     assert str(out / "scores" / "selective-test.1.nc") in lines
 
 
-def _one_class_folder(root: Path) -> Path:
-    """An OOD folder of one class: 6 noise images."""
-    rng = np.random.default_rng(0)
-    (root / "noise").mkdir(parents=True)
-    for i in range(6):
-        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(
-            root / "noise" / f"n{i}.png")
-    return root
-
 
 def test_a_random_model_takes_its_classes_from_the_data_never_from_an_ood_folder(
-        digits, tmp_path, scheduler):
-    ood = _one_class_folder(tmp_path / "far")
+        digits, tmp_path, scheduler, one_class_folder):
+    ood = one_class_folder(tmp_path / "far")
     out = tmp_path / "s"
     assert main(["--threads", "1", "sweep", "--models", "test_byobnet", "--random-init",
                  "--data", str(digits / "test"), "--ood-sets", f"ood-far:far={ood}",

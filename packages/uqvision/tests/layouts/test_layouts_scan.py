@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import shutil
 import tarfile
@@ -133,3 +134,40 @@ def test_fingerprints_capture_layout_and_labelling(sets, tmp_path):
         == prints["devkit"]
 
 
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_forked_while_a_thread_opens_the_archive_reads_it(tmp_path):
+    """A DataLoader worker is forked while another thread of the process (a sweep's other
+    cell) may be opening the archive under the source's lock. The child's copy of that lock
+    is then held for ever, by a thread the child does not have: the worker hung at its first
+    read. Now a forked child takes a lock of its own: here the fork happens with the lock
+    held, and the child reads the image's bytes."""
+    import io
+    import multiprocessing
+
+    from uqvision.layouts.sources import TarSource
+
+    data = b"the bytes of one image"
+    with tarfile.open(tmp_path / "a.tar", "w") as tf:
+        info = tarfile.TarInfo("c/x.jpg")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    with tarfile.open(tmp_path / "a.tar") as tf:
+        member = tf.getmember("c/x.jpg")
+    source = TarSource(tmp_path / "a.tar", {"c/x.jpg": ("c/x.jpg", member.offset_data,
+                                                        member.size)})
+
+    def read() -> None:
+        (tmp_path / "read").write_bytes(source.read("c/x.jpg"))
+
+    child = multiprocessing.get_context("fork").Process(target=read)
+    with source._process_lock():  # what a thread opening the archive holds
+        child.start()
+    child.join(timeout=30)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and child.exitcode == 0
+    assert (tmp_path / "read").read_bytes() == data

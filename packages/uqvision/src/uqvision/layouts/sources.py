@@ -85,7 +85,7 @@ class TarSource:
         st = self.root.stat()
         self._stat = (str(self.root), st.st_size, st.st_mtime_ns)
         self._file: tuple[int, Any] | None = None
-        self._lock = threading.Lock()
+        self._lock = (os.getpid(), threading.Lock())
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -94,12 +94,22 @@ class TarSource:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = (os.getpid(), threading.Lock())
+
+    def _process_lock(self) -> threading.Lock:
+        """This process's lock: a child forked while a thread of its parent held the parent's
+        (opening the file) has a copy held for ever, by a thread it does not have; it makes
+        its own (a forked DataLoader worker starts with one thread)."""
+        pid, lock = self._lock
+        if pid != os.getpid():
+            lock = threading.Lock()
+            self._lock = (os.getpid(), lock)
+        return lock
 
     def _fd(self) -> int:
         file = self._file
         if file is None or file[0] != os.getpid():
-            with self._lock:
+            with self._process_lock():
                 file = self._file
                 if file is None or file[0] != os.getpid():
                     file = self._file = (os.getpid(), open(self.root, "rb"))  # noqa: SIM115
@@ -117,7 +127,7 @@ class TarSource:
         if hasattr(os, "pread"):
             data = os.pread(self._fd(), size, offset)
         else:  # pragma: no cover (no pread: one reader at a time)
-            with self._lock:
+            with self._process_lock():
                 f = open(self.root, "rb")  # noqa: SIM115
                 with f:
                     f.seek(offset)

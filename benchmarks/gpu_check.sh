@@ -39,7 +39,8 @@
 #   <detector>_vs_pytorch_ood_large; about 120 s, most of it pytorch-ood's KNN, scikit-learn's
 #   brute-force search on 2 CPU threads),
 #   sweep_large (the sweep item at 5,000 images on CUDA: zoo_vs_separate and per_cell_fixed_s
-#   where fixed costs no longer dominate; about 180 s),
+#   where fixed costs no longer dominate, then where a cell's time per image goes: bench_sweep.py
+#   --profile 512, RESULT profile_gpu_busy_fraction; about 200 s),
 #   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan, --cuda-graphs unless
 #   CUDA_GRAPHS=0; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
@@ -139,7 +140,9 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
                 "$PY" packages/uqvision/benchmarks/bench_sweep.py \
                 --device "$DEVICE" --rounds 1 --work "$WORK/$name" \
                 --images $([ "$DEVICE" = cpu ] && echo 64 || { [ "$name" = sweep ] \
-                    && echo 512 || echo 5000; }); } ;;
+                    && echo 512 || echo 5000; }) \
+                $([ "$name" = sweep_large ] \
+                    && echo "--profile $([ "$DEVICE" = cpu ] && echo 64 || echo 512)"); } ;;
         vision_cuda)
             timeout "$budget" "$PY" benchmarks/device/cuda_checks.py --device "$DEVICE" \
                 --work "$WORK/vision_cuda" $([ "$DEVICE" = cpu ] && echo "--images 64 \

@@ -4,7 +4,7 @@ measured side by side in one run.
 Run from the repository root::
 
     .tox/uqvision/bin/python packages/uqvision/benchmarks/bench_sweep.py [--device cpu|cuda]
-        [--images 320] [--workers N] [--rounds 3] [--batch-size 32]
+        [--images 320] [--workers N] [--rounds 3] [--batch-size 32] [--profile IMAGES]
 
 The folder: ``--images`` generated JPEGs of about 500 x 375 pixels (smooth random colour
 fields with noise, quality 90, in 4 class folders; an ImageNet validation image is about
@@ -46,6 +46,12 @@ both sides (not timed) checks the images in every process first (as a command do
 Targets (the issue's): ``zoo_vs_separate <= 0.6`` on a CPU, ``<= 0.2`` on a GPU at 5,000
 images or more, ``decodes_per_image = 1``. Timings on a shared machine move with its load: compare numbers
 of one run only.
+
+``--profile IMAGES`` then says where a cell's time per image goes (:func:`profile_cells`):
+each model predicts a folder of ``IMAGES`` more JPEGs in this process as a cell does, under
+:mod:`torch.profiler`, with the network's forward and the making of each batch labelled.
+``profile_gpu_busy_fraction`` is the CUDA kernels' time over the wall time: far below 1, the
+cells are bound by the CPU launching kernels and running Python, not by the GPU.
 """
 
 from __future__ import annotations
@@ -178,6 +184,86 @@ def logits_of(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def profile_cells(specs: list[str], folder: Path, cfg, work: Path) -> None:
+    """Where a zoo cell's time goes, per model: each model predicts ``folder`` in this
+    process as a sweep's cell does (its images decoded once for the group beforehand, the
+    network kept built: :func:`uqvision.predict.predict` with ``decoded`` and ``keep_model``),
+    once to warm up, then once under :mod:`torch.profiler`. Printed per model, per batch:
+    ``wall_ms`` (the call's wall time over its batches), ``forward_cpu_ms`` (the CPU time of
+    the network's forward, which on CUDA is mostly launching kernels), ``batch_cpu_ms``
+    (making the input from the decoded rows), ``kernels`` and ``kernel_ms`` (CUDA kernels run
+    and their summed time), ``to_copy_ms`` (the CPU time of torch's copies between dtypes and
+    devices: the input's conversion to float, and the logits to the host, which on CUDA waits
+    for the batch's kernels), and the three ops of most self CPU time. With the
+    summed ``RESULT profile_gpu_busy_fraction`` (kernel time over wall time: near 1 the GPU's
+    work bounds the cell; near 0 the CPU's launches and Python do) and
+    ``profile_forward_cpu_fraction``."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from uqvision.data import ImageFolderDataset, eval_transform, folder_fingerprint
+    from uqvision.models import ModelSpec, data_config
+    from uqvision.predict import decoded as decoded_mod
+    from uqvision.predict import loop, predict
+    from uqvision.predict.decoded import decode_images, split_transform
+
+    ds = ImageFolderDataset(str(folder))
+    fp = folder_fingerprint(ds)
+    path = work / "profile_decoded.npy"
+    decode_images(ds, split_transform(eval_transform(data_config(ModelSpec.parse(specs[0])))),
+                  path, fp)
+    cuda = cfg.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    forward, to_device = loop._forward, decoded_mod._DecodedBatches.to_device
+
+    def labelled(fn, label):
+        def wrapper(*args, **kwargs):
+            with record_function(label):
+                return fn(*args, **kwargs)
+        return wrapper
+
+    loop._forward = labelled(forward, "bench::forward")
+    decoded_mod._DecodedBatches.to_device = labelled(to_device, "bench::batch")
+    n_batches = -(-len(ds) // cfg.batch_size)
+    busy = wall_all = fwd_all = 0.0
+    try:
+        for text in specs:
+            spec = ModelSpec.parse(text)
+            predict(spec, ds, cfg, decoded=path, keep_model=True)  # build, warm up
+            if cuda:
+                torch.cuda.synchronize()
+            with profile(activities=activities) as prof:
+                t = time.perf_counter()
+                predict(spec, ds, cfg, decoded=path, keep_model=True)
+                if cuda:
+                    torch.cuda.synchronize()
+                wall = time.perf_counter() - t
+            ev = prof.key_averages()
+            cpu = {e.key: e.cpu_time_total / 1e3 for e in ev}  # ms
+            kernels = [e for e in ev if getattr(e, "device_type", None) is not None
+                       and str(e.device_type).endswith("CUDA")]
+            n_kern = sum(e.count for e in kernels)
+            k_ms = sum(getattr(e, "self_device_time_total", 0.0) for e in kernels) / 1e3
+            top = sorted((e for e in ev if not e.key.startswith("bench::")),
+                         key=lambda e: -e.self_cpu_time_total)[:3]
+            busy += k_ms
+            wall_all += wall * 1e3
+            fwd_all += cpu.get("bench::forward", 0.0)
+            print(f"DETAIL profile {spec.name}: wall_ms={wall * 1e3 / n_batches:.2f} "
+                  f"forward_cpu_ms={cpu.get('bench::forward', 0.0) / n_batches:.2f} "
+                  f"batch_cpu_ms={cpu.get('bench::batch', 0.0) / n_batches:.2f} "
+                  f"kernels={n_kern / n_batches:.0f} kernel_ms={k_ms / n_batches:.2f} "
+                  f"to_copy_ms={cpu.get('aten::_to_copy', 0.0) / n_batches:.2f} "
+                  f"(per batch of {cfg.batch_size}, {n_batches} batches) top: "
+                  + ", ".join(f"{e.key} {e.self_cpu_time_total / 1e3 / n_batches:.2f}"
+                              for e in top), flush=True)
+    finally:
+        loop._forward = forward
+        decoded_mod._DecodedBatches.to_device = to_device
+        path.unlink(missing_ok=True)
+    print(f"RESULT profile_gpu_busy_fraction={busy / wall_all:.2f} "
+          f"profile_forward_cpu_fraction={fwd_all / wall_all:.2f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (both sides)")
@@ -188,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    ap.add_argument("--profile", type=int, default=0, metavar="IMAGES",
+                    help="then profile each model's cell in this process on a folder of "
+                         "IMAGES generated JPEGs (profile_cells; 0: no profile)")
     a = ap.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("bench_sweep: no CUDA device; nothing to measure")
@@ -288,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RESULT zoo_vs_separate={med['ratio']:.2f} "
           f"decodes_per_image={max(row['decodes'] for row in rows):.2f} "
           f"per_cell_fixed_s={med['fixed']:.3f}", flush=True)
+    if a.profile:
+        shutil.rmtree(work / "profile", ignore_errors=True)
+        profile_cells(specs, make_jpegs(work / "profile", a.profile, seed=2, threads=cores),
+                      cfg, work)
     return 0
 
 

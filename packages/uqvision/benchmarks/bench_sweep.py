@@ -51,7 +51,10 @@ of one run only.
 each model predicts a folder of ``IMAGES`` more JPEGs in this process as a cell does, under
 :mod:`torch.profiler`, with the network's forward and the making of each batch labelled.
 ``profile_gpu_busy_fraction`` is the CUDA kernels' time over the wall time: far below 1, the
-cells are bound by the CPU launching kernels and running Python, not by the GPU.
+cells are bound by the CPU launching kernels and running Python, not by the GPU. On CUDA it
+then times each model's forward replayed from a CUDA graph against the eager forward
+(:func:`graph_forwards`: ``graph_forward_speedup``, ``graph_bit_identical``), the lever such a
+bound calls for, measured before the library uses it.
 """
 
 from __future__ import annotations
@@ -264,6 +267,66 @@ def profile_cells(specs: list[str], folder: Path, cfg, work: Path) -> None:
           f"profile_forward_cpu_fraction={fwd_all / wall_all:.2f}", flush=True)
 
 
+def graph_forwards(batch_size: int, device: str, repeats: int = 50) -> None:
+    """Whether replaying a CUDA graph of each model's forward would pay, before the library
+    does it: each of :data:`MODELS` (random weights, as :func:`make_models`) runs a batch of
+    ``batch_size`` random 224-px images ``repeats`` times eagerly and ``repeats`` times as
+    replays of one graph captured of its forward (warmed up on a side stream first, as
+    ``torch.cuda.graphs`` asks). Printed per model: milliseconds per forward each way and
+    whether the replay's logits equal the eager ones bit for bit; ``RESULT
+    graph_forward_speedup`` (geometric mean of eager / replay) and ``graph_bit_identical``
+    (all models). CUDA only."""
+    dev = torch.device(device)
+    speedups, identical = [], True
+    for arch in MODELS:
+        kw = {"img_size": 224} if arch.startswith("test_vit") else {}
+        torch.manual_seed(0)
+        net = timm.create_model(arch, pretrained=False, num_classes=N_CLASSES, **kw)
+        net = net.eval().to(dev)
+        x = torch.randn(batch_size, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+        x = x.to(dev)
+        with torch.inference_mode():
+            eager = net(x)
+            torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            for _ in range(repeats):
+                net(x)
+            torch.cuda.synchronize(dev)
+            t_eager = (time.perf_counter() - t) / repeats
+            static = x.clone()
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    net(static)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    out = net(static)
+            except RuntimeError as exc:  # an op the capture cannot hold (a host sync)
+                print(f"DETAIL graph {arch}: not capturable: {str(exc).splitlines()[0]}",
+                      flush=True)
+                identical = False
+                continue
+            graph.replay()
+            torch.cuda.synchronize(dev)
+            same = bool(torch.equal(out, eager))
+            t = time.perf_counter()
+            for _ in range(repeats):
+                graph.replay()
+            torch.cuda.synchronize(dev)
+            t_graph = (time.perf_counter() - t) / repeats
+        speedups.append(t_eager / t_graph)
+        identical &= same
+        print(f"DETAIL graph {arch}: eager_ms={t_eager * 1e3:.2f} replay_ms={t_graph * 1e3:.2f} "
+              f"bit_identical={int(same)} (batch {batch_size})", flush=True)
+        del graph, out, net
+    if speedups:
+        print(f"RESULT graph_forward_speedup={statistics.geometric_mean(speedups):.2f} "
+              f"graph_bit_identical={int(identical)} captured={len(speedups)}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (both sides)")
@@ -381,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work / "profile", ignore_errors=True)
         profile_cells(specs, make_jpegs(work / "profile", a.profile, seed=2, threads=cores),
                       cfg, work)
+        if a.device.startswith("cuda"):
+            graph_forwards(a.batch_size, a.device)
     return 0
 
 

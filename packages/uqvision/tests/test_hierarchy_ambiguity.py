@@ -121,6 +121,10 @@ def test_ambiguous_set_is_deterministic_and_changes_only_the_blended_slots(plain
     info = read_hierarchy(ambiguous)
     assert info.ambiguity == AMBIGUITY
     assert info.meta["label_distributions"] == {s: f"{s}/{LABEL_DISTRIBUTIONS}" for s in SPLITS}
+    # the fraction and the weight law are recorded in the data's metadata (V.8); the default
+    # set (ambiguity 0) records neither (its bytes unchanged)
+    assert info.meta["ambiguity_weight_law"] == "uniform(0, 1)"
+    assert "ambiguity_weight_law" not in read_hierarchy(plain).meta
 
 
 def test_each_class_blends_its_first_slots_with_a_partner_of_its_superclass(ambiguous):

@@ -25,6 +25,7 @@ from uqmetrics.runs.io import folder_replaced
 from .patterns import AUGMENTATION, FAMILIES, _Class, _colour, _draw, _jitter, _to_uint8
 
 __all__ = [
+    "AMBIGUITY_WEIGHT_LAW",
     "FORMAT_VERSION",
     "LABEL_DISTRIBUTIONS",
     "SCALES",
@@ -37,7 +38,8 @@ __all__ = [
 ]
 
 #: Version of the ``classes.json`` / ``soft_labels.csv`` layout (bumped on any change). A set
-#: made with ``ambiguity > 0`` adds the optional keys ``ambiguity`` and ``label_distributions``
+#: made with ``ambiguity > 0`` adds the optional keys ``ambiguity``, ``ambiguity_weight_law``
+#: and ``label_distributions``
 #: and one CSV per split; a set without them is read as ``ambiguity = 0`` (every label one-hot),
 #: so the default output, and every set written before, stays version 1 byte for byte.
 FORMAT_VERSION = 1
@@ -47,6 +49,9 @@ MIXED = "mixed"
 #: The per-split file of label distributions of a set made with ``ambiguity > 0``
 #: (``<split>/label_distributions.csv``; columns as ``mixed/soft_labels.csv``).
 LABEL_DISTRIBUTIONS = "label_distributions.csv"
+#: The law of a blended slot's weight alpha (of its own class), recorded in ``classes.json``
+#: (key ``ambiguity_weight_law``) of a set made with ``ambiguity > 0``.
+AMBIGUITY_WEIGHT_LAW = "uniform(0, 1)"
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3, MIXED: 4}
 _FORMAT = "uqvision.hierarchy"
 
@@ -342,7 +347,7 @@ def _write(root: Path, sc: HierarchyScale, seed: int, ambiguity: float = 0.0) ->
         "augmentation": asdict(AUGMENTATION),
         "splits": {s: getattr(sc, s) for s in (*SPLITS, MIXED)},
         "soft_labels": f"{MIXED}/soft_labels.csv",
-        **({"ambiguity": ambiguity,
+        **({"ambiguity": ambiguity, "ambiguity_weight_law": AMBIGUITY_WEIGHT_LAW,
             "label_distributions": {s: f"{s}/{LABEL_DISTRIBUTIONS}" for s in SPLITS}}
            if ambiguity > 0 else {}),  # absent: ambiguity 0 (the default's bytes unchanged)
         "superclasses": list(dict.fromkeys(c.superclass for c in classes)),

@@ -54,8 +54,11 @@ class SWAGHParams(HParams):
     Samples are ``mean + sqrt(scale) (sqrt(var) z1 + D^T z2 / sqrt(K - 1))`` (the SWAG
     reference's ``sample(scale=0.5, cov=True)``; ``low_rank=False``: SWAG-diagonal). Paper:
     pre-training 160 epochs at lr_init 0.1 (Table 1), then lr 1e-2, rank 20, one collection
-    per epoch (SWAG's 300-epoch budget: 140 collections). ``bn_update``: recompute BatchNorm
-    statistics of each sample on the training data, as the reference does.
+    per epoch (SWAG's 300-epoch budget: 140 collections). Stand-in default: pre-training
+    epochs / 10, but ``swag_epochs`` = 20, not 140 / 10 = 14: one collection per epoch is kept,
+    and 20 collections fill the rank-20 deviation matrix (14 would leave it rank 14).
+    ``bn_update``: recompute BatchNorm statistics of each sample on the training data, as the
+    reference does.
     """
 
     pretrain_epochs: float = 16

@@ -300,6 +300,36 @@ def test_score_ood_tune_detectors_on_the_command_line(tmp_path):
     assert search["chosen"]["m1"]["energy"]["params"] == {"temperature": 1.0}
 
 
+def test_fpr_at_95_defaults_to_ood_positive_and_offers_the_id_positive_one(tmp_path):
+    """OpenOOD v1.5's FPR@95 (OOD positive) by default, named in the file; the older
+    ID-positive one (OpenOOD v1.0, ODIN) on request, a different number, named too."""
+    from uqmetrics.metrics.ood import fpr_at_95_tpr
+
+    from uqvision.cli import main
+
+    folder = _caches(tmp_path / "c")
+    assert OodConfig().fpr_positive == "out"
+    out = {}
+    for positive in ("out", "in"):
+        path = tmp_path / f"ood-{positive}.nc"
+        flag = [] if positive == "out" else ["--fpr-positive", "in"]
+        assert main(["score", "ood", "--caches", str(folder), "--detectors", "msp",
+                     "--out", str(path), *flag]) == 0
+        out[positive] = ds = uqmetrics.read_result(path, protocol="ood")
+        assert ds.attrs["fpr_positive"] == positive
+        assert json.loads(ds.attrs["config"])["fpr_positive"] == positive
+        assert ds["fpr_at_95_tpr"].attrs["positive"] == positive
+        for o in ("near1", "far1", "far2"):
+            want = fpr_at_95_tpr(_u("msp", "m1", "test"), _u("msp", "m1", o),
+                                 positive=positive)
+            assert float(ds["fpr_at_95_tpr"].sel(model="m1", detector="msp", ood_set=o)) \
+                == pytest.approx(want, abs=1e-9)
+    assert not np.allclose(out["out"]["fpr_at_95_tpr"], out["in"]["fpr_at_95_tpr"])
+    np.testing.assert_array_equal(out["out"]["auroc"], out["in"]["auroc"])  # FPR@95 only
+    with pytest.raises(InputError, match="fpr_positive .*'both'"):
+        OodConfig(fpr_positive="both")
+
+
 @pytest.mark.slow
 def test_smoke_ensembles_msp_is_the_max_of_its_mean_softmax(smoke_run):
     """On the smoke run, deep_ensemble[2]'s MSP is -max p̄, p̄ the mean of its members'

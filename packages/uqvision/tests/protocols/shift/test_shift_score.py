@@ -120,6 +120,23 @@ def test_mce_against_a_baseline_by_hand(tmp_path):
     assert "mean_corruption_error" not in score_shift(tmp_path / "c")
 
 
+def test_mce_leaves_out_imagenet_c_held_out_corruptions(tmp_path):
+    """Hendrycks & Dietterich (2019): mCE is the mean CE over the 15 benchmark corruptions;
+    the 4 extra ones (speckle_noise, gaussian_blur, spatter, saturate) are for validation and
+    never enter it, even where every model has them at every severity."""
+    folder = _caches(tmp_path / "c")
+    for m, k in (("m1", 2), ("m2", 9)):  # far from fog/noise: would move the mCE
+        for s in (1, 2):
+            _write(folder, m, f"imagenet-c-speckle_noise-{s}", _logits(k), role="shifted",
+                   eval_set="imagenet-c", corruption="speckle_noise", severity=s)
+    ds = score_shift(folder, ShiftConfig(baseline="m1"))
+    assert "speckle_noise" in ds["corruption"].values  # scored, just not in the mCE
+    assert ds["mean_corruption_error"].sel(model="m2") == pytest.approx(
+        ((0.3 / 0.8) + (0.6 / 1.0)) / 2)
+    assert json.loads(ds.attrs["mce_corruptions"]) == ["fog", "noise"]
+    assert "speckle_noise" in ds.attrs["notes"]
+
+
 def test_several_passes_average_the_softmax(tmp_path):
     folder = _caches(tmp_path / "c", models=("m1",))
     # m3: two TTA passes whose average softmax equals m1's plain caches on each set

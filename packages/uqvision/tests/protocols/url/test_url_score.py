@@ -112,6 +112,28 @@ def test_score_transfer_control_row_and_selection():
     assert ds["all_val_recall_at_1"].sel({"method": "elk"}).values[1].item() == 0.0
 
 
+def test_crop_fractions_are_uniform_on_urls_range():
+    """URL (S.5): a centre crop to a fixed random fraction in [0.1, 0.75] of the short side,
+    uniform: over n draws each quarter of the range holds n/4 within 4 binomial SEs."""
+    assert CROP_RANGE == (0.1, 0.75)
+    n = 4000
+    f = crop_fractions(0, range(n))
+    # the ends are reached: P(min - 0.1 > 0.65 t) = (1 - t)^n ~ exp(-n t) = exp(-10) at t = 10/n
+    assert 0.1 <= f.min() < 0.1 + 0.65 * 10 / n and 0.75 - 0.65 * 10 / n < f.max() <= 0.75
+    counts = np.histogram(f, bins=4, range=(0.1, 0.75))[0]
+    assert np.all(np.abs(counts - n / 4) <= 4 * np.sqrt(n * 0.25 * 0.75))
+
+
+def test_selection_keeps_configs_of_validation_recall_at_least_one_tenth():
+    """URL's rule: configurations with a mean validation R@1 below 0.1 are filtered out,
+    whatever their R-AUROC; 0.1 itself qualifies."""
+    dims = ("method", "config", "dataset", "seed")
+    rec = xr.DataArray(np.array([0.0999, 0.1]).reshape(1, 2, 1, 1), dims=dims)
+    r_auroc = xr.DataArray(np.array([0.9, 0.6]).reshape(1, 2, 1, 1), dims=dims)
+    assert select_configs(rec, r_auroc).values.tolist() == [1]
+    assert select_configs(rec + 0.001, r_auroc).values.tolist() == [0]
+
+
 def test_select_configs_none_qualifies():
     low = xr.DataArray(np.full((1, 2, 1, 1), 0.05), dims=("method", "config", "dataset", "seed"))
     assert select_configs(low, low).values.tolist() == [-1]

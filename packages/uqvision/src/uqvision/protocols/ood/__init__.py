@@ -64,6 +64,10 @@ OOD_OPTIONS = (
                       "set of role ood-val (uqvision sweep --ood-sets "
                       "ood-val:ood-far:NAME=PATH; default: the only one); never a test OOD "
                       "set"),
+    ConfigOption("fpr_positive", choices=("out", "in"),
+                 help="ood: the positives of fpr_at_95_tpr: out (OpenOOD v1.5: ID images "
+                      "flagged at 95%% OOD recall) or in (OpenOOD v1.0, ODIN: OOD images kept "
+                      "at 95%% ID recall); default {default}"),
 )
 
 

@@ -49,6 +49,7 @@ recorded in the attr ``detector_search``. Without it, every detector keeps its f
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -74,8 +75,8 @@ from ...predictors import (
 )
 from ...provenance import entry_provenance, predictor_rows
 
-__all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "MEMBER_DETECTORS", "OOD_METRICS",
-           "OOD_SPLITS", "OodConfig", "score_ood"]
+__all__ = ["DEFAULT_DETECTORS", "FEATURE_DETECTORS", "FPR_POSITIVES", "MEMBER_DETECTORS",
+           "OOD_METRICS", "OOD_SPLITS", "OodConfig", "score_ood"]
 
 #: The result variable of each OpenOOD v1.5 metric -> its name in
 #: :data:`uqmetrics.metrics.registry.METRICS` (a metric not registered is left out of the result).
@@ -84,6 +85,9 @@ OOD_METRICS = {"fpr_at_95_tpr": "fpr_at_95_tpr", "auroc": "ood_auroc", "aupr_in"
 #: The OOD splits of OpenOOD v1.5 (an OOD set's ``ood_split``), each averaged into
 #: ``<split>_<metric>``.
 OOD_SPLITS = ("near", "far")
+#: The positives of FPR@95 (:attr:`OodConfig.fpr_positive`): ``out`` is OpenOOD v1.5's
+#: convention and the default, ``in`` OpenOOD v1.0's and the older literature's.
+FPR_POSITIVES = ("out", "in")
 #: The detectors scored by default (those registered; detectors whose inputs the caches lack are
 #: then skipped, said in the attr ``skipped_detectors``), in OpenOOD's order: post-hoc on
 #: logits, on features, then the UQ measures of several members.
@@ -149,6 +153,12 @@ class OodConfig:
     ood_validation : str or None
         With ``tune_detectors``: the ``dataset_name`` of the OOD validation set
         (``--ood-validation``), a set of role ``ood-val``; default the only one.
+    fpr_positive : {"out", "in"}
+        The positives of ``fpr_at_95_tpr`` (``--fpr-positive``;
+        :func:`uqmetrics.metrics.ood.fpr_at_95_tpr`): ``"out"`` (default, OpenOOD v1.5):
+        the fraction of ID images flagged at 95 % OOD recall; ``"in"`` (OpenOOD v1.0, ODIN,
+        Hendrycks et al.): the fraction of OOD images kept at 95 % ID recall, a different
+        number. Recorded in the attr ``fpr_positive`` and the variable's ``positive`` attr.
     """
 
     detectors: tuple[str, ...] | None = None
@@ -161,8 +171,13 @@ class OodConfig:
     tune_detectors: bool = False
     validation: str | None = None
     ood_validation: str | None = None
+    fpr_positive: str = "out"
 
     def __post_init__(self):
+        if self.fpr_positive not in FPR_POSITIVES:
+            raise InputError(f"fpr_positive must be one of {', '.join(FPR_POSITIVES)} "
+                             f"('out': OpenOOD v1.5, the default; 'in': OpenOOD v1.0 and "
+                             f"ODIN), got {self.fpr_positive!r} (option --fpr-positive)")
         if self.detectors is not None:
             value = (self.detectors,) if isinstance(self.detectors, str) \
                 else tuple(self.detectors)
@@ -538,6 +553,9 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                              f"scored on the validation sets ({errors[0]}); its defaults kept")
 
     metrics = {v: get_metric(k).func for v, k in OOD_METRICS.items() if _registered(k)}
+    if "fpr_at_95_tpr" in metrics:  # the convention named by the config (OpenOOD v1.5's default)
+        metrics["fpr_at_95_tpr"] = functools.partial(metrics["fpr_at_95_tpr"],
+                                                     positive=config.fpr_positive)
     shape = (len(preds), len(dets), len(ood))
     values = {v: np.full(shape, np.nan) for v in metrics}
     u_id = np.full((len(preds), len(dets), len(data[models[0]][id_name].labels)), np.nan)
@@ -607,6 +625,9 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
                                                                     strict=True)
                                                    for _ in range(s)])
     ds = xr.Dataset(data_vars, coords=coords)
+    for v in ("fpr_at_95_tpr", *(f"{s}_fpr_at_95_tpr" for s in OOD_SPLITS)):
+        if v in ds:
+            ds[v].attrs["positive"] = config.fpr_positive
     ensembles = {p.name: list(p.members) for p in preds if p.kind == "ensemble"}
     fit_record = {"dataset_name": fit_name, **config.fit_info}
     return stamp_result(
@@ -614,6 +635,7 @@ def score_ood(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         seed=config.seed, notes="; ".join(dict.fromkeys(notes)) or None,
         extra={"ensemble_members": json.dumps(ensembles), "fit_data": json.dumps(fit_record),
                "skipped_detectors": json.dumps(skipped), "id_dataset": id_name,
+               "fpr_positive": config.fpr_positive,
                "scored_sets": json.dumps({"test": id_name, "fit": fit_name,
                                           **dict(zip(("validation", "ood_validation"), tune,
                                                      strict=False))}),

@@ -45,6 +45,7 @@ from uqmetrics.metrics.shift import (
     relative_mean_corruption_error,
 )
 
+from ...data.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTIONS
 from ...evalsets import Overlay, apply_overlay, read_overlay, real_overlay
 from ...predictors import (
     PredictorProbs,
@@ -55,7 +56,8 @@ from ...provenance import entry_provenance, predictor_rows
 from ...published import PUBLISHED_BASELINES, published_baseline_errors
 from ..base import check_clean_members, clean_study_predictors
 
-__all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "SHIFT_METRICS", "ShiftConfig", "score_shift"]
+__all__ = ["CALIBRATIONS", "MASKED_EVAL_SETS", "MCE_EXCLUDED", "SHIFT_METRICS", "ShiftConfig",
+           "score_shift"]
 
 #: The metrics scored per (model, corruption, severity), per natural shift set and on the
 #: clean set (registered in :data:`uqmetrics.metrics.registry.METRICS`).
@@ -66,6 +68,10 @@ CALIBRATIONS = ("none", "temperature")
 #: :func:`uqmetrics.metrics.shift.masked_accuracy` over the classes the set has (ImageNet-A and -R:
 #: 200 of the 1,000; Hendrycks et al. 2021).
 MASKED_EVAL_SETS = ("imagenet-a", "imagenet-r")
+#: ImageNet-C's 4 held-out corruptions (speckle noise, Gaussian blur, spatter, saturate):
+#: Hendrycks & Dietterich (2019) keep them for validation, so they are scored like every
+#: corruption but never enter the (relative) mCE, the mean over the 15 benchmark ones.
+MCE_EXCLUDED = tuple(c for c in CORRUPTIONS if c not in BENCHMARK_CORRUPTIONS)
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,9 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         ``temperature``, ``n_calibration`` (model)
             The fitted temperature and the samples it was fitted on.
         ``mean_corruption_error``, ``relative_mean_corruption_error`` (model)
-            With a baseline: over the corruptions with every severity for all predictors; the
+            With a baseline: over the corruptions with every severity for all predictors,
+            except ImageNet-C's held-out ones (:data:`MCE_EXCLUDED`; attr
+            ``mce_corruptions`` lists those averaged); the
             relative one is NaN with an ``UndefinedMetricWarning`` where the baseline's errors
             under a corruption do not exceed its clean error, and absent with a published
             baseline (said in ``notes``).
@@ -345,16 +353,22 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
         metrics["real_accuracy"] = ("real_accuracy", True)
     if config.baseline is not None:
         acc = shift_vals[SHIFT_METRICS.index("accuracy"), ..., 0]  # (model, corr, sev)
-        complete = ~np.isnan(acc).any(axis=(0, 2))
+        complete = ~np.isnan(acc).any(axis=(0, 2)) & np.array(
+            [c not in MCE_EXCLUDED for c in corruptions], dtype=bool)
         if not complete.any():
-            raise InputError("no corruption has caches of every severity for every model: "
-                             "the corruption errors are undefined")
+            raise InputError("no corruption outside ImageNet-C's held-out ones ("
+                             f"{', '.join(MCE_EXCLUDED)}) has caches of every severity for "
+                             "every model: the corruption errors are undefined")
+        mce_corruptions = [c for c, k in zip(corruptions, complete, strict=True) if k]
+        left_out = sorted(set(corruptions) & set(MCE_EXCLUDED))
+        if left_out:
+            notes.append(f"mCE over {len(mce_corruptions)} corruptions; ImageNet-C's "
+                         f"held-out {', '.join(left_out)} scored but not in the mCE "
+                         "(Hendrycks & Dietterich 2019)")
         err = 1.0 - acc[:, complete]
         clean_err = 1.0 - clean_vals[SHIFT_METRICS.index("accuracy"), :, 0]
         if published:  # AlexNet's published errors; no clean error: no relative mCE
-            base = published_baseline_errors(
-                config.baseline, [c for c, k in zip(corruptions, complete, strict=True) if k],
-                severities)
+            base = published_baseline_errors(config.baseline, mce_corruptions, severities)
             notes.append(f"mCE against {config.baseline} (AlexNet's published errors, "
                          "uqvision.published); relative mCE not computed: AlexNet's clean "
                          "error is not published with them")
@@ -382,5 +396,7 @@ def score_shift(caches: Iterable[str | os.PathLike] | str | os.PathLike,
     return stamp_result(ds, "shift", input_checksums=sorted(set(checksums)), metrics=metrics,
                         config=asdict(config), seed=config.seed, notes="; ".join(notes) or None,
                         extra={"ensemble_members": json.dumps(ensembles),
+                               **({"mce_corruptions": json.dumps(mce_corruptions)}
+                                  if config.baseline is not None else {}),
                                "scored_sets": json.dumps({"test": test, "calibration": cal}),
                                **entry_provenance(predictor_rows(preds, groups), "model")})

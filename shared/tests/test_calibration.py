@@ -154,6 +154,10 @@ def test_fit_temperature_accepts_xarray():
         (lambda: fit_temperature([0.0, 1.0], [0, 1]), r"logits must have shape"),
         (lambda: fit_temperature([[0.0, 1.0]], [0, 1]), "same number of samples"),
         (lambda: fit_temperature(np.empty((0, 2)), []), "logits is empty"),
+        # strict counts the samples of validated labels, never len() of the raw argument
+        (lambda: fit_temperature(np.zeros((3, 2)), 3, strict=True), r"labels must have shape"),
+        (lambda: fit_temperature(np.zeros((6, 2)), [[0, 1, 0, 1, 1, 0]], strict=True),
+         r"labels must have shape \(n_samples,\), got shape \(1, 6\)"),
         (lambda: fit_temperature_result([[0.0, 1.0]], [0], bounds=(2.0, 3.0)), "bounds"),
         (lambda: fit_temperature_result([[0.0, 1.0]], [0], bounds=(0.0, 3.0)), "bounds"),
     ],

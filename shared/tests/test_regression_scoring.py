@@ -30,6 +30,7 @@ from uqmetrics import (
     adversarial_group_calibration_error,
     calibration_curve,
     check_score_loss,
+    gaussian_nll_loss,
     interval_score_from_bounds_loss,
     interval_score_loss,
     mean_absolute_calibration_error,
@@ -89,6 +90,35 @@ def test_sigma_scaling_fits_the_factor_on_a_calibration_split():
     assert mean_absolute_calibration_error(y[2000:], m[2000:], rec.apply(s[2000:])) <= dkw(2000)
     area = SigmaScaling(criterion="miscalibration_area").fit(y[:2000], m[:2000], s[:2000])
     assert area.factor_ == pytest.approx(2.0, rel=0.05)
+
+
+def test_nll_sigma_scaling_is_the_nll_optimal_factor():
+    # S.6b: sigma-scaling by the NLL-optimal factor. The NLL of (y, m, f s) is
+    # log f + r2 / (2 f^2) + const, so its minimiser is f = sqrt(r2) exactly: the fitted factor
+    # is a stationary point of gaussian_nll_loss and beats its neighbours on both sides.
+    y, m, s = gaussian_sample(3, 500, scale=1.7)
+    f = SigmaScaling(criterion="nll").fit(y, m, s).factor_
+    assert f == pytest.approx(math.sqrt(np.mean(((y - m) / s) ** 2)), rel=1e-15)
+    nll = [gaussian_nll_loss(y, m, g * s) for g in (f * (1 - 1e-3), f, f * (1 + 1e-3))]
+    assert nll[1] < nll[0] and nll[1] < nll[2]
+    h = 1e-5 * f
+    slope = (gaussian_nll_loss(y, m, (f + h) * s) - gaussian_nll_loss(y, m, (f - h) * s)) / (2 * h)
+    assert abs(slope) < 1e-6
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_nll_sigma_scaling_recovers_the_true_factor_within_its_standard_error(factor):
+    # y = m + factor * s * eps: the fitted factor is factor * sqrt(mean eps^2), whose standard
+    # error is factor / sqrt(2 n) to first order (var eps^2 = 2); 6 of them.
+    n = 2000
+    y, m, s = gaussian_sample(4, 2 * n, scale=factor)
+    f = SigmaScaling(criterion="nll").fit(y[:n], m[:n], s[:n]).factor_
+    assert abs(f - factor) < 6 * factor / math.sqrt(2 * n)
+
+
+def test_nll_sigma_scaling_refuses_a_zero_spread():
+    with pytest.raises(ValueError, match="NLL-optimal factor is 0"):
+        SigmaScaling(criterion="nll").fit([1.0, 2.0], [1.0, 2.0], [1.0, 1.0])
 
 
 @pytest.mark.parametrize("scale", [0.5, 2.0])
@@ -251,7 +281,7 @@ def test_new_metrics_are_registered_lower_is_better_with_a_convention(name):
     (lambda: quantile_check_loss([0.0, 1.0], [[0.0, 1.0]], [0.5]), "quantiles must have shape"),
     (lambda: IsotonicRecalibrator().levels([0.5]), "not fitted"),
     (lambda: SigmaScaling().apply([1.0]), "not fitted"),
-    (lambda: SigmaScaling(criterion="nll"), "criterion"),
+    (lambda: SigmaScaling(criterion="crps"), "criterion"),
     (lambda: mean_absolute_calibration_error([0.0], [0.0], [1.0], recalibrator=2.0),
      "recalibrator"),
     (lambda: adversarial_group_calibration([0.0, 1.0], [0.0, 0.0], [1.0, 1.0], rng=-1), "rng"),

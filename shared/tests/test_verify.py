@@ -229,6 +229,28 @@ def test_a_site_whose_manifest_no_longer_matches_disagrees(result, tmp_path):
     assert "DISAGREE" not in blocks["toy:c"]
 
 
+def test_a_site_entry_with_an_infinite_value_agrees(tmp_path):
+    # JSON has no infinity: the site's manifest writes an infinite metric value as null, as it
+    # does NaN, and the check of the manifest against the file reads it back as such.
+    from uqmetrics.report import build_site
+
+    caches = {}
+    for row, x in (("a", [np.inf, 1.0]), ("b", [0.5, 1.5])):
+        ds = xr.Dataset({"x": ("i", np.array(x))}, attrs={"model": row})
+        path = tmp_path / "caches" / f"{row}.nc"
+        path.parent.mkdir(exist_ok=True)
+        write_dataset(ds, path)
+        caches[str(path)] = dataset_checksum(ds)
+    path = tmp_path / "toy.nc"
+    write_dataset(_score(caches), path)
+    build_site([path], tmp_path / "site", figures=False)
+    manifest = json.loads((tmp_path / "site" / MANIFEST).read_text())
+    assert manifest["entries"][0]["metrics"]["score[calibration=none]"] is None
+    code, text = _run(tmp_path / "site")
+    assert code == 0, text
+    assert "agree     manifest metrics: 2 values equal the file's" in _blocks(text)["toy:a"]
+
+
 def test_bad_targets_are_input_errors(result, tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         verify(tmp_path / "nowhere.nc", _rescorer, out=lambda line: None)

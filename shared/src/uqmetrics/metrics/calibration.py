@@ -301,12 +301,12 @@ def fit_temperature(logits: Any, labels: Any, *, strict: bool = False) -> float:
     ...
     uqmetrics.metrics.exceptions.InputError: the temperature fitted on 5 samples runs to the search's...
     """
-    if strict:
-        n = len(labels)
-        if n < MIN_TEMPERATURE_SAMPLES:
-            raise InputError(f"a temperature is fitted on at least {MIN_TEMPERATURE_SAMPLES} "
-                             f"samples, got {n}")
-    fit = fit_temperature_result(logits, labels)
+    y, z = labels_logits(labels, logits)  # validated first: a bad input is named as such
+    n = y.shape[0]
+    if strict and n < MIN_TEMPERATURE_SAMPLES:
+        raise InputError(f"a temperature is fitted on at least {MIN_TEMPERATURE_SAMPLES} "
+                         f"samples, got {n}")
+    fit = fit_temperature_result(z, y)
     if strict and not fit.converged:
         lo, hi = DEFAULT_BOUNDS
         low = fit.temperature < 1.0  # the interval holds 1: the side the optimum is on

@@ -435,8 +435,9 @@ def _site_checks(ds: xr.Dataset, entry: Entry, dim: str, out: Callable[[str], No
         var, labels = _parse_column(name)
         file_value = _value_at(ds, var, dim, str(m.get("row")), labels)
         shown = None if value is None else float(value)
+        # JSON has no NaN or infinity: the manifest writes every non-finite value as null
         same = (file_value is not None and (
-            (shown is None and math.isnan(file_value)) or (shown is not None and (
+            (shown is None and not math.isfinite(file_value)) or (shown is not None and (
                 shown == file_value or (math.isnan(shown) and math.isnan(file_value))))))
         if not same:
             mismatched.append(f"{name} manifest={shown!r} file={_fmt(file_value)}")

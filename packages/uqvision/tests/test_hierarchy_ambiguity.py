@@ -206,6 +206,89 @@ def test_the_ambiguity_draw_follows_its_documented_law():
         assert abs(is_a[m].sum() - alpha[m].sum()) <= 4 * se
 
 
+def test_the_uniform_law_is_the_default_draw_byte_for_byte(ambiguous, tmp_path):
+    """``weight_law="uniform"`` (named, or as classes.json records it) is the default: the
+    same draws from the same streams, the same files."""
+    for j in range(200):
+        assert _ambiguity_draw(np.random.default_rng([3, j]), 4, 3) == _ambiguity_draw(
+            np.random.default_rng([3, j]), 4, 3, hierarchy.parse_weight_law("uniform(0, 1)"))
+    tree = hierarchy.dataset._class_tree(SMOKE, 0)
+    hierarchy.dataset._write_ambiguous_split(tmp_path / "val", tree, SMOKE, 0, "val", AMBIGUITY,
+                                             ("uniform", ()))
+    assert _digests(tmp_path / "val") == _digests(ambiguous / "val")
+    again = make_hierarchy(tmp_path / "u", scale="smoke", seed=0, ambiguity=AMBIGUITY,
+                           weight_law="uniform")
+    assert _digests(again) == _digests(ambiguous)
+
+
+#: Beta laws checked: skewed towards class_b, and U-shaped (most blends nearly pure).
+BETA_LAWS = [(2.0, 5.0), (0.5, 0.5)]
+
+
+@pytest.mark.parametrize("a, b", BETA_LAWS)
+def test_the_beta_law_draws_beta_weights_from_the_slot_stream(a, b):
+    """n = 20,000 draws of ``beta(a, b)``: by the Dvoretzky-Kiefer-Wolfowitz inequality (with
+    Massart's constant), P(sup |F_n - F| > eps) <= 2 exp(-2 n eps^2), so with eps for a
+    false-alarm probability of 1e-6 the test fails a correct generator once in a million
+    runs. The weights are rounded to 6 decimals (|round(x) - x| <= h = 5e-7), which moves the
+    empirical CDF by at most sup_x F(x + h) - F(x) more: added to eps. The label is class_a
+    with probability alpha (4 binomial standard errors per tenth of alpha), and the image draw
+    before it is the slot's own (the partner: the same as the uniform law's)."""
+    from scipy.stats import beta as beta_law
+
+    n, per, h, false_alarm = 20_000, 3, 5e-7, 1e-6
+    law = hierarchy.parse_weight_law(f"beta({a}, {b})")
+    draws = [_ambiguity_draw(np.random.default_rng([11, j]), 4, per, law) for j in range(n)]
+    alpha = np.sort([d.alpha for d in draws])
+    cdf = beta_law(a, b).cdf
+    ecdf_hi = np.arange(1, n + 1) / n
+    ecdf_lo = np.arange(n) / n
+    sup = max(np.max(np.abs(ecdf_hi - cdf(alpha))), np.max(np.abs(ecdf_lo - cdf(alpha))))
+    grid = np.concatenate([[0.0], np.linspace(0, 1 - h, 200_001), [1 - h]])
+    slack = float(np.max(cdf(grid + h) - cdf(grid)))
+    eps = np.sqrt(np.log(2 / false_alarm) / (2 * n))
+    assert sup <= eps + slack, (sup, eps, slack)
+    # the same bound refuses U(0, 1) draws: the test can fail
+    uniform = np.sort([d.alpha for d in (_ambiguity_draw(np.random.default_rng([11, j]), 4,
+                                                          per) for j in range(n))])
+    assert np.max(np.abs(ecdf_hi - cdf(uniform))) > eps + slack
+    # the partner is drawn before the weight, from the same stream: unchanged by the law
+    assert [d.class_b for d in draws[:500]] == [
+        _ambiguity_draw(np.random.default_rng([11, j]), 4, per).class_b for j in range(500)]
+    is_a = np.array([d.label == d.class_a for d in draws])
+    alpha = np.array([d.alpha for d in draws])
+    for lo in np.arange(10) / 10:
+        m = (alpha >= lo) & (alpha < lo + 0.1 + (lo == 0.9))
+        se = np.sqrt((alpha[m] * (1 - alpha[m])).sum())
+        assert abs(is_a[m].sum() - alpha[m].sum()) <= 4 * se + 1e-9
+
+
+def test_a_beta_set_records_its_law_and_its_distributions(ambiguous, tmp_path):
+    root = make_hierarchy(tmp_path / "b", scale="smoke", seed=0, ambiguity=AMBIGUITY,
+                          weight_law="beta(2, 0.5)")
+    info = read_hierarchy(root)
+    # the fraction and the law with its parameters, in the data's metadata (V.8)
+    assert (info.ambiguity, info.meta["ambiguity_weight_law"]) == (AMBIGUITY, "beta(2, 0.5)")
+    assert hierarchy.parse_weight_law(info.meta["ambiguity_weight_law"]) == ("beta", (2.0, 0.5))
+    # only the blends differ from the uniform set: the plain images and the mixed set are its
+    new, ref = _digests(root), _digests(ambiguous)
+    plain_files = [k for k in ref if k.endswith(".png") and "/blend-" not in k]
+    assert all(new[k] == ref[k] for k in plain_files)
+    assert [float(r["alpha"]) for r in _rows(root, "train")] != [
+        float(r["alpha"]) for r in _rows(ambiguous, "train")]
+    # the truth keeps its definition: each image's distribution is (alpha, 1 - alpha) over
+    # its two classes, its entropy the binary entropy of alpha
+    for split in SPLITS:
+        dist = read_label_distributions(root, split)
+        rows = {r["file"]: float(r["alpha"]) for r in _rows(root, split)}
+        files = list(dist.files)  # ImageFolder order
+        w = np.array([rows[f] for f in files])
+        h = -(w * np.log(w, where=w > 0, out=np.zeros_like(w))
+              + (1 - w) * np.log(1 - w, where=w < 1, out=np.zeros_like(w)))
+        np.testing.assert_allclose(dist.entropy, h, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(dist.probs.max(axis=1), np.maximum(w, 1 - w), rtol=1e-12)
+
+
 def test_blended_image_is_the_alpha_blend_of_the_two_patterns_under_the_slot_draw(ambiguous):
     info = read_hierarchy(ambiguous)
     tree = hierarchy.dataset._class_tree(SMOKE, 0)
@@ -241,6 +324,32 @@ def test_ambiguity_outside_the_unit_interval_is_refused(tmp_path, bad):
     assert not (tmp_path / "h").exists()
 
 
+@pytest.mark.parametrize("law, message", [
+    ("gamma(2, 2)", "unknown weight law 'gamma'; known: uniform, beta(a, b)"),
+    ("beta(0, 2)", "a must be a positive finite number, got 0"),
+    ("beta(2, -0.5)", "b must be a positive finite number, got -0.5"),
+    ("beta(inf, 1)", "a must be a positive finite number, got inf"),
+    ("beta(2)", "beta takes 2 parameters (a, b), got 1"),
+    ("beta(a, b)", "the parameters must be numbers, got (a, b)"),
+    ("uniform(0, 2)", ("uniform takes no parameters (or those it is recorded with: "
+                       "uniform(0, 1)), got (0, 2)")),
+    ("", "not a weight law; give NAME or NAME(p1, p2), one of uniform, beta(a, b)"),
+])
+def test_a_bad_weight_law_is_refused_naming_the_option(tmp_path, law, message):
+    with pytest.raises(InputError) as err:
+        make_hierarchy(tmp_path / "h", scale="smoke", ambiguity=0.5, weight_law=law)
+    assert str(err.value) == f"weight_law (--weight-law) {law!r}: {message}"
+    assert not (tmp_path / "h").exists()
+
+
+def test_a_weight_law_without_ambiguity_is_refused(tmp_path):
+    # no image would draw from it: refused rather than ignored
+    with pytest.raises(InputError, match=r"^weight_law \(--weight-law\) 'beta\(2, 5\)' needs "
+                       r"ambiguity > 0 \(--ambiguity F\)"):
+        make_hierarchy(tmp_path / "h", scale="smoke", weight_law="beta(2, 5)")
+    assert not (tmp_path / "h").exists()
+
+
 def test_reader_refuses_an_unknown_split_or_a_file_list_that_does_not_match(ambiguous,
                                                                             tmp_path):
     with pytest.raises(InputError, match="split"):
@@ -258,16 +367,26 @@ def test_data_hierarchy_command_passes_ambiguity_to_the_generator(tmp_path, monk
     from uqvision.cli import main
 
     calls = []
-    monkeypatch.setattr(hierarchy.dataset, "_write", lambda root, sc, seed, ambiguity=0.0:
-                        calls.append((sc.name, seed, ambiguity)))
+    monkeypatch.setattr(hierarchy.dataset, "_write",
+                        lambda root, sc, seed, ambiguity=0.0, law=("uniform", ()):
+                        calls.append((sc.name, seed, ambiguity, law)))
     assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "a"),
                  "--ambiguity", "0.3"]) == 0
     assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "b")]) == 0
-    assert calls == [("smoke", 0, 0.3), ("smoke", 0, 0.0)]
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "d"),
+                 "--ambiguity", "0.3", "--weight-law", "beta(2, 0.5)"]) == 0
+    assert calls == [("smoke", 0, 0.3, ("uniform", ())), ("smoke", 0, 0.0, ("uniform", ())),
+                     ("smoke", 0, 0.3, ("beta", (2.0, 0.5)))]
     capsys.readouterr()
     assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "c"),
                  "--ambiguity", "2"]) == 2
     assert "ambiguity must be a fraction in [0, 1], got 2.0" in capsys.readouterr().err
+    assert main(["data", "hierarchy", "--scale", "smoke", "--out", str(tmp_path / "e"),
+                 "--ambiguity", "0.3", "--weight-law", "beta(0, 1)"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "uqvision data hierarchy: error: weight_law (--weight-law) 'beta(0, 1)': a must be a positive "
+        "finite number, got 0")
+    assert len(calls) == 3  # nothing written for the refused ones
 
 
 # --------------------------------------------------------------------------------------------

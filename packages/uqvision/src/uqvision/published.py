@@ -12,12 +12,19 @@ names its source). The tables:
   appendix versions at alpha = 0.05: coverage and set size of Top K, Naive, APS and RAPS, and
   the top-1/top-5 accuracy, of nine torchvision classifiers (protocol ``conformal``);
 - ``imagenet-c``: AlexNet's top-1 error per corruption and severity, and ResNet-50's mCE and
-  clean error (protocol ``shift``).
+  clean error (protocol ``shift``);
+- ``selective-imagenet``: Galil et al. 2023's Table 3 (accuracy and AUROC, softmax response and
+  MC dropout, of twelve torchvision classifiers) and the best AUROC its Section 3 prints,
+  ViT-L/16-384's (protocol ``selective``);
+- ``pitfalls-imagenet``: Ashukha et al. 2020's Tables 6 and 7: the error and negative calibrated
+  log-likelihood of their ImageNet ResNet-50 deep ensemble by ensemble size, without and with
+  test-time augmentation (protocol ``pitfalls``).
 
 A published row names a *checkpoint* (``checkpoints.json``: the weights the paper used and the
 model names under which a result's row holds them, e.g. ``resnet50.tv_in1k`` and
 ``tv/resnet50.IMAGENET1K_V1`` for torchvision's ResNet-50 IMAGENET1K_V1); :func:`compare`
-matches a result's rows (its ``model`` labels) to them and reads, for every published number,
+matches a result's rows (its ``model`` labels, or what the table's ``match`` names: a row's
+``base_model``, a deep ensemble's ``members``) to them and reads, for every published number,
 the result's value at the same keys (``columns``: the result variable, its labels, the unit:
 a percentage is the result's fraction times 100), and their difference (yours - published).
 
@@ -29,9 +36,11 @@ computed against AlexNet without sweeping it.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,10 +60,17 @@ __all__ = ["PUBLISHED_BASELINES", "Checkpoint", "Comparison", "PublishedTable", 
 #: name -> (published table, checkpoint, column of its errors).
 PUBLISHED_BASELINES = {"published:alexnet": ("imagenet-c", "torchvision/alexnet.IMAGENET1K_V1",
                                              "error")}
+#: The default ``match`` of a table: rows along ``model``, each holding the weights its label
+#: names, every published row compared with it.
+_MATCH = {"dim": "model", "weights": "label", "where": {}}
 #: Row fields that are neither keys nor numbers.
 _ROW_FIELDS = ("source", "added")
 #: How a difference is printed, per unit.
-_DIGITS = {"%": 2, "fraction": 4, "classes": 2}
+_DIGITS = {"%": 2, "fraction": 4, "classes": 2, "nats": 4}
+#: How a table names the weights of a result's row (its ``match.weights``): the row's label,
+#: a per-row coordinate (``coord:NAME``), or the result's ``members`` attr (a deep ensemble's
+#: members, every one of them the checkpoint's).
+_WEIGHTS = ("label", "members")
 
 
 def _folder():
@@ -80,24 +96,40 @@ class Checkpoint:
     models : tuple of str
         The model names (a result's ``model`` labels) that hold these weights.
     weights : str
-        The weight file's url, as torchvision names it.
+        The weight file's url, as torchvision (or timm's pretrained config, or the release)
+        names it.
+    files : tuple of str
+        Patterns (:func:`fnmatch.fnmatchcase`) of the stems of the released files, for weights
+        published only as files: a model ``NAME@STEM`` (``NAME=FILE``) whose stem matches
+        holds them. Matched by name, not by hash (the release publishes none).
     """
 
     id: str
     label: str
     models: tuple[str, ...]
     weights: str = ""
+    files: tuple[str, ...] = ()
+
+    def holds(self, model: str) -> bool:
+        """Whether the model name ``model`` holds these weights (a name of :attr:`models`, or
+        ``NAME@STEM`` with a stem of :attr:`files`)."""
+        if model in self.models:
+            return True
+        stem = model.rpartition("@")[2] if "@" in model else None
+        return stem is not None and any(fnmatch.fnmatchcase(stem, p) for p in self.files)
 
     def describe(self) -> str:
-        """``label as name or name``."""
-        return f"{self.label} as {' or '.join(self.models)}"
+        """``label as name or name`` (or ``as NAME@STEM``, the file patterns)."""
+        names = [*self.models, *(f"NAME@{p}" for p in self.files)]
+        return f"{self.label} as {' or '.join(names)}"
 
 
 @cache
 def checkpoints() -> dict[str, Checkpoint]:
     """The checkpoints of the published tables (``checkpoints.json``), by id."""
     data = json.loads((_folder() / "checkpoints.json").read_text(encoding="utf-8"))
-    return {k: Checkpoint(k, v["label"], tuple(v["models"]), v.get("weights", ""))
+    return {k: Checkpoint(k, v["label"], tuple(v["models"]), v.get("weights", ""),
+                          tuple(v.get("files", ())))
             for k, v in data["checkpoints"].items()}
 
 
@@ -114,7 +146,9 @@ class PublishedTable:
         How the numbers were made (data, weights, splits, trials): what a result must share
         to be comparable.
     sources : mapping
-        Source id -> ``{paper, table, repository, file, commit, url, note}``.
+        Source id -> ``{paper, table, url, note}``, and ``repository``, ``file``, ``commit``
+        where the numbers are read from a repository's file (a source without them is the
+        paper's own text, ``table`` naming its table or section).
     keys : tuple of str
         The row fields that say what a number is about (``checkpoint`` first).
     columns : mapping
@@ -127,6 +161,15 @@ class PublishedTable:
         Each: the keys, the published numbers (a subset of ``columns``), ``source``.
     path : str
         The data file.
+    match : mapping
+        How a result's rows are matched to the checkpoints (the file's optional ``match``):
+        ``dim``, the result's row dimension (default ``model``); ``weights``, what names a
+        row's weights: ``label`` (default: the row's label), ``coord:NAME`` (the row's value
+        of the coordinate NAME, e.g. the selective protocol's ``base_model``) or ``members``
+        (the result's ``members`` attr, every member a model of the checkpoint: a deep
+        ensemble); ``where``, coordinate -> ``{key}`` (or a value): a published row is
+        compared with a result's row only where the row's coordinate equals the published
+        row's key (e.g. the selective protocol's ``method``, softmax or MC dropout).
     """
 
     name: str
@@ -139,10 +182,14 @@ class PublishedTable:
     columns: Mapping[str, Mapping[str, Any]]
     rows: tuple[Mapping[str, Any], ...]
     path: str = ""
+    match: Mapping[str, Any] = field(default_factory=lambda: dict(_MATCH))
 
     def citation(self, source: str) -> str:
-        """One line: the paper, the table, the repository file and commit, the url."""
+        """One line: the paper, the table, the repository file and commit (for numbers read
+        from a repository), the url."""
         s = self.sources[source]
+        if not s.get("repository"):
+            return f"{self.paper}; {s['table']} ({s['url']})"
         return (f"{self.paper}; {s['table']}; {s['repository']} {s['file']} at commit "
                 f"{s['commit']} ({s['url']})")
 
@@ -178,10 +225,19 @@ def _check_table(data: Any, path: str) -> PublishedTable:
     if not keys or keys[0] != "checkpoint":
         raise bad(f"keys must begin with 'checkpoint', got {list(keys)}")
     for sid, s in sources.items():
-        missing = [k for k in ("paper", "table", "repository", "file", "commit", "url")
-                   if not isinstance(s.get(k), str) or not s[k]]
-        if missing or len(s["commit"]) != 40:
+        repo = ("repository", "file", "commit")
+        need_s = ("paper", "table", "url", *(repo if any(k in s for k in repo) else ()))
+        missing = [k for k in need_s if not isinstance(s.get(k), str) or not s[k]]
+        if missing or ("commit" in s and re.fullmatch(r"[0-9a-f]{40}", s["commit"]) is None):
             raise bad(f"source {sid!r} lacks {missing or ['a 40-hex commit']}")
+    match = {**_MATCH, **data.get("match", {})}
+    weights = match["weights"]
+    if (set(match) - set(_MATCH) or not isinstance(match["dim"], str)
+            or not isinstance(match["where"], dict)
+            or not (weights in _WEIGHTS or (isinstance(weights, str)
+                                            and weights.startswith("coord:")))):
+        raise bad(f"match must have dim (a string), weights ({', '.join(_WEIGHTS)} or "
+                  f"coord:NAME) and where (an object), got {data.get('match')!r}")
     known, seen = checkpoints(), set()
     for i, row in enumerate(data["rows"]):
         extra = set(row) - set(keys) - set(columns) - set(_ROW_FIELDS)
@@ -200,7 +256,7 @@ def _check_table(data: Any, path: str) -> PublishedTable:
         seen.add(key)
     return PublishedTable(data["name"], data["protocol"], data["title"], data["paper"],
                           data["setting"], sources, keys, columns,
-                          tuple(data["rows"]), path)
+                          tuple(data["rows"]), path, match)
 
 
 @cache
@@ -268,7 +324,8 @@ class Comparison:
     result : str
         The result file (or ``<in memory>``).
     matched : dict
-        Result model -> checkpoint id.
+        Result row (its label along the table's ``match`` dim, e.g. a model) -> checkpoint
+        id.
     rows : list of dict
         One per number compared: ``model`` (the result's row), the table's keys but
         ``checkpoint`` (None for a column read at none of them: a row per distinct published
@@ -314,33 +371,68 @@ def _index(ds: Any, dim: str, value: Any) -> int | None:
 
 
 def _yours(ds: Any, model: str, row: Mapping[str, Any], recipe: Mapping[str, Any],
-           config: Mapping[str, Any], label: str) -> tuple[float | None, str, str]:
+           config: Mapping[str, Any], label: str,
+           dim: str = "model") -> tuple[float | None, str, str]:
     """The result's value of one published number (in the published unit), or None, why and
-    what is missing."""
+    what is missing. ``model`` is the result's row, a label along ``dim``."""
     var = recipe["variable"]
-    if var not in ds.data_vars or "model" not in ds[var].dims:
-        return None, "the result has no variable per model", var
+    if var not in ds.data_vars or dim not in ds[var].dims:
+        return None, f"the result has no variable per {dim}", var
     for k, want in (recipe.get("config") or {}).items():
         if config.get(k) != want:
             return None, f"the published number needs {k} {want}", \
                 f"{var} (the result's {k}: {config.get(k)})"
-    da = ds[var].isel(model=_index(ds, "model", model))
-    for dim, want in (recipe.get("select") or {}).items():
-        if dim not in da.dims:
+    da = ds[var].isel({dim: _index(ds, dim, model)})
+    for dim_, want in (recipe.get("select") or {}).items():
+        if dim_ not in da.dims:
             continue
         value = row.get(want[1:-1]) if want.startswith("{") else want
         if value is None:
             return None, f"published rows without a {want[1:-1]} of this project", label
-        at = _index(ds, dim, value)
+        at = _index(ds, dim_, value)
         if at is None:
-            return None, f"the result has no {dim}", str(value)
-        da = da.isel({dim: at})
+            return None, f"the result has no {dim_}", str(value)
+        da = da.isel({dim_: at})
+    mean = [d for d in recipe.get("mean", ()) if d in da.dims]
+    if mean:  # e.g. the member orders of a size curve, as the paper's mean over them
+        da = da.mean(mean, skipna=False)
     if da.ndim:
         return None, "dims not selected by the published keys", f"{var} {list(da.dims)}"
     value = float(da.values)
     if recipe.get("complement"):
         value = 1.0 - value
     return value * float(recipe.get("scale", 1)), "", ""
+
+
+def _row_weights(ds: Any, table: PublishedTable, dim: str) -> dict[str, list[str]]:
+    """Each result row (label along ``dim``) -> the model names of its weights (the table's
+    ``match.weights``)."""
+    labels = [str(m) for m in ds.indexes[dim]] if dim in ds.indexes else []
+    how = table.match["weights"]
+    if how == "label":
+        return {m: [m] for m in labels}
+    if how == "members":
+        members = decode_attr(ds.attrs.get("members"))
+        members = [str(m) for m in members] if isinstance(members, list) else []
+        return {m: members for m in labels}
+    coord = how.partition(":")[2]
+    if coord in ds.coords and ds.coords[coord].dims == (dim,):
+        return {m: [str(v)] for m, v in zip(labels, ds.coords[coord].values, strict=True)}
+    return {m: [m] for m in labels}
+
+
+def _where(ds: Any, table: PublishedTable, dim: str, model: str,
+           row: Mapping[str, Any]) -> bool:
+    """Whether the result's row ``model`` is the one the published ``row`` is about (the
+    table's ``match.where``: each coordinate along ``dim`` equal to the row's key)."""
+    at = _index(ds, dim, model)
+    for coord, want in table.match["where"].items():
+        value = row.get(want[1:-1]) if str(want).startswith("{") else want
+        if coord not in ds.coords or ds.coords[coord].dims != (dim,):
+            return False
+        if str(ds.coords[coord].values[at]) != str(value):
+            return False
+    return True
 
 
 def _label(table: PublishedTable, row: Mapping[str, Any]) -> str:
@@ -371,8 +463,17 @@ def compare(result: Any, name: str, *, path: str = "") -> Comparison:
     uqmetrics.InputError
         An unknown table (listing the known ones); a result of another protocol than the
         table's (naming both, and the tables of the result's protocol); a result none of
-        whose models holds one of the table's checkpoints (listing the result's models and
-        the table's checkpoints with their model names).
+        whose rows holds one of the table's checkpoints (listing the weights of the result's
+        rows and the table's checkpoints with their model names).
+
+    Notes
+    -----
+    A result's row holds a checkpoint when every model name of its weights (the table's
+    ``match.weights``: the row's label, a coordinate of it, or the result's ``members``) is
+    one of the checkpoint's (:meth:`Checkpoint.holds`) and a published row of the checkpoint
+    is about it (the table's ``match.where``, e.g. the same ``method``). Each published row
+    of a matched checkpoint is compared with the rows it is about; a published row about none
+    of them is counted as not compared.
     """
     from uqmetrics import read_result
 
@@ -387,34 +488,47 @@ def compare(result: Any, name: str, *, path: str = "") -> Comparison:
         raise InputError(f"result {path!r} is of protocol {protocol!r}, published table "
                          f"{name!r} of protocol {table.protocol!r} (tables for {protocol!r}: "
                          f"{', '.join(others) or 'none'})")
-    models = [str(m) for m in result.indexes["model"]] if "model" in result.indexes else []
+    dim = table.match["dim"]
+    weights = _row_weights(result, table, dim)
     known = checkpoints()
     ids = table.checkpoint_ids()
-    alias = {m: c for c in ids for m in known[c].models}
-    matched = {m: alias[m] for m in models if m in alias}
+    matched = {}
+    for m, held in weights.items():
+        hits = [c for c in ids if held and all(known[c].holds(w) for w in held)
+                and any(r["checkpoint"] == c and _where(result, table, dim, m, r)
+                        for r in table.rows)]
+        if hits:
+            matched[m] = hits[0]
     if not matched:
+        how = table.match["weights"]
+        what = {"label": f"the result's {dim}s", "members": "the result's members "
+                "(its attr members)"}.get(how, f"the {how[6:]} of the result's {dim}s")
+        shown = list(dict.fromkeys(w for held in weights.values() for w in held))
         raise InputError(
-            f"no model of result {path!r} holds a checkpoint of published table {name!r}: "
-            f"the result's models are {', '.join(models) or 'none'}; the table's checkpoints "
+            f"no {dim} of result {path!r} holds a checkpoint of published table {name!r}: "
+            f"{what} are {', '.join(shown) or 'none'}; the table's checkpoints "
             f"are {'; '.join(known[c].describe() for c in ids)}")
     config = decode_attr(result.attrs.get("config"))
     config = config if isinstance(config, dict) else {}
     out = Comparison(table, path, matched)
-    seen = set()
+    seen, used = set(), set()
     for model, ckpt in matched.items():
-        for row in table.rows:
-            if row["checkpoint"] != ckpt:
+        for i, row in enumerate(table.rows):
+            if row["checkpoint"] != ckpt or not _where(result, table, dim, model, row):
                 continue
+            used.add(i)
             for column, spec in table.columns.items():
                 if column not in row or "result" not in spec:
                     continue
                 recipe = spec["result"]
-                keyed = any(str(v).startswith("{") for v in (recipe.get("select") or {}).values())
+                keyed = any(str(v).startswith("{") for v in (
+                    *(recipe.get("select") or {}).values(), *table.match["where"].values()))
                 if not keyed:  # read at no key: one row per distinct published value
                     if (model, column, row[column]) in seen:
                         continue
                     seen.add((model, column, row[column]))
-                yours, why, what = _yours(result, model, row, recipe, config, _label(table, row))
+                yours, why, what = _yours(result, model, row, recipe, config, _label(table, row),
+                                          dim)
                 if yours is None:
                     missing = out.unpaired.setdefault(why, {})
                     missing[what] = missing.get(what, 0) + 1
@@ -425,6 +539,15 @@ def compare(result: Any, name: str, *, path: str = "") -> Comparison:
                                  "column": column, "unit": spec["unit"],
                                  "published": published, "yours": yours,
                                  "difference": yours - published, "source": row["source"]})
+    where = ", ".join(table.match["where"])
+    for i, row in enumerate(table.rows):
+        if i in used or row["checkpoint"] not in matched.values():
+            continue
+        n = sum(1 for c, spec in table.columns.items() if c in row and "result" in spec)
+        if n:
+            missing = out.unpaired.setdefault(f"the result has no row of this {where}", {})
+            label = _label(table, row)
+            missing[label] = missing.get(label, 0) + n
     return out
 
 
@@ -494,7 +617,8 @@ def report_blocks(ds: Any, tables: Sequence[str]) -> list[Any]:
         except InputError:  # no checkpoint of the table: said, without rows
             ckpts = "; ".join(checkpoints()[c].describe() for c in table.checkpoint_ids())
             blocks.append(PublishedRows(f"{name}: {table.title}", (), (), (),
-                                        f"no model of this result holds a checkpoint of the "
+                                        f"no {table.match['dim']} of this result holds a "
+                                        f"checkpoint of the "
                                         f"table: {ckpts}"))
             continue
         keys = comp.shown_keys()

@@ -169,8 +169,9 @@ COMMANDS.add("verify", Command(_cmd_verify, _args_verify,
 COMMANDS.add("report", Command(_cmd_report, _args_report,
                                "a static leaderboard site of score files (opens from disk)"))
 COMMANDS.add("compare", Command(_cmd_compare, _args_compare,
-                                "a score file's rows beside a published table's (OpenOOD v1.5, "
-                                "RAPS, ImageNet-C), matched by checkpoint, with the differences"))
+                                "a score file's rows beside a published table's (Selective, "
+                                "Pitfalls, OpenOOD v1.5, RAPS, ImageNet-C), matched by "
+                                "checkpoint, with the differences"))
 COMMANDS.add("plugins", Command(_cmd_plugins, lambda p: None,
                                 "list the installed plugins (entry points); exit status 1 when "
                                 "one did not load"))

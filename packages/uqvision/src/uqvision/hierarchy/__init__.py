@@ -24,6 +24,8 @@ under the drawn class (``<class>/blend-<iii>-<jjjjj>.png``), and each split gets
 ``<split>/label_distributions.csv`` (the columns of ``soft_labels.csv``; a plain image is
 ``class, class, 1``): every image's exact label distribution, read by
 :func:`read_label_distributions`. ``F = 0`` (the default) writes the set above byte for byte.
+A blend's weight follows ``weight_law`` (:data:`AMBIGUITY_WEIGHT_LAWS`: ``uniform``, U(0, 1),
+the default, or ``beta(a, b)``), recorded in ``classes.json`` with the fraction.
 
 Class folder names are ``<ss>-<family>-<kk>`` (superclass and class number), so the sorted
 folder order — the class index of :class:`uqvision.data.ImageFolderDataset` — is superclass-major.
@@ -32,7 +34,7 @@ Roles (V.4): the classes of the first half of the superclasses are ``upstream``;
 ``downstream``, grouped by whole superclasses into ``downstream_groups`` stand-in datasets
 (``down_a``, ``down_b``, …). V.3 takes its in/out split from clustering, not from these roles.
 
-Everything is a pure function of ``(scale, seed, ambiguity)``: every image draws from its own
+Everything is a pure function of ``(scale, seed, ambiguity, weight_law)``: every image draws from its own
 random stream ``numpy.random.default_rng([seed, split, class, index])``, and PNG encoding is
 deterministic, so the same seed gives byte-identical files.
 
@@ -48,6 +50,7 @@ ground truth of the disentanglement protocol (:func:`read_label_distributions`,
 from __future__ import annotations
 
 from .dataset import (
+    AMBIGUITY_WEIGHT_LAWS,
     FORMAT_VERSION,
     LABEL_DISTRIBUTIONS,
     MIXED,  # noqa: F401  (public, not in __all__)
@@ -55,14 +58,17 @@ from .dataset import (
     SPLITS,
     HierarchyInfo,
     HierarchyScale,
+    WeightLaw,
     class_prototypes,
     make_hierarchy,
+    parse_weight_law,
     read_hierarchy,
 )
 from .patterns import AUGMENTATION, FAMILIES, Augmentation
 from .truth import LabelDistributions, read_label_distributions, stratified_subset
 
 __all__ = [
+    "AMBIGUITY_WEIGHT_LAWS",
     "AUGMENTATION",
     "FAMILIES",
     "FORMAT_VERSION",
@@ -73,8 +79,10 @@ __all__ = [
     "HierarchyInfo",
     "HierarchyScale",
     "LabelDistributions",
+    "WeightLaw",
     "class_prototypes",
     "make_hierarchy",
+    "parse_weight_law",
     "read_hierarchy",
     "read_label_distributions",
     "stratified_subset",

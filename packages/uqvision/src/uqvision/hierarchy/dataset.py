@@ -13,6 +13,8 @@ import io
 import json
 import math
 import os
+import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,14 +28,17 @@ from .patterns import AUGMENTATION, FAMILIES, _Class, _colour, _draw, _jitter, _
 
 __all__ = [
     "AMBIGUITY_WEIGHT_LAW",
+    "AMBIGUITY_WEIGHT_LAWS",
     "FORMAT_VERSION",
     "LABEL_DISTRIBUTIONS",
     "SCALES",
     "SPLITS",
     "HierarchyInfo",
     "HierarchyScale",
+    "WeightLaw",
     "class_prototypes",
     "make_hierarchy",
+    "parse_weight_law",
     "read_hierarchy",
 ]
 
@@ -49,11 +54,106 @@ MIXED = "mixed"
 #: The per-split file of label distributions of a set made with ``ambiguity > 0``
 #: (``<split>/label_distributions.csv``; columns as ``mixed/soft_labels.csv``).
 LABEL_DISTRIBUTIONS = "label_distributions.csv"
-#: The law of a blended slot's weight alpha (of its own class), recorded in ``classes.json``
-#: (key ``ambiguity_weight_law``) of a set made with ``ambiguity > 0``.
+#: The default law of a blended slot's weight alpha (of its own class), as ``classes.json``
+#: records it (key ``ambiguity_weight_law``) in a set made with ``ambiguity > 0``
+#: (:data:`AMBIGUITY_WEIGHT_LAWS`, ``weight_law=``).
 AMBIGUITY_WEIGHT_LAW = "uniform(0, 1)"
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3, MIXED: 4}
 _FORMAT = "uqvision.hierarchy"
+
+
+@dataclass(frozen=True)
+class WeightLaw:
+    """A law of the weight alpha of a blended image (:data:`AMBIGUITY_WEIGHT_LAWS`).
+
+    Attributes
+    ----------
+    params : tuple of str
+        The names of its parameters, in the order a law's text gives them (``beta(a, b)``).
+    draw : callable
+        ``draw(rng, params) -> float`` in [0, 1]: one weight from the slot's own stream.
+    shown : tuple of float
+        The parameters its text shows when it takes none (``uniform(0, 1)``).
+    description : str
+    """
+
+    params: tuple[str, ...]
+    draw: Callable[[np.random.Generator, tuple[float, ...]], float]
+    shown: tuple[float, ...] = ()
+    description: str = ""
+
+    def text(self, name: str, params: tuple[float, ...]) -> str:
+        """The law as ``classes.json`` records it, e.g. ``uniform(0, 1)``, ``beta(2, 5)``."""
+        return f"{name}({', '.join(_number(x) for x in params or self.shown)})"
+
+
+def _number(x: float) -> str:
+    """``2`` for 2.0, ``0.5`` for 0.5: the shortest text that reads back as the same float."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+#: The laws of the weight alpha of a blended image (``make_hierarchy(weight_law=...)``,
+#: ``uqvision data hierarchy --weight-law``): ``uniform``, alpha ~ U(0, 1) (the default), and
+#: ``beta(a, b)``, alpha ~ Beta(a, b) with a, b > 0. Each draws from the slot's own stream at
+#: the place of the default's U(0, 1) draw.
+AMBIGUITY_WEIGHT_LAWS: Registry[WeightLaw] = Registry("weight law")
+AMBIGUITY_WEIGHT_LAWS.add("uniform", WeightLaw(
+    (), lambda rng, p: float(rng.uniform()), shown=(0, 1),
+    description="alpha ~ U(0, 1) (the default)"))
+AMBIGUITY_WEIGHT_LAWS.add("beta", WeightLaw(
+    ("a", "b"), lambda rng, p: float(rng.beta(p[0], p[1])),
+    description="alpha ~ Beta(a, b), a > 0 and b > 0 (numpy's Generator.beta)"))
+_LAW_TEXT = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*")
+
+
+def parse_weight_law(spec: str) -> tuple[str, tuple[float, ...]]:
+    """A weight law's text (``uniform``, ``beta(2, 5)``, or a law as ``classes.json`` records
+    it, e.g. ``uniform(0, 1)``) -> ``(name, parameters)``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Not a law of :data:`AMBIGUITY_WEIGHT_LAWS` (listing them), or parameters that are not
+        the law's: their number, a value not a positive finite number (``beta``), or anything
+        but none or ``(0, 1)`` for ``uniform``; each naming ``weight_law`` (``--weight-law``)
+        and the text given.
+
+    Examples
+    --------
+    >>> parse_weight_law("uniform"), parse_weight_law("beta(2, 0.5)")
+    (('uniform', ()), ('beta', (2.0, 0.5)))
+    """
+    where = f"weight_law (--weight-law) {spec!r}"
+    m = _LAW_TEXT.fullmatch(spec) if isinstance(spec, str) else None
+    if m is None:
+        raise InputError(f"{where}: not a weight law; give NAME or NAME(p1, p2), one of "
+                         f"{_laws_listed()}")
+    name, inner = m.group(1), m.group(2)
+    if name not in AMBIGUITY_WEIGHT_LAWS:
+        raise InputError(f"{where}: unknown weight law {name!r}; known: {_laws_listed()}")
+    law = AMBIGUITY_WEIGHT_LAWS[name]
+    try:
+        params = tuple(float(t) for t in inner.split(",")) if inner and inner.strip() else ()
+    except ValueError:
+        raise InputError(f"{where}: the parameters must be numbers, got ({inner})") from None
+    if not law.params:
+        if params not in ((), tuple(float(x) for x in law.shown)):
+            raise InputError(f"{where}: {name} takes no parameters (or those it is recorded "
+                             f"with: {law.text(name, ())}), got ({inner.strip()})")
+        return name, ()
+    if len(params) != len(law.params):
+        raise InputError(f"{where}: {name} takes {len(law.params)} parameters "
+                         f"({', '.join(law.params)}), got {len(params)}")
+    for p, x in zip(law.params, params, strict=True):
+        if not (math.isfinite(x) and x > 0):
+            raise InputError(f"{where}: {p} must be a positive finite number, got "
+                             f"{_number(x) if math.isfinite(x) else x}")
+    return name, params
+
+
+def _laws_listed() -> str:
+    return ", ".join(f"{n}({', '.join(w.params)})" if w.params else n
+                     for n, w in AMBIGUITY_WEIGHT_LAWS.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,15 +296,17 @@ def _n_blended(n: int, ambiguity: float) -> int:
     return math.floor(ambiguity * n + 0.5)
 
 
-def _ambiguity_draw(rng: np.random.Generator, cls: int, per_superclass: int) -> _Ambiguity:
+def _ambiguity_draw(rng: np.random.Generator, cls: int, per_superclass: int,
+                    law: tuple[str, tuple[float, ...]] = ("uniform", ())) -> _Ambiguity:
     """The label-ambiguity draw of slot class ``cls``, from the slot's own stream ``rng`` after
     its image draw (:func:`~uqvision.hierarchy.patterns._draw`), so the plain images' pixels
     do not change: the partner ``class_b`` uniform over the other classes of the superclass,
-    then ``alpha ~ U(0, 1)`` (rounded to 6 decimals: the value used and recorded), then the
-    label: ``class_a`` if ``U(0, 1) < alpha`` else ``class_b``."""
+    then ``alpha`` from the weight ``law`` (``(name, parameters)`` of
+    :data:`AMBIGUITY_WEIGHT_LAWS`; default U(0, 1); rounded to 6 decimals: the value used and
+    recorded), then the label: ``class_a`` if ``U(0, 1) < alpha`` else ``class_b``."""
     first = cls - cls % per_superclass
     partner = first + (cls - first + int(rng.integers(1, per_superclass))) % per_superclass
-    alpha = round(float(rng.uniform()), 6)
+    alpha = round(AMBIGUITY_WEIGHT_LAWS[law[0]].draw(rng, law[1]), 6)
     label = cls if rng.uniform() < alpha else partner
     return _Ambiguity(cls, int(partner), alpha, int(label))
 
@@ -256,7 +358,8 @@ def _check_ambiguity(ambiguity) -> float:
 
 
 def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
-                   overwrite: bool = False, ambiguity: float = 0.0) -> Path:
+                   overwrite: bool = False, ambiguity: float = 0.0,
+                   weight_law: str = "uniform") -> Path:
     """Generate the ``hierarchy`` image set into the folder ``out`` (docs/conventions.md#v-0).
 
     Parameters
@@ -273,11 +376,16 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
         (:func:`uqmetrics.runs.io.folder_replaced`; else :class:`uqmetrics.InputError`).
     ambiguity : float, default 0
         Fraction in [0, 1] of each class's train/val/test images that blend two classes of one
-        superclass with weight alpha ~ U(0, 1) and are labelled by a draw from (alpha,
-        1 - alpha); each split then gets ``label_distributions.csv`` (the exact label
+        superclass with weight alpha (drawn from ``weight_law``, default U(0, 1)) and are
+        labelled by a draw from (alpha, 1 - alpha); each split then gets ``label_distributions.csv`` (the exact label
         distribution of every image; read it with
         :func:`~uqvision.hierarchy.read_label_distributions`). 0 writes the set without
         ambiguity, byte for byte as before this option (docs/conventions.md#v-0).
+    weight_law : str, default "uniform"
+        The law of the blend weight alpha (:data:`AMBIGUITY_WEIGHT_LAWS`): ``uniform``
+        (U(0, 1)) or ``beta(a, b)`` (Beta(a, b), a, b > 0), e.g. ``beta(2, 5)``; recorded in
+        ``classes.json`` as ``ambiguity_weight_law`` (``uniform(0, 1)``, ``beta(2, 5)``). Only
+        with ``ambiguity > 0``.
 
     Returns
     -------
@@ -290,7 +398,10 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
         Unknown ``scale``, a negative or non-integer ``seed``, or ``out`` exists (a file, or a
         non-empty folder) and ``overwrite`` is False.
     uqmetrics.InputError
-        ``ambiguity`` not a number in [0, 1].
+        ``ambiguity`` not a number in [0, 1]; ``weight_law`` not a law of
+        :data:`AMBIGUITY_WEIGHT_LAWS` or with parameters that are not its own
+        (:func:`parse_weight_law`), or other than ``uniform`` with ``ambiguity = 0`` (no image
+        would draw from it).
 
     Examples
     --------
@@ -302,6 +413,10 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     """
     sc = _check_args(scale, seed)
     ambiguity = _check_ambiguity(ambiguity)
+    law = parse_weight_law(weight_law)
+    if ambiguity == 0 and law[0] != "uniform":
+        raise InputError(f"weight_law (--weight-law) {weight_law!r} needs ambiguity > 0 "
+                         "(--ambiguity F): without blended images no weight is drawn")
     seed = int(seed)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not overwrite \
@@ -309,17 +424,18 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
         raise ValueError(f"out {str(out)!r} already exists; pass overwrite=True to replace it")
     with folder_replaced(out, writer="uqvision data", also=("data.config.toml",)) as tmp:
         # --overwrite: only a folder of the makers (uqvision.data.makers)
-        _write(tmp, sc, seed, ambiguity)
+        _write(tmp, sc, seed, ambiguity, law)
     return out
 
 
-def _write(root: Path, sc: HierarchyScale, seed: int, ambiguity: float = 0.0) -> None:
+def _write(root: Path, sc: HierarchyScale, seed: int, ambiguity: float = 0.0,
+           law: tuple[str, tuple[float, ...]] = ("uniform", ())) -> None:
     classes = _class_tree(sc, seed)
     size = sc.image_size
     for split in SPLITS:
         n = getattr(sc, split)
         if ambiguity > 0:
-            _write_ambiguous_split(root / split, classes, sc, seed, split, ambiguity)
+            _write_ambiguous_split(root / split, classes, sc, seed, split, ambiguity, law)
             continue
         for i, c in enumerate(classes):
             d = root / split / c.name
@@ -347,7 +463,8 @@ def _write(root: Path, sc: HierarchyScale, seed: int, ambiguity: float = 0.0) ->
         "augmentation": asdict(AUGMENTATION),
         "splits": {s: getattr(sc, s) for s in (*SPLITS, MIXED)},
         "soft_labels": f"{MIXED}/soft_labels.csv",
-        **({"ambiguity": ambiguity, "ambiguity_weight_law": AMBIGUITY_WEIGHT_LAW,
+        **({"ambiguity": ambiguity,
+            "ambiguity_weight_law": AMBIGUITY_WEIGHT_LAWS[law[0]].text(*law),
             "label_distributions": {s: f"{s}/{LABEL_DISTRIBUTIONS}" for s in SPLITS}}
            if ambiguity > 0 else {}),  # absent: ambiguity 0 (the default's bytes unchanged)
         "superclasses": list(dict.fromkeys(c.superclass for c in classes)),
@@ -369,10 +486,12 @@ def _write_csv(path: Path, rows) -> None:
 
 
 def _write_ambiguous_split(root: Path, classes, sc: HierarchyScale, seed: int, split: str,
-                           ambiguity: float) -> None:
+                           ambiguity: float,
+                           law: tuple[str, tuple[float, ...]] = ("uniform", ())) -> None:
     """One split of a set with label ambiguity: slot ``(class i, index j)`` draws its image as
     always; the first ``floor(ambiguity * n + 1/2)`` slots of every class are blends instead
-    (:func:`_ambiguity_draw`), filed under their drawn label as ``blend-<iii>-<jjjjj>.png``;
+    (:func:`_ambiguity_draw`, alpha from the weight ``law``), filed under their drawn label
+    as ``blend-<iii>-<jjjjj>.png``;
     the rest are the plain images ``<jjjjj>.png``. ``label_distributions.csv`` lists every
     image: a plain one as ``(class, class, 1)``, a blend as ``(class_a, class_b, alpha)``."""
     size, n = sc.image_size, getattr(sc, split)
@@ -389,7 +508,7 @@ def _write_ambiguous_split(root: Path, classes, sc: HierarchyScale, seed: int, s
                 arr = _to_uint8(_jitter(_colour(c, size, draw), draw))
                 rows.append((rel, c.name, c.name, f"{1.0:.6f}"))
             else:
-                amb = _ambiguity_draw(rng, i, sc.classes_per_superclass)
+                amb = _ambiguity_draw(rng, i, sc.classes_per_superclass, law)
                 rel = f"{classes[amb.label].name}/blend-{i:03d}-{j:05d}.png"
                 arr = _mixed_image(classes, amb.class_a, amb.class_b, amb.alpha, draw, size)
                 rows.append((rel, c.name, classes[amb.class_b].name, f"{amb.alpha:.6f}"))

@@ -1,5 +1,5 @@
 """Cases of the disentanglement study's scores and findings (docs/conventions.md#r-7-study) that
-``test_disentangle.py`` does not pin down: the closed epistemic band at width 0, and the
+``test_disentangle.py`` does not pin down: the epistemic band at width 0 (strict, as R.4), and the
 findings' geometric-mean ratio and two-sided sign test, on a hand-made study whose ratios and
 p-values are known.
 """
@@ -11,23 +11,33 @@ import re
 import numpy as np
 import xarray as xr
 from scipy.stats import binomtest
+from uqmetrics import coverage
 
 from uqreg.disentangle import ORACLE, findings, score_arrays, scores
 
+Z95 = 1.959963984540054  # the normal quantile at 0.975, written out
 
-def test_a_zero_width_epistemic_band_covers_only_an_exact_prediction():
-    """The truth band is closed, ``|μ − f(x)| ≤ z·sqrt(epi)``: where a collapsed method's
-    epistemic estimate is 0 (its members agree), it covers f(x) where μ equals it exactly and
-    nowhere else. Points: μ − f = 0, 0 at epi = 0 (covered), 0.5 at epi = 1 (inside z = 1.96),
-    3 at epi = 1 (outside)."""
+
+def test_a_zero_width_epistemic_band_covers_nothing_as_in_the_coverage_study():
+    """The truth band is R.4's (docs/conventions.md#r-4, ``uqmetrics.coverage``): strict,
+    ``|μ − f(x)| < z·sqrt(epi)``, so where a method's epistemic estimate is 0 (its members agree)
+    it covers nothing, not even an exact prediction: the oracle's row and a method's are scored
+    by one definition of coverage. Points: μ − f = 0, 0 at epi = 0 (not covered), 0.5 at epi = 1
+    (inside z = 1.96), 3 at epi = 1 (outside); a NaN estimate (a diverged network) covers nothing."""
     truth = np.array([0.5, -1.0, 2.0, 0.0])
     mean = (truth + [0.0, 0.0, 0.5, 3.0])[None]
     epi = np.array([[0.0, 0.0, 1.0, 1.0]])
     ones = np.ones(4)
     with np.errstate(divide="ignore"):  # log10 of the zero ratios: -inf, not scored here
         got = score_arrays(mean, epi, ones[None], truth, ones, ones, mean, np.ones(4, bool))
-    assert got["truth_coverage"].tolist() == [1.0, 1.0, 1.0, 0.0]
-    assert got["region_truth_coverage"][0, 0] == 0.75
+    assert got["truth_coverage"].tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert got["region_truth_coverage"][0, 0] == 0.25
+    np.testing.assert_array_equal(got["truth_coverage"], coverage(mean, np.sqrt(epi), truth, z=Z95))
+    nan_mean = mean.copy()
+    nan_mean[0, 2] = np.nan
+    with np.errstate(divide="ignore"):
+        got = score_arrays(nan_mean, epi, ones[None], truth, ones, ones, mean, np.ones(4, bool))
+    assert got["truth_coverage"].tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 # the hand-made study: per repetition r, the method's aleatoric estimate is the exact σ²(x) times

@@ -21,6 +21,11 @@ The engine trains on σ² × this per-point objective (its data term is then the
 share, docs/conventions.md#r-3), so the assertion is ``engine == σ²·paper`` for σ = 0.5 and σ = 3. A
 regulariser scaled as if σ = 1, or the official code's extra factor 2, fails it.
 
+The mean–variance versions ``cd+mv`` and ``vd+mv`` train on the Gaussian NLL with their own
+variance plus KL/N, with no σ² anywhere (docs/conventions.md#r-7-mv): there the assertion is
+``engine == paper`` for σ = 0.5 and σ = 3, and the fused gradients equal autograd's, so a σ²
+left on the KL of either path fails it.
+
 Tolerance: rtol 1e-10 — float64 rounding (~1e-15 per operation) plus the engine's 1e-12 under the
 square root of the variational output's variance (a relative change ~1e-11 here).
 """
@@ -30,11 +35,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from two_output_check import assert_fused_gradients_equal_autograd
 
 from uqreg import rng
 from uqreg.engine import NetworkBatch, TrainConfig, objective
 from uqreg.engine.network import BatchedMLP
-from uqreg.methods import METHODS
+from uqreg.methods import METHODS, get_method
 
 N_TRAIN = 40  # the N of KL/N: not the batch size, so a mix-up shows
 HIDDEN = (6, 5)
@@ -70,31 +76,38 @@ def _paper_data_term(pred, y, sigma):
     return np.mean((y - pred) ** 2) / (2 * sigma**2)
 
 
+def _paper_forward(head: str, params: dict, xx, noise, cfg: TrainConfig):
+    """ONE network's (mean) output at ``xx`` and its KL, from the papers (the module docstring)."""
+    ws, bs = params["w"], params["b"]
+    w, b = ws[-1][:, 0], bs[-1][0]
+    h, _ = _hidden(xx, ws, bs)
+    if head == "deterministic":
+        return h @ w + b, 0.0
+    if head == "bernoulli":
+        p = cfg.dropout
+        return (h * (noise >= p) / (1 - p)) @ w + b, 0.0
+    if head == "concrete":
+        p, eps, t = _sigmoid(params["p_logit"]), 1e-7, cfg.concrete_temperature
+        z = _sigmoid((np.log(p + eps) - np.log(1 - p + eps) + np.log(noise + eps) - np.log(1 - noise + eps)) / t)
+        m = w / (1 - p)
+        entropy = -(p * np.log(p) + (1 - p) * np.log(1 - p))
+        kl = cfg.concrete_length_scale**2 * (1 - p) / 2 * np.sum(m**2) - len(w) * entropy
+        return (h * (1 - z) / (1 - p)) @ w + b, kl
+    if head == "variational":
+        alpha = np.exp(np.clip(params["log_alpha"], -8.0, 8.0))
+        la = np.log(alpha)
+        neg_kl = 0.63576 * _sigmoid(1.87320 + 1.48695 * la) - 0.5 * np.log1p(1 / alpha) - 0.63576
+        return h @ w + b + np.sqrt((h**2 * alpha) @ w**2) * noise, -neg_kl.sum()
+    raise NotImplementedError(head)
+
+
 def paper_objective(head: str, params: dict, x, y, noise, sigma: float, cfg: TrainConfig, fgsm=None) -> float:
     """σ² × the per-point objective of ONE network, from the papers (see the module docstring)."""
     ws, bs = params["w"], params["b"]
-    w, b = ws[-1][:, 0], bs[-1][0]
+    w = ws[-1][:, 0]
 
     def forward(xx):
-        h, _ = _hidden(xx, ws, bs)
-        if head == "deterministic":
-            return h @ w + b, 0.0
-        if head == "bernoulli":
-            p = cfg.dropout
-            return (h * (noise >= p) / (1 - p)) @ w + b, 0.0
-        if head == "concrete":
-            p, eps, t = _sigmoid(params["p_logit"]), 1e-7, cfg.concrete_temperature
-            z = _sigmoid((np.log(p + eps) - np.log(1 - p + eps) + np.log(noise + eps) - np.log(1 - noise + eps)) / t)
-            m = w / (1 - p)
-            entropy = -(p * np.log(p) + (1 - p) * np.log(1 - p))
-            kl = cfg.concrete_length_scale**2 * (1 - p) / 2 * np.sum(m**2) - len(w) * entropy
-            return (h * (1 - z) / (1 - p)) @ w + b, kl
-        if head == "variational":
-            alpha = np.exp(np.clip(params["log_alpha"], -8.0, 8.0))
-            la = np.log(alpha)
-            neg_kl = 0.63576 * _sigmoid(1.87320 + 1.48695 * la) - 0.5 * np.log1p(1 / alpha) - 0.63576
-            return h @ w + b + np.sqrt((h**2 * alpha) @ w**2) * noise, -neg_kl.sum()
-        raise NotImplementedError(head)
+        return _paper_forward(head, params, xx, noise, cfg)
 
     pred, kl = forward(x)
     total = _paper_data_term(pred, y, sigma) + kl / N_TRAIN
@@ -108,13 +121,17 @@ def paper_objective(head: str, params: dict, x, y, noise, sigma: float, cfg: Tra
     return sigma**2 * total
 
 
-def _model(head: str, sigma: float, cfg: TrainConfig, g: np.random.Generator) -> tuple[BatchedMLP, list[dict]]:
-    """A BatchedMLP with random fixed parameters, and each network's parameters as numpy."""
+def _model(head: str, sigma: float, cfg: TrainConfig, g: np.random.Generator,
+           objective_name: str = "mse") -> tuple[BatchedMLP, list[dict]]:
+    """A BatchedMLP with random fixed parameters, and each network's parameters as numpy (the
+    variance output's as ``wv``, ``bv`` under a mean–variance objective)."""
     nets = NetworkBatch(np.arange(B), np.zeros(B, dtype=np.int64))
     keys = rng.network_keys(3, "dropout", nets.repetition, nets.member)
-    model = BatchedMLP(rng.network_keys(3, "init", nets.repetition, nets.member), keys, D, head, cfg, N_TRAIN, sigma)
+    model = BatchedMLP(rng.network_keys(3, "init", nets.repetition, nets.member), keys, D, head, cfg, N_TRAIN, sigma,
+                       objective_name)
+    extra = [] if model.var_weight is None else [model.var_weight, model.var_bias]
     with torch.no_grad():
-        for p in [*model.weights, *model.biases]:
+        for p in [*model.weights, *model.biases, *extra]:
             p.copy_(torch.as_tensor(g.normal(0, 0.7, tuple(p.shape))))
         if "p_logit" in model.head_params:  # rates 0.05, 0.2, 0.45
             model.head_params["p_logit"].copy_(torch.logit(torch.tensor([0.05, 0.2, 0.45], dtype=torch.float64))
@@ -129,6 +146,8 @@ def _model(head: str, sigma: float, cfg: TrainConfig, g: np.random.Generator) ->
             d["p_logit"] = float(model.head_params["p_logit"][i, 0, 0].detach())
         if "log_alpha" in model.head_params:
             d["log_alpha"] = model.head_params["log_alpha"][i, 0].detach().numpy()
+        if extra:
+            d["wv"], d["bv"] = model.var_weight[i, :, 0].detach().numpy(), float(model.var_bias[i, 0, 0].detach())
         per_net.append(d)
     return model, per_net
 
@@ -170,3 +189,62 @@ def test_sigma_and_the_regularisers_matter():
             values.append(objective(model, x, y, COUNTER).detach().numpy())
         differ = not np.allclose(values[0], values[1], rtol=1e-6)
         assert differ == depends, name
+
+
+# ---------------------------------------------------------------------------------------------
+# the mean–variance versions of concrete and variational dropout: NLL + KL/N, no σ²
+
+
+def paper_mean_variance_objective(head: str, params: dict, x, y, noise, cfg: TrainConfig) -> float:
+    """The per-point objective of ONE mean–variance network (β = 0), from the papers: the mean
+    Gaussian negative log-likelihood with the network's own variance,
+    mean ½·log σ²(x) + (y − μ(x))²/(2σ²(x)), σ² = softplus(s) + 1e-6 (without ½·log 2π), plus
+    KL/N (Kendall & Gal 2017 eq. 8 with the dropout ELBO of Gal, Hron & Kendall 2017; the
+    official heteroscedastic concrete-dropout code's ``l²/N`` and ``2/N`` against twice this
+    NLL). The variance output reads the activation the mean output reads (the dropped one for
+    concrete dropout: one mask for both, Kendall & Gal 2017; ``h`` itself for variational
+    dropout, whose noise acts on the mean output)."""
+    mean, kl = _paper_forward(head, params, x, noise, cfg)
+    ws, bs = params["w"], params["b"]
+    h, _ = _hidden(x, ws, bs)
+    if head == "concrete":
+        p, eps, t = _sigmoid(params["p_logit"]), 1e-7, cfg.concrete_temperature
+        z = _sigmoid((np.log(p + eps) - np.log(1 - p + eps) + np.log(noise + eps) - np.log(1 - noise + eps)) / t)
+        h = h * (1 - z) / (1 - p)
+    s = h @ params["wv"] + params["bv"]
+    var = np.log1p(np.exp(s)) + 1e-6
+    nll = np.mean(0.5 * np.log(var) + 0.5 * (y - mean) ** 2 / var)
+    return nll + kl / N_TRAIN
+
+
+MV_DROPOUT = {"cd+mv": "concrete", "vd+mv": "variational"}
+
+
+@pytest.mark.parametrize("sigma", [0.5, 3.0])
+@pytest.mark.parametrize("name", sorted(MV_DROPOUT))
+def test_mean_variance_objective_is_nll_plus_kl(name, sigma):
+    """``cd+mv``/``vd+mv`` train on the NLL with their own variance plus KL/N, whatever the task's
+    σ: the regulariser is not scaled by σ² (before: σ²·KL/N, ×9 at σ = 3 and ×0.25 at σ = 0.5;
+    the mean-only ``cd``/``vd`` keep σ²·KL/N, :func:`test_engine_objective_is_the_papers`).
+    The fused path's gradients equal autograd's of this same objective (so they are the
+    paper's gradients too: a σ² left in the fused regulariser alone fails here)."""
+    method = get_method(name)
+    head = MV_DROPOUT[name]
+    assert method.head == head and method.objective == "gaussian_nll"
+    cfg = TrainConfig(hidden=HIDDEN, dtype="float64", recipe="paper", nll_beta=0.0, **CFG)
+    g = np.random.default_rng(23)
+    model, params = _model(head, sigma, cfg, g, "gaussian_nll")
+    assert model.regulariser_sigma == 1.0
+    x = g.uniform(-2, 2, (N_BATCH, D))
+    y = g.normal(0, 1.5, (B, N_BATCH))
+    xb = torch.as_tensor(x)[None].expand(B, -1, -1)
+    engine = objective(model, xb, torch.as_tensor(y), COUNTER).detach().numpy()
+    noise = model.head.draw(model.dropout_keys, COUNTER, N_BATCH, HIDDEN[-1], dtype=torch.float64, device="cpu")
+    for i in range(B):
+        expected = paper_mean_variance_objective(head, params[i], x, y[i], noise[i].numpy(), cfg)
+        np.testing.assert_allclose(engine[i], expected, rtol=RTOL, err_msg=f"{name} network {i} sigma {sigma}")
+    # the regulariser is a visible part of the objective here, so a σ² on it shows
+    kl_share = [abs(_paper_forward(head, params[i], x, noise[i].numpy(), cfg)[1] / N_TRAIN / engine[i])
+                for i in range(B)]
+    assert max(kl_share) > 1e-3, kl_share
+    assert_fused_gradients_equal_autograd(model, cfg, N_TRAIN, False, name)

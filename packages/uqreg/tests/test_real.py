@@ -159,7 +159,38 @@ def test_reproduce_real_smoke(tmp_path, capsys):
     assert main(["reproduce", "real", "--scale", "cpu", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--scale cpu: " in err and "diabetes_standard/study.nc holds a study computed at scale 'smoke'" in err
+    assert "pass --overwrite to replace it by one at scale 'cpu'" in err
     assert uqmetrics.read_dataset(out / "real" / "diabetes_gap" / "study.nc").attrs["reproduce_scale"] == "smoke"
+
+
+def test_reproduce_real_overwrite_and_atomic_findings(tmp_path, monkeypatch):
+    """With ``overwrite`` a study of another scale is replaced by the scale asked (without, it is
+    refused: :func:`test_reproduce_real_smoke`); ``findings.md`` is written atomically, so a write
+    that fails midway (here a character UTF-8 cannot encode) leaves the previous one intact and
+    no temporary file (before: ``Path.write_text`` had truncated it)."""
+    from dataclasses import replace
+
+    from uqreg import real
+
+    smoke = real.SCALES.lookup("smoke")
+    tiny = replace(smoke, name="tiny", n_splits={"standard": 1, "gap": 1}, methods=("blr", "ens"),
+                   train=replace(smoke.train, members=2, epochs=2))
+    monkeypatch.setitem(real.SCALES, "tiny", tiny)
+    out = tmp_path / "real"
+    real.reproduce_real(out, scale="smoke", progress=False)
+    with pytest.raises(uqmetrics.InputError, match="holds a study computed at scale 'smoke'; pass --overwrite"):
+        real.reproduce_real(out, scale="tiny", progress=False)
+    real.reproduce_real(out, scale="tiny", progress=False, overwrite=True)
+    for kind in ("standard", "gap"):
+        ds = uqmetrics.read_dataset(out / f"diabetes_{kind}" / "study.nc")
+        assert ds.attrs["reproduce_scale"] == "tiny" and ds.sizes["split"] == 1
+        assert list(ds.method.values) == ["blr", "ens"]
+    before = (out / "findings.md").read_text()
+    monkeypatch.setattr(real, "score_table", lambda ds: "\udcff")  # unencodable: the write fails midway
+    with pytest.raises(UnicodeEncodeError):
+        real.reproduce_real(out, scale="tiny", progress=False)  # the studies are reused
+    assert (out / "findings.md").read_text() == before
+    assert not list(out.glob(".findings.md.*"))
 
 
 def test_a_split_does_not_depend_on_the_others_nor_on_the_chunking():

@@ -76,7 +76,7 @@ def test_findings_verdicts():
 
 
 @pytest.mark.slow
-def test_reproduce_recipe_sensitivity_smoke(tmp_path):
+def test_reproduce_recipe_sensitivity_smoke(tmp_path, monkeypatch):
     """The sensitivity studies run as sweeps, draw their figures and write findings.md with a
     column per recipe; a rerun reuses the combined files."""
     assert set(SCALES.names()) == {"paper", "cpu", "smoke"}
@@ -95,6 +95,16 @@ def test_reproduce_recipe_sensitivity_smoke(tmp_path):
     assert recipe_table(ds).count("\n") == 1 + 2 * ds.sizes["method"]
     again = reproduce(tmp_path, scale="smoke", experiments=("recipes_e1",), progress=False)
     assert [p.name for p in again] == ["fig_recipes_e1.png", "findings.md"]
+    # findings.md is written atomically: a write that fails midway (a character UTF-8 cannot
+    # encode) leaves the previous one intact and no temporary file (Path.write_text truncated it)
+    import uqreg.reproduce
+
+    before = (tmp_path / "findings.md").read_text()
+    monkeypatch.setattr(uqreg.reproduce, "recipe_table", lambda ds: "\udcff")
+    with pytest.raises(UnicodeEncodeError):
+        reproduce(tmp_path, scale="smoke", experiments=("recipes_e1",), progress=False)  # reused: no sweep
+    assert (tmp_path / "findings.md").read_text() == before
+    assert not list(tmp_path.glob(".findings.md.*"))
 
 
 def test_a_study_of_another_scale_is_refused_before_any_work(tmp_path):
@@ -107,8 +117,38 @@ def test_a_study_of_another_scale_is_refused_before_any_work(tmp_path):
                             tmp_path / "e2" / "study.nc")
     uqmetrics.write_dataset(xr.Dataset({"x": ("a", [1.0])}), tmp_path / "e3" / "study.nc")
     with pytest.raises(uqmetrics.InputError, match=r"--scale cpu: .*e2/study.nc holds a study computed at "
-                       r"scale 'smoke'; write to another --out, or remove that file"):
+                       r"scale 'smoke'; pass --overwrite to replace it by one at scale 'cpu', or write to "
+                       r"another --out"):
         reproduce(tmp_path, scale="cpu", experiments=("e1", "e2"), progress=False)
     with pytest.raises(uqmetrics.InputError, match="e3/study.nc holds a study computed by another command"):
         reproduce(tmp_path, scale="smoke", experiments=("e1", "e3"), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e2", "e3"]  # e1 never started
+
+
+def test_a_study_of_another_scale_is_replaced_under_overwrite(tmp_path, monkeypatch):
+    """With ``overwrite`` the study of another scale is computed at the scale asked and written
+    over the file (the sweep and the figures stubbed: what is checked is that the study is not
+    reused and that the write replaces it)."""
+    import uqmetrics
+
+    import uqreg.reproduce
+    import uqreg.sweep
+
+    uqmetrics.write_dataset(xr.Dataset({"x": ("a", [1.0])}, attrs={"reproduce_scale": "cpu"}),
+                            tmp_path / "e2" / "study.nc")
+    swept = []
+
+    def sweep(cfg, out, **kw):
+        swept.append(out.name)
+        return xr.Dataset({"x": ("a", [2.0])}), None
+
+    monkeypatch.setattr(uqreg.sweep, "run_study_sweep", sweep)
+    monkeypatch.setattr(uqreg.reproduce, "draw_figures", lambda *a: [])
+    monkeypatch.setattr(uqreg.reproduce, "draw_recipe_figures", lambda *a: [])
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False, overwrite=True)
+    assert swept == ["e2"]
+    ds = uqmetrics.read_dataset(tmp_path / "e2" / "study.nc")
+    assert ds.attrs["reproduce_scale"] == "smoke" and ds.x.values.tolist() == [2.0]
+    # and a study of the scale asked is reused, overwrite or not
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False, overwrite=True)
+    assert swept == ["e2"]

@@ -297,6 +297,25 @@ def test_cells_of_another_configuration_are_not_reused():
     assert a == [c.key for c in plan_cells(TINY)]  # and the same config gives the same keys
 
 
+def test_cells_of_a_revised_method_get_a_new_identity():
+    """``cd+mv``/``vd+mv`` (and their conformal versions) were computed with their KL scaled by
+    σ² before revision 1 (docs/conventions.md#r-7): their cells' digest differs from the one
+    the same config had before, so such a cell on disk is never reused; every other method's
+    digest is the one it always was (the sha256 of its config, written out here), so their
+    cells on disk stay valid."""
+    import hashlib
+
+    cfg = StudyConfig(task="sinusoid_het", complexities=(1,), repetitions=2, n_cal=20,
+                      methods=("cd", "vd", "ens+mv", "bd+mv", "cd+mv", "vd+mv", "cd+mv+cp_abs", "ens+mv+cp_abs"))
+    revised = {"cd+mv", "vd+mv", "cd+mv+cp_abs"}
+    for cell in plan_cells(cfg):
+        params = cell.params["config"]
+        train = {k: v for k, v in params["train"].items() if k != "cuda_graphs"}
+        before = hashlib.sha256(json.dumps(dict(params, train=train), sort_keys=True).encode()).hexdigest()[:10]
+        (method,) = params["methods"]
+        assert cell.key.endswith("_" + before) == (method not in revised), method
+
+
 # ---------------------------------------------------------------------------------------------
 # issue 24: cells damaged on disk, temporary files of failed writes, two sweeps in one folder
 

@@ -595,7 +595,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
         from .reproduce import STUDIES
 
         try:
-            paths = STUDIES.lookup(a.study)(a.out, scale=a.scale, device=a.device, progress=not a.quiet)
+            paths = STUDIES.lookup(a.study)(a.out, scale=a.scale, device=a.device, progress=not a.quiet,
+                                            overwrite=a.overwrite)
         except ValueError as exc:  # a scale the study does not have: name the option
             if str(exc).startswith("unknown scale"):
                 raise InputError(f"argument --scale: {exc}") from None
@@ -606,7 +607,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     try:
         cluster = ClusterSpec.from_args(a, device=a.device)
         paths = reproduce(a.out, scale=a.scale, experiments=a.experiments, device=a.device, scheduler=cluster,
-                          n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet)
+                          n_workers=a.workers, chunk_repetitions=a.chunk_repetitions, progress=not a.quiet,
+                          overwrite=a.overwrite)
     except SweepFailed as exc:  # not a user's mistake: exit code 1, as uqreg sweep
         print(f"uqreg reproduce: error: {exc}", file=sys.stderr)
         return 1
@@ -797,6 +799,9 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=5)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace results in --out computed at another scale or from another configuration "
+                   "(without it they are an error; results of this scale are reused)")
     p.add_argument("--quiet", action="store_true")
     add_config_option(p)
     p.set_defaults(func=cmd_reproduce)

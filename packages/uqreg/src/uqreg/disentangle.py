@@ -13,8 +13,8 @@ variable                   definition (per method, complexity; ``est`` a method'
 =========================  ======================================================================
 aleatoric_ratio            per x: mean over repetitions of est. aleatoric / σ²(x)
 epistemic_ratio            per x: mean over repetitions of est. epistemic / exact epistemic
-truth_coverage             per x: fraction of repetitions with |μ − f(x)| ≤ z·sqrt(est. epistemic)
-new_coverage               per x: fraction of repetitions with |y_new − μ| ≤ z·sqrt(est. total)
+truth_coverage             per x: fraction of repetitions with |μ − f(x)| < z·sqrt(est. epistemic)
+new_coverage               per x: fraction of repetitions with |y_new − μ| < z·sqrt(est. total)
 log10_aleatoric_ratio      per repetition and region: mean over the region's x of log10 ratio
 log10_epistemic_ratio      the same for the epistemic part
 aleatoric_spearman         Spearman over the region's x of est. aleatoric with σ²(x)
@@ -26,7 +26,8 @@ region_truth_coverage      mean over the region's x of the truth's coverage (per
 region_new_coverage        the same for the fresh noisy targets
 =========================  ======================================================================
 
-z = z_{1−α/2} (α = 0.05); y_new are fresh noisy targets at the test inputs
+z = z_{1−α/2} (α = 0.05), the coverages R.4's (:func:`covered`: strict, so a band of width 0
+covers nothing); y_new are fresh noisy targets at the test inputs
 (:meth:`uqreg.tasks.TaskInstance.test_targets`); region ``in`` = the test points whose every
 coordinate lies in the closed training box (``in_distribution``, as the coverage study), ``out``
 the others. The oracle's leakage is not 0: it is the rank correlation of the two *true* parts
@@ -34,13 +35,13 @@ over x, the value a method that disentangles perfectly reaches.
 
 Results are one netCDF file per task, ``OUT/<task>/study.nc``, combined from one file per
 (complexity, method) cell (``OUT/<task>/cells/``), each written atomically
-(:func:`uqmetrics.write_dataset`); a rerun skips the cells already written.
+(:func:`uqmetrics.write_dataset`); a rerun at the same scale skips the cells already written,
+and files of another scale or configuration are refused unless ``overwrite`` (:func:`run_task`).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -91,6 +92,29 @@ def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (ra * rb).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
+def covered(center, std, target, z: float) -> np.ndarray:
+    """Whether each band ``center ± z·std`` covers its ``target``, one draw at a time: R.4's
+    coverage (:func:`uqmetrics.coverage`, docs/conventions.md#r-4: ``|center − target| < z·std``,
+    strict, so a band of width 0 covers nothing), 1.0 or 0.0; a band or target that is not
+    finite (a diverged estimate) covers nothing.
+
+    Parameters
+    ----------
+    center, std, target : ndarray, broadcast to one shape (R, T)
+    z : float
+
+    Returns
+    -------
+    ndarray of float, the broadcast shape
+    """
+    center, std, target = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (center, std, target)))
+    hit = np.zeros(center.shape)
+    ok = np.isfinite(center) & np.isfinite(std) & np.isfinite(target)
+    if ok.any():
+        hit[ok] = uqmetrics.coverage(center[ok][None], std[ok][None], target[ok][None], z=z, axis=0)
+    return hit
+
+
 def score_arrays(mean, epistemic, aleatoric, truth, exact_epistemic, exact_aleatoric, new_targets, inside,
                  alpha: float = ALPHA) -> dict[str, np.ndarray]:
     """Every score of the study for one method at one complexity (the module docstring's table).
@@ -119,8 +143,8 @@ def score_arrays(mean, epistemic, aleatoric, truth, exact_epistemic, exact_aleat
     truth, t_epi, t_ale = (np.asarray(v, dtype=np.float64) for v in (truth, exact_epistemic, exact_aleatoric))
     inside = np.asarray(inside, dtype=bool)
     ale_ratio, epi_ratio = ale / t_ale, epi / t_epi
-    cov_truth = np.abs(mean - truth) <= z * np.sqrt(epi)
-    cov_new = np.abs(y_new - mean) <= z * np.sqrt(epi + ale)
+    cov_truth = covered(mean, np.sqrt(epi), truth, z)
+    cov_new = covered(mean, np.sqrt(epi + ale), y_new, z)
     out = {"aleatoric_ratio": ale_ratio.mean(axis=0), "epistemic_ratio": epi_ratio.mean(axis=0),
            "truth_coverage": cov_truth.mean(axis=0), "new_coverage": cov_new.mean(axis=0)}
     per_region = {name: [] for name in REGION_SCORES}
@@ -170,8 +194,9 @@ def scores(raw):
         "docs/conventions.md#r-7-study: ratios = estimate / exact part; Spearman over the region's test points, "
         "per repetition; epistemic_leakage = Spearman(est. epistemic, sigma^2(x)); aleatoric_leakage = "
         "Spearman(est. aleatoric, exact epistemic); estimates_spearman = Spearman(est. epistemic, est. aleatoric) "
-        "(untangle's measure); truth_coverage: |mu - f| <= z sqrt(est. epistemic); new_coverage: "
-        "|y_new - mu| <= z sqrt(est. epistemic + est. aleatoric); z = z_(1-alpha/2); region in = every "
+        "(untangle's measure); truth_coverage: |mu - f| < z sqrt(est. epistemic); new_coverage: "
+        "|y_new - mu| < z sqrt(est. epistemic + est. aleatoric) (strict, as R.4's coverage; not finite: not "
+        "covered); z = z_(1-alpha/2); region in = every "
         "coordinate in the closed training box")
     return ds
 
@@ -278,15 +303,124 @@ def task_data(task: str, complexities, repetitions: int, seed: int = 0):
                              "alpha": ALPHA})
 
 
-def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu", progress: bool = True):
+def _cell_config(scale: DisentangleScale, task: str, complexity, method: str, train: TrainConfig) -> str:
+    """What a cell is computed from (its attr ``cell_config``, JSON): task, complexity, method,
+    repetitions, seed, the training configuration, and the method's revision where it is not 0
+    (:func:`uqreg.methods.method_revisions`: a cell of an earlier revision is never reused; the
+    configuration of every other cell is what it always was)."""
+    from .methods import method_revisions
+
+    config = {"task": task, "complexity": int(complexity), "method": method,
+              "repetitions": int(scale.repetitions), "seed": int(scale.seed), "train": vars(train)}
+    if rev := method_revisions([method]):
+        config["revision"] = rev[method]
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _differences(found: str | None, asked: str) -> str:
+    """The fields of two :func:`_cell_config` values that differ, ``name found (asked value)``,
+    ``train.<field>`` for the training configuration's."""
+    try:
+        old = json.loads(found) if found else {}
+    except (TypeError, ValueError):
+        old = {}
+    new = json.loads(asked)
+    flat = {}
+    for side, conf in (("found", old), ("asked", new)):
+        for k, v in conf.items():
+            items = v.items() if isinstance(v, dict) else [(None, v)]
+            for kk, vv in items:
+                flat.setdefault(k if kk is None else f"{k}.{kk}", {})[side] = vv
+    diffs = [f"{k} {v.get('found', 'absent')} (asked {v.get('asked', 'absent')})"
+             for k, v in sorted(flat.items()) if v.get("found", "absent") != v.get("asked", "absent")]
+    return ", ".join(diffs) if diffs else "no cell_config recorded"
+
+
+def _scale_of(found: str | None, task: str, complexity, method: str) -> str | None:
+    """The registered scale whose cell ``(task, complexity, method)`` has the configuration
+    ``found`` (on its device, whatever its method's revision): what a cell written before cells
+    recorded their scale was computed at; None for none."""
+    try:
+        old = json.loads(found)
+        device = old["train"]["device"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    old.pop("revision", None)
+    for _, sc in SCALES.items_ordered():
+        if complexity not in sc.tasks.get(task, ()) or method not in (ORACLE, *sc.methods):
+            continue
+        mine = json.loads(_cell_config(sc, task, complexity, method, replace(sc.train, device=device)))
+        mine.pop("revision", None)
+        if mine == old:
+            return sc.name
+    return None
+
+
+def _task_cells(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu",
+                overwrite: bool = False) -> list[tuple]:
+    """The cells of one task of ``scale`` in ``out_dir``, checked before any work:
+    ``[(complexity, method, path, config, cell or None)]``, ``cell`` the file on disk when it was
+    computed from ``config`` (reused), None when it is to be computed (missing, or another
+    configuration's under ``overwrite``).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Without ``overwrite``: ``out_dir/study.nc`` holds a study of another scale
+        (:func:`uqreg.study.reproduced_study`, the check of ``uqreg reproduce`` and
+        ``reproduce real``), or a cell file was computed from another configuration (another
+        scale, seed, device, or an earlier revision of its method), naming the file, the scale
+        it records and the one asked, and the fields that differ.
+    """
+    from .study import reproduced_study
+
+    out = Path(out_dir)
+    if (out / "study.nc").exists():
+        done = reproduced_study(out / "study.nc", scale.name, overwrite=overwrite)
+        if done is not None:
+            done.close()
+    train = replace(scale.train, device=device)
+    rows = []
+    for c in scale.tasks[task]:
+        for m in (ORACLE, *scale.methods):
+            path = out / "cells" / f"c{c}_{m}.nc"
+            config = _cell_config(scale, task, c, m, train)
+            cell = uqmetrics.read_dataset(path) if path.exists() else None
+            if cell is not None and cell.attrs.get("cell_config") != config:
+                found = cell.attrs.get("cell_config")
+                recorded = cell.attrs.get("reproduce_scale") or _scale_of(found, task, c, m)
+                cell.close()
+                cell = None
+                if not overwrite:
+                    what = f"at scale {recorded!r}" if recorded is not None else "by another run"
+                    raise uqmetrics.InputError(
+                        f"--scale {scale.name}: {path} holds a cell computed {what}, from another configuration "
+                        f"than scale {scale.name!r} asks for ({_differences(found, config)}); pass --overwrite "
+                        f"to replace it, or write to another --out")
+            rows.append((c, m, path, config, cell))
+    return rows
+
+
+def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu", progress: bool = True,
+             overwrite: bool = False):
     """Run (or resume) one task of ``scale``: every (complexity, method) cell not yet in
     ``out_dir/cells`` is trained and written; then the cells, the task data and :func:`scores`
     are combined and written to ``out_dir/study.nc`` (returned, as a Dataset).
 
     A cell records what it was computed from (attr ``cell_config``: task, complexity, method,
-    repetitions, seed and training configuration); a cell on disk computed from anything else (an
-    earlier run at another scale or on another device into the same folder) is computed again,
-    with one line on stderr naming it, never combined into this study."""
+    repetitions, seed, training configuration, and the method's revision where it is not 0) and
+    the scale (attr ``reproduce_scale``). Before any work (:func:`_task_cells`), a ``study.nc``
+    of another scale, or a cell on disk computed from anything else (an earlier run at another
+    scale, seed or device into the same folder, or by an earlier revision of its method), is an
+    error naming it, unless ``overwrite``: then it is computed again and replaced. Its
+    ``study.nc`` is rewritten from this scale's cells each run (a rerun at the same scale
+    computes only the missing cells).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        See :func:`_task_cells`.
+    """
     import xarray as xr
 
     out = Path(out_dir)
@@ -294,25 +428,17 @@ def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu"
     methods = (ORACLE, *scale.methods)
     cells = []
     wall = {}
-    for c in scale.tasks[task]:
-        for m in methods:
-            path = out / "cells" / f"c{c}_{m}.nc"
-            config = json.dumps({"task": task, "complexity": int(c), "method": m, "repetitions": int(scale.repetitions),
-                                 "seed": int(scale.seed), "train": vars(train)}, sort_keys=True, default=str)
-            cell = uqmetrics.read_dataset(path) if path.exists() else None
-            stale = cell is not None and cell.attrs.get("cell_config") != config
-            if stale:
-                print(f"disentangle: {path} was computed from another configuration (another scale, seed or "
-                      f"device); computing it again", file=sys.stderr, flush=True)
-            if cell is None or stale:
-                if progress:
-                    print(f"disentangle: {task} c={c} {m}", flush=True)
-                cell = run_cell(task, c, m, scale.repetitions, seed=scale.seed, train=train)
-                cell.attrs["cell_config"] = config
-                uqmetrics.write_dataset(cell, path, overwrite=stale)
-                cell = uqmetrics.read_dataset(path)
-            wall[f"c{c}_{m}"] = float(cell.attrs.get("wall_time_s", np.nan))
-            cells.append(cell[["prediction", "epistemic_variance", "aleatoric_variance"]])
+    for c, m, path, config, cell in _task_cells(scale, task, out, device=device, overwrite=overwrite):
+        if cell is None:
+            if progress:
+                print(f"disentangle: {task} c={c} {m}", flush=True)
+            cell = run_cell(task, c, m, scale.repetitions, seed=scale.seed, train=train)
+            cell.attrs["cell_config"] = config
+            cell.attrs["reproduce_scale"] = scale.name
+            uqmetrics.write_dataset(cell, path, overwrite=overwrite)  # another configuration's: only if overwrite
+            cell = uqmetrics.read_dataset(path)
+        wall[f"c{c}_{m}"] = float(cell.attrs.get("wall_time_s", np.nan))
+        cells.append(cell[["prediction", "epistemic_variance", "aleatoric_variance"]])
     est = xr.combine_by_coords(cells, combine_attrs="drop")
     data = task_data(task, scale.tasks[task], scale.repetitions, scale.seed)
     raw = xr.merge([est, data], combine_attrs="override").reindex({"method": list(methods)})  # merge sorts the methods
@@ -321,6 +447,7 @@ def run_task(scale: DisentangleScale, task: str, out_dir, *, device: str = "cpu"
                       "train": json.dumps({k: v for k, v in vars(train).items()}, default=str),
                       "wall_time_s": json.dumps(wall), "oracle": ORACLE, "seed": int(scale.seed)})
     ds = scores(raw)
+    # this scale's study from this scale's cells (one of another scale was refused above unless overwrite)
     uqmetrics.write_dataset(ds, out / "study.nc", overwrite=True)
     return ds
 
@@ -400,19 +527,34 @@ def summary_table(studies: dict) -> str:
     return "\n".join(lines)
 
 
-def reproduce_disentangle(out_dir, *, scale: str = "cpu", device: str = "cpu", progress: bool = True) -> list[Path]:
+def reproduce_disentangle(out_dir, *, scale: str = "cpu", device: str = "cpu", progress: bool = True,
+                          overwrite: bool = False) -> list[Path]:
     """``uqreg reproduce disentangle``: run (or resume) every task of the scale, draw the figures
     (:func:`uqreg.plots.plot_variances`, :func:`uqreg.plots.plot_leakage`) and write
-    ``findings.md`` (:func:`summary_table` and :func:`findings`). Returns the paths written."""
+    ``findings.md`` (:func:`summary_table` and :func:`findings`, atomically). Returns the paths
+    written.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Before any work, without ``overwrite``: a task's ``study.nc`` or a cell file there is of
+        another scale or configuration (:func:`run_task`).
+    """
     import matplotlib.pyplot as plt
     from uqmetrics.report.plotting import save_figure
+    from uqmetrics.runs.io import write_text_file
 
     from .plots import plot_leakage, plot_variances
 
     sc = SCALES.lookup(scale)
     out = Path(out_dir)
     t0 = time.perf_counter()
-    studies = {task: run_task(sc, task, out / task, device=device, progress=progress) for task in sc.tasks}
+    for task in sc.tasks:  # every task's files checked before any work
+        for *_, cell in _task_cells(sc, task, out / task, device=device, overwrite=overwrite):
+            if cell is not None:
+                cell.close()
+    studies = {task: run_task(sc, task, out / task, device=device, progress=progress, overwrite=overwrite)
+               for task in sc.tasks}
     paths = [out / task / "study.nc" for task in sc.tasks]
     figs = out / "figures"
     for task, ds in studies.items():
@@ -424,12 +566,11 @@ def reproduce_disentangle(out_dir, *, scale: str = "cpu", device: str = "cpu", p
             "(cells resumed from disk cost nothing)"), "", summary_table(studies), "", "## Findings", "",
             "| task | method | finding | statistics |", "|---|---|---|---|"]
     text += [f"| {' | '.join(row)} |" for row in findings(studies)]
-    target = out / "findings.md"
-    target.write_text("\n".join(text) + "\n")
+    target = write_text_file(out / "findings.md", "\n".join(text) + "\n", overwrite=True)  # atomic
     paths.append(target)
     return paths
 
 
 __all__ = ["MV_METHODS", "ORACLE", "POINT_SCORES", "REGION_SCORES", "SCALES", "TASKS", "DisentangleScale",
-           "findings", "reproduce_disentangle", "run_cell", "run_task", "score_arrays", "scores", "spearman",
+           "covered", "findings", "reproduce_disentangle", "run_cell", "run_task", "score_arrays", "scores", "spearman",
            "summary_table", "task_data"]

@@ -290,6 +290,13 @@ class Method:
         base), so a study trains them once."""
         return self.name
 
+    @property
+    def revision(self) -> int:
+        """The revision of what this method computes: 0, raised by a fix that changes its results
+        (:class:`MeanVarianceMethod`), so that a result cached by an earlier revision is never
+        reused (:func:`method_revisions`)."""
+        return 0
+
     def n_epochs_total(self, instance: TaskInstance, cfg: TrainConfig, n_reps: int,
                        epochs: int | None = None) -> int:
         """Epochs the progress bar counts for this method (chunks × epochs)."""
@@ -326,6 +333,11 @@ class ConformalMethod(Method):
     def trains_as(self) -> str:
         return self.base
 
+    @property
+    def revision(self) -> int:
+        """Its base's (it computes from the base's networks)."""
+        return get_method(self.base).revision
+
     def intervals(self, result: MethodResult, sigma, calibration=None, alpha: float = 0.05) -> MethodResult:
         """``result`` (the base's predictions, with those at the calibration points) with the
         split-conformal interval calibrated on ``calibration = (x_cal, y_cal (R, C))``.
@@ -349,6 +361,9 @@ class ConformalMethod(Method):
 
 #: The suffix of a method's mean–variance version, ``<method>+mv``.
 MEAN_VARIANCE = "mv"
+#: The revision of the mean–variance versions of the heads with a KL regulariser (``cd+mv``,
+#: ``vd+mv``): 1, their KL/N enters the NLL unscaled (revision 0: times the task's σ²).
+MEAN_VARIANCE_KL_REVISION = 1
 
 
 @dataclass(frozen=True)
@@ -375,6 +390,13 @@ class MeanVarianceMethod(Method):
             object.__setattr__(self, f, getattr(b, f))
         object.__setattr__(self, "objective", "gaussian_nll")
         super().__post_init__()
+
+    @property
+    def revision(self) -> int:
+        """1 for a head with a KL regulariser (``cd+mv``, ``vd+mv``): since revision 1 it is KL/N
+        against the NLL, where revision 0 scaled it by the task's σ² as for the mean-only heads
+        (docs/conventions.md#r-7); 0 for the others, whose results did not change."""
+        return MEAN_VARIANCE_KL_REVISION if HEADS.lookup(self.head).known_noise else 0
 
 
 #: The suffixes of a method's quantile version ``<method>+qr`` and its conformalized version
@@ -544,6 +566,15 @@ def get_method(name: str) -> Method:
         sc = conformal.SCORES[suffix]
         return ConformalMethod(name, f"{sc.description}, around {base}", base=base, score=suffix)
     return METHODS.lookup(name)
+
+
+def method_revisions(names) -> dict[str, int]:
+    """``{name: revision}`` of the methods ``names`` whose :attr:`Method.revision` is not 0: what
+    a cached result's identity records (a sweep cell's digest, :func:`uqreg.sweep.cell_digest`;
+    a disentangle cell's configuration, :func:`uqreg.disentangle.run_task`), so that a result of
+    an earlier revision is never reused, and the identity of every other method's results stays
+    as it was."""
+    return {str(n): r for n in names if (r := get_method(n).revision)}
 
 
 def mean_variance_method_names() -> list[str]:

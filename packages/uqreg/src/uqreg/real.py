@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 from uqmetrics.metrics.exceptions import InputError
+from uqmetrics.runs.io import write_text_file
 
 from .datasets import SPLIT_KINDS, RealDataset, Split, get_dataset, uci_dataset
 from .engine import TrainConfig
@@ -590,10 +591,11 @@ SCALES = _scales()
 
 
 def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress: bool = True,
-                   dataset: str = "diabetes") -> list[Path]:
+                   dataset: str = "diabetes", overwrite: bool = False) -> list[Path]:
     """``uqreg reproduce real``: every method of the scale on ``dataset`` (diabetes) under its
     standard (random) and its gap splits; ``OUT/<dataset>_<kind>/study.nc`` (an existing file of
-    the same scale is reused, one of another scale is an error), the figures (:func:`uqreg.plots.plot_real_calibration`,
+    the same scale is reused, one of another scale is an error, or replaced under ``overwrite``:
+    :func:`uqreg.study.reproduced_study`), the figures (:func:`uqreg.plots.plot_real_calibration`,
     :func:`uqreg.plots.plot_real_scores`) and ``findings.md`` (:func:`score_table` and
     :func:`findings`). Returns the paths written."""
     import matplotlib.pyplot as plt
@@ -606,8 +608,9 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
     t0 = time.perf_counter()
     studies, paths = {}, []
     # the studies already there, of this scale (another scale's: refused before any work)
-    done = {kind: reproduced_study(out / f"{dataset}_{kind}" / "study.nc", scale) for kind in sc.n_splits
-            if (out / f"{dataset}_{kind}" / "study.nc").exists()}
+    done = {kind: ds for kind in sc.n_splits if (out / f"{dataset}_{kind}" / "study.nc").exists()
+            and (ds := reproduced_study(out / f"{dataset}_{kind}" / "study.nc", scale, overwrite=overwrite))
+            is not None}
     for kind, n in sc.n_splits.items():
         target = out / f"{dataset}_{kind}" / "study.nc"
         if kind in done:
@@ -617,7 +620,7 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
                              train=replace(sc.train, device=device))
             ds = run_real(cfg, progress=progress)
             ds.attrs["reproduce_scale"] = scale
-            write_real(ds, target)
+            write_real(ds, target, overwrite=overwrite)  # another scale's: refused above unless overwrite
         studies[kind] = ds
         paths.append(target)
         for name, fig in ((f"real_{dataset}_{kind}_calibration", plot_real_calibration(ds)),
@@ -631,8 +634,7 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
                  "| method | finding | statistics |", "|---|---|---|"]
         text += [f"| {' | '.join(row)} |" for row in findings(ds)]
         text.append("")
-    target = out / "findings.md"
-    target.write_text("\n".join(text) + "\n")
+    target = write_text_file(out / "findings.md", "\n".join(text) + "\n", overwrite=True)  # atomic
     paths.append(target)
     return paths
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import uqmetrics
 from uqmetrics.metrics.registry import Registry
+from uqmetrics.runs.io import write_text_file
 
 from .engine import RECIPES, TrainConfig
 from .engine.config import cuda_plan_defaults, is_int
@@ -90,15 +91,18 @@ SCALES.register(Scale("smoke", "seconds: for tests of this module", {
 @dataclass(frozen=True)
 class Reproduction:
     """A reproduction beside the paper's, ``uqreg reproduce NAME``: ``run(out_dir, scale=, device=,
-    progress=)`` writes into ``out_dir/<folder>`` and returns the paths written."""
+    progress=, overwrite=)`` writes into ``out_dir/<folder>`` and returns the paths written
+    (``overwrite``: replace results of another scale there, :func:`uqreg.study.reproduced_study`)."""
 
     name: str
     description: str
     folder: str
     run: object
 
-    def __call__(self, out_dir, *, scale: str, device: str = "cpu", progress: bool = True) -> list[Path]:
-        return self.run(Path(out_dir) / self.folder, scale=scale, device=device, progress=progress)
+    def __call__(self, out_dir, *, scale: str, device: str = "cpu", progress: bool = True,
+                 overwrite: bool = False) -> list[Path]:
+        return self.run(Path(out_dir) / self.folder, scale=scale, device=device, progress=progress,
+                        overwrite=overwrite)
 
 
 def _disentangle(out, **kw):
@@ -346,13 +350,13 @@ def draw_recipe_figures(studies: dict, out_dir) -> list[Path]:
 
 def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: str = "cpu",
               scheduler: str | None = None, n_workers: int = 2, chunk_repetitions: int = 5,
-              progress: bool = True) -> list[Path]:
+              progress: bool = True, overwrite: bool = False) -> list[Path]:
     """Run (or resume) the sweeps of ``experiments`` at ``scale``; draw Figures 1–7 and the
     recipe figures, and write ``findings.md`` (:func:`findings_table` and :func:`recipe_table`).
 
     Each experiment's combined study is written to ``out_dir/<exp>/study.nc``; an existing
-    combined file of the same scale is reused as it is (one of another scale is an error:
-    :func:`uqreg.study.reproduced_study`).
+    combined file of the same scale is reused as it is (one of another scale is an error, or
+    replaced under ``overwrite``: :func:`uqreg.study.reproduced_study`).
 
     Raises
     ------
@@ -377,8 +381,8 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     out = Path(out_dir)
     # the studies already there, of this scale (another scale's: refused before any work)
-    results = {exp: reproduced_study(out / exp / "study.nc", scale) for exp in experiments
-               if (out / exp / "study.nc").exists()}
+    results = {exp: ds for exp in experiments if (out / exp / "study.nc").exists()
+               and (ds := reproduced_study(out / exp / "study.nc", scale, overwrite=overwrite)) is not None}
     for exp in EXPERIMENTS:
         if exp not in experiments:
             results[exp] = None
@@ -393,7 +397,7 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         if ds is None:
             raise SweepFailed(exp, report.failed)
         ds.attrs["reproduce_scale"] = scale
-        uqmetrics.write_dataset(ds, target)
+        uqmetrics.write_dataset(ds, target, overwrite=overwrite)  # another scale's: refused above unless overwrite
         results[exp] = ds
     paths = draw_figures(results["e1"], results["e2"], results["e3"], out / "figures")
     sensitivity = {k: results[k] for k in ("recipes_e1", "recipes_e3")}
@@ -404,7 +408,6 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         for name, ds in sensitivity.items():
             if ds is not None:
                 text += [f"## {name}", "", recipe_table(ds), ""]
-        target = out / "findings.md"
-        target.write_text("\n".join(text))
+        target = write_text_file(out / "findings.md", "\n".join(text), overwrite=True)  # atomic
         paths.append(target)
     return paths

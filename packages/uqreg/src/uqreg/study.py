@@ -718,7 +718,7 @@ def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     return ds
 
 
-def reproduced_study(path, scale: str) -> xr.Dataset:
+def reproduced_study(path, scale: str, *, overwrite: bool = False) -> xr.Dataset | None:
     """The study a reproduction (``uqreg reproduce``) wrote to ``path`` at ``scale`` in an earlier
     run, reused as it is.
 
@@ -728,21 +728,31 @@ def reproduced_study(path, scale: str) -> xr.Dataset:
         A combined study file (``study.nc``), which exists.
     scale : str
         The scale asked for now.
+    overwrite : bool
+        ``--overwrite``: a file of another scale (or none) is to be replaced; None is returned
+        for it, and the caller computes the study at ``scale`` and writes it over the file.
+
+    Returns
+    -------
+    xarray.Dataset or None
+        The study, when it records ``scale``; None for another one under ``overwrite``.
 
     Raises
     ------
     uqmetrics.InputError
         When the file records another scale (attr ``reproduce_scale``) or none (a study written
-        there by another command): its numbers are not this scale's, so it is never reused, and
-        never replaced silently either.
+        there by another command) and not ``overwrite``: its numbers are not this scale's, so it
+        is never reused, and never replaced without ``--overwrite`` either.
     """
     ds = uqmetrics.read_dataset(path)
     got = ds.attrs.get("reproduce_scale")
     if got != scale:
         ds.close()
+        if overwrite:
+            return None
         what = f"at scale {got!r}" if got is not None else "by another command than uqreg reproduce"
-        raise uqmetrics.InputError(f"--scale {scale}: {path} holds a study computed {what}; write to another "
-                                   f"--out, or remove that file to compute it at scale {scale!r}")
+        raise uqmetrics.InputError(f"--scale {scale}: {path} holds a study computed {what}; pass --overwrite to "
+                                   f"replace it by one at scale {scale!r}, or write to another --out")
     return ds
 
 

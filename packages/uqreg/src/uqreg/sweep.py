@@ -47,9 +47,17 @@ _UNDIGESTED_TRAIN_FIELDS = ("cuda_graphs",)
 
 def cell_digest(params: dict) -> str:
     """The digest of a cell's full config (a rerun with other settings never reuses the cell),
-    but for :data:`_UNDIGESTED_TRAIN_FIELDS`."""
+    but for :data:`_UNDIGESTED_TRAIN_FIELDS`, and of its methods' revisions that are not 0
+    (:func:`uqreg.methods.method_revisions`: a cell computed before a fix of its method is never
+    reused, and the digest of a cell whose methods are all at revision 0 is what it always was)."""
+    from .methods import method_revisions  # torch: imported on use
+
     train = {k: v for k, v in params["train"].items() if k not in _UNDIGESTED_TRAIN_FIELDS}
-    return hashlib.sha256(json.dumps(dict(params, train=train), sort_keys=True).encode()).hexdigest()[:10]
+    payload = dict(params, train=train)
+    revisions = method_revisions(params.get("methods", ()))
+    if revisions:
+        payload["method_revisions"] = revisions
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:

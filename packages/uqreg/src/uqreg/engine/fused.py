@@ -87,6 +87,9 @@ class Workspace:
 
     Attributes
     ----------
+    sigma : float
+        The σ of the head's regulariser σ²·KL/N, the model's
+        :attr:`~uqreg.engine.network.BatchedMLP.regulariser_sigma` (1 for a mean–variance network).
     params, grads, exp_avg, exp_avg_sq : torch.Tensor, shape (P,)
         Flat buffers: weights of every layer, padding, biases of every layer, head parameters,
         padding (the first :attr:`n_weights` elements are the weights' part).
@@ -104,7 +107,7 @@ class Workspace:
         w0 = model.weights[0]
         kw = {"dtype": w0.dtype, "device": w0.device}
         self.n_networks, self.n_rows = b, n_rows
-        self.n_train, self.sigma, self.cfg = model.n_train, model.sigma, model.cfg
+        self.n_train, self.sigma, self.cfg = model.n_train, model.regulariser_sigma, model.cfg
         self.slope = model.cfg.negative_slope
         self.l2, self.decoupled = float(l2), bool(decoupled)
         self.head = FUSED_HEADS.lookup(model.head.name)
@@ -388,7 +391,8 @@ class FusedConcrete(FusedHead):
     With ``a(p) = log(p + ε) − log(1 − p + ε)``:
     ``∂keep/∂p = (keep − z(1 − z)·a'(p)/t)/(1 − p)``, ``a'(p) = 1/(p + ε) + 1/(1 − p + ε)``,
     ``∂p/∂ρ = p(1 − p)``. Regulariser ``R = c_w‖W‖²/(1 − p) + c_d·K·(p log p + (1 − p) log(1 − p))``
-    (:func:`~uqreg.engine.heads.concrete_regulariser`, ``c_w = σ²l²/(2N)``, ``c_d = σ²/N``):
+    (:func:`~uqreg.engine.heads.concrete_regulariser`, ``c_w = σ²l²/(2N)``, ``c_d = σ²/N``,
+    σ = :attr:`Workspace.sigma`, 1 for a mean–variance network):
     ``∂R/∂W = 2c_w·W/(1 − p)``, ``∂R/∂p = c_w‖W‖²/(1 − p)² + c_d·K·(log p − log(1 − p))``.
     """
 

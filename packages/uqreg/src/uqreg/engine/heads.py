@@ -105,7 +105,10 @@ def concrete_regulariser(weight, p_logit, *, n_train: int, sigma: float, length_
     (to put its data term on the ½·MSE scale of the other methods):
     ``½·mean (y − ŷ)² + (σ² l² / (2N))·‖W‖²/(1−p) + (σ²/N)·K·(p log p + (1−p) log(1−p))``,
     K the width of the dropped layer and W the output weights (docs/conventions.md#r-3; the official
-    code's ``l²/(τN)`` and ``2/(τN)`` pair with a squared error without the ½).
+    code's ``l²/(τN)`` and ``2/(τN)`` pair with a squared error without the ½). A mean–variance
+    network's objective is already the per-sample NLL with its own variance, so the network
+    passes ``sigma = 1`` (:attr:`~uqreg.engine.network.BatchedMLP.regulariser_sigma`): KL/N
+    itself, ``l²/(2N)`` and ``1/N``.
     """
     p = sigmoid(p_logit)[:, 0, 0]
     s2 = sigma * sigma
@@ -137,7 +140,9 @@ def variational_forward(h, weight, bias, z, log_alpha) -> torch.Tensor:
 
 def variational_regulariser(log_alpha, *, n_train: int, sigma: float) -> torch.Tensor:
     """σ²·KL(q‖p)/N per network, shape (B,): the ELBO's KL against ½·MSE (its data term
-    ½(y − ŷ)²/σ² times σ²), with Molchanov's approximation summed over units."""
+    ½(y − ŷ)²/σ² times σ²), with Molchanov's approximation summed over units; KL/N itself
+    (``sigma = 1``) against a mean–variance network's NLL
+    (:attr:`~uqreg.engine.network.BatchedMLP.regulariser_sigma`)."""
     k1, k2, k3 = MOLCHANOV_K
     la = clipped_log_alpha(log_alpha)[:, 0, :]
     neg_kl = k1 * sigmoid(k2 + k3 * la) - 0.5 * torch.log1p(torch.exp(-la)) - k1
@@ -190,7 +195,9 @@ class Head:
 
     def regulariser(self, weight, params: dict, *, n_train: int, sigma: float,
                     cfg: TrainConfig) -> torch.Tensor | float:
-        """Per-network term added to the ½·MSE loss, shape (B,) (or 0)."""
+        """Per-network term added to the loss, shape (B,) (or 0); ``sigma`` is the network's
+        :attr:`~uqreg.engine.network.BatchedMLP.regulariser_sigma` (the task's σ against ½·MSE,
+        1 against a mean–variance NLL)."""
         return 0.0
 
     def variance_input(self, h, noise, params: dict, cfg: TrainConfig) -> torch.Tensor:

@@ -104,7 +104,7 @@ class BatchedMLP(torch.nn.Module):
     n_train : int
         Training-set size N (used by the head's regulariser).
     sigma : float
-        The task's noise std σ (used by the head's regulariser).
+        The task's noise std σ (the head's regulariser reads :attr:`regulariser_sigma`).
     objective : str
         Name in :data:`uqreg.engine.objectives.OBJECTIVES`. A mean–variance objective adds a second
         output layer k→1, ``var_weight (B, k, 1)`` and ``var_bias (B, 1, 1)``, that reads the head's
@@ -144,6 +144,15 @@ class BatchedMLP(torch.nn.Module):
         self.cfg = cfg
         self.n_train = n_train
         self.sigma = float(sigma)
+
+    @property
+    def regulariser_sigma(self) -> float:
+        """The σ of the head's regulariser σ²·KL/N: the task's σ under an objective that is the
+        known-σ likelihood times σ² (``mse``: ½·MSE + σ²·KL/N, docs/conventions.md#r-3), 1 under
+        one that is a negative log-likelihood with its own learned variance (a mean–variance
+        network's β-NLL: the ELBO per sample is NLL + KL/N, Kendall & Gal 2017;
+        docs/conventions.md#r-7). The autograd and the fused paths both read it."""
+        return self.sigma if self.objective.sigma_scaled else 1.0
 
     @property
     def n_networks(self) -> int:
@@ -219,9 +228,9 @@ class BatchedMLP(torch.nn.Module):
         return list(self.biases) + ([] if self.var_bias is None else [self.var_bias])
 
     def regulariser(self) -> torch.Tensor | float:
-        """The head's per-network regulariser, shape (B,) (or 0)."""
+        """The head's per-network regulariser, shape (B,) (or 0), at :attr:`regulariser_sigma`."""
         return self.head.regulariser(self.weights[-1], dict(self.head_params), n_train=self.n_train,
-                                     sigma=self.sigma, cfg=self.cfg)
+                                     sigma=self.regulariser_sigma, cfg=self.cfg)
 
     def network_parameters(self, i: int) -> list[torch.Tensor]:
         """Network ``i``'s parameters: weights of every layer, biases of every layer, then the

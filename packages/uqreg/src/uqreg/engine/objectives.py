@@ -171,6 +171,13 @@ class Objective:
     uses_alpha : bool
         True: ``loss`` and ``grad`` take a keyword ``alpha`` (the quantile networks' α), bound by
         :meth:`bound` when the network is built.
+    sigma_scaled : bool
+        True: the loss is the per-sample Gaussian negative log-likelihood of the task's known σ
+        times σ² (½·MSE), so a head's KL/N regulariser enters times σ² as well
+        (docs/conventions.md#r-3); False: the loss is itself a per-sample negative
+        log-likelihood with its own learned variance (the mean–variance networks' NLL), and the
+        KL/N enters unscaled (docs/conventions.md#r-7). :attr:`BatchedMLP.regulariser_sigma
+        <uqreg.engine.network.BatchedMLP.regulariser_sigma>` reads it.
     """
 
     name: str
@@ -180,6 +187,7 @@ class Objective:
     grad: Callable
     second_output: Callable | None = None
     uses_alpha: bool = False
+    sigma_scaled: bool = False
 
     @property
     def mean_variance(self) -> bool:
@@ -207,7 +215,7 @@ class Objective:
 
 OBJECTIVES: Registry[Objective] = Registry("objective")
 OBJECTIVES.register(Objective("mse", "0.5 * mean squared error of the mean", 1,
-                              lambda mean, raw, y, cfg: half_mse(mean, y), half_mse_grad))
+                              lambda mean, raw, y, cfg: half_mse(mean, y), half_mse_grad, sigma_scaled=True))
 OBJECTIVES.register(Objective(
     "gaussian_nll", "beta-NLL (Seitzer et al. 2022) of N(mu, softplus(s) + 1e-6); beta = nll_beta, 0: Gaussian NLL",
     2, gaussian_nll, gaussian_nll_grad, second_output=variance))

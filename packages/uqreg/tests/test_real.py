@@ -32,6 +32,7 @@ def test_real_cli_smoke_every_score_before_and_after(tmp_path, capsys):
         assert np.all(np.isfinite(iso)) if k in CALIBRATION_SCORES else np.all(np.isnan(iso)), k
         assert np.all(np.isnan(s.sel({"method": conformal, "recal": ["isotonic", "sigma_scaling"]}).values))
         assert np.all(np.isfinite(ds[f"score_{k}_mean"].sel(recal="none").values))
+    assert ds.attrs["sigma_scaling_criterion"] == "nll"  # S.6b: the NLL-optimal factor (before: MACE, unrecorded)
     cov = ds.coverage.sel({"method": own})
     assert np.all((cov >= 0) & (cov <= 1))
     assert np.all(np.isfinite(ds.sigma_hat.sel({"method": ["blr", "ens"]}).values))
@@ -136,6 +137,40 @@ def test_isotonic_recalibration_lowers_mace_beyond_sampling_error():
     assert res["coverage"]["none"] > 0.99
     for rc in ("isotonic", "sigma_scaling"):
         assert abs(res["coverage"][rc] - 0.95) <= 2 * eps, rc
+
+
+def test_recalibrated_coverage_is_strict_and_sigma_scaling_nll_optimal():
+    """Every coverage of :func:`recalibrated` is uqmetrics' one coverage: ``|y − mean| <
+    half-width``, strict (CONVENTIONS["coverage"]), so a target exactly on its band's edge is not
+    covered (before: ``<=``, covered). The calibration targets ±1 under N(0, 1) make the
+    NLL-optimal σ-scaling factor exactly sqrt(mean y²) = 1 (S.6b; before: the MACE minimiser),
+    so the σ-scaled band is the unscaled one, ±z. Test targets: z (on the 95 % band's edge), −z,
+    h (on the edge of the isotonic band [lo, h], h − 0 its half-width) and three zeros."""
+    from uqmetrics.metrics.regression import IsotonicRecalibrator
+
+    z = float(ndtri(0.975))
+    y_cal = np.tile([1.0, -1.0], 40)
+    zero_cal, one_cal = np.zeros(80), np.ones(80)
+    _, hi = IsotonicRecalibrator().fit(y_cal, zero_cal, one_cal).interval(np.zeros(1), np.ones(1), 0.95)
+    h = float(hi[0])
+    assert 0 < h < z  # the isotonic band is narrower: h is covered by the ±z bands
+    y = np.array([z, -z, h, 0.0, 0.0, 0.0])
+    res = recalibrated(y_cal, zero_cal, one_cal, y, np.zeros(6), np.ones(6), alpha=0.05)
+    assert res["sigma_scaling_criterion"] == "nll" and res["sigma_scaling_factor"] == 1.0
+    assert res["coverage"] == {"none": 4 / 6, "isotonic": 3 / 6, "sigma_scaling": 4 / 6}
+
+
+def test_coverage_of_bands_that_are_not_finite():
+    """The coverage of a band that is NaN (a diverged network) is 0, of an empty one (crossed
+    bounds, negative half-width) 0, of the whole line (infinite half-width: a conformal quantile
+    beyond its calibration rank) 1; finite bands are strict."""
+    from uqreg.real import _coverage
+
+    y = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    mean = np.array([0.0, np.nan, 2.0, 3.0, 4.0])
+    half = np.array([0.5, 1.0, -1.0, np.inf, 0.0])
+    assert _coverage(y, mean, half) == 2 / 5
+    assert _coverage([1.0, 1.5], [0.0, 0.0], [1.0, 2.0]) == 0.5  # 1 on the edge of ±1: not covered
 
 
 def test_paired_sign_test():

@@ -4,8 +4,9 @@ scored as users score it, before and after recalibration.
 There is no exact reference and no noise-free truth on real data: :func:`run_real` reports, per
 method and split, the S.6 scores of :data:`uqreg.study.SCORE_METRICS` (the same registered
 uqmetrics metrics and the same scoring path as R.8) and the coverage of the held-out targets by
-the method's 1 − α interval, each with its mean and standard error over splits, and no
-reference ratio.
+the method's 1 − α interval (uqmetrics' one coverage, :func:`uqmetrics.coverage`: the fraction of
+targets with ``|y − mean| < half-width``, strict; every interval here is centred on the method's
+prediction), each with its mean and standard error over splits, and no reference ratio.
 
 Per split ``k`` of :meth:`uqreg.datasets.RealDataset.splits`:
 
@@ -35,14 +36,17 @@ Per split ``k`` of :meth:`uqreg.datasets.RealDataset.splits`:
    predictive and applied to the test part: the calibration scores (MACE, RMSCE,
    miscalibration area) at the recalibrated levels and the coverage of the recalibrated 1 − α
    interval (the other scores are NaN: the recalibrated predictive is not a Gaussian);
-   ``sigma_scaling``, :class:`~uqmetrics.metrics.regression.SigmaScaling` (MACE criterion)
-   fitted likewise, every score of the scaled Gaussian. A conformal method is not recalibrated
-   (its interval is already calibrated on the same part): NaN.
+   ``sigma_scaling``, :class:`~uqmetrics.metrics.regression.SigmaScaling` with its default
+   criterion, the NLL-optimal factor ``s = sqrt(mean((y_cal − mean_cal)/std_cal)²)`` (Laves et
+   al. 2020; the criterion is the attr ``sigma_scaling_criterion``), fitted likewise, every
+   score of the scaled Gaussian. A conformal method is not recalibrated (its interval is
+   already calibrated on the same part): NaN.
 
 Results (one file per data set and split kind, :func:`write_real`): ``score_<metric>`` and
 ``coverage`` (method, split, recal) with ``_mean``/``_se`` over splits; ``calibration_observed``
 (method, split, recal, level) for the curves; the test predictions (method, split, point),
-``y_test`` (split, point), NaN-padded; ``sigma_hat`` and ``sigma_scaling_factor`` (method, split).
+``y_test`` (split, point), NaN-padded; ``sigma_hat`` and ``sigma_scaling_factor`` (method, split);
+attr ``sigma_scaling_criterion``.
 """
 
 from __future__ import annotations
@@ -265,6 +269,27 @@ def _gaussian_ok(std) -> bool:
     return bool(np.all(np.isfinite(std)) and np.all(std > 0))
 
 
+def _coverage(y, center, half) -> float:
+    """Fraction of the targets ``y`` inside their band ``center ± half``: uqmetrics' one coverage
+    (:func:`uqmetrics.coverage` with ``z = 1``, CONVENTIONS["coverage"]: ``|center − y| < half``,
+    strict, so a target on the band's edge is not covered), taken point by point.
+
+    ``half`` is the band's half-width, ``z · std`` for a Gaussian 1 − α interval. A band whose
+    centre or half-width is NaN (a diverged network) covers nothing, and so does a negative
+    half-width (crossed bounds: an empty interval); an infinite half-width (a conformal quantile
+    beyond its calibration rank: the whole line) covers every finite target.
+    """
+    from uqmetrics.metrics.regression import coverage
+
+    y, center, half = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (y, center, half)))
+    hit = np.zeros(y.shape)
+    ok = np.isfinite(y) & np.isfinite(center) & np.isfinite(half)
+    if ok.any():
+        hit[ok] = coverage(center[ok][None], np.maximum(half[ok], 0.0)[None], y[ok][None], z=1.0, axis=0)
+    hit[np.isfinite(y) & np.isfinite(center) & np.isposinf(half)] = 1.0
+    return float(hit.mean())
+
+
 def recalibrated(y_cal, mean_cal, std_cal, y, mean, std, *, alpha: float = 0.05) -> dict:
     """A Gaussian predictive scored on a test part before and after recalibration fitted on a
     calibration part (module docstring, step 5).
@@ -281,27 +306,30 @@ def recalibrated(y_cal, mean_cal, std_cal, y, mean, std, *, alpha: float = 0.05)
     Returns
     -------
     dict
-        ``scores`` (recal -> {score: value}), ``coverage`` (recal -> fraction of ``y`` in the
-        1 − α interval), ``curve`` (recal -> observed proportions, :data:`CALIBRATION_BINS`
-        levels) for recal in :data:`RECALIBRATIONS`, and ``sigma_scaling_factor``.
+        ``scores`` (recal -> {score: value}), ``coverage`` (recal -> fraction of ``y`` strictly
+        inside the 1 − α interval, :func:`_coverage`), ``curve`` (recal -> observed proportions,
+        :data:`CALIBRATION_BINS` levels) for recal in :data:`RECALIBRATIONS`, ``sigma_scaling_factor`` and
+        ``sigma_scaling_criterion`` (:class:`~uqmetrics.metrics.regression.SigmaScaling`'s
+        default, ``"nll"``).
     """
     from scipy.special import ndtri
     from uqmetrics.metrics.regression import IsotonicRecalibrator, SigmaScaling
 
     z = float(ndtri(1 - alpha / 2))
     y, mean, std = (np.asarray(a, dtype=np.float64) for a in (y, mean, std))
-    out = {"scores": {"none": _scores(y, mean, std)}, "coverage": {"none": float(np.mean(np.abs(y - mean) <= z * std))},
+    out = {"scores": {"none": _scores(y, mean, std)}, "coverage": {"none": _coverage(y, mean, z * std)},
            "curve": {"none": _curve(y, mean, std)}, "sigma_scaling_factor": np.nan}
     iso = IsotonicRecalibrator().fit(y_cal, mean_cal, std_cal)
     out["scores"]["isotonic"] = _scores(y, mean, std, recalibrator=iso)
-    lo, hi = iso.interval(mean, std, 1 - alpha)
-    out["coverage"]["isotonic"] = float(np.mean((lo <= y) & (y <= hi)))
+    # the recalibrated interval, mean ± std Φ⁻¹(1/2 + R(1 − α)/2): symmetric about the mean
+    _, hi = iso.interval(mean, std, 1 - alpha)
+    out["coverage"]["isotonic"] = _coverage(y, mean, hi - mean)
     out["curve"]["isotonic"] = _curve(y, mean, std, recalibrator=iso)
     sc = SigmaScaling().fit(y_cal, mean_cal, std_cal)
     s2 = sc.apply(std)
-    out["sigma_scaling_factor"] = sc.factor_
+    out["sigma_scaling_factor"], out["sigma_scaling_criterion"] = sc.factor_, sc.criterion
     out["scores"]["sigma_scaling"] = _scores(y, mean, s2)
-    out["coverage"]["sigma_scaling"] = float(np.mean(np.abs(y - mean) <= z * s2))
+    out["coverage"]["sigma_scaling"] = _coverage(y, mean, z * s2)
     out["curve"]["sigma_scaling"] = _curve(y, mean, s2)
     return out
 
@@ -362,8 +390,9 @@ def run_split(prep: Prepared, methods, k: int, cfg: RealConfig) -> dict:
         if cal_std is not None and _gaussian_ok(cal_std) and _gaussian_ok(std):
             row.update(recalibrated(prep.y_cal, cal_mean, cal_std, y, mean, std, alpha=cfg.alpha))
         else:
+            # every interval is centred on its prediction (Gaussian, conformal, CQR's quantile midpoint)
             row.update({"scores": {"none": _scores(y, mean, std)},
-                        "coverage": {"none": float(np.mean((low <= y) & (y <= high)))},
+                        "coverage": {"none": _coverage(y, mean, (high - low) / 2)},
                         "curve": {"none": _curve(y, mean, std)}})
         row["wall_time_s"] = time.perf_counter() - t0
         out[name] = row
@@ -378,8 +407,11 @@ REAL_CONVENTION = (
     "against the held-out targets y_test; predictive_std = (interval_high - interval_low)/(2 z_(1-alpha/2)); "
     "mean-only methods: sqrt(std^2 + sigma_hat^2), sigma_hat = root mean squared training residual; +mv: own "
     "aleatoric variance; conformal: their interval. recal = none | isotonic (Kuleshov et al. 2018, fitted on the "
-    "calibration part; calibration scores only) | sigma_scaling (MACE criterion). coverage = fraction of y_test in "
-    "the 1 - alpha interval. _mean/_se over splits (se = std ddof 1 / sqrt(k)). No reference ratio.")
+    "calibration part; calibration scores only) | sigma_scaling (uqmetrics SigmaScaling, default criterion, attr "
+    "sigma_scaling_criterion: 'nll', std * s with the NLL-optimal s = sqrt(mean(((y_cal - mean)/std)^2)) on the "
+    "calibration part, Laves et al. 2020). coverage = fraction of y_test strictly inside the 1 - alpha interval "
+    "(uqmetrics coverage: |y_test - prediction| < half-width, strict; every interval is centred on the "
+    "prediction). _mean/_se over splits (se = std ddof 1 / sqrt(k)). No reference ratio.")
 
 
 def run_real(config: RealConfig, *, progress: bool = True):
@@ -389,11 +421,12 @@ def run_real(config: RealConfig, *, progress: bool = True):
     -------
     xarray.Dataset
         See the module docstring; attrs ``dataset``, ``split_kind``, ``alpha``, ``cal_fraction``,
+        ``sigma_scaling_criterion`` (the criterion of the ``sigma_scaling`` factor),
         ``real_convention``, ``wall_time_s`` and provenance.
     """
     import uqmetrics
     import xarray as xr
-    from uqmetrics.metrics.regression import CALIBRATION_BINS
+    from uqmetrics.metrics.regression import CALIBRATION_BINS, SigmaScaling
 
     t_start = time.perf_counter()
     cfg = config.resolved()
@@ -459,7 +492,8 @@ def run_real(config: RealConfig, *, progress: bool = True):
         attrs={"title": f"uqreg real-data study: {data.name} ({cfg.splits} splits)", "dataset": data.name,
                "dataset_description": data.description, "dataset_source": data.source,
                "feature_names": json.dumps(list(arrays.feature_names)), "split_kind": cfg.splits,
-               "alpha": float(cfg.alpha), "cal_fraction": float(cfg.cal_fraction), "real_convention": REAL_CONVENTION,
+               "alpha": float(cfg.alpha), "cal_fraction": float(cfg.cal_fraction),
+               "sigma_scaling_criterion": SigmaScaling().criterion, "real_convention": REAL_CONVENTION,
                "wall_time_s": json.dumps(wall)})
     for name in ("coverage", *(f"score_{k2}" for k2 in SCORE_METRICS)):
         da = ds[name]
@@ -471,6 +505,8 @@ def run_real(config: RealConfig, *, progress: bool = True):
     ds["y_test"].attrs["long_name"] = "held-out target (NaN: padding)"
     ds["test_row"].attrs["long_name"] = "row of the held-out target in the data set (-1: padding)"
     ds["sigma_hat"].attrs["long_name"] = "aleatoric std of a mean-only method: its RMS training residual (target units)"
+    ds["sigma_scaling_factor"].attrs["long_name"] = (
+        f"sigma-scaling factor s fitted on the calibration part (criterion {SigmaScaling().criterion!r})")
     ds["sigma_lin"].attrs["long_name"] = "residual std of the linear least-squares fit on the fit part (target units)"
     ds["calibration_observed"].attrs["long_name"] = "observed proportion in the central interval of expected level"
     ds.attrs.update(uqmetrics.provenance_attrs(config=cfg.to_dict(), seed=cfg.seed,

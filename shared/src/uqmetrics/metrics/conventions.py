@@ -104,9 +104,10 @@ CONVENTIONS: dict[str, str] = {
     "recalibration": "S.6: fitted on a calibration split, applied to a test split; isotonic: "
     "increasing least-squares map observed -> expected proportions of the 100-point interval "
     "curve, linear interpolation clipped to the fitted range (Kuleshov 2018; toolbox iso_recal); "
-    "sigma-scaling: std * s, s minimising MACE by bounded Brent over [0.01, 100] (toolbox "
-    "optimize_recalibration_ratio; criterion='nll': the NLL-optimal s = sqrt(mean ((y - mean) / "
-    "std)^2), Laves 2020)",
+    "sigma-scaling: std * s, by default (criterion='nll') the NLL-optimal s = sqrt(mean ((y - "
+    "mean) / std)^2) (Laves 2020); criterion='mace' (or 'rmsce', 'miscalibration_area'): s "
+    "minimising that calibration error by bounded Brent over [0.01, 100], the toolbox's "
+    "optimize_recalibration_ratio",
     "coverage": "S.6/R.4: fraction of repetitions with |prediction - truth| < z * uncertainty, "
     f"strict <, z = {COVERAGE_Z!r} (the 0.975 normal quantile)",
     "coverage_interval": "S.6/R.4: Wilson (default) or Clopper-Pearson, plus sqrt(p(1-p)/k) bars",

@@ -17,7 +17,8 @@ computes all of it from one ``xarray.Dataset``; the other functions are its buil
 2021) scores: the calibration curve, MACE, RMSCE, miscalibration area, adversarial group
 calibration, sharpness, the check and interval scores (of Gaussian forecasts and of predicted
 quantiles or bounds), PIT values and histograms, and recalibration fitted on a calibration split
-(:class:`IsotonicRecalibrator`, Kuleshov et al. 2018; :class:`SigmaScaling`).
+(:class:`IsotonicRecalibrator`, Kuleshov et al. 2018; :class:`SigmaScaling`, by default the
+NLL-optimal factor of Laves et al. 2020).
 
 Inputs may be numpy arrays, torch tensors or xarray objects. The coverage functions keep xarray
 in, xarray out (reducing a named dim); numpy inputs reduce an ``axis``.
@@ -840,8 +841,8 @@ CALIBRATION_BINS = 100
 SCORE_LEVELS = np.linspace(0.01, 0.99, 99)
 PROP_TYPES = ("interval", "quantile")
 CALIBRATION_CRITERIA = ("mace", "rmsce", "miscalibration_area")
-#: Criteria of :class:`SigmaScaling`: the calibration errors, and the Gaussian NLL.
-SIGMA_SCALING_CRITERIA = (*CALIBRATION_CRITERIA, "nll")
+#: Criteria of :class:`SigmaScaling`: the Gaussian NLL (its default), and the calibration errors.
+SIGMA_SCALING_CRITERIA = ("nll", *CALIBRATION_CRITERIA)
 
 
 def _check_bins(num_bins) -> int:
@@ -1502,19 +1503,21 @@ class IsotonicRecalibrator:
 class SigmaScaling:
     """σ-scaling: one factor ``s`` multiplying every predictive standard deviation.
 
-    :meth:`fit` finds ``s`` on a calibration split. With ``criterion="nll"`` it is the factor
-    that minimises the Gaussian NLL of ``(y, mean, s std)``, in closed form
-    ``s = sqrt(mean_i ((y_i - mean_i) / std_i)^2)`` (Laves et al. 2020). The other criteria are
-    uncertainty-toolbox's ``optimize_recalibration_ratio``: the minimiser of that calibration
-    error of ``(y, mean, s std)`` by bounded Brent search (``scipy.optimize.minimize_scalar``)
-    over ``bounds``; their objective is piecewise constant in ``s``, so the search finds a
-    local minimum.
+    :meth:`fit` finds ``s`` on a calibration split. By default (``criterion="nll"``) it is the
+    factor that minimises the Gaussian NLL of ``(y, mean, s std)``, in closed form
+    ``s = sqrt(mean_i ((y_i - mean_i) / std_i)^2)`` (Laves et al. 2020): the maximum-likelihood
+    scale, a smooth function of the residuals with a unique optimum. The other criteria are
+    uncertainty-toolbox's ``optimize_recalibration_ratio`` (``criterion="mace"`` is its default,
+    ``"ma_cal"``): the minimiser of that calibration error of ``(y, mean, s std)`` by bounded
+    Brent search (``scipy.optimize.minimize_scalar``) over ``bounds``; their objective is
+    piecewise constant in ``s``, so the search finds a local minimum.
 
     Parameters
     ----------
-    criterion : {"mace", "rmsce", "miscalibration_area", "nll"}, default "mace"
-        ``"nll"``: the NLL-optimal factor (closed form, ``bounds`` unused). The others: the
-        toolbox's ``"ma_cal"``, ``"rms_cal"``, ``"miscal"`` (its default is "ma_cal").
+    criterion : {"nll", "mace", "rmsce", "miscalibration_area"}, default "nll"
+        ``"nll"``: the NLL-optimal factor (closed form, ``bounds`` unused;
+        docs/conventions.md#s-6). The others reproduce the toolbox's recalibrator with its
+        ``"ma_cal"``, ``"rms_cal"``, ``"miscal"``.
     bounds : (float, float), default (0.01, 100)
         Search interval of the calibration-error criteria.
 
@@ -1534,11 +1537,13 @@ class SigmaScaling:
     >>> y = rng.normal(scale=2.0, size=2000)
     >>> round(SigmaScaling().fit(y, np.zeros(2000), np.ones(2000)).factor_, 1)
     2.0
-    >>> SigmaScaling(criterion="nll").fit([1.0, -3.0], [0.0, 0.0], [1.0, 1.0]).factor_
+    >>> SigmaScaling().fit([1.0, -3.0], [0.0, 0.0], [1.0, 1.0]).factor_    # sqrt((1 + 9) / 2)
     2.23606797749979
+    >>> round(SigmaScaling(criterion="mace").fit(y, np.zeros(2000), np.ones(2000)).factor_, 1)
+    2.0
     """
 
-    def __init__(self, *, criterion: str = "mace", bounds: tuple[float, float] = (1e-2, 1e2)):
+    def __init__(self, *, criterion: str = "nll", bounds: tuple[float, float] = (1e-2, 1e2)):
         check_choice(criterion, "criterion", SIGMA_SCALING_CRITERIA)
         lo, hi = (check_positive_number(b, "bounds") for b in bounds)
         if not lo < hi:

@@ -322,3 +322,26 @@ def test_a_student_matches_its_run_by_its_teachers_weights_not_their_paths(train
 
     train_model(digits / "train", moved / "teacher", ImageTrainConfig(**cfg))  # retrained
     assert not run_matches(moved / student.name, ImageTrainConfig(**cfg, teachers=(now,)))
+
+
+def test_a_fine_tuned_run_no_longer_matches_once_its_start_is_retrained(trained, digits,
+                                                                         tmp_path):
+    """A run fine-tuned from a checkpoint (``init_checkpoint``: URL's methods from their
+    backbone, a disentanglement head from its first member) matches its config only while
+    that checkpoint holds the weights it started from: one retrained in place (same path, so
+    the same config) retrains the run (before, it was reused, fine-tuned from the old
+    weights)."""
+    import shutil
+
+    from uqvision.training.runs import run_matches
+
+    start = tmp_path / "start.safetensors"
+    shutil.copy(trained.checkpoint, start)
+    shutil.copy(trained.sidecar, tmp_path / trained.sidecar.name.replace("m0", "start"))
+    cfg = ImageTrainConfig(arch="test_byobnet", epochs=1, input_size=16, batch_size=32, seed=0,
+                           init_checkpoint=str(start))
+    tuned = train_model(digits / "train", tmp_path / "tuned", cfg).checkpoint
+    assert run_matches(tuned, cfg)
+    train_model(digits / "train", start, ImageTrainConfig(
+        arch="test_byobnet", epochs=1, input_size=16, batch_size=32, seed=1))  # retrained
+    assert not run_matches(tuned, cfg)

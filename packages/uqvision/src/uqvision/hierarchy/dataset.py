@@ -37,6 +37,7 @@ __all__ = [
     "HierarchyScale",
     "WeightLaw",
     "class_prototypes",
+    "ensure_hierarchy",
     "make_hierarchy",
     "parse_weight_law",
     "read_hierarchy",
@@ -357,6 +358,17 @@ def _check_ambiguity(ambiguity) -> float:
     return float(ambiguity)
 
 
+def _check_blends(ambiguity, weight_law) -> tuple[float, tuple[str, tuple[float, ...]]]:
+    """``(ambiguity, parsed weight law)``, checked: a law other than ``uniform`` needs
+    ``ambiguity > 0``."""
+    ambiguity = _check_ambiguity(ambiguity)
+    law = parse_weight_law(weight_law)
+    if ambiguity == 0 and law[0] != "uniform":
+        raise InputError(f"weight_law (--weight-law) {weight_law!r} needs ambiguity > 0 "
+                         "(--ambiguity F): without blended images no weight is drawn")
+    return ambiguity, law
+
+
 def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
                    overwrite: bool = False, ambiguity: float = 0.0,
                    weight_law: str = "uniform") -> Path:
@@ -412,11 +424,7 @@ def make_hierarchy(out: str | os.PathLike, *, scale: str = "cpu", seed: int = 0,
     (18, 6, ['down_a', 'down_b'])
     """
     sc = _check_args(scale, seed)
-    ambiguity = _check_ambiguity(ambiguity)
-    law = parse_weight_law(weight_law)
-    if ambiguity == 0 and law[0] != "uniform":
-        raise InputError(f"weight_law (--weight-law) {weight_law!r} needs ambiguity > 0 "
-                         "(--ambiguity F): without blended images no weight is drawn")
+    ambiguity, law = _check_blends(ambiguity, weight_law)
     seed = int(seed)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not overwrite \
@@ -642,3 +650,59 @@ def read_hierarchy(root: str | os.PathLike) -> HierarchyInfo:
         mixed_alpha=np.array([float(r["alpha"]) for r in rows]),
         meta=meta,
     )
+
+
+def _made_with(info: HierarchyInfo) -> tuple:
+    """``(scale, seed, ambiguity, weight law)`` a folder was made with, the law ``None``
+    without ambiguity (no blend drawn)."""
+    law = (parse_weight_law(info.meta.get("ambiguity_weight_law", AMBIGUITY_WEIGHT_LAW))
+           if info.ambiguity > 0 else None)
+    return info.scale, info.seed, info.ambiguity, law
+
+
+def ensure_hierarchy(root: str | os.PathLike, *, scale: str, seed: int, overwrite: bool = False,
+                     ambiguity: float = 0.0, weight_law: str = "uniform") -> HierarchyInfo:
+    """The ``hierarchy`` set a reproduction runs on, in ``root``, as the run asks for it.
+
+    Made by :func:`make_hierarchy` when ``root`` holds none; kept when its ``classes.json``
+    says it was made with this ``scale``, ``seed``, ``ambiguity`` and ``weight_law``; made
+    again when it was made otherwise and ``overwrite`` is true. Otherwise an error: a rerun
+    into the same folder with another scale, seed or ambiguity would else train and score on
+    the set of the earlier run while recording the options of this one.
+
+    Parameters
+    ----------
+    root : str or path-like
+    scale, seed, ambiguity, weight_law
+        As :func:`make_hierarchy`.
+    overwrite : bool, default False
+        Replace a set made otherwise (the command's ``--overwrite``).
+
+    Returns
+    -------
+    HierarchyInfo
+
+    Raises
+    ------
+    ValueError
+        ``root`` holds a set made otherwise and ``overwrite`` is false; naming the folder,
+        what it holds and what the run needs.
+    """
+    root = Path(root)
+    _check_args(scale, seed)
+    ambiguity, law = _check_blends(ambiguity, weight_law)
+    want = (scale, int(seed), ambiguity, law if ambiguity > 0 else None)
+    if (root / "classes.json").is_file():
+        info = read_hierarchy(root)
+        have = _made_with(info)
+        if have == want:
+            return info
+        if not overwrite:
+            def said(m):
+                law = f", weight law {m[3][0]}{m[3][1] or ''}" if m[3] else ""
+                return f"scale {m[0]!r}, seed {m[1]}, ambiguity {m[2]:g}{law}"
+            raise ValueError(f"{str(root)!r} holds the hierarchy set of {said(have)}; this run "
+                             f"needs {said(want)}: pass --overwrite to replace it (with what "
+                             "was computed from it) or choose another --out")
+    return read_hierarchy(make_hierarchy(root, scale=scale, seed=seed, overwrite=root.exists(),
+                                         ambiguity=ambiguity, weight_law=weight_law))

@@ -170,7 +170,9 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     only : set of (sample, pass), optional
         Compute just these (resume).
     attrs : dict, optional
-        Extra attrs recorded in every cache (a protocol's bookkeeping, e.g. URL's run seed).
+        Extra attrs recorded in every cache (a protocol's bookkeeping, e.g. URL's run seed);
+        a key of the cache's own attrs (``config``, ``seed``, ``dataset``, ...) raises
+        ``ValueError``: it would replace what the cache's identity is read from.
     decoded : path, optional
         The folder's images decoded once for several models (a ``.npy`` of
         :func:`uqvision.predict.decoded.decode_images`; what a sweep passes to the models of
@@ -332,8 +334,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
                  "world_size": world, "wall_time_s": wall, "amp": config.amp,
                  "channels_last": int(config.channels_last),
                  "channels_last_source": cl_source, "decoder": config.decoder,
-                 **eval_set_attrs(config.eval_set, member, config.role),
-                 **dict(attrs or {})}
+                 **eval_set_attrs(config.eval_set, member, config.role)}
         if mc_path is not None:
             extra["mc_dropout_path"] = str(mc_path[0])
         if shared:
@@ -342,13 +343,20 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             extra.update(skipped_images=json.dumps(dict(folder.skipped)),
                          n_skipped_images=len(folder.skipped))
         extra.update(folder.labelling_attrs())  # label file (path, sha256), subset counts
+        own = provenance_attrs(config=recorded, seed=config.seed, extra=extra)
+        if attrs:  # a protocol's own keys beside the cache's, never in place of one
+            clash = sorted(set(attrs) & set(own))
+            if clash:
+                raise ValueError(f"attrs {clash} are the cache's own (its identity and "
+                                 "provenance); record a protocol's bookkeeping under other "
+                                 "names")
+            own = provenance_attrs(config=recorded, seed=config.seed, extra={**extra, **attrs})
         ds = cache_dataset(logits if config.logits else None, arrays["label"],
                            samples=folder.sample_ids, classes=space.classes,
                            in_folder=space.in_folder(),
                            embedding=arrays.get("embedding"),
                            uncertainty=arrays.get("uncertainty"),
                            crop_fraction=arrays.get("crop_fraction"),
-                           attrs=provenance_attrs(config=recorded, seed=config.seed, extra=extra),
-                           extra=variables)
+                           attrs=own, extra=variables)
         out.append(ds)
     return out

@@ -919,14 +919,13 @@ def corrupted_study(out: Path, s: Mapping[str, Any], *, tag: str, data: str | No
     from ..data import check_split_classes
     from ..data.corruptions import make_corrupted_folder
     from ..evalsets import iter_member_folders
-    from ..hierarchy import make_hierarchy
+    from ..hierarchy import ensure_hierarchy
     from ..predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 
     t0 = time.perf_counter()
     if data is None:
         root = out / "data"
-        if not (root / "classes.json").is_file():
-            make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
+        ensure_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=overwrite)
     else:
         root = Path(data)
     train, val, test = root / "train", root / "val", root / "test"

@@ -28,6 +28,7 @@ from ..models import (
     check_checkpoint_file,
     check_model_kwargs,
     check_model_spec,
+    file_sha256,
     load_model,
     read_sidecar,
     sidecar_path,
@@ -240,7 +241,10 @@ def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
     student) are compared by name and by the SHA-256 of their weights, which the sidecar
     records (``teachers_sha256``), not by path: a run folder moved elsewhere keeps its
     students, and a teacher retrained in place retrains them. A sidecar written before that
-    record compares its teachers by path.
+    record compares its teachers by path. The checkpoint a run started from
+    (``config.init_checkpoint``, a fine-tuned run's) must also still hold the weights it
+    started from (the sidecar's ``init_sha256``): one retrained in place retrains the runs
+    fine-tuned from it.
 
     Parameters
     ----------
@@ -261,6 +265,9 @@ def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
     if not ckpt.is_file():
         return False
     side, want = read_sidecar(ckpt), json.loads(json.dumps(asdict(config)))
+    init = getattr(config, "init_checkpoint", None)
+    if init and side.get("init_sha256") != (file_sha256(init) if Path(init).is_file() else None):
+        return False
     got, recorded = side.get("train_config"), side.get("teachers_sha256")
     teachers = list(getattr(config, "teachers", ()) or ())
     if not isinstance(got, dict) or recorded is None:  # recorded before teachers' digests

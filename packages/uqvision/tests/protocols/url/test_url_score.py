@@ -359,3 +359,45 @@ def test_reproduce_url_real_folder_flags(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # the url driver's options: not the others'
         main(["reproduce", "pitfalls", "--out", str(tmp_path / "o"), "--upstream", "u"])
     assert stop.value.code == 2 and "--upstream" in capsys.readouterr().err
+
+
+def test_reproduce_url_resumes_and_never_reuses_what_other_inputs_made(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A rerun of ``reproduce url`` trains and predicts nothing (its checkpoints match their
+    configs, its caches their inputs); one with another class split is refused, naming the
+    cache and what differs, and one with another seed names the stand-in it would have reused.
+    Before, a cache file that existed was kept whatever it was computed from (its ``config``
+    attr was the run's configuration index, so it had no identity to compare), a checkpoint
+    whatever config trained it, and the stand-in whatever seed or scale made it."""
+    import uqvision.protocols.url.reproduce as url
+
+    args = ["reproduce", "url", "--scale", "smoke", "--out", str(tmp_path / "o"), "--set",
+            "methods=ce"]
+    assert main(args) == 0
+    cache = read_cache(next((tmp_path / "o" / "caches").glob("*upstream-test.plain-000.nc")))
+    assert cache.attrs["url_config"] == 0 and '"mode": "plain"' in cache.attrs["config"]
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "o" / "caches").glob("*.nc")}
+
+    def trains(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(url, "train_model", trains)
+    assert main(args) == 0  # resumed: nothing trained, no cache written again
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    capsys.readouterr()
+    assert main([*args, "--set", "split_seed=5"]) == 2
+    err = capsys.readouterr().err
+    assert "was computed from other inputs" in err and "down_a-val" in err, err
+    assert main([*args, "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds the hierarchy set of scale 'smoke', seed 0" in err and "--overwrite" in err
+
+
+def test_predict_refuses_attrs_that_would_replace_the_caches_own(spec, digits):
+    """A protocol's bookkeeping (``predict(attrs=...)``) never replaces an attr the cache's
+    identity is read from (URL's run index once replaced ``config``)."""
+    cfg = PredictConfig(batch_size=32)
+    with pytest.raises(ValueError, match=r"attrs \['config', 'seed'\] are the cache's own"):
+        predict(spec, digits / "test", cfg, attrs={"config": 0, "seed": 1, "mine": 2})
+    (ds,) = predict(spec, digits / "test", cfg, attrs={"mine": 2})
+    assert ds.attrs["mine"] == 2 and '"batch_size": 32' in ds.attrs["config"]

@@ -33,7 +33,9 @@ Steps, each skipped when its output is already complete (a rerun resumes)::
     OUT/figures/*.png         uqvision.protocols.disentangle.figures.draw_figures
     OUT/findings.md           uqvision.protocols.disentangle.findings
 
-``--set`` options: ``epochs``, ``members``, ``dropout_passes``, ``ambiguity``, ``fractions``
+``--set`` options: ``epochs``, ``members``, ``dropout_passes``, ``ambiguity``, ``weight_law``
+(the law of the blends' weights, ``uniform`` or ``beta(a, b)``: ``uqvision data hierarchy
+--weight-law``), ``fractions``
 (comma-separated, e.g. ``0.1,0.5,1``), ``corruptions``, ``severities``, ``samples`` (SWAG's and
 Laplace's), ``tta_passes``, ``methods`` (a comma list of :data:`METHODS` names).
 """
@@ -49,7 +51,7 @@ from pathlib import Path
 from uqmetrics import InputError, write_dataset
 
 from ...data import ImageFolderDataset
-from ...hierarchy import make_hierarchy, read_hierarchy, stratified_subset
+from ...hierarchy import ensure_hierarchy, read_hierarchy, stratified_subset
 from ...models.names import ModelSpec
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ..base import ENSEMBLE_SCALES, Reproduction, finish_reproduction
@@ -148,8 +150,8 @@ SCALES = {
             "methods": ("deep_ensemble", "mc_dropout", "swag", "kfac_laplace", "hetxl", "losspred",
                         "tta")},
 }
-_KEYS = ("epochs", "members", "dropout_passes", "ambiguity", "fractions", "corruptions",
-         "severities", "methods", "samples", "tta_passes")
+_KEYS = ("epochs", "members", "dropout_passes", "ambiguity", "weight_law", "fractions",
+         "corruptions", "severities", "methods", "samples", "tta_passes")
 
 
 def _settings(scale: str, arch: str | None, data: str | None, options: dict[str, str]) -> dict:
@@ -159,7 +161,7 @@ def _settings(scale: str, arch: str | None, data: str | None, options: dict[str,
         raise InputError("reproduce disentangle: --data is not supported (the truth is the "
                          "stand-in's); score real caches with uqvision score disentangle "
                          "--truth real.json")
-    s = dict(SCALES[scale])
+    s = {"weight_law": "uniform", **SCALES[scale]}
     s["scale"] = scale
     unknown = sorted(set(options) - set(_KEYS))
     if unknown:
@@ -167,7 +169,9 @@ def _settings(scale: str, arch: str | None, data: str | None, options: dict[str,
                          f"{list(_KEYS)}")
     try:
         for k, v in options.items():
-            if k in ("corruptions", "methods"):
+            if k == "weight_law":
+                s[k] = str(v)
+            elif k in ("corruptions", "methods"):
                 s[k] = tuple(x.strip() for x in str(v).split(",") if x.strip())
             elif k == "severities":
                 s[k] = tuple(int(x) for x in str(v).split(","))
@@ -345,9 +349,8 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     s = _settings(scale, arch, data, dict(options or {}))
     out = Path(out)
     root = out / "data"
-    if not (root / "classes.json").is_file():
-        make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists(),
-                       ambiguity=s["ambiguity"])
+    ensure_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=overwrite,
+                     ambiguity=s["ambiguity"], weight_law=s["weight_law"])
     split = split_classes(root)
     views = _views(root, out / "views", split, s["fractions"], seed)
     log(f"classes: {len(split['id'])} ID, {len(split['ood'])} OOD; ambiguity "

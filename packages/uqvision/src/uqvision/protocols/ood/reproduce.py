@@ -55,7 +55,7 @@ from uqmetrics import InputError, write_dataset
 
 from ...cache import index_caches
 from ...data import subset_choice
-from ...hierarchy import make_hierarchy, read_hierarchy
+from ...hierarchy import ensure_hierarchy, read_hierarchy
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ..base import (
     ENSEMBLE_SCALES,
@@ -211,8 +211,7 @@ def run(out, *, scale: str = "smoke", data: str | None = None, arch: str | None 
     s = _settings(scale, arch, data, dict(options or {}))
     out = Path(out)
     root = out / "data"
-    if not (root / "classes.json").is_file():
-        make_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=root.exists())
+    ensure_hierarchy(root, scale=s["hierarchy"], seed=seed, overwrite=overwrite)
     split = ood_split_classes(root, s["near_per_superclass"], s["near_position"])
     views = _views(root, out / "views", split, s["per_class"], seed, s["tune_detectors"])
     log(f"classes: {len(split['id'])} ID, {len(split['near'])} near, {len(split['far'])} far")

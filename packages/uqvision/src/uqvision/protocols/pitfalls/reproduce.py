@@ -48,7 +48,7 @@ from uqmetrics.runs.io import open_netcdf, record_written, remove_written
 
 from ...cache import find_caches
 from ...data import check_split_classes
-from ...hierarchy import make_hierarchy
+from ...hierarchy import ensure_hierarchy
 from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
@@ -290,8 +290,7 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     out = Path(out)
     if data is None:
         root = out / "data"
-        if not (root / "classes.json").is_file():
-            make_hierarchy(root, scale=sc.hierarchy, seed=seed, overwrite=root.exists())
+        ensure_hierarchy(root, scale=sc.hierarchy, seed=seed, overwrite=overwrite)
     else:
         root = Path(data)
     train, test, val = root / "train", root / "test", root / "val"

@@ -51,7 +51,7 @@ from uqmetrics.runs.io import record_written, remove_written
 
 from ...cache import cache_dataset, check_aligned, read_cache
 from ...data import ImageFolderDataset
-from ...hierarchy import class_prototypes, make_hierarchy, read_hierarchy
+from ...hierarchy import class_prototypes, ensure_hierarchy
 from ...models import load_model, sidecar_path
 from ...models.prototype import (
     CosineHead,
@@ -412,17 +412,7 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
     torch.set_num_threads(threads)
     try:
         data = out / "data"
-        if not (data / "classes.json").is_file():  # replaced only when the makers wrote it
-            make_hierarchy(data, scale=sc.hierarchy, seed=seed,
-                           overwrite=overwrite and data.exists())
-        info = read_hierarchy(data)
-        if overwrite and (info.scale, info.seed) != (sc.hierarchy, seed):
-            info = read_hierarchy(make_hierarchy(data, scale=sc.hierarchy, seed=seed,
-                                                 overwrite=True))
-        if (info.scale, info.seed) != (sc.hierarchy, seed):
-            raise ValueError(f"{str(data)!r} holds the {info.scale!r} hierarchy of seed "
-                             f"{info.seed}; this run needs {sc.hierarchy!r}, seed {seed} "
-                             "(choose another --out)")
+        info = ensure_hierarchy(data, scale=sc.hierarchy, seed=seed, overwrite=overwrite)
         log(f"data: {data} ({len(info.classes)} classes)")
         teachers, jobs = plan_zoo(sc, seed)
         models = out / "models"

@@ -15,11 +15,14 @@ Steps (each resumable: a finished file is never recomputed):
    CE model trained on the upstream training classes (``DIR/backbone.safetensors``);
 3. every method x configuration x seed fine-tunes the backbone with its loss
    (:mod:`uqvision.methods.representation`) through the one training loop
-   (:func:`uqvision.training.loop.train_model`, checkpoints in ``DIR/runs/``; a finished checkpoint is
-   reused), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
+   (:func:`uqvision.training.loop.train_model`, checkpoints in ``DIR/runs/``; a checkpoint whose
+   sidecar records this run's training config is reused, :func:`uqvision.training.runs.run_matches`,
+   any other retrained, and every run retrained after its backbone was), then the one prediction path (:func:`uqvision.predict.predict_to_files`, modes
    ``plain`` and ``crop``) writes caches of embeddings and u for the upstream test set (with
    logits) in ``plain`` and ``crop`` mode, each downstream ``val``/``test`` (plain) and
-   ``test`` (crop), and the soft-label set, into ``DIR/caches/``;
+   ``test`` (crop), and the soft-label set, into ``DIR/caches/`` (a cache of the same inputs
+   is kept; one of other inputs, say of another class split, is refused without
+   ``--overwrite``, and a retrained run's caches are written again);
 4. :func:`uqvision.protocols.url.score.score_transfer` -> ``DIR/transfer.nc`` (with the
    rank correlations of the paper's Fig. 4 over every run); figures in ``DIR/figures/`` (the
    paper's Fig. 1, 2 and 4 left and right).
@@ -35,13 +38,14 @@ from pathlib import Path
 from uqmetrics import read_dataset, write_dataset
 from uqmetrics.metrics.registry import Registry
 
-from ...cache import cache_key, read_cache
+from ...cache import cache_key
 from ...data import check_split_classes, flush_denormal
-from ...hierarchy import make_hierarchy
+from ...hierarchy import ensure_hierarchy
 from ...methods import TRAINING_METHODS
 from ...models import ModelSpec
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, train_model
+from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
 from .methods import REPRESENTATION_METHODS
@@ -77,7 +81,8 @@ OPTIONS = ("methods", "upstream", "downstream", "backbone", "input_size", "batch
            "split_seed")
 
 
-def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLayout:
+def _layout(out: Path, scale: URLScale, seed: int, options: dict, overwrite: bool
+            ) -> TransferLayout:
     if "upstream" in options or "downstream" in options:
         roots = [Path(p) for p in options.get("downstream", "").split(",") if p]
         if "upstream" not in options or not roots:
@@ -97,23 +102,24 @@ def _layout(out: Path, scale: URLScale, seed: int, options: dict) -> TransferLay
         check_split_classes(up / "train", {"val": up / "val", "test": up / "test"})
         return TransferLayout(up, {p.name: p for p in roots})
     root = out / "data" / "hierarchy"
-    if not (root / "classes.json").is_file():
-        make_hierarchy(root, scale=scale.hierarchy, seed=seed)
+    ensure_hierarchy(root, scale=scale.hierarchy, seed=seed, overwrite=overwrite)
     return hierarchy_layout(root, out / "data" / "views")
 
 
 def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, seed: int,
-              options: dict, device: str, log) -> Path:
+              options: dict, device: str, log, overwrite: bool) -> tuple[Path, bool]:
+    """The backbone checkpoint and whether it was trained now (``--set backbone=FILE``: that
+    file, never trained)."""
     if "backbone" in options:
-        return Path(options["backbone"])
+        return Path(options["backbone"]), False
     ckpt = out / "backbone.safetensors"
-    if not ckpt.is_file():
-        log(f"url: training the {arch} backbone on the upstream classes")
-        train_model(layout.upstream / "train", ckpt,
-                    ImageTrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
-                                input_size=int(options.get("input_size", 32)),
-                                tag="url_backbone"))
-    return ckpt
+    cfg = ImageTrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
+                           input_size=int(options.get("input_size", 32)), tag="url_backbone")
+    if not overwrite and run_matches(ckpt, cfg):
+        return ckpt, False
+    log(f"url: training the {arch} backbone on the upstream classes")
+    train_model(layout.upstream / "train", ckpt, cfg)
+    return ckpt, True
 
 
 def _run_caches(out: Path, layout: TransferLayout, run: str) -> dict:
@@ -130,18 +136,13 @@ def _run_caches(out: Path, layout: TransferLayout, run: str) -> dict:
             for k, src in paths.items()}
 
 
-def _complete(path: Path) -> bool:
-    try:
-        read_cache(path)
-        return True
-    except (FileNotFoundError, ValueError):
-        return False
-
-
 def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | None = None,
                   seed: int = 0, methods=None, options: dict | None = None,
-                  device: str = "cpu", log=print) -> Path:
-    """Run the URL benchmark into ``out``; returns ``out/transfer.nc``. See the module doc."""
+                  device: str = "cpu", log=print, overwrite: bool = False) -> Path:
+    """Run the URL benchmark into ``out``; returns ``out/transfer.nc``. See the module doc.
+
+    ``overwrite``: make the stand-in again if ``out`` holds one of another scale or seed,
+    retrain the backbone and every run, and write every cache again."""
     sc = URL_SCALES.lookup(scale)
     options = dict(options or {})
     unknown = sorted(k for k in options if k not in OPTIONS and "." not in k)
@@ -161,9 +162,10 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
     t0 = time.perf_counter()
     with flush_denormal():
         split_seed = int(options.get("split_seed", seed))
-        layout = split_downstream(_layout(out, sc, seed, options), out / "data" / "split",
-                                  split_seed)
-        ckpt = _backbone(out, layout, arch, sc, seed, options, device, log)
+        layout = split_downstream(_layout(out, sc, seed, options, overwrite),
+                                  out / "data" / "split", split_seed)
+        ckpt, retrain = _backbone(out, layout, arch, sc, seed, options, device, log, overwrite)
+        retrain = retrain or overwrite  # the runs fine-tune the backbone: retrained with it
         runs: dict = {}
         for s in sc.seeds:  # seed-major: a cut-short run has every method at seed 0
             for method in methods:
@@ -171,13 +173,11 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
                     name = f"{method}-c{c}-s{s}"
                     caches = _run_caches(out, layout, name)
                     runs[(method, c, s)] = {k: dst for k, (_, dst) in caches.items()}
-                    if all(_complete(dst) for _, dst in caches.values()):
-                        continue
                     t1 = time.perf_counter()
-                    run_ckpt = _train(method, ckpt, arch, layout, out, name, sc, lr, s, options,
-                                      device)
+                    run_ckpt, trained = _train(method, ckpt, arch, layout, out, name, sc, lr, s,
+                                               options, device, retrain)
                     spec = ModelSpec(arch, str(run_ckpt), label=name)
-                    attrs = {"config": c, "run_seed": s, "lr": lr, "backbone": str(ckpt)}
+                    attrs = {"url_config": c, "run_seed": s, "lr": lr, "backbone": str(ckpt)}
                     for (ds, split, mode), (src, dst) in caches.items():
                         extra = ({"soft_labels_root": str(layout.soft_labels_root)}
                                  if ds == "mixed" and layout.soft_labels_root else {})
@@ -188,12 +188,15 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
                                             device=device,
                                             batch_size=int(options.get("batch_size", 64)),
                                             **REFERENCE_EXECUTION)
+                        # a cache of these inputs is kept, one of others refused (overwrite:
+                        # the run was retrained, its caches are written again)
                         (path,) = predict_to_files(spec, src, dst.parent, cfg,
                                                    dataset_name=f"{ds}-{split}",
-                                                   attrs={**attrs, **extra})
+                                                   attrs={**attrs, **extra}, overwrite=trained)
                         if path != dst:
                             raise RuntimeError(f"cache written to {path}, expected {dst}")
-                    log(f"url: {name} trained and cached in {time.perf_counter() - t1:.0f} s")
+                    log(f"url: {name} {'trained' if trained else 'reused'}, caches in "
+                        f"{time.perf_counter() - t1:.0f} s")
     result = score_transfer(runs, list(layout.downstream), soft_labels=layout.soft_labels,
                             attrs={"scale": scale, "architecture": arch,
                                    "wall_time_s": time.perf_counter() - t0, "device": device,
@@ -205,18 +208,19 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
 
 
 def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, seed, options,
-           device) -> Path:
-    """Fine-tune the backbone checkpoint with ``method`` through the one training loop; the
-    run's checkpoint (kept when it is already there: resume)."""
+           device, overwrite: bool) -> tuple[Path, bool]:
+    """Fine-tune the backbone checkpoint with ``method`` through the one training loop: the
+    run's checkpoint and whether it was trained now (kept when its sidecar records this
+    config: resume; :func:`uqvision.training.runs.run_matches`)."""
     path = out / "runs" / f"{name}.safetensors"
-    if path.is_file():  # the sidecar is written first: a checkpoint file is a finished run
-        return path
     sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
     cfg = ImageTrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
                       epochs=sc.epochs, batch_size=sc.batch_size, lr=lr, seed=seed,
                       device=device, init_checkpoint=str(ckpt), tag=name,
                       input_size=int(options.get("input_size", 32)))
-    return train_model(layout.upstream / "train", path, cfg).checkpoint
+    if not overwrite and run_matches(path, cfg):
+        return path, False
+    return train_model(layout.upstream / "train", path, cfg).checkpoint, True
 
 
 def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
@@ -234,7 +238,7 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
     if data is not None:
         options.setdefault("upstream", str(data))
     return reproduce_url(out, scale=scale, arch=arch, seed=seed, options=options,
-                         device=device, log=log)
+                         device=device, log=log, overwrite=overwrite)
 
 
 #: This protocol's ``uqvision reproduce`` driver (:attr:`Protocol.reproduce`).

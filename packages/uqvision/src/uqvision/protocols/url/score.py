@@ -497,7 +497,9 @@ def score_transfer_caches(paths: Sequence[str | os.PathLike]) -> xr.Dataset:
         if "run_seed" not in a:  # not a transfer cache
             continue
         name, _, split = str(a["dataset_name"]).rpartition("-")
-        key = (str(a["method"]), int(a["config"]), int(a["run_seed"]))
+        # the run's configuration index (url_config; "config" in caches written before it
+        # was named so, where it replaced the cache's own config: those lack an identity)
+        key = (str(a["method"]), int(a.get("url_config", a.get("config"))), int(a["run_seed"]))
         runs.setdefault(key, {})[(name, split, str(a["mode"]))] = info.path
         soft_root = a.get("soft_labels_root") or soft_root
     if not runs:

@@ -271,6 +271,28 @@ def _check_leaderboard(driver, page: Path, ds, dim: str, variables, sort_column:
     return rows
 
 
+def test_infinite_values_show_and_sort_as_infinities(browser, tmp_path):
+    """An infinite value is a value (an NLL of a label given probability 0), not a missing
+    one: its cell shows ``∞`` / ``−∞`` and holds ``Infinity`` / ``-Infinity``, which the page
+    sorts as the largest and smallest values, NaN last either way. Before, the cell showed
+    ``–`` and held Python's ``inf``, which the page's ``parseFloat`` reads as NaN: sorted with
+    the missing values."""
+    import xarray as xr
+    from uqmetrics import stamp_result, write_dataset
+    from uqmetrics.report import build_site
+
+    ds = xr.Dataset({"nll": ("model", [0.3, np.inf, np.nan, 0.1, -np.inf])},
+                    coords={"model": ["a", "b", "c", "d", "e"]})
+    path = write_dataset(stamp_result(ds, "toy", input_checksums=["ab" * 32],
+                                      metrics={"nll": "nll"}), tmp_path / "toy.nc")
+    build_site([path], tmp_path / "site")
+    ds = uqmetrics.read_result(path)
+    _check_leaderboard(browser, tmp_path / "site" / "toy.html", ds, "model", ["nll"], "nll",
+                       tmp_path / "toy.png", ["nll"])
+    cells = {r["row"]: r["cells"] for r in browser.execute_script(_ROWS_JS)}
+    assert [cells[m][-1][1] for m in "abcde"] == ["0.3000", "∞", "–", "0.1000", "−∞"]
+
+
 def test_selective_smoke_site_in_browser(browser, selective_smoke, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select

@@ -28,6 +28,7 @@ from uqmetrics.report import (
     build_site,
     column_name,
     column_values,
+    exact_value,
     format_value,
     headline_columns,
     parse_column,
@@ -452,6 +453,11 @@ def test_column_names_round_trip():
 def test_format_value():
     assert [format_value(v) for v in (0.98765, 12345.0, 1e-5, 0.0, None, "x", 7)] == [
         "0.9877", "1.234e+04", "1.000e-05", "0.0000", "–", "x", "7"]
+    # an infinity is a value, shown as one; its exact text reads back in the page and in Python
+    assert [format_value(v) for v in (np.inf, -np.inf, np.nan)] == ["∞", "−∞", "–"]
+    assert [exact_value(v) for v in (np.inf, -np.inf, np.nan, 0.1)] == [
+        "Infinity", "-Infinity", "NaN", "0.1"]
+    assert float(exact_value(-np.inf)) == -np.inf
 
 
 def test_templates_and_assets_are_package_data():

@@ -325,12 +325,16 @@ def _plain(value: Any) -> Any:
 
 def format_value(value: Any) -> str:
     """A cell's shown text: 4 decimals, scientific notation outside [1e-3, 1e4), ``–`` for a
-    missing value (NaN, None); integers and strings as they are.
+    missing value (NaN, None), ``∞`` and ``−∞`` for the infinities (a value, not a missing
+    one: an infinite NLL is a prediction that gave the label probability 0); integers and
+    strings as they are.
 
     Examples
     --------
     >>> format_value(0.123456), format_value(2.5e-05), format_value(float("nan")), format_value(3)
     ('0.1235', '2.500e-05', '–', '3')
+    >>> format_value(float("inf")), format_value(float("-inf"))
+    ('∞', '−∞')
     """
     if value is None:
         return "–"
@@ -339,7 +343,9 @@ def format_value(value: Any) -> str:
     if isinstance(value, (bool, int, str)):
         return str(value)
     value = float(value)
-    if not math.isfinite(value):
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    if math.isnan(value):
         return "–"
     if value != 0 and not 1e-3 <= abs(value) < 1e4:
         return f"{value:.3e}"
@@ -348,10 +354,20 @@ def format_value(value: Any) -> str:
 
 def exact_value(value: Any) -> str:
     """A float as the shortest text that reads back to the same float64 (``repr``), ``NaN``
-    for a missing one: the ``data-value`` of a cell."""
+    for a missing one, ``Infinity`` and ``-Infinity`` for the infinities (what both the page's
+    ``parseFloat`` and Python's ``float`` read; ``repr``'s ``inf`` reads as NaN in the page,
+    which sorted it with the missing values): the ``data-value`` of a cell.
+
+    Examples
+    --------
+    >>> exact_value(0.1), exact_value(None), exact_value(float("-inf"))
+    ('0.1', 'NaN', '-Infinity')
+    """
     if value is None:
         return "NaN"
     value = float(value)
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
     return "NaN" if math.isnan(value) else repr(value)
 
 

@@ -1,14 +1,20 @@
 """The UIMNET measures (V.3): each equals its formula; GMM recovers an analytic density; the
-Jacobian and the official GMM fit equal UIMNET's released definitions, computed by hand."""
+Jacobian and the official GMM fit equal UIMNET's released definitions, computed by hand; the
+default GMM fit's class covariances are sklearn's Ledoit–Wolf estimates of the training
+features."""
 
 import numpy as np
 import pytest
 import torch
+from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
+from sklearn.covariance import LedoitWolf
 
+from uqvision.protocols.uimnet import DEFAULT_GMM_FIT
 from uqvision.protocols.uimnet.measures import (
     GMM_COVARIANCE,
     GMM_FITS,
+    GMM_TRAIN_FITS,
     MEASURES,
     GaussianClasses,
     MeasureInput,
@@ -44,11 +50,16 @@ Z5 = np.random.default_rng(5).normal(0.0, 2.0, (5, 4, 3))
 def test_the_registry_holds_the_seven_measures_in_the_papers_order():
     assert MEASURES.names() == ["largest", "gap", "entropy", "jacobian", "gmm", "tta", "native",
                                 "jacobian_softmax"]
-    assert GMM_FITS.names() == ["official", "validation-ledoit-wolf"]
-    assert MEASURES.lookup("gmm") is GMM_FITS.lookup("official")  # the default fit
+    assert GMM_FITS.names() == ["train-ledoit-wolf", "official", "validation-ledoit-wolf"]
+    # the default fit: Ledoit-Wolf class covariances on the training split (the spec's estimator)
+    assert DEFAULT_GMM_FIT == "train-ledoit-wolf"
+    assert MEASURES.lookup("gmm") is GMM_FITS.lookup("train-ledoit-wolf")
+    assert measures_for()["gmm"] is GMM_FITS.lookup("train-ledoit-wolf")
     chosen = measures_for("validation-ledoit-wolf")
     assert list(chosen) == MEASURES.names() and chosen["gmm"].fitted
-    assert not any(m.fitted for m in measures_for("official").values())
+    for fit in GMM_TRAIN_FITS:  # computed when the run cache is written: nothing fitted here
+        assert not any(m.fitted for m in measures_for(fit).values())
+    assert set(GMM_COVARIANCE) == set(GMM_FITS.names())
     with pytest.raises(ValueError, match="unknown GMM fit"):
         measures_for("train")
 
@@ -85,8 +96,10 @@ def test_single_member_native_tta_and_jacobian_read_their_arrays():
     np.testing.assert_array_equal(MEASURES.lookup("jacobian_softmax")(inp), [4.0, 5.0, 6.0])
     expected = -probs(tta[0], 2.0).mean(0).max(-1)
     np.testing.assert_allclose(MEASURES.lookup("tta")(inp), expected)
-    with pytest.raises(ValueError, match="needs 'gmm_train'"):
+    with pytest.raises(ValueError, match="needs 'gmm_train_ledoit_wolf'"):
         MEASURES.lookup("gmm")(inp)
+    with pytest.raises(ValueError, match="needs 'gmm_train'"):
+        GMM_FITS.lookup("official")(inp)
     with pytest.raises(ValueError, match="needs 'features'"):
         GMM_FITS.lookup("validation-ledoit-wolf")(inp)
 
@@ -285,10 +298,54 @@ def test_official_gmm_equals_the_released_estimate_by_hand():
     # the measure: each member's array of an ensemble, averaged
     u = np.stack([got["in_val"], got["in_val"] + 1.0])
     inp = MeasureInput(np.zeros((2, 5, 3)), gmm_train=u)
-    np.testing.assert_allclose(MEASURES.lookup("gmm")(inp), got["in_val"] + 0.5)
+    np.testing.assert_allclose(GMM_FITS.lookup("official")(inp), got["in_val"] + 0.5)
     np.testing.assert_allclose(GMM_FITS.lookup("official")(inp.subset([4, 0])),
                                got["in_val"][[4, 0]] + 0.5)
     with pytest.raises(ValueError, match="needs 2"):
         GaussianClasses.fit(train[:5], y[:5], covariance="sample")  # class 1: one sample
     with pytest.raises(ValueError, match="covariance must be"):
         GaussianClasses.fit(train, y, covariance="diagonal")
+
+
+def train_ledoit_wolf_by_hand(train, y, points):
+    """-log Σ_c λ_c N(x; μ_c, LW_c + f I): LW_c = sklearn.covariance.LedoitWolf of the class's
+    training features, f = 1e-6 × the mean variance of the training features (the floor),
+    λ_c the class share."""
+    d = train.shape[1]
+    floor = 1e-6 * train.var(axis=0).mean()
+    terms = [np.log((y == c).mean()) + multivariate_normal(
+        train[y == c].mean(0), LedoitWolf().fit(train[y == c]).covariance_ + floor * np.eye(d)
+    ).logpdf(points) for c in np.unique(y)]
+    return -logsumexp(terms, axis=0)
+
+
+def test_train_ledoit_wolf_fit_is_sklearns_ledoit_wolf_of_the_training_features():
+    """The default fit on the training split: each class covariance is sklearn's LedoitWolf of
+    that class's training features plus the floor, with n_c < d (n_c = 6, 8, 7 in d = 10),
+    where the sample covariance is singular; not the released sample covariance + 0.1 I."""
+    rng = np.random.default_rng(11)
+    d = 10
+    y = np.repeat([0, 1, 2], [6, 8, 7])
+    train = rng.normal(0.0, 0.05, (y.size, d)) + rng.normal(0.0, 1.0, (3, d))[y]
+    sets = {"in_val": train[:4] + 0.01, "out_test": rng.normal(0.0, 1.0, (5, d))}
+    got = gmm_train_uncertainty(train, y, sets, fit="train-ledoit-wolf")
+    for name, pts in sets.items():
+        np.testing.assert_allclose(got[name], train_ledoit_wolf_by_hand(train, y, pts),
+                                   rtol=1e-10)
+    gmm = GaussianClasses.fit(train, y, covariance=GMM_TRAIN_FITS["train-ledoit-wolf"][1])
+    floor = 1e-6 * train.var(axis=0).mean()
+    for c in range(3):
+        np.testing.assert_allclose(gmm.covariances[c], LedoitWolf().fit(train[y == c])
+                                   .covariance_ + floor * np.eye(d), rtol=1e-10, atol=1e-15)
+    official = gmm_train_uncertainty(train, y, sets, fit="official")
+    assert not np.allclose(got["in_val"], official["in_val"], rtol=1e-3)
+    # the measure: each member's cached array, averaged; subset carries it
+    u = np.stack([got["out_test"], got["out_test"] + 1.0])
+    inp = MeasureInput(np.zeros((2, 5, 3)), gmm_train_ledoit_wolf=u)
+    np.testing.assert_allclose(GMM_FITS.lookup("train-ledoit-wolf")(inp), got["out_test"] + 0.5)
+    np.testing.assert_allclose(MEASURES.lookup("gmm")(inp.subset([3, 1])),
+                               got["out_test"][[3, 1]] + 0.5)
+    assert "LedoitWolf" in GMM_COVARIANCE["train-ledoit-wolf"]
+    assert "training split" in GMM_COVARIANCE["train-ledoit-wolf"]
+    with pytest.raises(ValueError, match="fit must be one of .*'validation-ledoit-wolf'"):
+        gmm_train_uncertainty(train, y, sets, fit="validation-ledoit-wolf")

@@ -6,13 +6,14 @@ import os
 import numpy as np
 import pytest
 import xarray as xr
-from uqmetrics import read_dataset
+from uqmetrics import InputError, read_dataset, write_dataset
 
 from uqvision.cli import main
 from uqvision.data import read_index_file
 from uqvision.models import read_sidecar
 from uqvision.protocols import VISION_PROTOCOLS
-from uqvision.protocols.uimnet.measures import MEASURES
+from uqvision.protocols.uimnet.measures import GMM_COVARIANCE, GMM_TRAIN_FITS, MEASURES
+from uqvision.protocols.uimnet.reproduce import UIMNET_SCALES
 from uqvision.protocols.uimnet.score import IN_DOMAIN_METRICS, OUT_DOMAIN_METRICS, score_ood
 from uqvision.protocols.uimnet.split import read_split
 
@@ -77,15 +78,22 @@ def test_trials_selection_jacobian_subset_and_oracle_images(uimnet):
                         counts = np.bincount(y[keep], minlength=y.max() + 1)
                         share = np.bincount(y) * keep.size / y.size
                         assert np.all(np.abs(counts - share) <= 1)
-    # the official GMM is fitted on each run's in-domain training split (not validation)
+    # the training-split GMM fits (Ledoit-Wolf, the default, and the official one) are fitted
+    # on each run's in-domain training split (not validation), each variable's estimator
+    # recorded
     for s in (0, 1):
         n_train = len(read_index_file(out / "index" / f"seed{s}.train.json")["samples"])
         for alg in ("erm", "mc_dropout"):
             run = read_dataset(out / "caches" / "runs" / f"{alg}.sn0.t0.s{s}.nc")
             fit = json.loads(run.attrs["uimnet"])["gmm_train"]
-            assert fit == {"index_file": f"seed{s}.train.json", "n_fit": n_train}
-            assert all(np.isfinite(run[f"{x}_gmm_train"]).all()
-                       for x in ("in_val", "in_test", "out_test"))
+            assert fit == {"index_file": f"seed{s}.train.json", "n_fit": n_train,
+                           "covariance": {"gmm_train_ledoit_wolf":
+                                          GMM_COVARIANCE["train-ledoit-wolf"],
+                                          "gmm_train": GMM_COVARIANCE["official"]}}
+            assert all(np.isfinite(run[f"{x}_{field}"]).all()
+                       for x in ("in_val", "in_test", "out_test")
+                       for field in ("gmm_train", "gmm_train_ledoit_wolf"))
+            assert not np.allclose(run["in_val_gmm_train"], run["in_val_gmm_train_ledoit_wolf"])
     for s in (0, 1):
         side = read_sidecar(ckpt / f"oracle.s{s}.safetensors")
         assert side["train_config"]["index_file"].endswith(f"seed{s}.oracle.json")
@@ -106,8 +114,11 @@ def test_ood_nc_has_every_metric_over_its_dims(uimnet):
         assert np.isfinite(ds[f"oracle_{name}"].sel(stat="mean"))
     assert ds.spectral.values.tolist() == [False, True]  # the ablation, through the driver
     assert ds.attrs["device"] == "cpu" and json.loads(ds.attrs["scale"])["width"] == 6
-    # the official GMM fit by default; the stand-in's TTA policy, resolved and recorded
-    assert ds.attrs["gmm_fit"] == "official" and "0.1 I" in ds.attrs["gmm_covariance"]
+    # the training-split Ledoit-Wolf GMM fit by default; the stand-in's TTA policy, resolved
+    # and recorded
+    assert ds.attrs["gmm_fit"] == "train-ledoit-wolf"
+    assert json.loads(ds.attrs["scale"])["gmm_fit"] == "train-ledoit-wolf"
+    assert ds.attrs["gmm_covariance"] == GMM_COVARIANCE["train-ledoit-wolf"]
     assert json.loads(ds.attrs["tta_policy"]) == ["uimnet_standin x 1"]
     assert json.loads(ds.attrs["scale"])["tta_policy"] == "uimnet_standin"
     mean = ds.sel(stat="mean")
@@ -162,15 +173,121 @@ def test_rerun_resumes_and_the_score_command_agrees(uimnet, tmp_path):
     first = read_dataset(path)
     for name in ("acc1", "nll", "auc", "out_as_out"):
         xr.testing.assert_allclose(again[name], first[name])
-    # the other GMM fit, by the score command's option
-    assert main(["score", "uimnet", "--caches", str(out / "caches"), "--out",
-                 str(tmp_path / "lw.nc"), "--gmm-fit", "validation-ledoit-wolf"]) == 0
-    lw = read_dataset(tmp_path / "lw.nc")
-    assert lw.attrs["gmm_fit"] == "validation-ledoit-wolf" and again.attrs["gmm_fit"] == "official"
-    xr.testing.assert_allclose(lw["auc"].drop_sel(measure="gmm"),
-                               first["auc"].drop_sel(measure="gmm"))
+    # the other GMM fits, by the score command's option: only the gmm row moves
+    assert again.attrs["gmm_fit"] == "train-ledoit-wolf"
+    for fit in ("official", "validation-ledoit-wolf"):
+        assert main(["score", "uimnet", "--caches", str(out / "caches"), "--out",
+                     str(tmp_path / f"{fit}.nc"), "--gmm-fit", fit]) == 0
+        other = read_dataset(tmp_path / f"{fit}.nc")
+        assert other.attrs["gmm_fit"] == fit
+        xr.testing.assert_allclose(other["auc"].drop_sel(measure="gmm"),
+                                   first["auc"].drop_sel(measure="gmm"))
+        assert not np.allclose(other["auc"].sel(measure="gmm"), first["auc"].sel(measure="gmm"))
     with pytest.raises(ValueError, match="no ensemble cell"):
         score_ood(tmp_path)
+
+
+def test_a_rerun_with_another_extractor_is_refused_before_any_work(uimnet):
+    """The class split (and every run on it) comes from the feature extractor: a rerun into
+    the same --out whose extractor would be another (here more epochs) is refused, naming the
+    split file, before anything is trained or written. Before, split.json was reused whatever
+    extractor the options asked for, and the extractor checkpoint whatever config made it."""
+    out, _ = uimnet
+    files = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    epochs = int(OPTIONS.get("extractor_epochs", UIMNET_SCALES["smoke"].extractor_epochs))
+    with pytest.raises(InputError, match=r"split\.json.* feature extractor .* --overwrite"):
+        VISION_PROTOCOLS.lookup("uimnet").reproduce.run(
+            out, scale="smoke", options={**OPTIONS, "extractor_epochs": str(epochs + 1)},
+            log=lambda *a: None)
+    assert {p: p.stat().st_mtime_ns for p in files} == files
+
+
+def test_the_default_gmm_is_ledoit_wolf_of_the_runs_training_features(uimnet):
+    """A run cache's <set>_gmm_train_ledoit_wolf, recomputed here: the run's network (from its
+    checkpoint, evaluation transform, one thread as in the run cell) on its data seed's
+    in-domain training split, per class sklearn's LedoitWolf plus the floor of 1e-6 x the
+    mean feature variance, -log sum_c lambda_c N(phi; mu_c, Sigma_c) on the cached
+    features. Same float32 features and float64 arithmetic: agreement to rounding."""
+    import torch
+    from scipy.special import logsumexp
+    from scipy.stats import multivariate_normal
+    from sklearn.covariance import LedoitWolf
+
+    from uqvision.models import ModelSpec
+    from uqvision.protocols.uimnet import reproduce
+    from uqvision.training.runs import load_run
+
+    out, _ = uimnet
+    run = read_dataset(out / "caches" / "runs" / "erm.sn0.t0.s0.nc")
+    cfg = json.loads(run.attrs["uimnet"])
+    ckpt = run.attrs["checkpoint"]
+    net = load_run(ModelSpec(cfg["arch"], ckpt), num_classes=run.sizes["class"],
+                   device="cpu").loaded.model.eval()
+    plain, _ = reproduce._eval_transforms(read_sidecar(ckpt), 0, 0)
+    view, index = reproduce._gmm_fit_view(str(out / "data"), str(out / "split.json"), 0, plain)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        feats = reproduce._outputs(lambda x, ids: reproduce._features(net, x), view,
+                                   batch_size=256, device="cpu").numpy().astype(np.float32)
+    finally:
+        torch.set_num_threads(previous)
+    assert index.name == cfg["gmm_train"]["index_file"] and len(feats) == cfg["gmm_train"]["n_fit"]
+    train, y = feats.astype(np.float64), np.asarray(view.targets)
+    d = train.shape[1]
+    assert np.bincount(y).max() < d  # n_c < d: the sample covariance is singular here
+    floor = 1e-6 * train.var(axis=0).mean()
+    for split in ("in_val", "out_test"):
+        x = run[f"{split}_features"].values.astype(np.float64)
+        terms = [np.log((y == c).mean()) + multivariate_normal(
+            train[y == c].mean(0), LedoitWolf().fit(train[y == c]).covariance_
+            + floor * np.eye(d)).logpdf(x) for c in np.unique(y)]
+        np.testing.assert_allclose(run[f"{split}_gmm_train_ledoit_wolf"].values,
+                                   -logsumexp(terms, axis=0), rtol=1e-9)
+
+
+def test_a_rerun_on_run_caches_of_the_former_default_refuses_before_training(uimnet, tmp_path):
+    """Run caches written while 'official' was the default hold <set>_gmm_train only: a rerun
+    under the new default refuses them before anything trains, naming the file, the missing
+    variable and the remedies; no cell, checkpoint or score file is rewritten (the former
+    ood.nc is not replaced by one that mixes fits)."""
+    import shutil
+
+    src, _ = uimnet
+    out = tmp_path / "uimnet"
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("again.json"))
+    runs = sorted((out / "caches" / "runs").glob("*.sn*.nc"))
+    for p in runs:  # the layout of the former default: no Ledoit-Wolf training-split values
+        ds = read_dataset(p)
+        ds = ds.drop_vars([f"{s}_gmm_train_ledoit_wolf" for s in ("in_val", "in_test",
+                                                                  "out_test")], errors="ignore")
+        ds.attrs["uimnet"] = json.dumps({k: v for k, v in json.loads(ds.attrs["uimnet"]).items()
+                                         if k != "gmm_train"})
+        write_dataset(ds, p, overwrite=True)
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    stamps = {p: os.stat(p).st_mtime_ns for p in files}
+    with pytest.raises(ValueError, match=r"run cache .*\.nc' has no "
+                                         r"'in_val_gmm_train_ledoit_wolf'.*--overwrite.*"
+                                         r"\['official', 'validation-ledoit-wolf'\]"):
+        VISION_PROTOCOLS.lookup("uimnet").reproduce.run(out, scale="smoke", options=OPTIONS,
+                                                        log=lambda *a: None)
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == files
+    assert {p: os.stat(p).st_mtime_ns for p in files} == stamps
+    # the fit they hold, asked for by name, scores them (members pointed at the copies)
+    for p in (out / "caches" / "ensembles").glob("*.nc"):
+        ens = read_dataset(p)
+        ens.attrs["members"] = json.dumps([str(out / "caches" / "runs" / os.path.basename(m))
+                                           for m in json.loads(ens.attrs["members"])])
+        write_dataset(ens, p, overwrite=True)
+    path = VISION_PROTOCOLS.lookup("uimnet").reproduce.run(
+        out, scale="smoke", options={**OPTIONS, "gmm_fit": "official"}, log=lambda *a: None)
+    ds, first = read_dataset(path), read_dataset(src / "ood.nc")
+    assert ds.attrs["gmm_fit"] == "official" and set(GMM_TRAIN_FITS) == {"official",
+                                                                       "train-ledoit-wolf"}
+    xr.testing.assert_allclose(ds["auc"], score_ood(src / "caches", ks=(1, 5),
+                                                    gmm_fit="official")["auc"])
+    xr.testing.assert_allclose(ds["auc"].drop_sel(measure="gmm"),
+                               first["auc"].drop_sel(measure="gmm"))
 
 
 def test_a_real_image_folder_with_a_timm_architecture(tmp_path):

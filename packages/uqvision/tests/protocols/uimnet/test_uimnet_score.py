@@ -2,9 +2,10 @@
 
 Synthetic UIMNET caches (the variables :mod:`uqvision.protocols.uimnet.reproduce` writes)
 whose in-domain training, validation and test images are drawn from one distribution: every
-measure's θ must then keep 95 % of in-domain test, ``gmm`` under both fits (the official one
-fitted on the training split; the validation one with its θ from validation samples the GMM
-was not fitted on).
+measure's θ must then keep 95 % of in-domain test, ``gmm`` under its three fits (the two
+fitted on the training split, Ledoit–Wolf and official; the validation one with its θ from
+validation samples the GMM was not fitted on). Run caches without the chosen fit's values
+(written before it) are refused, never scored in its place.
 """
 
 import json
@@ -14,7 +15,9 @@ import pytest
 from uqmetrics.runs.io import read_dataset, write_dataset
 
 from uqvision.protocols.uimnet.measures import (
+    GMM_COVARIANCE,
     GMM_FITS,
+    GMM_TRAIN_FITS,
     MeasureInput,
     gmm_train_uncertainty,
     reference_split,
@@ -25,7 +28,7 @@ N_CLASSES, DIM, AUGS, JAC = 4, 32, 1, 8
 #: in-domain validation per class; test sizes. GMM fitted on 60 images per class in 32 dims:
 #: its in-sample u is far below its out-of-sample u (the bias the split removes).
 N_VAL_PER_CLASS, N_TEST, N_OUT = 120, 4000, 1000
-#: the official GMM fit's training split, per class
+#: the training-split GMM fits' training split, per class
 N_TRAIN_PER_CLASS = 200
 Q = 0.95
 
@@ -61,12 +64,14 @@ def caches(tmp_path_factory):
     train_labels = np.repeat(np.arange(N_CLASSES), N_TRAIN_PER_CLASS)
     train = means_in[train_labels] + rng.standard_normal((train_labels.size, DIM))
     sets = ("in_val", "in_test", "out_test")
-    gmm = gmm_train_uncertainty(train, train_labels,
-                                {s: run[f"{s}_features"][1] for s in sets})
-    run.update({f"{s}_gmm_train": (f"{s}_sample", gmm[s]) for s in sets})
+    for fit, (field, _) in GMM_TRAIN_FITS.items():
+        gmm = gmm_train_uncertainty(train, train_labels,
+                                    {s: run[f"{s}_features"][1] for s in sets}, fit=fit)
+        run.update({f"{s}_{field}": (f"{s}_sample", gmm[s]) for s in sets})
     run_path = root / "runs" / "erm.s0.t0.nc"
-    write_dataset(xr.Dataset(run, attrs={"uimnet": json.dumps({"tta_policy": "uimnet",
-                                                               "tta": AUGS})}), run_path)
+    cfg = {"tta_policy": "uimnet", "tta": AUGS, "gmm_train": {"covariance": {
+        field: GMM_COVARIANCE[fit] for fit, (field, _) in GMM_TRAIN_FITS.items()}}}
+    write_dataset(xr.Dataset(run, attrs={"uimnet": json.dumps(cfg)}), run_path)
     ens = xr.Dataset(
         {f"{s}_{name}": (("calibration", f"{s}_jsample"), rng.random((2, JAC)))
          for s in sets for name in ("jacobian", "jacobian_softmax")},
@@ -110,25 +115,76 @@ def test_gmm_split_is_recorded_and_halves_validation(caches, scored):
     assert split["sizes_by_data_seed"] == {"0": {"n_fit": n_val // 2,
                                                  "n_threshold": n_val - n_val // 2}}
     assert "held-out 'threshold' part" in ds.attrs["notes"]
-    assert ("LedoitWolf" in ds.attrs["gmm_covariance"]) == (fit == "validation-ledoit-wolf")
+    assert ds.attrs["gmm_covariance"] == GMM_COVARIANCE[fit]
+    assert ("LedoitWolf" in ds.attrs["gmm_covariance"]) == (fit != "official")
+    assert ("training split" in ds.attrs["gmm_covariance"]) == (fit in GMM_TRAIN_FITS)
     assert json.loads(ds.attrs["tta_policy"]) == [f"uimnet x {AUGS}"]
     with pytest.raises(ValueError, match="fit_fraction must lie in"):
         score_ood(caches, fit_fraction=1.0)
 
 
-def test_the_official_gmm_auc_is_that_of_the_run_caches_training_fit(caches):
-    """gmm_fit='official' scores the run cache's <set>_gmm_train values: AUC recomputed by
-    hand (rank statistic) from them."""
-    ds = score_ood(caches, ks=(1,), gmm_fit="official")
+def _gmm_auc(ds):
+    return float(ds["auc"].sel(algorithm="erm", measure="gmm", k=1, calibration="none",
+                               spectral=False, stat="mean"))
+
+
+@pytest.mark.parametrize("fit", list(GMM_TRAIN_FITS))
+def test_a_training_split_gmm_auc_is_that_of_the_run_caches_values(caches, fit):
+    """gmm_fit='train-ledoit-wolf' ('official') scores the run cache's
+    <set>_gmm_train_ledoit_wolf (<set>_gmm_train) values: AUC recomputed by hand (rank
+    statistic) from them; the other fits give other values."""
+    field = GMM_TRAIN_FITS[fit][0]
+    ds = score_ood(caches, ks=(1,), gmm_fit=fit)
     run = read_dataset(caches / "runs" / "erm.s0.t0.nc")
-    u_in, u_out = run["in_test_gmm_train"].values, run["out_test_gmm_train"].values
+    u_in, u_out = run[f"in_test_{field}"].values, run[f"out_test_{field}"].values
     auc = (u_out[:, None] > u_in[None, :]).mean() + 0.5 * (u_out[:, None] == u_in[None, :]).mean()
-    got = float(ds["auc"].sel(algorithm="erm", measure="gmm", k=1, calibration="none",
-                              spectral=False, stat="mean"))
-    assert got == pytest.approx(auc, abs=1e-12)
-    lw = score_ood(caches, ks=(1,), gmm_fit="validation-ledoit-wolf")
-    assert float(lw["auc"].sel(algorithm="erm", measure="gmm", k=1, calibration="none",
-                               spectral=False, stat="mean")) != pytest.approx(got, abs=1e-6)
+    assert _gmm_auc(ds) == pytest.approx(auc, abs=1e-12)
+    for other in set(GMM_FITS.names()) - {fit}:
+        assert _gmm_auc(score_ood(caches, ks=(1,), gmm_fit=other)) != pytest.approx(
+            _gmm_auc(ds), abs=1e-6)
+
+
+def test_the_default_fit_is_train_ledoit_wolf(caches):
+    ds = score_ood(caches, ks=(1,))
+    assert ds.attrs["gmm_fit"] == "train-ledoit-wolf"
+    assert json.loads(ds.attrs["config"])["gmm_fit"] == "train-ledoit-wolf"
+    assert ds.attrs["gmm_covariance"] == GMM_COVARIANCE["train-ledoit-wolf"]
+    assert _gmm_auc(ds) == _gmm_auc(score_ood(caches, ks=(1,), gmm_fit="train-ledoit-wolf"))
+
+
+def test_run_caches_of_the_former_default_are_refused_not_mixed(caches, tmp_path):
+    """A run cache written while 'official' was the default holds <set>_gmm_train only: the
+    new default refuses it, naming the variable and the fits that it can give, and scores
+    nothing; 'official' still scores it, to the same values. A cache whose recorded
+    estimator for the variable is not the fit's is refused too."""
+    import shutil
+
+    old = tmp_path / "caches"
+    shutil.copytree(caches, old)
+    ens_path = old / "ensembles" / "erm.sn0.s0.k1.nc"
+    run_path = old / "runs" / "erm.s0.t0.nc"
+    ens = read_dataset(ens_path)
+    ens.attrs["members"] = json.dumps([str(run_path)])
+    write_dataset(ens, ens_path, overwrite=True)
+    run = read_dataset(run_path)
+    former = run.drop_vars([f"{s}_gmm_train_ledoit_wolf"
+                            for s in ("in_val", "in_test", "out_test")])
+    former.attrs["uimnet"] = json.dumps({"tta_policy": "uimnet", "tta": AUGS})
+    write_dataset(former, run_path, overwrite=True)
+    with pytest.raises(ValueError, match=r"run cache .*erm\.s0\.t0\.nc' has no "
+                                         r"'in_val_gmm_train_ledoit_wolf'.*gmm_fit="
+                                         r"'train-ledoit-wolf'.*\['official', "
+                                         r"'validation-ledoit-wolf'\]"):
+        score_ood(old, ks=(1,))
+    assert _gmm_auc(score_ood(old, ks=(1,), gmm_fit="official")) == _gmm_auc(
+        score_ood(caches, ks=(1,), gmm_fit="official"))
+    # the variable is there, but recorded as computed by another estimator
+    cfg = {"gmm_train": {"covariance": {"gmm_train_ledoit_wolf": "sample covariance + 0.1 I"}}}
+    run.attrs["uimnet"] = json.dumps(cfg)
+    write_dataset(run, run_path, overwrite=True)
+    with pytest.raises(ValueError, match="computed as 'sample covariance \\+ 0.1 I', not as "
+                                         "the GMM fit gmm_fit='train-ledoit-wolf'"):
+        score_ood(old, ks=(1,))
 
 
 def test_caches_without_the_new_variables_are_refused(caches, tmp_path):

@@ -38,9 +38,10 @@ def _score(a: argparse.Namespace):
     return score_ood(a.caches[0], gmm_fit=getattr(a, "gmm_fit", None) or DEFAULT_GMM_FIT)
 
 
-#: The GMM fit ``score_ood`` uses unless told otherwise (docs/conventions.md#v-3; the fits:
-#: :data:`~.measures.GMM_FITS`).
-DEFAULT_GMM_FIT = "official"
+#: The GMM fit ``score_ood`` and ``uqvision reproduce uimnet`` use unless told otherwise
+#: (docs/conventions.md#v-3): class Gaussians on the in-domain training split with Ledoit–Wolf
+#: covariances (the fits: :data:`~.measures.GMM_FITS`).
+DEFAULT_GMM_FIT = "train-ledoit-wolf"
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ uncertainty per image, higher = more likely out-domain. :data:`MEASURES` holds t
 seven, ``largest``, ``gap``, ``entropy``, ``jacobian``, ``gmm``, ``tta`` and ``native``, and one
 variant, ``jacobian_softmax``. Every measure reads cached arrays; the ones that need a model
 pass (``jacobian`` and ``jacobian_softmax``: input gradients; ``tta``: augmented passes;
-``gmm``'s official fit: the training images' features) and the algorithm's own ``native`` value
+``gmm``'s training-split fits: the training images' features) and the algorithm's own ``native`` value
 are computed when the caches are written (:func:`jacobian_logits`, :func:`jacobian_norm`,
 :func:`gmm_train_uncertainty`, :mod:`uqvision.protocols.uimnet.reproduce`).
 
@@ -13,9 +13,11 @@ are computed when the caches are written (:func:`jacobian_logits`, :func:`jacobi
 elements of the squared gradient of the sum of the τ-scaled logits, NaN for ensembles and MC
 dropout; ``jacobian_softmax`` is ‖∂q/∂x‖²_F of the calibrated predictor q.
 
-``gmm`` has two fits (:data:`GMM_FITS`): ``official`` (the released code: class Gaussians on the
-in-domain *training* split, sample covariance + 0.1 I) and ``validation-ledoit-wolf`` (on half
-of in-domain validation, Ledoit–Wolf covariances). The second is *fitted* on the reference
+``gmm`` has three fits (:data:`GMM_FITS`): ``train-ledoit-wolf`` (the default: class Gaussians
+on the in-domain *training* split, Ledoit–Wolf covariances), ``official`` (the released code:
+the same fit set, sample covariance + 0.1 I) and ``validation-ledoit-wolf`` (on half of
+in-domain validation, Ledoit–Wolf covariances). The two training-split fits are computed when a
+run cache is written (:data:`GMM_TRAIN_FITS`). The validation fit is *fitted* on the reference
 (:attr:`Measure.fitted`): its u on those same samples is in-sample — systematically lower than
 on unseen in-domain images — and a 95 % quantile taken there is no 5 % type-I threshold. A
 protocol fits such a measure on one part of in-domain validation and sets its thresholds on
@@ -65,7 +67,8 @@ from uqmetrics.metrics.registry import Registry
 
 from . import DEFAULT_GMM_FIT
 
-__all__ = ["DEFAULT_GMM_FIT", "GMM_COVARIANCE", "GMM_FITS", "MEASURES", "OFFICIAL_GMM_EPS",
+__all__ = ["DEFAULT_GMM_FIT", "GMM_COVARIANCE", "GMM_FITS", "GMM_TRAIN_FITS", "MEASURES",
+           "OFFICIAL_GMM_EPS",
            "GaussianClasses", "Measure", "MeasureInput", "calibrated_log_probs",
            "gmm_train_uncertainty", "jacobian_logits", "jacobian_norm", "measures_for",
            "reference_split", "stratified_subset"]
@@ -76,6 +79,10 @@ OFFICIAL_GMM_EPS = 0.1
 #: How each GMM fit estimates its class Gaussians (recorded in ``ood.nc``, attr
 #: ``gmm_covariance``), by fit name (:data:`GMM_FITS`).
 GMM_COVARIANCE = {
+    "train-ledoit-wolf": "per class of the in-domain training split (the runs' 90 %, "
+                         "evaluation transform): sklearn.covariance.LedoitWolf (shrinkage "
+                         "towards a scaled identity), plus a ridge of 1e-6 x the mean feature "
+                         "variance",
     "official": "per class of the in-domain training split (the runs' 90 %, evaluation "
                 "transform): the sample covariance (ddof 1) plus 0.1 I, as "
                 "uimnet/modules/gaussian_mixture.py with eps = 0.1 (configs/release/06_mog.yaml)",
@@ -83,6 +90,13 @@ GMM_COVARIANCE = {
                               "validation: sklearn.covariance.LedoitWolf (shrinkage towards a "
                               "scaled identity), plus a ridge of 1e-6 x the mean feature "
                               "variance"}
+#: The GMM fits on the in-domain *training* split, computed when a run cache is written
+#: (:func:`gmm_train_uncertainty`): fit name -> (the :class:`MeasureInput` field and run-cache
+#: variable ``<set>_<field>`` that hold its u, the ``covariance`` of
+#: :meth:`GaussianClasses.fit`). A run cache records each variable's estimator
+#: (:data:`GMM_COVARIANCE`) in its attr ``uimnet`` (``gmm_train.covariance``).
+GMM_TRAIN_FITS = {"train-ledoit-wolf": ("gmm_train_ledoit_wolf", "ledoit-wolf"),
+                  "official": ("gmm_train", "sample")}
 
 
 def calibrated_log_probs(member_logits, temperature: float = 1.0) -> np.ndarray:
@@ -140,8 +154,10 @@ class MeasureInput:
         ``||∂q(x)/∂x||_F²`` of the calibrated predictor q at this τ (:func:`jacobian_norm`).
     gmm_train : numpy.ndarray, shape (member, n), optional
         Each member's ``-log Σ_c λ_c N(φ(x); μ_c, Σ_c)`` under its class Gaussians fitted on
-        the in-domain training split (:func:`gmm_train_uncertainty`; ``gmm``, fit
-        ``official``).
+        the in-domain training split, sample covariance + 0.1 I
+        (:func:`gmm_train_uncertainty`; ``gmm``, fit ``official``).
+    gmm_train_ledoit_wolf : numpy.ndarray, shape (member, n), optional
+        The same with Ledoit–Wolf class covariances (``gmm``, fit ``train-ledoit-wolf``).
     """
 
     logits: np.ndarray
@@ -153,6 +169,7 @@ class MeasureInput:
     jacobian: np.ndarray | None = None
     jacobian_softmax: np.ndarray | None = None
     gmm_train: np.ndarray | None = None
+    gmm_train_ledoit_wolf: np.ndarray | None = None
 
     def __post_init__(self):
         z = np.asarray(self.logits)
@@ -196,7 +213,8 @@ class MeasureInput:
         return MeasureInput(logits=take(self.logits, 1), temperature=self.temperature,
                             labels=take(self.labels, 0), features=take(self.features, 1),
                             tta=take(self.tta, 2), native=take(self.native, 1),
-                            gmm_train=take(self.gmm_train, 1))
+                            gmm_train=take(self.gmm_train, 1),
+                            gmm_train_ledoit_wolf=take(self.gmm_train_ledoit_wolf, 1))
 
     def need(self, name: str) -> np.ndarray:
         value = getattr(self, name)
@@ -231,7 +249,8 @@ class Measure:
 #: The seven UIMNET measures, in the paper's order, then ``jacobian_softmax``; ``gmm`` is the
 #: :data:`DEFAULT_GMM_FIT` (:func:`measures_for` picks another).
 MEASURES: Registry[Measure] = Registry("uncertainty measure")
-#: The two fits of ``gmm``: fit name -> :class:`Measure` (named ``gmm``).
+#: The three fits of ``gmm``: fit name -> :class:`Measure` (named ``gmm``), the default
+#: (:data:`DEFAULT_GMM_FIT`) first.
 GMM_FITS: Registry[Measure] = Registry("GMM fit")
 
 
@@ -263,8 +282,11 @@ def _jacobian(inp, ref):
     return inp.need("jacobian")
 
 
-def _gmm_official(inp, ref):
-    return np.mean(inp.need("gmm_train"), axis=0)
+def _gmm_train(field: str):
+    """The measure of a training-split fit: each member's cached u (``field``), averaged."""
+    def func(inp, ref):
+        return np.mean(inp.need(field), axis=0)
+    return func
 
 
 def _gmm_validation(inp, ref):
@@ -274,10 +296,14 @@ def _gmm_validation(inp, ref):
                     for f, r in zip(feats, ref_feats, strict=True)], axis=0)
 
 
+GMM_FITS.add("train-ledoit-wolf", Measure(
+    "gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on the "
+           "in-domain training split, Ledoit-Wolf covariances (mean over members)",
+    _gmm_train(GMM_TRAIN_FITS["train-ledoit-wolf"][0])))
 GMM_FITS.add("official", Measure(
     "gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on the "
            "in-domain training split, sample covariance + 0.1 I (mean over members)",
-    _gmm_official))
+    _gmm_train(GMM_TRAIN_FITS["official"][0])))
 GMM_FITS.add("validation-ledoit-wolf", Measure(
     "gmm", "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), Ledoit-Wolf class Gaussians fitted "
            "on half of in-domain validation (mean over members)", _gmm_validation, fitted=True))
@@ -310,7 +336,7 @@ def measures_for(gmm_fit: str = DEFAULT_GMM_FIT) -> dict[str, Measure]:
 
     Examples
     --------
-    >>> measures_for("validation-ledoit-wolf")["gmm"].fitted, measures_for("official")["gmm"].fitted
+    >>> measures_for("validation-ledoit-wolf")["gmm"].fitted, measures_for()["gmm"].fitted
     (True, False)
     """
     chosen = GMM_FITS.lookup(gmm_fit)
@@ -479,10 +505,13 @@ class GaussianClasses:
         return -self.log_density(features)
 
 
-def gmm_train_uncertainty(train_features, train_labels, features: dict) -> dict:
-    """UIMNET's released GMM measure of one network: class Gaussians fitted on its features of
-    the in-domain *training* split (sample covariance + 0.1 I, :class:`GaussianClasses` with
-    ``covariance="sample"``), evaluated on other sets.
+def gmm_train_uncertainty(train_features, train_labels, features: dict, *,
+                          fit: str = "official") -> dict:
+    """The GMM measure of one network fitted on its features of the in-domain *training*
+    split, evaluated on other sets: with ``fit="official"`` UIMNET's released one (sample
+    covariance + 0.1 I, :class:`GaussianClasses` with ``covariance="sample"``), with
+    ``fit="train-ledoit-wolf"`` the Ledoit–Wolf class covariances (``covariance=
+    "ledoit-wolf"``, its default floor).
 
     Parameters
     ----------
@@ -491,6 +520,8 @@ def gmm_train_uncertainty(train_features, train_labels, features: dict) -> dict:
     train_labels : array_like of int, shape (n_train,)
     features : dict
         Set name -> φ of its images, shape (n_set, d).
+    fit : str, default "official"
+        A training-split fit, a name in :data:`GMM_TRAIN_FITS`.
 
     Returns
     -------
@@ -500,7 +531,11 @@ def gmm_train_uncertainty(train_features, train_labels, features: dict) -> dict:
         density (``uimnet/modules/gaussian_mixture.py``); the sign here is the paper's
         ``-Σ_c λ_c N`` (higher = more likely out-domain), under a monotone map.
     """
-    gmm = GaussianClasses.fit(train_features, train_labels, covariance="sample")
+    if fit not in GMM_TRAIN_FITS:
+        raise ValueError(f"fit must be one of {sorted(GMM_TRAIN_FITS)} (the GMM fits on the "
+                         f"training split), got {fit!r}")
+    gmm = GaussianClasses.fit(train_features, train_labels,
+                              covariance=GMM_TRAIN_FITS[fit][1])
     return {name: gmm.uncertainty(f) for name, f in features.items()}
 
 

@@ -8,9 +8,11 @@
 3. a Dask sweep of runs (algorithm × spectral × trial × data seed, plus one in/out oracle per
    data seed), each an atomic cell file in ``DIR/caches/runs/`` holding the run's logits,
    features, native values, TTA logits (``tta`` augmentations of ``tta_policy``,
-   :mod:`~uqvision.protocols.uimnet.augment`) and official GMM values (class Gaussians of the
-   run's training-split features) on in-domain validation, in-domain test and out-domain test
-   (checkpoints in ``DIR/checkpoints/``);
+   :mod:`~uqvision.protocols.uimnet.augment`) and the values of the two training-split GMM
+   fits (class Gaussians of the run's training-split features, Ledoit–Wolf and the released
+   sample covariance + 0.1 I: :data:`~uqvision.protocols.uimnet.measures.GMM_TRAIN_FITS`) on
+   in-domain validation, in-domain test and out-domain test (checkpoints in
+   ``DIR/checkpoints/``);
 4. a Dask sweep of ensemble cells (algorithm × spectral × data seed × K): the top-K trials by
    validation NLL averaged over data seeds (:func:`select_trials`; each trial's configuration
    is drawn once and shared by the data seeds), the temperature fitted on validation, and the
@@ -20,7 +22,9 @@
 5. scoring (:func:`uqvision.protocols.uimnet.score.score_ood`) → ``DIR/ood.nc``; Tables 2–3 analogues →
    ``DIR/tables.md``.
 
-A rerun skips every cell already on disk. Every network (extractor, runs, oracles) trains in
+A rerun skips every cell already on disk; one whose run caches cannot give the chosen GMM
+fit's values (written before that fit, :func:`~.score.check_gmm_run`) is refused before
+anything trains. Every network (extractor, runs, oracles) trains in
 the one loop of :func:`uqvision.training.loop.train_model`, on class-subset views of the training
 folder (:func:`uqvision.data.image_view`: the seed's 90/10 index file, nothing copied or
 loaded into memory); the extractor's embeddings come from the one prediction path
@@ -48,10 +52,10 @@ import torch
 import xarray as xr
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
-from uqmetrics import mutual_information
+from uqmetrics import InputError, mutual_information
 from uqmetrics.metrics.calibration import fit_temperature, log_softmax
 from uqmetrics.runs.io import provenance_attrs, read_dataset, write_dataset
-from uqmetrics.runs.sweep import Cell, run_sweep
+from uqmetrics.runs.sweep import Cell, cell_path, is_complete, run_sweep
 
 from ...data import (
     INDEX_FORMAT,
@@ -59,6 +63,7 @@ from ...data import (
     DataConfig,
     ImageFolderDataset,
     check_split_classes,
+    dataset_fingerprint,
     derive_seed,
     eval_transform,
     flush_denormal,
@@ -66,26 +71,28 @@ from ...data import (
     read_index_file,
     write_format_json,
 )
-from ...hierarchy import make_hierarchy, read_hierarchy
+from ...hierarchy import ensure_hierarchy, read_hierarchy
 from ...methods import TRAINING_METHODS, TrainState
 from ...models import ModelSpec, read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...runtime import cpu_threads
 from ...training.loop import ImageTrainConfig, train_model
-from ...training.runs import load_run
+from ...training.runs import load_run, run_matches
 from ..base import Reproduction
-from . import DESCRIPTION
+from . import DEFAULT_GMM_FIT, DESCRIPTION
 from .augment import OFFICIAL_TTA_COUNT, resolve_tta_policy, uimnet_tta_transform
 from .index import make_index_files
 from .measures import (
+    GMM_COVARIANCE,
     GMM_FITS,
+    GMM_TRAIN_FITS,
     gmm_train_uncertainty,
     jacobian_logits,
     jacobian_norm,
     stratified_subset,
 )
 from .methods import SEARCH_SPACES, UIMNET_ALGORITHMS
-from .score import ensemble_log_probs, ood_tables, score_ood
+from .score import check_gmm_run, ensemble_log_probs, ood_tables, score_ood
 from .split import read_split, split_from_caches, write_split
 
 __all__ = ["REPRODUCTION", "UIMNET_SCALES", "UimnetScale", "oracle_index_file", "run_uimnet",
@@ -115,7 +122,7 @@ class UimnetScale:
     #: generated stand-in (:mod:`~uqvision.protocols.uimnet.augment`)
     tta_policy: str = "auto"
     #: the ``gmm`` measure's fit (:data:`~uqvision.protocols.uimnet.measures.GMM_FITS`)
-    gmm_fit: str = "official"
+    gmm_fit: str = DEFAULT_GMM_FIT
     jacobian_max: int = 64
     input_size: int = 32
     workers: int = 1
@@ -175,7 +182,7 @@ def _views(root: str, split_file: str, seed: int, transform=None) -> dict[str, D
 
 
 def _gmm_fit_view(root: str, split_file: str, seed: int, transform) -> tuple[Dataset, Path]:
-    """The images the official GMM fit reads, and their index file: data seed ``seed``'s
+    """The images the training-split GMM fits read, and their index file: data seed ``seed``'s
     in-domain training split (``index/seed<seed>.train.json``, the runs' 90 %), under
     ``transform`` (the evaluation transform, as UIMNET's ``workers/mog.py`` puts its data
     node in eval mode)."""
@@ -249,22 +256,30 @@ def _run_arrays(state: TrainState, views: dict[str, Dataset], tta_views, *, pass
 
 
 # -- stage 1: extractor and split ----------------------------------------------------------
-def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, log) -> Path:
+def _extractor_config(sc: UimnetScale, arch, seed, device):
+    """The feature extractor's training configuration."""
+    return _train_config(sc, arch, device, width=sc.extractor_width, method="erm",
+                         epochs=sc.extractor_epochs, batch_size=sc.batch_size, seed=seed,
+                         tag="uimnet_extractor")
+
+
+def _extractor(out: Path, train_dir: Path, sc: UimnetScale, arch, seed, device, log, *,
+               fingerprint: str | None = None, overwrite: bool = False) -> Path:
     """ERM on every class (the paper's pre-trained ResNet-18), its train-set embeddings cached
     through the one prediction path. Its width is ``extractor_width``, not the runs' ``width``:
     the class split stays the same when the model-size ablation changes the runs' width, as
-    the paper's split comes from one ResNet-18 whatever the runs' architecture."""
+    the paper's split comes from one ResNet-18 whatever the runs' architecture. A checkpoint
+    of this configuration on the training images of ``fingerprint`` is reused
+    (:func:`uqvision.training.runs.run_matches`), unless ``overwrite``."""
     ckpt = out / "checkpoints" / "extractor.safetensors"
-    trained = not ckpt.exists()
+    config = _extractor_config(sc, arch, seed, device)
+    trained = overwrite or not run_matches(ckpt, config, data_fingerprint=fingerprint)
     if trained:
         # on one CPU thread, as every run cell: the split must not depend on --threads (with
         # 2 threads the cpu-scale extractor's rounding differs and the Ward tree's top split
         # flips, from 6/6 to 18/18 classes; docs/conventions.md#v-3)
         with cpu_threads(1, device):
-            result = train_model(train_dir, ckpt, _train_config(
-                sc, arch, device, width=sc.extractor_width, method="erm",
-                epochs=sc.extractor_epochs, batch_size=sc.batch_size, seed=seed,
-                tag="uimnet_extractor"))
+            result = train_model(train_dir, ckpt, config)
         log(f"uimnet: feature extractor trained on {result.model.num_classes} classes in "
             f"{result.wall_time_s:.0f} s")
     spec = ModelSpec(arch or "uqvision_cnn", str(ckpt), label="extractor")
@@ -302,9 +317,11 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
              device: str) -> xr.Dataset:
     """Train one run with the one loop (:func:`uqvision.training.loop.train_model` on the seed's
     in-domain training view) and cache its outputs on the three evaluation sets (a cell),
-    with the official GMM measure (:func:`~.measures.gmm_train_uncertainty`: class Gaussians
-    of the run's features of its training split, :func:`_gmm_fit_view`) as
-    ``<set>_gmm_train``."""
+    with the GMM measure of each training-split fit (:func:`~.measures.gmm_train_uncertainty`:
+    class Gaussians of the run's features of its training split, :func:`_gmm_fit_view`) as
+    ``<set>_<field>`` (:data:`~.measures.GMM_TRAIN_FITS`: ``<set>_gmm_train_ledoit_wolf``,
+    ``<set>_gmm_train``), each variable's estimator recorded in the attr ``uimnet``
+    (``gmm_train.covariance``)."""
     sc = UimnetScale(**scale)
     torch.set_num_threads(1)  # one Dask worker = one core
     t0 = time.perf_counter()
@@ -327,14 +344,17 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
         net = result.state.net.eval()
         fit_feats = _outputs(lambda x, ids: _features(net, x), fit_view, batch_size=256,
                              device=device).numpy().astype(np.float32)
-    gmm = gmm_train_uncertainty(fit_feats, np.asarray(fit_view.targets),
-                                {s: variables[f"{s}_features"][1] for s in SPLITS})
-    for s, u in gmm.items():
-        variables[f"{s}_gmm_train"] = (f"{s}_sample", u)
+    for fit, (field, _) in GMM_TRAIN_FITS.items():
+        gmm = gmm_train_uncertainty(fit_feats, np.asarray(fit_view.targets),
+                                    {s: variables[f"{s}_features"][1] for s in SPLITS}, fit=fit)
+        for s, u in gmm.items():
+            variables[f"{s}_{field}"] = (f"{s}_sample", u)
     cfg = {"algorithm": algorithm, "spectral": bool(spectral), "trial": trial,
            "data_seed": seed, "hparams": sidecar["hparams"], "arch": sidecar["architecture"],
            "width": sc.width, "tta_policy": policy, "tta": sc.tta,
-           "gmm_train": {"index_file": fit_index.name, "n_fit": len(fit_feats)}}
+           "gmm_train": {"index_file": fit_index.name, "n_fit": len(fit_feats),
+                         "covariance": {field: GMM_COVARIANCE[fit]
+                                        for fit, (field, _) in GMM_TRAIN_FITS.items()}}}
     return xr.Dataset(variables, attrs={
         **provenance_attrs(config=cfg, seed=seed), "checkpoint": str(result.checkpoint),
         "train_s": result.wall_time_s, "wall_s": time.perf_counter() - t0,
@@ -488,6 +508,28 @@ def ensemble_cell(*, runs: list[str], k: int, jacobian_max: int, root: str, spli
 
 
 # -- the driver ----------------------------------------------------------------------------
+def _check_run_caches(paths, gmm_fit: str) -> None:
+    """Refuse, before anything trains, the complete run caches among ``paths`` (which the
+    sweep would skip) that cannot give ``gmm_fit``'s values (:func:`~.score.check_gmm_run`:
+    written before that fit, or under another estimator); absent or incomplete ones are
+    recomputed by the sweep. Reads only the fit's variables of each file."""
+    if gmm_fit not in GMM_TRAIN_FITS:
+        return
+    wanted = [f"{s}_{GMM_TRAIN_FITS[gmm_fit][0]}" for s in SPLITS]
+    for p in paths:
+        if not p.exists():
+            continue
+        try:
+            run = read_dataset(p, variables=wanted)
+        except KeyError:
+            if is_complete(p):
+                check_gmm_run(xr.Dataset(), p, gmm_fit)  # raises: the variables are missing
+            continue
+        except (OSError, ValueError):  # partial or corrupt: the sweep recomputes it
+            continue
+        check_gmm_run(run, p, gmm_fit)
+
+
 def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0,
                overwrite: bool = False, options: dict | None = None, log=print,
                device: str = "cpu") -> Path:
@@ -498,8 +540,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     t0 = time.perf_counter()
     if data is None:
         root = out / "data"
-        if not (root / "classes.json").exists():
-            make_hierarchy(root, scale=sc.data_scale, seed=seed, overwrite=True)
+        ensure_hierarchy(root, scale=sc.data_scale, seed=seed, overwrite=overwrite)
     else:
         root = Path(data)
     paths = _paths(root)
@@ -511,8 +552,19 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     check_split_classes(paths["train"], {paths["test"].name: paths["test"]},
                         same=(paths["test"].name,))
     split_file = out / "split.json"
+    # the split (and every run on it) is this run's only if its extractor is: checked first
+    fingerprint = dataset_fingerprint(paths["train"])
+    extractor = out / "checkpoints" / "extractor.safetensors"
+    if split_file.exists() and not overwrite and not run_matches(
+            extractor, _extractor_config(sc, arch, seed, device), data_fingerprint=fingerprint):
+        raise InputError(f"{str(split_file)!r} was made from a feature extractor ({extractor}) "
+                         "of another configuration or other training images than this run's "
+                         "(--arch, --seed, --device, --set extractor_epochs/extractor_width/"
+                         "batch_size, or --data); pass --overwrite to recompute the split and "
+                         "every run on it, or choose another --out")
     if overwrite or not split_file.exists():
-        cache = _extractor(out, paths["train"], sc, arch, seed, device, log)
+        cache = _extractor(out, paths["train"], sc, arch, seed, device, log,
+                           fingerprint=fingerprint, overwrite=overwrite)
         write_split(split_from_caches([cache]), split_file)
     split = read_split(split_file)
     if len(split["in_classes"]) < 2:
@@ -541,6 +593,8 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     oracle = [Cell(f"oracle.s{s}", {**common, "seed": s, "checkpoint": str(
         out / "checkpoints" / f"oracle.s{s}.safetensors")}) for s in seeds]
     run_dir = out / "caches" / "runs"
+    if not overwrite:
+        _check_run_caches([cell_path(run_dir, c) for c in cells], sc.gmm_fit)
     for group, func in ((cells, run_cell), (oracle, oracle_cell)):
         report = run_sweep(group, func, run_dir, n_workers=sc.workers, overwrite=overwrite,
                            progress=False)

@@ -8,10 +8,13 @@ Reads the run caches and ensemble cells that :mod:`uqvision.protocols.uimnet.rep
   (:func:`uqmetrics.temperature_scaled_metrics`, protocol ``holdout``; S.1);
 - out-domain ``auc``, ``in_as_in``, ``out_as_out`` for every measure of
   :data:`uqvision.protocols.uimnet.measures.MEASURES` (:func:`uqmetrics.ood_scores`; S.4: θ = 95 % quantile of u
-  on in-domain validation; OutAsOut counts OUT-domain images). ``gmm`` has two fits
-  (``gmm_fit``, :data:`uqvision.protocols.uimnet.measures.GMM_FITS`): ``official`` (UIMNET's
-  code: class Gaussians of the in-domain training split, read from the run caches) and
-  ``validation-ledoit-wolf``. The latter is a *fitted* measure
+  on in-domain validation; OutAsOut counts OUT-domain images). ``gmm`` has three fits
+  (``gmm_fit``, :data:`uqvision.protocols.uimnet.measures.GMM_FITS`): ``train-ledoit-wolf``
+  (the default) and ``official`` (UIMNET's code), class Gaussians of the in-domain training
+  split with Ledoit–Wolf covariances or sample covariance + 0.1 I, read from the run caches
+  (a run cache that does not hold the chosen fit's values, or holds them under another
+  estimator, is refused, never scored in its place), and ``validation-ledoit-wolf``. The
+  latter is a *fitted* measure
   (:attr:`uqvision.protocols.uimnet.measures.Measure.fitted`): fitted on one part of in-domain
   validation, its θ the 95 % quantile on the other, held-out part
   (:func:`uqvision.protocols.uimnet.measures.reference_split`: class-stratified, seeded,
@@ -48,14 +51,16 @@ from ...provenance import entry_provenance
 from .measures import (
     DEFAULT_GMM_FIT,
     GMM_COVARIANCE,
+    GMM_FITS,
+    GMM_TRAIN_FITS,
     MEASURES,
     MeasureInput,
     measures_for,
     reference_split,
 )
 
-__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "OUT_DOMAIN_TAGS", "ensemble_log_probs",
-           "ood_tables", "score_ood"]
+__all__ = ["IN_DOMAIN_METRICS", "OUT_DOMAIN_METRICS", "OUT_DOMAIN_TAGS", "check_gmm_run",
+           "ensemble_log_probs", "ood_tables", "score_ood"]
 
 #: ood.nc name -> uqmetrics metric name (S.1).
 IN_DOMAIN_METRICS = {"acc1": "accuracy", "acc5": "top5_accuracy", "nll": "nll", "ece": "ece"}
@@ -69,18 +74,53 @@ _SPLITS = ("in_val", "in_test", "out_test")
 _ENS = re.compile(r"^(?P<alg>.+)\.sn(?P<sp>\d)\.s(?P<seed>\d+)\.k(?P<k>\d+)\Z")
 
 
-def _check_cells(members: list[xr.Dataset], ens: xr.Dataset, path, gmm_fit: str) -> None:
+def check_gmm_run(run: xr.Dataset, path, gmm_fit: str, *, variables=None) -> None:
+    """Refuse a run cache (``run``, read from ``path``) that cannot give the GMM fit
+    ``gmm_fit``'s values: for a training-split fit
+    (:data:`~uqvision.protocols.uimnet.measures.GMM_TRAIN_FITS`), a cache without
+    ``<set>_<variable>`` (written before the fit existed) or one whose attr ``uimnet`` records
+    another estimator for that variable than the fit's
+    (:data:`~uqvision.protocols.uimnet.measures.GMM_COVARIANCE`). ``variables`` (the names the
+    file holds) defaults to ``run``'s data variables. A fit on validation reads the features,
+    which every run cache holds.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, the fit, the missing or mismatched variable, and what to do.
+    """
+    if gmm_fit not in GMM_TRAIN_FITS:
+        return
+    field = GMM_TRAIN_FITS[gmm_fit][0]
+    names = set(run.data_vars if variables is None else variables)
+    other = sorted(set(GMM_FITS.names()) - {gmm_fit})
+    fix = (f"delete its caches/runs and caches/ensembles and rerun 'uqvision reproduce "
+           f"uimnet' (or rerun with --overwrite) to recompute the runs, or score with "
+           f"gmm_fit in {other} (--set gmm_fit=... / --gmm-fit ...)")
+    missing = [f"{s}_{field}" for s in _SPLITS if f"{s}_{field}" not in names]
+    if missing:
+        raise ValueError(f"run cache {str(path)!r} has no {missing[0]!r}, the values of the "
+                         f"GMM fit gmm_fit={gmm_fit!r} (a run cache written before that fit "
+                         f"was computed): {fix}")
+    recorded = (json.loads(run.attrs.get("uimnet", "{}")).get("gmm_train", {})
+                .get("covariance", {}).get(field))
+    if recorded is not None and recorded != GMM_COVARIANCE[gmm_fit]:
+        raise ValueError(f"run cache {str(path)!r} holds '<set>_{field}' computed as "
+                         f"{recorded!r}, not as the GMM fit gmm_fit={gmm_fit!r} now is "
+                         f"({GMM_COVARIANCE[gmm_fit]!r}): {fix}")
+
+
+def _check_cells(members: list[xr.Dataset], ens: xr.Dataset, path, gmm_fit: str,
+                 member_paths) -> None:
     """Refuse caches written before the official Jacobian (an ensemble cell without
-    ``<set>_jacobian_softmax`` holds the softmax variant under ``<set>_jacobian``) or, for the
-    official GMM fit, run caches without the training-split GMM values."""
+    ``<set>_jacobian_softmax`` holds the softmax variant under ``<set>_jacobian``) or, for a
+    training-split GMM fit, run caches without its values (:func:`check_gmm_run`)."""
     if "in_val_jacobian_softmax" not in ens:
         raise ValueError(f"{str(path)!r} predates the official UIMNET Jacobian (its "
                          "'<set>_jacobian' is the softmax variant): delete caches/ensembles "
                          "and rerun 'uqvision reproduce uimnet' to recompute the ensemble cells")
-    if gmm_fit == "official" and any("in_val_gmm_train" not in m for m in members):
-        raise ValueError(f"a member of {str(path)!r} has no 'in_val_gmm_train' (a run cache "
-                         "written before the official GMM fit): rerun its runs, or score with "
-                         "gmm_fit='validation-ledoit-wolf'")
+    for m, p in zip(members, member_paths, strict=True):
+        check_gmm_run(m, p, gmm_fit)
 
 
 def _inputs(members: list[xr.Dataset], ens: xr.Dataset, split: str, calibration: str,
@@ -90,13 +130,13 @@ def _inputs(members: list[xr.Dataset], ens: xr.Dataset, split: str, calibration:
 
     def jac(name):
         return ens[f"{split}_{name}"].sel(calibration=calibration).values
-    has_gmm = all(f"{split}_gmm_train" in m for m in members)
+    gmm = {field: stack(field) if all(f"{split}_{field}" in m for m in members) else None
+           for field, _ in GMM_TRAIN_FITS.values()}
     return MeasureInput(
         logits=stack("logits"), temperature=tau if calibration == "temperature" else 1.0,
         labels=members[0][f"{split}_label"].values, features=stack("features"),
         tta=stack("tta"), native=stack("native"), jacobian=jac("jacobian"),
-        jacobian_softmax=jac("jacobian_softmax"),
-        gmm_train=stack("gmm_train") if has_gmm else None)
+        jacobian_softmax=jac("jacobian_softmax"), **gmm)
 
 
 def _tta_policy(run: xr.Dataset) -> str:
@@ -128,7 +168,7 @@ def _score_ensemble(ens: xr.Dataset, path, *, fit_fraction: float, split_seed: i
     for p, m in zip(paths, members, strict=True):
         if str(p) not in checksums:
             checksums[str(p)] = input_checksum(m)
-    _check_cells(members, ens, path, gmm_fit)
+    _check_cells(members, ens, path, gmm_fit, paths)
     measures = measures_for(gmm_fit)
     tau = float(ens.attrs["temperature"])
     val = _inputs(members, ens, "in_val", "none", tau)
@@ -177,9 +217,10 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         they share the in-domain validation set).
     gmm_fit : str, default :data:`~uqvision.protocols.uimnet.measures.DEFAULT_GMM_FIT`
         The fit of the ``gmm`` measure, a name in
-        :data:`~uqvision.protocols.uimnet.measures.GMM_FITS`: ``official`` (class Gaussians
-        of each run's in-domain training split, sample covariance + 0.1 I, read from the run
-        caches; fits nothing on validation) or ``validation-ledoit-wolf`` (a fitted measure).
+        :data:`~uqvision.protocols.uimnet.measures.GMM_FITS`: ``train-ledoit-wolf`` (class
+        Gaussians of each run's in-domain training split, Ledoit–Wolf covariances) or
+        ``official`` (the same, sample covariance + 0.1 I), both read from the run caches and
+        fitting nothing on validation, or ``validation-ledoit-wolf`` (a fitted measure).
 
     Returns
     -------
@@ -196,12 +237,19 @@ def score_ood(caches, *, ks=(1, 5), fit_fraction: float = 0.5, split_seed: int =
         the protocol's conventions in words. Attr ``reference_split`` (JSON)
         records the fitted measures' split: the measures, ``fit_fraction``, ``seed``, the
         stratification and, per data seed, the fit and threshold sample counts (no measure
-        with the official GMM fit); attr ``gmm_fit`` the GMM fit, ``gmm_covariance`` its
+        with a training-split GMM fit); attr ``gmm_fit`` the GMM fit, ``gmm_covariance`` its
         estimator (:data:`uqvision.protocols.uimnet.measures.GMM_COVARIANCE`); attr
         ``tta_policy`` the runs' TTA policy and augmentation count (JSON, from the run
         caches; ``unknown`` for caches that do not record it); ``caches`` and ``entries``
         (each algorithm's ensemble cells, run caches and the oracles, and their provenance:
         :mod:`uqvision.provenance`).
+
+    Raises
+    ------
+    ValueError
+        For caches that cannot give ``gmm_fit``'s values (:func:`check_gmm_run`: a run cache
+        written before that fit, or under another estimator), or that predate UIMNET's
+        Jacobian; nothing is written.
 
     Notes
     -----

@@ -228,6 +228,35 @@ def test_reproduce_real_overwrite_and_atomic_findings(tmp_path, monkeypatch):
     assert not list(out.glob(".findings.md.*"))
 
 
+def test_reproduce_real_refuses_a_study_of_another_configuration_or_criterion(tmp_path, monkeypatch):
+    """A study of the scale asked, but computed with another sigma-scaling criterion (a study of
+    before the NLL-optimal default, which recorded none: the 'mace' factor) or another training
+    configuration of the scale, is neither reused nor replaced without ``overwrite``: an error
+    naming the file and what differs. Before, every study recording the scale was reused."""
+    from dataclasses import replace
+
+    from uqreg import real
+
+    smoke = real.SCALES.lookup("smoke")
+    tiny = replace(smoke, name="tiny", n_splits={"standard": 1}, methods=("blr", "ens"),
+                   train=replace(smoke.train, members=2, epochs=2))
+    monkeypatch.setitem(real.SCALES, "tiny", tiny)
+    out = tmp_path / "real"
+    real.reproduce_real(out, scale="tiny", progress=False)
+    path = out / "diabetes_standard" / "study.nc"
+    ds = uqmetrics.read_dataset(path).load()
+    del ds.attrs["sigma_scaling_criterion"]  # as a study of before the criterion was recorded
+    uqmetrics.write_dataset(ds, path, overwrite=True)
+    with pytest.raises(uqmetrics.InputError, match=r"study.nc holds a study computed at scale 'tiny' from another "
+                       r"configuration than this run's \(sigma_scaling_criterion \(not recorded\) \(asked \"nll\"\)\)"):
+        real.reproduce_real(out, scale="tiny", progress=False)
+    real.reproduce_real(out, scale="tiny", progress=False, overwrite=True)
+    assert uqmetrics.read_dataset(path).attrs["sigma_scaling_criterion"] == "nll"
+    monkeypatch.setitem(real.SCALES, "tiny", replace(tiny, train=replace(tiny.train, epochs=3)))
+    with pytest.raises(uqmetrics.InputError, match=r"config.train.epochs 2 \(asked 3\)"):
+        real.reproduce_real(out, scale="tiny", progress=False)
+
+
 def test_a_split_does_not_depend_on_the_others_nor_on_the_chunking():
     """Split k trains as the engine's repetition k on its own: its numbers are the same whether
     1 or 2 splits run, and with one network per chunk (results never depend on batch size)."""

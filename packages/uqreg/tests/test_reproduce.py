@@ -3,6 +3,8 @@ verdicts of the findings table on constructed inputs (each finding's threshold a
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -125,26 +127,76 @@ def test_a_study_of_another_scale_is_refused_before_any_work(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e2", "e3"]  # e1 never started
 
 
+def _stub_sweep(monkeypatch, value: float = 2.0) -> list:
+    """Replace the sweep by one that records the folder it runs in (the list returned) and
+    returns a study of ``value`` recording its configuration as a sweep does (the figures
+    stubbed too)."""
+    import json
+
+    import uqreg.reproduce
+    import uqreg.sweep
+
+    swept = []
+
+    def sweep(cfg, out, **kw):
+        swept.append(out.name)
+        config = json.dumps(uqreg.sweep.sweep_config(cfg).to_dict())
+        return xr.Dataset({"x": ("a", [value])}, attrs={"config": config}), None
+
+    monkeypatch.setattr(uqreg.sweep, "run_study_sweep", sweep)
+    monkeypatch.setattr(uqreg.reproduce, "draw_figures", lambda *a: [])
+    monkeypatch.setattr(uqreg.reproduce, "draw_recipe_figures", lambda *a: [])
+    return swept
+
+
+def test_a_study_of_another_configuration_or_method_revision_is_refused_unless_overwrite(tmp_path, monkeypatch):
+    """A study of the scale asked but computed from another configuration than the scale's now
+    (a scale changed since, another device) or by an earlier revision of a method is neither
+    reused nor replaced without ``overwrite``: an error naming the file and each field that
+    differs, before any sweep runs. Before, every study recording the scale was reused."""
+    import dataclasses
+
+    import uqmetrics
+
+    import uqreg.methods
+
+    swept = _stub_sweep(monkeypatch)
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)  # the same: reused
+    assert swept == ["e2"]
+    studies = SCALES.lookup("smoke").studies
+    e2 = studies["e2"]
+    monkeypatch.setitem(studies, "e2", dataclasses.replace(e2, train=dataclasses.replace(e2.train, epochs=6)))
+    with pytest.raises(uqmetrics.InputError, match=r"--scale smoke: .*e2/study.nc holds a study computed at scale "
+                       r"'smoke' from another configuration than this run's \(config.train.epochs 5 \(asked 6\)\); "
+                       r"pass --overwrite to replace it"):
+        reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)
+    assert swept == ["e2"]
+    monkeypatch.setitem(studies, "e2", e2)
+    revisions = uqreg.methods.method_revisions
+    monkeypatch.setattr(uqreg.methods, "method_revisions",
+                        lambda names: {**revisions(names), **({"bd": 1} if "bd" in names else {})})
+    with pytest.raises(uqmetrics.InputError, match=r'method_revisions.bd \(not recorded\) \(asked 1\)'):
+        reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)
+    assert swept == ["e2"]
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False, overwrite=True)
+    assert swept == ["e2", "e2"]
+    ds = uqmetrics.read_dataset(tmp_path / "e2" / "study.nc")
+    assert json.loads(ds.attrs["method_revisions"]) == {"bd": 1}
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)  # this revision's: reused
+    assert swept == ["e2", "e2"]
+
+
 def test_a_study_of_another_scale_is_replaced_under_overwrite(tmp_path, monkeypatch):
     """With ``overwrite`` the study of another scale is computed at the scale asked and written
     over the file (the sweep and the figures stubbed: what is checked is that the study is not
     reused and that the write replaces it)."""
     import uqmetrics
 
-    import uqreg.reproduce
-    import uqreg.sweep
 
     uqmetrics.write_dataset(xr.Dataset({"x": ("a", [1.0])}, attrs={"reproduce_scale": "cpu"}),
                             tmp_path / "e2" / "study.nc")
-    swept = []
-
-    def sweep(cfg, out, **kw):
-        swept.append(out.name)
-        return xr.Dataset({"x": ("a", [2.0])}), None
-
-    monkeypatch.setattr(uqreg.sweep, "run_study_sweep", sweep)
-    monkeypatch.setattr(uqreg.reproduce, "draw_figures", lambda *a: [])
-    monkeypatch.setattr(uqreg.reproduce, "draw_recipe_figures", lambda *a: [])
+    swept = _stub_sweep(monkeypatch)
     reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False, overwrite=True)
     assert swept == ["e2"]
     ds = uqmetrics.read_dataset(tmp_path / "e2" / "study.nc")

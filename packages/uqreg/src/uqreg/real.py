@@ -65,7 +65,7 @@ from .datasets import SPLIT_KINDS, RealDataset, Split, get_dataset, uci_dataset
 from .engine import TrainConfig
 from .engine.config import ConfigError, is_finite, is_int
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
-from .study import SCORE_METRICS, reproduced_study
+from .study import SCORE_METRICS, record_identity, reproduce_identity, reproduced_study
 
 #: The recalibration states of every score (``recal`` dim).
 RECALIBRATIONS = ("none", "isotonic", "sigma_scaling")
@@ -630,11 +630,13 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
                    dataset: str = "diabetes", overwrite: bool = False) -> list[Path]:
     """``uqreg reproduce real``: every method of the scale on ``dataset`` (diabetes) under its
     standard (random) and its gap splits; ``OUT/<dataset>_<kind>/study.nc`` (an existing file of
-    the same scale is reused, one of another scale is an error, or replaced under ``overwrite``:
+    the same scale and configuration, device, methods' revisions and sigma-scaling criterion
+    included, is reused, one of another is an error, or replaced under ``overwrite``:
     :func:`uqreg.study.reproduced_study`), the figures (:func:`uqreg.plots.plot_real_calibration`,
     :func:`uqreg.plots.plot_real_scores`) and ``findings.md`` (:func:`score_table` and
     :func:`findings`). Returns the paths written."""
     import matplotlib.pyplot as plt
+    from uqmetrics.metrics.regression import SigmaScaling
     from uqmetrics.report.plotting import save_figure
 
     from .plots import plot_real_calibration, plot_real_scores
@@ -643,19 +645,22 @@ def reproduce_real(out_dir, *, scale: str = "cpu", device: str = "cpu", progress
     out = Path(out_dir)
     t0 = time.perf_counter()
     studies, paths = {}, []
-    # the studies already there, of this scale (another scale's: refused before any work)
+    configs = {kind: RealConfig(dataset=dataset, splits=kind, n_splits=n, methods=sc.methods,
+                                train=replace(sc.train, device=device)).resolved() for kind, n in sc.n_splits.items()}
+    identity = {kind: reproduce_identity(cfg, sigma_scaling_criterion=SigmaScaling().criterion)
+                for kind, cfg in configs.items()}
+    # the studies already there, of this scale and configuration (another's: refused before any work)
     done = {kind: ds for kind in sc.n_splits if (out / f"{dataset}_{kind}" / "study.nc").exists()
-            and (ds := reproduced_study(out / f"{dataset}_{kind}" / "study.nc", scale, overwrite=overwrite))
-            is not None}
-    for kind, n in sc.n_splits.items():
+            and (ds := reproduced_study(out / f"{dataset}_{kind}" / "study.nc", scale, overwrite=overwrite,
+                                        identity=identity[kind])) is not None}
+    for kind in sc.n_splits:
         target = out / f"{dataset}_{kind}" / "study.nc"
         if kind in done:
             ds = done[kind]
         else:
-            cfg = RealConfig(dataset=dataset, splits=kind, n_splits=n, methods=sc.methods,
-                             train=replace(sc.train, device=device))
-            ds = run_real(cfg, progress=progress)
+            ds = run_real(configs[kind], progress=progress)
             ds.attrs["reproduce_scale"] = scale
+            record_identity(ds, identity[kind])
             write_real(ds, target, overwrite=overwrite)  # another scale's: refused above unless overwrite
         studies[kind] = ds
         paths.append(target)

@@ -36,7 +36,7 @@ from uqmetrics.runs.io import write_text_file
 from .engine import RECIPES, TrainConfig
 from .engine.config import cuda_plan_defaults, is_int
 from .presets import PRESETS
-from .study import StudyConfig, reproduced_study
+from .study import StudyConfig, record_identity, reproduce_identity, reproduced_study
 
 BAND_METHODS = ("blr", "bd", "vd", "ens_bs")
 MAP_METHODS = ("blr", "bd", "ens_bs")
@@ -355,8 +355,9 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
     recipe figures, and write ``findings.md`` (:func:`findings_table` and :func:`recipe_table`).
 
     Each experiment's combined study is written to ``out_dir/<exp>/study.nc``; an existing
-    combined file of the same scale is reused as it is (one of another scale is an error, or
-    replaced under ``overwrite``: :func:`uqreg.study.reproduced_study`).
+    combined file of the same scale and configuration (device included, and its methods'
+    revisions: :func:`uqreg.study.reproduce_identity`) is reused as it is (one of another scale
+    or configuration is an error, or replaced under ``overwrite``: :func:`uqreg.study.reproduced_study`).
 
     Raises
     ------
@@ -364,11 +365,15 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         Before any work, for unknown or no experiments, an unknown scale, ``n_workers`` or
         ``chunk_repetitions`` below 1.
     uqmetrics.InputError
-        Before any work, when an experiment's ``study.nc`` is there from another scale.
+        Before any work, when an experiment's ``study.nc`` is there from another scale or
+        configuration.
     SweepFailed
         When cells of an experiment failed (the finished cells are kept; rerun to retry).
     """
-    from .sweep import run_study_sweep  # Dask: imported on use (uqreg reproduce -h needs none)
+    from .sweep import (  # Dask: imported on use (uqreg reproduce -h needs none)
+        run_study_sweep,
+        sweep_config,
+    )
 
     studies = SCALES.lookup(scale).studies
     experiments = tuple(experiments)
@@ -380,9 +385,13 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         if (scheduler is None or name != "n_workers") and (not is_int(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     out = Path(out_dir)
-    # the studies already there, of this scale (another scale's: refused before any work)
+    configs = {exp: replace(studies[exp], train=cuda_plan_defaults(replace(studies[exp].train, device=device)))
+               for exp in experiments}  # auto plan on CUDA
+    identity = {exp: reproduce_identity(sweep_config(cfg)) for exp, cfg in configs.items()}
+    # the studies already there, of this scale and configuration (another's: refused before any work)
     results = {exp: ds for exp in experiments if (out / exp / "study.nc").exists()
-               and (ds := reproduced_study(out / exp / "study.nc", scale, overwrite=overwrite)) is not None}
+               and (ds := reproduced_study(out / exp / "study.nc", scale, overwrite=overwrite,
+                                           identity=identity[exp])) is not None}
     for exp in EXPERIMENTS:
         if exp not in experiments:
             results[exp] = None
@@ -390,13 +399,12 @@ def reproduce(out_dir, *, scale: str = "cpu", experiments=EXPERIMENTS, device: s
         target = out / exp / "study.nc"
         if exp in results:
             continue
-        cfg = studies[exp]
-        cfg = replace(cfg, train=cuda_plan_defaults(replace(cfg.train, device=device)))  # auto plan on CUDA
-        ds, report = run_study_sweep(cfg, out / exp, chunk_repetitions=chunk_repetitions, scheduler=scheduler,
-                                     n_workers=n_workers, progress=progress)
+        ds, report = run_study_sweep(configs[exp], out / exp, chunk_repetitions=chunk_repetitions,
+                                     scheduler=scheduler, n_workers=n_workers, progress=progress)
         if ds is None:
             raise SweepFailed(exp, report.failed)
         ds.attrs["reproduce_scale"] = scale
+        record_identity(ds, identity[exp])
         uqmetrics.write_dataset(ds, target, overwrite=overwrite)  # another scale's: refused above unless overwrite
         results[exp] = ds
     paths = draw_figures(results["e1"], results["e2"], results["e3"], out / "figures")

@@ -718,9 +718,74 @@ def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     return ds
 
 
-def reproduced_study(path, scale: str, *, overwrite: bool = False) -> xr.Dataset | None:
+#: Training fields of execution only: no bit of a result depends on them, so that a result computed
+#: with or without them is reused (left out of a sweep cell's digest, :func:`uqreg.sweep.cell_digest`,
+#: and of a reproduced study's identity, :func:`reproduced_study`).
+EXECUTION_ONLY_TRAIN_FIELDS = ("cuda_graphs",)
+
+
+def reproduce_identity(config, **attrs) -> dict:
+    """What a reproduction's study is computed from, by the attr that records it
+    (:func:`reproduced_study`'s ``identity``; :func:`record_identity` records it).
+
+    Parameters
+    ----------
+    config : dataclass
+        The study's configuration as it runs, resolved (its ``to_dict()`` is what
+        :func:`uqmetrics.provenance_attrs` records as ``config``); the revisions of its
+        ``methods`` that are not 0 (:func:`uqreg.methods.method_revisions`) are recorded as
+        ``method_revisions`` (absent where every method is at revision 0, as in a study written
+        before revisions were recorded).
+    **attrs
+        Further attrs of the study that say how it was computed (e.g. ``sigma_scaling_criterion``).
+
+    Returns
+    -------
+    dict
+        ``{attr: value}``, JSON values.
+    """
+    from .methods import method_revisions  # torch: imported on use
+
+    return json.loads(json.dumps({"config": config.to_dict(), "method_revisions": method_revisions(config.methods),
+                                  **attrs}, default=str))
+
+
+def record_identity(ds: xr.Dataset, identity: dict) -> None:
+    """Record in ``ds``'s attrs what :func:`reproduce_identity` says it was computed from (``config``
+    is recorded by its provenance already; an attr whose value is None or empty is left out)."""
+    ds.attrs.update({k: v for k, v in identity.items() if k != "config" and v not in (None, {})})
+
+
+def _flat(value, prefix: str = "") -> dict:
+    """A JSON value as ``{dotted key: leaf}`` (dicts flattened, an empty one to no key, everything
+    else a leaf)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict = {}
+    for k, v in value.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _identity_differences(attrs, identity: dict) -> list[str]:
+    """The fields where the study's ``attrs`` record other than ``identity`` (``found (asked)``),
+    execution-only training fields (:data:`EXECUTION_ONLY_TRAIN_FIELDS`) left out."""
+    from uqmetrics.runs.io import decode_attr
+
+    found = _flat({k: decode_attr(attrs[k]) for k in identity if k in attrs})
+    asked = _flat(identity)
+    skip = {f"config.train.{f}" for f in EXECUTION_ONLY_TRAIN_FIELDS}
+
+    def show(flat: dict, k: str) -> str:
+        return json.dumps(flat[k]) if k in flat else "(not recorded)"
+
+    return [f"{k} {show(found, k)} (asked {show(asked, k)})" for k in sorted(found.keys() | asked.keys())
+            if k not in skip and show(found, k) != show(asked, k)]
+
+
+def reproduced_study(path, scale: str, *, overwrite: bool = False, identity: dict | None = None) -> xr.Dataset | None:
     """The study a reproduction (``uqreg reproduce``) wrote to ``path`` at ``scale`` in an earlier
-    run, reused as it is.
+    run, reused as it is when it was computed from what this run computes.
 
     Parameters
     ----------
@@ -729,27 +794,41 @@ def reproduced_study(path, scale: str, *, overwrite: bool = False) -> xr.Dataset
     scale : str
         The scale asked for now.
     overwrite : bool
-        ``--overwrite``: a file of another scale (or none) is to be replaced; None is returned
-        for it, and the caller computes the study at ``scale`` and writes it over the file.
+        ``--overwrite``: a file of another scale (or none), or of another ``identity``, is to be
+        replaced; None is returned for it, and the caller computes the study at ``scale`` and
+        writes it over the file.
+    identity : dict, optional
+        What the study is computed from now (:func:`reproduce_identity`: its configuration,
+        device included, its methods' revisions, ...): a study whose attrs record anything else
+        (an earlier run on another device, a scale's configuration or a method revised since)
+        is not this run's. Execution-only training fields (:data:`EXECUTION_ONLY_TRAIN_FIELDS`)
+        are not compared.
 
     Returns
     -------
     xarray.Dataset or None
-        The study, when it records ``scale``; None for another one under ``overwrite``.
+        The study, when it records ``scale`` and ``identity``; None for another one under
+        ``overwrite``.
 
     Raises
     ------
     uqmetrics.InputError
         When the file records another scale (attr ``reproduce_scale``) or none (a study written
-        there by another command) and not ``overwrite``: its numbers are not this scale's, so it
-        is never reused, and never replaced without ``--overwrite`` either.
+        there by another command), or another ``identity`` (naming each field that differs), and
+        not ``overwrite``: its numbers are not this run's, so it is never reused, and never
+        replaced without ``--overwrite`` either.
     """
     ds = uqmetrics.read_dataset(path)
     got = ds.attrs.get("reproduce_scale")
-    if got != scale:
+    differ = _identity_differences(ds.attrs, identity) if identity is not None and got == scale else []
+    if got != scale or differ:
         ds.close()
         if overwrite:
             return None
+        if differ:
+            raise uqmetrics.InputError(
+                f"--scale {scale}: {path} holds a study computed at scale {scale!r} from another configuration "
+                f"than this run's ({'; '.join(differ)}); pass --overwrite to replace it, or write to another --out")
         what = f"at scale {got!r}" if got is not None else "by another command than uqreg reproduce"
         raise uqmetrics.InputError(f"--scale {scale}: {path} holds a study computed {what}; pass --overwrite to "
                                    f"replace it by one at scale {scale!r}, or write to another --out")

@@ -38,11 +38,18 @@ from uqmetrics.runs.sweep import Cell, SweepReport, cell_path, run_sweep
 
 from .engine import RECIPES
 from .engine.config import is_int
-from .study import RAW_VARS, StudyConfig, run_raw, study_entries, summarize
+from .study import (
+    EXECUTION_ONLY_TRAIN_FIELDS,
+    RAW_VARS,
+    StudyConfig,
+    run_raw,
+    study_entries,
+    summarize,
+)
 
 #: Training fields left out of a cell's digest: added after sweeps were on disk, and execution
 #: only (no bit of a result depends on them), so a cell computed with or without them is reused.
-_UNDIGESTED_TRAIN_FIELDS = ("cuda_graphs",)
+_UNDIGESTED_TRAIN_FIELDS = EXECUTION_ONLY_TRAIN_FIELDS
 
 
 def cell_digest(params: dict) -> str:
@@ -183,6 +190,16 @@ def _note_damaged_cells(cells_dir: Path, cells: list[Cell]) -> list[Path]:
     return damaged
 
 
+def sweep_config(config: StudyConfig) -> StudyConfig:
+    """The configuration :func:`run_study_sweep` runs ``config`` with, and records: resolved, and on
+    the CPU one chunk at a time inside each cell where ``parallel_chunks`` is not given (the
+    workers are the parallelism)."""
+    cfg = config.resolved()
+    if cfg.train.parallel_chunks is None and not cfg.train.device.startswith("cuda"):
+        cfg = replace(cfg, train=replace(cfg.train, parallel_chunks=1))
+    return cfg
+
+
 def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10, scheduler: str | None = None,
                     n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
                     progress: bool = True, client=None,
@@ -207,10 +224,7 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if scheduler is None and client is None and (not is_int(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    cfg = config.resolved()
-    if cfg.train.parallel_chunks is None and not cfg.train.device.startswith("cuda"):
-        # the workers are the parallelism: one chunk at a time inside each cell
-        cfg = replace(cfg, train=replace(cfg.train, parallel_chunks=1))
+    cfg = sweep_config(config)
     cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions)
     t0 = time.perf_counter()
     cells_dir = Path(out_dir) / "cells"

@@ -60,8 +60,10 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
     ----------
     out : path
     config : DemoConfig
-        Checkpoints and caches already complete under ``out`` are reused; the score files and
-        figures are rewritten.
+        Checkpoints and caches already complete under ``out`` are reused; a member whose
+        checkpoint records another training config (other ``epochs``, ``batch_size``, ``seed``,
+        ``device``, ...: :func:`uqvision.training.runs.run_matches`) is trained again and its
+        caches recomputed; the score files and figures are rewritten.
     log : callable, optional
         Called with one progress line per step (the CLI passes ``print``).
     """
@@ -79,13 +81,14 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
 
 def _run(out: Path, config: DemoConfig, say) -> DemoResult:
     from .data import make_digits_folder  # the whole chain: imported when it runs
-    from .models import ModelSpec, read_sidecar
+    from .models import ModelSpec
     from .plots import plot_caches
     from .predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
     from .protocols.pitfalls.plots import plot_ensembles
     from .protocols.pitfalls.score import EnsembleConfig, score_ensembles
     from .protocols.selective.score import SelectiveConfig, score_selective
     from .training.loop import ADAMW_RECIPE, ImageTrainConfig, train_model
+    from .training.runs import run_matches
 
     t0 = time.perf_counter()
     res = DemoResult(out)
@@ -93,15 +96,19 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
                               seed=config.seed)
     train_dir, test_dir = root / "train", root / "test"
     say(f"data: {root}")
-    specs = []
+    specs, trained = [], []
     for k in range(config.members):
         ckpt = out / "models" / f"{config.arch}_m{k}.safetensors"
-        if not (ckpt.is_file() and read_sidecar(ckpt)):
-            r = train_model(train_dir, ckpt, ImageTrainConfig(
-                arch=config.arch, epochs=config.epochs, input_size=config.input_size,
-                augment=config.augment, drop_rate=config.drop_rate, seed=config.seed + k,
-                batch_size=config.batch_size, device=config.device, tag=f"digits_m{k}",
-                hparams=ADAMW_RECIPE))
+        train_config = ImageTrainConfig(
+            arch=config.arch, epochs=config.epochs, input_size=config.input_size,
+            augment=config.augment, drop_rate=config.drop_rate, seed=config.seed + k,
+            batch_size=config.batch_size, device=config.device, tag=f"digits_m{k}",
+            hparams=ADAMW_RECIPE)
+        # a member is kept only when its sidecar records this config (a rerun with other
+        # epochs, batch size, seed or device retrains it, and recomputes its caches below)
+        trained.append(not run_matches(ckpt, train_config))
+        if trained[-1]:
+            r = train_model(train_dir, ckpt, train_config)
             say(f"trained member {k}: final training loss {r.losses[-1]:.3f} "
                 f"({r.wall_time_s:.0f} s)")
         res.checkpoints.append(ckpt)
@@ -111,14 +118,16 @@ def _run(out: Path, config: DemoConfig, say) -> DemoResult:
     # numbers do not move with PredictConfig's defaults
     base = {"seed": config.seed, "batch_size": max(config.batch_size, 128),
             "device": config.device, "tta_policy": config.augment, **REFERENCE_EXECUTION}
-    for k, spec in enumerate(specs):
-        res.caches += predict_to_files(spec, test_dir, caches, PredictConfig(mode="plain", **base))
+    for k, spec in enumerate(specs):  # a member trained now replaces its earlier caches
+        res.caches += predict_to_files(spec, test_dir, caches, PredictConfig(mode="plain", **base),
+                                       overwrite=trained[k])
         # TTA: member k on its own augmentation k; member 0 on every augmentation
         tta = (PredictConfig(mode="tta", passes=config.members, **base) if k == 0
                else PredictConfig(mode="tta", first_pass=k, passes=1, **base))
-        res.caches += predict_to_files(spec, test_dir, caches, tta)
+        res.caches += predict_to_files(spec, test_dir, caches, tta, overwrite=trained[k])
     res.caches += predict_to_files(specs[0], test_dir, caches,
-                                   PredictConfig(mode="mc_dropout", passes=config.mc_passes, **base))
+                                   PredictConfig(mode="mc_dropout", passes=config.mc_passes, **base),
+                                   overwrite=trained[0])
     say(f"caches: {len(res.caches)} files in {caches}")
     sel = score_selective([caches], SelectiveConfig(calibration_size=config.calibration_size,
                                                     seed=config.seed, mc_passes=config.mc_passes))

@@ -128,3 +128,33 @@ def test_a_sidecar_fetches_no_weights_and_names_its_state_file_beside_the_checkp
         load_run(f"test_byobnet={ckpt}")
     ckpt.with_suffix(".json").write_text(json.dumps(side))
     assert load_run(f"test_byobnet={ckpt}").state is not None  # the sidecar as written
+
+
+def test_a_reproduction_retrains_a_run_whose_training_images_changed(digits, tmp_path):
+    """A driver's run (:func:`uqvision.protocols.base.train_and_predict`) is kept only when its
+    sidecar records its config and the images it trains on: the same config on a folder whose
+    image changed in place (or another folder) retrains it. Before, ``run_matches`` compared
+    the config alone, and the run trained on the earlier images was kept."""
+    from uqvision.data import dataset_fingerprint
+    from uqvision.models import read_sidecar
+    from uqvision.protocols.base import train_and_predict
+
+    cfg = ImageTrainConfig(arch="test_vit", epochs=1, input_size=16, batch_size=64)
+    train = tmp_path / "train"
+    shutil.copytree(digits / "train", train)
+    models = tmp_path / "models"
+    models.mkdir()
+    trained = []
+
+    def run() -> None:
+        train_and_predict([("r", cfg, {})], models, train,
+                          lambda spec, how, now: trained.append(now) or 0, log=lambda line: None)
+
+    run()
+    run()  # the same config and images: kept
+    assert trained == [True, False]
+    first, second = sorted(train.rglob("*.png"))[:2]
+    first.write_bytes(second.read_bytes())  # one image replaced in place, names unchanged
+    run()
+    assert trained == [True, False, True]
+    assert read_sidecar(models / "r.safetensors")["dataset_fingerprint"] == dataset_fingerprint(train)

@@ -710,17 +710,22 @@ def train_and_predict(runs: Sequence[tuple[str, Any, dict]], models: Path, train
         ``trained`` whether the run was (re)trained now (its caches are then overwritten).
     overwrite : bool, default False
         Retrain every run; else a run is retrained only where its checkpoint's sidecar does not
-        record its config (:func:`uqvision.training.runs.run_matches`).
+        record its config or ``train``'s images (its dataset fingerprint, computed once:
+        :func:`uqvision.training.runs.run_matches`).
     log : callable, default print
         Receives one line per run (trained or reused, the caches, the times).
     """
+    from ..data import dataset_fingerprint
     from ..training.loop import train_model  # torch: imported on use
     from ..training.runs import run_matches
 
+    fingerprint = None  # of train, computed once, when a checkpoint is there to compare
     for name, config, how in runs:
         t1 = time.perf_counter()
         ckpt = models / f"{name}.safetensors"
-        trained = overwrite or not run_matches(ckpt, config)
+        if fingerprint is None and not overwrite and ckpt.is_file():
+            fingerprint = dataset_fingerprint(train)
+        trained = overwrite or not run_matches(ckpt, config, data_fingerprint=fingerprint)
         if trained:
             train_model(train, ckpt, config)
         t2 = time.perf_counter()

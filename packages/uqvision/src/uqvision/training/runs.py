@@ -233,7 +233,8 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     return LoadedRun(loaded, state, side)
 
 
-def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
+def run_matches(checkpoint: str | os.PathLike, config: Any, *,
+                data_fingerprint: str | None = None) -> bool:
     """Whether ``checkpoint`` is the run ``config`` trains: its sidecar records that config.
 
     A reproduction driver retrains a run unless this holds (a rerun resumes; a changed
@@ -254,17 +255,24 @@ def run_matches(checkpoint: str | os.PathLike, config: Any) -> bool:
     config : dataclass
         The training config (:class:`uqvision.training.loop.ImageTrainConfig`), compared as its
         sidecar records it (``asdict`` through JSON).
+    data_fingerprint : str, optional
+        The dataset fingerprint (:func:`uqvision.data.dataset_fingerprint`) of the folder the
+        run trains on now: the sidecar's ``dataset_fingerprint`` must equal it (a run trained on
+        another folder, or on this one before its images changed, is not this run). The caller
+        computes it once for the runs of one folder; ``None``: not compared.
 
     Returns
     -------
     bool
-        ``False`` where the checkpoint does not exist or its sidecar's ``train_config``
-        differs.
+        ``False`` where the checkpoint does not exist, its sidecar's ``train_config`` differs,
+        or it was trained on other data than ``data_fingerprint``.
     """
     ckpt = Path(checkpoint)
     if not ckpt.is_file():
         return False
     side, want = read_sidecar(ckpt), json.loads(json.dumps(asdict(config)))
+    if data_fingerprint is not None and side.get("dataset_fingerprint") != data_fingerprint:
+        return False
     init = getattr(config, "init_checkpoint", None)
     if init and side.get("init_sha256") != (file_sha256(init) if Path(init).is_file() else None):
         return False

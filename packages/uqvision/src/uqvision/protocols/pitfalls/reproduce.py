@@ -47,7 +47,7 @@ from uqmetrics.report.plotting import save_figure
 from uqmetrics.runs.io import open_netcdf, record_written, remove_written
 
 from ...cache import find_caches
-from ...data import check_split_classes
+from ...data import check_split_classes, dataset_fingerprint
 from ...hierarchy import ensure_hierarchy
 from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
@@ -199,13 +199,15 @@ WRITER = "uqvision reproduce pitfalls"
 
 
 def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws: int,
-             predict_seed: int, threads: int, redo: bool = False) -> dict[str, Any]:
-    """Train (unless complete and not ``redo``) and predict one run (top level: runs in a
+             predict_seed: int, threads: int, redo: bool = False,
+             train_fingerprint: str | None = None) -> dict[str, Any]:
+    """Train (unless its checkpoint is this run on ``train``'s images, of fingerprint
+    ``train_fingerprint``, and not ``redo``) and predict one run (top level: runs in a
     worker process); returns what it did and the files it wrote (``files``)."""
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
     t0 = time.perf_counter()
-    trained = redo or not run_matches(ckpt, job.config)
+    trained = redo or not run_matches(ckpt, job.config, data_fingerprint=train_fingerprint)
     if trained:
         train_model(train, ckpt, job.config)
     t1 = time.perf_counter()
@@ -312,8 +314,10 @@ def reproduce_pitfalls(out: str | os.PathLike, *, scale: str = "smoke", data=Non
     jobs = plan_runs(sc, seed=seed, models=models, train=train, val=val, device=device)
     log(f"pitfalls {sc.name}: {len(jobs)} runs of {sc.arch} on {root} ({workers} worker(s), "
         f"{threads} thread(s) each)")
+    fingerprint = None if overwrite else dataset_fingerprint(train)  # once, for every run
     _execute(jobs, (str(train), str(test), str(models), str(caches), sc.draws, seed, threads,
-                    overwrite), workers, log, lambda files: record_written(out, WRITER, files))
+                    overwrite, fingerprint), workers, log,
+             lambda files: record_written(out, WRITER, files))
     names = [m + t for m in PITFALLS_METHODS for t in ("", "_tta")] + ["single_tta"]
     config = EnsembleConfig(methods=tuple(names), n_orders=sc.n_orders, n_repeats=sc.n_repeats,
                             seed=seed)

@@ -50,7 +50,7 @@ from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.io import record_written, remove_written
 
 from ...cache import cache_dataset, check_aligned, read_cache
-from ...data import ImageFolderDataset
+from ...data import ImageFolderDataset, dataset_fingerprint
 from ...hierarchy import class_prototypes, ensure_hierarchy
 from ...models import load_model, sidecar_path
 from ...models.prototype import (
@@ -257,10 +257,16 @@ def _train_one(data: str, out: str, config, threads: int) -> str:
     return str(train_model(data, out, config).checkpoint)
 
 
+def _stale(path: Path, config, fingerprint: str | None) -> bool:
+    """Whether the checkpoint ``path`` is not the run ``config`` trains on the training images
+    of ``fingerprint`` (:func:`uqvision.training.runs.run_matches`)."""
+    return not run_matches(path, config, data_fingerprint=fingerprint)
+
+
 def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: int,
-               log, redo: bool = False) -> dict[str, Path]:
+               log, redo: bool = False, fingerprint: str | None = None) -> dict[str, Path]:
     todo = [(j, c) for j, c in zip(jobs, configs, strict=True)
-            if redo or not run_matches(models / f"{j.tag}.safetensors", c)]
+            if redo or _stale(models / f"{j.tag}.safetensors", c, fingerprint)]
     log(f"training {len(todo)} of {len(jobs)} networks ({workers} worker(s))")
     args = [(str(data / "train"), str(models / f"{j.tag}.safetensors"), c, threads)
             for j, c in todo]
@@ -422,13 +428,14 @@ def reproduce_selective(out: str | os.PathLike, *, scale: str = "cpu", seed: int
         first = teachers + [j for j in jobs if j.regime != "distill"]
         second = [j for j in jobs if j.regime == "distill"]
         ckpts, fresh = {}, set()
+        fingerprint = None if overwrite else dataset_fingerprint(data / "train")  # once
         for stage in (first, second):
             configs = [_train_config(j, sc, teacher_specs, device) for j in stage]
             fresh |= {j.tag for j, c in zip(stage, configs, strict=True)
-                      if overwrite or not run_matches(models / f"{j.tag}.safetensors", c)}
+                      if overwrite or _stale(models / f"{j.tag}.safetensors", c, fingerprint)}
             record(*(f for j in stage for f in checkpoint_files(models / f"{j.tag}.safetensors")))
             ckpts |= _train_all(stage, configs, data, models, workers, threads, log,
-                                redo=overwrite)
+                                redo=overwrite, fingerprint=fingerprint)
 
         caches = out / "caches"
         test = info.splits["test"]

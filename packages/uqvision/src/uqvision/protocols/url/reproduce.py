@@ -39,7 +39,7 @@ from uqmetrics import read_dataset, write_dataset
 from uqmetrics.metrics.registry import Registry
 
 from ...cache import cache_key
-from ...data import check_split_classes, flush_denormal
+from ...data import check_split_classes, dataset_fingerprint, flush_denormal
 from ...hierarchy import ensure_hierarchy
 from ...methods import TRAINING_METHODS
 from ...models import ModelSpec
@@ -107,15 +107,17 @@ def _layout(out: Path, scale: URLScale, seed: int, options: dict, overwrite: boo
 
 
 def _backbone(out: Path, layout: TransferLayout, arch: str, scale: URLScale, seed: int,
-              options: dict, device: str, log, overwrite: bool) -> tuple[Path, bool]:
+              options: dict, device: str, log, overwrite: bool,
+              fingerprint: str | None) -> tuple[Path, bool]:
     """The backbone checkpoint and whether it was trained now (``--set backbone=FILE``: that
-    file, never trained)."""
+    file, never trained); ``fingerprint``: the upstream training folder's (a checkpoint
+    trained on other images is trained again)."""
     if "backbone" in options:
         return Path(options["backbone"]), False
     ckpt = out / "backbone.safetensors"
     cfg = ImageTrainConfig(arch=arch, epochs=scale.backbone_epochs, seed=seed, device=device,
                            input_size=int(options.get("input_size", 32)), tag="url_backbone")
-    if not overwrite and run_matches(ckpt, cfg):
+    if not overwrite and run_matches(ckpt, cfg, data_fingerprint=fingerprint):
         return ckpt, False
     log(f"url: training the {arch} backbone on the upstream classes")
     train_model(layout.upstream / "train", ckpt, cfg)
@@ -164,7 +166,10 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
         split_seed = int(options.get("split_seed", seed))
         layout = split_downstream(_layout(out, sc, seed, options, overwrite),
                                   out / "data" / "split", split_seed)
-        ckpt, retrain = _backbone(out, layout, arch, sc, seed, options, device, log, overwrite)
+        # the upstream training images' fingerprint, once: a run trained on others is retrained
+        fingerprint = None if overwrite else dataset_fingerprint(layout.upstream / "train")
+        ckpt, retrain = _backbone(out, layout, arch, sc, seed, options, device, log, overwrite,
+                                  fingerprint)
         retrain = retrain or overwrite  # the runs fine-tune the backbone: retrained with it
         runs: dict = {}
         for s in sc.seeds:  # seed-major: a cut-short run has every method at seed 0
@@ -175,7 +180,7 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
                     runs[(method, c, s)] = {k: dst for k, (_, dst) in caches.items()}
                     t1 = time.perf_counter()
                     run_ckpt, trained = _train(method, ckpt, arch, layout, out, name, sc, lr, s,
-                                               options, device, retrain)
+                                               options, device, retrain, fingerprint)
                     spec = ModelSpec(arch, str(run_ckpt), label=name)
                     attrs = {"url_config": c, "run_seed": s, "lr": lr, "backbone": str(ckpt)}
                     for (ds, split, mode), (src, dst) in caches.items():
@@ -208,17 +213,18 @@ def reproduce_url(out: str | os.PathLike, *, scale: str = "smoke", arch: str | N
 
 
 def _train(method, ckpt, arch, layout, out: Path, name: str, sc: URLScale, lr, seed, options,
-           device, overwrite: bool) -> tuple[Path, bool]:
+           device, overwrite: bool, fingerprint: str | None) -> tuple[Path, bool]:
     """Fine-tune the backbone checkpoint with ``method`` through the one training loop: the
     run's checkpoint and whether it was trained now (kept when its sidecar records this
-    config: resume; :func:`uqvision.training.runs.run_matches`)."""
+    config and ``fingerprint``, the upstream training folder's: resume;
+    :func:`uqvision.training.runs.run_matches`)."""
     path = out / "runs" / f"{name}.safetensors"
     sets = {k[len(method) + 1:]: v for k, v in options.items() if k.startswith(method + ".")}
     cfg = ImageTrainConfig(arch=arch, method=method, hparams={"accumulate": sc.accumulate, **sets},
                       epochs=sc.epochs, batch_size=sc.batch_size, lr=lr, seed=seed,
                       device=device, init_checkpoint=str(ckpt), tag=name,
                       input_size=int(options.get("input_size", 32)))
-    if not overwrite and run_matches(path, cfg):
+    if not overwrite and run_matches(path, cfg, data_fingerprint=fingerprint):
         return path, False
     return train_model(layout.upstream / "train", path, cfg).checkpoint, True
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,19 +49,22 @@ def _rescorer(protocol: str):
     return _rescore if protocol == "toy" else None
 
 
-@pytest.fixture
-def result(tmp_path):
-    rng = np.random.default_rng(0)
+def _toy_result(tmp_path, xs: dict) -> Path:
+    """``tmp_path/toy.nc`` scored from one cache per row, its ``x`` the row's values."""
     caches = {}
-    for row in ROWS:
-        ds = xr.Dataset({"x": ("i", rng.normal(size=50))}, attrs={"model": row})
+    for row, x in xs.items():
+        ds = xr.Dataset({"x": ("i", np.asarray(x, dtype=float))}, attrs={"model": row})
         path = tmp_path / "caches" / f"{row}.nc"
         path.parent.mkdir(exist_ok=True)
         write_dataset(ds, path)
         caches[str(path)] = dataset_checksum(ds)
-    path = tmp_path / "toy.nc"
-    write_dataset(_score(caches), path)
-    return path
+    return write_dataset(_score(caches), tmp_path / "toy.nc")
+
+
+@pytest.fixture
+def result(tmp_path):
+    rng = np.random.default_rng(0)
+    return _toy_result(tmp_path, {row: rng.normal(size=50) for row in ROWS})
 
 
 def _run(target, **kw) -> tuple[int, str]:
@@ -234,15 +238,7 @@ def test_a_site_entry_with_an_infinite_value_agrees(tmp_path):
     # does NaN, and the check of the manifest against the file reads it back as such.
     from uqmetrics.report import build_site
 
-    caches = {}
-    for row, x in (("a", [np.inf, 1.0]), ("b", [0.5, 1.5])):
-        ds = xr.Dataset({"x": ("i", np.array(x))}, attrs={"model": row})
-        path = tmp_path / "caches" / f"{row}.nc"
-        path.parent.mkdir(exist_ok=True)
-        write_dataset(ds, path)
-        caches[str(path)] = dataset_checksum(ds)
-    path = tmp_path / "toy.nc"
-    write_dataset(_score(caches), path)
+    path = _toy_result(tmp_path, {"a": [np.inf, 1.0], "b": [0.5, 1.5]})
     build_site([path], tmp_path / "site", figures=False)
     manifest = json.loads((tmp_path / "site" / MANIFEST).read_text())
     assert manifest["entries"][0]["metrics"]["score[calibration=none]"] is None

@@ -152,11 +152,9 @@ def test_the_default_fit_is_train_ledoit_wolf(caches):
     assert _gmm_auc(ds) == _gmm_auc(score_ood(caches, ks=(1,), gmm_fit="train-ledoit-wolf"))
 
 
-def test_run_caches_of_the_former_default_are_refused_not_mixed(caches, tmp_path):
-    """A run cache written while 'official' was the default holds <set>_gmm_train only: the
-    new default refuses it, naming the variable and the fits that it can give, and scores
-    nothing; 'official' still scores it, to the same values. A cache whose recorded
-    estimator for the variable is not the fit's is refused too."""
+def _one_member_copy(caches, tmp_path):
+    """A copy of the caches whose first ensemble cell has one member: ``(folder, that cell,
+    its run cache)`` (then to be rewritten in an earlier layout)."""
     import shutil
 
     old = tmp_path / "caches"
@@ -166,6 +164,15 @@ def test_run_caches_of_the_former_default_are_refused_not_mixed(caches, tmp_path
     ens = read_dataset(ens_path)
     ens.attrs["members"] = json.dumps([str(run_path)])
     write_dataset(ens, ens_path, overwrite=True)
+    return old, ens_path, run_path
+
+
+def test_run_caches_of_the_former_default_are_refused_not_mixed(caches, tmp_path):
+    """A run cache written while 'official' was the default holds <set>_gmm_train only: the
+    new default refuses it, naming the variable and the fits that it can give, and scores
+    nothing; 'official' still scores it, to the same values. A cache whose recorded
+    estimator for the variable is not the fit's is refused too."""
+    old, _, run_path = _one_member_copy(caches, tmp_path)
     run = read_dataset(run_path)
     former = run.drop_vars([f"{s}_gmm_train_ledoit_wolf"
                             for s in ("in_val", "in_test", "out_test")])
@@ -190,15 +197,7 @@ def test_run_caches_of_the_former_default_are_refused_not_mixed(caches, tmp_path
 def test_caches_without_the_new_variables_are_refused(caches, tmp_path):
     """An ensemble cell of the former layout ('<set>_jacobian' held the softmax variant) and a
     run cache without the training-split GMM values are named, not misread."""
-    import shutil
-
-    old = tmp_path / "caches"
-    shutil.copytree(caches, old)
-    ens_path = old / "ensembles" / "erm.sn0.s0.k1.nc"
-    run_path = old / "runs" / "erm.s0.t0.nc"
-    ens = read_dataset(ens_path)
-    ens.attrs["members"] = json.dumps([str(run_path)])
-    write_dataset(ens, ens_path, overwrite=True)
+    old, ens_path, run_path = _one_member_copy(caches, tmp_path)
     run = read_dataset(run_path)
     write_dataset(run.drop_vars([f"{s}_gmm_train" for s in ("in_val", "in_test", "out_test")]),
                   run_path, overwrite=True)
@@ -206,6 +205,7 @@ def test_caches_without_the_new_variables_are_refused(caches, tmp_path):
         score_ood(old, ks=(1,), gmm_fit="official")
     assert np.isfinite(score_ood(old, ks=(1,), gmm_fit="validation-ledoit-wolf")["auc"]
                        .sel(measure="gmm", stat="mean")).all()
+    ens = read_dataset(ens_path)
     write_dataset(ens.drop_vars([f"{s}_jacobian_softmax"
                                  for s in ("in_val", "in_test", "out_test")]),
                   ens_path, overwrite=True)

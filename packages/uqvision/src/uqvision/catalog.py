@@ -84,6 +84,9 @@ BUILT_IN: dict[str, dict[str, str]] = {
         "crop": "Pad-4 random crop, no flip (digits must not be flipped).",
     },
     "GMM fit": {
+        "train-ledoit-wolf": "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted"
+                             " on the in-domain training split, Ledoit-Wolf covariances (mean over"
+                             " members)",
         "official": "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), class Gaussians fitted on the "
                     "in-domain training split, sample covariance + 0.1 I (mean over members)",
         "validation-ledoit-wolf": "-log sum_c lambda_c N(phi(x); mu_c, Sigma_c), Ledoit-Wolf class"

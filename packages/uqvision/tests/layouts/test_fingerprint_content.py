@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from layouts_support import PICKED, _name
 from PIL import Image
+from uqmetrics import read_dataset, write_dataset
 
 from uqvision.cli import main
 from uqvision.data import (
@@ -134,8 +135,11 @@ def test_a_cache_with_a_fingerprint_of_the_earlier_scheme_is_refused_naming_it(
     data = sets["folders"]
     out = tmp_path / "caches"
     old = _old_fingerprint(data)
-    predict_to_files(in1k_checkpoint, data, out, PredictConfig(batch_size=4),
-                     dataset_name="v", attrs={"dataset_fingerprint": old})
+    (cache,) = predict_to_files(in1k_checkpoint, data, out, PredictConfig(batch_size=4),
+                                dataset_name="v")
+    ds = read_dataset(cache)  # as a cache of the earlier scheme records it
+    ds.attrs["dataset_fingerprint"] = old
+    write_dataset(ds, cache, overwrite=True)
     capsys.readouterr()
     assert _predict(in1k_checkpoint, data, out) == 2  # before: 0, its fingerprint was today's
     err = capsys.readouterr().err.strip()

@@ -51,6 +51,7 @@ import uqmetrics
 from uqmetrics.metrics.registry import Registry
 
 from .engine import TrainConfig
+from .study import covered, flat_json
 from .tasks import get_task
 
 #: The heteroscedastic tasks of the study, one per family (R.7).
@@ -90,29 +91,6 @@ def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     den = np.sqrt((ra**2).sum(axis=-1) * (rb**2).sum(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, (ra * rb).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
-
-
-def covered(center, std, target, z: float) -> np.ndarray:
-    """Whether each band ``center ± z·std`` covers its ``target``, one draw at a time: R.4's
-    coverage (:func:`uqmetrics.coverage`, docs/conventions.md#r-4: ``|center − target| < z·std``,
-    strict, so a band of width 0 covers nothing), 1.0 or 0.0; a band or target that is not
-    finite (a diverged estimate) covers nothing.
-
-    Parameters
-    ----------
-    center, std, target : ndarray, broadcast to one shape (R, T)
-    z : float
-
-    Returns
-    -------
-    ndarray of float, the broadcast shape
-    """
-    center, std, target = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (center, std, target)))
-    hit = np.zeros(center.shape)
-    ok = np.isfinite(center) & np.isfinite(std) & np.isfinite(target)
-    if ok.any():
-        hit[ok] = uqmetrics.coverage(center[ok][None], std[ok][None], target[ok][None], z=z, axis=0)
-    return hit
 
 
 def score_arrays(mean, epistemic, aleatoric, truth, exact_epistemic, exact_aleatoric, new_targets, inside,
@@ -324,15 +302,9 @@ def _differences(found: str | None, asked: str) -> str:
         old = json.loads(found) if found else {}
     except (TypeError, ValueError):
         old = {}
-    new = json.loads(asked)
-    flat = {}
-    for side, conf in (("found", old), ("asked", new)):
-        for k, v in conf.items():
-            items = v.items() if isinstance(v, dict) else [(None, v)]
-            for kk, vv in items:
-                flat.setdefault(k if kk is None else f"{k}.{kk}", {})[side] = vv
-    diffs = [f"{k} {v.get('found', 'absent')} (asked {v.get('asked', 'absent')})"
-             for k, v in sorted(flat.items()) if v.get("found", "absent") != v.get("asked", "absent")]
+    found, new = flat_json(old), flat_json(json.loads(asked))
+    diffs = [f"{k} {found.get(k, 'absent')} (asked {new.get(k, 'absent')})"
+             for k in sorted(found.keys() | new.keys()) if found.get(k, "absent") != new.get(k, "absent")]
     return ", ".join(diffs) if diffs else "no cell_config recorded"
 
 
@@ -572,5 +544,5 @@ def reproduce_disentangle(out_dir, *, scale: str = "cpu", device: str = "cpu", p
 
 
 __all__ = ["MV_METHODS", "ORACLE", "POINT_SCORES", "REGION_SCORES", "SCALES", "TASKS", "DisentangleScale",
-           "covered", "findings", "reproduce_disentangle", "run_cell", "run_task", "score_arrays", "scores", "spearman",
+           "findings", "reproduce_disentangle", "run_cell", "run_task", "score_arrays", "scores", "spearman",
            "summary_table", "task_data"]

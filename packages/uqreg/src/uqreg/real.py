@@ -65,7 +65,7 @@ from .datasets import SPLIT_KINDS, RealDataset, Split, get_dataset, uci_dataset
 from .engine import TrainConfig
 from .engine.config import ConfigError, is_finite, is_int
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
-from .study import SCORE_METRICS, record_identity, reproduce_identity, reproduced_study
+from .study import SCORE_METRICS, covered, record_identity, reproduce_identity, reproduced_study
 
 #: The recalibration states of every score (``recal`` dim).
 RECALIBRATIONS = ("none", "isotonic", "sigma_scaling")
@@ -279,14 +279,9 @@ def _coverage(y, center, half) -> float:
     half-width (crossed bounds: an empty interval); an infinite half-width (a conformal quantile
     beyond its calibration rank: the whole line) covers every finite target.
     """
-    from uqmetrics.metrics.regression import coverage
-
     y, center, half = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (y, center, half)))
-    hit = np.zeros(y.shape)
-    ok = np.isfinite(y) & np.isfinite(center) & np.isfinite(half)
-    if ok.any():
-        hit[ok] = coverage(center[ok][None], np.maximum(half[ok], 0.0)[None], y[ok][None], z=1.0, axis=0)
-    hit[np.isfinite(y) & np.isfinite(center) & np.isposinf(half)] = 1.0
+    hit = covered(center, np.maximum(half, 0.0), y, 1.0)  # not finite: not covered, but
+    hit[np.isfinite(y) & np.isfinite(center) & np.isposinf(half)] = 1.0  # the whole line
     return float(hit.mean())
 
 

@@ -718,6 +718,29 @@ def run_study(config: StudyConfig, *, progress: bool = True) -> xr.Dataset:
     return ds
 
 
+def covered(center, std, target, z: float) -> np.ndarray:
+    """Whether each band ``center ± z·std`` covers its ``target``, one draw at a time: R.4's
+    coverage (:func:`uqmetrics.coverage`, docs/conventions.md#r-4: ``|center − target| < z·std``,
+    strict, so a band of width 0 covers nothing), 1.0 or 0.0; a band or target that is not
+    finite (a diverged estimate) covers nothing.
+
+    Parameters
+    ----------
+    center, std, target : ndarray, broadcast to one shape (R, T)
+    z : float
+
+    Returns
+    -------
+    ndarray of float, the broadcast shape
+    """
+    center, std, target = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (center, std, target)))
+    hit = np.zeros(center.shape)
+    ok = np.isfinite(center) & np.isfinite(std) & np.isfinite(target)
+    if ok.any():
+        hit[ok] = uqmetrics.coverage(center[ok][None], std[ok][None], target[ok][None], z=z, axis=0)
+    return hit
+
+
 #: Training fields of execution only: no bit of a result depends on them, so that a result computed
 #: with or without them is reused (left out of a sweep cell's digest, :func:`uqreg.sweep.cell_digest`,
 #: and of a reproduced study's identity, :func:`reproduced_study`).
@@ -756,14 +779,14 @@ def record_identity(ds: xr.Dataset, identity: dict) -> None:
     ds.attrs.update({k: v for k, v in identity.items() if k != "config" and v not in (None, {})})
 
 
-def _flat(value, prefix: str = "") -> dict:
+def flat_json(value, prefix: str = "") -> dict:
     """A JSON value as ``{dotted key: leaf}`` (dicts flattened, an empty one to no key, everything
     else a leaf)."""
     if not isinstance(value, dict):
         return {prefix: value}
     out: dict = {}
     for k, v in value.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        out.update(flat_json(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
 
 
@@ -772,8 +795,8 @@ def _identity_differences(attrs, identity: dict) -> list[str]:
     execution-only training fields (:data:`EXECUTION_ONLY_TRAIN_FIELDS`) left out."""
     from uqmetrics.runs.io import decode_attr
 
-    found = _flat({k: decode_attr(attrs[k]) for k in identity if k in attrs})
-    asked = _flat(identity)
+    found = flat_json({k: decode_attr(attrs[k]) for k in identity if k in attrs})
+    asked = flat_json(identity)
     skip = {f"config.train.{f}" for f in EXECUTION_ONLY_TRAIN_FIELDS}
 
     def show(flat: dict, k: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 import shutil
 import tarfile
@@ -135,8 +134,6 @@ def test_fingerprints_capture_layout_and_labelling(sets, tmp_path):
 
 
 
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_child_forked_while_a_thread_opens_the_archive_reads_it(tmp_path):
     """A DataLoader worker is forked while another thread of the process (a sweep's other
     cell) may be opening the archive under the source's lock. The child's copy of that lock

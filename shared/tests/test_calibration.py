@@ -193,6 +193,28 @@ def test_fitted_temperature_never_changes_accuracy(data):
                                   per_fold.sel(calibration="temperature"))
 
 
+def test_top_k_is_kept_where_a_small_temperature_underflows_the_probabilities():
+    """A calibration set all right by a wide margin gives a small T (about 0.04). There, the
+    probabilities of the classes 35-40 logits below the top underflow to exactly 0 and tie.
+    The label, third by its logit but the last class, would then rank 9th by probability
+    (ties go to the smaller class index) and count as a top-5 miss: top-k is scored from the
+    unscaled probabilities for both rows, and stays a hit."""
+    calib = np.tile(np.r_[30.0, np.zeros(9)], (20, 1))
+    z = np.array([[40.0, 38.0, 0, 0, 0, 0, 0, 0, 0, 5.0]] * 4)
+    y = np.full(4, 9)
+    ds = temperature_scaled_metrics(z, y, protocol="holdout", calib_logits=calib,
+                                    calib_labels=np.zeros(20, dtype=int),
+                                    metrics=("accuracy", "top5_accuracy", "brier"))
+    t = float(ds["temperature"][0])
+    scaled = softmax(z, temperature=t)
+    assert t < 0.05 and scaled[0, 9] == 0.0 and scaled[0, 1] > 0  # the mechanism
+    assert top_k_accuracy_score(y, scaled, k=5) == 0.0
+    assert ds["top5_accuracy"].values.tolist() == [1.0, 1.0]
+    assert ds["accuracy"].values.tolist() == [0.0, 0.0]
+    assert float(ds["brier"].sel(calibration="temperature")) > float(
+        ds["brier"].sel(calibration="none"))  # the other metrics are of the scaled probabilities
+
+
 # ----------------------------------------------------------------------------------------------
 # Protocols
 # ----------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ Properties (:data:`uqmetrics.metrics.registry.PROPERTIES`):
   unpaired samples of an ood metric each on its own) leaves the value unchanged.
 - ``monotone_invariant``: a strictly increasing transform of the confidence/uncertainty
   arguments (:data:`MONOTONE_ARGS`) leaves the value unchanged.
+- ``temperature_invariant``: a classification metric scores ``softmax(z / T)`` as
+  ``softmax(z)`` for every T > 0 (on logits whose scaled probabilities neither tie nor
+  underflow).
 - ``proper_scoring_rule``: under a known true distribution the expected score is best for the
   true distribution. The expectation is exact, not sampled: a sum over the C classes for
   classification, Gauss-Hermite quadrature for Gaussian regression forecasts (with its error
@@ -54,6 +57,7 @@ ALL = list_metrics()
 PERMUTATION = list_metrics(prop="permutation_invariant")
 MONOTONE = list_metrics(prop="monotone_invariant")
 PROPER = list_metrics(prop="proper_scoring_rule")
+TEMPERATURE = list_metrics(prop="temperature_invariant")
 
 
 def _call(func, *args):
@@ -98,6 +102,8 @@ def test_every_declared_property_is_checked_here(name):
         assert spec.kind in MONOTONE_ARGS, f"{name}: kind {spec.kind!r} has no confidence arg"
     if "proper_scoring_rule" in spec.properties:
         assert spec.kind in EXPECTED_SCORE, f"{name}: no exact expectation for {spec.kind!r}"
+    if "temperature_invariant" in spec.properties:
+        assert spec.kind == "classification", f"{name}: takes no probabilities"
 
 
 def test_registry_is_the_shared_registry_class():
@@ -136,6 +142,20 @@ def test_monotone_invariance(name, data, transform):
     _, f = transform
     moved = tuple(f(a) if i in MONOTONE_ARGS[spec.kind] else a for i, a in enumerate(args))
     _assert_same(_call(spec.func, *moved), _call(spec.func, *args), name)
+
+
+@pytest.mark.parametrize("name", TEMPERATURE)
+@settings(max_examples=20)
+@given(data=strategies.grid_logits_and_labels(), t=st.floats(0.05, 20.0))
+def test_temperature_invariance(name, data, t):
+    from uqmetrics import softmax
+
+    # logits on a 0.25 grid in [-8, 8]: for T in [0.05, 20] distinct logits keep distinct,
+    # non-underflowing probabilities
+    labels, z = data
+    func = get_metric(name).func
+    _assert_same(_call(func, labels, softmax(z, temperature=t)), _call(func, labels, softmax(z)),
+                 name)
 
 
 # ---------------------------------------------------------------------- proper scoring rules

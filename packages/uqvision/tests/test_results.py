@@ -121,13 +121,22 @@ def test_rows_are_sorted_by_top1_descending(zoo):
 
 
 def test_with_a_score_file_the_selective_numbers_are_the_score_files(zoo):
-    scores = score_selective([zoo], SelectiveConfig(calibration_size=0.3, mc_passes=PASSES))
+    default = score_selective([zoo], SelectiveConfig(calibration_size=0.3, mc_passes=PASSES))
+    table = results_table([zoo], scores=default)  # none on the held-out images
+    for row in table.rows:
+        sel = default.sel(model=row["model"], calibration="none")
+        assert all(_same(row[n], float(sel[n])) for n in ("auroc", "ece", "aurc"))
+        assert row["n_scored"] == int(default.attrs["n_eval"]) < row["n_images"]
+    assert table.format().splitlines()[0].endswith(
+        f"over the score file's {int(default.attrs['n_eval'])} evaluation images")
+    scores = score_selective([zoo], SelectiveConfig(calibration_size=0.3, mc_passes=PASSES,
+                                                    none_samples="all"))
     table = results_table([zoo], scores=scores)
     assert table.source == "scores"
     assert sorted(table.column("model")) == sorted(scores["model"].values)
     caches = _caches(zoo)
-    # without a score file the table computes them over every image: the same numbers, since
-    # the score file's "none" row is scored on every image (Galil et al.'s official code)
+    # without a score file the table computes them over every image: the same numbers as a
+    # score file whose "none" row is scored on every image (Galil et al.'s official code)
     from_caches = results_table([zoo], config=SelectiveConfig(mc_passes=PASSES))
     for row in table.rows:
         sel = scores.sel(model=row["model"], calibration="none")
@@ -150,7 +159,8 @@ def test_a_cache_the_score_file_did_not_score_is_refused(tmp_path, write_cache):
     y = rng.integers(0, 4, 40)
     for m in ("a", "b"):
         write_cache(tmp_path, rng.normal(size=(40, 4)), y, model=m)
-    scores = score_selective([tmp_path], SelectiveConfig(calibration_size=0.25))
+    scores = score_selective([tmp_path], SelectiveConfig(calibration_size=0.25,
+                                                         none_samples="all"))
     table = results_table([tmp_path], scores=scores)
     # synthetic caches record no timing or preprocessing: those columns are unknown, and the
     # console table leaves them out
@@ -159,8 +169,8 @@ def test_a_cache_the_score_file_did_not_score_is_refused(tmp_path, write_cache):
     assert header.split() == ["model", "top1", "top5", "auroc", "ece", "aurc"]
     assert caption == ("dataset 'test', 40 images; top1/top5 in %; auroc/ece/aurc before "
                        "temperature scaling, over all images")
-    # a score file written before the "none" row moved to every image (no n_scored coord)
-    # scored it on its n_eval held-out images, and the table says so
+    # a score file without the n_scored coord (written before it) scored "none" on its
+    # n_eval held-out images, and the table says so
     legacy = results_table([tmp_path], scores=scores.drop_vars(["n_scored", "sample_set"]))
     assert legacy.column("n_scored") == [30, 30]
     assert legacy.format().splitlines()[0] == (

@@ -125,6 +125,26 @@ def test_untouched_result_agrees(scores, capsys):
 
 
 @pytest.mark.slow
+def test_a_file_of_before_none_samples_verifies_with_the_rule_it_used(scores, tmp_path, capsys):
+    """A selective file written before ``none_samples`` scored its unscaled row on every image
+    and records no such field: verify rescores it with that rule (its ``sample_set`` coord),
+    not with today's default, which scores the held-out images."""
+    from uqvision.protocols.selective.score import SelectiveConfig, score_selective
+    from uqvision.provenance import recorded_caches, recorded_config
+
+    ds = read_dataset(scores)
+    config = {k: v for k, v in recorded_config(ds).items() if k != "none_samples"}
+    old = score_selective(recorded_caches(ds), SelectiveConfig(**config, none_samples="all"))
+    assert list(old["sample_set"].values) == ["all", "heldout"]
+    old.attrs["config"] = json.dumps(config)
+    write_dataset(old, tmp_path / "before.nc")
+    code, text = _verify(capsys, tmp_path / "before.nc")
+    assert code == 0 and "disagree  " not in text, text
+    code, text = _verify(capsys, scores)  # today's file: none on the held-out images
+    assert code == 0 and list(ds["sample_set"].values) == ["heldout", "heldout"], text
+
+
+@pytest.mark.slow
 def test_altered_metric_disagrees(scores, tmp_path, capsys):
     ds = read_dataset(scores)
     row = str(ds["model"].values[0])

@@ -14,11 +14,11 @@ files. Columns (:data:`COLUMNS`):
 - ``auroc``, ``ece``, ``aurc``: the selective protocol's values without temperature scaling
   (``calibration = "none"``), fractions as in the score file; κ is the row kind's confidence
   (softmax response; negative entropy of the mean for ``+mc_dropout``, whose ECE is not
-  reported), over every image of the cache like ``top1``/``top5``. From the score file when
-  it is given (its ``none`` row, which is scored on every image: ``n_scored`` is its
-  ``n_scored`` of ``none``; a score file written before that rule scored ``none`` on its
-  ``n_eval`` held-out samples, and ``n_scored`` then says so), else computed here through the
-  same scoring call;
+  reported). From the score file when it is given (its ``none`` row, over the images of its
+  ``none_samples`` rule: the held-out images by default, every image under ``all``;
+  ``n_scored`` is the file's ``n_scored`` of ``none``, or its ``n_eval`` for a file written
+  before that coord), else computed here through the same scoring call, over every image of
+  the cache like ``top1``/``top5``;
 - ``images_per_s`` = ``n_images / wall_time_s``; ``wall_time_s`` is the cache's: the
   prediction call that wrote it, model build included;
 - ``param_count`` (millions), ``img_size``, ``crop_pct``, ``interpolation``: timm's columns,
@@ -288,8 +288,9 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
         A selective score file (:func:`~uqvision.protocols.selective.score.score_selective`,
         dims (model, calibration)). Its rows whose cache is among ``caches`` are the table's
         rows, and ``auroc``, ``ece``, ``aurc`` are its ``calibration = "none"`` values
-        (equal to the file's; on every image, ``n_scored`` = the file's ``n_scored`` of
-        ``none``; a file written before that rule: its ``n_eval`` held-out images);
+        (equal to the file's, over its ``n_scored`` of ``none`` images: its held-out images
+        by default, every image under ``none_samples="all"``; a file without that coord:
+        its ``n_eval`` held-out images);
         ``top1``/``top5`` are computed from the same passes (its ``passes`` coord). A cache
         whose checksum the score file does not list (other logits than those scored) is
         refused.
@@ -361,8 +362,8 @@ def results_table(caches: Iterable[str | os.PathLike], *, scores: xr.Dataset | N
             if info is not None:
                 plan.append((str(label), str(kname), info, int(passes)))
         scored = set(json.loads(scores.attrs["caches"]).values())
-        # the images behind the file's "none" row: every image (its n_scored coord), or, in a
-        # file written before that rule (no such coord), its n_eval held-out images
+        # the images behind the file's "none" row (its n_scored coord), or, in a file written
+        # before that coord, its n_eval held-out images
         n_scored = (int(scores["n_scored"].sel(calibration="none")) if "n_scored" in
                     scores.coords else int(scores.attrs["n_eval"]))
     if not plan:

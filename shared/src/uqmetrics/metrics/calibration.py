@@ -493,6 +493,11 @@ def temperature_scaled_metrics(
     ``softmax(z[E_f])`` ("none") and ``softmax(z[E_f] / T_f)`` ("temperature") by
     :func:`uqmetrics.score_metrics` (selective metrics with ``correct = argmax p = y`` and
     ``κ = confidence(p)``); reported values are ``mean_f m_f``. Un-scaled and scaled numbers thus always share their samples.
+    Temperature scaling never changes top-k accuracy: a metric that depends on the probabilities
+    only through the order of the classes (property ``temperature_invariant``: ``accuracy``,
+    ``top5_accuracy``) is scored once, from ``softmax(z[E_f])``, for both rows. Scoring it again
+    from ``softmax(z[E_f] / T_f)`` could change it at a small T, where the probabilities of the
+    classes far below the top underflow to exactly 0 and tie.
 
     References
     ----------
@@ -546,9 +551,9 @@ def temperature_scaled_metrics(
     for f, ((z_cal, y_cal), (z_ev, y_ev)) in enumerate(folds):
         fit = _fit(z_cal, y_cal, lo_hi)
         temps[f], conv[f], n_c[f], n_e[f] = fit.temperature, fit.converged, len(y_cal), len(y_ev)
-        for cal, t in enumerate((1.0, fit.temperature)):
-            scores = scorer(y_ev, softmax(z_ev, temperature=t))
-            values[:, cal, f] = list(scores.values())
+        unscaled = scorer(y_ev, softmax(z_ev))
+        scaled = scorer(y_ev, softmax(z_ev, temperature=fit.temperature), unscaled=unscaled)
+        values[:, 0, f], values[:, 1, f] = list(unscaled.values()), list(scaled.values())
 
     data = {
         s.name: xr.Variable("calibration", values[i].mean(axis=1), attrs=scorer.metric_attrs(s))

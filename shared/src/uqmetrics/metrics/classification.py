@@ -62,7 +62,8 @@ def _label_rank(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return ahead.sum(axis=1)
 
 
-@register_metric("accuracy", kind="classification", properties={"permutation_invariant"})
+@register_metric("accuracy", kind="classification",
+                 properties={"permutation_invariant", "temperature_invariant"})
 def accuracy_score(labels: Any, probs: Any) -> float:
     """Top-1 accuracy: the fraction of samples whose ``argmax`` class is the label.
 
@@ -125,7 +126,8 @@ def top_k_accuracy_score(labels: Any, probs: Any, *, k: int = 1) -> float:
     return float(np.mean(_label_rank(y, p) < k))
 
 
-@register_metric("top5_accuracy", kind="classification", properties={"permutation_invariant"})
+@register_metric("top5_accuracy", kind="classification",
+                 properties={"permutation_invariant", "temperature_invariant"})
 def _top5_accuracy_score(labels: Any, probs: Any) -> float:
     """Top-5 accuracy (:func:`top_k_accuracy_score` with ``k=5``)."""
     return top_k_accuracy_score(labels, probs, k=5)

@@ -268,7 +268,13 @@ FAMILIES = ("classification", "calibration", "selective", "regression", "ood", "
 #: uncertainty argument (selective, ood, retrieval kinds).
 #: ``proper_scoring_rule``: the expected score under the true distribution is best for the true
 #: distribution (classification and regression kinds).
-PROPERTIES = ("permutation_invariant", "monotone_invariant", "proper_scoring_rule")
+#: ``temperature_invariant``: a classification metric that depends on each row's probabilities
+#: only through the order of its classes, so softmax(z / T) scores as softmax(z) for every
+#: T > 0 (top-k accuracy); a temperature-scaled row takes its value from the unscaled one
+#: (:func:`uqmetrics.temperature_scaled_metrics`), so probabilities that underflow to 0 at a
+#: small T never reorder the classes.
+PROPERTIES = ("permutation_invariant", "monotone_invariant", "proper_scoring_rule",
+              "temperature_invariant")
 
 
 @dataclass(frozen=True)

@@ -84,10 +84,16 @@ class Scorer:
     def names(self) -> list[str]:
         return [s.name for s in self.specs]
 
-    def __call__(self, labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    def __call__(self, labels: np.ndarray, probs: np.ndarray, *,
+                 unscaled: dict[str, float] | None = None) -> dict[str, float]:
+        """``{name: value}``; with ``unscaled`` (this scorer's values on the same samples before
+        temperature scaling), each ``temperature_invariant`` metric takes its value from it."""
         out: dict[str, float] = {}
         correct = kappa = None
         for spec in self.specs:
+            if unscaled is not None and "temperature_invariant" in spec.properties:
+                out[spec.name] = unscaled[spec.name]
+                continue
             if spec.kind == "classification":
                 out[spec.name] = float(spec.func(labels, probs))
                 continue

@@ -65,9 +65,9 @@ def test_smoke_run_scores_every_model_with_metadata(run_dir):
     assert soft["params"].values[soft["metadata_key"].values == ens[0]][0] == member.sum()
     for v in ("auroc", "aurc_c", "eaurc_c", "sac_95", "ece"):
         assert np.isfinite(soft[v].values).all(), v
-    # the official code's sample sets: unscaled on every test image, scaled on the held-out ones
-    assert list(ds["sample_set"].values) == ["all", "heldout"]
-    assert list(ds["n_scored"].values) == [ds.attrs["n_images"], ds.attrs["n_eval"]]
+    # both rows on the held-out test images (the default none_samples)
+    assert list(ds["sample_set"].values) == ["heldout", "heldout"]
+    assert list(ds["n_scored"].values) == [ds.attrs["n_eval"], ds.attrs["n_eval"]]
     assert ds.attrs["n_images"] == ds.attrs["n_eval"] + ds.attrs["n_calib"]
     analysis = json.loads((run_dir / "analysis.json").read_text())
     assert 0 <= analysis["correlations"]["all"]["ece~auroc"]["pvalue"] <= 1

@@ -82,22 +82,24 @@ def zoo(tmp_path, write_cache, member_logits):
     return tmp_path, y, z, mc
 
 
-def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
+@pytest.mark.parametrize("none_samples", ["heldout", "all"])
+def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo, none_samples):
     path, y, z, mc = zoo
-    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                 none_samples=none_samples))
     (calib, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
     assert (ds.attrs["n_calib"], ds.attrs["n_eval"]) == (90, 210)
     assert list(ds["model"].values) == ["a", "b", "c", "c+mc_dropout"]
     rows = {"a": np.log(sp_softmax(z[0], 1)), "b": np.log(sp_softmax(z[1], 1)),
             "c": np.log(sp_softmax(z[2], 1)),
             "c+mc_dropout": np.log(sp_softmax(mc, -1).mean(0))}
-    every = np.arange(y.size)
+    none_idx = np.arange(y.size) if none_samples == "all" else rest
     for row, lp in rows.items():
         t = float(ds["temperature"].sel(model=row, calibration="temperature"))
         assert t == pytest.approx(_fit_t(lp[calib], y[calib]), rel=1e-4)
-        # the official code's sample sets: none on every sample, temperature on the rest;
-        # none_heldout: none on the rest
-        for cal, temp, idx in (("none", 1.0, every), ("temperature", t, rest),
+        # none on the rest (the default) or on every sample (the official code's sets);
+        # temperature and none_heldout on the rest
+        for cal, temp, idx in (("none", 1.0, none_idx), ("temperature", t, rest),
                                ("none_heldout", 1.0, rest)):
             p = sp_softmax(lp[idx] / temp, axis=1)
             if row.endswith("mc_dropout"):  # κ = negative predictive entropy; ECE not reported
@@ -115,9 +117,10 @@ def test_scores_equal_an_independent_recomputation_from_raw_logits(zoo):
     assert float(ds["temperature"].sel(model="b", calibration="temperature")) > 1.5
     assert (ds["temperature"].sel(calibration="none") == 1).all()
     assert list(ds["passes"].values) == [1, 1, 1, 30] and ds.attrs["mc_passes"] == 30
-    assert list(ds["sample_set"].values) == ["all", "heldout"]
-    assert list(ds["n_scored"].values) == [300, 210] and ds.attrs["n_images"] == 300
-    assert ds.attrs["sample_set_rule"].startswith("official_code")
+    assert list(ds["sample_set"].values) == [none_samples, "heldout"]
+    assert list(ds["n_scored"].values) == [none_idx.size, 210] and ds.attrs["n_images"] == 300
+    assert ds.attrs["sample_set_rule"].startswith(
+        "official_code" if none_samples == "all" else "heldout")
     assert ds.attrs["sac_rule"] == "largest" and ds["sac_99"].attrs["metric"] == "sac_99"
 
 
@@ -125,7 +128,8 @@ def test_mc_row_refuses_fewer_passes_and_uses_the_first_k(zoo):
     path, y, _, mc = zoo
     with pytest.raises(ValueError, match="has 30 passes; the \\+mc_dropout row needs 31"):
         score_selective([path], SelectiveConfig(calibration_size=0.3, mc_passes=31))
-    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1, mc_passes=10))
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1, mc_passes=10,
+                                                 none_samples="all"))
     assert int(ds["passes"].sel(model="c+mc_dropout")) == 10
     p = sp_softmax(mc[:10], -1).mean(0)  # "none": every sample
     assert float(ds["auroc"].sel(model="c+mc_dropout", calibration="none")) == pytest.approx(
@@ -137,7 +141,7 @@ def test_sac_rule_first_drop_is_used_and_recorded(zoo):
 
     path, y, z, _ = zoo
     ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
-                                                 sac_rule="first_drop"))
+                                                 sac_rule="first_drop", none_samples="all"))
     assert ds.attrs["sac_rule"] == "first_drop"
     assert ds["sac_95"].attrs["metric"] == "sac_95_first_drop"
     assert "sac_first_drop" in ds["sac_95"].attrs["convention"]
@@ -184,12 +188,15 @@ def test_temperature_never_changes_accuracy(zoo):
                                   ds["accuracy"].sel(calibration="temperature").values)
 
 
-def test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones(zoo):
-    """Galil et al.'s benchmark_models.py: the unscaled metrics on all test images, the
-    temperature-scaled ones on the images left after the calibration subset (issue 25 item 5).
+def test_unscaled_rows_use_the_held_out_samples_unless_every_sample_is_asked(zoo):
+    """S.1 stratified_holdout: the unscaled metrics on the samples of the temperature-scaled
+    ones, those left after the calibration subset, so the two rows compare (the default);
+    none_samples="all" scores them on all test images, as Galil et al.'s benchmark_models.py.
     """
     path, y, z, _ = zoo
-    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    default = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                 none_samples="all"))
     (_, rest), = calibration_splits(y, protocol="stratified_holdout", n_calib=90, seed=1)
     p = sp_softmax(z[0], 1)
     t = float(ds["temperature"].sel(model="a", calibration="temperature"))
@@ -199,8 +206,18 @@ def test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones(zoo):
     assert abs(on["all"] - on["heldout"]) > 1e-3  # the two sample sets tell apart
     assert float(ds["auroc"].sel(model="a", calibration="none")) == pytest.approx(
         on["all"], rel=1e-12)
-    assert float(ds["none_heldout"].sel(model="a", metric="auroc")) == pytest.approx(
+    for f in (ds, default):
+        assert float(f["none_heldout"].sel(model="a", metric="auroc")) == pytest.approx(
+            on["heldout"], rel=1e-12)
+    assert float(default["auroc"].sel(model="a", calibration="none")) == pytest.approx(
         on["heldout"], rel=1e-12)
+    for name in SELECTIVE_METRICS:  # the default's none row is none_heldout
+        np.testing.assert_array_equal(default[name].sel(calibration="none").values,
+                                      default["none_heldout"].sel(metric=name).values)
+    assert dict(zip(default["sample_set"].values, default["n_scored"].values.tolist(),
+                    strict=True)) == {"heldout": 210}
+    with pytest.raises(ValueError, match="none_samples must be one of heldout, all, got 'rest'"):
+        score_selective([path], SelectiveConfig(calibration_size=0.3, none_samples="rest"))
     assert float(ds["auroc"].sel(model="a", calibration="temperature")) == pytest.approx(
         roc_auc_score(p_t.argmax(1) == y[rest], p_t.max(1)), rel=1e-12)
     assert float(ds["accuracy"].sel(model="a", calibration="none")) == pytest.approx(
@@ -213,7 +230,7 @@ def test_unscaled_rows_use_every_sample_and_scaled_rows_the_held_out_ones(zoo):
 def test_aurc_coverage_is_an_option_recorded_in_the_file(zoo):
     path, y, z, _ = zoo
     ds = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
-                                                 aurc_coverage=0.2))
+                                                 aurc_coverage=0.2, none_samples="all"))
     p = sp_softmax(z[0], 1)
     correct = p.argmax(1) == y
     assert float(ds["aurc_c"].sel(model="a", calibration="none")) == pytest.approx(
@@ -225,7 +242,8 @@ def test_aurc_coverage_is_an_option_recorded_in_the_file(zoo):
     assert "[0, 0.2]" in json.loads(ds.attrs["conventions"])["aurc_c"]
     assert list(ds["aurc_c"].attrs["coverage"]) == [0.0, 0.2]
     assert "[0, 0.2]" in ds["aurc_c"].attrs["convention"]
-    default = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1))
+    default = score_selective([path], SelectiveConfig(calibration_size=0.3, seed=1,
+                                                      none_samples="all"))
     assert SelectiveConfig().aurc_coverage == 0.5
     assert json.loads(default.attrs["aurc_coverage"]) == [0.0, 0.5]
     assert not np.array_equal(ds["aurc_c"].values, default["aurc_c"].values)

@@ -59,6 +59,10 @@ SELECTIVE_OPTIONS = (
     ConfigOption("mc_passes", type=COUNT,
                  help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
                       "refused (default: %(default)s)"),
+    ConfigOption("none_samples", choices=("heldout", "all"),
+                 help="selective: the images the unscaled row (calibration=none) is scored on: "
+                      "heldout = those of the temperature-scaled row (comparable; default), "
+                      "all = every image, as the paper's official code"),
     ConfigOption("aurc_coverage", type=coverage_fraction, metavar="C",
                  help="selective: aurc_c/eaurc_c over the coverages [0, C]; the Selective "
                       "paper fixes no range: the default {default} is this project's choice"),
@@ -112,8 +116,11 @@ def _rescore(result, path):
     from ...provenance import recorded_caches, recorded_config
     from .score import SelectiveConfig, score_selective  # imported on use
 
-    return score_selective(recorded_caches(result),
-                           SelectiveConfig(**legacy_config(recorded_config(result))))
+    config = legacy_config(recorded_config(result))
+    if "none_samples" not in config and "sample_set" in result.coords:
+        # before the option, the none row was scored on every image (sample_set "all")
+        config["none_samples"] = str(result["sample_set"].sel(calibration="none").values)
+    return score_selective(recorded_caches(result), SelectiveConfig(**config))
 
 
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
@@ -133,7 +140,8 @@ PROTOCOL = Protocol(
         headline=tuple(f"{v}[calibration=none]" for v in (
             "accuracy", "auroc", "aurc", "eaurc", "aurc_c", "eaurc_c", "sac_99", "sac_95", "ece",
             "nll", "brier")),
-        images="calibration=none and top1/top5: every image of the dataset (n_scored of "
-               "none); calibration=temperature: the n_eval images outside the n_calib the "
-               "temperature is fitted on"),
+        images="calibration=temperature: the n_eval images outside the n_calib the "
+               "temperature is fitted on; calibration=none: the same images (sample_set "
+               "heldout, the default) or every image (sample_set all, --none-samples all); "
+               "n_scored says how many"),
     after_predict="auroc/ece/aurc: uqvision score selective --caches {caches} --out FILE.nc")

@@ -79,7 +79,8 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
     """The Selective paper's figures from a selective score file with metadata coords.
 
     The figures without temperature scaling are over the samples of the file's ``none`` row
-    (every test sample), those after it over the held-out samples (its ``sample_set`` coord);
+    (the held-out samples, or every test sample under ``--none-samples all``), those after it
+    over the held-out samples (the file's ``sample_set`` coord says which);
     the change under temperature scaling is measured on the held-out samples before and after
     (:func:`~.analysis.temperature_effect`, ``paired=True``).
 

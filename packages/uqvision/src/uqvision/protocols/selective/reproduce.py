@@ -566,11 +566,12 @@ def render_summary(ds, analysis: dict, sc: ZooScale, wall_s: float) -> str:
     """The Markdown summary of a run (per-model table, pair statistics, findings)."""
     lines = [f"# Selective zoo on the `{sc.hierarchy}` hierarchy (scale `{sc.name}`)", "",
              (f"{ds.sizes['model']} rows; {ds.attrs.get('n_images', '?')} test samples: "
-              "the columns without TS are over all of them, those with TS over the "
-              f"{ds.attrs.get('n_eval', '?')} outside the {ds.attrs.get('n_calib', '?')} "
-              "calibration samples (Galil et al.'s official code); the temperature-scaling "
-              "improvements below compare both on those held-out samples. Wall time "
-              f"{wall_s / 60:.1f} min."), "",
+              f"the columns with TS are over the {ds.attrs.get('n_eval', '?')} outside the "
+              f"{ds.attrs.get('n_calib', '?')} calibration samples, those without TS over "
+              + ("all of them (Galil et al.'s official code)"
+                 if "all" in ds["sample_set"].values.tolist() else "the same ones")
+              + "; the temperature-scaling improvements below compare both on those held-out "
+              f"samples. Wall time {wall_s / 60:.1f} min."), "",
              ("| model | regime | family | params | accuracy | AUROC | AUROC (TS) | ECE | "
              "ECE (TS) | AURC | SAC@95 | T |"), "|" + "---|" * 12]
     order = np.argsort(-np.nan_to_num(ds["auroc"].sel(calibration="none").values, nan=-1))

@@ -7,13 +7,15 @@ never one of role ``fit`` (training images) or an OOD set.
 
 The test set is split once per dataset (``stratified_holdout``: a label-stratified calibration
 subset of ``calibration_size`` samples; the split is a function of the labels and the seed, so
-every model of the dataset shares it). As in Galil et al.'s official ``benchmark_models.py``,
-the two calibration rows are scored on different sample sets (:data:`SAMPLE_SETS`):
-``calibration = "none"`` on **every** test sample, ``calibration = "temperature"`` on the
+every model of the dataset shares it). ``calibration = "temperature"`` is scored on the
 held-out samples (the calibration subset excluded), with T fitted on the calibration subset by
-``uqmetrics.temperature_scaled_metrics``. The unscaled metrics on the held-out samples are kept
-too (variable ``none_heldout``), so that the effect of temperature scaling can be measured on
-the same samples (:func:`uqvision.protocols.selective.analysis.temperature_effect`).
+``uqmetrics.temperature_scaled_metrics``. ``calibration = "none"`` is scored on the same
+held-out samples by default, so that the two rows are comparable (:data:`SAMPLE_SET_RULES`,
+``--none-samples heldout``); ``--none-samples all`` scores it on **every** test sample, as
+Galil et al.'s official ``benchmark_models.py`` does. The unscaled metrics on the held-out
+samples are kept in ``none_heldout`` under either rule, so that the effect of temperature
+scaling is measured on the same samples
+(:func:`uqvision.protocols.selective.analysis.temperature_effect`).
 
 Rows come from :data:`ROW_KINDS`: softmax response on the plain cache, and MC dropout (negative
 predictive entropy of the mean over passes; ECE not reported, as in Galil et al.) where the
@@ -64,8 +66,7 @@ from .metadata import attach_metadata, load_metadata, metadata_key
 __all__ = [
     "DEFAULT_AURC_COVERAGE",
     "ROW_KINDS",
-    "SAMPLE_SETS",
-    "SAMPLE_SET_RULE",
+    "SAMPLE_SET_RULES",
     "SELECTIVE_METRICS",
     "RowKind",
     "SelectiveConfig",
@@ -94,14 +95,18 @@ _COVERAGE_CONVENTIONS = {
 #: Upper end of the AURC_C coverage range [0, c]. Galil et al. define AURC over a set of
 #: coverages but fix no range for it: 0.5 (the most confident half) is this project's choice.
 DEFAULT_AURC_COVERAGE = 0.5
-#: The sample set of each calibration row (coord ``sample_set``): ``all`` = every test sample,
-#: ``heldout`` = the test samples outside the stratified calibration subset.
-SAMPLE_SETS = {"none": "all", "temperature": "heldout"}
-#: The rule behind :data:`SAMPLE_SETS` (score-file attr ``sample_set_rule``).
-SAMPLE_SET_RULE = ("official_code: calibration='none' on every test sample, "
-                   "calibration='temperature' on the samples outside the calibration subset "
-                   "(Galil et al. 2023, benchmark_models.py); none_heldout: calibration='none' "
-                   "on the temperature row's samples")
+#: The samples the ``calibration = "none"`` row is scored on (:attr:`SelectiveConfig.
+#: none_samples`, coord ``sample_set``), by rule, with the score-file attr ``sample_set_rule``
+#: describing it. ``temperature`` is always scored on ``heldout``, the test samples outside the
+#: stratified calibration subset; ``all`` is every test sample.
+SAMPLE_SET_RULES = {
+    "heldout": "heldout: calibration='none' and 'temperature' on the same samples, those "
+               "outside the calibration subset (S.1 stratified_holdout); none_heldout: "
+               "calibration='none' on the temperature row's samples",
+    "all": "official_code: calibration='none' on every test sample, calibration='temperature' "
+           "on the samples outside the calibration subset (Galil et al. 2023, "
+           "benchmark_models.py); none_heldout: calibration='none' on the temperature row's "
+           "samples"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,9 @@ class SelectiveConfig:
     ``mc_passes`` of its cache); a cache with fewer is refused. ``aurc_coverage``: the upper
     end c of the coverage range [0, c] of ``aurc_c``/``eaurc_c``, in (0, 1]; the paper fixes
     no range, and the default 0.5 is this project's choice (:data:`DEFAULT_AURC_COVERAGE`).
+    ``none_samples``: the samples the ``calibration = "none"`` row is scored on
+    (:data:`SAMPLE_SET_RULES`): ``"heldout"`` (default; those of the ``temperature`` row, so
+    the two rows compare) or ``"all"`` (every test sample, as the paper's official code).
     ``metadata``: extra model metadata tables
     (:func:`uqvision.protocols.selective.metadata.load_metadata`; the shipped table and
     ``$UQVISION_MODEL_METADATA`` are always read). ``test``: the ``dataset_name`` of the set
@@ -150,6 +158,7 @@ class SelectiveConfig:
     sac_rule: str = "largest"
     mc_passes: int = DEFAULT_PASSES["mc_dropout"]
     aurc_coverage: float = DEFAULT_AURC_COVERAGE
+    none_samples: str = "heldout"
     metadata: tuple[str, ...] = ()
 
 
@@ -199,8 +208,9 @@ def _row(z: np.ndarray, y: np.ndarray, held: np.ndarray, n_calib: int, kind: Row
     """Values (cell=3, metric), NaN for the kind's skipped metrics, and the
     ``temperature_scaled_metrics`` result (one ``stratified_holdout`` fold).
 
-    Cells: 0 = ``none`` on every sample, 1 = ``temperature`` on the held-out samples ``held``,
-    2 = ``none`` on the held-out samples (``none_heldout``).
+    Cells: 0 = ``none`` on the samples of ``config.none_samples`` (every sample, or the
+    held-out ones), 1 = ``temperature`` on the held-out samples ``held``, 2 = ``none`` on the
+    held-out samples (``none_heldout``).
     """
     kept = [m for m in metrics if m not in kind.skip]
     scored = tuple(_registered(m, config.sac_rule) for m in kept if m not in _COVERAGE)
@@ -211,12 +221,17 @@ def _row(z: np.ndarray, y: np.ndarray, held: np.ndarray, n_calib: int, kind: Row
     if int(res["n_eval"][0]) != held.size:  # the split below is the protocol's own
         raise RuntimeError("the held-out samples differ from temperature_scaled_metrics' split")
     t = float(res["temperature"][0])
-    p_all = softmax(z)
-    cells = [(score_metrics(y, p_all, metrics=scored, confidence=kind.confidence), y, p_all),
+    heldout = ({n: float(res[n].sel(calibration="none")) for n in scored}, y[held],
+               softmax(z[held]))
+    if config.none_samples == "all":
+        p_all = softmax(z)
+        first = (score_metrics(y, p_all, metrics=scored, confidence=kind.confidence), y, p_all)
+    else:
+        first = (dict(heldout[0]), *heldout[1:])
+    cells = [first,
              ({n: float(res[n].sel(calibration="temperature")) for n in scored}, y[held],
               softmax(z[held], temperature=t)),
-             ({n: float(res[n].sel(calibration="none")) for n in scored}, y[held],
-              softmax(z[held]))]
+             heldout]
     for cell, labels, p in cells:
         cell.update(_coverage_scores(labels, p, kind.confidence, ranged, config.aurc_coverage))
     values = np.array([[c.get(m, np.nan) if m in _COVERAGE else
@@ -273,9 +288,10 @@ def score_selective(caches: Iterable[str | os.PathLike],
                     config: SelectiveConfig | None = None) -> xr.Dataset:
     """Score every model's cache: dims (model, calibration), one variable per metric.
 
-    ``calibration = "none"`` is scored on every test sample and ``"temperature"`` on the
-    held-out samples (:data:`SAMPLE_SETS`, as Galil et al.'s official code); the unscaled
-    metrics on the held-out samples are in ``none_heldout``.
+    ``calibration = "temperature"`` is scored on the held-out samples, ``"none"`` on the same
+    ones (``config.none_samples = "heldout"``, the default) or on every test sample (``"all"``,
+    as Galil et al.'s official code; :data:`SAMPLE_SET_RULES`); the unscaled metrics on the
+    held-out samples are in ``none_heldout`` under either rule.
 
     Parameters
     ----------
@@ -307,14 +323,14 @@ def score_selective(caches: Iterable[str | os.PathLike],
         ``conventions``, ``input_checksums``: :func:`uqmetrics.stamp_result`), provenance,
         protocol options, ``sac_rule``, ``mc_passes``,
         ``aurc_coverage`` ([0, c]), ``n_images``, ``n_calib``/``n_eval`` (the split),
-        ``sample_set_rule`` (:data:`SAMPLE_SET_RULE`), the metadata tables used and
+        ``sample_set_rule`` (:data:`SAMPLE_SET_RULES`), the metadata tables used and
         ``caches`` (JSON: path -> checksum of each scored cache) and ``entries`` (each row's
         provenance: :func:`uqvision.provenance.entry_provenance`).
 
     Raises
     ------
     ValueError
-        An unknown SAC rule, ``mc_passes < 1``, ``aurc_coverage`` outside (0, 1] or below one
+        An unknown SAC rule or ``none_samples``, ``mc_passes < 1``, ``aurc_coverage`` outside (0, 1] or below one
         held-out sample, a calibration size that leaves no sample on either side, no cache;
         two cache files of one row with other logits (:class:`uqmetrics.InputError`, naming
         both); no test set, two sets of role ``test`` without ``test``, or a ``test`` of role
@@ -324,12 +340,14 @@ def score_selective(caches: Iterable[str | os.PathLike],
     -----
     With ``(C, E)`` the stratified calibration/evaluation split of the ``N`` test samples and
     ``z`` a row's logits (MC dropout: ``log mean_s softmax(z_s)``):
-    ``T = argmin NLL(softmax(z[C]/T))``; ``none`` is every metric of ``softmax(z)`` over all
-    ``N`` samples, ``temperature`` of ``softmax(z[E]/T)`` over ``E``, ``none_heldout`` of
-    ``softmax(z[E])`` over ``E``; selective metrics use ``correct = argmax p = y`` and the
-    row's κ. So ``none`` and ``temperature`` differ by the samples as well as by T (by the
-    sampling noise of the calibration subset: small for 5,000 of 50,000 images, not for a
-    small test set); ``temperature`` − ``none_heldout`` is the effect of T alone.
+    ``T = argmin NLL(softmax(z[C]/T))``; ``temperature`` is every metric of ``softmax(z[E]/T)``
+    over ``E``, ``none_heldout`` of ``softmax(z[E])`` over ``E``, and ``none`` the same as
+    ``none_heldout`` (rule ``heldout``) or of ``softmax(z)`` over all ``N`` samples (rule
+    ``all``); selective metrics use ``correct = argmax p = y`` and the row's κ; accuracy and
+    top-k are the same in both rows (``uqmetrics.temperature_scaled_metrics``). Under rule
+    ``all``, ``none`` and ``temperature`` differ by the samples as well as by T (by the
+    sampling noise of the calibration subset: small for 5,000 of 50,000 images, not for a small
+    test set); ``temperature`` − ``none_heldout`` is the effect of T alone under either rule.
 
     References
     ----------
@@ -341,6 +359,9 @@ def score_selective(caches: Iterable[str | os.PathLike],
     if config.sac_rule not in SAC_RULES:
         raise ValueError(f"sac_rule must be one of {', '.join(SAC_RULES)}, got "
                          f"{config.sac_rule!r} (option --sac-rule)")
+    if config.none_samples not in SAMPLE_SET_RULES:
+        raise ValueError(f"none_samples must be one of {', '.join(SAMPLE_SET_RULES)}, got "
+                         f"{config.none_samples!r} (option --none-samples)")
     if config.mc_passes < 1:
         raise ValueError(f"mc_passes must be >= 1, got {config.mc_passes!r}")
     if not 0 < config.aurc_coverage <= 1:
@@ -411,8 +432,9 @@ def score_selective(caches: Iterable[str | os.PathLike],
     data["temperature_converged"] = ("model", conv)
     out = xr.Dataset(data, coords={
         "model": [r[0] for r in rows], "calibration": ["none", "temperature"],
-        "sample_set": ("calibration", [SAMPLE_SETS["none"], SAMPLE_SETS["temperature"]]),
-        "n_scored": ("calibration", np.array([y.size, held.size], dtype=np.int64)),
+        "sample_set": ("calibration", [config.none_samples, "heldout"]),
+        "n_scored": ("calibration", np.array(
+            [y.size if config.none_samples == "all" else held.size, held.size], dtype=np.int64)),
         "metric": list(metrics),
         "method": ("model", [r[1] for r in rows]),
         "base_model": ("model", [r[2].model for r in rows]),
@@ -425,7 +447,7 @@ def score_selective(caches: Iterable[str | os.PathLike],
         out[name].attrs.update(coverage=coverage, convention=text)
     extra = {"calibration_protocol": "stratified_holdout",
              "n_images": int(y.size), "n_calib": int(n_calib), "n_eval": int(held.size),
-             "sample_set_rule": SAMPLE_SET_RULE,
+             "sample_set_rule": SAMPLE_SET_RULES[config.none_samples],
              "dataset_name": rows[0][2].dataset_name, "sac_rule": config.sac_rule,
              "mc_passes": config.mc_passes, "aurc_coverage": coverage,
              "confidence_functions": json.dumps({k: v.confidence for k, v in kinds.items()}),

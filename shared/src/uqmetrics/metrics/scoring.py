@@ -16,7 +16,7 @@ for one set of predictions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +85,7 @@ class Scorer:
         return [s.name for s in self.specs]
 
     def __call__(self, labels: np.ndarray, probs: np.ndarray, *,
-                 unscaled: dict[str, float] | None = None) -> dict[str, float]:
+                 unscaled: Mapping[str, float] | None = None) -> dict[str, float]:
         """``{name: value}``; with ``unscaled`` (this scorer's values on the same samples before
         temperature scaling), each ``temperature_invariant`` metric takes its value from it."""
         out: dict[str, float] = {}
@@ -121,7 +121,8 @@ class Scorer:
 
 
 def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
-                  confidence: Confidence = "softmax_response") -> dict[str, float]:
+                  confidence: Confidence = "softmax_response",
+                  unscaled: Mapping[str, float] | None = None) -> dict[str, float]:
     """Evaluate registered classification and selective metrics on one set of predictions.
 
     Parameters
@@ -137,6 +138,11 @@ def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
         The confidence κ of the selective metrics: a name in
         :data:`uqmetrics.CONFIDENCE_FUNCTIONS` (not one needing members), or a function
         ``probs (n, C) -> (n,)`` (higher = more confident).
+    unscaled : mapping of str to float, optional
+        When ``probs`` are temperature-scaled: the values of these metrics on the unscaled
+        probabilities of the same samples. Each metric of property ``temperature_invariant``
+        (top-k accuracy) takes its value from it, so temperature scaling never changes it,
+        even where a small temperature underflows probabilities to 0.
 
     Returns
     -------
@@ -156,4 +162,4 @@ def score_metrics(labels: Any, probs: Any, *, metrics: Sequence[str],
     {'accuracy': 0.75, 'auroc': 0.6666666666666666}
     """
     scorer = Scorer.build(metrics, confidence)
-    return scorer(*labels_probs(labels, probs))
+    return scorer(*labels_probs(labels, probs), unscaled=unscaled)

@@ -139,12 +139,11 @@ def _scaled(p: np.ndarray, t: float) -> np.ndarray:
 
 
 def _scores(labels: np.ndarray, p: np.ndarray, t: float) -> np.ndarray:
-    """(metric, calibration) values."""
-    out = np.empty((len(SHIFT_METRICS), len(CALIBRATIONS)))
-    for j, q in enumerate((p, _scaled(p, t))):
-        vals = score_metrics(labels, q, metrics=SHIFT_METRICS)
-        out[:, j] = [vals[m] for m in SHIFT_METRICS]
-    return out
+    """(metric, calibration) values; accuracy is the same in both columns (temperature
+    scaling keeps the order of the classes: ``score_metrics(..., unscaled=...)``)."""
+    unscaled = score_metrics(labels, p, metrics=SHIFT_METRICS)
+    scaled = score_metrics(labels, _scaled(p, t), metrics=SHIFT_METRICS, unscaled=unscaled)
+    return np.array([[c[m] for c in (unscaled, scaled)] for m in SHIFT_METRICS])
 
 
 def _split(n: int, config: ShiftConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -187,6 +187,48 @@ def test_a_study_of_another_configuration_or_method_revision_is_refused_unless_o
     assert swept == ["e2", "e2"]
 
 
+def test_a_study_differing_only_in_execution_fields_is_reused(tmp_path, monkeypatch):
+    """A study of the scale asked computed with other values of the execution-only training
+    fields (``max_memory``, ``chunk_networks``, ``parallel_chunks`` on the CPU, and
+    ``cuda_graphs``; :func:`uqreg.study.execution_only_train_fields`) is reused as it is; one that
+    also differs in a field a result depends on is refused, naming that field alone. On CUDA,
+    where the chunk may change a result's rounding, another ``max_memory`` is another study."""
+    import dataclasses
+
+    import uqmetrics
+
+    from uqreg.study import record_identity, reproduce_identity, reproduced_study
+
+    swept = _stub_sweep(monkeypatch)
+    studies = SCALES.lookup("smoke").studies
+    e2 = studies["e2"]
+
+    def e2_with(**train):
+        return dataclasses.replace(e2, train=dataclasses.replace(e2.train, **train))
+
+    reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)
+    for train in ({"max_memory": 1e9}, {"chunk_networks": 1, "parallel_chunks": 2},
+                  {"max_memory": "auto", "chunk_networks": "auto", "parallel_chunks": "auto", "cuda_graphs": True}):
+        monkeypatch.setitem(studies, "e2", e2_with(**train))
+        reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)  # reused
+        assert swept == ["e2"], train
+    monkeypatch.setitem(studies, "e2", e2_with(max_memory=1e9, epochs=e2.train.epochs + 1))
+    with pytest.raises(uqmetrics.InputError, match=r"from another configuration than this run's \(config.train.epochs "
+                       rf"{e2.train.epochs} \(asked {e2.train.epochs + 1}\)\); pass --overwrite"):
+        reproduce(tmp_path, scale="smoke", experiments=("e2",), progress=False)
+    assert swept == ["e2"]
+    # on CUDA the chunking fields are part of what a study is computed from
+    cuda = e2_with(device="cuda", max_memory=16e9, chunk_networks="auto", parallel_chunks=1)
+    ds = xr.Dataset({"x": ("a", [1.0])}, attrs={"reproduce_scale": "smoke", "config": json.dumps(cuda.to_dict())})
+    record_identity(ds, reproduce_identity(cuda))
+    path = uqmetrics.write_dataset(ds, tmp_path / "cuda" / "study.nc")
+    reproduced_study(path, "smoke", identity=reproduce_identity(
+        dataclasses.replace(cuda, train=dataclasses.replace(cuda.train, cuda_graphs=True)))).close()
+    with pytest.raises(uqmetrics.InputError, match=r"\(config.train.max_memory 16000000000.0 \(asked 1000000000.0\)\)"):
+        reproduced_study(path, "smoke", identity=reproduce_identity(
+            dataclasses.replace(cuda, train=dataclasses.replace(cuda.train, max_memory=1e9))))
+
+
 def test_a_study_of_another_scale_is_replaced_under_overwrite(tmp_path, monkeypatch):
     """With ``overwrite`` the study of another scale is computed at the scale asked and written
     over the file (the sweep and the figures stubbed: what is checked is that the study is not

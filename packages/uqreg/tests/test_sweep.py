@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -297,23 +298,173 @@ def test_cells_of_another_configuration_are_not_reused():
     assert a == [c.key for c in plan_cells(TINY)]  # and the same config gives the same keys
 
 
+def _digest_of_before(params: dict) -> str:
+    """A cell's digest as sweeps on disk were named before revisions and before the chunking
+    fields left it: the sha256 of its config, every training field but ``cuda_graphs``."""
+    import hashlib
+
+    train = {k: v for k, v in params["train"].items() if k != "cuda_graphs"}
+    return hashlib.sha256(json.dumps(dict(params, train=train), sort_keys=True).encode()).hexdigest()[:10]
+
+
 def test_cells_of_a_revised_method_get_a_new_identity():
     """``cd+mv``/``vd+mv`` (and their conformal versions) were computed with their KL scaled by
-    σ² before revision 1 (docs/conventions.md#r-7): their cells' digest differs from the one
-    the same config had before, so such a cell on disk is never reused; every other method's
-    digest is the one it always was (the sha256 of its config, written out here), so their
-    cells on disk stay valid."""
-    import hashlib
+    σ² before revision 1 (docs/conventions.md#r-7): their cells' digest, and the digest of
+    before that a sweep looks for on disk (:func:`uqreg.sweep.legacy_cell_digest`), differ from
+    the one the same config had before, so such a cell on disk is never reused; every other
+    method's digest of before is the one it always was (the sha256 of its config, written out
+    here), so their cells on disk stay valid."""
+    from uqreg.sweep import legacy_cell_digest
 
     cfg = StudyConfig(task="sinusoid_het", complexities=(1,), repetitions=2, n_cal=20,
                       methods=("cd", "vd", "ens+mv", "bd+mv", "cd+mv", "vd+mv", "cd+mv+cp_abs", "ens+mv+cp_abs"))
     revised = {"cd+mv", "vd+mv", "cd+mv+cp_abs"}
     for cell in plan_cells(cfg):
         params = cell.params["config"]
-        train = {k: v for k, v in params["train"].items() if k != "cuda_graphs"}
-        before = hashlib.sha256(json.dumps(dict(params, train=train), sort_keys=True).encode()).hexdigest()[:10]
+        before = _digest_of_before(params)
         (method,) = params["methods"]
-        assert cell.key.endswith("_" + before) == (method not in revised), method
+        assert (legacy_cell_digest(params) == before) == (method not in revised), method
+        assert not cell.key.endswith("_" + before), method  # the chunking fields are left out now
+
+
+# ---------------------------------------------------------------------------------------------
+# max_memory, chunk_networks, parallel_chunks: execution only on the CPU, out of a cell's key
+
+#: A small float32 study of two trained methods (9 networks of ens, 3 of bd per cell of three
+#: repetitions) whose chunking would show: the widths of execution_check, a fan-in-1 first
+#: layer of width 50 (one-row products, which BLAS rounds by batch size).
+CHUNKED = StudyConfig(task="sinusoid", complexities=(1,), methods=("bd", "ens"), recipes=("paper",), repetitions=3,
+                      train=TrainConfig(members=3, epochs=5, mc_samples=6, hidden=(50, 20, 8), dtype="float32",
+                                        parallel_chunks=1))
+
+
+def _train(config: StudyConfig, **fields) -> StudyConfig:
+    return replace(config, train=replace(config.train, **fields))
+
+
+def _keys(config: StudyConfig, **fields) -> list[str]:
+    return [c.key for c in plan_cells(_train(config, **fields), chunk_repetitions=2)]
+
+
+def test_the_chunking_fields_change_no_bit_of_a_cell(tmp_path, monkeypatch):
+    """The premise of leaving them out of a cell's key: a cell (:func:`uqreg.sweep.run_cell`,
+    what a sweep computes and writes) is the same, every variable bit for bit in float32, in
+    one chunk, in chunks of one network, of two on two concurrent threads, in chunks bounded
+    to two networks by ``max_memory``, and in chunks and concurrency measured (``auto``)."""
+    from uqreg.engine import autoplan
+    from uqreg.sweep import run_cell
+
+    monkeypatch.setenv(autoplan.PLAN_FILE_ENV, str(tmp_path / "engine_plan.json"))
+    monkeypatch.delenv(autoplan.REMEASURE_ENV, raising=False)
+    monkeypatch.setattr(autoplan, "CPU_CHUNKS", (2, 4, 8))  # below the 9 networks: auto cuts them
+    autoplan.forget()
+    variants = {"chunks of 1": {"chunk_networks": 1},
+                "chunks of 2, 2 threads": {"chunk_networks": 2, "parallel_chunks": 2},
+                "max_memory": {"max_memory": _max_memory_for_chunks_of(CHUNKED, 2)},
+                "auto": {"chunk_networks": "auto", "parallel_chunks": "auto", "max_memory": "auto"}}
+    inst = CHUNKED.instance(1)
+
+    def ens_plan(cfg):
+        return make_plan(get_method("ens").job(inst, inst.targets(range(3)), range(3), cfg.train))
+
+    try:
+        wholes = [run_cell(**cell.params) for cell in plan_cells(CHUNKED)]  # one per method
+        assert ens_plan(CHUNKED).n_chunks == 1
+        for label, fields in variants.items():
+            cfg = _train(CHUNKED, **fields)
+            assert ens_plan(cfg).n_chunks > 1, label  # the variant does cut the networks
+            for cell, whole in zip(plan_cells(cfg), wholes, strict=True):
+                got = run_cell(**cell.params)
+                assert set(got.data_vars) == set(whole.data_vars)
+                for name in whole.data_vars:
+                    assert np.array_equal(got[name].values, whole[name].values,
+                                          equal_nan=whole[name].dtype.kind == "f"), f"{label}: {cell.key} {name}"
+    finally:
+        autoplan.forget()
+
+
+def test_the_chunking_fields_leave_a_cpu_cells_key_unchanged():
+    """On the CPU a cell's key is the same whatever ``max_memory``, ``chunk_networks`` and
+    ``parallel_chunks`` are (and ``cuda_graphs``), and changes with a field a result depends
+    on. Where the chunk can change a result's rounding they stay in the key, whose digest is
+    then the one of before: on CUDA (cuBLAS may pick its kernels by batch size) and with
+    PyTorch's fused Adam of the autograd backend (its rounding depends on a network's place in
+    its chunk)."""
+    keys = _keys(CHUNKED)
+    for fields in ({"max_memory": 1e8}, {"max_memory": "auto"}, {"chunk_networks": 1}, {"chunk_networks": None},
+                   {"chunk_networks": "auto"}, {"parallel_chunks": 3}, {"parallel_chunks": None},
+                   {"parallel_chunks": "auto"}, {"cuda_graphs": True},
+                   {"max_memory": 2.5e9, "chunk_networks": 7, "parallel_chunks": 2}):
+        assert _keys(CHUNKED, **fields) == keys, fields
+    for fields in ({"epochs": 6}, {"members": 4}, {"mc_samples": 7}, {"dtype": "float64"}, {"hidden": (50, 20)},
+                   {"backend": "autograd"}, {"device": "cuda"}):
+        assert not set(_keys(CHUNKED, **fields)) & set(keys), fields
+    assert not set(_keys(replace(CHUNKED, seed=1))) & set(keys)
+    autograd = _keys(CHUNKED, backend="autograd")  # with the foreach Adam: execution only too
+    assert _keys(CHUNKED, backend="autograd", chunk_networks=1, max_memory=1e8, parallel_chunks=2) == autograd
+    for where in ({"device": "cuda"}, {"backend": "autograd", "adam": "fused"}):
+        kept = _keys(CHUNKED, **where)
+        assert [k.rsplit("_", 1)[1] for k in kept] == [
+            _digest_of_before(c.params["config"]) for c in plan_cells(_train(CHUNKED, **where), chunk_repetitions=2)]
+        for fields in ({"max_memory": 1e8}, {"chunk_networks": 1}, {"parallel_chunks": 3}):
+            assert not set(_keys(CHUNKED, **where, **fields)) & set(kept), (where, fields)
+        assert _keys(CHUNKED, **where, cuda_graphs=True) == kept
+
+
+def test_a_rerun_with_other_chunking_fields_computes_nothing(tmp_path, scheduler):
+    """A sweep rerun (resumed) with another ``max_memory``, ``chunk_networks`` or
+    ``parallel_chunks`` reads every cell the first run wrote, computes none, and gives the same
+    study; one with another number of epochs computes every cell again. (Before, their values
+    were part of the cells' keys: every cell was computed again.)"""
+    first, report = run_study_sweep(CHUNKED, tmp_path, chunk_repetitions=2, scheduler=scheduler, progress=False)
+    n_cells = len(plan_cells(CHUNKED, chunk_repetitions=2))
+    assert report.ok and len(report.computed) == n_cells == 4
+    mtimes = {p: p.stat().st_mtime_ns for p in report.computed}
+    for fields in ({"max_memory": 2.5e9}, {"chunk_networks": 2, "parallel_chunks": 2},
+                   {"max_memory": 1e9, "chunk_networks": "auto"}):
+        again, rerun = run_study_sweep(_train(CHUNKED, **fields), tmp_path, chunk_repetitions=2, scheduler=scheduler,
+                                       progress=False)
+        assert rerun.ok and rerun.computed == [] and sorted(rerun.skipped) == sorted(mtimes), fields
+        assert_same_study(first, again)
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+    _, other = run_study_sweep(_train(CHUNKED, epochs=6, max_memory=2.5e9), tmp_path, chunk_repetitions=2,
+                               scheduler=scheduler, progress=False)
+    assert len(other.computed) == n_cells and other.skipped == []
+
+
+def test_a_cell_on_disk_under_its_key_of_before_is_reused_where_it_is(tmp_path, scheduler):
+    """Cells written before the chunking fields left the digest are named by the digest of
+    every training field but ``cuda_graphs`` (written out here): a sweep of the same
+    configuration reads them where they are (:func:`plan_cells` keeps that key when only that
+    file is there): nothing computed, no file renamed, rewritten or added, and the study they
+    make is the sequential study's. A cell whose file is there under its key of now is read
+    from that one."""
+    from uqreg.study import summarize
+    from uqreg.sweep import run_cell, sweep_config
+
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    for cell in plan_cells(sweep_config(CHUNKED), chunk_repetitions=2):
+        stem, digest = cell.key.rsplit("_", 1)
+        before = _digest_of_before(cell.params["config"])
+        assert digest != before  # the key of now is another
+        uqmetrics.write_dataset(run_cell(**cell.params), cells / f"{stem}_{before}.nc")
+    mtimes = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.nc")}
+    assert len(mtimes) == 4
+    ds, report = run_study_sweep(CHUNKED, tmp_path, chunk_repetitions=2, scheduler=scheduler, progress=False)
+    assert report.ok and report.computed == [] and sorted(p.name for p in report.skipped) == sorted(mtimes)
+    assert {p.name: p.stat().st_mtime_ns for p in cells.glob("*.nc")} == mtimes
+    assert sorted(Path(p).name for p in json.loads(ds.attrs["caches"])) == sorted(mtimes)
+    study = run_study(CHUNKED, progress=False)
+    assert_same_study(study[list(ds.data_vars)], ds)
+    assert_same_study(summarize(combine_cells(sorted(cells.glob("*.nc")), CHUNKED))[list(ds.data_vars)], ds)
+    # the file of now, where it is there too, is the one read
+    planned = plan_cells(sweep_config(CHUNKED), chunk_repetitions=2)
+    stem = planned[0].key.rsplit("_", 1)[0]
+    (cells / f"{planned[0].key}.nc").write_bytes(
+        (cells / f"{stem}_{_digest_of_before(planned[0].params['config'])}.nc").read_bytes())
+    found = [c.key for c in plan_cells(sweep_config(CHUNKED), chunk_repetitions=2, cells_dir=cells)]
+    assert found[0] == planned[0].key and all(f"{k}.nc" in mtimes for k in found[1:])
 
 
 # ---------------------------------------------------------------------------------------------

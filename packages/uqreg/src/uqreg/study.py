@@ -741,10 +741,41 @@ def covered(center, std, target, z: float) -> np.ndarray:
     return hit
 
 
-#: Training fields of execution only: no bit of a result depends on them, so that a result computed
-#: with or without them is reused (left out of a sweep cell's digest, :func:`uqreg.sweep.cell_digest`,
-#: and of a reproduced study's identity, :func:`reproduced_study`).
+#: Training fields of execution only in every configuration: no bit of a result depends on them,
+#: so that a result computed with or without them is reused (left out of a sweep cell's digest,
+#: :func:`uqreg.sweep.cell_digest`, and of a reproduced study's identity, :func:`reproduced_study`;
+#: both take them from :func:`execution_only_train_fields`).
 EXECUTION_ONLY_TRAIN_FIELDS = ("cuda_graphs",)
+#: Training fields that set how the network axis is cut and run (networks per chunk, chunks at
+#: once, the memory budget that bounds the chunk, and from which ``"auto"`` measures it): execution
+#: only where a network's bits do not depend on its chunk (:func:`execution_only_train_fields`).
+CHUNKING_TRAIN_FIELDS = ("max_memory", "chunk_networks", "parallel_chunks")
+
+
+def execution_only_train_fields(train) -> tuple[str, ...]:
+    """The training fields no bit of a result computed under ``train`` depends on:
+    :data:`EXECUTION_ONLY_TRAIN_FIELDS`, and :data:`CHUNKING_TRAIN_FIELDS` on the CPU with the
+    engine's own Adam (backend ``fused``, or ``autograd`` with the ``foreach`` Adam), where a
+    network's arithmetic does not depend on its chunk nor on the concurrent chunks, bit for bit
+    (docs/conventions.md#r-5; tests/test_sweep.py checks it on study cells). Not on CUDA, where
+    cuBLAS may choose its kernels by batch size (docs/conventions.md#r-5-plan), nor with
+    PyTorch's fused CPU Adam (``backend="autograd", adam="fused"``), whose rounding depends on a
+    network's place in its chunk: there a chunking field stays part of a result's identity.
+
+    Parameters
+    ----------
+    train : TrainConfig or dict
+        The training configuration (a dict: its ``to_dict()`` form, as a cell or a study
+        records it).
+
+    Returns
+    -------
+    tuple of str
+    """
+    t = train if isinstance(train, dict) else vars(train)
+    cpu = not str(t.get("device", "cpu")).startswith("cuda")
+    chunk_free = t.get("backend", "fused") != "autograd" or t.get("adam", "foreach") != "fused"
+    return EXECUTION_ONLY_TRAIN_FIELDS + (CHUNKING_TRAIN_FIELDS if cpu and chunk_free else ())
 
 
 def reproduce_identity(config, **attrs) -> dict:
@@ -792,12 +823,14 @@ def flat_json(value, prefix: str = "") -> dict:
 
 def _identity_differences(attrs, identity: dict) -> list[str]:
     """The fields where the study's ``attrs`` record other than ``identity`` (``found (asked)``),
-    execution-only training fields (:data:`EXECUTION_ONLY_TRAIN_FIELDS`) left out."""
+    the execution-only training fields of the configuration asked
+    (:func:`execution_only_train_fields`) left out."""
     from uqmetrics.runs.io import decode_attr
 
     found = flat_json({k: decode_attr(attrs[k]) for k in identity if k in attrs})
     asked = flat_json(identity)
-    skip = {f"config.train.{f}" for f in EXECUTION_ONLY_TRAIN_FIELDS}
+    train = (identity.get("config") or {}).get("train") or {}
+    skip = {f"config.train.{f}" for f in execution_only_train_fields(train)}
 
     def show(flat: dict, k: str) -> str:
         return json.dumps(flat[k]) if k in flat else "(not recorded)"
@@ -824,8 +857,9 @@ def reproduced_study(path, scale: str, *, overwrite: bool = False, identity: dic
         What the study is computed from now (:func:`reproduce_identity`: its configuration,
         device included, its methods' revisions, ...): a study whose attrs record anything else
         (an earlier run on another device, a scale's configuration or a method revised since)
-        is not this run's. Execution-only training fields (:data:`EXECUTION_ONLY_TRAIN_FIELDS`)
-        are not compared.
+        is not this run's. Execution-only training fields (:func:`execution_only_train_fields`:
+        ``cuda_graphs``, and on the CPU ``max_memory``, ``chunk_networks`` and
+        ``parallel_chunks``) are not compared.
 
     Returns
     -------

@@ -42,24 +42,19 @@ from .study import (
     EXECUTION_ONLY_TRAIN_FIELDS,
     RAW_VARS,
     StudyConfig,
+    execution_only_train_fields,
     run_raw,
     study_entries,
     summarize,
 )
 
-#: Training fields left out of a cell's digest: added after sweeps were on disk, and execution
-#: only (no bit of a result depends on them), so a cell computed with or without them is reused.
-_UNDIGESTED_TRAIN_FIELDS = EXECUTION_ONLY_TRAIN_FIELDS
 
-
-def cell_digest(params: dict) -> str:
-    """The digest of a cell's full config (a rerun with other settings never reuses the cell),
-    but for :data:`_UNDIGESTED_TRAIN_FIELDS`, and of its methods' revisions that are not 0
-    (:func:`uqreg.methods.method_revisions`: a cell computed before a fix of its method is never
-    reused, and the digest of a cell whose methods are all at revision 0 is what it always was)."""
+def _digest(params: dict, left_out) -> str:
+    """The sha256 (10 hex digits) of a cell's config, but for the training fields ``left_out``,
+    and of its methods' revisions that are not 0."""
     from .methods import method_revisions  # torch: imported on use
 
-    train = {k: v for k, v in params["train"].items() if k not in _UNDIGESTED_TRAIN_FIELDS}
+    train = {k: v for k, v in params["train"].items() if k not in left_out}
     payload = dict(params, train=train)
     revisions = method_revisions(params.get("methods", ()))
     if revisions:
@@ -67,8 +62,35 @@ def cell_digest(params: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell]:
-    """The cells of a study: one per (recipe, complexity, method, chunk of repetitions)."""
+def cell_digest(params: dict) -> str:
+    """The digest of a cell's full config (a rerun with other settings never reuses the cell),
+    but for its execution-only training fields (:func:`uqreg.study.execution_only_train_fields`:
+    ``cuda_graphs``, and on the CPU ``max_memory``, ``chunk_networks`` and ``parallel_chunks``,
+    so a rerun with another ``--max-memory`` reuses the cells), and of its methods' revisions
+    that are not 0 (:func:`uqreg.methods.method_revisions`: a cell computed before a fix of its
+    method is never reused, and the digest of a cell whose methods are all at revision 0 is
+    what it always was)."""
+    return _digest(params, execution_only_train_fields(params["train"]))
+
+
+def legacy_cell_digest(params: dict) -> str:
+    """The digest a cell had before its chunking fields (:data:`uqreg.study.CHUNKING_TRAIN_FIELDS`)
+    were left out of :func:`cell_digest`: every training field but
+    :data:`uqreg.study.EXECUTION_ONLY_TRAIN_FIELDS` (``cuda_graphs``). A cell file on disk under
+    this digest is the same cell (:func:`plan_cells` finds it); where no chunking field is left
+    out (on CUDA), it is :func:`cell_digest`."""
+    return _digest(params, EXECUTION_ONLY_TRAIN_FIELDS)
+
+
+def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10, cells_dir=None) -> list[Cell]:
+    """The cells of a study: one per (recipe, complexity, method, chunk of repetitions), keyed
+    ``<task>_<recipe>_c<complexity>_<method>_r<first>-<last>_<digest>`` (:func:`cell_digest`).
+
+    ``cells_dir``: the folder of the sweep's cell files. A cell whose file is there only under
+    its key of before (:func:`legacy_cell_digest`: a sweep written before the chunking fields
+    left the digest, possibly with other values of them) keeps that key, so that the sweep reads
+    the file there (:func:`uqmetrics.runs.sweep.run_sweep` skips a cell whose file is complete,
+    and recomputes one that is not, in its place): the cell is neither recomputed nor renamed."""
     cfg = config.resolved()
     if not is_int(chunk_repetitions) or chunk_repetitions < 1:
         raise ValueError(f"chunk_repetitions must be an integer >= 1, got {chunk_repetitions!r}")
@@ -82,9 +104,13 @@ def plan_cells(config: StudyConfig, *, chunk_repetitions: int = 10) -> list[Cell
                     chunk = reps[start:start + chunk_repetitions]
                     params = dict(base, complexities=[int(c)], methods=[m], recipes=[r], repetitions=len(chunk),
                                   first_repetition=int(chunk[0]))
-                    digest = cell_digest(params)
-                    key = f"{cfg.task}_{r}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_{digest}"
-                    cells.append(Cell(key, {"config": params}))
+                    stem = f"{cfg.task}_{r}_c{c}_{m}_r{chunk[0]:04d}-{chunk[-1]:04d}_"
+                    cell = Cell(stem + cell_digest(params), {"config": params})
+                    if cells_dir is not None and not cell_path(cells_dir, cell).exists():
+                        legacy = Cell(stem + legacy_cell_digest(params), cell.params)
+                        if legacy.key != cell.key and cell_path(cells_dir, legacy).is_file():
+                            cell = legacy
+                    cells.append(cell)
     return cells
 
 
@@ -225,9 +251,9 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
         if scheduler is None and client is None and (not is_int(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     cfg = sweep_config(config)
-    cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions)
-    t0 = time.perf_counter()
     cells_dir = Path(out_dir) / "cells"
+    cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions, cells_dir=cells_dir)  # legacy keys found
+    t0 = time.perf_counter()
     with exclusive_lock(cells_dir / ".sweep.lock",
                         advice="wait for that sweep to finish, or write to another --out"):
         remove_stale_temporaries(cells_dir)  # no other sweep writes here: they are orphans

@@ -181,6 +181,25 @@ def test_standin_runs_end_to_end_resumes_and_adds_a_protocol_alone(standin, clie
     assert err.count("\n") == 1 and not (other / "caches").exists()
 
 
+@pytest.mark.parametrize("name", ["../../victim.nc", "/abs/victim.nc", ".replaced", 7])
+def test_a_state_file_naming_caches_outside_the_caches_folder_is_refused(standin, name, capsys):
+    """The state file is data (an output folder may come from another user): the cache names
+    of a set are moved aside and back when its caches are recomputed, so a name that is not a
+    plain file name of ``caches/`` is refused before any work, and nothing is moved."""
+    out = standin / "poisoned"
+    (out / "caches").mkdir(parents=True, exist_ok=True)
+    victim = standin / "victim.nc"
+    victim.write_bytes(b"someone's")
+    state = {"sets": {"test": {"role": "fit", "caches": ["a.nc", name]}}}
+    (out / "evaluate.state.json").write_text(json.dumps(state))
+    assert main(["evaluate", str(standin / "examples" / "standin.toml"), "--out", str(out),
+                 "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"evaluate.state.json' records the cache {name!r}, which is not a file name of " \
+        "the caches folder" in err and err.count("\n") == 1, err
+    assert victim.read_bytes() == b"someone's" and not (out / "caches" / ".replaced").exists()
+
+
 def test_a_set_whose_role_changed_has_its_caches_recomputed_and_its_scores_redone(
         digits, trained, client, tmp_path, capsys):  # noqa: F811
     """A set's role is recorded in its caches (``set_role``) but is not part of their

@@ -50,7 +50,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from uqmetrics import InputError
@@ -706,7 +706,31 @@ def read_state(out: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise InputError(f"{str(path)!r} is not an evaluation's state: delete it or pass "
                          "--overwrite")
+    _check_state_caches(state, path)
     return state
+
+
+def _check_state_caches(state: Mapping[str, Any], path: Path) -> None:
+    """Refuse a state whose sets are not records of their caches by file name in the caches
+    folder: the names are moved aside and back when a set's caches are recomputed, so a name
+    with a folder in it (``../x.nc``, an absolute path) would move a file outside the output
+    folder (a state file is data, possibly from another user)."""
+    def bad(what: str) -> InputError:
+        return InputError(f"{str(path)!r} records {what}: delete the state file (the "
+                          "evaluation then recomputes its scores, figures and site) or pass "
+                          "--overwrite")
+
+    sets = state.get("sets", {})
+    if not isinstance(sets, dict) or not all(isinstance(r, dict) for r in sets.values()):
+        raise bad(f"sets that are not an evaluation's ({sets!r:.80})")
+    for record in sets.values():
+        names = record.get("caches", [])
+        if not isinstance(names, list):
+            raise bad(f"caches that are not a list of file names ({names!r:.80})")
+        for name in names:
+            if not (isinstance(name, str) and PurePosixPath(name).name == name
+                    and "\\" not in name and not name.startswith(".")):
+                raise bad(f"the cache {name!r}, which is not a file name of the caches folder")
 
 
 def _write_state(out: Path, state: Mapping[str, Any]) -> None:

@@ -12,6 +12,7 @@ torch.hub's ``checkpoints`` folder under torchvision's file name.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -21,10 +22,11 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 from timm.data import ImageNetInfo
+from uqmetrics import InputError
 
 from uqvision.cli import main
 from uqvision.data import make_synthetic_folder
-from uqvision.exceptions import WeightsUnavailableError
+from uqvision.exceptions import CheckpointError, WeightsUnavailableError
 from uqvision.models import (
     data_config,
     hub_cache_dir,
@@ -251,3 +253,69 @@ def test_a_torchvision_name_offline_and_not_cached_names_the_expected_file(hub, 
     assert "\n" not in text and f"model 'tv/{TV_NAME}'" in text
     assert os.path.basename(weights.url) in text and f"cache directory {str(folder)!r}" in text
     assert not folder.exists() or not any(folder.iterdir())  # nothing downloaded
+
+
+class _Payload:
+    """Pickles as a call that writes ``marker``: a weight file that runs code when unpickled."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def _malicious(path: Path, state: dict, marker: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({**state, "payload": _Payload(marker)}, path)
+    return path
+
+
+def test_a_pickled_torchvision_cache_file_never_runs_code(hub, tmp_path):
+    """torch.hub loads torchvision's weights with ``weights_only=False``: a cached file (data,
+    possibly planted) that is not tensors only is refused in one line, and runs nothing."""
+    weights = torchvision.models.get_model_weights(TV_NAME).DEFAULT
+    marker = tmp_path / "ran"
+    state = torchvision.models.get_model(TV_NAME, weights=None).state_dict()
+    path = _malicious(tmp_path / "torch" / "hub" / "checkpoints" / os.path.basename(weights.url),
+                      state, marker)
+    with pytest.raises(WeightsUnavailableError) as info:
+        load_model(f"tv/{TV_NAME}")
+    assert not marker.exists() and "\n" not in str(info.value)
+    assert path.name in str(info.value) and "Weights only load failed" in str(info.value)
+    assert os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD") is None  # restored after the load
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "hub"])
+def test_a_pickled_timm_weight_file_never_runs_code(hub, tmp_path, where):
+    """A local ``NAME=FILE.pth`` and a hub-cache ``pytorch_model.bin`` are read tensors only,
+    whatever timm version's default: the payload never runs, the error names the file."""
+    marker = tmp_path / "ran"
+    if where == "checkpoint":
+        path = _malicious(tmp_path / "theirs.pth", _state(3), marker)
+        spec = f"{NAME}={path}"
+    else:
+        snap, _ = _write_hub_file(hub, seed=3)
+        path = _malicious(snap.parent / "pytorch_model.bin", _state(3), marker)
+        snap.unlink()  # only the pickled file is cached
+        spec = NAME
+    with pytest.raises((CheckpointError, WeightsUnavailableError)) as info:
+        load_model(spec)
+    assert not marker.exists() and "\n" not in str(info.value), info.value
+    assert "does not load" in str(info.value) or "could not" in str(info.value)
+
+
+def test_a_sidecar_never_says_where_the_weights_come_from(hub, tmp_path):
+    """A sidecar's ``pretrained_cfg`` is laid over the model's: it may give the preprocessing,
+    never a hub repository, URL or file to read the weights from instead of the checkpoint."""
+    local = tmp_path / "mine.safetensors"
+    save_file(_state(7), str(local))
+    _write_hub_file(hub, seed=3)  # what the sidecar would load instead
+    (tmp_path / "mine.json").write_text(json.dumps({"pretrained_cfg": {
+        "input_size": [3, 32, 32], "source": "hf-hub", "hf_hub_id": REPO}}))
+    for call in (lambda: load_model(f"{NAME}={local}"), lambda: data_config(f"{NAME}={local}")):
+        with pytest.raises(InputError, match=r"mine\.json'?: pretrained_cfg names \['hf_hub_id', "
+                                             r"'source'\], which are not preprocessing fields"):
+            call()
+    (tmp_path / "mine.json").write_text(json.dumps({"pretrained_cfg": {"input_size": [3, 32, 32]}}))
+    assert load_model(f"{NAME}={local}").data_config.input_size == (3, 32, 32)

@@ -16,11 +16,13 @@ classes and, for a trained run, its method and hyperparameters. Here:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +42,12 @@ from .names import ModelSpec
 __all__ = [
     "check_checkpoint_file",
     "check_model_kwargs",
+    "check_sidecar_pretrained_cfg",
     "existing_checkpoint",
     "read_sidecar",
     "recorded_class_names",
     "sidecar_path",
+    "tensors_only",
     "write_checkpoint",
 ]
 
@@ -64,6 +68,56 @@ def sidecar_path(checkpoint: str | os.PathLike) -> Path:
 #: loading (a run's weights come from its own checkpoint, or ``init_checkpoint`` at training).
 WEIGHT_LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay",
                          "checkpoint_path", "cache_dir")
+
+
+@contextlib.contextmanager
+def tensors_only() -> Iterator[None]:
+    """Every ``torch.load`` within reads tensors only (``weights_only=True``), even where the
+    caller passes ``weights_only=False``: timm's file and hub loaders before timm 1.0.26, and
+    torch.hub's ``load_state_dict_from_url`` (torchvision's pretrained weights), which does so
+    to this day. A pickled weight file is data: loading it never runs code. Through torch's
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``, set for the duration and restored after."""
+    key = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
+#: The pretrained-config fields a sidecar may lay over a model's (``uqvision train`` writes
+#: these: :meth:`uqvision.data.DataConfig.to_dict`): the preprocessing, nothing that says
+#: where weights come from (``file``, ``url``, ``hf_hub_id``, ``source``, ...).
+SIDECAR_PRETRAINED_CFG = ("input_size", "mean", "std", "crop_pct", "interpolation",
+                          "crop_mode")
+
+
+def check_sidecar_pretrained_cfg(cfg: Any, where: str) -> dict[str, Any]:
+    """A sidecar's ``pretrained_cfg`` (``{}`` without one), refused unless it is an object of
+    preprocessing fields (:data:`SIDECAR_PRETRAINED_CFG`): it is laid over the model's
+    pretrained config when the model is built, and a sidecar is data, so it never chooses
+    where the weights are read from (a hub repository, a URL, another file) nor anything but
+    the preprocessing.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The message starts with ``where`` (the sidecar read) and names the fields refused.
+    """
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where} must be an object of preprocessing fields, got {cfg!r:.80}")
+    other = sorted(set(cfg) - set(SIDECAR_PRETRAINED_CFG))
+    if other:
+        raise InputError(f"{where} names {other}, which are not preprocessing fields (it may "
+                         f"give {', '.join(SIDECAR_PRETRAINED_CFG)}): a sidecar never says "
+                         "where a model's weights are read from")
+    return dict(cfg)
 
 
 def check_model_kwargs(model_kwargs: Any, where: str = "model_kwargs",
@@ -340,10 +394,11 @@ def _other_architecture(ckpt: str, name: str, expected: Any, got: Any) -> str | 
 
 
 def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
-    """timm's ``load_state_dict`` of a weight file; a file that does not load is a
+    """timm's ``load_state_dict`` of a weight file, tensors only (``weights_only=True``: a
+    pickled file never runs code, whatever timm's default); a file that does not load is a
     :class:`~uqvision.exceptions.CheckpointError` naming it."""
     try:
-        return load_state_dict(ckpt)
+        return load_state_dict(ckpt, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
             zipfile.BadZipFile, SafetensorError) as err:
         text = " ".join(str(err).split())[:300] or type(err).__name__

@@ -221,7 +221,7 @@ class PrototypeSource:
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
             side = _prototype_sidecar(ckpt)
-            state = load_state_dict(ckpt)
+            state = load_state_dict(ckpt, weights_only=True)  # tensors only: never code
             n = int(state["head.class_embeddings"].shape[0])
             if num_classes is not None and n != num_classes:
                 raise ValueError(f"checkpoint {ckpt!r} has {n} class embeddings but the dataset "

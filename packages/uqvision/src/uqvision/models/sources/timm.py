@@ -12,6 +12,7 @@ built (:meth:`TimmSource.data_config`, :func:`timm_data_config`).
 from __future__ import annotations
 
 import functools
+import pickle
 from typing import Any
 
 import timm
@@ -37,9 +38,11 @@ from ..checkpoints import (
     _tensor_shapes,
     check_checkpoint_file,
     check_model_kwargs,
+    check_sidecar_pretrained_cfg,
     existing_checkpoint,
     read_sidecar,
     sidecar_path,
+    tensors_only,
 )
 from ..spec import MODEL_SOURCES, LoadedModel, ModelSpec, _suggest
 from ..weights import PretrainedWeights, _hub_file, _memo_sha256, _url_weights
@@ -156,7 +159,9 @@ class TimmSource:
             model_kwargs = side.get("model_kwargs", {})  # data: never weights of its own
             check_model_kwargs(model_kwargs, f"sidecar {str(sidecar_path(ckpt))!r}: model_kwargs",
                                arch=spec.model_name)
-            overlay = {**side.get("pretrained_cfg", {}), "file": ckpt, "num_classes": n}
+            overlay = {**check_sidecar_pretrained_cfg(
+                side.get("pretrained_cfg"), f"sidecar {str(sidecar_path(ckpt))!r}: "
+                "pretrained_cfg"), "file": ckpt, "num_classes": n}
             kwargs = {"pretrained": True, "num_classes": n, "pretrained_cfg_overlay": overlay,
                       **model_kwargs}
             names, names_from = _class_names(ckpt, n, in1k=bool(
@@ -179,12 +184,19 @@ class TimmSource:
             kwargs = {"pretrained": True, "pretrained_cfg_overlay": {"file": weights.path}}
             tag = str(cfg.tag or tag)
         try:
-            model = timm.create_model(spec.model_name, **kwargs).eval()
-        except RuntimeError as err:
-            if kwargs.get("pretrained") is not True or "loading state_dict" not in str(err):
+            with tensors_only():  # a pickled weight file never runs code, whatever timm's default
+                model = timm.create_model(spec.model_name, **kwargs).eval()
+        except (RuntimeError, pickle.UnpicklingError) as err:
+            if kwargs.get("pretrained") is not True:
                 raise
-            raise _load_error(str(spec.checkpoint or weights.path), spec.model_name,
-                              err) from None
+            where = str(spec.checkpoint or weights.path)
+            if "loading state_dict" in str(err):
+                raise _load_error(where, spec.model_name, err) from None
+            if isinstance(err, pickle.UnpicklingError) or "weights_only" in str(err):
+                # a pickled file that is not tensors only (timm >= 1.0.26 says so itself)
+                raise CheckpointError(f"checkpoint {where!r} does not load ("
+                                      f"{' '.join(str(err).split())[:300]})") from None
+            raise
         n = int(kwargs.get("num_classes", getattr(model, "num_classes", n)))
         if weights is not None:
             names = _imagenet_names(n, in1k=tag.endswith("in1k"))
@@ -199,8 +211,11 @@ class TimmSource:
         a checkpoint's sidecar ``pretrained_cfg`` (:func:`timm_data_config`); the model is not
         built and no weight file is read."""
         TimmSource.check_name(spec.model_name)
-        side = read_sidecar(spec.checkpoint) if spec.checkpoint is not None else {}
-        return timm_data_config(spec.model_name, side.get("pretrained_cfg"))
+        if spec.checkpoint is None:
+            return timm_data_config(spec.model_name)
+        return timm_data_config(spec.model_name, check_sidecar_pretrained_cfg(
+            read_sidecar(spec.checkpoint).get("pretrained_cfg"),
+            f"sidecar {str(sidecar_path(spec.checkpoint))!r}: pretrained_cfg"))
 
     @staticmethod
     def pretrained(spec: ModelSpec, download: bool) -> PretrainedWeights | None:

@@ -14,6 +14,7 @@ embedding), so that the prediction path caches embeddings of ``tv/`` models as o
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from ..checkpoints import (
     _read_state,
     existing_checkpoint,
     read_sidecar,
+    tensors_only,
 )
 from ..spec import MODEL_SOURCES, LoadedModel, ModelSpec, _suggest
 from ..weights import (
@@ -276,8 +278,10 @@ class TorchvisionSource:
             found = TorchvisionSource.pretrained(spec, False)  # offline, not cached: the error
             sha = found.sha256 if found is not None else ""
             try:
-                model = torchvision.models.get_model(name, weights=weights, progress=False)
-            except (OSError, RuntimeError) as err:  # URLError, a hash mismatch, a bad file
+                with tensors_only():  # torch.hub loads with weights_only=False
+                    model = torchvision.models.get_model(name, weights=weights, progress=False)
+            except (OSError, RuntimeError, pickle.UnpicklingError) as err:  # URLError, a hash
+                # mismatch, a bad file, a pickle that is not tensors only
                 raise _unavailable(spec.name, f"{weights.url.rsplit('/', 1)[-1]} from "
                                    f"{weights.url}", torch_hub_checkpoints(),
                                    f"could not be downloaded or loaded ({_one_line(err)})"
@@ -313,4 +317,5 @@ class TorchvisionSource:
                 f"model {spec.name!r}: torchvision has no pretrained weights for {arch!r}; give "
                 "a local file as NAME=FILE or with --weights-dir")
         return _url_weights(spec.name, "torchvision", weights.url, download,
-                            lambda: weights.get_state_dict(progress=False, check_hash=True))
+                            lambda: weights.get_state_dict(progress=False, check_hash=True,
+                                                           weights_only=True))

@@ -23,7 +23,8 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     from ..demo import DemoConfig, run_demo, summary  # the whole chain: imported on use
 
     check_output_folder("--out", a.out)
-    r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print)
+    r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print,
+                 overwrite=a.overwrite)
     _print(summary(r))
     _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
     return 0
@@ -46,6 +47,11 @@ _DEMO_OPTIONS = (
 
 def _args_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a demo of other options in --out: delete the files the demo "
+                        "recorded there (.uqmetrics-written.json), nothing else, and make them "
+                        "again; without it such a folder is refused before any work (the same "
+                        "options resume it)")
     from ..demo import DemoConfig  # the whole chain: imported on use
 
     add_config_options(p, DemoConfig, _DEMO_OPTIONS)

@@ -8,6 +8,7 @@ the fit data of the feature-based OOD detectors), registered in :data:`DATASET_M
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zlib
@@ -34,15 +35,19 @@ WRITER = "uqvision data"
 _ALSO = (f"data{CONFIG_SUFFIX}",)
 
 
-def _kept(root: Path, meta: dict, overwrite: bool) -> bool:
+def _kept(root: Path, meta: dict, overwrite: bool,
+          same: Callable[[dict], bool] | None = None) -> bool:
     """Whether ``root`` already holds the dataset ``meta`` describes (a rerun keeps it);
     ``FileExistsError`` for a folder that is another dataset (without ``overwrite``) or no
     dataset of the makers at all (even with ``overwrite``: nothing of someone else's is
-    replaced)."""
+    replaced). ``same``: whether the folder's record (its :data:`_COMPLETE` JSON) is the
+    dataset asked for, when that is more than ``record == meta`` (it may raise its own
+    ``FileExistsError``)."""
     if (root / _COMPLETE).is_file() and not root.is_symlink():
         if overwrite:
             return False
-        if json.loads((root / _COMPLETE).read_text()) == meta:
+        record = json.loads((root / _COMPLETE).read_text())
+        if same(record) if same is not None else record == meta:
             return True
         raise FileExistsError(f"--out {str(root)!r} holds a different dataset; pass "
                               "overwrite=True (--overwrite) to replace it")
@@ -208,10 +213,23 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     class folders ``root/<class>/<file>``, their bytes copied unchanged.
 
     The choice is :func:`subset_choice`; ``root/subset.json`` records the source, ``n_per_class``,
-    ``seed`` and every chosen sample id. The folder is written atomically; a complete one of
-    the same options is kept (a rerun does nothing), one of other options is refused without
-    ``overwrite``. The feature-based OOD detectors fit on such a subset of the training set
-    (``uqvision score ood --fit-data``; docs/conventions.md#v-6).
+    ``seed``, every chosen sample id and ``fingerprint``: the dataset fingerprint of the chosen
+    images of ``src`` (:func:`uqvision.data.folder_fingerprint` of ``src`` restricted to them:
+    its class list, layout and label file, and every chosen image's id, label, size and the
+    SHA-256 of the very bytes copied). The folder is written atomically. A complete one of the
+    same options is kept (a rerun writes nothing) only while the chosen images of ``src`` still
+    have that fingerprint (every one of them is read and hashed at each rerun, nothing else of
+    ``src``): an image changed or replaced in place (same path, other bytes) refuses the rerun,
+    naming the folder and such an image, unless ``overwrite``, which copies the current images.
+    One of other options is refused without ``overwrite``. The feature-based OOD detectors fit
+    on such a subset of the training set (``uqvision score ood --fit-data``;
+    docs/conventions.md#v-6).
+
+    A subset written before the fingerprint was recorded (no ``fingerprint`` in its record) is
+    checked against its own copies, which are byte copies of the source images: it is kept
+    when every copy still has the SHA-256 of its source image now (its record is left as it
+    is, so the next rerun checks it again), and refused as a changed one otherwise
+    (``overwrite`` writes it anew, fingerprint recorded).
 
     Parameters
     ----------
@@ -224,7 +242,7 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     seed : int, default 0
         Seed of the draw (each class draws from its own stream: :func:`subset_choice`).
     overwrite : bool, default False
-        Replace a subset folder of other options.
+        Replace a subset folder of other options, or of source images that changed since.
 
     Returns
     -------
@@ -238,21 +256,53 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
         same file name; ``root`` holds ``src`` or lies inside it; with ``overwrite``, ``root``
         holds files the makers did not write (:func:`uqmetrics.runs.io.folder_replaced`).
     FileExistsError
-        ``root`` holds another dataset and ``overwrite`` is False, or is not a dataset folder
-        of the makers.
+        ``root`` holds another dataset, or a subset of these options whose source images
+        changed since it was made, and ``overwrite`` is False; or ``root`` is not a dataset
+        folder of the makers.
     """
     from uqmetrics import InputError
 
-    from .folders import ImageFolderDataset
+    from .folders import ImageFolderDataset, folder_fingerprint, sample_digests
 
     root = Path(root)
     check_apart(root, {"--src": src})  # replacing root would delete the source images
     ds = ImageFolderDataset(src)
     chosen = subset_choice(list(ds.classes), list(ds.samples), n_per_class, seed)
+    ids = [ds.samples[i][0] for i in chosen]
     meta = {"maker": "subset", "src": str(Path(src).resolve()), "per_class": int(n_per_class),
-            "seed": int(seed), "samples": [ds.samples[i][0] for i in chosen]}
-    if _kept(root, meta, overwrite):
+            "seed": int(seed), "samples": ids}
+    keep = set(ids)
+    view = ds.without([rel for rel in ds.sample_ids if rel not in keep])  # only these are read
+
+    def copy_of(rel: str, y: int) -> Path:
+        return root / ds.classes[y] / Path(rel).name
+
+    def same(record: dict) -> bool:
+        """The record is of this request and the chosen images are those it was made from."""
+        if {k: v for k, v in record.items() if k != "fingerprint"} != meta:
+            return False
+        recorded = record.get("fingerprint")
+        now = folder_fingerprint(view) if recorded is not None else None
+        if recorded is not None and recorded == now:
+            return True
+        digests = sample_digests(view)  # those the fingerprint read (a legacy record: now)
+        changed = [rel for rel, y in view.samples
+                   if _file_sha256(copy_of(rel, y)) != digests[rel]]
+        if recorded is None and not changed:
+            return True  # recorded before the fingerprint: its byte copies are the images now
+        what = (f"{len(changed)} of its {len(view)} copies differ from the image they were "
+                f"copied from, e.g. {ds.source.where(changed[0])!r}" if changed else
+                f"the chosen images' fingerprint is {now}, the folder records {recorded}")
+        legacy = ("; it was made before subsets recorded their images' fingerprint"
+                  if recorded is None else "")
+        raise FileExistsError(
+            f"--out {str(root)!r} holds a subset of --src {str(src)!r} made from other images "
+            f"than --src holds now ({what}{legacy}): a rerun would keep the old copies; pass "
+            "overwrite=True (--overwrite) to copy the current images")
+
+    if _kept(root, meta, overwrite, same):
         return root
+    digests: dict[str, str | None] = {}
     with folder_replaced(root, writer=WRITER, also=_ALSO) as tmp:
         for i in chosen:
             rel, y = ds.samples[i]
@@ -261,10 +311,23 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
                 raise InputError(f"two chosen images of class {ds.classes[y]!r} are named "
                                  f"{target.name!r}: {src!r} cannot be written as class folders")
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(ds.source.read(rel))
-        (Path(tmp) / "subset.json").write_text(json.dumps(meta, indent=1) + "\n")
-        (Path(tmp) / _COMPLETE).write_text(json.dumps(meta))
+            data = ds.source.read(rel)
+            target.write_bytes(data)
+            digests[rel] = hashlib.sha256(data).hexdigest()
+        # the fingerprint of the bytes copied (not read again: an image changed meanwhile
+        # cannot slip in under the fingerprint of another)
+        record = {**meta, "fingerprint": folder_fingerprint(view, digests=digests)}
+        (Path(tmp) / "subset.json").write_text(json.dumps(record, indent=1) + "\n")
+        (Path(tmp) / _COMPLETE).write_text(json.dumps(record))
     return root
+
+
+def _file_sha256(path: Path) -> str | None:
+    """The SHA-256 (hex) of a file's bytes; ``None`` when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 DATASET_MAKERS: Registry[Callable[..., Path]] = Registry("dataset maker")

@@ -112,9 +112,11 @@ def test_a_result_file_gives_no_launcher_key_of_a_key_value_option(tmp_path, cap
     assert '--set "workers=8"' in capsys.readouterr().err
     only = _result(tmp_path / "w.nc", {"out": str(tmp_path / "o"), "set": ["workers=8"]})
     assert top.parse_args(["sweep", "--config", only]).set is None
-    path = tmp_path / "mine.toml"  # the user's own file gives it
-    path.write_text('[options]\nout = "o"\nset = ["workers=8"]\n')
-    assert top.parse_args(["sweep", "--config", str(path)]).set == ["workers=8"]
+    path = tmp_path / "mine.toml"  # nor a TOML file: the command line gives it
+    path.write_text('[options]\nout = "o"\nset = ["members=3", "workers=8"]\n')
+    assert top.parse_args(["sweep", "--config", str(path)]).set == ["members=3"]
+    assert top.parse_args(["sweep", "--config", str(path), "--set", "workers=8"]).set == \
+        ["workers=8"]
 
 
 @pytest.mark.parametrize("pair", [" workers=8", "workers =8", "workers\t=8"])
@@ -146,53 +148,42 @@ def test_a_run_record_nested_past_the_stack_is_a_damaged_attr_named(tmp_path, ca
     assert "attr is damaged" in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_toml_file_gives_launcher_options_said_in_one_line_but_never_overwrite(tmp_path,
-                                                                                 capsys):
-    path = tmp_path / "mine.toml"
-    path.write_text('[options]\nout = "o"\ncluster = "jobqueue-local"\ncluster-option = '
-                    '["cores=1"]\njobs = 2\nworkers = 2\noverwrite = true\n')
-    args = _parser().parse_args(["sweep", "--config", str(path)])
-    assert (args.cluster, args.cluster_option, args.jobs, args.overwrite) == \
-        ("jobqueue-local", ["cores=1"], 2, False)
-    took, left = capsys.readouterr().err.strip().splitlines()
-    # workers = 2 is the default: nothing taken there
-    assert took == (f'tool sweep: --config {path}: launcher options taken from the file: '
-                    '--cluster "jobqueue-local", --cluster-option ["cores=1"], --jobs 2')
-    assert left.startswith(f"tool sweep: --config {path}: not taken from the file: --overwrite")
-
-
-def test_a_toml_a_command_wrote_elsewhere_gives_no_launcher_option(tmp_path, monkeypatch,
-                                                                   capsys):
-    """The configuration file a command writes beside its results records where it ran (host,
-    user) and travels with them: one written by another user or on another host is another
-    person's file, and gives no launcher option (its job script runs a command), as a result
-    file; one this user wrote here may, as a file written by hand."""
+@pytest.mark.parametrize("where", ["none", "here", "elsewhere"])
+def test_a_toml_file_gives_no_launcher_option_and_never_overwrite(tmp_path, monkeypatch, capsys,
+                                                                 where):
+    """A TOML file is data too: the one a command writes beside its results travels with
+    them, and what it records of itself (``host``, ``user``) proves nothing (a file from
+    someone else with those lines removed, or with this host and user written in, read as the
+    user's own, and its ``--cluster-option python=...`` ran as the workers' interpreter). So
+    no TOML file gives a launcher option, whatever it records; the command line gives them."""
     import socket
 
     from uqmetrics.runs import run_config
 
-    def written(where, host, user):
-        lines = [f'command = "tool sweep"\nhost = "{host}"\nuser = "{user}"\ncwd = "{tmp_path}"',
-                 "[options]", f'out = "{tmp_path / "o"}"', "rate = 0.25",
-                 *(f"{k} = {json.dumps(v)}" for k, v in _HOSTILE.items() if v is not None)]
-        where.write_text("\n".join(lines) + "\n")
-        return str(where)
-
     monkeypatch.setattr(run_config, "_user", lambda: "alice")
-    for host, user in (("elsewhere", "alice"), (socket.gethostname(), "mallory")):
-        path = written(tmp_path / f"{user}.config.toml", host, user)
-        args = _parser().parse_args(["sweep", "--config", path])
-        assert args.rate == 0.25  # what is computed: taken
-        assert (args.cluster, args.cluster_option, args.jobs, args.workers) == ("local", None, 1, 2)
-        (line,) = capsys.readouterr().err.strip().splitlines()
-        assert line.startswith(f"tool sweep: --config {path}: not taken from the file: ")
-        assert "job_script_prologue=touch /x" in line and line.endswith(
-            "(a configuration file written by another user or on another host gives no "
-            "launcher option)")
-    path = written(tmp_path / "mine.config.toml", socket.gethostname(), "alice")
-    args = _parser().parse_args(["sweep", "--config", path])
-    assert (args.cluster, args.jobs, args.workers) == ("jobqueue-local", 3, 7)
-    assert "launcher options taken from the file" in capsys.readouterr().err
+    meta = {"none": "", "here": f'host = "{socket.gethostname()}"\nuser = "alice"\n',
+            "elsewhere": 'host = "elsewhere"\nuser = "mallory"\n'}[where]
+    path = tmp_path / "theirs.config.toml"
+    path.write_text(f'command = "tool sweep"\n{meta}[options]\nout = "o"\nrate = 0.25\n'
+                    'overwrite = true\n'
+                    + "".join(f"{k} = {json.dumps(v)}\n" for k, v in _HOSTILE.items()
+                              if v is not None))
+    args = _parser().parse_args(["sweep", "--config", str(path)])
+    assert args.rate == 0.25  # what is computed: taken
+    assert (args.cluster, args.cluster_option, args.jobs, args.workers, args.dashboard,
+            args.overwrite) == ("local", None, 1, 2, None, False)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"tool sweep: --config {path}: not taken from the file: ")
+    assert '--cluster "jobqueue-local"' in line and "job_script_prologue=touch /x" in line
+    assert "--jobs 3" in line and "--workers 7" in line and "--overwrite" in line
+    assert line.endswith("(launcher options come from the command line only: a file, a result "
+                         "or a TOML configuration, is data and never says where or how the "
+                         "work runs; --overwrite comes from the command line only)")
+    # the command line gives them
+    args = _parser().parse_args(["sweep", "--config", str(path), "--cluster", "jobqueue-local",
+                                 "--jobs", "2", "--overwrite"])
+    assert (args.cluster, args.jobs, args.overwrite) == ("jobqueue-local", 2, True)
+    assert "--jobs" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("text", "said"), [

@@ -31,16 +31,16 @@ later included) is covered without being listed here:
   wrote a file (a score file, ``.nc``), a folder where it wrote a folder (caches, a sweep, a
   reproduction); the other kind is refused before anything runs.
 
-A result file is data, never code (docs/conventions.md#rerun-rules). Its recorded options are
-read back as any file's, with these differences:
+A result file is data, never code (docs/conventions.md#rerun-rules), and so is a TOML file: the
+one a command writes beside its results travels with them, and nothing tells a file someone
+else wrote (or edited, its recorded ``host`` and ``user`` included) from one's own. Options are
+read back from either with these differences from the command line:
 
 - *launcher options* (:func:`uqmetrics.runs.config_options.is_launcher`: a cluster, its options,
   config and job count, a scheduler, a dashboard, worker and thread counts) are never taken
-  from a result file: the user gives them on the command line (a TOML file, the user's own,
-  may give them; ``--config`` then says, in one line on stderr, which it took; a TOML file a
-  command wrote, which records its ``host`` and ``user``, is the user's own only when it
-  records this host and user: one written elsewhere travels with results and is treated as
-  theirs);
+  from a file: the user gives them on the command line (where ``--cluster-config FILE`` names a
+  dask configuration of their own); ``--config`` names, in one line on stderr, those a file
+  gave and that were not taken;
 - ``overwrite`` is never taken from any file: only the command line replaces results;
 - the run records where it ran (``host``, ``user``, ``cwd``) and its path options absolute (a
   relative path that names an existing file or folder, and ``out``); a relative path a result
@@ -174,22 +174,17 @@ class _Options:
 @dataclass(frozen=True)
 class _Layer:
     """The values of a ``--config`` file, converted (``{dest: value}``), and where they came
-    from: ``launcher``, the launcher options a TOML file gives (``{dest: (key, value)}``);
-    ``left``, what a file gave that was not taken (``(dest, "--key value")`` each); for a
+    from: ``left``, what a file gave that was not taken (``(dest, "--key value")`` each); for a
     result file, ``paths`` (``{dest: (key, value as read)}``) and the inputs it records
-    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives;
-    ``foreign``, a TOML file a command wrote for another user or on another host
-    (:func:`_written_elsewhere`)."""
+    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives."""
 
     values: dict[str, Any]
     source: str
-    launcher: dict[str, tuple[str, Any]]
     left: tuple[tuple[str, str], ...] = ()
     result: bool = False
     paths: dict[str, tuple[str, Any]] | None = None
     cwd: str | None = None
     inputs: dict[str, str] | None = None
-    foreign: bool = False
 
 
 def _option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -268,7 +263,7 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
             setattr(namespace, dest, value)
         mark_given(namespace, {a.dest for a in actions.values()
                                if a.dest in taken and records_given(a)})
-        _say_taken(parser, layer, taken, given)
+        _say_left(layer, parser.prog, given)
     if any(isinstance(a, _ConfigFile) for a in parser._actions):
         setattr(namespace, _OPTIONS, _Options(parser.prog, tuple(
             (key, action.dest) for key, action in actions.items()), frozenset(
@@ -276,26 +271,21 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
     return namespace
 
 
-def _say_taken(parser: argparse.ArgumentParser, layer: _Layer, taken: Mapping[str, Any],
-               given: set[str]) -> None:
-    """One line on stderr naming the launcher options a TOML file gave (those not at their
-    default), and one naming what a file gave that was not taken (launcher options of a
-    result file, ``overwrite``), leaving out what the command line gives."""
-    defaults = {a.dest: a.default for a in parser._actions}
-    took = [f"--{key} {_shown(value)}" for dest, (key, value) in layer.launcher.items()
-            if dest in taken and taken[dest] != defaults.get(dest)]
-    if took:
-        print(f"{parser.prog}: --config {layer.source}: launcher options taken from the file: "
-              f"{', '.join(took)}", file=sys.stderr, flush=True)
+#: Why a file's launcher options are not taken (the stderr line of :func:`_say_left`).
+_LAUNCHERS_LEFT = ("launcher options come from the command line only: a file, a result or a "
+                   "TOML configuration, is data and never says where or how the work runs")
+
+
+def _say_left(layer: _Layer, prog: str, given: set[str]) -> None:
+    """One line on stderr naming what a file gave that was not taken (launcher options,
+    ``overwrite``), leaving out what the command line gives."""
     left = [(dest, text) for dest, text in layer.left if dest not in given]
     if left:
-        giver = ("a configuration file written by another user or on another host"
-                 if layer.foreign else "a result file")
-        why = [*([f"{giver} gives no launcher option"]
+        why = [*([_LAUNCHERS_LEFT]
                  if any(dest not in _LINE_ONLY for dest, _ in left) else []),
                *(["--overwrite comes from the command line only"]
                  if any(dest in _LINE_ONLY for dest, _ in left) else [])]
-        print(f"{parser.prog}: --config {layer.source}: not taken from the file: "
+        print(f"{prog}: --config {layer.source}: not taken from the file: "
               f"{', '.join(text for _, text in left)} ({'; '.join(why)})", file=sys.stderr,
               flush=True)
 
@@ -497,9 +487,9 @@ def _shown(value: Any) -> str:
 def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     """The values of ``--config path`` for ``parser``: each checked and converted by its
     option's action (type, choices, nargs) as the command line's would be; ``None`` (a JSON
-    null: not set) leaves the option at its default. ``overwrite`` is never taken; from a
-    result file (``.nc``) no launcher option is taken either, and a relative path is resolved
-    against the folder the run records (``cwd``), where it names something there.
+    null: not set) leaves the option at its default. ``overwrite`` and launcher options are
+    never taken; from a result file (``.nc``) a relative path is resolved against the folder
+    the run records (``cwd``), where it names something there.
 
     Raises
     ------
@@ -511,15 +501,10 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     source = str(path)
     data, inputs = _read(path, command=parser.prog)
     result = inputs is not None
-    # a TOML a command wrote elsewhere travels with its results: another person's file, which,
-    # like a result file, gives no launcher option
-    foreign = not result and _written_elsewhere(data)
-    trusted = not (result or foreign)
     cwd = data.get("cwd") if result else None
     cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
     actions = _option_actions(parser)
     values: dict[str, Any] = {}
-    launcher: dict[str, tuple[str, Any]] = {}
     paths: dict[str, tuple[str, Any]] = {}
     left: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
@@ -535,11 +520,11 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
         seen[name] = str(key)
         if value is None:
             continue
-        if not trusted and is_launcher(action):  # never from a result file or another's
+        if is_launcher(action):  # never from a file: a file is data
             if value != _plain(action.default):
                 left.append((action.dest, f"--{name} {_shown(value)}"))
             continue
-        if not trusted and launcher_keys(action) and isinstance(value, list):  # --set workers=4
+        if launcher_keys(action) and isinstance(value, list):  # --set workers=4
             # the key as the option reads it (`` workers =8`` is ``workers``)
             dropped = [v for v in value
                        if str(v).split("=", 1)[0].strip() in launcher_keys(action)]
@@ -560,20 +545,9 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
                              else f"--{name} {_shown(value)}"))
             continue
         values[action.dest] = converted
-        if is_launcher(action):
-            launcher[action.dest] = (name, value)
         if result and _may_be_path(action):
             paths[action.dest] = (name, value)
-    return _Layer(values, source, launcher, tuple(left), result, paths, cwd, inputs, foreign)
-
-
-def _written_elsewhere(data: Mapping[str, Any]) -> bool:
-    """Whether a configuration file records a run (its ``host`` or ``user``: a command wrote
-    it, :func:`resolved_config`) by another user or on another host than this process's. A
-    file that records neither is the user's own, written by hand."""
-    if "host" not in data and "user" not in data:
-        return False
-    return (data.get("host"), data.get("user")) != (socket.gethostname(), _user())
+    return _Layer(values, source, tuple(left), result, paths, cwd, inputs)
 
 
 def _anchored(value: Any, base: str, key: str) -> Any:

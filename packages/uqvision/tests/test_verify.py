@@ -169,8 +169,14 @@ def test_altered_cache_disagrees_on_that_entry(scores, capsys):
     path = entries["provenance"][row]["caches"][0]
     cache = read_dataset(path)
     logits = cache["logits"].values.copy()
-    # the first correctly classified image's top logit drops: it becomes an error
-    j = int(np.flatnonzero(logits.argmax(axis=1) == cache["label"].values)[0])
+    # the first correctly classified held-out image (scored by both rows: outside the
+    # calibration subset) has its top logit dropped: it becomes an error
+    from uqmetrics import calibration_splits
+
+    labels = cache["label"].values
+    (_, held), = calibration_splits(labels, protocol="stratified_holdout",
+                                    n_calib=int(ds.attrs["n_calib"]), seed=int(ds.attrs["seed"]))
+    j = int(next(i for i in np.flatnonzero(logits.argmax(axis=1) == labels) if i in set(held)))
     logits[j, cache["label"].values[j]] -= 100.0
     cache["logits"] = xr.Variable(cache["logits"].dims, logits, cache["logits"].attrs)
     cache.attrs["checksum"] = dataset_checksum(cache)  # a self-consistent cache, rewritten

@@ -33,9 +33,10 @@ def test_uqvision_demo_rescored_by_uqmetrics(tmp_path):
         ((calib, rest),) = uqmetrics.calibration_splits(labels, protocol="stratified_holdout", n_calib=n_calib,
                                                        seed=0)
         temperature = uqmetrics.fit_temperature(logits[calib], labels[calib])
-        # the official code's sample sets: the unscaled row on every image, the scaled one on
-        # the held-out images; the unscaled values on the held-out images in none_heldout
-        for name, t, idx in (("none", 1.0, np.arange(labels.size)), ("temperature", temperature, rest),
+        # both rows on the held-out images (the default --none-samples heldout), the unscaled
+        # values on the held-out images in none_heldout too
+        assert list(sel["sample_set"].values) == ["heldout", "heldout"]
+        for name, t, idx in (("none", 1.0, rest), ("temperature", temperature, rest),
                              ("none_heldout", 1.0, rest)):
             probs = uqmetrics.metrics.calibration.softmax(logits[idx], temperature=t)
             y = labels[idx]

@@ -236,10 +236,12 @@ def _toy(calls: list) -> Protocol:
                            plan=lambda a, **kw: None, outputs="toy/<dataset>.nc"))
 
 
-def test_a_protocol_registered_alone_plugs_into_every_command(tmp_path, monkeypatch, capsys):
+def test_a_protocol_registered_alone_plugs_into_every_command(tmp_path, monkeypatch, capsys,
+                                                              write_cache):
     calls: list = []
     monkeypatch.setitem(VISION_PROTOCOLS, "toy", _toy(calls))
-    (tmp_path / "caches").mkdir()
+    (tmp_path / "caches").mkdir()  # one cache: score refuses --caches that hold none
+    write_cache(tmp_path / "caches", np.zeros((3, 2)), [0, 1, 0], model="m")
     out = tmp_path / "toy.nc"
     assert main(["score", "toy", "--caches", str(tmp_path / "caches"), "--out", str(out),
                  "--calibration-size", "3", "--level", "2"]) == 0

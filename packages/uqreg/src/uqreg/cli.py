@@ -57,6 +57,7 @@ from .engine.config import (
     float_or_auto,
     int_or_auto,
     is_auto,
+    registered,
 )
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TASKS, get_task
@@ -82,10 +83,62 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         ns, extras = super().parse_known_args(args, namespace)
-        return finish_parse(self, ns, args), extras  # a --config file under the command line
+        ns = finish_parse(self, ns, args)  # a --config file under the command line
+        source = _config_argument(args)
+        if source is not None:  # which values came from it: errors name the file (_options_named)
+            setattr(ns, _CONFIG_SOURCE, (source, _line_options(args)))
+        return ns, extras
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+#: Where a parsed namespace keeps its ``--config FILE`` and the options given on the command
+#: line, ``(FILE, {"--flag", ...})``: a value the file gave is named by the file and its key.
+_CONFIG_SOURCE = "_uqreg_config_source"
+
+
+def _config_argument(args) -> str | None:
+    """The ``FILE`` of ``--config FILE`` (or ``--config=FILE``) among ``args``, else None."""
+    args = list(sys.argv[1:] if args is None else args)
+    found = None
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        if token == "--config" and i + 1 < len(args):
+            found = args[i + 1]
+        elif token.startswith("--config="):
+            found = token.partition("=")[2]
+    return found
+
+
+def _line_options(args) -> frozenset[str]:
+    """The long options given among ``args`` (``--flag`` of ``--flag value`` and
+    ``--flag=value``)."""
+    args = list(sys.argv[1:] if args is None else args)
+    flags = set()
+    for token in args:
+        if token == "--":
+            break
+        if token.startswith("--"):
+            flags.add(token.partition("=")[0])
+    return frozenset(flags)
+
+
+def _from_config(a: argparse.Namespace, field: str) -> tuple[str, str] | None:
+    """``(FILE, key)`` when the value of ``field`` came from ``--config FILE`` (the file gives
+    that key and the command line does not give the option), else None."""
+    from uqmetrics.runs.run_config import read_config
+
+    source, line = getattr(a, _CONFIG_SOURCE, (None, frozenset()))
+    option = "--" + field.replace("_", "-")
+    if source is None or option in line:
+        return None
+    try:
+        keys = read_config(source)
+    except InputError:
+        return None
+    return next(((source, str(k)) for k in keys if str(k).replace("_", "-") == option[2:]), None)
 
 
 def _ints(s: str) -> tuple[int, ...]:
@@ -133,15 +186,22 @@ def _shown(value) -> str:
 @contextmanager
 def _options_named(a: argparse.Namespace):
     """Restate a configuration's :class:`~uqreg.engine.config.ConfigError` with the option the
-    field came from and the value the user gave (``--max-memory must be ..., got inf``)."""
+    field came from and the value the user gave (``--max-memory must be ..., got inf``); a value
+    that ``--config FILE`` gave is named by the file and its key (``--config 'f.toml': key
+    'task' (--task) must name a registered task (...), got nope``)."""
     try:
         yield
     except ConfigError as exc:
         if exc.field not in vars(a):
             raise
         given = getattr(a, exc.field)
-        raise InputError(exc.restated("--" + exc.field.replace("_", "-"),
-                                      _shown(exc.value if given is None else given))) from None
+        option = "--" + exc.field.replace("_", "-")
+        shown = _shown(exc.value if given is None else given)
+        origin = _from_config(a, exc.field)
+        if origin is not None:  # the file's key, and the option it stands for
+            raise InputError(f"--config {origin[0]!r}: " + exc.restated(
+                f"key {origin[1]!r} ({option})", shown)) from None
+        raise InputError(exc.restated(option, shown)) from None
 
 
 def _writable(option: str, folder: Path, shown: Path | None = None) -> None:
@@ -536,6 +596,8 @@ def cmd_reference(a: argparse.Namespace) -> int:
 
     from .reference import reference_decomposition
 
+    with _options_named(a):
+        task = registered("task", a.task, get_task, what="a registered task")
     if a.complexity < 1:
         raise InputError(f"--complexity must be an integer >= 1, got {a.complexity}")
     if not valid_seed(a.seed):
@@ -554,7 +616,7 @@ def cmd_reference(a: argparse.Namespace) -> int:
         if target.exists() and not a.overwrite:
             raise InputError(f"--out {target} already exists; pass --overwrite to replace it")
         _writable("--out", target.parent, shown=target)
-    inst = get_task(a.task).instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
+    inst = task.instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
     y = inst.targets(np.arange(a.repetitions))
     dec = reference_decomposition(inst, y)  # R.7: the exact predictive in its two parts
     mean, std = dec.mean, dec.epistemic_std
@@ -865,14 +927,14 @@ def _args_rerun(p: argparse.ArgumentParser) -> None:
 
 
 def _args_verify(p: argparse.ArgumentParser) -> None:
-    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL, tolerance
 
     p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
                    help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+    p.add_argument("--rtol", type=tolerance, default=DEFAULT_RTOL,
                    help="relative tolerance (default %(default)g: recomputation is the same code on the same "
                         "inputs, so only float rounding may differ)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=tolerance, default=DEFAULT_ATOL,
                    help="absolute tolerance, for values near 0 (default %(default)g)")
     p.set_defaults(func=cmd_verify)
 

@@ -63,7 +63,7 @@ from uqmetrics.runs.io import write_text_file
 
 from .datasets import SPLIT_KINDS, RealDataset, Split, get_dataset, uci_dataset
 from .engine import TrainConfig
-from .engine.config import ConfigError, is_finite, is_int
+from .engine.config import ConfigError, is_finite, is_int, registered
 from .rng import SEED_REQUIREMENT, numpy_stream, valid_seed
 from .study import SCORE_METRICS, covered, record_identity, reproduce_identity, reproduced_study
 
@@ -202,7 +202,8 @@ class RealConfig:
 
     def resolved(self) -> RealConfig:
         """Defaults filled and every field validated before any training (:class:`ConfigError`
-        naming the field; the registries' errors for unknown names)."""
+        naming the field, an unknown method's included; the registry's error for an unknown
+        data set)."""
         from .methods import get_method
 
         if self.data is None:
@@ -219,7 +220,7 @@ class RealConfig:
         if len(set(methods)) != len(methods):
             raise ConfigError("methods", "must not repeat", methods)
         for m in methods:
-            get_method(m)
+            registered("methods", methods, get_method, m, what="registered methods")
         if not (is_finite(self.cal_fraction) and 0 < self.cal_fraction < 1):
             raise ConfigError("cal_fraction", "must be a number in (0, 1)", self.cal_fraction)
         if not (is_finite(self.alpha) and 0 < self.alpha < 1):

@@ -47,7 +47,7 @@ from uqmetrics.runs.sweep import progress_bar as _progress_bar
 
 from .diagnostics import COLLAPSE_THRESHOLD, constant_loss, fit_r2
 from .engine import RECIPES, TrainConfig
-from .engine.config import DEFAULT_MAX_MEMORY, ConfigError, is_auto, is_finite, is_int
+from .engine.config import DEFAULT_MAX_MEMORY, ConfigError, is_auto, is_finite, is_int, registered
 from .rng import SEED_REQUIREMENT, valid_seed
 from .tasks import TaskInstance, get_task
 
@@ -115,14 +115,15 @@ class StudyConfig:
         ------
         ValueError
             :class:`~uqreg.engine.config.ConfigError` naming the field for a value it cannot
-            take (a repeated complexity, a seed out of range, an ensemble of one member...); the
-            registries' errors for unknown names; and the task's or the memory check's errors.
+            take (a repeated complexity, a seed out of range, an ensemble of one member, an
+            unknown task, method or recipe: the registry's error inside); and the task's or the
+            memory check's errors.
         """
         from uqmetrics.metrics.conformal import min_calibration_size
 
         from .methods import get_method, list_methods  # torch: imported on use
 
-        task = get_task(self.task)
+        task = registered("task", self.task, get_task, what="a registered task")
         levels = task.default_complexities if self.complexities is None else self.complexities
         comps = tuple(levels)
         if not comps or not all(is_int(c) and c >= 1 for c in comps):
@@ -134,7 +135,7 @@ class StudyConfig:
         if not methods:
             raise ConfigError("methods", "must name at least one method (None means all)", methods)
         for m in methods:
-            get_method(m)
+            registered("methods", methods, get_method, m, what="registered methods")
         if len(set(methods)) != len(methods):
             raise ConfigError("methods", "must not repeat", methods)
         if not is_int(self.repetitions) or self.repetitions < 1:
@@ -168,7 +169,7 @@ class StudyConfig:
         if not recipes:
             raise ConfigError("recipes", "must name at least one recipe (None means train.recipe)", recipes)
         for r in recipes:
-            RECIPES.lookup(r)
+            registered("recipes", recipes, RECIPES.lookup, r, what="registered recipes")
         if len(set(recipes)) != len(recipes):
             raise ConfigError("recipes", "must not repeat", recipes)
         cfg = replace(self, complexities=comps, methods=methods, recipes=recipes)

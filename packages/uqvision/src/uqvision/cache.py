@@ -83,6 +83,7 @@ __all__ = [
     "cache_dataset",
     "cache_key",
     "check_aligned",
+    "check_caches",
     "check_finite_logits",
     "extra_variables",
     "find_caches",
@@ -452,4 +453,40 @@ def incomplete_caches(caches: Iterable[str | os.PathLike]) -> tuple[list[Path], 
                 why = str(w.message).removeprefix("skipping ")
                 skipped[path] = ("unreadable (truncated or not netCDF)" if why.startswith(
                     "unreadable") else "not a complete uqvision prediction cache")
+    return files, skipped
+
+
+def check_caches(option: str, caches: Iterable[str | os.PathLike], *,
+                 every: bool = False) -> tuple[list[Path], dict[Path, str]]:
+    """:func:`incomplete_caches` of the paths given as ``option`` (``--caches``), refusing
+    before any work what a command cannot read: a path that does not exist, paths that hold
+    no complete prediction cache (an empty folder, only unreadable or foreign files) and,
+    with ``every``, any file among them that is not one. Each message names the option and
+    the paths (files: by path, with why).
+
+    Returns
+    -------
+    files, skipped
+        As :func:`incomplete_caches`.
+
+    Raises
+    ------
+    uqmetrics.InputError
+    """
+    given = [os.fspath(p) for p in caches]
+    for p in given:
+        if not (Path(p).exists() or Path(p).is_symlink()):
+            raise InputError(f"{option} {p!r} does not exist")
+    shown = " ".join(repr(p) for p in given)
+    files, skipped = incomplete_caches(given)
+    listed = "; ".join(f"{str(p)!r} ({why})" for p, why in skipped.items())
+    if not files:
+        raise InputError(f"{option} {shown}: no prediction cache found (no .nc file there; "
+                         "uqvision predict writes them)")
+    if len(skipped) == len(files):
+        raise InputError(f"{option} {shown}: no complete prediction cache found: {listed}")
+    if every and skipped:
+        raise InputError(f"{option}: {len(skipped)} of {len(files)} files "
+                         f"{'is' if len(skipped) == 1 else 'are'} not a complete prediction "
+                         f"cache: {listed}")
     return files, skipped

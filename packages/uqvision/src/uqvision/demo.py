@@ -19,13 +19,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from uqmetrics import read_dataset, write_dataset
 
-__all__ = ["OPTIONS_FILE", "WRITER", "DemoConfig", "DemoResult", "run_demo", "summary"]
+__all__ = ["OPTIONS_FILE", "WRITER", "DemoConfig", "DemoResult", "check_config", "run_demo",
+           "summary"]
 
 #: The writer of the demo's record of its files (:func:`uqmetrics.runs.io.record_written`):
 #: ``overwrite`` deletes those files, and nothing else of ``OUT``.
@@ -98,6 +100,8 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
 
     Raises
     ------
+    uqmetrics.InputError
+        Options the demo cannot run with (:func:`check_config`), before anything is written.
     FileExistsError
         ``out`` holds a demo of other options (naming the folder, what it holds and what
         this run asks for) and ``overwrite`` is False; or files in ``models/``, ``caches/``,
@@ -117,6 +121,76 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
         return _run(Path(out), config, log or (lambda _msg: None), overwrite)
     finally:
         torch.set_num_threads(previous)
+
+
+#: The fields of :class:`DemoConfig` that count something: integers >= 1.
+_COUNTS = ("members", "epochs", "input_size", "mc_passes", "n_orders", "batch_size")
+
+
+def check_config(config: DemoConfig, names: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything is written, options the demo cannot run with: an architecture
+    that is not a timm model the demo can train (unknown, with close names; another source's;
+    one with a pretrained tag), a count below 1, a ``drop_rate`` outside [0, 1), an unknown
+    ``augment``, a ``seed`` of 2**32 or more, a ``max_per_class`` too small to put every
+    digit in both train and test, a ``calibration_size`` the test images cannot give. Cheap: registry look-ups and the digits'
+    labels (:func:`uqvision.data.makers.digits_split`), no model built, nothing trained.
+
+    Parameters
+    ----------
+    config : DemoConfig
+    names : mapping str -> str, optional
+        What the messages call each field (``uqvision demo``'s options: ``{"arch":
+        "--arch", ...}``); a field not in it is called by its name.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        Naming the option (or field) and its value.
+    """
+    from uqmetrics import InputError
+
+    from . import catalog
+    from .data.makers import digits_split
+    from .models import ModelSpec, check_model_name
+    from .protocols.selective.score import resolve_calibration_size
+
+    def bad(key: str, why: str) -> InputError:
+        name = (names or {}).get(key, key)
+        return InputError(f"{name} {getattr(config, key)!r}: {why}")
+
+    try:
+        check_model_name(config.arch)
+    except ValueError as exc:
+        raise bad("arch", " ".join(str(exc).split())) from None
+    if ModelSpec(config.arch).source != "timm":
+        raise bad("arch", "the demo trains a timm architecture (a name without a source prefix)")
+    if "." in config.arch:
+        raise bad("arch", "the demo trains an architecture from scratch: give its name without "
+                          "a pretrained tag")
+    for key in _COUNTS:
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(key, "must be an integer >= 1")
+    if not 0 <= config.drop_rate < 1:
+        raise bad("drop_rate", "must be in [0, 1)")
+    if config.augment not in catalog.names("augmentation"):
+        raise bad("augment", f"not an augmentation ({', '.join(catalog.names('augmentation'))})")
+    if config.max_per_class is not None:
+        value = config.max_per_class
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad("max_per_class", "must be an integer >= 1")
+    if not 0 <= config.seed < 2**32:  # the digits' split (scikit-learn's random_state)
+        raise bad("seed", "the demo's data split takes a seed below 2**32")
+    try:
+        _, test = digits_split(seed=config.seed, max_per_class=config.max_per_class)
+    except ValueError:
+        raise bad("max_per_class", "too few images of each digit to put every digit in both "
+                                   "train and test (the demo splits them half and half)") from None
+    try:
+        resolve_calibration_size(config.calibration_size, len(test))
+    except ValueError:
+        raise bad("calibration_size", f"the demo's {len(test)} test images take a count in "
+                                      f"[1, {len(test) - 1}] or a fraction in (0, 1)") from None
 
 
 def _options(config: DemoConfig) -> dict[str, Any]:
@@ -279,6 +353,7 @@ def _run(out: Path, config: DemoConfig, say, overwrite: bool) -> DemoResult:
     from .training.runs import run_matches
 
     t0 = time.perf_counter()
+    check_config(config)  # before any work
     res = DemoResult(out)
     members = _member_configs(out, config)
     _check_folder(out, config, members, overwrite)  # before any work

@@ -314,6 +314,16 @@ def _predict_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_out(out_dir: Path, option: str, given: Any) -> None:
+    """Refuse, before anything is read or written, an output folder that could not be
+    written (a file where it or a folder it holds must be, no permission, a read-only file
+    system), naming how it was given (``--out``, or the file's ``out`` key) and the value."""
+    from .options import check_output_folder
+
+    for folder in (out_dir, *(out_dir / f for f in ("caches", "scores", "plots", "site"))):
+        check_output_folder(option, folder, given=given)
+
+
 def _strings(value: Any, said: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
@@ -396,11 +406,15 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         and choices); no model; no set of role ``test``, or two; two sets of role
         ``calibration`` or ``fit``; a role a set cannot play, or an evaluation set unknown or
         of another kind; a path that does not exist (a set's, a model's ``FILE``, the
-        ``[predict]`` ``weights-dir`` folder); an unknown protocol (or one that does not
-        score); an ensemble of fewer than two members. One line, naming the file, the key
-        and the value.
+        ``[predict]`` ``weights-dir`` folder); an unknown model name (or a wildcard that
+        matches none); a prediction option the mode does not use (``passes`` with ``mode``
+        plain); an output folder that could not be written (naming ``--out`` where it was
+        given); an unknown protocol (or one that does not score); an ensemble of fewer than
+        two members. One line, naming the file, the key and the value.
     """
     from .models import ModelSpec
+    from .predict.options import predict_config
+    from .sweep import expand_models
     from .zoo import ZOOS
 
     source = Path(path)
@@ -431,6 +445,8 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         out_dir = Path(os.path.abspath(here / data["out"]))
     else:
         raise InputError(f"{where}: no key 'out' (the output folder): give it, or --out")
+    _check_out(out_dir, *(("--out", out) if out is not None else
+                          (f"{where}: key 'out' =", data["out"])))
     if not isinstance(data.get("figures", True), bool):
         raise InputError(f"{where}: key 'figures' = {_shown(data['figures'])}: expected true "
                          "or false")
@@ -442,6 +458,12 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         if eq and not Path(file).exists():
             raise InputError(f"{where}: key 'models': {m!r}: {file!r} does not exist (a "
                              "relative FILE starts from root)")
+    for m in models:  # a known name (close names when not), a wildcard that matches
+        try:
+            expand_models([m])
+        except ValueError as exc:
+            raise InputError(f"{where}: key 'models': {m!r}: {' '.join(str(exc).split())}"
+                             ) from None
     rows = [ModelSpec.parse(m).row for m in models]
     twice = [m for m, r in zip(models, rows) if rows.count(r) > 1]
     if twice:  # two entries, or two files of one stem: one result row for two models
@@ -505,6 +527,10 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
     options = _table(data, "predict", where)
     predict = _argv_of(options, _predict_parser(), f"{where}: [predict]", _PREDICT_OWN, root)
     _check_argv(_predict_parser(), predict, f"{where}: [predict]")
+    try:  # an option the mode does not use (passes with mode plain)
+        predict_config(_predict_parser().parse_args(predict))
+    except InputError as exc:
+        raise InputError(f"{where}: [predict]: {exc}") from None
     weights_dir = _predict_parser().parse_args(predict).weights_dir  # made absolute if found
     if weights_dir is not None and not (os.path.isabs(weights_dir)
                                         and os.path.isdir(weights_dir)):
@@ -758,7 +784,8 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     Raises
     ------
     uqmetrics.InputError
-        A set's folder or members (:func:`uqvision.sweep.sweep_targets`), a damaged state file.
+        A set's folder or members (:func:`uqvision.sweep.sweep_targets`; naming the file, the
+        set's table and its path), a damaged state file.
     """
     from .data import ImageFolderDataset
     from .predict.options import predict_config
@@ -777,13 +804,16 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
         variables[s.name] = need.union(_SetVariables(bool(had.get("embeddings")),
                                                      tuple(had.get("extra", ()))))
     test = ev.test
-    data = ImageFolderDataset(test.path)
+    data = _of_set(ev, test, lambda: ImageFolderDataset(test.path))
     config = dataclasses.replace(base, embeddings=variables[test.name].embeddings,
                                  extra_variables=variables[test.name].extra,
                                  eval_set=test.eval_set, role=test.role)
     read = {role for name in ev.protocols for role in _reads(name)}
     swept = [s for s in ev.sets[1:] if s.role in read]  # a set no protocol reads: not swept
-    targets = sweep_targets(data, config, [s.value for s in swept], dataset_name=test.name,
+    scanned = [t for s in swept for t in _of_set(ev, s, lambda s=s: sweep_targets(
+        data, config, [s.value], dataset_name=test.name, option=f"{ev.source}: [sets.{s.name}]"
+    )[1:])]  # each set scanned alone: its errors name its table
+    targets = sweep_targets(data, config, scanned, dataset_name=test.name,
                             option=f"{ev.source}: [sets]")  # errors name the file, not --sets
     by_source = {s.value: s for s in swept}
     set_of = {test.name: test.name}
@@ -815,6 +845,53 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     return EvaluationPlan(ev, ev.out, config, data, targets[1:], variables, replaced,
                           replaced_sets, set_of, scores, detectors, state, overwrite,
                           ns.weights_dir, recast, roles_changed)
+
+
+def _of_set(ev: Evaluation, s: EvaluationSet, scan: Callable[[], Any]) -> Any:
+    """``scan()`` of the set ``s``: its refusal (a path that is a file, a folder of no image, a
+    bad label file) as one line naming the evaluation file, the set's table and its path."""
+    at = f"{ev.source}: [sets.{s.name}]"
+    try:
+        return scan()
+    except (InputError, OSError) as exc:
+        text = " ".join(str(exc).split())
+        if text.startswith(at):  # named already (sweep_targets' own checks)
+            raise
+        raise InputError(f"{at}: key 'path' = {_shown(str(s.path))}: {text}") from None
+
+
+def _check_scores(plan: EvaluationPlan) -> None:
+    """Refuse, before any sweep (and in a dry run, as :func:`run_evaluation` would), a score
+    command that would refuse its options after the sweep (:func:`_check_score`)."""
+    for score in plan.scores:
+        _check_score(plan.evaluation, score, len(plan.data))
+
+
+def _check_score(ev: Evaluation, score: _Score, n_test: int) -> None:
+    """Refuse a score command that would refuse its options after the sweep: its whole
+    command line as it will run (the file's options, the sets by role, the ensembles) parsed
+    by the protocol's own parser and types, and the selective protocol's calibration size
+    against the images of the test set. One line naming the file, the protocol's table, the
+    key and the value."""
+    at = f"{ev.source}: [protocols.{score.protocol}]"
+    _, parser = _score_parser(score.protocol)
+    argv = ["--caches", "_", *score.argv]
+    _check_argv(parser, argv, at)
+    if score.protocol != "selective":
+        return
+    from .protocols.selective.score import resolve_calibration_size
+
+    size = parser.parse_args(argv).calibration_size
+    try:
+        resolve_calibration_size(size, n_test)
+    except ValueError:
+        given = next((a.partition("=")[2] for a in ev.protocols[score.protocol]
+                      if a.startswith("--calibration-size=")), None)
+        said = (f"key 'calibration-size' = {given}" if given is not None else
+                f"calibration-size (not given: the default {size:g}, ImageNet's)")
+        raise InputError(f"{at}: {said}: the test set [sets.{ev.test.name}] has {n_test} "
+                         f"image(s); give a count in [1, {n_test - 1}] or a fraction in (0, 1), "
+                         "e.g. calibration-size = 0.1") from None
 
 
 def _recorded_role(had: Mapping[str, Any], caches: Path) -> str | None:
@@ -990,7 +1067,8 @@ def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
     from .sweep import dry_run_sweep
 
     ev = plan.evaluation
-    _foreign_outputs(plan)  # refused as the run would be
+    _check_scores(plan)  # refused as the run would be
+    _foreign_outputs(plan)
     lines = plan.lines()
     dry = dry_run_sweep(list(ev.models), plan.data, plan.caches, plan.config,
                         zoos=ev.zoos, weights_dir=plan.weights_dir, dataset_name=ev.test.name,
@@ -1052,14 +1130,16 @@ def run_evaluation(plan: EvaluationPlan, *, command: Callable[[list[str]], int],
     Raises
     ------
     uqmetrics.InputError
-        A score file or site there that the evaluation did not write (without
-        ``overwrite``), an OOD set holding an image of the test set, and what the sweep
-        refuses before its first cell.
+        A score command's options that its protocol would refuse after the sweep (naming the
+        file, the protocol's table, the key and the value), a score file or site there that
+        the evaluation did not write (without ``overwrite``), an OOD set holding an image of
+        the test set, and what the sweep refuses before its first cell.
     uqmetrics.runs.io.LockedError
         Another evaluation runs into the output folder (it holds ``OUT/.evaluate.lock``).
     """
     from uqmetrics.runs.io import exclusive_lock
 
+    _check_scores(plan)  # before any sweep: a score that would refuse its options after it
     _foreign_outputs(plan)
     with exclusive_lock(plan.out / LOCK_FILE,
                         advice="wait for that evaluation to finish, or give another --out"):

@@ -44,6 +44,7 @@ __all__ = [
     "check_output_folder",
     "config_defaults",
     "config_kwargs",
+    "count_or_fraction",
     "device_type",
     "given_options",
     "non_negative_float",
@@ -119,6 +120,23 @@ def positive_float(text: str) -> float:
     value = non_negative_float(text)
     if value == 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def count_or_fraction(text: str) -> float:
+    """argparse type of a number of samples given as a count or as a fraction of a set (the
+    selective protocol's ``--calibration-size``): a fraction in (0, 1) or an integer >= 1
+    (``1.5`` is neither).
+
+    Examples
+    --------
+    >>> count_or_fraction("0.3"), count_or_fraction("20"), count_or_fraction("20.0")
+    (0.3, 20.0, 20.0)
+    """
+    value = positive_float(text)
+    if value >= 1 and value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a count (an integer >= 1) or a fraction in "
+                                         f"(0, 1), got {text}")
     return value
 
 

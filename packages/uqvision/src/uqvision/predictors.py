@@ -176,10 +176,11 @@ def read_cache_groups(caches: Iterable[str | os.PathLike] | str | os.PathLike, *
         would be scored in two roles, e.g. as the test set and as its own calibration or OOD
         set), naming both files.
     """
-    paths = [i.path for i in index_caches(
-        [caches] if isinstance(caches, (str, os.PathLike)) else caches)]
+    given = [caches] if isinstance(caches, (str, os.PathLike)) else list(caches)
+    paths = [i.path for i in index_caches(given)]
     if not paths:
-        raise InputError("no complete prediction cache found")
+        raise InputError("no complete prediction cache found in "
+                         + (", ".join(repr(os.fspath(p)) for p in given) or "(none given)"))
     groups: dict[tuple[str, str], list[xr.Dataset]] = defaultdict(list)
     sets: dict[str, dict] = {}
     modes: dict[str, set] = defaultdict(set)

@@ -28,7 +28,11 @@ def test_torchrun_two_processes_equal_one_process(spec, digits, tmp_path, mode, 
     stochastic passes, whose augmentations and dropout masks depend on (seed, pass, sample)
     only."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    options = ["--mode", mode, "--passes", "2", "--tta-policy", "crop", "--seed", "3"]
+    # the options each mode uses (one it does not use is refused: predict.options.MODE_OPTIONS)
+    used = {"plain": {}, "tta": {"passes": 2, "tta_policy": "crop"},
+            "mc_dropout": {"passes": 2}}[mode]
+    options = ["--mode", mode, "--seed", "3",
+               *(x for k, v in used.items() for x in (f"--{k.replace('_', '-')}", str(v)))]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
            "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
            "-m", "uqvision", "--threads", "1", "predict", "--model", spec,
@@ -42,7 +46,7 @@ def test_torchrun_two_processes_equal_one_process(spec, digits, tmp_path, mode, 
     for path in paths:
         assert r.stdout.count(str(path)) == 1  # rank 0 alone reports (and writes) the file
     single = predict(spec, digits / "test", PredictConfig(
-        mode=mode, passes=2, tta_policy="crop", seed=3, batch_size=8))
+        mode=mode, seed=3, batch_size=8, **used))
     folder = ImageFolderDataset(digits / "test")
     assert len(folder) % 2 == 1  # uneven shards: 33 + 32, nothing padded
     for path, one in zip(paths, single, strict=True):

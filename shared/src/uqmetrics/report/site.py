@@ -21,7 +21,13 @@ from typing import Any
 
 from ..metrics.exceptions import InputError
 from ..metrics.registry import Registry
-from ..runs.io import check_apart, check_replaceable, decode_attr, folder_replaced
+from ..runs.io import (
+    check_apart,
+    check_replaceable,
+    check_writable,
+    decode_attr,
+    folder_replaced,
+)
 from .leaderboard import (
     MAX_FILTER_VALUES,
     Leaderboard,
@@ -299,6 +305,14 @@ def _check_out(out: Path, results: Sequence[str | os.PathLike], overwrite: bool)
             raise InputError(f"--out {out} exists and is not empty (--overwrite replaces a site "
                              "this command wrote)")
         check_replaceable(out, WRITER)
+    # the site is written beside ``out`` and then takes its place (renaming an existing folder
+    # needs write permission on it too): both checked before anything is read or written
+    for folder in (out.parent, out) if out.is_dir() else (out.parent,):
+        try:
+            check_writable(folder)
+        except OSError as err:
+            at = "" if Path(err.filename) == out else f": {str(err.filename)!r}"
+            raise InputError(f"--out {str(out)!r}{at} {err.strerror}") from None
 
 
 def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
@@ -342,9 +356,10 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     Raises
     ------
     InputError
-        ``results`` empty, a file missing or given twice, a bad ``paths``, a result file
-        inside ``out``, ``out`` not empty without ``overwrite``, or, with it, not a site
-        written here or holding other files (all before anything is written).
+        ``results`` empty, a file missing, a folder or given twice, a bad ``paths``, a result
+        file inside ``out``, ``out`` (or the folder it is written in) not writable, ``out`` not
+        empty without ``overwrite``, or, with it, not a site written here or holding other
+        files (all before anything is written).
     ResultSchemaError
         A file without a hook that does not follow the result schema.
     """
@@ -361,6 +376,9 @@ def build_site(results: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     read: list[tuple[str, Path, Any, ReportHook]] = []
     for r in results:
         path = Path(r)
+        if path.is_dir():
+            raise InputError(f"result {str(path)!r} is a folder, not a result file: give the "
+                             "result files (.nc) in it")
         if not path.is_file():
             raise InputError(f"result file {str(path)!r} does not exist")
         if protocol is not None:

@@ -46,14 +46,19 @@ import numpy as np
 
 from ..metrics.exceptions import InputError
 from ..runs.io import IncompleteResultError, decode_attr, read_dataset
-from ..runs.result_schema import dataset_checksum, input_checksum, metric_variables
+from ..runs.result_schema import (
+    check_result,
+    dataset_checksum,
+    input_checksum,
+    metric_variables,
+)
 from .leaderboard import column_name  # the site's column names: one definition
 
 if TYPE_CHECKING:
     import xarray as xr
 
 __all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "MANIFEST", "TOOLS", "Entry", "Rescorer", "check_cache",
-           "column_name", "entries_of", "resolve_target", "verify"]
+           "column_name", "entries_of", "resolve_target", "tolerance", "verify"]
 
 #: Default relative tolerance: recomputation runs the same code on the same caches, so only float
 #: rounding (another summation order, another host's BLAS) separates the values.
@@ -71,6 +76,27 @@ TOOLS = ("uqreg", "uqvision")
 
 #: ``rescore(result, result_path) -> recomputed result``.
 Rescorer = Callable[["xr.Dataset", Path], "xr.Dataset"]
+
+
+def tolerance(text: str) -> float:
+    """argparse type of ``--rtol`` and ``--atol`` (``uqvision verify``, ``uqreg verify``): a
+    finite number >= 0; argparse's error names the option (``argument --rtol: must be a finite
+    number >= 0, got -1``).
+
+    Examples
+    --------
+    >>> tolerance("1e-6")
+    1e-06
+    """
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 @dataclass
@@ -513,7 +539,12 @@ def verify(target: str | os.PathLike | Iterable[Entry],
     ------
     uqmetrics.InputError
         A bad target (:func:`resolve_target`), a negative or non-finite tolerance, a result
-        file that does not exist, a result of another tool than ``tool``.
+        file that does not exist or cannot be read (truncated, damaged: a target given itself;
+        a site entry's file that cannot be read disagrees), a result of another tool than
+        ``tool``.
+    uqmetrics.ResultSchemaError
+        (a :class:`ValueError`) A target file that is not a result (no ``protocol`` attr, as
+        a prediction cache) when ``protocol_of`` is not given (:func:`check_result`).
     """
     for name, value in (("rtol", rtol), ("atol", atol)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -529,15 +560,21 @@ def verify(target: str | os.PathLike | Iterable[Entry],
                              f"{tool}: verify it with {writer} verify")
     verdicts: list[tuple[str, bool]] = []
     for path, group in by_file.items():
-        if not path.is_file() and len(by_file) == 1 and group[0].manifest is None:
+        given = len(by_file) == 1 and group[0].manifest is None  # the target itself
+        if not path.is_file() and given:
             raise InputError(f"result file {str(path)!r} does not exist")
-        out(f"result {path}")
         try:
             ds = read_dataset(path)
         except (FileNotFoundError, IncompleteResultError) as exc:
+            if given:  # bad input, not a disagreement: nothing was recorded to compare with
+                raise InputError(f"result file {' '.join(str(exc).split())}") from None
+            out(f"result {path}")
             out(f"  disagree  the result file cannot be read: {' '.join(str(exc).split())}")
             verdicts += [(e.label, False) for e in group]
             continue
+        if given and protocol_of is None and "protocol" not in ds.attrs:
+            check_result(ds, path=path)  # not a result of a protocol (a cache?): named, refused
+        out(f"result {path}")
         info = entries_of(ds)
         recorded_caches = decode_attr(ds.attrs.get("caches"))
         damaged = _records_problem(recorded_caches, info)

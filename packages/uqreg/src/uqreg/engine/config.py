@@ -61,6 +61,31 @@ class ConfigError(InputError):
         return f"{name} {self.requirement}, got {value}"
 
 
+def registered(field: str, value, lookup, name=None, *, what: str):
+    """``lookup(name)`` (default ``lookup(value)``): a registry's entry, its unknown-name error
+    (a ``ValueError`` listing the valid names) restated as the :class:`ConfigError` of
+    ``field`` holding ``value``, so that the command line names the option (and the file the
+    value came from) as it does for any field.
+
+    Examples
+    --------
+    >>> registered("recipes", ("sum",), RECIPES.lookup, "sum", what="registered recipes").name
+    'sum'
+    >>> try:
+    ...     registered("recipes", ("sum", "nope"), RECIPES.lookup, "nope", what="registered recipes")
+    ... except ConfigError as err:
+    ...     print(err.restated("--recipes", "sum,nope")[:61])
+    --recipes must name registered recipes (unknown recipe 'nope'
+    """
+    try:
+        return lookup(value if name is None else name)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(field, f"must name {what} ({' '.join(str(exc).split())})",
+                          value) from None
+
+
 def is_int(value) -> bool:
     """True for a Python or numpy integer (not a bool)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -22,7 +22,14 @@ def _args_compare(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_compare(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from uqmetrics import InputError
+
     from ..published import compare, format_comparison
 
+    if Path(a.result).is_dir():
+        raise InputError(f"result {a.result!r} is a folder, not a result file: give a score "
+                         "file (.nc) in it")
     _print(format_comparison(compare(a.result, a.published)))
     return 0

@@ -20,11 +20,14 @@ from .base import _print
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from ..demo import DemoConfig, run_demo, summary  # the whole chain: imported on use
+    from ..demo import DemoConfig, check_config, run_demo, summary  # imported on use
 
     check_output_folder("--out", a.out)
-    r = run_demo(a.out, DemoConfig(**config_kwargs(a, _DEMO_OPTIONS)), log=_print,
-                 overwrite=a.overwrite)
+    config = DemoConfig(**config_kwargs(a, _DEMO_OPTIONS))
+    # the options, named as on the command line, before anything is written
+    check_config(config, {o.field: o.flag or "--" + o.field.replace("_", "-")
+                          for o in _DEMO_OPTIONS})
+    r = run_demo(a.out, config, log=_print, overwrite=a.overwrite)
     _print(summary(r))
     _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
     return 0

@@ -9,11 +9,16 @@ reading of ``--data`` before anything runs (:func:`_data`: the folder in its lay
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
+from uqmetrics import InputError
 from uqmetrics.runs.run_config import config_in_by_digest
 
 from ..options import check_output_folder
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
     from ..data import ImageFolderDataset
     from ..predict import PredictConfig
 
+T = TypeVar("T")
+
 
 def _data(a: argparse.Namespace) -> ImageFolderDataset:
     """``--data`` scanned once, in its layout (class folders, flat with ``--labels`` or a label
@@ -41,13 +48,41 @@ def _data(a: argparse.Namespace) -> ImageFolderDataset:
     from ..evalsets import EVAL_SETS
 
     check_output_outside(a.data, getattr(a, "out", None))
+    if a.labels is not None and not os.path.lexists(a.labels):  # not said as --data's
+        raise InputError(f"--labels {a.labels!r} does not exist")
     # an evaluation set whose class map labels nothing (an OOD set) needs no class folders
     unlabelled = EVAL_SETS.lookup(_predict_config(a).eval_set).class_map == "none"
-    folder = ImageFolderDataset(a.data, labels=a.labels, subset=a.subset, unlabelled=unlabelled)
+    folder = ImageFolderDataset(a.data, labels=a.labels, subset=a.subset, unlabelled=unlabelled,
+                                option="--data")  # its errors name the option
     line = describe_labels(folder)
     if line and int(os.environ.get("RANK", "0")) == 0:
         print(f"uqvision {a.command}: {line}", file=sys.stderr, flush=True)
     return folder
+
+
+#: What an OS error about a file the user named says (``errno`` -> words), after the option.
+_OS_ERRORS = {errno.ENOENT: "does not exist", errno.EISDIR: "is a folder, not a file",
+              errno.ENOTDIR: "has a file where a folder is expected",
+              errno.EACCES: "cannot be read (permission denied)"}
+
+
+def named_input(option: str, value: object, check: Callable[[], T]) -> T:
+    """``check()``, its refusal of the input the user gave as ``option value`` (a missing,
+    damaged or unreadable file, a bad name) restated as one :class:`~uqmetrics.InputError`
+    naming the option and the value: ``--init 'nope.pt': does not exist``. Used by the
+    ``predict``, ``sweep`` and ``train`` commands before any work."""
+    try:
+        return check()
+    except (ValueError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            what = _OS_ERRORS.get(exc.errno, exc.strerror or str(exc))
+            at = exc.filename
+            text = what if at is None or str(at) == str(value) else f"{str(at)!r} {what}"
+        elif isinstance(exc, json.JSONDecodeError):
+            text = f"not a JSON file ({exc})"
+        else:
+            text = str(exc) or type(exc).__name__
+        raise InputError(f"{option} {str(value)!r}: {' '.join(text.split())}") from None
 
 
 def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None) -> None:
@@ -68,8 +103,9 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     from ..predict import check_caches, predict_to_files
 
     check_output_folder("--out", a.out)
+    _predict_config(a)  # an option the --mode does not use, first
     for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
-        check_model_spec(spec)
+        named_input("--model", spec, partial(check_model_spec, spec))
     data = _data(a)
     _check_images(a, data)
     # every model's classes and existing caches, before anything runs (read once)

@@ -25,6 +25,7 @@ from uqmetrics.runs.run_config import (
     derived_config,
 )
 
+from ..cache import check_caches
 from ..exceptions import SkippedCacheWarning
 from ..options import (
     SEED,
@@ -40,22 +41,33 @@ from ..protocols import (
     VISION_PROTOCOLS,
     Protocol,
     ReproduceOptions,
-    incomplete_caches,
     score_protocol,
 )
+from ..protocols.base import check_protocol_file, option_input_error
 from ..score_options import _retire, add_score_options
 from .base import _add_subcommands, _Parser, _print
+
+
+def _options_given(a: argparse.Namespace) -> dict[str, object]:
+    """The options of a parsed command line as typed (``--calibration-size``) -> their values
+    (what :func:`~uqvision.protocols.base.option_input_error` names)."""
+    return {f"--{dest.replace('_', '-')}": value for dest, value in vars(a).items()
+            if value is not None and not isinstance(value, bool)}
 
 
 def _cmd_score(a: argparse.Namespace) -> int:
     protocol = score_protocol(a.protocol)
     out = Path(a.out)
+    if out.suffix.lower() != ".nc":  # the table beside it is STEM.csv and STEM.json
+        raise InputError(f"--out {a.out!r} must be a score file ending in .nc (its table is "
+                         f"written beside it: STEM.csv, STEM.json), e.g. "
+                         f"--out {str(out.with_suffix('.nc'))!r}")
     outputs = [out] + ([out.with_name(out.stem + suffix) for suffix in
                         protocol.score_table.suffixes] if protocol.score_table else [])
     for path in outputs:  # the score file and the table beside it
         check_apart(path, {"--caches": a.caches})  # --overwrite never replaces an input
         check_output_file("--out", path, a.overwrite)
-    files, skipped = incomplete_caches(a.caches)
+    files, skipped = check_caches("--caches", a.caches)
     listed = "; ".join(f"{p.name} ({why})" for p, why in skipped.items())
     if skipped and not a.skip_incomplete:
         raise InputError(f"--caches: {len(skipped)} of {len(files)} cache files would not be "
@@ -67,9 +79,15 @@ def _cmd_score(a: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", SkippedCacheWarning)  # said in the summary line
         warnings.simplefilter("always", MixedEnsembleWarning)  # one line each, below
-        ds = protocol.score(a)
-        if protocol.score_table is not None:
-            table = protocol.score_table.make(a, ds)
+        try:
+            ds = protocol.score(a)
+            if protocol.score_table is not None:
+                table = protocol.score_table.make(a, ds)
+        except (OSError, ValueError) as exc:  # a file an option gave: named with the option
+            named = option_input_error(exc, _options_given(a))
+            if named is None:
+                raise
+            raise named from None
     for w in caught:
         if issubclass(w.category, MixedEnsembleWarning):
             print(f"uqvision score {a.protocol}: warning: {w.message}", file=sys.stderr,
@@ -135,6 +153,10 @@ def _cmd_plot(a: argparse.Namespace) -> int:
     if not (a.caches or files):
         raise InputError(f"nothing to plot (give {', '.join(flags[:-1])} and/or {flags[-1]})"
                          if len(flags) > 1 else "nothing to plot (give --caches)")
+    for proto, file in files:  # a score file of the option's protocol, before any work
+        check_protocol_file(f"--{proto.score_name}", file, proto.name)
+    if a.caches:
+        check_caches("--caches", a.caches)
     check_output_folder("--out", a.out)
     paths = []
     if a.caches:

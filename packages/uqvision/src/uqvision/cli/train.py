@@ -26,13 +26,26 @@ from uqmetrics.runs.run_config import add_config_option, config_beside, config_i
 from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options
 
 from .. import catalog
-from ..data.makers import DATASET_MAKERS
+from ..data.corruptions import (
+    MAX_JPEG_QUALITY,
+    MIN_CROP,
+    make_imagenet_c_folder,
+    parse_corruptions,
+    parse_severities,
+)
+from ..data.makers import (
+    DATASET_MAKERS,
+    make_digits_folder,
+    make_subset_folder,
+    make_synthetic_folder,
+)
 from ..options import (
     COUNT,
     INDEX,
     SEED,
     ConfigOption,
     add_config_options,
+    at_least,
     check_output_file,
     check_output_folder,
     config_kwargs,
@@ -41,6 +54,7 @@ from ..options import (
     positive_float,
     set_pairs,
 )
+from ..protocols.base import fraction
 from ..training.config import ImageTrainConfig
 from .base import _add_subcommands, _print, parameter_help, summary
 
@@ -55,25 +69,70 @@ _CLUSTER_MAKER_OPTION = "scheduler"
 _MAKER_ALIASES = {"n_classes": ["--classes"], "n_per_class": ["--per-class"]}
 
 
-def _maker_options(maker: typing.Callable) -> dict[str, tuple[type, object]]:
+def _checked_by(parse: typing.Callable[[str], object]) -> typing.Callable[[str], str]:
+    """argparse type: the text as given, once ``parse`` takes it (its ``ValueError`` is the
+    parser's error, naming the option)."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
+
+
+#: argparse types of the makers' options whose values are bounded (and of a ``--seed`` narrower
+#: than :data:`~uqvision.options.SEED`): a bad value is the parser's one-line error naming the
+#: option as typed (and the value), before anything runs. The makers refuse the same values
+#: when called from Python, naming the parameter.
+_MAKER_TYPES: dict[typing.Callable, dict[str, typing.Callable[[str], object]]] = {
+    make_digits_folder: {"test_fraction": fraction, "max_per_class": COUNT,
+                         "seed": at_least(0, 2**32 - 1, " (scikit-learn's random_state)")},
+    make_synthetic_folder: {"n_classes": COUNT, "n_per_class": COUNT, "image_size": COUNT},
+    make_subset_folder: {"n_per_class": COUNT},
+    make_imagenet_c_folder: {
+        "corruptions": _checked_by(parse_corruptions),
+        "severities": _checked_by(parse_severities), "resize": COUNT,
+        "crop": at_least(MIN_CROP), "quality": at_least(1, MAX_JPEG_QUALITY,
+                                                        " (PIL's JPEG qualities)"),
+        "workers": COUNT},
+}
+
+
+def _maker_options(maker: typing.Callable) -> dict[str, tuple[typing.Callable, object]]:
     """A maker's own options, from its signature: keyword -> (argparse type, default;
-    :data:`inspect.Parameter.empty`: required)."""
+    :data:`inspect.Parameter.empty`: required). The type is the bounded one of
+    :data:`_MAKER_TYPES`, else ``int``, ``float`` or ``str`` from the annotation."""
     hints = typing.get_type_hints(maker)
-    out = {}
+    bounded = _MAKER_TYPES.get(maker, {})
+    out: dict[str, tuple[typing.Callable, object]] = {}
     for name, param in inspect.signature(maker).parameters.items():
         if param.kind is not param.KEYWORD_ONLY or name in (*_COMMON_MAKER_OPTIONS,
                                                             _CLUSTER_MAKER_OPTION):
             continue
         hint = hints.get(name, str)
-        out[name] = (next((t for t in (*typing.get_args(hint), hint)
-                           if t in (int, float, str)), str), param.default)
+        out[name] = (bounded.get(name) or next((t for t in (*typing.get_args(hint), hint)
+                                                if t in (int, float, str)), str), param.default)
     return out
+
+
+def _check_src(src: str | None) -> None:
+    """A maker's ``--src`` (the image folder it reads: a folder, an archive, an image list, a
+    folder inside a tar) refused, naming the option and the value, when it does not exist."""
+    from ..layouts import is_folder
+
+    if src is not None and not (src and (Path(src).exists() or is_folder(src))):
+        raise InputError(f"--src {src!r} does not exist: give the image folder to read")
 
 
 def _cmd_data(a: argparse.Namespace) -> int:
     check_output_folder("--out", a.out)
     maker = DATASET_MAKERS.lookup(a.kind)
     given = {k: getattr(a, k) for k in _maker_options(maker)}
+    if "src" in given:  # before the maker reads it: its error would not name the option
+        _check_src(given["src"])
     if _CLUSTER_MAKER_OPTION in inspect.signature(maker).parameters:
         cluster = ClusterSpec.from_args(a)
         if not cluster.local_default:  # --scheduler or --cluster: the maker's work on Dask
@@ -103,7 +162,8 @@ def _args_maker(maker: typing.Callable, p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FOLDER",
                    help=docs.get(next(iter(params)), "") or "the folder written")
     seed = params["seed"].default if "seed" in params else 0  # every maker takes seed=
-    p.add_argument("--seed", type=SEED, default=seed, help=text("seed", seed))
+    p.add_argument("--seed", type=_MAKER_TYPES.get(maker, {}).get("seed", SEED), default=seed,
+                   help=text("seed", seed))
     p.add_argument("--overwrite", action="store_true", help=text("overwrite"))
     for name, (kind, default) in _maker_options(maker).items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
@@ -145,8 +205,54 @@ def _train_seeds(a: argparse.Namespace) -> list[int]:
     return list(a.seeds) if a.seeds else list(range(a.members or 1))
 
 
+def _training_images(a: argparse.Namespace) -> int:
+    """The number of images a run of ``uqvision train`` trains on (the view of ``--data`` that
+    :func:`uqvision.data.image_view` makes of ``--classes`` and ``--index-file``), once its
+    inputs are checked before any run, each refusal naming its option and the value: the
+    folders of ``--data`` and ``--val-data``, the ``--init`` checkpoint, the ``--index-file``
+    and the classes that ``--classes`` (or the index file) names."""
+    from ..data import ClassSubset, ImageFolderDataset, read_index_file
+    from ..models import check_checkpoint_file
+    from .predict import named_input
+
+    data = ImageFolderDataset(a.data, option="--data")
+    if a.val_data is not None:
+        ImageFolderDataset(a.val_data, option="--val-data")
+    if a.init_checkpoint is not None:
+        named_input("--init", a.init_checkpoint,
+                    partial(check_checkpoint_file, a.init_checkpoint))
+    index = None
+    if a.index_file is not None:
+        index = named_input("--index-file", a.index_file,
+                            partial(read_index_file, a.index_file))
+        if not isinstance(index.get("classes"), list) or not isinstance(
+                index.get("indices"), list):
+            raise InputError(f"--index-file {a.index_file!r}: records no 'classes' and "
+                             "'indices' lists (damaged?)")
+    classes = _classes_option(a.classes)
+    named = ("--classes", a.classes) if classes is not None else ("--index-file", a.index_file)
+    if classes is None and index is not None:
+        classes = tuple(index["classes"])
+    if not classes:
+        return len(data)
+    missing = [c for c in classes if c not in data.class_to_idx]
+    if missing:
+        raise InputError(f"{named[0]} {named[1]!r}: {len(missing)} class(es) not in --data "
+                         f"{a.data!r}: {missing[:5]} (its classes: "
+                         f"{', '.join(data.classes[:8])}{', ...' if len(data.classes) > 8 else ''})")
+    if index is not None and list(index["classes"]) != list(classes):
+        raise InputError(f"--index-file {a.index_file!r} indexes classes "
+                         f"{index['classes'][:5]}..., not those of --classes {a.classes!r} "
+                         f"{list(classes)[:5]}...: give the classes it records, or leave "
+                         "--classes out")
+    try:
+        view = ClassSubset(data, classes, index["indices"] if index is not None else None)
+    except ValueError as exc:
+        raise InputError(f"{named[0]} {named[1]!r}: {exc}") from None
+    return len(view)
+
+
 def _cmd_train(a: argparse.Namespace) -> int:
-    from ..data import image_view
     from ..training.loop import (
         EnsembleMember,
         checkpoint_files,
@@ -173,9 +279,9 @@ def _cmd_train(a: argparse.Namespace) -> int:
                              "file name")
         for path in checkpoint_files(_seed_out(a, seed)):
             check_output_file("--out", path, a.overwrite)
+    n = _training_images(a)  # --data, --val-data, --init, --index-file, --classes: named
     cfgs = train_configs(a)
     hp = cfgs[0].method_hparams()  # a bad --set is refused here, before any run
-    n = len(image_view(a.data, classes=cfgs[0].classes, index_file=a.index_file))
     steps = TRAINING_METHODS.lookup(a.method).total_steps(
         hp, len(epoch_batches(n, hp.batch_size, 0, 0)))
     if steps == 0 and a.init_checkpoint is None:

@@ -23,12 +23,12 @@ def _rescorer(protocol: str):
 
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
     """``--rtol`` and ``--atol`` (shared with ``uqreg verify``)."""
-    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL, tolerance
 
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+    p.add_argument("--rtol", type=tolerance, default=DEFAULT_RTOL,
                    help="relative tolerance (default %(default)g: recomputation is the same "
                         "code on the same caches, so only float rounding may differ)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=tolerance, default=DEFAULT_ATOL,
                    help="absolute tolerance, for values near 0 (default %(default)g)")
 
 

@@ -61,9 +61,10 @@ from uqmetrics.runs.sweep import ClusterSpec
 from . import corruptions_original as original
 from ._util import derive_seed
 
-__all__ = ["BENCHMARK_CORRUPTIONS", "CORRUPTIONS", "JPEG_QUALITY", "METADATA_FILE",
-           "check_complete", "implementations", "make_corrupted_folder",
-           "make_imagenet_c_folder", "reference_corruptions"]
+__all__ = ["BENCHMARK_CORRUPTIONS", "CORRUPTIONS", "JPEG_QUALITY", "MAX_JPEG_QUALITY",
+           "METADATA_FILE", "check_complete", "implementations", "make_corrupted_folder",
+           "make_imagenet_c_folder", "parse_corruptions", "parse_severities",
+           "reference_corruptions"]
 
 #: The 15 ImageNet-C benchmark corruptions, in ``imagecorruptions.get_corruption_names()``
 #: order.
@@ -77,6 +78,8 @@ CORRUPTIONS = BENCHMARK_CORRUPTIONS + ("speckle_noise", "gaussian_blur", "spatte
 #: JPEG quality of ImageNet-C's ``make_imagenet_c.py`` (``save(path, quality=85,
 #: optimize=True)``).
 JPEG_QUALITY = 85
+#: The highest JPEG quality PIL takes (``quality`` is 1 to this).
+MAX_JPEG_QUALITY = 95
 #: Smallest crop (px): ``imagecorruptions.corrupt`` refuses images under 32 px a side.
 MIN_CROP = 32
 #: Metadata file written in ``out``.
@@ -468,8 +471,9 @@ def _check_options(corruptions, severities, resize, crop, quality, workers
     if crop < MIN_CROP:
         raise ValueError(f"crop {crop} is below {MIN_CROP} px, the smallest size every "
                          "reference corruption accepts")
-    if quality > 95:
-        raise ValueError(f"quality must be 1..95 (PIL's JPEG qualities), got {quality}")
+    if quality > MAX_JPEG_QUALITY:
+        raise ValueError(f"quality must be 1..{MAX_JPEG_QUALITY} (PIL's JPEG qualities), got "
+                         f"{quality}")
     if "frost" in corruptions and crop > original.FROST_MAX:
         raise ValueError(f"crop {crop} is above {original.FROST_MAX} px, the largest image "
                          "ImageNet-C's frost textures cover; give crop <= "
@@ -677,6 +681,49 @@ def make_corrupted_folder(src: str | os.PathLike, out: str | os.PathLike, *,
     return out
 
 
+def parse_corruptions(text: str) -> tuple[str, ...]:
+    """Comma-separated corruption names (``"fog,snow"``; ``"all"``: the 19 of
+    :data:`CORRUPTIONS`) as a tuple.
+
+    Raises
+    ------
+    ValueError
+        An unknown name (with the known ones) or a name given twice; the message names the
+        value, not the parameter (the caller says which it is).
+    """
+    if text.strip() == "all":
+        return CORRUPTIONS
+    names = tuple(c.strip() for c in text.split(","))
+    for c in names:
+        if c not in CORRUPTIONS:
+            raise ValueError(f"unknown corruption {c!r} in {text!r}; known: "
+                             f"{', '.join(CORRUPTIONS)} (or all)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{text!r} names a corruption twice")
+    return names
+
+
+def parse_severities(text: str) -> tuple[int, ...]:
+    """Comma-separated severities (``"1,3,5"``) as a tuple of distinct integers 1..5.
+
+    Raises
+    ------
+    ValueError
+        Not a comma-separated list of integers, a severity outside 1..5 or one given twice;
+        the message names the value, not the parameter (the caller says which it is).
+    """
+    try:
+        levels = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a comma-separated list of 1..5") from None
+    for v in levels:
+        if not 1 <= v <= 5:
+            raise ValueError(f"{v} is not a severity 1..5")
+    if len(set(levels)) != len(levels):
+        raise ValueError(f"{text!r} names a severity twice")
+    return levels
+
+
 def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
                            corruptions: str | None = None, severities: str | None = None,
                            resize: int = 256, crop: int = 224, quality: int = JPEG_QUALITY,
@@ -706,17 +753,14 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
     """
     if src is None:
         raise ValueError("src (--src): give the clean image folder to corrupt")
-    names = None
-    if corruptions is not None:
-        names = (CORRUPTIONS if corruptions.strip() == "all"
-                 else tuple(c.strip() for c in corruptions.split(",")))
-    levels: tuple[int, ...] = (1, 2, 3, 4, 5)
-    if severities is not None:
-        try:
-            levels = tuple(int(s) for s in severities.split(","))
-        except ValueError:
-            raise ValueError(f"severities: {severities!r} is not a comma-separated list of "
-                             "1..5") from None
+    try:
+        names = None if corruptions is None else parse_corruptions(corruptions)
+    except ValueError as exc:
+        raise ValueError(f"corruptions: {exc}") from None
+    try:
+        levels = (1, 2, 3, 4, 5) if severities is None else parse_severities(severities)
+    except ValueError as exc:
+        raise ValueError(f"severities: {exc}") from None
     return make_corrupted_folder(src, root, corruptions=names, severities=levels,
                                  resize=resize, crop=crop, quality=quality, seed=seed,
                                  workers=workers, overwrite=overwrite, scheduler=scheduler)

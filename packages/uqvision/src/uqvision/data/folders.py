@@ -52,6 +52,23 @@ class ChangedImageError(InputError):
     differs from the plan's: the cell fails, nothing of it is written."""
 
 
+def _named_by(exc: InputError | OSError, option: str, root: str | os.PathLike
+              ) -> InputError | OSError:
+    """``exc`` (a folder's scan error) with its message after ``option`` (and ``root`` where
+    the message does not name it): the same exception, its type and attributes kept, when its
+    message is its one argument; else an :class:`~uqmetrics.InputError` saying it."""
+    text = " ".join(str(exc).split())
+    shown = str(root)
+    said = f"{option}: {text}" if repr(shown) in text or not shown else \
+        f"{option} {shown!r}: {text}"
+    plain = len(exc.args) == 1 and isinstance(exc.args[0], str) and not (
+        isinstance(exc, OSError) and (exc.errno is not None or exc.filename is not None))
+    if plain:
+        exc.args = (said,)
+        return exc
+    return InputError(said)
+
+
 def check_output_outside(data: str | os.PathLike, out: str | os.PathLike | None,
                          option: str = "--out") -> None:
     """Refuse an output folder that is ``data`` or inside it, before anything is scanned or
@@ -167,6 +184,10 @@ class ImageFolderDataset(Dataset):
         The images need no labels (an OOD set's): a flat folder with no label file is read as
         its images, one class ``-1`` (:data:`uqvision.layouts.UNLABELLED`), which an
         evaluation set of class map ``none`` labels -1; without it, such a folder is refused.
+    option : str, optional
+        How the caller's user gave ``root`` (``"--data"``, ``"--val-data"``): the scan's
+        errors then begin with it (``--data: image folder 'x' does not exist``), their types
+        kept.
 
     Attributes
     ----------
@@ -207,8 +228,13 @@ class ImageFolderDataset(Dataset):
 
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None, *,
                  augment_seed: int | None = None, labels: str | os.PathLike | None = None,
-                 subset: bool = False, unlabelled: bool = False):
-        scan = scan_layout(root, labels, subset=subset, unlabelled=unlabelled)
+                 subset: bool = False, unlabelled: bool = False, option: str | None = None):
+        try:
+            scan = scan_layout(root, labels, subset=subset, unlabelled=unlabelled)
+        except (InputError, OSError) as exc:
+            if option is None:
+                raise
+            raise _named_by(exc, option, root) from None
         if augment_seed is not None and not isinstance(transform, SeededAugmentation):
             raise ValueError("augment_seed needs a SeededAugmentation transform (see "
                              f"tta_transform), got transform={transform!r}")

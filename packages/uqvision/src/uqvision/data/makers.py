@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from uqmetrics import InputError
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.io import check_apart, folder_replaced
 from uqmetrics.runs.run_config import CONFIG_SUFFIX
@@ -24,7 +25,8 @@ from uqmetrics.runs.run_config import CONFIG_SUFFIX
 from ..hierarchy import make_hierarchy
 from .corruptions import make_imagenet_c_folder
 
-__all__ = ["DATASET_MAKERS", "make_digits_folder", "make_subset_folder", "make_synthetic_folder"]
+__all__ = ["DATASET_MAKERS", "digits_split", "make_digits_folder", "make_subset_folder",
+           "make_synthetic_folder"]
 
 #: Marks a folder written completely by a maker (its content: the maker's options, JSON).
 _COMPLETE = ".uqvision-complete"
@@ -56,6 +58,14 @@ def _kept(root: Path, meta: dict, overwrite: bool,
                               f"(no {_COMPLETE}); --overwrite replaces only a dataset folder "
                               "uqvision wrote: choose another --out")
     return False
+
+
+def _check_count(name: str, value: object) -> None:
+    """Refuse a ``value`` of parameter ``name`` that is not an integer >= 1
+    (:class:`~uqmetrics.InputError` naming the parameter and the value; ``uqvision data``
+    refuses it first, naming the option)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _write_folder(root: Path, splits: dict[str, list[tuple[np.ndarray, str, str]]],
@@ -99,23 +109,76 @@ def make_digits_folder(root: str | os.PathLike, *, test_fraction: float = 0.5, s
     -------
     Path
         ``root``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``test_fraction`` not in (0, 1), ``max_per_class`` below 1, ``seed`` not in
+        [0, 2**32), or ``test_fraction`` and ``max_per_class`` leaving a class without an
+        image in ``train`` or ``test`` (:func:`digits_split`), before anything is written.
+    """
+    from sklearn.datasets import load_digits  # heavy: imported on first use (start-up time)
+
+    tr, te = digits_split(test_fraction, seed, max_per_class)
+    d = load_digits()
+    imgs = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)
+    splits = {name: [(imgs[i], str(d.target[i]), f"{i:04d}") for i in sorted(part)]
+              for name, part in (("train", tr), ("test", te))}
+    meta = {"maker": "digits", "test_fraction": test_fraction, "seed": seed,
+            "max_per_class": max_per_class}
+    return _write_folder(Path(root), splits, meta, overwrite)
+
+
+def digits_split(test_fraction: float = 0.5, seed: int = 0,
+                 max_per_class: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The images of :func:`make_digits_folder`'s ``train`` and ``test``: indices into
+    ``sklearn.datasets.load_digits()``, split stratified by class.
+
+    Parameters
+    ----------
+    test_fraction, seed, max_per_class
+        As :func:`make_digits_folder`.
+
+    Returns
+    -------
+    train, test : ndarray of int
+        The indices of each part (in the order ``train_test_split`` gives them).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``test_fraction`` not a number in (0, 1), ``max_per_class`` not an integer >= 1,
+        ``seed`` not in [0, 2**32), or ``test_fraction`` and ``max_per_class`` leaving too few
+        images to put every class in both parts (the message names both, with scikit-learn's
+        reason).
     """
     from sklearn.datasets import load_digits  # heavy: imported on first use (start-up time)
     from sklearn.model_selection import (
         train_test_split,  # heavy: imported on first use (start-up time)
     )
 
-    d = load_digits()
-    imgs = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)
-    idx = np.arange(len(imgs))
+    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float, np.number))
+            or not 0 < test_fraction < 1):
+        raise InputError(f"test_fraction must be a fraction in (0, 1), got {test_fraction!r}")
     if max_per_class is not None:
-        idx = np.concatenate([np.flatnonzero(d.target == c)[:max_per_class] for c in range(10)])
-    tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=d.target[idx])
-    splits = {name: [(imgs[i], str(d.target[i]), f"{i:04d}") for i in sorted(part)]
-              for name, part in (("train", tr), ("test", te))}
-    meta = {"maker": "digits", "test_fraction": test_fraction, "seed": seed,
-            "max_per_class": max_per_class}
-    return _write_folder(Path(root), splits, meta, overwrite)
+        _check_count("max_per_class", max_per_class)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= seed < 2**32:
+        raise InputError(f"seed must be an integer in [0, 2**32) (scikit-learn's random_state), "
+                         f"got {seed!r}")
+    target = load_digits().target
+    idx = np.arange(len(target))
+    if max_per_class is not None:
+        idx = np.concatenate([np.flatnonzero(target == c)[:max_per_class] for c in range(10)])
+    try:
+        return tuple(train_test_split(idx, test_size=test_fraction, random_state=seed,
+                                      stratify=target[idx]))
+    except ValueError as exc:
+        raise InputError(
+            f"test_fraction (--test-fraction) {test_fraction} with max_per_class "
+            f"(--max-per-class) {max_per_class}: the {idx.size} images cannot be split with "
+            f"every one of the 10 classes in both train and test ({' '.join(str(exc).split())})"
+        ) from None
 
 
 def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_class: int = 8,
@@ -145,7 +208,16 @@ def make_synthetic_folder(root: str | os.PathLike, *, n_classes: int = 4, n_per_
     -------
     Path
         ``root``.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        ``n_classes``, ``n_per_class`` or ``image_size`` not an integer >= 1, before anything
+        is written.
     """
+    for name, value in (("n_classes", n_classes), ("n_per_class", n_per_class),
+                        ("image_size", image_size)):
+        _check_count(name, value)
     from torchvision.datasets import FakeData  # torch: imported on use (uqvision data -h)
 
     n = n_classes * n_per_class
@@ -188,8 +260,6 @@ def subset_choice(classes: list[str], samples: list[tuple[str, int]], per_class:
     uqmetrics.InputError
         ``per_class`` below 1 or above a class's sample count (naming the class).
     """
-    from uqmetrics import InputError
-
     if int(per_class) < 1:
         raise InputError(f"per_class must be at least 1, got {per_class!r}")
     by_class: dict[int, list[int]] = {}
@@ -260,14 +330,15 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
         changed since it was made, and ``overwrite`` is False; or ``root`` is not a dataset
         folder of the makers.
     """
-    from uqmetrics import InputError
-
     from .folders import ImageFolderDataset, folder_fingerprint, sample_digests
 
     root = Path(root)
     check_apart(root, {"--src": src})  # replacing root would delete the source images
     ds = ImageFolderDataset(src)
-    chosen = subset_choice(list(ds.classes), list(ds.samples), n_per_class, seed)
+    try:
+        chosen = subset_choice(list(ds.classes), list(ds.samples), n_per_class, seed)
+    except InputError as exc:  # its parameter is per_class
+        raise InputError(f"n_per_class (--per-class): {exc}") from None
     ids = [ds.samples[i][0] for i in chosen]
     meta = {"maker": "subset", "src": str(Path(src).resolve()), "per_class": int(n_per_class),
             "seed": int(seed), "samples": ids}

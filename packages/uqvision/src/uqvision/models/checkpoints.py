@@ -208,8 +208,16 @@ def write_checkpoint(model: nn.Module, path: str | os.PathLike, sidecar: dict[st
 
 def existing_checkpoint(spec: ModelSpec) -> str:
     """``spec.checkpoint`` as a string, checked by :func:`check_checkpoint_file`;
-    ``FileNotFoundError`` when the file does not exist."""
+    ``FileNotFoundError`` when the file does not exist or is a folder (the message says
+    which, and names the weight files a folder holds)."""
     ckpt = str(spec.checkpoint)
+    if Path(ckpt).is_dir():
+        held = sorted(p.name for p in Path(ckpt).iterdir()
+                      if p.suffix in (".safetensors", ".pt", ".pth", ".bin") and p.is_file())
+        raise FileNotFoundError(
+            f"checkpoint {ckpt!r} is a folder, not a checkpoint file; give the weight file"
+            + (f" (it holds {', '.join(held[:3])}{', ...' if len(held) > 3 else ''})"
+               if held else ""))
     if not Path(ckpt).is_file():
         raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
     check_checkpoint_file(ckpt)

@@ -20,20 +20,69 @@ from ..options import (
     add_config_options,
     config_kwargs,
     device_type,
+    given_options,
 )
 from .config import AMP_MODES, DECODERS, PREDICT_CONFIG_OPTIONS, PredictConfig
 
-__all__ = ["PREDICT_OPTIONS", "add_predict_options", "predict_config"]
+__all__ = ["MODE_OPTIONS", "PREDICT_OPTIONS", "add_predict_options", "check_mode_options",
+           "predict_config"]
 
 
 def predict_config(a: argparse.Namespace) -> PredictConfig:
     """The :class:`~uqvision.predict.PredictConfig` the prediction options parsed in ``a`` give
-    (``--zero-shot``, ``uqvision predict``'s own: embeddings and no logits)."""
+    (``--zero-shot``, ``uqvision predict``'s own: embeddings and no logits).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An option given that the chosen ``--mode`` does not use (:func:`check_mode_options`).
+    """
+    check_mode_options(a)
     zero_shot = getattr(a, "zero_shot", False)  # predict only
     kw = config_kwargs(a, PREDICT_OPTIONS)
     if zero_shot:
         kw["embeddings"] = True
     return PredictConfig(**kw, logits=not zero_shot)
+
+
+#: The prediction options only some modes use: field -> those modes (``--passes``: the TTA
+#: augmentations or MC-dropout passes; ``--first-pass`` and ``--tta-policy``: TTA's).
+MODE_OPTIONS: dict[str, tuple[str, ...]] = {"passes": ("tta", "mc_dropout"),
+                                            "first_pass": ("tta",), "tta_policy": ("tta",)}
+#: The modes known to use none of :data:`MODE_OPTIONS` but those that name them: ``plain``
+#: and ``crop`` (URL's) run one pass, ``mc_dropout`` reads no augmentation. A mode a plugin
+#: registers is not checked.
+_CHECKED_MODES = ("plain", "tta", "mc_dropout", "crop")
+
+
+def check_mode_options(a: argparse.Namespace) -> None:
+    """Refuse an option of :data:`MODE_OPTIONS` given (on the command line, in a ``--config``
+    file or an evaluation's ``[predict]`` table) with a value other than its default where the
+    chosen ``--mode`` does not use it: it would be silently ignored (``--passes 5`` with
+    ``--mode plain`` makes one pass). The message names both options and the values.
+
+    Raises
+    ------
+    uqmetrics.InputError
+    """
+    from uqmetrics import InputError
+
+    mode = getattr(a, "mode", None)
+    if mode not in _CHECKED_MODES:
+        return
+    given = given_options(a)
+    defaults = {f.name: f.default for f in dataclasses.fields(PredictConfig)}
+    for opt in PREDICT_OPTIONS:
+        modes = MODE_OPTIONS.get(opt.field)
+        if modes is None or mode in modes or opt.field not in given:
+            continue
+        value = getattr(a, opt.field, None)
+        if value == defaults[opt.field]:  # a recorded run's default (first-pass = 0)
+            continue
+        flag = opt.flag or "--" + opt.field.replace("_", "-")
+        raise InputError(f"{flag} {value}: --mode {mode} does not use it (it is for --mode "
+                         f"{' or '.join(modes)}); leave {flag} out, or give the mode that "
+                         "uses it")
 
 
 #: ``uqvision predict`` / ``sweep`` options generated from :class:`PredictConfig` (defaults

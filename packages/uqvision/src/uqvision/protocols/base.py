@@ -53,6 +53,7 @@ __all__ = [
     "SweepPlan",
     "SweepScoring",
     "check_clean_members",
+    "check_protocol_file",
     "clean_study_predictors",
     "config_scoring",
     "corrupted_study",
@@ -66,6 +67,7 @@ __all__ = [
     "fraction",
     "incomplete_caches",
     "lazy_figures",
+    "option_input_error",
     "protocol_result",
     "sign_verdict",
     "train_and_predict",
@@ -786,9 +788,92 @@ def draw_protocol_figures(result: Any, out_dir: str | os.PathLike,
     return save_figures(figures(ds), out_dir)
 
 
-def protocol_result(result: Any, protocol: str, dims: Sequence[str] = ("model",)) -> Any:
+def _check_protocol(found: Any, protocol: str, where: str, *, required: bool) -> None:
+    """Raise :class:`~uqmetrics.InputError` (``where``: what the file is called, e.g.
+    ``--ood 'a.nc'``) unless ``found`` (its attr ``protocol``) is ``protocol``; a file that
+    records none passes unless ``required``."""
+    if found is None and required:
+        raise InputError(f"{where} must be a result of protocol {protocol!r}, got a file that "
+                         f"records no protocol (not a score file: a prediction cache?); give "
+                         f"a score file of uqvision score {protocol}")
+    if found is not None and found != protocol:
+        raise InputError(f"{where} must be a result of protocol {protocol!r}, got one of "
+                         f"protocol {found!r}")
+
+
+def check_protocol_file(option: str, path: str | os.PathLike, protocol: str) -> None:
+    """Refuse, before any work, a file given as ``option`` (``uqvision plot --SCORE_NAME FILE``,
+    ``uqvision metadata --scores FILE``) that is not a result of ``protocol``: missing, a
+    folder, unreadable (not netCDF, truncated), recording no protocol (a prediction cache) or
+    another one; each message names the option and the path. Only the attrs are read.
+
+    Raises
+    ------
+    uqmetrics.InputError
+    """
+    from uqmetrics.runs.io import READ_ERRORS, decode_attr, open_netcdf
+
+    p = Path(path)
+    where = f"{option} {str(p)!r}"
+    if p.is_dir():
+        raise InputError(f"{where} is a folder; give a score file (.nc) of uqvision score "
+                         f"{protocol}")
+    if not p.is_file():
+        raise InputError(f"{where} does not exist")
+    try:
+        with open_netcdf(p) as ds:
+            found = decode_attr(ds.attrs.get("protocol"))
+    except READ_ERRORS as exc:
+        raise InputError(f"{where} cannot be read (not netCDF, or truncated): "
+                         f"{' '.join(str(exc).split())}") from None
+    _check_protocol(found, protocol, where, required=True)
+
+
+def option_input_error(exc: BaseException, options: Mapping[str, Any]) -> InputError | None:
+    """``exc``, raised by reading a file given on the command line, as an
+    :class:`~uqmetrics.InputError` naming the option that gave it (``--metadata 'a.csv': does
+    not exist``); None when no option gave the file at fault.
+
+    Parameters
+    ----------
+    exc : BaseException
+        An OS error whose ``filename`` is a value of ``options``, or a ``ValueError`` whose
+        message begins with such a value and a colon (``a.csv:3: ...``, as the readers of
+        tables name their file); anything else is not mapped.
+    options : mapping
+        The option as typed (``--metadata``) -> its value (a path, or a list of them).
+
+    Examples
+    --------
+    >>> str(option_input_error(ValueError("t.csv:2: bad row"), {"--metadata": ["t.csv"]}))
+    "--metadata 't.csv': 2: bad row"
+    """
+    from uqmetrics.metrics.exceptions import _describe  # the one-line text of an OS error
+
+    if not isinstance(exc, (OSError, ValueError)):
+        return None
+    filename = exc.filename if isinstance(exc, OSError) else None
+    text = _describe(exc)
+    for flag, value in options.items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
+                continue
+            given = os.fspath(v)
+            if filename is not None and os.fspath(filename) == given:
+                rest = text.removeprefix(f"{given}:").strip()
+            elif filename is None and text.startswith(f"{given}:"):
+                rest = text[len(given) + 1:].strip()
+            else:
+                continue
+            return InputError(f"{flag} {given!r}: {rest}")
+    return None
+
+
+def protocol_result(result: Any, protocol: str, dims: Sequence[str] = ("model",), *,
+                    option: str | None = None) -> Any:
     """``result`` (an ``xarray.Dataset`` or the path of a result file) checked to be a result
     of ``protocol`` with the dimensions ``dims``: what a protocol's figures and findings read.
+    The messages name the file (and ``option``, the command-line option that gave it).
 
     Raises
     ------
@@ -797,15 +882,16 @@ def protocol_result(result: Any, protocol: str, dims: Sequence[str] = ("model",)
     """
     import xarray as xr  # results: imported on use (start-up time of train and predict)
 
-    ds = result if isinstance(result, xr.Dataset) else read_dataset(result)
-    found = ds.attrs.get("protocol")
-    if found is not None and found != protocol:
-        raise InputError(f"result must be a result of protocol {protocol!r}, got one of protocol "
-                         f"{found!r}")
+    if isinstance(result, xr.Dataset):
+        ds, where = result, "result" if option is None else option
+    else:
+        ds = read_dataset(result)
+        where = f"{'result' if option is None else option} {str(result)!r}"
+    _check_protocol(ds.attrs.get("protocol"), protocol, where, required=False)
     article = "an" if protocol[:1] in "aeiou" else "a"
     for dim in dims:
         if dim not in ds.dims:
-            raise InputError(f"result must have a {dim} dim ({article} {protocol} result), got "
+            raise InputError(f"{where} must have a {dim} dim ({article} {protocol} result), got "
                              f"dims {list(ds.dims)}")
     return ds
 

@@ -20,6 +20,7 @@ from ...options import (
     ConfigOption,
     add_config_options,
     config_kwargs,
+    count_or_fraction,
     positive_float,
 )
 from ...roles import legacy_config, role_option
@@ -51,7 +52,7 @@ def _sac_rules() -> tuple[str, ...]:
 #: The scoring options of ``uqvision score`` and ``sweep`` generated from
 #: :class:`~.score.SelectiveConfig` (defaults from its fields).
 SELECTIVE_OPTIONS = (
-    ConfigOption("calibration_size", type=positive_float,
+    ConfigOption("calibration_size", type=count_or_fraction,
                  help="selective: calibration samples, a count or a fraction in (0, 1)"),
     ConfigOption("sac_rule", choices=_sac_rules,
                  help="selective: SAC rule; largest = the paper's definition, first_drop = its "

@@ -23,7 +23,7 @@ from pathlib import Path
 from uqmetrics import InputError, read_dataset, write_dataset
 
 from ...options import check_output_file
-from ..base import SweepPlan, SweepScoring
+from ..base import SweepPlan, SweepScoring, check_protocol_file, option_input_error
 
 __all__ = ["SWEEP_SCORING", "draw_figures", "metadata_arguments", "plan_sweep", "results_of",
            "run_metadata", "sweep_scores_file"]
@@ -53,7 +53,13 @@ def run_metadata(a: argparse.Namespace) -> int:
         _say(",".join(COLUMNS))
         _say(METADATA_FIELDS.describe())
         return 0
-    tables = load_metadata(a.metadata or ())
+    try:
+        tables = load_metadata(a.metadata or ())
+    except (OSError, ValueError) as exc:  # an extra table: named with --metadata
+        named = option_input_error(exc, {"--metadata": a.metadata or []})
+        if named is None:
+            raise
+        raise named from None
     keys = _model_keys(a)
     named = _named_model_keys(a)  # --zoo / --models: rows filled from timm's pretrained cfgs
     if keys is None and named is None:
@@ -101,15 +107,25 @@ def _model_keys(a: argparse.Namespace) -> list[str] | None:
         return None
     from uqmetrics.runs.io import open_netcdf
 
-    from ...cache import index_caches
+    from ...cache import check_caches, index_caches
     from .score import cache_metadata_key  # scoring: imported on use
 
+    # every file given is read: one that is not a prediction cache (or a selective score
+    # file) is refused, named, before any output
+    files = check_caches("--caches", a.caches, every=True)[0] if a.caches else []
+    for path in a.scores or ():
+        check_protocol_file("--scores", path, "selective")
     keys = []
-    for info in index_caches(a.caches or ()):
+    for info in index_caches(files):
         with open_netcdf(info.path) as ds:  # the attrs only
             keys.append(cache_metadata_key(dict(ds.attrs)))
     for path in a.scores or ():
-        keys += [str(k) for k in read_dataset(path)["metadata_key"].values]
+        scores = read_dataset(path)
+        if "metadata_key" not in scores.coords and "metadata_key" not in scores.data_vars:
+            raise InputError(f"--scores {path!r} has no metadata_key (written before model "
+                             "metadata were recorded: score its caches again, or give them "
+                             "as --caches)")
+        keys += [str(k) for k in scores["metadata_key"].values]
     return keys
 
 

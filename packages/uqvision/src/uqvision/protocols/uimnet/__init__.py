@@ -14,10 +14,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from uqmetrics import InputError
 
 from ... import catalog
 from ...options import SEED, check_output_file, check_output_folder
-from ..base import Command, LazyReproduction, Plots, Protocol, ReportTable
+from ..base import Command, LazyReproduction, Plots, Protocol, ReportTable, fraction
 
 __all__ = ["DEFAULT_GMM_FIT", "DESCRIPTION", "PROTOCOL", "UIMNET_ALGORITHMS"]
 
@@ -57,18 +60,57 @@ def _draw(scores, out):
     return draw_figures(scores, out)
 
 
+def _index_files(a: argparse.Namespace) -> list[str]:
+    """The index files ``uqvision split --train`` writes, per data seed:
+    ``<--index-dir>/seed<S>.{train,val}.json`` (:func:`~.index.make_index_files`)."""
+    return [str(Path(a.index_dir) / f"seed{seed}.{part}.json")
+            for seed in a.seeds for part in ("train", "val")]
+
+
+def _train_folder(a: argparse.Namespace):
+    """``--train`` scanned once (before the caches are read); an
+    :class:`~uqmetrics.InputError` naming ``--train`` and its value when it does not exist or
+    is no image folder."""
+    from ...data import ImageFolderDataset
+    from ...layouts import is_folder
+
+    if not a.train or not (Path(a.train).exists() or is_folder(a.train)):
+        raise InputError(f"--train {a.train!r} does not exist: give the training image folder "
+                         "the index files list")
+    try:
+        return ImageFolderDataset(a.train)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--train {a.train!r}: {' '.join(str(exc).split())}") from None
+
+
 def _cmd_split(a: argparse.Namespace) -> int:
+    """``uqvision split``: every output and ``--train`` checked before anything is written
+    (an existing split or index file is replaced only with ``--overwrite``)."""
+    from ...data import ClassSubset
     from .index import make_index_files  # imported on use
     from .split import split_from_caches, write_split
 
-    check_output_file("--out", a.out, None)
-    if a.train:
+    check_output_file("--out", a.out, a.overwrite)
+    folder = None
+    if a.train is not None:
         check_output_folder("--index-dir", a.index_dir)
+        for path in _index_files(a):
+            if Path(path).absolute() == Path(a.out).absolute():
+                raise InputError(f"--out {a.out!r} is one of the index files written in "
+                                 f"--index-dir {a.index_dir!r}: choose another --out")
+            check_output_file(f"--index-dir {a.index_dir!r}:", path, a.overwrite)
+        folder = _train_folder(a)
     split = split_from_caches(a.embeddings)
+    if folder is not None:  # the in-domain classes of the caches, in --train
+        try:
+            ClassSubset(folder, split["in_classes"])
+        except ValueError as exc:
+            raise InputError(f"--train {a.train!r} is not the folder of --embeddings: "
+                             f"{exc}") from None
     print(str(write_split(split, a.out)), flush=True)
-    if a.train:
+    if folder is not None:
         for seed in a.seeds:
-            for p in make_index_files(a.train, split["in_classes"], a.index_dir, seed=seed,
+            for p in make_index_files(folder, split["in_classes"], a.index_dir, seed=seed,
                                       val_fraction=a.val_fraction).values():
                 print(str(p), flush=True)
     return 0
@@ -81,7 +123,11 @@ def _args_split(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", default=None, help="training folder: also write index files")
     p.add_argument("--index-dir", default="index", help="folder of the index files")
     p.add_argument("--seeds", type=SEED, nargs="+", default=[0], help="data seeds")
-    p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument("--val-fraction", type=fraction, default=0.1,
+                   help="the fraction of each in-domain class's images in validation, in "
+                        "(0, 1) (default: 0.1)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing split file (--out) and index files")
 
 
 #: The UIMNET protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).

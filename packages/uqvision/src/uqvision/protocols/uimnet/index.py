@@ -18,13 +18,15 @@ from ...data import INDEX_FORMAT, ClassSubset, ImageFolderDataset, write_format_
 __all__ = ["make_index_files"]
 
 
-def make_index_files(root: str | os.PathLike, classes: Sequence[str], out_dir: str | os.PathLike,
-                     *, seed: int, val_fraction: float = 0.1) -> dict[str, Path]:
+def make_index_files(root: str | os.PathLike | ImageFolderDataset, classes: Sequence[str],
+                     out_dir: str | os.PathLike, *, seed: int, val_fraction: float = 0.1
+                     ) -> dict[str, Path]:
     """Seeded train/val index files of the in-domain part of a training folder.
 
     Per class, ``round(val_fraction * n_c)`` (at least 1) images go to validation, the rest
     to training, chosen by ``numpy.random.default_rng(seed)``. Files hold sample ids and their
     positions in ``ClassSubset(ImageFolderDataset(root), classes)``; nothing is copied.
+    ``root`` may be the folder already scanned (an :class:`~uqvision.data.ImageFolderDataset`).
 
     Returns
     -------
@@ -33,7 +35,8 @@ def make_index_files(root: str | os.PathLike, classes: Sequence[str], out_dir: s
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
-    view = ClassSubset(ImageFolderDataset(root), classes)
+    base = root if isinstance(root, ImageFolderDataset) else ImageFolderDataset(root)
+    view = ClassSubset(base, classes)
     rng = np.random.default_rng(seed)
     y = np.asarray(view.targets)
     parts: dict[str, list[int]] = {"train": [], "val": []}

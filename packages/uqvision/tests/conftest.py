@@ -208,6 +208,27 @@ def write_cache():
     return _write_cache
 
 
+@pytest.fixture
+def refused(capsys):
+    """``refused(argv) -> line``: run ``uqvision`` with ``argv`` (items made strings) and
+    assert a user's mistake: exit code 2, ONE line on stderr and no traceback; that line."""
+    from uqvision.cli import main
+
+    def run(argv) -> str:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # the parser's own errors
+            code = exc.code
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2, err
+        assert len(lines) == 1 and "Traceback" not in err, err
+        return lines[0]
+
+    return run
+
+
 def _one_class_folder(root: Path) -> Path:
     """An OOD folder of one class, ``root/noise``: 6 noise images of 20 x 20 px (seeded)."""
     from PIL import Image

@@ -16,20 +16,6 @@ from uqvision.data.makers import digits_split, make_digits_folder, make_syntheti
 from uqvision.demo import DemoConfig, check_config
 
 
-def _refused(capsys, argv: list[str]) -> str:
-    """Run the command line: exit code 2, one line on stderr and no traceback; that line."""
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # the parser's own errors
-        code = exc.code
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
 def _listing(folder) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
 
@@ -70,11 +56,11 @@ def train(tmp_path):
     return _image_folder(tmp_path / "train", [f"c{i}" for i in range(N_CLASSES)])
 
 
-def test_split_refuses_an_existing_out_unless_overwrite(embeddings, tmp_path, capsys):
+def test_split_refuses_an_existing_out_unless_overwrite(embeddings, tmp_path, capsys, refused):
     """``--out`` an existing file was silently replaced (exit 0)."""
     out = tmp_path / "mine.json"
     out.write_text("my notes")
-    line = _refused(capsys, ["split", "--embeddings", str(embeddings), "--out", str(out)])
+    line = refused(["split", "--embeddings", str(embeddings), "--out", str(out)])
     assert line == (f"uqvision split: error: --out '{out}' already exists; pass --overwrite to "
                     "replace it")
     assert out.read_text() == "my notes"
@@ -84,41 +70,41 @@ def test_split_refuses_an_existing_out_unless_overwrite(embeddings, tmp_path, ca
 
 
 @pytest.mark.parametrize("value", ["1.5", "0", "1", "-0.1", "nan"])
-def test_split_refuses_a_val_fraction_outside_0_1(embeddings, train, tmp_path, capsys, value):
+def test_split_refuses_a_val_fraction_outside_0_1(embeddings, train, tmp_path, capsys, value, refused):
     """``--val-fraction 1.5`` (and 0) was accepted."""
     out, index = tmp_path / "split.json", tmp_path / "index"
-    line = _refused(capsys, ["split", "--embeddings", str(embeddings), "--out", str(out),
+    line = refused(["split", "--embeddings", str(embeddings), "--out", str(out),
                              "--train", str(train), "--index-dir", str(index),
                              "--val-fraction", value])
     assert "argument --val-fraction:" in line and repr(value) in line, line
     assert not out.exists() and not index.exists()
 
 
-def test_split_checks_train_before_writing(embeddings, tmp_path, capsys):
+def test_split_checks_train_before_writing(embeddings, tmp_path, capsys, refused):
     """``--train nope``: the split file was written first, then ``image folder 'nope' does not
     exist`` (no option named)."""
     out, index = tmp_path / "split.json", tmp_path / "index"
     missing = tmp_path / "nope"
-    line = _refused(capsys, ["split", "--embeddings", str(embeddings), "--out", str(out),
+    line = refused(["split", "--embeddings", str(embeddings), "--out", str(out),
                              "--train", str(missing), "--index-dir", str(index)])
     assert line.startswith(f"uqvision split: error: --train '{missing}' does not exist"), line
     assert not out.exists() and not index.exists()
     # a folder of other classes than the embeddings': refused before the split is written
     other = _image_folder(tmp_path / "other", ["a", "b"])
-    line = _refused(capsys, ["split", "--embeddings", str(embeddings), "--out", str(out),
+    line = refused(["split", "--embeddings", str(embeddings), "--out", str(out),
                              "--train", str(other), "--index-dir", str(index)])
     assert line.startswith(f"uqvision split: error: --train '{other}' "), line
     assert not out.exists() and not index.exists()
     # a folder without images
     (tmp_path / "empty").mkdir()
-    line = _refused(capsys, ["split", "--embeddings", str(embeddings), "--out", str(out),
+    line = refused(["split", "--embeddings", str(embeddings), "--out", str(out),
                              "--train", str(tmp_path / "empty"), "--index-dir", str(index)])
     assert line.startswith(f"uqvision split: error: --train '{tmp_path / 'empty'}': "), line
     assert not out.exists() and not index.exists()
 
 
 def test_split_refuses_existing_index_files_unless_overwrite(embeddings, train, tmp_path,
-                                                             capsys):
+                                                             capsys, refused):
     out, index = tmp_path / "split.json", tmp_path / "index"
     argv = ["split", "--embeddings", str(embeddings), "--out", str(out), "--train", str(train),
             "--index-dir", str(index)]
@@ -126,7 +112,7 @@ def test_split_refuses_existing_index_files_unless_overwrite(embeddings, train, 
     assert sorted(p.name for p in index.iterdir()) == ["seed0.train.json", "seed0.val.json"]
     out.unlink()
     before = {p.name: p.read_bytes() for p in index.iterdir()}
-    line = _refused(capsys, argv)
+    line = refused(argv)
     assert line == (f"uqvision split: error: --index-dir '{index}': "
                     f"'{index / 'seed0.train.json'}' already exists; pass --overwrite to "
                     "replace it")
@@ -157,38 +143,38 @@ def test_split_refuses_existing_index_files_unless_overwrite(embeddings, train, 
     (["imagenet-c", "--src", "SRC", "--corruptions", "fogg", "--severities", "1"],
      "--corruptions", "fogg"),
 ])
-def test_data_refuses_bad_values_naming_the_option(tmp_path, capsys, argv, flag, value):
+def test_data_refuses_bad_values_naming_the_option(tmp_path, capsys, argv, flag, value, refused):
     """Counts below 1 wrote an empty dataset marked complete (synthetic) or acted as a slice
     (digits); fractions outside (0, 1) and bad severities or qualities were scikit-learn's or
     the maker's messages, naming no option."""
     src = _image_folder(tmp_path / "src", ["a", "b"], per_class=1)
     out = tmp_path / "out"
     argv = [a.replace("SRC", str(src)) for a in argv]
-    line = _refused(capsys, ["data", argv[0], "--out", str(out), *argv[1:]])
+    line = refused(["data", argv[0], "--out", str(out), *argv[1:]])
     assert line.startswith(f"uqvision data {argv[0]}: error: argument {flag}"), line
     assert value in line, line
     assert not out.exists()
 
 
 @pytest.mark.parametrize("flag", ["--per-class", "--n-per-class"])
-def test_data_subset_names_per_class(tmp_path, capsys, flag):
+def test_data_subset_names_per_class(tmp_path, capsys, flag, refused):
     """``per_class must be at least 1`` named the Python parameter, not the option."""
     src = _image_folder(tmp_path / "src", ["a", "b"], per_class=2)
     out = tmp_path / "out"
-    line = _refused(capsys, ["data", "subset", "--out", str(out), "--src", str(src), flag, "0"])
+    line = refused(["data", "subset", "--out", str(out), "--src", str(src), flag, "0"])
     assert line.startswith("uqvision data subset: error: argument --n-per-class/--per-class: "), \
         line
     assert "got 0" in line
-    line = _refused(capsys, ["data", "subset", "--out", str(out), "--src", str(src), flag, "3"])
+    line = refused(["data", "subset", "--out", str(out), "--src", str(src), flag, "3"])
     assert "(--per-class)" in line and "3 exceeds the 2 images of class 'a'" in line, line
     assert not out.exists()
 
 
 @pytest.mark.parametrize("maker", ["subset", "imagenet-c"])
-def test_data_checks_src_before_the_maker(tmp_path, capsys, maker):
+def test_data_checks_src_before_the_maker(tmp_path, capsys, maker, refused):
     """``--src nope`` said ``image folder 'nope' does not exist``, naming no option."""
     out, missing = tmp_path / "out", tmp_path / "nope"
-    line = _refused(capsys, ["data", maker, "--out", str(out), "--src", str(missing)])
+    line = refused(["data", maker, "--out", str(out), "--src", str(missing)])
     assert line.startswith(f"uqvision data {maker}: error: --src '{missing}' does not exist"), \
         line
     assert not out.exists()
@@ -220,11 +206,11 @@ def test_makers_refuse_bad_values_naming_the_parameter(tmp_path):
 # uqvision demo
 
 
-def test_demo_checks_the_architecture_before_writing(tmp_path, capsys):
+def test_demo_checks_the_architecture_before_writing(tmp_path, capsys, refused):
     """``--arch nope``: ``OUT/data/digits`` and ``demo.json`` were written, then ``unknown
     timm model 'nope'``."""
     out = tmp_path / "demo"
-    line = _refused(capsys, ["demo", "--out", str(out), "--arch", "nope"])
+    line = refused(["demo", "--out", str(out), "--arch", "nope"])
     assert line.startswith("uqvision demo: error: --arch 'nope': unknown timm model 'nope'"), line
     assert not out.exists()
     out.mkdir()
@@ -235,7 +221,7 @@ def test_demo_checks_the_architecture_before_writing(tmp_path, capsys):
                         (["--seed", str(2**32)], f"--seed {2**32}: "),
                         (["--max-per-class", "10", "--calibration-size", "50"],
                          "--calibration-size 50.0: ")):
-        line = _refused(capsys, ["demo", "--out", str(out), *argv])
+        line = refused(["demo", "--out", str(out), *argv])
         assert line.startswith(f"uqvision demo: error: {start}"), line
         assert _listing(out) == ["notes.md"]
 

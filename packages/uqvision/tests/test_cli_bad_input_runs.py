@@ -27,18 +27,6 @@ from uqvision.cli import main
 ARCH = "test_byobnet"
 
 
-def _refused(capsys, argv: list[str]) -> str:
-    """Run the command line: exit code 2, one line on stderr and no traceback; that line."""
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # the parser's own errors
-        code = exc.code
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,12 +54,12 @@ path = "{test or digits / 'test'}"
 
 
 def test_a_protocol_option_its_scorer_refuses_is_refused_before_any_sweep(digits, tmp_path,
-                                                                         capsys):
+                                                                         capsys, refused):
     """calibration-size = 1.5 passed --dry-run, swept, then failed in scoring naming neither
     the file nor the key: refused before anything runs, dry run or not."""
     toml = _evaluation(tmp_path, digits, selective="calibration-size = 1.5")
     for dry in (["--dry-run"], []):
-        line = _refused(capsys, ["evaluate", str(toml), "--no-figures", *dry])
+        line = refused(["evaluate", str(toml), "--no-figures", *dry])
         assert line.startswith(f"uqvision evaluate: error: {toml}: [protocols.selective]: "), line
         assert "--calibration-size" in line and "got 1.5" in line, line
         assert "integer" in line and "fraction in (0, 1)" in line, line
@@ -83,28 +71,28 @@ def test_a_protocol_option_its_scorer_refuses_is_refused_before_any_sweep(digits
     ("", "calibration-size (not given: the default 5000"),  # ImageNet's, on a tiny set
 ])
 def test_a_calibration_size_the_test_set_lacks_is_refused_at_plan_time(
-        digits, tmp_path, capsys, selective, said):
+        digits, tmp_path, capsys, selective, said, refused):
     toml = _evaluation(tmp_path, digits, selective=selective)
     n = sum(1 for p in (digits / "test").rglob("*") if p.is_file())
     for dry in (["--dry-run"], []):
-        line = _refused(capsys, ["evaluate", str(toml), "--no-figures", *dry])
+        line = refused(["evaluate", str(toml), "--no-figures", *dry])
         assert line.startswith(f"uqvision evaluate: error: {toml}: [protocols.selective]: "
                                + said), line
         assert f"[sets.test] has {n} image(s); give a count in [1, {n - 1}]" in line, line
     assert not (tmp_path / "out").exists()
 
 
-def test_a_set_path_that_is_a_file_names_the_file_and_the_set(digits, tmp_path, capsys):
+def test_a_set_path_that_is_a_file_names_the_file_and_the_set(digits, tmp_path, capsys, refused):
     image = next(p for p in sorted((digits / "test").rglob("*")) if p.is_file())
     toml = _evaluation(tmp_path, digits, test=str(image))
-    line = _refused(capsys, ["evaluate", str(toml), "--dry-run"])
+    line = refused(["evaluate", str(toml), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: {toml}: [sets.test]: key 'path' = "
                            f'"{image}": '), line
     assert "is a file, neither an image folder" in line
     # a set other than the test set: named by its own table
     toml = _evaluation(tmp_path, digits, extra=f'[sets.fit]\nrole = "fit"\npath = "{image}"\n'
                        "[protocols.ood]\ndetectors = [\"msp\"]\n")
-    line = _refused(capsys, ["evaluate", str(toml), "--dry-run"])
+    line = refused(["evaluate", str(toml), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: {toml}: [sets.fit]"), line
     assert str(image) in line
     assert not (tmp_path / "out").exists()
@@ -115,27 +103,27 @@ def test_a_set_path_that_is_a_file_names_the_file_and_the_set(digits, tmp_path, 
     ('["no_such_model_xyz"]', "'no_such_model_xyz': unknown timm model"),
 ])
 def test_an_unknown_model_names_the_file_and_the_models_key(digits, tmp_path, capsys, models,
-                                                            value):
+                                                            value, refused):
     toml = _evaluation(tmp_path, digits, models=models)
-    line = _refused(capsys, ["evaluate", str(toml), "--dry-run"])
+    line = refused(["evaluate", str(toml), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: {toml}: key 'models': {value}"), line
 
 
-def test_an_output_folder_that_is_a_file_is_named_as_given(digits, tmp_path, capsys):
+def test_an_output_folder_that_is_a_file_is_named_as_given(digits, tmp_path, capsys, refused):
     """It said ``.../afile.txt/sweep_failures.json: has a file where a folder is expected``."""
     afile = tmp_path / "afile.txt"
     afile.write_text("precious\n")
     toml = _evaluation(tmp_path, digits, out=str(afile))
-    line = _refused(capsys, ["evaluate", str(toml), "--dry-run"])
+    line = refused(["evaluate", str(toml), "--dry-run"])
     assert line == f"uqvision evaluate: error: {toml}: key 'out' = '{afile}' is not a folder"
-    line = _refused(capsys, ["evaluate", str(_evaluation(tmp_path, digits)), "--out",
+    line = refused(["evaluate", str(_evaluation(tmp_path, digits)), "--out",
                              str(afile / "sub"), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: --out '{afile / 'sub'}': '{afile}' is "
                            "not a folder"), line
     assert afile.read_text() == "precious\n"
 
 
-def test_a_read_only_output_folder_names_out(digits, tmp_path, capsys, monkeypatch):
+def test_a_read_only_output_folder_names_out(digits, tmp_path, capsys, monkeypatch, refused):
     """As root every folder is writable: the check sees a read-only file system here."""
     import uqvision.options
 
@@ -150,16 +138,16 @@ def test_a_read_only_output_folder_names_out(digits, tmp_path, capsys, monkeypat
             raise PermissionError(errno.EROFS, "is on a read-only file system", str(probe))
 
     monkeypatch.setattr(uqvision.options, "check_writable", check_writable)
-    line = _refused(capsys, ["evaluate", str(_evaluation(tmp_path, digits)), "--out",
+    line = refused(["evaluate", str(_evaluation(tmp_path, digits)), "--out",
                              str(locked / "run")])
     assert line.startswith(f"uqvision evaluate: error: --out '{locked / 'run'}': '{locked}' is "
                            "on a read-only file system"), line
     assert list(locked.iterdir()) == []
 
 
-def test_a_prediction_option_the_mode_does_not_use_names_the_file(digits, tmp_path, capsys):
+def test_a_prediction_option_the_mode_does_not_use_names_the_file(digits, tmp_path, capsys, refused):
     toml = _evaluation(tmp_path, digits, predict="passes = 5")
-    line = _refused(capsys, ["evaluate", str(toml), "--dry-run"])
+    line = refused(["evaluate", str(toml), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: {toml}: [predict]: --passes 5: --mode "
                            "plain does not use it"), line
 
@@ -169,13 +157,13 @@ def test_a_prediction_option_the_mode_does_not_use_names_the_file(digits, tmp_pa
 
 
 def test_a_calibration_size_that_is_neither_a_count_nor_a_fraction_is_the_parsers_error(
-        digits, tmp_path, capsys):
+        digits, tmp_path, capsys, refused):
     out = tmp_path / "s"
-    line = _refused(capsys, ["score", "selective", "--caches", str(tmp_path), "--out",
+    line = refused(["score", "selective", "--caches", str(tmp_path), "--out",
                              str(out / "x.nc"), "--calibration-size", "1.5"])
     assert line.startswith("uqvision score selective: error: argument --calibration-size: must "
                            "be a count (an integer >= 1) or a fraction in (0, 1), got 1.5"), line
-    line = _refused(capsys, ["sweep", "--models", ARCH, "--random-init", "--data",
+    line = refused(["sweep", "--models", ARCH, "--random-init", "--data",
                              str(digits / "test"), "--out", str(out), "--dry-run",
                              "--calibration-size", "1.5"])
     assert "argument --calibration-size: must be a count (an integer >= 1)" in line, line
@@ -186,7 +174,7 @@ def test_a_calibration_size_that_is_neither_a_count_nor_a_fraction_is_the_parser
 # uqvision predict / sweep
 
 
-def test_an_option_the_mode_does_not_use_is_refused_naming_both(digits, tmp_path, capsys):
+def test_an_option_the_mode_does_not_use_is_refused_naming_both(digits, tmp_path, capsys, refused):
     """--passes 5 with --mode plain was silently ignored (one pass)."""
     out = tmp_path / "c"
     base = ["predict", "--model", ARCH, "--random-init", "--data", str(digits / "test"),
@@ -196,27 +184,27 @@ def test_an_option_the_mode_does_not_use_is_refused_naming_both(digits, tmp_path
                                  "--first-pass 2", "mc_dropout"),
                                 (["--mode", "mc_dropout", "--tta-policy", "crop"],
                                  "--tta-policy crop", "mc_dropout")):
-        line = _refused(capsys, [*base, *extra])
+        line = refused([*base, *extra])
         assert line.startswith(f"uqvision predict: error: {option}: --mode {mode} does not use "
                                "it (it is for --mode tta"), line
-    line = _refused(capsys, ["sweep", "--models", ARCH, "--random-init", "--data",
+    line = refused(["sweep", "--models", ARCH, "--random-init", "--data",
                              str(digits / "test"), "--out", str(out), "--dry-run",
                              "--passes", "3", "--calibration-size", "0.2"])
     assert "--passes 3: --mode plain does not use it" in line, line
     assert not out.exists()
 
 
-def test_a_checkpoint_that_is_a_folder_names_model(digits, tmp_path, capsys):
+def test_a_checkpoint_that_is_a_folder_names_model(digits, tmp_path, capsys, refused):
     """It said ``checkpoint 'ck' does not exist``."""
     folder = tmp_path / "ck"
     folder.mkdir()
     (folder / "m.safetensors").write_bytes(b"")
-    line = _refused(capsys, ["predict", "--model", f"{ARCH}={folder}", "--data",
+    line = refused(["predict", "--model", f"{ARCH}={folder}", "--data",
                              str(digits / "test"), "--out", str(tmp_path / "c")])
     assert line == (f"uqvision predict: error: --model '{ARCH}={folder}': checkpoint "
                     f"'{folder}' is a folder, not a checkpoint file; give the weight file (it "
                     "holds m.safetensors)")
-    line = _refused(capsys, ["predict", "--model", f"{ARCH}={tmp_path / 'nope.pt'}", "--data",
+    line = refused(["predict", "--model", f"{ARCH}={tmp_path / 'nope.pt'}", "--data",
                              str(digits / "test"), "--out", str(tmp_path / "c")])
     assert line.startswith(f"uqvision predict: error: --model '{ARCH}={tmp_path / 'nope.pt'}'"
                            ": checkpoint "), line
@@ -224,17 +212,17 @@ def test_a_checkpoint_that_is_a_folder_names_model(digits, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["predict", "sweep", "train"])
-def test_a_data_folder_that_does_not_exist_names_data(tmp_path, capsys, command):
+def test_a_data_folder_that_does_not_exist_names_data(tmp_path, capsys, command, refused):
     nope = tmp_path / "nope"
     out = tmp_path / "o"
     argv = {"predict": ["--model", ARCH, "--random-init", "--out", str(out)],
             "sweep": ["--models", ARCH, "--random-init", "--out", str(out), "--dry-run"],
             "train": ["--arch", ARCH, "--out", str(out / "m.safetensors"), "--epochs", "1"]}
-    line = _refused(capsys, [command, *argv[command], "--data", str(nope)])
+    line = refused([command, *argv[command], "--data", str(nope)])
     assert line == f"uqvision {command}: error: --data: image folder '{nope}' does not exist"
     empty = tmp_path / "empty"
     empty.mkdir()
-    line = _refused(capsys, [command, *argv[command], "--data", str(empty)])
+    line = refused([command, *argv[command], "--data", str(empty)])
     assert line.startswith(f"uqvision {command}: error: --data: image folder '{empty}' "), line
     assert not out.exists()
 
@@ -250,7 +238,7 @@ def train(digits, tmp_path):
                  "--epochs", "1", "--input-size", "16"]
 
 
-def test_train_names_its_input_options(train, digits, tmp_path, capsys):
+def test_train_names_its_input_options(train, digits, tmp_path, capsys, refused):
     out, argv = train
     nope = tmp_path / "nope"
     for extra, said in (
@@ -260,16 +248,16 @@ def test_train_names_its_input_options(train, digits, tmp_path, capsys):
             (["--index-file", f"{nope}.json"], f"--index-file '{nope}.json': does not exist"),
             (["--classes", "0,1,99"], (f"--classes '0,1,99': 1 class(es) not in --data "
                                        f"'{digits / 'train'}': ['99']"))):
-        line = _refused(capsys, [*argv, *extra])
+        line = refused([*argv, *extra])
         assert line.startswith(f"uqvision train: error: {said}"), line
     assert not out.exists()
 
 
-def test_train_names_a_damaged_index_file(train, tmp_path, capsys):
+def test_train_names_a_damaged_index_file(train, tmp_path, capsys, refused):
     out, argv = train
     index = tmp_path / "index.json"
     index.write_text("{not json")
-    line = _refused(capsys, [*argv, "--index-file", str(index)])
+    line = refused([*argv, "--index-file", str(index)])
     assert line.startswith(f"uqvision train: error: --index-file '{index}': not a JSON file ("), line
     assert not out.exists()
 

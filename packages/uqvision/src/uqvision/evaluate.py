@@ -870,28 +870,20 @@ def _check_scores(plan: EvaluationPlan) -> None:
 def _check_score(ev: Evaluation, score: _Score, n_test: int) -> None:
     """Refuse a score command that would refuse its options after the sweep: its whole
     command line as it will run (the file's options, the sets by role, the ensembles) parsed
-    by the protocol's own parser and types, and the selective protocol's calibration size
-    against the images of the test set. One line naming the file, the protocol's table, the
-    key and the value."""
+    by the protocol's own parser and types, and checked by the protocol against the images of
+    the test set (:attr:`uqvision.protocols.Protocol.check_options`). One line naming the
+    file, the protocol's table and what is refused."""
     at = f"{ev.source}: [protocols.{score.protocol}]"
-    _, parser = _score_parser(score.protocol)
+    proto, parser = _score_parser(score.protocol)
     argv = ["--caches", "_", *score.argv]
     _check_argv(parser, argv, at)
-    if score.protocol != "selective":
+    if proto.check_options is None:
         return
-    from .protocols.selective.score import resolve_calibration_size
-
-    size = parser.parse_args(argv).calibration_size
     try:
-        resolve_calibration_size(size, n_test)
-    except ValueError:
-        given = next((a.partition("=")[2] for a in ev.protocols[score.protocol]
-                      if a.startswith("--calibration-size=")), None)
-        said = (f"key 'calibration-size' = {given}" if given is not None else
-                f"calibration-size (not given: the default {size:g}, ImageNet's)")
-        raise InputError(f"{at}: {said}: the test set [sets.{ev.test.name}] has {n_test} "
-                         f"image(s); give a count in [1, {n_test - 1}] or a fraction in (0, 1), "
-                         "e.g. calibration-size = 0.1") from None
+        proto.check_options(parser.parse_args(argv), n_test)
+    except ValueError as exc:
+        raise InputError(f"{at}: {' '.join(str(exc).split())} (the test set "
+                         f"[sets.{ev.test.name}] has {n_test} image(s))") from None
 
 
 def _recorded_role(had: Mapping[str, Any], caches: Path) -> str | None:

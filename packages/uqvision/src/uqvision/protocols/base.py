@@ -406,6 +406,11 @@ class Protocol:
     report : ReportTable or None
         Its leaderboard on the report site (rows, headline columns, ...); None: the generic
         reading (the row dim most metric variables have, the generic headline rule).
+    check_options : callable or None
+        ``check_options(args, n_test)``: refuse (``ValueError`` naming the option) parsed
+        ``uqvision score NAME`` options that its scorer would refuse on a test set of
+        ``n_test`` images, so that ``uqvision evaluate`` refuses them before the sweep (the
+        selective protocol's calibration size); None: nothing to check.
     """
 
     name: str
@@ -426,6 +431,7 @@ class Protocol:
     after_predict: str = ""
     rescore: Callable[[Any, Path], Any] | None = None
     report: ReportTable | None = None
+    check_options: Callable[[argparse.Namespace, int], None] | None = None
 
     @property
     def scales(self) -> tuple[str, ...]:

@@ -124,6 +124,14 @@ def _rescore(result, path):
     return score_selective(recorded_caches(result), SelectiveConfig(**config))
 
 
+def _check_options(a: argparse.Namespace, n_test: int) -> None:
+    """The calibration size against the test set's ``n_test`` images (``ValueError`` naming
+    --calibration-size)."""
+    from .score import resolve_calibration_size  # imported on use
+
+    resolve_calibration_size(a.calibration_size, n_test)
+
+
 #: The selective-prediction protocol (registered in :data:`uqvision.protocols.VISION_PROTOCOLS`).
 PROTOCOL = Protocol(
     "selective", DESCRIPTION, score=_score, score_name="selective", add_options=_add_options,
@@ -135,7 +143,7 @@ PROTOCOL = Protocol(
     score_table=ScoreTable(results_of),
     plots=Plots(draw_figures,
                 "selective score file: the Selective paper's scatter and paired figures"),
-    sweep=SWEEP_SCORING, rescore=_rescore,
+    sweep=SWEEP_SCORING, rescore=_rescore, check_options=_check_options,
     report=ReportTable(
         rows=("model",),
         headline=tuple(f"{v}[calibration=none]" for v in (

@@ -172,7 +172,7 @@ def resolve_calibration_size(size: float, n: int) -> int:
     """
     k = round(size * n) if 0 < size < 1 else int(size)
     if not 1 <= k < n or (size >= 1 and size != int(size)):
-        raise ValueError(f"calibration size {size} gives {k} calibration samples of {n}; use a "
+        raise ValueError(f"calibration size {size:g} gives {k} calibration samples of {n}; use a "
                          f"count in [1, {n - 1}] or a fraction in (0, 1) (option "
                          "--calibration-size)")
     return k

@@ -29,6 +29,7 @@ from uqmetrics.runs.config_options import is_launcher, mark_launcher
 from uqmetrics.runs.run_config import (
     RUN_CONFIG_ATTR,
     add_config_option,
+    config_origin,
     recorded_config,
     rerun,
     run_recorded,
@@ -184,6 +185,21 @@ def test_a_toml_file_gives_no_launcher_option_and_never_overwrite(tmp_path, monk
                                  "--jobs", "2", "--overwrite"])
     assert (args.cluster, args.jobs, args.overwrite) == ("jobqueue-local", 2, True)
     assert "--jobs" not in capsys.readouterr().err
+
+
+def test_config_origin_names_the_file_and_its_key_of_each_value_it_gave(tmp_path):
+    """What a value's error names: the file and the key as the file writes it, for a value the
+    file gave; nothing for one the command line gave (it replaces the file's) or a default."""
+    path = tmp_path / "mine.toml"
+    path.write_text('[options]\nout = "o"\nrate = 0.25\ncount = 3\n')
+    args = _parser().parse_args(["sweep", "--config", str(path), "--count", "4"])
+    assert config_origin(args, "rate") == (str(path), "rate")
+    assert config_origin(args, "count") is None and args.count == 4
+    assert config_origin(args, "overwrite") is None  # a default
+    path.write_text('[options]\nout = "o"\nthreads_per_worker = 1\n')
+    args = _parser().parse_args(["sweep", "--config", str(path)])
+    assert config_origin(args, "out") == (str(path), "out")
+    assert config_origin(args, "threads_per_worker") is None  # a launcher: never taken
 
 
 @pytest.mark.parametrize(("text", "said"), [

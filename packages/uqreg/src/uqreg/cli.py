@@ -41,6 +41,7 @@ from uqmetrics.runs.run_config import (
     add_config_option,
     config_in,
     config_in_by_digest,
+    config_origin,
     finish_parse,
     rerun,
     run_recorded,
@@ -83,62 +84,10 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         ns, extras = super().parse_known_args(args, namespace)
-        ns = finish_parse(self, ns, args)  # a --config file under the command line
-        source = _config_argument(args)
-        if source is not None:  # which values came from it: errors name the file (_options_named)
-            setattr(ns, _CONFIG_SOURCE, (source, _line_options(args)))
-        return ns, extras
+        return finish_parse(self, ns, args), extras  # a --config file under the command line
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
-
-
-#: Where a parsed namespace keeps its ``--config FILE`` and the options given on the command
-#: line, ``(FILE, {"--flag", ...})``: a value the file gave is named by the file and its key.
-_CONFIG_SOURCE = "_uqreg_config_source"
-
-
-def _config_argument(args) -> str | None:
-    """The ``FILE`` of ``--config FILE`` (or ``--config=FILE``) among ``args``, else None."""
-    args = list(sys.argv[1:] if args is None else args)
-    found = None
-    for i, token in enumerate(args):
-        if token == "--":
-            break
-        if token == "--config" and i + 1 < len(args):
-            found = args[i + 1]
-        elif token.startswith("--config="):
-            found = token.partition("=")[2]
-    return found
-
-
-def _line_options(args) -> frozenset[str]:
-    """The long options given among ``args`` (``--flag`` of ``--flag value`` and
-    ``--flag=value``)."""
-    args = list(sys.argv[1:] if args is None else args)
-    flags = set()
-    for token in args:
-        if token == "--":
-            break
-        if token.startswith("--"):
-            flags.add(token.partition("=")[0])
-    return frozenset(flags)
-
-
-def _from_config(a: argparse.Namespace, field: str) -> tuple[str, str] | None:
-    """``(FILE, key)`` when the value of ``field`` came from ``--config FILE`` (the file gives
-    that key and the command line does not give the option), else None."""
-    from uqmetrics.runs.run_config import read_config
-
-    source, line = getattr(a, _CONFIG_SOURCE, (None, frozenset()))
-    option = "--" + field.replace("_", "-")
-    if source is None or option in line:
-        return None
-    try:
-        keys = read_config(source)
-    except InputError:
-        return None
-    return next(((source, str(k)) for k in keys if str(k).replace("_", "-") == option[2:]), None)
 
 
 def _ints(s: str) -> tuple[int, ...]:
@@ -197,7 +146,7 @@ def _options_named(a: argparse.Namespace):
         given = getattr(a, exc.field)
         option = "--" + exc.field.replace("_", "-")
         shown = _shown(exc.value if given is None else given)
-        origin = _from_config(a, exc.field)
+        origin = config_origin(a, exc.field)
         if origin is not None:  # the file's key, and the option it stands for
             raise InputError(f"--config {origin[0]!r}: " + exc.restated(
                 f"key {origin[1]!r} ({option})", shown)) from None

@@ -92,7 +92,7 @@ import shlex
 import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,7 @@ __all__ = [
     "config_beside",
     "config_in",
     "config_in_by_digest",
+    "config_origin",
     "current_run_config",
     "derived_config",
     "finish_parse",
@@ -158,6 +159,9 @@ _LINE_ONLY = ("overwrite",)
 #: them under the command line), and the options of the command parsed (:class:`_Options`).
 _LAYER = "_config_file_layer"
 _OPTIONS = "_run_options"
+#: Where a parsed namespace keeps which values its ``--config`` file gave: ``{dest: (file, key
+#: as the file writes it)}`` (:func:`config_origin`).
+_ORIGIN = "_config_file_origin"
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,7 @@ class _Layer:
 
     values: dict[str, Any]
     source: str
+    keys: dict[str, str] = field(default_factory=dict)
     left: tuple[tuple[str, str], ...] = ()
     result: bool = False
     paths: dict[str, tuple[str, Any]] | None = None
@@ -261,6 +266,7 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                 parser.error(f"argument --config: {exc}")
         for dest, value in taken.items():
             setattr(namespace, dest, value)
+        setattr(namespace, _ORIGIN, {dest: (layer.source, layer.keys[dest]) for dest in taken})
         mark_given(namespace, {a.dest for a in actions.values()
                                if a.dest in taken and records_given(a)})
         _say_left(layer, parser.prog, given)
@@ -274,6 +280,20 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
 #: Why a file's launcher options are not taken (the stderr line of :func:`_say_left`).
 _LAUNCHERS_LEFT = ("launcher options come from the command line only: a file, a result or a "
                    "TOML configuration, is data and never says where or how the work runs")
+
+
+def config_origin(args: argparse.Namespace, dest: str) -> tuple[str, str] | None:
+    """``(file, key)`` when the value of ``dest`` in parsed ``args`` came from the ``--config``
+    file (the key as the file writes it, ``n_cal`` or ``n-cal``), so that an error about it
+    can name the file and the key; None when the command line (or a default) gave it.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> config_origin(argparse.Namespace(seed=3), "seed") is None
+    True
+    """
+    return getattr(args, _ORIGIN, {}).get(dest)
 
 
 def _say_left(layer: _Layer, prog: str, given: set[str]) -> None:
@@ -505,6 +525,7 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
     actions = _option_actions(parser)
     values: dict[str, Any] = {}
+    keys: dict[str, str] = {}
     paths: dict[str, tuple[str, Any]] = {}
     left: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
@@ -545,9 +566,10 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
                              else f"--{name} {_shown(value)}"))
             continue
         values[action.dest] = converted
+        keys[action.dest] = str(key)
         if result and _may_be_path(action):
             paths[action.dest] = (name, value)
-    return _Layer(values, source, tuple(left), result, paths, cwd, inputs)
+    return _Layer(values, source, keys, tuple(left), result, paths, cwd, inputs)
 
 
 def _anchored(value: Any, base: str, key: str) -> Any:

@@ -177,8 +177,9 @@ def test_a_sidecars_model_kwarg_the_model_does_not_take_is_named_before_any_imag
     out = tmp_path / "caches"
     assert main(["predict", "--model", f"test_byobnet={ckpt}", "--data", str(digits / "test"),
                  "--out", str(out)]) == 2
-    line = _error_line(capsys)
-    assert re.search(message, line.removeprefix("uqvision predict: error: ")), line
+    line = _error_line(capsys).removeprefix("uqvision predict: error: ")
+    named = f"--model 'test_byobnet={ckpt}': "  # the option and the value that gave it
+    assert line.startswith(named) and re.search(message, line.removeprefix(named)), line
     assert not out.exists()
     with pytest.raises(InputError, match=message):
         predict_to_files(f"test_byobnet={ckpt}", digits / "test", out)

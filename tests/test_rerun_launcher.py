@@ -64,7 +64,9 @@ def _assert_not_taken(res, marker, out_file) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (line,) = [x for x in res.stderr.splitlines() if "not taken from the file: " in x]
     assert '--cluster "jobqueue-local"' in line and "job_script_prologue=" in line
-    assert line.endswith("(a result file gives no launcher option)")
+    assert line.endswith("(launcher options come from the command line only: a file, a result "
+                         "or a TOML configuration, is data and never says where or how the "
+                         "work runs)")
     run = _recorded(out_file)
     run = run.get("part_of", run)["options"]  # a sweep's score file: the sweep, its part_of
     assert (run["cluster"], run["cluster-option"]) == ("local", None)

@@ -255,6 +255,13 @@ def test_dry_run_lists_weights_cells_and_cost_and_writes_nothing(digits, trained
     assert lines[-1] == f"scores: {out / 'scores' / 'selective-test.nc'}"
     assert {p: _sha(out / p) for p in _tree(out) if (out / p).is_file()} == before
 
+    # a folder given as NAME=FILE is no local file: it fails before any cell, and says why
+    folder = trained.checkpoint.parent
+    assert main(args[:4] + [f"test_byobnet={folder}", *args[7:]]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if "test_byobnet@" in ln]
+    assert line.startswith(f"  test_byobnet@{folder.name}: FAILS before any cell (weights): "
+                           f"checkpoint '{folder}' is a folder, not a checkpoint file"), line
+
     # random weights for every named model; no earlier cache of mode tta: the time is unknown
     assert main(args[:4] + ["test_vit", "--random-init", *args[7:], "--mode", "tta"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -19,6 +19,7 @@ from huggingface_hub import constants as hf_constants
 from ..models import (
     MODEL_SOURCES,
     ModelSpec,
+    existing_checkpoint,
     hub_cache_dir,
     locate_pretrained,
     pretrained_weights,
@@ -114,6 +115,11 @@ def weights_status(spec: ModelSpec, config: PredictConfig) -> WeightsStatus:
     when the network is allowed, unavailable when ``HF_HUB_OFFLINE`` is set (with the error
     loading it would raise). A name without pretrained weights is unavailable."""
     if spec.checkpoint is not None:
+        if Path(spec.checkpoint).is_dir():  # a folder is no weight file (a dry run says so)
+            try:
+                existing_checkpoint(spec)
+            except FileNotFoundError as exc:
+                return WeightsStatus("unavailable", error=_line(exc))
         return WeightsStatus("file", spec.checkpoint)
     if config.allow_random_init:
         return WeightsStatus("random-init")

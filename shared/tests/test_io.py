@@ -26,7 +26,7 @@ from uqmetrics.runs.io import (
     read_dataset,
     write_dataset,
 )
-from uqmetrics.runs.testing.filesystems import append_only, full_filesystems
+from uqmetrics.runs.testing.filesystems import append_only, full_filesystems, not_writable
 
 
 def _result() -> xr.Dataset:
@@ -495,9 +495,7 @@ def test_check_writable_refuses_a_folder_without_write_permission(tmp_path, monk
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
-    access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == locked
-                        and mode & os.W_OK else access(path, mode, *a, **k))
+    not_writable(monkeypatch, locked)
     try:
         for folder in (locked, locked / "run"):
             with pytest.raises(PermissionError) as exc:

@@ -8,7 +8,6 @@ code 1); ``--rtol``/``--atol`` are refused by their argparse type, naming the op
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import xarray as xr
 from uqmetrics import InputError, ResultSchemaError, stamp_result, write_dataset
 from uqmetrics.report import build_site
 from uqmetrics.report.verify import verify
+from uqmetrics.runs.testing.filesystems import not_writable
 
 
 def _result(tmp_path: Path, name: str = "toy.nc") -> Path:
@@ -42,10 +42,7 @@ def _not_writable(monkeypatch, folder: Path) -> None:
     """Root (which runs the tests here) writes through permissions: ``os.access`` gives, for
     this folder alone, the answer a user gets after ``chmod a-w`` (or root after ``chattr
     +i``)."""
-    access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
-                        if Path(path) == folder and mode & os.W_OK
-                        else access(path, mode, *a, **k))
+    not_writable(monkeypatch, folder)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import uqmetrics
 import xarray as xr
-from uqmetrics.runs.testing.filesystems import full_filesystems
+from uqmetrics.runs.testing.filesystems import full_filesystems, not_writable
 
 from uqreg import cli
 from uqreg.methods import Method
@@ -133,9 +133,7 @@ def test_b_a_folder_without_write_permission_is_refused_before_any_work(run, cap
     this folder alone, the answer a user gets after the chmod."""
     before = _hashes(run)
     run.chmod(0o500)
-    access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == run
-                        and mode & os.W_OK else access(path, mode, *a, **k))
+    not_writable(monkeypatch, run)
     try:
         assert not os.access(run, os.W_OK)
         _refused(capsys, ["study", *TINY, "--overwrite", "--out", str(run)], "--out", "not writable")

@@ -4,13 +4,13 @@ nothing written."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import write_dataset
+from uqmetrics.runs.testing.filesystems import not_writable
 
 from uqreg import cli
 
@@ -57,10 +57,7 @@ def test_report_refuses_an_out_that_cannot_be_written(tmp_path, capsys, monkeypa
     study = write_dataset(xr.Dataset({"x": ("i", np.arange(3.0))}), tmp_path / "study.nc")
     locked = tmp_path / "locked"
     locked.mkdir()
-    access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
-                        if Path(path) == locked and mode & os.W_OK
-                        else access(path, mode, *a, **k))
+    not_writable(monkeypatch, locked)
     line = _refused(capsys, ["report", study, "--out", locked / "site"])
     assert f"--out {str(locked / 'site')!r}" in line and "not writable" in line
     assert list(locked.iterdir()) == []

@@ -6,13 +6,13 @@ nothing is lost")."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import InputError, stamp_result, write_dataset
+from uqmetrics.runs.testing.filesystems import not_writable
 
 from uqvision.cli import main
 from uqvision.protocols.base import protocol_result
@@ -220,10 +220,7 @@ def test_report_refuses_an_out_that_cannot_be_written_before_writing(
     locked = tmp_path / "locked"
     locked.mkdir()
     out = locked / "site" if inside else locked
-    access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
-                        if Path(path) == locked and mode & os.W_OK
-                        else access(path, mode, *a, **k))
+    not_writable(monkeypatch, locked)
     line = refused(["report", selective, "--out", out])
     assert f"--out {str(out)!r}" in line and "not writable" in line
     assert capsys.readouterr().out == ""  # no "wrote ..." line before the refusal

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["append_only", "full_filesystems"]
+__all__ = ["append_only", "full_filesystems", "not_writable"]
 
 
 @contextmanager
@@ -81,3 +81,13 @@ def append_only(folder: str | os.PathLike) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["chattr", "-a", str(folder)], check=False)
+
+
+def not_writable(monkeypatch, folder: str | os.PathLike) -> None:
+    """Make ``os.access(folder, W_OK)`` answer False for ``folder`` alone (the other answers are
+    the system's), for the rest of a test: the answer a user gets after ``chmod a-w``, which
+    root (who runs the tests here) writes through. ``monkeypatch``: pytest's fixture."""
+    folder, access = Path(folder), os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
+                        if Path(path) == folder and mode & os.W_OK
+                        else access(path, mode, *a, **k))

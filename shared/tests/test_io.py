@@ -699,9 +699,9 @@ def test_exclusive_lock_refuses_another_process_naming_it_and_dies_with_its_hold
         assert info.value.filename == str(lock) and info.value.errno == errno.EAGAIN
         assert f"pid {holder.pid} " in info.value.strerror
         assert info.value.strerror.endswith("; wait for it")
-        from uqmetrics.metrics.exceptions import _describe
+        from uqmetrics import error_line
 
-        line = _describe(info.value)
+        line = error_line(info.value)
         assert line.startswith(f"{lock}: is held by another process (pid {holder.pid} ")
         assert "\n" not in line
     finally:

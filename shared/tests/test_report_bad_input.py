@@ -38,13 +38,6 @@ def _listing(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
 
 
-def _not_writable(monkeypatch, folder: Path) -> None:
-    """Root (which runs the tests here) writes through permissions: ``os.access`` gives, for
-    this folder alone, the answer a user gets after ``chmod a-w`` (or root after ``chattr
-    +i``)."""
-    not_writable(monkeypatch, folder)
-
-
 # ---------------------------------------------------------------------------------------------
 # the site
 
@@ -67,7 +60,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_anything_is_written(
     locked = tmp_path / "locked"
     locked.mkdir()
     out = locked if exists else locked / "site"
-    _not_writable(monkeypatch, locked)
+    not_writable(monkeypatch, locked)
     lines: list[str] = []
     with pytest.raises(InputError) as exc:
         build_site([result], out, figures=False, log=lines.append)

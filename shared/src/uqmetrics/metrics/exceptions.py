@@ -17,7 +17,8 @@ import os
 import sys
 from collections.abc import Callable
 
-__all__ = ["USAGE_ERRORS", "InputError", "UndefinedMetricWarning", "UqmetricsWarning", "run_command"]
+__all__ = ["USAGE_ERRORS", "InputError", "UndefinedMetricWarning", "UqmetricsWarning", "error_line",
+           "run_command"]
 
 
 class UqmetricsWarning(UserWarning):
@@ -48,9 +49,17 @@ class InputError(ValueError):
 USAGE_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for ``exc``: an OS error names its file (``[Errno 17] File exists`` alone does
-    not)."""
+def error_line(exc: BaseException) -> str:
+    """The one line a command-line tool prints for ``exc``.
+
+    An OS error names its file and says what is wrong with it in words (``[Errno 17] File
+    exists`` alone names neither); any other message is joined onto one line.
+
+    Examples
+    --------
+    >>> error_line(FileNotFoundError(2, "No such file or directory", "a.nc"))
+    'a.nc: does not exist'
+    """
     if isinstance(exc, OSError) and exc.filename is not None and not isinstance(exc, InputError):
         what = {errno.EEXIST: "already exists (pass --overwrite to replace it)",
                 errno.EACCES: "is not writable (permission denied)",
@@ -91,5 +100,5 @@ def run_command(prog: str, command: str, fn: Callable[[], int],
         print(f"{prog} {command}: interrupted", file=sys.stderr)
         return 130
     except errors as exc:
-        print(f"{prog} {command}: error: {_describe(exc)}", file=sys.stderr)
+        print(f"{prog} {command}: error: {error_line(exc)}", file=sys.stderr)
         return 2

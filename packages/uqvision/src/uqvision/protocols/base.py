@@ -854,12 +854,12 @@ def option_input_error(exc: BaseException, options: Mapping[str, Any]) -> InputE
     >>> str(option_input_error(ValueError("t.csv:2: bad row"), {"--metadata": ["t.csv"]}))
     "--metadata 't.csv': 2: bad row"
     """
-    from uqmetrics.metrics.exceptions import _describe  # the one-line text of an OS error
+    from uqmetrics import error_line
 
     if not isinstance(exc, (OSError, ValueError)):
         return None
     filename = exc.filename if isinstance(exc, OSError) else None
-    text = _describe(exc)
+    text = error_line(exc)
     for flag, value in options.items():
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):

@@ -58,8 +58,31 @@ def test_tta_passes_differ_and_are_reproducible_by_seed(spec, digits, rounding_t
 # caches computed at different batch sizes are compared to float32 rounding, the tolerance
 # ``rounding_tol`` derives from the network's sums (conftest._rounding_tol: 4 sqrt(N) eps
 # max|z|; about 1e-6 for the digits model's logits, whose batch 16 vs 7 difference measured
-# 1.5e-8 under ATen's default/AVX2/AVX-512 kernels, MKL limited to AVX2 and MKL CNR). The defect
-# this guards against (masks drawn per batch from the global RNG) moved MC logits by 0.05-0.09.
+# 1.5e-8 under ATen's default/AVX2/AVX-512 kernels, MKL limited to AVX2 and MKL CNR: test_byobnet
+# has products small enough for the BLAS to pick its kernel by the batch's shape and the thread
+# count, docs/conventions.md#v-decode-once). The defect this guards against (masks drawn per
+# batch from the global RNG) moved MC logits by 0.05-0.09.
+
+
+@pytest.mark.parametrize("mode", ["plain", "tta"])
+def test_no_forward_pass_computes_a_lone_image(spec, digits, mode):
+    """65 images at batch 16 leave a last batch of one image, which the BLAS would compute as a
+    matrix-vector product (another order of summation: its logits would depend on the batch
+    size, 6e-8 for resnet18 on the CPU): it is computed as two copies, the first kept."""
+    rows: list[int] = []
+
+    def record(module, args):
+        if args and isinstance(args[0], torch.Tensor) and args[0].ndim == 4:
+            rows.append(args[0].shape[0])
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        (pred, *_) = predict(spec, digits / "test", PredictConfig(
+            mode=mode, passes=2, tta_policy="crop", batch_size=16, seed=4))
+    finally:
+        handle.remove()
+    assert pred["logits"].shape[-2] == 65  # every image once, the copy dropped
+    assert rows and min(rows) == 2 and max(rows) == 16
 
 
 @pytest.mark.parametrize("mode", ["mc_dropout", "tta"])
@@ -241,7 +264,8 @@ def url_runs(digits, tmp_path_factory):
 
 def _direct_forward(spec, root, *, mode, seed, batch_size, ids=True):
     """The network run by hand over the folder, batch by batch (the removed
-    ``transfer.extract`` loop): logits, u, embedding."""
+    ``transfer.extract`` loop), a lone image as two copies as predict computes it
+    (``uqvision.predict.loop.MIN_ROWS``): logits, u, embedding."""
     from torch.utils.data import DataLoader
 
     from uqvision.data import ImageFolderDataset, flush_denormal
@@ -254,8 +278,9 @@ def _direct_forward(spec, root, *, mode, seed, batch_size, ids=True):
     out = []
     with flush_denormal():
         for x, _, i in DataLoader(folder, batch_size=batch_size):
-            out.append([t.numpy() for t in net.model.predict(x, i.tolist() if ids else None,
-                                                              seed)])
+            n, copies = len(x), 2 if len(x) == 1 else 1
+            out.append([t[:n].numpy() for t in net.model.predict(
+                torch.cat([x] * copies), i.tolist() * copies if ids else None, seed)])
     return [np.concatenate(a) for a in zip(*out, strict=True)]
 
 

@@ -140,6 +140,16 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
     return model.get_classifier()(emb), emb, None
 
 
+#: The fewest rows a forward pass computes. A batch of one image (the last batch of a folder whose size leaves a remainder of one) is
+#: computed as two copies of the image, the first copy's results kept: the BLAS computes a
+#: product of one row as a matrix-vector product, whose order of summation differs from the
+#: matrix product's, so the lone image's logits would change with the batch size (measured on
+#: the CPU: 5e-9 for timm's ``test_byobnet``, 6e-8 for ``resnet18``; batches of 2 and more gave
+#: the same bits). The copy has the same sample index, so a stochastic pass draws it the same
+#: noise. uqreg computes a lone network the same way (``uqreg.engine.plan.MIN_BATCH``).
+MIN_ROWS = 2
+
+
 def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictConfig,
                device: str, passes: int = 1, dropout: PerSampleDropout | None = None, *,
                features_once: bool = False) -> dict[str, np.ndarray]:
@@ -162,23 +172,25 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
         for x, y, i in _batches(dataset, indices, cfg):
             if on_device is not None:
                 x = on_device(x, i.tolist(), device)
-            x = _to_input(x, cfg, device)
+            x, ids = _to_input(x, cfg, device), i.tolist()
+            n = len(ids)
+            if n < MIN_ROWS:  # a lone image is computed as two copies, the first kept
+                x, ids = torch.cat([x] * MIN_ROWS), ids * MIN_ROWS
             outs, feats = [], None
             for r in range(passes):
                 if dropout is not None:
-                    dropout.start_pass(r, i.tolist())
+                    dropout.start_pass(r, ids)
                 with _autocast(cfg, device):
                     if features_once:
                         feats = model.forward_features(x) if feats is None else feats
                         z, e, u = model.forward_head(feats), None, None
                     else:
-                        z, e, u = _forward(model, x, cfg.embeddings and r == 0, i.tolist(),
-                                           cfg.seed)
-                outs.append(z.float().cpu().numpy())
+                        z, e, u = _forward(model, x, cfg.embeddings and r == 0, ids, cfg.seed)
+                outs.append(z[:n].float().cpu().numpy())
                 if e is not None:
-                    embs.append(e.float().cpu().numpy())
+                    embs.append(e[:n].float().cpu().numpy())
                 if u is not None and r == 0:
-                    us.append(u.float().cpu().numpy())
+                    us.append(u[:n].float().cpu().numpy())
             logits.append(np.stack(outs))
             labels.append(y.numpy())
             idx.append(i.numpy())

@@ -7,7 +7,7 @@
 #
 # Default items (name:budget in seconds; each runs under `timeout` and reports how far it got):
 #   env           nvidia-smi and the versions of torch, timm, xarray, dask
-#   uqreg_cuda    uqreg's float32 study on CUDA equals the CPU one; the measured engine plan:
+#   uqreg_cuda    uqreg's float64 study on CUDA equals the CPU one (relative 1e-6); the measured engine plan:
 #                 two CUDA runs bit-identical, CUDA streams = one chunk after another; CUDA graphs
 #                 give the bits of eager epochs, alone and on concurrent streams (marker cuda)
 #   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop, and
@@ -102,7 +102,7 @@ run_item() {  # name budget
             { nvidia-smi || true; "$PY" -c 'import sys, torch, timm, xarray, netCDF4, dask
 print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
       "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__)'; } ;;
-        uqreg_cuda)  # the float32 CUDA study equals the CPU one (uqreg tests, marker cuda)
+        uqreg_cuda)  # the float64 CUDA study equals the CPU one (uqreg tests, marker cuda)
             (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py \
                 tests/test_autoplan.py tests/test_fused.py -m cuda -q -p no:cacheprovider -rs) ;;
         uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline

@@ -84,12 +84,19 @@ def test_sigma_scaling_by_the_true_factor_restores_calibration(seed, factor):
 
 
 def test_sigma_scaling_fits_the_factor_on_a_calibration_split():
-    y, m, s = gaussian_sample(0, 4000, scale=2.0)
-    rec = SigmaScaling(criterion="mace").fit(y[:2000], m[:2000], s[:2000])
-    assert rec.factor_ == pytest.approx(2.0, rel=0.05)
-    assert mean_absolute_calibration_error(y[2000:], m[2000:], rec.apply(s[2000:])) <= dkw(2000)
-    area = SigmaScaling(criterion="miscalibration_area").fit(y[:2000], m[:2000], s[:2000])
-    assert area.factor_ == pytest.approx(2.0, rel=0.05)
+    n = 2000
+    y, m, s = gaussian_sample(0, 2 * n, scale=2.0)
+    # The calibration-error minimisers have no closed-form variance. Their relative SD is
+    # c / sqrt(n) with c = 0.88, measured over 10,000 seeds of gaussian_sample(seed, 4000, 2.0)
+    # (SD of factor_/2 - 1 at n = 2000: 0.0197 for both criteria; Gaussian tails: 25-28, 6-7, 1
+    # seeds beyond 3, 3.5, 4 SD against 27, 4.7, 0.6 expected; the NLL factor's c would be
+    # 1/sqrt(2) = 0.71). The criteria correlate at 0.998: 4 SE (two-sided 6.3e-5) for both.
+    rel = 4 * 0.88 / math.sqrt(n)
+    rec = SigmaScaling(criterion="mace").fit(y[:n], m[:n], s[:n])
+    assert rec.factor_ == pytest.approx(2.0, rel=rel)
+    assert mean_absolute_calibration_error(y[n:], m[n:], rec.apply(s[n:])) <= dkw(n)
+    area = SigmaScaling(criterion="miscalibration_area").fit(y[:n], m[:n], s[:n])
+    assert area.factor_ == pytest.approx(2.0, rel=rel)
 
 
 def test_nll_sigma_scaling_is_the_nll_optimal_factor():

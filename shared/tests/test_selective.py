@@ -429,6 +429,31 @@ def test_registered_sac_wrappers():
     assert get_metric("aupr_wrong").func(c, k) == aupr_score(c, k, positive="wrong")
 
 
+def test_registered_sac_wrappers_use_their_own_level():
+    # model_b above gives 0.4 at both levels, so it cannot tell 0.95 from 0.99. Here, N = 200
+    # ranked by κ descending without ties, the top-i correct count C_i is: i for i <= 100,
+    # 100 at i = 101 (error), i - 1 for i = 102..130, 129 at i = 131 (error), i - 2 for
+    # i = 132..160, then 158 for i = 161..200 (40 errors); accuracy a_i = C_i / i.
+    c = [1] * 100 + [0] + [1] * 29 + [0] + [1] * 29 + [0] * 40
+    k = np.linspace(1, 0, 200)
+    # "largest" (max k/N with a_k >= α):
+    #   α = 0.95: a_160 = 158/160, and past it 158/i >= 0.95 iff i <= 166.3: a_166 = 0.9518,
+    #             a_167 = 0.9461                                         -> 166/200 = 0.83
+    #   α = 0.99: a_101 = 100/101 = 0.990099 >= 0.99, (i-1)/i >= 0.99 for i >= 100 up to
+    #             a_130 = 129/130; a_131 = 129/131 = 0.9847 and (i-2)/i < 0.99 for i < 200,
+    #             158/160 = 0.9875 < 0.99, a_i decreasing after 160      -> 130/200 = 0.65
+    # "first_drop" with the default burn_in = 200 = N: only j_0, the 0-based index of the
+    # first a_i < α, counts, and the result is j_0 / (N + 1):
+    #   α = 0.95: first a_i < 0.95 is a_167 (a_101, a_131 >= 0.95) -> j_0 = 166 -> 166/201
+    #   α = 0.99: first a_i < 0.99 is a_131 (a_101 = 0.990099)     -> j_0 = 130 -> 130/201
+    sac = {name: get_metric(name).func(c, k) for name in
+           ("sac_95", "sac_99", "sac_95_first_drop", "sac_99_first_drop")}
+    assert sac == {"sac_95": 166 / 200, "sac_99": 130 / 200,
+                   "sac_95_first_drop": 166 / 201, "sac_99_first_drop": 130 / 201}
+    assert sac["sac_95"] == sac_score(c, k, accuracy=0.95) == 0.83
+    assert sac["sac_99"] == sac_score(c, k, accuracy=0.99) == 0.65
+
+
 def test_doctests():
     result = doctest.testmod(uqmetrics.metrics.selective)
     assert result.attempted > 0 and result.failed == 0

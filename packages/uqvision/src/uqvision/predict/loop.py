@@ -140,13 +140,15 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
     return model.get_classifier()(emb), emb, None
 
 
-#: The fewest rows a forward pass computes. A batch of one image (the last batch of a folder whose size leaves a remainder of one) is
-#: computed as two copies of the image, the first copy's results kept: the BLAS computes a
-#: product of one row as a matrix-vector product, whose order of summation differs from the
-#: matrix product's, so the lone image's logits would change with the batch size (measured on
-#: the CPU: 5e-9 for timm's ``test_byobnet``, 6e-8 for ``resnet18``; batches of 2 and more gave
-#: the same bits). The copy has the same sample index, so a stochastic pass draws it the same
-#: noise. uqreg computes a lone network the same way (``uqreg.engine.plan.MIN_BATCH``).
+#: The fewest rows a forward pass computes. A batch of one image (the last batch of a folder
+#: whose size leaves a remainder of one) is computed as two copies of the image, the first
+#: copy's results kept: the BLAS computes a product of one row as a matrix-vector product,
+#: whose order of summation differs from the matrix product's, so the lone image's logits
+#: would change with the batch size (on the CPU: 5e-9 for timm's ``test_byobnet``, 6e-8 for
+#: ``resnet18``, whose batches of 2 to 32 give the same bits, as ConvNeXt's and ViT's:
+#: docs/conventions.md#v-decode-once). The copy has the same sample index, so a stochastic pass
+#: draws it the same noise. uqreg computes a lone network the same way
+#: (``uqreg.engine.plan.MIN_BATCH``).
 MIN_ROWS = 2
 
 

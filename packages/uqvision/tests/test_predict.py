@@ -60,7 +60,7 @@ def test_tta_passes_differ_and_are_reproducible_by_seed(spec, digits, rounding_t
 # max|z|; about 1e-6 for the digits model's logits, whose batch 16 vs 7 difference measured
 # 1.5e-8 under ATen's default/AVX2/AVX-512 kernels, MKL limited to AVX2 and MKL CNR: test_byobnet
 # has products small enough for the BLAS to pick its kernel by the batch's shape and the thread
-# count, docs/conventions.md#v-decode-once). The defect this guards against (masks drawn per
+# count, docs/conventions.md#v-predict-speed). The defect this guards against (masks drawn per
 # batch from the global RNG) moved MC logits by 0.05-0.09.
 
 

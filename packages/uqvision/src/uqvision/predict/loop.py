@@ -146,7 +146,7 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, embeddings: bool, ids=None
 #: whose order of summation differs from the matrix product's, so the lone image's logits
 #: would change with the batch size (on the CPU: 5e-9 for timm's ``test_byobnet``, 6e-8 for
 #: ``resnet18``, whose batches of 2 to 32 give the same bits, as ConvNeXt's and ViT's:
-#: docs/conventions.md#v-decode-once). The copy has the same sample index, so a stochastic pass
+#: docs/conventions.md#v-predict-speed). The copy has the same sample index, so a stochastic pass
 #: draws it the same noise. uqreg computes a lone network the same way
 #: (``uqreg.engine.plan.MIN_BATCH``).
 MIN_ROWS = 2

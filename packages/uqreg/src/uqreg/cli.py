@@ -297,12 +297,9 @@ def _targets(a: argparse.Namespace, studies, out: Path, *, cells: bool = False) 
 def _finish(ds: xr.Dataset, target: Path, a: argparse.Namespace) -> int:
     """Write the study atomically, draw its figures, print the coverage table."""
     uqmetrics.write_dataset(ds, target, overwrite=a.overwrite)
-    print(f"wrote {target}")
+    print(f"wrote {target}", flush=True)
     if not a.no_plots:
-        from .plots import plot_study
-
-        for p in plot_study(ds, target.parent / "plots"):
-            print(f"wrote {p}")
+        _draw(ds, target.parent / "plots", a)
     _print_summary(ds)
     _print_scores(ds)
     return 0
@@ -515,22 +512,51 @@ def _print_fit_contrast(studies: list[xr.Dataset]) -> None:
         print(f"  {a:<{width}} {b}")
 
 
+def _figure_lines(a: argparse.Namespace, out: Path):
+    """``(saved, done)``: ``saved(path)`` prints ``wrote PATH`` as each figure is written; under
+    ``--quiet`` nothing until ``done(paths)``, which prints one line for them all."""
+    quiet = getattr(a, "quiet", False)
+
+    def saved(path: Path) -> None:
+        if not quiet:
+            print(f"wrote {path}", flush=True)
+
+    def done(paths: list[Path]) -> None:
+        if quiet and paths:
+            print(f"wrote {len(paths)} figures to {out}")
+
+    return saved, done
+
+
+def _draw(ds: xr.Dataset, out: Path, a: argparse.Namespace, **kw) -> list[Path]:
+    """Every figure of the result ``ds`` into ``out`` (:func:`uqreg.plots.plot_result`), each
+    path printed as it is written (:func:`_figure_lines`)."""
+    from .plots import plot_result  # matplotlib: imported on use
+
+    saved, done = _figure_lines(a, out)
+    paths = plot_result(ds, out, saved=saved, **kw)
+    done(paths)
+    return paths
+
+
 def cmd_plot(a: argparse.Namespace) -> int:
-    from .plots import check_study, plot_study
+    """``uqreg plot FILE``: every figure of any result file uqreg writes (a study, a real-data or
+    disentanglement study, a reference: :data:`uqreg.plots.RESULT_KINDS`), refused with one line
+    naming the file when it is none of them, before any folder is created."""
+    from .plots import result_kind
 
     path = Path(a.file)
     if path.is_dir():
         path = path / STUDY_FILE
     ds = uqmetrics.read_dataset(path)
-    check_study(ds, path)
+    kind = result_kind(ds, path)
     if a.out:
         _writable("--out", Path(a.out))
         out = Path(a.out)
     else:
         out = path.parent / "plots"
         _writable("the plots folder", out)
-    for p in plot_study(ds, out):
-        print(f"wrote {p}")
+    _draw(ds, out, a, kind=kind)
     return 0
 
 
@@ -541,9 +567,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_reference(a: argparse.Namespace) -> int:
-    import xarray as xr  # imported on use (the options need none)
-
-    from .reference import reference_decomposition
+    from .reference import reference_dataset  # xarray: imported on use (the options need none)
 
     with _options_named(a):
         task = registered("task", a.task, get_task, what="a registered task")
@@ -565,36 +589,22 @@ def cmd_reference(a: argparse.Namespace) -> int:
         if target.exists() and not a.overwrite:
             raise InputError(f"--out {target} already exists; pass --overwrite to replace it")
         _writable("--out", target.parent, shown=target)
-    inst = task.instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
-    y = inst.targets(np.arange(a.repetitions))
-    dec = reference_decomposition(inst, y)  # R.7: the exact predictive in its two parts
-    mean, std = dec.mean, dec.epistemic_std
-    ds = xr.Dataset(
-        {"prediction": (("repetition", "point"), mean), "uncertainty": (("point",), std),
-         "truth": (("point",), inst.f_test), "x_test": (("point", "input_dim"), inst.x_test),
-         "epistemic_variance": (("point",), dec.epistemic_variance, {
-             "long_name": "exact epistemic variance G(x)^T Sigma_post G(x) of the noise-free f(x) (R.7)"}),
-         "aleatoric_variance": (("point",), dec.aleatoric_variance, {
-             "long_name": "exact aleatoric variance sigma(x)^2, the noise of a new observation (R.7)"}),
-         "predictive_variance": (("point",), dec.predictive_variance, {
-             "long_name": "exact predictive variance of a new observation: epistemic_variance + "
-                          "aleatoric_variance (R.7)"})},
-        coords={"repetition": np.arange(a.repetitions), **{k: ("point", v) for k, v in inst.test_coords.items()}},
-        attrs={"task": a.task, "complexity": a.complexity, "sigma": inst.sigma,
-               "heteroscedastic": int(inst.heteroscedastic)},
-    )
-    ds["uncertainty"].attrs["long_name"] = "exact epistemic std: sqrt(epistemic_variance)"
+    ds = reference_dataset(a.task, a.complexity, seed=a.seed, repetitions=a.repetitions, n_train=a.n_train,
+                           sigma=a.sigma)
     if a.out:
         uqmetrics.write_dataset(ds, a.out, overwrite=a.overwrite,
                                 attrs=uqmetrics.provenance_attrs(config=vars(a) | {"func": None}, seed=a.seed))
         print(f"wrote {a.out}")
+    inst = task.instance(a.complexity, a.seed, n_train=a.n_train, sigma=a.sigma)
+    mean, std = ds.prediction.values, ds.uncertainty.values
+    predictive_std = np.sqrt(ds.predictive_variance.values)
     cov = float(uqmetrics.coverage(mean, np.broadcast_to(std, mean.shape), inst.f_test, axis=0).mean())
     new = inst.test_targets(np.arange(a.repetitions))  # fresh noisy targets, one set per draw
-    cov_new = float(uqmetrics.coverage(mean, np.broadcast_to(dec.predictive_std, mean.shape), new, axis=0).mean())
+    cov_new = float(uqmetrics.coverage(mean, np.broadcast_to(predictive_std, mean.shape), new, axis=0).mean())
     print(f"{a.task} complexity={a.complexity}: p={inst.gamma.size}, N={inst.x_train.shape[0]}, "
           f"mean std={std.mean():.4g}, coverage over {a.repetitions} draws={cov:.3f}; "
-          f"mean epistemic var={dec.epistemic_variance.mean():.4g}, mean aleatoric var="
-          f"{dec.aleatoric_variance.mean():.4g}, predictive coverage of new targets={cov_new:.3f}")
+          f"mean epistemic var={float(ds.epistemic_variance.mean()):.4g}, mean aleatoric var="
+          f"{float(ds.aleatoric_variance.mean()):.4g}, predictive coverage of new targets={cov_new:.3f}")
     return 0
 
 
@@ -648,21 +658,15 @@ def cmd_real(a: argparse.Namespace) -> int:
     """``uqreg real``: a real-data study (:mod:`uqreg.real`, docs/conventions.md#r-9) written to
     ``OUT/study.nc`` (refused if it exists, unless ``--overwrite``), its figures to ``OUT/plots``,
     its score table and findings printed."""
-    import matplotlib.pyplot as plt
-    from uqmetrics.report.plotting import save_figure
-
-    from .plots import plot_real_calibration, plot_real_scores
     from .real import findings, run_real, score_table, write_real
 
     cfg = _real_config(a)
     target = _study_target(Path(a.out), a.overwrite, plots=not a.no_plots)
     ds = run_real(cfg, progress=not a.quiet)
     write_real(ds, target, overwrite=a.overwrite)
-    print(f"wrote {target}")
-    if not a.no_plots:
-        for name, fig in (("calibration", plot_real_calibration(ds)), ("scores", plot_real_scores(ds))):
-            print(f"wrote {save_figure(fig, target.parent / 'plots' / f'real_{name}.png')}")
-            plt.close(fig)
+    print(f"wrote {target}", flush=True)
+    if not a.no_plots:  # the figures uqreg plot draws of the file (uqreg.plots.RESULT_KINDS["real"])
+        _draw(ds, target.parent / "plots", a)
     print(f"\n{ds.attrs['dataset']}, {cfg.splits} splits ({ds.sizes['split']}): mean ± s.e. over splits, in the "
           f"target's units (R.9; no reference)\n")
     print(score_table(ds))
@@ -743,7 +747,8 @@ def _args_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (default results/<task>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; one line for the figures, not one as "
+                   "each is written")
     add_config_option(p)
     p.set_defaults(func=cmd_study)
 
@@ -758,14 +763,18 @@ def _args_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing combined study.nc")
     p.add_argument("--recompute", action="store_true", help="recompute cells already on disk")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; one line for the figures, not one as "
+                   "each is written")
     add_config_option(p)
     p.set_defaults(func=cmd_sweep)
 
 
 def _args_plot(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="study.nc (or its directory)")
+    p.add_argument("file", help="a result file uqreg wrote (or its directory, for its study.nc): a study "
+                   "(uqreg study, sweep, reproduce), a real-data study (uqreg real, reproduce real), a "
+                   "disentanglement study (reproduce disentangle) or a reference (uqreg reference --out)")
     p.add_argument("--out", help="directory for the PNGs (default: plots/ beside the file)")
+    p.add_argument("--quiet", action="store_true", help="one line for the figures, not one as each is written")
     p.set_defaults(func=cmd_plot)
 
 
@@ -859,7 +868,7 @@ def _args_real(p: argparse.ArgumentParser) -> None:
                    "and plots/")
     p.add_argument("--overwrite", action="store_true", help="replace an existing study.nc")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", action="store_true", help="no progress lines; one line for the figures")
     add_config_option(p)
     p.set_defaults(func=cmd_real)
 
@@ -892,7 +901,8 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 COMMANDS = {
     "study": ("run a coverage-vs-complexity study; write study.nc and plots", _args_study),
     "sweep": ("run a study as a resumable Dask sweep of cells; combine into study.nc", _args_sweep),
-    "plot": ("draw the figures of a study file", _args_plot),
+    "plot": ("draw the figures of a result file (a study, a real-data or disentanglement study, a reference)",
+             _args_plot),
     "report": ("a static leaderboard site of a study file (opens from disk)", _args_report),
     "reference": ("the exact posterior of a task", _args_reference),
     "reproduce": (("run the paper's experiments and the recipe-sensitivity studies as sweeps; draw Figures "

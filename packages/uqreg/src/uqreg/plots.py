@@ -18,15 +18,23 @@
 * :func:`plot_leakage` — its leakage and untangle's measure against complexity, in and out of the
   training box, beside the exact oracle's;
 * :func:`plot_real_calibration`, :func:`plot_real_scores` — a real-data study's
-  (:mod:`uqreg.real`) calibration curves and scores, before and after recalibration.
+  (:mod:`uqreg.real`) calibration curves and scores, before and after recalibration;
+* :func:`plot_reference` — the exact posterior of ``uqreg reference --out``: its predictive band
+  and the two parts of its variance against x.
 
 A study with several recipes gets each figure once per recipe (``recipe=``).
+
+One dispatch from a result file to its figures: :data:`RESULT_KINDS` (kind -> the dims and
+variables that recognise it, and its ``draw``), :func:`result_kind` and :func:`plot_result`, used by
+``uqreg plot``, ``uqreg report``, ``uqreg study``/``sweep`` and ``uqreg real``.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -37,6 +45,7 @@ import numpy as np
 import uqmetrics
 import xarray as xr
 from matplotlib.ticker import MaxNLocator
+from uqmetrics.metrics.registry import Registry
 from uqmetrics.report.plotting import (
     plot_coverage_vs_complexity,
     plot_heatmap,
@@ -78,6 +87,55 @@ def check_study(ds: xr.Dataset, source=None) -> None:
     what = "the dataset" if source is None else str(source)
     raise uqmetrics.InputError(f"{what} is not a uqreg study (written by uqreg study or uqreg sweep): it lacks "
                                f"{' and '.join(lacks)}")
+
+
+def train_box(ds: xr.Dataset) -> tuple[float, float] | None:
+    """The training box ``(low, high)`` of every input coordinate from the file's ``train_box``
+    attr, or None where it has none.
+
+    In memory the attr is a list; read back from netCDF it is its JSON text (``"[1.0, 4.0]"``),
+    which is decoded here, the one place that reads it.
+
+    Raises
+    ------
+    ValueError
+        For an attr that is not two numbers.
+
+    Examples
+    --------
+    >>> train_box(xr.Dataset(attrs={"train_box": "[1.0, 4.0]"}))
+    (1.0, 4.0)
+    >>> train_box(xr.Dataset(attrs={"train_box": [-2, 2]}))
+    (-2.0, 2.0)
+    """
+    value = ds.attrs.get("train_box")
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(f"train_box attr must be two numbers (JSON), got {value!r}") from None
+    box = np.asarray(value, dtype=float).ravel() if np.ndim(value) else np.array([])
+    if box.size != 2:
+        raise ValueError(f"train_box attr must be two numbers (low, high), got {value!r}")
+    return float(box[0]), float(box[1])
+
+
+#: Up to this many complexity levels are each a tick of their own (categorical axis).
+MAX_LEVEL_TICKS = 12
+
+
+def _level_ticks(ax, levels) -> None:
+    """Ticks at the complexity levels present (integers, none between them; a single level is
+    one tick), or integer ticks chosen by matplotlib past :data:`MAX_LEVEL_TICKS` levels."""
+    levels = np.asarray(levels)
+    if levels.size <= MAX_LEVEL_TICKS:
+        ax.set_xticks(levels, [str(int(v)) if float(v).is_integer() else f"{v:g}" for v in levels])
+        if levels.size == 1:
+            ax.set_xlim(float(levels[0]) - 0.5, float(levels[0]) + 0.5)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _axis_coord(ds: xr.Dataset) -> str:
@@ -171,7 +229,7 @@ def _plot_collapse_row(ds: xr.Dataset, row, cname: str) -> None:
                         if s.sizes["repetition"] > 1 else None, marker="o", capsize=2, label=str(m))
         ax.set_title(title)
         ax.set_xlabel(cname)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _level_ticks(ax, ds.complexity.values)
     row[2].axhline(0.95, color="k", linestyle="--", linewidth=1)  # the collapse threshold (R.3b)
 
 
@@ -203,6 +261,8 @@ def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "bin
         plot_coverage_vs_complexity(ds, point_selection=sel, error=error, ax=row[2],
                                     title=f"coverage at {label}")
         row[2].set_xlabel(cname)
+        for ax in row:
+            _level_ticks(ax, ds.complexity.values)
     if collapse:
         _plot_collapse_row(ds, axes[-1], cname)
     for ax in axes.flat:
@@ -265,7 +325,7 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
                 ax.set_ylabel(label, fontsize=8)
             if i == len(rows) - 1:
                 ax.set_xlabel(cname)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _level_ticks(ax, ds.complexity.values)
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"{ds.attrs.get('task')}: recipe sensitivity (k={ds.sizes['repetition']})")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
@@ -316,7 +376,8 @@ def plot_conditional_coverage(ds: xr.Dataset, complexity, *, methods=None, recip
         ncol = min(4, len(panels))
         nrow = -(-len(panels) // ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.4 * nrow), squeeze=False)
-        box = (*ds.attrs["train_box"], *ds.attrs["train_box"]) if "train_box" in ds.attrs else None
+        lo_hi = train_box(ds)
+        box = None if lo_hi is None else (*lo_hi, *lo_hi)
         for ax, (name, da) in zip(axes.flat, panels):
             plot_heatmap(da.mean("repetition"), x="x1", y="x2", ax=ax, vmin=0, vmax=1, box=box, title=name)
         for ax in list(axes.flat)[len(panels):]:
@@ -371,7 +432,7 @@ def plot_conditional_vs_complexity(ds: xr.Dataset, *, methods=None, recipe=None)
         axes[1, j].axhline(1.0, color="0.5", linestyle="--", linewidth=1)
         axes[1, j].set_yscale("log")
         axes[1, j].set_xlabel(ds.attrs.get("complexity_name", "complexity"))
-        axes[1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
+        _level_ticks(axes[1, j], c)
     axes[0, 0].set_ylabel("conditional coverage\n(mean over points)")
     axes[1, 0].set_ylabel("interval width / reference's")
     axes[0, 0].legend(fontsize=7)
@@ -471,7 +532,7 @@ def plot_leakage(ds: xr.Dataset, *, methods=None):
             ax.axhline(0.0, color="k", linestyle=":", linewidth=1)
             ax.set_title(f"{'in' if region == 'in' else 'outside'} the training box", fontsize=9)
             ax.set_ylim(-1.05, 1.05)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _level_ticks(ax, c)
             if j == 0:
                 ax.set_ylabel(label, fontsize=8)
             if i == 1:
@@ -482,42 +543,64 @@ def plot_leakage(ds: xr.Dataset, *, methods=None):
     return fig
 
 
-def plot_study(ds: xr.Dataset, out_dir, *, complexities=None) -> list[Path]:
+def _saver(out: Path, drawn: list, saved=None):
+    """``save(fig, name)``: write ``fig`` to ``out/name`` (:func:`save_figure`), close it, append
+    the path to ``drawn`` and tell ``saved(path)`` at once (a figure's path is known as it is
+    written, not after the last one)."""
+    def save(fig, name: str) -> Path:
+        try:
+            path = save_figure(fig, out / name)
+        finally:
+            plt.close(fig)
+        drawn.append(path)
+        if saved is not None:
+            saved(path)
+        return path
+
+    return save
+
+
+def plot_study(ds: xr.Dataset, out_dir, *, complexities=None, saved=None) -> list[Path]:
     """Draw every figure a study supports into ``out_dir``; returns the PNG paths. With several
     recipes every file name gets a ``_<recipe>`` suffix. A dataset that is not a study is refused
-    (:func:`check_study`) before ``out_dir`` is created."""
+    (:func:`check_study`) before ``out_dir`` is created.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A study (:mod:`uqreg.study`), in memory or read back from its file.
+    out_dir : path-like
+    complexities : sequence, optional
+        The levels whose per-level figures are drawn (default every level).
+    saved : callable, optional
+        ``saved(path)``, called as each figure is written (e.g. to print it).
+
+    Returns
+    -------
+    list of pathlib.Path
+    """
     check_study(ds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths: list[Path] = []
+    save = _saver(out, paths, saved)
     comps = ds.complexity.values if complexities is None else complexities
     recipes = list(ds.recipe.values) if "recipe" in ds.dims else [None]
     for r in recipes:
         tag = f"_{r}" if len(recipes) > 1 else ""
-        drawn = []
+        before = len(paths)
         if {"x1", "x2"} <= set(ds.coords):
             for c in comps:
-                fig = plot_coverage_map(ds, c, recipe=r)
-                drawn.append(save_figure(fig, out / f"coverage_map_c{c}{tag}.png"))
-                plt.close(fig)
+                save(plot_coverage_map(ds, c, recipe=r), f"coverage_map_c{c}{tag}.png")
         else:
             for c in comps:
-                fig = plot_bands(ds, c, recipe=r)
-                drawn.append(save_figure(fig, out / f"bands_c{c}{tag}.png"))
-                plt.close(fig)
-        if len(ds.complexity) > 1 or not drawn:
-            fig = plot_probes(ds, recipe=r)
-            drawn.append(save_figure(fig, out / f"probes_vs_complexity{tag}.png"))
-            plt.close(fig)
+                save(plot_bands(ds, c, recipe=r), f"bands_c{c}{tag}.png")
+        if len(ds.complexity) > 1 or len(paths) == before:
+            save(plot_probes(ds, recipe=r), f"probes_vs_complexity{tag}.png")
         if "conditional_coverage" in ds.data_vars:  # R.6; files written before it have none
             for c in comps:
-                fig = plot_conditional_coverage(ds, c, recipe=r)
-                drawn.append(save_figure(fig, out / f"conditional_coverage_c{c}{tag}.png"))
-                plt.close(fig)
-            fig = plot_conditional_vs_complexity(ds, recipe=r)
-            drawn.append(save_figure(fig, out / f"conditional_vs_complexity{tag}.png"))
-            plt.close(fig)
-        paths.extend(drawn)
+                save(plot_conditional_coverage(ds, c, recipe=r), f"conditional_coverage_c{c}{tag}.png")
+            save(plot_conditional_vs_complexity(ds, recipe=r), f"conditional_vs_complexity{tag}.png")
     return paths
 
 
@@ -595,3 +678,212 @@ def plot_real_scores(ds: xr.Dataset, *, scores=("coverage", "mace", "nll", "crps
                  f"{ds.sizes['split']} splits", x=0.02, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
+
+
+# --- the exact reference (uqreg reference --out) -----------------------------------------------------
+def _outside(ds: xr.Dataset) -> np.ndarray | None:
+    """Which test points lie outside the training box: the file's ``in_distribution``, else its
+    ``train_box`` attr against ``x_test``; None when the file says neither."""
+    if "in_distribution" in ds.data_vars:
+        return ~ds.in_distribution.values.astype(bool)
+    box = train_box(ds)
+    if box is None or "x_test" not in ds.data_vars:
+        return None
+    x = ds.x_test.values
+    return ~np.all((x >= box[0]) & (x <= box[1]), axis=-1)
+
+
+def plot_reference(ds: xr.Dataset, *, repetition=None):
+    """The exact posterior of ``uqreg reference --out FILE``: left, one noise draw's posterior
+    mean with its predictive band ± z·sqrt(predictive variance) (a new observation) and, inside
+    it, ± z·sqrt(epistemic variance) (the noise-free f(x)), over the truth (z =
+    :data:`uqmetrics.COVERAGE_Z`); right, the two parts of the predictive variance, aleatoric
+    σ²(x) and epistemic, and their sum against x (log scale). Points outside the training box are
+    shaded; a 2-D grid is cut along its diagonal x1 = x2.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The file :func:`uqreg.reference.reference_dataset` builds.
+    repetition : optional
+        The noise draw whose posterior mean is drawn (default the first).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    rep = ds.repetition.values[0] if repetition is None else repetition
+    sub, xname = _line(ds)
+    x = sub[xname].values
+    order = np.argsort(x)
+    sub, x = sub.isel(point=order), x[order]
+    out = _outside(sub)
+    z = uqmetrics.COVERAGE_Z
+    mean = sub.prediction.sel(repetition=rep).values
+    ale, epi, pred = (sub[v].values for v in ("aleatoric_variance", "epistemic_variance", "predictive_variance"))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax0.fill_between(x, mean - z * np.sqrt(pred), mean + z * np.sqrt(pred), color="C1", alpha=0.25, linewidth=0,
+                     label="± z·sqrt(predictive var.): new observation")
+    ax0.fill_between(x, mean - z * np.sqrt(epi), mean + z * np.sqrt(epi), color="C0", alpha=0.4, linewidth=0,
+                     label="± z·sqrt(epistemic var.): f(x)")
+    ax0.plot(x, mean, color="C0", linewidth=1.2, label=f"posterior mean (draw {rep})")
+    ax0.plot(x, sub.truth.values, color="k", linestyle="--", linewidth=1, label="truth f(x)")
+    ax0.set_title(f"exact predictive band (z = {z:.2f})", fontsize=9)
+    ax1.plot(x, ale, color="C1", label="aleatoric σ²(x)")
+    ax1.plot(x, epi, color="C0", label="epistemic")
+    ax1.plot(x, pred, color="k", linestyle=":", label="predictive (sum)")
+    ax1.set_yscale("log")
+    ax1.set_title("the two parts of the predictive variance", fontsize=9)
+    ax1.set_ylabel("variance")
+    for ax in (ax0, ax1):
+        if out is not None and out.any():
+            ax.fill_between(x, 0, 1, where=out, color="0.9", zorder=0, linewidth=0,
+                            transform=ax.get_xaxis_transform(), label="outside the box")
+        ax.set_xlabel(xname + (" = x2" if xname == "x1" else ""))
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{ds.attrs.get('task')}: exact posterior, {ds.attrs.get('complexity_name', 'complexity')} = "
+                 f"{ds.attrs.get('complexity')} ({ds.sizes['repetition']} noise draws)")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return fig
+
+
+# --- one dispatch from a result file to its figures ---------------------------------------------------
+def _draw_real(ds: xr.Dataset, out: Path, saved=None) -> list[Path]:
+    """A real-data study's figures, as ``uqreg real`` draws them: ``real_calibration.png``
+    (:func:`plot_real_calibration`) and ``real_scores.png`` (:func:`plot_real_scores`)."""
+    paths: list[Path] = []
+    save = _saver(out, paths, saved)
+    save(plot_real_calibration(ds), "real_calibration.png")
+    save(plot_real_scores(ds), "real_scores.png")
+    return paths
+
+
+def _draw_disentangle(ds: xr.Dataset, out: Path, saved=None) -> list[Path]:
+    """A disentanglement study's figures, named as ``uqreg reproduce disentangle`` names them:
+    ``disentangle_<task>_variances.png`` (:func:`plot_variances`) and
+    ``disentangle_<task>_leakage.png`` (:func:`plot_leakage`)."""
+    paths: list[Path] = []
+    save = _saver(out, paths, saved)
+    task = ds.attrs.get("task", "study")
+    save(plot_variances(ds), f"disentangle_{task}_variances.png")
+    save(plot_leakage(ds), f"disentangle_{task}_leakage.png")
+    return paths
+
+
+def _draw_reference(ds: xr.Dataset, out: Path, saved=None) -> list[Path]:
+    """The exact reference's figure, ``reference.png`` (:func:`plot_reference`)."""
+    paths: list[Path] = []
+    _saver(out, paths, saved)(plot_reference(ds), "reference.png")
+    return paths
+
+
+def _draw_study(ds: xr.Dataset, out: Path, saved=None) -> list[Path]:
+    return plot_study(ds, out, saved=saved)
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """A kind of result file uqreg writes, and how its figures are drawn.
+
+    Attributes
+    ----------
+    name : str
+    description : str
+        The commands that write it.
+    dims, variables : tuple of str
+        What a file of this kind holds (its detector: every one present).
+    draw : callable
+        ``draw(ds, out_dir, saved=None) -> list of Path``: every figure of the file, each path
+        passed to ``saved`` as it is written.
+    leaderboard : bool
+        Whether ``uqreg report`` makes a leaderboard of it (its summary variables per method).
+    """
+
+    name: str
+    description: str
+    dims: tuple[str, ...]
+    variables: tuple[str, ...]
+    draw: Callable[..., list[Path]]
+    leaderboard: bool = True
+
+    def lacks(self, ds: xr.Dataset) -> tuple[list[str], list[str]]:
+        """The dims and the variables of this kind ``ds`` lacks."""
+        return ([d for d in self.dims if d not in ds.dims], [v for v in self.variables if v not in ds.data_vars])
+
+    def matches(self, ds: xr.Dataset) -> bool:
+        """Whether ``ds`` is a result of this kind (it lacks none of :attr:`dims` and :attr:`variables`)."""
+        return not any(self.lacks(ds))
+
+
+#: The result files uqreg writes, in the order they are recognised: name -> :class:`ResultKind`.
+#: ``uqreg plot`` and ``uqreg report`` draw a file's figures through :func:`plot_result`.
+RESULT_KINDS: Registry[ResultKind] = Registry("result kind")
+RESULT_KINDS.register(ResultKind("study", "uqreg study, sweep or reproduce (paper)", STUDY_DIMS, STUDY_VARIABLES,
+                                 _draw_study))
+RESULT_KINDS.register(ResultKind(
+    "real", "uqreg real or reproduce real", ("method", "split", "recal", "level"),
+    ("calibration_observed", "coverage_mean", "coverage_se", "score_mace_mean", "score_mace_se", "score_nll_mean",
+     "score_nll_se", "score_crps_mean", "score_crps_se"), _draw_real))
+RESULT_KINDS.register(ResultKind(
+    "disentangle", "uqreg reproduce disentangle", ("method", "complexity", "repetition", "point", "region"),
+    ("aleatoric_variance", "epistemic_variance", "exact_aleatoric_variance", "exact_epistemic_variance",
+     "in_distribution", "epistemic_leakage", "estimates_spearman"), _draw_disentangle, leaderboard=False))
+RESULT_KINDS.register(ResultKind(
+    "reference", "uqreg reference --out", ("repetition", "point"),
+    ("prediction", "truth", "aleatoric_variance", "epistemic_variance", "predictive_variance"), _draw_reference,
+    leaderboard=False))
+
+
+def result_kind(ds: xr.Dataset, source=None) -> ResultKind:
+    """The first of :data:`RESULT_KINDS` that ``ds`` is a result of.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        For a dataset of no kind; the message names ``source`` (the file read), the commands
+        whose files are drawn, and what it lacks as a study (:func:`check_study`).
+    """
+    for kind in RESULT_KINDS.values():
+        if kind.matches(ds):
+            return kind
+    try:
+        check_study(ds, source)
+    except uqmetrics.InputError as exc:
+        what = "the dataset" if source is None else str(source)
+        lacks = str(exc).split(": it lacks ", 1)[1]
+        writers = "; ".join(k.description for k in RESULT_KINDS.values())
+        raise uqmetrics.InputError(f"{what} is not a uqreg study or result file (written by {writers}): as a "
+                                   f"study it lacks {lacks}") from None
+    raise AssertionError("a study that check_study accepts is of the kind study")  # pragma: no cover
+
+
+def plot_result(ds: xr.Dataset, out_dir, *, kind: ResultKind | None = None, saved=None, source=None) -> list[Path]:
+    """Draw every figure of a uqreg result file into ``out_dir`` (created), through its kind's
+    ``draw`` (:data:`RESULT_KINDS`).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A study, real-data study, disentanglement study or reference, in memory or read back.
+    out_dir : path-like
+    kind : ResultKind, optional
+        Its kind (default :func:`result_kind`).
+    saved : callable, optional
+        ``saved(path)``, called as each figure is written.
+    source : path-like, optional
+        The file ``ds`` was read from, named in the error for a dataset of no kind.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The figures written, in order.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A dataset of no kind (:func:`result_kind`), before ``out_dir`` is created.
+    """
+    kind = result_kind(ds, source) if kind is None else kind
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return kind.draw(ds, out, saved)

@@ -263,3 +263,59 @@ def reference_decomposition(instance, y: np.ndarray, x=None) -> Decomposition:
     (R, T), epistemic variance ``G(x)ᵀ Σ_post G(x)`` and aleatoric variance ``σ(x)²`` (T,)."""
     x = instance.x_test if x is None else np.asarray(x, dtype=np.float64)
     return reference_posterior(instance, y).decompose(instance.features(x), instance.noise_std(x))
+
+
+def reference_dataset(task: str, complexity: int, *, seed: int = 0, repetitions: int = 50, n_train: int | None = None,
+                      sigma: float | None = None):
+    """The exact posterior of ``task`` at ``complexity`` on ``repetitions`` noise draws, as the
+    dataset ``uqreg reference --out FILE`` writes (:func:`reference_decomposition`, R.7).
+
+    Parameters
+    ----------
+    task : str
+        A registered task (:data:`uqreg.tasks.TASKS`).
+    complexity : int
+    seed : int, default 0
+        The task seed.
+    repetitions : int, default 50
+        Noise draws of the training targets.
+    n_train : int, optional
+        Training-set size override.
+    sigma : float, optional
+        Noise std override (a heteroscedastic task's scale of sigma(x)).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``prediction`` (repetition, point): the posterior mean of each draw; ``uncertainty``,
+        ``epistemic_variance``, ``aleatoric_variance``, ``predictive_variance``, ``truth``,
+        ``in_distribution`` (point); ``x_test`` (point, input_dim); the task's plotting
+        coordinates (``x``, ``lambda``, ``x1``/``x2``) on ``point``; attrs ``task``,
+        ``complexity``, ``sigma``, ``heteroscedastic``, ``train_box``, ``complexity_name``.
+    """
+    import xarray as xr
+
+    from .tasks import get_task
+
+    t = get_task(task)
+    inst = t.instance(complexity, seed, n_train=n_train, sigma=sigma)
+    y = inst.targets(np.arange(repetitions))
+    dec = reference_decomposition(inst, y)  # R.7: the exact predictive in its two parts
+    ds = xr.Dataset(
+        {"prediction": (("repetition", "point"), dec.mean), "uncertainty": (("point",), dec.epistemic_std),
+         "truth": (("point",), inst.f_test), "x_test": (("point", "input_dim"), inst.x_test),
+         "in_distribution": (("point",), np.asarray(inst.in_distribution, dtype=bool)),
+         "epistemic_variance": (("point",), dec.epistemic_variance, {
+             "long_name": "exact epistemic variance G(x)^T Sigma_post G(x) of the noise-free f(x) (R.7)"}),
+         "aleatoric_variance": (("point",), dec.aleatoric_variance, {
+             "long_name": "exact aleatoric variance sigma(x)^2, the noise of a new observation (R.7)"}),
+         "predictive_variance": (("point",), dec.predictive_variance, {
+             "long_name": "exact predictive variance of a new observation: epistemic_variance + "
+                          "aleatoric_variance (R.7)"})},
+        coords={"repetition": np.arange(repetitions), **{k: ("point", v) for k, v in inst.test_coords.items()}},
+        attrs={"task": task, "complexity": int(complexity), "sigma": inst.sigma,
+               "heteroscedastic": int(inst.heteroscedastic), "train_box": [float(v) for v in t.train_box],
+               "complexity_name": t.complexity_name},
+    )
+    ds["uncertainty"].attrs["long_name"] = "exact epistemic std: sqrt(epistemic_variance)"
+    return ds

@@ -19,8 +19,9 @@ reads back): per recipe, complexity and region (``in``/``out`` of the training b
   ``reference_score_mace_mean`` and ``reference_score_crps_mean``, named in the column's
   convention).
 
-Its figures are :func:`uqreg.plots.plot_study`'s (coverage vs complexity with bands, ...), as
-SVG.
+Its figures are those ``uqreg plot`` draws of the file (:func:`uqreg.plots.plot_result`, one
+dispatch over :data:`uqreg.plots.RESULT_KINDS`: a study's coverage vs complexity with bands, ..., a
+real-data study's calibration and scores), as SVG.
 """
 
 from __future__ import annotations
@@ -55,12 +56,18 @@ _CONVENTION_ATTRS = {
 
 
 def _read(path: Path):
-    from uqmetrics import read_dataset
+    """The result file at ``path``; refused (:class:`uqmetrics.InputError`, naming it) unless it
+    is of a kind :func:`uqreg.plots.result_kind` recognises that has a leaderboard (a study, a
+    real-data study; a disentanglement study or a reference is drawn by ``uqreg plot``)."""
+    from uqmetrics import InputError, read_dataset
 
-    from .plots import check_study
+    from .plots import result_kind
 
     ds = read_dataset(path)
-    check_study(ds, path)
+    kind = result_kind(ds, path)
+    if not kind.leaderboard:
+        raise InputError(f"{path} is a {kind.name} result ({kind.description}), which has no leaderboard; "
+                         f"draw its figures with uqreg plot {path}")
     return ds
 
 
@@ -93,9 +100,11 @@ def _row_provenance(ds) -> dict[str, dict[str, Any]]:
 
 
 def _figures(path: Path, ds, out: Path) -> list[Path]:
-    from .plots import plot_study
+    """The figures ``uqreg plot`` draws of the file (:func:`uqreg.plots.plot_result`: one dispatch
+    for both commands)."""
+    from .plots import plot_result
 
-    return plot_study(ds, out)
+    return plot_result(ds, out, source=path)
 
 
 #: The hook of a study file.

@@ -91,7 +91,10 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
         one holding files the demo recorded but not its options, is refused before any work
         unless ``overwrite``.
     log : callable, optional
-        Called with one progress line per step (the CLI passes ``print``).
+        Called with one progress line per step (the CLI passes
+        :func:`uqvision.training.progress.progress_line`: stderr, none under ``uqvision
+        --quiet``); each member's training shows its own progress bar
+        (:func:`uqvision.training.loop.train_model`'s ``progress``).
     overwrite : bool, default False
         Delete the files the demo recorded in ``out`` (``.uqmetrics-written.json``:
         :data:`OPTIONS_FILE`, checkpoints and their sidecars, caches, score files, figures),

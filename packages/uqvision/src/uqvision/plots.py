@@ -11,7 +11,9 @@ figures).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from uqmetrics import risk_coverage_curve, softmax, softmax_response
@@ -23,7 +25,32 @@ from uqmetrics.report.plotting import (
 
 from .cache import index_caches, read_cache, safe_name, select_dataset
 
-__all__ = ["plot_caches"]
+__all__ = ["figure_skipped", "plot_caches", "skipped_figures"]
+
+#: Where :func:`figure_skipped` says a figure was left out (:func:`skipped_figures`).
+_SKIPPED: ContextVar[Callable[[str], None] | None] = ContextVar("uqvision_skipped_figures",
+                                                                default=None)
+
+
+@contextmanager
+def skipped_figures(say: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, each figure a drawing function leaves out because the result holds
+    no data for it (:func:`figure_skipped`) is said in one line through ``say`` (``uqvision
+    plot`` prints it; outside such a block the figure is left out silently)."""
+    token = _SKIPPED.set(say)
+    try:
+        yield
+    finally:
+        _SKIPPED.reset(token)
+
+
+def figure_skipped(name: str, why: str) -> None:
+    """A figure ``name`` not drawn because ``why`` (e.g. ``no near-OOD set scored``): said in
+    one line (``ood_cost_near.png: not drawn (no near-OOD set scored)``) through the
+    :func:`skipped_figures` block around the call, if any."""
+    say = _SKIPPED.get()
+    if say is not None:
+        say(f"{name}: not drawn ({why})")
 
 
 def plot_caches(caches: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *,

@@ -69,11 +69,14 @@ def _same_numbers(rows, ds, keys):
 
 
 def _body(printed, header_word):
-    """The printed table's header line and its rows (up to the CSV path line)."""
+    """The printed table's caption, its header's first line and its rows (up to the CSV path
+    line; a header's labels stacked below it, indented, and the line saying how many columns
+    are shown, in parentheses, are not rows)."""
     start = next(i for i, line in enumerate(printed) if line.split()[:1] == [header_word]
                  and len(line.split()) > 2)
     end = next(i for i in range(start + 1, len(printed)) if printed[i].endswith(".csv"))
-    return printed[start - 1], printed[start].split(), printed[start + 1:end]
+    rows = [line for line in printed[start + 1:end] if not line.startswith((" ", "("))]
+    return printed[start - 1], printed[start].split(), rows
 
 
 def test_score_shift_prints_and_writes_its_table(tmp_path, capsys):
@@ -165,7 +168,12 @@ def test_score_conformal_prints_and_writes_its_table(tmp_path, capsys):
     _same_numbers(rows, ds, ["model"])
     caption, header, body = _body(printed, "model")
     assert caption.startswith("conformal: a row per model")
-    assert header[1:] == columns  # (no label every column shares: the accuracies have none)
+    assert caption.endswith("every column with a calibration at calibration=platt")
+    # printed: the first columns that fit a terminal, each variable over its labels; the CSV
+    # has them all (test_tables_audit.py)
+    assert header[1:] == [c.partition("[")[0] for c in columns[:len(header) - 1]]
+    assert f"of {len(columns)} columns shown; all {len(columns)}: " \
+        f"{tmp_path / 'conformal.csv'})" in printed[-2]
     assert len(body) == len(rows)
 
 

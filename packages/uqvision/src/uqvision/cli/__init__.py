@@ -25,6 +25,10 @@ plotting, metadata, sweeps and the demo only where used: ``uqvision predict`` an
 train`` load no scoring module, no scipy, matplotlib or Dask). Errors name the sub-command
 that failed (``uqvision data digits: error: ...``).
 
+Progress (bars, progress lines) goes to stderr, results (paths written, tables) to stdout;
+``uqvision --quiet COMMAND`` turns every progress bar and line of the process off
+(:func:`uqvision.training.progress.set_progress`); errors still print.
+
 One concern per module (every name that tests and tools read is importable from
 ``uqvision.cli`` itself):
 
@@ -57,6 +61,7 @@ from uqmetrics.runs.run_config import rerun, run_recorded
 from .. import load_registries
 from ..options import COUNT, Command
 from ..protocols import VISION_PROTOCOLS
+from ..training.progress import set_progress
 from .base import _add_subcommands, _HelpFormatter, _Parser, _print
 from .compare import _args_compare, _cmd_compare
 from .demo import (
@@ -204,6 +209,9 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
                  formatter_class=_HelpFormatter, lazy=lazy)
     ap.add_argument("--threads", type=COUNT, default=None,
                     help="torch intra-op threads (default: torch's choice)")
+    ap.add_argument("--quiet", action="store_true",
+                    help="no progress bar or progress line (stderr) in any command; results "
+                         "and errors still print (uqvision.training.progress.set_progress)")
     _add_subcommands(ap, "command", None, None, [
         (name, (), cmd.description, cmd.arguments) for name, cmd in COMMANDS.items_ordered()])
     return ap
@@ -227,7 +235,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     cmd = COMMANDS.lookup(args.command)
-    load_registries()  # the parsers were built from light modules; the command runs on all
-    # its configuration recorded (uqmetrics.runs.run_config), its errors naming the sub-command
-    return run_command("uqvision", command.prog.partition(" ")[2],
-                       lambda: run_recorded(args, lambda: cmd.run(args), cmd.config_files))
+    # --quiet: one switch for the whole process while the command runs (given back after, for
+    # a caller that runs main() again)
+    shown = set_progress(False) if args.quiet else None
+    try:
+        load_registries()  # the parsers were built from light modules; the command runs on all
+        # its configuration recorded (uqmetrics.runs.run_config), its errors naming the
+        # sub-command
+        return run_command("uqvision", command.prog.partition(" ")[2],
+                           lambda: run_recorded(args, lambda: cmd.run(args), cmd.config_files))
+    finally:
+        if shown is not None:
+            set_progress(shown)

@@ -21,9 +21,18 @@ from collections.abc import Callable, Iterable, Sequence
 from uqmetrics.runs.lazy import LazySubParsers
 from uqmetrics.runs.run_config import finish_parse
 
+from ..training.progress import progress_line
+
 
 def _print(msg: str) -> None:
+    """A result line (a path written, a table) on stdout."""
     print(msg, flush=True)
+
+
+def _progress(msg: str) -> None:
+    """A progress line on stderr, none under ``uqvision --quiet``
+    (:func:`uqvision.training.progress.progress_line`)."""
+    progress_line(msg)
 
 
 #: A Sphinx role (``:func:`~a.b``` -> ``b``, ``:data:`X``` -> ``X``).

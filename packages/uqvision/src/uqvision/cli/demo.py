@@ -16,7 +16,7 @@ from ..options import (
     device_type,
     positive_float,
 )
-from .base import _print
+from .base import _print, _progress
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
@@ -27,7 +27,8 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     # the options, named as on the command line, before anything is written
     check_config(config, {o.field: o.flag or "--" + o.field.replace("_", "-")
                           for o in _DEMO_OPTIONS})
-    r = run_demo(a.out, config, log=_print, overwrite=a.overwrite)
+    # progress lines on stderr (none under uqvision --quiet), the results on stdout
+    r = run_demo(a.out, config, log=_progress, overwrite=a.overwrite)
     _print(summary(r))
     _print(f"demo done in {r.wall_time_s:.0f} s: {r.selective}, {r.ensembles}")
     return 0

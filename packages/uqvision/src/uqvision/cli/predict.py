@@ -122,7 +122,7 @@ def _cmd_predict(a: argparse.Namespace) -> int:
     for spec, plan in zip(a.model, checked, strict=True):
         paths = predict_to_files(spec, data, a.out, _predict_config(a),
                                  dataset_name=a.dataset_name, overwrite=a.overwrite,
-                                 checked=plan)
+                                 checked=plan, progress=True)  # off under uqvision --quiet
         if int(os.environ.get("RANK", "0")) == 0:
             for p in paths:
                 _print(str(p))

@@ -84,9 +84,17 @@ def _args_report(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
+    from uqmetrics import InputError
     from uqmetrics.report import build_site  # Jinja2 and the readers: imported on use
 
+    from .score import other_tool
+
     register_report_hooks()
+    for path in a.results:  # a result of another tool (a uqreg study): its own report
+        tool = other_tool(path)
+        if tool is not None:
+            raise InputError(f"{str(path)!r} is a result of {tool} (its attrs say so), not a "
+                             f"uqvision score file: build its site with {tool} report")
     _check_published(a.published, a.results)
     report = build_site(a.results, a.out, overwrite=a.overwrite, figures=not a.no_figures,
                         paths=a.paths, log=_print, hooks=_published_hooks(a.published))

@@ -99,8 +99,10 @@ def _cmd_score(a: argparse.Namespace) -> int:
         line += (f"  (--skip-incomplete: {len(skipped)} of {len(files)} cache files not "
                  f"scored: {listed})")
     _print(line)
-    if table is not None:
-        _print(table.format())
+    if table is not None:  # the headline columns, as wide as a terminal; all of them: the CSV
+        terminal = getattr(table, "terminal", None)
+        _print(table.format() if terminal is None else
+               terminal(full=str(out.parent / f"{out.stem}.csv")))
         for path in table.write(out.parent, out.stem, overwrite=a.overwrite):
             _print(str(path))
     return 0
@@ -141,28 +143,104 @@ def _config_files_score(a: argparse.Namespace, config) -> list[Path]:
 
 
 def _plotted() -> list[Protocol]:
-    """The protocols whose score files ``uqvision plot --SCORE_NAME FILE`` draws."""
+    """The protocols whose score files ``uqvision plot --NAME FILE`` draws."""
     return [p for p in VISION_PROTOCOLS.values() if p.plots is not None]
 
 
-def _cmd_plot(a: argparse.Namespace) -> int:
-    from ..plots import plot_caches  # figures: imported on use (start-up time)
+def _plot_flags(proto: Protocol) -> list[str]:
+    """The options of ``uqvision plot`` that give a score file of ``proto``: ``--NAME`` (the
+    protocol's name, as ``score NAME`` and ``reproduce NAME``), then ``--SCORE_NAME``, its
+    alias where it differs, both from the protocol registry."""
+    return list(dict.fromkeys(f"--{n}" for n in (proto.name, proto.score_name) if n))
 
-    flags = ["--caches", *(f"--{p.score_name}" for p in _plotted())]
-    files = [(p, getattr(a, p.score_name)) for p in _plotted() if getattr(a, p.score_name)]
+
+#: How many items a one-line message names before it gives only their count.
+_NAMED = 3
+
+
+def _some(items: list[str]) -> str:
+    """The first :data:`_NAMED` of ``items`` and the count of the rest (one line however many
+    there are): ``'a' (why); 'b' (why); 'c' (why) and 7 more``."""
+    shown = "; ".join(items[:_NAMED])
+    return shown + (f" and {len(items) - _NAMED} more" if len(items) > _NAMED else "")
+
+
+def _check_plot_caches(caches: list[str]) -> None:
+    """:func:`~uqvision.cache.check_caches` of ``plot --caches``, the files that are no
+    complete cache named three and counted (a folder of many foreign files: one short line)."""
+    try:
+        check_caches("--caches", caches)
+    except InputError as exc:
+        from ..cache import incomplete_caches
+
+        try:
+            files, skipped = incomplete_caches([str(c) for c in caches])
+        except (OSError, ValueError):
+            raise exc from None
+        if not files or len(skipped) != len(files) or len(skipped) <= _NAMED:
+            raise
+        shown = " ".join(repr(str(c)) for c in caches)
+        by_why: dict[str, list[str]] = {}
+        for path, why in skipped.items():
+            by_why.setdefault(why, []).append(repr(str(path)))
+        raise InputError(f"--caches {shown}: no complete prediction cache found among its "
+                         f"{len(files)} .nc files: " + "; ".join(
+                             f"{len(paths)} {why}: {_some(paths).replace('; ', ', ')}"
+                             for why, paths in by_why.items())) from None
+
+
+def other_tool(path: str | Path) -> str | None:
+    """The tool other than uqvision that wrote the result file ``path`` (``uqreg``), as its
+    attrs say (the command of its ``run_config``, else a ``title`` that begins with a tool
+    whose ``<tool>_version`` is recorded); None when uqvision wrote it, when it says nothing,
+    or when it cannot be read (the readers say why)."""
+    from uqmetrics.runs.io import READ_ERRORS, decode_attr, open_netcdf
+
+    try:
+        if not Path(path).is_file():
+            return None
+        with open_netcdf(path) as ds:
+            attrs = dict(ds.attrs)
+    except READ_ERRORS:
+        return None
+    try:
+        run = decode_attr(attrs.get("run_config"))
+    except (TypeError, ValueError):
+        run = None
+    words = (str(run.get("command", "")) if isinstance(run, dict) else "").split()
+    if not words:  # no command recorded: a title naming a tool whose version is recorded
+        words = [w for w in str(attrs.get("title", "")).split()[:1] if f"{w}_version" in attrs]
+    tool = words[0] if words else ""
+    return tool if tool and tool != "uqvision" and tool.isidentifier() else None
+
+
+def _cmd_plot(a: argparse.Namespace) -> int:
+    from ..plots import plot_caches, skipped_figures  # figures: imported on use
+
+    flags = ["--caches", *("/".join(_plot_flags(p)) for p in _plotted())]
+    files = [(p, getattr(a, p.name)) for p in _plotted() if getattr(a, p.name)]
     if not (a.caches or files):
         raise InputError(f"nothing to plot (give {', '.join(flags[:-1])} and/or {flags[-1]})"
                          if len(flags) > 1 else "nothing to plot (give --caches)")
     for proto, file in files:  # a score file of the option's protocol, before any work
-        check_protocol_file(f"--{proto.score_name}", file, proto.name)
+        option = a.plot_flags.get(proto.name, f"--{proto.name}")
+        tool = other_tool(file)
+        if tool is not None:
+            raise InputError(f"{option} {str(file)!r} is a result of {tool} (its attrs say so), "
+                             f"not a uqvision score file: draw it with {tool} plot")
+        check_protocol_file(option, file, proto.name)
     if a.caches:
-        check_caches("--caches", a.caches)
+        _check_plot_caches(a.caches)
     check_output_folder("--out", a.out)
     paths = []
-    if a.caches:
-        paths += plot_caches(a.caches, a.out, dataset=a.dataset)
-    for proto, file in files:
-        paths += proto.plots.draw(file, a.out)
+    try:
+        with skipped_figures(_print):
+            if a.caches:
+                paths += plot_caches(a.caches, a.out, dataset=a.dataset)
+            for proto, file in files:
+                paths += proto.plots.draw(file, a.out)
+    except OSError as exc:  # --out /sys/x: "Operation not permitted" when a figure is saved
+        raise _out_error(exc, a) from None
     if not paths:
         raise InputError(f"the files given ({', '.join(flags)}) hold nothing to plot")
     for p in paths:
@@ -170,13 +248,49 @@ def _cmd_plot(a: argparse.Namespace) -> int:
     return 0
 
 
+def _out_error(exc: OSError, a: argparse.Namespace) -> BaseException:
+    """An OS error of ``uqvision plot`` as an :class:`~uqmetrics.InputError` naming the option
+    that gave the file at fault: ``--out`` for the folder, a parent or a figure in it, else the option
+    of an input file (:func:`~uqvision.protocols.base.option_input_error`); ``exc`` itself
+    when no option gave it."""
+    from uqmetrics import error_line
+
+    out = Path(a.out)
+    at = Path(exc.filename) if exc.filename is not None else None
+    if at is not None and (at == out or out in at.parents or at in out.parents):
+        rest = error_line(exc).removeprefix(f"{exc.filename}:").strip()
+        return InputError(f"--out {a.out!r}: " + (rest if at == out
+                                                   else f"{str(at)!r}: {rest}"))
+    given = {"--caches": a.caches, **{a.plot_flags.get(p.name, f"--{p.name}"): getattr(a, p.name)
+                                      for p in _plotted()}}
+    return option_input_error(exc, given) or exc
+
+
+class _PlotFile(argparse.Action):
+    """``--NAME FILE`` of ``uqvision plot``, recording the spelling given (the name or its
+    alias, the score name) for the messages about the file."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = dict(getattr(namespace, "plot_flags", None) or {})
+        given[self.dest] = option_string or f"--{self.dest}"
+        namespace.plot_flags = given
+
+
 def _args_plot(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--caches", nargs="+", default=None)
-    for proto in _plotted():  # --SCORE_NAME FILE: a protocol's score file
-        p.add_argument(f"--{proto.score_name}", dest=proto.score_name, default=None,
+    p.add_argument("--caches", nargs="+", default=None, metavar="CACHE",
+                   help="prediction caches (files or folders): a reliability diagram per "
+                        "model and the risk-coverage curves of all")
+    for proto in _plotted():  # --NAME FILE (alias --SCORE_NAME): a protocol's score file
+        flags = _plot_flags(proto)
+        p.add_argument(*flags, dest=proto.name, default=None, metavar="FILE",
+                       action=_PlotFile,
                        help=proto.plots.help)
-    p.add_argument("--dataset", default=None)
+    p.add_argument("--dataset", default=None, metavar="NAME",
+                   help="with --caches: draw the caches of this dataset_name only (e.g. val; "
+                        "default: the only one they hold)")
     p.add_argument("--out", required=True, help="figure directory")
+    p.set_defaults(plot_flags={})
 
 
 def _cmd_reproduce(a: argparse.Namespace) -> int:

@@ -141,6 +141,10 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                          ood_sets=a.ood_sets or ())[1:]
     for target in sets:
         readable_images(target.folder, skip_bad=a.skip_bad_images)
+    # each scoring protocol checks its options and its score file before any model runs, and
+    # before the OOD overlap check writes its content hashes (a refused sweep leaves nothing)
+    plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
+             for scorer in _sweep_scorers()]
     ood = [t for t in sets if EVAL_SETS.lookup(t.config.eval_set).role == "ood"]
     if ood and not a.dry_run:  # an ID image in an OOD set is an error: by its pixels
         from ..data import NearDuplicateWarning
@@ -153,9 +157,6 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
                 print(f"uqvision sweep: note: {w.message}", file=sys.stderr, flush=True)
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    # each scoring protocol checks its options and its score file before any model runs
-    plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)
-             for scorer in _sweep_scorers()]
     sweep_args = {"zoos": a.zoo or (), "weights_dir": a.weights_dir,
                   "dataset_name": a.dataset_name, "threads": a.cell_threads or a.threads,
                   "overwrite": a.overwrite, "failures_file": failures,

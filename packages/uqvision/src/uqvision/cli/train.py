@@ -293,7 +293,8 @@ def _cmd_train(a: argparse.Namespace) -> int:
     shown = SINGLE if a.method == "deep_ensemble" and k == 1 else a.method
     for i, (seed, cfg) in enumerate(zip(seeds, cfgs, strict=True)):
         r = train_model(a.data, _seed_out(a, seed), cfg, overwrite=a.overwrite,
-                        ensemble=EnsembleMember(group, k, i))
+                        ensemble=EnsembleMember(group, k, i),
+                        progress=True)  # stderr; off under uqvision --quiet
         if int(os.environ.get("RANK", "0")) == 0:
             member = f"  member {i + 1}/{k} of {group}" if k > 1 else ""
             _print(f"{r.checkpoint}  {shown}{member}  "

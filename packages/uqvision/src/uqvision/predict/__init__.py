@@ -44,8 +44,8 @@ One concern per module; every name is importable from ``uqvision.predict`` itsel
 - :mod:`~.variables`: the cache variables (:data:`CACHE_VARIABLES`, :class:`CacheVariable`);
 - :mod:`~.options`: the command-line options of a prediction (:data:`PREDICT_OPTIONS`,
   :func:`add_predict_options`) and the config they give (:func:`predict_config`);
-- :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`) and the
-  dataset a decoder gives it (:func:`eval_dataset`);
+- :mod:`~.loop`: the batch loop (:func:`run_loader`, :data:`OWN_UNCERTAINTY`; its progress:
+  :func:`batch_progress`) and the dataset a decoder gives it (:func:`eval_dataset`);
 - :mod:`~.device_decode`: JPEGs decoded, resized and normalised on the prediction's device
   (``decoder="torchvision"``);
 - :mod:`~.modes`: the prediction modes (:data:`PASS_MODES`, :func:`head_only_dropout`,
@@ -69,7 +69,7 @@ __getattr__, __dir__ = attach(__name__, {
                 "resolve_channels_last"],
     ".core": ["predict"],
     ".files": ["IDENTITY_FIELDS", "cache_identity", "check_caches", "predict_to_files"],
-    ".loop": ["OWN_UNCERTAINTY", "eval_dataset", "run_loader"],
+    ".loop": ["OWN_UNCERTAINTY", "batch_progress", "eval_dataset", "run_loader"],
     ".modes": ["MC_DROPOUT_PATHS", "PASS_MODES", "head_only_dropout"],
     ".options": ["PREDICT_OPTIONS", "add_predict_options", "predict_config"],
     ".plan": ["cache_plan", "sample_label"],
@@ -94,6 +94,7 @@ __all__ = [
     "Decoder",
     "PredictConfig",
     "add_predict_options",
+    "batch_progress",
     "cache_identity",
     "check_caches",
     "decoder_suggestion",

@@ -27,9 +27,11 @@ from ..data.folders import ChangedImageError, folder_fingerprint
 from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
 from ..models import ModelSpec, check_model_spec, recorded_class_names, sidecar_path
 from ..runtime import distributed_context, gather, shard_indices
+from ..training.progress import progress_bar
 from ..training.runs import load_run
 from .config import DECODERS, PredictConfig, resolve_channels_last
 from .decoded import decoded_folder, decoded_key
+from .loop import batch_progress
 from .modes import PASS_MODES
 from .plan import (
     _check_config,
@@ -142,7 +144,7 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
             planned: tuple[str, Mapping[str, str | None]] | None = None,
             train_fingerprint: str | None = None,
             channels_last_source: str | None = None,
-            keep_model: bool = False) -> list[xr.Dataset]:
+            keep_model: bool = False, progress: bool = False) -> list[xr.Dataset]:
     """Run ``spec`` over the image folder ``data``; return one cache Dataset per sample and pass.
 
     Classes are matched BY NAME (the class map of the default evaluation set,
@@ -204,6 +206,13 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         unchanged checkpoint files, and reuse the one kept by the last call (a sweep's cells
         of one model on one worker: built once). Only a plain network is kept (a checkpoint
         without a training method); one at a time; the logits are the same bit for bit.
+    progress : bool, default False
+        A progress bar on stderr over the forward passes of the batches (batches x passes x
+        prediction samples; rank 0's shard under torchrun;
+        :func:`uqvision.training.progress.progress_bar`: a line at most every 30 s in a log;
+        none once ``uqvision --quiet`` or :func:`~uqvision.training.progress.set_progress`
+        turned progress off). ``uqvision predict`` asks for it; a sweep's cells do not. The
+        caches do not depend on it.
 
     Returns
     -------
@@ -279,7 +288,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     t0 = time.perf_counter()
     results = []
     with flush_denormal(), distributed_context(config.device) as (world, rank, device), \
-            _loaded_run(spec, head, device, config, keep_model) as run:
+            _loaded_run(spec, head, device, config, keep_model) as run, \
+            contextlib.ExitStack() as stack:
         cl_source = channels_last_source or ("auto" if config.channels_last is None
                                              else "given")
         config = dataclasses.replace(  # None: by architecture and device, recorded as chosen
@@ -296,6 +306,15 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
         noise_seed = config.seed if run.seed is None else derive_seed(config.seed, run.seed)
         nets = (run.samples(wanted[-1] + 1, noise_seed) if multi and wanted
                 else iter([run.loaded.model] if wanted else []))
+        # batch passes: one per batch of the shard for each cache planned, ``passes`` of them
+        # for an MC-dropout cache (its passes in one file)
+        batches = -(-len(local) // config.batch_size)
+        bar = progress_bar(batches * len(plan) * (config.passes if config.mode == "mc_dropout"
+                                                  else 1),
+                           f"predict {spec.row} {name}", unit="forward",
+                           enabled=progress and rank == 0)
+        stack.enter_context(contextlib.closing(bar))
+        stack.enter_context(batch_progress(bar))
         for k, net in enumerate(nets):
             if k not in wanted:
                 continue

@@ -281,10 +281,10 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
                      out_dir: str | os.PathLike, config: PredictConfig | None = None, *,
                      dataset_name: str | None = None, overwrite: bool = False,
                      attrs: dict | None = None,
-                     checked: tuple[dict[tuple[int, int], Path], set] | None = None
-                     ) -> list[Path]:
+                     checked: tuple[dict[tuple[int, int], Path], set] | None = None,
+                     progress: bool = False) -> list[Path]:
     """:func:`predict` and write each sample and pass to ``out_dir/<cache_key>.nc`` (rank 0
-    writes); ``attrs`` as for :func:`predict`.
+    writes); ``attrs`` and ``progress`` as for :func:`predict`.
 
     The inputs and the caches already there are checked first (:func:`check_caches`): a
     complete cache of the same identity is kept (resume: the model runs only for the missing
@@ -322,7 +322,7 @@ def predict_to_files(spec: ModelSpec | str, data: str | os.PathLike | ImageFolde
             config, source = _pinned_memory_format(config, [paths[kp] for kp in paths
                                                             if kp not in missing])
             for ds in predict(spec, folder, config, dataset_name=name, only=missing,
-                              attrs=attrs, channels_last_source=source):
+                              attrs=attrs, channels_last_source=source, progress=progress):
                 if writer:
                     kp = (int(ds.attrs["sample_index"]), int(ds.attrs["pass_index"]))
                     write_dataset(ds, paths[kp], overwrite=True)

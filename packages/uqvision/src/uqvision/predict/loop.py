@@ -5,6 +5,8 @@ forward pass of each kind of network (:data:`OWN_UNCERTAINTY`, stochastic passes
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 import numpy as np
@@ -17,7 +19,25 @@ from ..training.dropout import PerSampleDropout
 from ..training.method import StochasticPass
 from .config import AMP_MODES, DECODERS, PredictConfig, resolve_channels_last
 
-__all__ = ["OWN_UNCERTAINTY", "eval_dataset", "run_loader"]
+__all__ = ["OWN_UNCERTAINTY", "batch_progress", "eval_dataset", "run_loader"]
+
+#: The progress reporter of the prediction running in this context (:func:`batch_progress`),
+#: which :func:`run_loader` advances by one per pass of a batch; none outside a prediction.
+_BATCH_PROGRESS: contextvars.ContextVar = contextvars.ContextVar("uqvision_batch_progress",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def batch_progress(bar):
+    """Within the block, every pass of a batch that :func:`run_loader` computes advances
+    ``bar`` by one (``bar.update(1)``): the progress of :func:`~.core.predict`, whatever mode
+    (a protocol's included) calls :func:`run_loader`, without passing it through the mode's
+    runner. It reads no random generator and changes no computation."""
+    token = _BATCH_PROGRESS.set(bar)
+    try:
+        yield bar
+    finally:
+        _BATCH_PROGRESS.reset(token)
 
 
 def eval_dataset(folder, loaded: LoadedModel, cfg: PredictConfig):
@@ -161,6 +181,8 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
     ``cfg.channels_last`` ``None`` is resolved as :func:`~.core.predict` resolves it (by
     architecture and device). With ``dropout``, every pass ``r`` of a batch starts
     ``dropout.start_pass(r, indices)``.
+    Every pass of a batch advances the progress of the prediction running
+    (:func:`batch_progress`), if any.
     With ``features_once`` (every dropout module in the head: :func:`head_only_dropout`), a
     batch's ``forward_features`` runs once and ``forward_head`` once per pass: the same masks,
     the same logits, the backbone not recomputed.
@@ -170,6 +192,7 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
     cfg = _resolved_format(model, cfg)
     _set_memory_format(model, cfg)
     on_device = getattr(dataset, "to_device", None)  # a decoder on the device
+    bar = _BATCH_PROGRESS.get()
     with torch.inference_mode():
         for x, y, i in _batches(dataset, indices, cfg):
             if on_device is not None:
@@ -193,6 +216,8 @@ def run_loader(loaded: LoadedModel, dataset, indices: np.ndarray, cfg: PredictCo
                     embs.append(e[:n].float().cpu().numpy())
                 if u is not None and r == 0:
                     us.append(u[:n].float().cpu().numpy())
+                if bar is not None:
+                    bar.update(1)
             logits.append(np.stack(outs))
             labels.append(y.numpy())
             idx.append(i.numpy())

@@ -23,7 +23,10 @@ from typing import Any
 
 from .base import ReportTable, ScoreTable
 
-__all__ = ["HeadlineTable", "headline_score_table"]
+__all__ = ["TERMINAL_WIDTH", "HeadlineTable", "headline_score_table"]
+
+#: The width (characters) of a table printed to a terminal (:meth:`HeadlineTable.terminal`).
+TERMINAL_WIDTH = 120
 
 
 @dataclass
@@ -41,12 +44,16 @@ class HeadlineTable:
     caption : str
         The line above the header: the protocol, the rows' order, the labels every column
         shares.
+    headline : list of str or None
+        The declared headline columns among ``columns`` (the others: the mean columns), what
+        :meth:`terminal` prints; None: every column.
     """
 
     keys: list[str]
     columns: list[str]
     rows: list[dict[str, Any]]
     caption: str = ""
+    headline: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -77,6 +84,49 @@ class HeadlineTable:
         caption = self.caption + ("; every column at " + ",".join(f"{d}={v}" for d, v in shared)
                                   if shared else "")
         return "\n".join([caption, line(headers)] + [line(row) for row in cells])
+
+    def terminal(self, width: int = TERMINAL_WIDTH, *, full: str = "") -> str:
+        """The table as printed to a terminal: the headline columns only, each header on
+        stacked lines (the variable, then one ``dim=label`` a line, the labels every column
+        shares said once in the caption), as many columns, in order, as fit in ``width``
+        characters; a last line says how many are shown and where the full table is
+        (``full``, the CSV beside the score file) when columns are left out."""
+        from uqmetrics.report import format_value, parse_column
+
+        headline = [c for c in (self.headline if self.headline is not None else self.columns)
+                    if c in self.columns]
+        shared = _common_labels(headline)
+        stacks = [[k] for k in self.keys]
+        for name in headline:
+            variable, selection = parse_column(name)
+            stacks.append([variable] + [f"{d}={v}" for d, v in selection.items()
+                                        if (d, v) not in shared])
+        cells = [[str(r[k]) for k in self.keys]
+                 + ["-" if _missing(r[c]) else format_value(r[c]) for c in headline]
+                 for r in self.rows]
+        widths = [max([len(h) for h in stack] + [len(row[j]) for row in cells])
+                  for j, stack in enumerate(stacks)]
+        n = len(self.keys)
+        shown, used = n, sum(widths[:n]) + 2 * (n - 1)
+        while shown < len(stacks) and (shown == n or used + 2 + widths[shown] <= width):
+            used += 2 + widths[shown]
+            shown += 1
+
+        def line(values: list[str]) -> str:
+            return "  ".join(v.ljust(w) if j < n else v.rjust(w) for j, (v, w) in
+                             enumerate(zip(values[:shown], widths[:shown], strict=True))).rstrip()
+
+        depth = max(len(stack) for stack in stacks[:shown])
+        header = [line([stack[i] if i < len(stack) else "" for stack in stacks[:shown]])
+                  for i in range(depth)]
+        caption = self.caption + ("; every column with " + ", ".join(
+            f"a {d} at {d}={v}" for d, v in shared) if shared else "")
+        lines = [caption, *header, *(line(row) for row in cells)]
+        left = len(self.columns) - (shown - n)
+        if left:
+            lines.append(f"({shown - n} of {len(self.columns)} columns shown"
+                         + (f"; all {len(self.columns)}: {full}" if full else "") + ")")
+        return "\n".join(lines)
 
     def to_csv(self) -> str:
         """The CSV text: header ``keys + columns`` (full names), floats at full precision,
@@ -120,6 +170,22 @@ def _shared_labels(columns: Sequence[str]) -> list[tuple[str, str]]:
     pairs = [set(parse_column(c)[1].items()) for c in columns]
     first = list(parse_column(columns[0])[1].items())
     return [p for p in first if all(p in s for s in pairs)]
+
+
+def _common_labels(columns: Sequence[str]) -> list[tuple[str, str]]:
+    """The ``(dim, label)`` pairs that every column selecting along ``dim`` selects, for dims
+    that two columns or more select along (e.g. ``calibration=platt`` of every conformal
+    column that has a calibration)."""
+    from uqmetrics.report import parse_column
+
+    selections = [parse_column(c)[1] for c in columns]
+    labels: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for sel in selections:
+        for d, v in sel.items():
+            labels.setdefault(d, set()).add(v)
+            counts[d] = counts.get(d, 0) + 1
+    return [(d, next(iter(v))) for d, v in labels.items() if len(v) == 1 and counts[d] > 1]
 
 
 def _hook(report: ReportTable, ds: Any, columns: Sequence[str], means: Sequence[str]):
@@ -212,6 +278,7 @@ def headline_score_table(report: ReportTable, sort: Sequence[tuple[str, bool | N
         caption = f"{protocol}: a row per {' × '.join(keys)}" + (
             f", sorted by {', then '.join(said)}" if said else "") + (
             f"; {left_out} not scored, left out" if left_out else "")
-        return HeadlineTable(keys, list(values), rows, caption)
+        return HeadlineTable(keys, list(values), rows, caption,
+                             headline=[n for n in board.headline if n in values])
 
     return ScoreTable(make, suffixes=(".csv",))

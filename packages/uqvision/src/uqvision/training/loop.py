@@ -84,6 +84,7 @@ from ..models.spectral import spectral_normalize
 from ..runtime import distributed_context
 from .config import ADAMW_RECIPE, ImageTrainConfig, TrainConfig
 from .method import TRAINING_METHODS, TrainState, export_state
+from .progress import progress_bar
 
 __all__ = [
     "ADAMW_RECIPE",
@@ -282,7 +283,7 @@ def checkpoint_files(out: str | os.PathLike) -> tuple[Path, Path, Path]:
 
 def train_model(data: str | os.PathLike, out: str | os.PathLike,
                 config: ImageTrainConfig | None = None, *, overwrite: bool = True,
-                ensemble: EnsembleMember | None = None) -> TrainResult:
+                ensemble: EnsembleMember | None = None, progress: bool = True) -> TrainResult:
     """Train ``config.arch`` with ``config.method`` on the image folder ``data``; save to ``out``.
 
     Parameters
@@ -305,6 +306,12 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         its training method's, with no ensemble id (a caller that trains several runs groups
         them itself), as a sidecar written before this record existed is (which
         :func:`uqvision.training.runs.load_run` notes).
+    progress : bool, default True
+        A progress bar over the gradient steps on stderr, the epochs done and the last one's
+        mean loss beside it (rank 0 only; :func:`uqvision.training.progress.progress_bar`: a line at most
+        every 30 s in a log; none once ``uqvision --quiet`` or
+        :func:`~uqvision.training.progress.set_progress` turned progress off). The run does not
+        depend on it.
 
     Returns
     -------
@@ -370,7 +377,12 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
             state.model = DistributedDataParallel(
                 state.model, device_ids=[torch.device(device).index] if device.startswith(
                     "cuda") else None, find_unused_parameters=True)
-        losses = _fit(state, ds, objective, config, hp.batch_size, world, rank, device)
+        bar = progress_bar(state.total_steps, f"train {config.tag or config.arch} "
+                           f"s{config.seed}", unit="step", enabled=progress and rank == 0)
+        try:
+            losses = _fit(state, ds, objective, config, hp.batch_size, world, rank, device, bar)
+        finally:
+            bar.close()
         post = _post_fit_loader(ds, config, hp.batch_size, device)
         val_loader = (DataLoader(val, batch_size=hp.batch_size, num_workers=config.num_workers)
                       if val is not None else None)
@@ -417,9 +429,12 @@ def _train_loader(ds: ImageFolderDataset, config: ImageTrainConfig, batch_size: 
 
 
 def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, config: ImageTrainConfig,
-         batch_size: int, world: int, rank: int, device: str) -> list[float]:
-    """The epoch loop of :mod:`uqvision.training.method`; per-epoch mean loss."""
+         batch_size: int, world: int, rank: int, device: str, bar) -> list[float]:
+    """The epoch loop of :mod:`uqvision.training.method`; per-epoch mean loss. ``bar``
+    (:func:`~uqvision.training.progress.progress_bar`) advances by one per gradient step, the
+    epochs done and the last one's mean loss beside it."""
     method, losses, epoch = state.method, [], 0
+    epochs = math.ceil(state.total_steps / max(state.steps_per_epoch, 1))
     while not state.done:
         loader, sizes = _train_loader(ds, config, batch_size, epoch, world, rank)
         total, n = 0.0, 0
@@ -431,11 +446,13 @@ def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, confi
             objective.target = None  # teacher targets belong to this batch only
             total += float(loss) * local
             n += local
+            bar.update(1)
             if state.done:
                 break
         method.end_epoch(state)
         losses.append(total / max(n, 1))
         epoch += 1
+        bar.set_postfix_str(f"epoch {epoch}/{epochs} loss {losses[-1]:.4f}")
     state.loss_scale = 1.0
     return losses
 

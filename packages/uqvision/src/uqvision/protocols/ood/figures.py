@@ -81,6 +81,8 @@ def plot_ood_bars(result: xr.Dataset | str | os.PathLike, *, model: str | None =
             raise InputError(f"result has no near_{metric}: metrics {list(_LABELS)}")
         for j, split in enumerate(OOD_SPLITS):
             vals = ds[f"{split}_{metric}"].sel(model=model).values
+            if np.isnan(vals).all():  # no set of this split scored: no bars, no legend entry
+                continue
             bars = ax.bar(x + (j - 0.5) * 0.4, np.nan_to_num(vals, nan=0.0), 0.4,
                           label=f"{split}-OOD")
             for b, d, v in zip(bars, dets, vals, strict=True):
@@ -89,7 +91,8 @@ def plot_ood_bars(result: xr.Dataset | str | os.PathLike, *, model: str | None =
         ax.set_xticks(x, dets, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel(_LABELS.get(metric, metric))
         ax.set_title(f"{model}", fontsize=8)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return fig
 
 
@@ -187,19 +190,36 @@ def plot_ood_cost(result: xr.Dataset | str | os.PathLike, *, split: str = "far")
     return fig
 
 
+def _scored_splits(ds: xr.Dataset) -> tuple[str, ...]:
+    """The splits of :data:`~.score.OOD_SPLITS` with a set scored (a mean AUROC known)."""
+    return tuple(s for s in OOD_SPLITS
+                 if f"{s}_auroc" in ds and not np.isnan(ds[f"{s}_auroc"].values).all())
+
+
 def _figures(ds: xr.Dataset) -> list[tuple[str, Callable[[], Figure]]]:
-    """The figures ``ds`` allows: (file name, make) pairs (:func:`draw_figures`)."""
+    """The figures ``ds`` allows: (file name, make) pairs (:func:`draw_figures`). A figure of
+    a split without a set scored (a result of far-OOD sets only) is left out, and said
+    (:func:`uqvision.plots.figure_skipped`)."""
+    from ...plots import figure_skipped
+
     figures: list[tuple[str, Callable[[], Figure]]] = []
+    splits = _scored_splits(ds)
     metrics = tuple(m for m in ("auroc", "fpr_at_95_tpr") if f"near_{m}" in ds)
-    if metrics:
+    if metrics and splits:
         figures.append(("ood_bars.png", lambda: plot_ood_bars(ds, metrics=metrics)))
-    if "near_auroc" in ds:
-        figures.append(("ood_heatmap.png", lambda: plot_ood_heatmap(ds)))
+    if "near_auroc" in ds and splits:
+        figures.append(("ood_heatmap.png", lambda: plot_ood_heatmap(ds, splits=splits)))
     if "u_id" in ds and "msp" in ds["detector"].values:
         figures.append(("ood_histograms.png", lambda: plot_ood_histograms(ds)))
     if "near_auroc" in ds and "forward_passes" in ds:
-        figures += [(f"ood_cost_{split}.png", lambda split=split: plot_ood_cost(ds, split=split))
-                    for split in OOD_SPLITS]
+        for split in OOD_SPLITS:
+            if split in splits:
+                figures.append((f"ood_cost_{split}.png",
+                                lambda split=split: plot_ood_cost(ds, split=split)))
+            else:
+                figure_skipped(f"ood_cost_{split}.png", f"no {split}-OOD set scored")
+    if "near_auroc" in ds and not splits:
+        figure_skipped("ood_bars.png, ood_heatmap.png", "no OOD set scored")
     return figures
 
 
@@ -212,6 +232,9 @@ def draw_figures(result: xr.Dataset | str | os.PathLike,
     - ``ood_histograms.png``: :func:`plot_ood_histograms` of that model and ``msp`` (with
       per-image scores only);
     - ``ood_cost_<split>.png``: :func:`plot_ood_cost`, near and far.
+
+    A split without a set scored has no figure, bars or heat-map panel (said in one line
+    through :func:`uqvision.plots.skipped_figures`).
 
     Parameters and returns: as :func:`~uqvision.protocols.base.draw_protocol_figures`
     (``result``: an ood result, ``ood.nc``).

@@ -53,6 +53,7 @@ from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, checkpoint_files, train_model
+from ...training.progress import progress_enabled
 from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
@@ -200,16 +201,17 @@ WRITER = "uqvision reproduce pitfalls"
 
 def _run_job(job: RunJob, train: str, test: str, models: str, caches: str, draws: int,
              predict_seed: int, threads: int, redo: bool = False,
-             train_fingerprint: str | None = None) -> dict[str, Any]:
+             train_fingerprint: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Train (unless its checkpoint is this run on ``train``'s images, of fingerprint
-    ``train_fingerprint``, and not ``redo``) and predict one run (top level: runs in a
-    worker process); returns what it did and the files it wrote (``files``)."""
+    ``train_fingerprint``, and not ``redo``; its progress bar with ``progress``) and predict
+    one run (top level: runs in a worker process); returns what it did and the files it wrote
+    (``files``)."""
     torch.set_num_threads(threads)
     ckpt = Path(models) / f"{job.name}.safetensors"
     t0 = time.perf_counter()
     trained = redo or not run_matches(ckpt, job.config, data_fingerprint=train_fingerprint)
     if trained:
-        train_model(train, ckpt, job.config)
+        train_model(train, ckpt, job.config, progress=progress)
     t1 = time.perf_counter()
     spec = f"{job.config.arch}={ckpt}"
     # REFERENCE_EXECUTION pins contiguous tensors, no AMP and no loader workers: the
@@ -239,9 +241,9 @@ def _execute(jobs: list[RunJob], args: tuple, workers: int, log,
         log(f"  {r['run']}: {'trained' if r['trained'] else 'reused'} "
             f"({r['train_s']:.0f} s), {r['caches']} caches ({r['predict_s']:.0f} s)")
 
-    if workers <= 1:
+    if workers <= 1:  # one run at a time: its training's progress bar (none under --quiet)
         for job in jobs:
-            report(_run_job(job, *args))
+            report(_run_job(job, *args, progress=progress_enabled()))
         return
 
     pending = list(jobs)

@@ -62,6 +62,7 @@ from ...models.prototype import (
 )
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, checkpoint_files, train_model
+from ...training.progress import progress_enabled
 from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION
@@ -251,10 +252,11 @@ def _train_config(job: ZooJob, sc: ZooScale, teachers: tuple[str, ...], device: 
         distill_alpha=sc.distill_alpha, distill_temperature=sc.distill_temperature)
 
 
-def _train_one(data: str, out: str, config, threads: int) -> str:
-    """One training run (top level: runs in a worker process)."""
+def _train_one(data: str, out: str, config, threads: int, progress: bool = False) -> str:
+    """One training run (top level: runs in a worker process); its progress bar with
+    ``progress``."""
     torch.set_num_threads(threads)
-    return str(train_model(data, out, config).checkpoint)
+    return str(train_model(data, out, config, progress=progress).checkpoint)
 
 
 def _stale(path: Path, config, fingerprint: str | None) -> bool:
@@ -276,8 +278,8 @@ def _train_all(jobs, configs, data: Path, models: Path, workers: int, threads: i
                                       strict=True):
                 log(f"  trained {job.tag}: {path}")
     else:
-        for (job, _), a in zip(todo, args, strict=True):
-            log(f"  trained {job.tag}: {_train_one(*a)}")
+        for (job, _), a in zip(todo, args, strict=True):  # one at a time: its progress bar
+            log(f"  trained {job.tag}: {_train_one(*a, progress=progress_enabled())}")
     return {j.tag: models / f"{j.tag}.safetensors" for j in jobs}
 
 

@@ -77,6 +77,7 @@ from ...models import ModelSpec, read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...runtime import cpu_threads
 from ...training.loop import ImageTrainConfig, train_model
+from ...training.progress import progress_enabled
 from ...training.runs import load_run, run_matches
 from ..base import Reproduction
 from . import DEFAULT_GMM_FIT, DESCRIPTION
@@ -331,7 +332,8 @@ def run_cell(*, algorithm: str, spectral: bool, trial: int, seed: int, root: str
                            hparams=_trial_hparams(algorithm, trial, sc),
                            classes=tuple(split["in_classes"]), index_file=str(index),
                            spectral=bool(spectral), tag=Path(checkpoint).stem)
-    result = train_model(_paths(Path(root))["train"], checkpoint, config)
+    # a sweep's cell: the sweep's bar counts the cells
+    result = train_model(_paths(Path(root))["train"], checkpoint, config, progress=False)
     sidecar = read_sidecar(result.checkpoint)
     policy = resolve_tta_policy(sc.tta_policy, real_data=not _is_standin(root))
     plain, tta = _eval_transforms(sidecar, sc.tta, seed, policy)
@@ -405,7 +407,8 @@ def oracle_cell(*, seed: int, root: str, split_file: str, scale: dict, arch: str
     config = _train_config(sc, arch, device, method="erm", epochs=sc.epochs,
                            batch_size=sc.batch_size, seed=derive_seed(seed, 13), classes=groups,
                            index_file=str(index), tag=Path(checkpoint).stem)
-    result = train_model(_paths(Path(root))["train"], checkpoint, config)
+    result = train_model(_paths(Path(root))["train"], checkpoint, config,
+                         progress=False)  # a sweep's cell: the sweep's bar counts the cells
     net = result.model.eval()
     plain, _ = _eval_transforms(read_sidecar(result.checkpoint), 0, seed)
     with flush_denormal():
@@ -596,8 +599,9 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
     if not overwrite:
         _check_run_caches([cell_path(run_dir, c) for c in cells], sc.gmm_fit)
     for group, func in ((cells, run_cell), (oracle, oracle_cell)):
+        # the cells done and left on stderr (none under uqvision --quiet); a cell trains silently
         report = run_sweep(group, func, run_dir, n_workers=sc.workers, overwrite=overwrite,
-                           progress=False)
+                           progress=progress_enabled())
         if not report.ok:
             raise RuntimeError(f"uimnet: failed cells {report.failed}")
     log(f"uimnet: {len(cells)} runs + {len(oracle)} oracles done "
@@ -620,7 +624,7 @@ def run_uimnet(out, *, scale: str = "smoke", data=None, arch=None, seed: int = 0
                         "split_file": str(split_file), "seed": s, "device": device,
                         "selection": selection}))
     report = run_sweep(ens, ensemble_cell, out / "caches" / "ensembles", n_workers=sc.workers,
-                       overwrite=overwrite, progress=False)
+                       overwrite=overwrite, progress=progress_enabled())
     if not report.ok:
         raise RuntimeError(f"uimnet: failed ensemble cells {report.failed}")
     result = score_ood(out / "caches", ks=_csv(sc.ks, int), gmm_fit=sc.gmm_fit)

@@ -1,0 +1,103 @@
+"""The score tables and refusals after the smoke-scale audit: ``uqvision score NAME`` (and so
+``uqvision evaluate``, which runs it) prints the headline columns at most a terminal wide and
+says where the full table is; a refused sweep leaves nothing; ``uqvision report`` of a uqreg
+study points to ``uqreg report``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from csv import reader
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from PIL import Image
+from uqmetrics import write_dataset
+
+from uqvision.cli import main
+from uqvision.data import make_digits_folder
+from uqvision.protocols.headline import HeadlineTable
+
+#: What a terminal shows (uqvision.protocols.headline.TERMINAL_WIDTH).
+TERMINAL_WIDTH = 120
+
+HERE = Path(__file__).parent
+
+
+def test_a_wide_table_prints_its_first_headline_columns_and_names_the_csv():
+    columns = [f"coverage_median[method={m},alpha={a},calibration=platt]"
+               for m in ("topk", "naive", "aps", "raps") for a in ("0.1", "0.2", "0.05")]
+    rows = [{"model": f"model_{i}", **{c: 0.5 + 0.01 * j for j, c in enumerate(columns)}}
+            for i in range(3)]
+    table = HeadlineTable(["model"], [*columns, "mean_width"], [
+        {**r, "mean_width": 1.0} for r in rows], "conformal: a row per model",
+        headline=columns)
+    text = table.terminal(full="/x/conformal.csv")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= TERMINAL_WIDTH
+    assert "mean_width" not in text  # not a headline column
+    shown = lines[1].split()[1:]
+    assert shown and set(shown) == {"coverage_median"} and len(shown) < len(columns)
+    assert lines[-1] == (f"({len(shown)} of {len(columns) + 1} columns shown; all "
+                         f"{len(columns) + 1}: /x/conformal.csv)")
+    assert "calibration=platt" in lines[0] and "calibration=platt" not in "".join(lines[1:])
+
+
+def _caches_of(test_file: str):
+    path = HERE / "protocols" / test_file
+    spec = importlib.util.spec_from_file_location(f"_audit_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._caches
+
+
+def test_score_conformal_prints_a_table_a_terminal_wide(tmp_path, capsys):
+    caches = _caches_of("conformal/test_conformal_score.py")(tmp_path / "c")
+    out = tmp_path / "conformal.nc"
+    capsys.readouterr()
+    assert main(["score", "conformal", "--caches", str(caches), "--out", str(out),
+                 "--dataset", "test", "--calibration-dataset", "val", "--trials", "3",
+                 "--alphas", "0.1", "0.2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert max(map(len, printed)) <= TERMINAL_WIDTH, max(map(len, printed))
+    csv = tmp_path / "conformal.csv"
+    assert any(line.startswith("(") and line.endswith(f"of 18 columns shown; all 18: {csv})")
+               for line in printed), printed
+    with open(csv, newline="", encoding="utf-8") as f:
+        assert len(next(reader(f))) == 19  # model and the 18 columns
+    assert str(csv) in printed
+
+
+def _noise_folder(root: Path, n: int) -> Path:
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        path = root / "x" / f"o{i}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(path)
+    return root
+
+
+def test_a_sweep_refused_for_its_calibration_size_writes_no_content_hash(tmp_path, capsys):
+    """``--ood-sets`` with a bad ``--calibration-size``: the OOD overlap check wrote
+    ``OUT/content_hashes/*.json`` before the refusal."""
+    data = make_digits_folder(tmp_path / "digits", max_per_class=2) / "test"
+    ood = _noise_folder(tmp_path / "dtd", 3)
+    out = tmp_path / "s"
+    assert main(["--threads", "1", "sweep", "--models", "test_byobnet", "--random-init",
+                 "--data", str(data), "--out", str(out), "--calibration-size", "5000",
+                 "--ood-sets", f"ood-far:dtd={ood}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--calibration-size 5000" in err, err
+    assert not out.exists(), sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+
+def test_report_of_a_uqreg_study_points_to_uqreg_report(tmp_path, refused):
+    ds = xr.Dataset({"coverage": ("method", [0.9, 0.8])}, coords={"method": ["blr", "ens"]},
+                    attrs={"title": "uqreg coverage study: sinusoid",
+                           "run_config": json.dumps({"command": "uqreg study"})})
+    study = write_dataset(ds, tmp_path / "study.nc")
+    line = refused(["report", study, "--out", tmp_path / "site"])
+    assert line == (f"uqvision report: error: {str(study)!r} is a result of uqreg (its attrs "
+                    "say so), not a uqvision score file: build its site with uqreg report")
+    assert not (tmp_path / "site").exists()

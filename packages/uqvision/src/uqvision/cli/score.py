@@ -45,7 +45,7 @@ from ..protocols import (
 )
 from ..protocols.base import check_protocol_file, option_input_error
 from ..score_options import _retire, add_score_options
-from .base import _add_subcommands, _Parser, _print
+from .base import _add_subcommands, _Parser, _print, _progress
 
 
 def _options_given(a: argparse.Namespace) -> dict[str, object]:
@@ -303,7 +303,8 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
     options = set_pairs(a.set)
     if proto.reproduce_flags is not None:  # its own options: shorthands of --set pairs
         options.update(proto.reproduce_flags.options(a))
-    out = driver.run(a.out, **config_kwargs(a, _REPRODUCE_OPTIONS), options=options, log=_print)
+    out = driver.run(a.out, **config_kwargs(a, _REPRODUCE_OPTIONS), options=options,
+                     log=_progress)  # its steps on stderr (uqvision --quiet: none); the result on stdout
     _print(str(out))
     return 0
 

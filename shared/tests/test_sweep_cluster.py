@@ -443,3 +443,60 @@ def test_a_job_whose_worker_cannot_start_is_one_line_with_the_reason(tmp_path, c
                        "--cluster-config)")
     assert "Traceback" not in capfd.readouterr().err
     assert not {p.pid for p in psutil.Process().children(recursive=True)} - before
+
+
+def test_a_refused_queue_leaves_no_folder_and_no_log(tmp_path, capfd):
+    """The same refusal, with the sweep's folder and log: a folder it made is removed, with
+    its log (the queue's traceback); a folder that was there keeps its content, its log cut
+    back to what it held (packages/uqreg/README.md#bad-input: no empty folder is left)."""
+    spec = ClusterSpec.from_args(_parse("--cluster", "jobqueue-local", "--cluster-config",
+                                        str(_config(tmp_path)), "--cluster-option",
+                                        "python=/nonexistent"))
+    new = tmp_path / "new" / "out"
+    before = tmp_path / "before"
+    before.mkdir()
+    (before / "sweep.log").write_text("earlier\n")
+    (before / "cell.nc").write_text("not a cell")
+    for out in (new, before):
+        with pytest.raises(ValueError, match="the queue refused a job"):
+            run_sweep([Cell("c0", {"i": 1})], _square, out, scheduler=spec, progress=False,
+                      log_file=out / "sweep.log")
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in before.iterdir()) == ["cell.nc", "sweep.log"]
+    assert (before / "sweep.log").read_text() == "earlier\n"
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_undone_if_refused_undoes_only_a_refusal_before_any_work(tmp_path):
+    """:func:`uqmetrics.runs.sweep.undone_if_refused`: on a refusal, the folders and files the
+    block made at the paths named are removed and a file there before is cut back; nothing is
+    undone once the block said its work began (``kept``), for another exception, or where
+    something else was written."""
+    def refused(paths, body, error=ValueError):
+        with pytest.raises(error), sweep.undone_if_refused(*paths) as refusal:
+            body(refusal)
+            raise error("refused")
+
+    out = tmp_path / "a" / "b"
+    log = tmp_path / "log"
+
+    def make(refusal, extra=None):
+        (out / "cells").mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write("refusal\n")
+        if extra:
+            (out / extra).write_text("x")
+
+    refused([out / "cells", log], make)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    log.write_text("before\n")
+    refused([out / "cells", log], make)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log"] and log.read_text() == "before\n"
+    refused([out / "cells", log], lambda r: (make(r), r.kept()))  # the work began: kept
+    assert (out / "cells").is_dir() and log.read_text() == "before\nrefusal\n"
+    shutil.rmtree(tmp_path / "a")
+    refused([out / "cells"], lambda r: make(r, extra="result.nc"))  # a result: kept
+    assert (out / "result.nc").is_file()
+    shutil.rmtree(tmp_path / "a")
+    refused([out / "cells"], make, error=KeyError)  # not a refusal
+    assert (out / "cells").is_dir()

@@ -635,3 +635,53 @@ def test_gpus_with_cells_off_cuda_is_refused_before_anything_runs(tmp_path, monk
         assert f"--device {device}: with --gpus each worker sees its own GPU alone" in \
             capsys.readouterr().err
     assert not out.exists()
+
+
+def _refusing_connect(*args, **kwargs):
+    """A queue that refuses the first job, as dask-jobqueue's does: its traceback logged by
+    ``distributed`` (the sweep's log takes it), then the one-line ``ValueError``."""
+    import logging
+
+    try:
+        raise FileNotFoundError(2, "No such file or directory", "/nonexistent")
+    except FileNotFoundError:
+        logging.getLogger("distributed.deploy.spec").exception("job failed")
+    raise ValueError("--cluster slurm: the queue refused a job: [Errno 2] No such file or "
+                     "directory: '/nonexistent' (check --cluster-option and --cluster-config)")
+
+
+@pytest.mark.parametrize("queue", ["faked", "jobqueue-local"])
+def test_a_sweep_the_queue_refuses_leaves_no_folder_and_changes_nothing(tmp_path, capfd,
+                                                                        monkeypatch, queue):
+    """packages/uqreg/README.md#bad-input, docs/hpc.md: a sweep whose cluster refuses to start
+    (``--cluster-option python=`` a program that does not exist under ``jobqueue-local``;
+    ``faked``: the same refusal where dask-jobqueue is not installed) exits 2 with one line,
+    and leaves no ``--out`` (no empty ``cells/``, no ``sweep.log`` holding the queue's
+    traceback) or, for an ``--out`` that was there, its content as it was."""
+    if queue == "faked":
+        from uqmetrics.runs.sweep import run
+
+        monkeypatch.setattr(run, "_connect", _refusing_connect)
+        cluster, kind = [], "slurm"  # the local cluster's start, refused as a queue's
+    else:
+        pytest.importorskip("dask_jobqueue")
+        cluster = ["--cluster", "jobqueue-local", "--cluster-option", "cores=1",
+                   "--cluster-option", "memory=1GB", "--cluster-option", "python=/nonexistent"]
+        kind = queue
+    out = tmp_path / "new" / "sweep"
+    before = tmp_path / "before"
+    (before / "cells").mkdir(parents=True)
+    (before / "sweep.log").write_text("a log of before\n")
+    (before / "notes.txt").write_text("mine\n")
+    for target in (out, before):
+        capfd.readouterr()
+        assert cli.main([*SWEEP, "--out", str(target), *cluster]) == 2
+        err = capfd.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"uqreg sweep: error: --cluster {kind}: the queue refused a job: "), err
+        assert "No such file or directory: '/nonexistent'" in err
+    assert not (tmp_path / "new").exists()
+    assert sorted(str(p.relative_to(before)) for p in before.rglob("*")) == [
+        "cells", "notes.txt", "sweep.log"]
+    assert (before / "sweep.log").read_text() == "a log of before\n"
+    assert (before / "notes.txt").read_text() == "mine\n"

@@ -100,3 +100,35 @@ def test_altered_summary_of_a_study_without_cells_disagrees(study, tmp_path, cap
     code, text = _verify(capsys, altered)
     assert code == 1
     assert re.search(rf"^  disagree  {summary}\[", text, flags=re.MULTILINE), text
+
+
+def test_the_helps_example_verifies_an_entry_of_a_real_site(tmp_path, capsys):
+    """``uqreg verify --help`` shows ``SITE#ENTRY_ID`` by an example: it names a registered
+    method of this protocol, and, its ``site`` a report site of a study of that method (a
+    sweep of its own: the module's study is altered above), it verifies that entry (exit 0),
+    as written."""
+    from dask.distributed import LocalCluster
+
+    from uqreg.methods import METHODS
+    from uqreg.verify import PROTOCOL
+
+    study = tmp_path / "sweep" / "study.nc"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster:
+        assert cli.main([*SWEEP, "--out", str(study.parent), "--scheduler",
+                         cluster.scheduler_address]) == 0
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["verify", "--help"])
+    assert stop.value.code == 0
+    example = re.search(r"\(e\.g\. (\S+)\)", " ".join(capsys.readouterr().out.split())).group(1)
+    assert example == cli.verify_example()
+    site, entry = example.split("#")
+    protocol, method = entry.split(":")
+    assert protocol == PROTOCOL and method in METHODS
+    assert method in decode_attr(uqmetrics.read_dataset(study).attrs["entries"])["provenance"]
+    assert cli.main(["report", str(study), "--out", str(tmp_path / site), "--no-figures"]) == 0
+    code, text = _verify(capsys, cli.verify_example(str(tmp_path / site)))
+    assert code == 0, text
+    assert f"entry {entry}" in text and "summary: 1 entry: 1 agree, 0 disagree" in text

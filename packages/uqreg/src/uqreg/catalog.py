@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from uqmetrics.runs.lazy import Catalog
 
-__all__ = ["BUILT_IN", "CATALOG", "REGISTRIES", "describe", "names"]
+__all__ = ["BUILT_IN", "CATALOG", "REGISTRIES", "VERSIONS", "describe", "method_names", "methods_help",
+           "names"]
 
 #: Each registry listed here: kind -> (``module:attribute`` of the registry, None: no plugins).
 REGISTRIES: dict[str, tuple[str, str | None]] = {
@@ -39,6 +40,16 @@ BUILT_IN: dict[str, dict[str, str]] = {
                   "|y − mean|/std",
     },
 }
+#: suffix -> the built-in methods that have that version, in registry order: ``<method>+mv``
+#: (mean-variance, R.7: :func:`uqreg.methods.mean_variance_method_names`), ``<method>+qr`` and
+#: ``<method>+cqr`` (quantile regression and its conformalized version, R.6:
+#: :func:`uqreg.methods.quantile_method_names`); ``tests/test_fast_help.py`` checks it against
+#: them, and ``python -m uqreg.catalog`` prints it anew.
+VERSIONS: dict[str, tuple[str, ...]] = {
+    "mv": ("bd", "cd", "vd", "ens", "ens_adv", "ens_bs"),
+    "qr": ("bd", "ens", "ens_adv", "ens_bs"),
+    "cqr": ("bd", "ens", "ens_adv", "ens_bs"),
+}
 # fmt: on
 
 #: The catalog of these registries (the module of each registers its entries).
@@ -46,5 +57,44 @@ CATALOG = Catalog(REGISTRIES, BUILT_IN)
 #: ``names(kind)``, ``describe(kind)``: the built-in entries.
 names, describe = CATALOG.names, CATALOG.describe
 
-if __name__ == "__main__":  # python -m uqreg.catalog: BUILT_IN from the registries
+
+
+def versions_from_registries() -> dict[str, tuple[str, ...]]:
+    """:data:`VERSIONS` as :mod:`uqreg.methods` (which imports torch) has them."""
+    from .methods import mean_variance_method_names, quantile_method_names
+
+    out: dict[str, tuple[str, ...]] = {"mv": (), "qr": (), "cqr": ()}
+    for name in [*mean_variance_method_names(), *quantile_method_names()]:
+        base, suffix = name.rsplit("+", 1)
+        out[suffix] += (base,)
+    return out
+
+
+def method_names() -> list[str]:
+    """Every name ``--methods`` accepts of the built-in registries (and the plugins' methods):
+    each method, its split-conformal versions ``<method>+<score>``, its versions of
+    :data:`VERSIONS` (``+mv``, ``+qr``, ``+cqr``) and those of ``<method>+mv`` by score."""
+    methods, scores = names("method"), names("conformal score")
+    out = [*methods, *(f"{m}+{s}" for m in methods for s in scores)]
+    for suffix, bases in VERSIONS.items():
+        out += [f"{m}+{suffix}" for m in bases]
+    out += [f"{m}+mv+{s}" for m in VERSIONS["mv"] for s in scores]
+    return out
+
+
+def methods_help(default: str) -> str:
+    """The help of ``--methods`` (``uqreg study``, ``sweep``, ``real``): the methods and every
+    version of them the registries accept, by name; ``default`` says what none given runs."""
+    scores = names("conformal score")
+    quantile = [f"{m}+{s}" for m in VERSIONS["qr"] for s in ("qr", "cqr")]
+    return (f"comma-separated ({', '.join(names('method'))}; default {default}); "
+            f"<method>+<score> is the method's split-conformal version, score {' or '.join(scores)} "
+            f"(e.g. ens+{scores[0]}); <method>+mv a trained method's mean-variance version (R.7: "
+            f"{', '.join(m + '+mv' for m in VERSIONS['mv'])}; then +<score>, e.g. ens+mv+{scores[-1]}); "
+            f"<method>+qr its quantile-regression version and <method>+cqr the conformalized one "
+            f"(R.6: {', '.join(quantile)})")
+
+
+if __name__ == "__main__":  # python -m uqreg.catalog: BUILT_IN and VERSIONS from the registries
     print(CATALOG.source())
+    print(f"VERSIONS: dict[str, tuple[str, ...]] = {versions_from_registries()!r}")

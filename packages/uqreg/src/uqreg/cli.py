@@ -184,11 +184,7 @@ STUDY_OPTIONS = (
                  + " (default {default})"),
     ConfigOption("complexities", type=_ints, default=None,
                  help="levels, e.g. 1,2,3 or 1-10 (default: the task's)"),
-    ConfigOption("methods", type=_strs, default=None,
-                 help=f"comma-separated ({', '.join(catalog.names('method'))}; default all); <method>+<score> is the "
-                 f"method's split-conformal version, score {' or '.join(catalog.names('conformal score'))} (e.g. ens+cp_abs); "
-                 f"<method>+mv is a trained method's mean-variance version (R.7: "
-                 f"{', '.join(n + '+mv' for n in catalog.names('method') if n != 'blr')}; then +<score>)"),
+    ConfigOption("methods", type=_strs, default=None, help=catalog.methods_help("all")),
     ConfigOption("recipes", type=_strs, default=None,
                  help="comma-separated training recipes, run side by side (default paper): "
                  + "; ".join(RECIPES.describe().splitlines())),
@@ -851,8 +847,7 @@ def _args_real(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-splits", dest="n_splits", type=int, default=None,
                    help="at most this many splits, the first ones (default: all; 20 random ones)")
     p.add_argument("--methods", type=_strs, default=None,
-                   help=f"comma-separated registered methods, any version (<method>+<score>, <method>+mv); "
-                   f"default {','.join(DEFAULT_METHODS)}")
+                   help=catalog.methods_help(",".join(DEFAULT_METHODS)))
     p.add_argument("--cal-fraction", dest="cal_fraction", type=float, default=0.2,
                    help="fraction of each training part set aside for the conformal methods and the "
                    "recalibrators (default 0.2)")
@@ -884,11 +879,20 @@ def _args_rerun(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_rerun, options=[])
 
 
+def verify_example(site: str = "site") -> str:
+    """``uqreg verify``'s example of one entry of a report site, ``SITE#uqreg:<method>``: a
+    registered method's (the deep ensemble's, as the README's, where it is registered), so that
+    the example names an entry a study of the default methods has (the protocol is
+    :data:`uqreg.verify.PROTOCOL`, checked by tests/test_verify.py)."""
+    methods = catalog.names("method")
+    return f"{site}#uqreg:{'ens' if 'ens' in methods else methods[0]}"
+
+
 def _args_verify(p: argparse.ArgumentParser) -> None:
     from uqmetrics.report.verify import DEFAULT_ATOL, DEFAULT_RTOL, tolerance
 
     p.add_argument("target", metavar="STUDY_OR_SITE_ENTRY",
-                   help="a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. site#uqreg:mc_dropout)")
+                   help=f"a study file (.nc), a report site folder, or SITE#ENTRY_ID (e.g. {verify_example()})")
     p.add_argument("--rtol", type=tolerance, default=DEFAULT_RTOL,
                    help="relative tolerance (default %(default)g: recomputation is the same code on the same "
                         "inputs, so only float rounding may differ)")

@@ -34,7 +34,7 @@ from uqmetrics.runs.io import (
     exclusive_lock,
     remove_stale_temporaries,
 )
-from uqmetrics.runs.sweep import Cell, SweepReport, cell_path, run_sweep
+from uqmetrics.runs.sweep import Cell, SweepReport, cell_path, run_sweep, undone_if_refused
 
 from .engine import RECIPES
 from .engine.config import is_int
@@ -245,7 +245,9 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     temporary files earlier runs' failed writes left in ``cells/``
     (:func:`uqmetrics.runs.io.remove_stale_temporaries`), and notes on stderr, one line each, the
     cell files on disk that are not intact (data that do not match their recorded checksums,
-    an unreadable or unfinished file): they are recomputed.
+    an unreadable or unfinished file): they are recomputed. A sweep refused before any work (a
+    queue that refuses its jobs: ``ValueError``) leaves none of the folders it made, nor its log
+    (:func:`uqmetrics.runs.sweep.undone_if_refused`).
     """
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if scheduler is None and client is None and (not is_int(value) or value < 1):
@@ -254,8 +256,10 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     cells_dir = Path(out_dir) / "cells"
     cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions, cells_dir=cells_dir)  # legacy keys found
     t0 = time.perf_counter()
-    with exclusive_lock(cells_dir / ".sweep.lock",
-                        advice="wait for that sweep to finish, or write to another --out"):
+    # a refusal before any work (a queue that refuses its jobs) leaves no folder it made: the
+    # lock's cells/ and --out (run_sweep undoes its own log file)
+    with undone_if_refused(cells_dir), exclusive_lock(
+            cells_dir / ".sweep.lock", advice="wait for that sweep to finish, or write to another --out"):
         remove_stale_temporaries(cells_dir)  # no other sweep writes here: they are orphans
         if not overwrite:
             _note_damaged_cells(cells_dir, cells)

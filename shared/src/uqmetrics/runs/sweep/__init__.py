@@ -71,12 +71,12 @@ from .options import (
     visible_gpus,
 )
 from .progress import LOG_PROGRESS_INTERVAL, LogProgress, format_duration, progress_bar
-from .run import run_sweep
+from .run import run_sweep, undone_if_refused
 
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", "HPC_EXTRA",
            "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
            "cell_path", "format_duration", "gpu_worker_env", "is_complete", "open_client",
            "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
-           "read_cluster_config", "read_failures", "run_sweep", "select_gpus", "visible_gpus",
-           "write_failures"]
+           "read_cluster_config", "read_failures", "run_sweep", "select_gpus", "undone_if_refused",
+           "visible_gpus", "write_failures"]

@@ -36,6 +36,103 @@ from .options import (
 )
 from .progress import LOG_PROGRESS_INTERVAL, progress_bar
 
+#: What a sweep refused before any work raises (a user's mistake, exit code 2 on the command
+#: line: :data:`uqmetrics.metrics.exceptions.USAGE_ERRORS`): a queue that refuses its jobs, a
+#: bad cluster option, an output folder that cannot be written.
+REFUSALS: tuple[type[BaseException], ...] = (ValueError, OSError)
+
+
+def _lexists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+class _Refusal:
+    """What :func:`undone_if_refused` yields: :meth:`kept` once the work has begun."""
+
+    def __init__(self) -> None:
+        self.undo = True
+
+    def kept(self) -> None:
+        """From now on nothing is undone: the block's work has begun."""
+        self.undo = False
+
+
+@contextlib.contextmanager
+def undone_if_refused(*paths: str | os.PathLike | None,
+                      errors: tuple[type[BaseException], ...] = REFUSALS):
+    """Undo what the block created at ``paths`` if it raises one of ``errors`` before any work
+    (a cluster that refuses to start): a refused command leaves no empty folder, no log of its
+    own, nothing changed of what was there before.
+
+    Each path (a folder or a file the block may create; None is passed over) and its missing
+    parents are noted before the block. When it raises one of ``errors``, and the folders it
+    created hold nothing but what ``paths`` name (no result was written), the files it created
+    are removed, a file that was there is cut back to its length before the block (a log the
+    refusal appended to), and the folders it created are removed, deepest first. Otherwise
+    (anything else in them) nothing is touched; nor once the block has called ``kept()`` on
+    what this yields (its work has begun: a cluster started). The exception is raised again.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     out = Path(d) / "out"
+    ...     try:
+    ...         with undone_if_refused(out / "cells", out / "sweep.log"):
+    ...             (out / "cells").mkdir(parents=True)
+    ...             _ = (out / "sweep.log").write_text("refused")
+    ...             raise ValueError("the queue refused a job")
+    ...     except ValueError:
+    ...         pass
+    ...     out.exists()
+    False
+    """
+    named = [Path(p).absolute() for p in paths if p is not None]
+    new: set[Path] = set()  # the paths named and their parents that are not there yet
+    sizes: dict[Path, tuple[int, int]] = {}  # a regular file there: (inode, size)
+    for path in named:
+        if _lexists(path):
+            if path.is_file() and not path.is_symlink():
+                st = path.stat()
+                sizes[path] = (st.st_ino, st.st_size)
+            continue
+        new.add(path)
+        parent = path.parent
+        while parent != parent.parent and not _lexists(parent):
+            new.add(parent)
+            parent = parent.parent
+    refusal = _Refusal()
+    try:
+        yield refusal
+    except errors:
+        if refusal.undo:
+            _undo(new, sizes, set(named))
+        raise
+
+
+def _undo(new: set[Path], sizes: dict[Path, tuple[int, int]], named: set[Path]) -> None:
+    """:func:`undone_if_refused`'s undoing (best effort: what cannot be undone is left)."""
+    known = new | named
+    made = [p for p in new if _lexists(p)]
+    folders = [p for p in made if p.is_dir() and not p.is_symlink()]
+    try:
+        if any(child not in known for folder in folders for child in folder.iterdir()):
+            return  # something else was written there: not a refusal before any work
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        for path, (inode, size) in sizes.items():
+            st = path.stat()
+            if st.st_ino == inode and st.st_size > size:
+                os.truncate(path, size)
+    for path in made:
+        if path not in folders:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: kept
+            folder.rmdir()
+
 
 def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
               scheduler: str | ClusterSpec | None = None,
@@ -123,13 +220,29 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
     and a rerun computes it; a cell file is written atomically, so one a killed worker was
     writing is not there, and is computed again.
     """
-    from dask.distributed import as_completed
-
     cells = list(cells)
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})
         raise ValueError(f"cell keys must be unique, repeated: {dup}")
+    with undone_if_refused(out_dir, log_file) as refusal:  # a cluster refusing to start: nothing left
+        return _run_sweep(cells, func, out_dir, refusal, scheduler=scheduler, n_workers=n_workers,
+                          threads_per_worker=threads_per_worker, overwrite=overwrite,
+                          progress=progress, client=client, progress_interval=progress_interval,
+                          group=group, group_unit=group_unit, on_result=on_result,
+                          log_file=log_file, resources=resources)
+
+
+def _run_sweep(cells: list[Cell], func: Callable[..., Any], out_dir, refusal: _Refusal, *,
+               scheduler: str | ClusterSpec | None, n_workers: int, threads_per_worker: int,
+               overwrite: bool, progress: bool, client: Any, progress_interval: float,
+               group: Callable[[Cell], str] | None, group_unit: str,
+               on_result: Callable[[Cell, str | None], None] | None,
+               log_file: str | os.PathLike | None,
+               resources: Mapping[str, float] | None) -> SweepReport:
+    """:func:`run_sweep`, its cells checked unique; ``refusal.kept()`` once the cluster runs."""
+    from dask.distributed import as_completed
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = SweepReport()
@@ -187,6 +300,7 @@ def run_sweep(cells: Iterable[Cell], func: Callable[..., Any], out_dir, *,
                     print(f"sweep: dashboard {link}"
                           + (f" ({spec.describe()} asked for)" if spec.queue else ""),
                           file=sys.stderr, flush=True)
+            refusal.kept()  # the cluster runs: what follows is the sweep's, never undone
             futures = {client.submit(_guarded_cell, func, dict(c.params),
                                      str(cell_path(out, c)), run, key=f"cell-{c.key}-{run}",
                                      pure=False, resources=dict(resources) if resources else None

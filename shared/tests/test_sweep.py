@@ -97,6 +97,24 @@ def test_progress_bar_picks_log_lines_off_a_terminal_and_nothing_when_disabled()
     assert out.getvalue() == "sweep: 3/3 cells (100%) p, 0 left, 0 s elapsed\n"
 
 
+def test_the_process_switch_silences_every_bar_and_line_and_is_given_back():
+    """``uqvision --quiet`` (``set_progress(False)``): a bar asked for and a progress line print
+    nothing; the previous setting comes back from the call, to restore it."""
+    out = io.StringIO()
+    before = sweep.set_progress(False)
+    try:
+        bar = progress_bar(3, "sweep", unit="cell", stream=out, interval=0.0)
+        bar.update(3)
+        bar.close()
+        sweep.progress_line("step", stream=out)
+        assert not sweep.progress_enabled(True)
+    finally:
+        assert sweep.set_progress(before) is False
+    assert out.getvalue() == ""
+    sweep.progress_line("step", stream=out)
+    assert out.getvalue() == "step\n" and sweep.progress_enabled()
+
+
 def test_progress_bar_is_tqdm_on_a_terminal():
     tty = TtyStream()
     bar = progress_bar(3, "sweep", unit="cell", stream=tty)

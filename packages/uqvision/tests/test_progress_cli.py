@@ -1,7 +1,7 @@
 """Progress of long commands (docs/conventions.md, "Long work shows progress"): ``train``,
 ``predict``, ``reproduce`` and ``demo`` show it on stderr (a line at the end when stderr is not a
 terminal), never on stdout, which holds the results alone; ``uqvision --quiet COMMAND`` shows
-none; the process-wide switch (:func:`uqvision.training.progress.set_progress`) is what a
+none; the process-wide switch (:func:`uqmetrics.runs.sweep.set_progress`) is what a
 library caller sets, and ``--quiet`` gives it back once its command is done."""
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ def test_train_shows_its_progress_on_stderr_and_none_with_quiet(tmp_path, digits
     assert main(_train(tmp_path, digits, "--quiet")) == 0
     quiet_out, quiet_err = capsys.readouterr()
     assert quiet_err == "" and quiet_out.startswith(str(tmp_path / "m.safetensors"))
-    from uqvision.training.progress import progress_enabled
+    from uqmetrics.runs.sweep import progress_enabled
 
     assert progress_enabled()  # --quiet gave the process-wide switch back
 
 
 def test_the_process_wide_switch_silences_a_library_caller(tmp_path, digits, capsys):
+    from uqmetrics.runs.sweep import set_progress
+
     from uqvision.training.loop import ImageTrainConfig, train_model
-    from uqvision.training.progress import set_progress
 
     config = ImageTrainConfig(arch=ARCH, epochs=1, input_size=16, batch_size=32)
     shown = train_model(digits / "train", tmp_path / "a.safetensors", config)

@@ -92,7 +92,7 @@ def run_demo(out: str | os.PathLike, config: DemoConfig | None = None, *,
         unless ``overwrite``.
     log : callable, optional
         Called with one progress line per step (the CLI passes
-        :func:`uqvision.training.progress.progress_line`: stderr, none under ``uqvision
+        :func:`uqmetrics.runs.sweep.progress_line`: stderr, none under ``uqvision
         --quiet``); each member's training shows its own progress bar
         (:func:`uqvision.training.loop.train_model`'s ``progress``).
     overwrite : bool, default False

@@ -27,7 +27,7 @@ that failed (``uqvision data digits: error: ...``).
 
 Progress (bars, progress lines) goes to stderr, results (paths written, tables) to stdout;
 ``uqvision --quiet COMMAND`` turns every progress bar and line of the process off
-(:func:`uqvision.training.progress.set_progress`); errors still print.
+(:func:`uqmetrics.runs.sweep.set_progress`); errors still print.
 
 One concern per module (every name that tests and tools read is importable from
 ``uqvision.cli`` itself):
@@ -57,11 +57,11 @@ from collections.abc import Sequence
 from uqmetrics import run_command
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.run_config import rerun, run_recorded
+from uqmetrics.runs.sweep import set_progress
 
 from .. import load_registries
 from ..options import COUNT, Command
 from ..protocols import VISION_PROTOCOLS
-from ..training.progress import set_progress
 from .base import _add_subcommands, _HelpFormatter, _Parser, _print
 from .compare import _args_compare, _cmd_compare
 from .demo import (
@@ -211,7 +211,7 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
                     help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--quiet", action="store_true",
                     help="no progress bar or progress line (stderr) in any command; results "
-                         "and errors still print (uqvision.training.progress.set_progress)")
+                         "and errors still print (uqmetrics.runs.sweep.set_progress)")
     _add_subcommands(ap, "command", None, None, [
         (name, (), cmd.description, cmd.arguments) for name, cmd in COMMANDS.items_ordered()])
     return ap

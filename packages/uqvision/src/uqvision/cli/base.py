@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from uqmetrics.runs.lazy import LazySubParsers
 from uqmetrics.runs.run_config import finish_parse
-
-from ..training.progress import progress_line
+from uqmetrics.runs.sweep import progress_line
 
 
 def _print(msg: str) -> None:
@@ -31,7 +30,7 @@ def _print(msg: str) -> None:
 
 def _progress(msg: str) -> None:
     """A progress line on stderr, none under ``uqvision --quiet``
-    (:func:`uqvision.training.progress.progress_line`)."""
+    (:func:`uqmetrics.runs.sweep.progress_line`)."""
     progress_line(msg)
 
 

@@ -312,8 +312,9 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
 #: ``uqvision reproduce`` options generated from :class:`ReproduceOptions` (the defaults every
 #: driver's ``run`` has).
 _REPRODUCE_OPTIONS = (
-    ConfigOption("scale", help="smoke (tests, minutes) or cpu (2 cores, under an hour); a "
-                               "driver lists its scales"),
+    ConfigOption("scale", help="smoke (tests, minutes) or cpu (2 cores; times per protocol "
+                               "in docs/reproduction-vision.md); a driver lists its scales "
+                               "(default: {default})"),
     ConfigOption("data", help="a real image folder (train/ val/ test/) instead of the stand-in"),
     ConfigOption("arch", help="timm architecture for --data (and a driver's real folders)"),
     ConfigOption("seed", type=SEED),

@@ -101,6 +101,12 @@ _MAKER_TYPES: dict[typing.Callable, dict[str, typing.Callable[[str], object]]] =
 }
 
 
+#: Makers' options that must be given although their parameter has a default (``None``: the
+#: maker refuses it when called from Python, naming the parameter): required on the command
+#: line, and shown so in the usage line.
+_MAKER_REQUIRED: dict[typing.Callable, tuple[str, ...]] = {make_imagenet_c_folder: ("src",)}
+
+
 def _maker_options(maker: typing.Callable) -> dict[str, tuple[typing.Callable, object]]:
     """A maker's own options, from its signature: keyword -> (argparse type, default;
     :data:`inspect.Parameter.empty`: required). The type is the bounded one of
@@ -167,7 +173,8 @@ def _args_maker(maker: typing.Callable, p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help=text("overwrite"))
     for name, (kind, default) in _maker_options(maker).items():
         flags = ["--" + name.replace("_", "-"), *_MAKER_ALIASES.get(name, [])]
-        required = default is inspect.Parameter.empty
+        required = (default is inspect.Parameter.empty
+                    or name in _MAKER_REQUIRED.get(maker, ()))
         action = p.add_argument(*flags, dest=name, type=kind, required=required,
                                 default=None if required else default,
                                 help=text(name, default))

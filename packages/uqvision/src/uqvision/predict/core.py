@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from uqmetrics import InputError, provenance_attrs
+from uqmetrics.runs.sweep import progress_bar
 
 from ..cache import cache_dataset
 from ..data import ImageFolderDataset, derive_seed, flush_denormal, readable_images
@@ -27,7 +28,6 @@ from ..data.folders import ChangedImageError, folder_fingerprint
 from ..evalsets import EVAL_SETS, check_role, eval_set_attrs
 from ..models import ModelSpec, check_model_spec, recorded_class_names, sidecar_path
 from ..runtime import distributed_context, gather, shard_indices
-from ..training.progress import progress_bar
 from ..training.runs import load_run
 from .config import DECODERS, PredictConfig, resolve_channels_last
 from .decoded import decoded_folder, decoded_key
@@ -209,8 +209,8 @@ def predict(spec: ModelSpec | str, data: str | os.PathLike | ImageFolderDataset,
     progress : bool, default False
         A progress bar on stderr over the forward passes of the batches (batches x passes x
         prediction samples; rank 0's shard under torchrun;
-        :func:`uqvision.training.progress.progress_bar`: a line at most every 30 s in a log;
-        none once ``uqvision --quiet`` or :func:`~uqvision.training.progress.set_progress`
+        :func:`uqmetrics.runs.sweep.progress_bar`: a line at most every 30 s in a log;
+        none once ``uqvision --quiet`` or :func:`uqmetrics.runs.sweep.set_progress`
         turned progress off). ``uqvision predict`` asks for it; a sweep's cells do not. The
         caches do not depend on it.
 

@@ -57,6 +57,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from uqmetrics import provenance_attrs
 from uqmetrics.runs.io import temporary_beside
+from uqmetrics.runs.sweep import progress_bar
 
 from ..data import (
     DataConfig,
@@ -84,7 +85,6 @@ from ..models.spectral import spectral_normalize
 from ..runtime import distributed_context
 from .config import ADAMW_RECIPE, ImageTrainConfig, TrainConfig
 from .method import TRAINING_METHODS, TrainState, export_state
-from .progress import progress_bar
 
 __all__ = [
     "ADAMW_RECIPE",
@@ -308,9 +308,9 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         :func:`uqvision.training.runs.load_run` notes).
     progress : bool, default True
         A progress bar over the gradient steps on stderr, the epochs done and the last one's
-        mean loss beside it (rank 0 only; :func:`uqvision.training.progress.progress_bar`: a line at most
+        mean loss beside it (rank 0 only; :func:`uqmetrics.runs.sweep.progress_bar`: a line at most
         every 30 s in a log; none once ``uqvision --quiet`` or
-        :func:`~uqvision.training.progress.set_progress` turned progress off). The run does not
+        :func:`uqmetrics.runs.sweep.set_progress` turned progress off). The run does not
         depend on it.
 
     Returns
@@ -431,7 +431,7 @@ def _train_loader(ds: ImageFolderDataset, config: ImageTrainConfig, batch_size: 
 def _fit(state: TrainState, ds: ImageFolderDataset, objective: _Objective, config: ImageTrainConfig,
          batch_size: int, world: int, rank: int, device: str, bar) -> list[float]:
     """The epoch loop of :mod:`uqvision.training.method`; per-epoch mean loss. ``bar``
-    (:func:`~uqvision.training.progress.progress_bar`) advances by one per gradient step, the
+    (:func:`~uqmetrics.runs.sweep.progress_bar`) advances by one per gradient step, the
     epochs done and the last one's mean loss beside it."""
     method, losses, epoch = state.method, [], 0
     epochs = math.ceil(state.total_steps / max(state.steps_per_epoch, 1))

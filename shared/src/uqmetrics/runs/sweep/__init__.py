@@ -70,7 +70,15 @@ from .options import (
     select_gpus,
     visible_gpus,
 )
-from .progress import LOG_PROGRESS_INTERVAL, LogProgress, format_duration, progress_bar
+from .progress import (
+    LOG_PROGRESS_INTERVAL,
+    LogProgress,
+    format_duration,
+    progress_bar,
+    progress_enabled,
+    progress_line,
+    set_progress,
+)
 from .run import run_sweep, undone_if_refused
 
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", "HPC_EXTRA",
@@ -78,5 +86,6 @@ __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", 
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
            "cell_path", "format_duration", "gpu_worker_env", "is_complete", "open_client",
            "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
-           "read_cluster_config", "read_failures", "run_sweep", "select_gpus", "undone_if_refused",
-           "visible_gpus", "write_failures"]
+           "progress_enabled", "progress_line", "read_cluster_config", "read_failures",
+           "run_sweep", "select_gpus", "set_progress", "undone_if_refused", "visible_gpus",
+           "write_failures"]

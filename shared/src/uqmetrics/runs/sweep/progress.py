@@ -1,6 +1,12 @@
 """Progress of a long loop: a tqdm bar on a terminal, else plain lines at most every
 :data:`LOG_PROGRESS_INTERVAL` seconds (:class:`LogProgress`), with the units done and left and an
-ETA (:func:`progress_bar`, shared with uqreg's study loop).
+ETA (:func:`progress_bar`, shared with uqreg's study loop and uqvision's training, prediction and
+sweeps), and :func:`progress_line` for a step's one line.
+
+One process-wide switch turns every bar and line off (:func:`set_progress`: ``uqvision
+--quiet``, or a library caller); a function's own ``progress=`` asks for progress of that call,
+and the switch overrides it. Progress goes to stderr, results to stdout; it never touches a
+random generator or the order of a computation.
 """
 
 from __future__ import annotations
@@ -12,6 +18,49 @@ from collections.abc import Callable
 
 #: Seconds between progress lines when the stream is not a terminal.
 LOG_PROGRESS_INTERVAL = 30.0
+
+#: Whether this process shows progress (:func:`set_progress`).
+_SHOWN = [True]
+
+
+def set_progress(shown: bool) -> bool:
+    """Turn every progress bar (:func:`progress_bar`) and progress line (:func:`progress_line`)
+    of this process on or off.
+
+    Parameters
+    ----------
+    shown : bool
+        False: nothing is printed, whatever a function's ``progress=`` asks (``uqvision
+        --quiet``).
+
+    Returns
+    -------
+    bool
+        The previous setting (to restore it).
+
+    Examples
+    --------
+    >>> before = set_progress(False)
+    >>> progress_enabled(), progress_enabled(True)
+    (False, False)
+    >>> _ = set_progress(before)
+    """
+    previous = _SHOWN[0]
+    _SHOWN[0] = bool(shown)
+    return previous
+
+
+def progress_enabled(requested: bool = True) -> bool:
+    """Whether progress asked for (``requested``) is shown: the process-wide switch
+    (:func:`set_progress`) and ``requested``."""
+    return _SHOWN[0] and bool(requested)
+
+
+def progress_line(msg: str, stream=None) -> None:
+    """One progress line (flushed) on ``stream`` (default ``sys.stderr``), unless the
+    process-wide switch is off (:func:`set_progress`)."""
+    if _SHOWN[0]:
+        print(msg, file=sys.stderr if stream is None else stream, flush=True)
 
 
 def format_duration(seconds: float) -> str:
@@ -145,7 +194,8 @@ def progress_bar(total: int, desc: str, *, unit: str = "item", enabled: bool = T
     desc : str
     unit : str, default "item"
     enabled : bool, default True
-        False: a reporter that prints nothing.
+        False: a reporter that prints nothing; so is it while the process-wide switch is off
+        (:func:`set_progress`).
     stream : file-like, optional
         Default ``sys.stderr`` (looked up at call time).
     interval : float, default :data:`LOG_PROGRESS_INTERVAL`
@@ -162,7 +212,7 @@ def progress_bar(total: int, desc: str, *, unit: str = "item", enabled: bool = T
         mean over the units finished in this run, as :class:`LogProgress`'s ETA); otherwise
         :class:`LogProgress` (at most one line per ``interval`` seconds plus one at the end).
     """
-    if not enabled:
+    if not progress_enabled(enabled):
         return _NoProgress()
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)

@@ -45,6 +45,7 @@ from uqmetrics import read_dataset, write_dataset
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.report.plotting import save_figure
 from uqmetrics.runs.io import open_netcdf, record_written, remove_written
+from uqmetrics.runs.sweep import progress_enabled
 
 from ...cache import find_caches
 from ...data import check_split_classes, dataset_fingerprint
@@ -53,7 +54,6 @@ from ...methods import GENERAL_METHODS
 from ...models import read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ImageTrainConfig, checkpoint_files, train_model
-from ...training.progress import progress_enabled
 from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION

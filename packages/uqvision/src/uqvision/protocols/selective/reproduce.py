@@ -48,6 +48,7 @@ from PIL import Image
 from uqmetrics import ensemble_log_probs, log_softmax, read_dataset, write_dataset
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.io import record_written, remove_written
+from uqmetrics.runs.sweep import progress_enabled
 
 from ...cache import cache_dataset, check_aligned, read_cache
 from ...data import ImageFolderDataset, dataset_fingerprint
@@ -62,7 +63,6 @@ from ...models.prototype import (
 )
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...training.loop import ADAMW_RECIPE, ImageTrainConfig, checkpoint_files, train_model
-from ...training.progress import progress_enabled
 from ...training.runs import run_matches
 from ..base import DriverScale, Reproduction
 from . import DESCRIPTION

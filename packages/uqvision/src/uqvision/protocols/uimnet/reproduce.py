@@ -55,7 +55,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from uqmetrics import InputError, mutual_information
 from uqmetrics.metrics.calibration import fit_temperature, log_softmax
 from uqmetrics.runs.io import provenance_attrs, read_dataset, write_dataset
-from uqmetrics.runs.sweep import Cell, cell_path, is_complete, run_sweep
+from uqmetrics.runs.sweep import Cell, cell_path, is_complete, progress_enabled, run_sweep
 
 from ...data import (
     INDEX_FORMAT,
@@ -77,7 +77,6 @@ from ...models import ModelSpec, read_sidecar
 from ...predict import REFERENCE_EXECUTION, PredictConfig, predict_to_files
 from ...runtime import cpu_threads
 from ...training.loop import ImageTrainConfig, train_model
-from ...training.progress import progress_enabled
 from ...training.runs import load_run, run_matches
 from ..base import Reproduction
 from . import DEFAULT_GMM_FIT, DESCRIPTION

@@ -238,14 +238,21 @@ def _argv_of(table: Mapping[str, Any], parser: argparse.ArgumentParser, where: s
     Raises
     ------
     InputError
-        An unknown key, a key the evaluation gives itself (``own``), a value of the wrong kind
-        or one the option refuses: one line naming ``where``, the key and the value.
+        An unknown key, a key the evaluation gives itself (``own``), a key given in both
+        spellings (``n_cal`` and ``n-cal``: one option, as ``--config`` refuses it), a value
+        of the wrong kind or one the option refuses: one line naming ``where``, the key and
+        the value.
     """
     actions = _actions(parser)
     argv: list[str] = []
+    seen: dict[str, str] = {}
     for key, value in table.items():
         name = str(key).replace("_", "-")
         said = f"{where}: key {key!r} = {_shown(value)}"
+        if name in seen:  # TOML keeps both: the last would silently win
+            raise InputError(f"{where}: keys {seen[name]!r} and {key!r} are one option "
+                             f"(--{name}): give it once")
+        seen[name] = str(key)
         if name in own:
             raise InputError(f"{said}: the evaluation gives it itself (the sets' roles, "
                              "[ensembles], the output folder); leave it out")
@@ -403,7 +410,7 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
     uqmetrics.InputError
         Unreadable or not TOML; an unknown key or a value of the wrong kind (in any table, the
         protocols' and the prediction options included: each checked by its option's type
-        and choices); no model; no set of role ``test``, or two; two sets of role
+        and choices), an option given in both spellings (``n_cal`` and ``n-cal``); no model; no set of role ``test``, or two; two sets of role
         ``calibration`` or ``fit``; a role a set cannot play, or an evaluation set unknown or
         of another kind; a path that does not exist (a set's, a model's ``FILE``, the
         ``[predict]`` ``weights-dir`` folder); an unknown model name (or a wildcard that
@@ -810,9 +817,12 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
                                  eval_set=test.eval_set, role=test.role)
     read = {role for name in ev.protocols for role in _reads(name)}
     swept = [s for s in ev.sets[1:] if s.role in read]  # a set no protocol reads: not swept
+    # each set scanned alone: its errors name its table (the test set's name, which another
+    # set's may repeat, is checked with the others' by _check_names)
     scanned = [t for s in swept for t in _of_set(ev, s, lambda s=s: sweep_targets(
-        data, config, [s.value], dataset_name=test.name, option=f"{ev.source}: [sets.{s.name}]"
-    )[1:])]  # each set scanned alone: its errors name its table
+        data, config, [s.value], dataset_name=_UNNAMED,
+        option=f"{ev.source}: [sets.{s.name}]")[1:])]
+    _check_names(ev, test, swept, scanned)
     targets = sweep_targets(data, config, scanned, dataset_name=test.name,
                             option=f"{ev.source}: [sets]")  # errors name the file, not --sets
     by_source = {s.value: s for s in swept}
@@ -845,6 +855,40 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     return EvaluationPlan(ev, ev.out, config, data, targets[1:], variables, replaced,
                           replaced_sets, set_of, scores, detectors, state, overwrite,
                           ns.weights_dir, recast, roles_changed)
+
+
+#: The ``--data`` dataset name a set is scanned beside (:func:`plan_evaluation`): no folder's.
+_UNNAMED = "\0"
+
+
+def _check_names(ev: Evaluation, test: EvaluationSet, swept: Sequence[EvaluationSet],
+                 scanned: Sequence[Any]) -> None:
+    """Refuse two sets whose caches would have one dataset name (their file names): one line
+    naming the file, both tables and why. A set of one folder names its caches by its table;
+    an expanded set's member by ``<set>-<member>`` whatever its table's name (as ``uqvision
+    sweep --sets`` names them, so that the caches are the same either way, and as the shift
+    and conformal scores read them: one row per corruption and severity), so two ImageNet-C
+    sets with a member in common cannot share one output folder."""
+    by_source = {s.value: s for s in swept}
+    owner: dict[str, tuple[EvaluationSet, str | None]] = {test.name: (test, None)}
+    for t in scanned:
+        s, member = by_source[t.source], t.member
+        if t.dataset_name not in owner:
+            owner[t.dataset_name] = (s, member)
+            continue
+        other, other_member = owner[t.dataset_name]
+        if member is not None and other_member is not None:
+            why = (f"an expanded set's caches are named <set>-<member> whatever its table's "
+                   f"name, and the shift and conformal scores hold one row per corruption "
+                   f"and severity, so two {s.eval_set} sets with a member in common cannot "
+                   "be evaluated together: evaluate one of them in another file, with "
+                   "another out")
+        else:
+            expanded, plain = ((s, other) if member is not None else (other, s))
+            why = (f"[sets.{expanded.name}]'s member caches are named <set>-<member>, "
+                   f"[sets.{plain.name}]'s by its table; rename [sets.{plain.name}]")
+        raise InputError(f"{ev.source}: [sets.{other.name}] and [sets.{s.name}] would both "
+                         f"write the caches of dataset {t.dataset_name!r}: {why}")
 
 
 def _of_set(ev: Evaluation, s: EvaluationSet, scan: Callable[[], Any]) -> Any:

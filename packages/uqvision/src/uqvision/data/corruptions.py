@@ -738,12 +738,21 @@ def make_imagenet_c_folder(root: str | os.PathLike, *, src: str | None = None,
     root : path
         Output folder (``--out``).
     src : str
-        The clean image folder (required).
-    corruptions, severities : str, optional
-        E.g. ``"fog,snow"``, ``"1,3,5"``; default the 15 benchmark corruptions, severities
-        1..5. Motion blur and snow run ImageMagick (Debian's libmagickwand-6.q16-6 and pip
-        install 'uqvision[imagemagick]').
-    resize, crop, quality, workers, seed, overwrite, scheduler
+        The clean image folder to corrupt (required).
+    corruptions : str, optional
+        Comma-separated corruption names, e.g. ``"fog,snow"``, or ``all`` (the 19); default:
+        the 15 benchmark corruptions. Motion blur and snow run ImageMagick (Debian's
+        libmagickwand-6.q16-6 and pip install 'uqvision[imagemagick]').
+    severities : str, optional
+        Comma-separated severities in 1..5, e.g. ``"1,3,5"``; default: 1,2,3,4,5 (all five).
+    resize : int, default 256
+        Short side every clean image is resized to before the centre crop (``resize >=
+        crop``).
+    crop : int, default 224
+        Side of the centre crop taken after resizing (``crop <= resize``, ``crop >= 32``:
+        :data:`MIN_CROP`; with frost, ``crop <= 314``:
+        :data:`~uqvision.data.corruptions_original.FROST_MAX`).
+    quality, workers, seed, overwrite, scheduler
         As :func:`make_corrupted_folder`.
 
     Returns

@@ -84,7 +84,8 @@ class ReproduceOptions:
     Attributes
     ----------
     scale : str
-        A scale of the driver (``smoke``: tests, minutes; ``cpu``: 2 cores, under an hour).
+        A scale of the driver (``smoke``: tests, minutes; ``cpu``: 2 cores, times per protocol in
+        docs/reproduction-vision.md).
     data : str or None
         A real image folder (``train/ val/ test/``) instead of the generated stand-in.
     arch : str or None

@@ -53,10 +53,11 @@ def _sac_rules() -> tuple[str, ...]:
 #: :class:`~.score.SelectiveConfig` (defaults from its fields).
 SELECTIVE_OPTIONS = (
     ConfigOption("calibration_size", type=count_or_fraction,
-                 help="selective: calibration samples, a count or a fraction in (0, 1)"),
+                 help="selective: calibration samples, a count or a fraction in (0, 1) "
+                      "(default: %(default)s)"),
     ConfigOption("sac_rule", choices=_sac_rules,
                  help="selective: SAC rule; largest = the paper's definition, first_drop = its "
-                      "official code (reproduces its published SAC values)"),
+                      "official code (reproduces its published SAC values; default: %(default)s)"),
     ConfigOption("mc_passes", type=COUNT,
                  help="selective: MC-dropout passes per +mc_dropout row; caches with fewer are "
                       "refused (default: %(default)s)"),

@@ -39,22 +39,25 @@ def _plot(capsys, path, out, *extra):
     return got.out
 
 
-@pytest.fixture(scope="module")
-def e3_file(tmp_path_factory):
-    """An E.3 (2-D polynomial, d = 2) study written to disk and read back: the exact reference only."""
-    path = tmp_path_factory.mktemp("e3") / "study.nc"
-    ds = run_study(StudyConfig(task="polynomial", complexities=(2,), methods=("blr",), repetitions=2), progress=False)
+def _study_file(tmp_path_factory, task: str, complexity: int):
+    """A study of the exact reference alone (2 repetitions) written to disk."""
+    path = tmp_path_factory.mktemp(task) / "study.nc"
+    ds = run_study(StudyConfig(task=task, complexities=(complexity,), methods=("blr",), repetitions=2),
+                   progress=False)
     uqmetrics.write_dataset(ds, path)
     return path
+
+
+@pytest.fixture(scope="module")
+def e3_file(tmp_path_factory):
+    """An E.3 (2-D polynomial, d = 2) study written to disk and read back."""
+    return _study_file(tmp_path_factory, "polynomial", 2)
 
 
 @pytest.fixture(scope="module")
 def e1_file(tmp_path_factory):
-    """A 1-D (sinusoid, f_main = 1) study on disk: the exact reference only."""
-    path = tmp_path_factory.mktemp("e1") / "study.nc"
-    ds = run_study(StudyConfig(task="sinusoid", complexities=(1,), methods=("blr",), repetitions=2), progress=False)
-    uqmetrics.write_dataset(ds, path)
-    return path
+    """A 1-D (sinusoid, f_main = 1) study on disk."""
+    return _study_file(tmp_path_factory, "sinusoid", 1)
 
 
 def test_train_box_is_read_back_from_netcdf(e3_file):

@@ -409,15 +409,15 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
     ------
     uqmetrics.InputError
         Unreadable or not TOML; an unknown key or a value of the wrong kind (in any table, the
-        protocols' and the prediction options included: each checked by its option's type
-        and choices), an option given in both spellings (``n_cal`` and ``n-cal``); no model; no set of role ``test``, or two; two sets of role
-        ``calibration`` or ``fit``; a role a set cannot play, or an evaluation set unknown or
-        of another kind; a path that does not exist (a set's, a model's ``FILE``, the
-        ``[predict]`` ``weights-dir`` folder); an unknown model name (or a wildcard that
-        matches none); a prediction option the mode does not use (``passes`` with ``mode``
-        plain); an output folder that could not be written (naming ``--out`` where it was
-        given); an unknown protocol (or one that does not score); an ensemble of fewer than
-        two members. One line, naming the file, the key and the value.
+        protocols' and the prediction options included: each checked by its option's type and
+        choices), an option given in both spellings (``n_cal`` and ``n-cal``); no model; no set
+        of role ``test``, or two; two sets of role ``calibration`` or ``fit``; a role a set
+        cannot play, or an evaluation set unknown or of another kind; a path that does not exist
+        (a set's, a model's ``FILE``, the ``[predict]`` ``weights-dir`` folder); an unknown
+        model name (or a wildcard that matches none); a prediction option the mode does not use
+        (``passes`` with ``mode`` plain); an output folder that could not be written (naming
+        ``--out`` where it was given); an unknown protocol (or one that does not score); an
+        ensemble of fewer than two members. One line, naming the file, the key and the value.
     """
     from .models import ModelSpec
     from .predict.options import predict_config

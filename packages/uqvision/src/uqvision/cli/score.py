@@ -303,8 +303,9 @@ def _cmd_reproduce(a: argparse.Namespace) -> int:
     options = set_pairs(a.set)
     if proto.reproduce_flags is not None:  # its own options: shorthands of --set pairs
         options.update(proto.reproduce_flags.options(a))
+    # the driver's steps on stderr (none under uqvision --quiet), its result on stdout
     out = driver.run(a.out, **config_kwargs(a, _REPRODUCE_OPTIONS), options=options,
-                     log=_progress)  # its steps on stderr (uqvision --quiet: none); the result on stdout
+                     log=_progress)
     _print(str(out))
     return 0
 

@@ -8,6 +8,7 @@ is a real small file system (tmpfs, which mounting needs root for: skipped elsew
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,10 +31,18 @@ def _cache(out, dataset="test", mode="plain", pass_index=0):
     return out / f"{cache_key(MODEL, dataset, mode, pass_index)}.nc"
 
 
+#: A progress line of the work done before a failure (stderr, not a terminal).
+_PROGRESS = re.compile(r"^.+: \d+/\d+ \w+ \(\d+%\)")
+
+
 def _one_line(err: str, command: str) -> str:
-    assert err.count("\n") == 1 and err.startswith(f"uqvision {command}: error: "), err
+    """The error: one line, the last of stderr; only progress lines of the work done before
+    the failure may precede it."""
+    lines = err.splitlines()
+    assert lines and lines[-1].startswith(f"uqvision {command}: error: "), err
+    assert all(_PROGRESS.match(line) for line in lines[:-1]), err
     assert "Traceback" not in err
-    return err
+    return lines[-1] + "\n"
 
 
 @pytest.fixture

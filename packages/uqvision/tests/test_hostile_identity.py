@@ -71,6 +71,7 @@ def test_a_renamed_class_folder_is_an_error_listing_the_names(spec, digits, tmp_
     renamed = _copy_classes(digits / "test", tmp_path / "renamed", rename={"0": "zero"})
     out = tmp_path / "caches"
     assert _predict(spec, digits / "test", out) == 0  # an earlier result in the same --out
+    capsys.readouterr()  # its output (the progress of its prediction on stderr)
     before = _hashes(out)
     assert _predict(spec, renamed, out, "--dataset-name", "r") == 2
     err = _error_line(capsys)

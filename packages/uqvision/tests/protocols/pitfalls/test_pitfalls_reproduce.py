@@ -57,10 +57,10 @@ def test_a_rerun_reuses_every_run_and_cache(run_dir, capsys):
     capsys.readouterr()
     assert main(["--threads", "1", "reproduce", "pitfalls", "--scale", "smoke", "--out",
                  str(run_dir)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("reused") == len(list((run_dir / "models").glob("*.json")))
-    assert "trained" not in out.replace("reused", "")
-    assert "scores up to date" in out  # same caches (checksums), same config: not rescored
+    steps = capsys.readouterr().err  # the driver's steps: stderr
+    assert steps.count("reused") == len(list((run_dir / "models").glob("*.json")))
+    assert "trained" not in steps.replace("reused", "")
+    assert "scores up to date" in steps  # same caches (checksums), same config: not rescored
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
 

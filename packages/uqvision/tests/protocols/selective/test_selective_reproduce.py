@@ -110,8 +110,8 @@ def test_rerun_of_a_moved_run_resumes_without_training(run_dir, tmp_path, capsys
     before = {p.name: p.stat().st_mtime_ns for p in (moved / "models").glob("*.safetensors")}
     assert main(["--threads", "1", "reproduce", "selective", "--scale", "smoke", "--out",
                  str(moved)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("training 0 of") == 2, out  # the teachers' stage, then the students'
+    steps = capsys.readouterr().err  # the driver's steps: stderr
+    assert steps.count("training 0 of") == 2, steps  # the teachers' stage, then the students'
     assert {p.name: p.stat().st_mtime_ns for p in (moved / "models").glob("*.safetensors")
             } == before
 

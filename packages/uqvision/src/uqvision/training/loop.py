@@ -308,8 +308,8 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         :func:`uqvision.training.runs.load_run` notes).
     progress : bool, default True
         A progress bar over the gradient steps on stderr, the epochs done and the last one's
-        mean loss beside it (rank 0 only; :func:`uqmetrics.runs.sweep.progress_bar`: a line at most
-        every 30 s in a log; none once ``uqvision --quiet`` or
+        mean loss beside it (rank 0 only; :func:`uqmetrics.runs.sweep.progress_bar`: a line
+        at most every 30 s in a log; none once ``uqvision --quiet`` or
         :func:`uqmetrics.runs.sweep.set_progress` turned progress off). The run does not
         depend on it.
 

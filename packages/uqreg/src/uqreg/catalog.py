@@ -44,7 +44,7 @@ BUILT_IN: dict[str, dict[str, str]] = {
 #: (mean-variance, R.7: :func:`uqreg.methods.mean_variance_method_names`), ``<method>+qr`` and
 #: ``<method>+cqr`` (quantile regression and its conformalized version, R.6:
 #: :func:`uqreg.methods.quantile_method_names`); ``tests/test_fast_help.py`` checks it against
-#: them, and ``python -m uqreg.catalog`` prints it anew.
+#: :func:`uqreg.methods.method_versions`, and ``python -m uqreg.catalog`` prints it anew.
 VERSIONS: dict[str, tuple[str, ...]] = {
     "mv": ("bd", "cd", "vd", "ens", "ens_adv", "ens_bs"),
     "qr": ("bd", "ens", "ens_adv", "ens_bs"),
@@ -57,17 +57,6 @@ CATALOG = Catalog(REGISTRIES, BUILT_IN)
 #: ``names(kind)``, ``describe(kind)``: the built-in entries.
 names, describe = CATALOG.names, CATALOG.describe
 
-
-
-def versions_from_registries() -> dict[str, tuple[str, ...]]:
-    """:data:`VERSIONS` as :mod:`uqreg.methods` (which imports torch) has them."""
-    from .methods import mean_variance_method_names, quantile_method_names
-
-    out: dict[str, tuple[str, ...]] = {"mv": (), "qr": (), "cqr": ()}
-    for name in [*mean_variance_method_names(), *quantile_method_names()]:
-        base, suffix = name.rsplit("+", 1)
-        out[suffix] += (base,)
-    return out
 
 
 def method_names() -> list[str]:
@@ -96,5 +85,8 @@ def methods_help(default: str) -> str:
 
 
 if __name__ == "__main__":  # python -m uqreg.catalog: BUILT_IN and VERSIONS from the registries
+    import importlib  # uqreg.methods (torch) by name, as CATALOG.source() loads the registries
+
     print(CATALOG.source())
-    print(f"VERSIONS: dict[str, tuple[str, ...]] = {versions_from_registries()!r}")
+    versions = importlib.import_module("uqreg.methods").method_versions()
+    print(f"VERSIONS: dict[str, tuple[str, ...]] = {versions!r}")

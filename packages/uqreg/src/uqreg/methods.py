@@ -588,6 +588,16 @@ def quantile_method_names() -> list[str]:
     return [f"{n}+{s}" for n in quantile_bases() for s in (QUANTILE, CQR)]
 
 
+def method_versions() -> dict[str, tuple[str, ...]]:
+    """suffix -> the methods that have that version (``mv``, ``qr``, ``cqr``), in registration
+    order: what :data:`uqreg.catalog.VERSIONS` records for ``--help`` without torch."""
+    out: dict[str, tuple[str, ...]] = {"mv": (), "qr": (), "cqr": ()}
+    for name in [*mean_variance_method_names(), *quantile_method_names()]:
+        base, suffix = name.rsplit("+", 1)
+        out[suffix] += (base,)
+    return out
+
+
 def conformal_method_names() -> list[str]:
     """Every ``<method>+<score>`` name (methods in registration order, then scores)."""
     return [f"{m}+{s}" for m in list_methods() for s in conformal.SCORES.names()]

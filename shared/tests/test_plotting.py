@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -291,3 +292,18 @@ def test_bad_plot_inputs():
     with pytest.raises(ValueError, match="coverage"):
         plot_risk_coverage({"m": ([0.5, np.nan], [0.1, 0.2])})
 
+
+
+def test_a_figure_that_cannot_be_written_names_its_path(tmp_path):
+    """A full disk fails inside the open file, whose error names no file (``[Errno 28] No space
+    left on device`` alone): ``save_figure`` names the figure's path, and leaves no file."""
+    from uqmetrics.runs.testing.filesystems import full_filesystems
+
+    fig = Figure()
+    fig.add_subplot().plot(np.arange(1000), np.random.default_rng(0).normal(size=1000))
+    with full_filesystems(tmp_path) as make:
+        target = make(0) / "f.png"
+        with pytest.raises(OSError) as info:
+            save_figure(fig, target)
+        assert info.value.filename == str(target) and info.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in target.parent.iterdir()) == ["filler"]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from uqmetrics import write_dataset
+from uqmetrics.runs.testing.filesystems import full_filesystems
 
 from uqvision.cli import build_parser, main
 from uqvision.protocols import VISION_PROTOCOLS
@@ -162,8 +163,11 @@ def test_plot_caches_of_many_foreign_files_names_three_and_a_count(tmp_path, ref
     assert not any(f"s{i}.nc" in line for i in range(3, 7))
 
 
-@pytest.mark.skipif(not Path("/sys").is_dir(), reason="no /sys")
 def test_plot_out_that_cannot_be_written_names_the_option(tmp_path, refused):
+    """A figure that cannot be saved (here: a real file system with no space left) is an error
+    naming ``--out``; it named the figure's path alone."""
     scores = write_dataset(_ood_far_only(), tmp_path / "ood.nc")
-    line = refused(["plot", "--ood", scores, "--out", "/sys/uqvision-x"])
-    assert line.startswith("uqvision plot: error: --out '/sys/uqvision-x'"), line
+    with full_filesystems(tmp_path) as make:
+        out = make(0) / "figures"
+        line = refused(["plot", "--ood", scores, "--out", str(out)])
+    assert line.startswith(f"uqvision plot: error: --out {str(out)!r}"), line

@@ -600,13 +600,19 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
         path = path.with_suffix(f".{fmt}") if suffix else path.with_name(f"{path.name}.{fmt}")
     if fig.canvas is None or not hasattr(fig.canvas, "print_figure"):
         FigureCanvasAgg(fig)
-    with temporary_beside(path) as tmp:
-        with open(tmp, "wb") as fh:
-            fig.savefig(fh, format=fmt, dpi=dpi,
-                        **({"metadata": {"Date": None}} if fmt == "svg" else {}))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+    try:
+        with temporary_beside(path) as tmp:
+            with open(tmp, "wb") as fh:
+                fig.savefig(fh, format=fmt, dpi=dpi,
+                            **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        # a write into the open file (a full disk) names no file: name the figure's
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     return path
 
 

@@ -239,7 +239,7 @@ def _cmd_plot(a: argparse.Namespace) -> int:
                 paths += plot_caches(a.caches, a.out, dataset=a.dataset)
             for proto, file in files:
                 paths += proto.plots.draw(file, a.out)
-    except OSError as exc:  # --out /sys/x: "Operation not permitted" when a figure is saved
+    except OSError as exc:  # a figure that cannot be saved (a full disk, a read-only folder)
         raise _out_error(exc, a) from None
     if not paths:
         raise InputError(f"the files given ({', '.join(flags)}) hold nothing to plot")

@@ -44,6 +44,29 @@ def test_a_wide_table_prints_its_first_headline_columns_and_names_the_csv():
     assert "calibration=platt" in lines[0] and "calibration=platt" not in "".join(lines[1:])
 
 
+def test_a_narrow_headline_is_followed_by_the_mean_columns_that_fit():
+    # shift without an mCE baseline: three clean headline columns; the means over the
+    # corruptions (what Ovadia et al. compare) fill the rest of the width, in order
+    headline = ["clean_accuracy[calibration=none]", "clean_ece[calibration=none]",
+                "clean_ece[calibration=temperature]"]
+    means = [f"{v}[calibration=none,corruption=mean,severity=mean]" for v in ("accuracy", "ece")]
+    wide = "ece[calibration=none,corruption=mean,severity=5]"
+    rows = [{"model": f"model_{i}", **dict.fromkeys([*headline, *means, wide], 0.25)}
+            for i in range(2)]
+    table = HeadlineTable(["model"], [*headline, *means, wide], rows, "shift: a row per model",
+                          headline=headline)
+    lines = table.terminal(width=100, full="/x/shift.csv").splitlines()
+    assert max(map(len, lines)) <= 100
+    assert lines[1].split() == ["model", "clean_accuracy", "clean_ece", "clean_ece", "accuracy"]
+    assert lines[0].endswith("every column with a corruption at corruption=mean")
+    assert lines[3].split() == ["severity=mean"]  # the labels not shared, under their column
+    assert lines[-1] == "(4 of 6 columns shown; all 6: /x/shift.csv)"
+    # a terminal wide enough shows every column, the headline first
+    text = table.terminal(width=200, full="/x/shift.csv").splitlines()
+    assert text[1].split() == ["model", "clean_accuracy", "clean_ece", "clean_ece", "accuracy",
+                               "ece", "ece"] and not text[-1].startswith("(")
+
+
 def _caches_of(test_file: str):
     path = HERE / "protocols" / test_file
     spec = importlib.util.spec_from_file_location(f"_audit_{path.stem}", path)

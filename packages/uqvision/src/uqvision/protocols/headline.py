@@ -46,7 +46,7 @@ class HeadlineTable:
         shares.
     headline : list of str or None
         The declared headline columns among ``columns`` (the others: the mean columns), what
-        :meth:`terminal` prints; None: every column.
+        :meth:`terminal` prints first; None: the columns in their order.
     """
 
     keys: list[str]
@@ -86,15 +86,17 @@ class HeadlineTable:
         return "\n".join([caption, line(headers)] + [line(row) for row in cells])
 
     def terminal(self, width: int = TERMINAL_WIDTH, *, full: str = "") -> str:
-        """The table as printed to a terminal: the headline columns only, each header on
+        """The table as printed to a terminal: the headline columns, then the others (the
+        mean columns, e.g. shift's accuracy and ECE over its corruptions), each header on
         stacked lines (the variable, then one ``dim=label`` a line, the labels every column
-        shares said once in the caption), as many columns, in order, as fit in ``width``
+        shares said once in the caption), as many columns, in that order, as fit in ``width``
         characters; a last line says how many are shown and where the full table is
         (``full``, the CSV beside the score file) when columns are left out."""
         from uqmetrics.report import format_value, parse_column
 
-        headline = [c for c in (self.headline if self.headline is not None else self.columns)
-                    if c in self.columns]
+        first = [c for c in (self.headline if self.headline is not None else self.columns)
+                 if c in self.columns]
+        headline = first + [c for c in self.columns if c not in first]
         shared = _common_labels(headline)
         stacks = [[k] for k in self.keys]
         for name in headline:

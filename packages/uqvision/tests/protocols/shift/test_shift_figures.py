@@ -12,6 +12,7 @@ from uqmetrics import InputError, write_dataset
 from uqvision.cache import cache_dataset, cache_key
 from uqvision.cli import main
 from uqvision.protocols.shift.figures import (
+    BOX_METRICS,
     draw_figures,
     plot_shift_acc_vs_ece,
     plot_shift_boxes,
@@ -273,3 +274,21 @@ def test_the_legend_gives_each_models_mce_to_three_decimals():
     texts = [t.get_text() for legend in fig.legends + [a.get_legend() for a in fig.axes]
              if legend is not None for t in legend.get_texts()]
     assert "vanilla (mCE 1.002)" in texts and "deep_ensemble (mCE 0.800)" in texts
+
+
+@pytest.mark.parametrize("n_models", [1, 2])
+def test_the_legend_is_clear_of_every_title_and_label(n_models):
+    """The figure's legend and the panels' titles and labels do not overlap once drawn (to the
+    panels' right, the legend ran over the first title, which is wider than its panel)."""
+    ds = _result().isel(model=slice(0, n_models))
+    fig = plot_shift_boxes(ds)
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)  # constrained layout places everything at draw time
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    texts = [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
+    assert len(texts) == 3 * len([m for m in BOX_METRICS if m in ds])
+    for text in texts:
+        assert not box.overlaps(text.get_window_extent(renderer)), text.get_text()
+    for ax in fig.axes:  # nor any panel
+        assert not box.overlaps(ax.get_window_extent(renderer))

@@ -226,7 +226,10 @@ def plot_shift_boxes(result: xr.Dataset | str | os.PathLike, *,
                title=f"{_LABELS.get(metric, metric)} (a box: over the corruptions)")
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.grid(axis="y", alpha=0.3)
-    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside right upper")
+    # above the panels, where constrained layout keeps it clear of the first title (to their
+    # right, a title wider than its panel ran under the legend)
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside upper center",
+               ncols=min(len(handles), 2))
     return fig
 
 

@@ -42,7 +42,7 @@
 #   where fixed costs no longer dominate, then where a cell's time per image goes: bench_sweep.py
 #   --profile 512, RESULT profile_gpu_busy_fraction; about 200 s),
 #   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan, --cuda-graphs unless
-#   CUDA_GRAPHS=0; RESULT paper_e1_wall_s), pitfalls, uimnet, url (uqvision reproduce NAME
+#   CUDA_GRAPHS=0; RESULT paper_e1_wall_s; then sweep_profile.py over its cells), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
 #
 # Without CUDA it says so and exits 0; DEVICE=cpu runs the same items on the CPU (the script's
@@ -155,6 +155,8 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
               rc=$?
               echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
                    "cells=$(count "$WORK/e1/cells" '*.nc')"
+              # where the time went: per method, the seconds fixed per cell and per level of c
+              "$PY" packages/uqreg/benchmarks/sweep_profile.py "$WORK/e1/cells" --top 5
               exit $rc ) ;;
         pitfalls)
             timeout "$budget" "$PY" -m uqvision --threads 4 reproduce pitfalls --scale cpu \

@@ -345,3 +345,33 @@ def test_a_fine_tuned_run_no_longer_matches_once_its_start_is_retrained(trained,
     train_model(digits / "train", start, ImageTrainConfig(
         arch="test_byobnet", epochs=1, input_size=16, batch_size=32, seed=1))  # retrained
     assert not run_matches(tuned, cfg)
+
+
+class _Payload:
+    """Pickles as a call that writes ``marker``: a weight file that runs code when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).write_text, (self.marker, "ran"))
+
+
+def test_a_pickled_init_checkpoint_never_runs_code(trained, digits, tmp_path):
+    """``init_checkpoint`` (``train --init``, possibly from a received config) is read tensors
+    only, whatever timm's default (``weights_only=False`` before timm 1.0.26): the payload never
+    runs, and the refusal is one line naming the file (before: timm's raw traceback)."""
+    from uqvision.exceptions import CheckpointError
+
+    marker = tmp_path / "ran"
+    theirs = tmp_path / "theirs.pth"
+    state = load_model(f"test_byobnet={trained.checkpoint}").model.state_dict()
+    torch.save({**state, "payload": _Payload(marker)}, theirs)
+    cfg = ImageTrainConfig(arch="test_byobnet", epochs=1, input_size=16, batch_size=32, seed=0,
+                           init_checkpoint=str(theirs))
+    with pytest.raises(CheckpointError) as info:
+        train_model(digits / "train", tmp_path / "tuned", cfg)
+    assert not marker.exists()
+    text = str(info.value)
+    assert "\n" not in text and f"checkpoint {str(theirs)!r} does not load" in text
+    assert not (tmp_path / "tuned.safetensors").exists()

@@ -53,6 +53,7 @@ __all__ = [
     "locate_pretrained",
     "pretrained_weights",
     "read_sidecar",
+    "read_state_dict",
     "recorded_class_names",
     "sidecar_path",
     "tensors_only",

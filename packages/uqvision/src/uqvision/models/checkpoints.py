@@ -45,6 +45,7 @@ __all__ = [
     "check_sidecar_pretrained_cfg",
     "existing_checkpoint",
     "read_sidecar",
+    "read_state_dict",
     "recorded_class_names",
     "sidecar_path",
     "tensors_only",
@@ -401,10 +402,23 @@ def _other_architecture(ckpt: str, name: str, expected: Any, got: Any) -> str | 
             + "; was it trained with another architecture? Give that one as NAME")
 
 
-def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
-    """timm's ``load_state_dict`` of a weight file, tensors only (``weights_only=True``: a
-    pickled file never runs code, whatever timm's default); a file that does not load is a
-    :class:`~uqvision.exceptions.CheckpointError` naming it."""
+def read_state_dict(ckpt: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """timm's ``load_state_dict`` of a weight file (safetensors, or a pickled ``.pth``/``.bin``),
+    tensors only (``weights_only=True``: a pickled file never runs code, whatever timm's
+    default, which was ``False`` before timm 1.0.26); a file that does not load is a
+    :class:`~uqvision.exceptions.CheckpointError` naming it.
+
+    Parameters
+    ----------
+    ckpt : path
+        The weight file.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The state dict (an EMA copy where the file has one, as timm reads it).
+    """
+    ckpt = str(ckpt)
     try:
         return load_state_dict(ckpt, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
@@ -416,9 +430,9 @@ def _read_state(ckpt: str) -> dict[str, torch.Tensor]:
 def _tensor_shapes(ckpt: str) -> dict[str, torch.Tensor]:
     """A weight file's tensors for the head and architecture checks: shape-only ``meta``
     tensors from a safetensors file's header (its data are read once, by the load itself);
-    other formats read whole (:func:`_read_state`)."""
+    other formats read whole (:func:`read_state_dict`)."""
     if not str(ckpt).endswith(".safetensors"):  # timm's own test of the format
-        return _read_state(ckpt)
+        return read_state_dict(ckpt)
     try:
         with safetensors.safe_open(ckpt, "pt") as f:
             keys = f.keys()  # a safe_open is not iterable

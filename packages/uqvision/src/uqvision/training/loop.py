@@ -51,7 +51,6 @@ import safetensors.torch  # its functions looked up at call time (tests patch th
 import timm
 import torch
 import torch.nn.functional as F
-from timm.models import load_state_dict
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
@@ -77,6 +76,7 @@ from ..models import (
     file_sha256,
     load_model,
     read_sidecar,
+    read_state_dict,
     sidecar_path,
     weights_sha256,
     write_checkpoint,
@@ -251,9 +251,11 @@ def build_model(arch: str, n_classes: int, dcfg: DataConfig, model_kwargs: dict)
 
 
 def _load_weights(model: nn.Module, checkpoint: str | os.PathLike) -> None:
+    """``init_checkpoint``'s weights into ``model``: tensors only (a pickled file from someone
+    else never runs code, whatever timm's version), a file that does not load named."""
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist")
-    model.load_state_dict(load_state_dict(str(checkpoint)))
+    model.load_state_dict(read_state_dict(checkpoint))
 
 
 def _checkpoint_path(out: str | os.PathLike) -> Path:

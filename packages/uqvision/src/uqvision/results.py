@@ -146,13 +146,15 @@ class ResultsTable:
 
     def to_csv(self) -> str:
         """The CSV text: header :data:`COLUMNS`, floats at full precision, unknown values
-        empty."""
+        empty, a label a spreadsheet would run as a formula quoted
+        (:func:`uqmetrics.report.csv_cell`)."""
+        from uqmetrics.report import csv_cell
+
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(COLUMNS)
         for r in self.rows:
-            writer.writerow(["" if _missing(r[c]) else repr(r[c]) if isinstance(r[c], float)
-                             else r[c] for c in COLUMNS])
+            writer.writerow([csv_cell(None if _missing(r[c]) else r[c]) for c in COLUMNS])
         return buf.getvalue()
 
     def to_json(self) -> str:

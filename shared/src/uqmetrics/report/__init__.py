@@ -30,6 +30,7 @@ from .leaderboard import (
     ReportHook,
     column_name,
     column_values,
+    csv_cell,
     exact_value,
     format_value,
     headline_columns,
@@ -49,5 +50,5 @@ from .site import (
 
 __all__ = ["GENERATOR", "HEADLINE_COLUMNS", "MANIFEST_VERSION", "PATHS", "REPORT_HOOKS",
            "Leaderboard", "MetricColumn", "PublishedRows", "ReportHook", "SiteReport", "build_site",
-           "column_name", "column_values", "exact_value", "format_value", "headline_columns",
-           "leaderboard", "parse_column", "read_manifest", "shown_path"]
+           "column_name", "column_values", "csv_cell", "exact_value", "format_value",
+           "headline_columns", "leaderboard", "parse_column", "read_manifest", "shown_path"]

@@ -42,8 +42,8 @@ from ..runs.io import dataset_checksum, decode_attr
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["HEADLINE_COLUMNS", "Leaderboard", "PublishedRows", "ReportHook", "column_name",
-           "column_values", "format_value", "headline_columns", "leaderboard", "parse_column"]
+__all__ = ["FORMULA_STARTS", "HEADLINE_COLUMNS", "Leaderboard", "PublishedRows", "ReportHook",
+           "column_name", "column_values", "csv_cell", "format_value", "headline_columns", "leaderboard", "parse_column"]
 
 #: Row dims preferred, in order, when a hook names none and several dims qualify.
 _PREFERRED_DIMS = ("model", "method", "detector", "entry")
@@ -320,6 +320,33 @@ def _plain(value: Any) -> Any:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    return value
+
+
+#: The first characters that make a spreadsheet read a text cell as a formula (OWASP's list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A table value as a CSV cell for a spreadsheet: floats at full precision (``repr``),
+    empty for a missing value (None, NaN), numbers as they are; text that a spreadsheet would
+    run as a formula (a label from a received file such as ``=HYPERLINK(...)``: starting with
+    one of :data:`FORMULA_STARTS`) prefixed with ``'``, which spreadsheets show as text. The
+    JSON tables beside the CSVs keep every label as it is.
+
+    Examples
+    --------
+    >>> [csv_cell(v) for v in (0.1, float("nan"), None, 3, -0.5, "resnet50", "=1+1", "-x")]
+    ['0.1', '', '', 3, '-0.5', 'resnet50', "'=1+1", "'-x"]
+    """
+    if value is None:
+        return ""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
     return value
 
 

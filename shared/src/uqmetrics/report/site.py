@@ -32,6 +32,7 @@ from .leaderboard import (
     MAX_FILTER_VALUES,
     Leaderboard,
     ReportHook,
+    csv_cell,
     exact_value,
     format_value,
     leaderboard,
@@ -126,8 +127,7 @@ def _csv_text(board: Leaderboard) -> str:
     cols = board.table_columns()
     writer.writerow(cols)
     for rec in board.table_rows():
-        writer.writerow(["" if rec[c] is None else repr(rec[c]) if isinstance(rec[c], float)
-                         else rec[c] for c in cols])
+        writer.writerow([csv_cell(rec[c]) for c in cols])
     return buf.getvalue()
 
 

@@ -132,13 +132,16 @@ class HeadlineTable:
 
     def to_csv(self) -> str:
         """The CSV text: header ``keys + columns`` (full names), floats at full precision,
-        unknown values empty."""
+        unknown values empty, a label a spreadsheet would run as a formula quoted
+        (:func:`uqmetrics.report.csv_cell`)."""
+        from uqmetrics.report import csv_cell
+
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(self.keys + self.columns)
         for r in self.rows:
-            writer.writerow([r[k] for k in self.keys] + ["" if _missing(r[c]) else repr(float(r[c]))
-                                                         for c in self.columns])
+            writer.writerow([csv_cell(r[k]) for k in self.keys]
+                            + [csv_cell(None if _missing(r[c]) else float(r[c])) for c in self.columns])
         return buf.getvalue()
 
     def write(self, folder: str | os.PathLike, stem: str, *,

@@ -85,7 +85,7 @@ def test_the_cluster_options_are_launcher_options():
 def test_a_result_file_gives_no_launcher_option_and_never_overwrite(tmp_path, capsys):
     result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"), "rate": 0.25,
                                          "overwrite": True, **_HOSTILE})
-    args = _parser().parse_args(["sweep", "--config", result])
+    args = _parser().parse_args(["sweep", "--config", result, "--out", "o"])
     assert args.rate == 0.25  # what is computed: taken
     assert (args.cluster, args.cluster_option, args.jobs, args.workers, args.dashboard,
             args.threads_per_worker, args.overwrite, args.gpus) == ("local", None, 1, 2, None,
@@ -96,7 +96,8 @@ def test_a_result_file_gives_no_launcher_option_and_never_overwrite(tmp_path, ca
     assert "--jobs 3" in line and "--workers 7" in line and "--overwrite" in line
     assert '--gpus "all"' in line
     # the command line gives them
-    args = _parser().parse_args(["sweep", "--config", result, "--workers", "3", "--overwrite"])
+    args = _parser().parse_args(["sweep", "--config", result, "--out", "o", "--workers", "3",
+                                 "--overwrite"])
     assert (args.workers, args.overwrite) == (3, True)
     assert "--workers" not in capsys.readouterr().err
 
@@ -109,10 +110,10 @@ def test_a_result_file_gives_no_launcher_key_of_a_key_value_option(tmp_path, cap
     mark_launcher(sweep.add_argument("--set", action="append"), keys=("workers",))
     result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"),
                                          "set": ["members=3", "workers=8"]})
-    assert top.parse_args(["sweep", "--config", result]).set == ["members=3"]
+    assert top.parse_args(["sweep", "--config", result, "--out", "o"]).set == ["members=3"]
     assert '--set "workers=8"' in capsys.readouterr().err
     only = _result(tmp_path / "w.nc", {"out": str(tmp_path / "o"), "set": ["workers=8"]})
-    assert top.parse_args(["sweep", "--config", only]).set is None
+    assert top.parse_args(["sweep", "--config", only, "--out", "o"]).set is None
     path = tmp_path / "mine.toml"  # nor a TOML file: the command line gives it
     path.write_text('[options]\nout = "o"\nset = ["members=3", "workers=8"]\n')
     assert top.parse_args(["sweep", "--config", str(path)]).set == ["members=3"]
@@ -129,7 +130,7 @@ def test_a_launcher_key_spelled_with_spaces_is_still_a_launcher_key(tmp_path, ca
     sweep = top._subparsers._group_actions[0].choices["sweep"]
     mark_launcher(sweep.add_argument("--set", action="append"), keys=("workers",))
     result = _result(tmp_path / "r.nc", {"out": str(tmp_path / "o"), "set": ["members=3", pair]})
-    assert top.parse_args(["sweep", "--config", result]).set == ["members=3"]
+    assert top.parse_args(["sweep", "--config", result, "--out", "o"]).set == ["members=3"]
     assert f"--set {json.dumps(pair)}" in capsys.readouterr().err
 
 
@@ -261,7 +262,7 @@ def test_paths_are_recorded_absolute_and_a_rerun_elsewhere_reads_the_same_inputs
     monkeypatch.chdir(b)
     (b / "caches").mkdir()
     _cache(b / "caches" / "m.nc", 2.0)  # other caches, where "caches" names them here
-    args = _parser().parse_args(["sweep", "--config", result])
+    args = _parser().parse_args(["sweep", "--config", result, "--out", "o"])
     assert args.caches == [str(a / "caches")]
 
 
@@ -294,21 +295,22 @@ def test_a_relative_path_of_a_file_that_records_no_folder_is_refused_elsewhere(t
 def test_an_input_whose_checksum_changed_is_refused_before_anything_runs(tmp_path,
                                                                         monkeypatch, capsys):
     result = _scored_in(tmp_path, monkeypatch)
-    assert _parser().parse_args(["sweep", "--config", result]).caches == \
+    assert _parser().parse_args(["sweep", "--config", result, "--out", "o"]).caches == \
         [str(tmp_path / "caches")]
     _cache(tmp_path / "caches" / "m.nc", 3.0)  # another model's cache in its place
     with pytest.raises(SystemExit) as exc:
-        _parser().parse_args(["sweep", "--config", result])
+        _parser().parse_args(["sweep", "--config", result, "--out", "o"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"was computed from {str(tmp_path / 'caches' / 'm.nc')!r} (checksum " in err
     assert "now has checksum" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "caches" / "m.nc").unlink()
     with pytest.raises(SystemExit):
-        _parser().parse_args(["sweep", "--config", result])
+        _parser().parse_args(["sweep", "--config", result, "--out", "o"])
     assert "no longer exists" in capsys.readouterr().err
     # not read by this run: its caches given on the command line
-    assert _parser().parse_args(["sweep", "--config", result, "--caches", "x"]).caches == ["x"]
+    assert _parser().parse_args(["sweep", "--config", result, "--out", "o", "--caches",
+                                 "x"]).caches == ["x"]
 
 
 def test_rerun_prints_the_command_and_needs_yes_for_one_recorded_elsewhere(tmp_path,
@@ -320,7 +322,7 @@ def test_rerun_prints_the_command_and_needs_yes_for_one_recorded_elsewhere(tmp_p
         ran.append(_parser().parse_args(argv))
         return 0
 
-    assert rerun(result, "tool", run, out="new", options=["--workers", "1"]) == 0
+    assert rerun(result, "tool", run, parser=_parser(), out="new", options=["--workers", "1"]) == 0
     err = capsys.readouterr().err
     assert f"tool rerun: running: tool sweep --config {result} --out new --workers 1" in err
     assert (ran[-1].out, ran[-1].workers) == ("new", 1)
@@ -332,9 +334,9 @@ def test_rerun_prints_the_command_and_needs_yes_for_one_recorded_elsewhere(tmp_p
         _result(result, meta["options"], caches,
                 **{k: v for k, v in meta.items() if k in ("host", "user", "cwd")})
         with pytest.raises(InputError, match="pass --yes to run it"):
-            rerun(result, "tool", run, out="new")
+            rerun(result, "tool", run, parser=_parser(), out="new")
         assert "tool rerun: running: tool sweep" in capsys.readouterr().err  # printed first
-        assert rerun(result, "tool", run, out="new", yes=True) == 0
+        assert rerun(result, "tool", run, parser=_parser(), out="new", yes=True) == 0
 
 
 def test_a_toml_written_by_a_run_records_where_it_ran(tmp_path, monkeypatch):
@@ -357,5 +359,5 @@ def test_rerun_refuses_options_smuggled_into_the_recorded_command(tmp_path):
                   attrs={RUN_CONFIG_ATTR: json.dumps(record)})
     ran = []
     with pytest.raises(InputError, match="is not a tool command"):
-        rerun(path, "tool", ran.append, out=str(tmp_path / "o"), yes=True)
+        rerun(path, "tool", ran.append, parser=_parser(), out=str(tmp_path / "o"), yes=True)
     assert ran == []

@@ -97,7 +97,7 @@ def test_standin_runs_end_to_end_resumes_and_adds_a_protocol_alone(standin, clie
     shipped = standin / "examples" / "standin.toml"
     text = shipped.read_text()
     assert all(f"[protocols.{name}]" in text for name in SCORED)
-    out = standin / "results" / "standin"
+    out = standin / "examples" / "results" / "standin"
     # the same evaluation without some protocols, beside it (same paths, same output folder)
     partial = shipped.with_name("partial.toml")
 
@@ -373,7 +373,7 @@ def test_the_imagenet_example_declares_every_set_with_its_role(tmp_path):
     assert list(ev.protocols) == list(SCORED) and ev.zoos == ("selective-paper",)
     assert f"--overlay={tmp_path / 'datasets' / 'imagenet' / 'real.json'}" in \
         ev.protocols["shift"]
-    assert ev.out == tmp_path / "results" / "imagenet"
+    assert ev.out == tmp_path / "examples" / "results" / "imagenet"
 
 
 # -- the file checked at the boundary ------------------------------------------------------------

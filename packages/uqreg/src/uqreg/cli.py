@@ -201,7 +201,9 @@ TRAIN_OPTIONS = (
     ConfigOption("members", type=int, default=None, help="ensemble members (default {default})"),
     ConfigOption("epochs", type=int, default=None, help="epochs (default 300·complexity)"),
     ConfigOption("mc_samples", type=int, default=None, help="MC passes of dropout methods (default {default})"),
-    ConfigOption("device", default=None, help="cpu, cuda or cuda:N (default {default})"),
+    # where the networks train: a launcher option, never from a file (docs/config.md)
+    ConfigOption("device", default=None, help="cpu, cuda or cuda:N (default {default})",
+                 launcher=True),
     ConfigOption("dtype", choices=DTYPES, default=None, help="float32 or float64 (default {default})"),
     ConfigOption("lr", type=float, default=None, help="Adam learning rate (default {default})"),
     ConfigOption("weight_decay", type=float, default=None, help="the recipes' L2 factor λ (default 1/N)"),
@@ -216,7 +218,7 @@ TRAIN_OPTIONS = (
     ConfigOption("chunk_networks", type=int_or_auto, default=None,
                  help="networks per chunk, or auto: measured once on the device and recorded "
                  "(default {default} on the CPU, auto on CUDA; results do not depend on it)"),
-    ConfigOption("parallel_chunks", type=int_or_auto, default=None,
+    ConfigOption("parallel_chunks", type=int_or_auto, default=None, launcher=True,
                  help="chunks trained at once (threads; CUDA streams), or auto (default: the cores on "
                  "the CPU, auto on CUDA; results do not depend on it)"),
     ConfigOption("cuda_graphs", default=None,
@@ -677,8 +679,8 @@ def cmd_rerun(a: argparse.Namespace) -> int:
     (``--config FILE``: no launcher option, no ``--overwrite``), ``--out``, ``--overwrite`` and
     the options after ``FILE`` given here overriding them
     (:func:`uqmetrics.runs.run_config.rerun`)."""
-    return rerun(a.file, "uqreg", main, out=a.out, overwrite=a.overwrite, options=a.options,
-                 yes=a.yes)
+    return rerun(a.file, "uqreg", main, parser=build_parser(lazy=True), out=a.out,
+                 overwrite=a.overwrite, options=a.options, yes=a.yes)
 
 
 def _config_files(a: argparse.Namespace, config: dict) -> list[Path]:
@@ -812,7 +814,7 @@ def _args_reproduce(p: argparse.ArgumentParser) -> None:
                    "on 2 CPU cores, smoke = seconds (no paper scale)")
     p.add_argument("--experiments", type=_experiments, default=",".join(EXPERIMENTS),
                    help=f"comma-separated among {', '.join(EXPERIMENTS)} (default all)")
-    p.add_argument("--device", default="cpu")
+    mark_launcher(p.add_argument("--device", default="cpu"))
     add_cluster_options(p)  # --scheduler, --workers, --cluster, --cluster-option, --jobs, --dashboard, ...
     p.add_argument("--chunk-repetitions", dest="chunk_repetitions", type=positive_int, default=5)
     p.add_argument("--overwrite", action="store_true",

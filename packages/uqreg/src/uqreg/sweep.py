@@ -32,6 +32,7 @@ from uqmetrics.runs.io import (
     CHECKSUM_ATTR,
     IncompleteResultError,
     exclusive_lock,
+    refuse_links,
     remove_stale_temporaries,
 )
 from uqmetrics.runs.sweep import Cell, SweepReport, cell_path, run_sweep, undone_if_refused
@@ -228,8 +229,8 @@ def sweep_config(config: StudyConfig) -> StudyConfig:
 
 def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10, scheduler: str | None = None,
                     n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
-                    progress: bool = True, client=None,
-                    log_file=None) -> tuple[xr.Dataset | None, SweepReport]:
+                    progress: bool = True, client=None, log_file=None,
+                    option: str = "--out") -> tuple[xr.Dataset | None, SweepReport]:
     """Run a study as a sweep of cells under ``out_dir/cells`` and combine them.
 
     Returns the combined, summarised dataset (None if a cell failed) and the sweep report.
@@ -248,12 +249,23 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     an unreadable or unfinished file): they are recomputed. A sweep refused before any work (a
     queue that refuses its jobs: ``ValueError``) leaves none of the folders it made, nor its log
     (:func:`uqmetrics.runs.sweep.undone_if_refused`).
+
+    A symbolic link at ``out_dir/cells``, at its lock or at the log file in ``out_dir`` is
+    refused before any work (:func:`uqmetrics.runs.io.refuse_links`, its message naming
+    ``option``, the link and where it points): an ``out_dir`` received from someone else
+    could otherwise have the cells written, and files removed, where it points.
     """
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if scheduler is None and client is None and (not is_int(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     cfg = sweep_config(config)
     cells_dir = Path(out_dir) / "cells"
+    # an --out received from someone else: a link there would have the cells written, stale
+    # temporaries removed, the lock truncated and the log appended to where it points
+    inside = ["cells", "cells/.sweep.lock"]
+    if log_file is not None and Path(log_file).parent.absolute() == Path(out_dir).absolute():
+        inside.append(Path(log_file).name)
+    refuse_links(option, out_dir, inside)
     cells = plan_cells(cfg, chunk_repetitions=chunk_repetitions, cells_dir=cells_dir)  # legacy keys found
     t0 = time.perf_counter()
     # a refusal before any work (a queue that refuses its jobs) leaves no folder it made: the

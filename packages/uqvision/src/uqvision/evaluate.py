@@ -34,9 +34,15 @@ write are never replaced without ``overwrite``.
 
 Killed at any point, a rerun resumes to the same results: every file is written whole, a
 score (and the site) is recorded as being written before its command runs (its files are
-then the evaluation's own, out of date: removed and written anew, as the first time), and a
-run holds :data:`LOCK_FILE` and first removes what writes cut short left in the output folder
+then the evaluation's own, out of date: removed and written anew, as the first time; the
+record names a mark the run made in the output folder, by its inode and change time, so that
+a state file received with a folder vouches for none of its files), and a run holds
+:data:`LOCK_FILE` and first removes what writes cut short left in the output folder
 (tests/test_evaluate_interrupted.py).
+
+The file and the output folder may come from someone else (tests/test_evaluate_received.py):
+the file's ``out`` stays inside the file's folder (``--out`` writes anywhere), and a link
+inside the output folder where the evaluation writes is refused before any work.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -175,6 +182,8 @@ class Evaluation:
         The prediction options as ``uqvision sweep`` arguments.
     figures : bool
         Draw the protocols' figures (and put them on the site).
+    out_given : str
+        How errors name the output folder: ``--out``, or the file's key that gave it.
     """
 
     source: Path
@@ -186,6 +195,7 @@ class Evaluation:
     ensembles: dict[str, tuple[str, ...]]
     predict: tuple[str, ...] = ()
     figures: bool = True
+    out_given: str = "--out"
 
     def of_role(self, role: str) -> list[EvaluationSet]:
         """The sets that play ``role``."""
@@ -331,6 +341,53 @@ def _check_out(out_dir: Path, option: str, given: Any) -> None:
         check_output_folder(option, folder, given=given)
 
 
+#: What an evaluation writes into below its output folder, besides each protocol's
+#: ``plots/NAME``: a link at any of them (or on the way) is refused before any work
+#: (:func:`_refuse_links`).
+_WRITTEN_INSIDE = ("caches", "caches/.replaced", "scores", "plots", "site", "content_hashes",
+                   LOCK_FILE)
+
+
+def _refuse_links(out_dir: Path, option: str, protocols: Sequence[str]) -> None:
+    """Refuse a symbolic link where the evaluation writes or deletes inside ``out_dir``
+    (:func:`uqmetrics.runs.io.refuse_links`: one line naming ``option``, the link and where it
+    points). An output folder may be someone else's results, received to resume or extend:
+    ``scores -> /their/results`` would have the evaluation delete and write files there."""
+    from uqmetrics.runs.io import refuse_links
+
+    from .sweep import LOG_FILE  # appended to, through a link too
+
+    refuse_links(option, out_dir, [*_WRITTEN_INSIDE, LOG_FILE,
+                                   *(f"plots/{name}" for name in protocols)])
+
+
+def _file_out(where: str, here: Path, value: str) -> Path:
+    """The output folder the file's ``out`` names (relative to the file's folder ``here``).
+
+    A file is data, possibly from another user: the folder it names must lie inside its own
+    folder, so that running it writes nowhere the user did not choose. ``--out`` on the
+    command line is the user's choice, and is not checked so.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        An absolute path, a ``..`` part, or a path that leads out of ``here`` through a link:
+        one line naming the file, the key and the value.
+    """
+    said = f"{where}: key 'out' = {_shown(value)}"
+    advice = (f"an output folder named by the file must be a relative path without '..', "
+              f"inside the file's folder {str(here)!r}; to write elsewhere, pass --out on "
+              "the command line")
+    if os.path.isabs(value) or ".." in PurePosixPath(value).parts:
+        raise InputError(f"{said}: {advice}")
+    out_dir = Path(os.path.abspath(here / value))
+    real = Path(os.path.realpath(out_dir))
+    if real != here and here not in real.parents:
+        raise InputError(f"{said}: {str(out_dir)!r} leads to {str(real)!r} through a link; "
+                         f"{advice}")
+    return out_dir
+
+
 def _strings(value: Any, said: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
@@ -396,10 +453,11 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
     ----------
     path : path-like
         The file. Its relative paths start from its ``root`` (itself relative to the file's
-        folder; default the file's folder), its ``out`` from the file's folder.
+        folder; default the file's folder), its ``out`` from the file's folder, inside which
+        it must stay (a relative path without ``..``, through no link that leads out).
     out : path-like, optional
         The output folder instead of the file's ``out`` (``--out``; relative to the working
-        folder).
+        folder; anywhere).
 
     Returns
     -------
@@ -416,8 +474,12 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         (a set's, a model's ``FILE``, the ``[predict]`` ``weights-dir`` folder); an unknown
         model name (or a wildcard that matches none); a prediction option the mode does not use
         (``passes`` with ``mode`` plain); an output folder that could not be written (naming
-        ``--out`` where it was given); an unknown protocol (or one that does not score); an
-        ensemble of fewer than two members. One line, naming the file, the key and the value.
+        ``--out`` where it was given); an ``out`` key that leaves the file's folder (absolute,
+        ``..``, or through a link); a symbolic link inside the output folder where the
+        evaluation writes (``caches``, ``scores``, ``plots``, ``plots/NAME``, ``site``, ...:
+        :func:`uqmetrics.runs.io.refuse_links`); an unknown protocol (or one that does not
+        score); an ensemble of fewer than two members. One line, naming the file, the key
+        and the value.
     """
     from .models import ModelSpec
     from .predict.options import predict_config
@@ -449,11 +511,11 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
     if out is not None:
         out_dir = Path(os.path.abspath(out))
     elif "out" in data:
-        out_dir = Path(os.path.abspath(here / data["out"]))
+        out_dir = _file_out(where, here, data["out"])
     else:
         raise InputError(f"{where}: no key 'out' (the output folder): give it, or --out")
-    _check_out(out_dir, *(("--out", out) if out is not None else
-                          (f"{where}: key 'out' =", data["out"])))
+    out_given = "--out" if out is not None else f"{where}: key 'out' ="
+    _check_out(out_dir, out_given, out if out is not None else data["out"])
     if not isinstance(data.get("figures", True), bool):
         raise InputError(f"{where}: key 'figures' = {_shown(data['figures'])}: expected true "
                          "or false")
@@ -546,8 +608,9 @@ def read_evaluation(path: str | os.PathLike, *, out: str | os.PathLike | None = 
         raise InputError(f"{where}: [predict]: key {key!r} = {_shown(value)}: "
                          f"{os.path.join(root, weights_dir)!r} is not a folder (a relative "
                          "path starts from root)")
+    _refuse_links(out_dir, out_given, list(protocols))
     return Evaluation(source, out_dir, models, zoos, tuple(sets), protocols, ensembles,
-                      tuple(predict), bool(data.get("figures", True)))
+                      tuple(predict), bool(data.get("figures", True)), out_given)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1062,19 +1125,30 @@ class EvaluationReport:
 
 def _foreign_outputs(plan: EvaluationPlan) -> None:
     """Refuse, before any work, a score file or a site in the output folder that this
-    evaluation did not write (unless ``overwrite``)."""
+    evaluation did not write (unless ``overwrite``). A score file is this evaluation's when
+    :data:`STATE_FILE` records its size and modification time, or records it as being written
+    by a run cut short that left its mark here (:func:`_marked`): a record saying only that it
+    is being written (``"file": null``) is not enough, since a state file may come with a
+    folder received from someone else."""
     if plan.overwrite:
         return
     mine = plan.state.get("scores", {})
     for s in plan.scores:
         done = mine.get(s.protocol)
-        for path in _score_files(s):
-            if path.exists() and not isinstance(done, dict):
-                raise InputError(f"{str(path)!r} exists and was not written by this "
-                                 f"evaluation (no record in {STATE_FILE}): pass --overwrite to "
-                                 "replace it, or give another --out")
-        if isinstance(done, dict) and done.get("file") is not None and s.path.exists() \
-                and done["file"] != _stat(s.path):  # (None: being written when cut short)
+        there = [p for p in _score_files(s) if os.path.lexists(p)]
+        if not there:
+            continue
+        if not isinstance(done, dict):
+            raise InputError(f"{str(there[0])!r} exists and was not written by this "
+                             f"evaluation (no record in {STATE_FILE}): pass --overwrite to "
+                             "replace it, or give another --out")
+        if done.get("file") is None and not _marked(plan.out, done):
+            raise InputError(f"{str(there[0])!r} exists, and {STATE_FILE} records it as being "
+                             "written, but by no run of this evaluation here (the mark such a "
+                             "run leaves in the output folder is not there): it may be someone "
+                             "else's; pass --overwrite to replace it, or give another --out")
+        if done.get("file") is not None and s.path.exists() \
+                and done["file"] != _stat(s.path):
             raise InputError(f"{str(s.path)!r} changed since this evaluation wrote it: pass "
                              "--overwrite to replace it, or give another --out")
     site = plan.out / "site"
@@ -1104,6 +1178,7 @@ def dry_run_lines(plan: EvaluationPlan, *, n_workers: int = 2) -> list[str]:
 
     ev = plan.evaluation
     _check_scores(plan)  # refused as the run would be
+    _refuse_links(plan.out, ev.out_given, [s.protocol for s in plan.scores])
     _foreign_outputs(plan)
     lines = plan.lines()
     dry = dry_run_sweep(list(ev.models), plan.data, plan.caches, plan.config,
@@ -1176,10 +1251,13 @@ def run_evaluation(plan: EvaluationPlan, *, command: Callable[[list[str]], int],
     from uqmetrics.runs.io import exclusive_lock
 
     _check_scores(plan)  # before any sweep: a score that would refuse its options after it
+    # again (read_evaluation checked them): a plan made otherwise, a link made since
+    _refuse_links(plan.out, plan.evaluation.out_given, [s.protocol for s in plan.scores])
     _foreign_outputs(plan)
     with exclusive_lock(plan.out / LOCK_FILE,
                         advice="wait for that evaluation to finish, or give another --out"):
-        _remove_orphans(plan.out)  # no other evaluation writes here: a cut write's leftovers
+        _remove_orphans(plan.out, plan.state)  # no other evaluation writes here: a cut
+        # write's leftovers
         return _run(plan, command, log, scheduler=scheduler, n_workers=n_workers,
                     threads=threads, client=client)
 
@@ -1268,13 +1346,17 @@ def _score(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
         inputs = _inputs(caches, plan, s.protocol)
         argv = ["score", s.protocol, "--caches", *(str(plan.caches / n) for n in inputs),
                 *s.argv]
-        # recorded first, as being written (no file): a run cut short before the record of
-        # what it wrote leaves files that are this evaluation's, and out of date
+        # its own, out of date (_foreign_outputs refused any other): removed, and written
+        # anew as the first time (not --overwrite, which the score file records); a link
+        # is removed, not what it points to, and scores/ is no link (_refuse_links)
+        for path in _score_files(s):
+            path.unlink(missing_ok=True)
+        # then recorded as being written (no file), naming a mark made here: what a run cut
+        # short leaves is then this evaluation's, and out of date (_marked)
         state["scores"][s.protocol] = {"argv": s.argv, "inputs": inputs, "file": None,
-                                       "figures": None}
+                                       "figures": None,
+                                       "writing": _mark_writing(plan.out, s.protocol)}
         _write_state(plan.out, state)
-        for path in _score_files(s):  # its own, out of date: written anew, as the first time
-            path.unlink(missing_ok=True)  # (not --overwrite, which the score file records)
         status = main(argv)
         if status != 0:
             log(f"uqvision evaluate: 'uqvision score {s.protocol}' stopped (exit status "
@@ -1283,8 +1365,63 @@ def _score(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any]
         state["scores"][s.protocol] = {"argv": s.argv, "inputs": inputs,
                                        "file": _stat(s.path), "figures": None}
         _write_state(plan.out, state)
+        _remove_marks(plan.out, state)  # its own, and one a run cut short left
         report.scored.append(s.protocol)
     return 0
+
+
+#: The name of the mark of a score being written (:func:`_mark_writing`), in the output
+#: folder (beside ``scores/``, whose files it does not add to).
+_MARK = re.compile(r"^\.[^/]+\.writing\.[0-9a-f]{32}\Z")
+
+
+def _mark_writing(out: Path, protocol: str) -> dict[str, Any]:
+    """Make an empty file in the output folder ``out`` before a score is recorded as being
+    written, and return what the record keeps of it: its name and identity (inode number and
+    change time, in nanoseconds), which the file system gives and which no one can write into
+    a folder in advance."""
+    out.mkdir(parents=True, exist_ok=True)
+    name = f".{protocol}.writing.{uuid.uuid4().hex}"
+    fd = os.open(out / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return {"name": name, "id": [st.st_ino, st.st_ctime_ns]}
+
+
+def _remove_marks(out: Path, state: Mapping[str, Any]) -> None:
+    """Remove the marks in the output folder ``out`` (:func:`_mark_writing`) that no
+    being-written record of ``state`` names: the score they marked was recorded since, or
+    replaced."""
+    records = state.get("scores", {})
+    named = {r["writing"].get("name") for r in
+             (records.values() if isinstance(records, Mapping) else ())
+             if isinstance(r, Mapping) and isinstance(r.get("writing"), Mapping)}
+    for entry in (out.iterdir() if out.is_dir() else ()):
+        if _MARK.match(entry.name) and entry.name not in named and entry.is_file() \
+                and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
+
+
+def _marked(out: Path, record: Mapping[str, Any]) -> bool:
+    """Whether a score's being-written record (``"file": null``) was written by a run of this
+    evaluation on this file system: the mark it names is in the output folder ``out``, with
+    the identity it records. A state file is data: one received with the folder (someone
+    else's, or made to look cut short) names no mark that is there with that identity, so the
+    files it says are being written are not taken for this evaluation's."""
+    import stat
+
+    mark = record.get("writing")
+    if not isinstance(mark, Mapping) or not isinstance(mark.get("name"), str) \
+            or not _MARK.match(mark["name"]):
+        return False
+    try:
+        st = os.lstat(out / mark["name"])
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and mark.get("id") == [st.st_ino, st.st_ctime_ns]
 
 
 def _draw(plan: EvaluationPlan, report: EvaluationReport, state: dict[str, Any],
@@ -1335,20 +1472,24 @@ def _site_record(plan: EvaluationPlan, state: Mapping[str, Any]) -> dict[str, An
 _FOLDER_COPY = re.compile(r"^\.site\.[0-9a-f]{32}\.(tmp|old)\Z")
 
 
-def _remove_orphans(out: Path) -> None:
+def _remove_orphans(out: Path, state: Mapping[str, Any]) -> None:
     """Remove what writes cut short (a kill, a crash) left in the output folder: the temporary
     files of the score files, their tables, the figures and the state
-    (:func:`uqmetrics.runs.io.remove_stale_temporaries`), and the site's temporary and
-    replaced copies. The caches' are the sweep's to remove (under its own lock). Call it
-    holding :data:`LOCK_FILE`."""
+    (:func:`uqmetrics.runs.io.remove_stale_temporaries`), the marks of scores written
+    (:func:`_mark_writing`) that no record of ``state`` names (a kill between a score's
+    record and its mark's removal), and the site's temporary and replaced copies. The caches'
+    are the sweep's to remove (under its own lock). Nothing is reached through a link. Call
+    it holding :data:`LOCK_FILE`."""
     import shutil
 
     from uqmetrics.runs.io import remove_stale_temporaries
 
     plots = out / "plots"
     for folder in (out, out / "scores", plots,
-                   *(p for p in (plots.iterdir() if plots.is_dir() else ()) if p.is_dir())):
+                   *(p for p in (plots.iterdir() if plots.is_dir() else ())
+                     if p.is_dir() and not p.is_symlink())):
         remove_stale_temporaries(folder)
+    _remove_marks(out, state)
     for entry in out.iterdir() if out.is_dir() else ():
         if _FOLDER_COPY.match(entry.name) and entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)

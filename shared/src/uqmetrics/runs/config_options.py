@@ -13,12 +13,13 @@ options given override them, the others leave them alone
 line.
 
 A *launcher option* says where and how a command's work runs, not what it computes: a cluster
-and its job script, a scheduler to connect to, a dashboard, worker and thread counts. Such an
-option is marked where it is defined (:func:`mark_launcher`, which
-:func:`uqmetrics.runs.sweep.add_cluster_options` applies to all of its own;
-``ConfigOption(..., launcher=True)``), and :func:`is_launcher` is the one test of it: a result
-file never gives one to a run (:mod:`uqmetrics.runs.run_config`), so that a file received from
-someone else cannot start a job or connect anywhere.
+and its job script, a scheduler to connect to, a dashboard, the device (``cpu`` or ``cuda``),
+the processes and threads it starts (worker and thread counts). Such an option is marked where
+it is defined (:func:`mark_launcher`, which :func:`uqmetrics.runs.sweep.add_cluster_options`
+applies to all of its own; ``ConfigOption(..., launcher=True)``), and :func:`is_launcher` is the
+one test of it: a file, a result or a TOML configuration, never gives one to a run
+(:mod:`uqmetrics.runs.run_config`), so that a file received from someone else cannot start a
+job, connect anywhere, or choose how many processes and threads run and on which device.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class ConfigOption:
         A ``bool`` field's flag also has its ``--no-`` form (``--channels-last`` and
         ``--no-channels-last``; ``argparse.BooleanOptionalAction``).
     launcher : bool
-        A launcher option (:func:`mark_launcher`): how the work runs (e.g. a worker count),
-        never taken from a result file.
+        A launcher option (:func:`mark_launcher`): where and how the work runs (e.g. a worker
+        count, the device), never taken from a file.
     """
 
     field: str
@@ -160,9 +161,9 @@ def mark_launcher(*actions: argparse.Action | argparse._ArgumentGroup,
                   keys: Sequence[str] | None = None) -> None:
     """Mark options (argparse actions, or every action of an argument group) as launcher
     options: where and how the work runs (a cluster, a queue's job script or interpreter, a
-    scheduler, a dashboard, worker and thread counts), not what is computed.
-    :mod:`uqmetrics.runs.run_config` never takes them from a result file (``rerun``, ``--config
-    FILE.nc``); the command line and a TOML configuration may give them.
+    scheduler, a dashboard, the device, worker and thread counts), not what is computed.
+    :mod:`uqmetrics.runs.run_config` never takes them from a file (``rerun``, ``--config
+    FILE.nc``, ``--config FILE.toml``): only the command line gives them.
 
     Examples
     --------

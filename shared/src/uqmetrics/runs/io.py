@@ -549,6 +549,63 @@ def check_writable(folder: str | os.PathLike) -> None:
         raise PermissionError(errno.EACCES, "is not writable (permission denied)", str(probe))
 
 
+def refuse_links(option: str, root: str | os.PathLike, names: Sequence[str]) -> None:
+    """Refuse, before any work, a symbolic link where a command writes or deletes inside its
+    output folder ``root``: at any of ``names`` or on the way to it.
+
+    An output folder may be one received from someone else (a copy of their results to add to
+    or resume), and a link in it, ``scores -> /elsewhere``, would make the command's writes and
+    deletions land where the link points, outside the folder the user named. ``root`` itself
+    is the user's choice and may be a link; what lies inside it may not.
+
+    Parameters
+    ----------
+    option : str
+        How the message names ``root`` (``"--out"``, or the file and key that named it).
+    root : str or path-like
+        The output folder; it need not exist.
+    names : sequence of str
+        What the command creates in ``root`` and writes into, as relative POSIX paths: its
+        subfolders (``"caches"``, ``"plots/selective"``) and the files it opens in place
+        (a lock, an appended log). Something missing is passed over (the command makes a
+        folder there).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        One line naming ``option``, ``root``, the link and where it points.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "elsewhere").mkdir()
+    ...     (Path(d) / "out").mkdir()
+    ...     (Path(d) / "out" / "scores").symlink_to(Path(d) / "elsewhere")
+    ...     refuse_links("--out", Path(d) / "out", ["caches"])  # missing: fine
+    ...     try:
+    ...         refuse_links("--out", Path(d) / "out", ["caches", "scores"])
+    ...     except ValueError as exc:
+    ...         print(str(exc).replace(d, "D"))
+    --out 'D/out': 'D/out/scores' is a link to 'D/elsewhere': a command writes and deletes only inside its output folder, never where a link there points; make it a folder of its own, or choose another output folder
+    """
+    from ..metrics.exceptions import InputError
+
+    root = Path(root)
+    for name in names:
+        at = root
+        for part in PurePosixPath(name).parts:
+            at = at / part
+            if at.is_symlink():
+                raise InputError(
+                    f"{option} {str(root)!r}: {str(at)!r} is a link to "
+                    f"{os.path.realpath(at)!r}: a command writes and deletes only inside its "
+                    "output folder, never where a link there points; make it a folder of "
+                    "its own, or choose another output folder")
+            if not at.is_dir():  # missing, or a file: nothing below it to follow
+                break
+
+
 @contextmanager
 def temporary_beside(path: Path):
     """Yield a fresh temporary path in ``path``'s directory (created if needed) for an atomic
@@ -699,6 +756,9 @@ def exclusive_lock(path: str | os.PathLike, *, advice: str = "wait for it to fin
         (a :class:`BlockingIOError`, ``errno`` ``EAGAIN``) another process holds it: its
         ``filename`` is ``path`` and its ``strerror`` names the holder and ends with
         ``advice``.
+    uqmetrics.InputError
+        ``path`` is a symbolic link (the lock is written: through a link it would truncate
+        the file the link points to).
 
     Examples
     --------
@@ -717,7 +777,16 @@ def exclusive_lock(path: str | os.PathLike, *, advice: str = "wait for it to fin
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the lock file is truncated and written (its holder)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not path.is_symlink():
+                raise
+            from ..metrics.exceptions import InputError
+
+            raise InputError(f"{str(path)!r} is a link to {os.path.realpath(path)!r}: a "
+                             "lock file is never opened through a link (it is written); "
+                             "remove the link") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -1352,13 +1421,21 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
         of :data:`READ_ERRORS` from netCDF or xarray) or lacks ``complete = 1``: a partial or
         foreign file, to be recomputed.
     CorruptResultError
-        (an :class:`IncompleteResultError`) if its data do not match the recorded checksums;
-        the message names the variables.
+        (an :class:`IncompleteResultError`) if its data do not match the recorded checksums,
+        or a variable to load is not in its record of them (checked before anything is
+        loaded); the message names the variables.
 
     Notes
     -----
     Verifying costs one hash of the values read (BLAKE2b): a 100 MB float32 dataset read in
     0.30 s instead of 0.25 s on a loaded 2-core machine.
+
+    A file is data, possibly from someone else: before anything is loaded, the data its
+    variables declare (their shapes and types) must take at most 1000 times its size on disk
+    plus 1 GiB (compressed data can take far more than their file, but not that much), else
+    :class:`IncompleteResultError`, naming the file and both sizes. A few kilobytes declaring
+    gigabytes (a compressed variable never written takes no room) would otherwise fill the
+    memory before the checksums could refuse it.
     """
     path = Path(path)
     if isinstance(variables, str):  # its letters would be read as the names
@@ -1367,6 +1444,7 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
     if not path.is_file():
         raise FileNotFoundError(f"result file {path} does not exist")
     missing: list[str] = []
+    refused: IncompleteResultError | None = None
     try:
         with open_netcdf(path) as src:
             names = [str(n) for n in src.data_vars]
@@ -1375,12 +1453,16 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
                 if not missing:
                     src = src[list(variables)]
             if not missing:
+                refused = _refuse_declared(src, path, verify=verify)
+            if not (missing or refused):
                 ds = src.load()
     except READ_ERRORS as exc:
         detail = f"could not be read (partial or corrupt file?): {' '.join(str(exc).split())}"
         raise IncompleteResultError(f"{path} {detail}", path=path, detail=detail) from exc
     if missing:
         raise KeyError(f"{path} has no variables {missing}; it has {sorted(names)}")
+    if refused is not None:
+        raise refused
     flag = ds.attrs.get(COMPLETE_ATTR)
     if flag is None or np.ndim(flag) != 0 or decode_attr(flag) != 1:  # not one value: edited
         detail = (f"lacks the completeness flag {COMPLETE_ATTR} = 1: it was not written by "
@@ -1393,6 +1475,50 @@ def read_dataset(path: str | os.PathLike, *, decode_attrs: bool = False,
         for var in ds.variables.values():
             var.attrs = _decoded(var.attrs)
     return ds
+
+
+#: :func:`read_dataset` loads a file only when the data its variables declare take at most
+#: this many times its size on disk, plus :data:`_DECLARED_SLACK`: compression can make a
+#: file far smaller than its data (a constant array, zeros), so the bound is generous, but
+#: a file of a few kilobytes declaring gigabytes (an unwritten, compressed variable takes no
+#: room on disk) is refused before it fills the memory.
+_DECLARED_PER_BYTE = 1000
+#: What any file may declare besides :data:`_DECLARED_PER_BYTE` times its size (1 GiB).
+_DECLARED_SLACK = 1 << 30
+
+
+def _refuse_declared(src: xr.Dataset, path: Path, *, verify: bool
+                     ) -> IncompleteResultError | None:
+    """The refusal of a file opened lazily (``src``, the variables to load) that should not be
+    loaded, or None: data declared beyond the bound of :data:`_DECLARED_PER_BYTE` (their
+    shapes and types, nothing read), or, where its checksums are to be verified, a variable
+    its record of them (:data:`CHECKSUM_ATTR`) does not list (added after it was written: it
+    would fail the check once loaded)."""
+    declared = sum(int(np.prod(v.shape, dtype=np.float64)) * v.dtype.itemsize
+                   for v in src.variables.values())
+    on_disk = path.stat().st_size
+    if declared > _DECLARED_PER_BYTE * on_disk + _DECLARED_SLACK:
+        detail = (f"declares {_size(declared)} of data in a file of {_size(on_disk)} (more than "
+                  f"{_DECLARED_PER_BYTE} times its size plus {_size(_DECLARED_SLACK)}): not "
+                  "read; not a file write_dataset wrote, or damaged")
+        return IncompleteResultError(f"{path} {detail}", path=path, detail=detail)
+    if not verify or CHECKSUM_ATTR not in src.attrs:
+        return None
+    try:
+        digests = json.loads(src.attrs[CHECKSUM_ATTR])["variables"]
+        recorded = set(digests) if isinstance(digests, dict) else None
+    except (TypeError, ValueError, KeyError, RecursionError):
+        recorded = None  # a damaged record: refused by _verify_checksums, naming it
+    unlisted = [str(n) for n in src.variables if recorded is not None and str(n) not in recorded]
+    if not unlisted:
+        return None
+    shown = ", ".join(repr(n) for n in unlisted[:5]) + (" ..." if len(unlisted) > 5 else "")
+    detail = (f"{'variable' if len(unlisted) == 1 else 'variables'} {shown} "
+              f"{'is' if len(unlisted) == 1 else 'are'} not in its record of checksums "
+              f"({CHECKSUM_ATTR}): added after the file was written (corrupt); not read")
+    return CorruptResultError(f"{path}: {detail}; recompute it: delete the file, or rerun the "
+                              "command that wrote it with --overwrite", path=path,
+                              detail=detail)
 
 
 def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:

@@ -37,11 +37,20 @@ else wrote (or edited, its recorded ``host`` and ``user`` included) from one's o
 read back from either with these differences from the command line:
 
 - *launcher options* (:func:`uqmetrics.runs.config_options.is_launcher`: a cluster, its options,
-  config and job count, a scheduler, a dashboard, worker and thread counts) are never taken
-  from a file: the user gives them on the command line (where ``--cluster-config FILE`` names a
-  dask configuration of their own); ``--config`` names, in one line on stderr, those a file
-  gave and that were not taken;
+  config and job count, a scheduler, a dashboard, worker and thread counts, the device) are
+  never taken from a file: the user gives them on the command line (where ``--cluster-config
+  FILE`` names a dask configuration of their own); ``--config`` names, in one line on stderr,
+  those a file gave and that were not taken;
 - ``overwrite`` is never taken from any file: only the command line replaces results;
+- an output path (``out``, :data:`_OUTPUT_KEYS`) is taken from a file only relative, without
+  ``..``, and resolves in the folder the command runs in; any other is refused, in one line
+  naming the file, the key and the value, unless the command line gives the option (an option
+  the command line must give stays so, unless the file gives an acceptable value). So a
+  ``--config`` file written by a command (its ``out`` absolute) is run again with ``--out``,
+  and :func:`rerun` always gives ``--out``: the user's, or with ``overwrite`` the recorded one
+  where it is the result file or a folder that holds it;
+- a recorded command that cannot be rerun (not one that reads ``--config``: ``rerun`` itself)
+  is refused before a command line is built;
 - the run records where it ran (``host``, ``user``, ``cwd``) and its path options absolute (a
   relative path that names an existing file or folder, and ``out``); a relative path a result
   file still holds is resolved against its recorded ``cwd``, and one that would name something
@@ -150,8 +159,10 @@ _PART_OF = "part_of"
 #: The suffix of the files a command's ``--out`` names when that command writes one file
 #: (a score file); any other ``--out`` is a folder (:func:`rerun_argv`).
 _FILE_SUFFIX = ".nc"
-#: Options that are paths whatever their value (the others: when they name an existing path).
-_PATH_KEYS = ("out",)
+#: The options that name where a command writes its results: paths whatever their value (the
+#: others: when they name an existing path), recorded absolute; from a file, only a relative
+#: path without ``..`` is taken (:func:`_outside`), resolved in the folder the command runs in.
+_OUTPUT_KEYS = ("out",)
 #: An option no file gives: only the command line replaces results.
 _LINE_ONLY = ("overwrite",)
 
@@ -178,9 +189,11 @@ class _Options:
 @dataclass(frozen=True)
 class _Layer:
     """The values of a ``--config`` file, converted (``{dest: value}``), and where they came
-    from: ``left``, what a file gave that was not taken (``(dest, "--key value")`` each); for a
-    result file, ``paths`` (``{dest: (key, value as read)}``) and the inputs it records
-    (``{path: checksum}``), checked by :func:`finish_parse` against the options it gives."""
+    from: ``left``, what a file gave that was not taken (``(dest, "--key value")`` each);
+    ``refused``, the output paths it gave that are not taken (``{dest: why}``, one line each,
+    :func:`_outside`), an error unless the command line gives the option; for a result file,
+    ``paths`` (``{dest: (key, value as read)}``) and the inputs it records (``{path:
+    checksum}``), checked by :func:`finish_parse` against the options it gives."""
 
     values: dict[str, Any]
     source: str
@@ -190,6 +203,7 @@ class _Layer:
     paths: dict[str, tuple[str, Any]] | None = None
     cwd: str | None = None
     inputs: dict[str, str] | None = None
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def _option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -221,7 +235,12 @@ class _ConfigFile(argparse.Action):
     """``--config FILE``: read ``FILE`` (:func:`read_config`), convert each value with its
     option's type and choices, and keep them for :func:`finish_parse`; the options the file
     gives are no longer required on the command line. Any problem is the parser's one-line
-    error (exit code 2) naming the file, the key and the value."""
+    error (exit code 2) naming the file, the key and the value.
+
+    An output path the file gives and that is not taken (:func:`_outside`) leaves its option
+    required all the same: :func:`finish_parse` refuses the run unless the command line gives
+    it, in a line naming the file, the key and the value (rather than argparse's "required"
+    line, which names no file)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         try:
@@ -229,7 +248,7 @@ class _ConfigFile(argparse.Action):
         except InputError as exc:
             parser.error(f"argument {option_string}: {exc}")
         for action in parser._actions:
-            if action.dest in layer.values:
+            if action.dest in layer.values or action.dest in layer.refused:
                 action.required = False
         setattr(namespace, _LAYER, layer)
 
@@ -258,6 +277,9 @@ def finish_parse(parser: argparse.ArgumentParser, namespace: argparse.Namespace,
     actions = _option_actions(parser)
     if layer is not None:
         given = _given_on_line(parser, actions, namespace, arg_strings or ())
+        for dest, why in layer.refused.items():
+            if dest not in given:
+                parser.error(f"argument --config: {why}")
         taken = {dest: value for dest, value in layer.values.items() if dest not in given}
         if layer.result:
             try:
@@ -338,7 +360,7 @@ def _check_result(layer: _Layer, given: set[str]) -> None:
             continue
         for text in _strings(value):
             if not os.path.isabs(text):
-                if os.path.lexists(text) and key not in _PATH_KEYS:
+                if os.path.lexists(text) and key not in _OUTPUT_KEYS:
                     where = (f"relative to {layer.cwd!r}, where it names nothing"
                              if layer.cwd else "relative to a folder the file does not record")
                     raise InputError(
@@ -509,7 +531,10 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     option's action (type, choices, nargs) as the command line's would be; ``None`` (a JSON
     null: not set) leaves the option at its default. ``overwrite`` and launcher options are
     never taken; from a result file (``.nc``) a relative path is resolved against the folder
-    the run records (``cwd``), where it names something there.
+    the run records (``cwd``), where it names something there. An output path
+    (:data:`_OUTPUT_KEYS`) is taken only relative, without ``..`` (:func:`_outside`), and is
+    resolved in the folder the command runs in, never against the recorded ``cwd``: what the
+    file gives otherwise is kept in ``refused``, for :func:`finish_parse`.
 
     Raises
     ------
@@ -528,6 +553,7 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
     keys: dict[str, str] = {}
     paths: dict[str, tuple[str, Any]] = {}
     left: list[tuple[str, str]] = []
+    refused: dict[str, str] = {}
     seen: dict[str, str] = {}
     for key, value in data.get("options", {}).items():
         name = _key(str(key))
@@ -553,13 +579,20 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
             value = [v for v in value if v not in dropped] or None
             if value is None:
                 continue
-        if cwd is not None and _may_be_path(action):
+        if cwd is not None and _may_be_path(action) and name not in _OUTPUT_KEYS:
             value = _anchored(value, cwd, name)
         try:
             converted = _value(action, value)
         except (TypeError, ValueError, ArithmeticError, argparse.ArgumentTypeError) as exc:
             raise InputError(f"{source!r}: key {key!r} = {_shown(value)}: "
                              f"{' '.join(str(exc).split())}") from None
+        why = _outside(converted) if name in _OUTPUT_KEYS else None
+        if why is not None:
+            refused[action.dest] = (
+                f"{source!r}: key {key!r} = {_shown(value)} is {why}: a file names where "
+                "results are written only as a path relative to the folder the command runs "
+                f"in, without '..'; give --{name} on the command line, which is taken")
+            continue
         if name in _LINE_ONLY:
             if converted != action.default:
                 left.append((action.dest, f"--{name}" if converted is True
@@ -569,18 +602,33 @@ def _layer(parser: argparse.ArgumentParser, path: str | os.PathLike) -> _Layer:
         keys[action.dest] = str(key)
         if result and _may_be_path(action):
             paths[action.dest] = (name, value)
-    return _Layer(values, source, keys, tuple(left), result, paths, cwd, inputs)
+    return _Layer(values, source, keys, tuple(left), result, paths, cwd, inputs, refused)
+
+
+def _outside(path: str) -> str | None:
+    """Why an output path a file gives is not taken (None: it is): an absolute path, one that
+    starts with ``~`` (a home folder, once expanded), or one with a ``..`` part, any of which
+    may name a place outside the folder the command runs in (a configuration file received
+    from someone else would choose where results are written: another user's
+    ``~/.config/autostart``)."""
+    if os.path.isabs(path):
+        return "an absolute path"
+    if path.startswith("~"):
+        return "a path in a home folder"
+    if ".." in Path(path).parts:
+        return "a path with '..'"
+    return None
 
 
 def _anchored(value: Any, base: str, key: str) -> Any:
     """``value`` (as a file holds it) with each relative path made absolute against the folder
     ``base``: a string that names an existing path there (or any, for an option of
-    :data:`_PATH_KEYS`), or the PATH of ``NAME=PATH`` that does; a list item by item."""
+    :data:`_OUTPUT_KEYS`), or the PATH of ``NAME=PATH`` that does; a list item by item."""
     if isinstance(value, list):
         return [_anchored(v, base, key) for v in value]
     if not isinstance(value, str) or not value or os.path.isabs(value):
         return value
-    if key in _PATH_KEYS or os.path.lexists(os.path.join(base, value)):
+    if key in _OUTPUT_KEYS or os.path.lexists(os.path.join(base, value)):
         return os.path.normpath(os.path.join(base, value))
     name, eq, path = value.rpartition("=")
     if eq and name and path and not os.path.isabs(path) \
@@ -866,23 +914,29 @@ def _check_out_kind(out: str, config: Mapping[str, Any]) -> None:
 
 
 def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
-               overwrite: bool = False, options: Sequence[str] = (),
-               whole: bool = False) -> list[str]:
+               overwrite: bool = False, options: Sequence[str] = (), whole: bool = False,
+               parser: argparse.ArgumentParser | None = None) -> list[str]:
     """The command line (after ``tool``) that runs again the command a result file records:
-    ``<command> --config RESULT [--out OUT] [--overwrite] [OPTIONS...]``.
+    ``<command> --config RESULT --out OUT [--overwrite] [OPTIONS...]``.
 
     Without ``out`` the run writes where the recorded one did, which is refused unless
-    ``overwrite``; ``out`` is of the recorded ``--out``'s kind, a file (``.nc``) or a folder.
-    ``options``: further options of the command, given by the user (launcher options among
-    them: a result file gives none). ``whole``: the larger command the result was made by as a
-    part, when it records one (``uqvision sweep``, which wrote a score file: ``uqvision rerun
-    --with-sweep``), instead of the command that makes that result alone.
+    ``overwrite``, and unless that recorded ``--out`` is the result file itself or a folder
+    that holds it (:func:`_recorded_out`); it is then given on the command line, since a
+    file never gives an absolute ``--out`` (:func:`_outside`). ``out`` is of the recorded
+    ``--out``'s kind, a file (``.nc``) or a folder. ``options``: further options of the
+    command, given by the user (launcher options among them: a result file gives none).
+    ``whole``: the larger command the result was made by as a part, when it records one
+    (``uqvision sweep``, which wrote a score file: ``uqvision rerun --with-sweep``), instead of
+    the command that makes that result alone. ``parser``: the tool's parser (lazy or
+    complete; :func:`rerun` always gives it), of which the recorded command must be a command
+    that reads ``--config``.
 
     Raises
     ------
     InputError
-        The file records no run, or a run of another tool; ``whole`` for a file that records
-        no larger command; an ``out`` of the other kind.
+        The file records no run, or a run of another tool, or a command that cannot be rerun
+        (not one of ``parser``'s commands with ``--config``: ``rerun`` itself, ``plot``);
+        ``whole`` for a file that records no larger command; an ``out`` of the other kind.
     """
     config = _rerun_record(result, whole)
     command = str(config.get("command", "")).split()
@@ -894,22 +948,57 @@ def rerun_argv(result: str | os.PathLike, tool: str, *, out: str | None = None,
         # (``uqvision sweep --cluster ...``) would bypass what a result file may give
         raise InputError(f"{str(result)!r}: its recorded command {' '.join(command)!r} is not "
                          f"a {tool} command (the tool and its sub-command names only)")
+    if parser is not None and not _reads_config(parser, command[1:]):
+        # ``tool rerun`` would read the file again and run itself until the stack ran out
+        raise InputError(f"{str(result)!r}: its recorded command {' '.join(command)!r} cannot "
+                         f"be rerun: it is not a {tool} command that reads --config")
     if out is None and not overwrite:
         recorded = config["options"].get("out")
         raise InputError(f"re-running {str(result)!r} would write where its run did "
                          f"({recorded!r}); pass --out OTHER, or --overwrite to replace it")
-    argv = [*command[1:], "--config", os.fspath(result)]
-    if out is not None:
-        _check_out_kind(out, config)
-        argv += ["--out", out]
+    if out is None:
+        out = _recorded_out(result, config)
+    _check_out_kind(out, config)
+    argv = [*command[1:], "--config", os.fspath(result), "--out", out]
     if overwrite and "overwrite" in config["options"]:
         argv.append("--overwrite")
     return [*argv, *options]
 
 
+def _reads_config(parser: argparse.ArgumentParser, words: Sequence[str]) -> bool:
+    """Whether ``words`` (sub-command names) name a command of ``parser`` that has
+    ``--config``. A lazy sub-command (:class:`uqmetrics.runs.lazy.LazySubParsers`) gets its
+    options here, as parsing it would add them: only the commands named are built."""
+    for word in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = subs[0].choices.get(word) if subs else None
+        if chosen is None:
+            return False
+        build = getattr(subs[0], "pending", {}).pop(chosen, None)
+        if build is not None:
+            build(chosen)
+        parser = chosen
+    return any(isinstance(a, _ConfigFile) for a in parser._actions)
+
+
+def _recorded_out(result: str | os.PathLike, config: Mapping[str, Any]) -> str:
+    """The ``--out`` a run recorded, for a rerun with ``--overwrite`` and no ``--out``: only
+    the result file itself or a folder that holds it, the results the user named by naming the
+    file; anywhere else the file would choose where results are written (``InputError``)."""
+    recorded = config["options"].get("out")
+    here = Path(os.path.realpath(result))
+    if isinstance(recorded, str) and os.path.isabs(recorded):
+        where = Path(os.path.realpath(recorded))
+        if where == here or where in here.parents:
+            return recorded
+    raise InputError(f"re-running {str(result)!r} with --overwrite writes where its run did, "
+                     f"but the --out it records ({recorded!r}) neither is that file nor holds "
+                     "it: a file never chooses where results are written; pass --out")
+
+
 def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int], *,
-          out: str | None = None, overwrite: bool = False, options: Sequence[str] = (),
-          yes: bool = False, whole: bool = False) -> int:
+          parser: argparse.ArgumentParser, out: str | None = None, overwrite: bool = False,
+          options: Sequence[str] = (), yes: bool = False, whole: bool = False) -> int:
     """``TOOL rerun RESULT``: print the command that runs again what ``result`` records
     (:func:`rerun_argv`) on stderr and run it (``run(argv)``, the tool's ``main``), its options
     read back from the file as ``--config RESULT`` reads them (no launcher option, no
@@ -923,6 +1012,9 @@ def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int],
         ``"uqvision"`` or ``"uqreg"``: the file must record a command of this tool.
     run : callable
         ``run(argv) -> int``: the tool's entry point.
+    parser : argparse.ArgumentParser
+        The tool's parser (lazy or complete): the recorded command must be one of its commands
+        that read ``--config`` (:func:`rerun_argv`).
     out, overwrite, options, whole
         As :func:`rerun_argv`: given on the command line.
     yes : bool
@@ -939,7 +1031,8 @@ def rerun(result: str | os.PathLike, tool: str, run: Callable[[list[str]], int],
     InputError
         :func:`rerun_argv`'s, or a command recorded elsewhere without ``yes``.
     """
-    argv = rerun_argv(result, tool, out=out, overwrite=overwrite, options=options, whole=whole)
+    argv = rerun_argv(result, tool, out=out, overwrite=overwrite, options=options, whole=whole,
+                      parser=parser)
     print(f"{tool} rerun: running: {shlex.join([tool, *argv])}", file=sys.stderr, flush=True)
     config = _rerun_record(result, whole)
     host, user = config.get("host"), config.get("user")

@@ -110,8 +110,8 @@ def _cmd_rerun(a: argparse.Namespace) -> int:
     ``--overwrite`` and the options after ``RESULT`` given here overriding them
     (:func:`uqmetrics.runs.run_config.rerun`). A score file a sweep wrote records the score command
     on the sweep's caches (rerun: the score alone) and the sweep (``--with-sweep``)."""
-    return rerun(a.result, "uqvision", main, out=a.out, overwrite=a.overwrite,
-                 options=a.options, yes=a.yes, whole=a.with_sweep)
+    return rerun(a.result, "uqvision", main, parser=build_parser(lazy=True), out=a.out,
+                 overwrite=a.overwrite, options=a.options, yes=a.yes, whole=a.with_sweep)
 
 
 def _args_rerun(p: argparse.ArgumentParser) -> None:

@@ -319,10 +319,15 @@ _REPRODUCE_OPTIONS = (
     ConfigOption("data", help="a real image folder (train/ val/ test/) instead of the stand-in"),
     ConfigOption("arch", help="timm architecture for --data (and a driver's real folders)"),
     ConfigOption("seed", type=SEED),
-    ConfigOption("device", type=device_type,
+    ConfigOption("device", type=device_type, launcher=True,
                  help="where every network trains and predicts: cpu | cuda | cuda:N"),
     ConfigOption("overwrite"),
 )
+#: The driver options (``--set KEY=VALUE``) that say how the work runs, never taken from a file
+#: (:func:`uqmetrics.runs.config_options.mark_launcher`): the processes a driver starts
+#: (``workers``) and the torch threads of each (``threads``), the names every driver, a
+#: plugin's too, gives them.
+_SET_LAUNCHER_KEYS = ("workers", "threads")
 
 
 def _args_reproduce(p: argparse.ArgumentParser) -> None:
@@ -338,7 +343,7 @@ def _args_reproduce_protocol(proto: Protocol, p: argparse.ArgumentParser) -> Non
     if proto.reproduce_flags is not None:
         proto.reproduce_flags.add(p)
     mark_launcher(p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                                 help="driver option (repeatable)"), keys=("workers",))
+                                 help="driver option (repeatable)"), keys=_SET_LAUNCHER_KEYS)
     add_config_option(p)
 
 

@@ -398,7 +398,7 @@ _TRAIN_OPTIONS = (
                  help="training augmentation:\n" + catalog.describe("augmentation")
                       + "\nnone: no augmentation"),
     ConfigOption("drop_rate", type=_drop_rate),
-    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N", launcher=True),
     ConfigOption("num_workers", flag="--workers", type=INDEX, launcher=True),
 )
 

@@ -109,7 +109,7 @@ PREDICT_OPTIONS = (
                  help="DataLoader workers (default: the cores the network leaves idle, at "
                       "most 4: on CUDA all but one, at least 1; on the CPU the cores beyond "
                       "--threads; 0 for a single batch or inside a Dask worker)"),
-    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N"),
+    ConfigOption("device", type=device_type, help="cpu | cuda | cuda:N", launcher=True),
     ConfigOption("amp", choices=lambda: list(AMP_MODES),
                  help="autocast: fp16 (CUDA only) or bf16 (default: {default}; part of a "
                       "cache's identity)"),

@@ -28,6 +28,7 @@ from ..models import (
     check_checkpoint_file,
     check_model_kwargs,
     check_model_spec,
+    check_sidecar_pretrained_cfg,
     file_sha256,
     load_model,
     read_sidecar,
@@ -163,7 +164,9 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     A ``deep_ensemble`` sidecar without an ``ensemble`` entry (written before runs recorded
     one) is read as a deep-ensemble member with no ensemble id, with an
     :class:`UndeclaredEnsembleWarning`; a malformed ``ensemble`` is refused
-    (``uqmetrics.InputError`` naming the sidecar).
+    (``uqmetrics.InputError`` naming the sidecar), and so is a ``pretrained_cfg`` that gives
+    anything but the preprocessing (a weight ``file``, an ``hf_hub_id``) or lacks a field of it
+    (:func:`_run_data_config`).
     """
     spec = check_model_spec(spec)
     side = read_sidecar(spec.checkpoint) if spec.checkpoint else {}
@@ -183,7 +186,8 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
     if num_classes is not None and side["num_classes"] != num_classes:
         raise ValueError(f"checkpoint {spec.checkpoint!r} has a {side['num_classes']}-class head "
                          f"but the dataset has {num_classes} classes")
-    dcfg = DataConfig.from_dict(side["pretrained_cfg"])
+    dcfg = _run_data_config(side["pretrained_cfg"],
+                            f"sidecar {str(sidecar_path(spec.checkpoint))!r}: pretrained_cfg")
     cfg = side.get("train_config", {})
     # a sidecar is data: its timm kwargs never fetch or read weights of their own, and each
     # is one the architecture takes
@@ -231,6 +235,42 @@ def load_run(spec: ModelSpec | str, *, num_classes: int | None = None, device: s
                          side["architecture"], side.get("tag", ""),
                          weights_sha256(spec))  # hashed once per process (the checks too)
     return LoadedRun(loaded, state, side)
+
+
+#: The fields of a trained run's ``pretrained_cfg`` that :class:`~uqvision.data.DataConfig`
+#: needs, each a list of numbers (``uqvision train`` writes them all).
+_NEEDED = ("input_size", "mean", "std")
+
+
+def _run_data_config(pretrained_cfg: Any, where: str) -> DataConfig:
+    """The preprocessing a trained run's sidecar records (its ``pretrained_cfg``, as
+    :meth:`~uqvision.data.DataConfig.to_dict` writes it): preprocessing fields only, never a
+    field saying where weights come from (:func:`uqvision.models.check_sidecar_pretrained_cfg`,
+    as for a checkpoint loaded through its source), each of its kind.
+
+    Raises
+    ------
+    uqmetrics.InputError
+        The message starts with ``where`` (the sidecar read) and names the field and its value.
+    """
+    cfg = check_sidecar_pretrained_cfg(pretrained_cfg, where)
+    for key in _NEEDED:
+        value = cfg.get(key)
+        if not (isinstance(value, list) and value
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            raise InputError(f"{where}: {key!r} must be a list of numbers (the preprocessing "
+                             f"uqvision train recorded), got {value!r:.80}")
+    if len(cfg["input_size"]) != 3 or not all(isinstance(v, int) and v > 0
+                                              for v in cfg["input_size"]):
+        raise InputError(f"{where}: 'input_size' must be [channels, height, width], positive "
+                         f"integers, got {cfg['input_size']!r:.80}")
+    kinds = {"crop_pct": (int, float), "interpolation": str, "crop_mode": str}
+    for key, kind in kinds.items():
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise InputError(f"{where}: {key!r} = {value!r:.80} is not a "
+                             f"{'number' if key == 'crop_pct' else 'string'}")
+    return DataConfig.from_dict(cfg)
 
 
 def run_matches(checkpoint: str | os.PathLike, config: Any, *,

@@ -527,7 +527,8 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
     :func:`reproduce_pitfalls`.
 
     Options (``--set key=value``): ``workers`` (runs at once, default 1), ``threads`` (torch
-    threads per process, default 1) and the scale overrides of :func:`reproduce_pitfalls`.
+    threads per process, default 1; these two only from the command line, never from a
+    ``--config`` file) and the scale overrides of :func:`reproduce_pitfalls`.
     Returns the path of ``ensembles.nc``.
     """
     opts = dict(options or {})

@@ -625,7 +625,8 @@ def run(out: str | os.PathLike, *, scale: str = "smoke", data=None, arch=None, s
     :func:`reproduce_selective`.
 
     Options (``--set key=value``): ``workers`` (networks trained at once, default 1) and
-    ``threads`` (torch threads per process, default 1). Returns the summary's path.
+    ``threads`` (torch threads per process, default 1), launcher options that only the command
+    line gives (never a ``--config`` file). Returns the summary's path.
     """
     if data is not None or arch is not None:
         raise ValueError("the selective reproduction trains its own zoo on the hierarchy "

@@ -17,24 +17,34 @@ from ..exceptions import BadImageError
 
 __all__ = ["load_image"]
 
-#: Integer pixel modes wider than 8 bits: grey levels scaled 65535 -> 255 (PIL's ``convert``
-#: clips them at 255 instead). ``I`` (32-bit) is how PIL has opened 16-bit PNGs.
-_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+#: 16-bit grey modes: levels scaled 65535 -> 255 (PIL's ``convert`` clips them at 255 instead).
+_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+#: Formats whose mode ``I`` (32-bit integer) holds 16-bit grey levels: Pillow before 11 opened a
+#: 16-bit PNG as ``I``, and it opens a PGM/PPM of more than 8 bits as ``I`` scaled to 0 ... 65535.
+_SIXTEEN_BIT_AS_I = ("PNG", "PPM")
 
 
 def _to_rgb(im: Image.Image, path: str | os.PathLike) -> Image.Image:
-    """An opened image as 8-bit RGB; 16-bit grey levels scaled, not clipped."""
+    """An opened image as 8-bit RGB: 16-bit grey levels scaled, not clipped; a 32-bit integer
+    image's levels taken as 8-bit ones (what torchvision's and timm's loaders read from it)
+    when they lie in 0 ... 255, refused otherwise, as floating-point pixels are (neither has a
+    range that says what white is)."""
     if im.mode == "F":
         raise BadImageError(f"image {str(path)!r}: floating-point pixels (mode F) have no "
                             "defined range; convert the file to 8 or 16 bits", path)
-    if im.mode not in _WIDE_MODES:
+    sixteen = im.mode in _SIXTEEN_BIT_MODES or (im.mode == "I" and im.format in _SIXTEEN_BIT_AS_I)
+    if not sixteen and im.mode != "I":
         return im.convert("RGB")
     a = np.asarray(im).astype(np.int64)
-    if a.size and (a.min() < 0 or a.max() > 65535):
-        raise BadImageError(f"image {str(path)!r}: integer pixel values outside [0, 65535] "
-                            f"(mode {im.mode}, range {a.min()}..{a.max()})", path)
-    grey = ((a * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535)
-    return Image.fromarray(grey).convert("RGB")
+    top = 65535 if sixteen else 255
+    if a.size and (a.min() < 0 or a.max() > top):
+        why = "" if sixteen else (": a 32-bit integer image is read as 8-bit levels, as "
+                                  "torchvision's loader reads it, and these would be clipped")
+        raise BadImageError(f"image {str(path)!r}: integer pixel values outside [0, {top}] "
+                            f"(mode {im.mode}, range {a.min()}..{a.max()}){why}; convert the "
+                            "file to 8 or 16 bits", path)
+    grey = ((a * 255 + 32767) // 65535).astype(np.uint8) if sixteen else a.astype(np.uint8)
+    return Image.fromarray(grey).convert("RGB")  # round(v * 255 / 65535) for 16 bits
 
 
 def _problem(path: str | os.PathLike | io.BytesIO, err: BaseException) -> str:
@@ -67,8 +77,11 @@ def load_image(path: str | os.PathLike, *, content: bytes | None = None) -> Imag
     ``content``, the file's bytes already read (and checked: a sweep's cell), decoded from
     memory and named ``path``.
 
-    16-bit grey images (PNG mode ``I;16``) are scaled, 65535 -> 255 rounded, where PIL's
-    ``convert("RGB")`` saturates every value above 255; floating-point images are refused.
+    16-bit grey images (PNG mode ``I;16``, a PGM of more than 8 bits) are scaled, 65535 -> 255
+    rounded, where PIL's ``convert("RGB")`` saturates every value above 255. A 32-bit integer
+    image (mode ``I``: a TIFF) has no defined range: its values are taken as 8-bit levels, as
+    torchvision's and timm's loaders take them, when they lie in 0 ... 255, and it is refused
+    otherwise; floating-point images are refused.
 
     Raises
     ------

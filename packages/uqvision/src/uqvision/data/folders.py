@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import unicodedata
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -411,14 +412,22 @@ def _some(names: Sequence[str], limit: int = 12, *, describe: bool = False) -> s
     return f"[{shown}, ... ({len(names)} in all)]" if len(names) > limit else f"[{shown}]"
 
 
+def _nfc(name: str) -> str:
+    """A class name as it is compared (:func:`match_classes`, :func:`check_split_classes`): in
+    Unicode's NFC form, so that a folder named on macOS or unpacked from a zip (decomposed,
+    NFD: ``e`` + combining acute) is the class a sidecar names composed (``é``)."""
+    return unicodedata.normalize("NFC", name)
+
+
 def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *,
                   folder: str, model: str) -> np.ndarray:
     """The index of each folder class among a model's classes, matched by name.
 
     A folder may hold a subset of the model's classes (ImageNet-A/R/O hold 200 of the 1,000
-    ImageNet classes, by WordNet id): its labels become indices of the model's classes. In the
-    error, a folder class that is a WordNet id is followed by its lemmas (timm's
-    ``ImageNetInfo``).
+    ImageNet classes, by WordNet id): its labels become indices of the model's classes. Names
+    are compared in Unicode's NFC form (:func:`_nfc`): a folder name and a recorded name that
+    differ only in their normalisation are one class. In the error, a folder class that is a
+    WordNet id is followed by its lemmas (timm's ``ImageNetInfo``).
 
     Parameters
     ----------
@@ -432,38 +441,53 @@ def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *
     Returns
     -------
     ndarray of int64, shape (n_folder_classes,)
-        ``model_classes.index(c)`` of each folder class ``c``.
+        The position among ``model_classes`` of each folder class's name.
 
     Raises
     ------
     uqmetrics.InputError
         A folder class the model does not have (the message lists the unknown names and the
-        model's), or a model whose class names repeat.
+        model's), a model whose class names repeat, or two folder classes that are one name in
+        two normalisations (both would take that class's label).
 
     Examples
     --------
     >>> match_classes(["cat", "dog"], ["ant", "cat", "dog"], folder="f", model="m").tolist()
     [1, 2]
+    >>> match_classes(["cafe\\u0301"], ["caf\\xe9"], folder="f", model="m").tolist()
+    [0]
     """
     model_classes = [str(c) for c in model_classes]
-    position = {c: i for i, c in enumerate(model_classes)}
+    position = {_nfc(c): i for i, c in enumerate(model_classes)}
     if len(position) != len(model_classes):
-        twice = sorted({c for c in model_classes if model_classes.count(c) > 1})
-        raise InputError(f"model {model!r} records a class name more than once: {_some(twice)}")
-    unknown = [c for c in folder_classes if c not in position]
+        twice = sorted({c for c in model_classes
+                        if [_nfc(m) for m in model_classes].count(_nfc(c)) > 1})
+        raise InputError(f"model {model!r} records a class name more than once (names compared "
+                         f"in Unicode NFC form): {_some(twice)}")
+    by_name: dict[str, list[str]] = {}
+    for c in folder_classes:
+        by_name.setdefault(_nfc(c), []).append(c)
+    same = next((names for names in by_name.values() if len(names) > 1), None)
+    if same:
+        raise InputError(
+            f"image folder {folder!r} has class folders that are one name in two Unicode "
+            f"normalisations: {', '.join(map(ascii, same))}; classes are matched by name to "
+            f"those of model {model!r}, where both would be one class: merge or rename them")
+    unknown = [c for c in folder_classes if _nfc(c) not in position]
     if unknown:
         raise InputError(
             f"image folder {folder!r} has {len(unknown)} class(es) that model {model!r} does "
             f"not have: {_some(unknown, describe=True)}; the model's classes are "
             f"{_some(model_classes)} "
             "(classes are matched by folder name)")
-    return np.array([position[c] for c in folder_classes], dtype=np.int64)
+    return np.array([position[_nfc(c)] for c in folder_classes], dtype=np.int64)
 
 
 def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.PathLike], *,
                         same: Collection[str] = ()) -> list[str]:
     """Check, by name and before anything runs, that the other splits of a data root have
-    only classes of its training split.
+    only classes of its training split (names compared in Unicode NFC form, as
+    :func:`match_classes` compares them).
 
     Parameters
     ----------
@@ -486,25 +510,35 @@ def check_split_classes(train: str | os.PathLike, others: Mapping[str, str | os.
     ------
     uqmetrics.InputError
         A split with classes the training split lacks (named), or a split of ``same`` that
-        lacks some training classes (named).
+        lacks some training classes (named), or whose names, normalised otherwise, sort in
+        another order.
     FileNotFoundError
         A folder that does not exist.
     """
     classes = list_classes(train)
-    known = set(classes)
+    known = {_nfc(c) for c in classes}
     for name, folder in others.items():
         have = list_classes(folder)
-        extra = [c for c in have if c not in known]
+        extra = [c for c in have if _nfc(c) not in known]
         if extra:
             raise InputError(
                 f"{name} folder {str(folder)!r} has {len(extra)} class(es) that the train "
                 f"folder {str(train)!r} lacks: {_some(extra)}; the train classes are "
                 f"{_some(classes)} (classes are matched by folder name)")
-        missing = [c for c in classes if c not in set(have)]
+        there = {_nfc(c) for c in have}
+        missing = [c for c in classes if _nfc(c) not in there]
         if name in same and missing:
             raise InputError(
                 f"{name} folder {str(folder)!r} lacks {len(missing)} class(es) of the train "
                 f"folder {str(train)!r}: {_some(missing)}; it must hold the same classes")
+        if name in same and [_nfc(c) for c in have] != [_nfc(c) for c in classes]:
+            # read in its own folder order: names normalised otherwise may sort otherwise
+            first = next(c for c, t in zip(have, classes, strict=True) if _nfc(c) != _nfc(t))
+            raise InputError(
+                f"{name} folder {str(folder)!r} holds the classes of the train folder "
+                f"{str(train)!r} in another Unicode normalisation, which sorts them in another "
+                f"order (e.g. {first!a} is class {have.index(first)} there); give both "
+                "folders' names one normalisation (NFC)")
     return classes
 
 

@@ -22,6 +22,10 @@ from .decode import _PIL_ERRORS, _problem, _to_rgb, load_image
 if TYPE_CHECKING:
     from .folders import ImageFolderDataset
 
+#: The option of ``predict``, ``sweep`` and the protocols' commands that leaves unreadable
+#: images out: what the messages suggest unless a caller names another (or none).
+SKIP_OPTION = "--skip-bad-images"
+
 __all__ = [
     "bad_images_message",
     "check_image",
@@ -35,26 +39,30 @@ __all__ = [
 def check_image(path: str | os.PathLike | io.BytesIO) -> str | None:
     """What is wrong with an image file (a few words), or ``None`` when it reads.
 
-    Cheaper than :func:`load_image` and as strict for the damage files suffer: the header is
-    opened (an empty file, a file of another kind); a JPEG is decoded at its smallest DCT scale
-    (``draft``: all the entropy-coded data is read, so a truncated or corrupt file fails, but
-    only 1/64 of the pixels is produced); a PNG is verified (every chunk read and its CRC
-    checked, nothing inflated); another format is decoded. ``path`` may be an image's bytes in
+    As strict as :func:`load_image` (an image it passes, the loader reads), and cheaper for a
+    JPEG: the header is opened (an empty file, a file of another kind); a JPEG is decoded at
+    its smallest DCT scale (``draft``: all the entropy-coded data is read, so a truncated or
+    corrupt file fails, but only 1/64 of the pixels is produced); a PNG is verified (every
+    chunk read and its CRC checked) and then decoded, since a chunk whose CRC holds may carry
+    a damaged zlib stream, or too few rows, that only inflating finds; every other format is
+    decoded. The pixels are then converted as the loader converts them (a 32-bit integer or
+    floating-point image it refuses is refused here). ``path`` may be an image's bytes in
     memory (``io.BytesIO``).
     """
     try:
         with Image.open(path) as im:
-            if im.mode == "F":
-                _to_rgb(im, path)
             if im.format == "JPEG":
                 im.draft("RGB", (1, 1))
                 im.load()
-            elif im.format == "PNG":
-                im.verify()
-            else:
-                im.load()
-    except BadImageError as err:
-        return str(err).split(": ", 1)[-1]
+                return None
+            if im.format == "PNG":
+                im.verify()  # the CRCs, which decoding does not check
+        if isinstance(path, io.BytesIO):
+            path.seek(0)
+        with Image.open(path) as im:  # verify() leaves the image unusable: opened again
+            _to_rgb(im, path)
+    except BadImageError as err:  # its message names the file: the problem alone is kept
+        return str(err).removeprefix(f"image {str(path)!r}: ")
     except _PIL_ERRORS as err:
         return _problem(path, err)
     return None
@@ -86,7 +94,8 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
     Every file goes through :func:`check_image` (on ``threads`` threads, default up to 8: PIL
     decodes without the GIL); the result of a file is kept for the process, keyed by its size
     and modification time, so a folder is checked once however many models run over it. The
-    cost is about one decode of the folder at 1/64 of the pixels.
+    cost is about one decode of a JPEG folder at 1/64 of the pixels, one full decode of a PNG
+    folder.
 
     A flat layout's mismatches with its label file come first (:attr:`ImageFolderDataset.
     label_problems`: images listed there but absent, images without a label), then the files
@@ -121,8 +130,8 @@ def check_images(folder: ImageFolderDataset | str | os.PathLike, *,
             **bad}
 
 
-def readable_images(folder: ImageFolderDataset, *,
-                    skip_bad: bool = False) -> ImageFolderDataset:
+def readable_images(folder: ImageFolderDataset, *, skip_bad: bool = False,
+                    skip_option: str | None = SKIP_OPTION) -> ImageFolderDataset:
     """``folder`` once its images are known to read (:func:`check_images`, before any work).
 
     Parameters
@@ -133,6 +142,10 @@ def readable_images(folder: ImageFolderDataset, *,
         (``--skip-bad-images``). Images of the label file that are absent are not unreadable:
         they are refused whatever ``skip_bad``; a folder scanned with ``subset=True``
         (``--subset``) has none.
+    skip_option : str or None, default "--skip-bad-images"
+        The caller's option that sets ``skip_bad``, which the message suggests; ``None`` for a
+        command that has none (``uqvision train``): the message then says to fix or remove
+        the images.
 
     Raises
     ------
@@ -149,22 +162,26 @@ def readable_images(folder: ImageFolderDataset, *,
         if listed:
             raise BadImageError(label_problems_message(folder, listed), folder.root)
         first = next(iter(bad))
-        raise BadImageError(bad_images_message(folder.root, bad, folder.source.where),
+        raise BadImageError(bad_images_message(folder.root, bad, folder.source.where,
+                                               skip_option=skip_option),
                             folder.root / first if folder._folder_label is None
                             else folder.source.where(first))
     return folder.without(bad) if bad else folder
 
 
 def bad_images_message(root: str | os.PathLike, bad: dict[str, str],
-                       where: Callable[[str], str] | None = None) -> str:
+                       where: Callable[[str], str] | None = None, *,
+                       skip_option: str | None = SKIP_OPTION, what: str | None = None) -> str:
     """One line for the bad images of a folder: how many, the first ones with their problem
     (each named ``where(relative path)``, default ``root / path``), and the option that skips
-    them."""
+    them (``skip_option``; ``None``: the command has none). ``what`` names the folder instead
+    of ``image folder 'root'`` (``--src 'root'``)."""
     where = where or (lambda rel: str(Path(root) / rel))
     shown = "; ".join(f"{where(rel)!r}: {why}" for rel, why in list(bad.items())[:3])
     more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-    return (f"image folder {str(root)!r} has {len(bad)} unreadable image(s): {shown}{more}; "
-            "fix or remove them, or pass --skip-bad-images to leave them out")
+    skip = f", or pass {skip_option} to leave them out" if skip_option else ""
+    return (f"{what or f'image folder {str(root)!r}'} has {len(bad)} unreadable image(s): "
+            f"{shown}{more}; fix or remove them{skip}")
 
 
 def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str]) -> str:

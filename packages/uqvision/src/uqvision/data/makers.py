@@ -22,6 +22,7 @@ from uqmetrics.metrics.registry import Registry
 from uqmetrics.runs.io import check_apart, folder_replaced
 from uqmetrics.runs.run_config import CONFIG_SUFFIX
 
+from ..exceptions import BadImageError
 from ..hierarchy import make_hierarchy
 from .corruptions import make_imagenet_c_folder
 
@@ -322,7 +323,9 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
     Raises
     ------
     uqmetrics.InputError
-        Bad ``n_per_class`` (:func:`subset_choice`); two chosen images of one class with the
+        Bad ``n_per_class`` (:func:`subset_choice`); a chosen image that does not read
+        (:class:`~uqvision.exceptions.BadImageError`, naming ``--src`` and the image:
+        :func:`uqvision.data.check_images`); two chosen images of one class with the
         same file name; ``root`` holds ``src`` or lies inside it; with ``overwrite``, ``root``
         holds files the makers did not write (:func:`uqmetrics.runs.io.folder_replaced`).
     FileExistsError
@@ -331,6 +334,7 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
         folder of the makers.
     """
     from .folders import ImageFolderDataset, folder_fingerprint, sample_digests
+    from .images import bad_images_message, check_images
 
     root = Path(root)
     check_apart(root, {"--src": src})  # replacing root would delete the source images
@@ -344,6 +348,10 @@ def make_subset_folder(root: str | os.PathLike, *, src: str | os.PathLike, n_per
             "seed": int(seed), "samples": ids}
     keep = set(ids)
     view = ds.without([rel for rel in ds.sample_ids if rel not in keep])  # only these are read
+    bad = check_images(view)  # a copy of an image that does not read would be read later
+    if bad:
+        raise BadImageError(bad_images_message(src, bad, ds.source.where, skip_option=None,
+                                               what=f"--src {str(src)!r}"), src)
 
     def copy_of(rel: str, y: int) -> Path:
         return root / ds.classes[y] / Path(rel).name

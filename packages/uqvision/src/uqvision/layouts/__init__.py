@@ -52,7 +52,10 @@ The code, one concern per module (this package re-exports their names):
 What is refused or reported rather than dropped (docs/conventions.md#v-data): images both
 directly in a folder and in class folders (a mixed layout), dangling symbolic links and file
 names that are not UTF-8 (unreadable images, :attr:`Scan.problems`), absent images of the label
-file unless the scan is a subset (``subset=True``, :class:`Subset`).
+file unless the scan is a subset (``subset=True``, :class:`Subset`), a link to a folder that
+leads back to a folder holding it, and a hidden folder beside the class folders that holds
+images. Links to folders are followed (as torchvision's ImageFolder follows them); hidden
+names (``.``) are read at no depth of any layout.
 """
 
 from __future__ import annotations

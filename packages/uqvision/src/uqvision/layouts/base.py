@@ -196,6 +196,25 @@ def _mixed(root: Path, what: str, flat: Sequence[str], classes: Sequence[str],
         "folders, or out of the class folders beside the others")
 
 
+def _hidden_class(root: Path, what: str, name: str, images: Sequence[str],
+                  classes: Sequence[str]) -> InputError:
+    """The error of a hidden folder (:func:`~uqvision.layouts.names._hidden`) beside the class
+    folders that holds ``images``: uqvision reads no hidden name, but torchvision's ImageFolder
+    and timm's folder reader take it for a class, and it would shift the class indices after
+    it (under folder order, the only mapping of a model that records no class names)."""
+    index = sorted([*classes, name]).index(name)  # torchvision's order: the names sorted
+    after = len(classes) - index
+    shift = (f"the indices of the {after} class(es) after it ({_shown(classes[index])!r}, ...) "
+             "would be off by one against a model trained with it" if after else
+             "a model trained with it would have one class more")
+    return InputError(
+        f"{what} {str(root)!r}: hidden folder {_shown(name)!r} holds {len(images)} image(s) "
+        f"(e.g. {_shown(images[0])!r}) beside the class folders; uqvision reads no name that "
+        "starts with '.', but torchvision's ImageFolder (and timm's folder reader) takes it "
+        f"for a class, class {index} here, so {shift}; move it out of {str(root)!r} (or "
+        "rename it without the dot if it is a class)")
+
+
 def _refuse_labels(data: Path, labels: Path | None, layout: str) -> None:
     if labels is not None:
         raise InputError(f"labels: {str(data)!r} is in the {layout} layout (its classes are its "

@@ -3,6 +3,11 @@ a flat folder of images labelled by a label file (``flat``), registered in
 :data:`~uqvision.layouts.LAYOUTS` in this order. A flat folder with no label file is read as
 unlabelled images, one class :data:`~uqvision.layouts.UNLABELLED`, where its labels are not
 needed (an OOD set: ``scan_layout(..., unlabelled=True)``).
+
+Both read a folder as torchvision's ImageFolder does, links to folders followed, with one
+difference said where it matters: hidden names (``.``) are never read, and a hidden folder
+beside the class folders that holds images, which torchvision would count as a class, is
+refused rather than dropped (docs/conventions.md#v-data).
 """
 
 from __future__ import annotations
@@ -11,10 +16,22 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from .base import LAYOUTS, UNLABELLED, Layout, Scan, _label_flat, _mixed, _refuse_labels
+from uqmetrics import InputError
+
+from .base import (
+    LAYOUTS,
+    UNLABELLED,
+    Layout,
+    Scan,
+    _hidden_class,
+    _label_flat,
+    _mixed,
+    _refuse_labels,
+)
 from .labels import _labels_for, find_label_files
 from .names import (
     IMG_EXTENSIONS,
+    _hidden,
     _is_image,
     _not_utf8,
     _refuse_class_name,
@@ -29,23 +46,84 @@ __all__: list[str] = []
 
 # -- class folders ----------------------------------------------------------------------------
 
+def _folder_key(path: str | os.PathLike) -> tuple[int, int]:
+    """(device, inode) of a folder, links followed: what a folder met twice on one path
+    shares."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _images_below(root: Path, top: str, *, hidden: bool = False) -> list[str]:
+    """The image files below ``root/top``, as paths relative to ``root`` (posix, unsorted).
+
+    Links to folders are followed, as torchvision's ImageFolder follows them
+    (``os.walk(followlinks=True)``); an image file that is a dangling link is listed (the
+    image check finds it unreadable). Hidden names (:func:`~.names._hidden`) are skipped at
+    every depth unless ``hidden`` (what torchvision would read below a hidden folder).
+
+    Raises
+    ------
+    uqmetrics.InputError
+        A folder link that leads back to a folder holding it (``root`` or above it included),
+        which would be followed for ever; a folder that cannot be listed (permission).
+    """
+    # every folder on the path from / to the one listed: a link to any of them is a loop
+    start = tuple(_folder_key(p) for p in (root.resolve(), *root.resolve().parents))
+    stack = [(top, (*start, _folder_key(root / top)))]
+    found: list[str] = []
+    while stack:
+        rel, above = stack.pop()
+        try:
+            with os.scandir(root / rel) as it:
+                entries = list(it)
+        except OSError as err:
+            raise InputError(f"image folder {str(root)!r}: folder {_shown(rel)!r} cannot be "
+                             f"listed ({err.strerror or err})") from None
+        for e in entries:
+            if _hidden(e.name) and not hidden:
+                continue
+            sub = f"{rel}/{e.name}"
+            if e.is_dir():  # a link to a folder too
+                key = _folder_key(e.path)
+                if key in above:
+                    raise InputError(
+                        f"image folder {str(root)!r}: {_shown(sub)!r} is a link to "
+                        f"{_shown(os.path.realpath(e.path))!r}, a folder that holds it: it "
+                        "would be followed for ever (torchvision's ImageFolder, which follows "
+                        "folder links, would loop too); remove the link")
+                stack.append((sub, (*above, key)))
+            elif _is_image(e.name) and (e.is_file() or e.is_symlink()):
+                found.append(sub)
+    return found
+
+
+def _refuse_hidden_classes(root: Path, classes: list[str]) -> None:
+    """Refuse a hidden folder beside the class folders that holds images
+    (:func:`~.base._hidden_class`); one without images (``.ipynb_checkpoints``) is ignored."""
+    with os.scandir(root) as entries:
+        hidden = sorted(e.name for e in entries if _hidden(e.name) and e.is_dir())
+    for name in hidden:
+        images = sorted(_images_below(root, name, hidden=True))
+        if images:
+            raise _hidden_class(root, "image folder", name, images, classes)
+
+
 def _scan_class_folders(root: Path, labels: Path | None) -> Scan:
-    """Class folders; an image file that is a dangling symbolic link is a sample (the image
-    check finds it unreadable), one whose name is not UTF-8 a problem; images directly in
-    ``root`` beside the class folders are refused (:func:`_mixed`)."""
+    """Class folders: the image files below each, links to folders followed, hidden names
+    skipped (:func:`_images_below`); an image file that is a dangling symbolic link is a
+    sample (the image check finds it unreadable), one whose name is not UTF-8 a problem;
+    images directly in ``root`` beside the class folders are refused (:func:`_mixed`), and so
+    is a hidden folder there that holds images (:func:`_refuse_hidden_classes`)."""
     _refuse_labels(root, labels, "class-folder")
     classes = list_classes(root)
     for c in classes:
         _refuse_class_name(root, c)
+    _refuse_hidden_classes(root, classes)
     samples: list[tuple[str, int]] = []
     problems: dict[str, str] = {}
     empty = []
     for i, c in enumerate(classes):
-        files = sorted(
-            p.relative_to(root).as_posix()
-            for p in (root / c).rglob("*")
-            if p.suffix.lower() in IMG_EXTENSIONS and (p.is_file() or p.is_symlink())
-        )
+        files = sorted(_images_below(root, c))
         if not files:
             empty.append(c)
         samples.extend((f, i) for f in files if _utf8(f))
@@ -70,7 +148,7 @@ LAYOUTS.add("class_folders", Layout(
 def _image_entry(e: os.DirEntry) -> bool:
     """An image file, or a symbolic link named as one (dangling ones included: the image check
     reports them, they are not dropped)."""
-    return not e.name.startswith(".") and _is_image(e.name) and (e.is_file() or e.is_symlink())
+    return not _hidden(e.name) and _is_image(e.name) and (e.is_file() or e.is_symlink())
 
 
 def _flat_names(root: Path) -> list[str]:

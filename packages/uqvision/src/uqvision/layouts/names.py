@@ -24,7 +24,9 @@ _WNID = re.compile(r"n\d{8}")
 
 
 def list_classes(root: str | os.PathLike) -> list[str]:
-    """The class sub-folders of an image folder, sorted (hidden folders are skipped).
+    """The class sub-folders of an image folder (a link to a folder is one), sorted by their
+    names as stored (code point order, as torchvision's ImageFolder sorts them); hidden
+    folders (:func:`_hidden`) are not classes.
 
     Only the top level is listed (cheap on ImageNet); an empty list when there is none.
 
@@ -36,7 +38,17 @@ def list_classes(root: str | os.PathLike) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {str(root)!r} does not exist")
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not _hidden(e.name))
+
+
+def _hidden(name: str) -> bool:
+    """Whether a file or folder name is hidden (starts with ``.``: ``.DS_Store``, macOS's
+    ``._<name>`` resource forks, ``.ipynb_checkpoints``, a trash folder, a writer's temporary
+    file). The one rule at every depth of every layout: a hidden name is no class and no
+    sample, and nothing below a hidden folder is read (a hidden folder at the class level
+    that holds images is refused instead: :mod:`uqvision.layouts.folders`)."""
+    return name.startswith(".")
 
 
 def _is_image(name: str) -> bool:

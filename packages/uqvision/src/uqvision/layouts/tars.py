@@ -37,10 +37,20 @@ from typing import Any
 
 from uqmetrics import InputError
 
-from .base import LAYOUTS, Layout, Scan, _label_flat, _mixed, _ordered, _refuse_labels
+from .base import (
+    LAYOUTS,
+    Layout,
+    Scan,
+    _hidden_class,
+    _label_flat,
+    _mixed,
+    _ordered,
+    _refuse_labels,
+)
 from .labels import _labels_for
 from .names import (
     IMG_EXTENSIONS,
+    _hidden,
     _is_image,
     _not_utf8,
     _refuse_class_name,
@@ -233,7 +243,9 @@ def _scan_tar(path: Path, labels: Path | None, archive: Path | None = None,
         raise FileNotFoundError(f"archive {str(path)!r} holds no image "
                                 f"({', '.join(IMG_EXTENSIONS)})")
     prefix = inner + "/" if inner else _unwrap([rel for rel, *_ in listing])
-    entries = [(rel[len(prefix):], *rest) for rel, *rest in listing]
+    everyone = [(rel[len(prefix):], *rest) for rel, *rest in listing]
+    # hidden names at any depth are not read, as in a folder (uqvision.layouts.names._hidden)
+    entries = [e for e in everyone if not any(map(_hidden, e[0].split("/")))]
     problems = {_shown(rel): _not_utf8(rel) for rel, *_ in entries if not _utf8(rel)}
     members = {rel: (member, offset, size) for rel, member, offset, size, _, why in entries
                if not why and _utf8(rel)}
@@ -241,13 +253,18 @@ def _scan_tar(path: Path, labels: Path | None, archive: Path | None = None,
               if why and _utf8(rel)}
     source = TarSource(archive, members, broken)
     within = f":{inner}" if inner else ""  # the layout of a folder in an archive names it
-    ids = [rel for rel, *_ in entries if not rel.startswith(".")]
+    ids = [rel for rel, *_ in entries]
     nested = [rel for rel in ids if "/" in rel]
     if nested:
         _refuse_labels(path, labels, "class-folder")
         classes = sorted({rel.split("/", 1)[0] for rel in nested})
         for c in classes:
             _refuse_class_name(path, c)
+        hidden = sorted(rel for rel, *_ in everyone if "/" in rel and _hidden(rel))
+        if hidden:  # a folder extraction writes beside the class folders: refused, as there
+            top = hidden[0].split("/", 1)[0]
+            raise _hidden_class(path, "archive", top,
+                                [rel for rel in hidden if rel.startswith(top + "/")], classes)
         flat = [rel for rel in ids if "/" not in rel]
         if flat:
             raise _mixed(path, "archive", flat, classes, len(nested))

@@ -209,8 +209,11 @@ class EncodedImages(Dataset):
         if data[:3] == JPEG_MAGIC:
             return np.frombuffer(bytearray(data), dtype=np.uint8), label, index
         img = load_image(self.name(index), content=data)
-        pixels = np.asarray(img, dtype=np.uint8).transpose(2, 0, 1)
-        return np.ascontiguousarray(pixels), label, index
+        # a copy: Pillow's array is read-only, and np.ascontiguousarray returns it as it is
+        # when the transpose is contiguous already (a 1-pixel image), which torch.from_numpy
+        # then warns about
+        pixels = np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy(order="C")
+        return pixels, label, index
 
     def to_device(self, items: Sequence[np.ndarray], indices: Sequence[int],
                   device: str | torch.device) -> torch.Tensor:

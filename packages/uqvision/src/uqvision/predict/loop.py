@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from ..exceptions import worker_errors
 from ..models import LoadedModel
 from ..runtime import loader_workers
 from ..training.dropout import PerSampleDropout
@@ -103,7 +104,8 @@ def _batches(dataset, indices: np.ndarray, cfg: PredictConfig):
                         shuffle=False, num_workers=workers, collate_fn=collate,
                         pin_memory=cfg.device.startswith("cuda"),
                         generator=torch.Generator().manual_seed(cfg.seed))
-    yield from loader
+    with worker_errors():  # an image that fails in a worker: its one line, as with none
+        yield from loader
 
 
 def _autocast(cfg: PredictConfig, device: str):

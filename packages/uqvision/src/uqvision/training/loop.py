@@ -66,8 +66,10 @@ from ..data import (
     eval_transform,
     flush_denormal,
     image_view,
+    readable_images,
     tta_transform,
 )
+from ..exceptions import worker_errors
 from ..models import (
     LoadedModel,
     check_checkpoint_file,
@@ -325,6 +327,10 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
     ------
     FileExistsError
         ``overwrite=False`` and a file of ``out`` exists.
+    uqvision.exceptions.BadImageError
+        An image of ``data`` (of the view ``config.classes`` / ``config.index_file`` makes)
+        or of ``config.val_data`` that does not read, named before anything is built; one that
+        breaks during the run, in the same one line whatever ``config.num_workers``.
     """
     config = config or ImageTrainConfig()
     check_model_name(config.arch)
@@ -351,8 +357,10 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         raise ValueError(f"init_checkpoint {config.init_checkpoint!r} was trained on other "
                          "classes")
     val = ImageFolderDataset(config.val_data, eval_transform(dcfg)) if config.val_data else None
+    for images in (ds, val):  # before anything is built, as predict checks its folder
+        _check_images(images)
     model_kwargs = {"drop_rate": config.drop_rate, **config.model_kwargs}
-    with (_own_rng(config.seed, config.device), flush_denormal(),
+    with (_own_rng(config.seed, config.device), flush_denormal(), worker_errors(),
           distributed_context(config.device) as (world, rank, device)):
         if hp.batch_size < world:
             raise ValueError(f"batch_size {hp.batch_size} is smaller than the {world} "
@@ -408,6 +416,19 @@ def train_model(data: str | os.PathLike, out: str | os.PathLike,
         write_checkpoint(state.net, out, sidecar)
     return TrainResult(out, sidecar_path(out), state.net, state, losses,
                        state.step / state.steps_per_epoch, state.step, wall, state_file)
+
+
+def _check_images(ds) -> None:
+    """Refuse a training or validation set (an image folder or a view of one, ``None``: none)
+    with an image that does not read (:func:`uqvision.data.readable_images`, checked once per
+    process), naming it, before anything is built: else the run would stop at the first batch
+    holding it, an epoch or more later. Only the view's images are checked."""
+    if ds is None:
+        return
+    folder = getattr(ds, "base", ds)  # a ClassSubset's folder
+    used = set(ds.sample_ids)
+    readable_images(folder.without([rel for rel in folder.sample_ids if rel not in used]),
+                    skip_option=None)  # train leaves no image out
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:

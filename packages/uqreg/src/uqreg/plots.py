@@ -47,6 +47,8 @@ import xarray as xr
 from matplotlib.ticker import MaxNLocator
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.report.plotting import (
+    distinct_styles,
+    fitted_suptitle,
     plot_coverage_vs_complexity,
     plot_heatmap,
     plot_prediction_bands,
@@ -221,12 +223,13 @@ def _plot_collapse_row(ds: xr.Dataset, row, cname: str) -> None:
         (ds["fit_r2"], "R² of the fit (in distribution)"),
         (ds["train_loss"] / ds["constant_loss"], "training loss ÷ best constant's"),
     )
+    styles = distinct_styles(ds.method.values)  # matplotlib's 10 colours repeat past 10 methods
     for ax, (da, title) in zip(row, panels):
         for m in ds.method.values:
             s = da.sel({"method": m})
             ax.errorbar(ds.complexity.values, s.mean("repetition").values,
                         yerr=(s.std("repetition", ddof=1) / np.sqrt(s.sizes["repetition"])).values
-                        if s.sizes["repetition"] > 1 else None, marker="o", capsize=2, label=str(m))
+                        if s.sizes["repetition"] > 1 else None, capsize=2, label=str(m), **styles[str(m)])
         ax.set_title(title)
         ax.set_xlabel(cname)
         _level_ticks(ax, ds.complexity.values)
@@ -246,6 +249,7 @@ def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "bin
     nrows = len(probes) + int(collapse)
     fig, axes = plt.subplots(nrows, 3, figsize=(13, 3.2 * nrows), squeeze=False)
     cname = ds.attrs.get("complexity_name", "complexity")
+    styles = distinct_styles(ds.method.values)  # matplotlib's 10 colours repeat past 10 methods
     for row, (label, sel) in zip(axes, probes.items()):
         region = "region" in sel
         pre = "region_" if region else ""
@@ -254,7 +258,7 @@ def plot_probes(ds: xr.Dataset, *, probes: dict | None = None, error: str = "bin
             for m in ds.method.values:
                 s = sub.sel({"method": m})
                 ax.errorbar(ds.complexity.values, s[f"{pre}{var}_mean"].values, yerr=s[f"{pre}{var}_se"].values,
-                            marker="o", capsize=2, label=str(m))
+                            capsize=2, label=str(m), **styles[str(m)])
             ax.set_yscale("log")
             ax.set_title(f"{var} at {label}")
             ax.set_xlabel(cname)
@@ -289,7 +293,8 @@ def plot_coverage_map(ds: xr.Dataset, complexity=None, *, methods=None, recipe=N
         label = _collapse_label(ds.sel({"method": m, "complexity": complexity}))
         plot_heatmap(np.log10(s.deviation_mean), x="x1", y="x2", ax=row[0], title=f"{m}: log10 deviation")
         plot_heatmap(np.log10(s.uncertainty_mean), x="x1", y="x2", ax=row[1], title=f"{m}: log10 uncertainty")
-        plot_heatmap(s.coverage, x="x1", y="x2", ax=row[2], title=f"{m}: coverage ({label})" if label
+        # the collapse diagnostics on a line of their own: beside the name they ran past the panel
+        plot_heatmap(s.coverage, x="x1", y="x2", ax=row[2], title=f"{m}: coverage\n({label})" if label
                      else f"{m}: coverage", vmin=0, vmax=1)
     if rname:
         fig.suptitle(f"recipe {rname}")
@@ -310,7 +315,7 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
         (ds.fit_r2.mean("repetition"), "R² of the fit"),
     )
     fig, axes = plt.subplots(len(rows), len(methods), figsize=(2.6 * len(methods), 2.3 * len(rows)),
-                             squeeze=False, sharex=True, sharey="row")
+                             squeeze=False, sharex=True, sharey="row", layout="constrained")
     cname = ds.attrs.get("complexity_name", "complexity")
     for i, (da, label) in enumerate(rows):
         for j, m in enumerate(methods):
@@ -327,8 +332,7 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
                 ax.set_xlabel(cname)
             _level_ticks(ax, ds.complexity.values)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{ds.attrs.get('task')}: recipe sensitivity (k={ds.sizes['repetition']})")
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fitted_suptitle(fig, f"{ds.attrs.get('task')}: recipe sensitivity (k={ds.sizes['repetition']})")
     return fig
 
 
@@ -336,14 +340,15 @@ def plot_recipes(ds: xr.Dataset, *, methods=None):
 BAND_QUANTILES = (0.1, 0.9)
 
 
-def _band(ax, x, da: xr.DataArray, *, color=None, label=None, linestyle="-"):
-    """Mean over ``repetition`` as a line and the 10th–90th percentile over it as a band (none
-    where every repetition diverged: NaN)."""
+def _band(ax, x, da: xr.DataArray, *, color=None, label=None, linestyle="-", marker=None):
+    """Mean over ``repetition`` as a line (with ``marker`` at each x) and the 10th–90th percentile
+    over it as a band (none where every repetition diverged: NaN)."""
     with warnings.catch_warnings():  # diverged in every repetition (``diverged``): nothing to draw
         warnings.filterwarnings("ignore", "All-NaN slice|Mean of empty slice", RuntimeWarning)
         lo, hi = (da.quantile(q, dim="repetition").values for q in BAND_QUANTILES)
         mean = da.mean("repetition").values
-    (line,) = ax.plot(x, mean, color=color, label=label, linestyle=linestyle, linewidth=1.2)
+    (line,) = ax.plot(x, mean, color=color, label=label, linestyle=linestyle, marker=marker, markersize=3,
+                      linewidth=1.2)
     ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     return line
 
@@ -375,22 +380,22 @@ def plot_conditional_coverage(ds: xr.Dataset, complexity, *, methods=None, recip
         panels += [(str(m), grid.conditional_coverage.sel({"method": m})) for m in methods]
         ncol = min(4, len(panels))
         nrow = -(-len(panels) // ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.4 * nrow), squeeze=False)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.4 * nrow), squeeze=False, layout="constrained")
         lo_hi = train_box(ds)
         box = None if lo_hi is None else (*lo_hi, *lo_hi)
         for ax, (name, da) in zip(axes.flat, panels):
             plot_heatmap(da.mean("repetition"), x="x1", y="x2", ax=ax, vmin=0, vmax=1, box=box, title=name)
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
-        fig.suptitle(title)
-        fig.tight_layout(rect=(0, 0, 1, 0.96))
+        fitted_suptitle(fig, title)
         return fig
     xname = _axis_coord(ds)
     x = sub[xname].values
     out = ~sub.in_distribution.values.astype(bool)
     ncol = min(4, len(methods))
     nrow = -(-len(methods) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3 * nrow), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3 * nrow), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax, m in zip(axes.flat, methods):
         _band(ax, x, sub.reference_conditional_coverage, color="0.5", label="reference", linestyle="--")
         _band(ax, x, sub.conditional_coverage.sel({"method": m}), color="C0", label=str(m))
@@ -404,8 +409,7 @@ def plot_conditional_coverage(ds: xr.Dataset, complexity, *, methods=None, recip
     axes[0, 0].legend(fontsize=7, loc="lower left")
     for ax in list(axes.flat)[len(methods):]:
         ax.set_visible(False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fitted_suptitle(fig, title)
     return fig
 
 
@@ -419,14 +423,15 @@ def plot_conditional_vs_complexity(ds: xr.Dataset, *, methods=None, recipe=None)
     inside = ds.in_distribution.astype(bool)
     width = {"in": ds.width_ratio.where(inside).mean("point"), "out": ds.width_ratio.where(~inside).mean("point")}
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False, sharex=True)
+    styles = distinct_styles(methods)  # matplotlib's 10 colours repeat past 10 methods
     for j, region in enumerate(("in", "out")):
         ax = axes[0, j]
         _band(ax, c, ds.region_reference_conditional_coverage.sel(region=region), color="0.5", label="reference",
               linestyle="--")
-        for i, m in enumerate(methods):
-            _band(ax, c, ds.region_conditional_coverage.sel({"region": region, "method": m}), color=f"C{i % 10}",
-                  label=str(m))
-            _band(axes[1, j], c, width[region].sel({"method": m}), color=f"C{i % 10}", label=str(m))
+        for m in methods:
+            _band(ax, c, ds.region_conditional_coverage.sel({"region": region, "method": m}), label=str(m),
+                  **styles[str(m)])
+            _band(axes[1, j], c, width[region].sel({"method": m}), label=str(m), **styles[str(m)])
         ax.axhline(_nominal(ds), color="k", linestyle=":", linewidth=1)
         ax.set_title(f"{'in' if region == 'in' else 'out of'} distribution")
         axes[1, j].axhline(1.0, color="0.5", linestyle="--", linewidth=1)
@@ -515,20 +520,21 @@ def plot_leakage(ds: xr.Dataset, *, methods=None):
     oracle = ds.attrs.get("oracle", "blr")
     c = ds.complexity.values
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False, sharex=True, sharey=True)
+    styles = distinct_styles(methods)  # matplotlib's 10 colours repeat past 10 methods
     rows = (("epistemic_leakage", "leakage: ρ(est. epistemic, σ²(x))"),
             ("estimates_spearman", "untangle: ρ(est. epistemic, est. aleatoric)"))
     for i, (var, label) in enumerate(rows):
         for j, region in enumerate(("in", "out")):
             ax = axes[i, j]
             da = ds[var].sel(region=region)
-            for k, (m, color, style) in enumerate([(oracle, "0.5", "--")]
-                                                  + [(m, f"C{k % 10}", "-") for k, m in enumerate(methods)]):
+            lines = [(oracle, {"color": "0.5", "linestyle": "--", "marker": "o"})]
+            lines += [(m, styles[str(m)]) for m in methods]
+            for k, (m, style) in enumerate(lines):
                 lo, hi = (da.sel({"method": m}).quantile(q, dim="repetition").values for q in BAND_QUANTILES)
                 mid = da.sel({"method": m}).median("repetition").values
                 shift = 0.06 * (k - len(methods) / 2)  # side by side at each level
-                ax.errorbar(c + shift, mid, yerr=[mid - lo, hi - mid], color=color, linestyle=style, marker="o",
-                            markersize=3, capsize=2, linewidth=1,
-                            label="exact oracle" if m == oracle else str(m))
+                ax.errorbar(c + shift, mid, yerr=[mid - lo, hi - mid], markersize=3, capsize=2, linewidth=1,
+                            label="exact oracle" if m == oracle else str(m), **style)
             ax.axhline(0.0, color="k", linestyle=":", linewidth=1)
             ax.set_title(f"{'in' if region == 'in' else 'outside'} the training box", fontsize=9)
             ax.set_ylim(-1.05, 1.05)
@@ -622,7 +628,8 @@ def plot_real_calibration(ds: xr.Dataset, *, methods=None):
     methods = list(methods or ds.method.values)
     ncol = min(4, len(methods))
     nrow = -(-len(methods) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 3.2 * nrow), squeeze=False, sharex=True, sharey=True)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 3.2 * nrow), squeeze=False, sharex=True, sharey=True,
+                             layout="constrained")
     p = ds.level.values
     for ax, m in zip(axes.flat, methods):
         ax.plot([0, 1], [0, 1], color="k", linewidth=0.8)
@@ -640,9 +647,8 @@ def plot_real_calibration(ds: xr.Dataset, *, methods=None):
         ax.set_ylabel("observed proportion")
     for ax in list(axes.flat)[len(methods):]:
         ax.set_visible(False)
-    fig.suptitle(f"{ds.attrs.get('dataset')}: calibration on held-out targets, {ds.attrs.get('split_kind')} splits "
-                 f"(mean over {ds.sizes['split']})")
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fitted_suptitle(fig, f"{ds.attrs.get('dataset')}: calibration on held-out targets, "
+                         f"{ds.attrs.get('split_kind')} splits (mean over {ds.sizes['split']})")
     return fig
 
 
@@ -657,7 +663,7 @@ def plot_real_scores(ds: xr.Dataset, *, scores=("coverage", "mace", "nll", "crps
     """
     methods = list(methods or ds.method.values)
     fig, axes = plt.subplots(1, len(scores), figsize=(max(4.0, 0.5 * len(methods)) * len(scores) / 1.6, 3.4),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     x = np.arange(len(methods))
     width = 0.8 / len(_RECAL_STYLE)
     for ax, score in zip(axes[0], scores):
@@ -673,10 +679,10 @@ def plot_real_scores(ds: xr.Dataset, *, scores=("coverage", "mace", "nll", "crps
         ax.set_xticklabels(methods, rotation=60, fontsize=7)
         ax.set_title(score, fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, ncol=len(labels), loc="upper right")
-    fig.suptitle(f"{ds.attrs.get('dataset')}, {ds.attrs.get('split_kind')} splits: mean ± s.e. over "
-                 f"{ds.sizes['split']} splits", x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    # below the panels: top right, it ran over the suptitle of a figure of one or two scores
+    fig.legend(handles, labels, fontsize=7, ncols=len(labels), loc="outside lower center")
+    fitted_suptitle(fig, f"{ds.attrs.get('dataset')}, {ds.attrs.get('split_kind')} splits: mean ± s.e. over "
+                         f"{ds.sizes['split']} splits", x=0.02, ha="left")
     return fig
 
 

@@ -28,8 +28,12 @@ from ..metrics.conventions import COVERAGE_Z
 from ..runs.io import temporary_beside
 
 __all__ = [
+    "alike_legend_entries",
+    "distinct_styles",
     "figure_format",
     "figure_grid",
+    "fitted_suptitle",
+    "overlapping_text",
     "plot_coverage_vs_complexity",
     "plot_heatmap",
     "plot_metric_vs_size",
@@ -38,6 +42,7 @@ __all__ = [
     "plot_risk_coverage",
     "save_figure",
     "save_figures",
+    "series_legend",
 ]
 
 _FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
@@ -95,6 +100,329 @@ def figure_grid(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[
     fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, np.asarray(fig.subplots(nrows, ncols, squeeze=False))
+
+
+# --------------------------------------------------------------------------------------------
+# legibility
+
+
+#: Two boxes closer than this (pixels at the figure's dpi) in either direction do not overlap:
+#: text and legends that merely touch are legible, and layouts round to a pixel.
+_OVERLAP_TOLERANCE_PX = 1.0
+#: Characters of a text kept in the name of an element (:func:`overlapping_text`).
+_NAME_CHARS = 28
+
+
+def _quoted(text: str) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= _NAME_CHARS else text[:_NAME_CHARS - 1].rstrip() + "…")
+
+
+def _drawn_axes(ax: Axes) -> bool:
+    """Whether ``ax`` shows anything: visible, with its axis on or some artist (a panel turned
+    off to leave a grid cell empty is blank space a legend may use)."""
+    if not ax.get_visible():
+        return False
+    return ax.axison or any(a.get_visible() for a in (*ax.lines, *ax.collections, *ax.images,
+                                                       *ax.patches, *ax.texts))
+
+
+def overlapping_text(fig: Figure) -> list[tuple[str, str]]:
+    """The pairs of a figure's titles, labels, legends and panels that overlap once drawn.
+
+    The figure is drawn first (constrained and tight layouts place everything at draw time;
+    a Figure without a canvas gets an Agg one). Checked, among the visible and non-empty
+    elements:
+
+    - every pair of texts among the suptitle, ``supxlabel``, ``supylabel`` and every drawn
+      axes' titles (centre, left, right) and x and y axis labels;
+    - every legend (the figure's and each axes') against each of those texts, including its
+      own axes' (a legend taller than its panel runs over the title), and against every other
+      legend;
+    - each axes' legend, title and labels against the area of every other drawn axes (a twin
+      shares its area and is not another axes), the figure's legends and texts against the
+      area of every drawn axes;
+    - every text and legend against the figure's edge (a part of it outside the figure is not
+      saved).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+
+    Returns
+    -------
+    list of tuple of (str, str)
+        One ``(element, element)`` pair per overlap, in the order of ``fig.axes`` (figure-level
+        elements first); empty for a legible figure. An element is named by what it is and,
+        for an axes', its panel (``fig.axes`` position, from 1; a colour bar says so) and
+        its text, shortened: ``"suptitle 'coverage at x=3'"``, ``"panel 2 title 'accuracy
+        (a box: over the c…'"``, ``"panel 1 xlabel 'severity'"``, ``"panel 1 legend"``,
+        ``"figure legend"``, ``"panel 3 (colour bar)"`` (an axes' area), ``"figure edge"``.
+
+    Examples
+    --------
+    >>> fig, axes = figure_grid(1, 2, panel=(3, 2))
+    >>> _ = axes[0, 0].plot([0, 1], label="a line"), axes[0, 0].set_title("left")
+    >>> overlapping_text(fig)
+    []
+    >>> _ = fig.legend(loc="center")  # between the panels, over both
+    >>> overlapping_text(fig)
+    [('figure legend', 'panel 1'), ('figure legend', 'panel 2')]
+    """
+    if not isinstance(fig, Figure):
+        raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure's canvas draws nothing
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    # (name, box, kind, owner): kind "text", "legend" or "axes"; owner the axes (None: figure)
+    elements: list[tuple[str, Any, str, Axes | None]] = []
+    for attr in ("_suptitle", "_supxlabel", "_supylabel"):
+        text = getattr(fig, attr, None)
+        if text is not None and text.get_visible() and text.get_text():
+            elements.append((f"{attr[1:]} {_quoted(text.get_text())}",
+                             text.get_window_extent(renderer), "text", None))
+    for k, legend in enumerate(fig.legends):
+        if legend.get_visible():
+            name = "figure legend" + (f" {k + 1}" if len(fig.legends) > 1 else "")
+            elements.append((name, legend.get_window_extent(renderer), "legend", None))
+    for i, ax in enumerate(fig.axes):
+        if not _drawn_axes(ax):
+            continue
+        panel = f"panel {i + 1}"
+        texts = [(f"{side} title " if side != "centre" else "title ", t) for side, t in
+                 (("centre", ax.title), ("left", ax._left_title), ("right", ax._right_title))]
+        if ax.axison:
+            texts += [("xlabel ", ax.xaxis.label), ("ylabel ", ax.yaxis.label)]
+        for what, text in texts:
+            if text.get_visible() and text.get_text():
+                elements.append((f"{panel} {what}{_quoted(text.get_text())}",
+                                 text.get_window_extent(renderer), "text", ax))
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            elements.append((f"{panel} legend", legend.get_window_extent(renderer), "legend", ax))
+        colourbar = " (colour bar)" if getattr(ax, "_colorbar", None) is not None else ""
+        elements.append((panel + colourbar, ax.get_window_extent(renderer), "axes", ax))
+    pairs = []
+    for j, (name_a, box_a, kind_a, owner_a) in enumerate(elements):
+        for name_b, box_b, kind_b, owner_b in elements[j + 1:]:
+            if kind_a == kind_b == "axes":
+                continue  # panels are the layout's to place
+            if "axes" in (kind_a, kind_b):
+                owner, area = (owner_a, owner_b) if kind_b == "axes" else (owner_b, owner_a)
+                if owner is area or owner in _twins(area):
+                    continue  # an axes' legend stands inside its own panel, its labels beside
+            if _overlap(box_a, box_b):
+                pairs.append((name_a, name_b))
+    edge = fig.bbox
+    for name, box, kind, _ in elements:
+        if kind != "axes" and _outside(box, edge):
+            pairs.append((name, "figure edge"))
+    return pairs
+
+
+def _twins(ax: Axes) -> list[Axes]:
+    """The axes that share ``ax``'s area as its twins (``twinx``/``twiny``), itself left out."""
+    twinned = getattr(ax, "_twinned_axes", None)
+    return [] if twinned is None else [a for a in twinned.get_siblings(ax) if a is not ax]
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return width > _OVERLAP_TOLERANCE_PX and height > _OVERLAP_TOLERANCE_PX
+
+
+def _outside(box: Any, edge: Any) -> bool:
+    return (box.x0 < edge.x0 - _OVERLAP_TOLERANCE_PX or box.y0 < edge.y0 - _OVERLAP_TOLERANCE_PX
+            or box.x1 > edge.x1 + _OVERLAP_TOLERANCE_PX or box.y1 > edge.y1 + _OVERLAP_TOLERANCE_PX)
+
+
+def _look(handle: Any) -> tuple:
+    """What a legend's handle looks like: its kind, colours (with alpha), line style, marker
+    and marker size or hatch; two handles alike here are one to the eye."""
+    from matplotlib.collections import Collection
+    from matplotlib.colors import to_hex
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    def colours(values: Any) -> tuple[str, ...]:
+        rgba = np.atleast_2d(np.asarray(values, float)) if len(np.shape(values)) else ()
+        return tuple(to_hex(c, keep_alpha=True) for c in rgba)
+
+    if isinstance(handle, Line2D):
+        return ("line", to_hex(handle.get_color(), keep_alpha=True), str(handle.get_linestyle()),
+                str(handle.get_marker()), round(float(handle.get_markersize()), 1),
+                to_hex(handle.get_markerfacecolor(), keep_alpha=True))
+    if isinstance(handle, Patch):
+        return ("patch", to_hex(handle.get_facecolor(), keep_alpha=True),
+                to_hex(handle.get_edgecolor(), keep_alpha=True), handle.get_hatch(),
+                str(handle.get_linestyle()), handle.get_fill())
+    if isinstance(handle, Collection):
+        paths = tuple(np.round(p.vertices, 3).tobytes() for p in handle.get_paths()[:1])
+        return ("collection", colours(handle.get_facecolor()), colours(handle.get_edgecolor()),
+                tuple(np.round(np.asarray(getattr(handle, "get_sizes", list)(), float), 1)), paths,
+                str(handle.get_linestyle()))
+    return (type(handle).__name__, id(handle))  # an unknown kind: never alike
+
+
+def alike_legend_entries(fig: Figure) -> list[tuple[str, str]]:
+    """The pairs of entries of one legend of ``fig`` that look alike: two series a reader
+    cannot tell apart.
+
+    Each legend of the figure (the figure's and every visible axes') is read as drawn: two of
+    its entries are alike when every artist of their keys is: same kind and colour (with
+    alpha), and line style, marker and marker size (a line), edge colour, hatch and line style
+    (a patch: bars, histograms) or edge colours, sizes and marker (a collection: scatter
+    points, error bars). Entries of different legends are never compared (each panel may
+    repeat a key).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+
+    Returns
+    -------
+    list of tuple of (str, str)
+        One ``(entry, entry)`` pair per two entries alike, named by their legend (as
+        :func:`overlapping_text` names it) and label, e.g. ``("panel 1 legend 'msp'",
+        "panel 1 legend 'ash'")``; empty when every series is distinguishable.
+
+    Examples
+    --------
+    >>> fig, axes = figure_grid(1, 1, panel=(3, 2))
+    >>> for i in range(11):  # matplotlib's default colours: the 11th is the 1st's
+    ...     _ = axes[0, 0].plot([0, 1], [i, i], label=f"m{i}")
+    >>> _ = axes[0, 0].legend()
+    >>> alike_legend_entries(fig)
+    [("panel 1 legend 'm0'", "panel 1 legend 'm10'")]
+    """
+    if not isinstance(fig, Figure):
+        raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    from matplotlib.offsetbox import DrawingArea
+
+    legends = [("figure legend" + (f" {k + 1}" if len(fig.legends) > 1 else ""), legend)
+               for k, legend in enumerate(fig.legends)]
+    legends += [(f"panel {i + 1} legend", ax.get_legend()) for i, ax in enumerate(fig.axes)
+                if ax.get_visible() and ax.get_legend() is not None]
+    pairs = []
+    for name, legend in legends:
+        # each entry's key as drawn: every artist of its box (an error bar's line, marker and
+        # bars; legend_handles holds only the first of them)
+        keys = [box for box in legend.findobj(DrawingArea) if box is not legend]
+        entries = [(f"{name} {_quoted(t.get_text())}", tuple(_look(a) for a in box.get_children()))
+                   for t, box in zip(legend.get_texts(), keys, strict=True)]
+        for j, (a, look) in enumerate(entries):
+            pairs += [(a, b) for b, other in entries[j + 1:] if other == look]
+    return pairs
+
+
+def series_legend(owner: Axes | Figure, handles: list | None = None, labels: list | None = None,
+                  *, inside: int = 8, rows: int = 18, beside: str = "axes", widen: bool = False,
+                  **kwargs: Any) -> Any:
+    """A legend that stays clear of the panels and titles however many series it names.
+
+    On an Axes, up to ``inside`` entries: its ordinary legend (``kwargs``: ``loc``,
+    ``fontsize``...). Past that, or on a Figure: beside the panels, on the right (upper
+    corner), in columns of up to ``rows`` entries, where constrained or tight layout makes room
+    for it; inside, a legend of many series runs over the lines, the title and the panels
+    below.
+
+    Parameters
+    ----------
+    owner : matplotlib Axes or Figure
+        Whose legend: an axes' or the figure's (beside all the panels).
+    handles, labels : list, optional
+        As :meth:`matplotlib.axes.Axes.legend`; default the owner's labelled artists (for a
+        Figure: of all its axes, a label once).
+    inside : int, default 8
+        Entries an axes' legend may hold inside its panel.
+    rows : int, default 18
+        Entries per column beside the panels.
+    beside : {"axes", "figure"}, default "axes"
+        Past ``inside`` entries, an axes' legend stands beside its own panel, or (``"figure"``:
+        for a panel among others) becomes the figure's legend, beside all of them. The
+        figure's legend needs constrained layout.
+    widen : bool, default False
+        Widen the figure by the width of a legend put beside, so the panels keep their size
+        (for a figure drawn for this legend alone: not where other panels share the figure).
+    **kwargs
+        Passed on to the legend (``loc`` and ``bbox_to_anchor`` only inside).
+
+    Returns
+    -------
+    matplotlib.legend.Legend or None
+        None where there is no labelled artist (no legend drawn, no warning).
+    """
+    if handles is None:
+        axes = [owner] if isinstance(owner, Axes) else owner.axes
+        found: dict[str, Any] = {}
+        for ax in axes:
+            for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                found.setdefault(label, h)
+        handles, labels = list(found.values()), list(found)
+    elif labels is None:
+        labels = [h.get_label() for h in handles]
+    if not handles:
+        return None
+    if beside not in ("axes", "figure"):
+        raise ValueError(f"beside must be 'axes' or 'figure', got {beside!r}")
+    if isinstance(owner, Axes) and len(handles) <= inside:
+        return owner.legend(handles, labels, **kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("loc", "bbox_to_anchor", "ncols",
+                                                            "ncol")}
+    ncols = -(-len(handles) // rows)
+    if isinstance(owner, Axes) and beside == "figure":
+        owner = owner.figure
+    if isinstance(owner, Axes):
+        legend = owner.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                              borderaxespad=0.0, ncols=ncols, **kwargs)
+        fig = owner.figure
+    else:
+        legend = owner.legend(handles, labels, loc="outside right upper", ncols=ncols,
+                              **kwargs)
+        fig = owner
+    if widen:
+        if not hasattr(fig.canvas, "get_renderer"):
+            FigureCanvasAgg(fig)
+        width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+        fig.set_size_inches(fig.get_figwidth() + width + 0.1, fig.get_figheight())
+    return legend
+
+
+def fitted_suptitle(fig: Figure, text: str, **kwargs: Any) -> Any:
+    """The figure's suptitle, broken at spaces onto as many lines as it takes to fit within the
+    figure's width (a long title over a narrow figure ran past both edges).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        Under constrained layout, which makes room for every line (a fixed ``tight_layout``
+        ``rect`` does not).
+    text : str
+    **kwargs
+        Passed on to :meth:`matplotlib.figure.Figure.suptitle` (``x``, ``ha``, ``fontsize``...).
+
+    Returns
+    -------
+    matplotlib.text.Text
+    """
+    import textwrap
+
+    title = fig.suptitle(text, **kwargs)
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    room = fig.bbox.width - 2 * _OVERLAP_TOLERANCE_PX - 0.02 * fig.bbox.width  # the x margins
+    chars = len(text)
+    while chars > 10:
+        box = title.get_window_extent(renderer)
+        # within the figure, and within its edges however the title is aligned
+        if box.width <= room and box.x0 >= 0 and box.x1 <= fig.bbox.width:
+            break
+        chars = max(10, int(chars * min(0.95, room / max(box.width, 1.0))))
+        title.set_text(textwrap.fill(text, chars, break_long_words=False))
+    return title
 
 
 def _figure_axes(ax: Axes | None, figsize: tuple[float, float] = (5.0, 4.0)) -> tuple[Figure, Axes]:
@@ -251,11 +579,15 @@ def plot_risk_coverage(curves: Mapping[str, Any], *, ax: Axes | None = None,
     Returns
     -------
     matplotlib.figure.Figure
+        One step line per model, each its own style (:func:`distinct_styles`), the legend
+        beside the panel past 8 models (:func:`series_legend`).
     """
     if not isinstance(curves, Mapping) or not curves:
         raise ValueError(f"curves must be a non-empty mapping name -> (coverage, risk), got "
                          f"{type(curves).__name__}")
+    new = ax is None
     fig, ax = _figure_axes(ax)
+    styles = distinct_styles(curves)
     for name, curve in curves.items():
         if isinstance(curve, (Mapping, xr.Dataset)) and "coverage" in curve and "risk" in curve:
             cov, risk = curve["coverage"], curve["risk"]
@@ -269,11 +601,12 @@ def plot_risk_coverage(curves: Mapping[str, Any], *, ax: Axes | None = None,
         if c.shape != r.shape:
             raise ValueError(f"curves[{name!r}]: coverage has shape {c.shape}, risk {r.shape}")
         order = np.argsort(c, kind="stable")
-        ax.plot(c[order], r[order], drawstyle="steps-post", label=str(name))
+        ax.plot(c[order], r[order], drawstyle="steps-post", label=str(name), markersize=3,
+                markevery=max(1, c.size // 8), **styles[str(name)])
     ax.set(xlim=(0, 1), xlabel="coverage", ylabel="selective risk",
            title=title or "Risk-coverage")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    series_legend(ax, fontsize="small", widen=new)
     return fig
 
 
@@ -310,7 +643,8 @@ def plot_coverage_vs_complexity(summary: xr.Dataset, *, point_selection: Mapping
     Returns
     -------
     matplotlib.figure.Figure
-        One errorbar line per method plus the nominal line.
+        One errorbar line per method, each its own style (:func:`distinct_styles`), plus the
+        nominal line; the legend beside the panel past 8 entries (:func:`series_legend`).
     """
     if not isinstance(summary, xr.Dataset):
         raise ValueError(f"summary must be an xarray.Dataset, got {type(summary).__name__}")
@@ -335,11 +669,14 @@ def plot_coverage_vs_complexity(summary: xr.Dataset, *, point_selection: Mapping
     if extra:
         raise ValueError(f"point_selection must reduce the data to ({method_dim!r}, "
                          f"{complexity_dim!r}); dims {extra} remain")
+    new = ax is None
     fig, ax = _figure_axes(ax)
     methods = cov[method_dim].values if method_dim in cov.dims else [None]
+    labels = [str(m) if m is not None else var for m in methods]
+    styles = distinct_styles(labels)
     x = np.asarray(cov[complexity_dim].values) if complexity_dim in cov.coords \
         else np.arange(cov.sizes[complexity_dim])
-    for m in methods:
+    for m, label in zip(methods, labels, strict=True):
         one = sub if m is None else sub.sel({method_dim: m})
         y = np.asarray(one[var].values, float)
         if error is None:
@@ -351,8 +688,7 @@ def plot_coverage_vs_complexity(summary: xr.Dataset, *, point_selection: Mapping
             yerr = np.clip(yerr, 0, None)
         else:
             yerr = np.asarray(one["coverage_err"].values, float)
-        ax.errorbar(x, y, yerr=yerr, marker="o", markersize=3, capsize=2,
-                    label=str(m) if m is not None else var)
+        ax.errorbar(x, y, yerr=yerr, markersize=3, capsize=2, label=label, **styles[label])
     handles = list(ax.containers[-len(methods):])
     handles.append(ax.axhline(nominal, color="k", linestyle="--", linewidth=1,
                               label=f"nominal {nominal:g}"))
@@ -363,7 +699,7 @@ def plot_coverage_vs_complexity(summary: xr.Dataset, *, point_selection: Mapping
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel=str(complexity_dim), ylabel="coverage", ylim=(-0.02, 1.02),
            title=title or (f"Coverage at {sel_desc}" if sel_desc else "Coverage"))
-    ax.legend(handles=handles, fontsize="small")
+    series_legend(ax, handles, fontsize="small", widen=new)
     return fig
 
 
@@ -492,10 +828,95 @@ def plot_heatmap(da: xr.DataArray, *, x: Hashable | None = None, y: Hashable | N
 # ensembles
 
 
+#: Line styles and markers of :func:`distinct_styles`: a family's variants take the line styles
+#: in turn, the further cycles of colours (past the colour map's size) the markers.
+_LINESTYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "D", "v", "P", "X", "*", "^", "<", ">", "p", "h")
+
+
+def distinct_styles(names: Iterable[Hashable], *,
+                    family: Callable[[str], tuple[Hashable, int]] | None = None
+                    ) -> dict[str, dict[str, str]]:
+    """A ``{color, linestyle, marker}`` per series, no two alike: what tells the lines of a
+    figure apart past matplotlib's 10 default colours.
+
+    One colour per family of series (tab10, or tab20 past 10 families); the series of a family
+    told apart by line style (its variant: 0 solid, 1 dashed, 2 dotted, 3 dash-dotted), the
+    families of the further cycles of colours by marker (``o`` first). Without ``family``,
+    every series is a family of its own: up to 10 series, the default colours with solid lines
+    and circles. No two series share all three up to 48 cycles of colours over the number of
+    variants (960 families of one variant, 480 of two); past that the styles repeat.
+
+    Parameters
+    ----------
+    names : iterable of hashable
+        The series, in drawing order (their ``str`` is the key); no two alike.
+    family : callable, optional
+        ``family(name) -> (key, variant)``: the series of one key share a colour, ``variant``
+        (int in 0..3) picks the line style, e.g. ``NAME`` and ``NAME_tta`` one colour, plain
+        solid and under test-time augmentation dashed. No two series may have the same pair.
+
+    Returns
+    -------
+    dict
+        ``str(name) -> {"color": "#rrggbb", "linestyle": str, "marker": str}``, in the order of
+        ``names``: keyword arguments of :meth:`matplotlib.axes.Axes.plot`.
+
+    Raises
+    ------
+    ValueError
+        Two names alike, a variant out of 0..3, two series of one family and variant.
+
+    Examples
+    --------
+    >>> styles = distinct_styles([f"m{i}" for i in range(11)])
+    >>> styles["m0"], styles["m10"]["color"] != styles["m0"]["color"]
+    ({'color': '#1f77b4', 'linestyle': '-', 'marker': 'o'}, True)
+    >>> tta = distinct_styles(["a", "a_tta"], family=lambda n: (n.removesuffix("_tta"),
+    ...                                                          int(n.endswith("_tta"))))
+    >>> tta["a"]["color"] == tta["a_tta"]["color"], tta["a_tta"]["linestyle"]
+    (True, '--')
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    labels = [str(n) for n in names]
+    if len(set(labels)) != len(labels):
+        twice = sorted({n for n in labels if labels.count(n) > 1})
+        raise ValueError(f"names must be distinct, got {twice} more than once")
+    keys = {n: (n, 0) if family is None else family(n) for n in labels}
+    for n, (_, variant) in keys.items():
+        if not isinstance(variant, (int, np.integer)) or not 0 <= variant < len(_LINESTYLES):
+            raise ValueError(f"family({n!r}) must give a variant in 0..{len(_LINESTYLES) - 1}, "
+                             f"got {variant!r}")
+    if len(set(keys.values())) != len(keys):
+        seen: dict[tuple, str] = {}
+        a, b = next((seen[k], n) for n, k in keys.items() if seen.setdefault(k, n) != n)
+        raise ValueError(f"family must give each name its own (key, variant) pair, got "
+                         f"{keys[a]!r} for both {a!r} and {b!r}")
+    families = list(dict.fromkeys(k for k, _ in keys.values()))
+    n_variants = 1 + max((int(v) for _, v in keys.values()), default=0)
+    cmap = colormaps["tab10" if len(families) <= 10 else "tab20"]
+    styles = {}
+    for n in labels:
+        key, variant = keys[n]
+        i = families.index(key)
+        # one slot per (cycle of colours, variant): the slot picks the marker, and the line
+        # style past the markers (12 divides by every number of variants: no two slots alike)
+        slot = (i // cmap.N) * n_variants + int(variant)
+        styles[n] = {"color": to_hex(cmap(i % cmap.N)),
+                     "linestyle": _LINESTYLES[(int(variant) + slot // len(_MARKERS))
+                                              % len(_LINESTYLES)],
+                     "marker": _MARKERS[slot % len(_MARKERS)]}
+    return styles
+
+
 def plot_metric_vs_size(data: xr.Dataset | xr.DataArray, *, variable: str | None = None,
                         size_dim: Hashable = "size", order_dim: Hashable = "order",
-                        method_dim: Hashable | None = "method", ax: Axes | None = None,
-                        ylabel: str | None = None, title: str | None = None) -> Figure:
+                        method_dim: Hashable | None = "method",
+                        styles: Mapping[str, Mapping[str, Any]] | None = None,
+                        ax: Axes | None = None, ylabel: str | None = None,
+                        title: str | None = None) -> Figure:
     """A metric against ensemble size: mean ± std over random member orders, one line per method.
 
     Parameters
@@ -510,13 +931,19 @@ def plot_metric_vs_size(data: xr.Dataset | xr.DataArray, *, variable: str | None
         be absent, then no band).
     method_dim : hashable or None, default "method"
         One line per entry when this dim exists.
+    styles : mapping str -> mapping, optional
+        Per series (its label: the method's ``str``), keyword arguments of the line
+        (``color``, ``linestyle``, ``marker``...); its band takes its colour. Default
+        :func:`distinct_styles` of the series: no two alike, however many.
     ax : matplotlib Axes, optional
     ylabel, title : str, optional
 
     Returns
     -------
     matplotlib.figure.Figure
-        One line per method, each with a ± std band over orders.
+        One line per method, each with a ± std band over orders; the legend inside the panel
+        up to 8 series, past that beside it (:func:`series_legend`; a new figure is widened
+        for it).
     """
     if isinstance(data, xr.Dataset):
         if variable is None:
@@ -545,22 +972,25 @@ def plot_metric_vs_size(data: xr.Dataset | xr.DataArray, *, variable: str | None
         std = da.std(order_dim) if has_order and da.sizes[order_dim] > 1 else None
     x = np.asarray(da[size_dim].values, float) if size_dim in da.coords \
         else np.arange(1, da.sizes[size_dim] + 1, dtype=float)
-    fig, ax = _figure_axes(ax)
     methods = da[method_dim].values if method_dim is not None and method_dim in da.dims \
         else [None]
-    for i, m in enumerate(methods):
+    labels = [str(m) if m is not None else str(da.name or "") for m in methods]
+    style = distinct_styles(labels)
+    if styles is not None:
+        style = {n: {**style[n], **styles.get(n, {})} for n in labels}
+    new = ax is None
+    fig, ax = _figure_axes(ax)
+    for m, label in zip(methods, labels, strict=True):
         sel = {} if m is None else {method_dim: m}
         y = np.asarray(mean.sel(sel).transpose(size_dim).values, float)
-        color = f"C{i % 10}"
-        ax.plot(x, y, marker="o", markersize=3, color=color,
-                label=str(m) if m is not None else str(da.name or ""))
+        (line,) = ax.plot(x, y, markersize=3, label=label, **style[label])
         if std is not None:
             s = np.asarray(std.sel(sel).transpose(size_dim).values, float)
-            ax.fill_between(x, y - s, y + s, color=color, alpha=0.2)
+            ax.fill_between(x, y - s, y + s, color=line.get_color(), alpha=0.2)
     ax.set(xlabel="ensemble size", ylabel=ylabel or str(da.name or variable or ""),
            title=title or "")
     if methods[0] is not None or da.name:
-        ax.legend(fontsize="small")
+        series_legend(ax, fontsize="small", widen=new)
     return fig
 
 

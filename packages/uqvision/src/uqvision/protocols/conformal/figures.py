@@ -116,22 +116,29 @@ def plot_alpha_curve(result: xr.Dataset | str | os.PathLike, *,
     models = _models(ds) if models is None else list(models)
     for m in models:
         _choice("model", m, _models(ds))
+    from uqmetrics.report.plotting import distinct_styles, series_legend  # matplotlib: on use
+
     grid = ds["curve_alpha"].values
+    methods = [str(x) for x in ds["curve_method"].values]
+    # a colour per model, a line style per curve method (CURVE_METHODS: 3)
+    keys = {f"{m}: {method}": (m, k) for m in models for k, method in enumerate(methods)}
+    styles = distinct_styles(keys, family=keys.get)
     fig, axes = _figure(1, 2, panel=(4.2, 3.4))
     for ax, stat in zip(axes[0], ("coverage", "mean_set_size"), strict=True):
         for model in models:
-            for method in [str(x) for x in ds["curve_method"].values]:
+            for method in methods:
                 y = ds[f"curve_{stat}"].sel(model=model, curve_method=method).values
                 ok = ~np.isnan(y)
                 if ok.any():
-                    (line,) = ax.plot(grid[ok], y[ok], marker="o", markersize=3,
-                                      label=f"{model}: {method}", linewidth=1)
+                    label = f"{model}: {method}"
+                    (line,) = ax.plot(grid[ok], y[ok], markersize=3, label=label, linewidth=1,
+                                      **styles[label])
                     line.set_gid(f"curve:{stat}:{method}:{model}")
         if stat == "coverage":
             ax.plot(grid, 1.0 - grid, "k--", linewidth=0.8, label="1 - alpha")
         ax.set_xlabel("alpha")
         ax.set_ylabel(_LABELS[stat])
-    axes[0, 0].legend(fontsize=5)
+    series_legend(axes[0, 0], fontsize=6, beside="figure", widen=True)
     return fig
 
 
@@ -147,18 +154,22 @@ def plot_class_coverage(result: xr.Dataset | str | os.PathLike) -> Figure:
     ds = _result(result)
     if "class_coverage" not in ds:
         raise InputError("result has no class_coverage: rescore it")
+    from uqmetrics.report.plotting import distinct_styles, series_legend  # matplotlib: on use
+
     fig, axes = _figure(1, 1, panel=(5.0, 3.4))
     ax = axes[0, 0]
+    styles = distinct_styles(_models(ds))
     for model in _models(ds):
         cov = ds["class_coverage"].sel(model=model).values
         cov = np.sort(cov[~np.isnan(cov)])
         if cov.size:
-            (line,) = ax.plot(np.arange(cov.size), cov, label=model, linewidth=1)
+            (line,) = ax.plot(np.arange(cov.size), cov, label=model, linewidth=1, markersize=3,
+                              markevery=max(1, cov.size // 10), **styles[model])
             line.set_gid(f"class:{model}")
     ax.axhline(1.0 - CLASS_ALPHA, color="k", linestyle="--", linewidth=0.8)
     ax.set_xlabel("class (sorted by coverage)")
     ax.set_ylabel(f"coverage ({CLASS_METHOD.upper()}, alpha = {CLASS_ALPHA:g})")
-    ax.legend(fontsize=6)
+    series_legend(ax, fontsize=6, widen=True)
     return fig
 
 
@@ -178,7 +189,10 @@ def plot_shift_coverage(result: xr.Dataset | str | os.PathLike, *, method: str =
         raise InputError("result has no corrupted members (shift_coverage over severities)")
     _choice("method", method, ds["method"].values)
     _choice("calibration", calibration, CALIBRATIONS)
+    from uqmetrics.report.plotting import distinct_styles, series_legend  # matplotlib: on use
+
     alphas = ds["alpha"].values.tolist()
+    styles = distinct_styles(_models(ds))
     fig, axes = _figure(1, len(alphas), panel=(4.0, 3.2))
     x = np.concatenate([[0], ds["severity"].values])
     for ax, alpha in zip(axes[0], alphas, strict=True):
@@ -191,14 +205,14 @@ def plot_shift_coverage(result: xr.Dataset | str | os.PathLike, *, method: str =
                 else np.full(x.size - 1, np.nan)
             y = np.concatenate([[clean], per])
             ok = ~np.isnan(y)
-            (line,) = ax.plot(x[ok], y[ok], marker="o", markersize=3, label=model,
-                              linewidth=1)
+            (line,) = ax.plot(x[ok], y[ok], markersize=3, label=model, linewidth=1,
+                              **styles[model])
             line.set_gid(f"shift:{alpha:g}:{model}")
         ax.axhline(1.0 - alpha, color="k", linestyle="--", linewidth=0.8)
         ax.set_xlabel("severity (0: clean)")
         ax.set_ylabel(f"{method} coverage")
         ax.set_title(f"alpha = {alpha:g}, {calibration} calibration", fontsize=8)
-    axes[0, 0].legend(fontsize=6)
+    series_legend(axes[0, 0], fontsize=6, beside="figure", widen=True)
     return fig
 
 

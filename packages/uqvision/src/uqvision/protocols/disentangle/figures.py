@@ -58,7 +58,8 @@ def _scatter(ds: Any):
         if np.isfinite(h).any():
             ax.scatter(h, u, s=6, alpha=0.6)
         rho = ds["aleatoric_spearman"].sel(model=model, estimator=e).item()
-        ax.set(title=f"{e} (rho {rho:.2f})", xlabel="true label entropy", ylabel="estimate")
+        # rho on a line of its own: beside a long estimator's name it ran past the panel
+        ax.set(title=f"{e}\n(rho {rho:.2f})", xlabel="true label entropy", ylabel="estimate")
     fig.suptitle(f"estimates of {model} against the truth")
     fig.tight_layout()
     return fig

@@ -163,27 +163,38 @@ def plot_ood_histograms(result: xr.Dataset | str | os.PathLike, *, model: str | 
 def plot_ood_cost(result: xr.Dataset | str | os.PathLike, *, split: str = "far") -> Figure:
     """AUROC (mean over a split's sets) against forward passes per image: one point per
     (model, detector), circles for post-hoc detectors, triangles for the UQ measures of
-    several members (:data:`~.score.MEMBER_DETECTORS`)."""
+    several members (:data:`~.score.MEMBER_DETECTORS`); a colour per detector (hollow markers
+    past the colour map's 20), the legend beside the panel."""
+    from uqmetrics.report.plotting import distinct_styles, series_legend  # matplotlib: on use
+
     ds = _result(result)
     if "forward_passes" not in ds:
         raise InputError("result has no forward_passes (cost accounting): rescore it")
     fig, axes = _figure(1, 1, panel=(5.0, 3.5))
     ax = axes[0, 0]
     passes = ds["forward_passes"].values.astype(float)
-    for j, d in enumerate(str(x) for x in ds["detector"].values):
+    dets = [str(x) for x in ds["detector"].values]
+    styles = distinct_styles(dets)
+    for j, d in enumerate(dets):
         vals = ds[f"{split}_auroc"].isel(detector=j).values
         ok = ~np.isnan(vals)
         if not ok.any():
             continue
         marker = "^" if d in MEMBER_DETECTORS else "o"
-        pts = ax.scatter(passes[ok], vals[ok], marker=marker, label=d, alpha=0.8)
+        colour = styles[d]["color"]
+        # the marker's shape says UQ measure or detector: past the colour map's colours
+        # (another marker from distinct_styles), the points are hollow instead
+        hollow = styles[d]["marker"] != styles[dets[0]]["marker"]
+        pts = ax.scatter(passes[ok], vals[ok], marker=marker, label=d, alpha=0.8,
+                         facecolors="none" if hollow else colour, edgecolors=colour)
         pts.set_gid(f"cost:{split}:{d}")
     ax.set_xscale("log")
     ax.set_xlabel("forward passes per image")
     ax.set_ylabel(f"{split}-OOD AUROC")
     ax.set_title("UQ measures (triangles) vs post-hoc detectors (circles)", fontsize=8)
-    if ax.collections:  # beside the axes: inside, it hid points of the ensembles' column
-        fig.legend(*ax.get_legend_handles_labels(), fontsize=6, loc="outside right upper")
+    if ax.collections:  # beside the axes: inside, it hid points of the ensembles' column;
+        # in columns that fit the figure's height, the figure widened so the title still fits
+        series_legend(fig, fontsize=6, widen=True)
     else:  # a result without sets of this split (e.g. far-OOD sets only)
         ax.text(0.5, 0.5, f"no {split}-OOD set scored", ha="center", va="center",
                 transform=ax.transAxes)

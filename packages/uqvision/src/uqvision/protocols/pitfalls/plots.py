@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xarray as xr
 from uqmetrics import read_dataset
-from uqmetrics.report.plotting import plot_metric_vs_size, save_figure
+from uqmetrics.report.plotting import distinct_styles, plot_metric_vs_size, save_figure
 
 __all__ = ["ENSEMBLE_PLOT_METRICS", "ensemble_figure", "plot_ensembles", "series_styles"]
 
@@ -18,63 +18,34 @@ __all__ = ["ENSEMBLE_PLOT_METRICS", "ensemble_figure", "plot_ensembles", "series
 ENSEMBLE_PLOT_METRICS = ("cll", "nll", "accuracy", "ece", "brier", "auroc", "aurc")
 
 _TTA = "_tta"
-#: Markers (plain, under TTA) of each cycle of colours (more methods than colours).
-_MARKERS = (("o", "s"), ("D", "v"), ("P", "X"), ("*", "^"))
+
+
+def _tta_family(name: str) -> tuple[str, int]:
+    """``NAME`` and ``NAME_tta``: one family (one colour), variant 1 (dashed) under TTA."""
+    base = name.removesuffix(_TTA) or name
+    return base, int(base != name)
 
 
 def series_styles(names: list[str]) -> dict[str, dict[str, str]]:
     """A distinct ``{color, linestyle, marker}`` per series of ``names``: one colour per
-    method (``NAME`` and ``NAME_tta`` share it), solid with circles plain and dashed with
-    squares under TTA; tab10, or tab20 past 10 methods, then other markers per further cycle
-    of colours. No two series share all three (up to 80 methods)."""
-    from matplotlib import colormaps  # figures: imported on use
-
-    bases = list(dict.fromkeys(n.removesuffix(_TTA) or n for n in names))
-    cmap = colormaps["tab10" if len(bases) <= 10 else "tab20"]
-    styles = {}
-    for name in names:
-        base = name.removesuffix(_TTA) or name
-        tta = base != name
-        i = bases.index(base)
-        styles[name] = {"color": _hex(cmap(i % cmap.N)), "linestyle": "--" if tta else "-",
-                        "marker": _MARKERS[(i // cmap.N) % len(_MARKERS)][tta]}
-    return styles
-
-
-def _hex(rgba) -> str:
-    from matplotlib.colors import to_hex
-
-    return to_hex(rgba)
-
-
-def _restyle(fig, names: list[str]) -> None:
-    """The lines (and their ± std bands) of :func:`~uqmetrics.report.plotting.
-    plot_metric_vs_size` given the styles of :func:`series_styles`; the legend redrawn."""
-    ax = fig.axes[0]
-    styles = series_styles(names)
-    bands = list(ax.collections)
-    for k, (line, name) in enumerate(zip(ax.lines, names, strict=True)):
-        style = styles[name]
-        line.set(color=style["color"], linestyle=style["linestyle"], marker=style["marker"])
-        if len(bands) == len(names):
-            bands[k].set_color(style["color"])
-    if ax.get_legend() is not None:
-        ax.legend(fontsize="x-small", ncol=2 if len(names) > 8 else 1)
+    method (``NAME`` and ``NAME_tta`` share it), solid plain and dashed under TTA, other
+    markers past the colour map's colours (:func:`uqmetrics.report.plotting.distinct_styles`:
+    no two series alike)."""
+    return distinct_styles(names, family=_tta_family)
 
 
 def ensemble_figure(ds: xr.Dataset, var: str):
     """The Figure of variable ``var`` (a metric, or ``dee``) of an ensembles score file vs
     ensemble size: one line per method, each distinguishable (:func:`series_styles`)."""
+    styles = series_styles([str(m) for m in ds[var]["method"].values]) \
+        if "method" in ds[var].dims else None
     if var == "dee":
-        fig = plot_metric_vs_size(ds["dee"], ylabel="deep ensemble equivalent",
-                                  title="DEE vs number of samples")
-    else:
-        fig = plot_metric_vs_size(ds[var], ylabel=var,
-                                  title=f"{var} vs ensemble size "
-                                        f"(reference: {ds.attrs.get('reference', '')})")
-    if "method" in ds[var].dims:
-        _restyle(fig, [str(m) for m in ds[var]["method"].values])
-    return fig
+        return plot_metric_vs_size(ds["dee"], styles=styles, ylabel="deep ensemble equivalent",
+                                   title="DEE vs number of samples")
+    # the reference on a line of its own: on one, the title ran past a 5-inch figure's edges
+    return plot_metric_vs_size(ds[var], styles=styles, ylabel=var,
+                               title=f"{var} vs ensemble size\n"
+                                     f"(reference: {ds.attrs.get('reference', '')})")
 
 
 def plot_ensembles(scores: str | os.PathLike | xr.Dataset, out_dir: str | os.PathLike) -> list[Path]:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xarray as xr
 from uqmetrics import read_dataset, risk_coverage_curve, softmax, softmax_response
-from uqmetrics.report.plotting import plot_risk_coverage, save_figure
+from uqmetrics.report.plotting import (
+    distinct_styles,
+    plot_risk_coverage,
+    save_figure,
+    series_legend,
+)
 from uqmetrics.runs.io import decode_attr
 
 from ...cache import index_caches, read_cache
@@ -36,19 +40,17 @@ def _softmax_rows(ds: xr.Dataset) -> xr.Dataset:
     return ds.isel(model=np.flatnonzero(ds["method"].values == "softmax"))
 
 
-def _family_colours(families) -> dict[str, Any]:
-    import matplotlib.pyplot as plt  # heavy: imported on first use (start-up time)
-
-    names = sorted(set(map(str, families)))
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    return {f: cmap(i % cmap.N) for i, f in enumerate(names)}
+def _family_styles(families) -> dict[str, dict[str, str]]:
+    """A distinct colour and marker per family, in sorted order (past tab20's 20 colours the
+    markers differ: :func:`uqmetrics.report.plotting.distinct_styles`)."""
+    return distinct_styles(sorted(set(map(str, families))))
 
 
 def _scatter_models(ds: xr.Dataset, x: np.ndarray, y: np.ndarray, ax, *, label_points: bool):
     """One marker per model: colour = family, area ~ log(params), ring = distilled, star =
     a teacher of another row."""
     fam = ds["family"].values.astype(str) if "family" in ds.coords else np.full(x.size, "?")
-    colours = _family_colours(fam)
+    styles = _family_styles(fam)
     params = ds["params"].values.astype(float) if "params" in ds.coords else np.full(x.size,
                                                                                   np.nan)
     size = np.where(np.isfinite(params), 12 * np.log10(np.maximum(params, 10)), 40.0)
@@ -56,10 +58,10 @@ def _scatter_models(ds: xr.Dataset, x: np.ndarray, y: np.ndarray, ax, *, label_p
         else np.zeros(x.size, bool)
     teachers = set(ds["teacher"].values.astype(str)) if "teacher" in ds.coords else set()
     keys = ds["metadata_key"].values.astype(str) if "metadata_key" in ds.coords else []
-    for f in sorted(colours):
+    for f, style in styles.items():
         sel = fam == f
-        ax.scatter(x[sel], y[sel], s=size[sel], color=colours[f], alpha=0.75, label=f,
-                   edgecolors="none")
+        ax.scatter(x[sel], y[sel], s=size[sel], color=style["color"], marker=style["marker"],
+                   alpha=0.75, label=f, edgecolors="none")
     if distilled.any():
         ax.scatter(x[distilled], y[distilled], s=size[distilled] * 1.8, facecolors="none",
                    edgecolors="k", linewidths=1.2, label="distilled")
@@ -71,7 +73,7 @@ def _scatter_models(ds: xr.Dataset, x: np.ndarray, y: np.ndarray, ax, *, label_p
         for xi, yi, m in zip(x, y, ds["model"].values, strict=True):
             ax.annotate(str(m), (xi, yi), fontsize=5, alpha=0.7, xytext=(2, 2),
                         textcoords="offset points")
-    ax.legend(fontsize=6, loc="best", markerscale=0.6)
+    series_legend(ax, fontsize=6, loc="best", markerscale=0.6, widen=True)
 
 
 def plot_selective(scores: str | os.PathLike | xr.Dataset,
@@ -116,7 +118,7 @@ def plot_selective(scores: str | os.PathLike | xr.Dataset,
             tech = table["technique"].values.astype(str)[ok]
             names = list(dict.fromkeys(tech))
             fig, ax = plt.subplots(figsize=(max(5, 0.25 * ok.sum() + 2), 5.5))
-            colours = _family_colours(names)
+            colours = {t: style["color"] for t, style in _family_styles(names).items()}
             ax.bar(np.arange(ok.sum()), v[ok], color=[colours[t] for t in tech])
             ax.axhline(0, color="k", lw=0.8)
             ax.set_xticks(np.arange(ok.sum()), table["treated"].values[ok], rotation=90,

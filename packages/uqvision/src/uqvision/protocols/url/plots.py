@@ -11,7 +11,7 @@ from pathlib import Path
 
 import xarray as xr
 from uqmetrics import read_dataset
-from uqmetrics.report.plotting import save_figure
+from uqmetrics.report.plotting import distinct_styles, save_figure, series_legend
 
 __all__ = ["draw_figures"]
 
@@ -36,12 +36,14 @@ def draw_figures(ds: xr.Dataset | str | os.PathLike, folder: str | os.PathLike) 
     ax.tick_params(axis="x", rotation=60)
     paths.append(_save(fig, folder / "fig1_r_auroc.png"))
     fig, ax = plt.subplots(figsize=(4.5, 4))
+    styles = distinct_styles(methods[:-1])  # matplotlib's 10 colours repeat past 10 methods
     for m in methods[:-1]:
         ax.scatter(ds["recall_at_1"].sel({"method": m}).mean("dataset"),
-                   ds["r_auroc"].sel({"method": m}).mean("dataset"), label=m, s=12)
+                   ds["r_auroc"].sel({"method": m}).mean("dataset"), label=m, s=12,
+                   color=styles[m]["color"], marker=styles[m]["marker"])
     ax.set_xlabel("downstream R@1")
     ax.set_ylabel("downstream R-AUROC")
-    ax.legend(fontsize=6, ncol=2)
+    series_legend(ax, fontsize=6, widen=True)
     paths.append(_save(fig, folder / "fig2_r_auroc_vs_recall.png"))
     fig, ax = plt.subplots(figsize=(4.5, 4))
     ax.scatter(ds["all_upstream_r_auroc"].values.ravel(),

@@ -307,3 +307,16 @@ def test_a_figure_that_cannot_be_written_names_its_path(tmp_path):
             save_figure(fig, target)
         assert info.value.filename == str(target) and info.value.errno == errno.ENOSPC
         assert sorted(p.name for p in target.parent.iterdir()) == ["filler"]
+
+
+@pytest.mark.parametrize("name", ["../x.png", "a/b.png", "/tmp/x.png", "..", ".", ""])
+def test_a_figure_name_that_leads_elsewhere_is_refused(tmp_path, name):
+    """Figure names are built from a file's labels: one that is not a plain file name is refused
+    before anything is drawn or written (labels pass through safe_name first)."""
+    from uqmetrics.report.plotting import figure_path, save_figures
+
+    drawn = []
+    with pytest.raises(ValueError, match="is not one file name inside"):
+        save_figures([(name, lambda: drawn.append(1))], tmp_path / "out")
+    assert not drawn and not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+    assert figure_path(tmp_path, "ok+name.png") == tmp_path / "ok+name.png"

@@ -48,12 +48,14 @@ from matplotlib.ticker import MaxNLocator
 from uqmetrics.metrics.registry import Registry
 from uqmetrics.report.plotting import (
     distinct_styles,
+    figure_path,
     fitted_suptitle,
     plot_coverage_vs_complexity,
     plot_heatmap,
     plot_prediction_bands,
     save_figure,
 )
+from uqmetrics.runs.io import safe_name
 
 #: The dims and variables :func:`plot_study` draws from: those of every study file ``uqreg study``
 #: and ``uqreg sweep`` write (the collapse diagnostics are drawn when present).
@@ -555,7 +557,7 @@ def _saver(out: Path, drawn: list, saved=None):
     written, not after the last one)."""
     def save(fig, name: str) -> Path:
         try:
-            path = save_figure(fig, out / name)
+            path = save_figure(fig, figure_path(out, name))
         finally:
             plt.close(fig)
         drawn.append(path)
@@ -593,19 +595,19 @@ def plot_study(ds: xr.Dataset, out_dir, *, complexities=None, saved=None) -> lis
     comps = ds.complexity.values if complexities is None else complexities
     recipes = list(ds.recipe.values) if "recipe" in ds.dims else [None]
     for r in recipes:
-        tag = f"_{r}" if len(recipes) > 1 else ""
+        tag = f"_{safe_name(r)}" if len(recipes) > 1 else ""
         before = len(paths)
         if {"x1", "x2"} <= set(ds.coords):
             for c in comps:
-                save(plot_coverage_map(ds, c, recipe=r), f"coverage_map_c{c}{tag}.png")
+                save(plot_coverage_map(ds, c, recipe=r), f"coverage_map_c{safe_name(c)}{tag}.png")
         else:
             for c in comps:
-                save(plot_bands(ds, c, recipe=r), f"bands_c{c}{tag}.png")
+                save(plot_bands(ds, c, recipe=r), f"bands_c{safe_name(c)}{tag}.png")
         if len(ds.complexity) > 1 or len(paths) == before:
             save(plot_probes(ds, recipe=r), f"probes_vs_complexity{tag}.png")
         if "conditional_coverage" in ds.data_vars:  # R.6; files written before it have none
             for c in comps:
-                save(plot_conditional_coverage(ds, c, recipe=r), f"conditional_coverage_c{c}{tag}.png")
+                save(plot_conditional_coverage(ds, c, recipe=r), f"conditional_coverage_c{safe_name(c)}{tag}.png")
             save(plot_conditional_vs_complexity(ds, recipe=r), f"conditional_vs_complexity{tag}.png")
     return paths
 
@@ -770,7 +772,7 @@ def _draw_disentangle(ds: xr.Dataset, out: Path, saved=None) -> list[Path]:
     ``disentangle_<task>_leakage.png`` (:func:`plot_leakage`)."""
     paths: list[Path] = []
     save = _saver(out, paths, saved)
-    task = ds.attrs.get("task", "study")
+    task = safe_name(ds.attrs.get("task", "study"))  # a label from the file: never a path
     save(plot_variances(ds), f"disentangle_{task}_variances.png")
     save(plot_leakage(ds), f"disentangle_{task}_leakage.png")
     return paths

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,7 +66,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from uqmetrics import IncompleteResultError, InputError, dataset_checksum, read_dataset
-from uqmetrics.runs.io import READ_ERRORS, open_netcdf, xarray_module  # xarray imported on use
+from uqmetrics.runs.io import READ_ERRORS, open_netcdf, safe_name, xarray_module  # xarray on use
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -101,12 +100,6 @@ EXTRA_ATTR = "extra_variables"
 #: may not take one of these names.
 FIXED_NAMES = ("logits", "label", "embedding", "uncertainty", "crop_fraction", "sample",
                "class", "in_folder", "pass", "feature")
-_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
-
-
-def safe_name(name: str) -> str:
-    """``name`` with every character but letters, digits and ``._+-`` replaced by ``+``."""
-    return _SAFE.sub("+", name)
 
 
 def cache_key(model: str, dataset_name: str, mode: str, pass_index: int) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "distinct_styles",
     "figure_format",
     "figure_grid",
+    "figure_path",
     "fitted_suptitle",
     "overlapping_text",
     "plot_coverage_vs_complexity",
@@ -1046,6 +1047,23 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
     return path
 
 
+def figure_path(out_dir: str | os.PathLike, name: str) -> Path:
+    """``out_dir / name``, where ``name`` must be one plain file name: no folder part, not
+    ``.`` or ``..``. Figure names are built from labels a result file gives (a model, a
+    recipe, a task: pass those through :func:`uqmetrics.runs.io.safe_name`); a name that
+    would lead elsewhere is a bug, refused here rather than written outside ``out_dir``.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one plain file name, naming it.
+    """
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name \
+            or "/" in name or "\\" in name:
+        raise ValueError(f"figure name {name!r} is not one file name inside {str(out_dir)!r}")
+    return Path(out_dir) / name
+
+
 def save_figures(figures: Iterable[tuple[str, Callable[[], Figure]]], out_dir: str | os.PathLike,
                  *, dpi: int = 150) -> list[Path]:
     """Draw figures one at a time and save each into a folder (:func:`save_figure`).
@@ -1064,5 +1082,8 @@ def save_figures(figures: Iterable[tuple[str, Callable[[], Figure]]], out_dir: s
     list of pathlib.Path
         The files written, in order.
     """
-    out = Path(out_dir)
-    return [save_figure(draw(), out / name, dpi=dpi) for name, draw in figures]
+    written = []
+    for name, draw in figures:
+        path = figure_path(out_dir, name)  # before drawing: a bad name costs no figure
+        written.append(save_figure(draw(), path, dpi=dpi))
+    return written

@@ -78,6 +78,7 @@ __all__ = [
     "remove_files",
     "remove_stale_temporaries",
     "remove_written",
+    "safe_name",
     "source_revision",
     "write_dataset",
     "write_text_file",
@@ -547,6 +548,25 @@ def check_writable(folder: str | os.PathLike) -> None:
         if read_only:
             raise PermissionError(errno.EROFS, "is on a read-only file system", str(probe))
         raise PermissionError(errno.EACCES, "is not writable (permission denied)", str(probe))
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def safe_name(name: Any) -> str:
+    """A label from a file (a model, a recipe, a task) made fit to be part of a file name:
+    every character but letters, digits and ``._+-`` becomes ``+``, and a name of dots only
+    (``.``, ``..``) is prefixed with ``+``. No separator is left, so a name built from it stays
+    in the folder it is joined to: a received file's ``recipe = "x/../../../etc/y"`` names no
+    other folder.
+
+    Examples
+    --------
+    >>> safe_name("tv/mobilenet_v3_small@m0"), safe_name("x/../../y"), safe_name("..")
+    ('tv+mobilenet_v3_small+m0', 'x+..+..+y', '+..')
+    """
+    text = _UNSAFE.sub("+", str(name))
+    return "+" + text if text and set(text) == {"."} else text
 
 
 def refuse_links(option: str, root: str | os.PathLike, names: Sequence[str]) -> None:

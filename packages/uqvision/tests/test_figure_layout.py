@@ -22,7 +22,7 @@ SCALES = {"few": 2, "many": 12, "zoo": None}
 #: pitfalls' methods (each plain and under TTA), disentangle's estimators and models, url's
 #: methods, selective's families (of 3 models each); None: no more than ``many`` (uimnet's
 #: algorithms: the paper's 8).
-ZOO = {"shift": 20, "ood": 30, "conformal": 30, "pitfalls": 23, "disentangle": 20, "url": 30,
+ZOO = {"shift": 30, "ood": 30, "conformal": 30, "pitfalls": 23, "disentangle": 20, "url": 30,
        "selective": 30, "uimnet": None}
 
 

@@ -119,8 +119,14 @@ def _figure(nrows: int, ncols: int, *, panel: tuple[float, float]) -> tuple[Figu
 
 
 def _colours(models: Sequence[str]) -> dict[str, tuple]:
+    """A colour per model, no two alike: tab10, tab20, then past 20 models evenly spaced hues
+    of ``turbo`` (a box and a point have only their colour to tell the models apart: shapes
+    already mean severity, clean and natural sets)."""
     from matplotlib import colormaps  # heavy: imported on use
 
+    if len(models) > 20:
+        cmap = colormaps["turbo"]
+        return {m: cmap(0.05 + 0.9 * i / (len(models) - 1)) for i, m in enumerate(models)}
     cmap = colormaps["tab10" if len(models) <= 10 else "tab20"]
     return {m: cmap(i % cmap.N) for i, m in enumerate(models)}
 
@@ -226,10 +232,15 @@ def plot_shift_boxes(result: xr.Dataset | str | os.PathLike, *,
                title=f"{_LABELS.get(metric, metric)} (a box: over the corruptions)")
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.grid(axis="y", alpha=0.3)
-    # above the panels, where constrained layout keeps it clear of the first title (to their
-    # right, a title wider than its panel ran under the legend)
-    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside upper center",
-               ncols=min(len(handles), 2))
+    # a few series above the panels, where constrained layout keeps it clear of the first
+    # title (to their right, a title wider than its panel ran under the legend); many beside
+    if len(handles) <= 8:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside upper center",
+                   ncols=min(len(handles), 2))
+    else:
+        from uqmetrics.report.plotting import series_legend  # matplotlib: imported on use
+
+        series_legend(fig, list(handles.values()), list(handles), fontsize=7)
     return fig
 
 
@@ -411,6 +422,7 @@ def _size_legend(ax: Axes, severities: np.ndarray, rank: np.ndarray, *, sets: bo
     """The models' legend (the axes' labelled artists) and the markers' key: area by
     severity, star = clean, diamond = natural shift set."""
     from matplotlib.lines import Line2D  # heavy: imported on use
+    from uqmetrics.report.plotting import series_legend
 
     handles, _ = ax.get_legend_handles_labels()
     key = [Line2D([], [], ls="", marker="o", color="grey", markersize=np.sqrt(12.0 + 14.0 * r),
@@ -420,7 +432,8 @@ def _size_legend(ax: Axes, severities: np.ndarray, rank: np.ndarray, *, sets: bo
     if sets:
         key.append(Line2D([], [], ls="", marker="D", color="grey", markeredgecolor="k",
                           markersize=6, label="natural shift set"))
-    ax.legend(handles=handles + key, fontsize=6, loc="best")
+    series_legend(ax, handles + key, [h.get_label() for h in handles + key], fontsize=6, loc="best",
+                  widen=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -113,9 +113,9 @@ def test_an_output_folder_that_is_a_file_is_named_as_given(digits, tmp_path, cap
     """It said ``.../afile.txt/sweep_failures.json: has a file where a folder is expected``."""
     afile = tmp_path / "afile.txt"
     afile.write_text("precious\n")
-    toml = _evaluation(tmp_path, digits, out=str(afile))
+    toml = _evaluation(tmp_path, digits, out="afile.txt")  # relative: inside the file's folder
     line = refused(["evaluate", str(toml), "--dry-run"])
-    assert line == f"uqvision evaluate: error: {toml}: key 'out' = '{afile}' is not a folder"
+    assert line == f"uqvision evaluate: error: {toml}: key 'out' = 'afile.txt': '{afile}' is not a folder"
     line = refused(["evaluate", str(_evaluation(tmp_path, digits)), "--out",
                              str(afile / "sub"), "--dry-run"])
     assert line.startswith(f"uqvision evaluate: error: --out '{afile / 'sub'}': '{afile}' is "

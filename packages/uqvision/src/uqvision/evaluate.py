@@ -41,8 +41,11 @@ a state file received with a folder vouches for none of its files), and a run ho
 (tests/test_evaluate_interrupted.py).
 
 The file and the output folder may come from someone else (tests/test_evaluate_received.py):
-the file's ``out`` stays inside the file's folder (``--out`` writes anywhere), and a link
-inside the output folder where the evaluation writes is refused before any work.
+the file's ``out`` stays inside the file's folder (``--out`` writes anywhere), a link
+inside the output folder where the evaluation writes is refused before any work, and where
+and how the models run is the command line's: ``[predict]`` refuses the launcher options
+(``device``, the loader's ``workers``), which ``uqvision evaluate`` takes as options
+(:func:`add_launcher_options`, tests/test_evaluate_launchers.py).
 """
 
 from __future__ import annotations
@@ -70,8 +73,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["LOCK_FILE", "READS", "STATE_FILE", "Evaluation", "EvaluationPlan",
-           "EvaluationReport", "EvaluationSet", "dry_run_lines", "plan_evaluation",
-           "read_evaluation", "read_state", "run_evaluation"]
+           "EvaluationReport", "EvaluationSet", "add_launcher_options", "dry_run_lines",
+           "launcher_settings", "plan_evaluation", "read_evaluation", "read_state",
+           "run_evaluation"]
 
 #: Where an evaluation records what it did, below its output folder.
 STATE_FILE = "evaluate.state.json"
@@ -248,11 +252,15 @@ def _argv_of(table: Mapping[str, Any], parser: argparse.ArgumentParser, where: s
     Raises
     ------
     InputError
-        An unknown key, a key the evaluation gives itself (``own``), a key given in both
-        spellings (``n_cal`` and ``n-cal``: one option, as ``--config`` refuses it), a value
-        of the wrong kind or one the option refuses: one line naming ``where``, the key and
-        the value.
+        An unknown key, a key the evaluation gives itself (``own``), a launcher option
+        (:func:`uqmetrics.runs.config_options.is_launcher`: the device, the loader's workers;
+        ``uqvision evaluate`` takes them on its command line), a key given in both spellings
+        (``n_cal`` and ``n-cal``: one option, as ``--config`` refuses it), a value of the
+        wrong kind or one the option refuses: one line naming ``where``, the key and the
+        value.
     """
+    from uqmetrics.runs.config_options import is_launcher
+
     actions = _actions(parser)
     argv: list[str] = []
     seen: dict[str, str] = {}
@@ -268,9 +276,15 @@ def _argv_of(table: Mapping[str, Any], parser: argparse.ArgumentParser, where: s
                              "[ensembles], the output folder); leave it out")
         action = actions.get(name)
         if action is None:
-            known = ", ".join(k for k in sorted(actions) if k not in own and k != "help")
+            known = ", ".join(k for k in sorted(actions) if k not in own and k != "help"
+                              and not is_launcher(actions[k]))
             raise InputError(f"{said}: unknown key; known: {known}")
         flag = f"--{name}"
+        if is_launcher(action):  # a file is data: it never says where or how the work runs
+            raise InputError(f"{said}: where and how the work runs (the device, the processes "
+                             "and threads it starts) is never taken from a file; leave it out "
+                             f"and give {flag} on the command line (uqvision evaluate FILE "
+                             f"{flag} ...)")
         if action.nargs == 0:  # a flag
             if not isinstance(value, bool):
                 raise InputError(f"{said}: expected true or false")
@@ -329,6 +343,34 @@ def _predict_parser() -> argparse.ArgumentParser:
     add_predict_options(parser)
     parser.add_argument("--weights-dir", default=None)
     return parser
+
+
+def _launchers() -> list[Any]:
+    """The prediction options that are launcher options (those of
+    :data:`uqvision.predict.options.PREDICT_OPTIONS` marked ``launcher``: ``--device``, the
+    loader's ``--workers``)."""
+    from .predict.options import PREDICT_OPTIONS
+
+    return [o for o in PREDICT_OPTIONS if o.launcher]
+
+
+def add_launcher_options(parser: argparse.ArgumentParser) -> None:
+    """Add the prediction's launcher options (``--device``, the loader's ``--workers``: every
+    option of :data:`uqvision.predict.options.PREDICT_OPTIONS` marked ``launcher``, as
+    ``uqvision sweep`` has them) to ``parser``: ``uqvision evaluate``'s command line gives
+    them, its file's ``[predict]`` table never does (:func:`read_evaluation` refuses them
+    there). Read them back with :func:`launcher_settings`."""
+    from .options import add_config_options
+    from .predict.config import PredictConfig
+
+    add_config_options(parser, PredictConfig, _launchers())
+
+
+def launcher_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``{PredictConfig field: value}`` of the launcher options :func:`add_launcher_options`
+    added, as parsed in ``args`` (a field's default where not given): what
+    :func:`plan_evaluation` takes as ``launcher``."""
+    return {o.field: getattr(args, o.field) for o in _launchers()}
 
 
 def _check_out(out_dir: Path, option: str, given: Any) -> None:
@@ -713,6 +755,9 @@ class EvaluationPlan:
         recomputed, so that they record the role the set plays now.
     roles_changed : dict
         Set name -> the role its caches record, for the sets of ``recast``.
+    skipped : dict
+        Set name -> {image: what is wrong} of the unreadable images the models leave out
+        (``[predict] skip-bad-images = true``; the sets that have none are not listed).
     """
 
     evaluation: Evaluation
@@ -731,6 +776,7 @@ class EvaluationPlan:
     weights_dir: str | None = None
     recast: list[Path] = field(default_factory=list)
     roles_changed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def caches(self) -> Path:
@@ -839,23 +885,33 @@ def _write_state(out: Path, state: Mapping[str, Any]) -> None:
         write_text_file(path, text, overwrite=True)
 
 
-def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> EvaluationPlan:
+def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False,
+                    launcher: Mapping[str, Any] | None = None) -> EvaluationPlan:
     """Plan an evaluation: the prediction options, the sets scanned and expanded into the
-    folders every model predicts (:func:`uqvision.sweep.sweep_targets`), the variables each
-    set records, the caches to recompute for a variable they lack, each protocol's ``uqvision
-    score`` command. Reads the output folder; writes nothing.
+    folders every model predicts (:func:`uqvision.sweep.sweep_targets`), the images of each
+    checked (:func:`uqvision.data.readable_images`, as the sweep checks them), the variables
+    each set records, the caches to recompute for a variable they lack, each protocol's
+    ``uqvision score`` command. Reads the output folder; writes nothing.
 
     Parameters
     ----------
     evaluation : Evaluation
     overwrite : bool, default False
         Recompute everything (the caches too) and replace what is in the output folder.
+    launcher : mapping, optional
+        The prediction's launcher options, ``{PredictConfig field: value}`` (``device``,
+        ``num_workers``: :func:`launcher_settings` of ``uqvision evaluate``'s command line),
+        which an evaluation file never gives. Default: their defaults.
 
     Raises
     ------
     uqmetrics.InputError
         A set's folder or members (:func:`uqvision.sweep.sweep_targets`; naming the file, the
-        set's table and its path), a damaged state file.
+        set's table and its path), unreadable images in a set the models predict (naming the
+        file, the set's table and the images; left out with ``[predict] skip-bad-images =
+        true``: :attr:`EvaluationPlan.skipped` then says which), a damaged state file.
+    ValueError
+        A ``launcher`` key that is not a launcher option.
     """
     from .data import ImageFolderDataset
     from .predict.options import predict_config
@@ -864,6 +920,12 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     ev = evaluation
     state = {} if overwrite else read_state(ev.out)
     ns = _predict_parser().parse_args(list(ev.predict))
+    fields = {o.field for o in _launchers()}
+    for key, value in (launcher or {}).items():
+        if key not in fields:
+            raise ValueError(f"launcher: {key!r} is not a launcher option of the prediction "
+                             f"({', '.join(sorted(fields))})")
+        setattr(ns, key, value)  # the config made once, from every option (amp by device)
     base = predict_config(ns)
     embeddings, extra, detectors = _feature_variables(ev)
     recorded = state.get("sets", {})
@@ -889,6 +951,8 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
     targets = sweep_targets(data, config, scanned, dataset_name=test.name,
                             option=f"{ev.source}: [sets]")  # errors name the file, not --sets
     by_source = {s.value: s for s in swept}
+    skipped = _check_images(ev, [(test, data), *((by_source[t.source], t.folder)
+                                                 for t in targets[1:])], base.skip_bad_images)
     set_of = {test.name: test.name}
     for k, t in enumerate(targets[1:], 1):  # each set its own variables
         s = by_source[t.source]
@@ -917,7 +981,33 @@ def plan_evaluation(evaluation: Evaluation, *, overwrite: bool = False) -> Evalu
               for name, argv in ev.protocols.items()]
     return EvaluationPlan(ev, ev.out, config, data, targets[1:], variables, replaced,
                           replaced_sets, set_of, scores, detectors, state, overwrite,
-                          ns.weights_dir, recast, roles_changed)
+                          ns.weights_dir, recast, roles_changed, skipped)
+
+
+#: What the refusal of unreadable images in a set advises (:func:`uqvision.data.
+#: readable_images`' ``skip_option``): the file's key, since ``evaluate`` has no such option.
+_SKIP_KEY = "[predict] skip-bad-images = true"
+
+
+def _check_images(ev: Evaluation, folders: Sequence[tuple[EvaluationSet, Any]],
+                  skip_bad: bool) -> dict[str, dict[str, str]]:
+    """The images of every folder the models predict (each a set's, or a member of an expanded
+    set), checked before anything is written as the sweep checks them
+    (:func:`uqvision.data.readable_images`; it checks them again, from the process's record
+    of each file): unreadable ones refused in one line naming the file and the set's table,
+    or, with ``skip_bad``, left out. Returns set name -> {image: what is wrong} of those left
+    out (an expanded set's images named from its path: ``fog/3/n01/x.JPEG``)."""
+    from .data import readable_images
+
+    skipped: dict[str, dict[str, str]] = {}
+    for s, folder in folders:
+        left = _of_set(ev, s, lambda folder=folder: readable_images(
+            folder, skip_bad=skip_bad, skip_option=_SKIP_KEY)).skipped
+        for rel, why in left.items():
+            name = os.path.relpath(os.path.join(folder.root, rel), s.path) if s.expanded \
+                else rel
+            skipped.setdefault(s.name, {})[name] = why
+    return skipped
 
 
 #: The ``--data`` dataset name a set is scanned beside (:func:`plan_evaluation`): no folder's.

@@ -13,7 +13,7 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -85,24 +85,46 @@ def named_input(option: str, value: object, check: Callable[[], T]) -> T:
         raise InputError(f"{option} {str(value)!r}: {' '.join(text.split())}") from None
 
 
+def say_left_out(command: str, option: str, where: str, skipped: Mapping[str, str]) -> None:
+    """Say on stderr, in one line, which unreadable images a command leaves out of a folder
+    (``skipped``: image -> what is wrong; nothing when empty), and by which ``option`` (how
+    the user asked for it: ``--skip-bad-images``, an evaluation's ``[predict]`` key):
+    ``uqvision predict``, ``sweep`` (each folder) and ``evaluate`` (each set) say it alike.
+    Rank 0 alone under ``torchrun``."""
+    if not skipped or int(os.environ.get("RANK", "0")) != 0:
+        return
+    shown = "; ".join(f"{rel}: {why}" for rel, why in list(skipped.items())[:5])
+    more = f"; ... ({len(skipped)} in all)" if len(skipped) > 5 else ""
+    print(f"uqvision {command}: {option}: {len(skipped)} unreadable image(s) of {where} left "
+          f"out: {shown}{more}", file=sys.stderr, flush=True)
+
+
 def _check_images(a: argparse.Namespace, data: ImageFolderDataset | None = None) -> None:
     """The images of ``--data``, checked before anything runs (:func:`uqvision.data.
-    readable_images`); with ``--skip-bad-images`` the log says which are left out."""
+    readable_images`); with ``--skip-bad-images`` the log says which are left out
+    (:func:`say_left_out`)."""
     from ..data import readable_images
 
     folder = readable_images(data or _data(a), skip_bad=a.skip_bad_images)
-    if folder.skipped and int(os.environ.get("RANK", "0")) == 0:
-        shown = "; ".join(f"{rel}: {why}" for rel, why in list(folder.skipped.items())[:5])
-        more = f"; ... ({len(folder.skipped)} in all)" if len(folder.skipped) > 5 else ""
-        print(f"uqvision {a.command}: --skip-bad-images: {len(folder.skipped)} unreadable "
-              f"image(s) of {a.data!r} left out: {shown}{more}", file=sys.stderr, flush=True)
+    say_left_out(a.command, "--skip-bad-images", repr(a.data), folder.skipped)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
+    from uqmetrics.runs.sweep import undone_if_refused
+
+    check_output_folder("--out", a.out)
+    # a command that fails leaves nothing behind: the --out folder it made (the caches' locks
+    # make it before the model runs), while it holds nothing, is removed, with the parents it
+    # made; a folder that was there, or one that holds a cache written, is kept
+    with undone_if_refused(a.out, errors=(BaseException,)):
+        return _predict(a)
+
+
+def _predict(a: argparse.Namespace) -> int:
+    """``uqvision predict``'s work, once ``--out`` is known to be writable."""
     from ..models import check_model_spec
     from ..predict import check_caches, predict_to_files
 
-    check_output_folder("--out", a.out)
     _predict_config(a)  # an option the --mode does not use, first
     for spec in a.model:  # names, checkpoint files, sidecars: before anything runs
         named_input("--model", spec, partial(check_model_spec, spec))

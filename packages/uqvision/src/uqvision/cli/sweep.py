@@ -23,7 +23,13 @@ from uqmetrics.runs.sweep import ClusterSpec, add_cluster_options
 from ..options import COUNT, check_output_folder
 from ..protocols import VISION_PROTOCOLS, SweepScoring
 from .base import _print
-from .predict import _add_predict_options, _check_images, _data, _predict_config
+from .predict import (
+    _add_predict_options,
+    _check_images,
+    _data,
+    _predict_config,
+    say_left_out,
+)
 from .score import score_run_config
 
 
@@ -88,6 +94,12 @@ def _failure_advice(failed: dict[str, dict]) -> str:
 #: Where a sweep keeps the content hashes of its folders (below --out): the check that no
 #: image of --data is in an OOD set reads them back while the folders are unchanged.
 HASHES_DIR = "content_hashes"
+#: What a sweep writes into below --out (besides the shared decoding's folder in caches/, its
+#: log and the figures of plots/<dataset>/): a link at any of them, or on the way, is refused
+#: before any work (:func:`uqmetrics.runs.io.refuse_links`; the lock, which refuses a link
+#: itself, too: else the content hashes would be written first). The files written whole
+#: (the failures, the configuration) replace a link, never write through it.
+_WRITTEN_INSIDE = ("caches", "caches/.sweep.lock", HASHES_DIR, "scores", "plots")
 
 
 def _sweep_scorers() -> list[SweepScoring]:
@@ -96,8 +108,10 @@ def _sweep_scorers() -> list[SweepScoring]:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    from uqmetrics.runs.io import refuse_links
     from uqmetrics.runs.sweep import read_failures
 
+    from ..cache import safe_name
     from ..data import readable_images
     from ..evalsets import EVAL_SETS
     from ..sweep import (  # Dask, xarray: imported on use
@@ -108,6 +122,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         sweep_predictions,
         sweep_targets,
     )
+    from ..sweep.decode import DECODED_DIR
     from ..zoo import ZOOS
 
     # everything the arguments, the folder and the caches can tell is checked here, before the
@@ -133,14 +148,20 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     # --scheduler/--cluster...: one GPU per cell on jobs with --gpus-per-job when on cuda
     cluster = ClusterSpec.from_args(a, device=str(config.device))
     data = _data(a)
-    _check_images(a, data)
     dataset = a.dataset_name or Path(data.root).resolve().name
+    # an --out received from someone else (results to resume or add to): a link where the
+    # sweep writes would have it write, append and delete where the link points
+    refuse_links("--out", out, [*_WRITTEN_INSIDE, f"caches/{DECODED_DIR}", LOG_FILE,
+                                f"plots/{safe_name(dataset)}"])
+    _check_images(a, data)
     # --sets, --ood-sets: each EVALSET=PATH checked and every member folder found and scanned,
     # once; the OOD sets predicted with the --data's options (--embeddings, --cache-variables)
     sets = sweep_targets(data, config, a.sets or (), dataset_name=a.dataset_name,
                          ood_sets=a.ood_sets or ())[1:]
-    for target in sets:
-        readable_images(target.folder, skip_bad=a.skip_bad_images)
+    for target in sets:  # each folder's images, and those --skip-bad-images leaves out
+        say_left_out(a.command, "--skip-bad-images", f"{target.option} {target.source!r}"
+                     + (f" (member {target.member})" if target.member else ""),
+                     readable_images(target.folder, skip_bad=a.skip_bad_images).skipped)
     # each scoring protocol checks its options and its score file before any model runs, and
     # before the OOD overlap check writes its content hashes (a refused sweep leaves nothing)
     plans = [scorer.plan(a, out=out, data=data, dataset=dataset, config=config)

@@ -59,6 +59,13 @@ def test_absent_and_unlabelled_images_are_refused_or_skipped(sets):
     assert "1 image(s) listed in the label file are absent (e.g. 'ILSVRC2012_val_00000003.JPEG')"\
         in msg and "1 image(s) have no label there (e.g. 'extra.JPEG')" in msg
     assert "--subset" in msg and "--skip-bad-images" in msg and "\n" not in msg
+    # the caller's own option for skipping (evaluate's TOML key), or none (train)
+    for option in ("[predict] skip-bad-images = true", None):
+        with pytest.raises(BadImageError) as err:
+            readable_images(ds, skip_option=option)
+        said = str(err.value)
+        assert "--skip-bad-images" not in said and "have no label there" in said
+        assert (f"pass {option} to leave the unlabelled ones out" in said) == (option is not None)
     # an absent image is not an unreadable one: --skip-bad-images does not leave it out
     with pytest.raises(BadImageError, match=r"1 image\(s\) listed .* absent.*--subset") as err:
         readable_images(ds, skip_bad=True)

@@ -160,7 +160,8 @@ def readable_images(folder: ImageFolderDataset, *, skip_bad: bool = False,
         listed = {rel: why for rel, why in bad.items() if rel in folder.label_problems
                   and (rel in samples or not skip_bad)}
         if listed:
-            raise BadImageError(label_problems_message(folder, listed), folder.root)
+            raise BadImageError(label_problems_message(folder, listed, skip_option=skip_option),
+                                folder.root)
         first = next(iter(bad))
         raise BadImageError(bad_images_message(folder.root, bad, folder.source.where,
                                                skip_option=skip_option),
@@ -184,11 +185,12 @@ def bad_images_message(root: str | os.PathLike, bad: dict[str, str],
             f"{shown}{more}; fix or remove them{skip}")
 
 
-def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str]) -> str:
+def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, str], *,
+                           skip_option: str | None = SKIP_OPTION) -> str:
     """One line for the images of a flat layout that do not match its label file: how many are
     listed there but absent and how many have no label, with an example of each, and the
-    option that takes each as it is (``--subset`` for the absent ones, ``--skip-bad-images``
-    for the unlabelled ones)."""
+    option that takes each as it is (``--subset`` for the absent ones, ``skip_option`` for the
+    unlabelled ones; ``None``: the command has none)."""
     samples = set(folder.sample_ids) | set(folder.skipped)
     absent = [rel for rel in problems if rel in samples]
     unlabelled = [rel for rel in problems if rel not in samples]
@@ -199,8 +201,9 @@ def label_problems_message(folder: ImageFolderDataset, problems: Mapping[str, st
         (absent, (f"pass --subset (library: subset=True) to score the "
                   f"{len(samples) - len(absent)} labelled image(s) present as a subset of the "
                   "label file")),
-        (unlabelled, "pass --skip-bad-images to leave the unlabelled ones out")) if rels]
+        (unlabelled, skip_option and f"pass {skip_option} to leave the unlabelled ones out"))
+        if rels and fix]
     label = folder.label_file.name if folder.label_file is not None else "?"
     return (f"image {'archive' if folder.layout.startswith('tar') else 'folder'} "
             f"{str(folder.root)!r} does not match label file {label!r}: {' and '.join(parts)}; "
-            f"fix the folder or the label file, or {', and '.join(fixes)}")
+            "fix the folder or the label file" + (f", or {', and '.join(fixes)}" if fixes else ""))

@@ -479,16 +479,6 @@ SWEEP = ["sweep", "--task", "sinusoid", "--complexities", "1", "--methods", "blr
          "paper", "--repetitions", "4", "--chunk-repetitions", "2", "--quiet", "--no-plots"]
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """An in-process Dask cluster (one worker thread) the CLI connects to with --scheduler."""
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster:
-        yield cluster.scheduler_address
-
-
 def _flip_in_variable(path, name: str, index: int, byte: int, mask: int) -> None:
     """Flip bits ``mask`` of byte ``byte`` of value ``index`` of variable ``name`` in the file
     (stored uncompressed: coordinates are), so that the file still opens and reads. The

@@ -19,16 +19,6 @@ SWEEP = ["sweep", "--task", "sinusoid", "--complexities", "1", "--methods", "blr
          "paper", "--repetitions", "4", "--chunk-repetitions", "2", "--quiet", "--no-plots"]
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """An in-process Dask cluster (one worker thread) the CLI connects to with --scheduler."""
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster:
-        yield cluster.scheduler_address
-
-
 @pytest.mark.parametrize("name", ["cells", "cells/.sweep.lock", "sweep.log"])
 def test_a_link_inside_out_is_refused_and_nothing_is_written_behind_it(tmp_path, capsys,
                                                                        scheduler, name):

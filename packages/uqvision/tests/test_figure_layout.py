@@ -228,40 +228,31 @@ def _uimnet_histograms(monkeypatch, ds: xr.Dataset) -> None:
 # each protocol's figures, as it saves them
 
 
+#: Per protocol with figures: the module and function that draw its figures into a folder,
+#: and the hand-made result of ``n`` series it draws.
+DRAWERS = {
+    "shift": ("shift.figures", "draw_figures", _shift),
+    "ood": ("ood.figures", "draw_figures", _ood),
+    "conformal": ("conformal.figures", "draw_figures", _conformal),
+    "pitfalls": ("pitfalls.plots", "plot_ensembles", _pitfalls),
+    "disentangle": ("disentangle.figures", "draw_figures", _disentangle),
+    "url": ("url.plots", "draw_figures", _url),
+    "selective": ("selective.plots", "plot_selective", _selective),
+    "uimnet": ("uimnet.plots", "draw_figures", _uimnet),
+}
+#: The protocols with figures, each drawn by :func:`_draw`.
+DRAWN_PROTOCOLS = tuple(DRAWERS)
+
+
 def _draw(name: str, n: int, monkeypatch, out: Path) -> None:
     """Draw protocol ``name``'s figures of a result of ``n`` series into ``out``."""
-    if name == "shift":
-        from uqvision.protocols.shift.figures import draw_figures
-        draw_figures(_shift(n), out)
-    elif name == "ood":
-        from uqvision.protocols.ood.figures import draw_figures
-        draw_figures(_ood(n), out)
-    elif name == "conformal":
-        from uqvision.protocols.conformal.figures import draw_figures
-        draw_figures(_conformal(n), out)
-    elif name == "pitfalls":
-        from uqvision.protocols.pitfalls.plots import plot_ensembles
-        plot_ensembles(_pitfalls(n), out)
-    elif name == "disentangle":
-        from uqvision.protocols.disentangle.figures import draw_figures
-        draw_figures(_disentangle(n), out)
-    elif name == "url":
-        from uqvision.protocols.url.plots import draw_figures
-        draw_figures(_url(n), out)
-    elif name == "selective":
-        from uqvision.protocols.selective.plots import plot_selective
-        plot_selective(_selective(n), out)
-    elif name == "uimnet":
-        from uqvision.protocols.uimnet.plots import draw_figures
-        ds = _uimnet(n)
+    import importlib
+
+    module, function, make = DRAWERS[name]
+    ds = make(n)
+    if name == "uimnet":
         _uimnet_histograms(monkeypatch, ds)
-        draw_figures(ds, out)
-    else:
-        raise AssertionError(name)
-
-
-#: The protocols with figures, each drawn by :func:`_draw`.
-DRAWN_PROTOCOLS = ("shift", "ood", "conformal", "pitfalls", "disentangle", "url", "selective", "uimnet")
+    getattr(importlib.import_module(f"uqvision.protocols.{module}"), function)(ds, out)
 
 
 def drawn_figures(name: str, n: int, monkeypatch, out: Path) -> dict[str, object]:

@@ -76,13 +76,14 @@ def synthetic_caches(tmp_path, member_logits):
 def test_predict_on_a_full_disk_is_one_line_no_space_naming_the_cache(digits, disk_full, capsys):
     """``uqvision predict`` whose cache fills the disk stopped with a traceback of
     ``RuntimeError: NetCDF: HDF error`` (exit 1): no path, no "no space". One line naming the
-    cache and "no space left", exit 2; no temporary or lock file stays."""
+    cache and "no space left", exit 2; no temporary or lock file stays, nor the --out folder
+    it created."""
     out = disk_full() / "caches"
     code = main(["predict", *PREDICT, "--data", str(digits / "test"), "--out", str(out)])
     err = _one_line(capsys.readouterr().err, "predict")
     assert code == 2
     assert f"{_cache(out)}: cannot be written: no space left on the device" in err
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()  # the folder it made, empty, is removed with it: nothing stays
 
 
 def test_score_on_a_full_disk_is_one_line_no_space_naming_the_score_file(synthetic_caches,

@@ -115,6 +115,29 @@ def trained(digits, tmp_path_factory):
         hparams=ADAMW_RECIPE))
 
 
+@pytest.fixture
+def edited_run(trained, tmp_path):
+    """``edited_run(pretrained_cfg, keep=True) -> (checkpoint, sidecar)``: a copy (in
+    ``tmp_path/models``) of the session's trained run whose sidecar's ``pretrained_cfg`` is
+    ``pretrained_cfg`` laid over its preprocessing (``keep``: its input size, mean and std kept;
+    else replaced whole), as a file received from someone else could have it."""
+    import json
+
+    def make(pretrained_cfg: dict, *, keep: bool = True) -> tuple[Path, Path]:
+        folder = tmp_path / "models"
+        folder.mkdir(exist_ok=True)
+        for f in trained.checkpoint.parent.glob(trained.checkpoint.stem + ".*"):
+            shutil.copy(f, folder / f.name)
+        sidecar = folder / trained.checkpoint.with_suffix(".json").name
+        side = json.loads(sidecar.read_text())
+        kept = {k: v for k, v in side["pretrained_cfg"].items()
+                if k in ("input_size", "mean", "std")} if keep else {}
+        sidecar.write_text(json.dumps({**side, "pretrained_cfg": {**kept, **pretrained_cfg}}))
+        return folder / trained.checkpoint.name, sidecar
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def spec(trained):
     return f"{ARCH}={trained.checkpoint}"

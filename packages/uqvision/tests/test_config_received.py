@@ -145,19 +145,11 @@ def images(digits, tmp_path):
     ({"input_size": [3, 16, 16], "mean": [0.5] * 3, "std": [0.5] * 3, "crop_pct": "x"},
      "'crop_pct' = 'x' is not a number"),
 ])
-def test_a_trained_runs_sidecar_gives_its_preprocessing_only(trained, images, tmp_path,
+def test_a_trained_runs_sidecar_gives_its_preprocessing_only(edited_run, images, tmp_path,
                                                              refused, pretrained_cfg, said):
-    folder = tmp_path / "models"
-    folder.mkdir()
-    for f in trained.checkpoint.parent.glob(trained.checkpoint.stem + ".*"):
-        shutil.copy(f, folder / f.name)
-    sidecar = folder / trained.checkpoint.with_suffix(".json").name
-    side = json.loads(sidecar.read_text())
-    assert side["method"]  # a trained run: read back through its method
-    keep = {k: v for k, v in side["pretrained_cfg"].items()
-            if k in ("input_size", "mean", "std")} if "file" in pretrained_cfg else {}
-    sidecar.write_text(json.dumps({**side, "pretrained_cfg": {**keep, **pretrained_cfg}}))
-    line = refused(["predict", "--model", f"{ARCH}={folder / trained.checkpoint.name}",
+    checkpoint, sidecar = edited_run(pretrained_cfg, keep="file" in pretrained_cfg)
+    assert json.loads(sidecar.read_text())["method"]  # a trained run: read back through its method
+    line = refused(["predict", "--model", f"{ARCH}={checkpoint}",
                     "--data", images, "--out", tmp_path / "caches"])
     assert f"sidecar {str(sidecar)!r}: pretrained_cfg" in line and said in line
     assert not list(tmp_path.glob("caches/*.nc"))

@@ -7,9 +7,6 @@ there before is kept, and so is one that holds a cache written.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
 from uqvision.cli import main
@@ -18,18 +15,11 @@ ARCH = "test_byobnet"
 
 
 @pytest.fixture
-def refused_model(trained, tmp_path) -> str:
+def refused_model(edited_run) -> str:
     """``ARCH=FILE`` of the session's trained network whose sidecar names a weight file in its
     ``pretrained_cfg``: refused when the model is loaded."""
-    folder = tmp_path / "models"
-    folder.mkdir()
-    for f in trained.checkpoint.parent.glob(trained.checkpoint.stem + ".*"):
-        shutil.copy(f, folder / f.name)
-    sidecar = folder / trained.checkpoint.with_suffix(".json").name
-    side = json.loads(sidecar.read_text())
-    keep = {k: v for k, v in side["pretrained_cfg"].items() if k in ("input_size", "mean", "std")}
-    sidecar.write_text(json.dumps({**side, "pretrained_cfg": {**keep, "file": "/tmp/x.pth"}}))
-    return f"{ARCH}={folder / trained.checkpoint.name}"
+    checkpoint, _ = edited_run({"file": "/tmp/x.pth"})
+    return f"{ARCH}={checkpoint}"
 
 
 def _predict(model: str, data, out) -> int:

@@ -12,7 +12,7 @@ The script fits that line per method by least squares and prints:
 
 * ``DETAIL method=<m> cells=<n> total_s=<s> fixed_s=<intercept> per_level_s=<slope>``, the
   methods by total, slowest first;
-* ``DETAIL slowest <cell file> <s>``, the ``--top`` slowest cells;
+* ``DETAIL slowest <cell file> <method> <s>``, the ``--top`` slowest cells;
 * ``RESULT cells_total_s=<sum over cells> cells_fixed_s=<sum of every cell's intercept>
   cells=<n>``: the share of the sweep's time that more epochs per second would not remove.
 

@@ -20,16 +20,6 @@ QUICK = ["--preset", "quick", "--methods", "blr", "--recipes", "paper", "--repet
          "--quiet"]
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """An in-process Dask cluster (one worker thread) the CLI connects to with --scheduler."""
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster:
-        yield cluster.scheduler_address
-
-
 @pytest.mark.parametrize(("command", "name"), [
     ("study", "styblinski_tang"), ("study", "plots"), ("study", "styblinski_tang/plots"),
     ("sweep", "styblinski_tang"), ("sweep", "styblinski_tang/cells"),

@@ -21,6 +21,7 @@ import json
 
 import pytest
 import xarray as xr
+from test_evaluate_images import HEAD, SELECTIVE
 from test_sweep_sets import _dask_globals_kept, client  # noqa: F401  (fixtures)
 from uqmetrics import InputError
 from uqmetrics.runs.config_options import is_launcher
@@ -30,19 +31,8 @@ from uqvision.data import make_digits_folder
 from uqvision.evaluate import plan_evaluation, read_evaluation
 from uqvision.predict.options import PREDICT_OPTIONS
 
-TOML = """
-out = "out"
-models = ["test_byobnet"]
-[predict]
-random-init = true
-batch-size = 8
-{predict}
-[sets.test]
-role = "test"
-path = "digits/test"
-[protocols.selective]
-calibration-size = 0.3
-"""
+#: An evaluation of digits/test by one random-init network, scored by selective.
+TOML = HEAD + SELECTIVE
 #: The prediction's launcher options, as a file would give them (key, a valid value).
 LAUNCHERS = [((o.flag or "--" + o.field.replace("_", "-"))[2:],
               {"device": "cpu", "num_workers": 0}[o.field]) for o in PREDICT_OPTIONS

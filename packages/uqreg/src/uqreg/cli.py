@@ -280,11 +280,6 @@ def _resolved_studies(a: argparse.Namespace) -> list[tuple[Companion | None, Stu
         return [(comp, cfg.resolved()) for comp, cfg in _studies_from_args(a)]
 
 
-#: What a sweep writes into besides a study's file and ``plots/``, in the study's folder (the
-#: cells, their lock, the log appended to; :func:`uqreg.sweep.run_study_sweep`).
-_SWEEP_WRITES = ("cells", "cells/.sweep.lock", "sweep.log")
-
-
 def _targets(a: argparse.Namespace, studies, out: Path, *, cells: bool = False) -> list[Path]:
     """The study file of each study (the main one in ``out``, a companion in ``out/<folder>``),
     every folder checked before any study runs: no symbolic link where one writes inside
@@ -294,11 +289,13 @@ def _targets(a: argparse.Namespace, studies, out: Path, *, cells: bool = False) 
     writable (:func:`_study_target`)."""
     from uqmetrics.runs.io import refuse_links
 
+    from .sweep import CELL_WRITES  # the sweep's cells and lock, and its log appended to
+
     inside = []
     for comp, _ in studies:
         at = f"{comp.folder}/" if comp else ""
         inside += [*([comp.folder] if comp else []), *([] if a.no_plots else [f"{at}plots"]),
-                   *(f"{at}{name}" for name in (_SWEEP_WRITES if cells else ()))]
+                   *(f"{at}{name}" for name in ((*CELL_WRITES, "sweep.log") if cells else ()))]
     refuse_links("--out", out, inside)
     targets = []
     for comp, _ in studies:

@@ -227,6 +227,11 @@ def sweep_config(config: StudyConfig) -> StudyConfig:
     return cfg
 
 
+#: What a sweep writes into inside its output folder besides the study's file: the cells and
+#: their lock (and the log, where it lies there); no link may stand there (refuse_links).
+CELL_WRITES = ("cells", "cells/.sweep.lock")
+
+
 def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10, scheduler: str | None = None,
                     n_workers: int = 2, threads_per_worker: int = 1, overwrite: bool = False,
                     progress: bool = True, client=None, log_file=None,
@@ -262,7 +267,7 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     cells_dir = Path(out_dir) / "cells"
     # an --out received from someone else: a link there would have the cells written, stale
     # temporaries removed, the lock truncated and the log appended to where it points
-    inside = ["cells", "cells/.sweep.lock"]
+    inside = list(CELL_WRITES)
     if log_file is not None and Path(log_file).parent.absolute() == Path(out_dir).absolute():
         inside.append(Path(log_file).name)
     refuse_links(option, out_dir, inside)
@@ -271,7 +276,7 @@ def run_study_sweep(config: StudyConfig, out_dir, *, chunk_repetitions: int = 10
     # a refusal before any work (a queue that refuses its jobs) leaves no folder it made: the
     # lock's cells/ and --out (run_sweep undoes its own log file)
     with undone_if_refused(cells_dir), exclusive_lock(
-            cells_dir / ".sweep.lock", advice="wait for that sweep to finish, or write to another --out"):
+            Path(out_dir) / CELL_WRITES[1], advice="wait for that sweep to finish, or write to another --out"):
         remove_stale_temporaries(cells_dir)  # no other sweep writes here: they are orphans
         if not overwrite:
             _note_damaged_cells(cells_dir, cells)

@@ -22,8 +22,9 @@ from uqmetrics.report.plotting import (
     plot_risk_coverage,
     save_figure,
 )
+from uqmetrics.runs.io import safe_name
 
-from .cache import index_caches, read_cache, safe_name, select_dataset
+from .cache import index_caches, read_cache, select_dataset
 
 __all__ = ["figure_skipped", "plot_caches", "skipped_figures"]
 

@@ -1058,8 +1058,7 @@ def figure_path(out_dir: str | os.PathLike, name: str) -> Path:
     ValueError
         ``name`` is not one plain file name, naming it.
     """
-    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name \
-            or "/" in name or "\\" in name:
+    if not isinstance(name, str) or name in ("", "..") or Path(name).name != name or "\\" in name:
         raise ValueError(f"figure name {name!r} is not one file name inside {str(out_dir)!r}")
     return Path(out_dir) / name
 

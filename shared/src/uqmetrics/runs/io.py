@@ -1524,16 +1524,11 @@ def _refuse_declared(src: xr.Dataset, path: Path, *, verify: bool
         return IncompleteResultError(f"{path} {detail}", path=path, detail=detail)
     if not verify or CHECKSUM_ATTR not in src.attrs:
         return None
-    try:
-        digests = json.loads(src.attrs[CHECKSUM_ATTR])["variables"]
-        recorded = set(digests) if isinstance(digests, dict) else None
-    except (TypeError, ValueError, KeyError, RecursionError):
-        recorded = None  # a damaged record: refused by _verify_checksums, naming it
-    unlisted = [str(n) for n in src.variables if recorded is not None and str(n) not in recorded]
+    record = _checksum_record(src.attrs)  # damaged (None): refused by _verify_checksums
+    unlisted = [str(n) for n in src.variables if record is not None and str(n) not in record[1]]
     if not unlisted:
         return None
-    shown = ", ".join(repr(n) for n in unlisted[:5]) + (" ..." if len(unlisted) > 5 else "")
-    detail = (f"{'variable' if len(unlisted) == 1 else 'variables'} {shown} "
+    detail = (f"{'variable' if len(unlisted) == 1 else 'variables'} {_names_shown(unlisted)} "
               f"{'is' if len(unlisted) == 1 else 'are'} not in its record of checksums "
               f"({CHECKSUM_ATTR}): added after the file was written (corrupt); not read")
     return CorruptResultError(f"{path}: {detail}; recompute it: delete the file, or rerun the "
@@ -1541,17 +1536,30 @@ def _refuse_declared(src: xr.Dataset, path: Path, *, verify: bool
                               detail=detail)
 
 
+def _checksum_record(attrs: Mapping) -> tuple[Any, dict] | None:
+    """``(algorithm, {variable: digest})`` of a file's :data:`CHECKSUM_ATTR`, or None where
+    that record is damaged (not JSON, nested past recursion, or of another shape)."""
+    try:
+        record = json.loads(attrs[CHECKSUM_ATTR])
+        algorithm, digests = record["algorithm"], record["variables"]
+    except (TypeError, ValueError, KeyError, RecursionError):  # RecursionError: nested JSON
+        return None
+    return (algorithm, digests) if isinstance(digests, dict) else None
+
+
+def _names_shown(names: Sequence[str]) -> str:
+    """The first 5 of ``names`` quoted, then `` ...`` if there are more."""
+    return ", ".join(repr(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+
+
 def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:
     """Raise :class:`CorruptResultError` unless the variables of ``ds`` (all the file's when
     ``whole``) match the record of :data:`CHECKSUM_ATTR`."""
-    try:
-        record = json.loads(ds.attrs[CHECKSUM_ATTR])
-        algorithm, digests = record["algorithm"], record["variables"]
-        if not isinstance(digests, dict):
-            raise TypeError(type(digests).__name__)
-    except (TypeError, ValueError, KeyError, RecursionError):  # RecursionError: nested JSON
+    record = _checksum_record(ds.attrs)
+    if record is None:
         detail = f"its record of checksums ({CHECKSUM_ATTR}) is damaged"
     else:
+        algorithm, digests = record
         if algorithm != _CHECKSUM_ALGORITHM:
             # never read unverified: one flipped byte in the name would turn the check off
             detail = (f"its record of checksums ({CHECKSUM_ATTR}) names the algorithm "
@@ -1564,8 +1572,7 @@ def _verify_checksums(ds: xr.Dataset, path: Path, *, whole: bool) -> None:
                 bad += sorted(set(digests) - set(names))
             if not bad:
                 return
-            shown = ", ".join(repr(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
-            detail = (f"{'variable' if len(bad) == 1 else 'variables'} {shown} "
+            detail = (f"{'variable' if len(bad) == 1 else 'variables'} {_names_shown(bad)} "
                       f"{'does' if len(bad) == 1 else 'do'} not match the checksum recorded "
                       f"when the file was written (the file changed on disk: corrupt)")
     raise CorruptResultError(f"{path}: {detail}; recompute it: delete the file, or rerun the "

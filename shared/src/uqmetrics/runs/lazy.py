@@ -237,10 +237,16 @@ class LazySubParsers(argparse._SubParsersAction):
         for parser in list(self.pending):
             self.pending.pop(parser)(parser)
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        chosen = self._name_parser_map.get(values[0])  # a name or an alias
+    def built(self, name: str) -> argparse.ArgumentParser | None:
+        """The sub-command ``name`` (or an alias), its arguments added now if they were not;
+        None for a name it does not have."""
+        chosen = self._name_parser_map.get(name)
         arguments = self.pending.pop(chosen, None) if chosen is not None else None
         if arguments is not None:
             arguments(chosen)
+        return chosen
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        chosen = self.built(values[0])
         parser.chosen = chosen
         super().__call__(parser, namespace, values, option_string)

@@ -115,6 +115,7 @@ from .config_options import (
     records_given,
 )
 from .current import RUN_CONFIG_ATTR, current_run_config, recording
+from .lazy import LazySubParsers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -793,8 +794,8 @@ def _toml_text(config: Mapping[str, Any]) -> str:
     unset = [k for k, v in options.items() if v is None]
     head = [(f"# {config['command']}: the fully resolved configuration of a run (written by "
              f"{config['command'].split()[0]})."),
-            (f"# Run it again with: {config['command']} --config THIS_FILE (options given on "
-             "the command line override it)")]
+            (f"# Run it again with: {config['command']} --config THIS_FILE --out OUT (options "
+             "given on the command line override it)")]
     if unset:
         head.append(f"# Not set (the command decides): {', '.join(unset)}")
     body = {k: config[k] for k in _META_KEYS if config.get(k) is not None}
@@ -971,12 +972,12 @@ def _reads_config(parser: argparse.ArgumentParser, words: Sequence[str]) -> bool
     options here, as parsing it would add them: only the commands named are built."""
     for word in words:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        chosen = subs[0].choices.get(word) if subs else None
+        if not subs:
+            return False
+        chosen = subs[0].built(word) if isinstance(subs[0], LazySubParsers) \
+            else subs[0].choices.get(word)
         if chosen is None:
             return False
-        build = getattr(subs[0], "pending", {}).pop(chosen, None)
-        if build is not None:
-            build(chosen)
         parser = chosen
     return any(isinstance(a, _ConfigFile) for a in parser._actions)
 

@@ -108,10 +108,9 @@ def _sweep_scorers() -> list[SweepScoring]:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    from uqmetrics.runs.io import refuse_links
+    from uqmetrics.runs.io import refuse_links, safe_name
     from uqmetrics.runs.sweep import read_failures
 
-    from ..cache import safe_name
     from ..data import readable_images
     from ..evalsets import EVAL_SETS
     from ..sweep import (  # Dask, xarray: imported on use

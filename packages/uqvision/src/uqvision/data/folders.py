@@ -460,8 +460,8 @@ def match_classes(folder_classes: Sequence[str], model_classes: Sequence[str], *
     model_classes = [str(c) for c in model_classes]
     position = {_nfc(c): i for i, c in enumerate(model_classes)}
     if len(position) != len(model_classes):
-        twice = sorted({c for c in model_classes
-                        if [_nfc(m) for m in model_classes].count(_nfc(c)) > 1})
+        count = collections.Counter(map(_nfc, model_classes))
+        twice = sorted({c for c in model_classes if count[_nfc(c)] > 1})
         raise InputError(f"model {model!r} records a class name more than once (names compared "
                          f"in Unicode NFC form): {_some(twice)}")
     by_name: dict[str, list[str]] = {}

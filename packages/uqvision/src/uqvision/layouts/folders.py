@@ -53,7 +53,14 @@ def _folder_key(path: str | os.PathLike) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _images_below(root: Path, top: str, *, hidden: bool = False) -> list[str]:
+def _ancestors(root: Path) -> tuple:
+    """Every folder on the path from / to ``root`` (their :func:`_folder_key`): a link to any
+    of them is a loop (:func:`_images_below`)."""
+    resolved = root.resolve()
+    return tuple(_folder_key(p) for p in (resolved, *resolved.parents))
+
+
+def _images_below(root: Path, top: str, start: tuple, *, hidden: bool = False) -> list[str]:
     """The image files below ``root/top``, as paths relative to ``root`` (posix, unsorted).
 
     Links to folders are followed, as torchvision's ImageFolder follows them
@@ -67,8 +74,7 @@ def _images_below(root: Path, top: str, *, hidden: bool = False) -> list[str]:
         A folder link that leads back to a folder holding it (``root`` or above it included),
         which would be followed for ever; a folder that cannot be listed (permission).
     """
-    # every folder on the path from / to the one listed: a link to any of them is a loop
-    start = tuple(_folder_key(p) for p in (root.resolve(), *root.resolve().parents))
+    # start: :func:`_ancestors` of root, computed once per scan; a link to any is a loop
     stack = [(top, (*start, _folder_key(root / top)))]
     found: list[str] = []
     while stack:
@@ -97,13 +103,13 @@ def _images_below(root: Path, top: str, *, hidden: bool = False) -> list[str]:
     return found
 
 
-def _refuse_hidden_classes(root: Path, classes: list[str]) -> None:
+def _refuse_hidden_classes(root: Path, classes: list[str], start: tuple) -> None:
     """Refuse a hidden folder beside the class folders that holds images
     (:func:`~.base._hidden_class`); one without images (``.ipynb_checkpoints``) is ignored."""
     with os.scandir(root) as entries:
         hidden = sorted(e.name for e in entries if _hidden(e.name) and e.is_dir())
     for name in hidden:
-        images = sorted(_images_below(root, name, hidden=True))
+        images = sorted(_images_below(root, name, start, hidden=True))
         if images:
             raise _hidden_class(root, "image folder", name, images, classes)
 
@@ -118,12 +124,13 @@ def _scan_class_folders(root: Path, labels: Path | None) -> Scan:
     classes = list_classes(root)
     for c in classes:
         _refuse_class_name(root, c)
-    _refuse_hidden_classes(root, classes)
+    start = _ancestors(root)
+    _refuse_hidden_classes(root, classes, start)
     samples: list[tuple[str, int]] = []
     problems: dict[str, str] = {}
     empty = []
     for i, c in enumerate(classes):
-        files = sorted(_images_below(root, c))
+        files = sorted(_images_below(root, c, start))
         if not files:
             empty.append(c)
         samples.extend((f, i) for f in files if _utf8(f))

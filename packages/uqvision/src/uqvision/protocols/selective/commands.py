@@ -159,7 +159,7 @@ def sweep_scores_file(out: Path, dataset: str, overwrite: bool) -> Path:
     """``<out>/scores/selective-<dataset>.nc``: one score file per dataset, so that a second
     dataset swept into the same ``--out`` replaces nothing. An existing file there that is not
     the selective scores of that dataset is refused (before any work) unless ``--overwrite``."""
-    from ...cache import safe_name
+    from uqmetrics.runs.io import safe_name
 
     path = out / "scores" / f"selective-{safe_name(dataset)}.nc"
     check_output_file("--out", path, None)
@@ -219,7 +219,8 @@ def _finish_sweep(a: argparse.Namespace, report, log, *, out: Path, dataset: str
                   target: Path) -> None:
     """After the sweep: the scores, their figures (the paper's, AURC vs accuracy, risk-coverage
     curves), the results table."""
-    from ...cache import safe_name
+    from uqmetrics.runs.io import safe_name
+
     from ...results import results_table  # the results table (docs/conventions.md#v-1-table)
     from . import selective_config
     from .plots import RISK_COVERAGE_MAX_MODELS, plot_selective  # figures: imported on use

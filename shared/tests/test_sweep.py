@@ -389,20 +389,69 @@ def test_ctrl_c_stops_a_local_cluster_without_a_line_from_dask(tmp_path):
     assert [ln for t, ln in lines if t >= sent] == ["interrupted"], lines
 
 
-def _starts_a_child() -> bool:
+def _may_start_a_child(i: int = 0) -> xr.Dataset:
+    """A cell that records whether its process is daemonic, after starting a child if not."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("fork")
-    child = ctx.Process(target=int)
-    child.start()  # a daemonic process raises "daemonic processes are not allowed to have children"
-    child.join(30)
-    return multiprocessing.current_process().daemon
+    daemon = multiprocessing.current_process().daemon
+    if not daemon:
+        child = multiprocessing.get_context("fork").Process(target=int)
+        child.start()  # "daemonic processes are not allowed to have children" in a daemonic one
+        child.join(30)
+    return xr.Dataset(attrs={"daemon": int(daemon)})
 
 
-def test_the_local_clusters_workers_may_start_children():
-    """A cell that starts processes (DataLoader workers) runs in the sweep's LocalCluster."""
-    with sweep.open_client(sweep.ClusterSpec(), n_workers=1) as client:
-        assert client.submit(_starts_a_child, pure=False).result(timeout=120) is False
+def test_the_clusters_a_sweep_starts_have_workers_that_may_start_children(tmp_path):
+    """The LocalCluster of ``open_client`` and of ``run_sweep`` (the one every sweep command
+    starts): its workers are not daemonic, so a cell may start DataLoader workers."""
+    with sweep.open_client(sweep.ClusterSpec(dashboard="none"), n_workers=1) as client:
+        assert client.submit(_may_start_a_child, pure=False).result(timeout=120).attrs == {"daemon": 0}
+    report = run_sweep([Cell("child", {"i": 0})], _may_start_a_child, tmp_path,
+                       scheduler=sweep.ClusterSpec(dashboard="none"), n_workers=1, progress=False)
+    assert report.ok
+    assert int(xr.open_dataset(tmp_path / "child.nc").attrs["daemon"]) == 0
+
+
+#: Bytes of the array :func:`_faults_of_arrays` makes again and again (below glibc's 32 MiB).
+_ARRAY_BYTES = 16 << 20
+
+
+def _faults_of_arrays(i: int = 0) -> xr.Dataset:
+    """Page faults (minor) of making, filling and freeing an array of :data:`_ARRAY_BYTES` 20
+    times, in the process that runs it."""
+    import resource
+
+    np.ones(_ARRAY_BYTES // 8)  # the heap grown once
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        np.ones(_ARRAY_BYTES // 8)
+    return xr.Dataset(attrs={"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator (Linux)")
+def test_a_cell_in_a_dask_worker_reuses_the_heap_for_large_arrays(tmp_path):
+    """Dask's nanny starts a worker with ``MALLOC_TRIM_THRESHOLD_=65536``, which turns glibc's
+    adaptive mmap threshold off: an array made 20 times in a row is mapped, and its pages
+    faulted in, 20 times (up to 4,096 faults of 4 KiB pages each time, fewer where the kernel
+    gives numpy's arrays huge pages; the plain function, submitted first). A sweep's cell on the
+    same worker first gives the allocator back its reuse of such blocks (``heap_for_arrays``):
+    the array's pages stay in the heap, faulted in once, before the count. Counted, not timed:
+    uqreg's cells ran 1.9-2.6x slower without it (packages/uqreg/benchmarks/bench_worker_env.py)."""
+    environ = dict(os.environ)  # a nanny sets its variables in this process too
+    try:
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster, \
+                distributed.Client(cluster) as client:
+            plain = client.submit(_faults_of_arrays, pure=False).result(timeout=120).attrs["faults"]
+            report = run_sweep([Cell("faults", {"i": 0})], _faults_of_arrays, tmp_path,
+                               client=client, progress=False)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+    assert report.ok
+    in_cell = int(xr.open_dataset(tmp_path / "faults.nc").attrs["faults"])
+    assert plain >= 20, plain  # mapped afresh: each array faults at least one page in
+    assert in_cell < 20, (in_cell, plain)  # reused: fewer faults than arrays (measured: 2)
 
 
 #: The write-behind test's events: a write has started; a cell was computed after that.

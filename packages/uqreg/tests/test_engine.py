@@ -307,6 +307,35 @@ def test_stream_of_a_network_does_not_depend_on_the_batch():
     assert torch.equal(rng.uniform(keys, 5, (7, 3), dtype=torch.float64), together)
 
 
+def _splitmix64_reference(x: int) -> int:
+    """SplitMix64's finaliser (Steele, Lea & Flood 2014) on Python integers mod 2**64."""
+    m = (1 << 64) - 1
+    z = (x + 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_uniform_is_splitmix64_across_blocks(dtype, monkeypatch):
+    """Each number is ``splitmix64(splitmix64(key ^ splitmix64(c * M)) + splitmix64(i)) >> 11``
+    times 2**-53, however many rows the CPU hashes at a time (here blocks of 2 rows of 5 numbers,
+    so that 5 networks take 3 blocks, the last one short)."""
+    keys = rng.network_keys(SEED, "mc", [0, 1, 2, 3, 4], [0, 0, 0, 1, 2])
+    whole = rng.uniform(keys, 11, (5,), dtype=dtype)
+    monkeypatch.setattr(rng, "_CPU_BLOCK", 10)
+    blocked = rng.uniform(keys, 11, (5,), dtype=dtype)
+    assert torch.equal(blocked, whole)
+    m = (1 << 64) - 1
+    mixed = _splitmix64_reference((11 * 0x2545F4914F6CDD1D) & m)
+    for b, key in enumerate(keys.tolist()):
+        base = _splitmix64_reference((key & m) ^ mixed)
+        for i in range(5):
+            bits = _splitmix64_reference((base + _splitmix64_reference(i)) & m) >> 11
+            expected = torch.tensor(bits * 2.0**-53, dtype=torch.float64).to(dtype)
+            assert blocked[b, i] == min(expected, torch.tensor(1.0 - torch.finfo(dtype).eps, dtype=dtype))
+
+
 def test_normal_stream_is_standard_normal():
     keys = rng.network_keys(SEED, "dropout", [4], [2])
     z = rng.normal(keys, 3, (N_DRAWS,), dtype=torch.float64).numpy()[0]

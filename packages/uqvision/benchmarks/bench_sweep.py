@@ -18,7 +18,8 @@ which the shared decoding leaves to each model).
 Each round, in the same order:
 
 - ``sweep``: :func:`uqvision.sweep.sweep_predictions` of the 8 models into a fresh caches
-  folder on a Dask ``LocalCluster`` started before the first round (``--workers`` worker
+  folder on the Dask ``LocalCluster`` the command starts (``uqmetrics.runs.sweep.open_client``;
+  docs/conventions.md#sweep-workers), started before the first round (``--workers`` worker
   processes, default 1 on a GPU, else the cores, each cell on ``cores / workers`` torch
   threads; its start-up and the workers' imports are not timed, as the imports are not timed
   for ``predict``), which decodes each image once for the group (:mod:`uqvision.sweep.decode`);
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("bench_sweep: no CUDA device; nothing to measure")
         return 0
-    from dask.distributed import Client, LocalCluster
+    from uqmetrics.runs.sweep import ClusterSpec, open_client
 
     from uqvision.predict import PredictConfig, predict_to_files
     from uqvision.runtime import usable_cores
@@ -405,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out_sep)
         return t_sweep, t_sep, n_sweep, n_sep
 
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    # the cluster `uqvision sweep` starts (docs/conventions.md#sweep-workers), not Dask's defaults
+    with open_client(ClusterSpec(dashboard="none"), n_workers=n_workers) as client:
         client.run(install_counter, str(log_dir))
         try:
             both(warm, "-1")  # warm-up (imports, image checks), not timed

@@ -123,6 +123,27 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _srl(z, 31)
 
 
+def _srl_(x: torch.Tensor, s: int, out: torch.Tensor) -> torch.Tensor:
+    """:func:`_srl` written into ``out`` (same shape and dtype as ``x``)."""
+    import torch
+
+    torch.bitwise_right_shift(x, s, out=out)
+    return out.bitwise_and_((1 << (64 - s)) - 1)
+
+
+def _splitmix64_(z: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """:func:`splitmix64` in place on ``z``, with ``tmp`` (same shape and dtype) as scratch."""
+    z.add_(_GOLDEN)
+    z.bitwise_xor_(_srl_(z, 30, tmp)).mul_(_M1)
+    z.bitwise_xor_(_srl_(z, 27, tmp)).mul_(_M2)
+    return z.bitwise_xor_(_srl_(z, 31, tmp))
+
+
+#: Elements hashed at a time on the CPU by :func:`uniform` (three buffers of 1 MiB each, which
+#: stay in cache): 6x faster than whole-tensor operations on 2.5 M numbers (2 cores, AVX-512).
+_CPU_BLOCK = 1 << 17
+
+
 def uniform(keys: torch.Tensor, counter: int | torch.Tensor, shape: tuple[int, ...], *, dtype=None,
             device=None) -> torch.Tensor:
     """Counter-based uniform numbers in [0, 1), one independent stream per network.
@@ -156,9 +177,24 @@ def uniform(keys: torch.Tensor, counter: int | torch.Tensor, shape: tuple[int, .
     else:
         mixed = torch.tensor(_to_i64(int(counter) * _COUNTER_MULT), device=device)
     base = splitmix64(keys.to(device) ^ splitmix64(mixed))
-    z = splitmix64(base[:, None] + splitmix64(idx)[None, :])
-    bits = _srl(z, 11).to(torch.float64) * (2.0 ** -53)  # 53 random bits
-    return bits.to(dtype).reshape((keys.shape[0], *shape)).clamp_(max=1.0 - torch.finfo(dtype).eps)
+    hashed_idx = splitmix64(idx)
+    b = keys.shape[0]
+    out = torch.empty((b, n), dtype=dtype, device=device)
+    # Hashed in place, a block of rows at a time: on the CPU a block that stays in cache, on a
+    # device all rows at once (one kernel per step). Element-wise, so the block never changes a bit.
+    rows = max(1, b if out.device.type != "cpu" else min(b, _CPU_BLOCK // max(n, 1)))
+    z = torch.empty((rows, n), dtype=torch.int64, device=device)
+    tmp = torch.empty_like(z)
+    bits = torch.empty((rows, n), dtype=torch.float64, device=device)
+    for r0 in range(0, b, rows):
+        m = min(b, r0 + rows) - r0
+        zb, tb, fb = z[:m], tmp[:m], bits[:m]
+        torch.add(base[r0:r0 + m, None], hashed_idx[None, :], out=zb)
+        _splitmix64_(zb, tb)
+        _srl_(zb, 11, tb)
+        fb.copy_(tb).mul_(2.0 ** -53)  # 53 random bits, exact in float64
+        out[r0:r0 + m].copy_(fb)
+    return out.reshape((b, *shape)).clamp_(max=1.0 - torch.finfo(dtype).eps)
 
 
 def normal(keys: torch.Tensor, counter: int | torch.Tensor, shape: tuple[int, ...], *, dtype=None,

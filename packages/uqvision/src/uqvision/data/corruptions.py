@@ -387,6 +387,9 @@ def _corrupt_sample(ds, o: dict, index: int, jobs: list[tuple[str, int, str]]) -
     """One work unit, in any process (a pool's or a Dask worker's): sample ``index`` of
     ``ds`` prepared once and written under every (corruption, severity, destination) of
     ``jobs``; returns how many images it wrote."""
+    from uqmetrics.runs.sweep import heap_for_arrays
+
+    heap_for_arrays()  # in a Dask worker
     rel = ds.samples[index][0]
     arr = _prepare(ds[index][0], o["resize"], o["crop"])
     for corruption, severity, dest in jobs:

@@ -5,9 +5,7 @@ and its cell, :func:`predict_cell`.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,33 +34,6 @@ from .plan import _prepare
 __all__ = ["predict_cell", "sweep_predictions"]
 
 
-#: Whether this process's allocator has been set for tensors (:func:`_heap_for_tensors`).
-_HEAP_SET = False
-
-
-def _heap_for_tensors() -> None:
-    """Give a Dask worker's glibc allocator back its reuse of large blocks, once per process.
-
-    Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (to return freed
-    memory to the system). Setting it turns off glibc's dynamic mmap threshold: every block
-    over 128 KiB (each activation and batch tensor) is then mapped and page-faulted afresh, and
-    a cell ran a network at half the speed of the same call in a plain process (1.85 s vs
-    0.88 s for test_convnext on 320 images, 2 threads, AMD EPYC). Here the blocks up to 32 MiB
-    (glibc's own dynamic maximum) come from the heap again, and at most 64 MiB free at its top
-    is kept. Nothing is done outside a process so started, or without glibc."""
-    global _HEAP_SET
-    if _HEAP_SET or "MALLOC_TRIM_THRESHOLD_" not in os.environ or sys.platform != "linux":
-        return
-    _HEAP_SET = True
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-        libc.mallopt(m_mmap_threshold, 32 << 20)
-        libc.mallopt(m_trim_threshold, 64 << 20)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
 def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str,
                  dataset_name: str, config: dict, threads: int | None = None,
                  labels: str | None = None, subset: bool = False,
@@ -82,7 +53,6 @@ def predict_cell(name: str, checkpoint: str | None, label: str | None, data: str
     network is kept in the worker for its model's next cell (``predict``'s ``keep_model``:
     built and warmed up once per worker), and the decoded pixels on the device for the next
     model of the group (:mod:`uqvision.predict.decoded`)."""
-    _heap_for_tensors()
     if threads:
         torch.set_num_threads(threads)
     folder = ImageFolderDataset(data, labels=labels, subset=subset) if labels or subset \

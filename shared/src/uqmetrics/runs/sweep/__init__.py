@@ -52,7 +52,7 @@ imported lazily: the rest of uqmetrics needs none of them.
 
 from __future__ import annotations
 
-from .cells import Cell, CellFailure, SweepReport, cell_path, is_complete
+from .cells import Cell, CellFailure, SweepReport, cell_path, heap_for_arrays, is_complete
 from .failures import FAILURES_FORMAT, read_failures, write_failures
 from .launch import WORKER_CHECK_INTERVAL, gpu_worker_env, open_client
 from .options import (
@@ -84,7 +84,7 @@ from .run import run_sweep, undone_if_refused
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", "HPC_EXTRA",
            "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
-           "cell_path", "format_duration", "gpu_worker_env", "is_complete", "open_client",
+           "cell_path", "format_duration", "gpu_worker_env", "heap_for_arrays", "is_complete", "open_client",
            "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
            "progress_enabled", "progress_line", "read_cluster_config", "read_failures",
            "run_sweep", "select_gpus", "set_progress", "undone_if_refused", "visible_gpus",

@@ -344,8 +344,10 @@ def _connect(spec: ClusterSpec, n_workers: int, threads_per_worker: int,
 
 
 @contextlib.contextmanager
-def _children_allowed():
-    """Worker processes started in the block (and restarted while it lasts) are not daemonic.
+def _cluster_config(spec: ClusterSpec):
+    """Dask's config for a cluster started in the block (and for the workers it starts again, and
+    the jobs it submits again, while the block lasts): its worker processes are not daemonic, and
+    ``spec``'s config file is in force on top.
 
     A daemonic process may not start children, so a cell that asks for DataLoader workers
     (``uqvision sweep --workers N``) would fail in every worker of a ``LocalCluster``
@@ -354,20 +356,11 @@ def _children_allowed():
     import dask
 
     with dask.config.set({"distributed.worker.daemon": False}):
-        yield
-
-
-@contextlib.contextmanager
-def _cluster_config(spec: ClusterSpec):
-    """``spec``'s config file in force for the block (the jobs submitted again while the
-    cluster runs read it too)."""
-    if spec.config_file is None:
-        yield
-        return
-    import dask
-
-    with dask.config.set(read_cluster_config(spec.config_file)):
-        yield
+        if spec.config_file is None:
+            yield
+            return
+        with dask.config.set(read_cluster_config(spec.config_file)):
+            yield
 
 
 @contextlib.contextmanager
@@ -390,7 +383,7 @@ def open_client(scheduler: str | ClusterSpec, *, n_workers: int = 2,
     dask.distributed.Client
     """
     spec = _as_spec(scheduler)
-    with _cluster_config(spec), _children_allowed():
+    with _cluster_config(spec):
         client, cluster = _connect(spec, n_workers, threads_per_worker,
                                    None if log_file is None else Path(log_file), spec.resources)
         try:

@@ -1,7 +1,8 @@
 """Legible figures: :func:`~uqmetrics.report.plotting.overlapping_text` finds a legend over a
 title, a title over another, a legend over a panel and a text past the figure's edge, and
 passes a clean figure; :func:`~uqmetrics.report.plotting.alike_legend_entries` finds two series
-drawn alike; :func:`~uqmetrics.report.plotting.distinct_styles` gives any number of series
+drawn alike; :func:`~uqmetrics.report.plotting.label_points` names points inside their panel;
+:func:`~uqmetrics.report.plotting.distinct_styles` gives any number of series
 pairwise distinct styles; every plotting function of uqmetrics draws a legible figure with few
 and with many series (:func:`~uqmetrics.report.plotting.series_legend`)."""
 
@@ -19,6 +20,7 @@ from uqmetrics.report.plotting import (
     distinct_styles,
     figure_grid,
     fitted_suptitle,
+    label_points,
     overlapping_text,
     plot_coverage_vs_complexity,
     plot_heatmap,
@@ -257,3 +259,36 @@ def test_the_series_of_metric_vs_size_are_pairwise_distinct(n):
     # a style given per series overrides the distinct one
     given = plot_metric_vs_size(_sizes(names), styles={names[0]: {"color": "k", "marker": "x"}})
     assert (given.axes[0].lines[0].get_color(), given.axes[0].lines[0].get_marker()) == ("k", "x")
+
+
+# ---------------------------------------------------------------------------------------------
+# label_points
+
+
+def test_label_points_stay_inside_the_panel_and_off_their_points():
+    """Points at the four corners of a panel and at its centre, named with long names: every
+    name lies inside the panel, beside its point, not over it (before, a name started at its
+    point and ran to the right: past the panel's right edge, and over the marker). A point
+    with a NaN is not named."""
+    fig, axes = figure_grid(1, 2, panel=(3.0, 2.5))
+    ax = axes[0, 0]
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.5, np.nan])
+    y = np.array([0.0, 0.0, 1.0, 1.0, 0.5, 0.3])
+    names = [f"a rather long model name {k}" for k in range(6)]
+    ax.scatter(x, y)
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    labels = label_points(ax, x, y, names, fontsize=6)
+    assert [t.get_text() for t in labels] == names[:5]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panel = ax.get_window_extent(renderer)
+    for label, xi, yi in zip(labels, x, y, strict=False):
+        box = label.get_window_extent(renderer)
+        assert panel.x0 <= box.x0 and box.x1 <= panel.x1, label.get_text()
+        assert panel.y0 <= box.y0 and box.y1 <= panel.y1, label.get_text()
+        px, py = ax.transData.transform((xi, yi))
+        assert not (box.x0 < px < box.x1 and box.y0 < py < box.y1), label.get_text()
+    assert overlapping_text(fig) == []
+    with pytest.raises(ValueError, match="one entry per point"):
+        label_points(ax, x, y, names[:2])

@@ -34,6 +34,7 @@ __all__ = [
     "figure_grid",
     "figure_path",
     "fitted_suptitle",
+    "label_points",
     "overlapping_text",
     "plot_coverage_vs_complexity",
     "plot_heatmap",
@@ -424,6 +425,53 @@ def fitted_suptitle(fig: Figure, text: str, **kwargs: Any) -> Any:
         chars = max(10, int(chars * min(0.95, room / max(box.width, 1.0))))
         title.set_text(textwrap.fill(text, chars, break_long_words=False))
     return title
+
+
+def label_points(ax: Axes, x: Any, y: Any, names: Iterable[Any], *, fontsize: float = 5,
+                 offset: float = 3.0, **kwargs: Any) -> list[Any]:
+    """Name each point of a scatter beside it, on the side toward the panel's centre.
+
+    A label stands ``offset`` points from its point: to the right of a point in the panel's
+    left half and to the left in its right half, above a point in the lower half and below in
+    the upper half. It then neither covers its own point nor runs past the panel's edge (a name
+    at the edge of a panel was cut off, or ran over the next panel). Call it after the points
+    are drawn, as it reads the panel's limits.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    x, y : array_like, shape (n,)
+        In data coordinates; a point with a non-finite coordinate is not named.
+    names : iterable, length n
+        Shown as ``str(name)``.
+    fontsize : float
+    offset : float
+        Points between a point and its label.
+    **kwargs
+        Passed on to :meth:`matplotlib.axes.Axes.annotate` (``alpha``, ``color``...).
+
+    Returns
+    -------
+    list of matplotlib.text.Annotation
+        One per named point, in order.
+    """
+    x, y, names = np.asarray(x, dtype=float), np.asarray(y, dtype=float), list(names)
+    if not x.shape == y.shape == (len(names),):
+        raise ValueError(f"x, y and names must have one entry per point, got shapes {x.shape}, "
+                         f"{y.shape} and {len(names)} names")
+    ax.get_xlim(), ax.get_ylim()  # the limits of the points drawn (autoscaled)
+    to_axes = ax.transData + ax.transAxes.inverted()
+    labels = []
+    for xi, yi, name in zip(x, y, names, strict=True):
+        if not (np.isfinite(xi) and np.isfinite(yi)):
+            continue
+        fx, fy = to_axes.transform((xi, yi))
+        right, up = fx < 0.5, fy < 0.5
+        labels.append(ax.annotate(
+            str(name), (xi, yi), xytext=(offset if right else -offset, offset if up else -offset),
+            textcoords="offset points", ha="left" if right else "right",
+            va="bottom" if up else "top", fontsize=fontsize, **kwargs))
+    return labels
 
 
 def _figure_axes(ax: Axes | None, figsize: tuple[float, float] = (5.0, 4.0)) -> tuple[Figure, Axes]:

@@ -79,6 +79,8 @@ def plot_size_vs_accuracy(result: xr.Dataset | str | os.PathLike, *, alpha: floa
     _choice("calibration", calibration, CALIBRATIONS)
     for m in methods:
         _choice("method", m, ds["method"].values)
+    from uqmetrics.report.plotting import label_points  # matplotlib: imported on use
+
     fig, axes = _figure(1, 1, panel=(5.0, 3.6))
     ax = axes[0, 0]
     acc = ds["accuracy"].values
@@ -88,11 +90,9 @@ def plot_size_vs_accuracy(result: xr.Dataset | str | os.PathLike, *, alpha: floa
         ok = ~(np.isnan(size) | np.isnan(acc))
         pts = ax.scatter(acc[ok], size[ok], label=m, alpha=0.85)
         pts.set_gid(f"size:{m}")
-    for x, y, name in zip(acc, ds["mean_set_size"].sel({"method": methods[-1], "alpha": alpha,
-                                                         "calibration": calibration}).values,
-                          _models(ds), strict=True):
-        if np.isfinite(x) and np.isfinite(y):
-            ax.annotate(name, (x, y), fontsize=5, alpha=0.7)
+    label_points(ax, acc, ds["mean_set_size"].sel({"method": methods[-1], "alpha": alpha,
+                                                   "calibration": calibration}).values,
+                 _models(ds), alpha=0.7)
     ax.set_xlabel("top-1 accuracy")
     ax.set_ylabel(f"mean set size (alpha = {alpha:g})")
     ax.set_title(f"{calibration} calibration", fontsize=8)

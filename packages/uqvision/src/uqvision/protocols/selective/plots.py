@@ -21,6 +21,7 @@ from uqmetrics.report.plotting import (
     save_figure,
     series_legend,
 )
+from uqmetrics.report.plotting import label_points as name_points
 from uqmetrics.runs.io import decode_attr
 
 from ...cache import index_caches, read_cache
@@ -70,9 +71,7 @@ def _scatter_models(ds: xr.Dataset, x: np.ndarray, y: np.ndarray, ax, *, label_p
         ax.scatter(x[is_teacher], y[is_teacher], s=120, marker="*", color="gold",
                    edgecolors="k", linewidths=0.6, label="teacher")
     if label_points:
-        for xi, yi, m in zip(x, y, ds["model"].values, strict=True):
-            ax.annotate(str(m), (xi, yi), fontsize=5, alpha=0.7, xytext=(2, 2),
-                        textcoords="offset points")
+        name_points(ax, x, y, ds["model"].values, alpha=0.7, offset=2.0)
     series_legend(ax, fontsize=6, loc="best", markerscale=0.6, widen=True)
 
 

@@ -378,6 +378,8 @@ def plot_shift_acc_vs_ece(result: xr.Dataset | str | os.PathLike, *,
              if _at(ds, "accuracy", c) is not None and _at(ds, "ece", c) is not None]
     if not drawn:
         raise InputError(f"calibrations {list(calibrations)}: none is in result")
+    from uqmetrics.report.plotting import label_points  # matplotlib: imported on use
+
     models = _models(ds)
     colours = _colours(models)
     severities = ds["severity"].values
@@ -388,6 +390,7 @@ def plot_shift_acc_vs_ece(result: xr.Dataset | str | os.PathLike, *,
         ece = _shift_dims(_at(ds, "ece", cal), "ece").values.astype(float)
         size = np.broadcast_to(12.0 + 14.0 * rank, acc.shape[1:])
         clean_acc, clean_ece = _at(ds, "clean_accuracy", cal), _at(ds, "clean_ece", cal)
+        set_points = []  # named once every point is drawn (label_points reads the limits)
         for i, model in enumerate(models):
             ok = np.isfinite(acc[i]) & np.isfinite(ece[i])
             label = model
@@ -408,9 +411,9 @@ def plot_shift_acc_vs_ece(result: xr.Dataset | str | os.PathLike, *,
                 sets = ax.scatter(xy[:, 0], xy[:, 1], s=60, marker="D", color=colours[model],
                                   edgecolors="k", linewidths=0.6, zorder=3)
                 sets.set_gid(f"set:{cal}:{model}")
-                for (x, y), name in zip(xy, names, strict=True):
-                    ax.annotate(name, (x, y), fontsize=5, xytext=(3, 3),
-                                textcoords="offset points")
+                set_points.append((xy, names))
+        for xy, names in set_points:
+            label_points(ax, xy[:, 0], xy[:, 1], names)
         _size_legend(ax, severities, rank, sets=any(_set_points(ds, cal, m)[1] for m in models))
         ax.set(xlabel="accuracy", ylabel="ECE",
                title=f"Accuracy vs ECE under shift ({_CALIBRATION_LABELS[cal]})")

@@ -173,10 +173,7 @@ def overlapping_text(fig: Figure) -> list[tuple[str, str]]:
     """
     if not isinstance(fig, Figure):
         raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
-    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure's canvas draws nothing
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    renderer = _renderer(fig, draw=True)
     # (name, box, kind, owner): kind "text", "legend" or "axes"; owner the axes (None: figure)
     elements: list[tuple[str, Any, str, Axes | None]] = []
     for attr in ("_suptitle", "_supxlabel", "_supylabel"):
@@ -221,6 +218,16 @@ def overlapping_text(fig: Figure) -> list[tuple[str, str]]:
         if kind != "axes" and _outside(box, edge):
             pairs.append((name, "figure edge"))
     return pairs
+
+
+def _renderer(fig: Figure, *, draw: bool = False) -> Any:
+    """``fig``'s renderer, an Agg canvas given to a Figure without one (a bare Figure's canvas
+    draws nothing); the figure drawn first if ``draw`` (layouts place everything at draw time)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    if draw:
+        fig.canvas.draw()
+    return fig.canvas.get_renderer()
 
 
 def _twins(ax: Axes) -> list[Axes]:
@@ -385,9 +392,7 @@ def series_legend(owner: Axes | Figure, handles: list | None = None, labels: lis
                               **kwargs)
         fig = owner
     if widen:
-        if not hasattr(fig.canvas, "get_renderer"):
-            FigureCanvasAgg(fig)
-        width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+        width = legend.get_window_extent(_renderer(fig)).width / fig.dpi
         fig.set_size_inches(fig.get_figwidth() + width + 0.1, fig.get_figheight())
     return legend
 
@@ -412,9 +417,7 @@ def fitted_suptitle(fig: Figure, text: str, **kwargs: Any) -> Any:
     import textwrap
 
     title = fig.suptitle(text, **kwargs)
-    if not hasattr(fig.canvas, "get_renderer"):
-        FigureCanvasAgg(fig)
-    renderer = fig.canvas.get_renderer()
+    renderer = _renderer(fig)
     room = fig.bbox.width - 2 * _OVERLAP_TOLERANCE_PX - 0.02 * fig.bbox.width  # the x margins
     chars = len(text)
     while chars > 10:

@@ -84,8 +84,8 @@ from .run import run_sweep, undone_if_refused
 __all__ = ["CLUSTER_KINDS", "DEFAULT_DASHBOARD", "FAILURES_FORMAT", "GPUS_ALL", "HPC_EXTRA",
            "LOG_PROGRESS_INTERVAL", "QUEUE_CLUSTERS", "WORKER_CHECK_INTERVAL", "Cell",
            "CellFailure", "ClusterSpec", "LogProgress", "SweepReport", "add_cluster_options",
-           "cell_path", "format_duration", "gpu_worker_env", "heap_for_arrays", "is_complete", "open_client",
-           "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
+           "cell_path", "format_duration", "gpu_worker_env", "heap_for_arrays", "is_complete",
+           "open_client", "parse_cluster_options", "parse_gpus", "positive_int", "progress_bar",
            "progress_enabled", "progress_line", "read_cluster_config", "read_failures",
            "run_sweep", "select_gpus", "set_progress", "undone_if_refused", "visible_gpus",
            "write_failures"]

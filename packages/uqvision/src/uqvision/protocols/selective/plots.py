@@ -21,7 +21,7 @@ from uqmetrics.report.plotting import (
     save_figure,
     series_legend,
 )
-from uqmetrics.report.plotting import label_points as name_points
+from uqmetrics.report.plotting import label_points as name_points  # `label_points`: a parameter
 from uqmetrics.runs.io import decode_attr
 
 from ...cache import index_caches, read_cache

@@ -57,6 +57,9 @@ OUT="${OUT:-/tmp/gpu_check_out}"
 WORK="${WORK:-/tmp/gpu_check_work}"
 DEVICE="${DEVICE:-cuda}"
 CUDA_GRAPHS="${CUDA_GRAPHS:-1}"  # paper_e1 with --cuda-graphs (0: eager epochs)
+# paper_e1's Dask workers on the one GPU (1, as on the H200; 2 or more overlap cells whose small
+# networks leave the GPU idle between kernel launches: the dropout methods' 50 networks)
+E1_WORKERS="${E1_WORKERS:-1}"
 PY="${PYTHON:-python3}"
 ITEMS="${ITEMS:-env:15 uqreg_cuda:40 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
 mkdir -p "$OUT" "$WORK"
@@ -150,11 +153,12 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         paper_e1)  # the paper's E.1 study, whole, under the measured plan (goal: under 3 minutes on one H100)
             ( t0=$(date +%s)
               timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
-                  --workers 1 --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" --no-plots --quiet \
+                  --workers "$E1_WORKERS" --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" \
+                  --no-plots --quiet \
                   $([ "$CUDA_GRAPHS" = 1 ] && echo --cuda-graphs)
               rc=$?
               echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
-                   "cells=$(count "$WORK/e1/cells" '*.nc')"
+                   "cells=$(count "$WORK/e1/cells" '*.nc') workers=$E1_WORKERS"
               # where the time went: per method, the seconds fixed per cell and per level of c
               "$PY" packages/uqreg/benchmarks/sweep_profile.py "$WORK/e1/cells" --top 5
               exit $rc ) ;;

@@ -292,3 +292,24 @@ def test_label_points_stay_inside_the_panel_and_off_their_points():
     assert overlapping_text(fig) == []
     with pytest.raises(ValueError, match="one entry per point"):
         label_points(ax, x, y, names[:2])
+
+
+def test_label_points_leave_the_limits_to_the_scale_set_afterwards():
+    """The figure that sets a log scale after naming its points (selective's AUROC against
+    parameters) still draws, and autoscales on the log scale: ``label_points`` read the
+    panel's limits before, which froze them on the linear scale (x from 0), and drawing then
+    failed with 'Data cannot be log-scaled'. Points with a NaN are neither named nor drawn."""
+    fig, axes = figure_grid(1, 1, panel=(3.0, 2.5))
+    ax = axes[0, 0]
+    x, y = np.array([1e3, 1e5, 1e7]), np.array([np.nan, np.nan, np.nan])
+    ax.scatter(x, y)
+    assert label_points(ax, x, y, ["a", "b", "c"]) == []
+    ax.set_xscale("log")
+    fig.canvas.draw()
+    x, y = np.array([1e3, 1e5, 1e7]), np.array([0.2, 0.5, 0.9])
+    ax.scatter(x, y)
+    labels = label_points(ax, x, y, ["a", "b", "c"])
+    ax.set_xscale("log")
+    fig.canvas.draw()
+    assert ax.get_xlim()[0] > 0
+    assert [t.get_horizontalalignment() for t in labels] == ["left", "left", "right"]

@@ -434,11 +434,12 @@ def label_points(ax: Axes, x: Any, y: Any, names: Iterable[Any], *, fontsize: fl
                  offset: float = 3.0, **kwargs: Any) -> list[Any]:
     """Name each point of a scatter beside it, on the side toward the panel's centre.
 
-    A label stands ``offset`` points from its point: to the right of a point in the panel's
-    left half and to the left in its right half, above a point in the lower half and below in
-    the upper half. It then neither covers its own point nor runs past the panel's edge (a name
-    at the edge of a panel was cut off, or ran over the next panel). Call it after the points
-    are drawn, as it reads the panel's limits.
+    A label stands ``offset`` points from its point: to the right of a point in the left half
+    of what the panel holds so far and to the left in its right half, above a point in the
+    lower half and below in the upper half. It then neither covers its own point nor runs past
+    the panel's edge (a name at the edge of a panel was cut off, or ran over the next panel).
+    Call it after the points are drawn: it reads the extent of the panel's data (not its
+    limits, which it leaves to be autoscaled, on whatever scale is set afterwards).
 
     Parameters
     ----------
@@ -462,14 +463,23 @@ def label_points(ax: Axes, x: Any, y: Any, names: Iterable[Any], *, fontsize: fl
     if not x.shape == y.shape == (len(names),):
         raise ValueError(f"x, y and names must have one entry per point, got shapes {x.shape}, "
                          f"{y.shape} and {len(names)} names")
-    ax.get_xlim(), ax.get_ylim()  # the limits of the points drawn (autoscaled)
-    to_axes = ax.transData + ax.transAxes.inverted()
+    ok = np.isfinite(x) & np.isfinite(y)
+    extent = ax.dataLim  # what the panel's artists hold; reading it leaves the limits unset
+    if not ok.any():
+        return []
+    if extent.width > 0 and np.isfinite([extent.x0, extent.x1]).all():
+        mid_x = 0.5 * (extent.x0 + extent.x1)
+    else:
+        mid_x = 0.5 * (x[ok].min() + x[ok].max())
+    if extent.height > 0 and np.isfinite([extent.y0, extent.y1]).all():
+        mid_y = 0.5 * (extent.y0 + extent.y1)
+    else:
+        mid_y = 0.5 * (y[ok].min() + y[ok].max())
     labels = []
-    for xi, yi, name in zip(x, y, names, strict=True):
-        if not (np.isfinite(xi) and np.isfinite(yi)):
+    for xi, yi, name, named in zip(x, y, names, ok, strict=True):
+        if not named:
             continue
-        fx, fy = to_axes.transform((xi, yi))
-        right, up = fx < 0.5, fy < 0.5
+        right, up = xi <= mid_x, yi <= mid_y
         labels.append(ax.annotate(
             str(name), (xi, yi), xytext=(offset if right else -offset, offset if up else -offset),
             textcoords="offset points", ha="left" if right else "right",

@@ -5,7 +5,6 @@ import doctest
 import io
 import logging
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -429,7 +428,6 @@ def _faults_of_arrays(i: int = 0) -> xr.Dataset:
     return xr.Dataset(attrs={"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before})
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
 def test_a_cell_in_a_dask_worker_reuses_the_heap_for_large_arrays(tmp_path):
     """Dask's nanny starts a worker with ``MALLOC_TRIM_THRESHOLD_=65536``, which turns glibc's
     adaptive mmap threshold off: an array made 20 times in a row is mapped, and its pages

@@ -12,6 +12,7 @@ The studies are the closed-form reference alone (``--methods blr``): seconds.
 from __future__ import annotations
 
 import pytest
+from uqmetrics.runs.testing.filesystems import planted_link
 
 from uqreg import cli
 
@@ -28,13 +29,8 @@ QUICK = ["--preset", "quick", "--methods", "blr", "--recipes", "paper", "--repet
 def test_a_link_where_any_study_writes_is_refused_before_any_study_runs(
         tmp_path, capsys, scheduler, command, name):
     their, outside = tmp_path / "their", tmp_path / "outside"
-    outside.mkdir()
-    victim = outside / "notes.txt"
-    victim.write_text("someone's")
-    link = their / name
-    link.parent.mkdir(parents=True)
-    target = victim if name.endswith(("sweep.log", ".lock")) else outside
-    link.symlink_to(target)
+    link, target, victim = planted_link(their, name, outside,
+                                        to_file=name.endswith(("sweep.log", ".lock")))
     argv = [command, *QUICK, "--out", str(their),
             *(["--scheduler", scheduler] if command == "sweep" else [])]
     assert cli.main(argv) == 2

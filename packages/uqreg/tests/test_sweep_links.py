@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from uqmetrics import InputError
+from uqmetrics.runs.testing.filesystems import planted_link
 
 from uqreg import cli
 from uqreg.study import StudyConfig
@@ -23,17 +24,12 @@ SWEEP = ["sweep", "--task", "sinusoid", "--complexities", "1", "--methods", "blr
 def test_a_link_inside_out_is_refused_and_nothing_is_written_behind_it(tmp_path, capsys,
                                                                        scheduler, name):
     their, outside = tmp_path / "their", tmp_path / "outside_cells"
-    outside.mkdir()
-    victim = outside / "notes.txt"
-    victim.write_text("someone's")
-    link = their / name
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(outside if name == "cells" else victim)
+    link, target, victim = planted_link(their, name, outside, to_file=name != "cells")
     code = cli.main([*SWEEP, "--out", str(their), "--scheduler", scheduler])
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.count("\n") == 1 and f"--out {str(their)!r}: {str(link)!r} is a link to " \
-        f"{str(outside if name == 'cells' else victim)!r}" in err, err
+        f"{str(target)!r}" in err, err
     assert sorted(p.name for p in outside.iterdir()) == ["notes.txt"]
     assert victim.read_text() == "someone's"
     assert not (their / "study.nc").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from test_sweep_sets import _dask_globals_kept, client  # noqa: F401  (fixtures)
+from uqmetrics.runs.testing.filesystems import planted_link
 
 from uqvision.cli import main
 from uqvision.data import make_digits_folder, make_synthetic_folder
@@ -39,13 +40,7 @@ def _sweep(data, out, *extra: str) -> int:
 def test_a_link_inside_out_is_refused_before_any_work(data, tmp_path, client, capsys,  # noqa: F811
                                                       name):
     their, outside = tmp_path / "their", tmp_path / "outside"
-    outside.mkdir()
-    victim = outside / "notes.txt"
-    victim.write_text("someone's")
-    link = their / name
-    link.parent.mkdir(parents=True)
-    target = victim if name == "sweep.log" else outside
-    link.symlink_to(target)
+    link, target, victim = planted_link(their, name, outside, to_file=name == "sweep.log")
     for extra in (["--scheduler", client.scheduler.address], ["--dry-run"]):
         assert _sweep(data, their, *extra) == 2
         err = capsys.readouterr().err

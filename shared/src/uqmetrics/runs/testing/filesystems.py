@@ -1,7 +1,8 @@
 """Real file-system faults for the tests of every package: a small full file system (what a
 write does when the disk fills up: the kernel's own ``ENOSPC``, nothing simulated) and an
 append-only folder (files can be created in it, none removed or renamed). Both need root, as
-the project's CI runs; elsewhere they raise :class:`RuntimeError` saying so (never a skip)."""
+the project's CI runs; elsewhere they raise :class:`RuntimeError` saying so (never a skip).
+And a received folder's planted link (:func:`planted_link`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["append_only", "full_filesystems", "not_writable"]
+__all__ = ["append_only", "full_filesystems", "not_writable", "planted_link"]
 
 
 @contextmanager
@@ -91,3 +92,26 @@ def not_writable(monkeypatch, folder: str | os.PathLike) -> None:
     monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
                         if Path(path) == folder and mode & os.W_OK
                         else access(path, mode, *a, **k))
+
+
+def planted_link(folder: str | os.PathLike, name: str, outside: str | os.PathLike, *,
+                 to_file: bool) -> tuple[Path, Path, Path]:
+    """A link planted in a folder received from someone else: ``outside`` made, holding one file
+    of someone's (``notes.txt``, text ``someone's``), and ``folder/name`` (its parents made) a
+    symbolic link to that file (``to_file``: where a command writes a file, a log or a lock) or
+    to ``outside`` (where it writes a folder).
+
+    Returns
+    -------
+    (link, target, victim) : tuple of Path
+        The link, where it points, and the file of someone's.
+    """
+    outside = Path(outside)
+    outside.mkdir()
+    victim = outside / "notes.txt"
+    victim.write_text("someone's")
+    link = Path(folder) / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    target = victim if to_file else outside
+    link.symlink_to(target)
+    return link, target, victim

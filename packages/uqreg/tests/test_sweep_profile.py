@@ -4,7 +4,6 @@ against complexity."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from uqmetrics.runs.testing.scripts import load_script
 
 from uqreg.engine import TrainConfig
 from uqreg.study import StudyConfig
@@ -21,10 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_profile.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sweep_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_the_profile_sums_the_cells_seconds_and_names_the_slowest(tmp_path, capsys, scheduler):

@@ -5,20 +5,17 @@ intercept of the line through the small and large folders' times."""
 from __future__ import annotations
 
 import doctest
-import importlib.util
 from pathlib import Path
 
 import pytest
+from uqmetrics.runs.testing.scripts import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_sweep", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 def test_jpegs_do_not_depend_on_threads(bench, tmp_path):

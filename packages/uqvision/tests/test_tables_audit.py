@@ -5,7 +5,6 @@ study points to ``uqreg report``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from csv import reader
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import xarray as xr
 from PIL import Image
 from uqmetrics import write_dataset
+from uqmetrics.runs.testing.scripts import load_script
 
 from uqvision.cli import main
 from uqvision.data import make_digits_folder
@@ -84,11 +84,7 @@ def test_the_csv_tables_quote_a_label_a_spreadsheet_would_run():
 
 
 def _caches_of(test_file: str):
-    path = HERE / "protocols" / test_file
-    spec = importlib.util.spec_from_file_location(f"_audit_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._caches
+    return load_script(HERE / "protocols" / test_file, "_audit")._caches
 
 
 def test_score_conformal_prints_a_table_a_terminal_wide(tmp_path, capsys):

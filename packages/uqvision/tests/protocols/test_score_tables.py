@@ -6,7 +6,6 @@ netCDF; and ``score ood --help`` names every registered detector, plugins includ
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import xarray as xr
 from uqmetrics.metrics.detectors import list_detectors
 from uqmetrics.report import parse_column
+from uqmetrics.runs.testing.scripts import load_script
 
 from uqvision.cli import main
 
@@ -23,11 +23,7 @@ HERE = Path(__file__).parent
 
 def _caches_of(test_file: str):
     """The ``_caches(folder, ...)`` builder of one protocol's score tests."""
-    path = HERE / test_file
-    spec = importlib.util.spec_from_file_location(f"_tables_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._caches
+    return load_script(HERE / test_file, "_tables")._caches
 
 
 def _score(capsys, name: str, caches: Path, out: Path, *options: str):

@@ -27,7 +27,12 @@ Prints, from ONE run, side by side:
    backend, chunk sizes, and op-level alternatives at the step's shapes (Adam implementations,
    the output layer as ``bmm`` or as a reduction, the activation's backward from a stored mask
    or from the activation);
-4. a torch-profiler table of one chunk's training: where the time goes.
+4. a torch-profiler table of one chunk's training at the plan's chunk size, and where one epoch
+   goes: GEMMs, fused Adam, the other ops, and the time outside them (on CUDA the device idle
+   between kernels, which CUDA graphs remove), each op's time per epoch the difference between
+   a profiled run of 1 + E epochs and one of 1 epoch; Adam's bytes per second beside those of a
+   plain copy (is it at the memory's speed?); and the fraction of the GEMM roofline the step
+   would reach if every op but the GEMMs and Adam cost nothing (``fraction_bound_gemm_adam``).
 
 Step times come from the engine's own per-epoch progress calls: for every chunk, the CPU time
 of its worker thread from the end of its first epoch to the end of its last, so the
@@ -43,7 +48,9 @@ The last line is machine readable:
 ``RESULT speedup_vs_loop=<x> speedup_vs_vmap=<v> fraction_of_gemm_roofline=<r> fraction_of_matmul_peak=<y>
 plan_chunk=<c> plan_workers=<w> cell_gflops=<g>``, followed, when the plan is not the fixed chunk of
 64 (on CUDA by default), by ``fraction_of_gemm_roofline_chunk64=<r> cell_gflops_chunk64=<g>
-plan_vs_chunk64=<step time ratio>``.
+plan_vs_chunk64=<step time ratio>``, by ``fraction_of_gemm_roofline_graphs=<r> graphs_vs_eager=<x>``
+with ``--cuda-graphs`` on CUDA, and by ``fraction_bound_gemm_adam=<b>`` unless ``--no-profile``;
+a ``DETAIL profile_...`` line before it gives the profile's numbers.
 """
 
 from __future__ import annotations
@@ -380,6 +387,104 @@ def op_variants(b: int, n: int, widths: tuple[int, ...]) -> list[tuple[str, floa
 # ---------------------------------------------------------------------------------------------
 
 
+#: Bytes of the copy that measures the device's memory bandwidth beside Adam's (:func:`step_profile`).
+COPY_BYTES = 256 << 20
+#: ATen ops counted as the step's GEMMs, and its optimiser, in :func:`step_profile`.
+GEMM_OPS = frozenset({"aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm"})
+ADAM_OPS = frozenset({"aten::_fused_adam_"})
+
+
+def copy_bandwidth(device: str, repeats: int = 5) -> float:
+    """GB/s of ``dst.copy_(src)`` over :data:`COPY_BYTES` (read + write counted), best of
+    ``repeats``, on one thread of the CPU or on the CUDA device."""
+    src = torch.ones(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    with single_threaded():
+        for _ in range(repeats + 1):
+            _sync(device)
+            t = time.perf_counter()
+            dst.copy_(src)
+            _sync(device)
+            best = min(best, time.perf_counter() - t)
+    return 2 * COPY_BYTES / best / 1e9
+
+
+def op_times(prof, cuda: bool) -> dict[str, tuple[float, int]]:
+    """``{ATen op: (self seconds, calls)}`` of a profile: the op's own kernels' device time on
+    CUDA (ops that launch none left out), its own CPU time otherwise."""
+    out = {}
+    for evt in prof.key_averages():
+        if not evt.key.startswith("aten::"):  # kernels and runtime calls: counted in their op
+            continue
+        us = evt.self_device_time_total if cuda else evt.self_cpu_time_total
+        if us > 0 or not cuda:
+            out[evt.key] = (us * 1e-6, evt.count)
+    return out
+
+
+def step_profile(method, inst, y1: np.ndarray, cfg: TrainConfig, chunk: int, epochs: int) -> dict:
+    """Where one epoch of a ``chunk``-network chunk of ``method``'s training goes, eager, on one
+    thread (CUDA: the device's kernels): the chunk is trained for 1 and for ``1 + epochs`` epochs
+    under the profiler, and the difference of each op's time, over ``epochs``, is its time per
+    epoch (initialisation, the first epoch's warm-up and the prediction cancel out).
+
+    Returns
+    -------
+    dict
+        ``epochs``; per epoch in ms: ``gemm_ms`` (:data:`GEMM_OPS`), ``adam_ms``
+        (:data:`ADAM_OPS`), ``other_ms`` (every other op), ``epoch_ms`` (the epoch timed
+        without the profiler, as :class:`EpochClock` times it), ``outside_ms`` (``epoch_ms``
+        minus the ops: on CUDA the device idle between kernels, on the CPU Python and dispatch);
+        ``ops_per_epoch`` (ops that launched a kernel on CUDA, ATen calls on the CPU);
+        ``adam_gb`` (bytes fused Adam reads and writes per epoch: 7 streams of 4-byte
+        parameters, padding aside), ``adam_gbs``, ``copy_gbs`` (:func:`copy_bandwidth`),
+        ``fraction_bound_gemm_adam`` (GEMMs / (GEMMs + Adam)), and ``table`` (the longer run's
+        op table, by device or CPU time), ``per_op`` (``{ATen op: (ms, calls)}`` per epoch).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = replace(cfg, cuda_graphs=False)
+    cuda = _cuda(cfg.device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+
+    def run(n_epochs, progress=None):
+        job = method.job(inst, y1, [0], replace(cfg, members=chunk), epochs=n_epochs)
+        train_batched(job.x_train, job.y, job.nets, seed=job.seed, head=job.head, sampler=job.sampler,
+                      adversarial=job.adversarial, cfg=job.cfg, epochs=n_epochs, sigma=job.sigma,
+                      progress=progress)
+        _sync(cfg.device)
+
+    with single_threaded():
+        run(2)  # warm-up
+        clock = EpochClock(1 + epochs, cfg.device)
+        run(1 + epochs, clock)
+        profiled = []
+        for n_epochs in (1, 1 + epochs):
+            with profile(activities=activities) as prof:
+                run(n_epochs)
+            profiled.append(prof)
+    short, long = (op_times(p, cuda) for p in profiled)
+    per = {op: ((t - short.get(op, (0.0, 0))[0]) / epochs, (n - short.get(op, (0.0, 0))[1]) / epochs)
+           for op, (t, n) in long.items()}
+    gemm = sum(t for op, (t, _) in per.items() if op in GEMM_OPS)
+    adam = sum(t for op, (t, _) in per.items() if op in ADAM_OPS)
+    other = sum(t for op, (t, _) in per.items() if op not in GEMM_OPS | ADAM_OPS)
+    epoch = clock.busy_time() / epochs
+    widths = widths_of(inst.x_train.shape[1], cfg)
+    params = chunk * sum(fi * fo + fo for fi, fo in itertools.pairwise(widths))
+    adam_gb = 7 * 4 * params / 1e9
+    return {"per_op": {op: (1e3 * t, n) for op, (t, n) in per.items()},
+            "epochs": epochs, "gemm_ms": 1e3 * gemm, "adam_ms": 1e3 * adam, "other_ms": 1e3 * other,
+            "epoch_ms": 1e3 * epoch, "outside_ms": 1e3 * (epoch - gemm - adam - other),
+            "ops_per_epoch": sum(n for _, n in per.values()), "adam_gb": adam_gb,
+            "adam_gbs": adam_gb / adam if adam > 0 else float("nan"),
+            "copy_gbs": copy_bandwidth(cfg.device),
+            "fraction_bound_gemm_adam": gemm / (gemm + adam) if gemm + adam > 0 else float("nan"),
+            "table": profiled[1].key_averages().table(
+                sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=15)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
@@ -401,6 +506,8 @@ def main(argv=None) -> int:
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on CUDA")
     p.add_argument("--explore", action="store_true", help="also time the variants (backend, chunk, op level)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile of one chunk's training")
+    p.add_argument("--profile-epochs", type=int, default=20,
+                   help="epochs of the profile's longer run (its time per epoch is the difference to one epoch)")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="on CUDA, also time the cell with cuda_graphs=True (epochs replayed as one graph), "
                    "interleaved with the eager step")
@@ -509,18 +616,28 @@ def main(argv=None) -> int:
             for what, kept, other in op_variants(plan.chunk, inst.x_train.shape[0], widths_of(1, cfg)):
                 print(f"      {what}: {kept:6.2f} / {other:6.2f}")
 
+    prof = None
     if not a.no_profile:
-        from torch.profiler import profile
-
-        pjob = ens.job(inst, y1, [0], replace(cfg, members=plan.chunk), epochs=100)
-        with single_threaded(), profile() as prof:
-            train_batched(pjob.x_train, pjob.y, pjob.nets, seed=pjob.seed, head=pjob.head, sampler=pjob.sampler,
-                          adversarial=False, cfg=pjob.cfg, epochs=pjob.epochs, sigma=pjob.sigma)
-        print(f"\n[4] profile: one {plan.chunk}-network chunk, 100 epochs, 1 thread (initialisation included)")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        prof = step_profile(ens, inst, y1, cfg, plan.chunk, a.profile_epochs)
+        print(f"\n[4] profile: one {plan.chunk}-network chunk, one thread (eager; initialisation included)")
+        print(prof.pop("table"))
+        prof.pop("per_op")
+        print(f"    one epoch, by difference of {prof['epochs']} profiled epochs: GEMMs (bmm, baddbmm) "
+              f"{prof['gemm_ms']:.3f} ms, fused Adam {prof['adam_ms']:.3f} ms, the other ops "
+              f"{prof['other_ms']:.3f} ms, outside the ops {prof['outside_ms']:.3f} ms "
+              f"({'the device idle between kernels' if _cuda(a.device) else 'Python and dispatch'}) "
+              f"of {prof['epoch_ms']:.3f} ms timed without the profiler; {prof['ops_per_epoch']:.0f} "
+              + ("ops that launched kernels" if _cuda(a.device) else "ATen calls (views and internal calls "
+                 "included)") + " per epoch")
+        print(f"    fused Adam moves {prof['adam_gb']:.3f} GB per epoch (7 streams of the flat buffer): "
+              f"{prof['adam_gbs']:.0f} GB/s, where a copy of {COPY_BYTES >> 20} MiB runs at "
+              f"{prof['copy_gbs']:.0f} GB/s")
+        print(f"    with every op but the GEMMs and Adam free, the fraction would be "
+              f"{prof['fraction_bound_gemm_adam']:.3f} (GEMMs / (GEMMs + Adam))")
         if frac_roof < 0.9 or speedup_vmap < 1.5:
             print("    targets (>= 0.90 of the GEMM roofline, >= 1.5x the vmap peer) not both reached;\n"
                   "    see the README's performance section.")
+        print("DETAIL " + " ".join(f"profile_{k}={v:.4g}" for k, v in prof.items()))
 
     print(f"\nload average at the end: {_load()}")
     print(f"\nRESULT speedup_vs_loop={speedup:.1f} speedup_vs_vmap={speedup_vmap:.2f} "
@@ -530,7 +647,8 @@ def main(argv=None) -> int:
              f"cell_gflops_chunk{a.compare_chunk}={flops / step64 / 1e9:.1f} "
              f"plan_vs_chunk{a.compare_chunk}={step64 / step:.2f}" if compare else "")
           + (f" fraction_of_gemm_roofline_graphs={roof / step_graphs:.3f} graphs_vs_eager={step / step_graphs:.2f}"
-             if graphs else ""))
+             if graphs else "")
+          + (f" fraction_bound_gemm_adam={prof['fraction_bound_gemm_adam']:.3f}" if prof else ""))
     return 0
 
 

@@ -156,8 +156,9 @@ class Workspace:
         self.dx = empty_aligned(b, (n_rows, d_in), **kw)
         # the batch's inputs, copied into aligned blocks when a product reads them (fan-in > 1)
         self.x = empty_aligned(b, (n_rows, d_in), **kw) if d_in > 1 and len(widths) > 1 else None
-        # the first layer's weight gradient with a fan-in of 1, as a reduction (weight_grad)
-        self.first_tmp = torch.empty(b, n_rows, widths[0], **kw) if d_in == 1 and len(widths) > 1 else None
+        # the products of a fan-in-1 first layer's weight gradient when its dz is read after it
+        # (FGSM's input gradient): made at the first such step (weight_grad)
+        self.first_tmp = None
         # the head's input (the last activation, or x without hidden layers) and its gradient
         self.head_input = self.h[-1] if self.h else None
         self.d_head = self.d[-1] if self.d else self.dx
@@ -204,17 +205,27 @@ class Workspace:
         self.head_input = h
         return self.head.forward(self, h, noise)
 
-    def weight_grad(self, layer: int, inp: torch.Tensor, dz: torch.Tensor, acc: bool) -> None:
+    def weight_grad(self, layer: int, inp: torch.Tensor, dz: torch.Tensor, acc: bool, *,
+                    dz_read_after: bool = True) -> None:
         """``gW[layer] = inpᵀ·dz``, or ``+=`` when ``acc``.
 
         With a fan-in of 1 the product has one row (``(B, 1, n)·(B, n, w)``): a reduction over
         the rows, never a GEMM, because BLAS libraries compute a one-row product of a batch of
         one with a different kernel (and summation order) than the same product in a larger
-        batch, so a network alone in its chunk would round differently.
+        batch, so a network alone in its chunk would round differently. Its elementwise
+        products overwrite ``dz`` unless ``dz_read_after``: a buffer of ``dz``'s size less in
+        the chunk's working set (with a temporary, the paper-e1 cell's step on two CPU workers
+        was about 8 % slower; packages/uqreg/README.md, Performance).
         """
         gw, inp_t = self.gW[layer], inp.transpose(1, 2)
         if inp.shape[2] == 1:
-            self.row_sum(torch.mul(inp, dz, out=self.first_tmp), gw, acc)
+            if dz_read_after:
+                if self.first_tmp is None:
+                    self.first_tmp = torch.empty_like(dz)
+                prod = torch.mul(inp, dz, out=self.first_tmp)
+            else:
+                prod = dz.mul_(inp)
+            self.row_sum(prod, gw, acc)
         elif acc:
             torch.baddbmm(gw, inp_t, dz, out=gw)
         else:
@@ -267,8 +278,8 @@ class Workspace:
             dz = self.d[layer]
             _leaky_relu_backward(dz, self.h[layer], self.slope, True, grad_input=dz)
             inp = x if layer == 0 else self.h[layer - 1]
-            self.weight_grad(layer, inp, dz, acc)
-            self.bias_grad(layer, dz, acc)
+            self.bias_grad(layer, dz, acc)  # first: a fan-in-1 weight gradient may overwrite dz
+            self.weight_grad(layer, inp, dz, acc, dz_read_after=layer > 0 or input_grad)
             w_t = self.W[layer].transpose(1, 2)
             if layer > 0:
                 torch.bmm(dz, w_t, out=self.d[layer - 1])

@@ -13,7 +13,8 @@
 #   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop, and
 #                 the paper-e1 cell under the measured plan beside fixed chunks of 64 and beside
 #                 its CUDA-graph replays (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap,
-#                 roofline fractions, graphs_vs_eager)
+#                 roofline fractions, graphs_vs_eager); where one epoch of a chunk goes (GEMMs,
+#                 Adam, other kernels, device idle; DETAIL profile_..., fraction_bound_gemm_adam)
 #   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
 #                 channels_last (bench_predict.py --device cuda)
 #   predict_decode  uqvision predict --decoder torchvision (nvJPEG in batches, resize/crop on the

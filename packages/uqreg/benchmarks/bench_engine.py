@@ -24,9 +24,11 @@ Prints, from ONE run, side by side:
    matmul peak (a 4096² matmul on one thread, times the workers, best of before and after), and
    the peak resident memory;
 3. with ``--explore``, the variants tried, so the losers' numbers are on record: the autograd
-   backend, chunk sizes, and op-level alternatives at the step's shapes (Adam implementations,
-   the output layer as ``bmm`` or as a reduction, the activation's backward from a stored mask
-   or from the activation);
+   backend and chunk sizes; and always (3b), op-level alternatives at the step's shapes, a chunk
+   of the plan's size on the device (Adam implementations, the coupled L2 inside fused Adam's
+   call, the output layer and a fan-in-1 first layer's weight gradient as ``bmm`` or as a
+   reduction, the activation's backward from a stored mask or from the activation;
+   ``DETAIL op_<row>_kept_vs_other``: below 1 where the step's choice is the faster);
 4. a torch-profiler table of one chunk's training at the plan's chunk size, and where one epoch
    goes: GEMMs, fused Adam, the other ops, and the time outside them (on CUDA the device idle
    between kernels, which CUDA graphs remove), each op's time per epoch the difference between
@@ -82,6 +84,7 @@ from uqreg.engine import (
     train_batched,
 )
 from uqreg.engine.config import cuda_plan_defaults, int_or_auto
+from uqreg.engine.fused import l2_of
 from uqreg.methods import get_method
 from uqreg.presets import PRESETS
 from uqreg.tasks import get_task
@@ -314,45 +317,67 @@ def check_vmap_peer(inst, cfg: TrainConfig) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# explored variants (op level, at the step's shapes, one thread)
+# op-level variants (at the step's shapes, one thread or the CUDA device)
 
 
-def _best(fn, repeats: int = 7, inner: int = 20) -> float:
+def _best(fn, repeats: int = 7, inner: int = 20, device="cpu") -> float:
+    """Best seconds per call of ``fn()`` over ``repeats`` timings of ``inner`` calls (on CUDA
+    each timing waits for the device's work)."""
     fn()
     best = float("inf")
     for _ in range(repeats):
+        _sync(device)
         t = time.perf_counter()
         for _ in range(inner):
             fn()
+        _sync(device)
         best = min(best, (time.perf_counter() - t) / inner)
     return best
 
 
-def op_variants(b: int, n: int, widths: tuple[int, ...]) -> list[tuple[str, float, float]]:
-    """(what, kept variant µs per network, other variant µs per network) at a chunk of ``b``."""
-    k = widths[-2]
+def op_variants(b: int, n: int, widths: tuple[int, ...], device="cpu",
+                l2: float = 1e-4) -> list[tuple[str, str, float, float]]:
+    """``(key, what, kept µs per network, other µs per network)`` of op-level alternatives at a
+    chunk of ``b`` networks on ``device``: the losers' numbers on record, and on a GPU the
+    levers not taken until measured (the coupled L2 inside fused Adam's call, a one-row product
+    for a fan-in-1 first layer's weight gradient: both read and write less memory, both round
+    differently from the kept ops)."""
+    kw = {"device": device}
+    k, w1 = widths[-2], widths[1]
     n_params = sum(fi * fo + fo for fi, fo in itertools.pairwise(widths))
-    h, g = torch.randn(b, n, k), torch.randn(b, n, 1)
-    w, bias, out, tmp, gw = torch.randn(b, k, 1), torch.randn(b, 1, 1), torch.empty(b, n, 1), torch.empty(b, n, k), \
-        torch.empty(b, k, 1)
-    z = torch.randn(b, n, widths[1])
+    n_weights = sum(fi * fo for fi, fo in itertools.pairwise(widths))
+    size = -(-b * n_params // 64) * 64
+    split = -(-b * n_weights // 64) * 64
+    h, g = torch.randn(b, n, k, **kw), torch.randn(b, n, 1, **kw)
+    w, bias, out, tmp, gw = (torch.randn(b, k, 1, **kw), torch.randn(b, 1, 1, **kw), torch.empty(b, n, 1, **kw),
+                             torch.empty(b, n, k, **kw), torch.empty(b, k, 1, **kw))
+    z = torch.randn(b, n, w1, **kw)
     act, dz, mask, dgrad = torch.empty_like(z), torch.randn_like(z), torch.empty_like(z), torch.empty_like(z)
-    flat = [torch.randn(-(-b * n_params // 64) * 64) for _ in range(2)] + [torch.zeros(-(-b * n_params // 64) * 64)
-                                                                           for _ in range(2)]
-    step = torch.zeros(())
+    x1, gw1 = torch.rand(b, n, 1, **kw), torch.empty(b, 1, w1, **kw)
+    flat = [torch.randn(size, **kw) * 0.1 for _ in range(2)] + [torch.zeros(size, **kw) for _ in range(2)]
+    step = torch.zeros((), **kw)
     shapes = [(b, fi, fo) for fi, fo in itertools.pairwise(widths)] + [(b, 1, fo) for fo in widths[1:]]
-    tensors = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
-    for p in tensors:
-        p.grad = torch.randn_like(p)
+    tensors = [torch.nn.Parameter(torch.randn(s, **kw)) for s in shapes]
+    for t in tensors:
+        t.grad = torch.randn_like(t)
     flat_param = torch.nn.Parameter(flat[0].clone())
     flat_param.grad = flat[1].clone()
     opt_one = torch.optim.Adam([flat_param], fused=True)
     opt_foreach = torch.optim.Adam(tensors, foreach=True)
+    adam_kw = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "amsgrad": False, "maximize": False}
 
-    def fused_adam():
+    def fused_adam(wd: float = 0.0, parts=((0, size),)):
         step.add_(1)
-        torch._fused_adam_([flat[0]], [flat[1]], [flat[2]], [flat[3]], [], [step], lr=1e-3, beta1=0.9,
-                           beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+        for a, e in parts:
+            torch._fused_adam_([flat[0][a:e]], [flat[1][a:e]], [flat[2][a:e]], [flat[3][a:e]], [], [step],
+                               weight_decay=wd if a == 0 else 0.0, **adam_kw)
+
+    def l2_then_adam():  # the step's coupled L2: one op over the weights' part, then Adam
+        flat[1][:split].add_(flat[0][:split], alpha=l2)
+        fused_adam()
+
+    def l2_in_adam():  # Adam's own weight decay over the weights' part, a second call for the rest
+        fused_adam(l2, ((0, split), (split, size)))
 
     def out_reduce():
         torch.mul(h, w.transpose(1, 2), out=tmp)
@@ -361,6 +386,10 @@ def op_variants(b: int, n: int, widths: tuple[int, ...]) -> list[tuple[str, floa
     def grad_reduce():
         torch.mul(h, g, out=tmp)
         torch.sum(tmp, 1, keepdim=True, out=gw.transpose(1, 2))
+
+    def first_reduce():  # the products (in the step: into dz itself), then the sum over rows
+        torch.mul(x1, dz, out=dgrad)
+        torch.sum(dgrad, 1, keepdim=True, out=gw1)
 
     def act_from_output():  # forward (in place in the step), backward from the activation
         torch._C._nn.leaky_relu(z, 0.01, out=act)
@@ -371,17 +400,39 @@ def op_variants(b: int, n: int, widths: tuple[int, ...]) -> list[tuple[str, floa
         torch.mul(z, mask, out=act)
         torch.mul(dz, mask, out=dgrad)
 
-    rows = [("Adam step: one _fused_adam_ call on the flat buffer / Adam(fused=True) on one flat parameter",
-             _best(fused_adam), _best(opt_one.step)),
-            ("Adam step: one _fused_adam_ call on the flat buffer / Adam(foreach=True) on 8 stacked tensors",
-             _best(fused_adam), _best(opt_foreach.step)),
-            (f"output layer forward: mul + sum over k / baddbmm (GEMV), k={k}",
-             _best(out_reduce), _best(lambda: torch.baddbmm(bias, h, w, out=out))),
-            ("output weight gradient: mul + sum over rows / bmm (GEMV)",
-             _best(grad_reduce), _best(lambda: torch.bmm(h.transpose(1, 2), g, out=gw))),
-            (f"leaky ReLU forward + backward, width {widths[1]}: backward from the activation / stored mask",
-             _best(act_from_output), _best(act_mask))]
-    return [(what, kept / b * 1e6, other / b * 1e6) for what, kept, other in rows]
+    # the levers not taken compute the kept ops' values, to rounding, before they are timed
+    state = [t.clone() for t in (*flat, step)]
+    l2_then_adam()
+    kept_params = flat[0].clone()
+    for t, v in zip((*flat, step), state):
+        t.copy_(v)
+    l2_in_adam()
+    first_reduce()
+    kept_grad = gw1.clone()
+    torch.bmm(x1.transpose(1, 2), dz, out=gw1)
+    for what, kept, other in (("the L2 inside Adam", kept_params, flat[0]), ("the one-row bmm", kept_grad, gw1)):
+        if not torch.allclose(kept, other, rtol=1e-4, atol=1e-6):
+            raise RuntimeError(f"{what} does not compute the step's values: max difference "
+                               f"{(kept - other).abs().max().item():.2e}")
+
+    def best(fn):
+        return _best(fn, device=device)
+
+    rows = [("adam_one", ("Adam step: one _fused_adam_ call on the flat buffer / Adam(fused=True) on one flat "
+             "parameter"), best(fused_adam), best(opt_one.step)),
+            ("adam_foreach", ("Adam step: one _fused_adam_ call on the flat buffer / Adam(foreach=True) on 8 "
+             "stacked tensors"), best(fused_adam), best(opt_foreach.step)),
+            ("l2_in_adam", ("coupled L2 + Adam: add_(alpha) over the weights, then Adam / the L2 as "
+             "_fused_adam_'s weight_decay (two calls)"), best(l2_then_adam), best(l2_in_adam)),
+            ("output_forward", f"output layer forward: mul + sum over k / baddbmm (GEMV), k={k}",
+             best(out_reduce), best(lambda: torch.baddbmm(bias, h, w, out=out))),
+            ("output_grad", "output weight gradient: mul + sum over rows / bmm (GEMV)",
+             best(grad_reduce), best(lambda: torch.bmm(h.transpose(1, 2), g, out=gw))),
+            ("first_grad", (f"fan-in-1 first layer's weight gradient, width {w1}: mul + sum over rows / "
+             "one-row bmm"), best(first_reduce), best(lambda: torch.bmm(x1.transpose(1, 2), dz, out=gw1))),
+            ("activation", (f"leaky ReLU forward + backward, width {w1}: backward from the activation / "
+             "stored mask"), best(act_from_output), best(act_mask))]
+    return [(key, what, kept / b * 1e6, other / b * 1e6) for key, what, kept, other in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,10 +662,14 @@ def main(argv=None) -> int:
             s = min(time_training(vjob)[1] for _ in range(2))
             r = min(time_roofline(vjob) for _ in range(2))
             print(f"    {label:18s}: {s:8.4f} s {flops / s / 1e9:7.1f} GFLOP/s  roofline {r:8.4f} s  fraction {r / s:6.3f}")
-        print(f"    op level, chunk of {plan.chunk}, 1 thread (µs per network: kept / other)")
-        with single_threaded():
-            for what, kept, other in op_variants(plan.chunk, inst.x_train.shape[0], widths_of(1, cfg)):
-                print(f"      {what}: {kept:6.2f} / {other:6.2f}")
+
+    l2 = l2_of(cfg, inst.x_train.shape[0])[0] or 1e-4
+    with single_threaded():
+        ops = op_variants(plan.chunk, inst.x_train.shape[0], widths_of(1, cfg), a.device, l2)
+    print(f"\n[3b] op level, a chunk of {plan.chunk} on {a.device}, one thread (µs per network: kept / other)")
+    for key, what, kept, other in ops:
+        print(f"      {what}: {kept:7.3f} / {other:7.3f}")
+    print("DETAIL " + " ".join(f"op_{key}_kept_vs_other={kept / other:.3f}" for key, _, kept, other in ops))
 
     prof = None
     if not a.no_profile:

@@ -35,3 +35,10 @@ def test_one_epoch_of_the_paper_cell_is_its_six_gemms_one_adam_and_the_rest(benc
     # 7 float32 streams over the 4 networks' 1·128 + 128·64 + 64·32 + 32·1 weights and 225 biases
     assert prof["adam_gb"] == pytest.approx(7 * 4 * 4 * (10400 + 225) / 1e9)
     assert prof["copy_gbs"] > 0 and "aten::bmm" in prof["table"]
+
+
+def test_the_op_level_levers_compute_the_step_s_values_and_are_all_timed(bench):
+    rows = bench.op_variants(4, 50, (1, 128, 64, 32, 1), "cpu", l2=1e-3)  # raises where a lever differs
+    assert [key for key, *_ in rows] == ["adam_one", "adam_foreach", "l2_in_adam", "output_forward",
+                                         "output_grad", "first_grad", "activation"]
+    assert all(kept > 0 and other > 0 for *_, kept, other in rows)

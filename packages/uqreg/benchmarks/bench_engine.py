@@ -156,6 +156,12 @@ def widths_of(input_dim: int, cfg: TrainConfig) -> tuple[int, ...]:
     return (input_dim, *cfg.hidden, 1)
 
 
+def parameter_counts(widths: tuple[int, ...]) -> tuple[int, int]:
+    """(weights, weights + biases) of one network of these layer widths."""
+    weights = sum(fi * fo for fi, fo in itertools.pairwise(widths))
+    return weights, weights + sum(widths[1:])
+
+
 def train_flops(n_rows: int, input_dim: int, cfg: TrainConfig) -> float:
     """FLOPs of one network's training step: 6·n·Σ fan_in·fan_out."""
     return 6.0 * n_rows * sum(a * b for a, b in itertools.pairwise(widths_of(input_dim, cfg)))
@@ -344,8 +350,7 @@ def op_variants(b: int, n: int, widths: tuple[int, ...], device="cpu",
     differently from the kept ops)."""
     kw = {"device": device}
     k, w1 = widths[-2], widths[1]
-    n_params = sum(fi * fo + fo for fi, fo in itertools.pairwise(widths))
-    n_weights = sum(fi * fo for fi, fo in itertools.pairwise(widths))
+    n_weights, n_params = parameter_counts(widths)
     size = -(-b * n_params // 64) * 64
     split = -(-b * n_weights // 64) * 64
     h, g = torch.randn(b, n, k, **kw), torch.randn(b, n, 1, **kw)
@@ -523,7 +528,7 @@ def step_profile(method, inst, y1: np.ndarray, cfg: TrainConfig, chunk: int, epo
     other = sum(t for op, (t, _) in per.items() if op not in GEMM_OPS | ADAM_OPS)
     epoch = clock.busy_time() / epochs
     widths = widths_of(inst.x_train.shape[1], cfg)
-    params = chunk * sum(fi * fo + fo for fi, fo in itertools.pairwise(widths))
+    params = chunk * parameter_counts(widths)[1]
     adam_gb = 7 * 4 * params / 1e9
     return {"per_op": {op: (1e3 * t, n) for op, (t, n) in per.items()},
             "epochs": epochs, "gemm_ms": 1e3 * gemm, "adam_ms": 1e3 * adam, "other_ms": 1e3 * other,

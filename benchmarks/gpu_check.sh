@@ -12,9 +12,12 @@
 #                 give the bits of eager epochs, alone and on concurrent streams (marker cuda)
 #   uqreg_engine  the batched engine on CUDA against torch.func.vmap and the per-network loop, and
 #                 the paper-e1 cell under the measured plan beside fixed chunks of 64 and beside
-#                 its CUDA-graph replays (bench_engine.py: RESULT speedup_vs_loop, speedup_vs_vmap,
-#                 roofline fractions, graphs_vs_eager); where one epoch of a chunk goes (GEMMs,
-#                 Adam, other kernels, device idle; DETAIL profile_..., fraction_bound_gemm_adam)
+#                 its CUDA-graph replays and the step of backend triton, one Triton kernel per step
+#                 at TRITON_WARPS warps per program (default 8) and TRITON_PRECISIONS (default
+#                 ieee, exact float32; tf32x3 timed, not taken; bench_engine.py: RESULT
+#                 speedup_vs_loop, speedup_vs_vmap, roofline fractions, graphs_vs_eager,
+#                 triton_vs_eager); where one epoch of a chunk goes (GEMMs, Adam, other kernels,
+#                 device idle; DETAIL profile_..., fraction_bound_gemm_adam)
 #   predict       uqvision predict against the plain timm loop on CUDA, fp32, bf16 autocast and
 #                 channels_last (bench_predict.py --device cuda)
 #   predict_decode  uqvision predict --decoder torchvision (nvJPEG in batches, resize/crop on the
@@ -34,6 +37,10 @@
 #                 bit-identity claims on CUDA: batch size, CUDA vs CPU, MC-dropout masks
 #                 (benchmarks/device/cuda_checks.py)
 # Optional items (longer; each driver resumes, so a cut item continues on the next call):
+#   uqreg_triton (uqreg's Triton step kernel on CUDA: the fused backend's step within float32
+#   rounding, a network's bits independent of its chunk, two runs bit-identical, the steps it does
+#   not cover bit for bit the fused ones: tests/test_triton_step.py; up to 120 s with the kernel's
+#   builds),
 #   multi_gpu (2+ GPUs: bench_sweep's 8 models swept on 1 GPU and on one Dask worker per GPU,
 #   --gpus; RESULT multi_gpu_speedup, caches bit-identical; one SKIP line on one GPU; ~120 s),
 #   detectors_large (the detectors item at 200,000 x 2048, 1,000 classes, one round: RESULT
@@ -43,7 +50,7 @@
 #   where fixed costs no longer dominate, then where a cell's time per image goes: bench_sweep.py
 #   --profile 512, RESULT profile_gpu_busy_fraction; about 200 s),
 #   paper_e1 (uqreg sweep --preset paper-e1, whole, measured plan, --cuda-graphs unless
-#   CUDA_GRAPHS=0; RESULT paper_e1_wall_s; then sweep_profile.py over its cells), pitfalls, uimnet, url (uqvision reproduce NAME
+#   CUDA_GRAPHS=0, --backend E1_BACKEND (default fused); RESULT paper_e1_wall_s; then sweep_profile.py over its cells), pitfalls, uimnet, url (uqvision reproduce NAME
 #   --scale cpu --device cuda).
 #
 # Without CUDA it says so and exits 0; DEVICE=cpu runs the same items on the CPU (the script's
@@ -61,8 +68,15 @@ CUDA_GRAPHS="${CUDA_GRAPHS:-1}"  # paper_e1 with --cuda-graphs (0: eager epochs)
 # paper_e1's Dask workers on the one GPU (1, as on the H200; 2 or more overlap cells whose small
 # networks leave the GPU idle between kernel launches: the dropout methods' 50 networks)
 E1_WORKERS="${E1_WORKERS:-1}"
+# paper_e1's training backend: fused, or triton (the ensembles' step as one Triton kernel; its
+# cells are other results than fused's, so the run starts its own cells in $WORK/e1_triton)
+E1_BACKEND="${E1_BACKEND:-fused}"
+E1_OUT="$WORK/e1$([ "$E1_BACKEND" = fused ] || echo "_$E1_BACKEND")"
+# warps per program, and the products' precisions, at which uqreg_engine times the Triton kernel
+TRITON_WARPS="${TRITON_WARPS:-8}"
+TRITON_PRECISIONS="${TRITON_PRECISIONS:-ieee}"
 PY="${PYTHON:-python3}"
-ITEMS="${ITEMS:-env:15 uqreg_cuda:40 uqreg_engine:40 predict:100 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
+ITEMS="${ITEMS:-env:10 uqreg_cuda:40 uqreg_engine:55 predict:90 predict_decode:60 detectors:45 sweep:80 vision_cuda:100}"
 mkdir -p "$OUT" "$WORK"
 if [ "$DEVICE" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "gpu_check: no CUDA device here; nothing to check (DEVICE=cpu runs the items on the CPU)"
@@ -86,7 +100,7 @@ count() {  # files named $2 under $1
 
 progress() {  # what an item left on disk
     case "$1" in
-        paper_e1) echo "cells $(count "$WORK/e1/cells" '*.nc') of $("$PY" -c \
+        paper_e1) echo "cells $(count "$E1_OUT/cells" '*.nc') of $("$PY" -c \
             'from uqreg.presets import PRESETS; from uqreg.sweep import plan_cells
 print(len(plan_cells(PRESETS.lookup("paper-e1").config, chunk_repetitions=50)))')" ;;
         pitfalls) echo "checkpoints $(count "$WORK/pitfalls/models" '*.safetensors')," \
@@ -104,14 +118,22 @@ run_item() {  # name budget
     case "$name" in
         env)
             { nvidia-smi || true; "$PY" -c 'import sys, torch, timm, xarray, netCDF4, dask
+try:
+    import triton; tv = triton.__version__
+except ImportError:
+    tv = "missing"
 print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
-      "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__)'; } ;;
+      "timm", timm.__version__, "xarray", xarray.__version__, "dask", dask.__version__, "triton", tv)'; } ;;
         uqreg_cuda)  # the float64 CUDA study equals the CPU one (uqreg tests, marker cuda)
             (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_sweep.py \
                 tests/test_autoplan.py tests/test_fused.py -m cuda -q -p no:cacheprovider -rs) ;;
         uqreg_engine)  # against vmap and the loop; GFLOP/s, fraction of the GEMM roofline
             timeout "$budget" "$PY" packages/uqreg/benchmarks/bench_engine.py --device "$DEVICE" \
-                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 64 --cuda-graphs ;;
+                --loop-members 4 --epochs 20 --repeats 2 --no-profile --max-memory 64 --cuda-graphs \
+                --triton --triton-warps "$TRITON_WARPS" --triton-precisions "$TRITON_PRECISIONS" ;;
+        uqreg_triton)  # the Triton step kernel on CUDA against the fused ops; bits (uqreg tests)
+            (cd packages/uqreg && timeout "$budget" "$PY" -m pytest tests/test_triton_step.py \
+                -q -p no:cacheprovider -rs) ;;
         predict)
             timeout "$budget" "$PY" packages/uqvision/benchmarks/bench_predict.py \
                 --device "$DEVICE" --rounds 2 --images 1024 --mc-images 64 --batch-size 64 ;;
@@ -154,14 +176,15 @@ print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_avai
         paper_e1)  # the paper's E.1 study, whole, under the measured plan (goal: under 3 minutes on one H100)
             ( t0=$(date +%s)
               timeout "$budget" "$PY" -m uqreg.cli sweep --preset paper-e1 --device "$DEVICE" \
-                  --workers "$E1_WORKERS" --chunk-repetitions 50 --max-memory 64 --out "$WORK/e1" \
+                  --workers "$E1_WORKERS" --chunk-repetitions 50 --max-memory 64 --out "$E1_OUT" \
+                  --backend "$E1_BACKEND" \
                   --no-plots --quiet \
                   $([ "$CUDA_GRAPHS" = 1 ] && echo --cuda-graphs)
               rc=$?
               echo "RESULT paper_e1_wall_s=$(( $(date +%s) - t0 )) paper_e1_exit=$rc" \
-                   "cells=$(count "$WORK/e1/cells" '*.nc') workers=$E1_WORKERS"
+                   "cells=$(count "$E1_OUT/cells" '*.nc') workers=$E1_WORKERS backend=$E1_BACKEND"
               # where the time went: per method, the seconds fixed per cell and per level of c
-              "$PY" packages/uqreg/benchmarks/sweep_profile.py "$WORK/e1/cells" --top 5
+              "$PY" packages/uqreg/benchmarks/sweep_profile.py "$E1_OUT/cells" --top 5
               exit $rc ) ;;
         pitfalls)
             timeout "$budget" "$PY" -m uqvision --threads 4 reproduce pitfalls --scale cpu \

@@ -22,7 +22,13 @@ Prints, from ONE run, side by side:
    1→128 outer product and the 32→1 reductions, are not GEMMs and count as the step's other
    work, like activations and Adam.) Also the achieved GFLOP/s against this machine's float32
    matmul peak (a 4096² matmul on one thread, times the workers, best of before and after), and
-   the peak resident memory;
+   the peak resident memory; with ``--triton``, beside them the step of backend ``"triton"``
+   (the whole step as one Triton kernel, :mod:`uqreg.engine.triton_step`) at each of
+   ``--triton-warps`` warps per program (default :data:`TRITON_WARPS`) and each of
+   ``--triton-precisions`` (the products' ``input_precision``), after a check that it
+   trains the fused backend's networks to float32 rounding (``triton_max_rel_diff``; a kernel
+   that fails the check, or fails to build, is reported, ``triton_failed=<precisions>``, and not
+   timed);
 3. with ``--explore``, the variants tried, so the losers' numbers are on record: the autograd
    backend and chunk sizes; and always (3b), op-level alternatives at the step's shapes, a chunk
    of the plan's size on the device (Adam implementations, the coupled L2 inside fused Adam's
@@ -51,13 +57,18 @@ The last line is machine readable:
 plan_chunk=<c> plan_workers=<w> cell_gflops=<g>``, followed, when the plan is not the fixed chunk of
 64 (on CUDA by default), by ``fraction_of_gemm_roofline_chunk64=<r> cell_gflops_chunk64=<g>
 plan_vs_chunk64=<step time ratio>``, by ``fraction_of_gemm_roofline_graphs=<r> graphs_vs_eager=<x>``
-with ``--cuda-graphs`` on CUDA, and by ``fraction_bound_gemm_adam=<b>`` unless ``--no-profile``;
+with ``--cuda-graphs`` on CUDA, by ``fraction_of_gemm_roofline_triton=<r> triton_vs_eager=<x>
+triton_warps=<w> triton_max_rel_diff=<d>`` with ``--triton`` (the best of the warps; with
+``--cuda-graphs`` the kernel's epochs are graph replays too; ``triton_vs_eager`` is against the
+fused backend's eager step), ``triton_<precision>_vs_eager=<x> ...`` for each other precision
+of ``--triton-precisions``, ``triton_failed=<precisions>`` where the check failed, and by ``fraction_bound_gemm_adam=<b>`` unless ``--no-profile``;
 a ``DETAIL profile_...`` line before it gives the profile's numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import itertools
 import os
@@ -82,6 +93,7 @@ from uqreg.engine import (
     map_chunks,
     single_threaded,
     train_batched,
+    triton_step,
 )
 from uqreg.engine.config import cuda_plan_defaults, int_or_auto
 from uqreg.engine.fused import l2_of
@@ -219,6 +231,88 @@ def time_training(job: TrainJob) -> tuple[float, float]:
     _sync(job.cfg.device)
     wall = time.perf_counter() - t
     return wall, clock.busy_time() / make_plan(job).workers / (job.epochs - 1)
+
+
+#: Warps per program at which ``--triton`` times the kernel.
+TRITON_WARPS = (4, 8, 16)
+#: What ``--triton`` reports instead of timing: Triton missing (RuntimeError), or the kernel not
+#: building on the device (registers, shared memory, PTX: Triton's errors).
+BUILD_ERRORS = (RuntimeError,) + ((triton_step.triton.errors.TritonError,) if triton_step.triton else ())
+#: Networks and epochs of the check that backend triton trains the fused backend's networks.
+TRITON_CHECK = (8, 20)
+
+
+@contextlib.contextmanager
+def triton_variant(precision: str, warps: int):
+    """The Triton steps made inside use ``precision`` and ``warps`` (the module defaults
+    :data:`uqreg.engine.triton_step.PRECISION` and ``NUM_WARPS``, restored on exit)."""
+    kept = triton_step.PRECISION, triton_step.NUM_WARPS
+    triton_step.PRECISION, triton_step.NUM_WARPS = precision, warps
+    try:
+        yield
+    finally:
+        triton_step.PRECISION, triton_step.NUM_WARPS = kept
+
+
+def check_triton(inst, y: np.ndarray, cfg: TrainConfig, precision: str = "ieee") -> float:
+    """The largest difference between the parameters :data:`TRITON_CHECK` networks of the cell
+    train to with backends triton (its products at ``precision``) and fused (float32, on the
+    cell's device), relative to the largest parameter."""
+    n, epochs = TRITON_CHECK
+    job = get_method("ens").job(inst, y[:1], np.arange(1), replace(cfg, members=n), epochs=epochs)
+    trained = {}
+    with triton_variant(precision, triton_step.NUM_WARPS):
+        for backend in ("fused", "triton"):
+            c = replace(job.cfg, backend=backend)
+            trained[backend] = train_batched(job.x_train, job.y, job.nets, seed=job.seed, head=job.head,
+                                             sampler=job.sampler, adversarial=job.adversarial, cfg=c,
+                                             epochs=epochs, sigma=job.sigma)
+    pairs = zip(trained["triton"].parameters(), trained["fused"].parameters())
+    with torch.no_grad():
+        return max(float((a - e).abs().max() / e.abs().max()) for a, e in pairs)
+
+
+def check_triton_variants(inst, y: np.ndarray, cfg: TrainConfig,
+                          precisions: tuple[str, ...]) -> tuple[dict[str, float], list[str]]:
+    """:func:`check_triton` at each of ``precisions``, printed: the differences (NaN where the
+    kernel did not build: no Triton, or registers, shared memory, PTX on this device) and the
+    precisions that failed the check (a difference above 1e-3, or none), which are not timed."""
+    diffs, failed = {}, []
+    for prec in precisions:
+        try:
+            diffs[prec] = check_triton(inst, y, cfg, prec)
+            why = f"max parameter difference {diffs[prec]:.1e} of the largest parameter"
+        except BUILD_ERRORS as exc:  # a finding, not a crash: the other measurements go on
+            diffs[prec], why = float("nan"), f"{type(exc).__name__}: {exc}"
+        print(f"backend triton ({prec} products) vs fused, {TRITON_CHECK[0]} networks x {TRITON_CHECK[1]} epochs, "
+              f"float32: {why}")
+        if not diffs[prec] <= 1e-3:
+            print("    FAILED its check: not timed")
+            failed.append(prec)
+    return diffs, failed
+
+
+def report_triton(step_triton: dict[tuple[str, int], float], step: float, roof: float, flops: float,
+                  diffs: dict[str, float], failed: list[str]) -> str:
+    """Print the kernel's step time per (precision, warps) beside the fused eager ``step`` and
+    the GEMM roofline ``roof`` (seconds per epoch), and return the ``RESULT`` fields: the best
+    warps of the exact kernel (``ieee``) as ``fraction_of_gemm_roofline_triton``,
+    ``triton_vs_eager``, ``triton_warps``, ``triton_max_rel_diff``; each other precision as
+    ``triton_<precision>_...``; ``triton_failed`` where a check failed."""
+    best = {}  # per precision, the fastest warps and their step
+    for (prec, warps), s in step_triton.items():
+        print(f"    backend triton, {prec:6s} {warps:2d} warps: {s:8.4f} s ({flops / s / 1e9:6.1f} GFLOP/s), fraction "
+              f"of roofline {roof / s:6.3f}; {step / s:5.2f} x the fused eager step")
+        if s < best.get(prec, (0, float("inf")))[1]:
+            best[prec] = (warps, s)
+    fields = ""
+    if "ieee" in best:
+        w, s = best["ieee"]
+        fields += (f" fraction_of_gemm_roofline_triton={roof / s:.3f} triton_vs_eager={step / s:.2f} "
+                   f"triton_warps={w} triton_max_rel_diff={diffs['ieee']:.1e}")
+    fields += "".join(f" triton_{p}_vs_eager={step / s:.2f} triton_{p}_warps={w} triton_{p}_max_rel_diff="
+                      f"{diffs[p]:.1e}" for p, (w, s) in best.items() if p != "ieee")
+    return fields + (f" triton_failed={','.join(failed)}" if failed else "")
 
 
 def gemm_shapes(widths: tuple[int, ...], n: int) -> list[tuple[tuple[int, int], tuple[int, int], bool, bool]]:
@@ -564,6 +658,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-profile", action="store_true", help="skip the profile of one chunk's training")
     p.add_argument("--profile-epochs", type=int, default=20,
                    help="epochs of the profile's longer run (its time per epoch is the difference to one epoch)")
+    p.add_argument("--triton", action="store_true",
+                   help="on CUDA, also time the cell with backend triton, interleaved with the others")
+    p.add_argument("--triton-warps", type=lambda v: tuple(int(w) for w in v.split(",")), default=TRITON_WARPS,
+                   help="warps per program at which --triton times the kernel, comma-separated (default "
+                   + ",".join(map(str, TRITON_WARPS)) + ")")
+    p.add_argument("--triton-precisions", type=lambda v: tuple(v.split(",")), default=("ieee",),
+                   help="the products' input_precision at which --triton times the kernel (default ieee, the "
+                   "backend's exact float32; tf32x3: three TF32 tensor-core products, timed, not taken)")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="on CUDA, also time the cell with cuda_graphs=True (epochs replayed as one graph), "
                    "interleaved with the eager step")
@@ -622,11 +724,21 @@ def main(argv=None) -> int:
     graphs = a.cuda_graphs and _cuda(a.device)
     graph_job = ens.job(inst, y, np.arange(reps), replace(cfg, cuda_graphs=True), epochs=a.cell_epochs) \
         if graphs else None
+    triton_diff, triton_failed = {}, []
+    if a.triton and _cuda(a.device):
+        triton_job = ens.job(inst, y, np.arange(reps), replace(cfg, backend="triton", cuda_graphs=graphs),
+                             epochs=a.cell_epochs)
+        triton_diff, triton_failed = check_triton_variants(inst, y, cfg, a.triton_precisions)
+    step_triton = dict.fromkeys(((prec, w) for prec in triton_diff if prec not in triton_failed
+                                 for w in a.triton_warps), float("inf"))
     step, roof, step64, roof64, step_graphs = (float("inf"),) * 5
     for _ in range(a.repeats):  # interleaved, best of each: the machine is shared
         step = min(step, time_training(job)[1])
         if graphs:
             step_graphs = min(step_graphs, time_training(graph_job)[1])
+        for variant in step_triton:
+            with triton_variant(*variant):
+                step_triton[variant] = min(step_triton[variant], time_training(triton_job)[1])
         roof = min(roof, time_roofline(job))
         if compare:
             step64 = min(step64, time_training(fixed_job)[1])
@@ -651,6 +763,9 @@ def main(argv=None) -> int:
               f"of roofline {roof / step_graphs:6.3f}; {step / step_graphs:5.2f} x the eager step")
     elif a.cuda_graphs:
         print("    with CUDA graphs      : not timed (not a CUDA device)")
+    triton_fields = report_triton(step_triton, step, roof, flops, triton_diff, triton_failed)
+    if a.triton and not _cuda(a.device):
+        print("    backend triton        : not timed (not a CUDA device)")
     print(f"    matmul peak           : {peak:8.1f} GFLOP/s (4096^2 on one thread x {plan.workers} workers, best of "
           "before/after)")
     print(f"    fraction of peak      : {frac_peak:8.3f}")
@@ -708,6 +823,7 @@ def main(argv=None) -> int:
              f"plan_vs_chunk{a.compare_chunk}={step64 / step:.2f}" if compare else "")
           + (f" fraction_of_gemm_roofline_graphs={roof / step_graphs:.3f} graphs_vs_eager={step / step_graphs:.2f}"
              if graphs else "")
+          + triton_fields
           + (f" fraction_bound_gemm_adam={prof['fraction_bound_gemm_adam']:.3f}" if prof else ""))
     return 0
 

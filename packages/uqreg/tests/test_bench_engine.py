@@ -42,3 +42,14 @@ def test_the_op_level_levers_compute_the_step_s_values_and_are_all_timed(bench):
     assert [key for key, *_ in rows] == ["adam_one", "adam_foreach", "l2_in_adam", "output_forward",
                                          "output_grad", "first_grad", "activation"]
     assert all(kept > 0 and other > 0 for *_, kept, other in rows)
+
+
+def test_the_triton_rows_report_the_best_warps_of_each_precision_and_the_failures(bench, capsys):
+    steps = {("ieee", 8): 0.5, ("ieee", 16): 0.25, ("tf32x3", 8): 0.2}
+    fields = bench.report_triton(steps, step=1.0, roof=0.2, flops=1e9, diffs={"ieee": 2e-6, "tf32x3": 3e-5},
+                                 failed=["nosuch"])
+    assert fields == (" fraction_of_gemm_roofline_triton=0.800 triton_vs_eager=4.00 triton_warps=16 "
+                      "triton_max_rel_diff=2.0e-06 triton_tf32x3_vs_eager=5.00 triton_tf32x3_warps=8 "
+                      "triton_tf32x3_max_rel_diff=3.0e-05 triton_failed=nosuch")
+    assert capsys.readouterr().out.count("backend triton") == 3
+    assert bench.report_triton({}, 1.0, 0.2, 1e9, {"ieee": float("nan")}, ["ieee"]) == " triton_failed=ieee"

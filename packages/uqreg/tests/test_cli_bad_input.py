@@ -44,6 +44,15 @@ def test_an_unknown_name_names_its_option_and_value(command, option, value, vali
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["study", "sweep", "real"])
+def test_backend_triton_on_the_cpu_is_refused_before_any_work(command, tmp_path, capsys, no_training):
+    out = tmp_path / "out"
+    err = _refused([command, "--backend", "triton", "--out", str(out), "--quiet"], capsys)
+    assert err == (f"uqreg {command}: error: --backend triton runs on a CUDA device (pass --device cuda), "
+                   "got --device cpu\n"), err
+    assert not out.exists()
+
+
 def test_reference_names_task(capsys):
     err = _refused(["reference", "--task", "nope"], capsys)
     assert err.startswith("uqreg reference: error: --task must name a registered task (unknown "

@@ -52,6 +52,7 @@ from . import catalog
 from .diagnostics import FIT_R2, FIT_VERDICTS, fit_verdict
 from .engine import RECIPES, TrainConfig
 from .engine.config import (
+    BACKENDS,
     DTYPES,
     ConfigError,
     cuda_plan_defaults,
@@ -221,6 +222,10 @@ TRAIN_OPTIONS = (
     ConfigOption("parallel_chunks", type=int_or_auto, default=None, launcher=True,
                  help="chunks trained at once (threads; CUDA streams), or auto (default: the cores on "
                  "the CPU, auto on CUDA; results do not depend on it)"),
+    ConfigOption("backend", choices=BACKENDS, default=None,
+                 help="training step: fused (hand-written forward/backward, one Adam), autograd, or triton "
+                 "(CUDA: the ensembles' whole step as one Triton kernel, float32; needs uqreg[triton]; "
+                 "default {default})"),
     ConfigOption("cuda_graphs", default=None,
                  help="on CUDA, replay each chunk's epochs as one captured CUDA graph (the fused backend; "
                  "results do not depend on it)"),
@@ -245,7 +250,15 @@ def _studies_from_args(a: argparse.Namespace) -> list[tuple[Companion | None, St
     for comp in preset.companions if preset else ():
         studies.append((comp, replace(comp.config, **shared,
                                       train=cuda_plan_defaults(replace(comp.config.train, **train), train))))
+    _backend_has_its_device(studies[0][1].train)
     return studies
+
+
+def _backend_has_its_device(train: TrainConfig) -> None:
+    """``--backend triton`` runs on CUDA (Triton has no CPU backend): any other ``--device`` is
+    refused before any work."""
+    if train.backend == "triton" and not train.device.startswith("cuda"):
+        raise InputError(f"--backend triton runs on a CUDA device (pass --device cuda), got --device {train.device}")
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
@@ -663,6 +676,7 @@ def _real_config(a: argparse.Namespace):
                          seed=a.seed, train=cuda_plan_defaults(replace(REAL_TRAIN, recipe=a.recipe, **train),
                                                                train)).resolved()
     cfg.dataset_object()  # a UCI folder is read and checked before any work (errors name --data)
+    _backend_has_its_device(cfg.train)
     return cfg
 
 

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 L2_MODES = ("coupled", "sum", "decoupled", "none")
 #: Floating-point types a network may train in (``TrainConfig.dtype``).
 DTYPES = ("float32", "float64")
+#: Adam's ε (PyTorch's default, as the autograd path), of the fused and the triton backends.
+ADAM_EPS = 1e-8
 #: Training-step implementations (``TrainConfig.backend``).
-BACKENDS = ("fused", "autograd")
+BACKENDS = ("fused", "autograd", "triton")
 #: The value of ``TrainConfig.chunk_networks`` / ``parallel_chunks`` that asks the engine to
 #: measure the fastest setting on the device once and record it (:mod:`uqreg.engine.autoplan`).
 AUTO = "auto"
@@ -229,6 +231,11 @@ class TrainConfig:
         Training step (:data:`BACKENDS`): ``"fused"``, the hand-written forward/backward with one
         fused Adam call over one flat buffer (:mod:`uqreg.engine.fused`), or ``"autograd"``,
         autograd and ``torch.optim`` (``adam`` selects its Adam). Both train the same networks.
+        ``"triton"`` (CUDA; needs ``uqreg[triton]``): the fused backend with a whole step of
+        the ensembles' networks as ONE Triton kernel (:mod:`uqreg.engine.triton_step`: the
+        deterministic head, ½·MSE, three hidden layers, float32), the fused ops for every other
+        step; the same networks within float32 rounding, a network's bits independent of its
+        chunk.
     parallel_chunks : int, "auto" or None
         Chunks trained concurrently by threads, each with ONE torch intra-op thread (on CUDA,
         each on its own CUDA stream); ``None``: the number of available cores on the CPU, 1 on

@@ -57,15 +57,13 @@ from collections.abc import Callable
 import torch
 from uqmetrics.metrics.registry import Registry
 
-from .config import TrainConfig
+from .config import ADAM_EPS, TrainConfig
 from .heads import CONCRETE_EPS, LOG_ALPHA_RANGE, MOLCHANOV_K, clipped_log_alpha, sigmoid
 from .network import BatchedMLP, aligned_blocks, block_stride, empty_aligned
 from .samplers import SAMPLERS
 
 #: The flat buffers are padded to a multiple of this many elements (see the module notes).
 PAD = 64
-#: Adam's ε (PyTorch's default, as the autograd path).
-ADAM_EPS = 1e-8
 
 _leaky_relu_ = torch.nn.functional.leaky_relu_
 _leaky_relu_backward = torch.ops.aten.leaky_relu_backward.grad_input
@@ -171,6 +169,8 @@ class Workspace:
         self.g_raw = torch.empty(b, n_rows, 1, **kw) if mv else None
         self.x_adv = empty_aligned(b, (n_rows, d_in), **kw)
         self.buf = self.head.buffers(b, n_rows, k, kw)
+        # the whole step as one kernel (backend "triton", :func:`use_kernel`), or None
+        self.kernel = None
 
     # -- parameters in and out ------------------------------------------------------------------
     def _pairs(self, model: BatchedMLP):
@@ -336,7 +336,10 @@ class Workspace:
 
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, counter: int, keys: torch.Tensor,
                    fgsm_step: torch.Tensor | None) -> None:
-        """One optimiser step: :meth:`gradients`, then :meth:`adam`."""
+        """One optimiser step: :meth:`gradients`, then :meth:`adam`; or the :attr:`kernel`."""
+        if self.kernel is not None:
+            self.kernel(xb, yb, fgsm_step)
+            return
         self.gradients(xb, yb, counter, keys, fgsm_step)
         self.adam(self.cfg.lr, self.cfg.betas)
 
@@ -523,6 +526,19 @@ def l2_of(cfg: TrainConfig, n_train: int) -> tuple[float, bool]:
     return recipe.weight_decay(n_train, cfg.weight_decay), recipe.decoupled
 
 
+def use_kernel(ws: Workspace, y: torch.Tensor) -> bool:
+    """Give ``ws`` the whole step as one Triton kernel (backend ``"triton"``,
+    :mod:`uqreg.engine.triton_step`) where the kernel covers its steps; returns whether it does
+    (the fused ops run the others). ``RuntimeError`` when Triton or a CUDA device is missing."""
+    from . import triton_step  # Triton only where the backend asks for it
+
+    triton_step.check_available(ws.params.device)
+    if triton_step.uncovered(ws, y) is not None:
+        return False
+    ws.kernel = triton_step.TritonStep(ws)
+    return True
+
+
 def run_epoch(ws: Workspace, smp, x: torch.Tensor, y: torch.Tensor, epoch: int | torch.Tensor, *,
               keys: torch.Tensor, boot_keys: torch.Tensor, fgsm_step: torch.Tensor | None) -> None:
     """One epoch's optimiser steps (the sampler's batches), the draws of step ``s`` counted
@@ -620,6 +636,8 @@ def train_fused(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, *, keys: to
     l2, decoupled = l2_of(cfg, model.n_train)
     ws = Workspace(model, smp.rows(x.shape[1], cfg), l2=l2, decoupled=decoupled)
     ws.load(model)
+    if cfg.backend == "triton":
+        use_kernel(ws, y)
 
     def epoch(e):
         run_epoch(ws, smp, x, y, e, keys=keys, boot_keys=boot_keys, fgsm_step=fgsm_step)
@@ -636,4 +654,4 @@ def train_fused(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, *, keys: to
 
 
 __all__ = ["ADAM_EPS", "FUSED_HEADS", "PAD", "FusedHead", "Workspace", "l2_of", "run_epoch", "supports",
-           "train_fused", "train_graphed"]
+           "train_fused", "train_graphed", "use_kernel"]

@@ -122,7 +122,7 @@ def train_batched(x_train: np.ndarray, y_train: np.ndarray, nets: NetworkBatch, 
     fgsm_step = None
     if adversarial:
         fgsm_step = torch.as_tensor(cfg.adversarial_epsilon * np.ptp(x_train, axis=0), dtype=dt, device=dev)
-    if cfg.backend == "fused" and fused.supports(head, cfg):
+    if cfg.backend in ("fused", "triton") and fused.supports(head, cfg):
         return fused.train_fused(model, x, y, keys=drop_keys, boot_keys=boot_keys, sampler=sampler,
                                  fgsm_step=fgsm_step, epochs=epochs, progress=progress)
     opt = make_optimizer(model, cfg, n)
